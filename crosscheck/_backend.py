@@ -1,0 +1,180 @@
+"""The backend protocol and the registry: built-in names, import strings and entry points, all lazy."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import sys
+from importlib import metadata
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+ENTRY_POINT_GROUP = "crosscheck.backends"
+
+#: Built-in backends: name -> (module under crosscheck.backends, class, what to install).
+BUILTINS: dict[str, tuple[str, str, str]] = {
+    "jax": ("jax", "JaxBackend", "pip install 'crosscheck[jax]'"),
+    "torch": ("torch", "TorchBackend", "pip install 'crosscheck[torch]'"),
+    "numpy-fd": ("numpy_fd", "FiniteDifferenceOracle", "pip install crosscheck"),
+}
+ORACLE = "numpy-fd"
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What crosscheck needs of a backend: a name and ``grad(weights, x) -> (L, d, d) array``.
+
+    ``grad`` receives NumPy arrays (``weights`` ``(L, d, d)``, ``x`` ``(N, d)``, the case's float dtype)
+    and must not modify them. Optional methods, discovered when present: ``info() -> dict`` (framework,
+    version, device, precision settings) and, for an oracle, ``estimate(weights, x)`` with error bars.
+    """
+
+    name: str
+
+    def grad(self, weights: np.ndarray, x: np.ndarray) -> Any: ...
+
+
+class BackendUnavailable(ImportError):
+    """A backend whose framework is not installed."""
+
+
+class FunctionBackend:
+    """Adapter for a plain function ``grad(weights, x)``; its name is the function's name."""
+
+    def __init__(self, fn: Any, name: str | None = None) -> None:
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", repr(fn))
+
+    def grad(self, weights: np.ndarray, x: np.ndarray) -> Any:
+        return self.fn(weights, x)
+
+    def info(self) -> dict[str, str]:
+        module = getattr(self.fn, "__module__", "?")
+        return {"framework": "user function", "version": "", "device": "", "source": module}
+
+
+def load_backend(spec: Any) -> Backend:
+    """Return the backend for a built-in name, an import string, an entry-point name or an object.
+
+    Args:
+        spec: ``"jax"``, ``"torch"``, ``"numpy-fd"``; ``"package.module:attribute"`` where the attribute
+            is a backend object, a class or zero-argument factory returning one, or a plain function
+            ``grad(weights, x)``; the name of a ``crosscheck.backends`` entry point; or such an object.
+
+    Raises:
+        BackendUnavailable: a built-in backend whose framework is not installed.
+        ValueError: an unknown name or an import string that cannot be resolved.
+
+    Example:
+        >>> oracle = load_backend("numpy-fd")
+        >>> oracle.grad(weights, x)  # doctest: +SKIP
+    """
+    if not isinstance(spec, str):
+        return _adapt(spec, getattr(spec, "__name__", None) or type(spec).__name__)
+    if spec in BUILTINS:
+        return _load_builtin(spec)
+    if ":" in spec:
+        return _adapt(_import_attribute(spec), spec)
+    entry_points = {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    if spec in entry_points:
+        try:
+            target = entry_points[spec].load()
+        except Exception as exc:  # a broken plugin must say so, not crash the run
+            raise ValueError(f"backend `{spec}` (entry point {entry_points[spec].value}) failed to "
+                             f"load: {type(exc).__name__}: {exc}") from exc
+        return _adapt(target, spec)
+    known = ", ".join(list(BUILTINS) + sorted(entry_points))
+    hint = " Did you mean `numpy-fd`?" if spec.replace("_", "-") == "numpy-fd" else ""
+    raise ValueError(
+        f"unknown backend `{spec}`: expected one of {known}, or an import string "
+        f"`package.module:attribute`.{hint}"
+    )
+
+
+def _load_builtin(name: str) -> Backend:
+    module_name, class_name, install = BUILTINS[name]
+    try:
+        module = _import_builtin_module(module_name)
+    except ImportError as exc:
+        raise BackendUnavailable(
+            f"backend `{name}` is unavailable: {exc.name or exc} is not installed ({install})."
+        ) from exc
+    return getattr(module, class_name)()
+
+
+def _import_builtin_module(module_name: str) -> Any:
+    try:
+        return importlib.import_module(f"crosscheck.backends.{module_name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != "crosscheck.backends":
+            raise
+    # Running from a source checkout: the wheel installs backends/ as crosscheck/backends/.
+    return importlib.import_module(f"backends.{module_name}")
+
+
+def _import_attribute(spec: str) -> Any:
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"backend import string `{spec}` must look like `package.module:attribute`.")
+    if os.getcwd() not in sys.path:
+        # Like `python -m`, let users name a module in the current directory.
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise ValueError(f"backend `{spec}`: cannot import module `{module_name}` ({exc}).") from exc
+    except Exception as exc:
+        raise ValueError(f"backend `{spec}`: importing `{module_name}` failed: "
+                         f"{type(exc).__name__}: {exc}") from exc
+    target = module
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            names = [n for n in dir(module) if not n.startswith("_")]
+            raise ValueError(f"backend `{spec}`: module `{module_name}` has no attribute `{attribute}` "
+                             f"(found: {', '.join(names[:12]) or 'nothing public'}).")
+        target = getattr(target, part)
+    return target
+
+
+def _adapt(target: Any, spec: str) -> Backend:
+    """Turn an object with ``grad``, a class or factory, or a plain function into a backend."""
+    if inspect.isclass(target) or (callable(target) and not hasattr(target, "grad") and _takes_no_args(target)):
+        try:
+            target = target()
+        except Exception as exc:
+            raise ValueError(f"backend `{spec}`: calling the factory failed: "
+                             f"{type(exc).__name__}: {exc}") from exc
+    if hasattr(target, "grad") and callable(target.grad):
+        if not isinstance(getattr(target, "name", None), str):
+            try:
+                target.name = spec
+            except AttributeError:
+                return FunctionBackend(target.grad, spec)
+        return target
+    if callable(target):
+        return FunctionBackend(target)
+    raise ValueError(f"backend `{spec}` is a {type(target).__name__}: expected an object with a "
+                     f"`grad(weights, x)` method, a class or factory returning one, or a function.")
+
+
+def _takes_no_args(fn: Any) -> bool:
+    try:
+        inspect.signature(fn).bind()
+    except TypeError:
+        return False
+    except ValueError:  # no signature (some builtins)
+        return False
+    return True
+
+
+def backend_info(backend: Backend) -> dict[str, str]:
+    """The backend's ``info()`` if it has one (never raises)."""
+    info = getattr(backend, "info", None)
+    if not callable(info):
+        return {}
+    try:
+        return {str(k): str(v) for k, v in info().items()}
+    except Exception as exc:  # info is optional decoration; a broken one must not fail the run
+        return {"info_error": f"{type(exc).__name__}: {exc}"}

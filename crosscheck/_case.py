@@ -1,0 +1,153 @@
+"""Cases: plain data that alone determines the input arrays, and validation of user arrays."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+DTYPES = ("float32", "float64")
+INITS = ("gaussian", "identity", "integer", "nearzero")
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One cross-check case of the ReLU stack.
+
+    The same case gives the same arrays, bit for bit, on every machine: values are drawn with NumPy's
+    PCG64 generator in float64 and rounded once to ``dtype``.
+
+    Args:
+        layers: number of layers ``L`` (the leading axis of ``weights``).
+        batch: rows ``N`` of ``x``.
+        dim: width ``d``.
+        dtype: ``"float32"`` or ``"float64"``.
+        seed: seed of the generator.
+        init: ``"gaussian"`` (He-scaled normal weights, normal ``x``), ``"identity"`` (identity weights,
+            ``x`` all ones: every gradient entry is ``2 * N``), ``"integer"`` (small integers, giving
+            exact zero pre-activations) or ``"nearzero"`` (integers nudged by ~1e-7, giving
+            pre-activations too close to zero for float32 to get their sign right).
+        scale: factor applied to ``x`` (tests the tolerances at other magnitudes).
+    """
+
+    layers: int = 8
+    batch: int = 8
+    dim: int = 16
+    dtype: str = "float32"
+    seed: int = 0
+    init: str = "gaussian"
+    scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("layers", "batch", "dim", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"`{name}` must be an integer, found {value!r}.")
+        for name in ("layers", "batch", "dim"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be at least 1, found {getattr(self, name)}.")
+        if self.seed < 0:
+            raise ValueError(f"`seed` must be non-negative, found {self.seed}.")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"`dtype` must be one of {', '.join(DTYPES)}; found {self.dtype!r}.")
+        if self.init not in INITS:
+            raise ValueError(f"`init` must be one of {', '.join(INITS)}; found {self.init!r}.")
+        if not (np.isfinite(self.scale) and self.scale > 0):
+            raise ValueError(f"`scale` must be a positive finite number, found {self.scale!r}.")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def make_inputs(case: Case) -> tuple[np.ndarray, np.ndarray]:
+    """Return ``(weights, x)`` for ``case``: shapes ``(L, d, d)`` and ``(N, d)``, dtype ``case.dtype``."""
+    rng = np.random.default_rng(case.seed)
+    shape_w, shape_x = (case.layers, case.dim, case.dim), (case.batch, case.dim)
+    if case.init == "gaussian":
+        weights = rng.standard_normal(shape_w) * np.sqrt(2.0 / case.dim)
+        x = rng.standard_normal(shape_x)
+    elif case.init == "identity":
+        weights = np.broadcast_to(np.eye(case.dim), shape_w).copy()
+        x = np.ones(shape_x)
+    else:
+        # Weights in {-1, 0, 1} keep the activations integers small enough (below 2**24) for float32
+        # to compute every pre-activation exactly, zeros included.
+        weights = rng.integers(-1, 2, size=shape_w).astype(np.float64)
+        x = rng.integers(-2, 3, size=shape_x).astype(np.float64)
+        if case.init == "nearzero":
+            weights += rng.choice([-1.0, 1.0], size=shape_w) * 2.0**-23 * rng.random(shape_w)
+    x = x * case.scale
+    return weights.astype(case.dtype), x.astype(case.dtype)
+
+
+def check_inputs(weights: Any, x: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Validate user arrays and return them as NumPy arrays (not copies when already arrays).
+
+    Raises:
+        ValueError: wrong rank, mismatched shapes, unsupported dtype, empty or non-finite values.
+    """
+    weights, x = np.asarray(weights), np.asarray(x)
+    if weights.ndim != 3 or weights.shape[1] != weights.shape[2]:
+        raise ValueError(f"`weights` must have shape (L, d, d); found shape {weights.shape}.")
+    if x.ndim != 2:
+        raise ValueError(f"`x` must have shape (N, d); found shape {x.shape}.")
+    if x.shape[1] != weights.shape[1]:
+        raise ValueError(
+            f"`x` must have shape (N, {weights.shape[1]}) to match `weights` {weights.shape}; "
+            f"found {x.shape}."
+        )
+    if min(weights.shape + x.shape) == 0:
+        raise ValueError(f"`weights` {weights.shape} and `x` {x.shape} must not be empty.")
+    for name, array in (("weights", weights), ("x", x)):
+        if array.dtype.name not in DTYPES:
+            raise ValueError(
+                f"`{name}` must be float32 or float64; found {array.dtype.name}. "
+                f"Convert it with `.astype('float32')`."
+            )
+        if not np.all(np.isfinite(array)):
+            bad = int(np.size(array) - np.count_nonzero(np.isfinite(array)))
+            raise ValueError(f"`{name}` must be finite; found {bad} NaN or infinite entries.")
+    if weights.dtype != x.dtype:
+        raise ValueError(
+            f"`weights` and `x` must share one dtype; found {weights.dtype.name} and {x.dtype.name}."
+        )
+    return weights, x
+
+
+def load_array(path: str | Path, *, name: str) -> np.ndarray:
+    """Load a ``.npy`` file, or the single array of a ``.npz`` file, without pickle.
+
+    Raises:
+        ValueError: missing, unreadable, pickled or multi-array file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"`--{name}` file not found: {path}")
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except ValueError as exc:
+        if "pickle" in str(exc).lower():
+            raise ValueError(
+                f"`--{name}` {path} holds pickled objects, which crosscheck never loads; "
+                f"save a plain float array with numpy.save."
+            ) from exc
+        raise ValueError(f"`--{name}` {path} is not a valid .npy/.npz file ({exc}).") from exc
+    except (OSError, EOFError) as exc:
+        raise ValueError(f"`--{name}` {path} is not a valid .npy/.npz file ({exc}).") from exc
+    if isinstance(loaded, np.lib.npyio.NpzFile):
+        with loaded:
+            keys = list(loaded.files)
+            if name in keys:
+                keys = [name]
+            if len(keys) != 1:
+                raise ValueError(
+                    f"`--{name}` {path} must hold one array (or one named {name!r}); "
+                    f"found {len(keys)}: {', '.join(keys) or 'none'}."
+                )
+            try:
+                return loaded[keys[0]]
+            except (ValueError, OSError, EOFError) as exc:
+                raise ValueError(f"`--{name}` {path} is not a valid .npz file ({exc}).") from exc
+    return loaded

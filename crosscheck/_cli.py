@@ -1,0 +1,190 @@
+"""The command line: parse, call the driver, render. No numerics here.
+
+Exit status: 0 every candidate agrees; 1 a disagreement, a non-finite gradient or a failed backend;
+2 a usage or input error (one line on stderr, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+_CASE_OPTIONS = ("layers", "batch", "dim", "dtype", "seed", "init", "scale")
+
+
+class UsageError(Exception):
+    """A mistake of the user's: printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, not usage + message
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ._case import DTYPES, INITS
+
+    parser = _Parser(prog="crosscheck", description="Cross-check gradients across backends.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = sub.add_parser("run", help="cross-check one case",
+                         description="Cross-check the weight gradient of the ReLU stack on one case.")
+    case = run.add_argument_group("case (generated inputs)")
+    case.add_argument("--layers", type=int, help="number of layers L (default 8)")
+    case.add_argument("--batch", type=int, help="rows N of x (default 8)")
+    case.add_argument("--dim", type=int, help="width d (default 16)")
+    case.add_argument("--dtype", choices=DTYPES, help="float dtype of the inputs (default float32)")
+    case.add_argument("--seed", type=int, help="random seed (default 0)")
+    case.add_argument("--init", choices=INITS, help="how inputs are drawn (default gaussian)")
+    case.add_argument("--scale", type=float, help="factor applied to x (default 1.0)")
+    own = run.add_argument_group("your own inputs")
+    own.add_argument("--weights", metavar="FILE", help="weights (L, d, d) as .npy or .npz")
+    own.add_argument("--x", metavar="FILE", help="inputs (N, d) as .npy or .npz")
+    check = run.add_argument_group("checking")
+    check.add_argument("--backend", action="append", metavar="NAME_OR_IMPORT_STRING",
+                       help="backend to check (repeatable): jax, torch, numpy-fd, "
+                            "package.module:attribute (default: every built-in but the reference)")
+    check.add_argument("--reference", default="numpy-fd", metavar="NAME",
+                       help="backend the others are compared with (default numpy-fd, the oracle)")
+    check.add_argument("--rtol", type=float, help="user slack: relative (needs --atol)")
+    check.add_argument("--atol", type=float, help="user slack: absolute (needs --rtol)")
+    check.add_argument("--strict", action="store_true",
+                       help="fail when entries are unjudgeable because of ReLU kinks")
+    out = run.add_argument_group("output")
+    out.add_argument("--json", metavar="PATH", help="write the JSON report here")
+    out.add_argument("--quiet", action="store_true", help="print only the verdict line")
+    matrix = sub.add_parser("matrix", help="run the CI matrix of cases (nox -s crosscheck)",
+                            description="Run the fixed CI matrix of cases and print one summary table.")
+    matrix.add_argument("--backend", action="append", metavar="NAME_OR_IMPORT_STRING",
+                        help="backend to check (repeatable; default: every built-in)")
+    matrix.add_argument("--strict", action="store_true", help="fail on unjudgeable entries")
+    matrix.add_argument("--json", metavar="PATH", help="write every case's JSON report here (a list)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``crosscheck`` and ``python -m crosscheck``; returns the exit status."""
+    try:
+        args = build_parser().parse_args(argv)
+        return _matrix(args) if args.command == "matrix" else _run(args)
+    except UsageError as exc:
+        print(f"crosscheck: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("crosscheck: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ._run import run
+
+    kwargs = {k: getattr(args, k) for k in _CASE_OPTIONS if getattr(args, k) is not None}
+    if (args.weights is None) != (args.x is None):
+        raise UsageError("`--weights` and `--x` must be given together; found only "
+                         f"`--{'weights' if args.x is None else 'x'}`.")
+    if args.weights is not None:
+        given = [f"--{k}" for k in kwargs]
+        if given:
+            raise UsageError(f"`{given[0]}` cannot be combined with `--weights/--x`: the arrays "
+                             "determine the case.")
+        kwargs.update(_load_arrays(args.weights, args.x))
+    if (args.rtol is None) != (args.atol is None):
+        raise UsageError("`--rtol` and `--atol` must be given together or not at all; found only "
+                         f"`--{'rtol' if args.atol is None else 'atol'}`.")
+    console = _console()
+    try:
+        with _progress_display() as progress:
+            report = run(backends=args.backend, reference=args.reference, rtol=args.rtol,
+                         atol=args.atol, strict=args.strict, progress=progress, **kwargs)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from exc
+    if args.json:
+        try:
+            report.write_json(args.json)
+        except OSError as exc:
+            raise UsageError(f"cannot write `--json` {args.json}: {exc.strerror or exc}") from exc
+    if args.quiet:
+        console.print("PASSED" if report.passed else "FAILED: " + "; ".join(report.problems))
+    else:
+        report.render(console)
+    return EXIT_OK if report.passed else EXIT_FAIL
+
+
+def _matrix(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from ._matrix import render_matrix, run_matrix
+
+    console = _console()
+    try:
+        with _progress_display() as progress:
+            rows = run_matrix(backends=args.backend, strict=args.strict, progress=progress)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from exc
+    render_matrix(rows, console)
+    if args.json:
+        reports = [dict(row.report.to_dict(), known_answer=row.known_answer) for row in rows]
+        try:
+            Path(args.json).write_text(json.dumps(reports, indent=2) + "\n")
+        except OSError as exc:
+            raise UsageError(f"cannot write `--json` {args.json}: {exc.strerror or exc}") from exc
+    return EXIT_OK if all(row.passed for row in rows) else EXIT_FAIL
+
+
+def _console():
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=max(console.width, 132))
+    return console
+
+
+def _load_arrays(weights_path: str, x_path: str) -> dict:
+    from ._case import check_inputs, load_array
+
+    try:
+        weights = load_array(weights_path, name="weights")
+        x = load_array(x_path, name="x")
+        weights, x = check_inputs(weights, x)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    return {"weights": weights, "x": x}
+
+
+class _progress_display:
+    """A rich progress bar on stderr, shown only once work is expected to take a couple of seconds."""
+
+    def __enter__(self):
+        import time
+
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+
+        self._time = time.perf_counter
+        self._start = None
+        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+                             TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+        self._tasks: dict[str, int] = {}
+        return self.update
+
+    def update(self, description: str, done: int, total: int) -> None:
+        now = self._time()
+        if self._start is None:
+            self._start = now
+        if description not in self._tasks:
+            # Show the bar only when the work so far predicts more than ~2 s in total.
+            elapsed = now - self._start
+            if done == 0 or elapsed * total / done < 2.0:
+                return
+            self._bar.start()
+            self._tasks[description] = self._bar.add_task(description, total=total)
+        self._bar.update(self._tasks[description], completed=done)
+
+    def __exit__(self, *exc):
+        self._bar.stop()
+        return False

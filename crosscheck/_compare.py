@@ -1,0 +1,207 @@
+"""Entry-by-entry comparison of a candidate with a reference, into records; never raises on a mismatch."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+#: Order in which tolerance terms are shown.
+TERM_NAMES = ("rounding", "reference", "floor", "slack")
+TERM_HELP = {
+    "rounding": "what the candidate's own rounding can produce on this case (modelled, x8 sigma)",
+    "reference": "the reference's own error (the oracle's error bar, or the reference's rounding)",
+    "floor": "8 unit roundoffs of the largest reference entry: the precision no entry is asked to beat",
+    "slack": "user slack: atol + rtol * |reference|",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    """Per-entry tolerance as a sum of named terms (each an array broadcastable to the gradient)."""
+
+    terms: dict[str, np.ndarray]
+
+    def total(self) -> np.ndarray:
+        return sum(np.asarray(t, dtype=np.float64) for t in self.terms.values())
+
+    def at(self, index: tuple[int, ...]) -> dict[str, float]:
+        return {name: float(np.broadcast_to(t, self.shape)[index]) for name, t in self.terms.items()}
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return np.broadcast_shapes(*(np.shape(t) for t in self.terms.values()))
+
+
+@dataclasses.dataclass(frozen=True)
+class Unjudgeable:
+    """Entries that cannot be judged, with a reason code and the kink responsible per entry.
+
+    Attributes:
+        mask: bool array, True where the entry is unjudgeable.
+        reason: object array of reason strings ("" where judgeable).
+        kink: int array ``shape + (3,)``: the kink ``(layer, row, unit)`` responsible (-1 where none).
+    """
+
+    mask: np.ndarray
+    reason: np.ndarray
+    kink: np.ndarray
+
+    @classmethod
+    def none(cls, shape: tuple[int, ...]) -> Unjudgeable:
+        return cls(np.zeros(shape, bool), np.full(shape, "", object), np.full(shape + (3,), -1))
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """The record of one candidate against the reference (see README, "JSON report")."""
+
+    backend: str
+    reference: str
+    passed: bool
+    status: str
+    total: int
+    mismatched: int = 0
+    judged: int = 0
+    unjudgeable: int = 0
+    unjudgeable_reasons: dict[str, int] = dataclasses.field(default_factory=dict)
+    kinks: list[list[int]] = dataclasses.field(default_factory=list)
+    max_abs_diff: float | None = None
+    max_abs_diff_index: tuple[int, ...] | None = None
+    max_rel_diff: float | None = None
+    max_rel_diff_index: tuple[int, ...] | None = None
+    worst_index: tuple[int, ...] | None = None
+    worst_ratio: float | None = None
+    worst_terms: dict[str, float] | None = None
+    worst_values: dict[str, float] | None = None
+    decided_by: str | None = None
+    tolerance_sources: dict[str, str] = dataclasses.field(default_factory=dict)
+    message: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        for key, value in out.items():
+            if isinstance(value, tuple):
+                out[key] = list(value)
+        return out
+
+
+def compare(
+    candidate: Any,
+    reference: np.ndarray,
+    tolerance: Tolerance,
+    *,
+    backend: str,
+    reference_name: str,
+    dtype: str,
+    unjudgeable: Unjudgeable | None = None,
+    strict: bool = False,
+) -> Comparison:
+    """Compare ``candidate`` with ``reference`` entry by entry.
+
+    An entry mismatches when ``|candidate - reference| > tolerance.total()``. Unjudgeable entries are
+    counted, not judged (with ``strict=True`` they fail the comparison). Wrong shape, wrong dtype and
+    non-finite values make the comparison fail with a message; nothing raises.
+    """
+    common = {"backend": backend, "reference": reference_name, "total": int(np.size(reference))}
+    candidate = np.asarray(candidate)
+    problem = _structural_problem(candidate, reference.shape, dtype)
+    if problem:
+        return Comparison(passed=False, status="invalid", message=problem, **common)
+    unjudgeable = unjudgeable or Unjudgeable.none(reference.shape)
+    judged = ~unjudgeable.mask
+    diff = np.abs(candidate.astype(np.float64) - reference)
+    tol = np.broadcast_to(tolerance.total(), reference.shape)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = diff / np.abs(reference)
+        ratio = np.where(diff == 0, 0.0, diff / tol)
+    mismatched = int(np.count_nonzero(judged & (diff > tol)))
+    n_unjudgeable = int(np.count_nonzero(unjudgeable.mask))
+    reasons = dict(zip(*np.unique(unjudgeable.reason[unjudgeable.mask], return_counts=True), strict=True))
+    kinks = np.unique(unjudgeable.kink[unjudgeable.mask].reshape(-1, 3), axis=0)
+    kinks = [list(map(int, k)) for k in kinks if k[0] >= 0]
+    record = {
+        "mismatched": mismatched,
+        "judged": int(np.count_nonzero(judged)),
+        "unjudgeable": n_unjudgeable,
+        "unjudgeable_reasons": {str(k): int(v) for k, v in reasons.items()},
+        "kinks": kinks,
+        "tolerance_sources": {name: TERM_HELP.get(name, "") for name in tolerance.terms},
+    }
+    if np.any(judged):
+        record.update(_extremes(diff, rel, ratio, judged, candidate, reference, tolerance))
+    passed = mismatched == 0 and not (strict and n_unjudgeable) and bool(np.any(judged))
+    status = "ok" if passed else "mismatch"
+    if not np.any(judged):
+        status = "unjudgeable"
+    comparison = Comparison(passed=passed, status=status, **common, **record)
+    return dataclasses.replace(comparison, message=mismatch_message(comparison))
+
+
+def _structural_problem(candidate: np.ndarray, shape: tuple[int, ...], dtype: str) -> str:
+    if candidate.shape != shape:
+        return f"wrong shape: expected {shape}, found {candidate.shape}."
+    if candidate.dtype.name != dtype:
+        return f"wrong dtype: expected {dtype} (the case's dtype), found {candidate.dtype.name}."
+    finite = np.isfinite(candidate)
+    if not np.all(finite):
+        first = tuple(int(i) for i in np.argwhere(~finite)[0])
+        return (f"non-finite gradient: {int(np.size(finite) - np.count_nonzero(finite))} of "
+                f"{candidate.size} entries are NaN or infinite, the first at {first}.")
+    return ""
+
+
+def _extremes(diff, rel, ratio, judged, candidate, reference, tolerance):
+    def argmax(values):
+        masked = np.where(judged, np.nan_to_num(values, nan=0.0, posinf=np.inf), -1.0)
+        index = np.unravel_index(int(np.argmax(masked)), masked.shape)
+        return tuple(int(i) for i in index), float(masked[index])
+
+    abs_index, abs_value = argmax(diff)
+    rel_index, rel_value = argmax(np.where(diff == 0, 0.0, rel))
+    worst_index, worst_ratio = argmax(ratio)
+    terms = tolerance.at(worst_index)
+    return {
+        "max_abs_diff": abs_value, "max_abs_diff_index": abs_index,
+        "max_rel_diff": rel_value, "max_rel_diff_index": rel_index,
+        "worst_index": worst_index, "worst_ratio": worst_ratio, "worst_terms": terms,
+        "worst_values": {"candidate": float(candidate[worst_index]),
+                         "reference": float(reference[worst_index])},
+        "decided_by": max(terms, key=terms.get),
+    }
+
+
+def mismatch_message(c: Comparison) -> str:
+    """The one fixed message format for a comparison (see README for an example)."""
+    if c.status == "invalid":
+        return c.message
+    lines = []
+    if c.status == "unjudgeable":
+        lines.append(f"All {c.total} entries are unjudgeable: nothing was compared! "
+                     f"({_reasons(c)})")
+        return "\n".join(lines)
+    pct = 100.0 * c.mismatched / max(c.judged, 1)
+    lines.append(f"Mismatched elements: {c.mismatched} / {c.judged} ({pct:.1f}%)"
+                 + (f", {c.unjudgeable} unjudgeable ({_reasons(c)})" if c.unjudgeable else ""))
+    lines.append(f"Greatest absolute difference: {c.max_abs_diff:.6g} at (layer, row, col) "
+                 f"{_idx(c.max_abs_diff_index)}")
+    lines.append(f"Greatest relative difference: {c.max_rel_diff:.6g} at (layer, row, col) "
+                 f"{_idx(c.max_rel_diff_index)}")
+    terms = c.worst_terms or {}
+    total = sum(terms.values())
+    shown = " + ".join(f"{name} {value:.3g}" for name, value in terms.items())
+    lines.append(
+        f"Worst entry {_idx(c.worst_index)}: {c.backend} {c.worst_values['candidate']:.9g} vs "
+        f"{c.reference} {c.worst_values['reference']:.9g}, difference "
+        f"{c.worst_ratio:.3g} x the tolerance {total:.3g} = {shown}; decided by {c.decided_by}"
+    )
+    return "\n".join(lines)
+
+
+def _idx(index) -> str:
+    return "(" + ", ".join(str(i) for i in index) + ")" if index is not None else "-"
+
+
+def _reasons(c: Comparison) -> str:
+    return ", ".join(f"{n} {r}" for r, n in c.unjudgeable_reasons.items()) or "none"

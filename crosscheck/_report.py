@@ -1,0 +1,152 @@
+"""Reports: the result of one run as data (``to_dict``, the JSON contract) and as a terminal table."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from ._compare import Comparison
+
+SCHEMA_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendResult:
+    """What happened to one backend: ``status`` is ok, failed, unavailable or pending."""
+
+    name: str
+    status: str
+    role: str = "candidate"
+    required: bool = False
+    dtype: str | None = None
+    seconds: float | None = None
+    error: str | None = None
+    info: dict[str, str] = dataclasses.field(default_factory=dict)
+    notes: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["device"] = self.info.get("device")
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """The outcome of one run; ``passed`` decides the exit status of the CLI."""
+
+    case: dict[str, Any]
+    backends: dict[str, BackendResult]
+    comparisons: list[Comparison]
+    reference: str
+    strict: bool = False
+
+    @property
+    def problems(self) -> list[str]:
+        """One line per reason the run did not pass (empty when it passed)."""
+        out = []
+        ref = self.backends.get(self.reference)
+        if ref is None or ref.status != "ok":
+            detail = ref.error if ref is not None else "missing"
+            out.append(f"the reference `{self.reference}` did not run: {detail}")
+        for result in self.backends.values():
+            if result.role == "candidate" and result.status == "failed":
+                out.append(f"`{result.name}` failed: {result.error}")
+            if result.role == "candidate" and result.status == "unavailable" and result.required:
+                out.append(f"`{result.name}` was asked for but is unavailable: {result.error}")
+        out += [f"`{c.backend}` disagrees with `{c.reference}`" for c in self.comparisons
+                if not c.passed and c.status == "mismatch" and not (self.strict and c.mismatched == 0)]
+        out += [f"`{c.backend}`: {c.message}" for c in self.comparisons if c.status == "invalid"]
+        out += [f"`{c.backend}`: every entry is unjudgeable" for c in self.comparisons
+                if c.status == "unjudgeable"]
+        out += [f"`{c.backend}`: {c.unjudgeable} unjudgeable entries (--strict)" for c in self.comparisons
+                if self.strict and c.unjudgeable and c.status == "mismatch" and c.mismatched == 0]
+        if not self.comparisons and not out:
+            out.append("no candidate backend ran, so nothing was cross-checked")
+        return out
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON report (keys are added over time, never renamed)."""
+        return _finite({
+            "schema_version": SCHEMA_VERSION,
+            "passed": self.passed,
+            "problems": self.problems,
+            "case": self.case,
+            "reference": self.reference,
+            "strict": self.strict,
+            "backends": {name: r.to_dict() for name, r in self.backends.items()},
+            "comparisons": [c.to_dict() for c in self.comparisons],
+        })
+
+    def write_json(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    def render(self, console: Any) -> None:
+        """Print the table, the mismatch messages and a verdict line on a ``rich`` console."""
+        console.print(table(self))
+        for c in self.comparisons:
+            if not c.passed or c.unjudgeable:
+                console.print(f"[bold]{c.backend} vs {c.reference}[/bold]", highlight=False)
+                console.print(c.message, highlight=False, markup=False)
+        for r in self.backends.values():
+            if r.status in ("failed", "unavailable"):
+                console.print(f"{r.name}: {r.status}: {r.error}", highlight=False, markup=False)
+        if self.passed:
+            console.print(f"[green]PASSED[/green]: {_summary(self)}", highlight=False)
+        else:
+            console.print(f"[red]FAILED[/red]: {'; '.join(self.problems)}", highlight=False)
+
+
+def table(report: Report) -> Any:
+    from rich.table import Table
+
+    title = ", ".join(f"{k}={v}" for k, v in report.case.items() if not k.endswith("sha256"))
+    t = Table(title=f"crosscheck: {title}", title_justify="left")
+    for column in ("backend", "status", "dtype", "time", "max abs diff", "max rel diff",
+                   "worst (l,r,c)", "tolerance there", "decided by", "unjudgeable", "verdict"):
+        t.add_column(column, justify="right" if column not in ("backend", "status") else "left")
+    by_name = {c.backend: c for c in report.comparisons}
+    for name, r in report.backends.items():
+        c = by_name.get(r.name)
+        time_s = f"{r.seconds:.3f}s" if r.seconds is not None else "-"
+        if r.role == "reference":
+            t.add_row(name, r.status, r.dtype or "-", time_s, "", "", "", "", "", "", "reference")
+            continue
+        if c is None or c.max_abs_diff is None:
+            verdict = ("[red]FAIL[/red]" if r.status == "failed" or (c and not c.passed)
+                       or (r.status == "unavailable" and r.required) else "-")
+            t.add_row(name, r.status, r.dtype or "-", time_s, "", "", "", "", "",
+                      str(c.unjudgeable) if c else "", verdict)
+            continue
+        tol = sum((c.worst_terms or {}).values())
+        t.add_row(
+            name, r.status, r.dtype or "-", time_s, f"{c.max_abs_diff:.3g}", f"{c.max_rel_diff:.3g}",
+            ",".join(map(str, c.worst_index or ())), f"{tol:.3g}", c.decided_by or "",
+            f"{c.unjudgeable}/{c.total}" if c.unjudgeable else "0",
+            "[green]ok[/green]" if c.passed else "[red]FAIL[/red]",
+        )
+    return t
+
+
+def _summary(report: Report) -> str:
+    n = len(report.comparisons)
+    unjudged = sum(c.unjudgeable for c in report.comparisons)
+    tail = f"; {unjudged} entries unjudgeable because of ReLU kinks" if unjudged else ""
+    return f"{n} candidate(s) agree with `{report.reference}`{tail}"
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or infinity: write them as strings rather than emit invalid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

@@ -1,0 +1,253 @@
+"""The driver: build inputs, run every backend, compare each candidate with the reference."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import _stack
+from ._backend import ORACLE, BUILTINS, Backend, BackendUnavailable, backend_info, load_backend
+from ._case import Case, check_inputs, make_inputs
+from ._compare import Comparison, Tolerance, Unjudgeable, compare
+from ._report import BackendResult, Report
+
+#: Fraction of an entry's tolerance that a possible ReLU flip may move it before it is unjudgeable.
+KINK_IMPACT_FRACTION = 0.25
+
+Progress = Callable[[str, int, int], None]
+
+
+def run(
+    *,
+    weights: Any = None,
+    x: Any = None,
+    layers: int = 8,
+    batch: int = 8,
+    dim: int = 16,
+    dtype: str = "float32",
+    seed: int = 0,
+    init: str = "gaussian",
+    scale: float = 1.0,
+    backends: Sequence[Any] | None = None,
+    reference: Any = ORACLE,
+    rtol: float | None = None,
+    atol: float | None = None,
+    strict: bool = False,
+    progress: Progress | None = None,
+) -> Report:
+    """Run one case (generated, or the given arrays) and cross-check every backend's gradient.
+
+    Args:
+        weights, x: your own arrays (``(L, d, d)`` and ``(N, d)``, float32 or float64), given together;
+            otherwise the case options below generate them.
+        layers, batch, dim, dtype, seed, init, scale: the generated case (see ``Case``).
+        backends: names, import strings, backend objects or plain functions; default: every built-in
+            backend except the reference.
+        reference: the backend the others are compared with (default: the ``numpy-fd`` oracle).
+        rtol, atol: user slack added to every entry's tolerance; give both or neither.
+        strict: fail when any entry is unjudgeable (a ReLU kink makes it ambiguous).
+        progress: called as ``progress(description, done, total)`` during long work.
+
+    Returns:
+        A ``Report``: ``.passed`` and ``.to_dict()`` (the JSON report).
+
+    Raises:
+        ValueError, TypeError: bad arguments (the message says what was expected and found).
+
+    Example:
+        >>> import crosscheck
+        >>> crosscheck.run(layers=3, dim=4, backends=["jax"]).passed  # doctest: +SKIP
+        True
+    """
+    if (rtol is None) != (atol is None):
+        raise ValueError("`rtol` and `atol` must be given together or not at all; found only "
+                         f"`{'rtol' if atol is None else 'atol'}`.")
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if value is not None and not (np.isfinite(value) and value >= 0):
+            raise ValueError(f"`{name}` must be a non-negative finite number, found {value!r}.")
+    if (weights is None) != (x is None):
+        raise ValueError("`weights` and `x` must be given together or not at all.")
+    if weights is None:
+        case = Case(layers=layers, batch=batch, dim=dim, dtype=dtype, seed=seed, init=init, scale=scale)
+        weights, x = make_inputs(case)
+        case_record = case.to_dict()
+    else:
+        weights, x = check_inputs(weights, x)
+        case_record = _user_case(weights, x)
+    specs = list(backends) if backends is not None else [b for b in BUILTINS if b != reference]
+    return _Driver(weights, x, case_record, rtol, atol, strict, progress).run(specs, reference,
+                                                                            backends is not None)
+
+
+def _user_case(weights: np.ndarray, x: np.ndarray) -> dict[str, Any]:
+    return {
+        "source": "user arrays",
+        "layers": weights.shape[0], "batch": x.shape[0], "dim": x.shape[1],
+        "dtype": weights.dtype.name,
+        "weights_sha256": hashlib.sha256(np.ascontiguousarray(weights).tobytes()).hexdigest(),
+        "x_sha256": hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest(),
+    }
+
+
+@dataclasses.dataclass
+class _Driver:
+    weights: np.ndarray
+    x: np.ndarray
+    case: dict[str, Any]
+    rtol: float | None
+    atol: float | None
+    strict: bool
+    progress: Progress | None
+
+    def __post_init__(self) -> None:
+        self.dtype = self.weights.dtype.name
+        self.pristine = (self.weights.copy(), self.x.copy())
+        self.fwd = _stack.forward(self.weights, self.x)
+        self.deltas, _ = _stack.backward(self.fwd)
+        self._models: dict[str, _stack.RoundingModel] = {}
+
+    def run(self, specs: list[Any], reference_spec: Any, explicit: bool) -> Report:
+        results: dict[str, BackendResult] = {}
+        ref_backend, ref_result = self._load(reference_spec, explicit=True)
+        ref_value, ref_error = None, None
+        if ref_backend is not None:
+            ref_value, ref_error, ref_result = self._reference(ref_backend, ref_result)
+        results[ref_result.name] = ref_result
+        comparisons: list[Comparison] = []
+        for spec in specs:
+            backend, result = self._load(spec, explicit=explicit)
+            if backend is not None and ref_value is not None:
+                value, result = self._call(backend, result)
+                if value is not None:
+                    comparisons.append(self._compare(value, result.name, ref_value, ref_error,
+                                                     ref_result.name))
+            results[_unique(result.name, results)] = result
+        return Report(case=self.case, backends=results, comparisons=comparisons,
+                      reference=ref_result.name, strict=self.strict)
+
+    def _load(self, spec: Any, *, explicit: bool) -> tuple[Backend | None, BackendResult]:
+        name = spec if isinstance(spec, str) else getattr(spec, "name", getattr(spec, "__name__", "?"))
+        try:
+            backend = load_backend(spec)
+        except BackendUnavailable as exc:
+            return None, BackendResult(name=str(name), status="unavailable", error=str(exc),
+                                       required=explicit)
+        return backend, BackendResult(name=str(backend.name), status="pending", required=explicit,
+                                      info=backend_info(backend))
+
+    def _reference(self, backend: Backend, result: BackendResult):
+        estimate = getattr(backend, "estimate", None)
+        if callable(estimate):
+            start = time.perf_counter()
+            try:
+                est = estimate(self.weights, self.x, progress=self._progress("oracle"))
+            except Exception as exc:
+                return None, None, dataclasses.replace(result, status="failed", role="reference",
+                                                       error=f"{type(exc).__name__}: {exc}")
+            elapsed = time.perf_counter() - start
+            self.oracle = est
+            return est.value, est.error, dataclasses.replace(
+                result, status="ok", role="reference", dtype="float64", seconds=elapsed,
+                notes={"evaluations": est.evaluations, "kink_entries": int(est.kink.sum())})
+        self.oracle = None
+        value, result = self._call(backend, dataclasses.replace(result, role="reference"))
+        if value is None:
+            return None, None, result
+        value = np.asarray(value)
+        if value.shape != self.weights.shape or not np.all(np.isfinite(value)):
+            return None, None, dataclasses.replace(
+                result, status="failed",
+                error=f"reference gradient must be finite with shape {self.weights.shape}; "
+                      f"found shape {value.shape}")
+        error = self._model(value.dtype.name if value.dtype.name in _stack.UNIT_ROUNDOFF
+                            else "float64").grad_bound
+        return value.astype(np.float64), error, result
+
+    def _call(self, backend: Backend, result: BackendResult):
+        start = time.perf_counter()
+        try:
+            value = backend.grad(self.weights, self.x)
+            value = np.asarray(value)
+        except Exception as exc:
+            self._restore()
+            return None, dataclasses.replace(result, status="failed",
+                                             error=f"{type(exc).__name__}: {exc}")
+        elapsed = time.perf_counter() - start
+        if self._restore():
+            return None, dataclasses.replace(
+                result, status="failed", seconds=elapsed,
+                error="modified its inputs (`weights` or `x`); backends must not write to them")
+        return value, dataclasses.replace(result, status="ok", seconds=elapsed,
+                                          dtype=value.dtype.name)
+
+    def _restore(self) -> bool:
+        """Put the pristine inputs back; return whether they had been modified."""
+        modified = False
+        for live, pristine in zip((self.weights, self.x), self.pristine, strict=True):
+            if not np.array_equal(live, pristine):
+                modified = True
+                live[...] = pristine
+        return modified
+
+    def _model(self, dtype: str) -> _stack.RoundingModel:
+        if dtype not in self._models:
+            self._models[dtype] = _stack.rounding_model(self.fwd, self.deltas, dtype)
+        return self._models[dtype]
+
+    def _compare(self, value, name, ref_value, ref_error, ref_name) -> Comparison:
+        model = self._model(self.dtype)
+        u = _stack.UNIT_ROUNDOFF[self.dtype]
+        slack = (0.0 if self.rtol is None else self.atol + self.rtol * np.abs(ref_value))
+        tolerance = Tolerance({
+            "rounding": model.grad_bound,
+            "reference": ref_error,
+            "floor": _stack.SAFETY * u * float(np.max(np.abs(ref_value), initial=0.0)),
+            "slack": np.broadcast_to(slack, ref_value.shape),
+        })
+        unjudgeable = self._unjudgeable(tolerance.total())
+        return compare(value, ref_value, tolerance, backend=name, reference_name=ref_name,
+                       dtype=self.dtype, unjudgeable=unjudgeable, strict=self.strict)
+
+    def _unjudgeable(self, tol: np.ndarray) -> Unjudgeable:
+        cand = self._model(self.dtype)
+        ref = self._model("float64")
+        bounds = [cand.z_bound(m) + ref.z_bound(m) for m in range(len(self.fwd.zs))]
+        kinks = _stack.ambiguous_kinks(self.fwd, bounds)
+        impact = _stack.kink_impact(self.fwd, self.deltas, kinks)
+        mask = impact.impact > KINK_IMPACT_FRACTION * tol
+        reason = np.where(mask, f"{self.dtype} rounding may flip a ReLU", "").astype(object)
+        kink = np.full(mask.shape + (3,), -1, np.int64)
+        if len(kinks):
+            kink[mask] = kinks[impact.culprit[mask]]
+        if self.oracle is not None and self.oracle.kink.any():
+            stuck = self.oracle.kink & ~mask & ~self._exact_zero_kinks(bounds)
+            mask = mask | stuck
+            reason[stuck] = "oracle step crosses a ReLU kink"
+            kink[stuck] = self.oracle.kink_at[stuck]
+        return Unjudgeable(mask, reason, kink)
+
+    def _exact_zero_kinks(self, bounds: list[np.ndarray]) -> np.ndarray:
+        """Oracle kink entries whose kink is an exact zero that the candidate also computes exactly."""
+        at = self.oracle.kink_at
+        exact = np.zeros(at.shape[:-1], bool)
+        for index in zip(*np.nonzero(self.oracle.kink), strict=True):
+            layer, row, unit = at[index]
+            exact[index] = self.fwd.zs[layer][row, unit] == 0 and bounds[layer][row, unit] == 0
+        return exact
+
+    def _progress(self, description: str):
+        if self.progress is None:
+            return None
+        return lambda done, total: self.progress(description, done, total)
+
+
+def _unique(name: str, taken: dict[str, Any]) -> str:
+    candidate, n = name, 2
+    while candidate in taken:
+        candidate, n = f"{name}#{n}", n + 1
+    return candidate
