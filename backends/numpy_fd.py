@@ -5,7 +5,7 @@ weight ``W[k][i, j]`` is exactly a quadratic, so a central difference whose step
 no truncation error: its only error is rounding, which shrinks as the step grows. The oracle therefore
 takes, per entry, the largest step that crosses no kink:
 
-1. It starts from ``min(h_cap, dist / 2)`` (a power of two), where ``h_cap`` is the RMS of the layer's
+1. It starts from ``min(h_cap, dist / 8)`` (a power of two), where ``h_cap`` is the RMS of the layer's
    weights and ``dist`` the exact distance, along that weight, to the first kink of the layer the weight
    feeds (that layer's pre-activations move linearly with the weight).
 2. It evaluates the loss at ``w +- h`` for all entries of a layer at once (reusing the unchanged prefix
@@ -17,8 +17,10 @@ takes, per entry, the largest step that crosses no kink:
    at the base point, which follows ``jax.nn.relu``'s convention (derivative 0 at 0); the entry is
    flagged with the kink's ``(layer, row, unit)``.
 
-The error bar of each entry is a rounding-error bound: the float64 forward error of both loss
-evaluations (modelled as in ``crosscheck._stack``, times its safety factor) divided by the step.
+The error bar of each entry bounds rounding, in two terms: the float64 error of the two loss evaluations
+divided by the step, and the error of the shared prefix, which moves the point being differentiated
+(both sized by the rounding model of ``crosscheck._stack``, whose backward pass serves only to size
+error bars; the estimate itself comes from loss evaluations alone).
 """
 
 from __future__ import annotations
@@ -86,8 +88,11 @@ class FiniteDifferenceOracle:
         fwd = _stack.forward(weights, x)
         shape = fwd.weights.shape
         out = {
-            "value": np.zeros(shape), "error": np.zeros(shape), "step": np.zeros(shape),
-            "kink": np.zeros(shape, bool), "kink_at": np.full(shape + (3,), -1, np.int64),
+            "value": np.zeros(shape),
+            "error": np.zeros(shape),
+            "step": np.zeros(shape),
+            "kink": np.zeros(shape, bool),
+            "kink_at": np.full(shape + (3,), -1, np.int64),
         }
         total, done, evaluations = shape[0] * shape[1] * shape[2], 0, 0
         for k in range(shape[0]):
@@ -95,11 +100,19 @@ class FiniteDifferenceOracle:
             done += shape[1] * shape[2]
             if progress is not None:
                 progress(done, total)
+        # The loss evaluations share the rounded prefix of the stack, so the estimate is the derivative
+        # at a point moved by float64 rounding; that error is sized by the stack's rounding model.
+        deltas, _ = _stack.backward(fwd)
+        out["error"] += _stack.rounding_model(fwd, deltas, "float64").grad_bound
         return OracleEstimate(**out, evaluations=evaluations)
 
     def info(self) -> dict[str, str]:
-        return {"framework": "numpy", "version": np.__version__, "device": "cpu",
-                "method": "kink-aware central difference, float64"}
+        return {
+            "framework": "numpy",
+            "version": np.__version__,
+            "device": "cpu",
+            "method": "kink-aware central difference, float64",
+        }
 
 
 def _layer(fwd: _stack.Forward, k: int, out: dict[str, np.ndarray]) -> int:
@@ -109,32 +122,42 @@ def _layer(fwd: _stack.Forward, k: int, out: dict[str, np.ndarray]) -> int:
     rms = float(np.sqrt(np.mean(w**2)))
     h_cap = 2.0 ** math.floor(math.log2(rms)) if rms > 0 else 1.0
     sigma = _float64_output_sigma(fwd, k)
-    step = np.minimum(h_cap, _distance_to_first_kink(y, z) / 2)
+    step = np.minimum(h_cap, _distance_to_first_kink(y, z) / 8)
     with np.errstate(divide="ignore"):
         step = np.where(step > 0, 2.0 ** np.floor(np.log2(step)), 0.0)
     rows, cols = np.divmod(np.arange(d * d), d)
     step, pending, evaluations = step.ravel(), np.ones(d * d, bool), 0
+    where = np.full((d * d, 3), -1, np.int64)
+    # At distance 0 (an exact zero in the layer the weight feeds) no step avoids the kink.
+    for flat in np.flatnonzero(step == 0):
+        where[flat] = (k, *_exact_zero_at(y, z, *divmod(int(flat), d)))
     while True:
         todo = np.flatnonzero(pending & (step >= h_cap * _MIN_STEP_RATIO))
         if todo.size == 0:
             break
-        value, error, crossed, _ = _central(fwd, k, rows[todo], cols[todo], step[todo], sigma, False)
+        value, error, crossed, at = _central(fwd, k, rows[todo], cols[todo], step[todo], sigma, False)
         evaluations += 2 * todo.size
         ok = todo[~crossed]
         _store(out, k, ok, value[~crossed], error[~crossed], step[ok])
         pending[ok] = False
+        where[todo[crossed]] = at[crossed]
         step[todo[crossed]] *= _SHRINK
     stuck = np.flatnonzero(pending)
     if stuck.size:
         # On (or closer than the smallest step to) a kink: take the derivative of the base point's piece.
         h = np.full(stuck.size, h_cap)
-        _, _, _, where = _central(fwd, k, rows[stuck], cols[stuck], h, sigma, False)
         value, error, _, _ = _central(fwd, k, rows[stuck], cols[stuck], h, sigma, True)
-        evaluations += 4 * stuck.size
+        evaluations += 2 * stuck.size
         _store(out, k, stuck, value, error, h)
         out["kink"][k].flat[stuck] = True
-        out["kink_at"][k].reshape(-1, 3)[stuck] = where
+        out["kink_at"][k].reshape(-1, 3)[stuck] = where[stuck]
     return evaluations
+
+
+def _exact_zero_at(y: np.ndarray, z: np.ndarray, i: int, j: int) -> tuple[int, int]:
+    """The (row, unit) of the zero pre-activation that ``W[i, j]`` moves (distance 0)."""
+    rows = np.flatnonzero((z[:, j] == 0) & (y[:, i] != 0))
+    return int(rows[0]), j
 
 
 def _store(out, k, flat, value, error, step):
@@ -152,11 +175,12 @@ def _distance_to_first_kink(y: np.ndarray, z: np.ndarray) -> np.ndarray:
 
 
 def _float64_output_sigma(fwd: _stack.Forward, k: int) -> float:
-    """Norm of the modelled float64 rounding error of ``y[L]`` made by layers ``k`` onwards."""
-    u, var = _stack.UNIT_ROUNDOFF["float64"], None
+    """Norm of the float64 rounding error of ``y[L]`` made by layers ``k`` onwards (a variance bound:
+    each layer's fresh rounding, propagated through ``W**2``, which can only overestimate it)."""
+    u, var = _stack.UNIT_ROUNDOFF["float64"], 0.0
     for m in range(k, len(fwd.zs)):
-        var = _stack._matmul_variance(fwd.ys[m], var, fwd.weights[m], None, u, False)
-        var = var * fwd.masks[m]
+        var = var @ (fwd.weights[m] ** 2) if m > k else 0.0
+        var = (var + _stack.fresh_sigma(fwd.ys[m], fwd.weights[m], u, False) ** 2) * fwd.masks[m]
     return float(np.sqrt(np.sum(var)))
 
 
@@ -169,8 +193,9 @@ def _central(fwd, k, rows, cols, h, sigma, frozen):
     n, d = fwd.zs[k].shape
     per_chunk = max(1, _CHUNK_VALUES // (2 * n * d))
     parts = [
-        _central_chunk(fwd, k, rows[s:s + per_chunk], cols[s:s + per_chunk], h[s:s + per_chunk],
-                       sigma, frozen)
+        _central_chunk(
+            fwd, k, rows[s : s + per_chunk], cols[s : s + per_chunk], h[s : s + per_chunk], sigma, frozen
+        )
         for s in range(0, len(rows), per_chunk)
     ]
     return tuple(np.concatenate(p) for p in zip(*parts, strict=True))
@@ -181,28 +206,40 @@ def _central_chunk(fwd, k, rows, cols, h, sigma, frozen):
     steps = np.concatenate([h, -h])
     z = np.repeat(fwd.zs[k][None], 2 * s, axis=0)
     # Only column j of z[k] depends on W[k][i, j], and linearly: z[:, j] += h * y[k][:, i].
-    z[np.arange(2 * s), :, np.concatenate([cols, cols])] += steps[:, None] * fwd.ys[k][:, np.concatenate([rows, rows])].T
+    z[np.arange(2 * s), :, np.concatenate([cols, cols])] += (
+        steps[:, None] * fwd.ys[k][:, np.concatenate([rows, rows])].T
+    )
     crossed = np.zeros(2 * s, bool)
     where = np.full((2 * s, 3), -1, np.int64)
+    n, d = z.shape[1:]
     for m in range(k, len(fwd.zs)):
         if m > k:
-            z = y @ fwd.weights[m]
+            # One tall product rather than a batch of small ones: BLAS is far faster on it.
+            z = (z.reshape(-1, d) @ fwd.weights[m]).reshape(2 * s, n, d)
         base = fwd.masks[m]
-        mask = np.broadcast_to(base, z.shape) if frozen else z > 0
-        if not frozen:
-            changed = mask != base
-            first = changed.reshape(2 * s, -1).argmax(axis=1)
-            new = ~crossed & changed.reshape(2 * s, -1)[np.arange(2 * s), first]
-            where[new] = np.column_stack([np.full(new.sum(), m), *np.divmod(first[new], z.shape[2])])
+        if frozen:
+            z *= base
+            continue
+        changed = z > 0
+        np.not_equal(changed, base, out=changed)
+        new = changed.reshape(2 * s, -1).any(axis=1) & ~crossed
+        if new.any():
+            first = changed[new].reshape(int(new.sum()), -1).argmax(axis=1)
+            where[new] = np.column_stack([np.full(first.size, m), *np.divmod(first, d)])
             crossed |= new
-        y = np.where(mask, z, 0.0)
+        np.maximum(z, 0.0, out=z)
+    y = z
     losses = np.einsum("snd,snd->s", y, y)
     plus, minus = losses[:s], losses[s:]
     value = (plus - minus) / (2 * h)
     u = _stack.UNIT_ROUNDOFF["float64"]
     n_terms = y.shape[1] * y.shape[2]
-    # Each loss is off by at most 2 * sqrt(loss) * ||error of y[L]|| (Cauchy-Schwarz) plus its own sum.
-    loss_error = _stack.SAFETY * (2 * np.sqrt(losses) * sigma + u * math.sqrt(n_terms) * losses)
+    # Each loss is off by at most 2 * sqrt(loss) * ||error of y[L]|| (Cauchy-Schwarz) plus its own sum
+    # (worst case, (n - 1) * u * loss). The error of y[L] was modelled at the base point; it scales with
+    # the size of y[L], which a large step changes: hence the factor sqrt(loss / base loss).
+    base = fwd.loss
+    grow = np.sqrt(np.maximum(losses / base, 1.0)) if base > 0 else 1.0
+    loss_error = _stack.SAFETY * 2 * np.sqrt(losses) * sigma * grow + u * n_terms * losses
     error = (loss_error[:s] + loss_error[s:]) / (2 * h) + 4 * u * np.abs(value)
     kinked = crossed[:s] | crossed[s:]
     where_first = np.where(crossed[:s, None], where[:s], where[s:])

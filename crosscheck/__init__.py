@@ -14,5 +14,13 @@ from ._run import run as run
 
 __version__ = "0.1.0"
 
-__all__ = ["Backend", "BackendUnavailable", "Case", "Comparison", "Report", "load_backend",
-           "make_inputs", "run"]
+__all__ = [
+    "Backend",
+    "BackendUnavailable",
+    "Case",
+    "Comparison",
+    "Report",
+    "load_backend",
+    "make_inputs",
+    "run",
+]

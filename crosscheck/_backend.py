@@ -82,8 +82,10 @@ def load_backend(spec: Any) -> Backend:
         try:
             target = entry_points[spec].load()
         except Exception as exc:  # a broken plugin must say so, not crash the run
-            raise ValueError(f"backend `{spec}` (entry point {entry_points[spec].value}) failed to "
-                             f"load: {type(exc).__name__}: {exc}") from exc
+            raise ValueError(
+                f"backend `{spec}` (entry point {entry_points[spec].value}) failed to "
+                f"load: {type(exc).__name__}: {exc}"
+            ) from exc
         return _adapt(target, spec)
     known = ", ".join(list(BUILTINS) + sorted(entry_points))
     hint = " Did you mean `numpy-fd`?" if spec.replace("_", "-") == "numpy-fd" else ""
@@ -126,26 +128,31 @@ def _import_attribute(spec: str) -> Any:
     except ModuleNotFoundError as exc:
         raise ValueError(f"backend `{spec}`: cannot import module `{module_name}` ({exc}).") from exc
     except Exception as exc:
-        raise ValueError(f"backend `{spec}`: importing `{module_name}` failed: "
-                         f"{type(exc).__name__}: {exc}") from exc
+        raise ValueError(
+            f"backend `{spec}`: importing `{module_name}` failed: {type(exc).__name__}: {exc}"
+        ) from exc
     target = module
     for part in attribute.split("."):
         if not hasattr(target, part):
             names = [n for n in dir(module) if not n.startswith("_")]
-            raise ValueError(f"backend `{spec}`: module `{module_name}` has no attribute `{attribute}` "
-                             f"(found: {', '.join(names[:12]) or 'nothing public'}).")
+            raise ValueError(
+                f"backend `{spec}`: module `{module_name}` has no attribute `{attribute}` "
+                f"(found: {', '.join(names[:12]) or 'nothing public'})."
+            )
         target = getattr(target, part)
     return target
 
 
 def _adapt(target: Any, spec: str) -> Backend:
     """Turn an object with ``grad``, a class or factory, or a plain function into a backend."""
-    if inspect.isclass(target) or (callable(target) and not hasattr(target, "grad") and _takes_no_args(target)):
+    factory = callable(target) and not hasattr(target, "grad") and _takes_no_args(target)
+    if inspect.isclass(target) or factory:
         try:
             target = target()
         except Exception as exc:
-            raise ValueError(f"backend `{spec}`: calling the factory failed: "
-                             f"{type(exc).__name__}: {exc}") from exc
+            raise ValueError(
+                f"backend `{spec}`: calling the factory failed: {type(exc).__name__}: {exc}"
+            ) from exc
     if hasattr(target, "grad") and callable(target.grad):
         if not isinstance(getattr(target, "name", None), str):
             try:
@@ -155,8 +162,10 @@ def _adapt(target: Any, spec: str) -> Backend:
         return target
     if callable(target):
         return FunctionBackend(target)
-    raise ValueError(f"backend `{spec}` is a {type(target).__name__}: expected an object with a "
-                     f"`grad(weights, x)` method, a class or factory returning one, or a function.")
+    raise ValueError(
+        f"backend `{spec}` is a {type(target).__name__}: expected an object with a "
+        f"`grad(weights, x)` method, a class or factory returning one, or a function."
+    )
 
 
 def _takes_no_args(fn: Any) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ class Case:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise TypeError(f"`{name}` must be an integer, found {value!r}.")
+            object.__setattr__(self, name, int(value))  # NumPy scalars would not serialize to JSON
         for name in ("layers", "batch", "dim"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be at least 1, found {getattr(self, name)}.")
@@ -54,8 +56,11 @@ class Case:
             raise ValueError(f"`dtype` must be one of {', '.join(DTYPES)}; found {self.dtype!r}.")
         if self.init not in INITS:
             raise ValueError(f"`init` must be one of {', '.join(INITS)}; found {self.init!r}.")
+        if isinstance(self.scale, bool) or not isinstance(self.scale, (int, float, np.integer, np.floating)):
+            raise TypeError(f"`scale` must be a number, found {self.scale!r}.")
         if not (np.isfinite(self.scale) and self.scale > 0):
             raise ValueError(f"`scale` must be a positive finite number, found {self.scale!r}.")
+        object.__setattr__(self, "scale", float(self.scale))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -126,17 +131,27 @@ def load_array(path: str | Path, *, name: str) -> np.ndarray:
     if not path.is_file():
         raise ValueError(f"`--{name}` file not found: {path}")
     try:
-        loaded = np.load(path, allow_pickle=False)
-    except ValueError as exc:
-        if "pickle" in str(exc).lower():
+        file = path.open("rb")
+    except OSError as exc:
+        raise ValueError(f"`--{name}` {path} cannot be read ({exc.strerror or exc}).") from exc
+    # Our own handle, closed whatever happens: NumPy leaks its own when a zip archive is damaged.
+    with file:
+        try:
+            loaded = np.load(file, allow_pickle=False)
+        except ValueError as exc:
+            if "pickle" not in str(exc).lower():
+                raise ValueError(f"`--{name}` {path} is not a valid .npy/.npz file ({exc}).") from exc
+            if _looks_pickled(path):
+                raise ValueError(_pickled_message(path, name)) from exc
+            # NumPy says "pickled data" for any file without a .npy/.npz signature, random bytes included.
             raise ValueError(
-                f"`--{name}` {path} holds pickled objects, which crosscheck never loads; "
-                f"save a plain float array with numpy.save."
+                f"`--{name}` {path} is not a .npy/.npz file: it starts with neither the "
+                ".npy signature nor a zip header."
             ) from exc
-        raise ValueError(f"`--{name}` {path} is not a valid .npy/.npz file ({exc}).") from exc
-    except (OSError, EOFError) as exc:
-        raise ValueError(f"`--{name}` {path} is not a valid .npy/.npz file ({exc}).") from exc
-    if isinstance(loaded, np.lib.npyio.NpzFile):
+        except _UNREADABLE as exc:
+            raise ValueError(f"`--{name}` {path} is not a valid .npy/.npz file ({exc}).") from exc
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            return loaded
         with loaded:
             keys = list(loaded.files)
             if name in keys:
@@ -148,6 +163,27 @@ def load_array(path: str | Path, *, name: str) -> np.ndarray:
                 )
             try:
                 return loaded[keys[0]]
-            except (ValueError, OSError, EOFError) as exc:
+            except ValueError as exc:
+                if "pickle" in str(exc).lower():
+                    raise ValueError(_pickled_message(path, name)) from exc
                 raise ValueError(f"`--{name}` {path} is not a valid .npz file ({exc}).") from exc
-    return loaded
+            except _UNREADABLE as exc:
+                raise ValueError(f"`--{name}` {path} is not a valid .npz file ({exc}).") from exc
+
+
+#: What a damaged file raises (a file that starts like a zip archive raises BadZipFile).
+_UNREADABLE = (OSError, EOFError, zipfile.BadZipFile)
+
+
+def _looks_pickled(path: Path) -> bool:
+    """A .npy file (so an object array) or a pickle stream (protocol 2 and later start with 0x80)."""
+    with path.open("rb") as f:
+        head = f.read(6)
+    return head.startswith(b"\x93NUMPY") or head.startswith(b"\x80")
+
+
+def _pickled_message(path: Path, name: str) -> str:
+    return (
+        f"`--{name}` {path} holds pickled objects, which crosscheck never loads; "
+        f"save a plain float array with numpy.save."
+    )

@@ -28,8 +28,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = _Parser(prog="crosscheck", description="Cross-check gradients across backends.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    run = sub.add_parser("run", help="cross-check one case",
-                         description="Cross-check the weight gradient of the ReLU stack on one case.")
+    run = sub.add_parser(
+        "run",
+        help="cross-check one case",
+        description="Cross-check the weight gradient of the ReLU stack on one case.",
+    )
     case = run.add_argument_group("case (generated inputs)")
     case.add_argument("--layers", type=int, help="number of layers L (default 8)")
     case.add_argument("--batch", type=int, help="rows N of x (default 8)")
@@ -42,22 +45,38 @@ def build_parser() -> argparse.ArgumentParser:
     own.add_argument("--weights", metavar="FILE", help="weights (L, d, d) as .npy or .npz")
     own.add_argument("--x", metavar="FILE", help="inputs (N, d) as .npy or .npz")
     check = run.add_argument_group("checking")
-    check.add_argument("--backend", action="append", metavar="NAME_OR_IMPORT_STRING",
-                       help="backend to check (repeatable): jax, torch, numpy-fd, "
-                            "package.module:attribute (default: every built-in but the reference)")
-    check.add_argument("--reference", default="numpy-fd", metavar="NAME",
-                       help="backend the others are compared with (default numpy-fd, the oracle)")
+    check.add_argument(
+        "--backend",
+        action="append",
+        metavar="NAME_OR_IMPORT_STRING",
+        help="backend to check (repeatable): jax, torch, numpy-fd, "
+        "package.module:attribute (default: every built-in but the reference)",
+    )
+    check.add_argument(
+        "--reference",
+        default="numpy-fd",
+        metavar="NAME",
+        help="backend the others are compared with (default numpy-fd, the oracle)",
+    )
     check.add_argument("--rtol", type=float, help="user slack: relative (needs --atol)")
     check.add_argument("--atol", type=float, help="user slack: absolute (needs --rtol)")
-    check.add_argument("--strict", action="store_true",
-                       help="fail when entries are unjudgeable because of ReLU kinks")
+    check.add_argument(
+        "--strict", action="store_true", help="fail when entries are unjudgeable because of ReLU kinks"
+    )
     out = run.add_argument_group("output")
     out.add_argument("--json", metavar="PATH", help="write the JSON report here")
     out.add_argument("--quiet", action="store_true", help="print only the verdict line")
-    matrix = sub.add_parser("matrix", help="run the CI matrix of cases (nox -s crosscheck)",
-                            description="Run the fixed CI matrix of cases and print one summary table.")
-    matrix.add_argument("--backend", action="append", metavar="NAME_OR_IMPORT_STRING",
-                        help="backend to check (repeatable; default: every built-in)")
+    matrix = sub.add_parser(
+        "matrix",
+        help="run the CI matrix of cases (nox -s crosscheck)",
+        description="Run the fixed CI matrix of cases and print one summary table.",
+    )
+    matrix.add_argument(
+        "--backend",
+        action="append",
+        metavar="NAME_OR_IMPORT_STRING",
+        help="backend to check (repeatable; default: every built-in)",
+    )
     matrix.add_argument("--strict", action="store_true", help="fail on unjudgeable entries")
     matrix.add_argument("--json", metavar="PATH", help="write every case's JSON report here (a list)")
     return parser
@@ -69,7 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         return _matrix(args) if args.command == "matrix" else _run(args)
     except UsageError as exc:
-        print(f"crosscheck: error: {exc}", file=sys.stderr)
+        # One line, whatever the message (a user's factory may raise a multi-line error).
+        print("crosscheck: error: " + " ".join(str(exc).split()), file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("crosscheck: interrupted", file=sys.stderr)
@@ -81,22 +101,34 @@ def _run(args: argparse.Namespace) -> int:
 
     kwargs = {k: getattr(args, k) for k in _CASE_OPTIONS if getattr(args, k) is not None}
     if (args.weights is None) != (args.x is None):
-        raise UsageError("`--weights` and `--x` must be given together; found only "
-                         f"`--{'weights' if args.x is None else 'x'}`.")
+        raise UsageError(
+            "`--weights` and `--x` must be given together; found only "
+            f"`--{'weights' if args.x is None else 'x'}`."
+        )
     if args.weights is not None:
         given = [f"--{k}" for k in kwargs]
         if given:
-            raise UsageError(f"`{given[0]}` cannot be combined with `--weights/--x`: the arrays "
-                             "determine the case.")
+            raise UsageError(
+                f"`{given[0]}` cannot be combined with `--weights/--x`: the arrays determine the case."
+            )
         kwargs.update(_load_arrays(args.weights, args.x))
     if (args.rtol is None) != (args.atol is None):
-        raise UsageError("`--rtol` and `--atol` must be given together or not at all; found only "
-                         f"`--{'rtol' if args.atol is None else 'atol'}`.")
+        raise UsageError(
+            "`--rtol` and `--atol` must be given together or not at all; found only "
+            f"`--{'rtol' if args.atol is None else 'atol'}`."
+        )
     console = _console()
     try:
         with _progress_display() as progress:
-            report = run(backends=args.backend, reference=args.reference, rtol=args.rtol,
-                         atol=args.atol, strict=args.strict, progress=progress, **kwargs)
+            report = run(
+                backends=args.backend,
+                reference=args.reference,
+                rtol=args.rtol,
+                atol=args.atol,
+                strict=args.strict,
+                progress=progress,
+                **kwargs,
+            )
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from exc
     if args.json:
@@ -114,8 +146,6 @@ def _run(args: argparse.Namespace) -> int:
 def _matrix(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
-
-    from rich.console import Console
 
     from ._matrix import render_matrix, run_matrix
 
@@ -167,8 +197,14 @@ class _progress_display:
 
         self._time = time.perf_counter
         self._start = None
-        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
-                             TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+        self._bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TaskProgressColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
         self._tasks: dict[str, int] = {}
         return self.update
 
@@ -186,5 +222,6 @@ class _progress_display:
         self._bar.update(self._tasks[description], completed=done)
 
     def __exit__(self, *exc):
-        self._bar.stop()
+        if self._tasks:  # stopping a bar that never started still writes a newline to stderr
+            self._bar.stop()
         return False

@@ -8,11 +8,12 @@ from typing import Any
 import numpy as np
 
 #: Order in which tolerance terms are shown.
-TERM_NAMES = ("rounding", "reference", "floor", "slack")
+TERM_NAMES = ("rounding", "reference", "floor", "kinks", "slack")
 TERM_HELP = {
     "rounding": "what the candidate's own rounding can produce on this case (modelled, x8 sigma)",
     "reference": "the reference's own error (the oracle's error bar, or the reference's rounding)",
     "floor": "8 unit roundoffs of the largest reference entry: the precision no entry is asked to beat",
+    "kinks": "the summed effect of ReLU flips too small to judge the entry on both sides",
     "slack": "user slack: atol + rtol * |reference|",
 }
 
@@ -35,22 +36,30 @@ class Tolerance:
 
 
 @dataclasses.dataclass(frozen=True)
-class Unjudgeable:
-    """Entries that cannot be judged, with a reason code and the kink responsible per entry.
+class Kinks:
+    """How ReLU kinks bear on each entry.
 
     Attributes:
-        mask: bool array, True where the entry is unjudgeable.
+        unjudgeable: bool array, True where the entry cannot be judged.
         reason: object array of reason strings ("" where judgeable).
         kink: int array ``shape + (3,)``: the kink ``(layer, row, unit)`` responsible (-1 where none).
+        alternative: where one kink may legitimately flip, the reference on its other side (NaN
+            elsewhere): such an entry passes when it matches either side.
     """
 
-    mask: np.ndarray
+    unjudgeable: np.ndarray
     reason: np.ndarray
     kink: np.ndarray
+    alternative: np.ndarray
 
     @classmethod
-    def none(cls, shape: tuple[int, ...]) -> Unjudgeable:
-        return cls(np.zeros(shape, bool), np.full(shape, "", object), np.full(shape + (3,), -1))
+    def none(cls, shape: tuple[int, ...]) -> Kinks:
+        return cls(
+            np.zeros(shape, bool),
+            np.full(shape, "", object),
+            np.full(shape + (3,), -1),
+            np.full(shape, np.nan),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +74,7 @@ class Comparison:
     mismatched: int = 0
     judged: int = 0
     unjudgeable: int = 0
+    two_sided: int = 0
     unjudgeable_reasons: dict[str, int] = dataclasses.field(default_factory=dict)
     kinks: list[list[int]] = dataclasses.field(default_factory=list)
     max_abs_diff: float | None = None
@@ -95,38 +105,45 @@ def compare(
     backend: str,
     reference_name: str,
     dtype: str,
-    unjudgeable: Unjudgeable | None = None,
+    kinks: Kinks | None = None,
     strict: bool = False,
 ) -> Comparison:
     """Compare ``candidate`` with ``reference`` entry by entry.
 
-    An entry mismatches when ``|candidate - reference| > tolerance.total()``. Unjudgeable entries are
-    counted, not judged (with ``strict=True`` they fail the comparison). Wrong shape, wrong dtype and
-    non-finite values make the comparison fail with a message; nothing raises.
+    An entry mismatches when ``|candidate - reference| > tolerance.total()``; where one ReLU kink may
+    legitimately flip, the entry is judged on both sides of it (it must match one). Unjudgeable entries
+    are counted, not judged (with ``strict=True`` they fail the comparison). Wrong shape, wrong dtype
+    and non-finite values make the comparison fail with a message; nothing raises.
     """
     common = {"backend": backend, "reference": reference_name, "total": int(np.size(reference))}
     candidate = np.asarray(candidate)
     problem = _structural_problem(candidate, reference.shape, dtype)
     if problem:
         return Comparison(passed=False, status="invalid", message=problem, **common)
-    unjudgeable = unjudgeable or Unjudgeable.none(reference.shape)
-    judged = ~unjudgeable.mask
+    kinks = kinks or Kinks.none(reference.shape)
+    judged = ~kinks.unjudgeable
     diff = np.abs(candidate.astype(np.float64) - reference)
+    two_sided = judged & ~np.isnan(kinks.alternative)
+    if np.any(two_sided):
+        other = np.abs(candidate.astype(np.float64) - kinks.alternative)
+        diff = np.where(two_sided, np.fmin(diff, other), diff)
     tol = np.broadcast_to(tolerance.total(), reference.shape)
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = diff / np.abs(reference)
         ratio = np.where(diff == 0, 0.0, diff / tol)
     mismatched = int(np.count_nonzero(judged & (diff > tol)))
-    n_unjudgeable = int(np.count_nonzero(unjudgeable.mask))
-    reasons = dict(zip(*np.unique(unjudgeable.reason[unjudgeable.mask], return_counts=True), strict=True))
-    kinks = np.unique(unjudgeable.kink[unjudgeable.mask].reshape(-1, 3), axis=0)
-    kinks = [list(map(int, k)) for k in kinks if k[0] >= 0]
+    n_unjudgeable = int(np.count_nonzero(kinks.unjudgeable))
+    reasons = dict(zip(*np.unique(kinks.reason[kinks.unjudgeable], return_counts=True), strict=True))
+    involved = kinks.unjudgeable | two_sided
+    locations = np.unique(kinks.kink[involved].reshape(-1, 3), axis=0)
+    locations = [list(map(int, k)) for k in locations if k[0] >= 0]
     record = {
         "mismatched": mismatched,
         "judged": int(np.count_nonzero(judged)),
         "unjudgeable": n_unjudgeable,
+        "two_sided": int(np.count_nonzero(two_sided)),
         "unjudgeable_reasons": {str(k): int(v) for k, v in reasons.items()},
-        "kinks": kinks,
+        "kinks": locations,
         "tolerance_sources": {name: TERM_HELP.get(name, "") for name in tolerance.terms},
     }
     if np.any(judged):
@@ -147,8 +164,10 @@ def _structural_problem(candidate: np.ndarray, shape: tuple[int, ...], dtype: st
     finite = np.isfinite(candidate)
     if not np.all(finite):
         first = tuple(int(i) for i in np.argwhere(~finite)[0])
-        return (f"non-finite gradient: {int(np.size(finite) - np.count_nonzero(finite))} of "
-                f"{candidate.size} entries are NaN or infinite, the first at {first}.")
+        return (
+            f"non-finite gradient: {int(np.size(finite) - np.count_nonzero(finite))} of "
+            f"{candidate.size} entries are NaN or infinite, the first at {first}."
+        )
     return ""
 
 
@@ -163,11 +182,17 @@ def _extremes(diff, rel, ratio, judged, candidate, reference, tolerance):
     worst_index, worst_ratio = argmax(ratio)
     terms = tolerance.at(worst_index)
     return {
-        "max_abs_diff": abs_value, "max_abs_diff_index": abs_index,
-        "max_rel_diff": rel_value, "max_rel_diff_index": rel_index,
-        "worst_index": worst_index, "worst_ratio": worst_ratio, "worst_terms": terms,
-        "worst_values": {"candidate": float(candidate[worst_index]),
-                         "reference": float(reference[worst_index])},
+        "max_abs_diff": abs_value,
+        "max_abs_diff_index": abs_index,
+        "max_rel_diff": rel_value,
+        "max_rel_diff_index": rel_index,
+        "worst_index": worst_index,
+        "worst_ratio": worst_ratio,
+        "worst_terms": terms,
+        "worst_values": {
+            "candidate": float(candidate[worst_index]),
+            "reference": float(reference[worst_index]),
+        },
         "decided_by": max(terms, key=terms.get),
     }
 
@@ -178,16 +203,21 @@ def mismatch_message(c: Comparison) -> str:
         return c.message
     lines = []
     if c.status == "unjudgeable":
-        lines.append(f"All {c.total} entries are unjudgeable: nothing was compared! "
-                     f"({_reasons(c)})")
+        lines.append(f"All {c.total} entries are unjudgeable: nothing was compared! ({_reasons(c)})")
         return "\n".join(lines)
     pct = 100.0 * c.mismatched / max(c.judged, 1)
-    lines.append(f"Mismatched elements: {c.mismatched} / {c.judged} ({pct:.1f}%)"
-                 + (f", {c.unjudgeable} unjudgeable ({_reasons(c)})" if c.unjudgeable else ""))
-    lines.append(f"Greatest absolute difference: {c.max_abs_diff:.6g} at (layer, row, col) "
-                 f"{_idx(c.max_abs_diff_index)}")
-    lines.append(f"Greatest relative difference: {c.max_rel_diff:.6g} at (layer, row, col) "
-                 f"{_idx(c.max_rel_diff_index)}")
+    lines.append(
+        f"Mismatched elements: {c.mismatched} / {c.judged} ({pct:.1f}%)"
+        + (f", {c.unjudgeable} unjudgeable ({_reasons(c)})" if c.unjudgeable else "")
+    )
+    lines.append(
+        f"Greatest absolute difference: {c.max_abs_diff:.6g} at (layer, row, col) "
+        f"{_idx(c.max_abs_diff_index)}"
+    )
+    lines.append(
+        f"Greatest relative difference: {c.max_rel_diff:.6g} at (layer, row, col) "
+        f"{_idx(c.max_rel_diff_index)}"
+    )
     terms = c.worst_terms or {}
     total = sum(terms.values())
     shown = " + ".join(f"{name} {value:.3g}" for name, value in terms.items())

@@ -113,9 +113,15 @@ def render_matrix(rows: list[MatrixRow], console: Any) -> None:
     console.print(table)
     failed = [r for r in rows if not r.passed]
     for row in failed:
-        console.print(f"{row.case}: " + "; ".join(row.report.problems + (
-            [f"known answer: {row.known_answer}"] if row.known_answer not in ("", "exact") else [])),
-            markup=False, highlight=False)
+        console.print(
+            f"{row.case}: "
+            + "; ".join(
+                row.report.problems
+                + ([f"known answer: {row.known_answer}"] if row.known_answer not in ("", "exact") else [])
+            ),
+            markup=False,
+            highlight=False,
+        )
     n = len(rows)
     if failed:
         console.print(f"[red]FAILED[/red]: {len(failed)} of {n} cases disagree")

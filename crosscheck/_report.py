@@ -56,13 +56,22 @@ class Report:
                 out.append(f"`{result.name}` failed: {result.error}")
             if result.role == "candidate" and result.status == "unavailable" and result.required:
                 out.append(f"`{result.name}` was asked for but is unavailable: {result.error}")
-        out += [f"`{c.backend}` disagrees with `{c.reference}`" for c in self.comparisons
-                if not c.passed and c.status == "mismatch" and not (self.strict and c.mismatched == 0)]
+        out += [
+            f"`{c.backend}` disagrees with `{c.reference}`"
+            for c in self.comparisons
+            if not c.passed and c.status == "mismatch" and not (self.strict and c.mismatched == 0)
+        ]
         out += [f"`{c.backend}`: {c.message}" for c in self.comparisons if c.status == "invalid"]
-        out += [f"`{c.backend}`: every entry is unjudgeable" for c in self.comparisons
-                if c.status == "unjudgeable"]
-        out += [f"`{c.backend}`: {c.unjudgeable} unjudgeable entries (--strict)" for c in self.comparisons
-                if self.strict and c.unjudgeable and c.status == "mismatch" and c.mismatched == 0]
+        out += [
+            f"`{c.backend}`: every entry is unjudgeable"
+            for c in self.comparisons
+            if c.status == "unjudgeable"
+        ]
+        out += [
+            f"`{c.backend}`: {c.unjudgeable} unjudgeable entries (--strict)"
+            for c in self.comparisons
+            if self.strict and c.unjudgeable and c.status == "mismatch" and c.mismatched == 0
+        ]
         if not self.comparisons and not out:
             out.append("no candidate backend ran, so nothing was cross-checked")
         return out
@@ -73,16 +82,18 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report (keys are added over time, never renamed)."""
-        return _finite({
-            "schema_version": SCHEMA_VERSION,
-            "passed": self.passed,
-            "problems": self.problems,
-            "case": self.case,
-            "reference": self.reference,
-            "strict": self.strict,
-            "backends": {name: r.to_dict() for name, r in self.backends.items()},
-            "comparisons": [c.to_dict() for c in self.comparisons],
-        })
+        return _finite(
+            {
+                "schema_version": SCHEMA_VERSION,
+                "passed": self.passed,
+                "problems": self.problems,
+                "case": self.case,
+                "reference": self.reference,
+                "strict": self.strict,
+                "backends": {name: r.to_dict() for name, r in self.backends.items()},
+                "comparisons": [c.to_dict() for c in self.comparisons],
+            }
+        )
 
     def write_json(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
@@ -108,8 +119,19 @@ def table(report: Report) -> Any:
 
     title = ", ".join(f"{k}={v}" for k, v in report.case.items() if not k.endswith("sha256"))
     t = Table(title=f"crosscheck: {title}", title_justify="left")
-    for column in ("backend", "status", "dtype", "time", "max abs diff", "max rel diff",
-                   "worst (l,r,c)", "tolerance there", "decided by", "unjudgeable", "verdict"):
+    for column in (
+        "backend",
+        "status",
+        "dtype",
+        "time",
+        "max abs diff",
+        "max rel diff",
+        "worst (l,r,c)",
+        "tolerance there",
+        "decided by",
+        "unjudgeable",
+        "verdict",
+    ):
         t.add_column(column, justify="right" if column not in ("backend", "status") else "left")
     by_name = {c.backend: c for c in report.comparisons}
     for name, r in report.backends.items():
@@ -119,15 +141,36 @@ def table(report: Report) -> Any:
             t.add_row(name, r.status, r.dtype or "-", time_s, "", "", "", "", "", "", "reference")
             continue
         if c is None or c.max_abs_diff is None:
-            verdict = ("[red]FAIL[/red]" if r.status == "failed" or (c and not c.passed)
-                       or (r.status == "unavailable" and r.required) else "-")
-            t.add_row(name, r.status, r.dtype or "-", time_s, "", "", "", "", "",
-                      str(c.unjudgeable) if c else "", verdict)
+            verdict = (
+                "[red]FAIL[/red]"
+                if r.status == "failed" or (c and not c.passed) or (r.status == "unavailable" and r.required)
+                else "-"
+            )
+            t.add_row(
+                name,
+                r.status,
+                r.dtype or "-",
+                time_s,
+                "",
+                "",
+                "",
+                "",
+                "",
+                str(c.unjudgeable) if c else "",
+                verdict,
+            )
             continue
         tol = sum((c.worst_terms or {}).values())
         t.add_row(
-            name, r.status, r.dtype or "-", time_s, f"{c.max_abs_diff:.3g}", f"{c.max_rel_diff:.3g}",
-            ",".join(map(str, c.worst_index or ())), f"{tol:.3g}", c.decided_by or "",
+            name,
+            r.status,
+            r.dtype or "-",
+            time_s,
+            f"{c.max_abs_diff:.3g}",
+            f"{c.max_rel_diff:.3g}",
+            ",".join(map(str, c.worst_index or ())),
+            f"{tol:.3g}",
+            c.decided_by or "",
             f"{c.unjudgeable}/{c.total}" if c.unjudgeable else "0",
             "[green]ok[/green]" if c.passed else "[red]FAIL[/red]",
         )

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 
 from . import _stack
-from ._backend import ORACLE, BUILTINS, Backend, BackendUnavailable, backend_info, load_backend
+from ._backend import BUILTINS, ORACLE, Backend, BackendUnavailable, backend_info, load_backend
 from ._case import Case, check_inputs, make_inputs
-from ._compare import Comparison, Tolerance, Unjudgeable, compare
+from ._compare import Comparison, Kinks, Tolerance, compare
 from ._report import BackendResult, Report
 
 #: Fraction of an entry's tolerance that a possible ReLU flip may move it before it is unjudgeable.
@@ -65,8 +65,10 @@ def run(
         True
     """
     if (rtol is None) != (atol is None):
-        raise ValueError("`rtol` and `atol` must be given together or not at all; found only "
-                         f"`{'rtol' if atol is None else 'atol'}`.")
+        raise ValueError(
+            "`rtol` and `atol` must be given together or not at all; found only "
+            f"`{'rtol' if atol is None else 'atol'}`."
+        )
     for name, value in (("rtol", rtol), ("atol", atol)):
         if value is not None and not (np.isfinite(value) and value >= 0):
             raise ValueError(f"`{name}` must be a non-negative finite number, found {value!r}.")
@@ -80,14 +82,17 @@ def run(
         weights, x = check_inputs(weights, x)
         case_record = _user_case(weights, x)
     specs = list(backends) if backends is not None else [b for b in BUILTINS if b != reference]
-    return _Driver(weights, x, case_record, rtol, atol, strict, progress).run(specs, reference,
-                                                                            backends is not None)
+    return _Driver(weights, x, case_record, rtol, atol, strict, progress).run(
+        specs, reference, backends is not None
+    )
 
 
 def _user_case(weights: np.ndarray, x: np.ndarray) -> dict[str, Any]:
     return {
         "source": "user arrays",
-        "layers": weights.shape[0], "batch": x.shape[0], "dim": x.shape[1],
+        "layers": weights.shape[0],
+        "batch": x.shape[0],
+        "dim": x.shape[1],
         "dtype": weights.dtype.name,
         "weights_sha256": hashlib.sha256(np.ascontiguousarray(weights).tobytes()).hexdigest(),
         "x_sha256": hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest(),
@@ -121,24 +126,36 @@ class _Driver:
         comparisons: list[Comparison] = []
         for spec in specs:
             backend, result = self._load(spec, explicit=explicit)
-            if backend is not None and ref_value is not None:
+            if backend is not None and ref_value is None:
+                result = dataclasses.replace(
+                    result, status="skipped", error="not run: the reference did not run"
+                )
+            elif backend is not None:
                 value, result = self._call(backend, result)
                 if value is not None:
-                    comparisons.append(self._compare(value, result.name, ref_value, ref_error,
-                                                     ref_result.name))
+                    comparisons.append(
+                        self._compare(value, result.name, ref_value, ref_error, ref_result.name)
+                    )
             results[_unique(result.name, results)] = result
-        return Report(case=self.case, backends=results, comparisons=comparisons,
-                      reference=ref_result.name, strict=self.strict)
+        return Report(
+            case=self.case,
+            backends=results,
+            comparisons=comparisons,
+            reference=ref_result.name,
+            strict=self.strict,
+        )
 
     def _load(self, spec: Any, *, explicit: bool) -> tuple[Backend | None, BackendResult]:
         name = spec if isinstance(spec, str) else getattr(spec, "name", getattr(spec, "__name__", "?"))
         try:
             backend = load_backend(spec)
         except BackendUnavailable as exc:
-            return None, BackendResult(name=str(name), status="unavailable", error=str(exc),
-                                       required=explicit)
-        return backend, BackendResult(name=str(backend.name), status="pending", required=explicit,
-                                      info=backend_info(backend))
+            return None, BackendResult(
+                name=str(name), status="unavailable", error=str(exc), required=explicit
+            )
+        return backend, BackendResult(
+            name=str(backend.name), status="pending", required=explicit, info=backend_info(backend)
+        )
 
     def _reference(self, backend: Backend, result: BackendResult):
         estimate = getattr(backend, "estimate", None)
@@ -147,25 +164,46 @@ class _Driver:
             try:
                 est = estimate(self.weights, self.x, progress=self._progress("oracle"))
             except Exception as exc:
-                return None, None, dataclasses.replace(result, status="failed", role="reference",
-                                                       error=f"{type(exc).__name__}: {exc}")
+                return (
+                    None,
+                    None,
+                    dataclasses.replace(
+                        result, status="failed", role="reference", error=f"{type(exc).__name__}: {exc}"
+                    ),
+                )
             elapsed = time.perf_counter() - start
             self.oracle = est
-            return est.value, est.error, dataclasses.replace(
-                result, status="ok", role="reference", dtype="float64", seconds=elapsed,
-                notes={"evaluations": est.evaluations, "kink_entries": int(est.kink.sum())})
+            return (
+                est.value,
+                est.error,
+                dataclasses.replace(
+                    result,
+                    status="ok",
+                    role="reference",
+                    dtype="float64",
+                    seconds=elapsed,
+                    notes={"evaluations": est.evaluations, "kink_entries": int(est.kink.sum())},
+                ),
+            )
         self.oracle = None
         value, result = self._call(backend, dataclasses.replace(result, role="reference"))
         if value is None:
             return None, None, result
         value = np.asarray(value)
         if value.shape != self.weights.shape or not np.all(np.isfinite(value)):
-            return None, None, dataclasses.replace(
-                result, status="failed",
-                error=f"reference gradient must be finite with shape {self.weights.shape}; "
-                      f"found shape {value.shape}")
-        error = self._model(value.dtype.name if value.dtype.name in _stack.UNIT_ROUNDOFF
-                            else "float64").grad_bound
+            return (
+                None,
+                None,
+                dataclasses.replace(
+                    result,
+                    status="failed",
+                    error=f"reference gradient must be finite with shape {self.weights.shape}; "
+                    f"found shape {value.shape}",
+                ),
+            )
+        error = self._model(
+            value.dtype.name if value.dtype.name in _stack.UNIT_ROUNDOFF else "float64"
+        ).grad_bound
         return value.astype(np.float64), error, result
 
     def _call(self, backend: Backend, result: BackendResult):
@@ -175,15 +213,16 @@ class _Driver:
             value = np.asarray(value)
         except Exception as exc:
             self._restore()
-            return None, dataclasses.replace(result, status="failed",
-                                             error=f"{type(exc).__name__}: {exc}")
+            return None, dataclasses.replace(result, status="failed", error=f"{type(exc).__name__}: {exc}")
         elapsed = time.perf_counter() - start
         if self._restore():
             return None, dataclasses.replace(
-                result, status="failed", seconds=elapsed,
-                error="modified its inputs (`weights` or `x`); backends must not write to them")
-        return value, dataclasses.replace(result, status="ok", seconds=elapsed,
-                                          dtype=value.dtype.name)
+                result,
+                status="failed",
+                seconds=elapsed,
+                error="modified its inputs (`weights` or `x`); backends must not write to them",
+            )
+        return value, dataclasses.replace(result, status="ok", seconds=elapsed, dtype=value.dtype.name)
 
     def _restore(self) -> bool:
         """Put the pristine inputs back; return whether they had been modified."""
@@ -200,36 +239,52 @@ class _Driver:
         return self._models[dtype]
 
     def _compare(self, value, name, ref_value, ref_error, ref_name) -> Comparison:
+        self._ref_value = ref_value
         model = self._model(self.dtype)
         u = _stack.UNIT_ROUNDOFF[self.dtype]
-        slack = (0.0 if self.rtol is None else self.atol + self.rtol * np.abs(ref_value))
-        tolerance = Tolerance({
-            "rounding": model.grad_bound,
-            "reference": ref_error,
-            "floor": _stack.SAFETY * u * float(np.max(np.abs(ref_value), initial=0.0)),
-            "slack": np.broadcast_to(slack, ref_value.shape),
-        })
-        unjudgeable = self._unjudgeable(tolerance.total())
-        return compare(value, ref_value, tolerance, backend=name, reference_name=ref_name,
-                       dtype=self.dtype, unjudgeable=unjudgeable, strict=self.strict)
+        slack = 0.0 if self.rtol is None else self.atol + self.rtol * np.abs(ref_value)
+        tolerance = Tolerance(
+            {
+                "rounding": model.grad_bound,
+                "reference": ref_error,
+                "floor": _stack.SAFETY * u * float(np.max(np.abs(ref_value), initial=0.0)),
+                "slack": np.broadcast_to(slack, ref_value.shape),
+            }
+        )
+        kinks, minor = self._kinks(tolerance.total())
+        tolerance = Tolerance({**tolerance.terms, "kinks": minor})
+        return compare(
+            value,
+            ref_value,
+            tolerance,
+            backend=name,
+            reference_name=ref_name,
+            dtype=self.dtype,
+            kinks=kinks,
+            strict=self.strict,
+        )
 
-    def _unjudgeable(self, tol: np.ndarray) -> Unjudgeable:
+    def _kinks(self, tol: np.ndarray) -> tuple[Kinks, np.ndarray]:
+        """Judge kink-ambiguous entries on both sides of one kink; more than one is unjudgeable."""
         cand = self._model(self.dtype)
         ref = self._model("float64")
         bounds = [cand.z_bound(m) + ref.z_bound(m) for m in range(len(self.fwd.zs))]
-        kinks = _stack.ambiguous_kinks(self.fwd, bounds)
-        impact = _stack.kink_impact(self.fwd, self.deltas, kinks)
-        mask = impact.impact > KINK_IMPACT_FRACTION * tol
-        reason = np.where(mask, f"{self.dtype} rounding may flip a ReLU", "").astype(object)
-        kink = np.full(mask.shape + (3,), -1, np.int64)
-        if len(kinks):
-            kink[mask] = kinks[impact.culprit[mask]]
+        found = _stack.ambiguous_kinks(self.fwd, bounds)
+        effects = _stack.kink_effects(self.fwd, self.deltas, found, KINK_IMPACT_FRACTION * tol)
+        unjudgeable = effects.count > 1
+        reason = np.where(unjudgeable, f"{self.dtype} rounding may flip several ReLUs", "").astype(object)
+        kink = np.full(unjudgeable.shape + (3,), -1, np.int64)
+        involved = effects.count > 0
+        if len(found):
+            kink[involved] = found[effects.culprit[involved]]
+        alternative = np.where(effects.count == 1, self._ref_value + effects.alternative, np.nan)
         if self.oracle is not None and self.oracle.kink.any():
-            stuck = self.oracle.kink & ~mask & ~self._exact_zero_kinks(bounds)
-            mask = mask | stuck
+            stuck = self.oracle.kink & ~unjudgeable & ~self._exact_zero_kinks(bounds)
+            unjudgeable = unjudgeable | stuck
             reason[stuck] = "oracle step crosses a ReLU kink"
             kink[stuck] = self.oracle.kink_at[stuck]
-        return Unjudgeable(mask, reason, kink)
+            alternative[stuck] = np.nan
+        return Kinks(unjudgeable, reason, kink, alternative), effects.minor
 
     def _exact_zero_kinks(self, bounds: list[np.ndarray]) -> np.ndarray:
         """Oracle kink entries whose kink is an exact zero that the candidate also computes exactly."""

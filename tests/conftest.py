@@ -1,0 +1,32 @@
+"""Shared fixtures: a backend fixture over the built-ins, skipping one that is not installed."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import crosscheck
+
+sys.path.insert(0, str(Path(__file__).parent))  # tests/exact.py and other helpers
+
+BUILTINS = ["jax", "torch", "numpy-fd"]
+
+
+def _load(name: str):
+    try:
+        return crosscheck.load_backend(name)
+    except crosscheck.BackendUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(params=BUILTINS)
+def backend(request):
+    """Each built-in backend (skipped with the reason when its framework is missing)."""
+    return _load(request.param)
+
+
+@pytest.fixture(params=["jax", "torch"])
+def autodiff_backend(request):
+    return _load(request.param)

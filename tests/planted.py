@@ -1,0 +1,80 @@
+"""Hand-written NumPy gradients of the stack, correct and with planted bugs, in the inputs' dtype.
+
+Each is a plain function ``grad(weights, x)``, i.e. a valid crosscheck backend. Arithmetic stays in the
+inputs' dtype, so the float32 ones round like a float32 framework would.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _grad(weights, x, *, last_relu=True, mean=False, relu_at_zero=0.0, wrt_x=False):
+    ys, masks, y = [x], [], x
+    for k, w in enumerate(weights):
+        z = y @ w
+        mask = (z > 0) | ((z == 0) & (relu_at_zero == 1.0))
+        if k == len(weights) - 1 and not last_relu:
+            mask = np.ones_like(mask)
+        y = np.where(mask, z, 0).astype(x.dtype)
+        ys.append(y)
+        masks.append(mask)
+    g = (2 * y / (y.size if mean else 1)).astype(x.dtype)
+    grads = np.empty_like(weights)
+    for k in reversed(range(len(weights))):
+        delta = np.where(masks[k], g, 0).astype(x.dtype)
+        grads[k] = ys[k].T @ delta
+        g = delta @ weights[k].T
+    return g if wrt_x else grads
+
+
+def correct(weights, x):
+    return _grad(weights, x)
+
+
+def no_last_relu(weights, x):
+    return _grad(weights, x, last_relu=False)
+
+
+def mean_not_sum(weights, x):
+    return _grad(weights, x, mean=True)
+
+
+def transposed(weights, x):
+    return _grad(weights, x).transpose(0, 2, 1).copy()
+
+
+def wrt_x(weights, x):
+    g = _grad(weights, x, wrt_x=True)
+    return g.reshape(weights.shape) if g.size == weights.size else g
+
+
+def relu_derivative_one_at_zero(weights, x):
+    return _grad(weights, x, relu_at_zero=1.0)
+
+
+def one_nan(weights, x):
+    grad = _grad(weights, x)
+    grad[-1, 0, 0] = np.nan
+    return grad
+
+
+def layers_reversed(weights, x):
+    return _grad(weights, x)[::-1].copy()
+
+
+def float32_always(weights, x):
+    return _grad(weights.astype(np.float32), x.astype(np.float32))
+
+
+def off_at_largest(rel):
+    """A correct gradient whose single largest entry is off by a relative ``rel``."""
+
+    def grad(weights, x):
+        g = _grad(weights, x)
+        index = np.unravel_index(np.argmax(np.abs(g)), g.shape)
+        g[index] = g[index] * (1 + rel)
+        return g
+
+    grad.__name__ = f"off_by_{rel:g}_at_largest"
+    return grad

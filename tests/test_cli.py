@@ -1,0 +1,501 @@
+"""The command line: exit statuses, the table, the JSON report, usage errors, users' arrays and backends."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import crosscheck
+from crosscheck._cli import main
+from crosscheck._matrix import render_matrix, run_matrix
+
+SMALL = ["--layers", "3", "--dim", "4", "--batch", "3"]
+
+#: A user's module: a correct gradient written by hand with NumPy, planted bugs and other backend shapes.
+USER_MODULE = '''
+import numpy as np
+
+
+def my_grad(weights, x):
+    """d sum(y_L ** 2) / d weights: forward keeping the activations, then backward."""
+    ys = [x]
+    for w in weights:
+        ys.append(np.maximum(ys[-1] @ w, 0))
+    g = 2 * ys[-1]
+    out = np.empty_like(weights)
+    for k in reversed(range(len(weights))):
+        g = g * (ys[k + 1] > 0)
+        out[k] = ys[k].T @ g
+        g = g @ weights[k].T
+    return out
+
+
+def no_last_relu(weights, x):
+    ys = [x]
+    for k, w in enumerate(weights):
+        z = ys[-1] @ w
+        ys.append(z if k == len(weights) - 1 else np.maximum(z, 0))
+    g = 2 * ys[-1]
+    out = np.empty_like(weights)
+    for k in reversed(range(len(weights))):
+        if k < len(weights) - 1:
+            g = g * (ys[k + 1] > 0)
+        out[k] = ys[k].T @ g
+        g = g @ weights[k].T
+    return out
+
+
+def mean_loss(weights, x):
+    return my_grad(weights, x) / np.asarray(x.shape[0] * x.shape[1], dtype=x.dtype)
+
+
+def raises(weights, x):
+    raise RuntimeError("boom from the user's backend")
+
+
+def returns_nan(weights, x):
+    out = my_grad(weights, x)
+    out[1, 2, 3] = np.nan
+    return out
+
+
+def wrong_shape(weights, x):
+    return my_grad(weights, x)[:-1]
+
+
+def wrong_dtype(weights, x):
+    return my_grad(weights, x).astype(np.float64)
+
+
+class GradObject:
+    def grad(self, weights, x):
+        return my_grad(weights, x)
+
+
+class NamedBackend:
+    name = "named-backend"
+
+    def grad(self, weights, x):
+        return my_grad(weights, x)
+
+
+def make_backend():
+    return NamedBackend()
+
+
+def factory_raises():
+    raise RuntimeError("cannot start")
+
+
+obj = GradObject()
+not_a_backend = 3.0
+'''
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    """Write ``mymodule.py`` into ``tmp_path``, make it the working directory, undo every import effect."""
+    (tmp_path / "mymodule.py").write_text(USER_MODULE)
+    monkeypatch.chdir(tmp_path)
+    # crosscheck puts the working directory on sys.path (like ``python -m``): give it a copy to change.
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setitem(sys.modules, "mymodule", None)
+    del sys.modules["mymodule"]  # monkeypatch removes the module again when the test ends
+    importlib.invalidate_caches()
+    return tmp_path
+
+
+def _console_script() -> Path:
+    script = Path(sys.executable).parent / ("crosscheck.exe" if os.name == "nt" else "crosscheck")
+    if not script.is_file():
+        pytest.skip(f"the `crosscheck` console script is not installed next to {sys.executable}")
+    return script
+
+
+def _subprocess(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
+
+
+# -- exit 0, the table, the JSON report ---------------------------------------------------------------
+
+
+def test_small_case_passes_and_prints_the_table(capsys):
+    status = main(["run", "--layers", "2", "--dim", "3", "--batch", "2", "--seed", "1"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    for text in ("backend", "max abs", "worst", "decided by", "PASSED"):
+        assert text in out
+    rows = {line.split()[1]: line for line in out.splitlines() if line.startswith("│")}
+    assert "reference" in rows["numpy-fd"]
+    for name in ("jax", "torch"):  # ok, or unavailable where the framework is not installed
+        assert " ok " in rows[name] or " unavailable " in rows[name]
+
+
+@pytest.mark.parametrize(
+    ("backend", "expected_status", "expected_line"),
+    [("mymodule:my_grad", 0, "PASSED"), ("mymodule:mean_loss", 1, "FAILED: `mean_loss` disagrees")],
+    ids=["passes", "fails"],
+)
+def test_quiet_prints_only_the_verdict(user_module, capsys, backend, expected_status, expected_line):
+    status = main(["run", *SMALL, "--backend", backend, "--quiet"])
+    out = capsys.readouterr().out
+    assert status == expected_status
+    assert out.strip().splitlines() == [out.strip()]
+    assert out.startswith(expected_line)
+
+
+def test_json_report_has_the_contract_keys(tmp_path, capsys):
+    path = tmp_path / "report.json"
+    status = main(["run", "--layers", "2", "--dim", "3", "--batch", "2", "--seed", "1", "--json", str(path)])
+    capsys.readouterr()
+    assert status == 0
+    report = json.loads(path.read_text())
+    assert report["passed"] is True
+    case = crosscheck.Case(**report["case"])  # everything needed to rebuild the inputs
+    assert case == crosscheck.Case(layers=2, dim=3, batch=2, seed=1)
+    assert report["backends"]["numpy-fd"]["status"] == "ok"
+    for name, backend in report["backends"].items():
+        assert {"status", "dtype", "device", "seconds", "error"} <= backend.keys(), name
+    ran = [name for name, b in report["backends"].items() if b["status"] == "ok" and name != "numpy-fd"]
+    assert sorted(c["backend"] for c in report["comparisons"]) == sorted(ran)
+    for comparison in report["comparisons"]:
+        assert comparison["reference"] == "numpy-fd"
+        assert comparison["passed"] is True
+        assert comparison["mismatched"] == 0
+        assert comparison["total"] == 2 * 3 * 3
+        for key in ("max_abs_diff", "max_rel_diff"):
+            assert isinstance(comparison[key], float)
+            assert len(comparison[f"{key}_index"]) == 3
+        assert set(comparison["worst_terms"]) <= set(comparison["tolerance_sources"])
+        assert comparison["decided_by"] in comparison["worst_terms"]
+        assert comparison["unjudgeable"] == 0
+        assert comparison["unjudgeable_reasons"] == {}
+
+
+def test_json_report_of_a_failed_run(user_module, capsys):
+    path = user_module / "report.json"
+    status = main(["run", *SMALL, "--backend", "mymodule:raises", "--json", str(path)])
+    capsys.readouterr()
+    report = json.loads(path.read_text())
+    assert status == 1
+    assert report["passed"] is False
+    assert report["backends"]["raises"]["status"] == "failed"
+    assert "boom from the user's backend" in report["backends"]["raises"]["error"]
+
+
+# -- usage errors: exit 2, one line, no traceback ------------------------------------------------------
+
+
+def _write_inputs(folder: Path) -> None:
+    weights, x = crosscheck.make_inputs(crosscheck.Case(layers=2, dim=3, batch=2, seed=1))
+    np.save(folder / "w.npy", weights)
+    np.save(folder / "x.npy", x)
+    np.save(folder / "w_not_square.npy", np.ones((2, 3, 4), np.float32))
+    np.save(folder / "x_width_4.npy", np.ones((2, 4), np.float32))
+    np.save(folder / "w_int.npy", np.ones((2, 3, 3), np.int64))
+    w_nan = weights.copy()
+    w_nan[0, 1, 2] = np.nan
+    np.save(folder / "w_nan.npy", w_nan)
+    x_inf = x.copy()
+    x_inf[1, 0] = np.inf
+    np.save(folder / "x_inf.npy", x_inf)
+    np.save(folder / "w_object.npy", np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+    (folder / "corrupt.npy").write_bytes(b"\x00" + np.random.default_rng(0).bytes(255))
+    np.savez(folder / "two.npz", a=weights, b=weights)
+
+
+USAGE_ERRORS = [
+    # (argv, fragments the one line must contain)
+    (["run", "--backend", "nope"], ["unknown backend", "`nope`", "jax", "torch", "numpy-fd"]),
+    (["run", "--dim", "0"], ["`dim`", "at least 1", "found 0"]),
+    (["run", "--dtype", "int8"], ["--dtype", "'int8'", "float32", "float64"]),
+    (["run", "--layers", "-1"], ["`layers`", "at least 1", "found -1"]),
+    (["run", "--layers", "two"], ["--layers", "'two'"]),
+    (["run", "--init", "zeros"], ["--init", "'zeros'", "gaussian", "identity", "integer"]),
+    (["run", "--rtol", "1e-3"], ["`--rtol` and `--atol`", "together", "found only `--rtol`"]),
+    (["run", "--atol", "1e-3"], ["`--rtol` and `--atol`", "together", "found only `--atol`"]),
+    (["run", "--rtol", "-1", "--atol", "0"], ["`rtol`", "non-negative", "-1"]),
+    (["run", "--weights", "w.npy"], ["`--weights` and `--x`", "together", "found only `--weights`"]),
+    (["run", "--x", "x.npy"], ["`--weights` and `--x`", "together", "found only `--x`"]),
+    (["run", "--weights", "w.npy", "--x", "x.npy", "--dim", "3"], ["`--dim`", "cannot be combined"]),
+    (["run", "--weights", "w_not_square.npy", "--x", "x.npy"], ["`weights`", "(L, d, d)", "(2, 3, 4)"]),
+    (["run", "--weights", "w.npy", "--x", "x_width_4.npy"], ["`x`", "(N, 3)", "(2, 4)"]),
+    (["run", "--weights", "w_int.npy", "--x", "x.npy"], ["`weights`", "float32 or float64", "int64"]),
+    (["run", "--weights", "w_nan.npy", "--x", "x.npy"], ["`weights`", "finite", "1 NaN"]),
+    (["run", "--weights", "w.npy", "--x", "x_inf.npy"], ["`x`", "finite", "1 NaN or infinite"]),
+    (["run", "--weights", "w_object.npy", "--x", "x.npy"], ["w_object.npy", "pickled"]),
+    (["run", "--weights", "corrupt.npy", "--x", "x.npy"], ["corrupt.npy", "not a .npy/.npz file"]),
+    (["run", "--weights", "missing.npy", "--x", "x.npy"], ["`--weights`", "not found", "missing.npy"]),
+    (["run", "--weights", "w.npy", "--x", "missing.npy"], ["`--x`", "not found", "missing.npy"]),
+    (["run", "--weights", "two.npz", "--x", "x.npy"], ["two.npz", "one array", "found 2: a, b"]),
+    (["run", "--backend", "nosuchmodule:f"], ["`nosuchmodule:f`", "cannot import", "`nosuchmodule`"]),
+    (["run", "--backend", "mymodule:nosuchattr"], ["`mymodule`", "no attribute `nosuchattr`", "my_grad"]),
+    (["run", "--backend", "mymodule:"], ["`mymodule:`", "package.module:attribute"]),
+    (["run", "--backend", "mymodule:not_a_backend"], ["`mymodule:not_a_backend`", "float", "grad"]),
+    (["run", "--backend", "mymodule:factory_raises"], ["factory", "RuntimeError", "cannot start"]),
+    (["run", "--reference", "nope"], ["unknown backend", "`nope`"]),
+    (["run", "--json", "no/such/folder/r.json", "--backend", "mymodule:my_grad"], ["`--json`", "r.json"]),
+    (["frobnicate"], ["'frobnicate'", "run", "matrix"]),
+    ([], ["required", "command"]),
+    (["matrix", "--backend", "nope"], ["unknown backend", "`nope`"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragments"),
+    USAGE_ERRORS,
+    ids=[
+        "unknown-backend",
+        "dim-0",
+        "dtype-int8",
+        "layers-negative",
+        "layers-not-int",
+        "init-unknown",
+        "rtol-alone",
+        "atol-alone",
+        "rtol-negative",
+        "weights-alone",
+        "x-alone",
+        "weights-and-dim",
+        "weights-wrong-shape",
+        "x-wrong-width",
+        "integer-dtype",
+        "nan-weights",
+        "inf-x",
+        "pickled-object",
+        "corrupt-file",
+        "missing-weights",
+        "missing-x",
+        "npz-two-arrays",
+        "no-such-module",
+        "no-such-attribute",
+        "empty-attribute",
+        "not-a-backend",
+        "factory-raises",
+        "unknown-reference",
+        "json-unwritable",
+        "unknown-command",
+        "no-command",
+        "matrix-unknown-backend",
+    ],
+)
+def test_usage_error_exits_2_with_one_line(user_module, capsys, argv, fragments):
+    _write_inputs(user_module)
+    status = main(argv)
+    captured = capsys.readouterr()
+    assert status == 2
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("crosscheck: error: ")
+    for fragment in fragments:
+        assert fragment in lines[0]
+    assert "Traceback" not in captured.err + captured.out
+    assert captured.out == ""
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["run", "--dim", "0"], ["run", "--weights", "corrupt.npy", "--x", "x.npy"]],
+    ids=["dim-0", "corrupt-file"],
+)
+def test_usage_error_in_a_real_process(user_module, command):
+    _write_inputs(user_module)
+    result = _subprocess([sys.executable, "-m", "crosscheck", *command], user_module)
+    assert result.returncode == 2
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert result.stderr.startswith("crosscheck: error: ")
+    assert "Traceback" not in result.stderr
+
+
+# -- the user's own arrays -----------------------------------------------------------------------------
+
+
+def _save_arrays(folder: Path, kind: str) -> tuple[list[str], np.ndarray, np.ndarray]:
+    weights, x = crosscheck.make_inputs(crosscheck.Case(layers=3, dim=4, batch=5, seed=2, dtype="float64"))
+    if kind == "npy":
+        np.save(folder / "w.npy", weights)
+        np.save(folder / "x.npy", x)
+        return ["--weights", "w.npy", "--x", "x.npy"], weights, x
+    if kind == "npz":
+        np.savez(folder / "w.npz", weights)
+        np.savez(folder / "x.npz", anything=x)
+        return ["--weights", "w.npz", "--x", "x.npz"], weights, x
+    np.savez(folder / "both.npz", weights=weights, x=x)  # one file, arrays found by name
+    return ["--weights", "both.npz", "--x", "both.npz"], weights, x
+
+
+@pytest.mark.parametrize("kind", ["npy", "npz", "npz-named"], ids=["npy", "npz", "npz-named"])
+def test_user_arrays_pass(user_module, capsys, kind):
+    options, weights, x = _save_arrays(user_module, kind)
+    status = main(["run", *options, "--backend", "mymodule:my_grad", "--json", "report.json"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    case = json.loads((user_module / "report.json").read_text())["case"]
+    assert (case["layers"], case["batch"], case["dim"], case["dtype"]) == (3, 5, 4, "float64")
+    assert case["source"] == "user arrays"
+    assert case["weights_sha256"] == hashlib.sha256(weights.tobytes()).hexdigest()
+    assert case["x_sha256"] == hashlib.sha256(x.tobytes()).hexdigest()
+
+
+def test_user_arrays_with_builtin_backends(user_module, capsys):
+    options, _, _ = _save_arrays(user_module, "npy")
+    status = main(["run", *options])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "PASSED" in out
+
+
+# -- the user's own backend ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("backend", "expected_status", "expected_text"),
+    [
+        ("mymodule:my_grad", 0, "PASSED"),
+        ("mymodule:no_last_relu", 1, "Mismatched elements: "),
+        ("mymodule:mean_loss", 1, "Mismatched elements: "),
+    ],
+    ids=["correct", "missing-last-relu", "mean-not-sum"],
+)
+def test_user_backend_through_the_console_script(user_module, backend, expected_status, expected_text):
+    result = _subprocess([str(_console_script()), "run", *SMALL, "--backend", backend], user_module)
+    assert result.returncode == expected_status, result.stdout + result.stderr
+    assert expected_text in result.stdout
+    assert "Traceback" not in result.stderr
+
+
+def test_python_dash_m_is_the_same_program(user_module):
+    argv = ["run", *SMALL, "--backend", "mymodule:my_grad", "--json", "report.json"]
+    result = _subprocess([sys.executable, "-m", "crosscheck", *argv], user_module)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "PASSED" in result.stdout
+    report = json.loads((user_module / "report.json").read_text())
+    assert report["passed"] is True
+    assert [c["backend"] for c in report["comparisons"]] == ["my_grad"]
+
+
+@pytest.mark.parametrize(
+    ("attribute", "name"),
+    [
+        ("obj", "mymodule:obj"),
+        ("GradObject", "mymodule:GradObject"),
+        ("NamedBackend", "named-backend"),
+        ("make_backend", "named-backend"),
+        ("my_grad", "my_grad"),
+    ],
+    ids=["object", "class", "named-class", "factory", "function"],
+)
+def test_user_backend_kinds(user_module, capsys, attribute, name):
+    status = main(["run", *SMALL, "--backend", f"mymodule:{attribute}", "--json", "report.json"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    report = json.loads((user_module / "report.json").read_text())
+    assert [c["backend"] for c in report["comparisons"]] == [name]
+
+
+@pytest.mark.parametrize(
+    ("attribute", "texts"),
+    [
+        ("raises", ["failed", "RuntimeError: boom from the user's backend"]),
+        ("returns_nan", ["non-finite", "1 of 48", "(1, 2, 3)"]),
+        ("wrong_shape", ["wrong shape", "expected (3, 4, 4)", "found (2, 4, 4)"]),
+        ("wrong_dtype", ["wrong dtype", "expected float32", "found float64"]),
+    ],
+    ids=["raises", "nan", "wrong-shape", "wrong-dtype"],
+)
+def test_broken_user_backend_exits_1(user_module, capsys, attribute, texts):
+    status = main(["run", *SMALL, "--backend", f"mymodule:{attribute}"])
+    captured = capsys.readouterr()
+    assert status == 1
+    assert "FAILED" in captured.out
+    for text in texts:
+        assert text in captured.out
+    assert "Traceback" not in captured.out + captured.err
+
+
+def _modifies_weights(weights, x):
+    weights[0, 0, 0] += 1.0
+    return np.zeros_like(weights)
+
+
+def _modifies_x(weights, x):
+    x *= 2
+    return np.zeros_like(weights)
+
+
+@pytest.mark.parametrize("backend", [_modifies_weights, _modifies_x], ids=["weights", "x"])
+def test_backend_modifying_its_inputs_fails_and_inputs_are_restored(backend):
+    weights, x = crosscheck.make_inputs(crosscheck.Case(layers=2, dim=3, batch=4, seed=1))
+    weights_copy, x_copy = weights.copy(), x.copy()
+    report = crosscheck.run(weights=weights, x=x, backends=[backend])
+    assert report.passed is False
+    result = report.backends[backend.__name__]
+    assert result.status == "failed"
+    assert "modified its inputs" in result.error
+    np.testing.assert_array_equal(weights, weights_copy, strict=True)
+    np.testing.assert_array_equal(x, x_copy, strict=True)
+
+
+# -- the CI matrix -------------------------------------------------------------------------------------
+
+MATRIX_CASES = [
+    crosscheck.Case(layers=3, batch=2, dim=2, init="identity"),
+    crosscheck.Case(layers=2, batch=2, dim=3, seed=1),
+]
+
+
+def _render(rows) -> str:
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=200)
+    render_matrix(rows, console)
+    return console.file.getvalue()
+
+
+def test_matrix_passes_with_an_exact_known_answer():
+    rows = run_matrix(MATRIX_CASES)
+    assert [row.known_answer for row in rows] == ["exact", ""]
+    assert all(row.passed for row in rows), [row.report.problems for row in rows]
+    text = _render(rows)
+    assert "PASSED: all 2 cases agree" in text
+    assert "exact" in text
+
+
+def test_matrix_fails_on_a_wrong_backend(user_module):
+    rows = run_matrix(MATRIX_CASES, backends=["mymodule:mean_loss"])
+    assert not any(row.passed for row in rows)
+    assert rows[0].known_answer == "mymodule:mean_loss is not exactly 4 everywhere"
+    text = _render(rows)
+    assert "FAILED: 2 of 2 cases disagree" in text
+
+
+def test_matrix_json(tmp_path, monkeypatch, capsys):
+    import crosscheck._matrix as matrix
+
+    # The CLI runs the fixed matrix (~25 s); one of its identity cases is enough to test the command.
+    monkeypatch.setattr(matrix.run_matrix, "__defaults__", (tuple(MATRIX_CASES[:1]),))
+    status = main(["matrix", "--json", str(tmp_path / "matrix.json")])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    reports = json.loads((tmp_path / "matrix.json").read_text())
+    assert len(reports) == 1
+    assert reports[0]["known_answer"] == "exact"
+    assert reports[0]["passed"] is True
+
+
+def test_help_lists_the_options(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--help"])
+    out = capsys.readouterr().out
+    assert exc.value.code == 0
+    for option in ("--layers", "--backend", "--reference", "--rtol", "--atol", "--weights", "--json"):
+        assert option in out

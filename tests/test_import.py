@@ -1,0 +1,66 @@
+"""Importing crosscheck, and using it without a framework backend, imports neither JAX nor PyTorch."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+FRAMEWORKS = ("jax", "jaxlib", "torch")
+
+#: Printed by the child: the framework modules it ended up importing.
+REPORT = f"""
+import json, sys
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in {FRAMEWORKS!r})))
+"""
+
+
+def _frameworks_imported_by(code: str) -> list[str]:
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code) + REPORT],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import crosscheck",
+        "import crosscheck; crosscheck.run; crosscheck.Case; crosscheck.load_backend; crosscheck.Report",
+        "from crosscheck import *",
+        "from crosscheck._cli import build_parser; build_parser().parse_args(['run'])",
+        """
+        import crosscheck
+        weights, x = crosscheck.make_inputs(crosscheck.Case(layers=2, dim=3, batch=2))
+        crosscheck.load_backend("numpy-fd").grad(weights, x)
+        """,
+        """
+        import numpy as np
+        import crosscheck
+        report = crosscheck.run(layers=2, dim=3, batch=2, seed=1,
+                                backends=[lambda weights, x: np.zeros_like(weights)])
+        assert report.backends["numpy-fd"].status == "ok"
+        """,
+    ],
+    ids=["import", "public-names", "star-import", "cli-parser", "oracle", "run-with-a-function"],
+)
+def test_no_framework_is_imported(code):
+    assert _frameworks_imported_by(code) == []
+
+
+@pytest.mark.parametrize("name", ["jax", "torch"], ids=["jax", "torch"])
+def test_loading_a_framework_backend_imports_it(name):
+    # The positive control: the check above would see a framework that was imported.
+    if importlib.util.find_spec(name) is None:
+        pytest.skip(f"{name} is not installed")
+    code = f"import crosscheck; crosscheck.load_backend({name!r})"
+    assert name in _frameworks_imported_by(code)
