@@ -20,13 +20,19 @@ def exact_gradient(weights: np.ndarray, x: np.ndarray) -> list:
     for layer in w:
         z = [[sum((row[i] * layer[i][j] for i in range(d)), Fraction(0)) for j in range(d)] for row in y]
         mask = [[v > 0 for v in row] for row in z]
-        y = [[v if m else Fraction(0) for v, m in zip(zr, mr, strict=True)] for zr, mr in zip(z, mask, strict=True)]
+        y = [
+            [v if m else Fraction(0) for v, m in zip(zr, mr, strict=True)]
+            for zr, mr in zip(z, mask, strict=True)
+        ]
         ys.append(y)
         masks.append(mask)
     g = [[2 * v for v in row] for row in y]
     grads = [None] * len(w)
     for k in reversed(range(len(w))):
-        delta = [[gv if m else Fraction(0) for gv, m in zip(gr, mr, strict=True)] for gr, mr in zip(g, masks[k], strict=True)]
+        delta = [
+            [gv if m else Fraction(0) for gv, m in zip(gr, mr, strict=True)]
+            for gr, mr in zip(g, masks[k], strict=True)
+        ]
         grads[k] = [
             [sum((ys[k][n][i] * delta[n][j] for n in range(len(delta))), Fraction(0)) for j in range(d)]
             for i in range(d)

@@ -1,0 +1,155 @@
+"""Time the finite-difference oracle against ``torch.autograd.gradcheck`` and against its own floor.
+
+For each width d (N = 8, L = 8, the float64 gaussian case of ``crosscheck.make_inputs``) this times, in
+one process:
+
+* the oracle, ``load_backend("numpy-fd").estimate(weights, x)``: the best of ``--repeats`` runs;
+* ``torch.autograd.gradcheck(fast_mode=False)`` in float64 on the same stack loss as a function of the
+  weights: one call (it builds the full numerical Jacobian, two forward passes per weight);
+* the oracle's *floor*: the matrix products the oracle cannot avoid, timed on this machine.
+
+The floor. The oracle perturbs every weight ``W[k][i, j]`` by ``+h`` and ``-h`` and re-evaluates the
+stack from layer ``k`` on, reusing the unperturbed prefix. The perturbation only moves column ``j`` of
+``z[k]`` (no product needed there), so each of the two evaluations costs ``L - 1 - k`` products
+``(N, d) @ (d, d)``. Summed over layers that is ``d*d * 2 * L*(L-1)/2`` such products. The oracle batches
+them: a chunk of ``S`` entries (``_CHUNK_VALUES // (2*N*d)``, at most ``d*d``) stacks its ``2*S`` blocks
+into one tall ``(2*S*N, d) @ (d, d)`` product. The floor is the best time of that one tall product
+(written into a preallocated output, so no allocation is timed) times the number of such products
+needed. Retries after a kink crossing and all elementwise work are outside the floor.
+
+Usage: ``python benchmarks/bench_oracle.py [--dims 16 32 64] [--skip-gradcheck] [--skip-n32]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import time
+
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+import crosscheck
+
+LAYERS = 8
+console = Console()
+
+
+def inputs(dim: int, batch: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    return crosscheck.make_inputs(crosscheck.Case(layers=LAYERS, batch=batch, dim=dim, dtype=dtype, seed=0))
+
+
+def progress_bar() -> Progress:
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    return Progress(*columns, console=console, transient=True)
+
+
+def time_oracle(weights: np.ndarray, x: np.ndarray, repeats: int) -> tuple[float, int]:
+    """Best wall time of ``repeats`` oracle runs, and the number of loss evaluations made."""
+    oracle, best = crosscheck.load_backend("numpy-fd"), float("inf")
+    d, n = weights.shape[1], x.shape[0]
+    with progress_bar() as bar:
+        for r in range(repeats):
+            task = bar.add_task(f"oracle d={d} N={n} run {r + 1}/{repeats}", total=weights.size)
+            start = time.perf_counter()
+            est = oracle.estimate(weights, x, progress=lambda done, _, t=task: bar.update(t, completed=done))
+            best = min(best, time.perf_counter() - start)
+    return best, est.evaluations
+
+
+def floor_seconds(dim: int, batch: int, repeats: int = 30) -> float:
+    """Time of the oracle's unavoidable matrix products, batched as the oracle batches them."""
+    oracle = crosscheck.load_backend("numpy-fd")
+    chunk_values = importlib.import_module(type(oracle).__module__)._CHUNK_VALUES
+    entries = min(max(1, chunk_values // (2 * batch * dim)), dim * dim)  # S entries per chunk
+    rows = 2 * entries * batch  # +h and -h: 2*S blocks of (N, d), stacked
+    blocks = dim * dim * LAYERS * (LAYERS - 1)  # sum over k of d*d * 2 * (L - 1 - k)
+    rng = np.random.default_rng(0)
+    a, w = rng.standard_normal((rows, dim)), rng.standard_normal((dim, dim))
+    out = np.empty((rows, dim))
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.matmul(a, w, out=out)
+        best = min(best, time.perf_counter() - start)
+    return best * blocks * batch / rows
+
+
+def time_gradcheck(weights: np.ndarray, x: np.ndarray) -> tuple[float, bool]:
+    """Wall time and verdict of one full-mode float64 ``torch.autograd.gradcheck`` call."""
+    import torch
+
+    w = torch.tensor(weights, dtype=torch.float64, requires_grad=True)
+    xt = torch.tensor(x, dtype=torch.float64)
+    calls, total = 0, 2 * weights.size  # two forward passes per weight dominate
+
+    with progress_bar() as bar:
+        task = bar.add_task(f"gradcheck d={weights.shape[1]} (forward passes)", total=total)
+
+        def loss(w: torch.Tensor) -> torch.Tensor:
+            nonlocal calls
+            calls += 1
+            if calls % 512 == 0:
+                bar.update(task, completed=min(calls, total))
+            y = xt
+            for k in range(w.shape[0]):
+                y = torch.relu(y @ w[k])
+            return torch.sum(y**2)
+
+        start = time.perf_counter()
+        ok = torch.autograd.gradcheck(loss, (w,), fast_mode=False, raise_exception=False)
+    return time.perf_counter() - start, ok
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or b is None else f"{a / b:.1f}x"
+
+
+def seconds(t: float | None) -> str:
+    return "-" if t is None else f"{t:.3f}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dims", type=int, nargs="+", default=[16, 32, 64], help="widths d (N=8, L=8)")
+    parser.add_argument("--repeats", type=int, default=3, help="oracle runs per width (best is kept)")
+    parser.add_argument("--skip-gradcheck", action="store_true", help="time the oracle and floor only")
+    parser.add_argument("--skip-n32", action="store_true", help="skip the d=64, N=32 float32 oracle run")
+    args = parser.parse_args(argv)
+
+    rows = {}
+    for d in args.dims:  # all oracle timings first, so torch's thread pool cannot disturb them
+        oracle, evaluations = time_oracle(*inputs(d, 8, "float64"), args.repeats)
+        rows[d] = {"oracle": oracle, "evals": evaluations, "floor": floor_seconds(d, 8), "gc": None}
+    if not args.skip_gradcheck:
+        for d in args.dims:
+            rows[d]["gc"], rows[d]["ok"] = time_gradcheck(*inputs(d, 8, "float64"))
+
+    table = Table(title=f"numpy-fd oracle vs torch gradcheck (float64, gaussian, N=8, L={LAYERS})")
+    for name in ("d", "oracle s", "gradcheck s", "gradcheck/oracle", "floor s", "oracle/floor", "evals/2Ld²"):
+        table.add_column(name, justify="right")
+    for d, r in rows.items():
+        gc = seconds(r["gc"]) + ("" if r["gc"] is None else " ✓" if r["ok"] else " ✗")
+        cells = (seconds(r["oracle"]), gc, ratio(r["gc"], r["oracle"]), seconds(r["floor"]))
+        extra = (ratio(r["oracle"], r["floor"]), f"{r['evals'] / (2 * LAYERS * d * d):.2f}")
+        table.add_row(str(d), *cells, *extra)
+    console.print(table)
+    console.print(
+        "[dim]floor: best time of one tall (2*S*N, d) @ (d, d) product, S = entries per oracle chunk, times "
+        "the products needed: d*d weights x 2 evaluations x (L-1-k) layers, summed over k. "
+        "evals/2Ld²: the oracle's loss evaluations over the floor's (above 1 = retries after a kink). "
+        "gradcheck: one fast_mode=False call; ✓/✗ is its verdict.[/dim]"
+    )
+    if not args.skip_n32:
+        oracle, evaluations = time_oracle(*inputs(64, 32, "float32"), args.repeats)
+        floor = floor_seconds(64, 32)
+        console.print(
+            f"oracle, d=64 N=32 L={LAYERS} float32 gaussian: [bold]{oracle:.3f} s[/bold] "
+            f"(floor {floor:.3f} s, oracle/floor {oracle / floor:.1f}x, {evaluations} evaluations)"
+        )
+
+
+if __name__ == "__main__":
+    main()
