@@ -66,6 +66,8 @@ class FiniteDifferenceOracle:
     """Finite-difference gradient of the ReLU stack in float64, with an error bound per entry."""
 
     name = "numpy-fd"
+    #: The oracle always answers in float64, whatever the case's dtype.
+    output_dtype = "float64"
 
     def grad(self, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
         """Return the float64 gradient estimate, shape ``(L, d, d)``."""

@@ -27,7 +27,8 @@ class Backend(Protocol):
     """What crosscheck needs of a backend: a name and ``grad(weights, x) -> (L, d, d) array``.
 
     ``grad`` receives NumPy arrays (``weights`` ``(L, d, d)``, ``x`` ``(N, d)``, the case's float dtype)
-    and must not modify them. Optional methods, discovered when present: ``info() -> dict`` (framework,
+    and must not modify them; it returns the case's dtype, unless the backend declares another in an
+    ``output_dtype`` attribute (the oracle: ``"float64"``). Optional methods, discovered when present: ``info() -> dict`` (framework,
     version, device, precision settings) and, for an oracle, ``estimate(weights, x)`` with error bars.
     """
 

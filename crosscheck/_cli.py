@@ -117,6 +117,7 @@ def _run(args: argparse.Namespace) -> int:
             "`--rtol` and `--atol` must be given together or not at all; found only "
             f"`--{'rtol' if args.atol is None else 'atol'}`."
         )
+    _check_output(args.json)
     console = _console()
     try:
         with _progress_display() as progress:
@@ -149,6 +150,7 @@ def _matrix(args: argparse.Namespace) -> int:
 
     from ._matrix import render_matrix, run_matrix
 
+    _check_output(args.json)
     console = _console()
     try:
         with _progress_display() as progress:
@@ -163,6 +165,14 @@ def _matrix(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UsageError(f"cannot write `--json` {args.json}: {exc.strerror or exc}") from exc
     return EXIT_OK if all(row.passed for row in rows) else EXIT_FAIL
+
+
+def _check_output(path: str | None) -> None:
+    """Fail before the work, not after it, when the JSON report cannot be written."""
+    from pathlib import Path
+
+    if path is not None and not Path(path).resolve().parent.is_dir():
+        raise UsageError(f"cannot write `--json` {path}: its folder does not exist.")
 
 
 def _console():

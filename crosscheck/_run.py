@@ -133,8 +133,10 @@ class _Driver:
             elif backend is not None:
                 value, result = self._call(backend, result)
                 if value is not None:
+                    # A backend may compute in another precision on purpose (the oracle: float64).
+                    dtype = getattr(backend, "output_dtype", None) or self.dtype
                     comparisons.append(
-                        self._compare(value, result.name, ref_value, ref_error, ref_result.name)
+                        self._compare(value, result.name, ref_value, ref_error, ref_result.name, dtype)
                     )
             results[_unique(result.name, results)] = result
         return Report(
@@ -172,6 +174,17 @@ class _Driver:
                     ),
                 )
             elapsed = time.perf_counter() - start
+            if self._restore():
+                return (
+                    None,
+                    None,
+                    dataclasses.replace(
+                        result,
+                        status="failed",
+                        role="reference",
+                        error="modified its inputs (`weights` or `x`); backends must not write to them",
+                    ),
+                )
             self.oracle = est
             return (
                 est.value,
@@ -238,10 +251,10 @@ class _Driver:
             self._models[dtype] = _stack.rounding_model(self.fwd, self.deltas, dtype)
         return self._models[dtype]
 
-    def _compare(self, value, name, ref_value, ref_error, ref_name) -> Comparison:
+    def _compare(self, value, name, ref_value, ref_error, ref_name, dtype) -> Comparison:
         self._ref_value = ref_value
-        model = self._model(self.dtype)
-        u = _stack.UNIT_ROUNDOFF[self.dtype]
+        model = self._model(dtype)
+        u = _stack.UNIT_ROUNDOFF[dtype]
         slack = 0.0 if self.rtol is None else self.atol + self.rtol * np.abs(ref_value)
         tolerance = Tolerance(
             {
@@ -251,7 +264,7 @@ class _Driver:
                 "slack": np.broadcast_to(slack, ref_value.shape),
             }
         )
-        kinks, minor = self._kinks(tolerance.total())
+        kinks, minor = self._kinks(tolerance.total(), dtype)
         tolerance = Tolerance({**tolerance.terms, "kinks": minor})
         return compare(
             value,
@@ -259,20 +272,20 @@ class _Driver:
             tolerance,
             backend=name,
             reference_name=ref_name,
-            dtype=self.dtype,
+            dtype=dtype,
             kinks=kinks,
             strict=self.strict,
         )
 
-    def _kinks(self, tol: np.ndarray) -> tuple[Kinks, np.ndarray]:
+    def _kinks(self, tol: np.ndarray, dtype: str) -> tuple[Kinks, np.ndarray]:
         """Judge kink-ambiguous entries on both sides of one kink; more than one is unjudgeable."""
-        cand = self._model(self.dtype)
+        cand = self._model(dtype)
         ref = self._model("float64")
         bounds = [cand.z_bound(m) + ref.z_bound(m) for m in range(len(self.fwd.zs))]
         found = _stack.ambiguous_kinks(self.fwd, bounds)
         effects = _stack.kink_effects(self.fwd, self.deltas, found, KINK_IMPACT_FRACTION * tol)
         unjudgeable = effects.count > 1
-        reason = np.where(unjudgeable, f"{self.dtype} rounding may flip several ReLUs", "").astype(object)
+        reason = np.where(unjudgeable, f"{dtype} rounding may flip several ReLUs", "").astype(object)
         kink = np.full(unjudgeable.shape + (3,), -1, np.int64)
         involved = effects.count > 0
         if len(found):

@@ -1,0 +1,64 @@
+"""The driver: references other than the oracle, backends in another precision, misbehaving references."""
+
+from __future__ import annotations
+
+import numpy as np
+import planted
+import pytest
+
+import crosscheck
+from crosscheck._cli import main
+
+
+def test_oracle_as_a_candidate_of_a_float32_case_is_judged_in_float64():
+    report = crosscheck.run(layers=3, dim=4, batch=3, backends=["numpy-fd"], reference=planted.correct)
+    (comparison,) = report.comparisons
+    assert report.passed, comparison.message
+    assert report.backends["numpy-fd"].dtype == "float64"
+
+
+def test_another_backend_as_reference_catches_a_bug():
+    report = crosscheck.run(
+        layers=3, dim=4, batch=3, backends=[planted.mean_not_sum], reference=planted.correct
+    )
+    assert not report.passed
+    assert report.comparisons[0].mismatched > 0
+
+
+class _Vandal:
+    """A reference that writes into its inputs."""
+
+    name = "vandal"
+
+    def grad(self, weights, x):
+        g = planted.correct(weights, x)
+        weights *= 2
+        return g
+
+
+def test_reference_that_modifies_inputs_fails_and_inputs_are_restored():
+    weights, x = crosscheck.make_inputs(crosscheck.Case(layers=2, dim=3, batch=2))
+    before = weights.copy()
+    report = crosscheck.run(weights=weights, x=x, backends=[planted.correct], reference=_Vandal())
+    assert not report.passed
+    assert "modified its inputs" in report.backends["vandal"].error
+    np.testing.assert_array_equal(weights, before)
+    assert report.backends["correct"].status == "skipped"
+
+
+def test_json_to_a_missing_folder_is_a_usage_error_before_any_work(capsys, tmp_path):
+    assert main(["run", "--json", str(tmp_path / "no" / "r.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"crosscheck: error: cannot write `--json` {tmp_path / 'no' / 'r.json'}: its folder does not exist."
+    ]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_report_records_case_and_backend_metadata(dtype):
+    report = crosscheck.run(layers=2, dim=3, batch=2, dtype=dtype, backends=[planted.correct])
+    data = report.to_dict()
+    assert data["case"] == crosscheck.Case(layers=2, dim=3, batch=2, dtype=dtype).to_dict()
+    assert data["backends"]["numpy-fd"]["role"] == "reference"
+    assert data["backends"]["correct"]["dtype"] == dtype
+    assert data["comparisons"][0]["decided_by"] in ("rounding", "reference", "floor", "kinks", "slack")
