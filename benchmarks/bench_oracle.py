@@ -22,6 +22,15 @@ Usage: ``python benchmarks/bench_oracle.py [--dims 16 32 64] [--skip-gradcheck] 
 
 from __future__ import annotations
 
+import os
+
+# One thread per library unless the caller set these: at these sizes extra BLAS / OpenMP threads mostly
+# add wake-up latency, and on small VMs they make timings erratic (2 threads made torch's d=32 gradcheck
+# 40x slower on a 2-vCPU VM). They must be set before numpy and torch load.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
 import argparse
 import importlib
 import time
@@ -41,16 +50,19 @@ def inputs(dim: int, batch: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
     return crosscheck.make_inputs(crosscheck.Case(layers=LAYERS, batch=batch, dim=dim, dtype=dtype, seed=0))
 
 
-def progress_bar() -> Progress:
+def progress_bar(description: str) -> Progress:
+    """A transient bar in a terminal; elsewhere (logs, CI) a plain line saying what runs."""
+    if not console.is_terminal:
+        console.print(f"{description} ...", style="dim")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    return Progress(*columns, console=console, transient=True)
+    return Progress(*columns, console=console, transient=True, disable=not console.is_terminal)
 
 
 def time_oracle(weights: np.ndarray, x: np.ndarray, repeats: int) -> tuple[float, int]:
     """Best wall time of ``repeats`` oracle runs, and the number of loss evaluations made."""
     oracle, best = crosscheck.load_backend("numpy-fd"), float("inf")
     d, n = weights.shape[1], x.shape[0]
-    with progress_bar() as bar:
+    with progress_bar(f"oracle d={d} N={n}, best of {repeats}") as bar:
         for r in range(repeats):
             task = bar.add_task(f"oracle d={d} N={n} run {r + 1}/{repeats}", total=weights.size)
             start = time.perf_counter()
@@ -85,8 +97,9 @@ def time_gradcheck(weights: np.ndarray, x: np.ndarray) -> tuple[float, bool]:
     xt = torch.tensor(x, dtype=torch.float64)
     calls, total = 0, 2 * weights.size  # two forward passes per weight dominate
 
-    with progress_bar() as bar:
-        task = bar.add_task(f"gradcheck d={weights.shape[1]} (forward passes)", total=total)
+    description = f"gradcheck d={weights.shape[1]}: {total} forward passes"
+    with progress_bar(description) as bar:
+        task = bar.add_task(description, total=total)
 
         def loss(w: torch.Tensor) -> torch.Tensor:
             nonlocal calls
@@ -103,6 +116,35 @@ def time_gradcheck(weights: np.ndarray, x: np.ndarray) -> tuple[float, bool]:
     return time.perf_counter() - start, ok
 
 
+FOOTNOTE = (
+    "floor: best time of one tall (2*S*N, d) @ (d, d) product (S = entries per oracle chunk) times the "
+    "number of such products the oracle needs: d*d weights x 2 evaluations x (L-1-k) layers, summed over k. "
+    "evals/2Ld²: the oracle's loss evaluations over the floor's (above 1: retries after crossing a kink). "
+    "gradcheck: one fast_mode=False call; ✓/✗ is its verdict. Threads: OMP/OPENBLAS_NUM_THREADS, "
+    f"here {os.environ['OPENBLAS_NUM_THREADS']}."
+)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dims", type=int, nargs="+", default=[16, 32, 64], help="widths d (N=8, L=8)")
+    parser.add_argument("--repeats", type=int, default=3, help="oracle runs per width (the best is kept)")
+    parser.add_argument("--skip-gradcheck", action="store_true", help="time the oracle and its floor only")
+    parser.add_argument("--skip-n32", action="store_true", help="skip the d=64, N=32 float32 oracle run")
+    return parser.parse_args(argv)
+
+
+def measure(args: argparse.Namespace) -> dict[int, dict]:
+    rows = {}
+    for d in args.dims:  # every oracle timing first, so that torch's thread pool cannot disturb them
+        oracle, evaluations = time_oracle(*inputs(d, 8, "float64"), args.repeats)
+        rows[d] = {"oracle": oracle, "evals": evaluations, "floor": floor_seconds(d, 8), "gc": None}
+    if not args.skip_gradcheck:
+        for d in args.dims:
+            rows[d]["gc"], rows[d]["ok"] = time_gradcheck(*inputs(d, 8, "float64"))
+    return rows
+
+
 def ratio(a: float | None, b: float | None) -> str:
     return "-" if a is None or b is None else f"{a / b:.1f}x"
 
@@ -111,24 +153,9 @@ def seconds(t: float | None) -> str:
     return "-" if t is None else f"{t:.3f}"
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dims", type=int, nargs="+", default=[16, 32, 64], help="widths d (N=8, L=8)")
-    parser.add_argument("--repeats", type=int, default=3, help="oracle runs per width (best is kept)")
-    parser.add_argument("--skip-gradcheck", action="store_true", help="time the oracle and floor only")
-    parser.add_argument("--skip-n32", action="store_true", help="skip the d=64, N=32 float32 oracle run")
-    args = parser.parse_args(argv)
-
-    rows = {}
-    for d in args.dims:  # all oracle timings first, so torch's thread pool cannot disturb them
-        oracle, evaluations = time_oracle(*inputs(d, 8, "float64"), args.repeats)
-        rows[d] = {"oracle": oracle, "evals": evaluations, "floor": floor_seconds(d, 8), "gc": None}
-    if not args.skip_gradcheck:
-        for d in args.dims:
-            rows[d]["gc"], rows[d]["ok"] = time_gradcheck(*inputs(d, 8, "float64"))
-
-    table = Table(title=f"numpy-fd oracle vs torch gradcheck (float64, gaussian, N=8, L={LAYERS})")
-    for name in ("d", "oracle s", "gradcheck s", "gradcheck/oracle", "floor s", "oracle/floor", "evals/2Ld²"):
+def print_table(rows: dict[int, dict]) -> None:
+    table = Table(title=f"numpy-fd oracle vs torch gradcheck (gc), float64 gaussian, N=8, L={LAYERS}")
+    for name in ("d", "oracle s", "gradcheck s", "gc/oracle", "floor s", "oracle/floor", "evals/2Ld²"):
         table.add_column(name, justify="right")
     for d, r in rows.items():
         gc = seconds(r["gc"]) + ("" if r["gc"] is None else " ✓" if r["ok"] else " ✗")
@@ -136,12 +163,12 @@ def main(argv: list[str] | None = None) -> None:
         extra = (ratio(r["oracle"], r["floor"]), f"{r['evals'] / (2 * LAYERS * d * d):.2f}")
         table.add_row(str(d), *cells, *extra)
     console.print(table)
-    console.print(
-        "[dim]floor: best time of one tall (2*S*N, d) @ (d, d) product, S = entries per oracle chunk, times "
-        "the products needed: d*d weights x 2 evaluations x (L-1-k) layers, summed over k. "
-        "evals/2Ld²: the oracle's loss evaluations over the floor's (above 1 = retries after a kink). "
-        "gradcheck: one fast_mode=False call; ✓/✗ is its verdict.[/dim]"
-    )
+    console.print(FOOTNOTE, style="dim")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    print_table(measure(args))
     if not args.skip_n32:
         oracle, evaluations = time_oracle(*inputs(64, 32, "float32"), args.repeats)
         floor = floor_seconds(64, 32)

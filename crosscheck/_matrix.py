@@ -104,7 +104,8 @@ def render_matrix(rows: list[MatrixRow], console: Any) -> None:
                 status = row.report.backends.get(name)
                 cells.append(status.status if status else "-")
             elif comp.passed:
-                extra = f" ({comp.unjudgeable} kink)" if comp.unjudgeable else ""
+                near = comp.unjudgeable + comp.two_sided
+                extra = f" ({near} kink)" if near else ""
                 cells.append(f"ok rel {comp.max_rel_diff:.1e}{extra}")
             else:
                 cells.append(f"[red]{comp.status} {comp.mismatched}/{comp.judged}[/red]")
