@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from crosscheck import _stack
 
-__all__ = ["FiniteDifferenceOracle", "OracleEstimate"]
+__all__ = ["FiniteDifferenceOracle", "OracleEstimate", "ScreenEstimate"]
 
 #: Entries of one perturbed batch (2 * S * N * d float64 values), sized to stay cache-friendly.
 _CHUNK_VALUES = 1 << 19
@@ -62,6 +62,24 @@ class OracleEstimate:
     evaluations: int
 
 
+@dataclasses.dataclass(frozen=True)
+class ScreenEstimate:
+    """Directional derivatives of the loss: ``value[k, s]`` estimates ``sum(grad[k] * directions[k, s])``.
+
+    Attributes:
+        directions: ``(L, S, d, d)``.
+        value, error: ``(L, S)``: estimates and error bounds.
+        kink: ``(L, S)``: no step avoided a kink, so the piece's derivative was taken.
+        evaluations: how many perturbed loss evaluations were made.
+    """
+
+    directions: np.ndarray
+    value: np.ndarray
+    error: np.ndarray
+    kink: np.ndarray
+    evaluations: int
+
+
 class FiniteDifferenceOracle:
     """Finite-difference gradient of the ReLU stack in float64, with an error bound per entry."""
 
@@ -78,6 +96,7 @@ class FiniteDifferenceOracle:
         weights: np.ndarray,
         x: np.ndarray,
         *,
+        layers: Sequence[int] | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> OracleEstimate:
         """Estimate the gradient with an error bound per entry.
@@ -85,19 +104,21 @@ class FiniteDifferenceOracle:
         Args:
             weights: ``(L, d, d)`` float array (not modified).
             x: ``(N, d)`` float array (not modified).
+            layers: estimate only these layers (the others are NaN); default all.
             progress: called as ``progress(done, total)`` in units of perturbed entries.
         """
         fwd = _stack.forward(weights, x)
         shape = fwd.weights.shape
+        layers = range(shape[0]) if layers is None else sorted(set(layers))
         out = {
-            "value": np.zeros(shape),
-            "error": np.zeros(shape),
-            "step": np.zeros(shape),
+            "value": np.full(shape, np.nan),
+            "error": np.full(shape, np.nan),
+            "step": np.full(shape, np.nan),
             "kink": np.zeros(shape, bool),
             "kink_at": np.full(shape + (3,), -1, np.int64),
         }
-        total, done, evaluations = shape[0] * shape[1] * shape[2], 0, 0
-        for k in range(shape[0]):
+        total, done, evaluations = len(layers) * shape[1] * shape[2], 0, 0
+        for k in layers:
             evaluations += _layer(fwd, k, out)
             done += shape[1] * shape[2]
             if progress is not None:
@@ -107,6 +128,52 @@ class FiniteDifferenceOracle:
         deltas, _ = _stack.backward(fwd)
         out["error"] += _stack.rounding_model(fwd, deltas, "float64").grad_bound
         return OracleEstimate(**out, evaluations=evaluations)
+
+    def screen(
+        self,
+        weights: np.ndarray,
+        x: np.ndarray,
+        directions: np.ndarray,
+        *,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> ScreenEstimate:
+        """Directional derivatives ``sum(grad[k] * directions[k, s])``, each with an error bound.
+
+        Perturbing one layer along a direction moves its pre-activations linearly and, with the masks
+        held, the loss along the direction is again exactly a quadratic: the same kink-aware central
+        difference applies, at the cost of two loss evaluations per direction instead of per entry.
+
+        Args:
+            weights: ``(L, d, d)``; x: ``(N, d)`` (not modified).
+            directions: ``(L, S, d, d)``: ``S`` directions per layer.
+            progress: called as ``progress(done, total)`` in units of directions.
+        """
+        fwd = _stack.forward(weights, x)
+        n_layers, count = directions.shape[:2]
+        value, error, kink = (
+            np.zeros((n_layers, count)),
+            np.zeros((n_layers, count)),
+            np.zeros((n_layers, count), bool),
+        )
+        evaluations = 0
+        for k in range(n_layers):
+            moved = fwd.ys[k] @ directions[k]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.where(moved != 0, np.abs(fwd.zs[k]) / np.abs(moved), np.inf)
+            distance = ratio.reshape(count, -1).min(axis=1)
+
+            def central(index, h, frozen, k=k):
+                return _central(fwd, k, h, frozen, directions=directions[k][index])
+
+            result = _differentiate(fwd, k, distance, central)
+            value[k], error[k], kink[k] = result["value"], result["error"], result["kink"]
+            evaluations += result["evaluations"]
+            if progress is not None:
+                progress((k + 1) * count, n_layers * count)
+        deltas, _ = _stack.backward(fwd)
+        model = _stack.rounding_model(fwd, deltas, "float64", directions=directions)
+        error += _stack.SAFETY * model.direction_sigma
+        return ScreenEstimate(directions, value, error, kink, evaluations)
 
     def info(self) -> dict[str, str]:
         return {
@@ -119,53 +186,72 @@ class FiniteDifferenceOracle:
 
 def _layer(fwd: _stack.Forward, k: int, out: dict[str, np.ndarray]) -> int:
     """Fill ``out[...][k]`` for every entry of layer ``k``; return the number of loss evaluations."""
-    w, y, z = fwd.weights[k], fwd.ys[k], fwd.zs[k]
-    d = w.shape[0]
-    rms = float(np.sqrt(np.mean(w**2)))
+    y, z = fwd.ys[k], fwd.zs[k]
+    d = y.shape[1]
+    rows, cols = np.divmod(np.arange(d * d), d)
+
+    def central(index, h, frozen):
+        return _central(fwd, k, h, frozen, rows=rows[index], cols=cols[index])
+
+    result = _differentiate(fwd, k, _distance_to_first_kink(y, z).ravel(), central)
+    for name in ("value", "error", "step", "kink"):
+        out[name][k] = result[name].reshape(d, d)
+    out["kink_at"][k] = result["kink_at"].reshape(d, d, 3)
+    # Entries too close to a kink of the layer the weight feeds for any step: that kink is the one.
+    for flat in np.flatnonzero((result["kink_at"][:, 0] < 0) & result["kink"]):
+        out["kink_at"][k].reshape(-1, 3)[flat] = (k, *_exact_zero_at(y, z, *divmod(int(flat), d)))
+    return result["evaluations"]
+
+
+def _differentiate(fwd: _stack.Forward, k: int, distance: np.ndarray, central) -> dict:
+    """Kink-aware central differences of ``len(distance)`` perturbations of layer ``k``.
+
+    ``distance[s]`` is how far perturbation ``s`` can go before a pre-activation of layer ``k`` changes
+    sign; ``central(index, h, frozen)`` evaluates perturbations ``index`` with steps ``h``.
+    """
+    rms = float(np.sqrt(np.mean(fwd.weights[k] ** 2)))
     h_cap = 2.0 ** math.floor(math.log2(rms)) if rms > 0 else 1.0
-    sigma = _float64_output_sigma(fwd, k)
-    step = np.minimum(h_cap, _distance_to_first_kink(y, z) / 8)
+    count = len(distance)
+    step = np.minimum(h_cap, distance / 8)
     with np.errstate(divide="ignore"):
         step = np.where(step > 0, 2.0 ** np.floor(np.log2(step)), 0.0)
-    rows, cols = np.divmod(np.arange(d * d), d)
-    step, pending, evaluations = step.ravel(), np.ones(d * d, bool), 0
-    where = np.full((d * d, 3), -1, np.int64)
-    # At distance 0 (an exact zero in the layer the weight feeds) no step avoids the kink.
-    for flat in np.flatnonzero(step == 0):
-        where[flat] = (k, *_exact_zero_at(y, z, *divmod(int(flat), d)))
+    out = {
+        "value": np.zeros(count),
+        "error": np.zeros(count),
+        "step": np.zeros(count),
+        "kink": np.zeros(count, bool),
+        "kink_at": np.full((count, 3), -1, np.int64),
+    }
+    pending, evaluations = np.ones(count, bool), 0
     while True:
         todo = np.flatnonzero(pending & (step >= h_cap * _MIN_STEP_RATIO))
         if todo.size == 0:
             break
-        value, error, crossed, at = _central(fwd, k, rows[todo], cols[todo], step[todo], sigma, False)
+        value, error, crossed, at = central(todo, step[todo], False)
         evaluations += 2 * todo.size
         ok = todo[~crossed]
-        _store(out, k, ok, value[~crossed], error[~crossed], step[ok])
+        out["value"][ok], out["error"][ok], out["step"][ok] = value[~crossed], error[~crossed], step[ok]
         pending[ok] = False
-        where[todo[crossed]] = at[crossed]
+        out["kink_at"][todo[crossed]] = at[crossed]
         step[todo[crossed]] *= _SHRINK
     stuck = np.flatnonzero(pending)
     if stuck.size:
         # On (or closer than the smallest step to) a kink: take the derivative of the base point's piece.
         h = np.full(stuck.size, h_cap)
-        value, error, _, _ = _central(fwd, k, rows[stuck], cols[stuck], h, sigma, True)
+        value, error, _, _ = central(stuck, h, True)
         evaluations += 2 * stuck.size
-        _store(out, k, stuck, value, error, h)
-        out["kink"][k].flat[stuck] = True
-        out["kink_at"][k].reshape(-1, 3)[stuck] = where[stuck]
-    return evaluations
+        out["value"][stuck], out["error"][stuck], out["step"][stuck] = value, error, h
+        out["kink"][stuck] = True
+    out["kink_at"][~out["kink"]] = -1
+    out["evaluations"] = evaluations
+    return out
 
 
 def _exact_zero_at(y: np.ndarray, z: np.ndarray, i: int, j: int) -> tuple[int, int]:
-    """The (row, unit) of the zero pre-activation that ``W[i, j]`` moves (distance 0)."""
-    rows = np.flatnonzero((z[:, j] == 0) & (y[:, i] != 0))
-    return int(rows[0]), j
-
-
-def _store(out, k, flat, value, error, step):
-    out["value"][k].flat[flat] = value
-    out["error"][k].flat[flat] = error
-    out["step"][k].flat[flat] = step
+    """The (row, unit) of the pre-activation nearest to its kink along ``W[i, j]`` (layer ``k``)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(y[:, i] != 0, np.abs(z[:, j]) / np.abs(y[:, i]), np.inf)
+    return int(np.argmin(ratio)), j
 
 
 def _distance_to_first_kink(y: np.ndarray, z: np.ndarray) -> np.ndarray:
@@ -186,31 +272,34 @@ def _float64_output_sigma(fwd: _stack.Forward, k: int) -> float:
     return float(np.sqrt(np.sum(var)))
 
 
-def _central(fwd, k, rows, cols, h, sigma, frozen):
-    """Central differences for entries ``(k, rows[s], cols[s])`` with steps ``h[s]``.
+def _central(fwd, k, h, frozen, *, rows=None, cols=None, directions=None):
+    """Central differences of perturbations of layer ``k`` with steps ``h[s]``: of the entries
+    ``(k, rows[s], cols[s])``, or along ``directions[s]`` (``(S, d, d)`` arrays).
 
     Returns ``(value, error, crossed, where)``: the estimates, their error bounds, whether a mask changed
     at either end, and the first changed mask's ``(layer, row, unit)``.
     """
     n, d = fwd.zs[k].shape
+    sigma = _float64_output_sigma(fwd, k)
     per_chunk = max(1, _CHUNK_VALUES // (2 * n * d))
-    parts = [
-        _central_chunk(
-            fwd, k, rows[s : s + per_chunk], cols[s : s + per_chunk], h[s : s + per_chunk], sigma, frozen
-        )
-        for s in range(0, len(rows), per_chunk)
-    ]
+    parts = []
+    for start in range(0, len(h), per_chunk):
+        part = slice(start, start + per_chunk)
+        z = np.repeat(fwd.zs[k][None], 2 * len(h[part]), axis=0)
+        steps = np.concatenate([h[part], -h[part]])
+        if directions is None:
+            # Only column j of z[k] depends on W[k][i, j], and linearly: z[:, j] += h * y[k][:, i].
+            both_rows, both_cols = np.tile(rows[part], 2), np.tile(cols[part], 2)
+            z[np.arange(len(steps)), :, both_cols] += steps[:, None] * fwd.ys[k][:, both_rows].T
+        else:
+            moved = fwd.ys[k] @ directions[part]
+            z += steps[:, None, None] * np.concatenate([moved, moved])
+        parts.append(_central_chunk(fwd, k, z, h[part], sigma, frozen))
     return tuple(np.concatenate(p) for p in zip(*parts, strict=True))
 
 
-def _central_chunk(fwd, k, rows, cols, h, sigma, frozen):
-    s = len(rows)
-    steps = np.concatenate([h, -h])
-    z = np.repeat(fwd.zs[k][None], 2 * s, axis=0)
-    # Only column j of z[k] depends on W[k][i, j], and linearly: z[:, j] += h * y[k][:, i].
-    z[np.arange(2 * s), :, np.concatenate([cols, cols])] += (
-        steps[:, None] * fwd.ys[k][:, np.concatenate([rows, rows])].T
-    )
+def _central_chunk(fwd, k, z, h, sigma, frozen):
+    s = len(h)
     crossed = np.zeros(2 * s, bool)
     where = np.full((2 * s, 3), -1, np.int64)
     n, d = z.shape[1:]

@@ -63,6 +63,16 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--strict", action="store_true", help="fail when entries are unjudgeable because of ReLU kinks"
     )
+    check.add_argument(
+        "--oracle-mode",
+        choices=("auto", "full", "screen"),
+        default="auto",
+        help="full: the oracle judges every entry; screen: random directional derivatives per layer, then "
+        "every entry of a layer that fails them; auto (default): screen when the full oracle is costly",
+    )
+    check.add_argument(
+        "--directions", type=int, default=4, help="random directions per layer when screening (default 4)"
+    )
     out = run.add_argument_group("output")
     out.add_argument("--json", metavar="PATH", help="write the JSON report here")
     out.add_argument("--quiet", action="store_true", help="print only the verdict line")
@@ -127,6 +137,8 @@ def _run(args: argparse.Namespace) -> int:
                 rtol=args.rtol,
                 atol=args.atol,
                 strict=args.strict,
+                oracle_mode=args.oracle_mode,
+                directions=args.directions,
                 progress=progress,
                 **kwargs,
             )

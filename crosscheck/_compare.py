@@ -75,6 +75,8 @@ class Comparison:
     judged: int = 0
     unjudgeable: int = 0
     two_sided: int = 0
+    coverage: str = "every entry"
+    screening: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     unjudgeable_reasons: dict[str, int] = dataclasses.field(default_factory=dict)
     kinks: list[list[int]] = dataclasses.field(default_factory=list)
     max_abs_diff: float | None = None
@@ -121,8 +123,10 @@ def compare(
     if problem:
         return Comparison(passed=False, status="invalid", message=problem, **common)
     kinks = kinks or Kinks.none(reference.shape)
-    judged = ~kinks.unjudgeable
-    diff = np.abs(candidate.astype(np.float64) - reference)
+    # NaN in the reference marks entries not checked (layers that screening did not send to a full check).
+    judged = ~kinks.unjudgeable & np.isfinite(reference)
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(candidate.astype(np.float64) - reference)
     two_sided = judged & ~np.isnan(kinks.alternative)
     if np.any(two_sided):
         other = np.abs(candidate.astype(np.float64) - kinks.alternative)
@@ -131,7 +135,8 @@ def compare(
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = diff / np.abs(reference)
         ratio = np.where(diff == 0, 0.0, diff / tol)
-    mismatched = int(np.count_nonzero(judged & (diff > tol)))
+        over = diff > tol
+    mismatched = int(np.count_nonzero(judged & over))
     n_unjudgeable = int(np.count_nonzero(kinks.unjudgeable))
     reasons = dict(zip(*np.unique(kinks.reason[kinks.unjudgeable], return_counts=True), strict=True))
     involved = kinks.unjudgeable | two_sided

@@ -102,7 +102,9 @@ class Report:
         """Print the table, the mismatch messages and a verdict line on a ``rich`` console."""
         console.print(table(self))
         for c in self.comparisons:
-            if not c.passed or c.unjudgeable:
+            if c.coverage != "every entry" and c.passed:
+                console.print(f"{c.backend}: {c.message}", highlight=False, markup=False)
+            elif not c.passed or c.unjudgeable:
                 console.print(f"[bold]{c.backend} vs {c.reference}[/bold]", highlight=False)
                 console.print(c.message, highlight=False, markup=False)
         for r in self.backends.values():
@@ -144,6 +146,8 @@ def table(report: Report) -> Any:
             verdict = (
                 "[red]FAIL[/red]"
                 if r.status == "failed" or (c and not c.passed) or (r.status == "unavailable" and r.required)
+                else "[green]ok[/green]"
+                if c and c.passed
                 else "-"
             )
             t.add_row(

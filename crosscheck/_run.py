@@ -13,13 +13,22 @@ import numpy as np
 from . import _stack
 from ._backend import BUILTINS, ORACLE, Backend, BackendUnavailable, backend_info, load_backend
 from ._case import Case, check_inputs, make_inputs
-from ._compare import Comparison, Kinks, Tolerance, compare
+from ._compare import Comparison, Kinks, Tolerance, _structural_problem, compare, mismatch_message
 from ._report import BackendResult, Report
 
 #: Fraction of an entry's tolerance that a possible ReLU flip may move it before it is unjudgeable.
 KINK_IMPACT_FRACTION = 0.25
 
 Progress = Callable[[str, int, int], None]
+
+ORACLE_MODES = ("auto", "full", "screen")
+#: Above this many floating-point operations of matrix products (about 10-20 s here) "auto" screens.
+SCREEN_FLOPS = 1.5e11
+
+
+def full_oracle_flops(layers: int, batch: int, dim: int) -> float:
+    """Matrix-product flops of the full oracle: per entry, two evaluations of the layers after it."""
+    return float(sum(2 * dim * dim * (layers - 1 - k) * 2 * batch * dim * dim for k in range(layers)))
 
 
 def run(
@@ -38,6 +47,8 @@ def run(
     rtol: float | None = None,
     atol: float | None = None,
     strict: bool = False,
+    oracle_mode: str = "auto",
+    directions: int = 4,
     progress: Progress | None = None,
 ) -> Report:
     """Run one case (generated, or the given arrays) and cross-check every backend's gradient.
@@ -51,6 +62,10 @@ def run(
         reference: the backend the others are compared with (default: the ``numpy-fd`` oracle).
         rtol, atol: user slack added to every entry's tolerance; give both or neither.
         strict: fail when any entry is unjudgeable (a ReLU kink makes it ambiguous).
+        oracle_mode: ``"full"`` (every entry), ``"screen"`` (``directions`` random directional
+            derivatives per layer, then every entry of each layer that fails them) or ``"auto"``
+            (screen when the full oracle would cost more than ``SCREEN_FLOPS``).
+        directions: directions per layer when screening.
         progress: called as ``progress(description, done, total)`` during long work.
 
     Returns:
@@ -82,9 +97,13 @@ def run(
         weights, x = check_inputs(weights, x)
         case_record = _user_case(weights, x)
     specs = list(backends) if backends is not None else [b for b in BUILTINS if b != reference]
-    return _Driver(weights, x, case_record, rtol, atol, strict, progress).run(
-        specs, reference, backends is not None
-    )
+    if oracle_mode not in ORACLE_MODES:
+        raise ValueError(f"`oracle_mode` must be one of {', '.join(ORACLE_MODES)}; found {oracle_mode!r}.")
+    if isinstance(directions, bool) or not isinstance(directions, int) or directions < 1:
+        raise ValueError(f"`directions` must be a positive integer, found {directions!r}.")
+    driver = _Driver(weights, x, case_record, rtol, atol, strict, progress)
+    driver.oracle_mode, driver.n_directions = oracle_mode, directions
+    return driver.run(specs, reference, backends is not None)
 
 
 def _user_case(weights: np.ndarray, x: np.ndarray) -> dict[str, Any]:
@@ -115,6 +134,7 @@ class _Driver:
         self.fwd = _stack.forward(self.weights, self.x)
         self.deltas, _ = _stack.backward(self.fwd)
         self._models: dict[str, _stack.RoundingModel] = {}
+        self.oracle = self.screened = None
 
     def run(self, specs: list[Any], reference_spec: Any, explicit: bool) -> Report:
         results: dict[str, BackendResult] = {}
@@ -135,9 +155,13 @@ class _Driver:
                 if value is not None:
                     # A backend may compute in another precision on purpose (the oracle: float64).
                     dtype = getattr(backend, "output_dtype", None) or self.dtype
-                    comparisons.append(
-                        self._compare(value, result.name, ref_value, ref_error, ref_result.name, dtype)
-                    )
+                    if self.screened is not None:
+                        comparison = self._compare_screened(value, result.name, ref_result.name, dtype)
+                    else:
+                        comparison = self._compare(
+                            value, result.name, ref_value, ref_error, ref_result.name, dtype
+                        )
+                    comparisons.append(comparison)
             results[_unique(result.name, results)] = result
         return Report(
             case=self.case,
@@ -160,7 +184,11 @@ class _Driver:
         )
 
     def _reference(self, backend: Backend, result: BackendResult):
+        self.oracle, self.screened, self.oracle_backend = None, None, backend
         estimate = getattr(backend, "estimate", None)
+        mode = self._mode(backend)
+        if mode == "screen":
+            return self._screen_reference(backend, result)
         if callable(estimate):
             start = time.perf_counter()
             try:
@@ -198,7 +226,6 @@ class _Driver:
                     notes={"evaluations": est.evaluations, "kink_entries": int(est.kink.sum())},
                 ),
             )
-        self.oracle = None
         value, result = self._call(backend, dataclasses.replace(result, role="reference"))
         if value is None:
             return None, None, result
@@ -218,6 +245,135 @@ class _Driver:
             value.dtype.name if value.dtype.name in _stack.UNIT_ROUNDOFF else "float64"
         ).grad_bound
         return value.astype(np.float64), error, result
+
+    def _mode(self, backend: Backend) -> str:
+        can_screen = callable(getattr(backend, "screen", None))
+        if self.oracle_mode == "screen" and not can_screen:
+            raise ValueError(
+                "`oracle_mode` 'screen' needs a reference that can screen (the numpy-fd oracle)."
+            )
+        if self.oracle_mode == "auto":
+            flops = full_oracle_flops(*self.weights.shape[:1], self.x.shape[0], self.weights.shape[1])
+            return "screen" if can_screen and flops > SCREEN_FLOPS else "full"
+        return self.oracle_mode
+
+    def _screen_reference(self, backend: Backend, result: BackendResult):
+        shape = self.weights.shape
+        rng = np.random.default_rng(0)  # fixed: the same case is screened along the same directions
+        directions = rng.choice([-1.0, 1.0], size=(shape[0], self.n_directions, shape[1], shape[2]))
+        start = time.perf_counter()
+        try:
+            self.screened = backend.screen(
+                self.weights, self.x, directions, progress=self._progress("oracle (screening)")
+            )
+        except Exception as exc:
+            return (
+                None,
+                None,
+                dataclasses.replace(
+                    result, status="failed", role="reference", error=f"{type(exc).__name__}: {exc}"
+                ),
+            )
+        self._restore()
+        self._full: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        nan = np.full(shape, np.nan)
+        return (
+            nan,
+            nan.copy(),
+            dataclasses.replace(
+                result,
+                status="ok",
+                role="reference",
+                dtype="float64",
+                seconds=time.perf_counter() - start,
+                notes={
+                    "mode": "screen",
+                    "directions": self.n_directions,
+                    "evaluations": self.screened.evaluations,
+                },
+            ),
+        )
+
+    def _full_layers(self, layers: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The oracle on every entry of ``layers`` (cached across candidates); NaN elsewhere."""
+        missing = [k for k in layers if k not in self._full]
+        if missing:
+            est = self.oracle_backend.estimate(
+                self.weights, self.x, layers=missing, progress=self._progress("oracle (full check)")
+            )
+            for k in missing:
+                self._full[k] = (est.value[k], est.error[k], est.kink[k], est.kink_at[k])
+        shape = self.weights.shape
+        value, error = np.full(shape, np.nan), np.full(shape, np.nan)
+        kink, kink_at = np.zeros(shape, bool), np.full(shape + (3,), -1, np.int64)
+        for k in layers:
+            value[k], error[k], kink[k], kink_at[k] = self._full[k]
+        self.oracle = _PartialOracle(kink, kink_at)
+        return value, error
+
+    def _compare_screened(self, value, name, ref_name, dtype) -> Comparison:
+        """Screen the candidate along the oracle's directions; check failing layers entry by entry."""
+        sc = self.screened
+        candidate = np.asarray(value)
+        problem = _structural_problem(candidate, self.weights.shape, dtype)
+        if problem:
+            return Comparison(
+                backend=name,
+                reference=ref_name,
+                passed=False,
+                status="invalid",
+                total=candidate.size,
+                message=problem,
+            )
+        model = self._model(dtype)
+        projected = np.einsum("kij,ksij->ks", candidate.astype(np.float64), sc.directions)
+        u = _stack.UNIT_ROUNDOFF[dtype]
+        size = self.weights.shape[1]
+        slack = 0.0 if self.rtol is None else self.atol * size * size + self.rtol * np.abs(sc.value)
+        # The floor term of every entry, summed in quadrature over the d * d entries of a direction.
+        floor = _stack.SAFETY * u * size * float(np.max(np.abs(candidate), initial=0.0))
+        tol = _stack.SAFETY * model.direction_sigma + sc.error + floor + slack + self._kink_slack(dtype)
+        diff = np.abs(projected - sc.value)
+        failing = sorted({int(k) for k in np.nonzero(diff > tol)[0]})
+        screening = [
+            {
+                "layer": k,
+                "directions": int(sc.value.shape[1]),
+                "mismatched": int(np.count_nonzero(diff[k] > tol[k])),
+                "worst_ratio": float(np.max(np.where(diff[k] == 0, 0.0, diff[k] / tol[k]))),
+                "full_check": k in failing,
+            }
+            for k in range(sc.value.shape[0])
+        ]
+        coverage = (
+            f"screened: {sc.value.shape[0]} layers x {sc.value.shape[1]} random directions; "
+            f"layers checked entry by entry: {failing or 'none'}"
+        )
+        if failing:
+            ref_value, ref_error = self._full_layers(failing)
+            comparison = self._compare(candidate, name, ref_value, ref_error, ref_name, dtype)
+        else:
+            comparison = Comparison(
+                backend=name, reference=ref_name, passed=True, status="ok", total=candidate.size
+            )
+        comparison = dataclasses.replace(comparison, coverage=coverage, screening=screening)
+        return dataclasses.replace(
+            comparison,
+            message=coverage + "\n" + mismatch_message(comparison)
+            if failing
+            else coverage + ": every direction agrees",
+        )
+
+    def _kink_slack(self, dtype: str) -> np.ndarray:
+        """How far ReLU flips the candidate may see can move each directional derivative."""
+        tol = self._model(dtype).grad_bound
+        cand, ref = self._model(dtype), self._model("float64")
+        bounds = [cand.z_bound(m) + ref.z_bound(m) for m in range(len(self.fwd.zs))]
+        found = _stack.ambiguous_kinks(self.fwd, bounds)
+        effects = _stack.kink_effects(self.fwd, self.deltas, found, 0.25 * tol)
+        moved = np.abs(effects.alternative) * (effects.count > 0) + effects.minor
+        moved = np.where(effects.count > 1, np.inf, moved)
+        return np.einsum("kij,ksij->ks", moved, np.abs(self.screened.directions))
 
     def _call(self, backend: Backend, result: BackendResult):
         start = time.perf_counter()
@@ -248,7 +404,8 @@ class _Driver:
 
     def _model(self, dtype: str) -> _stack.RoundingModel:
         if dtype not in self._models:
-            self._models[dtype] = _stack.rounding_model(self.fwd, self.deltas, dtype)
+            directions = None if self.screened is None else self.screened.directions
+            self._models[dtype] = _stack.rounding_model(self.fwd, self.deltas, dtype, directions=directions)
         return self._models[dtype]
 
     def _compare(self, value, name, ref_value, ref_error, ref_name, dtype) -> Comparison:
@@ -260,7 +417,7 @@ class _Driver:
             {
                 "rounding": model.grad_bound,
                 "reference": ref_error,
-                "floor": _stack.SAFETY * u * float(np.max(np.abs(ref_value), initial=0.0)),
+                "floor": _stack.SAFETY * u * float(np.max(np.abs(np.nan_to_num(ref_value)), initial=0.0)),
                 "slack": np.broadcast_to(slack, ref_value.shape),
             }
         )
@@ -312,6 +469,14 @@ class _Driver:
         if self.progress is None:
             return None
         return lambda done, total: self.progress(description, done, total)
+
+
+@dataclasses.dataclass(frozen=True)
+class _PartialOracle:
+    """The kink flags of an oracle run on some layers only (screening's full checks)."""
+
+    kink: np.ndarray
+    kink_at: np.ndarray
 
 
 def _unique(name: str, taken: dict[str, Any]) -> str:

@@ -92,12 +92,15 @@ class RoundingModel:
         z_sigma: standard deviation of the error of each pre-activation (L arrays ``(N, d)``).
         grad_sigma: standard deviation of the error of each gradient entry, ``(L, d, d)``.
         samples: how many Monte Carlo samples estimated them.
+        direction_sigma: ``(L, S)``: standard deviation of the error of ``sum(grad[k] * directions[k, s])``
+            (when directions were given): the sum's errors are correlated, so it is modelled directly.
     """
 
     dtype: str
     z_sigma: list[np.ndarray]
     grad_sigma: np.ndarray
     samples: int
+    direction_sigma: np.ndarray | None = None
 
     @property
     def grad_bound(self) -> np.ndarray:
@@ -113,7 +116,13 @@ MODEL_SAMPLES = 64
 
 
 def rounding_model(
-    fwd: Forward, deltas: list[np.ndarray], dtype: str, *, samples: int = MODEL_SAMPLES, seed: int = 0
+    fwd: Forward,
+    deltas: list[np.ndarray],
+    dtype: str,
+    *,
+    samples: int = MODEL_SAMPLES,
+    seed: int = 0,
+    directions: np.ndarray | None = None,
 ) -> RoundingModel:
     """Estimate the rounding error of the stack computed in ``dtype`` by Monte Carlo arithmetic.
 
@@ -131,24 +140,34 @@ def rounding_model(
     noisy_ys, z_sigma = [y], []
     for m, w in enumerate(weights):
         sigma = fresh_sigma(fwd.ys[m], w, u, _is_exact(fwd.ys[m], w, bits))
-        z = y @ w + rng.standard_normal(y.shape) * sigma
+        # x carries no error, so the first product is the float64 one; later ones go to BLAS as one
+        # tall product (a broadcast or stacked operand would take a slow, non-BLAS path).
+        exact_z = fwd.zs[m] if m == 0 else (y.reshape(-1, y.shape[-1]) @ w).reshape(y.shape)
+        z = exact_z + rng.standard_normal(y.shape) * sigma
         z_sigma.append(_rms(z - fwd.zs[m]))
         y = z * fwd.masks[m]
         noisy_ys.append(y)
     g = 2.0 * y  # d(sum(y**2))/dy = 2 * y: an exact multiplication
     grad_sigma = np.zeros_like(weights)
+    direction_sigma = None if directions is None else np.zeros(directions.shape[:2])
     for m in reversed(range(n_layers)):
         delta = g * fwd.masks[m]
         y_m = noisy_ys[m]
         sigma = fresh_sigma(fwd.ys[m].T, deltas[m], u, _is_exact(fwd.ys[m].T, deltas[m], bits))
-        grad = np.swapaxes(y_m, 1, 2) @ delta
+        # A contiguous transpose lets the stacked product go to BLAS (a strided one does not).
+        grad = np.ascontiguousarray(np.swapaxes(y_m, 1, 2)) @ delta
         grad = grad + rng.standard_normal(grad.shape) * sigma
-        grad_sigma[m] = _rms(grad - fwd.ys[m].T @ deltas[m])
+        error = grad - fwd.ys[m].T @ deltas[m]
+        grad_sigma[m] = _rms(error)
+        if directions is not None:
+            flat = directions[m].reshape(directions.shape[1], -1)
+            direction_sigma[m] = _rms(error.reshape(samples, -1) @ flat.T)
         if m:
-            w_t = weights[m].T
+            w_t = np.ascontiguousarray(weights[m].T)
             sigma = fresh_sigma(deltas[m], w_t, u, _is_exact(deltas[m], w_t, bits))
-            g = delta @ w_t + rng.standard_normal(delta.shape) * sigma
-    return RoundingModel(dtype, z_sigma, grad_sigma, samples)
+            g = (delta.reshape(-1, delta.shape[-1]) @ w_t).reshape(delta.shape)
+            g = g + rng.standard_normal(delta.shape) * sigma
+    return RoundingModel(dtype, z_sigma, grad_sigma, samples, direction_sigma)
 
 
 def _rms(errors: np.ndarray) -> np.ndarray:

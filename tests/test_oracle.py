@@ -98,3 +98,25 @@ def test_progress_is_reported(oracle):
     oracle.estimate(weights, x, progress=lambda done, total: seen.append((done, total)))
     assert seen[-1] == (48, 48)
     assert [done for done, _ in seen] == sorted(done for done, _ in seen)
+
+
+@pytest.mark.parametrize(
+    "case", SMALL_CASES[:6], ids=[f"{c.init}-L{c.layers}-d{c.dim}" for c in SMALL_CASES[:6]]
+)
+def test_screening_directional_derivatives_are_exact_within_their_bars(oracle, case):
+    weights, x = crosscheck.make_inputs(case)
+    exact = as_float(exact_gradient(weights, x))
+    directions = np.random.default_rng(0).choice([-1.0, 1.0], size=(case.layers, 3, case.dim, case.dim))
+    screened = oracle.screen(weights, x, directions)
+    expected = np.einsum("kij,ksij->ks", exact, directions)
+    error = np.abs(screened.value - expected)
+    assert error.max() <= 1e-12 * max(np.abs(exact).max(), 1e-300) * case.dim**2
+    assert np.all(error <= screened.error)
+    assert screened.evaluations >= 2 * case.layers * 3
+
+
+def test_estimate_of_some_layers_leaves_the_others_nan(oracle):
+    weights, x = crosscheck.make_inputs(crosscheck.Case(layers=4, dim=3, batch=2, dtype="float64"))
+    est = oracle.estimate(weights, x, layers=[2])
+    assert np.isnan(est.value[[0, 1, 3]]).all()
+    np.testing.assert_allclose(est.value[2], as_float(exact_gradient(weights, x))[2], rtol=1e-12, atol=1e-15)

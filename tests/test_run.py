@@ -62,3 +62,53 @@ def test_report_records_case_and_backend_metadata(dtype):
     assert data["backends"]["numpy-fd"]["role"] == "reference"
     assert data["backends"]["correct"]["dtype"] == dtype
     assert data["comparisons"][0]["decided_by"] in ("rounding", "reference", "floor", "kinks", "slack")
+
+
+@pytest.mark.parametrize("mode", ["full", "screen"])
+def test_screening_and_full_mode_agree_on_verdicts(mode):
+    bugs = [planted.transposed, planted.no_last_relu, planted.off_at_largest(1e-3)]
+    report = crosscheck.run(
+        layers=8, batch=8, dim=24, seed=3, oracle_mode=mode, backends=[planted.correct, *bugs]
+    )
+    verdicts = {c.backend: c.passed for c in report.comparisons}
+    assert verdicts == {
+        "correct": True,
+        "transposed": False,
+        "no_last_relu": False,
+        "off_by_0.001_at_largest": False,
+    }
+
+
+def test_screening_checks_only_failing_layers_entry_by_entry():
+    def off_in_layer_5(weights, x):
+        g = planted.correct(weights, x)
+        g[5] *= 1.01
+        return g
+
+    report = crosscheck.run(
+        layers=8, batch=8, dim=24, seed=3, oracle_mode="screen", backends=[off_in_layer_5]
+    )
+    (comparison,) = report.comparisons
+    assert not comparison.passed
+    assert [s["layer"] for s in comparison.screening if s["full_check"]] == [5]
+    assert comparison.judged == 24 * 24  # the one layer checked entry by entry
+    assert comparison.coverage.startswith("screened: 8 layers x 4 random directions")
+    assert comparison.message.splitlines()[1].startswith("Mismatched elements: ")
+
+
+def test_auto_mode_screens_only_when_the_full_oracle_is_costly(monkeypatch):
+    from crosscheck import _run
+
+    small = crosscheck.run(layers=3, dim=4, batch=2, backends=[planted.correct])
+    assert small.comparisons[0].coverage == "every entry"
+    monkeypatch.setattr(_run, "SCREEN_FLOPS", 1.0)
+    screened = crosscheck.run(layers=3, dim=4, batch=2, backends=[planted.correct])
+    assert screened.comparisons[0].coverage.startswith("screened")
+    assert _run.full_oracle_flops(8, 32, 64) < 1.5e11 < _run.full_oracle_flops(8, 8, 128)
+
+
+def test_screen_mode_needs_an_oracle_reference():
+    with pytest.raises(ValueError, match="needs a reference that can screen"):
+        crosscheck.run(
+            layers=2, dim=2, oracle_mode="screen", reference=planted.correct, backends=[planted.correct]
+        )
