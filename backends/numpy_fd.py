@@ -227,18 +227,25 @@ def _differentiate(fwd: _stack.Forward, k: int, distance: np.ndarray, central) -
         todo = np.flatnonzero(pending & (step >= h_cap * _MIN_STEP_RATIO))
         if todo.size == 0:
             break
-        value, error, crossed, at = central(todo, step[todo], False)
+        value, error, crossed, at, fraction = central(todo, step[todo], False)
         evaluations += 2 * todo.size
         ok = todo[~crossed]
         out["value"][ok], out["error"][ok], out["step"][ok] = value[~crossed], error[~crossed], step[ok]
         pending[ok] = False
         out["kink_at"][todo[crossed]] = at[crossed]
-        step[todo[crossed]] *= _SHRINK
+        # Retry below the first kink crossed (its distance is exact), by at least _SHRINK, and once at
+        # the smallest step before giving up (the kink reported is then the one nearest to the point).
+        again = todo[crossed]
+        shrink = np.minimum(_SHRINK, fraction[crossed] / 2)
+        with np.errstate(divide="ignore"):
+            shrunk = 2.0 ** np.floor(np.log2(step[again] * shrink))
+        smallest = h_cap * _MIN_STEP_RATIO
+        step[again] = np.where(step[again] > smallest, np.maximum(shrunk, smallest), 0.0)
     stuck = np.flatnonzero(pending)
     if stuck.size:
         # On (or closer than the smallest step to) a kink: take the derivative of the base point's piece.
         h = np.full(stuck.size, h_cap)
-        value, error, _, _ = central(stuck, h, True)
+        value, error, *_ = central(stuck, h, True)
         evaluations += 2 * stuck.size
         out["value"][stuck], out["error"][stuck], out["step"][stuck] = value, error, h
         out["kink"][stuck] = True
@@ -276,8 +283,9 @@ def _central(fwd, k, h, frozen, *, rows=None, cols=None, directions=None):
     """Central differences of perturbations of layer ``k`` with steps ``h[s]``: of the entries
     ``(k, rows[s], cols[s])``, or along ``directions[s]`` (``(S, d, d)`` arrays).
 
-    Returns ``(value, error, crossed, where)``: the estimates, their error bounds, whether a mask changed
-    at either end, and the first changed mask's ``(layer, row, unit)``.
+    Returns ``(value, error, crossed, where, fraction)``: the estimates, their error bounds, whether a
+    mask changed at either end, the first changed mask's ``(layer, row, unit)``, and the fraction of the
+    step at which the first kink lies.
     """
     n, d = fwd.zs[k].shape
     sigma = _float64_output_sigma(fwd, k)
@@ -285,52 +293,109 @@ def _central(fwd, k, h, frozen, *, rows=None, cols=None, directions=None):
     parts = []
     for start in range(0, len(h), per_chunk):
         part = slice(start, start + per_chunk)
-        z = np.repeat(fwd.zs[k][None], 2 * len(h[part]), axis=0)
         steps = np.concatenate([h[part], -h[part]])
         if directions is None:
-            # Only column j of z[k] depends on W[k][i, j], and linearly: z[:, j] += h * y[k][:, i].
-            both_rows, both_cols = np.tile(rows[part], 2), np.tile(cols[part], 2)
-            z[np.arange(len(steps)), :, both_cols] += steps[:, None] * fwd.ys[k][:, both_rows].T
+            both = np.tile(rows[part], 2), np.tile(cols[part], 2)
+            losses, crossed, where, fraction = _entry_losses(fwd, k, *both, steps, frozen)
         else:
             moved = fwd.ys[k] @ directions[part]
-            z += steps[:, None, None] * np.concatenate([moved, moved])
-        parts.append(_central_chunk(fwd, k, z, h[part], sigma, frozen))
+            z = fwd.zs[k] + steps[:, None, None] * np.concatenate([moved, moved])
+            losses, crossed, where, fraction = _propagate(fwd, k, z, frozen)
+        half = len(h[part])
+        parts.append(
+            (
+                *_finish(fwd, losses, h[part], sigma, crossed, where),
+                np.minimum(fraction[:half], fraction[half:]),
+            )
+        )
     return tuple(np.concatenate(p) for p in zip(*parts, strict=True))
 
 
-def _central_chunk(fwd, k, z, h, sigma, frozen):
-    s = len(h)
-    crossed = np.zeros(2 * s, bool)
-    where = np.full((2 * s, 3), -1, np.int64)
-    n, d = z.shape[1:]
+def _entry_losses(fwd, k, rows, cols, steps, frozen):
+    """Losses at ``W[k][rows, cols] + steps``, reusing everything that does not change.
+
+    Only column j of ``z[k]`` depends on ``W[k][i, j]``, and linearly (``+= h * y[k][:, i]``); so only
+    column j of ``y[k + 1]`` changes, and ``z[k + 1]`` changes by a rank-one term. The sums are the same
+    as a full evaluation's, in exact arithmetic; only the unchanged parts are not recomputed.
+    """
+    count = len(steps)
+    column = fwd.zs[k][:, cols].T + steps[:, None] * fwd.ys[k][:, rows].T  # (2S, N)
+    base = fwd.masks[k][:, cols].T
+    crossed = np.zeros(count, bool)
+    where = np.full((count, 3), -1, np.int64)
+    fraction = np.ones(count)
+    if frozen:
+        new_column = column * base
+    else:
+        changed = (column > 0) != base
+        crossed = changed.any(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            nearest = np.where(
+                changed, np.abs(fwd.zs[k][:, cols].T) / np.abs(column - fwd.zs[k][:, cols].T), np.inf
+            ).argmin(axis=1)
+        where[crossed] = np.column_stack([np.full(int(crossed.sum()), k), nearest[crossed], cols[crossed]])
+        new_column = np.maximum(column, 0.0)
+    old_column = fwd.ys[k + 1][:, cols].T
+    if k + 1 == len(fwd.zs):
+        losses = fwd.loss + np.einsum("sn,sn->s", new_column, new_column) - np.sum(old_column**2, axis=1)
+        return losses, crossed, where, fraction
+    z = fwd.zs[k + 1] + (new_column - old_column)[:, :, None] * fwd.weights[k + 1][cols][:, None, :]
+    losses, more, at, later = _propagate(fwd, k + 1, z, frozen)
+    # A crossing in layer k is already known (the step is below the exact distance to it): shrink.
+    fraction = np.where(crossed, 0.5, later)
+    return losses, crossed | more, np.where(crossed[:, None], where, at), fraction
+
+
+def _propagate(fwd, k, z, frozen):
+    """Finish a batch of perturbed forward passes from the pre-activations ``z`` of layer ``k``.
+
+    Returns the losses, whether any mask changed, the first changed mask's ``(layer, row, unit)`` and,
+    where one changed, the fraction of the step at which the first kink lies.
+    """
+    count, n, d = z.shape
+    crossed = np.zeros(count, bool)
+    where = np.full((count, 3), -1, np.int64)
+    fraction = np.ones(count)
     for m in range(k, len(fwd.zs)):
         if m > k:
             # One tall product rather than a batch of small ones: BLAS is far faster on it.
-            z = (z.reshape(-1, d) @ fwd.weights[m]).reshape(2 * s, n, d)
+            z = (z.reshape(-1, d) @ fwd.weights[m]).reshape(count, n, d)
         base = fwd.masks[m]
         if frozen:
             z *= base
             continue
         changed = z > 0
         np.not_equal(changed, base, out=changed)
-        new = changed.reshape(2 * s, -1).any(axis=1) & ~crossed
+        new = changed.reshape(count, -1).any(axis=1) & ~crossed
         if new.any():
-            first = changed[new].reshape(int(new.sum()), -1).argmax(axis=1)
-            where[new] = np.column_stack([np.full(first.size, m), *np.divmod(first, d)])
+            # Up to the first layer that crossed, everything moved linearly with the step: the fraction
+            # of the step at which each of its kinks lies is exact; the nearest is the one to report.
+            moved = np.abs(z[new] - fwd.zs[m])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.where(changed[new], np.abs(fwd.zs[m]) / moved, np.inf)
+            ratio = ratio.reshape(int(new.sum()), -1)
+            nearest = ratio.argmin(axis=1)
+            where[new] = np.column_stack([np.full(nearest.size, m), *np.divmod(nearest, d)])
+            fraction[new] = ratio[np.arange(nearest.size), nearest]
             crossed |= new
         np.maximum(z, 0.0, out=z)
-    y = z
-    losses = np.einsum("snd,snd->s", y, y)
+    return np.einsum("snd,snd->s", z, z), crossed, where, fraction
+
+
+def _finish(fwd, losses, h, sigma, crossed, where):
+    """Central differences from the losses at ``+h`` (first half) and ``-h`` (second half)."""
+    s = len(h)
     plus, minus = losses[:s], losses[s:]
     value = (plus - minus) / (2 * h)
     u = _stack.UNIT_ROUNDOFF["float64"]
-    n_terms = y.shape[1] * y.shape[2]
+    n_terms = fwd.ys[-1].size
     # Each loss is off by at most 2 * sqrt(loss) * ||error of y[L]|| (Cauchy-Schwarz) plus its own sum
     # (worst case, (n - 1) * u * loss). The error of y[L] was modelled at the base point; it scales with
     # the size of y[L], which a large step changes: hence the factor sqrt(loss / base loss).
     base = fwd.loss
+    losses = np.maximum(losses, 0.0)
     grow = np.sqrt(np.maximum(losses / base, 1.0)) if base > 0 else 1.0
-    loss_error = _stack.SAFETY * 2 * np.sqrt(losses) * sigma * grow + u * n_terms * losses
+    loss_error = _stack.SAFETY * 2 * np.sqrt(losses) * sigma * grow + u * n_terms * (losses + base)
     error = (loss_error[:s] + loss_error[s:]) / (2 * h) + 4 * u * np.abs(value)
     kinked = crossed[:s] | crossed[s:]
     where_first = np.where(crossed[:s, None], where[:s], where[s:])
