@@ -5,13 +5,14 @@ weight ``W[k][i, j]`` is exactly a quadratic, so a central difference whose step
 no truncation error: its only error is rounding, which shrinks as the step grows. The oracle therefore
 takes, per entry, the largest step that crosses no kink:
 
-1. It starts from ``min(h_cap, dist / 8)`` (a power of two), where ``h_cap`` is the RMS of the layer's
+1. It starts from ``min(h_cap, dist / 32)`` (a power of two), where ``h_cap`` is the RMS of the layer's
    weights and ``dist`` the exact distance, along that weight, to the first kink of the layer the weight
    feeds (that layer's pre-activations move linearly with the weight).
 2. It evaluates the loss at ``w +- h`` for all entries of a layer at once (reusing the unchanged prefix
    of the stack) and compares every ReLU mask at the perturbed points with the base point. The masks
    being piecewise-linear in ``h``, equal masks at both ends prove that no kink was crossed.
-3. Entries whose step crossed a kink retry with a quarter of the step, down to ``h_cap * 2**-40``. An
+3. Entries whose step crossed a kink retry below the nearest kink crossed (its distance is exact, since
+   everything moved linearly up to it), down to ``h_cap * 2**-40``. An
    entry that still crosses sits on a kink (an exact zero pre-activation, or one closer than that): its
    value is the derivative of the piece the point belongs to, i.e. the loss evaluated with the masks held
    at the base point, which follows ``jax.nn.relu``'s convention (derivative 0 at 0); the entry is
@@ -212,7 +213,9 @@ def _differentiate(fwd: _stack.Forward, k: int, distance: np.ndarray, central) -
     rms = float(np.sqrt(np.mean(fwd.weights[k] ** 2)))
     h_cap = 2.0 ** math.floor(math.log2(rms)) if rms > 0 else 1.0
     count = len(distance)
-    step = np.minimum(h_cap, distance / 8)
+    # Later layers' kinks are unknown until evaluated: a step well inside the first layer's distance
+    # crosses them rarely (fewer retries, ~1.1 evaluations per entry) at a small cost in rounding.
+    step = np.minimum(h_cap, distance / 32)
     with np.errstate(divide="ignore"):
         step = np.where(step > 0, 2.0 ** np.floor(np.log2(step)), 0.0)
     out = {
