@@ -218,7 +218,7 @@ class _progress_display:
         from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 
         self._time = time.perf_counter
-        self._start = None
+        self._first: dict[str, tuple[float, int]] = {}
         self._bar = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -232,12 +232,11 @@ class _progress_display:
 
     def update(self, description: str, done: int, total: int) -> None:
         now = self._time()
-        if self._start is None:
-            self._start = now
         if description not in self._tasks:
-            # Show the bar only when the work so far predicts more than ~2 s in total.
-            elapsed = now - self._start
-            if done == 0 or elapsed * total / done < 2.0:
+            # Show the bar only when the rate so far predicts more than ~2 s still to go.
+            first_time, first_done = self._first.setdefault(description, (now, done))
+            rate = (done - first_done) / (now - first_time) if now > first_time else 0.0
+            if rate <= 0 or (total - done) / rate < 2.0:
                 return
             self._bar.start()
             self._tasks[description] = self._bar.add_task(description, total=total)

@@ -112,3 +112,21 @@ def test_screen_mode_needs_an_oracle_reference():
         crosscheck.run(
             layers=2, dim=2, oracle_mode="screen", reference=planted.correct, backends=[planted.correct]
         )
+
+
+def test_progress_bar_appears_only_for_long_work(monkeypatch):
+    from crosscheck import _cli
+
+    clock = iter([0.0, 0.1, 0.2, 0.3, 10.0, 10.1, 10.2])
+    display = _cli._progress_display()
+    update = display.__enter__()
+    monkeypatch.setattr(display, "_time", lambda: next(clock))
+    update("fast", 0, 100)
+    update("fast", 90, 100)  # 90% in 0.1 s: ~0.01 s to go, no bar
+    assert "fast" not in display._tasks
+    update("slow", 0, 100)
+    update("slow", 1, 100)  # 1% in 9.7 s: minutes to go, a bar
+    assert "slow" in display._tasks
+    update("slow", 50, 100)
+    assert display._bar.tasks[0].completed == 50
+    display.__exit__(None, None, None)
