@@ -37,7 +37,7 @@ from crosscheck import _stack
 __all__ = ["FiniteDifferenceOracle", "OracleEstimate", "ScreenEstimate"]
 
 #: Entries of one perturbed batch (2 * S * N * d float64 values), sized to stay cache-friendly.
-_CHUNK_VALUES = 1 << 19
+_CHUNK_VALUES = 1 << 18
 #: Steps shrink by this factor after a crossing, down to h_cap * _MIN_STEP_RATIO.
 _SHRINK, _MIN_STEP_RATIO = 0.25, 2.0**-40
 
@@ -293,17 +293,23 @@ def _central(fwd, k, h, frozen, *, rows=None, cols=None, directions=None):
     n, d = fwd.zs[k].shape
     sigma = _float64_output_sigma(fwd, k)
     per_chunk = max(1, _CHUNK_VALUES // (2 * n * d))
+    # Buffers reused by every chunk: fresh large temporaries each layer cost page faults (glibc returns
+    # freed multi-MiB blocks to the OS), which took ~40% of the run time at d=64.
+    shape = (2 * min(per_chunk, len(h)), n, d)
+    work = np.empty(shape), np.empty(shape), np.empty(shape, bool)
     parts = []
     for start in range(0, len(h), per_chunk):
         part = slice(start, start + per_chunk)
         steps = np.concatenate([h[part], -h[part]])
         if directions is None:
             both = np.tile(rows[part], 2), np.tile(cols[part], 2)
-            losses, crossed, where, fraction = _entry_losses(fwd, k, *both, steps, frozen)
+            losses, crossed, where, fraction = _entry_losses(fwd, k, *both, steps, frozen, work)
         else:
             moved = fwd.ys[k] @ directions[part]
-            z = fwd.zs[k] + steps[:, None, None] * np.concatenate([moved, moved])
-            losses, crossed, where, fraction = _propagate(fwd, k, z, frozen)
+            z = work[0][: len(steps)]
+            np.multiply(steps[:, None, None], np.concatenate([moved, moved]), out=z)
+            z += fwd.zs[k]
+            losses, crossed, where, fraction = _propagate(fwd, k, z, frozen, work)
         half = len(h[part])
         parts.append(
             (
@@ -314,7 +320,7 @@ def _central(fwd, k, h, frozen, *, rows=None, cols=None, directions=None):
     return tuple(np.concatenate(p) for p in zip(*parts, strict=True))
 
 
-def _entry_losses(fwd, k, rows, cols, steps, frozen):
+def _entry_losses(fwd, k, rows, cols, steps, frozen, work):
     """Losses at ``W[k][rows, cols] + steps``, reusing everything that does not change.
 
     Only column j of ``z[k]`` depends on ``W[k][i, j]``, and linearly (``+= h * y[k][:, i]``); so only
@@ -342,32 +348,38 @@ def _entry_losses(fwd, k, rows, cols, steps, frozen):
     if k + 1 == len(fwd.zs):
         losses = fwd.loss + np.einsum("sn,sn->s", new_column, new_column) - np.sum(old_column**2, axis=1)
         return losses, crossed, where, fraction
-    z = fwd.zs[k + 1] + (new_column - old_column)[:, :, None] * fwd.weights[k + 1][cols][:, None, :]
-    losses, more, at, later = _propagate(fwd, k + 1, z, frozen)
+    z = work[0][:count]
+    np.multiply((new_column - old_column)[:, :, None], fwd.weights[k + 1][cols][:, None, :], out=z)
+    z += fwd.zs[k + 1]
+    losses, more, at, later = _propagate(fwd, k + 1, z, frozen, work)
     # A crossing in layer k is already known (the step is below the exact distance to it): shrink.
     fraction = np.where(crossed, 0.5, later)
     return losses, crossed | more, np.where(crossed[:, None], where, at), fraction
 
 
-def _propagate(fwd, k, z, frozen):
+def _propagate(fwd, k, z, frozen, work):
     """Finish a batch of perturbed forward passes from the pre-activations ``z`` of layer ``k``.
+
+    ``z`` is a view of ``work[0]``; ``work`` holds two float buffers and a bool one of at least its size.
 
     Returns the losses, whether any mask changed, the first changed mask's ``(layer, row, unit)`` and,
     where one changed, the fraction of the step at which the first kink lies.
     """
     count, n, d = z.shape
+    spare = work[1][:count]  # z lives in work[0]; products alternate between the two
     crossed = np.zeros(count, bool)
     where = np.full((count, 3), -1, np.int64)
     fraction = np.ones(count)
     for m in range(k, len(fwd.zs)):
         if m > k:
             # One tall product rather than a batch of small ones: BLAS is far faster on it.
-            z = (z.reshape(-1, d) @ fwd.weights[m]).reshape(count, n, d)
+            np.matmul(z.reshape(-1, d), fwd.weights[m], out=spare.reshape(-1, d))
+            z, spare = spare, z
         base = fwd.masks[m]
         if frozen:
             z *= base
             continue
-        changed = z > 0
+        changed = np.greater(z, 0, out=work[2][:count])
         np.not_equal(changed, base, out=changed)
         new = changed.reshape(count, -1).any(axis=1) & ~crossed
         if new.any():

@@ -12,8 +12,10 @@ then the oracle alone at d = 64, N = 32 (float32 inputs; the oracle works in flo
 
 The floor. The oracle perturbs every weight ``W[k][i, j]`` by ``+h`` and ``-h`` and re-evaluates the
 stack from layer ``k`` on, reusing the unperturbed prefix. The perturbation only moves column ``j`` of
-``z[k]`` (no product needed there), so each of the two evaluations costs ``L - 1 - k`` products
-``(N, d) @ (d, d)``. Summed over layers that is ``d*d * 2 * L*(L-1)/2`` such products. The oracle batches
+``z[k]`` (no product needed there), and so only column ``j`` of ``y[k+1]``: ``z[k+1]`` changes by a
+rank-one term (no product needed there either). Each of the two evaluations then costs ``L - 2 - k``
+products ``(N, d) @ (d, d)`` (none for the last two layers). Summed over layers that is
+``d*d * 2 * (L-1)*(L-2)/2`` such products. The oracle batches
 them: a chunk of ``S`` entries (``_CHUNK_VALUES // (2*N*d)``, at most ``d*d``) stacks its ``2*S`` blocks
 into one tall ``(2*S*N, d) @ (d, d)`` product. The floor is the best time of that one tall product
 (written into a preallocated output, so no allocation is timed; sampled after each oracle run, so that
@@ -69,7 +71,7 @@ def floor_seconds(oracle: crosscheck.Backend, dim: int, batch: int, repeats: int
     chunk_values = importlib.import_module(type(oracle).__module__)._CHUNK_VALUES
     entries = min(max(1, chunk_values // (2 * batch * dim)), dim * dim)  # S entries per chunk
     rows = 2 * entries * batch  # +h and -h: 2*S blocks of (N, d), stacked
-    blocks = dim * dim * LAYERS * (LAYERS - 1)  # sum over k of d*d * 2 * (L - 1 - k)
+    blocks = dim * dim * (LAYERS - 1) * (LAYERS - 2)  # sum over k of d*d * 2 * max(L - 2 - k, 0)
     rng = np.random.default_rng(0)
     a, w = rng.standard_normal((rows, dim)), rng.standard_normal((dim, dim))
     out = np.empty((rows, dim))
@@ -128,7 +130,7 @@ def time_gradcheck(weights: np.ndarray, x: np.ndarray) -> tuple[float, bool]:
 
 FOOTNOTE = (
     "floor: best time of one tall (2*S*N, d) @ (d, d) product (S = entries per oracle chunk) times the "
-    "number of such products the oracle needs: d*d weights x 2 evaluations x (L-1-k) layers, summed over k. "
+    "number of such products the oracle needs: d*d weights x 2 evaluations x (L-2-k) layers, summed over k. "
     "evals/2Ld²: the oracle's loss evaluations over the floor's (above 1: retries after crossing a kink). "
     "gradcheck: one fast_mode=False call; ✓/✗ is its verdict. Threads: OMP/OPENBLAS_NUM_THREADS, "
     f"here {os.environ['OPENBLAS_NUM_THREADS']}."
