@@ -365,7 +365,7 @@ def _propagate(fwd, k, z, frozen, work):
     Returns the losses, whether any mask changed, the first changed mask's ``(layer, row, unit)`` and,
     where one changed, the fraction of the step at which the first kink lies.
     """
-    count, n, d = z.shape
+    count, _, d = z.shape
     spare = work[1][:count]  # z lives in work[0]; products alternate between the two
     crossed = np.zeros(count, bool)
     where = np.full((count, 3), -1, np.int64)
