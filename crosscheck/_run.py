@@ -16,6 +16,7 @@ from ._case import Case, check_inputs, make_inputs
 from ._compare import Comparison, Kinks, Tolerance, _structural_problem, compare, mismatch_message
 from ._report import BackendResult, Report
 
+MODIFIED = "modified its inputs (`weights` or `x`); backends must not write to them"
 #: Fraction of an entry's tolerance that a possible ReLU flip may move it before it is unjudgeable.
 KINK_IMPACT_FRACTION = 0.25
 
@@ -184,67 +185,42 @@ class _Driver:
         )
 
     def _reference(self, backend: Backend, result: BackendResult):
+        """Run the reference: ``(value, error bar, result)``, or ``(None, None, result)`` if it failed."""
         self.oracle, self.screened, self.oracle_backend = None, None, backend
-        estimate = getattr(backend, "estimate", None)
-        mode = self._mode(backend)
-        if mode == "screen":
+        result = dataclasses.replace(result, role="reference")
+        if self._mode(backend) == "screen":
             return self._screen_reference(backend, result)
-        if callable(estimate):
-            start = time.perf_counter()
-            try:
-                est = estimate(self.weights, self.x, progress=self._progress("oracle"))
-            except Exception as exc:
-                return (
-                    None,
-                    None,
-                    dataclasses.replace(
-                        result, status="failed", role="reference", error=f"{type(exc).__name__}: {exc}"
-                    ),
-                )
-            elapsed = time.perf_counter() - start
-            if self._restore():
-                return (
-                    None,
-                    None,
-                    dataclasses.replace(
-                        result,
-                        status="failed",
-                        role="reference",
-                        error="modified its inputs (`weights` or `x`); backends must not write to them",
-                    ),
-                )
+        if callable(getattr(backend, "estimate", None)):
+            est, result = self._timed(backend.estimate, result, progress=self._progress("oracle"))
+            if est is None:
+                return None, None, result
             self.oracle = est
-            return (
-                est.value,
-                est.error,
-                dataclasses.replace(
-                    result,
-                    status="ok",
-                    role="reference",
-                    dtype="float64",
-                    seconds=elapsed,
-                    notes={"evaluations": est.evaluations, "kink_entries": int(est.kink.sum())},
-                ),
-            )
-        value, result = self._call(backend, dataclasses.replace(result, role="reference"))
+            notes = {"evaluations": est.evaluations, "kink_entries": int(est.kink.sum())}
+            return est.value, est.error, dataclasses.replace(result, dtype="float64", notes=notes)
+        value, result = self._call(backend, result)
         if value is None:
             return None, None, result
-        value = np.asarray(value)
         if value.shape != self.weights.shape or not np.all(np.isfinite(value)):
-            return (
-                None,
-                None,
-                dataclasses.replace(
-                    result,
-                    status="failed",
-                    error=f"reference gradient must be finite with shape {self.weights.shape}; "
-                    f"found shape {value.shape}",
-                ),
+            error = (
+                f"reference gradient must be finite with shape {self.weights.shape}; "
+                f"found shape {value.shape}"
             )
-        error = self._model(
-            value.dtype.name if value.dtype.name in _stack.UNIT_ROUNDOFF else "float64"
-        ).grad_bound
-        return value.astype(np.float64), error, result
+            return None, None, dataclasses.replace(result, status="failed", error=error)
+        dtype = value.dtype.name if value.dtype.name in _stack.UNIT_ROUNDOFF else "float64"
+        return value.astype(np.float64), self._model(dtype).grad_bound, result
+
+    def _timed(self, fn, result: BackendResult, *args, **kwargs):
+        """Call ``fn(weights, x, *args, **kwargs)``; a raise or a write to the inputs is a failure."""
+        start = time.perf_counter()
+        try:
+            value = fn(self.weights, self.x, *args, **kwargs)
+        except Exception as exc:
+            self._restore()
+            return None, dataclasses.replace(result, status="failed", error=f"{type(exc).__name__}: {exc}")
+        elapsed = time.perf_counter() - start
+        if self._restore():
+            return None, dataclasses.replace(result, status="failed", seconds=elapsed, error=MODIFIED)
+        return value, dataclasses.replace(result, status="ok", seconds=elapsed)
 
     def _mode(self, backend: Backend) -> str:
         can_screen = callable(getattr(backend, "screen", None))
@@ -261,38 +237,15 @@ class _Driver:
         shape = self.weights.shape
         rng = np.random.default_rng(0)  # fixed: the same case is screened along the same directions
         directions = rng.choice([-1.0, 1.0], size=(shape[0], self.n_directions, shape[1], shape[2]))
-        start = time.perf_counter()
-        try:
-            self.screened = backend.screen(
-                self.weights, self.x, directions, progress=self._progress("oracle (screening)")
-            )
-        except Exception as exc:
-            return (
-                None,
-                None,
-                dataclasses.replace(
-                    result, status="failed", role="reference", error=f"{type(exc).__name__}: {exc}"
-                ),
-            )
-        self._restore()
-        self._full: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        nan = np.full(shape, np.nan)
-        return (
-            nan,
-            nan.copy(),
-            dataclasses.replace(
-                result,
-                status="ok",
-                role="reference",
-                dtype="float64",
-                seconds=time.perf_counter() - start,
-                notes={
-                    "mode": "screen",
-                    "directions": self.n_directions,
-                    "evaluations": self.screened.evaluations,
-                },
-            ),
+        self.screened, result = self._timed(
+            backend.screen, result, directions, progress=self._progress("oracle (screening)")
         )
+        if self.screened is None:
+            return None, None, result
+        self._full: dict[int, tuple[np.ndarray, ...]] = {}
+        nan = np.full(shape, np.nan)
+        notes = {"mode": "screen", "directions": self.n_directions, "evaluations": self.screened.evaluations}
+        return nan, nan.copy(), dataclasses.replace(result, dtype="float64", notes=notes)
 
     def _full_layers(self, layers: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """The oracle on every entry of ``layers`` (cached across candidates); NaN elsewhere."""
@@ -376,22 +329,15 @@ class _Driver:
         return np.einsum("kij,ksij->ks", moved, np.abs(self.screened.directions))
 
     def _call(self, backend: Backend, result: BackendResult):
-        start = time.perf_counter()
+        value, result = self._timed(backend.grad, result)
+        if value is None:
+            return None, result
         try:
-            value = backend.grad(self.weights, self.x)
             value = np.asarray(value)
-        except Exception as exc:
-            self._restore()
-            return None, dataclasses.replace(result, status="failed", error=f"{type(exc).__name__}: {exc}")
-        elapsed = time.perf_counter() - start
-        if self._restore():
-            return None, dataclasses.replace(
-                result,
-                status="failed",
-                seconds=elapsed,
-                error="modified its inputs (`weights` or `x`); backends must not write to them",
-            )
-        return value, dataclasses.replace(result, status="ok", seconds=elapsed, dtype=value.dtype.name)
+        except (ValueError, TypeError) as exc:
+            error = f"returned something that is not an array: {type(exc).__name__}: {exc}"
+            return None, dataclasses.replace(result, status="failed", error=error)
+        return value, dataclasses.replace(result, dtype=value.dtype.name)
 
     def _restore(self) -> bool:
         """Put the pristine inputs back; return whether they had been modified."""

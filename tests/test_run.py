@@ -130,3 +130,13 @@ def test_progress_bar_appears_only_for_long_work(monkeypatch):
     update("slow", 50, 100)
     assert display._bar.tasks[0].completed == 50
     display.__exit__(None, None, None)
+
+
+def test_a_backend_returning_a_ragged_list_is_a_failed_backend_not_a_crash():
+    def ragged(weights, x):
+        return [[1.0], [1.0, 2.0]]
+
+    report = crosscheck.run(layers=2, dim=2, batch=1, backends=[ragged])
+    assert not report.passed
+    assert report.backends["ragged"].status == "failed"
+    assert "not an array" in report.backends["ragged"].error
