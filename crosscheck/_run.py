@@ -285,9 +285,10 @@ class _Driver:
         slack = 0.0 if self.rtol is None else self.atol * size * size + self.rtol * np.abs(sc.value)
         # The floor term of every entry, summed in quadrature over the d * d entries of a direction.
         floor = _stack.SAFETY * u * size * float(np.max(np.abs(candidate), initial=0.0))
-        tol = _stack.SAFETY * model.direction_sigma + sc.error + floor + slack + self._kink_slack(dtype)
+        kinks, several = self._kink_slack(dtype)
+        tol = _stack.SAFETY * model.direction_sigma + sc.error + floor + slack + kinks
         diff = np.abs(projected - sc.value)
-        failing = sorted({int(k) for k in np.nonzero(diff > tol)[0]})
+        failing = sorted({int(k) for k in np.nonzero(diff > tol)[0]} | several)
         screening = [
             {
                 "layer": k,
@@ -317,16 +318,20 @@ class _Driver:
             else coverage + ": every direction agrees",
         )
 
-    def _kink_slack(self, dtype: str) -> np.ndarray:
-        """How far ReLU flips the candidate may see can move each directional derivative."""
-        tol = self._model(dtype).grad_bound
+    def _kink_slack(self, dtype: str) -> tuple[np.ndarray, set[int]]:
+        """How far ReLU flips the candidate may see can move each directional derivative, and the
+        layers where several flips can move one entry (those are always checked entry by entry)."""
+        *_, effects = self._kink_effects(dtype, self._model(dtype).grad_bound)
+        moved = np.abs(effects.alternative) * (effects.count > 0) + effects.minor
+        several = {int(k) for k in np.nonzero(effects.count > 1)[0]}
+        return np.einsum("kij,ksij->ks", moved, np.abs(self.screened.directions)), several
+
+    def _kink_effects(self, dtype: str, tol: np.ndarray):
+        """The ambiguous pre-activations for ``dtype`` (with their bounds) and what flipping them does."""
         cand, ref = self._model(dtype), self._model("float64")
         bounds = [cand.z_bound(m) + ref.z_bound(m) for m in range(len(self.fwd.zs))]
         found = _stack.ambiguous_kinks(self.fwd, bounds)
-        effects = _stack.kink_effects(self.fwd, self.deltas, found, 0.25 * tol)
-        moved = np.abs(effects.alternative) * (effects.count > 0) + effects.minor
-        moved = np.where(effects.count > 1, np.inf, moved)
-        return np.einsum("kij,ksij->ks", moved, np.abs(self.screened.directions))
+        return bounds, found, _stack.kink_effects(self.fwd, self.deltas, found, KINK_IMPACT_FRACTION * tol)
 
     def _call(self, backend: Backend, result: BackendResult):
         value, result = self._timed(backend.grad, result)
@@ -382,11 +387,7 @@ class _Driver:
 
     def _kinks(self, tol: np.ndarray, dtype: str) -> tuple[Kinks, np.ndarray]:
         """Judge kink-ambiguous entries on both sides of one kink; more than one is unjudgeable."""
-        cand = self._model(dtype)
-        ref = self._model("float64")
-        bounds = [cand.z_bound(m) + ref.z_bound(m) for m in range(len(self.fwd.zs))]
-        found = _stack.ambiguous_kinks(self.fwd, bounds)
-        effects = _stack.kink_effects(self.fwd, self.deltas, found, KINK_IMPACT_FRACTION * tol)
+        bounds, found, effects = self._kink_effects(dtype, tol)
         unjudgeable = effects.count > 1
         reason = np.where(unjudgeable, f"{dtype} rounding may flip several ReLUs", "").astype(object)
         kink = np.full(unjudgeable.shape + (3,), -1, np.int64)

@@ -5,8 +5,9 @@ The stack is ``y[0] = x``, ``z[m] = y[m] @ W[m]``, ``y[m + 1] = relu(z[m])`` for
 pre-activation ``z[layer][row, unit]``; a gradient entry ``(layer, row, col)`` is
 ``dloss/dW[layer][row, col]``.
 
-The backward pass written here is used only to *size* tolerances and to judge which entries a ReLU
-sign flip can move. The oracle never uses it: its values come from evaluating the loss alone.
+The backward pass written here is used only to *size* tolerances and error bars and to judge which
+entries a ReLU sign flip can move. The oracle's values never come from it: they come from evaluating
+the loss alone.
 """
 
 from __future__ import annotations
