@@ -75,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     out = run.add_argument_group("output")
     out.add_argument("--json", metavar="PATH", help="write the JSON report here")
+    out.add_argument("--junit", metavar="PATH", help="write a JUnit XML report here")
     out.add_argument("--quiet", action="store_true", help="print only the verdict line")
     matrix = sub.add_parser(
         "matrix",
@@ -89,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     matrix.add_argument("--strict", action="store_true", help="fail on unjudgeable entries")
     matrix.add_argument("--json", metavar="PATH", help="write every case's JSON report here (a list)")
+    matrix.add_argument("--junit", metavar="PATH", help="write a JUnit XML report here (a suite a case)")
     return parser
 
 
@@ -128,6 +130,7 @@ def _run(args: argparse.Namespace) -> int:
             f"`--{'rtol' if args.atol is None else 'atol'}`."
         )
     _check_output(args.json)
+    _check_output(args.junit, "--junit")
     console = _console()
     try:
         with _progress_display() as progress:
@@ -149,6 +152,9 @@ def _run(args: argparse.Namespace) -> int:
             report.write_json(args.json)
         except OSError as exc:
             raise UsageError(f"cannot write `--json` {args.json}: {exc.strerror or exc}") from exc
+    from ._junit import case_name
+
+    _write_junit(args.junit, [(case_name(report), report)])
     if args.quiet:
         console.print("PASSED" if report.passed else "FAILED: " + "; ".join(report.problems))
     else:
@@ -160,16 +166,23 @@ def _matrix(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
+    from . import _matrix as _matrix_module
     from ._matrix import render_matrix, run_matrix
 
     _check_output(args.json)
+    _check_output(args.junit, "--junit")
     console = _console()
     try:
         with _progress_display() as progress:
-            rows = run_matrix(backends=args.backend, strict=args.strict, progress=progress)
+            rows = run_matrix(
+                _matrix_module.CASES, backends=args.backend, strict=args.strict, progress=progress
+            )
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from exc
     render_matrix(rows, console)
+    from ._junit import case_name
+
+    _write_junit(args.junit, [(case_name(row.report), row.report) for row in rows])
     if args.json:
         reports = [dict(row.report.to_dict(), known_answer=row.known_answer) for row in rows]
         try:
@@ -179,12 +192,23 @@ def _matrix(args: argparse.Namespace) -> int:
     return EXIT_OK if all(row.passed for row in rows) else EXIT_FAIL
 
 
-def _check_output(path: str | None) -> None:
-    """Fail before the work, not after it, when the JSON report cannot be written."""
+def _check_output(path: str | None, option: str = "--json") -> None:
+    """Fail before the work, not after it, when a report cannot be written."""
     from pathlib import Path
 
     if path is not None and not Path(path).resolve().parent.is_dir():
-        raise UsageError(f"cannot write `--json` {path}: its folder does not exist.")
+        raise UsageError(f"cannot write `{option}` {path}: its folder does not exist.")
+
+
+def _write_junit(path: str | None, reports) -> None:
+    from ._junit import write_junit
+
+    if path is None:
+        return
+    try:
+        write_junit(reports, path)
+    except OSError as exc:
+        raise UsageError(f"cannot write `--junit` {path}: {exc.strerror or exc}") from exc
 
 
 def _console():

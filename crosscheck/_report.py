@@ -42,6 +42,7 @@ class Report:
     comparisons: list[Comparison]
     reference: str
     strict: bool = False
+    environment: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def problems(self) -> list[str]:
@@ -92,6 +93,7 @@ class Report:
                 "strict": self.strict,
                 "backends": {name: r.to_dict() for name, r in self.backends.items()},
                 "comparisons": [c.to_dict() for c in self.comparisons],
+                "environment": self.environment,
             }
         )
 

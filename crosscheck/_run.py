@@ -14,6 +14,7 @@ from . import _stack
 from ._backend import BUILTINS, ORACLE, Backend, BackendUnavailable, backend_info, load_backend
 from ._case import Case, check_inputs, make_inputs
 from ._compare import Comparison, Kinks, Tolerance, _structural_problem, compare, mismatch_message
+from ._environment import environment
 from ._report import BackendResult, Report
 
 MODIFIED = "modified its inputs (`weights` or `x`); backends must not write to them"
@@ -170,6 +171,7 @@ class _Driver:
             comparisons=comparisons,
             reference=ref_result.name,
             strict=self.strict,
+            environment=environment(),
         )
 
     def _load(self, spec: Any, *, explicit: bool) -> tuple[Backend | None, BackendResult]:

@@ -482,7 +482,7 @@ def test_matrix_json(tmp_path, monkeypatch, capsys):
     import crosscheck._matrix as matrix
 
     # The CLI runs the fixed matrix (~25 s); one of its identity cases is enough to test the command.
-    monkeypatch.setattr(matrix.run_matrix, "__defaults__", (tuple(MATRIX_CASES[:1]),))
+    monkeypatch.setattr(matrix, "CASES", tuple(MATRIX_CASES[:1]))
     status = main(["matrix", "--json", str(tmp_path / "matrix.json")])
     out = capsys.readouterr().out
     assert status == 0, out
