@@ -76,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     out = run.add_argument_group("output")
     out.add_argument("--json", metavar="PATH", help="write the JSON report here")
     out.add_argument("--junit", metavar="PATH", help="write a JUnit XML report here")
+    out.add_argument(
+        "--save-bundle",
+        metavar="PATH",
+        help="when the run fails, write a .npz that reproduces it (inputs, every gradient, the case, "
+        "the environment); `crosscheck replay PATH` re-runs it",
+    )
     out.add_argument("--quiet", action="store_true", help="print only the verdict line")
     matrix = sub.add_parser(
         "matrix",
@@ -91,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     matrix.add_argument("--strict", action="store_true", help="fail on unjudgeable entries")
     matrix.add_argument("--json", metavar="PATH", help="write every case's JSON report here (a list)")
     matrix.add_argument("--junit", metavar="PATH", help="write a JUnit XML report here (a suite a case)")
+    replay = sub.add_parser(
+        "replay",
+        help="re-run a repro bundle and say whether each gradient reproduces bit for bit",
+        description="Re-run the backends of a bundle written by `crosscheck run --save-bundle`.",
+    )
+    replay.add_argument("bundle", metavar="PATH", help="the .npz bundle")
     return parser
 
 
@@ -98,7 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``crosscheck`` and ``python -m crosscheck``; returns the exit status."""
     try:
         args = build_parser().parse_args(argv)
-        return _matrix(args) if args.command == "matrix" else _run(args)
+        commands = {"matrix": _matrix, "replay": _replay, "run": _run}
+        return commands[args.command](args)
     except UsageError as exc:
         # One line, whatever the message (a user's factory may raise a multi-line error).
         print("crosscheck: error: " + " ".join(str(exc).split()), file=sys.stderr)
@@ -131,6 +144,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     _check_output(args.json)
     _check_output(args.junit, "--junit")
+    _check_output(args.save_bundle, "--save-bundle")
     console = _console()
     try:
         with _progress_display() as progress:
@@ -155,6 +169,16 @@ def _run(args: argparse.Namespace) -> int:
     from ._junit import case_name
 
     _write_junit(args.junit, [(case_name(report), report)])
+    if args.save_bundle and not report.passed:
+        from ._bundle import save_bundle
+
+        try:
+            save_bundle(report, args.save_bundle)
+        except OSError as exc:
+            raise UsageError(
+                f"cannot write `--save-bundle` {args.save_bundle}: {exc.strerror or exc}"
+            ) from exc
+        print(f"crosscheck: wrote the repro bundle {args.save_bundle}", file=sys.stderr)
     if args.quiet:
         console.print("PASSED" if report.passed else "FAILED: " + "; ".join(report.problems))
     else:
@@ -209,6 +233,34 @@ def _write_junit(path: str | None, reports) -> None:
         write_junit(reports, path)
     except OSError as exc:
         raise UsageError(f"cannot write `--junit` {path}: {exc.strerror or exc}") from exc
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from ._bundle import load_bundle, replay
+
+    try:
+        bundle = load_bundle(args.bundle)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    rows = replay(bundle)
+    case = bundle["meta"]["report"]["case"]
+    table = Table(
+        title=f"replay of {args.bundle}: "
+        + ", ".join(f"{k}={v}" for k, v in case.items() if not k.endswith("sha256")),
+        title_justify="left",
+    )
+    for column in ("backend", "spec", "result", "detail"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(row["backend"], str(row["spec"]), row["status"], row.get("detail", ""))
+    console = _console()
+    console.print(table)
+    replayed = [row for row in rows if row["spec"] is not None]
+    same = all(row["status"] == "bit for bit" for row in replayed)
+    console.print("REPRODUCED bit for bit" if same and replayed else "NOT REPRODUCED", highlight=False)
+    return EXIT_OK if same and replayed else EXIT_FAIL
 
 
 def _console():

@@ -43,6 +43,9 @@ class Report:
     reference: str
     strict: bool = False
     environment: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: The inputs and every gradient computed (not part of the JSON; a repro bundle saves them).
+    inputs: tuple[Any, Any] | None = dataclasses.field(default=None, repr=False)
+    gradients: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def problems(self) -> list[str]:

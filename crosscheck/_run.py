@@ -140,10 +140,13 @@ class _Driver:
 
     def run(self, specs: list[Any], reference_spec: Any, explicit: bool) -> Report:
         results: dict[str, BackendResult] = {}
+        self.gradients: dict[str, np.ndarray] = {}
         ref_backend, ref_result = self._load(reference_spec, explicit=True)
         ref_value, ref_error = None, None
         if ref_backend is not None:
             ref_value, ref_error, ref_result = self._reference(ref_backend, ref_result)
+            if ref_value is not None and not np.all(np.isnan(ref_value)):
+                self.gradients[ref_result.name] = ref_value
         results[ref_result.name] = ref_result
         comparisons: list[Comparison] = []
         for spec in specs:
@@ -155,6 +158,7 @@ class _Driver:
             elif backend is not None:
                 value, result = self._call(backend, result)
                 if value is not None:
+                    self.gradients[_unique(result.name, results)] = value
                     # A backend may compute in another precision on purpose (the oracle: float64).
                     dtype = getattr(backend, "output_dtype", None) or self.dtype
                     if self.screened is not None:
@@ -172,6 +176,8 @@ class _Driver:
             reference=ref_result.name,
             strict=self.strict,
             environment=environment(),
+            inputs=(self.weights.copy(), self.x.copy()),
+            gradients=self.gradients,
         )
 
     def _load(self, spec: Any, *, explicit: bool) -> tuple[Backend | None, BackendResult]:
@@ -182,8 +188,14 @@ class _Driver:
             return None, BackendResult(
                 name=str(name), status="unavailable", error=str(exc), required=explicit
             )
+        # A name or import string can be loaded again (by `crosscheck replay`); an object cannot.
+        notes = {"spec": spec} if isinstance(spec, str) else {}
         return backend, BackendResult(
-            name=str(backend.name), status="pending", required=explicit, info=backend_info(backend)
+            name=str(backend.name),
+            status="pending",
+            required=explicit,
+            info=backend_info(backend),
+            notes=notes,
         )
 
     def _reference(self, backend: Backend, result: BackendResult):
@@ -198,6 +210,7 @@ class _Driver:
                 return None, None, result
             self.oracle = est
             notes = {"evaluations": est.evaluations, "kink_entries": int(est.kink.sum())}
+            notes = {**result.notes, **notes}
             return est.value, est.error, dataclasses.replace(result, dtype="float64", notes=notes)
         value, result = self._call(backend, result)
         if value is None:
@@ -246,7 +259,12 @@ class _Driver:
             return None, None, result
         self._full: dict[int, tuple[np.ndarray, ...]] = {}
         nan = np.full(shape, np.nan)
-        notes = {"mode": "screen", "directions": self.n_directions, "evaluations": self.screened.evaluations}
+        notes = {
+            **result.notes,
+            "mode": "screen",
+            "directions": self.n_directions,
+            "evaluations": self.screened.evaluations,
+        }
         return nan, nan.copy(), dataclasses.replace(result, dtype="float64", notes=notes)
 
     def _full_layers(self, layers: list[int]) -> tuple[np.ndarray, np.ndarray]:
