@@ -21,6 +21,12 @@ def _loss(weights, x):
 _grad = jax.jit(jax.grad(_loss, argnums=0))
 
 
+@jax.jit
+def _activations(weights, x):
+    _, ys = jax.lax.scan(lambda y, w: (jax.nn.relu(y @ w),) * 2, x, weights)
+    return ys
+
+
 class JaxBackend:
     """Gradient of the ReLU stack with ``jax.grad`` through a checkpointed ``lax.scan``.
 
@@ -34,6 +40,11 @@ class JaxBackend:
         with jax.enable_x64(weights.dtype == np.float64):
             result = _grad(jnp.asarray(weights), jnp.asarray(x))
             return np.asarray(result)
+
+    def activations(self, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """The forward activations ``y[1] .. y[L]``, shape ``(L, N, d)`` (for localizing a mismatch)."""
+        with jax.enable_x64(weights.dtype == np.float64):
+            return np.asarray(_activations(jnp.asarray(weights), jnp.asarray(x)))
 
     def info(self) -> dict[str, str]:
         return {

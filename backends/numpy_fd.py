@@ -176,6 +176,10 @@ class FiniteDifferenceOracle:
         error += _stack.SAFETY * model.direction_sigma
         return ScreenEstimate(directions, value, error, kink, evaluations)
 
+    def activations(self, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """The float64 forward activations ``y[1] .. y[L]``, shape ``(L, N, d)``."""
+        return np.stack(_stack.forward(weights, x).ys[1:])
+
     def info(self) -> dict[str, str]:
         return {
             "framework": "numpy",

@@ -27,6 +27,15 @@ class TorchBackend:
         torch.sum(y**2).backward()
         return w.grad.numpy()
 
+    def activations(self, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """The forward activations ``y[1] .. y[L]``, shape ``(L, N, d)`` (for localizing a mismatch)."""
+        with torch.no_grad():
+            y, out = torch.tensor(x), []
+            for w in torch.tensor(weights):
+                y = _layer(y, w)
+                out.append(y.numpy())
+        return np.stack(out)
+
     def info(self) -> dict[str, str]:
         return {
             "framework": "torch",

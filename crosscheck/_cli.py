@@ -28,18 +28,46 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = _Parser(prog="crosscheck", description="Cross-check gradients across backends.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    run = sub.add_parser(
-        "run",
-        help="cross-check one case",
-        description="Cross-check the weight gradient of the ReLU stack on one case.",
+    for command, help_text in (
+        ("run", "cross-check one case"),
+        ("explain", "cross-check one case and say, layer by layer, where a disagreement starts"),
+    ):
+        _add_run_options(
+            sub.add_parser(command, help=help_text, description=help_text[0].upper() + help_text[1:] + "."),
+            DTYPES,
+            INITS,
+        )
+    matrix = sub.add_parser(
+        "matrix",
+        help="run the CI matrix of cases (nox -s crosscheck)",
+        description="Run the fixed CI matrix of cases and print one summary table.",
     )
+    matrix.add_argument(
+        "--backend",
+        action="append",
+        metavar="NAME_OR_IMPORT_STRING",
+        help="backend to check (repeatable; default: every built-in)",
+    )
+    matrix.add_argument("--strict", action="store_true", help="fail on unjudgeable entries")
+    matrix.add_argument("--json", metavar="PATH", help="write every case's JSON report here (a list)")
+    matrix.add_argument("--junit", metavar="PATH", help="write a JUnit XML report here (a suite a case)")
+    replay = sub.add_parser(
+        "replay",
+        help="re-run a repro bundle and say whether each gradient reproduces bit for bit",
+        description="Re-run the backends of a bundle written by `crosscheck run --save-bundle`.",
+    )
+    replay.add_argument("bundle", metavar="PATH", help="the .npz bundle")
+    return parser
+
+
+def _add_run_options(run: argparse.ArgumentParser, dtypes, inits) -> None:
     case = run.add_argument_group("case (generated inputs)")
     case.add_argument("--layers", type=int, help="number of layers L (default 8)")
     case.add_argument("--batch", type=int, help="rows N of x (default 8)")
     case.add_argument("--dim", type=int, help="width d (default 16)")
-    case.add_argument("--dtype", choices=DTYPES, help="float dtype of the inputs (default float32)")
+    case.add_argument("--dtype", choices=dtypes, help="float dtype of the inputs (default float32)")
     case.add_argument("--seed", type=int, help="random seed (default 0)")
-    case.add_argument("--init", choices=INITS, help="how inputs are drawn (default gaussian)")
+    case.add_argument("--init", choices=inits, help="how inputs are drawn (default gaussian)")
     case.add_argument("--scale", type=float, help="factor applied to x (default 1.0)")
     own = run.add_argument_group("your own inputs")
     own.add_argument("--weights", metavar="FILE", help="weights (L, d, d) as .npy or .npz")
@@ -83,34 +111,20 @@ def build_parser() -> argparse.ArgumentParser:
         "the environment); `crosscheck replay PATH` re-runs it",
     )
     out.add_argument("--quiet", action="store_true", help="print only the verdict line")
-    matrix = sub.add_parser(
-        "matrix",
-        help="run the CI matrix of cases (nox -s crosscheck)",
-        description="Run the fixed CI matrix of cases and print one summary table.",
+    run.add_argument(
+        "--explain",
+        action="store_true",
+        help="say layer by layer where a disagreement starts (forward or backward pass)",
     )
-    matrix.add_argument(
-        "--backend",
-        action="append",
-        metavar="NAME_OR_IMPORT_STRING",
-        help="backend to check (repeatable; default: every built-in)",
-    )
-    matrix.add_argument("--strict", action="store_true", help="fail on unjudgeable entries")
-    matrix.add_argument("--json", metavar="PATH", help="write every case's JSON report here (a list)")
-    matrix.add_argument("--junit", metavar="PATH", help="write a JUnit XML report here (a suite a case)")
-    replay = sub.add_parser(
-        "replay",
-        help="re-run a repro bundle and say whether each gradient reproduces bit for bit",
-        description="Re-run the backends of a bundle written by `crosscheck run --save-bundle`.",
-    )
-    replay.add_argument("bundle", metavar="PATH", help="the .npz bundle")
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``crosscheck`` and ``python -m crosscheck``; returns the exit status."""
     try:
         args = build_parser().parse_args(argv)
-        commands = {"matrix": _matrix, "replay": _replay, "run": _run}
+        if args.command == "explain":
+            args.explain = True
+        commands = {"matrix": _matrix, "replay": _replay, "run": _run, "explain": _run}
         return commands[args.command](args)
     except UsageError as exc:
         # One line, whatever the message (a user's factory may raise a multi-line error).
@@ -156,6 +170,7 @@ def _run(args: argparse.Namespace) -> int:
                 strict=args.strict,
                 oracle_mode=args.oracle_mode,
                 directions=args.directions,
+                explain=args.explain,
                 progress=progress,
                 **kwargs,
             )

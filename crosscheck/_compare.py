@@ -77,6 +77,9 @@ class Comparison:
     two_sided: int = 0
     coverage: str = "every entry"
     screening: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    per_layer: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    worst_entries: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    forward: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     unjudgeable_reasons: dict[str, int] = dataclasses.field(default_factory=dict)
     kinks: list[list[int]] = dataclasses.field(default_factory=list)
     max_abs_diff: float | None = None
@@ -153,6 +156,8 @@ def compare(
     }
     if np.any(judged):
         record.update(_extremes(diff, rel, ratio, judged, candidate, reference, tolerance))
+        record["per_layer"] = _per_layer(ratio, judged, over)
+        record["worst_entries"] = _worst_entries(ratio, judged, candidate, reference, tolerance, kinks)
     passed = mismatched == 0 and not (strict and n_unjudgeable) and bool(np.any(judged))
     status = "ok" if passed else "mismatch"
     if not np.any(judged):
@@ -200,6 +205,46 @@ def _extremes(diff, rel, ratio, judged, candidate, reference, tolerance):
         },
         "decided_by": max(terms, key=terms.get),
     }
+
+
+def _per_layer(ratio, judged, over) -> list[dict[str, Any]]:
+    """Per layer (leading axis): judged entries, mismatches and the largest difference / tolerance."""
+    out = []
+    for layer in range(ratio.shape[0]):
+        seen = judged[layer]
+        worst = float(np.max(np.where(seen, ratio[layer], 0.0), initial=0.0))
+        out.append(
+            {
+                "layer": layer,
+                "judged": int(np.count_nonzero(seen)),
+                "mismatched": int(np.count_nonzero(seen & over[layer])),
+                "worst_ratio": worst,
+            }
+        )
+    return out
+
+
+def _worst_entries(ratio, judged, candidate, reference, tolerance, kinks, count=5):
+    """The judged entries furthest past (or closest to) their tolerance, with everything about them."""
+    flat = np.where(judged, ratio, -1.0).ravel()
+    order = np.argsort(flat)[::-1][:count]
+    out = []
+    for position in order:
+        if flat[position] < 0:
+            break
+        index = tuple(int(i) for i in np.unravel_index(int(position), ratio.shape))
+        kink = [int(v) for v in kinks.kink[index]]
+        out.append(
+            {
+                "index": list(index),
+                "candidate": float(candidate[index]),
+                "reference": float(reference[index]),
+                "ratio": float(ratio[index]),
+                "terms": tolerance.at(index),
+                "kink": kink if kink[0] >= 0 else None,
+            }
+        )
+    return out
 
 
 def mismatch_message(c: Comparison) -> str:

@@ -43,6 +43,7 @@ class Report:
     reference: str
     strict: bool = False
     environment: dict[str, Any] = dataclasses.field(default_factory=dict)
+    explain: bool = False
     #: The inputs and every gradient computed (not part of the JSON; a repro bundle saves them).
     inputs: tuple[Any, Any] | None = dataclasses.field(default=None, repr=False)
     gradients: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
@@ -115,6 +116,9 @@ class Report:
         for r in self.backends.values():
             if r.status in ("failed", "unavailable"):
                 console.print(f"{r.name}: {r.status}: {r.error}", highlight=False, markup=False)
+        if self.explain:
+            for c in self.comparisons:
+                render_explain(c, console)
         if self.passed:
             console.print(f"[green]PASSED[/green]: {_summary(self)}", highlight=False)
         else:
@@ -184,6 +188,48 @@ def table(report: Report) -> Any:
             "[green]ok[/green]" if c.passed else "[red]FAIL[/red]",
         )
     return t
+
+
+def render_explain(c: Comparison, console: Any) -> None:
+    """Layer by layer: the forward activations and the gradient, each in units of its tolerance."""
+    from rich.table import Table
+
+    from ._explain import verdict
+
+    if not c.per_layer:
+        return
+    forward = {row["layer"]: row for row in c.forward if "layer" in row}
+    t = Table(
+        title=f"{c.backend} vs {c.reference}, layer by layer (difference / tolerance)", title_justify="left"
+    )
+    for column in (
+        "layer",
+        "forward y(k+1) worst",
+        "forward mismatched",
+        "gradient worst",
+        "gradient mismatched",
+    ):
+        t.add_column(column, justify="right")
+    for row in c.per_layer:
+        f = forward.get(row["layer"])
+        t.add_row(
+            str(row["layer"]),
+            f"{f['worst_ratio']:.3g}" if f else "-",
+            str(f["mismatched"]) if f else "-",
+            f"{row['worst_ratio']:.3g}",
+            f"{row['mismatched']}/{row['judged']}",
+        )
+    console.print(t)
+    console.print(f"verdict: {verdict(list(forward.values()), c.per_layer)}", highlight=False, markup=False)
+    for entry in c.worst_entries:
+        terms = ", ".join(f"{k} {v:.3g}" for k, v in entry["terms"].items())
+        kink = f"; ReLU kink nearby at (layer, row, unit) {tuple(entry['kink'])}" if entry["kink"] else ""
+        console.print(
+            f"  {tuple(entry['index'])}: {c.backend} {entry['candidate']:.9g} vs "
+            f"{entry['reference']:.9g}, {entry['ratio']:.3g} x tolerance ({terms}){kink}",
+            highlight=False,
+            markup=False,
+        )
 
 
 def _summary(report: Report) -> str:

@@ -51,6 +51,7 @@ def run(
     strict: bool = False,
     oracle_mode: str = "auto",
     directions: int = 4,
+    explain: bool = False,
     progress: Progress | None = None,
 ) -> Report:
     """Run one case (generated, or the given arrays) and cross-check every backend's gradient.
@@ -68,6 +69,8 @@ def run(
             derivatives per layer, then every entry of each layer that fails them) or ``"auto"``
             (screen when the full oracle would cost more than ``SCREEN_FLOPS``).
         directions: directions per layer when screening.
+        explain: also compare each candidate's forward activations layer by layer (when it exposes
+            ``activations(weights, x)``), to say where a disagreement starts.
         progress: called as ``progress(description, done, total)`` during long work.
 
     Returns:
@@ -104,7 +107,7 @@ def run(
     if isinstance(directions, bool) or not isinstance(directions, int) or directions < 1:
         raise ValueError(f"`directions` must be a positive integer, found {directions!r}.")
     driver = _Driver(weights, x, case_record, rtol, atol, strict, progress)
-    driver.oracle_mode, driver.n_directions = oracle_mode, directions
+    driver.oracle_mode, driver.n_directions, driver.explain = oracle_mode, directions, explain
     return driver.run(specs, reference, backends is not None)
 
 
@@ -167,6 +170,8 @@ class _Driver:
                         comparison = self._compare(
                             value, result.name, ref_value, ref_error, ref_result.name, dtype
                         )
+                    if self.explain:
+                        comparison = self._localize(backend, comparison, dtype)
                     comparisons.append(comparison)
             results[_unique(result.name, results)] = result
         return Report(
@@ -177,6 +182,7 @@ class _Driver:
             strict=self.strict,
             environment=environment(),
             inputs=(self.weights.copy(), self.x.copy()),
+            explain=self.explain,
             gradients=self.gradients,
         )
 
@@ -337,6 +343,20 @@ class _Driver:
             if failing
             else coverage + ": every direction agrees",
         )
+
+    def _localize(self, backend: Backend, comparison: Comparison, dtype: str) -> Comparison:
+        """Add the layer-by-layer forward comparison (when the backend exposes its activations)."""
+        from ._explain import forward_layers
+
+        activations = getattr(backend, "activations", None)
+        if not callable(activations) or comparison.status == "invalid":
+            return comparison
+        try:
+            forward = forward_layers(activations(self.weights, self.x), self.fwd, self._model(dtype))
+        except Exception as exc:  # localization is a diagnosis: it must not fail the run
+            forward = [{"error": f"{type(exc).__name__}: {exc}"}]
+        self._restore()
+        return dataclasses.replace(comparison, forward=forward)
 
     def _kink_slack(self, dtype: str) -> tuple[np.ndarray, set[int]]:
         """How far ReLU flips the candidate may see can move each directional derivative, and the

@@ -1,0 +1,59 @@
+"""Localizing a disagreement: where the forward pass diverges, where the backward pass does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _stack
+
+
+def forward_layers(
+    activations: Any, fwd: _stack.Forward, model: _stack.RoundingModel
+) -> list[dict[str, Any]]:
+    """Compare a backend's activations ``y[1] .. y[L]`` with the float64 ones, layer by layer.
+
+    Each activation's tolerance is the modelled rounding of its pre-activation (a flipped ReLU moves it by
+    at most that much too) plus 8 unit roundoffs of the layer's largest activation.
+    """
+    activations = np.asarray(activations, dtype=np.float64)
+    expected = (len(fwd.zs), *fwd.zs[0].shape)
+    if activations.shape != expected:
+        raise ValueError(f"activations must have shape {expected}; found {activations.shape}.")
+    u = _stack.UNIT_ROUNDOFF[model.dtype]
+    out = []
+    for m, reference in enumerate(fwd.ys[1:]):
+        tol = model.z_bound(m) + _stack.SAFETY * u * float(np.max(np.abs(reference), initial=0.0))
+        diff = np.abs(activations[m] - reference)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(diff == 0, 0.0, diff / tol)
+        out.append(
+            {
+                "layer": m,
+                "max_abs_diff": float(np.nanmax(diff)),
+                "worst_ratio": float(np.nanmax(ratio)),
+                "mismatched": int(np.count_nonzero(~(diff <= tol))),
+            }
+        )
+    return out
+
+
+def verdict(forward: list[dict[str, Any]], per_layer: list[dict[str, Any]]) -> str:
+    """One sentence: where the disagreement starts and in which pass."""
+    bad_forward = [row["layer"] for row in forward if row["mismatched"]]
+    bad_backward = [row["layer"] for row in per_layer if row["mismatched"]]
+    if bad_forward:
+        return (
+            f"the forward pass diverges first at layer {bad_forward[0]} (its output y[{bad_forward[0] + 1}]"
+            f" differs beyond rounding); gradients of layers {bad_backward or 'none'} differ"
+        )
+    if not bad_backward:
+        return "every layer agrees, forward and backward"
+    last = bad_backward[-1]
+    where = (
+        "the forward pass agrees at every layer: the defect is in the backward pass"
+        if forward
+        else ("no activations from this backend to compare")
+    )
+    return f"{where}; going back from the loss, the gradient first differs at layer {last}"
