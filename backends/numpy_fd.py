@@ -38,7 +38,7 @@ __all__ = ["FiniteDifferenceOracle", "OracleEstimate", "ScreenEstimate"]
 
 #: Entries of one perturbed batch (2 * S * N * d float64 values), sized to stay cache-friendly.
 _CHUNK_VALUES = 1 << 18
-#: Steps shrink by this factor after a crossing, down to h_cap * _MIN_STEP_RATIO.
+#: After a crossing a step shrinks at least by this factor, down to h_cap * _MIN_STEP_RATIO.
 _SHRINK, _MIN_STEP_RATIO = 0.25, 2.0**-40
 
 

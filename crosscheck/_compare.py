@@ -7,8 +7,6 @@ from typing import Any
 
 import numpy as np
 
-#: Order in which tolerance terms are shown.
-TERM_NAMES = ("rounding", "reference", "floor", "kinks", "slack")
 TERM_HELP = {
     "rounding": "what the candidate's own rounding can produce on this case (modelled, x8 sigma)",
     "reference": "the reference's own error (the oracle's error bar, or the reference's rounding)",
