@@ -105,6 +105,12 @@ def _add_run_options(run: argparse.ArgumentParser, dtypes, inits) -> None:
     out.add_argument("--json", metavar="PATH", help="write the JSON report here")
     out.add_argument("--junit", metavar="PATH", help="write a JUnit XML report here")
     out.add_argument(
+        "--plot",
+        metavar="PATH",
+        help="write a PNG heatmap per layer of each candidate's error in units of its tolerance "
+        "(needs matplotlib: pip install 'crosscheck[plot]')",
+    )
+    out.add_argument(
         "--save-bundle",
         metavar="PATH",
         help="when the run fails, write a .npz that reproduces it (inputs, every gradient, the case, "
@@ -159,6 +165,14 @@ def _run(args: argparse.Namespace) -> int:
     _check_output(args.json)
     _check_output(args.junit, "--junit")
     _check_output(args.save_bundle, "--save-bundle")
+    _check_output(args.plot, "--plot")
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError as exc:
+            raise UsageError(
+                "`--plot` needs matplotlib, which is not installed: pip install 'crosscheck[plot]'."
+            ) from exc
     console = _console()
     try:
         with _progress_display() as progress:
@@ -184,6 +198,13 @@ def _run(args: argparse.Namespace) -> int:
     from ._junit import case_name
 
     _write_junit(args.junit, [(case_name(report), report)])
+    if args.plot:
+        from ._plot import write_plot
+
+        try:
+            write_plot(report, args.plot)
+        except OSError as exc:
+            raise UsageError(f"cannot write `--plot` {args.plot}: {exc.strerror or exc}") from exc
     if args.save_bundle and not report.passed:
         from ._bundle import save_bundle
 

@@ -78,6 +78,8 @@ class Comparison:
     per_layer: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     worst_entries: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     forward: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: Per-entry arrays for plots (``ratio``, ``unjudgeable``, ``two_sided``); not part of the JSON.
+    arrays: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
     unjudgeable_reasons: dict[str, int] = dataclasses.field(default_factory=dict)
     kinks: list[list[int]] = dataclasses.field(default_factory=list)
     max_abs_diff: float | None = None
@@ -93,7 +95,8 @@ class Comparison:
     message: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
+        out = dataclasses.asdict(dataclasses.replace(self, arrays={}))
+        del out["arrays"]
         for key, value in out.items():
             if isinstance(value, tuple):
                 out[key] = list(value)
@@ -156,6 +159,11 @@ def compare(
         record.update(_extremes(diff, rel, ratio, judged, candidate, reference, tolerance))
         record["per_layer"] = _per_layer(ratio, judged, over)
         record["worst_entries"] = _worst_entries(ratio, judged, candidate, reference, tolerance, kinks)
+        record["arrays"] = {
+            "ratio": np.where(judged, ratio, np.nan),
+            "unjudgeable": kinks.unjudgeable,
+            "two_sided": two_sided,
+        }
     passed = mismatched == 0 and not (strict and n_unjudgeable) and bool(np.any(judged))
     status = "ok" if passed else "mismatch"
     if not np.any(judged):

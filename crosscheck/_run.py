@@ -371,7 +371,8 @@ class _Driver:
         cand, ref = self._model(dtype), self._model("float64")
         bounds = [cand.z_bound(m) + ref.z_bound(m) for m in range(len(self.fwd.zs))]
         found = _stack.ambiguous_kinks(self.fwd, bounds)
-        return bounds, found, _stack.kink_effects(self.fwd, self.deltas, found, KINK_IMPACT_FRACTION * tol)
+        effects = _stack.kink_effects(self.fwd, self.deltas, found, KINK_IMPACT_FRACTION * tol, bounds)
+        return bounds, found, effects
 
     def _call(self, backend: Backend, result: BackendResult):
         value, result = self._timed(backend.grad, result)

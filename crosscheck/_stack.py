@@ -208,15 +208,21 @@ def ambiguous_kinks(fwd: Forward, bounds: list[np.ndarray]) -> np.ndarray:
 
 
 def kink_effects(
-    fwd: Forward, deltas: list[np.ndarray], kinks: np.ndarray, threshold: np.ndarray
+    fwd: Forward,
+    deltas: list[np.ndarray],
+    kinks: np.ndarray,
+    threshold: np.ndarray,
+    bounds: list[np.ndarray] | None = None,
 ) -> KinkEffects:
     """For each kink, the signed change of every gradient entry if that kink's ReLU flips.
 
     Flipping unit ``(m, n, u)`` switches ``dloss/dz[m][n, u]`` between 0 and the upstream gradient
     ``g``: column ``u`` of ``dloss/dW[m]`` moves by ``y[m][n, :] * g``, and the change travels back
-    through row ``n`` of every earlier layer. Its forward effect is at most ``|z|``, rounding-sized.
-    Changes larger than ``threshold`` are counted (one such kink per entry can be judged on both
-    sides; more cannot), smaller ones are summed into ``minor``.
+    through row ``n`` of every earlier layer. Changes larger than ``threshold`` are counted (one such
+    kink per entry can be judged on both sides; more cannot), smaller ones are summed into ``minor``.
+    Its forward effect, a change of at most ``bounds[m][n, u]`` in ``y[m + 1][n, u]``, is bounded
+    separately (``_forward_effect``): usually rounding-sized, it is all there is in a row whose output
+    is zero in float64, and an entry it can move beyond ``threshold`` is not judged.
     """
     shape = fwd.weights.shape
     count = np.zeros(shape, np.int64)
@@ -238,36 +244,51 @@ def kink_effects(
         minor += np.where(large, 0.0, size)
         stronger = large & (size > best)
         best[stronger], culprit[stronger], alternative[stronger] = size[stronger], index, moved[stronger]
-    _interactions(fwd, kinks, threshold, count, culprit)
+    if bounds is not None:
+        for n in np.unique(kinks[:, 1]):
+            _row_bound(fwd, deltas, kinks, bounds, int(n), threshold, count, culprit, minor)
     return KinkEffects(kinks, count, alternative, culprit, minor)
 
 
-def _interactions(fwd: Forward, kinks: np.ndarray, threshold, count, culprit) -> None:
-    """Flips at two layers of one row interact: one can open the path the other's change takes.
+def _row_bound(fwd, deltas, kinks, bounds, n, threshold, count, culprit, minor) -> None:
+    """Bound what every possible flip in row ``n`` can do together, forward and backward.
 
-    Their joint effect is not the sum of their single effects, so for such a row every entry below its
-    highest kink that the row's contribution could move beyond ``threshold`` counts as moved by
-    several kinks. The bound holds every ambiguous unit of the row open and propagates absolute values.
+    A flip changes ``y`` by at most its pre-activation's size plus its error; that change travels forward
+    (through ``|W|``) and may flip further units whose pre-activations are smaller than it. With every
+    unit that may flip held open, the row's contribution to each gradient entry can move by at most
+    about ``(|y| + dy) * (|delta| + d_delta) - |y| * |delta|``. Flips at two or more layers interact (one
+    opens the path another's change takes), so such a row's entries beyond ``threshold`` are
+    unjudgeable; otherwise the forward part alone is bounded, and added to ``minor`` or, beyond
+    ``threshold`` (a row whose output is zero in float64, revived by a flip), made unjudgeable.
     """
     weights = np.abs(fwd.weights)
-    for n in np.unique(kinks[:, 1]):
-        in_row = np.flatnonzero(kinks[:, 1] == n)
-        layers = kinks[in_row, 0]
-        if len(np.unique(layers)) < 2:
-            continue
-        top = int(layers.max())
-        ambiguous = [np.zeros(weights.shape[1], bool) for _ in fwd.zs]
-        for m, unit in kinks[in_row][:, [0, 2]]:
-            ambiguous[m][unit] = True
-        g = 2.0 * np.abs(fwd.ys[-1][n])
-        for k in reversed(range(len(fwd.zs))):
-            delta = g * (fwd.masks[k][n] | ambiguous[k])
-            if k < top:
-                bound = 2.0 * np.outer(np.abs(fwd.ys[k][n]), delta)
-                moved = bound > threshold[k]
-                count[k][moved] = np.maximum(count[k][moved], 2)
-                culprit[k][moved] = in_row[int(np.argmax(layers))]
-            g = delta @ weights[k].T
+    n_layers, d = weights.shape[:2]
+    in_row = np.flatnonzero(kinks[:, 1] == n)
+    may_flip = np.zeros((n_layers, d), bool)
+    may_flip[kinks[in_row, 0], kinks[in_row, 2]] = True
+    dy = [np.zeros(d) for _ in range(n_layers + 1)]  # bound of the change of y[k][n]
+    for k in range(n_layers):
+        z, dz = np.abs(fwd.zs[k][n]), dy[k] @ weights[k]
+        may_flip[k] |= (dz > 0) & (z <= dz + bounds[k][n])
+        dy[k + 1] = np.where(may_flip[k], z + dz + bounds[k][n], np.where(fwd.masks[k][n], dz, 0.0))
+    open_ = [fwd.masks[k][n] | may_flip[k] for k in range(n_layers)]
+    interacting = len(np.unique(np.nonzero(may_flip)[0])) > 1
+    top = int(np.nonzero(may_flip)[0].max())
+    g, d_g = 2.0 * np.abs(fwd.ys[-1][n]), 2.0 * dy[n_layers]
+    for k in reversed(range(n_layers)):
+        y, delta = np.abs(fwd.ys[k][n]), np.abs(deltas[k][n])
+        if interacting and k <= top:
+            # Every path may be open: the whole contribution of the row is uncertain.
+            d_delta = (g + d_g) * open_[k]
+            bound = np.outer(y + dy[k], d_delta) + np.outer(y, delta)
+        else:
+            d_delta = d_g * open_[k]
+            bound = np.outer(y + dy[k], d_delta) + np.outer(dy[k], delta)
+        beyond = bound > threshold[k]
+        count[k][beyond] = np.maximum(count[k][beyond], 2)
+        culprit[k][beyond & (culprit[k] < 0)] = in_row[0]
+        minor[k] += np.where(beyond, 0.0, bound)
+        g, d_g = (g * open_[k]) @ weights[k].T, d_delta @ weights[k].T
 
 
 def _upstream(fwd: Forward, deltas: list[np.ndarray], m: int, n: int, unit: int) -> float:
