@@ -36,12 +36,14 @@ def write_plot(report: Report, path: str | Path) -> int:
         constrained_layout=True,
     )
     norm = TwoSlopeNorm(vmin=-DECADES, vcenter=0, vmax=DECADES)
+    # Grey: entries not judged (unjudgeable, or not checked by screening).
+    cmap = plt.get_cmap("RdBu_r").with_extremes(bad="0.8")
     image = None
     for row, c in zip(axes, shown, strict=True):
         with np.errstate(divide="ignore"):
             decades = np.clip(np.log10(c.arrays["ratio"]), -DECADES, DECADES)
         for k, ax in enumerate(row):
-            image = ax.imshow(decades[k], cmap="RdBu_r", norm=norm, interpolation="nearest")
+            image = ax.imshow(decades[k], cmap=cmap, norm=norm, interpolation="nearest")
             for mask, marker, label in (
                 (c.arrays["unjudgeable"][k], "x", "unjudgeable"),
                 (c.arrays["two_sided"][k], ".", "judged on both sides of a kink"),
