@@ -258,8 +258,9 @@ def _row_bound(fwd, deltas, kinks, bounds, n, threshold, count, culprit, minor) 
     unit that may flip held open, the row's contribution to each gradient entry can move by at most
     about ``(|y| + dy) * (|delta| + d_delta) - |y| * |delta|``. Flips at two or more layers interact (one
     opens the path another's change takes), so such a row's entries beyond ``threshold`` are
-    unjudgeable; otherwise the forward part alone is bounded, and added to ``minor`` or, beyond
-    ``threshold`` (a row whose output is zero in float64, revived by a flip), made unjudgeable.
+    unjudgeable. In a row whose output is zero in float64, a flip's forward change is all the signal
+    there is: that part is bounded too, added to ``minor`` or, beyond ``threshold``, made unjudgeable.
+    The bounds propagate absolute values, so they are safe and loose; they apply only to such rows.
     """
     weights = np.abs(fwd.weights)
     n_layers, d = weights.shape[:2]
@@ -273,6 +274,10 @@ def _row_bound(fwd, deltas, kinks, bounds, n, threshold, count, culprit, minor) 
         dy[k + 1] = np.where(may_flip[k], z + dz + bounds[k][n], np.where(fwd.masks[k][n], dz, 0.0))
     open_ = [fwd.masks[k][n] | may_flip[k] for k in range(n_layers)]
     interacting = len(np.unique(np.nonzero(may_flip)[0])) > 1
+    if not interacting and np.any(fwd.ys[-1][n]):
+        # One layer of flips in a live row: each flip's effect is judged on its own (kink_effects); its
+        # forward part is a change of rounding size in a row whose output is far from it.
+        return
     top = int(np.nonzero(may_flip)[0].max())
     g, d_g = 2.0 * np.abs(fwd.ys[-1][n]), 2.0 * dy[n_layers]
     for k in reversed(range(n_layers)):
