@@ -46,6 +46,10 @@ class JaxBackend:
         with jax.enable_x64(weights.dtype == np.float64):
             return np.asarray(_activations(jnp.asarray(weights), jnp.asarray(x)))
 
+    def highest_precision(self):
+        """A context in which matrix products run at full float32 precision (for ``explain``)."""
+        return jax.default_matmul_precision("highest")
+
     def info(self) -> dict[str, str]:
         return {
             "framework": "jax",

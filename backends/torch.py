@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -35,6 +37,16 @@ class TorchBackend:
                 y = _layer(y, w)
                 out.append(y.numpy())
         return np.stack(out)
+
+    @contextlib.contextmanager
+    def highest_precision(self):
+        """A context in which float32 matrix products run at full precision (restored after)."""
+        before = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("highest")
+        try:
+            yield
+        finally:
+            torch.set_float32_matmul_precision(before)
 
     def info(self) -> dict[str, str]:
         return {

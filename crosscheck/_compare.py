@@ -78,6 +78,7 @@ class Comparison:
     per_layer: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     worst_entries: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     forward: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    classification: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: Per-entry arrays for plots (``ratio``, ``unjudgeable``, ``two_sided``); not part of the JSON.
     arrays: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
     unjudgeable_reasons: dict[str, int] = dataclasses.field(default_factory=dict)

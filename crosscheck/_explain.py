@@ -57,3 +57,37 @@ def verdict(forward: list[dict[str, Any]], per_layer: list[dict[str, Any]]) -> s
         else ("no activations from this backend to compare")
     )
     return f"{where}; going back from the loss, the gradient first differs at layer {last}"
+
+
+def classify(backend: Any, weights: np.ndarray, x: np.ndarray, first: np.ndarray, rerun, localized: str):
+    """Re-run a mismatching candidate under controlled changes and state a verdict with the evidence.
+
+    ``rerun(value, dtype)`` compares a new gradient with the same reference and returns a Comparison.
+    Checks, in order: a repeat (nondeterminism), the highest matmul precision (when the backend offers
+    ``highest_precision()``, a context manager), and float64 arithmetic on the same values.
+    """
+    evidence = []
+    repeats = [np.asarray(backend.grad(weights, x)) for _ in range(2)]
+    changed = [int(np.count_nonzero(r != first)) for r in repeats]
+    if any(changed):
+        evidence.append(f"two repeats differ from the first run in {max(changed)} entries")
+        return {"verdict": "nondeterministic", "evidence": evidence}
+    evidence.append("two repeats reproduce the first run bit for bit")
+    highest = getattr(backend, "highest_precision", None)
+    if callable(highest):
+        with highest():
+            again = rerun(np.asarray(backend.grad(weights, x)), weights.dtype.name)
+        if again.passed:
+            evidence.append("at the highest matmul precision it agrees")
+            return {"verdict": "explained by reduced matmul precision", "evidence": evidence}
+        evidence.append(f"at the highest matmul precision it still mismatches ({again.mismatched} entries)")
+    if weights.dtype != np.float64:
+        in64 = rerun(np.asarray(backend.grad(weights.astype(np.float64), x.astype(np.float64))), "float64")
+        if in64.passed:
+            evidence.append("in float64 it agrees")
+            return {
+                "verdict": f"explained by {weights.dtype.name} arithmetic beyond its modelled rounding",
+                "evidence": evidence,
+            }
+        evidence.append(f"in float64 it still mismatches ({in64.mismatched} entries)")
+    return {"verdict": f"genuine: {localized}", "evidence": evidence}

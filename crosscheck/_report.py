@@ -221,6 +221,14 @@ def render_explain(c: Comparison, console: Any) -> None:
         )
     console.print(t)
     console.print(f"verdict: {verdict(list(forward.values()), c.per_layer)}", highlight=False, markup=False)
+    if c.classification:
+        console.print(
+            f"classification: {c.classification['verdict']} ("
+            + "; ".join(c.classification["evidence"])
+            + ")",
+            highlight=False,
+            markup=False,
+        )
     for entry in c.worst_entries:
         terms = ", ".join(f"{k} {v:.3g}" for k, v in entry["terms"].items())
         kink = f"; ReLU kink nearby at (layer, row, unit) {tuple(entry['kink'])}" if entry["kink"] else ""

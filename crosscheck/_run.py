@@ -172,6 +172,10 @@ class _Driver:
                         )
                     if self.explain:
                         comparison = self._localize(backend, comparison, dtype)
+                        if comparison.status == "mismatch" and self.screened is None:
+                            comparison = self._classify(
+                                backend, comparison, value, ref_value, ref_error, ref_result.name
+                            )
                     comparisons.append(comparison)
             results[_unique(result.name, results)] = result
         return Report(
@@ -357,6 +361,22 @@ class _Driver:
             forward = [{"error": f"{type(exc).__name__}: {exc}"}]
         self._restore()
         return dataclasses.replace(comparison, forward=forward)
+
+    def _classify(self, backend, comparison, value, ref_value, ref_error, ref_name) -> Comparison:
+        from ._explain import classify, verdict
+
+        def rerun(new_value, dtype):
+            result = self._compare(new_value, comparison.backend, ref_value, ref_error, ref_name, dtype)
+            self._restore()
+            return result
+
+        localized = verdict(comparison.forward, comparison.per_layer)
+        try:
+            found = classify(backend, self.weights, self.x, value, rerun, localized)
+        except Exception as exc:  # a diagnosis must not fail the run
+            found = {"verdict": "unclassified", "evidence": [f"a re-run raised {type(exc).__name__}: {exc}"]}
+        self._restore()
+        return dataclasses.replace(comparison, classification=found)
 
     def _kink_slack(self, dtype: str) -> tuple[np.ndarray, set[int]]:
         """How far ReLU flips the candidate may see can move each directional derivative, and the

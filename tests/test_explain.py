@@ -109,3 +109,120 @@ def test_explain_command_prints_the_layer_table_and_verdict(capsys):
     out = capsys.readouterr().out
     assert "layer by layer" in out
     assert "verdict: every layer agrees, forward and backward" in out
+
+
+def _tf32(a):
+    """Round float32 values to TF32's 10-bit significand (round to nearest)."""
+    bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+class TF32Backend:
+    """Rounds every matmul input to TF32, as GPUs do by default in some frameworks, unless asked not to."""
+
+    name = "tf32"
+
+    def __init__(self):
+        self.highest = False
+
+    def grad(self, weights, x):
+        if self.highest or weights.dtype == np.float64:
+            return planted.correct(weights, x)
+        ys, masks, y = [x], [], x
+        for w in weights:
+            z = _tf32(y) @ _tf32(w)
+            masks.append(z > 0)
+            y = np.maximum(z, 0)
+            ys.append(y)
+        g, out = 2 * y, np.empty_like(weights)
+        for k in reversed(range(len(weights))):
+            delta = g * masks[k]
+            out[k] = _tf32(ys[k]).T @ _tf32(delta)
+            g = _tf32(delta) @ _tf32(weights[k]).T
+        return out
+
+    def highest_precision(self):
+        import contextlib
+
+        @contextlib.contextmanager
+        def context():
+            self.highest = True
+            try:
+                yield
+            finally:
+                self.highest = False
+
+        return context()
+
+
+class Nondeterministic:
+    name = "noisy"
+
+    def __init__(self):
+        self.rng = np.random.default_rng()
+
+    def grad(self, weights, x):
+        g = planted.correct(weights, x)
+        return (g * (1 + 1e-3 * self.rng.standard_normal(g.shape))).astype(g.dtype)
+
+
+@pytest.mark.parametrize(
+    ("backend", "expected"),
+    [
+        (TF32Backend(), "explained by reduced matmul precision"),
+        (Nondeterministic(), "nondeterministic"),
+        (
+            BackwardBugAtLayer5(),
+            "genuine: the forward pass agrees at every layer: the defect is in the backward "
+            "pass; going back from the loss, the gradient first differs at layer 5",
+        ),
+        (planted.float32_always, None),
+    ],
+    ids=["tf32", "nondeterministic", "genuine", "passes"],
+)
+def test_classification_by_controlled_reruns(backend, expected):
+    report = crosscheck.run(layers=8, batch=8, dim=8, seed=4, backends=[backend], explain=True)
+    (c,) = report.comparisons
+    if expected is None:
+        assert c.passed and not c.classification
+        return
+    assert not c.passed
+    assert c.classification["verdict"] == expected
+    assert c.classification["evidence"]
+
+
+def test_float32_arithmetic_beyond_its_rounding_is_recognised():
+    def half_precision_products(weights, x):
+        if weights.dtype == np.float64:
+            return planted.correct(weights, x)
+        return planted.correct(weights.astype(np.float16).astype(np.float32), x)
+
+    report = crosscheck.run(
+        layers=8, batch=8, dim=8, seed=4, backends=[half_precision_products], explain=True
+    )
+    (c,) = report.comparisons
+    assert c.classification["verdict"] == "explained by float32 arithmetic beyond its modelled rounding"
+
+
+@pytest.mark.parametrize("name", ["jax", "torch"])
+def test_highest_precision_contexts_restore_the_framework_settings(name):
+    try:
+        backend = crosscheck.load_backend(name)
+    except crosscheck.BackendUnavailable as exc:
+        pytest.skip(str(exc))
+    if name == "torch":
+        import torch
+
+        torch.set_float32_matmul_precision("high")
+        try:
+            with backend.highest_precision():
+                assert torch.get_float32_matmul_precision() == "highest"
+            assert torch.get_float32_matmul_precision() == "high"
+        finally:
+            torch.set_float32_matmul_precision("highest")
+    else:
+        import jax
+
+        with backend.highest_precision():
+            assert str(jax.config.jax_default_matmul_precision) == "highest"
+        assert jax.config.jax_default_matmul_precision is None
