@@ -59,12 +59,15 @@ def verdict(forward: list[dict[str, Any]], per_layer: list[dict[str, Any]]) -> s
     return f"{where}; going back from the loss, the gradient first differs at layer {last}"
 
 
-def classify(backend: Any, weights: np.ndarray, x: np.ndarray, first: np.ndarray, rerun, localized: str):
+def classify(
+    backend: Any, weights: np.ndarray, x: np.ndarray, first: np.ndarray, rerun, localized: str, nudged=None
+):
     """Re-run a mismatching candidate under controlled changes and state a verdict with the evidence.
 
     ``rerun(value, dtype)`` compares a new gradient with the same reference and returns a Comparison.
     Checks, in order: a repeat (nondeterminism), the highest matmul precision (when the backend offers
-    ``highest_precision()``, a context manager), and float64 arithmetic on the same values.
+    ``highest_precision()``, a context manager), float64 arithmetic on the same values, and (``nudged``,
+    a callable that re-runs the whole check on slightly moved weights) the same case away from kinks.
     """
     evidence = []
     repeats = [np.asarray(backend.grad(weights, x)) for _ in range(2)]
@@ -90,4 +93,13 @@ def classify(backend: Any, weights: np.ndarray, x: np.ndarray, first: np.ndarray
                 "evidence": evidence,
             }
         evidence.append(f"in float64 it still mismatches ({in64.mismatched} entries)")
+    if nudged is not None:
+        if nudged(backend):
+            evidence.append("with the weights nudged away from every ReLU kink it agrees")
+            return {
+                "verdict": "kink ambiguity: it differs only at (or very near) ReLU kinks, e.g. another "
+                "derivative at exact zeros",
+                "evidence": evidence,
+            }
+        evidence.append("with the weights nudged away from the ReLU kinks it still mismatches")
     return {"verdict": f"genuine: {localized}", "evidence": evidence}

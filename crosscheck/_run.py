@@ -370,9 +370,23 @@ class _Driver:
             self._restore()
             return result
 
+        def nudged(candidate) -> bool:
+            # Integer or near-zero inputs put pre-activations on kinks; a relative nudge of ~1e-3 of the
+            # weights moves them off (the same case, up to a perturbation far above rounding).
+            rng = np.random.default_rng(1)
+            scale = 1e-3 * float(np.sqrt(np.mean(self.weights.astype(np.float64) ** 2)) or 1.0)
+            moved = (self.weights + scale * rng.standard_normal(self.weights.shape)).astype(self.dtype)
+            return run(
+                weights=moved,
+                x=self.x.copy(),
+                backends=[candidate],
+                reference=self.oracle_backend,
+                oracle_mode="full",
+            ).passed
+
         localized = verdict(comparison.forward, comparison.per_layer)
         try:
-            found = classify(backend, self.weights, self.x, value, rerun, localized)
+            found = classify(backend, self.weights, self.x, value, rerun, localized, nudged)
         except Exception as exc:  # a diagnosis must not fail the run
             found = {"verdict": "unclassified", "evidence": [f"a re-run raised {type(exc).__name__}: {exc}"]}
         self._restore()

@@ -226,3 +226,19 @@ def test_highest_precision_contexts_restore_the_framework_settings(name):
         with backend.highest_precision():
             assert str(jax.config.jax_default_matmul_precision) == "highest"
         assert jax.config.jax_default_matmul_precision is None
+
+
+def test_another_derivative_at_exact_zeros_is_classified_as_kink_ambiguity():
+    report = crosscheck.run(
+        layers=8,
+        batch=8,
+        dim=8,
+        seed=1,
+        init="integer",
+        backends=[planted.relu_derivative_one_at_zero],
+        explain=True,
+    )
+    (c,) = report.comparisons
+    assert not c.passed  # caught
+    assert c.classification["verdict"].startswith("kink ambiguity")
+    assert c.classification["evidence"][-1] == "with the weights nudged away from every ReLU kink it agrees"
