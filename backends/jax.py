@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,6 +23,15 @@ def _loss(weights, x):
 _grad = jax.jit(jax.grad(_loss, argnums=0))
 
 
+def _loss_plain(weights, x):
+    final, _ = jax.lax.scan(_layer, x, weights)
+    return jnp.sum(final**2)
+
+
+# The same scan without jax.checkpoint: `explain` re-runs a mismatch with it.
+_grad_plain = jax.jit(jax.grad(_loss_plain, argnums=0))
+
+
 @jax.jit
 def _activations(weights, x):
     _, ys = jax.lax.scan(lambda y, w: (jax.nn.relu(y @ w),) * 2, x, weights)
@@ -36,10 +47,22 @@ class JaxBackend:
 
     name = "jax"
 
+    def __init__(self) -> None:
+        self._checkpoint = True
+
     def grad(self, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
+        grad = _grad if self._checkpoint else _grad_plain
         with jax.enable_x64(weights.dtype == np.float64):
-            result = _grad(jnp.asarray(weights), jnp.asarray(x))
-            return np.asarray(result)
+            return np.asarray(grad(jnp.asarray(weights), jnp.asarray(x)))
+
+    @contextlib.contextmanager
+    def without_checkpointing(self):
+        """A context in which ``grad`` runs the same scan without ``jax.checkpoint`` (for ``explain``)."""
+        self._checkpoint = False
+        try:
+            yield
+        finally:
+            self._checkpoint = True
 
     def activations(self, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
         """The forward activations ``y[1] .. y[L]``, shape ``(L, N, d)`` (for localizing a mismatch)."""

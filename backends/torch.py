@@ -20,12 +20,18 @@ class TorchBackend:
 
     name = "torch"
 
+    def __init__(self) -> None:
+        self._checkpoint = True
+
     def grad(self, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
         # torch.tensor copies: the caller's arrays are never shared with autograd.
         w = torch.tensor(weights, requires_grad=True)
         y = torch.tensor(x)
         for k in range(w.shape[0]):
-            y = checkpoint(_layer, y, w[k], use_reentrant=False)
+            if self._checkpoint:
+                y = checkpoint(_layer, y, w[k], use_reentrant=False)
+            else:
+                y = _layer(y, w[k])
         torch.sum(y**2).backward()
         return w.grad.numpy()
 
@@ -37,6 +43,15 @@ class TorchBackend:
                 y = _layer(y, w)
                 out.append(y.numpy())
         return np.stack(out)
+
+    @contextlib.contextmanager
+    def without_checkpointing(self):
+        """A context in which ``grad`` runs the same layers without checkpointing (for ``explain``)."""
+        self._checkpoint = False
+        try:
+            yield
+        finally:
+            self._checkpoint = True
 
     @contextlib.contextmanager
     def highest_precision(self):

@@ -66,7 +66,8 @@ def classify(
 
     ``rerun(value, dtype)`` compares a new gradient with the same reference and returns a Comparison.
     Checks, in order: a repeat (nondeterminism), the highest matmul precision (when the backend offers
-    ``highest_precision()``, a context manager), float64 arithmetic on the same values, and (``nudged``,
+    ``highest_precision()``, a context manager), checkpointing off (``without_checkpointing()``), float64
+    arithmetic on the same values, and (``nudged``,
     a callable that re-runs the whole check on slightly moved weights) the same case away from kinks.
     """
     evidence = []
@@ -84,6 +85,14 @@ def classify(
             evidence.append("at the highest matmul precision it agrees")
             return {"verdict": "explained by reduced matmul precision", "evidence": evidence}
         evidence.append(f"at the highest matmul precision it still mismatches ({again.mismatched} entries)")
+    plain = getattr(backend, "without_checkpointing", None)
+    if callable(plain):
+        with plain():
+            again = rerun(np.asarray(backend.grad(weights, x)), weights.dtype.name)
+        if again.passed:
+            evidence.append("without checkpointing it agrees")
+            return {"verdict": "explained by checkpointing: the recomputation differs", "evidence": evidence}
+        evidence.append(f"without checkpointing it still mismatches ({again.mismatched} entries)")
     if weights.dtype != np.float64:
         in64 = rerun(np.asarray(backend.grad(weights.astype(np.float64), x.astype(np.float64))), "float64")
         if in64.passed:

@@ -119,6 +119,7 @@ class Report:
         if self.explain:
             for c in self.comparisons:
                 render_explain(c, console)
+            console.print(f"environment: {environment_line(self.environment)}", highlight=False, markup=False)
         if self.passed:
             console.print(f"[green]PASSED[/green]: {_summary(self)}", highlight=False)
         else:
@@ -238,6 +239,31 @@ def render_explain(c: Comparison, console: Any) -> None:
             highlight=False,
             markup=False,
         )
+
+
+def environment_line(env: dict[str, Any]) -> str:
+    """The precision-relevant part of the environment record, in one line."""
+    parts = [f"python {env.get('python')}", f"{env.get('cpu_count')} CPUs"]
+    numpy = env.get("numpy", {})
+    parts.append(f"numpy {numpy.get('version')} (subnormals flushed: {numpy.get('subnormals_flushed')})")
+    if "jax" in env:
+        j = env["jax"]
+        parts.append(
+            f"jax {j.get('version')} on {','.join(j.get('devices', []))}, matmul precision "
+            f"{j.get('default_matmul_precision')}, global x64 {j.get('x64_enabled_globally')}, "
+            f"subnormals flushed {j.get('subnormals_flushed')}"
+        )
+    if "torch" in env:
+        t = env["torch"]
+        parts.append(
+            f"torch {t.get('version')}, float32 matmul precision {t.get('float32_matmul_precision')}, "
+            f"cuda tf32 {t.get('cuda_matmul_allow_tf32')}, {t.get('threads')} threads, deterministic "
+            f"{t.get('deterministic_algorithms')}, subnormals flushed {t.get('subnormals_flushed')}"
+        )
+    threads = {k: v for k, v in env.get("thread_variables", {}).items() if v is not None}
+    if threads:
+        parts.append(", ".join(f"{k}={v}" for k, v in threads.items()))
+    return "; ".join(parts)
 
 
 def _summary(report: Report) -> str:

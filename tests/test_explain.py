@@ -109,6 +109,7 @@ def test_explain_command_prints_the_layer_table_and_verdict(capsys):
     out = capsys.readouterr().out
     assert "layer by layer" in out
     assert "verdict: every layer agrees, forward and backward" in out
+    assert "environment: python " in out and "numpy " in out
 
 
 def _tf32(a):
@@ -242,3 +243,62 @@ def test_another_derivative_at_exact_zeros_is_classified_as_kink_ambiguity():
     assert not c.passed  # caught
     assert c.classification["verdict"].startswith("kink ambiguity")
     assert c.classification["evidence"][-1] == "with the weights nudged away from every ReLU kink it agrees"
+
+
+class StaleRecomputation:
+    """Checkpointed, but the recomputation in the backward pass reads the next layer's weights."""
+
+    name = "stale"
+
+    def __init__(self):
+        self.checkpointed = True
+
+    def grad(self, weights, x):
+        if not self.checkpointed:
+            return planted.correct(weights, x)
+        ys, y = [x], x
+        for w in weights:
+            y = np.maximum(y @ w, 0)
+            ys.append(y)
+        g, out = 2 * y, np.empty_like(weights)
+        for k in reversed(range(len(weights))):
+            stale = weights[min(k + 1, len(weights) - 1)]
+            recomputed = ys[k] @ stale  # the bug: the wrong layer's weights when recomputing
+            delta = g * (recomputed > 0)
+            out[k] = ys[k].T @ delta
+            g = delta @ weights[k].T
+        return out
+
+    def without_checkpointing(self):
+        import contextlib
+
+        @contextlib.contextmanager
+        def context():
+            self.checkpointed = False
+            try:
+                yield
+            finally:
+                self.checkpointed = True
+
+        return context()
+
+
+def test_a_checkpointing_bug_is_classified_as_such():
+    report = crosscheck.run(layers=8, batch=8, dim=8, seed=4, backends=[StaleRecomputation()], explain=True)
+    (c,) = report.comparisons
+    assert not c.passed
+    assert c.classification["verdict"] == "explained by checkpointing: the recomputation differs"
+
+
+@pytest.mark.parametrize("name", ["jax", "torch"])
+def test_built_ins_without_checkpointing_agree_to_the_bit_or_rounding(name):
+    try:
+        backend = crosscheck.load_backend(name)
+    except crosscheck.BackendUnavailable as exc:
+        pytest.skip(str(exc))
+    weights, x = crosscheck.make_inputs(crosscheck.Case(layers=4, dim=6, batch=3))
+    checkpointed = backend.grad(weights, x)
+    with backend.without_checkpointing():
+        plain = backend.grad(weights, x)
+    np.testing.assert_allclose(plain, checkpointed, rtol=1e-5, atol=1e-6)
+    assert backend._checkpoint
