@@ -77,22 +77,24 @@ def classify(
         evidence.append(f"two repeats differ from the first run in {max(changed)} entries")
         return {"verdict": "nondeterministic", "evidence": evidence}
     evidence.append("two repeats reproduce the first run bit for bit")
-    highest = getattr(backend, "highest_precision", None)
-    if callable(highest):
-        with highest():
+    contexts = (
+        ("highest_precision", "at the highest matmul precision", "explained by reduced matmul precision"),
+        (
+            "without_checkpointing",
+            "without checkpointing",
+            "explained by checkpointing: the recomputation differs",
+        ),
+    )
+    for method, condition, explanation in contexts:
+        context = getattr(backend, method, None)
+        if not callable(context):
+            continue
+        with context():
             again = rerun(np.asarray(backend.grad(weights, x)), weights.dtype.name)
         if again.passed:
-            evidence.append("at the highest matmul precision it agrees")
-            return {"verdict": "explained by reduced matmul precision", "evidence": evidence}
-        evidence.append(f"at the highest matmul precision it still mismatches ({again.mismatched} entries)")
-    plain = getattr(backend, "without_checkpointing", None)
-    if callable(plain):
-        with plain():
-            again = rerun(np.asarray(backend.grad(weights, x)), weights.dtype.name)
-        if again.passed:
-            evidence.append("without checkpointing it agrees")
-            return {"verdict": "explained by checkpointing: the recomputation differs", "evidence": evidence}
-        evidence.append(f"without checkpointing it still mismatches ({again.mismatched} entries)")
+            evidence.append(f"{condition} it agrees")
+            return {"verdict": explanation, "evidence": evidence}
+        evidence.append(f"{condition} it still mismatches ({again.mismatched} entries)")
     if weights.dtype != np.float64:
         in64 = rerun(np.asarray(backend.grad(weights.astype(np.float64), x.astype(np.float64))), "float64")
         if in64.passed:
