@@ -37,6 +37,13 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session
+def memory(session: nox.Session) -> None:
+    """Tabulate residual bytes and measure peak memory of checkpointed and plain variants."""
+    _install(session)
+    session.run("python", "-m", "crosscheck", "memory", *session.posargs)
+
+
+@nox.session
 def bench(session: nox.Session) -> None:
     """Benchmark the oracle against torch.autograd.gradcheck (prints a table)."""
     _install(session)

@@ -1,14 +1,21 @@
-"""JAX adapter: ``lax.scan`` over the layers, each layer body wrapped in ``jax.checkpoint``."""
+"""JAX adapters: ``lax.scan`` over the layers, each layer body wrapped in ``jax.checkpoint`` (``jax``);
+the same scan without checkpointing (``jax-plain``), with the whole scan checkpointed (``jax-remat-scan``),
+or in about sqrt(L) checkpointed segments (``jax-segments``).
+
+Each class says what it claims in ``claims`` and exposes the loss it differentiates in ``loss_fn()``,
+so that ``crosscheck inspect`` can check the claim on the traced gradient program.
+"""
 
 from __future__ import annotations
 
 import contextlib
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["JaxBackend"]
+__all__ = ["JaxBackend", "JaxPlainBackend", "JaxRematScanBackend", "JaxSegmentsBackend"]
 
 
 def _layer(y, w):
@@ -32,6 +39,35 @@ def _loss_plain(weights, x):
 _grad_plain = jax.jit(jax.grad(_loss_plain, argnums=0))
 
 
+def _loss_remat_scan(weights, x):
+    # The brief's other valid boundary: the function containing the whole scan is checkpointed.
+    final = jax.checkpoint(lambda w, y: jax.lax.scan(_layer, y, w)[0])(weights, x)
+    return jnp.sum(final**2)
+
+
+def segment_length(layers: int) -> int:
+    """Layers per checkpointed segment: the largest divisor of ``layers`` not above ceil(sqrt(layers))."""
+    cap = int(np.ceil(np.sqrt(layers)))
+    return max(s for s in range(1, cap + 1) if layers % s == 0)
+
+
+def _segment(y, ws):
+    return jax.lax.scan(_layer, y, ws)[0], None
+
+
+def _loss_segments(weights, x):
+    # Only every segment's input is kept; backward recomputes one segment (s layers) at a time.
+    layers = weights.shape[0]
+    s = segment_length(layers)
+    segments = weights.reshape(layers // s, s, *weights.shape[1:])
+    final, _ = jax.lax.scan(jax.checkpoint(_segment), x, segments)
+    return jnp.sum(final**2)
+
+
+_grad_remat_scan = jax.jit(jax.grad(_loss_remat_scan, argnums=0))
+_grad_segments = jax.jit(jax.grad(_loss_segments, argnums=0))
+
+
 @jax.jit
 def _activations(weights, x):
     _, ys = jax.lax.scan(lambda y, w: (jax.nn.relu(y @ w),) * 2, x, weights)
@@ -46,14 +82,24 @@ class JaxBackend:
     """
 
     name = "jax"
+    #: What this backend says it does; ``crosscheck inspect`` checks it on the gradient program.
+    claims: ClassVar[dict] = {"scan": True, "checkpoint": "layer"}
+    _losses = (_loss, _grad)
 
     def __init__(self) -> None:
         self._checkpoint = True
 
+    def _current(self):
+        return self._losses if self._checkpoint else (_loss_plain, _grad_plain)
+
     def grad(self, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
-        grad = _grad if self._checkpoint else _grad_plain
+        grad = self._current()[1]
         with jax.enable_x64(weights.dtype == np.float64):
             return np.asarray(grad(jnp.asarray(weights), jnp.asarray(x)))
+
+    def loss_fn(self):
+        """The scalar loss ``(weights, x) -> sum(y_L ** 2)`` whose ``jax.grad`` ``grad`` computes."""
+        return self._current()[0]
 
     @contextlib.contextmanager
     def without_checkpointing(self):
@@ -80,3 +126,27 @@ class JaxBackend:
             "device": str(jax.devices()[0]),
             "matmul_precision": str(jax.config.jax_default_matmul_precision),
         }
+
+
+class JaxPlainBackend(JaxBackend):
+    """The same ``lax.scan`` without any checkpointing: every residual is kept from forward to backward."""
+
+    name = "jax-plain"
+    claims: ClassVar[dict] = {"scan": True, "checkpoint": None}
+    _losses = (_loss_plain, _grad_plain)
+
+
+class JaxRematScanBackend(JaxBackend):
+    """``jax.checkpoint`` around the function holding the whole scan (one boundary for all layers)."""
+
+    name = "jax-remat-scan"
+    claims: ClassVar[dict] = {"scan": True, "checkpoint": "scan"}
+    _losses = (_loss_remat_scan, _grad_remat_scan)
+
+
+class JaxSegmentsBackend(JaxBackend):
+    """An outer ``lax.scan`` over about sqrt(L) segments, each a checkpointed inner scan of layers."""
+
+    name = "jax-segments"
+    claims: ClassVar[dict] = {"scan": True, "checkpoint": "segment"}
+    _losses = (_loss_segments, _grad_segments)

@@ -1,24 +1,40 @@
-"""PyTorch adapter: each layer through ``torch.utils.checkpoint.checkpoint(use_reentrant=False)``."""
+"""PyTorch adapters: each layer through ``torch.utils.checkpoint.checkpoint(use_reentrant=False)``
+(``torch``); the same layers without checkpointing (``torch-plain``); or about sqrt(L) checkpointed
+segments with ``torch.utils.checkpoint.checkpoint_sequential`` (``torch-segments``).
+
+Each class says what it claims in ``claims``; ``crosscheck inspect`` checks it by watching ``grad``
+run (which operations run again during backward, which tensors autograd saves).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import functools
+from typing import ClassVar
 
 import numpy as np
 import torch
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
-__all__ = ["TorchBackend"]
+__all__ = ["TorchBackend", "TorchPlainBackend", "TorchSegmentsBackend"]
 
 
 def _layer(y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.relu(y @ w)
 
 
+def _plain(w: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    for k in range(w.shape[0]):
+        y = _layer(y, w[k])
+    return y
+
+
 class TorchBackend:
     """Gradient of the ReLU stack with ``backward()``; every layer is checkpointed."""
 
     name = "torch"
+    #: What this backend says it does; ``crosscheck inspect`` checks it by watching ``grad`` run.
+    claims: ClassVar[dict] = {"checkpoint": "layer"}
 
     def __init__(self) -> None:
         self._checkpoint = True
@@ -26,14 +42,14 @@ class TorchBackend:
     def grad(self, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
         # torch.tensor copies: the caller's arrays are never shared with autograd.
         w = torch.tensor(weights, requires_grad=True)
-        y = torch.tensor(x)
-        for k in range(w.shape[0]):
-            if self._checkpoint:
-                y = checkpoint(_layer, y, w[k], use_reentrant=False)
-            else:
-                y = _layer(y, w[k])
+        y = self._forward(w, torch.tensor(x)) if self._checkpoint else _plain(w, torch.tensor(x))
         torch.sum(y**2).backward()
         return w.grad.numpy()
+
+    def _forward(self, w: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        for k in range(w.shape[0]):
+            y = checkpoint(_layer, y, w[k], use_reentrant=False)
+        return y
 
     def activations(self, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
         """The forward activations ``y[1] .. y[L]``, shape ``(L, N, d)`` (for localizing a mismatch)."""
@@ -71,3 +87,35 @@ class TorchBackend:
             "float32_matmul_precision": torch.get_float32_matmul_precision(),
             "threads": str(torch.get_num_threads()),
         }
+
+
+class TorchPlainBackend(TorchBackend):
+    """The same layers without checkpointing: autograd keeps what every layer saves."""
+
+    name = "torch-plain"
+    claims: ClassVar[dict] = {"checkpoint": None}
+
+    def _forward(self, w: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return _plain(w, y)
+
+
+class TorchSegmentsBackend(TorchBackend):
+    """``checkpoint_sequential`` over the layers in about sqrt(L) segments (the last one is not
+    checkpointed: PyTorch runs it plainly, as its backward follows at once)."""
+
+    name = "torch-segments"
+    claims: ClassVar[dict] = {"checkpoint": "segment"}
+
+    def _forward(self, w: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        layers = w.shape[0]
+        cap = int(np.ceil(np.sqrt(layers)))
+        s = max(s for s in range(1, cap + 1) if layers % s == 0)
+        if layers == 1:  # one segment of one layer: checkpoint_sequential would run it plainly
+            return checkpoint(_layer, y, w[0], use_reentrant=False)
+        functions = [functools.partial(_apply, w, k) for k in range(layers)]
+        # At least two segments: checkpoint_sequential never checkpoints the last one.
+        return checkpoint_sequential(functions, max(2, layers // s), y, use_reentrant=False)
+
+
+def _apply(w: torch.Tensor, k: int, y: torch.Tensor) -> torch.Tensor:
+    return _layer(y, w[k])

@@ -18,7 +18,15 @@ BUILTINS: dict[str, tuple[str, str, str]] = {
     "jax": ("jax", "JaxBackend", "pip install 'crosscheck[jax]'"),
     "torch": ("torch", "TorchBackend", "pip install 'crosscheck[torch]'"),
     "numpy-fd": ("numpy_fd", "FiniteDifferenceOracle", "pip install crosscheck"),
+    # Variants for `crosscheck inspect` and `crosscheck memory`, by name only (not in DEFAULTS).
+    "jax-plain": ("jax", "JaxPlainBackend", "pip install 'crosscheck[jax]'"),
+    "jax-remat-scan": ("jax", "JaxRematScanBackend", "pip install 'crosscheck[jax]'"),
+    "jax-segments": ("jax", "JaxSegmentsBackend", "pip install 'crosscheck[jax]'"),
+    "torch-plain": ("torch", "TorchPlainBackend", "pip install 'crosscheck[torch]'"),
+    "torch-segments": ("torch", "TorchSegmentsBackend", "pip install 'crosscheck[torch]'"),
 }
+#: What `run` and `matrix` use when no backend is named.
+DEFAULTS = ("jax", "torch", "numpy-fd")
 ORACLE = "numpy-fd"
 
 

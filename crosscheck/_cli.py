@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Re-run the backends of a bundle written by `crosscheck run --save-bundle`.",
     )
     replay.add_argument("bundle", metavar="PATH", help="the .npz bundle")
+    from ._cli_memory import add_parsers
+
+    add_parsers(sub)  # inspect, memory
     return parser
 
 
@@ -130,7 +133,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command == "explain":
             args.explain = True
+        from ._cli_memory import run_inspect, run_memory
+
         commands = {"matrix": _matrix, "replay": _replay, "run": _run, "explain": _run}
+        commands.update(inspect=run_inspect, memory=run_memory)
         return commands[args.command](args)
     except UsageError as exc:
         # One line, whatever the message (a user's factory may raise a multi-line error).

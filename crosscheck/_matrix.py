@@ -67,11 +67,11 @@ def _check_known(case: Case, backends: Sequence[Any] | None) -> str:
     expected = known_answer(case)
     if expected is None:
         return ""
-    from ._backend import BUILTINS, BackendUnavailable, load_backend
+    from ._backend import DEFAULTS, BackendUnavailable, load_backend
 
     weights, x = make_inputs(case)
     problems = []
-    for spec in backends if backends is not None else list(BUILTINS):
+    for spec in backends if backends is not None else list(DEFAULTS):
         try:
             value = np.asarray(load_backend(spec).grad(weights, x))
         except BackendUnavailable:

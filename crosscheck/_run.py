@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from . import _stack
-from ._backend import BUILTINS, ORACLE, Backend, BackendUnavailable, backend_info, load_backend
+from ._backend import DEFAULTS, ORACLE, Backend, BackendUnavailable, backend_info, load_backend
 from ._case import Case, check_inputs, make_inputs
 from ._compare import Comparison, Kinks, Tolerance, _structural_problem, compare, mismatch_message
 from ._environment import environment
@@ -101,7 +101,7 @@ def run(
     else:
         weights, x = check_inputs(weights, x)
         case_record = _user_case(weights, x)
-    specs = list(backends) if backends is not None else [b for b in BUILTINS if b != reference]
+    specs = list(backends) if backends is not None else [b for b in DEFAULTS if b != reference]
     if oracle_mode not in ORACLE_MODES:
         raise ValueError(f"`oracle_mode` must be one of {', '.join(ORACLE_MODES)}; found {oracle_mode!r}.")
     if isinstance(directions, bool) or not isinstance(directions, int) or directions < 1:
