@@ -79,6 +79,7 @@ def residual_table(
 
     Raises:
         BackendUnavailable: a variant whose framework is not installed.
+        ValueError: an unknown variant, or one that is neither a JAX nor a PyTorch backend.
     """
     from ._backend import load_backend
     from ._case import Case, make_inputs
@@ -92,6 +93,11 @@ def residual_table(
             for layers in depths:
                 weights, x = make_inputs(Case(layers=layers, batch=batch, dim=width, seed=0))
                 last = inspect_backend(backend, weights, x)
+                if not last.framework:
+                    raise ValueError(
+                        f"`{name}` cannot be measured: expected a JAX backend with `loss_fn()` or a "
+                        "PyTorch backend (see `crosscheck inspect`)."
+                    )
                 by_depth[layers] = last.activation_bytes
             slope = (
                 float(np.polyfit(list(by_depth), list(by_depth.values()), 1)[0]) if len(depths) > 1 else 0.0

@@ -99,6 +99,7 @@ def test_cli_memory_without_peak(capsys):
         (["memory", "--depths", "0"], "`--depths` must be at least 1, found 0."),
         (["memory", "--variant", "nosuch", "--no-peak"], "unknown backend `nosuch`"),
         (["memory", "--widths"], "expected at least one argument"),
+        (["memory", "--variant", "numpy-fd", "--no-peak", "--depths", "2"], "`numpy-fd` cannot be measured"),
     ],
 )
 def test_cli_memory_usage_errors_are_one_line(argv, message, capsys):
