@@ -108,7 +108,9 @@ class Structure:
         }
 
 
-def inspect_backend(backend: Any, weights: np.ndarray, x: np.ndarray) -> Structure:
+def inspect_backend(
+    backend: Any, weights: np.ndarray, x: np.ndarray, *, check_loss: bool = True
+) -> Structure:
     """Inspect how ``backend`` differentiates the stack on these inputs, and check its ``claims``.
 
     Args:
@@ -116,6 +118,8 @@ def inspect_backend(backend: Any, weights: np.ndarray, x: np.ndarray) -> Structu
             PyTorch ones are recognised by ``info()["framework"] == "torch"`` or a ``"framework"`` claim.
         weights: ``(L, d, d)`` array.
         x: ``(N, d)`` array.
+        check_loss: for a JAX backend, also check that ``grad`` returns the gradient of ``loss_fn()``
+            (otherwise the program inspected need not be the one that runs).
 
     Returns:
         A ``Structure``; ``.ok`` is False when a claim is contradicted, or when the backend claims
@@ -128,6 +132,8 @@ def inspect_backend(backend: Any, weights: np.ndarray, x: np.ndarray) -> Structu
     result = Structure(backend=name, framework=framework, layers=int(weights.shape[0]), claims=claims)
     if framework == "jax":
         _inspect_jax(backend, weights, x, result)
+        if check_loss:
+            _check_loss_fn(backend, weights, x, result)
     elif framework == "torch":
         _inspect_torch(backend, weights, x, result)
     else:
@@ -209,6 +215,26 @@ def _inspect_jax(backend: Any, weights: np.ndarray, x: np.ndarray, result: Struc
         f"{found['recomputed_layers']} again for backward (counted through the scans' lengths)"
     )
     result.evidence.append(f"checkpoint boundary: {found['checkpoint'] or 'none'} ({found['where']})")
+
+
+def _check_loss_fn(backend: Any, weights: np.ndarray, x: np.ndarray, result: Structure) -> None:
+    """``grad`` must be the gradient of the ``loss_fn()`` inspected (to rounding: one is jitted)."""
+    import jax
+
+    with jax.enable_x64(weights.dtype == np.float64):
+        expected = np.asarray(jax.grad(backend.loss_fn())(weights, x))
+    got = np.asarray(backend.grad(weights, x))
+    differ, ulps = ulp_difference(got, expected)
+    scale = float(np.max(np.abs(expected))) if expected.size else 0.0
+    close = got.shape == expected.shape and np.allclose(got, expected, rtol=1e-4, atol=1e-5 * scale)
+    if not close:
+        result.problems.append(
+            "`grad` does not return the gradient of `loss_fn()`: the program inspected is not the one "
+            f"that runs ({differ} entries differ)"
+        )
+        return
+    same = "bit for bit" if not differ else f"{differ} entries differ, by at most {ulps:.3g} ulp"
+    result.evidence.append(f"`grad` agrees with jax.grad(loss_fn()): {same}")
 
 
 def jax_residuals(loss: Any, weights: Any, x: Any) -> list[Residual]:

@@ -65,3 +65,22 @@ class TorchLoopWithoutCheckpoint:
             y = torch.relu(y @ w[k])
         torch.sum(y**2).backward()
         return w.grad.numpy()
+
+
+class InspectedIsNotRun(UnrolledJax):
+    """Shows a checkpointed scan in ``loss_fn()`` but computes its gradient some other way."""
+
+    name = "inspected-is-not-run"
+
+    def loss_fn(self):
+        import jax
+        import jax.numpy as jnp
+
+        def loss(weights, x):
+            body = jax.checkpoint(lambda y, w: (jax.nn.relu(y @ w), None))
+            return jnp.sum(jax.lax.scan(body, x, weights)[0] ** 2)
+
+        return loss
+
+    def grad(self, weights, x):
+        return np.asarray(super().grad(weights, x)) + 1  # not the gradient of the loss shown

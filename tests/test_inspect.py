@@ -57,8 +57,9 @@ def test_jax_weights_are_consumed_by_one_scan_over_the_layers(name):
         (planted_structure.UnrolledJax, "no scan consumes the weights"),
         (planted_structure.ScanWithoutCheckpoint, "is NOT checkpointed"),
         (planted_structure.TorchLoopWithoutCheckpoint, "is NOT checkpointed"),
+        (planted_structure.InspectedIsNotRun, "`grad` does not return the gradient of `loss_fn()`"),
     ],
-    ids=["unrolled-python-loop", "scan-without-checkpoint", "torch-loop-without-checkpoint"],
+    ids=["unrolled-python-loop", "scan-without-checkpoint", "torch-loop-without-checkpoint", "loss-fn-lies"],
 )
 def test_planted_backends_are_flagged(planted, expected):
     pytest.importorskip("torch" if "Torch" in planted.__name__ else "jax")
