@@ -10,6 +10,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from . import _cli_list
+
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 _CASE_OPTIONS = ("layers", "batch", "dim", "dtype", "seed", "init", "scale")
 
@@ -57,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Re-run the backends of a bundle written by `crosscheck run --save-bundle`.",
     )
     replay.add_argument("bundle", metavar="PATH", help="the .npz bundle")
+    _cli_list.add_parser(sub)
     return parser
 
 
@@ -131,6 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "explain":
             args.explain = True
         commands = {"matrix": _matrix, "replay": _replay, "run": _run, "explain": _run}
+        commands.update(list=_cli_list.command)
         return commands[args.command](args)
     except UsageError as exc:
         # One line, whatever the message (a user's factory may raise a multi-line error).
