@@ -188,23 +188,26 @@ def render(result, console: Any) -> None:
 
 
 def _cells(record: dict[str, Any], names: list[str]) -> list[str]:
+    """A cell per backend: its comparisons together (a workload has one per parameter)."""
     report = record["report"]
     if report is None:
         return ["-"] * len(names)
-    by_name = {c["backend"]: c for c in report["comparisons"]}
     cells = []
     for name in names:
-        comp = by_name.get(name)
-        if comp is None:
+        comps = [c for c in report["comparisons"] if c["backend"] == name]
+        failing = [c for c in comps if not c["passed"]]
+        if not comps:
             status = report["backends"].get(name)
             cells.append(status["status"] if status else "-")
-        elif comp["passed"]:
-            near = comp["unjudgeable"] + comp["two_sided"]
-            extra = f" ({near} kink)" if near else ""
-            rel = comp["max_rel_diff"]
-            cells.append(f"ok rel {rel:.1e}{extra}" if rel is not None else "ok")
+        elif failing:
+            mismatched = sum(c["mismatched"] for c in failing)
+            judged = sum(c["judged"] for c in failing)
+            cells.append(f"[red]{failing[0]['status']} {mismatched}/{judged}[/red]")
         else:
-            cells.append(f"[red]{comp['status']} {comp['mismatched']}/{comp['judged']}[/red]")
+            near = sum(c["unjudgeable"] + c["two_sided"] for c in comps)
+            extra = f" ({near} kink)" if near else ""
+            rels = [c["max_rel_diff"] for c in comps if c["max_rel_diff"] is not None]
+            cells.append(f"ok rel {max(rels):.1e}{extra}" if rels else "ok")
     return cells
 
 
@@ -242,5 +245,6 @@ class _ReportView:
     def __init__(self, report: dict[str, Any]) -> None:
         from types import SimpleNamespace
 
-        self.comparisons = [SimpleNamespace(**c) for c in report["comparisons"]]
+        # `parameter`: comparisons of a workload name the parameter; the stack's may not have the key.
+        self.comparisons = [SimpleNamespace(**{"parameter": None, **c}) for c in report["comparisons"]]
         self.backends = {k: SimpleNamespace(**v) for k, v in report["backends"].items()}

@@ -165,3 +165,30 @@ def test_cli_reads_the_config_and_writes_reports(tmp_path, monkeypatch, capsys):
     suites = ET.parse(tmp_path / "sweep.xml").getroot().findall("testsuite")
     assert [s.get("failures") for s in suites] == ["0", "1"]
     assert suites[1].find("testcase/failure").get("message").startswith("Mismatched elements")
+
+
+def _comparison(backend: str, parameter: str, passed: bool, mismatched: int, judged: int, rel: float) -> dict:
+    return {
+        "backend": backend,
+        "parameter": parameter,
+        "passed": passed,
+        "status": "ok" if passed else "mismatch",
+        "mismatched": mismatched,
+        "judged": judged,
+        "max_rel_diff": rel,
+        "unjudgeable": 0,
+        "two_sided": 0,
+    }
+
+
+def test_a_cell_sums_a_workloads_comparisons_per_parameter():
+    from crosscheck._cli_sweep import _cells
+
+    comparisons = [
+        _comparison("jax", "w", False, 3, 8, 1e-2),
+        _comparison("jax", "b", False, 1, 2, 1e-3),
+        _comparison("torch", "w", True, 0, 8, 2e-7),
+        _comparison("torch", "b", True, 0, 2, 5e-7),
+    ]
+    record = {"report": {"comparisons": comparisons, "backends": {}}}
+    assert _cells(record, ["jax", "torch", "other"]) == ["[red]mismatch 4/10[/red]", "ok rel 5.0e-07", "-"]
