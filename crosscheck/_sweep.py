@@ -24,8 +24,6 @@ from typing import Any
 
 STACK = "stack"
 STATUSES = ("passed", "failed", "error", "crashed", "timeout")
-#: A case whose worker dies this many times (each after Dask's own retries) is reported as crashed.
-KILLED_WORKER_RUNS = 2
 CRASHED = "the process running this case died (a segfault, an abort or os._exit in a backend)"
 
 Task = dict[str, Any]
@@ -172,9 +170,9 @@ def run_dask(tasks: Iterable[Task], done: Done, *, scheduler: str) -> None:
     """The tasks on the Dask cluster at ``scheduler``; each is a plain-data task, run by ``run_task``.
 
     At most as many cases are in flight as the cluster has threads. When a worker dies, Dask fails the
-    cases it held (``KilledWorker``, after ``distributed.scheduler.allowed-failures`` retries); a case
-    may have been only queued there, so it runs once more and is reported crashed when that kills a
-    worker too.
+    cases it held (``KilledWorker``, after its own ``distributed.scheduler.allowed-failures`` retries);
+    a case may only have been queued on that worker, so each such case runs again alone on the cluster
+    (nothing else in flight), and is reported as crashed when that kills a worker too.
     """
     try:
         from distributed import Client, as_completed
@@ -183,39 +181,46 @@ def run_dask(tasks: Iterable[Task], done: Done, *, scheduler: str) -> None:
         raise ImportError(
             "`--scheduler` needs Dask's distributed, which is not installed: pip install 'crosscheck[dask]'."
         ) from exc
-    pending = collections.deque(tasks)
-    killed: collections.Counter[int] = collections.Counter()
     check_scheduler(scheduler)
     try:
         client = Client(scheduler, set_as_default=False)
     except (OSError, ValueError) as exc:  # unreachable (a timeout is an OSError) or a malformed address
         raise ValueError(f"`--scheduler` {scheduler}: cannot connect: {exc}") from exc
+    pending, suspects = collections.deque(tasks), collections.deque()
     with client:
         slots = max(1, sum(client.nthreads().values()))
         running: dict[Any, Task] = {}
+        alone: set[int] = set()  # indices of suspects now running by themselves
         completed = as_completed(loop=client.loop)
 
-        def submit() -> None:
-            while pending and len(running) < slots:
-                task = pending.popleft()
-                future = client.submit(run_task, task, pure=False)
-                running[future] = task
-                completed.add(future)
+        def submit(task: Task) -> None:
+            future = client.submit(run_task, task, pure=False)
+            running[future] = task
+            completed.add(future)
 
-        submit()
+        def refill() -> None:
+            if suspects:  # drain, then one suspect at a time
+                if not running:
+                    task = suspects.popleft()
+                    alone.add(task["index"])
+                    submit(task)
+                return
+            while pending and len(running) < slots:
+                submit(pending.popleft())
+
+        refill()
         for future in completed:
             task = running.pop(future)
             try:
                 done(future.result())
             except KilledWorker:
-                killed[task["index"]] += 1
-                if killed[task["index"]] < KILLED_WORKER_RUNS:
-                    pending.appendleft(task)
-                else:
+                if task["index"] in alone:
                     done(_crashed(task))
+                else:
+                    suspects.append(task)
             except Exception as exc:  # the cluster failed the task: a record, not a crash
                 done(_record(task, "error", error=f"{type(exc).__name__}: {exc}"))
-            submit()
+            refill()
 
 
 def check_scheduler(address: str) -> None:
