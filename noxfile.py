@@ -24,8 +24,10 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def crosscheck(session: nox.Session) -> None:
-    """Run ``crosscheck sweep``: the matrix of ``[tool.crosscheck]`` when pyproject.toml has one, else the
-    built-in CI matrix, on one worker process per CPU; exits non-zero on any disagreement."""
+    """Run crosscheck sweep ([tool.crosscheck] if any, else the built-in CI matrix); fails on a mismatch.
+
+    Cases run on one worker process per CPU; arguments after ``--`` pass through (``-- --jobs 1``).
+    """
     _install(session)
     session.run("python", "-m", "crosscheck", "sweep", *session.posargs)
 
