@@ -34,7 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 from crosscheck._config import SweepConfig, cases
-from crosscheck._sweep import sweep
+from crosscheck._sweep import cpu_count, sweep
 
 
 def _comparable(records: list[dict]) -> list[dict]:
@@ -53,7 +53,7 @@ def main() -> None:
     parser.add_argument("--dims", type=int, nargs="+", default=[8, 16])
     parser.add_argument("--seeds", type=int, default=4, help="seeds 0 .. N-1")
     parser.add_argument("--backends", nargs="+", default=["jax", "torch"])
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--jobs", type=int, default=cpu_count())
     parser.add_argument("--skip-dask", action="store_true")
     args = parser.parse_args()
 
@@ -64,7 +64,7 @@ def main() -> None:
     console = Console(width=max(Console().width, 120))
     console.print(
         f"{len(todo)} cases: L=8 N=8 d in {args.dims}, seeds 0-{args.seeds - 1}, float32 and float64; "
-        f"backends {', '.join(args.backends)} against numpy-fd; {os.cpu_count()} CPUs"
+        f"backends {', '.join(args.backends)} against numpy-fd; {cpu_count()} CPUs"
     )
     rows, baseline = [], None
 

@@ -239,6 +239,13 @@ def _crashed(task: Task) -> Record:
 # -- the sweep -----------------------------------------------------------------------------------------
 
 
+def cpu_count() -> int:
+    """The CPUs this process may use (a container or ``taskset`` may allow fewer than the machine has)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
 @dataclasses.dataclass(frozen=True)
 class SweepResult:
     """Every case's record (in case order) and how the sweep ran."""
@@ -289,8 +296,8 @@ def sweep(
             "seed": ..., "init": ...}`` or ``{"workload": "pkg.mod:workload", "dtype": ..., "seed": ...}``.
         backends, reference, rtol, atol, strict: as for ``crosscheck.run`` (names or import strings).
         timeout: seconds per case; a case past it is recorded as ``timeout``.
-        jobs: worker processes on this machine (default: the number of CPUs); 0 runs every case in this
-            process, without isolation.
+        jobs: worker processes on this machine (default: the CPUs this process may use); 0 runs every
+            case in this process, without isolation.
         scheduler: the address of a Dask distributed scheduler; the cases run there instead.
         progress: called as ``progress(done, total)``.
 
@@ -298,7 +305,7 @@ def sweep(
         ValueError, TypeError: bad options (the message says what was expected and found).
     """
     if jobs is None:
-        jobs = os.cpu_count() or 1
+        jobs = cpu_count()
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
         raise ValueError(f"`jobs` must be a non-negative integer, found {jobs!r}.")
     if timeout is not None and not timeout > 0:
