@@ -1,4 +1,5 @@
-"""Sessions: ``nox -s tests``, ``nox -s crosscheck`` (the CI matrix), ``nox -s lint``, ``nox -s bench``."""
+"""Sessions: ``nox -s tests``, ``nox -s crosscheck`` (the sweep), ``nox -s lint``, ``nox -s bench``,
+``nox -s bench_sweep``."""
 
 from __future__ import annotations
 
@@ -23,9 +24,12 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def crosscheck(session: nox.Session) -> None:
-    """Run the CI matrix of cases; exits non-zero on any disagreement."""
+    """Run crosscheck sweep ([tool.crosscheck] if any, else the built-in CI matrix); fails on a mismatch.
+
+    Cases run on one worker process per CPU; arguments after ``--`` pass through (``-- --jobs 1``).
+    """
     _install(session)
-    session.run("python", "-m", "crosscheck", "matrix", *session.posargs)
+    session.run("python", "-m", "crosscheck", "sweep", *session.posargs)
 
 
 @nox.session
@@ -48,3 +52,10 @@ def bench(session: nox.Session) -> None:
     """Benchmark the oracle against torch.autograd.gradcheck (prints a table)."""
     _install(session)
     session.run("python", "benchmarks/bench_oracle.py", *session.posargs)
+
+
+@nox.session
+def bench_sweep(session: nox.Session) -> None:
+    """Cases per second of a sweep: in process, one worker, N workers, a Dask LocalCluster (a table)."""
+    _install(session, "all,dask")
+    session.run("python", "benchmarks/bench_sweep.py", *session.posargs)

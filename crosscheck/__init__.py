@@ -4,6 +4,7 @@ Importing crosscheck imports neither JAX nor PyTorch; backends load when used.
 """
 
 from ._backend import Backend as Backend
+from ._backend import BackendBroken as BackendBroken
 from ._backend import BackendUnavailable as BackendUnavailable
 from ._backend import load_backend as load_backend
 from ._case import Case as Case
@@ -16,6 +17,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Backend",
+    "BackendBroken",
     "BackendUnavailable",
     "Case",
     "Comparison",

@@ -52,6 +52,11 @@ class BackendUnavailable(ImportError):
     """A backend whose framework is not installed."""
 
 
+class BackendBroken(ValueError):
+    """An installed ``crosscheck.backends`` plugin that fails to load (import error, missing attribute,
+    raising factory): the plugin's fault, not the user's, so a run reports it as a failed backend."""
+
+
 class FunctionBackend:
     """Adapter for a plain function ``grad(weights, x)``; its name is the function's name."""
 
@@ -77,6 +82,7 @@ def load_backend(spec: Any) -> Backend:
 
     Raises:
         BackendUnavailable: a built-in backend whose framework is not installed.
+        BackendBroken: an entry-point plugin that fails to import or to build its backend.
         ValueError: an unknown name or an import string that cannot be resolved.
 
     Example:
@@ -89,22 +95,34 @@ def load_backend(spec: Any) -> Backend:
         return _load_builtin(spec)
     if ":" in spec:
         return _adapt(_import_attribute(spec), spec)
-    entry_points = {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    entry_points = plugin_entry_points()
     if spec in entry_points:
-        try:
-            target = entry_points[spec].load()
-        except Exception as exc:  # a broken plugin must say so, not crash the run
-            raise ValueError(
-                f"backend `{spec}` (entry point {entry_points[spec].value}) failed to "
-                f"load: {type(exc).__name__}: {exc}"
-            ) from exc
-        return _adapt(target, spec)
+        return _load_entry_point(entry_points[spec])
     known = ", ".join(list(BUILTINS) + sorted(entry_points))
     hint = " Did you mean `numpy-fd`?" if spec.replace("_", "-") == "numpy-fd" else ""
     raise ValueError(
         f"unknown backend `{spec}`: expected one of {known}, or an import string "
         f"`package.module:attribute`.{hint}"
     )
+
+
+def plugin_entry_points() -> dict[str, metadata.EntryPoint]:
+    """The installed ``crosscheck.backends`` entry points by name (none is loaded)."""
+    return {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def _load_entry_point(entry_point: metadata.EntryPoint) -> Backend:
+    where = f"entry point `{entry_point.name} = {entry_point.value}`"
+    dist = getattr(entry_point, "dist", None)
+    if dist is not None:
+        where += f" of {dist.name} {dist.version}"
+    try:
+        return _adapt(entry_point.load(), entry_point.name)
+    except Exception as exc:  # a broken plugin must say so, not crash the run or the other backends
+        detail = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, ValueError):  # from _adapt, which names the backend already
+            detail = str(exc).removeprefix(f"backend `{entry_point.name}`: ")
+        raise BackendBroken(f"backend `{entry_point.name}` ({where}) failed to load: {detail}") from exc
 
 
 def _load_builtin(name: str) -> Backend:

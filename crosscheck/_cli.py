@@ -10,6 +10,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from . import _cli_list, _cli_sweep
+
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 _CASE_OPTIONS = ("layers", "batch", "dim", "dtype", "seed", "init", "scale")
 
@@ -60,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     from ._cli_memory import add_parsers
 
     add_parsers(sub)  # inspect, memory
+    _cli_list.add_parser(sub)
+    _cli_sweep.add_parser(sub)
     return parser
 
 
@@ -137,6 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         commands = {"matrix": _matrix, "replay": _replay, "run": _run, "explain": _run}
         commands.update(inspect=run_inspect, memory=run_memory)
+        commands.update(list=_cli_list.command, sweep=_cli_sweep.command)
         return commands[args.command](args)
     except UsageError as exc:
         # One line, whatever the message (a user's factory may raise a multi-line error).

@@ -11,7 +11,15 @@ from typing import Any
 import numpy as np
 
 from . import _stack
-from ._backend import DEFAULTS, ORACLE, Backend, BackendUnavailable, backend_info, load_backend
+from ._backend import (
+    DEFAULTS,
+    ORACLE,
+    Backend,
+    BackendBroken,
+    BackendUnavailable,
+    backend_info,
+    load_backend,
+)
 from ._case import Case, check_inputs, make_inputs
 from ._compare import Comparison, Kinks, Tolerance, _structural_problem, compare, mismatch_message
 from ._environment import environment
@@ -198,6 +206,8 @@ class _Driver:
             return None, BackendResult(
                 name=str(name), status="unavailable", error=str(exc), required=explicit
             )
+        except BackendBroken as exc:  # an installed plugin that fails: report it, run the others
+            return None, BackendResult(name=str(name), status="failed", error=str(exc), required=explicit)
         # A name or import string can be loaded again (by `crosscheck replay`); an object cannot.
         notes = {"spec": spec} if isinstance(spec, str) else {}
         return backend, BackendResult(

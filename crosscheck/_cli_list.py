@@ -1,0 +1,125 @@
+"""``crosscheck list``: the workloads and backends this installation offers, and whether each loads.
+
+A broken plugin is a row with its error, never a crash: listing is how users find out what is broken.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``crosscheck list`` on the CLI's subparsers."""
+    parser = sub.add_parser(
+        "list",
+        help="list the workloads and backends, whether each is available, and its version",
+        description="List the workloads and backends (built-in and entry-point plugins), whether each "
+        "loads, and its version.",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def command(args: argparse.Namespace) -> int:
+    """Print the inventory; exit 0 (an unavailable backend is information, not a failure)."""
+    from ._cli import EXIT_OK, _console
+
+    found = inventory()
+    if args.json:
+        print(json.dumps(found, indent=2))
+        return EXIT_OK
+    _render(found, _console())
+    return EXIT_OK
+
+
+def inventory() -> dict[str, list[dict[str, Any]]]:
+    """``{"workloads": [...], "backends": [...]}``: one row each with ``name``, ``kind``,
+    ``available``, ``version``, ``source`` and ``error`` (empty when available). Loads every backend."""
+    return {"workloads": _workloads(), "backends": _builtin_backends() + _plugin_backends()}
+
+
+def _row(name: str, kind: str, source: str, *, version: str = "", error: str = "") -> dict[str, Any]:
+    return {
+        "name": name,
+        "kind": kind,
+        "available": not error,
+        "version": version,
+        "source": source,
+        "error": error,
+    }
+
+
+def _workloads() -> list[dict[str, Any]]:
+    from . import __version__
+
+    try:
+        from ._workload import available_workloads
+    except ImportError:  # a crosscheck without the workload registry: the stack is built in
+        return [_row("stack", "built-in", "crosscheck", version=__version__)]
+    rows = []
+    for name in available_workloads():
+        error = ""
+        try:
+            from ._workload import load_workload
+
+            load_workload(name)
+        except ImportError:
+            pass  # no loader to try: listed means available
+        except Exception as exc:  # a broken workload is a row, not a crash
+            error = f"{type(exc).__name__}: {exc}"
+        rows.append(_row(name, "built-in", "crosscheck", version=__version__, error=error))
+    return rows
+
+
+def _builtin_backends() -> list[dict[str, Any]]:
+    from ._backend import BUILTINS, backend_info, load_backend
+
+    rows = []
+    for name, (module, cls, _) in BUILTINS.items():
+        source = f"crosscheck.backends.{module}:{cls}"
+        try:
+            info = backend_info(load_backend(name))
+        except Exception as exc:
+            rows.append(_row(name, "built-in", source, error=str(exc)))
+            continue
+        version = f"{info.get('framework', '')} {info.get('version', '')}".strip()
+        rows.append(_row(name, "built-in", source, version=version))
+    return rows
+
+
+def _plugin_backends() -> list[dict[str, Any]]:
+    from ._backend import plugin_entry_points
+
+    rows = []
+    for name, entry_point in sorted(plugin_entry_points().items()):
+        dist = getattr(entry_point, "dist", None)
+        version = f"{dist.name} {dist.version}" if dist is not None else ""
+        rows.append(_row(name, "entry point", entry_point.value, version=version, error=_try_load(name)))
+    return rows
+
+
+def _try_load(name: str) -> str:
+    from ._backend import load_backend
+
+    try:
+        load_backend(name)
+    except Exception as exc:  # BackendBroken names the plugin and its error
+        return str(exc)
+    return ""
+
+
+def _render(found: dict[str, list[dict[str, Any]]], console: Any) -> None:
+    from rich.table import Table
+
+    for title, rows in found.items():
+        table = Table(title=title, title_justify="left")
+        for column in ("name", "kind", "available", "version", "source"):
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            available = "[green]yes[/green]" if row["available"] else "[red]no[/red]"
+            table.add_row(row["name"], row["kind"], available, row["version"], row["source"])
+        console.print(table)
+        for row in rows:
+            if row["error"]:
+                console.print(f"{row['name']}: {row['error']}", markup=False, highlight=False)

@@ -1,0 +1,250 @@
+"""``crosscheck sweep``: the case matrix of ``[tool.crosscheck]`` (or the built-in CI matrix), in parallel.
+
+Exit status: 0 every case passed; 1 a case failed, raised, crashed or timed out; 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``crosscheck sweep`` on the CLI's subparsers."""
+    from ._case import DTYPES, INITS
+
+    parser = sub.add_parser(
+        "sweep",
+        help="run the case matrix of [tool.crosscheck] (or the built-in CI matrix) in parallel",
+        description="Run every case of the matrix in [tool.crosscheck] of pyproject.toml (found in the "
+        "current folder or its parents; without one, the built-in CI matrix) on worker processes or a "
+        "Dask cluster, and print one summary table. Options replace the configuration key they name.",
+    )
+    parser.add_argument("--config", metavar="PATH", help="read [tool.crosscheck] from this TOML file")
+    matrix = parser.add_argument_group("matrix (each option repeatable; replaces the key it names)")
+    matrix.add_argument("--workload", action="append", metavar="SPEC", help='"stack" or a workload spec')
+    for name in ("layers", "batch", "dim", "seed"):
+        matrix.add_argument(f"--{name}", action="append", type=int, metavar="N")
+    matrix.add_argument("--dtype", action="append", choices=DTYPES)
+    matrix.add_argument("--init", action="append", choices=INITS)
+    check = parser.add_argument_group("checking")
+    check.add_argument(
+        "--backend", action="append", metavar="NAME_OR_IMPORT_STRING", help="backend to check (repeatable)"
+    )
+    check.add_argument("--reference", metavar="NAME", help="backend the others are compared with")
+    check.add_argument("--rtol", type=float, help="user slack: relative (needs --atol)")
+    check.add_argument("--atol", type=float, help="user slack: absolute (needs --rtol)")
+    check.add_argument(
+        "--strict",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="fail on entries unjudgeable because of ReLU kinks",
+    )
+    check.add_argument("--timeout", type=float, metavar="SECONDS", help="per case; past it, a case fails")
+    where = parser.add_argument_group("where the cases run")
+    where.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="worker processes on this machine (default: the number of CPUs; 0: in this process)",
+    )
+    where.add_argument(
+        "--scheduler", metavar="ADDRESS", help="run on this Dask distributed cluster instead (tcp://...)"
+    )
+    out = parser.add_argument_group("output")
+    out.add_argument("--json", metavar="PATH", help="write the sweep's JSON report here")
+    out.add_argument("--junit", metavar="PATH", help="write a JUnit XML report here (a suite a case)")
+
+
+#: Command-line option -> configuration key.
+_OVERRIDES = {
+    "workload": "workloads",
+    "layers": "layers",
+    "batch": "batch",
+    "dim": "dim",
+    "dtype": "dtypes",
+    "seed": "seeds",
+    "init": "inits",
+    "backend": "backends",
+    "reference": "reference",
+    "rtol": "rtol",
+    "atol": "atol",
+    "strict": "strict",
+    "timeout": "timeout",
+}
+
+
+def command(args: argparse.Namespace) -> int:
+    """Resolve the configuration, run the sweep, render it, write the reports."""
+    from ._cli import EXIT_FAIL, EXIT_OK, UsageError, _check_output, _console, _progress_display
+    from ._config import ConfigError, cases, options
+    from ._sweep import check_scheduler, check_specs, sweep
+
+    _check_output(args.json)
+    _check_output(args.junit, "--junit")
+    if args.jobs is not None and args.jobs < 0:
+        raise UsageError(f"`--jobs` must be 0 or more, found {args.jobs}.")
+    try:
+        config = resolve_config(args)
+        todo, run_options = cases(config), options(config)
+        check_specs(todo, run_options["backends"], run_options["reference"])
+        if args.scheduler is not None:
+            check_scheduler(args.scheduler)
+    except (ConfigError, ValueError) as exc:
+        raise UsageError(str(exc)) from exc
+    console = _console()
+    console.print(f"crosscheck sweep: {len(todo)} cases, {_source(config, args)}", highlight=False)
+    try:
+        with _progress_display() as progress:
+            progress("sweep", 0, len(todo))
+            result = sweep(
+                todo,
+                **run_options,
+                timeout=config.get("timeout"),
+                jobs=args.jobs,
+                scheduler=args.scheduler,
+                progress=lambda done, total: progress("sweep", done, total),
+                config=None if config.path is None else str(config.path),
+            )
+    except (ImportError, ValueError) as exc:  # --scheduler: no distributed, a bad or unreachable address
+        raise UsageError(str(exc)) from exc
+    render(result, console)
+    if args.json:
+        try:
+            Path(args.json).write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+        except OSError as exc:
+            raise UsageError(f"cannot write `--json` {args.json}: {exc.strerror or exc}") from exc
+    if args.junit:
+        try:
+            write_junit(result, args.junit)
+        except OSError as exc:
+            raise UsageError(f"cannot write `--junit` {args.junit}: {exc.strerror or exc}") from exc
+    return EXIT_OK if result.passed else EXIT_FAIL
+
+
+def resolve_config(args: argparse.Namespace):
+    """``--config``, else the nearest ``[tool.crosscheck]``, else none; then the command-line options."""
+    from ._config import SweepConfig, find_config, load_config
+
+    path = args.config or find_config()
+    config = load_config(path) if path is not None else SweepConfig()
+    return config.merged({key: getattr(args, option) for option, key in _OVERRIDES.items()})
+
+
+def _source(config, args: argparse.Namespace) -> str:
+    """Where the matrix came from, for the first line of the output."""
+    from ._config import MATRIX_KEYS
+
+    options = [o for o, key in _OVERRIDES.items() if key in MATRIX_KEYS and getattr(args, o) is not None]
+    if not config.has_matrix():
+        where = "the built-in CI matrix"
+    elif config.path is None:
+        where = "from the command line"
+    else:
+        where = f"from {config.path}" + (" and the command line" if options else "")
+    return where
+
+
+def case_label(case: dict[str, Any]) -> str:
+    """``gaussian L=8 N=8 d=16 float32 seed=0`` for the stack; ``SPEC float32 seed=0`` otherwise."""
+    if case.get("workload", "stack") != "stack":
+        return f"{case['workload']} {case['dtype']} seed={case['seed']}"
+    return (
+        f"{case['init']} L={case['layers']} N={case['batch']} d={case['dim']} {case['dtype']} "
+        f"seed={case['seed']}"
+    )
+
+
+def render(result, console: Any) -> None:
+    """One table, a case a row and a backend a column, then each problem and the verdict line."""
+    from rich.table import Table
+
+    names: list[str] = []
+    for record in result.records:
+        comparisons = (record["report"] or {}).get("comparisons", [])
+        names += [c["backend"] for c in comparisons if c["backend"] not in names]
+    known = any(record["known_answer"] for record in result.records)
+    table = Table(title="crosscheck sweep", title_justify="left")
+    for column in ("case", *names, *(["known answer"] if known else []), "verdict", "time"):
+        table.add_column(column)
+    for record in result.records:
+        verdict = "[green]ok[/green]" if record["passed"] else f"[red]{record['status'].upper()}[/red]"
+        seconds = f"{record['seconds']:.1f}s" if record["seconds"] is not None else "-"
+        extra = [record["known_answer"] or "-"] if known else []
+        table.add_row(case_label(record["case"]), *_cells(record, names), *extra, verdict, seconds)
+    console.print(table)
+    for record in result.records:
+        if not record["passed"]:
+            console.print(f"{case_label(record['case'])}: {record['error']}", markup=False, highlight=False)
+    counts = {k: v for k, v in result.counts().items() if v and k != "passed"}
+    n = len(result.records)
+    if counts:
+        detail = ", ".join(f"{v} {k}" for k, v in counts.items())
+        console.print(f"[red]FAILED[/red]: {n - result.counts()['passed']} of {n} cases ({detail})")
+    else:
+        console.print(f"[green]PASSED[/green]: all {n} cases agree")
+
+
+def _cells(record: dict[str, Any], names: list[str]) -> list[str]:
+    """A cell per backend: its comparisons together (a workload has one per parameter)."""
+    report = record["report"]
+    if report is None:
+        return ["-"] * len(names)
+    cells = []
+    for name in names:
+        comps = [c for c in report["comparisons"] if c["backend"] == name]
+        failing = [c for c in comps if not c["passed"]]
+        if not comps:
+            status = report["backends"].get(name)
+            cells.append(status["status"] if status else "-")
+        elif failing:
+            mismatched = sum(c["mismatched"] for c in failing)
+            judged = sum(c["judged"] for c in failing)
+            cells.append(f"[red]{failing[0]['status']} {mismatched}/{judged}[/red]")
+        else:
+            near = sum(c["unjudgeable"] + c["two_sided"] for c in comps)
+            extra = f" ({near} kink)" if near else ""
+            rels = [c["max_rel_diff"] for c in comps if c["max_rel_diff"] is not None]
+            cells.append(f"ok rel {max(rels):.1e}{extra}" if rels else "ok")
+    return cells
+
+
+def write_junit(result, path: str | Path) -> None:
+    """JUnit XML: a suite a case, the comparisons as test cases (via ``crosscheck._junit``); a case that
+    raised, crashed or timed out is one test case with an ``<error>``."""
+    import xml.etree.ElementTree as ET
+
+    from ._junit import junit_suite
+
+    root = ET.Element("testsuites", name="crosscheck sweep")
+    for record in result.records:
+        name = case_label(record["case"])
+        if record["report"] is not None:
+            suite = junit_suite(_ReportView(record["report"]), name)
+        else:
+            suite = ET.Element("testsuite", name=name)
+            case = ET.SubElement(suite, "testcase", classname=name, name=record["status"])
+            text = f"{record['status']}: {record['error']}"
+            ET.SubElement(case, "error", message=text, type=record["status"]).text = text
+        if record["known_answer"] not in ("", "exact"):
+            case = ET.SubElement(suite, "testcase", classname=name, name="known answer")
+            ET.SubElement(case, "failure", message=record["known_answer"], type="known answer")
+        for key in ("failures", "errors", "skipped"):
+            tag = {"failures": "failure", "errors": "error", "skipped": "skipped"}[key]
+            suite.set(key, str(len(suite.findall(f"testcase/{tag}"))))
+        suite.set("tests", str(len(suite.findall("testcase"))))
+        root.append(suite)
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+
+
+class _ReportView:
+    """The attributes ``junit_suite`` reads, over a report's JSON dict (records cross processes as JSON)."""
+
+    def __init__(self, report: dict[str, Any]) -> None:
+        from types import SimpleNamespace
+
+        # `parameter`: comparisons of a workload name the parameter; the stack's may not have the key.
+        self.comparisons = [SimpleNamespace(**{"parameter": None, **c}) for c in report["comparisons"]]
+        self.backends = {k: SimpleNamespace(**v) for k, v in report["backends"].items()}

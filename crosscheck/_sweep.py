@@ -1,0 +1,366 @@
+"""Sweeps: run many cases in parallel processes on this machine, or on a Dask cluster, crash-proof.
+
+A case travels as plain data (a dict: the workload, what rebuilds its inputs, and the run options with
+backends as names or import strings). Every worker builds its inputs and backends from that dict, never
+from pickled arrays or backend objects, so a sweep gives the same per-case records whichever way it ran.
+
+A case that raises, crashes its process (a segfault, an abort, ``os._exit``) or runs past its timeout is
+a record with that status; the other cases go on.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import multiprocessing
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+STACK = "stack"
+STATUSES = ("passed", "failed", "error", "crashed", "timeout")
+CRASHED = "the process running this case died (a segfault, an abort or os._exit in a backend)"
+
+Task = dict[str, Any]
+Record = dict[str, Any]
+Done = Callable[[Record], None]
+
+
+def make_tasks(
+    cases: Sequence[dict[str, Any]], options: dict[str, Any], *, timeout: float | None = None
+) -> list[Task]:
+    """One task per case: ``{"index", "case", "options", "timeout"}``, all plain data."""
+    backends = options.get("backends")
+    if backends is not None and not all(isinstance(b, str) for b in backends):
+        raise TypeError(
+            "a sweep's `backends` must be names or import strings (workers build them from text); "
+            f"found {', '.join(type(b).__name__ for b in backends if not isinstance(b, str))}."
+        )
+    return [
+        {"index": i, "case": dict(case), "options": dict(options), "timeout": timeout}
+        for i, case in enumerate(cases)
+    ]
+
+
+# -- running one case (in whatever process the engine chose) -------------------------------------------
+
+
+def run_task(task: Task) -> Record:
+    """Run one task within its timeout and return its record (never raises).
+
+    The case runs in a daemon thread that the caller stops waiting for at the timeout: Python cannot
+    stop a thread, but the record comes back on time and a leftover thread does not keep a worker alive.
+    """
+    timeout = task.get("timeout")
+    start = time.perf_counter()
+    if timeout is None:
+        record = _execute(task)
+    else:
+        box: dict[str, Record] = {}
+        thread = threading.Thread(target=lambda: box.update(r=_execute(task)), daemon=True)
+        thread.start()
+        thread.join(timeout)
+        record = box.get("r") or _record(
+            task, "timeout", error=f"did not finish within {timeout:g} s (--timeout)"
+        )
+    record["seconds"] = time.perf_counter() - start
+    return record
+
+
+def _execute(task: Task) -> Record:
+    try:
+        report, known = _run_case(task["case"], task["options"])
+    except Exception as exc:  # a record, not a crash: the other cases go on
+        return _record(task, "error", error=f"{type(exc).__name__}: {exc}")
+    passed = report.passed and known in ("", "exact")
+    problems = list(report.problems)
+    if known not in ("", "exact"):
+        problems.append(f"known answer: {known}")
+    return _record(
+        task,
+        "passed" if passed else "failed",
+        error="; ".join(problems),
+        known_answer=known,
+        report=report.to_dict(),
+    )
+
+
+def _run_case(case: dict[str, Any], options: dict[str, Any]):
+    from ._run import run
+
+    case = dict(case)
+    workload = case.pop("workload", STACK)
+    if workload != STACK:
+        # A workload other than the stack: passed through to crosscheck.run (its shapes are its own).
+        return run(workload=workload, **case, **options), ""
+    from ._case import Case
+    from ._matrix import _check_known
+
+    report = run(**case, **options)
+    return report, _check_known(Case(**case), options.get("backends"))
+
+
+def _record(task: Task, status: str, *, error: str = "", known_answer: str = "", report=None) -> Record:
+    return {
+        "index": task["index"],
+        "case": task["case"],
+        "status": status,
+        "passed": status == "passed",
+        "error": error,
+        "known_answer": known_answer,
+        "seconds": None,
+        "report": report,
+    }
+
+
+# -- engines -------------------------------------------------------------------------------------------
+
+
+def run_in_process(tasks: Iterable[Task], done: Done) -> None:
+    """Every task here, one after the other (no isolation: a crashing backend ends the sweep)."""
+    for task in tasks:
+        done(run_task(task))
+
+
+def run_processes(tasks: Iterable[Task], done: Done, *, jobs: int) -> None:
+    """The tasks on ``jobs`` worker processes of this machine (started with ``spawn``: JAX and
+    ``fork`` do not mix). When a worker dies the pool breaks and every case then running in it is lost;
+    each is re-run alone, so the crash is pinned on the case that caused it."""
+    pending = collections.deque(tasks)
+    while pending:
+        lost = _pool_pass(pending, done, jobs=jobs)
+        if len(lost) == 1:
+            done(_crashed(lost[0]))
+            continue
+        for task in lost:
+            if _pool_pass(collections.deque([task]), done, jobs=1):
+                done(_crashed(task))
+
+
+def _pool_pass(pending: collections.deque[Task], done: Done, *, jobs: int) -> list[Task]:
+    """Run tasks from ``pending`` on a fresh pool until it is empty or the pool breaks; return the
+    tasks that were running when it broke."""
+    context = multiprocessing.get_context("spawn")
+    running: dict[Future, Task] = {}
+    lost: list[Task] = []
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        while pending or running:
+            # At most `jobs` cases in flight: a break then loses only cases that had really started.
+            while pending and len(running) < jobs and not lost:
+                task = pending.popleft()
+                running[pool.submit(run_task, task)] = task
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                task = running.pop(future)
+                try:
+                    done(future.result())
+                except BrokenProcessPool:
+                    lost.append(task)
+            if lost and not running:
+                break
+    return sorted(lost, key=lambda t: t["index"])
+
+
+def run_dask(tasks: Iterable[Task], done: Done, *, scheduler: str) -> None:
+    """The tasks on the Dask cluster at ``scheduler``; each is a plain-data task, run by ``run_task``.
+
+    At most as many cases are in flight as the cluster has threads. When a worker dies, Dask fails the
+    cases it held (``KilledWorker``, after its own ``distributed.scheduler.allowed-failures`` retries);
+    a case may only have been queued on that worker, so each such case runs again alone on the cluster
+    (nothing else in flight), and is reported as crashed when that kills a worker too.
+    """
+    try:
+        from distributed import Client, as_completed
+        from distributed.scheduler import KilledWorker
+    except ImportError as exc:
+        raise ImportError(
+            "`--scheduler` needs Dask's distributed, which is not installed: pip install 'crosscheck[dask]'."
+        ) from exc
+    check_scheduler(scheduler)
+    try:
+        client = Client(scheduler, set_as_default=False)
+    except (OSError, ValueError) as exc:  # unreachable (a timeout is an OSError) or a malformed address
+        raise ValueError(f"`--scheduler` {scheduler}: cannot connect: {exc}") from exc
+    pending, suspects = collections.deque(tasks), collections.deque()
+    with client:
+        slots = max(1, sum(client.nthreads().values()))
+        running: dict[Any, Task] = {}
+        alone: set[int] = set()  # indices of suspects now running by themselves
+        completed = as_completed(loop=client.loop)
+
+        def submit(task: Task) -> None:
+            future = client.submit(run_task, task, pure=False)
+            running[future] = task
+            completed.add(future)
+
+        def refill() -> None:
+            if suspects:  # drain, then one suspect at a time
+                if not running:
+                    task = suspects.popleft()
+                    alone.add(task["index"])
+                    submit(task)
+                return
+            while pending and len(running) < slots:
+                submit(pending.popleft())
+
+        refill()
+        for future in completed:
+            task = running.pop(future)
+            try:
+                done(future.result())
+            except KilledWorker:
+                if task["index"] in alone:
+                    done(_crashed(task))
+                else:
+                    suspects.append(task)
+            except Exception as exc:  # the cluster failed the task: a record, not a crash
+                done(_record(task, "error", error=f"{type(exc).__name__}: {exc}"))
+            refill()
+
+
+def check_scheduler(address: str) -> None:
+    """Raise ``ValueError`` unless ``address`` looks like a scheduler address (``tcp://HOST:PORT``).
+
+    Checked before connecting: Dask's own error leaves a half-built client that takes a minute to go.
+    """
+    if not re.fullmatch(r"(?:[a-z]+://)?\S+:\d+", address):
+        raise ValueError(f"`--scheduler` must be an address like tcp://HOST:8786; found {address!r}.")
+
+
+def _crashed(task: Task) -> Record:
+    return _record(task, "crashed", error=CRASHED)
+
+
+# -- the sweep -----------------------------------------------------------------------------------------
+
+
+def cpu_count() -> int:
+    """The CPUs this process may use (a container or ``taskset`` may allow fewer than the machine has)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepResult:
+    """Every case's record (in case order) and how the sweep ran."""
+
+    records: list[Record]
+    options: dict[str, Any]
+    engine: dict[str, Any]
+    config: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return all(r["passed"] for r in self.records)
+
+    def counts(self) -> dict[str, int]:
+        return {status: sum(r["status"] == status for r in self.records) for status in STATUSES}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The sweep's JSON: ``passed``, ``summary`` (counts by status), ``cases`` (the records)."""
+        return {
+            "schema_version": 1,
+            "passed": self.passed,
+            "summary": {"cases": len(self.records), **self.counts()},
+            "config": self.config,
+            "options": self.options,
+            "engine": self.engine,
+            "cases": self.records,
+        }
+
+
+def sweep(
+    cases: Sequence[dict[str, Any]],
+    *,
+    backends: Sequence[str] | None = None,
+    reference: str = "numpy-fd",
+    rtol: float | None = None,
+    atol: float | None = None,
+    strict: bool = False,
+    timeout: float | None = None,
+    jobs: int | None = None,
+    scheduler: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    config: str | None = None,
+) -> SweepResult:
+    """Run every case and return the records.
+
+    Args:
+        cases: plain dicts, ``{"workload": "stack", "layers": ..., "batch": ..., "dim": ..., "dtype": ...,
+            "seed": ..., "init": ...}`` or ``{"workload": "pkg.mod:workload", "dtype": ..., "seed": ...}``.
+        backends, reference, rtol, atol, strict: as for ``crosscheck.run`` (names or import strings).
+        timeout: seconds per case; a case past it is recorded as ``timeout``.
+        jobs: worker processes on this machine (default: the CPUs this process may use); 0 runs every
+            case in this process, without isolation.
+        scheduler: the address of a Dask distributed scheduler; the cases run there instead.
+        progress: called as ``progress(done, total)``.
+
+    Raises:
+        ValueError, TypeError: bad options (the message says what was expected and found).
+    """
+    if jobs is None:
+        jobs = cpu_count()
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
+        raise ValueError(f"`jobs` must be a non-negative integer, found {jobs!r}.")
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"`timeout` must be a positive number of seconds, found {timeout!r}.")
+    options = {"backends": backends, "reference": reference, "rtol": rtol, "atol": atol, "strict": strict}
+    tasks = make_tasks(cases, options, timeout=timeout)
+    records: list[Record] = []
+
+    def done(record: Record) -> None:
+        records.append(record)
+        if progress is not None:
+            progress(len(records), len(tasks))
+
+    if scheduler is not None:
+        engine = {"kind": "dask", "scheduler": scheduler}
+        run_dask(tasks, done, scheduler=scheduler)
+    elif jobs == 0:
+        engine = {"kind": "in-process"}
+        run_in_process(tasks, done)
+    else:
+        engine = {"kind": "processes", "jobs": jobs}
+        run_processes(tasks, done, jobs=max(1, min(jobs, len(tasks))))
+    records.sort(key=lambda r: r["index"])
+    return SweepResult(records, {**options, "timeout": timeout}, engine, config)
+
+
+def check_specs(cases: Sequence[dict[str, Any]], backends: Sequence[str] | None, reference: str) -> None:
+    """Fail before any work on a backend or workload name that cannot mean anything (a typo).
+
+    Raises:
+        ValueError: an unknown backend name, or a workload this crosscheck cannot run.
+    """
+    from ._backend import BUILTINS, plugin_entry_points
+
+    plugins = plugin_entry_points()
+    for spec in [*(backends or []), reference]:
+        if spec not in BUILTINS and ":" not in spec and spec not in plugins:
+            known = ", ".join(list(BUILTINS) + sorted(plugins))
+            raise ValueError(
+                f"unknown backend `{spec}`: expected one of {known}, or an import string "
+                "`package.module:attribute`."
+            )
+    workloads = sorted({c.get("workload", STACK) for c in cases} - {STACK})
+    if not workloads:
+        return
+    try:
+        from ._workload import available_workloads
+    except ImportError:
+        raise ValueError(
+            f"workload `{workloads[0]}`: this crosscheck runs only the built-in `stack` workload."
+        ) from None
+    named = available_workloads()
+    for spec in workloads:
+        if ":" not in spec and spec not in named:
+            raise ValueError(
+                f"unknown workload `{spec}`: expected one of {', '.join(named)}, or an import string "
+                "`package.module:attribute`."
+            )

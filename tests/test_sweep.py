@@ -1,0 +1,203 @@
+"""Sweeps: the same per-case records in one worker, in parallel processes and on a Dask cluster, with a
+case that fails, one that crashes its process and one that times out, none stopping the others.
+
+Each sweep starts processes (seconds), so the tests run few sweeps over tiny cases (d = 2..5).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from crosscheck._cli import main
+from crosscheck._cli_sweep import render, write_junit
+from crosscheck._sweep import CRASHED, STACK, sweep
+
+TESTS = Path(__file__).parent
+BACKEND = "sweep_planted:by_dim"
+#: d -> what the planted backend does there (see tests/sweep_planted.py).
+EXPECTED = {2: "passed", 3: "crashed", 4: "failed", 5: "timeout"}
+TIMEOUT = 3.0
+
+
+def _case(dim: int) -> dict:
+    return {
+        "workload": STACK,
+        "layers": 2,
+        "batch": 2,
+        "dim": dim,
+        "dtype": "float64",
+        "seed": 0,
+        "init": "gaussian",
+        "scale": 1.0,
+    }
+
+
+CASES = [_case(d) for d in EXPECTED]
+
+
+def _without_timing(value):
+    """The record with every timing field (``seconds``) and the worker's environment record dropped."""
+    if isinstance(value, dict):
+        return {k: _without_timing(v) for k, v in value.items() if k not in ("seconds", "environment")}
+    if isinstance(value, list):
+        return [_without_timing(v) for v in value]
+    return value
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """One Dask LocalCluster (2 worker processes, 1 thread each) for the module."""
+    distributed = pytest.importorskip("distributed")
+    import dask
+
+    # A worker death fails the cases it held at once (KilledWorker) instead of Dask retrying them on 3
+    # more workers; the sweep then re-runs each alone, so a case queued behind the crash still passes.
+    settings = {"distributed.scheduler.allowed-failures": 0}
+    with pytest.MonkeyPatch.context() as mp:
+        # Worker processes find the planted backends (tests/) and this checkout like the test process.
+        mp.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+        with (
+            dask.config.set(settings),
+            distributed.LocalCluster(
+                n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+            ) as local,
+        ):
+            yield local
+
+
+@pytest.fixture(scope="module")
+def by_engine(cluster):
+    """The same sweep three ways: one worker process, two, and the Dask cluster."""
+    results = {}
+    for name, engine in (
+        ("one worker", {"jobs": 1}),
+        ("two workers", {"jobs": 2}),
+        ("dask", {"scheduler": cluster.scheduler_address}),
+    ):
+        results[name] = sweep(CASES, backends=[BACKEND], timeout=TIMEOUT, **engine)
+    return results
+
+
+@pytest.mark.parametrize("engine", ["one worker", "two workers", "dask"])
+def test_every_case_gets_its_status(by_engine, engine):
+    result = by_engine[engine]
+    assert [r["status"] for r in result.records] == list(EXPECTED.values())
+    assert [r["case"]["dim"] for r in result.records] == list(EXPECTED)
+    assert result.passed is False
+    assert result.counts() == {"passed": 1, "failed": 1, "error": 0, "crashed": 1, "timeout": 1}
+    passed, crashed, failed, timed_out = result.records
+    assert passed["report"]["comparisons"][0]["passed"] is True
+    assert crashed["error"] == CRASHED and crashed["report"] is None
+    assert failed["report"]["comparisons"][0]["status"] == "mismatch"
+    assert failed["error"] == "`by_dim` disagrees with `numpy-fd`"
+    assert timed_out["error"] == "did not finish within 3 s (--timeout)"
+    assert timed_out["report"] is None
+
+
+def test_results_are_identical_whichever_way_the_sweep_ran(by_engine):
+    records = {name: _without_timing(result.records) for name, result in by_engine.items()}
+    assert records["one worker"] == records["two workers"]
+    assert records["one worker"] == records["dask"]
+    # Round-trips through JSON unchanged (the records are what --json writes).
+    assert json.loads(json.dumps(records["dask"])) == records["dask"]
+
+
+def test_in_process_gives_the_same_records(by_engine):
+    safe = [c for c in CASES if c["dim"] in (2, 4)]  # no crash or hang in the test process
+    result = sweep(safe, backends=[BACKEND], timeout=TIMEOUT, jobs=0)
+    expected = [r for r in by_engine["one worker"].records if r["case"]["dim"] in (2, 4)]
+    for record, reference in zip(result.records, expected, strict=True):
+        assert _without_timing({**record, "index": 0}) == _without_timing({**reference, "index": 0})
+
+
+def test_junit_and_table_show_every_status(by_engine, tmp_path):
+    from rich.console import Console
+
+    result = by_engine["two workers"]
+    write_junit(result, tmp_path / "sweep.xml")
+    suites = ET.parse(tmp_path / "sweep.xml").getroot().findall("testsuite")
+    assert [(s.get("failures"), s.get("errors")) for s in suites] == [
+        ("0", "0"),
+        ("0", "1"),
+        ("1", "0"),
+        ("0", "1"),
+    ]
+    assert suites[1].find("testcase/error").get("type") == "crashed"
+    assert suites[3].find("testcase/error").get("message") == "timeout: did not finish within 3 s (--timeout)"
+    console = Console(file=io.StringIO(), width=200)
+    render(result, console)
+    text = console.file.getvalue()
+    for word in ("CRASHED", "TIMEOUT", "FAILED", "mismatch"):
+        assert word in text
+    assert "FAILED: 3 of 4 cases (1 failed, 1 crashed, 1 timeout)" in text
+
+
+def test_a_case_that_raises_is_an_error_record():
+    result = sweep(CASES[:1], backends=["nosuchmodule:grad"], jobs=0)
+    (record,) = result.records
+    assert record["status"] == "error"
+    assert record["error"].startswith("ValueError: backend `nosuchmodule:grad`: cannot import module")
+    assert record["report"] is None
+    assert result.counts()["error"] == 1
+
+
+def test_sweep_rejects_backend_objects():
+    with pytest.raises(TypeError, match="names or import strings"):
+        sweep(CASES[:1], backends=[print], jobs=0)
+
+
+def test_cli_reads_the_config_and_writes_reports(tmp_path, monkeypatch, capsys):
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.crosscheck]\n"
+        "layers = [2]\nbatch = [2]\ndim = [2, 4]\ndtypes = ['float64']\n"
+        f"backends = ['{BACKEND}']\ntimeout = 60\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    status = main(["sweep", "--jobs", "2", "--json", "sweep.json", "--junit", "sweep.xml"])
+    out = capsys.readouterr().out
+    assert status == 1, out
+    assert f"crosscheck sweep: 2 cases, from {tmp_path / 'pyproject.toml'}" in out
+    assert "FAILED: 1 of 2 cases (1 failed)" in out
+    assert "gaussian L=2 N=2 d=4 float64 seed=0: `by_dim` disagrees with `numpy-fd`" in out
+    report = json.loads((tmp_path / "sweep.json").read_text())
+    assert report["passed"] is False
+    assert report["summary"] == {"cases": 2, "passed": 1, "failed": 1, "error": 0, "crashed": 0, "timeout": 0}
+    assert report["config"] == str(tmp_path / "pyproject.toml")
+    assert report["options"]["timeout"] == 60
+    assert [c["case"]["dim"] for c in report["cases"]] == [2, 4]
+    suites = ET.parse(tmp_path / "sweep.xml").getroot().findall("testsuite")
+    assert [s.get("failures") for s in suites] == ["0", "1"]
+    assert suites[1].find("testcase/failure").get("message").startswith("Mismatched elements")
+
+
+def _comparison(backend: str, parameter: str, passed: bool, mismatched: int, judged: int, rel: float) -> dict:
+    return {
+        "backend": backend,
+        "parameter": parameter,
+        "passed": passed,
+        "status": "ok" if passed else "mismatch",
+        "mismatched": mismatched,
+        "judged": judged,
+        "max_rel_diff": rel,
+        "unjudgeable": 0,
+        "two_sided": 0,
+    }
+
+
+def test_a_cell_sums_a_workloads_comparisons_per_parameter():
+    from crosscheck._cli_sweep import _cells
+
+    comparisons = [
+        _comparison("jax", "w", False, 3, 8, 1e-2),
+        _comparison("jax", "b", False, 1, 2, 1e-3),
+        _comparison("torch", "w", True, 0, 8, 2e-7),
+        _comparison("torch", "b", True, 0, 2, 5e-7),
+    ]
+    record = {"report": {"comparisons": comparisons, "backends": {}}}
+    assert _cells(record, ["jax", "torch", "other"]) == ["[red]mismatch 4/10[/red]", "ok rel 5.0e-07", "-"]
