@@ -274,17 +274,18 @@ def mismatch_message(c: Comparison) -> str:
     pct = 100.0 * c.mismatched / max(c.judged, 1)
     # The stack's indices are (layer, row, col); a workload's are those of the named parameter.
     where = "(layer, row, col) " if c.parameter is None else f"parameter `{c.parameter}` index "
+    idx = _idx if c.parameter is None else _tuple
     lines.append(
         f"Mismatched elements: {c.mismatched} / {c.judged} ({pct:.1f}%)"
         + (f" in parameter `{c.parameter}`" if c.parameter is not None else "")
         + (f", {c.unjudgeable} unjudgeable ({_reasons(c)})" if c.unjudgeable else "")
     )
-    lines.append(f"Greatest absolute difference: {c.max_abs_diff:.6g} at {where}{_idx(c.max_abs_diff_index)}")
-    lines.append(f"Greatest relative difference: {c.max_rel_diff:.6g} at {where}{_idx(c.max_rel_diff_index)}")
+    lines.append(f"Greatest absolute difference: {c.max_abs_diff:.6g} at {where}{idx(c.max_abs_diff_index)}")
+    lines.append(f"Greatest relative difference: {c.max_rel_diff:.6g} at {where}{idx(c.max_rel_diff_index)}")
     terms = c.worst_terms or {}
     total = sum(terms.values())
     shown = " + ".join(f"{name} {value:.3g}" for name, value in terms.items())
-    worst = _idx(c.worst_index) if c.parameter is None else f"`{c.parameter}` {_idx(c.worst_index)}"
+    worst = _idx(c.worst_index) if c.parameter is None else f"`{c.parameter}` {_tuple(c.worst_index)}"
     lines.append(
         f"Worst entry {worst}: {c.backend} {c.worst_values['candidate']:.9g} vs "
         f"{c.reference} {c.worst_values['reference']:.9g}, difference "
@@ -295,6 +296,11 @@ def mismatch_message(c: Comparison) -> str:
 
 def _idx(index) -> str:
     return "(" + ", ".join(str(i) for i in index) + ")" if index is not None else "-"
+
+
+def _tuple(index) -> str:
+    """A workload parameter's index as Python writes it: ``(7,)``, ``(0, 7)``, ``()``."""
+    return str(tuple(index)) if index is not None else "-"
 
 
 def _reasons(c: Comparison) -> str:

@@ -22,8 +22,8 @@ def workload_table(report: Report) -> Any:
     from rich.table import Table
 
     t = Table(title=title(report), title_justify="left")
-    for column in ("backend", "parameter", "status", "dtype", "time", "max abs diff", "max rel diff"):
-        t.add_column(column, justify="left" if column in ("backend", "parameter", "status") else "right")
+    for column in ("backend", "parameter", "dtype", "time", "max abs diff", "max rel diff"):
+        t.add_column(column, justify="left" if column in ("backend", "parameter") else "right")
     for column in ("worst index", "tolerance there", "decided by", "unjudgeable", "verdict"):
         t.add_column(column, justify="right")
     by_backend: dict[str, list] = {}
@@ -34,19 +34,20 @@ def workload_table(report: Report) -> Any:
         rows = by_backend.get(name, [])
         if r.role == "reference" or not rows:
             failed = r.status == "failed" or (r.status == "unavailable" and r.required)
-            verdict = "reference" if r.role == "reference" else "[red]FAIL[/red]" if failed else "-"
-            t.add_row(name, "", r.status, r.dtype or "-", time_s, *[""] * 6, verdict)
+            verdict = "reference" if r.role == "reference" and r.status == "ok" else r.status
+            t.add_row(
+                name, "", r.dtype or "-", time_s, *[""] * 6, f"[red]{verdict}[/red]" if failed else verdict
+            )
             continue
         for i, c in enumerate(rows):
             shown = (name, time_s) if i == 0 else ("", "")
             verdict = "[green]ok[/green]" if c.passed else "[red]FAIL[/red]"
             if c.max_abs_diff is None:
-                t.add_row(shown[0], c.parameter, c.status, r.dtype or "-", shown[1], *[""] * 5, "", verdict)
+                t.add_row(shown[0], c.parameter, r.dtype or "-", shown[1], *[""] * 6, verdict)
                 continue
             t.add_row(
                 shown[0],
                 c.parameter,
-                r.status,
                 r.dtype or "-",
                 shown[1],
                 f"{c.max_abs_diff:.3g}",

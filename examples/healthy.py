@@ -1,5 +1,7 @@
 """Small healthy workloads whose ports are correct: the calibration set of the workload tolerances.
 
+A tanh MLP, a softmax classifier, a self-attention head and a ReLU MLP, each in NumPy, JAX and PyTorch.
+
 ``benchmarks/calibrate_workloads.py`` runs them (and the GELU port) over many seeds; ``tests/`` runs a few.
 """
 
@@ -118,4 +120,32 @@ attention = crosscheck.Workload(
     description="one self-attention head, sum of squares",
 )
 
-WORKLOADS = [tanh_mlp, softmax, attention]
+def _relu_np(p, i):
+    h = np.maximum(i["x"] @ p["w1"] + p["b1"], 0.0)
+    return float(np.sum((h @ p["w2"]) ** 2))
+
+
+def _relu_jax(p, i):
+    import jax
+    import jax.numpy as jnp
+
+    return jnp.sum((jax.nn.relu(i["x"] @ p["w1"] + p["b1"]) @ p["w2"]) ** 2)
+
+
+def _relu_torch(p, i):
+    import torch
+
+    return torch.sum((torch.relu(i["x"] @ p["w1"] + p["b1"]) @ p["w2"]) ** 2)
+
+
+#: A ReLU MLP: kinks everywhere, none exactly at a generated point (random float inputs).
+relu_mlp = crosscheck.Workload(
+    name="relu-mlp",
+    parameters={"w1": (5, 12), "b1": (12,), "w2": (12, 3)},
+    inputs={"x": (20, 5)},
+    reference=_relu_np,
+    implementations={"jax": _relu_jax, "torch": _relu_torch},
+    description="two-layer ReLU MLP, sum of squares",
+)
+
+WORKLOADS = [tanh_mlp, softmax, attention, relu_mlp]

@@ -365,3 +365,22 @@ def test_an_implementation_of_another_framework_needs_an_adapter():
     workload = _linear(implementations={"mxnet": lambda p, i: 0.0})
     with pytest.raises(ValueError, match="crosscheck differentiates implementations named jax, torch"):
         crosscheck.run(workload=workload, backends=["mxnet"])
+
+
+@_needs("jax")
+@_needs("torch")
+def test_another_backend_as_reference_and_prefixed_implementation_names():
+    exact = dict(mlp_fixed.workload.implementations)
+    workload = crosscheck.Workload(
+        name="two-jax-ports",
+        parameters=mlp_buggy.workload.parameters,
+        inputs=mlp_buggy.workload.inputs,
+        reference=mlp_buggy.workload.reference,
+        implementations={"torch": exact["torch"], "jax-exact": exact["jax"], "jax-tanh": mlp_buggy.jax_loss},
+    )
+    report = crosscheck.run(workload=workload, reference="torch", dtype="float64")
+    failing = {(c.backend, c.parameter) for c in report.comparisons if not c.passed}
+    assert failing == {("jax-tanh", name) for name in ("w1", "b1", "w2", "b2")}
+    assert len(report.comparisons) == 8
+    assert report.backends["torch"].role == "reference"
+    assert report.backends["torch"].notes["rounding"] == "measured: re-run in float32"
