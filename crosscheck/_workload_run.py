@@ -27,7 +27,7 @@ from ._backend import ORACLE, BackendUnavailable, backend_info, load_backend
 from ._compare import Comparison, Kinks, Tolerance, compare
 from ._environment import environment
 from ._report import BackendResult, Report
-from ._workload import Workload
+from ._workload import Workload, as_dtype
 from ._workload_oracle import WorkloadEstimate, estimate
 
 #: Multiple of the measured rounding difference (plus its RMS over the parameter) an entry may differ by.
@@ -84,6 +84,10 @@ def run_workload(
             )
     else:
         specs = list(backends)
+    if ORACLE in specs:
+        raise ValueError(
+            f"`{ORACLE}` is the workload oracle: it can be the reference only, not a candidate backend."
+        )
     case = {
         "workload": workload.name,
         "dtype": dtype,
@@ -98,8 +102,7 @@ def run_workload(
 
 def _oracle_function(workload: Workload, params, inputs):
     """The float64 function the oracle differentiates, and which it is (``reference`` or ``surrogate``)."""
-    p64 = {k: v.astype(np.float64) for k, v in params.items()}
-    i64 = {k: v.astype(np.float64) for k, v in inputs.items()}
+    p64, i64 = as_dtype(params, "float64"), as_dtype(inputs, "float64")
     _finite_loss(workload, "reference", lambda: workload.reference(dict(p64), i64))
     if workload.surrogate is None:
         return (lambda p: workload.reference(p, i64)), "reference"
@@ -316,8 +319,7 @@ class _Driver:
     def _rounding(self, backend: Any, value: dict[str, np.ndarray]):
         """The ``rounding`` term of every parameter, and how it was obtained (see the module's doc)."""
         other = OTHER_DTYPE[self.dtype]
-        params = {k: v.astype(other) for k, v in self.params.items()}
-        inputs = {k: v.astype(other) for k, v in self.inputs.items()}
+        params, inputs = as_dtype(self.params, other), as_dtype(self.inputs, other)
         rerun = None
         if not isinstance(backend, _Oracle):
             rerun, _ = self._call(backend, BackendResult(name="rerun", status="pending"), params, inputs)

@@ -120,6 +120,7 @@ attention = crosscheck.Workload(
     description="one self-attention head, sum of squares",
 )
 
+
 def _relu_np(p, i):
     h = np.maximum(i["x"] @ p["w1"] + p["b1"], 0.0)
     return float(np.sum((h @ p["w2"]) ** 2))

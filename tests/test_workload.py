@@ -384,3 +384,30 @@ def test_another_backend_as_reference_and_prefixed_implementation_names():
     assert len(report.comparisons) == 8
     assert report.backends["torch"].role == "reference"
     assert report.backends["torch"].notes["rounding"] == "measured: re-run in float32"
+
+
+def test_integer_inputs_keep_their_dtype():
+    def generate(rng, dtype):
+        return {"table": rng.standard_normal((5, 2))}, {"ids": rng.integers(0, 5, size=7)}
+
+    def grad(p, i):
+        out = np.zeros_like(p["table"])
+        np.add.at(out, i["ids"], 2 * p["table"][i["ids"]])
+        return {"table": out}
+
+    workload = crosscheck.Workload(
+        name="embedding",
+        parameters={"table": (5, 2)},
+        inputs={"ids": (7,)},
+        reference=lambda p, i: float(np.sum(p["table"][i["ids"]] ** 2)),
+        generate=generate,
+    )
+    params, inputs = workload.make(seed=0, dtype="float32")
+    assert inputs["ids"].dtype.kind == "i" and params["table"].dtype == np.float32
+    assert crosscheck.run(workload=workload, backends=[grad]).passed
+    assert len({workload, workload}) == 1  # hashable, by identity
+
+
+def test_the_oracle_is_not_a_candidate():
+    with pytest.raises(ValueError, match="can be the reference only"):
+        crosscheck.run(workload=_linear(), backends=["numpy-fd"])
