@@ -28,8 +28,18 @@ def _loss_plain(weights, x):
     return jnp.sum(final**2)
 
 
+def _hvp_fn(loss):
+    # A Hessian-vector product is a jvp of the grad: one tangent pushed forward through the gradient
+    # program (no Hessian matrix is ever formed).
+    return jax.jit(lambda weights, x, v: jax.jvp(lambda w: jax.grad(loss)(w, x), (weights,), (v,))[1])
+
+
+_hvp = _hvp_fn(_loss)
+
+
 # The same scan without jax.checkpoint: `explain` re-runs a mismatch with it.
 _grad_plain = jax.jit(jax.grad(_loss_plain, argnums=0))
+_hvp_plain = _hvp_fn(_loss_plain)
 
 
 @jax.jit
@@ -54,6 +64,13 @@ class JaxBackend:
         grad = _grad if self._checkpoint else _grad_plain
         with jax.enable_x64(weights.dtype == np.float64):
             return np.asarray(grad(jnp.asarray(weights), jnp.asarray(x)))
+
+    def hvp(self, weights: np.ndarray, x: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """The Hessian-vector product ``H v`` of the loss with respect to the weights, ``(L, d, d)``:
+        ``jax.jvp(jax.grad(loss), (weights,), (v,))`` through the same checkpointed scan."""
+        hvp = _hvp if self._checkpoint else _hvp_plain
+        with jax.enable_x64(weights.dtype == np.float64):
+            return np.asarray(hvp(jnp.asarray(weights), jnp.asarray(x), jnp.asarray(v)))
 
     @contextlib.contextmanager
     def without_checkpointing(self):

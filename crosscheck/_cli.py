@@ -99,6 +99,13 @@ def _add_run_options(run: argparse.ArgumentParser, dtypes, inits) -> None:
         "every entry of a layer that fails them; auto (default): screen when the full oracle is costly",
     )
     check.add_argument(
+        "--quantity",
+        choices=("grad", "hvp"),
+        default="grad",
+        help="what to cross-check: grad (default) or hvp, the Hessian-vector product along a direction "
+        "made from --seed (candidates need an hvp(weights, x, v) method)",
+    )
+    check.add_argument(
         "--directions", type=int, default=4, help="random directions per layer when screening (default 4)"
     )
     out = run.add_argument_group("output")
@@ -165,6 +172,8 @@ def _run(args: argparse.Namespace) -> int:
     _check_output(args.json)
     _check_output(args.junit, "--junit")
     _check_output(args.save_bundle, "--save-bundle")
+    if args.quantity == "hvp" and (args.save_bundle or args.plot):
+        raise UsageError("`--save-bundle` and `--plot` are not available with `--quantity hvp` yet.")
     _check_output(args.plot, "--plot")
     if args.plot:
         try:
@@ -186,6 +195,7 @@ def _run(args: argparse.Namespace) -> int:
                 directions=args.directions,
                 explain=args.explain,
                 progress=progress,
+                quantity=args.quantity,
                 **kwargs,
             )
     except (ValueError, TypeError) as exc:
