@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Re-run the backends of a bundle written by `crosscheck run --save-bundle`.",
     )
     replay.add_argument("bundle", metavar="PATH", help="the .npz bundle")
+    from . import _cli_cost
+
+    _cli_cost.add_parser(sub)
     return parser
 
 
@@ -137,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command == "explain":
             args.explain = True
-        commands = {"matrix": _matrix, "replay": _replay, "run": _run, "explain": _run}
+        commands = {"matrix": _matrix, "replay": _replay, "run": _run, "explain": _run, "cost": _cost}
         return commands[args.command](args)
     except UsageError as exc:
         # One line, whatever the message (a user's factory may raise a multi-line error).
@@ -260,6 +263,12 @@ def _matrix(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UsageError(f"cannot write `--json` {args.json}: {exc.strerror or exc}") from exc
     return EXIT_OK if all(row.passed for row in rows) else EXIT_FAIL
+
+
+def _cost(args: argparse.Namespace) -> int:
+    from ._cli_cost import run
+
+    return run(args)
 
 
 def _check_output(path: str | None, option: str = "--json") -> None:
