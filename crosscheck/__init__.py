@@ -11,6 +11,8 @@ from ._case import make_inputs as make_inputs
 from ._compare import Comparison as Comparison
 from ._report import Report as Report
 from ._run import run as run
+from ._workload import Workload as Workload
+from ._workload import available_workloads as available_workloads
 
 __version__ = "0.1.0"
 
@@ -23,4 +25,6 @@ __all__ = [
     "load_backend",
     "make_inputs",
     "run",
+    "Workload",
+    "available_workloads",
 ]

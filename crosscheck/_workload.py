@@ -1,0 +1,249 @@
+"""Workloads: named parameter arrays and inputs, a NumPy float64 reference loss, and one implementation
+per framework. The ReLU stack (``stack``) is the built-in default and keeps its own driver (``_run.py``);
+every other workload goes through ``_workload_run.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+import os
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from ._case import DTYPES
+
+#: Built-in workloads: name -> (import string ``module:attribute`` of the Workload, or None for the
+#: stack, which has its own driver; a one-line description). Imported only when used.
+WORKLOADS: dict[str, tuple[str | None, str]] = {
+    "stack": (None, "the eight-layer ReLU stack: y = relu(y @ W_k), loss sum(y_L ** 2) (the default)"),
+}
+STACK = "stack"
+
+Params = dict[str, np.ndarray]
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """A model whose gradients crosscheck compares: parameters, inputs, a reference loss, implementations.
+
+    Args:
+        name: a short name, shown in reports.
+        parameters: the differentiated arrays, ``name -> shape``; gradients are compared for each.
+        inputs: arrays that are not differentiated, ``name -> shape``.
+        reference: ``(params, inputs) -> float``, the loss in NumPy float64: all the oracle evaluates
+            (it never differentiates it with autodiff).
+        implementations: ``backend name -> loss function`` in that framework, ``(params, inputs) ->
+            scalar``; ``"jax"`` (and ``"jax-..."``) is differentiated with ``jax.grad``, ``"torch"`` (and
+            ``"torch-..."``) with ``backward()``. Each receives the framework's arrays.
+        generate: optional ``(rng, dtype) -> (params, inputs)``, dicts of NumPy arrays; default: normal
+            values drawn in float64 with ``rng`` (parameters scaled by ``1/sqrt(fan_in)``, the product of
+            every axis but the last; vectors and scalars unscaled), rounded once to ``dtype``.
+        surrogate: optional ``(params_at_base, inputs) -> (params -> float)``: the NumPy float64 function
+            whose gradient the implementations really compute at the base point (e.g. where
+            ``stop_gradient`` or a straight-through estimator freezes a term). When given, the oracle
+            differentiates it instead of ``reference``, and the report says so.
+        description: one line, shown by ``crosscheck list``.
+
+    Example:
+        >>> workload = Workload(
+        ...     name="linear",
+        ...     parameters={"w": (3, 1)},
+        ...     inputs={"x": (4, 3)},
+        ...     reference=lambda p, i: float(np.sum((i["x"] @ p["w"]) ** 2)),
+        ...     implementations={"jax": jax_loss, "torch": torch_loss},  # doctest: +SKIP
+        ... )
+    """
+
+    name: str
+    parameters: Mapping[str, tuple[int, ...]]
+    inputs: Mapping[str, tuple[int, ...]]
+    reference: Callable[[Params, Params], float]
+    implementations: Mapping[str, Callable[..., Any]] = dataclasses.field(default_factory=dict)
+    generate: Callable[[np.random.Generator, str], tuple[Params, Params]] | None = None
+    surrogate: Callable[[Params, Params], Callable[[Params], float]] | None = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"`name` of a Workload must be a non-empty string, found {self.name!r}.")
+        for field in ("parameters", "inputs"):
+            object.__setattr__(self, field, _shapes(self.name, field, getattr(self, field)))
+        if not self.parameters:
+            raise ValueError(f"workload `{self.name}`: `parameters` must name at least one array.")
+        both = sorted(set(self.parameters) & set(self.inputs))
+        if both:
+            raise ValueError(f"workload `{self.name}`: {both[0]!r} is both a parameter and an input.")
+        for field in ("reference", "generate", "surrogate"):
+            value = getattr(self, field)
+            if (value is not None or field == "reference") and not callable(value):
+                raise TypeError(f"workload `{self.name}`: `{field}` must be callable, found {value!r}.")
+        if not isinstance(self.implementations, Mapping):
+            raise TypeError(
+                f"workload `{self.name}`: `implementations` must be a dict of backend name -> loss "
+                f"function, found {type(self.implementations).__name__}."
+            )
+        for key, fn in self.implementations.items():
+            if not isinstance(key, str) or not callable(fn):
+                raise TypeError(
+                    f"workload `{self.name}`: implementation {key!r} must be a callable under a string "
+                    f"name, found {fn!r}."
+                )
+        object.__setattr__(self, "implementations", dict(self.implementations))
+
+    def make(self, *, seed: int = 0, dtype: str = "float32") -> tuple[Params, Params]:
+        """The case's ``(params, inputs)``: the same seed and dtype give the same arrays, bit for bit.
+
+        Raises:
+            ValueError: ``generate`` returned the wrong names, shapes or non-finite values.
+        """
+        if dtype not in DTYPES:
+            raise ValueError(f"`dtype` must be one of {', '.join(DTYPES)}; found {dtype!r}.")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"`seed` must be a non-negative integer, found {seed!r}.")
+        rng = np.random.default_rng(int(seed))
+        if self.generate is None:
+            params = {k: rng.standard_normal(s) / math.sqrt(_fan_in(s)) for k, s in self.parameters.items()}
+            inputs = {k: rng.standard_normal(s) for k, s in self.inputs.items()}
+        else:
+            try:
+                made = self.generate(rng, dtype)
+                params, inputs = made
+            except (TypeError, ValueError) as exc:
+                raise ValueError(
+                    f"workload `{self.name}`: `generate(rng, dtype)` must return (params, inputs), "
+                    f"two dicts of arrays: {type(exc).__name__}: {exc}"
+                ) from exc
+        return self._checked("parameters", params, dtype), self._checked("inputs", inputs, dtype)
+
+    def _checked(self, field: str, arrays: Any, dtype: str) -> Params:
+        expected = getattr(self, field)
+        if not isinstance(arrays, Mapping):
+            raise ValueError(
+                f"workload `{self.name}`: `generate` must return {field} as a dict, "
+                f"found {type(arrays).__name__}."
+            )
+        if set(arrays) != set(expected):
+            raise ValueError(
+                f"workload `{self.name}`: `generate` must return {field} {sorted(expected)}; "
+                f"found {sorted(map(str, arrays))}."
+            )
+        out = {}
+        for key, shape in expected.items():
+            array = np.asarray(arrays[key])
+            if array.shape != shape:
+                raise ValueError(
+                    f"workload `{self.name}`: {field[:-1]} `{key}` must have shape {shape}; "
+                    f"found {array.shape}."
+                )
+            if not np.issubdtype(array.dtype, np.number) or not np.all(np.isfinite(array)):
+                raise ValueError(
+                    f"workload `{self.name}`: {field[:-1]} `{key}` must hold finite numbers; "
+                    f"found dtype {array.dtype.name} with non-finite or non-numeric values."
+                )
+            # Rounded once to the case's dtype, and a private copy: generate's arrays are not shared.
+            out[key] = np.array(array, dtype=dtype)
+        return out
+
+
+def _shapes(name: str, field: str, value: Any) -> dict[str, tuple[int, ...]]:
+    if not isinstance(value, Mapping):
+        raise TypeError(
+            f"workload `{name}`: `{field}` must be a dict of name -> shape, found {type(value).__name__}."
+        )
+    out = {}
+    for key, shape in value.items():
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"workload `{name}`: `{field}` names must be non-empty strings, found {key!r}.")
+        try:
+            dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        except TypeError:
+            dims = None
+        if dims is None or not all(
+            isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 1 for d in dims
+        ):
+            raise ValueError(
+                f"workload `{name}`: the shape of `{key}` in `{field}` must be a tuple of positive "
+                f"integers, found {shape!r}."
+            )
+        out[key] = tuple(int(d) for d in dims)
+    return out
+
+
+def _fan_in(shape: tuple[int, ...]) -> int:
+    return math.prod(shape[:-1]) if len(shape) >= 2 else 1
+
+
+def available_workloads() -> dict[str, str]:
+    """Built-in workloads: name -> one-line description (``stack`` is the default)."""
+    return {name: description for name, (_, description) in WORKLOADS.items()}
+
+
+def load_workload(spec: Any) -> Workload | None:
+    """The Workload for ``spec``: a Workload, a built-in name or an import string ``module:attribute``.
+
+    Returns None for ``"stack"`` (and None), the built-in ReLU stack, which has its own driver.
+
+    Raises:
+        ValueError: an unknown name, an import string that cannot be resolved, or an attribute that is
+            not a Workload (a zero-argument function returning one is called).
+    """
+    if spec is None or isinstance(spec, Workload):
+        return spec
+    if not isinstance(spec, str):
+        raise TypeError(
+            f"`workload` must be a Workload, a built-in name or an import string, found "
+            f"{type(spec).__name__}."
+        )
+    if spec in WORKLOADS:
+        target = WORKLOADS[spec][0]
+        return None if target is None else _resolve(target, spec)
+    if ":" in spec:
+        return _resolve(spec, spec)
+    raise ValueError(
+        f"unknown workload `{spec}`: expected one of {', '.join(WORKLOADS)}, or an import string "
+        f"`package.module:attribute` naming a crosscheck.Workload."
+    )
+
+
+def _resolve(target: str, spec: str) -> Workload:
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"workload import string `{spec}` must look like `package.module:attribute`.")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like `python -m`: modules in the current directory are found
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise ValueError(f"workload `{spec}`: cannot import module `{module_name}` ({exc}).") from exc
+    except Exception as exc:
+        raise ValueError(
+            f"workload `{spec}`: importing `{module_name}` failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    value: Any = module
+    for part in attribute.split("."):
+        if not hasattr(value, part):
+            names = [n for n in dir(module) if not n.startswith("_")]
+            raise ValueError(
+                f"workload `{spec}`: module `{module_name}` has no attribute `{attribute}` "
+                f"(found: {', '.join(names[:12]) or 'nothing public'})."
+            )
+        value = getattr(value, part)
+    if callable(value) and not isinstance(value, Workload):
+        try:
+            value = value()
+        except Exception as exc:
+            raise ValueError(
+                f"workload `{spec}`: expected a crosscheck.Workload, found a callable that failed "
+                f"when called with no arguments: {type(exc).__name__}: {exc}"
+            ) from exc
+    if not isinstance(value, Workload):
+        raise ValueError(
+            f"workload `{spec}` must be a crosscheck.Workload (or a function returning one), "
+            f"found {type(value).__name__}."
+        )
+    return value
