@@ -57,9 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Re-run the backends of a bundle written by `crosscheck run --save-bundle`.",
     )
     replay.add_argument("bundle", metavar="PATH", help="the .npz bundle")
-    from . import _cli_cost
+    from . import _cli_cost, _cli_ste
 
     _cli_cost.add_parser(sub)
+    _cli_ste.add_parser(sub)
     return parser
 
 
@@ -140,7 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command == "explain":
             args.explain = True
-        commands = {"matrix": _matrix, "replay": _replay, "run": _run, "explain": _run, "cost": _cost}
+        commands = {"matrix": _matrix, "replay": _replay, "run": _run, "explain": _run}
+        commands.update(cost=_cost, ste=_ste)
         return commands[args.command](args)
     except UsageError as exc:
         # One line, whatever the message (a user's factory may raise a multi-line error).
@@ -267,6 +269,12 @@ def _matrix(args: argparse.Namespace) -> int:
 
 def _cost(args: argparse.Namespace) -> int:
     from ._cli_cost import run
+
+    return run(args)
+
+
+def _ste(args: argparse.Namespace) -> int:
+    from ._cli_ste import run
 
     return run(args)
 
