@@ -42,6 +42,13 @@ def run(args: argparse.Namespace) -> int:
     if args.seed < 0:
         raise UsageError(f"`--seed` must be a non-negative integer, found {args.seed}.")
     _check_output(args.json)
+    try:
+        import scipy.differentiate  # noqa: F401
+    except ImportError as exc:
+        raise UsageError(
+            "`crosscheck ste` needs scipy >= 1.15 (scipy.differentiate), which is not installed: "
+            "pip install 'crosscheck[ste]'."
+        ) from exc
     report = check_ste(
         seed=args.seed,
         dtype=args.dtype,

@@ -210,9 +210,9 @@ DIFFERENCES = [
     "it matches the checkpointed analytic count exactly (checkpointing recomputes the forward: +L "
     "products for the gradient, +2L for the double-backward HVP)",
     "XLA counts elementwise ops too (ReLU, its mask, the square, the sum, the selects of the backward "
-    "pass): its forward is the analytic count plus L N d + 2 N d - 1; and a scan's body is uniform, so "
-    "the HVP also multiplies layer 0's zero input tangent, which torch's autograd (and a Python loop "
-    "under jax.jit) skip",
+    "pass): its forward is the analytic count plus L N d + 2 N d - 1; its HVP counts more than the "
+    "same stack as a Python loop under jax.jit (which is close to analytic): most likely a scan's "
+    "uniform body multiplies layer 0's zero input tangent, which autograd and a loop skip",
     "XLA's count does not grow with jax.checkpoint here: the compiled program shows no recomputation",
     "a rolled lax.scan (the jax adapter's own program) is a while loop whose body XLA's cost analysis "
     "counts once: its flops are about one layer's, whatever L",

@@ -166,7 +166,8 @@ class HvpDriver:
             tolerance,
             backend=result.name,
             reference_name=ref_name,
-            dtype=self.dtype,
+            # A backend may compute in another precision on purpose (the oracle: float64).
+            dtype=getattr(backend, "output_dtype", None) or self.dtype,
             kinks=kinks,
             strict=self.strict,
         )
