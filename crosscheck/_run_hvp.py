@@ -17,6 +17,7 @@ from ._backend import Backend, BackendUnavailable, backend_info, load_backend
 from ._compare import Comparison, Kinks, Tolerance, compare
 from ._environment import environment
 from ._report import BackendResult, Report
+from ._run import _unique
 
 NO_HVP = "has no `hvp(weights, x, v)` method, so it cannot be checked with quantity 'hvp'"
 
@@ -58,9 +59,9 @@ class HvpDriver:
             elif backend is not None:
                 value, result = self._candidate(backend, result)
                 if value is not None:
-                    values[result.name] = value
+                    values[_unique(result.name, results)] = value
                     comparisons.append(self._compare(backend, value, result, ref, ref_result.name))
-            results[result.name if result.name not in results else f"{result.name}#2"] = result
+            results[_unique(result.name, results)] = result
         record = _hvp.direction_record(self.v, self.seed)
         if ref is not None:
             record.update(ref[3])

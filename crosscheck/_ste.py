@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from . import _stack
-from ._compare import Comparison, Tolerance, compare
+from ._compare import Comparison, Kinks, Tolerance, compare
 from ._workload import Workload
 
 #: Rounding grid of the activations: a power of two, so ``round(8 y) / 8`` is exact in binary.
@@ -300,8 +300,6 @@ NAIVE_STEP = 2.0**-20
 
 
 def _compare(name, grad, other, value, error, converged, dtype) -> Comparison:
-    from ._compare import Kinks
-
     # The candidate's own rounding, measured by its re-run in the other precision (as for the HVP).
     delta = np.abs(grad.astype(np.float64) - other.astype(np.float64))
     ratio = _stack.UNIT_ROUNDOFF[dtype] / _stack.UNIT_ROUNDOFF["float32"]
