@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from crosscheck import _cost
+from crosscheck._cli import main
 
 SIZE = {"layers": 2, "batch": 4, "dim": 3}  # P = 18: the Hessian is quick to build
 
@@ -62,14 +61,14 @@ def test_hessian_is_skipped_above_the_limit():
     assert counts["hessian"] is None and counts["hvp"] == (9 * 8 - 5) * 2 * 8 * 16 * 16
 
 
-def test_cli_cost_prints_the_table_and_writes_json(tmp_path):
+def test_cli_cost_prints_the_table_and_writes_json(tmp_path, capsys):
     out = tmp_path / "cost.json"
-    command = [sys.executable, "-m", "crosscheck", "cost", "--layers", "2", "--dim", "3", "--batch", "2"]
-    done = subprocess.run([*command, "--json", str(out)], capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr
+    command = ["cost", "--layers", "2", "--dim", "3", "--batch", "2"]
+    assert main([*command, "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
     for text in ("forward", "gradient", "hvp", "hessian", "hvp/gradient", "Where the counts differ"):
-        assert text in done.stdout
+        assert text in printed
     data = json.loads(out.read_text())
     assert data["counts"]["torch"]["forward"] == 2 * 2 * 2 * 3 * 3
-    bad = subprocess.run([*command[:4], "--dim", "0"], capture_output=True, text=True, check=False)
-    assert bad.returncode == 2 and "`--dim` must be a positive integer, found 0" in bad.stderr
+    assert main(["cost", "--dim", "0"]) == 2
+    assert "`--dim` must be a positive integer, found 0" in capsys.readouterr().err

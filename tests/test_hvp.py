@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -12,6 +10,7 @@ from planted_hvp import BUGS, CORRECT
 
 import crosscheck
 from crosscheck import Case, make_inputs
+from crosscheck._cli import main
 from crosscheck._hvp import direction, kink_radius
 from crosscheck._run_hvp import NO_HVP
 
@@ -148,12 +147,12 @@ def test_bad_quantity_is_a_one_line_error():
         crosscheck.run(quantity="hessian")
 
 
-def test_cli_quantity_hvp(tmp_path):
+def test_cli_quantity_hvp(tmp_path, capsys):
     out = tmp_path / "report.json"
-    command = [sys.executable, "-m", "crosscheck", "run", "--quantity", "hvp", "--layers", "3", "--dim", "4"]
-    done = subprocess.run([*command, "--json", str(out)], capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr
-    assert "quantity=hvp" in done.stdout and "PASSED" in done.stdout
+    command = ["run", "--quantity", "hvp", "--layers", "3", "--dim", "4"]
+    assert main([*command, "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "quantity=hvp" in printed and "PASSED" in printed
     assert json.loads(out.read_text())["quantity"] == "hvp"
-    bad = subprocess.run([*command, "--explain"], capture_output=True, text=True, check=False)
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert main([*command, "--explain"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from crosscheck import _ste
+from crosscheck._cli import main
 from crosscheck._workload import Workload, available_workloads, load_workload
 
 SMALL = {"layers": 3, "batch": 4, "dim": 4}
@@ -85,13 +84,13 @@ def test_planted_wrong_ste_gradient_is_caught(bug):
     assert not report.passed and comparison.mismatched > 0
 
 
-def test_cli_ste(tmp_path):
+def test_cli_ste(tmp_path, capsys):
     out = tmp_path / "ste.json"
-    command = [sys.executable, "-m", "crosscheck", "ste", "--layers", "2", "--dim", "4", "--batch", "4"]
-    done = subprocess.run([*command, "--json", str(out)], capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr
-    assert "naive FD of the" in done.stdout and "surrogate" in done.stdout and "PASSED" in done.stdout
+    command = ["ste", "--layers", "2", "--dim", "4", "--batch", "4"]
+    assert main([*command, "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "naive FD of the" in printed and "surrogate" in printed and "PASSED" in printed
     data = json.loads(out.read_text())
     assert data["workload"] == "ste-stack" and data["naive_finite_difference"]["max_abs"] == 0.0
-    bad = subprocess.run([*command[:4], "--dim", "0"], capture_output=True, text=True, check=False)
-    assert bad.returncode == 2 and "`--dim` must be a positive integer" in bad.stderr
+    assert main(["ste", "--dim", "0"]) == 2
+    assert "`--dim` must be a positive integer" in capsys.readouterr().err
