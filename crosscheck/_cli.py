@@ -66,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_run_options(run: argparse.ArgumentParser, dtypes, inits) -> None:
     case = run.add_argument_group("case (generated inputs)")
+    case.add_argument(
+        "--workload",
+        metavar="NAME_OR_IMPORT_STRING",
+        help="what to check: a built-in workload (default stack) or package.module:attribute naming a "
+        "crosscheck.Workload; another workload takes only --dtype and --seed of these options",
+    )
     case.add_argument("--layers", type=int, help="number of layers L (default 8)")
     case.add_argument("--batch", type=int, help="rows N of x (default 8)")
     case.add_argument("--dim", type=int, help="width d (default 16)")
@@ -156,6 +162,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     from ._run import run
 
+    if args.workload is not None:
+        from ._cli_workload import run_workload_command
+
+        status = run_workload_command(args)  # None: the stack, below
+        if status is not None:
+            return status
     kwargs = {k: getattr(args, k) for k in _CASE_OPTIONS if getattr(args, k) is not None}
     if (args.weights is None) != (args.x is None):
         raise UsageError(

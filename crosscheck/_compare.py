@@ -70,6 +70,8 @@ class Comparison:
     passed: bool
     status: str
     total: int
+    #: The workload parameter compared (None for the stack, whose one parameter is ``weights``).
+    parameter: str | None = None
     mismatched: int = 0
     judged: int = 0
     unjudgeable: int = 0
@@ -115,19 +117,25 @@ def compare(
     dtype: str,
     kinks: Kinks | None = None,
     strict: bool = False,
+    parameter: str | None = None,
+    term_help: dict[str, str] | None = None,
 ) -> Comparison:
     """Compare ``candidate`` with ``reference`` entry by entry.
 
     An entry mismatches when ``|candidate - reference| > tolerance.total()``; where one ReLU kink may
     legitimately flip, the entry is judged on both sides of it (it must match one). Unjudgeable entries
     are counted, not judged (with ``strict=True`` they fail the comparison). Wrong shape, wrong dtype
-    and non-finite values make the comparison fail with a message; nothing raises.
+    and non-finite values make the comparison fail with a message; nothing raises. ``parameter`` names
+    the workload parameter compared (messages then name it; indices may have any rank) and
+    ``term_help`` explains the tolerance terms (default: the stack's ``TERM_HELP``).
     """
     common = {"backend": backend, "reference": reference_name, "total": int(np.size(reference))}
+    common["parameter"] = parameter
     candidate = np.asarray(candidate)
     problem = _structural_problem(candidate, reference.shape, dtype)
     if problem:
-        return Comparison(passed=False, status="invalid", message=problem, **common)
+        where = f"parameter `{parameter}`: " if parameter is not None else ""
+        return Comparison(passed=False, status="invalid", message=where + problem, **common)
     kinks = kinks or Kinks.none(reference.shape)
     # NaN in the reference marks entries not checked (layers that screening did not send to a full check).
     judged = ~kinks.unjudgeable & np.isfinite(reference)
@@ -155,7 +163,7 @@ def compare(
         "two_sided": int(np.count_nonzero(two_sided)),
         "unjudgeable_reasons": {str(k): int(v) for k, v in reasons.items()},
         "kinks": locations,
-        "tolerance_sources": {name: TERM_HELP.get(name, "") for name in tolerance.terms},
+        "tolerance_sources": {name: (term_help or TERM_HELP).get(name, "") for name in tolerance.terms},
     }
     if np.any(judged):
         record.update(_extremes(diff, rel, ratio, judged, candidate, reference, tolerance))
@@ -218,7 +226,7 @@ def _extremes(diff, rel, ratio, judged, candidate, reference, tolerance):
 def _per_layer(ratio, judged, over) -> list[dict[str, Any]]:
     """Per layer (leading axis): judged entries, mismatches and the largest difference / tolerance."""
     out = []
-    for layer in range(ratio.shape[0]):
+    for layer in range(ratio.shape[0] if ratio.ndim else 0):
         seen = judged[layer]
         worst = float(np.max(np.where(seen, ratio[layer], 0.0), initial=0.0))
         out.append(
@@ -261,26 +269,26 @@ def mismatch_message(c: Comparison) -> str:
         return c.message
     lines = []
     if c.status == "unjudgeable":
-        lines.append(f"All {c.total} entries are unjudgeable: nothing was compared! ({_reasons(c)})")
+        of = "" if c.parameter is None else f" of parameter `{c.parameter}`"
+        lines.append(f"All {c.total} entries{of} are unjudgeable: nothing was compared! ({_reasons(c)})")
         return "\n".join(lines)
     pct = 100.0 * c.mismatched / max(c.judged, 1)
+    # The stack's indices are (layer, row, col); a workload's are those of the named parameter.
+    where = "(layer, row, col) " if c.parameter is None else f"parameter `{c.parameter}` index "
+    idx = _idx if c.parameter is None else _tuple
     lines.append(
         f"Mismatched elements: {c.mismatched} / {c.judged} ({pct:.1f}%)"
+        + (f" in parameter `{c.parameter}`" if c.parameter is not None else "")
         + (f", {c.unjudgeable} unjudgeable ({_reasons(c)})" if c.unjudgeable else "")
     )
-    lines.append(
-        f"Greatest absolute difference: {c.max_abs_diff:.6g} at (layer, row, col) "
-        f"{_idx(c.max_abs_diff_index)}"
-    )
-    lines.append(
-        f"Greatest relative difference: {c.max_rel_diff:.6g} at (layer, row, col) "
-        f"{_idx(c.max_rel_diff_index)}"
-    )
+    lines.append(f"Greatest absolute difference: {c.max_abs_diff:.6g} at {where}{idx(c.max_abs_diff_index)}")
+    lines.append(f"Greatest relative difference: {c.max_rel_diff:.6g} at {where}{idx(c.max_rel_diff_index)}")
     terms = c.worst_terms or {}
     total = sum(terms.values())
     shown = " + ".join(f"{name} {value:.3g}" for name, value in terms.items())
+    worst = _idx(c.worst_index) if c.parameter is None else f"`{c.parameter}` {_tuple(c.worst_index)}"
     lines.append(
-        f"Worst entry {_idx(c.worst_index)}: {c.backend} {c.worst_values['candidate']:.9g} vs "
+        f"Worst entry {worst}: {c.backend} {c.worst_values['candidate']:.9g} vs "
         f"{c.reference} {c.worst_values['reference']:.9g}, difference "
         f"{c.worst_ratio:.3g} x the tolerance {total:.3g} = {shown}; decided by {c.decided_by}"
     )
@@ -289,6 +297,11 @@ def mismatch_message(c: Comparison) -> str:
 
 def _idx(index) -> str:
     return "(" + ", ".join(str(i) for i in index) + ")" if index is not None else "-"
+
+
+def _tuple(index) -> str:
+    """A workload parameter's index as Python writes it: ``(7,)``, ``(0, 7)``, ``()``."""
+    return str(tuple(index)) if index is not None else "-"
 
 
 def _reasons(c: Comparison) -> str:

@@ -14,7 +14,8 @@ def junit_suite(report: Report, name: str) -> ET.Element:
     suite = ET.Element("testsuite", name=name)
     compared = {c.backend for c in report.comparisons}
     for c in report.comparisons:
-        case = ET.SubElement(suite, "testcase", classname=name, name=f"{c.backend} vs {c.reference}")
+        title = f"{c.backend} vs {c.reference}" + (f" [{c.parameter}]" if c.parameter is not None else "")
+        case = ET.SubElement(suite, "testcase", classname=name, name=title)
         if not c.passed:
             first = c.message.splitlines()[0] if c.message else c.status
             ET.SubElement(case, "failure", message=first, type=c.status).text = c.message
@@ -47,6 +48,8 @@ def write_junit(reports: Sequence[tuple[str, Report]], path: str | Path) -> None
 def case_name(report: Report) -> str:
     """A readable suite name from the report's case."""
     case = report.case
+    if "workload" in case:
+        return f"workload {case['workload']} {case['dtype']} seed={case['seed']}"
     if case.get("source") == "user arrays":
         return f"user arrays L={case['layers']} N={case['batch']} d={case['dim']} {case['dtype']}"
     return (

@@ -65,14 +65,16 @@ class Report:
                 out.append(f"`{result.name}` failed: {result.error}")
             if result.role == "candidate" and result.status == "unavailable" and result.required:
                 out.append(f"`{result.name}` was asked for but is unavailable: {result.error}")
-        out += [
-            f"`{c.backend}` disagrees with `{c.reference}`"
+        disagree = [
+            c
             for c in self.comparisons
             if not c.passed and c.status == "mismatch" and not (self.strict and c.mismatched == 0)
         ]
+        out += [f"`{c.backend}` disagrees with `{c.reference}`" for c in disagree if c.parameter is None]
+        out += _by_parameter([c for c in disagree if c.parameter is not None])
         out += [f"`{c.backend}`: {c.message}" for c in self.comparisons if c.status == "invalid"]
         out += [
-            f"`{c.backend}`: every entry is unjudgeable"
+            f"`{c.backend}`: every entry{_at(c, ' of')} is unjudgeable"
             for c in self.comparisons
             if c.status == "unjudgeable"
         ]
@@ -117,7 +119,7 @@ class Report:
             if c.coverage != "every entry" and c.passed:
                 console.print(f"{c.backend}: {c.message}", highlight=False, markup=False)
             elif not c.passed or c.unjudgeable:
-                console.print(f"[bold]{c.backend} vs {c.reference}[/bold]", highlight=False)
+                console.print(f"[bold]{c.backend} vs {c.reference}{_at(c, ',')}[/bold]", highlight=False)
                 console.print(c.message, highlight=False, markup=False)
         for r in self.backends.values():
             if r.status in ("failed", "unavailable"):
@@ -135,6 +137,10 @@ class Report:
 def table(report: Report) -> Any:
     from rich.table import Table
 
+    if "workload" in report.case:
+        from ._workload_report import workload_table
+
+        return workload_table(report)
     title = ", ".join(f"{k}={v}" for k, v in report.case.items() if not k.endswith("sha256"))
     if report.quantity != "grad":
         title += f", quantity={report.quantity}"
@@ -274,7 +280,27 @@ def environment_line(env: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def _by_parameter(disagree: list[Comparison]) -> list[str]:
+    """One line per workload backend: "`jax` disagrees with `numpy-fd` at parameters `w1`, `b1`"."""
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for c in disagree:
+        grouped.setdefault((c.backend, c.reference), []).append(f"`{c.parameter}`")
+    return [
+        f"`{b}` disagrees with `{r}` at parameter{'s' if len(p) > 1 else ''} {', '.join(p)}"
+        for (b, r), p in grouped.items()
+    ]
+
+
+def _at(c: Comparison, prefix: str = " at") -> str:
+    """Where a workload comparison is, e.g. " at parameter `w1`" (nothing for the stack)."""
+    return f"{prefix} parameter `{c.parameter}`" if c.parameter is not None else ""
+
+
 def _summary(report: Report) -> str:
+    if "workload" in report.case:
+        from ._workload_report import workload_summary
+
+        return workload_summary(report)
     n = len(report.comparisons)
     unjudged = sum(c.unjudgeable for c in report.comparisons)
     tail = f"; {unjudged} entries unjudgeable because of ReLU kinks" if unjudged else ""

@@ -16,6 +16,8 @@ from ._case import Case, check_inputs, make_inputs
 from ._compare import Comparison, Kinks, Tolerance, _structural_problem, compare, mismatch_message
 from ._environment import environment
 from ._report import BackendResult, Report
+from ._workload import load_workload
+from ._workload_run import run_workload
 
 MODIFIED = "modified its inputs (`weights` or `x`); backends must not write to them"
 #: Fraction of an entry's tolerance that a possible ReLU flip may move it before it is unjudgeable.
@@ -55,6 +57,7 @@ def run(
     explain: bool = False,
     progress: Progress | None = None,
     quantity: str = "grad",
+    workload: Any = None,
 ) -> Report:
     """Run one case (generated, or the given arrays) and cross-check every backend's gradient.
 
@@ -77,6 +80,10 @@ def run(
         quantity: ``"grad"`` (the gradient) or ``"hvp"``: the Hessian-vector product ``H v`` of the loss
             with respect to the weights, along a direction ``v`` made from ``seed`` (see README,
             "Hessian-vector products"); candidates need an ``hvp(weights, x, v)`` method.
+        workload: a ``Workload``, a built-in workload name or an import string ``module:attribute``;
+            default (or ``"stack"``): the ReLU stack. Another workload defines its own arrays, so only
+            ``dtype``, ``seed``, ``backends``, ``reference``, ``rtol``/``atol`` and ``strict`` apply;
+            its comparisons are one per (backend, parameter).
 
     Returns:
         A ``Report``: ``.passed`` and ``.to_dict()`` (the JSON report).
@@ -97,6 +104,19 @@ def run(
     for name, value in (("rtol", rtol), ("atol", atol)):
         if value is not None and not (np.isfinite(value) and value >= 0):
             raise ValueError(f"`{name}` must be a non-negative finite number, found {value!r}.")
+    chosen = load_workload(workload)
+    if chosen is not None:
+        _stack_only(locals(), chosen.name)
+        return run_workload(
+            chosen,
+            seed=seed,
+            dtype=dtype,
+            backends=backends,
+            reference=reference,
+            rtol=rtol,
+            atol=atol,
+            strict=strict,
+        )
     if (weights is None) != (x is None):
         raise ValueError("`weights` and `x` must be given together or not at all.")
     if weights is None:
@@ -126,6 +146,32 @@ def run(
     driver = _Driver(weights, x, case_record, rtol, atol, strict, progress)
     driver.oracle_mode, driver.n_directions, driver.explain = oracle_mode, directions, explain
     return driver.run(specs, reference, backends is not None)
+
+
+#: Options of ``run`` that only the stack has, with their defaults.
+_STACK_ONLY = {
+    "weights": None,
+    "x": None,
+    "layers": 8,
+    "batch": 8,
+    "dim": 16,
+    "init": "gaussian",
+    "scale": 1.0,
+    "oracle_mode": "auto",
+    "directions": 4,
+    "explain": False,
+    "quantity": "grad",
+}
+
+
+def _stack_only(given: dict[str, Any], workload: str) -> None:
+    for name, default in _STACK_ONLY.items():
+        value = given[name]
+        if value is not default and not (default is not None and value == default):
+            raise ValueError(
+                f"`{name}` applies to the stack workload only; workload `{workload}` defines its own "
+                f"arrays (give `dtype` and `seed`)."
+            )
 
 
 def _user_case(weights: np.ndarray, x: np.ndarray) -> dict[str, Any]:

@@ -8,23 +8,21 @@ therefore differentiates the surrogate, not the rounded loss, and says so; a nai
 the rounded loss gives zeros (it is piecewise constant: every small step leaves every rounded value,
 hence the loss, unchanged).
 
-``check_ste`` is a self-contained cross-check of this workload (``crosscheck ste``): the JAX and PyTorch
-gradients against the surrogate oracle (``scipy.differentiate.derivative``, with its error estimate), and
-the naive finite difference beside them. ``STE_STACK`` is also a ``crosscheck.Workload`` (registered as
-``ste-stack``) with ``surrogate=``, for the generic workload driver.
+``STE_STACK`` is a ``crosscheck.Workload`` with ``surrogate=``, registered as ``ste-stack``:
+``crosscheck run --workload ste-stack`` checks it with the generic workload driver. ``check_ste``
+(``crosscheck ste``) runs that check and puts the naive finite difference of the rounded loss beside it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from . import _stack
-from ._compare import Comparison, Kinks, Tolerance, compare
+from ._report import Report
 from ._workload import Workload
 
 #: Rounding grid of the activations: a power of two, so ``round(8 y) / 8`` is exact in binary.
@@ -137,190 +135,75 @@ def ste_stack(*, layers: int = 4, batch: int = 8, dim: int = 8) -> Workload:
 STE_STACK = ste_stack()
 
 
-# --- the self-contained cross-check --------------------------------------------------------------------
-
-
-def fd_gradient(
-    loss_batch: Callable[[np.ndarray], np.ndarray], weights: np.ndarray, *, step: float, loss_terms: int
-):
-    """Every partial derivative of ``loss_batch`` (losses of ``(B, L, d, d)`` weight sets) at ``weights``
-    by ``scipy.differentiate.derivative`` (central differences, steps halving from ``step``).
-
-    Returns ``(value, error, converged)``, each shaped like ``weights``; ``error`` is scipy's estimate
-    (the change between the last two steps) plus the rounding of the loss evaluations (``loss_terms``
-    squares summed) divided by the last step.
-    """
-    from scipy.differentiate import derivative
-
-    base = np.asarray(weights, np.float64).ravel()
-    size = base.size
-
-    def f(xi):
-        # xi: (P,) or (P, n): parameter i set to xi[i, j]; everything else at the base point.
-        given = xi.shape
-        xi = xi.reshape(size, -1)
-        count = xi.shape[1]
-        out = np.empty(xi.shape)
-        pairs = [(i, j) for j in range(count) for i in range(size)]
-        for start in range(0, len(pairs), _BATCH):
-            chunk = pairs[start : start + _BATCH]
-            batch = np.broadcast_to(base, (len(chunk), size)).copy()
-            rows, cols = np.array([i for i, _ in chunk]), np.array([j for _, j in chunk])
-            batch[np.arange(len(chunk)), rows] = xi[rows, cols]
-            out[rows, cols] = loss_batch(batch.reshape(len(chunk), *weights.shape))
-        return out.reshape(given)
-
-    loss = float(np.abs(loss_batch(base.reshape(1, *weights.shape))[0]))
-    res = derivative(
-        f,
-        base,
-        order=2,  # the surrogate is quadratic in each weight between kinks: a central difference is exact
-        initial_step=step,
-        maxiter=20,
-        preserve_shape=True,
-        tolerances={"atol": 1e-13 * (loss or 1.0), "rtol": 1e-10},
-    )
-    shape = weights.shape
-    # Rounding of the two float64 loss evaluations divided by the last step (each loss is a sum of
-    # N d squares: 8 x a worst-case sum error of 2N d unit roundoffs of the loss, generously).
-    last_step = step / 2.0**res.nit
-    rounding = _stack.SAFETY * 2 * loss_terms * _stack.UNIT_ROUNDOFF["float64"] * loss / last_step
-    error = res.error + rounding
-    return res.df.reshape(shape), error.reshape(shape), res.success.reshape(shape)
+# --- crosscheck ste: the generic workload check, and the naive finite difference beside it ----------
 
 
 def naive_gradient(loss_batch: Callable[[np.ndarray], np.ndarray], weights: np.ndarray, *, step: float):
     """What a naive check does: one central difference per entry with a small step."""
     base = np.asarray(weights, np.float64)
     eye = np.eye(base.size).reshape(base.size, *base.shape) * step
-    plus = np.concatenate([loss_batch(base + e) for e in np.array_split(eye, max(1, base.size // _BATCH))])
-    minus = np.concatenate([loss_batch(base - e) for e in np.array_split(eye, max(1, base.size // _BATCH))])
+    pieces = np.array_split(eye, max(1, base.size // _BATCH))
+    plus = np.concatenate([loss_batch(base + e) for e in pieces])
+    minus = np.concatenate([loss_batch(base - e) for e in pieces])
     return ((plus - minus) / (2 * step)).reshape(base.shape)
 
 
 @dataclasses.dataclass(frozen=True)
 class SteReport:
-    """The outcome of ``check_ste``: comparisons against the surrogate oracle, and the naive FD."""
+    """The outcome of ``check_ste``: the workload report (the backends against the surrogate oracle)
+    and the naive finite difference of the rounded loss beside it."""
 
-    case: dict[str, Any]
-    comparisons: list[Comparison]
+    report: Report
     naive: dict[str, Any]
-    oracle: dict[str, Any]
-    failed: dict[str, str]
 
     @property
     def passed(self) -> bool:
-        return not self.failed and bool(self.comparisons) and all(c.passed for c in self.comparisons)
+        return self.report.passed
 
     def to_dict(self) -> dict[str, Any]:
+        """The workload's JSON report, plus ``"naive_finite_difference"`` and ``"straight_through"``."""
         return {
-            "passed": self.passed,
-            "workload": "ste-stack",
-            "case": self.case,
-            "oracle": self.oracle,
-            "comparisons": [c.to_dict() for c in self.comparisons],
+            **self.report.to_dict(),
+            "straight_through": {"grid": 1 / GRID, "oracle": WHY_SURROGATE},
             "naive_finite_difference": self.naive,
-            "failed": self.failed,
         }
 
 
-def autodiff_gradient(backend: str, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """``d loss / d weights`` of the STE implementation in ``backend`` (``"jax"`` or ``"torch"``)."""
-    if backend not in ("jax", "torch"):
-        raise ValueError(f"the STE stack has implementations for `jax` and `torch`; found `{backend}`.")
-    if backend == "jax":
-        import jax
-
-        with jax.enable_x64(weights.dtype == np.float64):
-            grad = jax.grad(lambda w: jax_loss({"weights": w}, {"x": jax.numpy.asarray(x)}))
-            return np.asarray(grad(jax.numpy.asarray(weights)))
-    import torch
-
-    w = torch.tensor(weights, requires_grad=True)
-    torch_loss({"weights": w}, {"x": torch.tensor(x)}).backward()
-    return w.grad.numpy()
-
-
 def check_ste(
-    *, seed: int = 0, dtype: str = "float32", backends: tuple[Any, ...] = ("jax", "torch"), **shape: int
+    *, seed: int = 0, dtype: str = "float32", backends: Sequence[Any] = ("jax", "torch"), **shape: int
 ) -> SteReport:
-    """Cross-check the STE stack's gradients: every backend against the surrogate oracle.
+    """Cross-check the STE stack: every backend against the surrogate oracle, through the generic
+    workload driver (``crosscheck.run(workload=ste_stack(...))``), and the naive finite difference of
+    the rounded loss beside it.
 
     Args:
         seed, dtype: the case (inputs from ``ste_stack(**shape).make``).
-        backends: ``"jax"`` and/or ``"torch"``, or functions ``grad(weights, x)`` (their own STE
-            gradients, in the inputs' dtype).
+        backends: ``"jax"``, ``"torch"``, or anything ``crosscheck.run(workload=...)`` takes (e.g. a
+            function ``grad(params, inputs) -> {"weights": ...}``).
         shape: ``layers``, ``batch``, ``dim`` (default 4, 8, 8).
     """
+    from ._run import run
+
     shape = {**DEFAULT_SHAPE, **shape}
     workload = ste_stack(**shape)
+    report = run(workload=workload, seed=seed, dtype=dtype, backends=list(backends))
     params, inputs = workload.make(seed=seed, dtype=dtype)
     weights, x = params["weights"], inputs["x"]
-    frozen = offsets(weights, x)
     rms = float(np.sqrt(np.mean(weights.astype(np.float64) ** 2)))
-    # Start well inside the typical distance to a ReLU kink: the surrogate is quadratic in each weight
-    # up to it, so the first central difference is already exact and scipy stops at once.
-    value, error, converged = fd_gradient(
-        lambda w: _forward(w, x, frozen), weights, step=rms / 64, loss_terms=x.size
-    )
     naive = naive_gradient(lambda w: _forward(w, x, None), weights, step=NAIVE_STEP * rms)
-    comparisons, failed = [], {}
-    for backend in backends:
-        name = backend if isinstance(backend, str) else getattr(backend, "__name__", repr(backend))
-        fn = backend if callable(backend) else lambda w, x, name=name: autodiff_gradient(name, w, x)
-        try:
-            grad = np.asarray(fn(weights, x))
-            other = np.asarray(fn(weights.astype(_OTHER[dtype]), x.astype(_OTHER[dtype])))
-        except ImportError as exc:
-            failed[name] = f"unavailable: {exc.name or exc} is not installed"
-            continue
-        comparisons.append(_compare(name, grad, other, value, error, converged, dtype))
-    naive_record = {
+    record = {
         "method": "one central difference of the rounded loss per entry, step 2**-20 x the weights' RMS",
         "max_abs": float(np.max(np.abs(naive))),
         "zero_entries": int(np.count_nonzero(naive == 0)),
         "total": int(naive.size),
-        "max_abs_diff_from_surrogate_oracle": float(np.max(np.abs(naive - value))),
+        "rounded_activations": int(np.count_nonzero(offsets(weights, x))),
         "why": WHY_NAIVE,
     }
-    oracle = {
-        "differentiates": "surrogate",
-        "method": "scipy.differentiate.derivative, order 2, steps halving from 1/64 of the weights' RMS",
-        "why": WHY_SURROGATE,
-        "unconverged_entries": int(np.count_nonzero(~converged)),
-        "rounded_activations": int(np.count_nonzero(frozen)),
-    }
-    case = {"workload": "ste-stack", **shape, "dtype": dtype, "seed": seed, "grid": 1 / GRID}
-    return SteReport(case, comparisons, naive_record, oracle, failed)
+    surrogate_grad = report.gradients.get(report.reference, {}).get("weights")
+    if surrogate_grad is not None:
+        record["max_abs_diff_from_reference"] = float(np.max(np.abs(naive - surrogate_grad)))
+    return SteReport(report, record)
 
 
-_OTHER = {"float32": "float64", "float64": "float32"}
 #: The naive check's step, relative to the weights' RMS.
 NAIVE_STEP = 2.0**-20
-
-
-def _compare(name, grad, other, value, error, converged, dtype) -> Comparison:
-    # The candidate's own rounding, measured by its re-run in the other precision (as for the HVP).
-    delta = np.abs(grad.astype(np.float64) - other.astype(np.float64))
-    ratio = _stack.UNIT_ROUNDOFF[dtype] / _stack.UNIT_ROUNDOFF["float32"]
-    rms = np.sqrt(np.mean(delta**2, axis=(1, 2), keepdims=True))
-    u = _stack.UNIT_ROUNDOFF[dtype]
-    tolerance = Tolerance(
-        {
-            "rerun": _stack.SAFETY * ratio * (delta + rms),
-            "reference": error,
-            "floor": _stack.SAFETY * u * float(np.max(np.abs(value))),
-        }
-    )
-    unjudgeable = ~converged
-    kinks = Kinks(
-        unjudgeable,
-        np.where(unjudgeable, "finite differences did not converge (a ReLU kink within the step)", "").astype(
-            object
-        ),
-        np.full(value.shape + (3,), -1),
-        np.full(value.shape, np.nan),
-    )
-    return compare(
-        grad, value, tolerance, backend=name, reference_name="numpy-fd (surrogate)", dtype=dtype, kinks=kinks
-    )

@@ -28,14 +28,16 @@ STACK = "stack"
 Params = dict[str, np.ndarray]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)  # compared and hashed by identity (it holds functions)
 class Workload:
     """A model whose gradients crosscheck compares: parameters, inputs, a reference loss, implementations.
 
     Args:
         name: a short name, shown in reports.
         parameters: the differentiated arrays, ``name -> shape``; gradients are compared for each.
-        inputs: arrays that are not differentiated, ``name -> shape``.
+        inputs: arrays that are not differentiated, ``name -> shape``. Floating-point inputs take the
+            case's dtype; integer and boolean inputs from ``generate`` (labels, token ids, masks) keep
+            theirs.
         reference: ``(params, inputs) -> float``, the loss in NumPy float64: all the oracle evaluates
             (it never differentiates it with autodiff).
         implementations: ``backend name -> loss function`` in that framework, ``(params, inputs) ->
@@ -141,6 +143,10 @@ class Workload:
                     f"workload `{self.name}`: {field[:-1]} `{key}` must have shape {shape}; "
                     f"found {array.shape}."
                 )
+            exact = field == "inputs" and (array.dtype == bool or np.issubdtype(array.dtype, np.integer))
+            if exact:
+                out[key] = array.copy()  # labels, token ids, masks keep their dtype
+                continue
             if not np.issubdtype(array.dtype, np.number) or not np.all(np.isfinite(array)):
                 raise ValueError(
                     f"workload `{self.name}`: {field[:-1]} `{key}` must hold finite numbers; "
@@ -149,6 +155,13 @@ class Workload:
             # Rounded once to the case's dtype, and a private copy: generate's arrays are not shared.
             out[key] = np.array(array, dtype=dtype)
         return out
+
+
+def as_dtype(arrays: Params, dtype: str) -> Params:
+    """Copies with every floating-point array in ``dtype`` (integer and boolean arrays unchanged)."""
+    return {
+        k: v.astype(dtype) if np.issubdtype(v.dtype, np.floating) else v.copy() for k, v in arrays.items()
+    }
 
 
 def _shapes(name: str, field: str, value: Any) -> dict[str, tuple[int, ...]]:

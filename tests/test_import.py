@@ -50,8 +50,26 @@ def _frameworks_imported_by(code: str) -> list[str]:
                                 backends=[lambda weights, x: np.zeros_like(weights)])
         assert report.backends["numpy-fd"].status == "ok"
         """,
+        """
+        import numpy as np
+        import crosscheck
+        from crosscheck.testing import assert_gradients_close
+        workload = crosscheck.Workload(
+            name="square", parameters={"w": (3,)}, inputs={},
+            reference=lambda p, i: float(np.sum(p["w"] ** 2)),
+        )
+        assert_gradients_close(workload, backends=[lambda p, i: {"w": 2 * p["w"]}], dtype="float64")
+        """,
     ],
-    ids=["import", "public-names", "star-import", "cli-parser", "oracle", "run-with-a-function"],
+    ids=[
+        "import",
+        "public-names",
+        "star-import",
+        "cli-parser",
+        "oracle",
+        "run-with-a-function",
+        "workload-and-testing-helper",
+    ],
 )
 def test_no_framework_is_imported(code):
     assert _frameworks_imported_by(code) == []

@@ -1,0 +1,36 @@
+"""PyTorch adapter for a workload's ``"torch"`` implementation: ``backward()`` on the loss."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+__all__ = ["TorchWorkloadBackend"]
+
+
+class TorchWorkloadBackend:
+    """The gradient of ``loss(params, inputs)`` (a 0-d tensor) with ``backward()``.
+
+    Every parameter is a fresh leaf tensor (``torch.tensor`` copies, so the caller's arrays are never
+    shared with autograd); a parameter the loss does not use gets a zero gradient.
+    """
+
+    def __init__(self, name: str, loss) -> None:
+        self.name = name
+        self._loss = loss
+
+    def grad(self, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        leaves = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
+        loss = self._loss(leaves, {k: torch.tensor(v) for k, v in inputs.items()})
+        loss.backward()
+        return {
+            k: t.grad.numpy() if t.grad is not None else np.zeros_like(params[k]) for k, t in leaves.items()
+        }
+
+    def info(self) -> dict[str, str]:
+        return {
+            "framework": "torch",
+            "version": torch.__version__,
+            "device": "cpu",
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        }

@@ -1,0 +1,77 @@
+"""``crosscheck run --workload SPEC`` for a workload other than the stack: parse, run, render."""
+
+from __future__ import annotations
+
+import argparse
+
+from ._cli import EXIT_FAIL, EXIT_OK, UsageError, _check_output, _console, _write_junit
+
+#: Options that only the stack has: (attribute, how the user wrote it, its default).
+_STACK_ONLY = (
+    ("layers", "--layers", None),
+    ("batch", "--batch", None),
+    ("dim", "--dim", None),
+    ("init", "--init", None),
+    ("scale", "--scale", None),
+    ("weights", "--weights", None),
+    ("x", "--x", None),
+    ("oracle_mode", "--oracle-mode", "auto"),
+    ("directions", "--directions", 4),
+    ("plot", "--plot", None),
+    ("save_bundle", "--save-bundle", None),
+    ("explain", "--explain (or `crosscheck explain`)", False),
+    ("quantity", "--quantity", "grad"),
+)
+
+
+def run_workload_command(args: argparse.Namespace) -> int | None:
+    """Run ``args.workload``; None when it is the stack (the caller's own path then runs)."""
+    from ._run import run
+    from ._workload import load_workload
+
+    try:
+        workload = load_workload(args.workload)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from exc
+    if workload is None:
+        return None
+    for attribute, option, default in _STACK_ONLY:
+        if getattr(args, attribute) != default:
+            raise UsageError(
+                f"`{option}` applies to the stack workload only; workload `{workload.name}` defines its "
+                f"own arrays (it takes --dtype and --seed)."
+            )
+    if (args.rtol is None) != (args.atol is None):
+        raise UsageError(
+            "`--rtol` and `--atol` must be given together or not at all; found only "
+            f"`--{'rtol' if args.atol is None else 'atol'}`."
+        )
+    _check_output(args.json)
+    _check_output(args.junit, "--junit")
+    options = {k: getattr(args, k) for k in ("seed", "dtype") if getattr(args, k) is not None}
+    try:
+        report = run(
+            workload=workload,
+            backends=args.backend,
+            reference=args.reference,
+            rtol=args.rtol,
+            atol=args.atol,
+            strict=args.strict,
+            **options,
+        )
+    except (ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from exc
+    if args.json:
+        try:
+            report.write_json(args.json)
+        except OSError as exc:
+            raise UsageError(f"cannot write `--json` {args.json}: {exc.strerror or exc}") from exc
+    from ._junit import case_name
+
+    _write_junit(args.junit, [(case_name(report), report)])
+    console = _console()
+    if args.quiet:
+        console.print("PASSED" if report.passed else "FAILED: " + "; ".join(report.problems))
+    else:
+        report.render(console)
+    return EXIT_OK if report.passed else EXIT_FAIL

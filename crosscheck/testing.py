@@ -1,0 +1,75 @@
+"""Assertions for your own test suite: ``assert_gradients_close`` fails a test with crosscheck's message.
+
+Importing this module imports neither JAX nor PyTorch.
+
+Example:
+    >>> from crosscheck.testing import assert_gradients_close
+    >>> def test_my_port():  # doctest: +SKIP
+    ...     assert_gradients_close("mypkg.mymodel:workload", backends=["jax", "torch"], dtype="float64")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from ._case import Case
+from ._report import Report
+
+__all__ = ["assert_gradients_close", "failure_message"]
+
+
+def assert_gradients_close(
+    workload_or_case: Any = None, /, *, backends: Sequence[Any] | None = None, **options: Any
+) -> Report:
+    """Run one cross-check and raise ``AssertionError`` unless every candidate agrees with the reference.
+
+    Args:
+        workload_or_case: a ``crosscheck.Workload``, a built-in workload name or an import string
+            ``module:attribute``; or a ``crosscheck.Case`` of the stack; or None (the stack, with
+            ``options`` such as ``dim=``, ``seed=``).
+        backends: names, import strings, backend objects or functions (default: the workload's
+            implementations, or every built-in for the stack).
+        **options: any keyword of ``crosscheck.run`` (``dtype``, ``seed``, ``reference``, ``rtol`` and
+            ``atol``, ``strict``, the stack's ``layers``, ``dim``, ...).
+
+    Returns:
+        The ``Report``, when the check passed.
+
+    Raises:
+        AssertionError: the check failed; the message is what ``crosscheck run`` prints after its table
+            (each mismatch message, naming the parameter and the worst entry, then the FAILED line).
+        ValueError, TypeError: bad arguments, as ``crosscheck.run``.
+    """
+    __tracebackhide__ = True  # pytest shows the caller's line, not this function's
+    from ._run import run
+
+    if isinstance(workload_or_case, Case):
+        both = sorted(set(options) & {f.name for f in dataclasses.fields(Case)})
+        if both:
+            raise TypeError(f"`{both[0]}` is given twice: by the Case and as a keyword.")
+        options = {**dataclasses.asdict(workload_or_case), **options}
+    elif workload_or_case is not None:
+        options["workload"] = workload_or_case
+    report = run(backends=backends, **options)
+    if not report.passed:
+        raise AssertionError(failure_message(report))
+    return report
+
+
+def failure_message(report: Report) -> str:
+    """What ``crosscheck run`` prints after its table, as plain text (the CLI may wrap long lines)."""
+    lines = []
+    for c in report.comparisons:
+        if c.coverage != "every entry" and c.passed:
+            lines.append(f"{c.backend}: {c.message}")
+        elif not c.passed or c.unjudgeable:
+            where = f", parameter `{c.parameter}`" if c.parameter is not None else ""
+            lines += [f"{c.backend} vs {c.reference}{where}", c.message]
+    lines += [f"{r.name}: {r.status}: {r.error}" for r in report.backends.values() if r.status in _FAILED]
+    lines.append("FAILED: " + "; ".join(report.problems))
+    return "\n".join(lines)
+
+
+_FAILED = ("failed", "unavailable")

@@ -1,0 +1,29 @@
+"""The fixed port: ``jax.nn.gelu(..., approximate=False)`` is the exact GELU, as in PyTorch.
+
+Run from the repository root: ``crosscheck run --workload examples.gelu_port.mlp_fixed:workload``.
+"""
+
+from __future__ import annotations
+
+import crosscheck
+
+from .model import INPUTS, PARAMETERS, reference_loss, torch_loss
+
+
+def jax_loss(params, inputs):
+    import jax
+    import jax.numpy as jnp
+
+    h = jax.nn.gelu(inputs["x"] @ params["w1"] + params["b1"], approximate=False)
+    y = h @ params["w2"] + params["b2"]
+    return jnp.mean((y - inputs["target"]) ** 2)
+
+
+workload = crosscheck.Workload(
+    name="mlp-gelu",
+    parameters=PARAMETERS,
+    inputs=INPUTS,
+    reference=reference_loss,
+    implementations={"jax": jax_loss, "torch": torch_loss},
+    description="two-layer GELU MLP; the JAX port uses the exact GELU, like PyTorch",
+)

@@ -1,0 +1,116 @@
+"""``crosscheck.testing.assert_gradients_close``: passes quietly, fails with the CLI's message."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import crosscheck
+from crosscheck._cli import main
+from crosscheck.testing import assert_gradients_close
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's examples/
+
+WORKLOAD = crosscheck.Workload(
+    name="quadratic",
+    parameters={"w": (3, 2)},
+    inputs={"x": (5, 3)},
+    reference=lambda p, i: float(np.sum((i["x"] @ p["w"]) ** 2)),
+)
+
+
+def grad(params, inputs):
+    """The right gradient of WORKLOAD's loss, by hand."""
+    return {"w": 2 * inputs["x"].T @ (inputs["x"] @ params["w"])}
+
+
+def half_grad(params, inputs):
+    """A planted bug: half the gradient (a mean where the loss has a sum, say)."""
+    return {"w": grad(params, inputs)["w"] / 2}
+
+
+def stack_grad(weights, x):
+    """A hand-written gradient of the ReLU stack."""
+    ys = [x]
+    for w in weights:
+        ys.append(np.maximum(ys[-1] @ w, 0))
+    g, out = 2 * ys[-1], np.empty_like(weights)
+    for k in reversed(range(len(weights))):
+        g = g * (ys[k + 1] > 0)
+        out[k] = ys[k].T @ g
+        g = g @ weights[k].T
+    return out
+
+
+def test_a_passing_check_returns_the_report():
+    report = assert_gradients_close(WORKLOAD, backends=[grad], dtype="float64", seed=2)
+    assert report.passed
+    assert report.case["workload"] == "quadratic"
+
+
+@pytest.mark.parametrize(
+    "target",
+    [crosscheck.Case(layers=2, dim=3, batch=2, seed=1), None],
+    ids=["case", "keywords"],
+)
+def test_stack_cases_by_case_or_keywords(target):
+    options = {} if target is not None else {"layers": 2, "dim": 3, "batch": 2, "seed": 1}
+    assert assert_gradients_close(target, backends=[stack_grad], **options).passed
+
+
+def test_a_case_and_the_same_keyword_is_an_error():
+    with pytest.raises(TypeError, match="`dim` is given twice"):
+        assert_gradients_close(crosscheck.Case(dim=3), dim=4)
+
+
+def test_a_failure_carries_the_cli_message(tmp_path, monkeypatch, capsys):
+    with pytest.raises(AssertionError) as excinfo:
+        assert_gradients_close(WORKLOAD, backends=[half_grad], seed=5)
+    message = str(excinfo.value)
+    assert message.startswith("half_grad vs numpy-fd, parameter `w`\nMismatched elements: 6 / 6 (100.0%)")
+    assert message.endswith("FAILED: `half_grad` disagrees with `numpy-fd` at parameter `w`")
+    # The same text the command line prints after its table (which may wrap long lines).
+    (tmp_path / "testing_module.py").write_text(_module_source())
+    monkeypatch.chdir(tmp_path)
+    status = main(
+        [
+            "run",
+            "--workload",
+            "testing_module:WORKLOAD",
+            "--backend",
+            "testing_module:half_grad",
+            "--seed",
+            "5",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert status == 1
+    printed = out[out.index("half_grad vs numpy-fd") :]
+    assert " ".join(printed.split()) == " ".join(message.split())
+
+
+def test_pytest_hides_the_helper_frame():
+    with pytest.raises(AssertionError) as excinfo:
+        assert_gradients_close(WORKLOAD, backends=[half_grad])
+    # pytest drops frames whose locals set __tracebackhide__; what is left ends at the caller's line.
+    shown = excinfo.traceback.filter(excinfo)
+    assert shown[-1].frame.code.name == "test_pytest_hides_the_helper_frame"
+    assert all(Path(entry.path).name != "testing.py" for entry in shown)
+    assert any(Path(entry.path).name == "testing.py" for entry in excinfo.traceback)  # it was there
+
+
+def _module_source() -> str:
+    import inspect
+
+    return (
+        "import numpy as np\nimport crosscheck\n\n"
+        + "WORKLOAD = crosscheck.Workload(\n"
+        + '    name="quadratic",\n    parameters={"w": (3, 2)},\n    inputs={"x": (5, 3)},\n'
+        + '    reference=lambda p, i: float(np.sum((i["x"] @ p["w"]) ** 2)),\n)\n\n\n'
+        + inspect.getsource(grad)
+        + "\n\n"
+        + inspect.getsource(half_grad)
+    )
