@@ -4,7 +4,7 @@ Run: ``PYTHONPATH=. python benchmarks/calibrate_hvp.py [--seeds 10]`` (prints on
 candidates are jax, torch and a hand-written NumPy HVP (tests/planted_hvp.py); the planted bugs are the
 ones in that file. For each, the largest "difference / tolerance" over the cases (healthy: must stay
 below 1) or the smallest worst ratio (planted: must stay above 1), and how many cases failed. A planted
-bug is counted only on cases where it changes the HVP by more than 1e-3 of its largest entry.
+bug is counted only on cases where it changes the HVP by more than 1e-4 of its largest entry.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def main() -> None:
                     # cannot be caught by anyone: count only the cases where it changes the HVP.
                     if bug is not None:
                         wrong = np.asarray(bug.hvp(weights, x, v), np.float64)
-                        if np.max(np.abs(wrong - right)) <= 1e-3 * np.max(np.abs(right), initial=0.0):
+                        if np.max(np.abs(wrong - right)) <= 1e-4 * np.max(np.abs(right), initial=0.0):
                             continue
                     stats.setdefault(c.backend, []).append((c.worst_ratio, c.passed))
     print(

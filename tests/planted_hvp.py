@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 
-def _hvp(weights, x, v, *, drop_y_dot=False, drop_v_back=False, no_mask_dot=False, roll_v=False):
+def _hvp(
+    weights, x, v, *, drop_y_dot=False, drop_v_back=False, no_mask_dot=False, roll_v=False, off_at_largest=0.0
+):
     if roll_v:
         v = np.roll(v, 1, axis=0)  # v on the wrong layer
     ys, y_dots, masks = [x], [np.zeros_like(x)], []
@@ -26,6 +28,9 @@ def _hvp(weights, x, v, *, drop_y_dot=False, drop_v_back=False, no_mask_dot=Fals
         out[k] = ys[k].T @ delta_dot + (0 if drop_y_dot else y_dots[k].T @ delta)
         g_dot = delta_dot @ weights[k].T + (0 if drop_v_back else delta @ v[k].T)
         g = delta @ weights[k].T
+    if off_at_largest:
+        index = np.unravel_index(np.argmax(np.abs(out)), out.shape)
+        out[index] *= 1 + off_at_largest
     return out
 
 
@@ -48,4 +53,5 @@ BUGS = [
     Planted("forgets_v_in_the_backward_pass", drop_v_back=True),
     Planted("drops_the_relu_mask_in_the_tangent", no_mask_dot=True),
     Planted("v_on_the_wrong_layer", roll_v=True),
+    Planted("off_by_1e-3_at_the_largest_entry", off_at_largest=1e-3),
 ]
