@@ -9,6 +9,7 @@ so that ``crosscheck inspect`` can check the claim on the traced gradient progra
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import ClassVar
 
 import jax
@@ -33,6 +34,13 @@ _grad = jax.jit(jax.grad(_loss, argnums=0))
 def _loss_plain(weights, x):
     final, _ = jax.lax.scan(_layer, x, weights)
     return jnp.sum(final**2)
+
+
+@functools.cache
+def _hvp_fn(loss):
+    # A Hessian-vector product is a jvp of the grad: one tangent pushed forward through the gradient
+    # program (no Hessian matrix is ever formed).
+    return jax.jit(lambda weights, x, v: jax.jvp(lambda w: jax.grad(loss)(w, x), (weights,), (v,))[1])
 
 
 # The same scan without jax.checkpoint: `explain` re-runs a mismatch with it.
@@ -100,6 +108,13 @@ class JaxBackend:
     def loss_fn(self):
         """The scalar loss ``(weights, x) -> sum(y_L ** 2)`` whose ``jax.grad`` ``grad`` computes."""
         return self._current()[0]
+
+    def hvp(self, weights: np.ndarray, x: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """The Hessian-vector product ``H v`` of the loss with respect to the weights, ``(L, d, d)``:
+        ``jax.jvp(jax.grad(loss), (weights,), (v,))`` through the same scan (and checkpoints)."""
+        hvp = _hvp_fn(self._current()[0])
+        with jax.enable_x64(weights.dtype == np.float64):
+            return np.asarray(hvp(jnp.asarray(weights), jnp.asarray(x), jnp.asarray(v)))
 
     @contextlib.contextmanager
     def without_checkpointing(self):

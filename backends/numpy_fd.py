@@ -176,6 +176,18 @@ class FiniteDifferenceOracle:
         error += _stack.SAFETY * model.direction_sigma
         return ScreenEstimate(directions, value, error, kink, evaluations)
 
+    def hvp(self, weights: np.ndarray, x: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """The float64 Hessian-vector product ``H v`` from loss evaluations only (NaN if unjudgeable)."""
+        return self.hvp_estimate(weights, x, v).value
+
+    def hvp_estimate(self, weights: np.ndarray, x: np.ndarray, v: np.ndarray):
+        """``H v`` with an error bound per entry and its kink flags (see ``crosscheck._hvp``): the
+        derivative along ``v`` of this oracle's gradient, exact for the polynomial the stack is
+        between kinks."""
+        from crosscheck._hvp import oracle_hvp
+
+        return oracle_hvp(self, weights, x, v)
+
     def activations(self, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
         """The float64 forward activations ``y[1] .. y[L]``, shape ``(L, N, d)``."""
         return np.stack(_stack.forward(weights, x).ys[1:])

@@ -42,9 +42,20 @@ class TorchBackend:
     def grad(self, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
         # torch.tensor copies: the caller's arrays are never shared with autograd.
         w = torch.tensor(weights, requires_grad=True)
-        y = self._forward(w, torch.tensor(x)) if self._checkpoint else _plain(w, torch.tensor(x))
-        torch.sum(y**2).backward()
+        self._loss(w, torch.tensor(x)).backward()
         return w.grad.numpy()
+
+    def hvp(self, weights: np.ndarray, x: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """The Hessian-vector product ``H v`` with respect to the weights, ``(L, d, d)``: double
+        backward (``create_graph=True``) through the same checkpointed layers."""
+        w = torch.tensor(weights, requires_grad=True)
+        (g,) = torch.autograd.grad(self._loss(w, torch.tensor(x)), w, create_graph=True)
+        (hv,) = torch.autograd.grad(g, w, grad_outputs=torch.tensor(v))
+        return hv.detach().numpy()
+
+    def _loss(self, w: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        y = self._forward(w, y) if self._checkpoint else _plain(w, y)
+        return torch.sum(y**2)
 
     def _forward(self, w: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         for k in range(w.shape[0]):

@@ -37,10 +37,12 @@ class Backend(Protocol):
     ``grad`` receives NumPy arrays (``weights`` ``(L, d, d)``, ``x`` ``(N, d)``, the case's float dtype)
     and must not modify them; it returns the case's dtype, unless the backend declares another in an
     ``output_dtype`` attribute (the oracle: ``"float64"``). Optional methods, discovered when present:
-    ``info() -> dict`` (framework, version, device, precision settings); for an oracle,
-    ``estimate(weights, x)`` with error bars; for ``crosscheck inspect``, a ``claims`` dict
-    (``{"scan": bool, "checkpoint": "layer" | "scan" | "segment" | None}``) and, for a JAX backend,
-    ``loss_fn()`` returning the scalar loss whose gradient ``grad`` computes.
+    ``info() -> dict`` (framework, version, device, precision settings), ``hvp(weights, x, v)`` (the
+    Hessian-vector product, ``(L, d, d)``, for ``quantity="hvp"``); for an oracle,
+    ``estimate(weights, x)`` and ``hvp_estimate(weights, x, v)`` with error bars; for
+    ``crosscheck inspect``, a ``claims`` dict (``{"scan": bool, "checkpoint": "layer" | "scan" |
+    "segment" | None}``) and, for a JAX backend, ``loss_fn()`` returning the scalar loss whose gradient
+    ``grad`` computes.
     """
 
     name: str

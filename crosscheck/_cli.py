@@ -59,11 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Re-run the backends of a bundle written by `crosscheck run --save-bundle`.",
     )
     replay.add_argument("bundle", metavar="PATH", help="the .npz bundle")
+    from . import _cli_cost, _cli_ste
     from ._cli_memory import add_parsers
 
     add_parsers(sub)  # inspect, memory
     _cli_list.add_parser(sub)
     _cli_sweep.add_parser(sub)
+    _cli_cost.add_parser(sub)
+    _cli_ste.add_parser(sub)
     return parser
 
 
@@ -112,6 +115,13 @@ def _add_run_options(run: argparse.ArgumentParser, dtypes, inits) -> None:
         "every entry of a layer that fails them; auto (default): screen when the full oracle is costly",
     )
     check.add_argument(
+        "--quantity",
+        choices=("grad", "hvp"),
+        default="grad",
+        help="what to cross-check: grad (default) or hvp, the Hessian-vector product along a direction "
+        "made from --seed (candidates need an hvp(weights, x, v) method)",
+    )
+    check.add_argument(
         "--directions", type=int, default=4, help="random directions per layer when screening (default 4)"
     )
     out = run.add_argument_group("output")
@@ -148,6 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         commands = {"matrix": _matrix, "replay": _replay, "run": _run, "explain": _run}
         commands.update(inspect=run_inspect, memory=run_memory)
         commands.update(list=_cli_list.command, sweep=_cli_sweep.command)
+        commands.update(cost=_cost, ste=_ste)
         return commands[args.command](args)
     except UsageError as exc:
         # One line, whatever the message (a user's factory may raise a multi-line error).
@@ -188,6 +199,8 @@ def _run(args: argparse.Namespace) -> int:
     _check_output(args.json)
     _check_output(args.junit, "--junit")
     _check_output(args.save_bundle, "--save-bundle")
+    if args.quantity == "hvp" and (args.save_bundle or args.plot):
+        raise UsageError("`--save-bundle` and `--plot` are not available with `--quantity hvp` yet.")
     _check_output(args.plot, "--plot")
     if args.plot:
         try:
@@ -209,6 +222,7 @@ def _run(args: argparse.Namespace) -> int:
                 directions=args.directions,
                 explain=args.explain,
                 progress=progress,
+                quantity=args.quantity,
                 **kwargs,
             )
     except (ValueError, TypeError) as exc:
@@ -273,6 +287,18 @@ def _matrix(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UsageError(f"cannot write `--json` {args.json}: {exc.strerror or exc}") from exc
     return EXIT_OK if all(row.passed for row in rows) else EXIT_FAIL
+
+
+def _cost(args: argparse.Namespace) -> int:
+    from ._cli_cost import run
+
+    return run(args)
+
+
+def _ste(args: argparse.Namespace) -> int:
+    from ._cli_ste import run
+
+    return run(args)
 
 
 def _check_output(path: str | None, option: str = "--json") -> None:

@@ -19,7 +19,8 @@ _STACK_ONLY = (
     ("directions", "--directions", 4),
     ("plot", "--plot", None),
     ("save_bundle", "--save-bundle", None),
-    ("explain", "--explain", False),
+    ("explain", "--explain (or `crosscheck explain`)", False),
+    ("quantity", "--quantity", "grad"),
 )
 
 

@@ -13,6 +13,7 @@ TERM_HELP = {
     "floor": "8 unit roundoffs of the largest reference entry: the precision no entry is asked to beat",
     "kinks": "the summed effect of ReLU flips too small to judge the entry on both sides",
     "slack": "user slack: atol + rtol * |reference|",
+    "rerun": "the candidate's own rounding, measured by re-running it in the other precision (HVP)",
 }
 
 

@@ -47,6 +47,10 @@ class Report:
     #: The inputs and every gradient computed (not part of the JSON; a repro bundle saves them).
     inputs: tuple[Any, Any] | None = dataclasses.field(default=None, repr=False)
     gradients: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    #: What was cross-checked: "grad" (the gradient) or "hvp" (a Hessian-vector product along
+    #: ``direction``, described in the JSON report's "hvp_direction").
+    quantity: str = "grad"
+    direction: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def problems(self) -> list[str]:
@@ -100,6 +104,8 @@ class Report:
                 "backends": {name: r.to_dict() for name, r in self.backends.items()},
                 "comparisons": [c.to_dict() for c in self.comparisons],
                 "environment": self.environment,
+                "quantity": self.quantity,
+                **({"hvp_direction": self.direction} if self.quantity == "hvp" else {}),
             }
         )
 
@@ -136,6 +142,8 @@ def table(report: Report) -> Any:
 
         return workload_table(report)
     title = ", ".join(f"{k}={v}" for k, v in report.case.items() if not k.endswith("sha256"))
+    if report.quantity != "grad":
+        title += f", quantity={report.quantity}"
     t = Table(title=f"crosscheck: {title}", title_justify="left")
     for column in (
         "backend",

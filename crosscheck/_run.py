@@ -34,6 +34,7 @@ KINK_IMPACT_FRACTION = 0.25
 Progress = Callable[[str, int, int], None]
 
 ORACLE_MODES = ("auto", "full", "screen")
+QUANTITIES = ("grad", "hvp")
 #: Above this many floating-point operations of matrix products (about 10-20 s here) "auto" screens.
 SCREEN_FLOPS = 1.5e11
 
@@ -63,6 +64,7 @@ def run(
     directions: int = 4,
     explain: bool = False,
     progress: Progress | None = None,
+    quantity: str = "grad",
     workload: Any = None,
 ) -> Report:
     """Run one case (generated, or the given arrays) and cross-check every backend's gradient.
@@ -83,6 +85,9 @@ def run(
         explain: also compare each candidate's forward activations layer by layer (when it exposes
             ``activations(weights, x)``), to say where a disagreement starts.
         progress: called as ``progress(description, done, total)`` during long work.
+        quantity: ``"grad"`` (the gradient) or ``"hvp"``: the Hessian-vector product ``H v`` of the loss
+            with respect to the weights, along a direction ``v`` made from ``seed`` (see README,
+            "Hessian-vector products"); candidates need an ``hvp(weights, x, v)`` method.
         workload: a ``Workload``, a built-in workload name or an import string ``module:attribute``;
             default (or ``"stack"``): the ReLU stack. Another workload defines its own arrays, so only
             ``dtype``, ``seed``, ``backends``, ``reference``, ``rtol``/``atol`` and ``strict`` apply;
@@ -134,6 +139,18 @@ def run(
         raise ValueError(f"`oracle_mode` must be one of {', '.join(ORACLE_MODES)}; found {oracle_mode!r}.")
     if isinstance(directions, bool) or not isinstance(directions, int) or directions < 1:
         raise ValueError(f"`directions` must be a positive integer, found {directions!r}.")
+    if quantity not in QUANTITIES:
+        raise ValueError(f"`quantity` must be one of {', '.join(QUANTITIES)}; found {quantity!r}.")
+    if quantity == "hvp":
+        if explain or oracle_mode == "screen":
+            which = "`explain`" if explain else "`oracle_mode` 'screen'"
+            raise ValueError(f"{which} is not available with quantity 'hvp' (its oracle checks every entry).")
+        from ._run_hvp import HvpDriver
+
+        # User arrays have no seed: their direction comes from seed 0.
+        hvp_seed = seed if case_record.get("source") != "user arrays" else 0
+        driver = HvpDriver(weights, x, case_record, hvp_seed, rtol, atol, strict)
+        return driver.run(specs, reference, backends is not None)
     driver = _Driver(weights, x, case_record, rtol, atol, strict, progress)
     driver.oracle_mode, driver.n_directions, driver.explain = oracle_mode, directions, explain
     return driver.run(specs, reference, backends is not None)
@@ -151,6 +168,7 @@ _STACK_ONLY = {
     "oracle_mode": "auto",
     "directions": 4,
     "explain": False,
+    "quantity": "grad",
 }
 
 

@@ -21,6 +21,7 @@ from ._case import DTYPES
 #: stack, which has its own driver; a one-line description). Imported only when used.
 WORKLOADS: dict[str, tuple[str | None, str]] = {
     "stack": (None, "the eight-layer ReLU stack: y = relu(y @ W_k), loss sum(y_L ** 2) (the default)"),
+    "ste-stack": ("crosscheck._ste:STE_STACK", "ReLU stack, activations rounded to 1/8 straight-through"),
 }
 STACK = "stack"
 

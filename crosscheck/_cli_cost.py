@@ -1,0 +1,95 @@
+"""``crosscheck cost``: flops of forward, gradient, HVP and full Hessian of the stack, with ratios."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ._cli import EXIT_OK, UsageError, _check_output, _console
+
+COLUMNS = {
+    "analytic": "analytic (matmuls)",
+    "analytic, checkpointed": "analytic + recompute",
+    "jax": "jax (XLA, unrolled)",
+    "jax, rolled scan": "jax (XLA, rolled scan)",
+    "torch": "torch (FlopCounterMode)",
+}
+
+
+def add_parser(sub) -> None:
+    """Register ``cost`` on the ``crosscheck`` sub-command parsers."""
+    cost = sub.add_parser(
+        "cost",
+        help="flops of forward, gradient, HVP and (small d) full Hessian, analytic vs JAX vs PyTorch",
+        description="Flops of the stack's forward, gradient, Hessian-vector product and (P = L d**2 "
+        "at most --hessian-limit) full Hessian: analytic matmul count, XLA's cost analysis, torch's "
+        "FlopCounterMode; with the ratios and why they are what they are.",
+    )
+    cost.add_argument("--layers", type=int, default=8, help="number of layers L (default 8)")
+    cost.add_argument("--dim", type=int, default=8, help="width d (default 8)")
+    cost.add_argument("--batch", type=int, default=8, help="rows N of x (default 8)")
+    cost.add_argument(
+        "--hessian-limit",
+        type=int,
+        default=1024,
+        help="count the full Hessian only when P = L d**2 is at most this (default 1024)",
+    )
+    cost.add_argument("--json", metavar="PATH", help="write the counts and ratios here")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Compute and print the table (and write ``--json``)."""
+    from ._cost import cost_table
+
+    for option in ("layers", "dim", "batch"):
+        value = getattr(args, option)
+        if value < 1:
+            raise UsageError(f"`--{option}` must be a positive integer, found {value}.")
+    if args.hessian_limit < 0:
+        raise UsageError(f"`--hessian-limit` must be >= 0, found {args.hessian_limit}.")
+    _check_output(args.json)
+    data = cost_table(args.layers, args.batch, args.dim, hessian_limit=args.hessian_limit)
+    if args.json:
+        try:
+            Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
+        except OSError as exc:
+            raise UsageError(f"cannot write `--json` {args.json}: {exc.strerror or exc}") from exc
+    render(data, _console())
+    return EXIT_OK
+
+
+def render(data: dict, console) -> None:
+    """The counts table, the ratios table, one line of why per ratio and where the counts differ."""
+    from rich.table import Table
+
+    counts = data["counts"]
+    title = (
+        f"crosscheck cost: L={data['layers']}, N={data['batch']}, d={data['dim']}, "
+        f"P={data['parameters']} parameters (flops)"
+    )
+    t = Table(title=title, title_justify="left")
+    t.add_column("program")
+    for source in counts:
+        t.add_column(COLUMNS.get(source, source), justify="right")
+    for quantity in ("forward", "gradient", "hvp", "hessian"):
+        t.add_row(quantity, *[_number(c.get(quantity)) for c in counts.values()])
+    console.print(t)
+    r = Table(title="ratios", title_justify="left")
+    r.add_column("ratio")
+    for source in counts:
+        r.add_column(COLUMNS.get(source, source), justify="right")
+    for name, by_source in data["ratios"].items():
+        r.add_row(name, *[("-" if by_source[s] is None else f"{by_source[s]:.3g}") for s in counts])
+    console.print(r)
+    for name, why in data["why"].items():
+        console.print(f"{name}: {why}", highlight=False, markup=False)
+    console.print("Where the counts differ:", highlight=False)
+    for line in data["differences"]:
+        console.print(f"- {line}", highlight=False, markup=False)
+    for name, error in data["unavailable"].items():
+        console.print(f"{name}: unavailable: {error}", highlight=False, markup=False)
+
+
+def _number(value) -> str:
+    return "-" if value is None else f"{value:,.0f}"

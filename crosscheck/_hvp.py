@@ -1,0 +1,197 @@
+"""Hessian-vector products of the stack: the direction, the oracle's HVP and the HVP cross-check.
+
+The oracle's HVP uses no autodiff. ``H v = d/dt grad(W + t v)`` at ``t = 0``, and along the line the
+stack is exactly polynomial while no pre-activation changes sign: ``z[m](t)`` has degree ``m + 1``, the
+loss degree ``2L``, every gradient entry degree ``2L - 1``. So:
+
+1. The *kink radius* ``R``: with the masks held at the base point, the coefficients of every
+   ``z[m](t)`` are computed exactly (a polynomial forward pass); a unit keeps its sign for
+   ``|t| < R_unit`` where ``sum_{j>=1} |c_j| R**j = |c_0|`` (a bound, found by bisection). Up to
+   ``R = min R_unit`` held masks are the true masks, so the gradient along the line *is* a polynomial.
+2. The finite-difference oracle's gradient (loss evaluations only, with its error bar) at ``2L``
+   Chebyshev nodes ``t_j`` in ``[-r, r]``, ``r = min(R / 2, 1/4)``, row by row of ``x`` (the loss is a
+   sum over rows; each row has its own radius).
+3. ``H v`` is the derivative at 0 of the degree ``2L - 1`` interpolant: ``sum_j w_j grad(t_j)``, exact
+   for such a polynomial (no truncation error). Its error bar is ``sum_j |w_j| (error_j + 2L u |grad_j|)``
+   (the oracle's error bars and the rounding of the point ``W + t_j v``).
+
+An entry is flagged when an oracle gradient entry at some node had to take the derivative of a piece
+(a kink within its step), and every entry is flagged when ``R`` is below ``2**-24`` (a kink within reach
+along ``v``: the one-sided Hessians may differ, and the product is ambiguous).
+
+The direction ``v`` is ``standard_normal`` from ``numpy.random.default_rng([seed, 0x487650])``, scaled
+per layer to the RMS of that layer's weights, in the case's dtype (user arrays use seed 0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Any
+
+import numpy as np
+
+from . import _stack
+
+#: Second word of the direction's seed: the gradient's screening directions use other streams.
+DIRECTION_STREAM = 0x487650
+#: Below this kink radius (in units of the direction, itself scaled like the weights) every entry is
+#: unjudgeable: float64 rounding divided by the radius would reach float32 precision.
+MIN_RADIUS = 2.0**-24
+#: The largest node: the polynomial is exact at any size, but rounding grows with the weights' change.
+MAX_RADIUS = 0.25
+
+
+def direction(weights: np.ndarray, seed: int) -> np.ndarray:
+    """The HVP direction ``v`` of a case: Gaussian, each layer scaled to its weights' RMS."""
+    rng = np.random.default_rng([int(seed), DIRECTION_STREAM])
+    v = rng.standard_normal(weights.shape)
+    rms = np.sqrt(np.mean(np.asarray(weights, np.float64) ** 2, axis=(1, 2)))
+    return (v * np.where(rms > 0, rms, 1.0)[:, None, None]).astype(weights.dtype)
+
+
+def direction_record(v: np.ndarray, seed: int) -> dict[str, Any]:
+    """How ``v`` was made, for the JSON report (enough to rebuild it, and a hash to check it)."""
+    return {
+        "generator": f"numpy.random.default_rng([{int(seed)}, {DIRECTION_STREAM:#x}]).standard_normal",
+        "scaling": "each layer times the RMS of its weights",
+        "dtype": v.dtype.name,
+        "norm": float(np.linalg.norm(v.astype(np.float64))),
+        "sha256": hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest(),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class HvpEstimate:
+    """The oracle's Hessian-vector product.
+
+    Attributes:
+        value, error: ``(L, d, d)``: the estimate and a bound on its error per entry.
+        kink: ``(L, d, d)`` bool: entries that cannot be judged.
+        reason: why (one string; "" when nothing is flagged).
+        radius: the smallest kink radius ``R`` along ``v`` (of any row); ``kink_at`` the
+            pre-activation ``(layer, row, unit)`` that sets it.
+        nodes: the ``t_j`` used (``2L`` per row); evaluations: loss evaluations in all.
+    """
+
+    value: np.ndarray
+    error: np.ndarray
+    kink: np.ndarray
+    reason: str
+    radius: float
+    kink_at: tuple[int, int, int]
+    nodes: np.ndarray
+    evaluations: int
+
+
+def kink_radius(weights: np.ndarray, x: np.ndarray, v: np.ndarray) -> tuple[float, tuple[int, int, int]]:
+    """How far along ``v`` (``|t|``) no pre-activation can change sign, and the one that limits it."""
+    fwd = _stack.forward(weights, x)
+    v = np.asarray(v, np.float64)
+    coeffs = [fwd.ys[0]]  # y[m](t) = sum_j coeffs[j] * t**j, masks held at the base point
+    best, where = np.inf, (-1, -1, -1)
+    for m, (w, mask) in enumerate(zip(fwd.weights, fwd.masks, strict=True)):
+        z = [c @ w for c in coeffs] + [np.zeros_like(fwd.zs[m])]
+        for j, c in enumerate(coeffs):
+            z[j + 1] = z[j + 1] + c @ v[m]
+        radius = _unit_radius(np.abs(np.stack(z)))
+        flat = int(np.argmin(radius))
+        if radius.flat[flat] < best:
+            best, where = float(radius.flat[flat]), (m, *map(int, np.unravel_index(flat, radius.shape)))
+        coeffs = [c * mask for c in z]
+    return best, where
+
+
+def _unit_radius(c: np.ndarray) -> np.ndarray:
+    """Per unit, the ``t > 0`` with ``sum_{j>=1} c[j] t**j = c[0]`` (inf for a constant polynomial)."""
+    const = ~np.any(c[1:] > 0, axis=0)
+    lo, hi = np.zeros(c.shape[1:]), np.ones(c.shape[1:])
+    powers = np.arange(1, len(c))[:, None, None]
+
+    def grows(t):
+        return np.sum(c[1:] * t[None] ** powers, axis=0) >= c[0]
+
+    for _ in range(64):  # find an upper end (the sum grows without bound)
+        short = ~grows(hi) & ~const
+        if not short.any():
+            break
+        hi = np.where(short, hi * 16, hi)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        over = grows(mid)
+        lo, hi = np.where(over, lo, mid), np.where(over, mid, hi)
+    return np.where(const, np.inf, np.where(c[0] > 0, lo, 0.0))
+
+
+def _derivative_weights(n: int, r: float) -> tuple[np.ndarray, np.ndarray]:
+    """Chebyshev nodes on ``[-r, r]`` and weights ``w`` with ``sum w_j p(t_j) = p'(0)`` for degree < n."""
+    cheb = np.polynomial.chebyshev
+    unit = np.cos((2 * np.arange(n) + 1) * np.pi / (2 * n))
+    # p(t) = sum_i c_i T_i(t / r), c = C^-1 p(nodes); p'(0) = sum_i c_i T_i'(0) / r.
+    slope = np.array([cheb.chebval(0.0, cheb.chebder(np.eye(n)[i])) for i in range(n)])
+    weights = np.linalg.solve(cheb.chebvander(unit, n - 1).T, slope) / r
+    return unit * r, weights
+
+
+def oracle_hvp(oracle: Any, weights: np.ndarray, x: np.ndarray, v: np.ndarray) -> HvpEstimate:
+    """The finite-difference oracle's ``H v`` (see the module docstring), float64, with error bars.
+
+    The loss is a sum over the rows of ``x``, so ``H v`` is the sum of each row's, and each row is
+    differentiated within its own kink radius: a row near a kink costs precision to that row's share
+    only (7 to 16 times tighter error bars than one radius for all rows, on gaussian d = 16 cases).
+    """
+    w64, v64 = np.asarray(weights, np.float64), np.asarray(v, np.float64)
+    shape, n_layers = w64.shape, w64.shape[0]
+    radii = [kink_radius(w64, x[n : n + 1], v64) for n in range(x.shape[0])]
+    row = int(np.argmin([r for r, _ in radii]))
+    radius, (layer, _, unit) = radii[row]
+    at = (layer, row, unit)
+    if not radius > MIN_RADIUS:
+        reason = f"a ReLU kink within reach along v (radius {radius:.3g} < 2**-24)"
+        nan = np.full(shape, np.nan)
+        return HvpEstimate(nan, nan.copy(), np.ones(shape, bool), reason, radius, at, np.zeros(0), 0)
+    value, error = np.zeros(shape), np.zeros(shape)
+    kink, evaluations, nodes = np.zeros(shape, bool), 0, np.zeros((0,))
+    u = _stack.UNIT_ROUNDOFF["float64"]
+    for n, (row_radius, _) in enumerate(radii):
+        row_nodes, coef = _derivative_weights(2 * n_layers, min(row_radius / 2, MAX_RADIUS))
+        nodes = np.concatenate([nodes, row_nodes])
+        for t, c in zip(row_nodes, coef, strict=True):
+            est = oracle.estimate(w64 + t * v64, x[n : n + 1])
+            value += c * est.value
+            error += abs(c) * (est.error + 2 * n_layers * u * np.abs(est.value))
+            kink |= est.kink
+            evaluations += est.evaluations
+    reason = "the oracle's step crosses a ReLU kink at a node along v" if kink.any() else ""
+    return HvpEstimate(value, error, kink, reason, radius, at, nodes, evaluations)
+
+
+#: How the candidate's own rounding is measured: its HVP re-run in the other precision.
+RERUN_HELP = (
+    "the candidate's own rounding, measured: 8 x (|its HVP - its HVP re-run in the other precision| "
+    "+ that difference's RMS over the layer), scaled by the unit-roundoff ratio for a float64 case"
+)
+OTHER_DTYPE = {"float32": "float64", "float64": "float32"}
+
+
+def rerun_term(backend: Any, weights, x, v, value: np.ndarray) -> tuple[np.ndarray, str]:
+    """The ``rerun`` tolerance term of a candidate whose HVP in the case's dtype is ``value``.
+
+    Rounding errors scale with the unit roundoff, so the difference between the candidate's float32
+    and float64 answers *is* (to within float64 rounding) its float32 error on this case, kink flips
+    between the two precisions included; for a float64 case it is scaled down by ``2**-53 / 2**-24``.
+    The layer RMS guards entries where the two happen to agree by chance. Returns the term and a note.
+    """
+    dtype = weights.dtype.name
+    other = OTHER_DTYPE[dtype]
+    again = np.asarray(backend.hvp(weights.astype(other), x.astype(other), v.astype(other)))
+    if again.dtype.name != other or again.shape != value.shape or not np.all(np.isfinite(again)):
+        # No re-run possible: fall back to a bound of 2L unit roundoffs per product of the layer's size.
+        u = _stack.UNIT_ROUNDOFF[dtype]
+        scale = np.max(np.abs(value.astype(np.float64)), axis=(1, 2), keepdims=True)
+        note = f"no {other} re-run (it returned {again.dtype.name}): 2L unit roundoffs of the layer max"
+        return _stack.SAFETY * 2 * len(value) * u * np.broadcast_to(scale, value.shape), note
+    delta = np.abs(value.astype(np.float64) - again.astype(np.float64))
+    rms = np.sqrt(np.mean(delta**2, axis=(1, 2), keepdims=True))
+    ratio = _stack.UNIT_ROUNDOFF[dtype] / _stack.UNIT_ROUNDOFF["float32"]
+    return _stack.SAFETY * ratio * (delta + rms), f"re-run in {other}"
