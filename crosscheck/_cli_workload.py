@@ -19,7 +19,7 @@ _STACK_ONLY = (
     ("directions", "--directions", 4),
     ("plot", "--plot", None),
     ("save_bundle", "--save-bundle", None),
-    ("explain", "--explain (or `crosscheck explain`)", False),
+    ("explain", "--explain", False),
     ("quantity", "--quantity", "grad"),
 )
 
