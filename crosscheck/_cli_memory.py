@@ -192,7 +192,9 @@ def run_memory(args: argparse.Namespace) -> int:
     _positive("--batch", args.batch)
     _positive("--peak-size", args.peak_size)
     _check_output(args.json)
-    variants = args.variant or list(VARIANTS)
+    # A depth or width given twice would be a duplicate column (and a degenerate fit over depth).
+    args.depths, args.widths = sorted(set(args.depths)), sorted(set(args.widths))
+    variants = list(dict.fromkeys(args.variant or VARIANTS))
     console = _console()
     try:
         rows = residual_table(variants=variants, depths=args.depths, widths=args.widths, batch=args.batch)

@@ -100,7 +100,7 @@ def residual_table(
                     )
                 by_depth[layers] = last.activation_bytes
             slope = (
-                float(np.polyfit(list(by_depth), list(by_depth.values()), 1)[0]) if len(depths) > 1 else 0.0
+                float(np.polyfit(list(by_depth), list(by_depth.values()), 1)[0]) if len(by_depth) > 1 else 0.0
             )
             recomputed = last.found.get("recomputed_layers", 0)
             rows.append(

@@ -107,3 +107,23 @@ def test_cli_memory_usage_errors_are_one_line(argv, message, capsys):
     err = capsys.readouterr().err
     assert message in err
     assert err.count("\n") == 1
+
+
+def test_cli_memory_repeated_depths_widths_and_variants_are_counted_once(tmp_path, capsys):
+    import json
+    import warnings
+
+    path = tmp_path / "memory.json"
+    argv = ["memory", "--no-peak", "--variant", "jax", "--variant", "jax", "--depths", "4", "2", "4"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a fit over one repeated depth warned (RankWarning)
+        status = main([*argv, "--widths", "4", "4", "--batch", "2", "--json", str(path)])
+    out = capsys.readouterr().out
+    assert status == 0
+    header = next(line for line in out.splitlines() if "variant" in line)
+    assert header.count("L=4") == 1
+    assert header.index("L=2") < header.index("L=4")
+    rows = json.loads(path.read_text())["residuals"]
+    assert len(rows) == 1
+    assert list(rows[0]["bytes_by_depth"]) == ["2", "4"]
+    assert rows[0]["bytes_per_layer"] > 0
