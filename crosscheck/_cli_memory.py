@@ -227,14 +227,15 @@ def _render_rows(console, rows, args) -> None:
         table.add_column(f"L={depth}", justify="right")
     for column in ("per layer", "act/layer", "÷ plain", "rerun"):
         table.add_column(column, justify="right")
+    fitted = len(args.depths) > 1  # one depth gives no slope
     for r in rows:
         table.add_row(
             r.variant,
             r.checkpoint or "none",
             str(r.width),
             *(_bytes(r.bytes_by_depth[d]) for d in args.depths),
-            _bytes(r.slope),
-            f"{r.per_layer_activations:.2f}",
+            _bytes(r.slope) if fitted else "-",
+            f"{r.per_layer_activations:.2f}" if fitted else "-",
             "-" if r.ratio is None else f"{r.ratio:.3f}",
             str(r.recomputed),
         )

@@ -127,3 +127,14 @@ def test_cli_memory_repeated_depths_widths_and_variants_are_counted_once(tmp_pat
     assert len(rows) == 1
     assert list(rows[0]["bytes_by_depth"]) == ["2", "4"]
     assert rows[0]["bytes_per_layer"] > 0
+
+
+def test_cli_memory_single_depth_shows_no_slope(capsys):
+    status = main(
+        ["memory", "--no-peak", "--variant", "jax", "--depths", "4", "--widths", "4", "--batch", "2"]
+    )
+    out = capsys.readouterr().out
+    assert status == 0
+    row = next(line for line in out.splitlines() if line.startswith("│ jax"))
+    cells = [cell.strip() for cell in row.strip("│").split("│")]
+    assert cells[4:6] == ["-", "-"]  # per layer, act/layer: not a slope of zero, no slope at all
