@@ -195,9 +195,14 @@ def _adapt(target: Any, spec: str) -> Backend:
     if callable(target):
         return FunctionBackend(target)
     raise ValueError(
-        f"backend `{spec}` is a {type(target).__name__}: expected an object with a "
-        f"`grad(weights, x)` method, a class or factory returning one, or a function."
+        f"backend `{spec}`: expected an object with a `grad(weights, x)` method, a class or factory "
+        f"returning one, or a function; found {type(target).__name__} {_short_repr(target)}."
     )
+
+
+def _short_repr(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _takes_no_args(fn: Any) -> bool:

@@ -148,7 +148,7 @@ def test_objects_are_backends(spec, name, inputs):
         ("mymodule:nosuchattr", ["no attribute `nosuchattr`", "my_grad"]),
         ("mymodule:", ["`mymodule:`", "must look like `package.module:attribute`"]),
         (":my_grad", ["`:my_grad`", "must look like `package.module:attribute`"]),
-        ("mymodule:not_a_backend", ["`mymodule:not_a_backend` is a float", "grad(weights, x)"]),
+        ("mymodule:not_a_backend", ["`mymodule:not_a_backend`", "grad(weights, x)", "found float"]),
         ("mymodule:factory_raises", ["calling the factory failed", "RuntimeError: cannot start"]),
         ("broken_on_import:f", ["importing `broken_on_import` failed", "RuntimeError: broken at import"]),
     ],
@@ -172,6 +172,12 @@ def test_bad_specs_raise_value_error(user_module, spec, fragments):
     for fragment in fragments:
         assert fragment in message
     assert "\n" not in message
+
+
+def test_an_object_that_is_not_a_backend_is_named_with_its_value():
+    with pytest.raises(ValueError, match=r"found int 42\.$") as exc:
+        crosscheck.load_backend(42)
+    assert "expected an object with a `grad(weights, x)` method" in str(exc.value)
 
 
 def _hide_torch(monkeypatch):
