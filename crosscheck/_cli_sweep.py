@@ -164,7 +164,9 @@ def render(result, console: Any) -> None:
     names: list[str] = []
     for record in result.records:
         comparisons = (record["report"] or {}).get("comparisons", [])
-        names += [c["backend"] for c in comparisons if c["backend"] not in names]
+        for c in comparisons:  # a workload has one comparison per parameter: one column per backend
+            if c["backend"] not in names:
+                names.append(c["backend"])
     known = any(record["known_answer"] for record in result.records)
     table = Table(title="crosscheck sweep", title_justify="left")
     for column in ("case", *names, *(["known answer"] if known else []), "verdict", "time"):
