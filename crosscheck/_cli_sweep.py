@@ -86,6 +86,11 @@ def command(args: argparse.Namespace) -> int:
     _check_output(args.junit, "--junit")
     if args.jobs is not None and args.jobs < 0:
         raise UsageError(f"`--jobs` must be 0 or more, found {args.jobs}.")
+    if args.jobs is not None and args.scheduler is not None:
+        raise UsageError(
+            "`--jobs` and `--scheduler` exclude each other: the cases run either on worker processes here "
+            "or on the Dask cluster; found both."
+        )
     try:
         config = resolve_config(args)
         todo, run_options = cases(config), options(config)
