@@ -352,7 +352,7 @@ class _Driver:
             if k not in value:
                 message = (
                     f"parameter `{k}`: missing from the gradients `{name}` returned "
-                    f"(it returned: {', '.join(value) or 'nothing'})."
+                    f"(it returned: {', '.join(value) or 'nothing'})"
                 )
                 out.append(
                     Comparison(
