@@ -253,7 +253,8 @@ def _run(args: argparse.Namespace) -> int:
             ) from exc
         print(f"crosscheck: wrote the repro bundle {args.save_bundle}", file=sys.stderr)
     if args.quiet:
-        console.print("PASSED" if report.passed else "FAILED: " + "; ".join(report.problems))
+        verdict = "PASSED" if report.passed else "FAILED: " + "; ".join(report.problems)
+        console.print(verdict, markup=False, highlight=False)
     else:
         report.render(console)
     return EXIT_OK if report.passed else EXIT_FAIL
@@ -321,6 +322,7 @@ def _write_junit(path: str | None, reports) -> None:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    from rich.markup import escape
     from rich.table import Table
 
     from ._bundle import load_bundle, replay
@@ -339,7 +341,8 @@ def _replay(args: argparse.Namespace) -> int:
     for column in ("backend", "spec", "result", "detail"):
         table.add_column(column)
     for row in rows:
-        table.add_row(row["backend"], str(row["spec"]), row["status"], row.get("detail", ""))
+        cells = (row["backend"], str(row["spec"]), row["status"], row.get("detail", ""))
+        table.add_row(*(escape(cell) for cell in cells))  # an error may quote `pip install 'x[extra]'`
     console = _console()
     console.print(table)
     replayed = [row for row in rows if row["spec"] is not None]

@@ -86,6 +86,11 @@ def command(args: argparse.Namespace) -> int:
     _check_output(args.junit, "--junit")
     if args.jobs is not None and args.jobs < 0:
         raise UsageError(f"`--jobs` must be 0 or more, found {args.jobs}.")
+    if args.jobs is not None and args.scheduler is not None:
+        raise UsageError(
+            "`--jobs` and `--scheduler` exclude each other: the cases run either on worker processes here "
+            "or on the Dask cluster; found both."
+        )
     try:
         config = resolve_config(args)
         todo, run_options = cases(config), options(config)
@@ -164,7 +169,9 @@ def render(result, console: Any) -> None:
     names: list[str] = []
     for record in result.records:
         comparisons = (record["report"] or {}).get("comparisons", [])
-        names += [c["backend"] for c in comparisons if c["backend"] not in names]
+        for c in comparisons:  # a workload has one comparison per parameter: one column per backend
+            if c["backend"] not in names:
+                names.append(c["backend"])
     known = any(record["known_answer"] for record in result.records)
     table = Table(title="crosscheck sweep", title_justify="left")
     for column in ("case", *names, *(["known answer"] if known else []), "verdict", "time"):

@@ -71,7 +71,8 @@ def run_workload_command(args: argparse.Namespace) -> int | None:
     _write_junit(args.junit, [(case_name(report), report)])
     console = _console()
     if args.quiet:
-        console.print("PASSED" if report.passed else "FAILED: " + "; ".join(report.problems))
+        verdict = "PASSED" if report.passed else "FAILED: " + "; ".join(report.problems)
+        console.print(verdict, markup=False, highlight=False)
     else:
         report.render(console)
     return EXIT_OK if report.passed else EXIT_FAIL

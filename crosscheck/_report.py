@@ -131,7 +131,10 @@ class Report:
         if self.passed:
             console.print(f"[green]PASSED[/green]: {_summary(self)}", highlight=False)
         else:
-            console.print(f"[red]FAILED[/red]: {'; '.join(self.problems)}", highlight=False)
+            from rich.markup import escape
+
+            # escape: a problem may quote `pip install 'crosscheck[torch]'`, which rich reads as markup.
+            console.print(f"[red]FAILED[/red]: {escape('; '.join(self.problems))}", highlight=False)
 
 
 def table(report: Report) -> Any:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ._backend import ORACLE, BackendUnavailable, backend_info, load_backend
+from ._backend import ORACLE, BackendUnavailable, backend_info, load_backend, plugin_entry_points
 from ._compare import Comparison, Kinks, Tolerance, compare
 from ._environment import environment
 from ._report import BackendResult, Report
@@ -236,7 +236,9 @@ class _Driver:
         implementations = self.workload.implementations
         if isinstance(spec, str) and spec in implementations:
             return _framework_backend(spec, implementations[spec])
-        if isinstance(spec, str) and spec in FRAMEWORKS:
+        # A plain name that is no plugin's is an implementation this workload lacks: the stack's own
+        # backends (`jax-plain`, ...) would get a params dict where they expect arrays, and fail oddly.
+        if isinstance(spec, str) and ":" not in spec and spec not in plugin_entry_points():
             raise ValueError(
                 f"workload `{self.workload.name}` has no `{spec}` implementation; it has: "
                 f"{', '.join(implementations) or 'none'}."
@@ -352,7 +354,7 @@ class _Driver:
             if k not in value:
                 message = (
                     f"parameter `{k}`: missing from the gradients `{name}` returned "
-                    f"(it returned: {', '.join(value) or 'nothing'})."
+                    f"(it returned: {', '.join(value) or 'nothing'})"
                 )
                 out.append(
                     Comparison(

@@ -96,6 +96,10 @@ def factory_raises():
     raise RuntimeError("cannot start")
 
 
+def raises_with_brackets(weights, x):
+    raise RuntimeError("needs pip install 'mylib[gpu]'")
+
+
 obj = GradObject()
 not_a_backend = 3.0
 '''
@@ -420,6 +424,17 @@ def test_broken_user_backend_exits_1(user_module, capsys, attribute, texts):
     for text in texts:
         assert text in captured.out
     assert "Traceback" not in captured.out + captured.err
+
+
+@pytest.mark.parametrize("quiet", [[], ["--quiet"]], ids=["table", "quiet"])
+def test_the_failed_line_keeps_square_brackets(user_module, capsys, quiet):
+    # rich reads `[gpu]` as markup and dropped it: the install hint of an unavailable backend lost its extra.
+    status = main(["run", *SMALL, "--backend", "mymodule:raises_with_brackets", *quiet])
+    out = capsys.readouterr().out
+    assert status == 1
+    failed = " ".join(out[out.index("FAILED: ") :].split())  # the verdict line, however it wraps
+    assert failed.startswith("FAILED: `raises_with_brackets` failed")
+    assert "'mylib[gpu]'" in failed
 
 
 def _modifies_weights(weights, x):

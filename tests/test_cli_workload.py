@@ -97,6 +97,8 @@ def test_a_user_workload_with_a_user_backend(user_dir, capsys):
         (["--workload", "cli_workloads:good", "--rtol", "1e-3"], "`--rtol` and `--atol` must be given"),
         (["--workload", "cli_workloads:good"], "has no implementations to check"),
         (["--workload", "cli_workloads:good", "--backend", "torch"], "has no `torch` implementation"),
+        (["--workload", "cli_workloads:good", "--backend", "jax-plain"], "has no `jax-plain` implementation"),
+        (["--workload", "cli_workloads:good", "--backend", "jax-exact"], "has no `jax-exact` implementation"),
     ],
     ids=[
         "module",
@@ -111,6 +113,8 @@ def test_a_user_workload_with_a_user_backend(user_dir, capsys):
         "rtol-alone",
         "no-implementations",
         "no-such-implementation",
+        "a-stack-variant",
+        "an-unknown-name",
     ],
 )
 def test_usage_errors_are_one_line(user_dir, capsys, args, message):

@@ -185,6 +185,11 @@ OPTION_ERRORS = [
     (["--config", "empty.toml"], "empty.toml has no [tool.crosscheck] table."),
     (["--dtype", "float16"], "argument --dtype: invalid choice: 'float16'"),
     (["--scheduler", "nonsense"], "`--scheduler` must be an address like tcp://HOST:8786; found 'nonsense'."),
+    (
+        ["--jobs", "0", "--scheduler", "tcp://127.0.0.1:8786"],
+        "`--jobs` and `--scheduler` exclude each other: the cases run either on worker processes here or on "
+        "the Dask cluster; found both.",
+    ),
 ]
 
 

@@ -201,3 +201,31 @@ def test_a_cell_sums_a_workloads_comparisons_per_parameter():
     ]
     record = {"report": {"comparisons": comparisons, "backends": {}}}
     assert _cells(record, ["jax", "torch", "other"]) == ["[red]mismatch 4/10[/red]", "ok rel 5.0e-07", "-"]
+
+
+def test_a_workload_sweep_has_one_column_per_backend_not_per_parameter():
+    from rich.console import Console
+
+    from crosscheck._sweep import SweepResult
+
+    comparisons = [
+        _comparison("jax", "w", True, 0, 8, 1e-6),
+        _comparison("jax", "b", True, 0, 2, 1e-7),
+        _comparison("torch", "w", True, 0, 8, 2e-7),
+        _comparison("torch", "b", True, 0, 2, 5e-7),
+    ]
+    record = {
+        "index": 0,
+        "case": {"workload": "mymodel:workload", "dtype": "float32", "seed": 0},
+        "status": "passed",
+        "passed": True,
+        "error": None,
+        "known_answer": None,
+        "seconds": 1.0,
+        "report": {"comparisons": comparisons, "backends": {}},
+    }
+    console = Console(file=io.StringIO(), width=200)
+    render(SweepResult(records=[record], options={}, engine={}), console)
+    header = next(line for line in console.file.getvalue().splitlines() if "case" in line)
+    assert header.split().count("jax") == 1
+    assert header.split().count("torch") == 1

@@ -204,6 +204,8 @@ def test_a_missing_parameter_is_an_invalid_comparison():
     assert invalid.parameter == "b"
     assert "parameter `b`: missing" in invalid.message
     assert not report.passed
+    # The FAILED line joins the problems with "; ": none of them ends in a full stop of its own.
+    assert not any(problem.endswith(".") for problem in report.problems), report.problems
 
 
 def test_a_float32_case_needs_float32_gradients():
