@@ -100,7 +100,7 @@ def run_inspect(args: argparse.Namespace) -> int:
         try:
             backend = load_backend(spec)
         except BackendUnavailable as exc:
-            console.print(f"{spec}: unavailable ({exc})")
+            console.print(f"{spec}: unavailable ({exc})", markup=False, highlight=False)
             failed |= args.backend is not None
             continue
         except (ValueError, TypeError) as exc:
