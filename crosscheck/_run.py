@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import time
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from ._backend import (
     backend_info,
     load_backend,
 )
+from ._candidates import run_candidates
 from ._case import Case, check_inputs, make_inputs
 from ._compare import Comparison, Kinks, Tolerance, _structural_problem, compare, mismatch_message
 from ._environment import environment
@@ -223,32 +225,34 @@ class _Driver:
                 self.gradients[ref_result.name] = ref_value
         results[ref_result.name] = ref_result
         comparisons: list[Comparison] = []
-        for spec in specs:
-            backend, result = self._load(spec, explicit=explicit)
-            if backend is not None and ref_value is None:
-                result = dataclasses.replace(
-                    result, status="skipped", error="not run: the reference did not run"
-                )
-            elif backend is not None:
-                value, result = self._call(backend, result)
-                if value is not None:
-                    self.gradients[_unique(result.name, results)] = value
-                    # A backend may compute in another precision on purpose (the oracle: float64).
-                    dtype = getattr(backend, "output_dtype", None) or self.dtype
-                    if self.screened is not None:
-                        comparison = self._compare_screened(value, result.name, ref_result.name, dtype)
-                    else:
-                        comparison = self._compare(
-                            value, result.name, ref_value, ref_error, ref_result.name, dtype
-                        )
-                    if self.explain:
-                        comparison = self._localize(backend, comparison, dtype)
-                        if comparison.status == "mismatch" and self.screened is None:
-                            comparison = self._classify(
-                                backend, comparison, value, ref_value, ref_error, ref_result.name
-                            )
-                    comparisons.append(comparison)
-            results[_unique(result.name, results)] = result
+
+        def evaluate(backend: Backend, result: BackendResult, name: str) -> BackendResult:
+            value, result = self._call(backend, result)
+            if value is None:
+                return result
+            self.gradients[name] = value
+            # A backend may compute in another precision on purpose (the oracle: float64).
+            dtype = getattr(backend, "output_dtype", None) or self.dtype
+            if self.screened is not None:
+                comparison = self._compare_screened(value, result.name, ref_result.name, dtype)
+            else:
+                comparison = self._compare(value, result.name, ref_value, ref_error, ref_result.name, dtype)
+            if self.explain:
+                comparison = self._localize(backend, comparison, dtype)
+                if comparison.status == "mismatch" and self.screened is None:
+                    comparison = self._classify(
+                        backend, comparison, value, ref_value, ref_error, ref_result.name
+                    )
+            comparisons.append(comparison)
+            return result
+
+        run_candidates(
+            specs,
+            functools.partial(self._load, explicit=explicit),
+            evaluate,
+            reference_ran=ref_value is not None,
+            results=results,
+        )
         return Report(
             case=self.case,
             backends=results,
@@ -572,10 +576,3 @@ class _PartialOracle:
 
     kink: np.ndarray
     kink_at: np.ndarray
-
-
-def _unique(name: str, taken: dict[str, Any]) -> str:
-    candidate, n = name, 2
-    while candidate in taken:
-        candidate, n = f"{name}#{n}", n + 1
-    return candidate

@@ -14,10 +14,10 @@ import numpy as np
 
 from . import _hvp, _stack
 from ._backend import Backend, BackendUnavailable, backend_info, load_backend
+from ._candidates import run_candidates
 from ._compare import Comparison, Kinks, Tolerance, compare
 from ._environment import environment
 from ._report import BackendResult, Report
-from ._run import _unique
 
 NO_HVP = "has no `hvp(weights, x, v)` method, so it cannot be checked with quantity 'hvp'"
 
@@ -50,18 +50,21 @@ class HvpDriver:
         if ref is not None:
             values[ref_result.name] = ref[0]
         comparisons: list[Comparison] = []
-        for spec in specs:
-            backend, result = self._load(spec, explicit)
-            if backend is not None and ref is None:
-                result = dataclasses.replace(
-                    result, status="skipped", error="not run: the reference did not run"
-                )
-            elif backend is not None:
-                value, result = self._candidate(backend, result)
-                if value is not None:
-                    values[_unique(result.name, results)] = value
-                    comparisons.append(self._compare(backend, value, result, ref, ref_result.name))
-            results[_unique(result.name, results)] = result
+
+        def evaluate(backend: Backend, result: BackendResult, name: str) -> BackendResult:
+            value, result = self._candidate(backend, result)
+            if value is not None:
+                values[name] = value
+                comparisons.append(self._compare(backend, value, result, ref, ref_result.name))
+            return result
+
+        run_candidates(
+            specs,
+            lambda spec: self._load(spec, explicit),
+            evaluate,
+            reference_ran=ref is not None,
+            results=results,
+        )
         record = _hvp.direction_record(self.v, self.seed)
         if ref is not None:
             record.update(ref[3])

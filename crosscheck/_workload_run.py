@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ._backend import ORACLE, BackendUnavailable, backend_info, load_backend, plugin_entry_points
+from ._candidates import run_candidates
 from ._compare import Comparison, Kinks, Tolerance, compare
 from ._environment import environment
 from ._report import BackendResult, Report
@@ -186,21 +187,23 @@ class _Driver:
                 gradients[ref_result.name] = ref.value
         results[ref_result.name] = ref_result
         comparisons: list[Comparison] = []
-        for spec in specs:
-            backend, result = self._load(spec, explicit=explicit)
-            name = _unique(result.name, results)
-            if backend is not None and ref is None:
-                result = dataclasses.replace(
-                    result, status="skipped", error="not run: the reference did not run"
-                )
-            elif backend is not None:
-                value, result = self._call(backend, result)
-                if value is not None:
-                    gradients[name] = value
-                    rounding, how = self._rounding(backend, value)
-                    result = dataclasses.replace(result, notes={**result.notes, "rounding": how})
-                    comparisons += self._compare(value, rounding, name, ref, ref_result.name)
-            results[name] = result
+
+        def evaluate(backend: Any, result: BackendResult, name: str) -> BackendResult:
+            value, result = self._call(backend, result)
+            if value is not None:
+                gradients[name] = value
+                rounding, how = self._rounding(backend, value)
+                result = dataclasses.replace(result, notes={**result.notes, "rounding": how})
+                comparisons.extend(self._compare(value, rounding, name, ref, ref_result.name))
+            return result
+
+        run_candidates(
+            specs,
+            functools.partial(self._load, explicit=explicit),
+            evaluate,
+            reference_ran=ref is not None,
+            results=results,
+        )
         return Report(
             case=self.case,
             backends=results,
@@ -427,10 +430,3 @@ def _framework_backend(name: str, loss: Any) -> Any:
 
 def _rms(values: np.ndarray) -> float:
     return math.sqrt(float(np.mean(np.square(values)))) if np.size(values) else 0.0
-
-
-def _unique(name: str, taken: dict[str, Any]) -> str:
-    candidate, n = name, 2
-    while candidate in taken:
-        candidate, n = f"{name}#{n}", n + 1
-    return candidate
