@@ -148,31 +148,34 @@ def _import_builtin_module(module_name: str) -> Any:
     return importlib.import_module(f"backends.{module_name}")
 
 
-def _import_attribute(spec: str) -> Any:
-    module_name, _, attribute = spec.partition(":")
+def _import_attribute(target: str, *, spec: str | None = None, kind: str = "backend") -> Any:
+    """The attribute an import string ``package.module:attribute`` names (``spec``: what the user
+    wrote, for messages; ``kind``: what is being loaded, ``backend`` or ``workload``)."""
+    spec = spec or target
+    module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
-        raise ValueError(f"backend import string `{spec}` must look like `package.module:attribute`.")
+        raise ValueError(f"{kind} import string `{spec}` must look like `package.module:attribute`.")
     if os.getcwd() not in sys.path:
         # Like `python -m`, let users name a module in the current directory.
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        raise ValueError(f"backend `{spec}`: cannot import module `{module_name}` ({exc}).") from exc
+        raise ValueError(f"{kind} `{spec}`: cannot import module `{module_name}` ({exc}).") from exc
     except Exception as exc:
         raise ValueError(
-            f"backend `{spec}`: importing `{module_name}` failed: {type(exc).__name__}: {exc}"
+            f"{kind} `{spec}`: importing `{module_name}` failed: {type(exc).__name__}: {exc}"
         ) from exc
-    target = module
+    value = module
     for part in attribute.split("."):
-        if not hasattr(target, part):
+        if not hasattr(value, part):
             names = [n for n in dir(module) if not n.startswith("_")]
             raise ValueError(
-                f"backend `{spec}`: module `{module_name}` has no attribute `{attribute}` "
+                f"{kind} `{spec}`: module `{module_name}` has no attribute `{attribute}` "
                 f"(found: {', '.join(names[:12]) or 'nothing public'})."
             )
-        target = getattr(target, part)
-    return target
+        value = getattr(value, part)
+    return value
 
 
 def _adapt(target: Any, spec: str) -> Backend:

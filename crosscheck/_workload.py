@@ -6,15 +6,13 @@ every other workload goes through ``_workload_run.py``.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
-import os
-import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
+from ._backend import _import_attribute
 from ._case import DTYPES
 
 #: Built-in workloads: name -> (import string ``module:attribute`` of the Workload, or None for the
@@ -225,28 +223,7 @@ def load_workload(spec: Any) -> Workload | None:
 
 
 def _resolve(target: str, spec: str) -> Workload:
-    module_name, _, attribute = target.partition(":")
-    if not module_name or not attribute:
-        raise ValueError(f"workload import string `{spec}` must look like `package.module:attribute`.")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # like `python -m`: modules in the current directory are found
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        raise ValueError(f"workload `{spec}`: cannot import module `{module_name}` ({exc}).") from exc
-    except Exception as exc:
-        raise ValueError(
-            f"workload `{spec}`: importing `{module_name}` failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    value: Any = module
-    for part in attribute.split("."):
-        if not hasattr(value, part):
-            names = [n for n in dir(module) if not n.startswith("_")]
-            raise ValueError(
-                f"workload `{spec}`: module `{module_name}` has no attribute `{attribute}` "
-                f"(found: {', '.join(names[:12]) or 'nothing public'})."
-            )
-        value = getattr(value, part)
+    value = _import_attribute(target, spec=spec, kind="workload")
     if callable(value) and not isinstance(value, Workload):
         try:
             value = value()
