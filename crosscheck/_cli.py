@@ -227,14 +227,7 @@ def _run(args: argparse.Namespace) -> int:
             )
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from exc
-    if args.json:
-        try:
-            report.write_json(args.json)
-        except OSError as exc:
-            raise UsageError(f"cannot write `--json` {args.json}: {exc.strerror or exc}") from exc
-    from ._junit import case_name
-
-    _write_junit(args.junit, [(case_name(report), report)])
+    _write_reports(args, report)
     if args.plot:
         from ._plot import write_plot
 
@@ -308,6 +301,18 @@ def _check_output(path: str | None, option: str = "--json") -> None:
 
     if path is not None and not Path(path).resolve().parent.is_dir():
         raise UsageError(f"cannot write `{option}` {path}: its folder does not exist.")
+
+
+def _write_reports(args: argparse.Namespace, report) -> None:
+    """Write one run's ``--json`` and ``--junit`` files, when asked for."""
+    from ._junit import case_name
+
+    if args.json:
+        try:
+            report.write_json(args.json)
+        except OSError as exc:
+            raise UsageError(f"cannot write `--json` {args.json}: {exc.strerror or exc}") from exc
+    _write_junit(args.junit, [(case_name(report), report)])
 
 
 def _write_junit(path: str | None, reports) -> None:

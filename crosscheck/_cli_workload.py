@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._cli import EXIT_FAIL, EXIT_OK, UsageError, _check_output, _console, _write_junit
+from ._cli import EXIT_FAIL, EXIT_OK, UsageError, _check_output, _console, _write_reports
 
 #: Options that only the stack has: (attribute, how the user wrote it, its default).
 _STACK_ONLY = (
@@ -61,14 +61,7 @@ def run_workload_command(args: argparse.Namespace) -> int | None:
         )
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from exc
-    if args.json:
-        try:
-            report.write_json(args.json)
-        except OSError as exc:
-            raise UsageError(f"cannot write `--json` {args.json}: {exc.strerror or exc}") from exc
-    from ._junit import case_name
-
-    _write_junit(args.junit, [(case_name(report), report)])
+    _write_reports(args, report)
     console = _console()
     if args.quiet:
         verdict = "PASSED" if report.passed else "FAILED: " + "; ".join(report.problems)
