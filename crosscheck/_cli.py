@@ -199,6 +199,11 @@ def _run(args: argparse.Namespace) -> int:
     _check_output(args.json)
     _check_output(args.junit, "--junit")
     _check_output(args.save_bundle, "--save-bundle")
+    if args.directions != 4 and (args.oracle_mode == "full" or args.quantity == "hvp"):
+        which = "`--oracle-mode full`" if args.oracle_mode == "full" else "`--quantity hvp`"
+        raise UsageError(
+            f"`--directions` applies to screening (`--oracle-mode screen` or `auto`); {which} never screens."
+        )
     if args.quantity == "hvp" and (args.save_bundle or args.plot):
         raise UsageError("`--save-bundle` and `--plot` are not available with `--quantity hvp` yet.")
     _check_output(args.plot, "--plot")

@@ -251,6 +251,8 @@ USAGE_ERRORS = [
     (["frobnicate"], ["'frobnicate'", "run", "matrix"]),
     ([], ["required", "command"]),
     (["matrix", "--backend", "nope"], ["unknown backend", "`nope`"]),
+    (["run", "--oracle-mode", "full", "--directions", "8"], ["`--directions`", "`--oracle-mode full`"]),
+    (["run", "--quantity", "hvp", "--directions", "8"], ["`--directions`", "`--quantity hvp` never screens"]),
 ]
 
 
@@ -290,6 +292,8 @@ USAGE_ERRORS = [
         "unknown-command",
         "no-command",
         "matrix-unknown-backend",
+        "directions-without-screening",
+        "directions-with-hvp",
     ],
 )
 def test_usage_error_exits_2_with_one_line(user_module, capsys, argv, fragments):
