@@ -100,7 +100,10 @@ def command(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as exc:
         raise UsageError(str(exc)) from exc
     console = _console()
-    console.print(f"crosscheck sweep: {len(todo)} cases, {_source(config, args)}", highlight=False)
+    console.print(
+        f"crosscheck sweep: {len(todo)} case{'' if len(todo) == 1 else 's'}, {_source(config, args)}",
+        highlight=False,
+    )
     try:
         with _progress_display() as progress:
             progress("sweep", 0, len(todo))
