@@ -191,11 +191,7 @@ def _run(args: argparse.Namespace) -> int:
                 f"`{given[0]}` cannot be combined with `--weights/--x`: the arrays determine the case."
             )
         kwargs.update(_load_arrays(args.weights, args.x))
-    if (args.rtol is None) != (args.atol is None):
-        raise UsageError(
-            "`--rtol` and `--atol` must be given together or not at all; found only "
-            f"`--{'rtol' if args.atol is None else 'atol'}`."
-        )
+    _check_tolerances(args)
     _check_output(args.json)
     _check_output(args.junit, "--junit")
     _check_output(args.save_bundle, "--save-bundle")
@@ -298,6 +294,14 @@ def _ste(args: argparse.Namespace) -> int:
     from ._cli_ste import run
 
     return run(args)
+
+
+def _check_tolerances(args: argparse.Namespace) -> None:
+    if (args.rtol is None) != (args.atol is None):
+        raise UsageError(
+            "`--rtol` and `--atol` must be given together or not at all; found only "
+            f"`--{'rtol' if args.atol is None else 'atol'}`."
+        )
 
 
 def _check_output(path: str | None, option: str = "--json") -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._cli import EXIT_FAIL, EXIT_OK, UsageError, _check_output, _console, _write_reports
+from ._cli import EXIT_FAIL, EXIT_OK, UsageError, _check_output, _check_tolerances, _console, _write_reports
 
 #: Options that only the stack has: (attribute, how the user wrote it, its default).
 _STACK_ONLY = (
@@ -41,11 +41,7 @@ def run_workload_command(args: argparse.Namespace) -> int | None:
                 f"`{option}` applies to the stack workload only; workload `{workload.name}` defines its "
                 f"own arrays (it takes --dtype and --seed)."
             )
-    if (args.rtol is None) != (args.atol is None):
-        raise UsageError(
-            "`--rtol` and `--atol` must be given together or not at all; found only "
-            f"`--{'rtol' if args.atol is None else 'atol'}`."
-        )
+    _check_tolerances(args)
     _check_output(args.json)
     _check_output(args.junit, "--junit")
     options = {k: getattr(args, k) for k in ("seed", "dtype") if getattr(args, k) is not None}
