@@ -20,8 +20,8 @@ takes, per entry, the largest step that crosses no kink:
 
 The error bar of each entry bounds rounding, in two terms: the float64 error of the two loss evaluations
 divided by the step, and the error of the shared prefix, which moves the point being differentiated
-(both sized by the rounding model of ``crosscheck._stack``, whose backward pass serves only to size
-error bars; the estimate itself comes from loss evaluations alone).
+(both sized by the rounding model of ``crosscheck._workloads.stack.model``, whose backward pass
+serves only to size error bars; the estimate itself comes from loss evaluations alone).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from crosscheck import _stack
+from crosscheck._workloads.stack import model as _stack
 
 __all__ = ["FiniteDifferenceOracle", "OracleEstimate", "ScreenEstimate"]
 
@@ -181,10 +181,10 @@ class FiniteDifferenceOracle:
         return self.hvp_estimate(weights, x, v).value
 
     def hvp_estimate(self, weights: np.ndarray, x: np.ndarray, v: np.ndarray):
-        """``H v`` with an error bound per entry and its kink flags (see ``crosscheck._hvp``): the
-        derivative along ``v`` of this oracle's gradient, exact for the polynomial the stack is
-        between kinks."""
-        from crosscheck._hvp import oracle_hvp
+        """``H v`` with an error bound per entry and its kink flags (see
+        ``crosscheck._workloads.stack.hvp``): the derivative along ``v`` of this oracle's gradient,
+        exact for the polynomial the stack is between kinks."""
+        from crosscheck._workloads.stack.hvp import oracle_hvp
 
         return oracle_hvp(self, weights, x, v)
 

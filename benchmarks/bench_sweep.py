@@ -33,8 +33,8 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from crosscheck._config import SweepConfig, cases
-from crosscheck._sweep import cpu_count, sweep
+from crosscheck._sweep.config import SweepConfig, cases
+from crosscheck._sweep.engine import cpu_count, sweep
 
 
 def _comparable(records: list[dict]) -> list[dict]:

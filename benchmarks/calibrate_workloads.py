@@ -19,7 +19,7 @@ sys.path.insert(0, os.getcwd())
 import numpy as np
 
 import crosscheck
-from crosscheck._workload_run import _framework_backend
+from crosscheck._engine.run_workload import _framework_backend
 from examples import healthy
 from examples.gelu_port import mlp_buggy, mlp_fixed
 

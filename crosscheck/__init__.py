@@ -3,17 +3,17 @@
 Importing crosscheck imports neither JAX nor PyTorch; backends load when used.
 """
 
-from ._backend import Backend as Backend
-from ._backend import BackendBroken as BackendBroken
-from ._backend import BackendUnavailable as BackendUnavailable
-from ._backend import load_backend as load_backend
-from ._case import Case as Case
-from ._case import make_inputs as make_inputs
-from ._compare import Comparison as Comparison
-from ._report import Report as Report
-from ._run import run as run
-from ._workload import Workload as Workload
-from ._workload import available_workloads as available_workloads
+from crosscheck._compare.compare import Comparison as Comparison
+from crosscheck._engine.run import run as run
+from crosscheck._registry import Backend as Backend
+from crosscheck._registry import BackendBroken as BackendBroken
+from crosscheck._registry import BackendUnavailable as BackendUnavailable
+from crosscheck._registry import load_backend as load_backend
+from crosscheck._report.report import Report as Report
+from crosscheck._workloads.base import Workload as Workload
+from crosscheck._workloads.base import available_workloads as available_workloads
+from crosscheck._workloads.stack.case import Case as Case
+from crosscheck._workloads.stack.case import make_inputs as make_inputs
 
 __version__ = "0.1.0"
 

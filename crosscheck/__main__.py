@@ -2,6 +2,6 @@
 
 import sys
 
-from ._cli import main
+from crosscheck._cli.main import main
 
 sys.exit(main())

@@ -14,8 +14,8 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from ._case import Case
-from ._report import Report
+from crosscheck._report.report import Report
+from crosscheck._workloads.stack.case import Case
 
 __all__ = ["assert_gradients_close", "failure_message"]
 
@@ -43,7 +43,7 @@ def assert_gradients_close(
         ValueError, TypeError: bad arguments, as ``crosscheck.run``.
     """
     __tracebackhide__ = True  # pytest shows the caller's line, not this function's
-    from ._run import run
+    from crosscheck._engine.run import run
 
     if isinstance(workload_or_case, Case):
         both = sorted(set(options) & {f.name for f in dataclasses.fields(Case)})

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import crosscheck
-from crosscheck import _backend
+from crosscheck import _registry as _backend
 
 BUILTIN_NAMES = ["jax", "torch", "numpy-fd"]
 

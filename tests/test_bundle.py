@@ -7,8 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from crosscheck._bundle import load_bundle
-from crosscheck._cli import main
+from crosscheck._cli.main import main
+from crosscheck._report.bundle import load_bundle
 
 USER_MODULE = """
 import numpy as np

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import crosscheck
-from crosscheck._cli import main
-from crosscheck._matrix import render_matrix, run_matrix
+from crosscheck._cli.main import main
+from crosscheck._sweep.matrix import render_matrix, run_matrix
 
 SMALL = ["--layers", "3", "--dim", "4", "--batch", "3"]
 
@@ -498,7 +498,7 @@ def test_matrix_fails_on_a_wrong_backend(user_module):
 
 
 def test_matrix_json(tmp_path, monkeypatch, capsys):
-    import crosscheck._matrix as matrix
+    import crosscheck._sweep.matrix as matrix
 
     # The CLI runs the fixed matrix (~25 s); one of its identity cases is enough to test the command.
     monkeypatch.setattr(matrix, "CASES", tuple(MATRIX_CASES[:1]))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from crosscheck._cli import main
+from crosscheck._cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 BUGGY = "examples.gelu_port.mlp_buggy:workload"

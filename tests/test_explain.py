@@ -7,8 +7,8 @@ import planted
 import pytest
 
 import crosscheck
-from crosscheck._cli import main
-from crosscheck._explain import verdict
+from crosscheck._cli.main import main
+from crosscheck._workloads.stack.explain import verdict
 
 
 def _forward(weights, x, scale_layer=None):

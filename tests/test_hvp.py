@@ -10,9 +10,9 @@ from planted_hvp import BUGS, CORRECT
 
 import crosscheck
 from crosscheck import Case, make_inputs
-from crosscheck._cli import main
-from crosscheck._hvp import direction, kink_radius
-from crosscheck._run_hvp import NO_HVP
+from crosscheck._cli.main import main
+from crosscheck._engine.run_hvp import NO_HVP
+from crosscheck._workloads.stack.hvp import direction, kink_radius
 
 SMALL = {"layers": 3, "batch": 4, "dim": 3}
 

@@ -37,7 +37,7 @@ def _frameworks_imported_by(code: str) -> list[str]:
         "import crosscheck",
         "import crosscheck; crosscheck.run; crosscheck.Case; crosscheck.load_backend; crosscheck.Report",
         "from crosscheck import *",
-        "from crosscheck._cli import build_parser; build_parser().parse_args(['run'])",
+        "from crosscheck._cli.main import build_parser; build_parser().parse_args(['run'])",
         """
         import crosscheck
         weights, x = crosscheck.make_inputs(crosscheck.Case(layers=2, dim=3, batch=2))

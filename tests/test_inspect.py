@@ -7,8 +7,8 @@ import planted_structure
 import pytest
 
 import crosscheck
-from crosscheck._cli import main
-from crosscheck._inspect import grouped, inspect_backend, ulp_difference
+from crosscheck._cli.main import main
+from crosscheck._tools.inspect import grouped, inspect_backend, ulp_difference
 
 LAYERS, BATCH, DIM = 4, 2, 3
 WEIGHTS, X = crosscheck.make_inputs(crosscheck.Case(layers=LAYERS, batch=BATCH, dim=DIM))

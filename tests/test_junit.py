@@ -8,8 +8,8 @@ import planted
 import pytest
 
 import crosscheck
-from crosscheck._cli import main
-from crosscheck._junit import case_name, write_junit
+from crosscheck._cli.main import main
+from crosscheck._report.junit import case_name, write_junit
 
 
 def _broken(weights, x):
@@ -33,7 +33,7 @@ def test_junit_has_a_case_per_comparison_and_the_failure_message(tmp_path):
 
 
 def test_cli_writes_junit_for_run_and_matrix(tmp_path, monkeypatch):
-    from crosscheck import _matrix
+    from crosscheck._sweep import matrix as _matrix
 
     path = tmp_path / "run.xml"
     assert (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from crosscheck._cli import main
-from crosscheck._memory import measure_peak, residual_table
+from crosscheck._cli.main import main
+from crosscheck._tools.memory import measure_peak, residual_table
 
 pytest.importorskip("jax")
 pytest.importorskip("torch")

@@ -8,7 +8,7 @@ import planted
 import pytest
 
 import crosscheck
-from crosscheck._cli import main
+from crosscheck._cli.main import main
 
 matplotlib = pytest.importorskip("matplotlib")
 
@@ -22,7 +22,7 @@ def _off_at(weights, x):
 def test_plot_shows_the_planted_error(tmp_path):
     from matplotlib.image import imread
 
-    from crosscheck._plot import write_plot
+    from crosscheck._report.plot import write_plot
 
     report = crosscheck.run(layers=4, dim=12, batch=8, backends=[planted.correct, _off_at])
     path = tmp_path / "p.png"

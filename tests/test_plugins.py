@@ -18,7 +18,7 @@ import pytest
 
 import crosscheck
 from crosscheck import BackendBroken
-from crosscheck._cli import main
+from crosscheck._cli.main import main
 
 ROOT = Path(__file__).parent.parent
 DEMO = ROOT / "examples" / "crosscheck-plugin-demo"

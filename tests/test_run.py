@@ -7,7 +7,7 @@ import planted
 import pytest
 
 import crosscheck
-from crosscheck._cli import main
+from crosscheck._cli.main import main
 
 
 def test_oracle_as_a_candidate_of_a_float32_case_is_judged_in_float64():
@@ -97,7 +97,7 @@ def test_screening_checks_only_failing_layers_entry_by_entry():
 
 
 def test_auto_mode_screens_only_when_the_full_oracle_is_costly(monkeypatch):
-    from crosscheck import _run
+    from crosscheck._engine import run as _run
 
     small = crosscheck.run(layers=3, dim=4, batch=2, backends=[planted.correct])
     assert small.comparisons[0].coverage == "every entry"
@@ -115,7 +115,7 @@ def test_screen_mode_needs_an_oracle_reference():
 
 
 def test_progress_bar_appears_only_for_long_work(monkeypatch):
-    from crosscheck import _cli
+    from crosscheck._cli import main as _cli
 
     clock = iter([0.0, 0.1, 0.2, 0.3, 10.0, 10.1, 10.2])
     display = _cli._progress_display()

@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 
 import crosscheck
-from crosscheck import _ste
-from crosscheck._cli import main
-from crosscheck._workload import Workload, available_workloads, load_workload
+from crosscheck._cli.main import main
+from crosscheck._workloads import ste as _ste
+from crosscheck._workloads.base import Workload, available_workloads, load_workload
 
 SMALL = {"layers": 3, "batch": 4, "dim": 4}
 
 
 def _plain_stack_gradient(params, inputs):
     """A planted bug: the STE forgot the rounding in the forward pass (the plain stack's gradient)."""
-    from crosscheck import _stack
+    from crosscheck._workloads.stack import model as _stack
 
     weights = params["weights"]
     fwd = _stack.forward(weights, inputs["x"])

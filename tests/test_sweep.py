@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from crosscheck._cli import main
-from crosscheck._cli_sweep import render, write_junit
-from crosscheck._sweep import CRASHED, STACK, sweep
+from crosscheck._cli.main import main
+from crosscheck._cli.sweep import render, write_junit
+from crosscheck._sweep.engine import CRASHED, STACK, sweep
 
 TESTS = Path(__file__).parent
 BACKEND = "sweep_planted:by_dim"
@@ -191,7 +191,7 @@ def _comparison(backend: str, parameter: str, passed: bool, mismatched: int, jud
 
 
 def test_a_cell_sums_a_workloads_comparisons_per_parameter():
-    from crosscheck._cli_sweep import _cells
+    from crosscheck._cli.sweep import _cells
 
     comparisons = [
         _comparison("jax", "w", False, 3, 8, 1e-2),
@@ -206,7 +206,7 @@ def test_a_cell_sums_a_workloads_comparisons_per_parameter():
 def test_a_workload_sweep_has_one_column_per_backend_not_per_parameter():
     from rich.console import Console
 
-    from crosscheck._sweep import SweepResult
+    from crosscheck._sweep.engine import SweepResult
 
     comparisons = [
         _comparison("jax", "w", True, 0, 8, 1e-6),

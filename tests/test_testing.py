@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import crosscheck
-from crosscheck._cli import main
+from crosscheck._cli.main import main
 from crosscheck.testing import assert_gradients_close
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's examples/

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import crosscheck
-from crosscheck._workload import load_workload
-from crosscheck._workload_oracle import estimate
+from crosscheck._workloads.base import load_workload
+from crosscheck._workloads.oracle import estimate
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the examples/ package of the repository

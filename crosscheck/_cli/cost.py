@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ._cli import EXIT_OK, UsageError, _check_output, _console
+from crosscheck._cli.main import EXIT_OK, UsageError, _check_output, _console
 
 COLUMNS = {
     "analytic": "analytic (matmuls)",
@@ -40,7 +40,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Compute and print the table (and write ``--json``)."""
-    from ._cost import cost_table
+    from crosscheck._tools.cost import cost_table
 
     for option in ("layers", "dim", "batch"):
         value = getattr(args, option)

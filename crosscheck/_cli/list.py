@@ -23,7 +23,7 @@ def add_parser(sub: Any) -> None:
 
 def command(args: argparse.Namespace) -> int:
     """Print the inventory; exit 0 (an unavailable backend is information, not a failure)."""
-    from ._cli import EXIT_OK, _console
+    from crosscheck._cli.main import EXIT_OK, _console
 
     found = inventory()
     if args.json:
@@ -51,17 +51,17 @@ def _row(name: str, kind: str, source: str, *, version: str = "", error: str = "
 
 
 def _workloads() -> list[dict[str, Any]]:
-    from . import __version__
+    from crosscheck import __version__
 
     try:
-        from ._workload import available_workloads
+        from crosscheck._workloads.base import available_workloads
     except ImportError:  # a crosscheck without the workload registry: the stack is built in
         return [_row("stack", "built-in", "crosscheck", version=__version__)]
     rows = []
     for name in available_workloads():
         error = ""
         try:
-            from ._workload import load_workload
+            from crosscheck._workloads.base import load_workload
 
             load_workload(name)
         except ImportError:
@@ -73,7 +73,7 @@ def _workloads() -> list[dict[str, Any]]:
 
 
 def _builtin_backends() -> list[dict[str, Any]]:
-    from ._backend import BUILTINS, backend_info, load_backend
+    from crosscheck._registry import BUILTINS, backend_info, load_backend
 
     rows = []
     for name, (module, cls, _) in BUILTINS.items():
@@ -89,7 +89,7 @@ def _builtin_backends() -> list[dict[str, Any]]:
 
 
 def _plugin_backends() -> list[dict[str, Any]]:
-    from ._backend import plugin_entry_points
+    from crosscheck._registry import plugin_entry_points
 
     rows = []
     for name, entry_point in sorted(plugin_entry_points().items()):
@@ -100,7 +100,7 @@ def _plugin_backends() -> list[dict[str, Any]]:
 
 
 def _try_load(name: str) -> str:
-    from ._backend import load_backend
+    from crosscheck._registry import load_backend
 
     try:
         load_backend(name)

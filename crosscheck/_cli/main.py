@@ -10,7 +10,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import _cli_list, _cli_sweep
+from crosscheck._cli import list as _cli_list
+from crosscheck._cli import sweep as _cli_sweep
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 _CASE_OPTIONS = ("layers", "batch", "dim", "dtype", "seed", "init", "scale")
@@ -26,7 +27,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ._case import DTYPES, INITS
+    from crosscheck._workloads.stack.case import DTYPES, INITS
 
     parser = _Parser(prog="crosscheck", description="Cross-check gradients across backends.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -59,8 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Re-run the backends of a bundle written by `crosscheck run --save-bundle`.",
     )
     replay.add_argument("bundle", metavar="PATH", help="the .npz bundle")
-    from . import _cli_cost, _cli_ste
-    from ._cli_memory import add_parsers
+    from crosscheck._cli import cost as _cli_cost
+    from crosscheck._cli import ste as _cli_ste
+    from crosscheck._cli.memory import add_parsers
 
     add_parsers(sub)  # inspect, memory
     _cli_list.add_parser(sub)
@@ -153,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command == "explain":
             args.explain = True
-        from ._cli_memory import run_inspect, run_memory
+        from crosscheck._cli.memory import run_inspect, run_memory
 
         commands = {"matrix": _matrix, "replay": _replay, "run": _run, "explain": _run}
         commands.update(inspect=run_inspect, memory=run_memory)
@@ -170,10 +172,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ._run import run
+    from crosscheck._engine.run import run
 
     if args.workload is not None:
-        from ._cli_workload import run_workload_command
+        from crosscheck._cli.workload import run_workload_command
 
         status = run_workload_command(args)  # None: the stack, below
         if status is not None:
@@ -230,14 +232,14 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     _write_reports(args, report)
     if args.plot:
-        from ._plot import write_plot
+        from crosscheck._report.plot import write_plot
 
         try:
             write_plot(report, args.plot)
         except OSError as exc:
             raise UsageError(f"cannot write `--plot` {args.plot}: {exc.strerror or exc}") from exc
     if args.save_bundle and not report.passed:
-        from ._bundle import save_bundle
+        from crosscheck._report.bundle import save_bundle
 
         try:
             save_bundle(report, args.save_bundle)
@@ -258,8 +260,8 @@ def _matrix(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from . import _matrix as _matrix_module
-    from ._matrix import render_matrix, run_matrix
+    from crosscheck._sweep import matrix as _matrix_module
+    from crosscheck._sweep.matrix import render_matrix, run_matrix
 
     _check_output(args.json)
     _check_output(args.junit, "--junit")
@@ -272,7 +274,7 @@ def _matrix(args: argparse.Namespace) -> int:
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from exc
     render_matrix(rows, console)
-    from ._junit import case_name
+    from crosscheck._report.junit import case_name
 
     _write_junit(args.junit, [(case_name(row.report), row.report) for row in rows])
     if args.json:
@@ -285,13 +287,13 @@ def _matrix(args: argparse.Namespace) -> int:
 
 
 def _cost(args: argparse.Namespace) -> int:
-    from ._cli_cost import run
+    from crosscheck._cli.cost import run
 
     return run(args)
 
 
 def _ste(args: argparse.Namespace) -> int:
-    from ._cli_ste import run
+    from crosscheck._cli.ste import run
 
     return run(args)
 
@@ -314,7 +316,7 @@ def _check_output(path: str | None, option: str = "--json") -> None:
 
 def _write_reports(args: argparse.Namespace, report) -> None:
     """Write one run's ``--json`` and ``--junit`` files, when asked for."""
-    from ._junit import case_name
+    from crosscheck._report.junit import case_name
 
     if args.json:
         try:
@@ -325,7 +327,7 @@ def _write_reports(args: argparse.Namespace, report) -> None:
 
 
 def _write_junit(path: str | None, reports) -> None:
-    from ._junit import write_junit
+    from crosscheck._report.junit import write_junit
 
     if path is None:
         return
@@ -339,7 +341,7 @@ def _replay(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from ._bundle import load_bundle, replay
+    from crosscheck._report.bundle import load_bundle, replay
 
     try:
         bundle = load_bundle(args.bundle)
@@ -375,7 +377,7 @@ def _console():
 
 
 def _load_arrays(weights_path: str, x_path: str) -> dict:
-    from ._case import check_inputs, load_array
+    from crosscheck._workloads.stack.case import check_inputs, load_array
 
     try:
         weights = load_array(weights_path, name="weights")

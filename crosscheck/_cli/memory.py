@@ -1,6 +1,6 @@
 """``crosscheck inspect`` (is it really checkpointed?) and ``crosscheck memory`` (what does it save?).
 
-Registered by ``crosscheck._cli``; parse, call ``_inspect`` / ``_memory``, render. No numerics here.
+Registered by ``crosscheck._cli.main``; parse, call ``_inspect`` / ``_memory``, render. No numerics here.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ INSPECTED = ("jax", "jax-plain", "jax-remat-scan", "jax-segments", "torch", "tor
 
 def add_parsers(sub: Any) -> None:
     """Add the ``inspect`` and ``memory`` subcommands to the ``crosscheck`` parser."""
-    from ._memory import BATCH, DEPTHS, PEAK_SIZE, VARIANTS, WIDTHS
+    from crosscheck._tools.memory import BATCH, DEPTHS, PEAK_SIZE, VARIANTS, WIDTHS
 
     inspect = sub.add_parser(
         "inspect",
@@ -60,7 +60,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def _positive(name: str, values) -> None:
-    from ._cli import UsageError
+    from crosscheck._cli.main import UsageError
 
     for value in values if isinstance(values, (list, tuple)) else [values]:
         if value < 1:
@@ -71,7 +71,7 @@ def _write_json(path: str | None, data: Any) -> None:
     import json
     from pathlib import Path
 
-    from ._cli import UsageError
+    from crosscheck._cli.main import UsageError
 
     if path is None:
         return
@@ -83,10 +83,10 @@ def _write_json(path: str | None, data: Any) -> None:
 
 def run_inspect(args: argparse.Namespace) -> int:
     """``crosscheck inspect``: exit 1 when a backend's claims are contradicted."""
-    from ._backend import BackendUnavailable, load_backend
-    from ._case import Case, make_inputs
-    from ._cli import EXIT_FAIL, EXIT_OK, UsageError, _check_output, _console
-    from ._inspect import inspect_backend
+    from crosscheck._cli.main import EXIT_FAIL, EXIT_OK, UsageError, _check_output, _console
+    from crosscheck._registry import BackendUnavailable, load_backend
+    from crosscheck._tools.inspect import inspect_backend
+    from crosscheck._workloads.stack.case import Case, make_inputs
 
     _positive("--layers", args.layers)
     _positive("--batch", args.batch)
@@ -123,8 +123,8 @@ def run_inspect(args: argparse.Namespace) -> int:
 def _vs_plain(structure, backend, weights, x, cache) -> dict[str, Any] | None:
     import numpy as np
 
-    from ._backend import BackendUnavailable, load_backend
-    from ._inspect import plain_sibling, ulp_difference
+    from crosscheck._registry import BackendUnavailable, load_backend
+    from crosscheck._tools.inspect import plain_sibling, ulp_difference
 
     sibling = plain_sibling(structure)
     if sibling is None or sibling == structure.backend:
@@ -141,7 +141,7 @@ def _vs_plain(structure, backend, weights, x, cache) -> dict[str, Any] | None:
 def _render_structure(console, structure, vs_plain) -> None:
     from rich.table import Table
 
-    from ._inspect import grouped
+    from crosscheck._tools.inspect import grouped
 
     verdict = "ok" if structure.ok else "NOT AS CLAIMED"
     claims = structure.claims if structure.claims is not None else "nothing"
@@ -183,9 +183,9 @@ def _bytes(n: float) -> str:
 
 def run_memory(args: argparse.Namespace) -> int:
     """``crosscheck memory``: the residual table over depth and width, then the measured peaks."""
-    from ._backend import BackendUnavailable
-    from ._cli import EXIT_OK, UsageError, _check_output, _console
-    from ._memory import VARIANTS, measure_peak, residual_table
+    from crosscheck._cli.main import EXIT_OK, UsageError, _check_output, _console
+    from crosscheck._registry import BackendUnavailable
+    from crosscheck._tools.memory import VARIANTS, measure_peak, residual_table
 
     _positive("--depths", args.depths)
     _positive("--widths", args.widths)

@@ -7,13 +7,13 @@ import argparse
 import json
 from pathlib import Path
 
-from ._cli import EXIT_FAIL, EXIT_OK, UsageError, _check_output, _console
-from ._ste import WHY_SURROGATE
+from crosscheck._cli.main import EXIT_FAIL, EXIT_OK, UsageError, _check_output, _console
+from crosscheck._workloads.ste import WHY_SURROGATE
 
 
 def add_parser(sub) -> None:
     """Register ``ste`` on the ``crosscheck`` sub-command parsers."""
-    from ._case import DTYPES
+    from crosscheck._workloads.stack.case import DTYPES
 
     ste = sub.add_parser(
         "ste",
@@ -36,7 +36,7 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the check, print it, write ``--json``; exit 0 when every backend agrees with the surrogate
     oracle."""
-    from ._ste import check_ste
+    from crosscheck._workloads.ste import check_ste
 
     for option in ("layers", "batch", "dim"):
         if getattr(args, option) < 1:

@@ -13,7 +13,7 @@ from typing import Any
 
 def add_parser(sub: Any) -> None:
     """Register ``crosscheck sweep`` on the CLI's subparsers."""
-    from ._case import DTYPES, INITS
+    from crosscheck._workloads.stack.case import DTYPES, INITS
 
     parser = sub.add_parser(
         "sweep",
@@ -78,9 +78,16 @@ _OVERRIDES = {
 
 def command(args: argparse.Namespace) -> int:
     """Resolve the configuration, run the sweep, render it, write the reports."""
-    from ._cli import EXIT_FAIL, EXIT_OK, UsageError, _check_output, _console, _progress_display
-    from ._config import ConfigError, cases, options
-    from ._sweep import check_scheduler, check_specs, sweep
+    from crosscheck._cli.main import (
+        EXIT_FAIL,
+        EXIT_OK,
+        UsageError,
+        _check_output,
+        _console,
+        _progress_display,
+    )
+    from crosscheck._sweep.config import ConfigError, cases, options
+    from crosscheck._sweep.engine import check_scheduler, check_specs, sweep
 
     _check_output(args.json)
     _check_output(args.junit, "--junit")
@@ -134,7 +141,7 @@ def command(args: argparse.Namespace) -> int:
 
 def resolve_config(args: argparse.Namespace):
     """``--config``, else the nearest ``[tool.crosscheck]``, else none; then the command-line options."""
-    from ._config import SweepConfig, find_config, load_config
+    from crosscheck._sweep.config import SweepConfig, find_config, load_config
 
     path = args.config or find_config()
     config = load_config(path) if path is not None else SweepConfig()
@@ -143,7 +150,7 @@ def resolve_config(args: argparse.Namespace):
 
 def _source(config, args: argparse.Namespace) -> str:
     """Where the matrix came from, for the first line of the output."""
-    from ._config import MATRIX_KEYS
+    from crosscheck._sweep.config import MATRIX_KEYS
 
     options = [o for o, key in _OVERRIDES.items() if key in MATRIX_KEYS and getattr(args, o) is not None]
     if not config.has_matrix():
@@ -222,11 +229,11 @@ def _cells(record: dict[str, Any], names: list[str]) -> list[str]:
 
 
 def write_junit(result, path: str | Path) -> None:
-    """JUnit XML: a suite a case, the comparisons as test cases (via ``crosscheck._junit``); a case that
-    raised, crashed or timed out is one test case with an ``<error>``."""
+    """JUnit XML: a suite a case, the comparisons as test cases (via ``crosscheck._report.junit``);
+    a case that raised, crashed or timed out is one test case with an ``<error>``."""
     import xml.etree.ElementTree as ET
 
-    from ._junit import junit_suite
+    from crosscheck._report.junit import junit_suite
 
     root = ET.Element("testsuites", name="crosscheck sweep")
     for record in result.records:

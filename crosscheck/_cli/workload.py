@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from ._cli import EXIT_FAIL, EXIT_OK, UsageError, _check_output, _check_tolerances, _console, _write_reports
+from crosscheck._cli.main import (
+    EXIT_FAIL,
+    EXIT_OK,
+    UsageError,
+    _check_output,
+    _check_tolerances,
+    _console,
+    _write_reports,
+)
 
 #: Options that only the stack has: (attribute, how the user wrote it, its default).
 _STACK_ONLY = (
@@ -26,8 +34,8 @@ _STACK_ONLY = (
 
 def run_workload_command(args: argparse.Namespace) -> int | None:
     """Run ``args.workload``; None when it is the stack (the caller's own path then runs)."""
-    from ._run import run
-    from ._workload import load_workload
+    from crosscheck._engine.run import run
+    from crosscheck._workloads.base import load_workload
 
     try:
         workload = load_workload(args.workload)

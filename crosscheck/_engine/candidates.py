@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._report import BackendResult
+from crosscheck._report.report import BackendResult
 
 
 def run_candidates(

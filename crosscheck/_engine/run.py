@@ -11,8 +11,17 @@ from typing import Any
 
 import numpy as np
 
-from . import _stack
-from ._backend import (
+from crosscheck._compare.compare import (
+    Comparison,
+    Kinks,
+    Tolerance,
+    _structural_problem,
+    compare,
+    mismatch_message,
+)
+from crosscheck._engine.candidates import run_candidates
+from crosscheck._engine.run_workload import run_workload
+from crosscheck._registry import (
     DEFAULTS,
     ORACLE,
     Backend,
@@ -21,13 +30,11 @@ from ._backend import (
     backend_info,
     load_backend,
 )
-from ._candidates import run_candidates
-from ._case import Case, check_inputs, make_inputs
-from ._compare import Comparison, Kinks, Tolerance, _structural_problem, compare, mismatch_message
-from ._environment import environment
-from ._report import BackendResult, Report
-from ._workload import load_workload
-from ._workload_run import run_workload
+from crosscheck._report.environment import environment
+from crosscheck._report.report import BackendResult, Report
+from crosscheck._workloads.base import load_workload
+from crosscheck._workloads.stack import model as _stack
+from crosscheck._workloads.stack.case import Case, check_inputs, make_inputs
 
 MODIFIED = "modified its inputs (`weights` or `x`); backends must not write to them"
 #: Fraction of an entry's tolerance that a possible ReLU flip may move it before it is unjudgeable.
@@ -147,7 +154,7 @@ def run(
         if explain or oracle_mode == "screen":
             which = "`explain`" if explain else "`oracle_mode` 'screen'"
             raise ValueError(f"{which} is not available with quantity 'hvp' (its oracle checks every entry).")
-        from ._run_hvp import HvpDriver
+        from crosscheck._engine.run_hvp import HvpDriver
 
         # User arrays have no seed: their direction comes from seed 0.
         hvp_seed = seed if case_record.get("source") != "user arrays" else 0
@@ -427,7 +434,7 @@ class _Driver:
 
     def _localize(self, backend: Backend, comparison: Comparison, dtype: str) -> Comparison:
         """Add the layer-by-layer forward comparison (when the backend exposes its activations)."""
-        from ._explain import forward_layers
+        from crosscheck._workloads.stack.explain import forward_layers
 
         activations = getattr(backend, "activations", None)
         if not callable(activations) or comparison.status == "invalid":
@@ -440,7 +447,7 @@ class _Driver:
         return dataclasses.replace(comparison, forward=forward)
 
     def _classify(self, backend, comparison, value, ref_value, ref_error, ref_name) -> Comparison:
-        from ._explain import classify, verdict
+        from crosscheck._workloads.stack.explain import classify, verdict
 
         def rerun(new_value, dtype):
             result = self._compare(new_value, comparison.backend, ref_value, ref_error, ref_name, dtype)

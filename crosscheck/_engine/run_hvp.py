@@ -1,7 +1,7 @@
 """The HVP driver: every candidate's ``hvp(weights, x, v)`` against the oracle's, entry by entry.
 
-Same comparison, report and tolerance machinery as gradients (``crosscheck._compare``); the quantity,
-the direction and the tolerance terms are what differ (see ``crosscheck._hvp``).
+Same comparison, report and tolerance machinery as gradients (``crosscheck._compare.compare``); the quantity,
+the direction and the tolerance terms are what differ (see ``crosscheck._workloads.stack.hvp``).
 """
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from . import _hvp, _stack
-from ._backend import Backend, BackendUnavailable, backend_info, load_backend
-from ._candidates import run_candidates
-from ._compare import Comparison, Kinks, Tolerance, compare
-from ._environment import environment
-from ._report import BackendResult, Report
+from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
+from crosscheck._engine.candidates import run_candidates
+from crosscheck._registry import Backend, BackendUnavailable, backend_info, load_backend
+from crosscheck._report.environment import environment
+from crosscheck._report.report import BackendResult, Report
+from crosscheck._workloads.stack import hvp as _hvp
+from crosscheck._workloads.stack import model as _stack
 
 NO_HVP = "has no `hvp(weights, x, v)` method, so it cannot be checked with quantity 'hvp'"
 

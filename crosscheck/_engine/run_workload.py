@@ -23,13 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from ._backend import ORACLE, BackendUnavailable, backend_info, load_backend, plugin_entry_points
-from ._candidates import run_candidates
-from ._compare import Comparison, Kinks, Tolerance, compare
-from ._environment import environment
-from ._report import BackendResult, Report
-from ._workload import Workload, as_dtype
-from ._workload_oracle import WorkloadEstimate, estimate
+from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
+from crosscheck._engine.candidates import run_candidates
+from crosscheck._registry import ORACLE, BackendUnavailable, backend_info, load_backend, plugin_entry_points
+from crosscheck._report.environment import environment
+from crosscheck._report.report import BackendResult, Report
+from crosscheck._workloads.base import Workload, as_dtype
+from crosscheck._workloads.oracle import WorkloadEstimate, estimate
 
 #: Multiple of the measured rounding difference (plus its RMS over the parameter) an entry may differ by.
 SAFETY = 8.0
@@ -409,7 +409,7 @@ def _oracle_reference(est: WorkloadEstimate) -> _Reference:
 @functools.lru_cache(maxsize=64)
 def _framework_backend(name: str, loss: Any) -> Any:
     """The adapter of an implementation, kept: JAX then compiles each workload's gradient once."""
-    from ._backend import _import_builtin_module
+    from crosscheck._registry import _import_builtin_module
 
     prefix = name.split("-", 1)[0]
     if prefix not in FRAMEWORKS:

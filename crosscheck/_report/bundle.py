@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ._report import Report
+from crosscheck._report.report import Report
 
 MARKER = "crosscheck-bundle"
 VERSION = 1
@@ -60,7 +60,7 @@ def load_bundle(path: str | Path) -> dict[str, Any]:
 
 def replay(bundle: dict[str, Any]) -> list[dict[str, Any]]:
     """Re-run every backend of the bundle that can be loaded again; say whether it reproduces bit for bit."""
-    from ._backend import BackendUnavailable, load_backend
+    from crosscheck._registry import BackendUnavailable, load_backend
 
     backends = bundle["meta"]["report"]["backends"]
     rows = []

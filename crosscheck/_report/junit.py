@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._report import Report
+from crosscheck._report.report import Report
 
 
 def junit_suite(report: Report, name: str) -> ET.Element:

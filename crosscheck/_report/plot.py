@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._report import Report
+from crosscheck._report.report import Report
 
 #: Colour range, in decades of difference / tolerance: 1e-4 (deep blue) to 1e4 (deep red); 1 is white.
 DECADES = 4

@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ._compare import Comparison
+from crosscheck._compare.compare import Comparison
 
 SCHEMA_VERSION = 1
 
@@ -141,7 +141,7 @@ def table(report: Report) -> Any:
     from rich.table import Table
 
     if "workload" in report.case:
-        from ._workload_report import workload_table
+        from crosscheck._report.workload_table import workload_table
 
         return workload_table(report)
     title = ", ".join(f"{k}={v}" for k, v in report.case.items() if not k.endswith("sha256"))
@@ -212,7 +212,7 @@ def render_explain(c: Comparison, console: Any) -> None:
     """Layer by layer: the forward activations and the gradient, each in units of its tolerance."""
     from rich.table import Table
 
-    from ._explain import verdict
+    from crosscheck._workloads.stack.explain import verdict
 
     if not c.per_layer:
         return
@@ -301,7 +301,7 @@ def _at(c: Comparison, prefix: str = " at") -> str:
 
 def _summary(report: Report) -> str:
     if "workload" in report.case:
-        from ._workload_report import workload_summary
+        from crosscheck._report.workload_table import workload_summary
 
         return workload_summary(report)
     n = len(report.comparisons)

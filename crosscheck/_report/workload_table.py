@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._report import Report
+from crosscheck._report.report import Report
 
 
 def title(report: Report) -> str:

@@ -37,7 +37,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-from ._case import DTYPES, INITS
+from crosscheck._workloads.stack.case import DTYPES, INITS
 
 CONFIG_FILE = "pyproject.toml"
 STACK = "stack"
@@ -220,7 +220,7 @@ def cases(config: SweepConfig) -> list[dict[str, Any]]:
     shapes are its own), so duplicates are dropped.
     """
     if not config.has_matrix():
-        from ._matrix import CASES
+        from crosscheck._sweep.matrix import CASES
 
         return [{"workload": STACK, **case.to_dict()} for case in CASES]
     lists = [config.get(key, MATRIX_DEFAULTS[key]) for key in MATRIX_KEYS]

@@ -91,15 +91,15 @@ def _execute(task: Task) -> Record:
 
 
 def _run_case(case: dict[str, Any], options: dict[str, Any]):
-    from ._run import run
+    from crosscheck._engine.run import run
 
     case = dict(case)
     workload = case.pop("workload", STACK)
     if workload != STACK:
         # A workload other than the stack: passed through to crosscheck.run (its shapes are its own).
         return run(workload=workload, **case, **options), ""
-    from ._case import Case
-    from ._matrix import _check_known
+    from crosscheck._sweep.matrix import _check_known
+    from crosscheck._workloads.stack.case import Case
 
     report = run(**case, **options)
     return report, _check_known(Case(**case), options.get("backends"))
@@ -338,7 +338,7 @@ def check_specs(cases: Sequence[dict[str, Any]], backends: Sequence[str] | None,
     Raises:
         ValueError: an unknown backend name, or a workload this crosscheck cannot run.
     """
-    from ._backend import BUILTINS, plugin_entry_points
+    from crosscheck._registry import BUILTINS, plugin_entry_points
 
     plugins = plugin_entry_points()
     for spec in [*(backends or []), reference]:
@@ -352,7 +352,7 @@ def check_specs(cases: Sequence[dict[str, Any]], backends: Sequence[str] | None,
     if not workloads:
         return
     try:
-        from ._workload import available_workloads
+        from crosscheck._workloads.base import available_workloads
     except ImportError:
         raise ValueError(
             f"workload `{workloads[0]}`: this crosscheck runs only the built-in `stack` workload."

@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from ._case import Case, make_inputs
-from ._report import Report
-from ._run import run
+from crosscheck._engine.run import run
+from crosscheck._report.report import Report
+from crosscheck._workloads.stack.case import Case, make_inputs
 
 #: The cases of ``nox -s crosscheck``: known answers, random shapes and seeds, exact zeros, near-kinks.
 CASES: tuple[Case, ...] = (
@@ -67,7 +67,7 @@ def _check_known(case: Case, backends: Sequence[Any] | None) -> str:
     expected = known_answer(case)
     if expected is None:
         return ""
-    from ._backend import DEFAULTS, BackendUnavailable, load_backend
+    from crosscheck._registry import DEFAULTS, BackendUnavailable, load_backend
 
     weights, x = make_inputs(case)
     problems = []

@@ -129,7 +129,7 @@ def torch_counts(
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from ._backend import load_backend
+    from crosscheck._registry import load_backend
 
     backend = load_backend("torch")
     weights, x, v = _inputs(layers, batch, dim)

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ._backend import backend_info
+from crosscheck._registry import backend_info
 
 #: Primitives that carry a checkpointed sub-program (``jax.checkpoint`` / ``jax.remat``).
 REMAT_PRIMITIVES = frozenset({"remat2", "checkpoint", "remat"})
@@ -467,7 +467,7 @@ def _torch_origin() -> str:
         filename = frame.f_code.co_filename
         if filename.endswith(os.path.join("utils", "checkpoint.py")) and torch_dir in filename:
             return "checkpoint input"
-        if torch_dir not in filename and not filename.endswith("_inspect.py"):
+        if torch_dir not in filename and filename != __file__:
             return f"saved by autograd in {frame.f_code.co_name} ({os.path.basename(filename)})"
         frame = frame.f_back
     return "saved by autograd"

@@ -12,14 +12,17 @@ from typing import Any
 
 import numpy as np
 
-from ._backend import _import_attribute
-from ._case import DTYPES
+from crosscheck._registry import _import_attribute
+from crosscheck._workloads.stack.case import DTYPES
 
 #: Built-in workloads: name -> (import string ``module:attribute`` of the Workload, or None for the
 #: stack, which has its own driver; a one-line description). Imported only when used.
 WORKLOADS: dict[str, tuple[str | None, str]] = {
     "stack": (None, "the eight-layer ReLU stack: y = relu(y @ W_k), loss sum(y_L ** 2) (the default)"),
-    "ste-stack": ("crosscheck._ste:STE_STACK", "ReLU stack, activations rounded to 1/8 straight-through"),
+    "ste-stack": (
+        "crosscheck._workloads.ste:STE_STACK",
+        "ReLU stack, activations rounded to 1/8 straight-through",
+    ),
 }
 STACK = "stack"
 

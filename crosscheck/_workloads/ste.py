@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ._report import Report
-from ._workload import Workload
+from crosscheck._report.report import Report
+from crosscheck._workloads.base import Workload
 
 #: Rounding grid of the activations: a power of two, so ``round(8 y) / 8`` is exact in binary.
 GRID = 8.0
@@ -182,7 +182,7 @@ def check_ste(
             function ``grad(params, inputs) -> {"weights": ...}``).
         shape: ``layers``, ``batch``, ``dim`` (default 4, 8, 8).
     """
-    from ._run import run
+    from crosscheck._engine.run import run
 
     shape = {**DEFAULT_SHAPE, **shape}
     workload = ste_stack(**shape)

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _stack
+from crosscheck._workloads.stack import model as _stack
 
 
 def forward_layers(

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _stack
+from crosscheck._workloads.stack import model as _stack
 
 #: Second word of the direction's seed: the gradient's screening directions use other streams.
 DIRECTION_STREAM = 0x487650

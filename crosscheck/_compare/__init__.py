@@ -1,0 +1,1 @@
+"""Comparison: a candidate against a reference, entry by entry, into records (never raises)."""

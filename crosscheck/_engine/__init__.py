@@ -1,0 +1,1 @@
+"""The engine: one plan, one guarded call per backend call, one driver for every path."""

@@ -1,0 +1,1 @@
+"""Reporting: the JSON contract, the terminal table, JUnit, plots, repro bundles, the environment."""

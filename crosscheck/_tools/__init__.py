@@ -1,0 +1,1 @@
+"""Tools beside the cross-check: ``inspect`` (scan and checkpointing), ``memory``, ``cost``."""

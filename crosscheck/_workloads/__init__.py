@@ -1,0 +1,1 @@
+"""Workloads: what is differentiated (parameters, inputs, losses) and how its reference is judged."""
