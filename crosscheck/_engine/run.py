@@ -75,6 +75,7 @@ def run(
     progress: Progress | None = None,
     quantity: str = "grad",
     workload: Any = None,
+    repeat: int = 2,
 ) -> Report:
     """Run one case (generated, or the given arrays) and cross-check every backend's gradient.
 
@@ -97,6 +98,8 @@ def run(
         quantity: ``"grad"`` (the gradient) or ``"hvp"``: the Hessian-vector product ``H v`` of the loss
             with respect to the weights, along a direction ``v`` made from ``seed`` (see README,
             "Hessian-vector products"); candidates need an ``hvp(weights, x, v)`` method.
+        repeat: how many times each candidate is called (gradcheck's reentrancy check): a second result
+            that differs beyond the candidate's rounding fails it; ``1`` turns the check off.
         workload: a ``Workload``, a built-in workload name or an import string ``module:attribute``;
             default (or ``"stack"``): the ReLU stack. Another workload defines its own arrays, so only
             ``dtype``, ``seed``, ``backends``, ``reference``, ``rtol``/``atol`` and ``strict`` apply;
@@ -121,6 +124,8 @@ def run(
     for name, value in (("rtol", rtol), ("atol", atol)):
         if value is not None and not (np.isfinite(value) and value >= 0):
             raise ValueError(f"`{name}` must be a non-negative finite number, found {value!r}.")
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        raise ValueError(f"`repeat` must be a positive integer, found {repeat!r}.")
     chosen = load_workload(workload)
     if chosen is not None:
         _stack_only(locals(), chosen.name)
@@ -178,7 +183,7 @@ _STACK_ONLY = {
     "directions": 4,
     "explain": False,
     "quantity": "grad",
-}
+}  # repeat applies to every workload
 
 
 def _stack_only(given: dict[str, Any], workload: str) -> None:
