@@ -11,6 +11,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from crosscheck._errors import describe, reraise_user_interrupt
+
 ENTRY_POINT_GROUP = "crosscheck.backends"
 
 #: Built-in backends: name -> (module under crosscheck.backends, class, what to install).
@@ -120,8 +122,9 @@ def _load_entry_point(entry_point: metadata.EntryPoint) -> Backend:
         where += f" of {dist.name} {dist.version}"
     try:
         return _adapt(entry_point.load(), entry_point.name)
-    except Exception as exc:  # a broken plugin must say so, not crash the run or the other backends
-        detail = f"{type(exc).__name__}: {exc}"
+    except BaseException as exc:  # a broken plugin must say so, not crash the run or the other backends
+        reraise_user_interrupt(exc)
+        detail = describe(exc)
         if isinstance(exc, ValueError):  # from _adapt, which names the backend already
             detail = str(exc).removeprefix(f"backend `{entry_point.name}`: ")
         raise BackendBroken(f"backend `{entry_point.name}` ({where}) failed to load: {detail}") from exc
@@ -162,10 +165,9 @@ def _import_attribute(target: str, *, spec: str | None = None, kind: str = "back
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         raise ValueError(f"{kind} `{spec}`: cannot import module `{module_name}` ({exc}).") from exc
-    except Exception as exc:
-        raise ValueError(
-            f"{kind} `{spec}`: importing `{module_name}` failed: {type(exc).__name__}: {exc}"
-        ) from exc
+    except BaseException as exc:  # its sys.exit too: importing it failed, the run goes on to say so
+        reraise_user_interrupt(exc)
+        raise ValueError(f"{kind} `{spec}`: importing `{module_name}` failed: {describe(exc)}") from exc
     value = module
     for part in attribute.split("."):
         if not hasattr(value, part):
@@ -184,10 +186,9 @@ def _adapt(target: Any, spec: str) -> Backend:
     if inspect.isclass(target) or factory:
         try:
             target = target()
-        except Exception as exc:
-            raise ValueError(
-                f"backend `{spec}`: calling the factory failed: {type(exc).__name__}: {exc}"
-            ) from exc
+        except BaseException as exc:
+            reraise_user_interrupt(exc)
+            raise ValueError(f"backend `{spec}`: calling the factory failed: {describe(exc)}") from exc
     if hasattr(target, "grad") and callable(target.grad):
         if not isinstance(getattr(target, "name", None), str):
             try:
@@ -225,5 +226,6 @@ def backend_info(backend: Backend) -> dict[str, str]:
         return {}
     try:
         return {str(k): str(v) for k, v in info().items()}
-    except Exception as exc:  # info is optional decoration; a broken one must not fail the run
-        return {"info_error": f"{type(exc).__name__}: {exc}"}
+    except BaseException as exc:  # info is optional decoration; a broken one must not fail the run
+        reraise_user_interrupt(exc)
+        return {"info_error": describe(exc)}

@@ -182,7 +182,8 @@ class Nondeterministic:
     ids=["tf32", "nondeterministic", "genuine", "passes"],
 )
 def test_classification_by_controlled_reruns(backend, expected):
-    report = crosscheck.run(layers=8, batch=8, dim=8, seed=4, backends=[backend], explain=True)
+    # repeat=1: the engine's own second call would fail the nondeterministic one before explain ran.
+    report = crosscheck.run(layers=8, batch=8, dim=8, seed=4, backends=[backend], explain=True, repeat=1)
     (c,) = report.comparisons
     if expected is None:
         assert c.passed and not c.classification
@@ -190,6 +191,15 @@ def test_classification_by_controlled_reruns(backend, expected):
     assert not c.passed
     assert c.classification["verdict"] == expected
     assert c.classification["evidence"]
+
+
+def test_a_nondeterministic_backend_fails_its_second_call():
+    report = crosscheck.run(layers=8, batch=8, dim=8, seed=4, backends=[Nondeterministic()])
+    assert not report.passed and not report.comparisons
+    assert report.backends["noisy"].status == "failed"
+    assert report.backends["noisy"].error.startswith(
+        "the second call differs: stateful or nondeterministic ("
+    )
 
 
 def test_float32_arithmetic_beyond_its_rounding_is_recognised():

@@ -40,7 +40,9 @@ def test_cli_writes_junit_for_run_and_matrix(tmp_path, monkeypatch):
         main(["run", "--layers", "2", "--dim", "3", "--backend", "numpy-fd", "--junit", str(path), "--quiet"])
         == 0
     )
-    assert ET.parse(path).getroot().find("testsuite/testcase").get("name") == "numpy-fd vs numpy-fd"
+    assert (
+        ET.parse(path).getroot().find("testsuite/testcase").get("name") == "numpy-fd#2 vs numpy-fd"
+    )  # the candidate is named as in `backends`
     monkeypatch.setattr(_matrix, "CASES", _matrix.CASES[:2])
     path = tmp_path / "matrix.xml"
     assert main(["matrix", "--backend", "numpy-fd", "--junit", str(path)]) == 0

@@ -97,14 +97,14 @@ def test_screening_checks_only_failing_layers_entry_by_entry():
 
 
 def test_auto_mode_screens_only_when_the_full_oracle_is_costly(monkeypatch):
-    from crosscheck._engine import run as _run
+    from crosscheck._workloads.stack import screen as _screen
 
     small = crosscheck.run(layers=3, dim=4, batch=2, backends=[planted.correct])
     assert small.comparisons[0].coverage == "every entry"
-    monkeypatch.setattr(_run, "SCREEN_FLOPS", 1.0)
+    monkeypatch.setattr(_screen, "SCREEN_FLOPS", 1.0)
     screened = crosscheck.run(layers=3, dim=4, batch=2, backends=[planted.correct])
     assert screened.comparisons[0].coverage.startswith("screened")
-    assert _run.full_oracle_flops(8, 32, 64) < 1.5e11 < _run.full_oracle_flops(8, 8, 128)
+    assert _screen.full_oracle_flops(8, 32, 64) < 1.5e11 < _screen.full_oracle_flops(8, 8, 128)
 
 
 def test_screen_mode_needs_an_oracle_reference():

@@ -9,8 +9,10 @@ import pytest
 
 import crosscheck
 from crosscheck._cli.main import main
+from crosscheck._tools import ste as _ste_tool
 from crosscheck._workloads import ste as _ste
-from crosscheck._workloads.base import Workload, available_workloads, load_workload
+from crosscheck._workloads.base import Workload
+from crosscheck._workloads.registry import available_workloads, load_workload
 
 SMALL = {"layers": 3, "batch": 4, "dim": 4}
 
@@ -31,7 +33,7 @@ def _round_without_ste(params, inputs):
 
 def test_ste_stack_is_a_registered_workload_with_a_surrogate():
     assert "ste-stack" in available_workloads()
-    workload = load_workload("ste-stack")
+    workload = load_workload("ste-stack").workload
     assert isinstance(workload, Workload) and workload.surrogate is not None
     assert set(workload.implementations) == {"jax", "torch"}
     params, inputs = workload.make(seed=1, dtype="float64")
@@ -63,7 +65,7 @@ def test_implementations_compute_the_rounded_value():
 def test_ad_backends_agree_with_the_surrogate_oracle(dtype, seed):
     pytest.importorskip("jax")
     pytest.importorskip("torch")
-    ste = _ste.check_ste(seed=seed, dtype=dtype, **SMALL)
+    ste = _ste_tool.check_ste(seed=seed, dtype=dtype, **SMALL)
     report = ste.report
     assert report.passed, report.problems
     assert [c.backend for c in report.comparisons] == ["jax", "torch"]
@@ -80,7 +82,7 @@ def test_generic_workload_run_checks_the_surrogate():
 
 def test_naive_finite_difference_gives_zeros_and_says_why():
     pytest.importorskip("jax")
-    ste = _ste.check_ste(seed=0, backends=("jax",), **SMALL)
+    ste = _ste_tool.check_ste(seed=0, backends=("jax",), **SMALL)
     naive = ste.naive
     assert naive["max_abs"] == 0.0 and naive["zero_entries"] == naive["total"] == 48
     assert naive["max_abs_diff_from_reference"] > 1.0  # the surrogate's gradient is far from zero
@@ -92,7 +94,7 @@ def test_naive_finite_difference_gives_zeros_and_says_why():
 
 @pytest.mark.parametrize("bug", [_plain_stack_gradient, _round_without_ste], ids=["no_rounding", "no_ste"])
 def test_planted_wrong_ste_gradient_is_caught(bug):
-    ste = _ste.check_ste(seed=0, backends=(bug,), **SMALL)
+    ste = _ste_tool.check_ste(seed=0, backends=(bug,), **SMALL)
     (comparison,) = ste.report.comparisons
     assert not ste.passed and comparison.mismatched > 0
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import crosscheck
-from crosscheck._workloads.base import load_workload
 from crosscheck._workloads.oracle import estimate
+from crosscheck._workloads.registry import load_workload
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the examples/ package of the repository
@@ -81,7 +81,11 @@ def test_generate_is_checked(generate, message):
 
 def test_registry_lists_the_stack():
     assert "stack" in crosscheck.available_workloads()
-    assert load_workload("stack") is None
+    stack = load_workload("stack")
+    assert stack.name == "stack"
+    assert load_workload(None) is stack  # the default workload is the stack, a workload like any other
+    point = stack.point({"layers": 3, "batch": 2, "dim": 4, "dtype": "float64", "seed": 0})
+    assert point.params["weights"].shape == (3, 4, 4) and point.inputs["x"].shape == (2, 4)
 
 
 @pytest.mark.parametrize(

@@ -54,14 +54,14 @@ def _workloads() -> list[dict[str, Any]]:
     from crosscheck import __version__
 
     try:
-        from crosscheck._workloads.base import available_workloads
+        from crosscheck._workloads.registry import available_workloads
     except ImportError:  # a crosscheck without the workload registry: the stack is built in
         return [_row("stack", "built-in", "crosscheck", version=__version__)]
     rows = []
     for name in available_workloads():
         error = ""
         try:
-            from crosscheck._workloads.base import load_workload
+            from crosscheck._workloads.registry import load_workload
 
             load_workload(name)
         except ImportError:

@@ -341,7 +341,8 @@ def _replay(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from crosscheck._report.bundle import load_bundle, replay
+    from crosscheck._engine.replay import replay
+    from crosscheck._report.bundle import load_bundle
 
     try:
         bundle = load_bundle(args.bundle)

@@ -36,7 +36,7 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the check, print it, write ``--json``; exit 0 when every backend agrees with the surrogate
     oracle."""
-    from crosscheck._workloads.ste import check_ste
+    from crosscheck._tools.ste import check_ste
 
     for option in ("layers", "batch", "dim"):
         if getattr(args, option) < 1:

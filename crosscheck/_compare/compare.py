@@ -132,7 +132,7 @@ def compare(
     common = {"backend": backend, "reference": reference_name, "total": int(np.size(reference))}
     common["parameter"] = parameter
     candidate = np.asarray(candidate)
-    problem = _structural_problem(candidate, reference.shape, dtype)
+    problem = structural_problem(candidate, reference.shape, dtype)
     if problem:
         where = f"parameter `{parameter}`: " if parameter is not None else ""
         return Comparison(passed=False, status="invalid", message=where + problem, **common)
@@ -182,7 +182,7 @@ def compare(
     return dataclasses.replace(comparison, message=mismatch_message(comparison))
 
 
-def _structural_problem(candidate: np.ndarray, shape: tuple[int, ...], dtype: str) -> str:
+def structural_problem(candidate: np.ndarray, shape: tuple[int, ...], dtype: str) -> str:
     if candidate.shape != shape:
         return f"wrong shape: expected {shape}, found {candidate.shape}."
     if candidate.dtype.name != dtype:

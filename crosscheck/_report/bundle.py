@@ -20,10 +20,11 @@ VERSION = 1
 
 def save_bundle(report: Report, path: str | Path) -> None:
     """Write ``report``'s inputs, gradients and JSON report to ``path`` (``.npz``)."""
-    weights, x = report.inputs
+    params, inputs = report.inputs
+    weights, x = params["weights"], inputs["x"]
     names = list(report.gradients)
     meta = {"format": MARKER, "version": VERSION, "gradients": names, "report": report.to_dict()}
-    arrays = {f"gradient_{i}": np.asarray(report.gradients[name]) for i, name in enumerate(names)}
+    arrays = {f"gradient_{i}": np.asarray(report.gradients[name]["weights"]) for i, name in enumerate(names)}
     with open(path, "wb") as file:  # np.savez would append ".npz" to a path without it
         np.savez_compressed(file, weights=weights, x=x, meta=np.array(json.dumps(meta)), **arrays)
 
@@ -58,35 +59,7 @@ def load_bundle(path: str | Path) -> dict[str, Any]:
         raise
 
 
-def replay(bundle: dict[str, Any]) -> list[dict[str, Any]]:
-    """Re-run every backend of the bundle that can be loaded again; say whether it reproduces bit for bit."""
-    from crosscheck._registry import BackendUnavailable, load_backend
-
-    backends = bundle["meta"]["report"]["backends"]
-    rows = []
-    for name, saved in bundle["gradients"].items():
-        spec = backends.get(name, {}).get("notes", {}).get("spec")
-        row = {"backend": name, "spec": spec}
-        if spec is None:
-            rows.append({**row, "status": "not replayable (an object, not a name or import string)"})
-            continue
-        try:
-            backend = load_backend(spec)
-            if backends[name].get("role") == "reference" and callable(getattr(backend, "estimate", None)):
-                value = backend.estimate(bundle["weights"], bundle["x"]).value
-            else:
-                value = np.asarray(backend.grad(bundle["weights"], bundle["x"]))
-        except BackendUnavailable as exc:
-            rows.append({**row, "status": f"unavailable: {exc}"})
-            continue
-        except Exception as exc:
-            rows.append({**row, "status": f"failed: {type(exc).__name__}: {exc}"})
-            continue
-        rows.append({**row, **_bitwise(saved, value)})
-    return rows
-
-
-def _bitwise(saved: np.ndarray, value: np.ndarray) -> dict[str, Any]:
+def bitwise(saved: np.ndarray, value: np.ndarray) -> dict[str, Any]:
     if value.shape != saved.shape or value.dtype != saved.dtype:
         return {
             "status": "differs",

@@ -51,11 +51,15 @@ class Report:
     #: ``direction``, described in the JSON report's "hvp_direction").
     quantity: str = "grad"
     direction: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: The user pressed Ctrl-C: what finished is reported, the rest is listed as not run.
+    interrupted: bool = False
 
     @property
     def problems(self) -> list[str]:
         """One line per reason the run did not pass (empty when it passed)."""
         out = []
+        if self.interrupted:
+            out.append("interrupted (Ctrl-C): the backends listed as skipped did not run")
         ref = self.backends.get(self.reference)
         if ref is None or ref.status != "ok":
             detail = ref.error if ref is not None else "missing"
@@ -105,6 +109,7 @@ class Report:
                 "comparisons": [c.to_dict() for c in self.comparisons],
                 "environment": self.environment,
                 "quantity": self.quantity,
+                "interrupted": self.interrupted,
                 **({"hvp_direction": self.direction} if self.quantity == "hvp" else {}),
             }
         )

@@ -22,6 +22,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+from crosscheck._errors import describe, reraise_user_interrupt
+
 STACK = "stack"
 STATUSES = ("passed", "failed", "error", "crashed", "timeout")
 CRASHED = "the process running this case died (a segfault, an abort or os._exit in a backend)"
@@ -75,8 +77,9 @@ def run_task(task: Task) -> Record:
 def _execute(task: Task) -> Record:
     try:
         report, known = _run_case(task["case"], task["options"])
-    except Exception as exc:  # a record, not a crash: the other cases go on
-        return _record(task, "error", error=f"{type(exc).__name__}: {exc}")
+    except BaseException as exc:  # a record, not a crash (a sys.exit too): the other cases go on
+        reraise_user_interrupt(exc)
+        return _record(task, "error", error=describe(exc))
     passed = report.passed and known in ("", "exact")
     problems = list(report.problems)
     if known not in ("", "exact"):
@@ -98,11 +101,11 @@ def _run_case(case: dict[str, Any], options: dict[str, Any]):
     if workload != STACK:
         # A workload other than the stack: passed through to crosscheck.run (its shapes are its own).
         return run(workload=workload, **case, **options), ""
-    from crosscheck._sweep.matrix import _check_known
+    from crosscheck._sweep.matrix import check_known
     from crosscheck._workloads.stack.case import Case
 
     report = run(**case, **options)
-    return report, _check_known(Case(**case), options.get("backends"))
+    return report, check_known(Case(**case), report)
 
 
 def _record(task: Task, status: str, *, error: str = "", known_answer: str = "", report=None) -> Record:
@@ -352,7 +355,7 @@ def check_specs(cases: Sequence[dict[str, Any]], backends: Sequence[str] | None,
     if not workloads:
         return
     try:
-        from crosscheck._workloads.base import available_workloads
+        from crosscheck._workloads.registry import available_workloads
     except ImportError:
         raise ValueError(
             f"workload `{workloads[0]}`: this crosscheck runs only the built-in `stack` workload."

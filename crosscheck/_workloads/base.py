@@ -1,7 +1,5 @@
-"""Workloads: named parameter arrays and inputs, a NumPy float64 reference loss, and one implementation
-per framework. The ReLU stack (``stack``) is the built-in default and keeps its own driver (``_run.py``);
-every other workload goes through ``_workload_run.py``.
-"""
+"""A user's workload: named parameter arrays and inputs, a NumPy float64 reference loss, and one
+implementation per framework (the engine runs it through ``crosscheck._workloads.generic``)."""
 
 from __future__ import annotations
 
@@ -12,19 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._registry import _import_attribute
 from crosscheck._workloads.stack.case import DTYPES
-
-#: Built-in workloads: name -> (import string ``module:attribute`` of the Workload, or None for the
-#: stack, which has its own driver; a one-line description). Imported only when used.
-WORKLOADS: dict[str, tuple[str | None, str]] = {
-    "stack": (None, "the eight-layer ReLU stack: y = relu(y @ W_k), loss sum(y_L ** 2) (the default)"),
-    "ste-stack": (
-        "crosscheck._workloads.ste:STE_STACK",
-        "ReLU stack, activations rounded to 1/8 straight-through",
-    ),
-}
-STACK = "stack"
 
 Params = dict[str, np.ndarray]
 
@@ -191,53 +177,3 @@ def _shapes(name: str, field: str, value: Any) -> dict[str, tuple[int, ...]]:
 
 def _fan_in(shape: tuple[int, ...]) -> int:
     return math.prod(shape[:-1]) if len(shape) >= 2 else 1
-
-
-def available_workloads() -> dict[str, str]:
-    """Built-in workloads: name -> one-line description (``stack`` is the default)."""
-    return {name: description for name, (_, description) in WORKLOADS.items()}
-
-
-def load_workload(spec: Any) -> Workload | None:
-    """The Workload for ``spec``: a Workload, a built-in name or an import string ``module:attribute``.
-
-    Returns None for ``"stack"`` (and None), the built-in ReLU stack, which has its own driver.
-
-    Raises:
-        ValueError: an unknown name, an import string that cannot be resolved, or an attribute that is
-            not a Workload (a zero-argument function returning one is called).
-    """
-    if spec is None or isinstance(spec, Workload):
-        return spec
-    if not isinstance(spec, str):
-        raise TypeError(
-            f"`workload` must be a Workload, a built-in name or an import string, found "
-            f"{type(spec).__name__}."
-        )
-    if spec in WORKLOADS:
-        target = WORKLOADS[spec][0]
-        return None if target is None else _resolve(target, spec)
-    if ":" in spec:
-        return _resolve(spec, spec)
-    raise ValueError(
-        f"unknown workload `{spec}`: expected one of {', '.join(WORKLOADS)}, or an import string "
-        f"`package.module:attribute` naming a crosscheck.Workload."
-    )
-
-
-def _resolve(target: str, spec: str) -> Workload:
-    value = _import_attribute(target, spec=spec, kind="workload")
-    if callable(value) and not isinstance(value, Workload):
-        try:
-            value = value()
-        except Exception as exc:
-            raise ValueError(
-                f"workload `{spec}`: expected a crosscheck.Workload, found a callable that failed "
-                f"when called with no arguments: {type(exc).__name__}: {exc}"
-            ) from exc
-    if not isinstance(value, Workload):
-        raise ValueError(
-            f"workload `{spec}` must be a crosscheck.Workload (or a function returning one), "
-            f"found {type(value).__name__}."
-        )
-    return value

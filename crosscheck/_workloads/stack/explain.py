@@ -60,18 +60,27 @@ def verdict(forward: list[dict[str, Any]], per_layer: list[dict[str, Any]]) -> s
 
 
 def classify(
-    backend: Any, weights: np.ndarray, x: np.ndarray, first: np.ndarray, rerun, localized: str, nudged=None
+    backend: Any,
+    grad: Any,
+    weights: np.ndarray,
+    x: np.ndarray,
+    first: np.ndarray,
+    rerun,
+    localized: str,
+    nudged=None,
 ):
     """Re-run a mismatching candidate under controlled changes and state a verdict with the evidence.
 
-    ``rerun(value, dtype)`` compares a new gradient with the same reference and returns a Comparison.
+    ``grad(weights, x)`` is the candidate's gradient (a guarded call that raises when the backend
+    fails); ``rerun(value, dtype)`` compares a new gradient with the same reference and returns a
+    Comparison.
     Checks, in order: a repeat (nondeterminism), the highest matmul precision (when the backend offers
     ``highest_precision()``, a context manager), checkpointing off (``without_checkpointing()``), float64
     arithmetic on the same values, and (``nudged``,
     a callable that re-runs the whole check on slightly moved weights) the same case away from kinks.
     """
     evidence = []
-    repeats = [np.asarray(backend.grad(weights, x)) for _ in range(2)]
+    repeats = [np.asarray(grad(weights, x)) for _ in range(2)]
     changed = [int(np.count_nonzero(r != first)) for r in repeats]
     if any(changed):
         evidence.append(f"two repeats differ from the first run in {max(changed)} entries")
@@ -90,13 +99,13 @@ def classify(
         if not callable(context):
             continue
         with context():
-            again = rerun(np.asarray(backend.grad(weights, x)), weights.dtype.name)
+            again = rerun(np.asarray(grad(weights, x)), weights.dtype.name)
         if again.passed:
             evidence.append(f"{condition} it agrees")
             return {"verdict": explanation, "evidence": evidence}
         evidence.append(f"{condition} it still mismatches ({again.mismatched} entries)")
     if weights.dtype != np.float64:
-        in64 = rerun(np.asarray(backend.grad(weights.astype(np.float64), x.astype(np.float64))), "float64")
+        in64 = rerun(np.asarray(grad(weights.astype(np.float64), x.astype(np.float64))), "float64")
         if in64.passed:
             evidence.append("in float64 it agrees")
             return {

@@ -174,17 +174,16 @@ RERUN_HELP = (
 OTHER_DTYPE = {"float32": "float64", "float64": "float32"}
 
 
-def rerun_term(backend: Any, weights, x, v, value: np.ndarray) -> tuple[np.ndarray, str]:
-    """The ``rerun`` tolerance term of a candidate whose HVP in the case's dtype is ``value``.
+def rerun_term(value: np.ndarray, again: np.ndarray, dtype: str) -> tuple[np.ndarray, str]:
+    """The ``rerun`` tolerance term of a candidate whose HVP in the case's ``dtype`` is ``value`` and in
+    the other precision ``again``.
 
     Rounding errors scale with the unit roundoff, so the difference between the candidate's float32
     and float64 answers *is* (to within float64 rounding) its float32 error on this case, kink flips
     between the two precisions included; for a float64 case it is scaled down by ``2**-53 / 2**-24``.
     The layer RMS guards entries where the two happen to agree by chance. Returns the term and a note.
     """
-    dtype = weights.dtype.name
     other = OTHER_DTYPE[dtype]
-    again = np.asarray(backend.hvp(weights.astype(other), x.astype(other), v.astype(other)))
     if again.dtype.name != other or again.shape != value.shape or not np.all(np.isfinite(again)):
         # No re-run possible: fall back to a bound of 2L unit roundoffs per product of the layer's size.
         u = _stack.UNIT_ROUNDOFF[dtype]

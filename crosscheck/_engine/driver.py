@@ -1,0 +1,228 @@
+"""The one driver every path runs: the reference, then each candidate, through the guarded call.
+
+``drive(plan)`` loads the reference and lets the workload's judge estimate the quantity with it; then
+for each candidate: load it, evaluate it (guarded), call it again (``repeat``) and fail it when the
+second result differs beyond its own rounding, compare it (the judge), and record it. A candidate that
+produced no comparison is a failure, never a pass. A real Ctrl-C stops the loop: what finished is
+reported, the rest is recorded as not run, and the report says it was interrupted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from crosscheck._compare.compare import Comparison
+from crosscheck._engine.call import Outcome, guarded, to_array, to_arrays, user_interrupts
+from crosscheck._engine.load import load, spec_name
+from crosscheck._engine.plan import Plan
+from crosscheck._errors import Interrupted
+from crosscheck._report.environment import environment
+from crosscheck._report.report import BackendResult, Report
+from crosscheck._workloads.protocol import Reference
+
+_CONVERTERS = {"array": to_array, "arrays": to_arrays}
+
+
+class Caller:
+    """The guarded call bound to a point's arrays: ``call(fn, *args, convert=None, **kwargs)``."""
+
+    def __init__(self, arrays: Mapping[str, np.ndarray]) -> None:
+        self.arrays = arrays
+
+    def __call__(self, fn: Any, *args: Any, convert: str | None = None, **kwargs: Any) -> Outcome:
+        out = guarded(lambda: fn(*args, **kwargs), (), inputs=self.arrays)
+        if out.error or convert is None:
+            return out
+        value, error, notes = _CONVERTERS[convert](out.value)
+        return Outcome(value, error, out.seconds, {**out.notes, **notes})
+
+    @staticmethod
+    def failure(error: str) -> Outcome:
+        return Outcome(None, error, 0.0)
+
+
+@dataclasses.dataclass
+class _Run:
+    plan: Plan
+    judge: Any
+    call: Caller
+    results: dict[str, BackendResult] = dataclasses.field(default_factory=dict)
+    comparisons: list[Comparison] = dataclasses.field(default_factory=list)
+    values: dict[str, Any] = dataclasses.field(default_factory=dict)
+    reference: Reference | None = None
+    interrupted: bool = False
+
+
+def drive(plan: Plan) -> Report:
+    """Run ``plan`` and return its report (never raises for anything a backend does)."""
+    run = _Run(plan, plan.judge, Caller(plan.point.arrays()))
+    with user_interrupts():
+        try:
+            _reference(run)
+            for spec in plan.candidates:
+                _candidate(run, spec)
+        except Interrupted:
+            run.interrupted = True
+    return _report(run)
+
+
+def _reference(run: _Run) -> None:
+    backend, result = load(run.plan.workload, run.plan.reference, required=True)
+    result = dataclasses.replace(result, role="reference")
+    run.results[result.name] = result  # recorded first: an interrupt below still reports it
+    if backend is not None:
+        out = run.judge.reference(backend, run.call)
+        result = _record(result, out)
+        if out.error is None:
+            reference = dataclasses.replace(out.value, name=result.name)
+            run.reference = reference
+            notes = {**result.notes, **reference.notes}
+            result = dataclasses.replace(result, dtype=reference.dtype, notes=notes)
+            if reference.value is not None:
+                run.values[result.name] = reference.value
+    run.results[result.name] = result
+
+
+def _candidate(run: _Run, spec: Any) -> None:
+    backend, result = load(run.plan.workload, spec, required=run.plan.explicit)
+    name = unique_name(result.name, run.results)
+    run.results[name] = result  # recorded first: an interrupt below still reports it
+    if backend is None:
+        return
+    if run.reference is None:
+        run.results[name] = dataclasses.replace(
+            result, status="skipped", error="not run: the reference did not run"
+        )
+        return
+    if not callable(getattr(backend, run.plan.quantity.method, None)):
+        status = "failed" if result.required else "skipped"
+        error = (
+            f"has no `{run.judge.signature}` method, so it cannot be checked with quantity "
+            f"'{run.plan.quantity.name}'"
+        )
+        run.results[name] = dataclasses.replace(result, status=status, error=error)
+        return
+    out = run.judge.evaluate(backend, run.call)
+    result = _record(result, out)
+    run.results[name] = result
+    if out.error is not None:
+        return
+    run.values[name] = out.value
+    found = run.judge.compare(backend, out.value, name, run.reference, run.call)
+    notes = {**result.notes, **run.judge.notes.get(name, {})}
+    problem, more = _repeats(run, backend, out.value, found)
+    run.results[name] = dataclasses.replace(result, notes={**notes, **more})
+    if problem:
+        run.results[name] = dataclasses.replace(run.results[name], status="failed", error=problem)
+        return
+    run.comparisons.extend(found)
+
+
+def _record(result: BackendResult, out: Outcome) -> BackendResult:
+    """The backend's record after a guarded call: ``ok`` (with its dtype) or ``failed`` with the reason."""
+    notes = {**result.notes, **out.notes}
+    if out.error is not None:
+        return dataclasses.replace(result, status="failed", error=out.error, seconds=out.seconds, notes=notes)
+    return dataclasses.replace(
+        result, status="ok", seconds=out.seconds, dtype=_dtypes(out.value), notes=notes
+    )
+
+
+def _dtypes(value: Any) -> str | None:
+    arrays = value.values() if isinstance(value, dict) else []
+    return ",".join(sorted({a.dtype.name for a in arrays if hasattr(a, "dtype")})) or None
+
+
+def _repeats(run: _Run, backend: Any, first: dict[str, np.ndarray], found: list[Comparison]):
+    """Call the candidate again (``repeat - 1`` times): ``(failure or None, notes)``.
+
+    A second result beyond the candidate's own rounding (each comparison's ``arrays["rounding"]``) is a
+    stateful or nondeterministic backend, e.g. a port that never zeroes ``.grad``; bitwise differences
+    within rounding are noted as nondeterminism.
+    """
+    bounds: dict[str, np.ndarray] = {}
+    for c in found:
+        bounds.update(c.arrays.get("rounding", {}))
+    notes: dict[str, Any] = {}
+    for attempt in range(2, run.plan.repeat + 1):
+        again = run.judge.evaluate(backend, run.call)
+        if again.error is not None:
+            return f"call {attempt} failed: {again.error}", notes
+        differs = _differences(first, again.value, bounds)
+        if differs is None:
+            continue
+        beyond, changed, where = differs
+        if beyond:
+            return f"the second call differs: stateful or nondeterministic ({where})", notes
+        notes["nondeterministic"] = (
+            f"call {attempt} differs from the first in {changed} entries, within rounding"
+        )
+    if run.plan.repeat > 1:
+        notes["repeat"] = run.plan.repeat
+    return None, notes
+
+
+def _differences(first: dict, again: Any, bounds: dict) -> tuple[bool, int, str] | None:
+    """None when ``again`` is ``first`` bit for bit; else (beyond rounding?, entries changed, where)."""
+    if not isinstance(again, dict) or set(again) != set(first):
+        return True, 0, f"it returned parameters {sorted(again or {})} after {sorted(first)}"
+    beyond, changed, where = False, 0, ""
+    for key, a in first.items():
+        b = again[key]
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return True, 0, f"`{key}` came back as {b.dtype.name}{b.shape} after {a.dtype.name}{a.shape}"
+        if a.tobytes() == b.tobytes():
+            continue
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+        changed += int(np.count_nonzero(diff))
+        over = ~(diff <= np.broadcast_to(bounds.get(key, 0.0), diff.shape))
+        if over.any() and not beyond:
+            beyond, where = True, _where(key, over, diff, a, b)
+    return (beyond, changed, where) if changed or beyond else None
+
+
+def _where(key: str, over: np.ndarray, diff: np.ndarray, a: np.ndarray, b: np.ndarray) -> str:
+    flat = int(np.argmax(np.where(over, diff, -1.0)))
+    index = tuple(int(i) for i in np.unravel_index(flat, diff.shape))
+    return (
+        f"{int(over.sum())} of {diff.size} entries of `{key}` beyond its rounding; at {index} the first "
+        f"call gave {float(a[index]):.9g}, the second {float(b[index]):.9g}"
+    )
+
+
+def _report(run: _Run) -> Report:
+    results = dict(run.results)
+    if run.interrupted:
+        for name, result in results.items():
+            if result.status == "pending":
+                results[name] = dataclasses.replace(result, status="skipped", error="interrupted (Ctrl-C)")
+        for spec in run.plan.candidates[max(0, len(results) - 1) :]:
+            name = unique_name(spec_name(spec), results)
+            results[name] = BackendResult(name=name, status="skipped", error="not run: interrupted (Ctrl-C)")
+    extras = run.judge.extras(run.reference)
+    return Report(
+        case=run.plan.point.case,
+        backends=results,
+        comparisons=run.comparisons,
+        reference=next(iter(results)),
+        strict=run.plan.options.strict,
+        environment=environment(),
+        explain=run.plan.options.explain,
+        inputs=(run.plan.point.params, run.plan.point.inputs),
+        gradients=run.values,
+        quantity=extras.get("quantity", run.plan.quantity.name),
+        direction=extras.get("direction", {}),
+        interrupted=run.interrupted,
+    )
+
+
+def unique_name(name: str, taken: Mapping[str, Any]) -> str:
+    candidate, n = name, 2
+    while candidate in taken:
+        candidate, n = f"{name}#{n}", n + 1
+    return candidate

@@ -1,0 +1,53 @@
+"""Loading a backend, guarded: unavailable and broken backends are records; a mistake is a ``ValueError``.
+
+A plugin's import, its factory and its ``info()`` are its code too: whatever they raise (``SystemExit``
+included) makes that backend a failed record (``info()``: a note), never the end of the run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crosscheck._errors import describe, one_line, reraise_user_interrupt
+from crosscheck._registry import BackendBroken, BackendUnavailable, backend_info
+from crosscheck._report.report import BackendResult
+
+
+def spec_name(spec: Any) -> str:
+    """How a spec is named before it loads: the string, or the object's ``name`` or ``__name__``."""
+    if isinstance(spec, str):
+        return spec
+    try:
+        return str(getattr(spec, "name", None) or getattr(spec, "__name__", None) or type(spec).__name__)
+    except BaseException as exc:  # a name property that raises
+        reraise_user_interrupt(exc)
+        return type(spec).__name__
+
+
+def load(workload: Any, spec: Any, *, required: bool) -> tuple[Any, BackendResult]:
+    """``(backend or None, its record)``: ``pending`` when it loaded, else ``unavailable`` or ``failed``.
+
+    Raises:
+        ValueError, TypeError: the spec cannot mean anything (an unknown name, a bad import string).
+    """
+    name = spec_name(spec)
+    try:
+        backend = workload.resolve(spec)
+    except BackendUnavailable as exc:
+        return None, BackendResult(
+            name=name, status="unavailable", error=one_line(str(exc)), required=required
+        )
+    except BackendBroken as exc:  # an installed plugin that fails: report it, run the others
+        return None, BackendResult(name=name, status="failed", error=one_line(str(exc)), required=required)
+    except (ValueError, TypeError):
+        raise
+    except BaseException as exc:  # its import or factory called sys.exit, raised KeyboardInterrupt, ...
+        reraise_user_interrupt(exc)
+        error = f"failed to load: {describe(exc)}"
+        return None, BackendResult(name=name, status="failed", error=error, required=required)
+    # A name or import string can be loaded again (by `crosscheck replay`); an object cannot.
+    notes = {"spec": spec} if isinstance(spec, str) else {}
+    result = BackendResult(
+        name=spec_name(backend), status="pending", required=required, info=backend_info(backend), notes=notes
+    )
+    return backend, result

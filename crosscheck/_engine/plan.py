@@ -1,0 +1,26 @@
+"""A plan: everything one run needs, decided before any backend runs."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from crosscheck._engine.quantity import Quantity
+from crosscheck._workloads.protocol import EngineWorkload, Judge, Options, Point
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The workload and its point, the quantity and its judge there, the candidates (``explicit``:
+    named by the user, so an unavailable one fails the run), the reference, how many calls each
+    candidate gets, and the options."""
+
+    workload: EngineWorkload
+    quantity: Quantity
+    point: Point
+    judge: Judge
+    candidates: list[Any]
+    reference: Any
+    explicit: bool
+    options: Options
+    repeat: int = 2

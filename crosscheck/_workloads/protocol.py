@@ -1,0 +1,137 @@
+"""What the engine asks of a workload: a point to evaluate, and a judge per quantity.
+
+The engine owns the lifecycle (load, guarded call, result and input checks, repeats, the report); a
+workload owns what is specific to it behind this small protocol:
+
+- ``EngineWorkload``: its name, the options it accepts, how a spec becomes a backend (``resolve``), the
+  candidates it checks by default, the ``Point`` of a case, and a ``Judge`` for a quantity there.
+- ``Judge``: how a backend computes the quantity (``evaluate``), how the reference estimates it
+  (``reference``, with its error bars and what it cannot judge), and how a candidate is compared with
+  it (``compare``: one ``Comparison`` per parameter, each with its named tolerance terms).
+
+Every backend call a judge makes goes through the engine's ``Call`` (``call(fn, *args, convert=...)``),
+so a re-run in the other precision, a localization or a classification re-run is guarded like the
+first call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from crosscheck._compare.compare import Comparison
+
+Progress = Callable[[str, int, int], None]
+
+
+class Outcome(Protocol):
+    """What a guarded call returns (``crosscheck._engine.call.Outcome``)."""
+
+    value: Any
+    error: str | None
+    seconds: float
+    notes: dict[str, Any]
+
+
+#: ``call(fn, *args, convert=None, **kwargs) -> Outcome``: a guarded call of ``fn`` (see the engine).
+Call = Callable[..., Any]
+
+
+@dataclasses.dataclass
+class Point:
+    """Named parameter arrays and inputs (the workload's dtype), plus what rebuilds them (``case``).
+
+    ``extra`` holds further arrays a quantity passes to backends (the HVP direction ``v``); every
+    array here is the engine's private copy, checked bit for bit after each backend call.
+    """
+
+    params: dict[str, np.ndarray]
+    inputs: dict[str, np.ndarray]
+    case: dict[str, Any]
+    dtype: str
+    extra: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {**self.params, **self.inputs, **self.extra}
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """How a run judges (from ``crosscheck.run``'s keywords)."""
+
+    rtol: float | None = None
+    atol: float | None = None
+    strict: bool = False
+    seed: int = 0
+    oracle_mode: str = "auto"
+    directions: int = 4
+    explain: bool = False
+    progress: Progress | None = None
+
+    def slack(self, reference: np.ndarray) -> np.ndarray | float:
+        """The user's ``atol + rtol * |reference|`` (0 without them)."""
+        if self.rtol is None or self.atol is None:
+            return 0.0
+        return self.atol + self.rtol * np.abs(reference)
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """The reference's answer: ``value`` per parameter (for the report; None when it only screened),
+    the dtype it computed in, notes for its record, and the judge's own ``data``."""
+
+    value: dict[str, np.ndarray] | None
+    dtype: str | None
+    notes: dict[str, Any]
+    data: Any = None
+    #: The reference backend's name in the report (set by the engine once it ran).
+    name: str = ""
+
+
+class Judge(Protocol):
+    """One quantity of one workload at one point (see the module docstring)."""
+
+    #: The backend method's signature, for messages (``"hvp(weights, x, v)"``).
+    signature: str
+    #: Notes a judge adds to a candidate's record, by candidate name (``{"rounding": "measured ..."}``).
+    notes: dict[str, dict[str, Any]]
+
+    def reference(self, backend: Any, call: Call) -> Any:
+        """An ``Outcome`` whose value is a ``Reference`` (or whose error says why there is none)."""
+
+    def evaluate(self, backend: Any, call: Call) -> Any:
+        """An ``Outcome`` whose value is the backend's quantity, ``{parameter: array}``."""
+
+    def compare(
+        self, backend: Any, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
+    ) -> list[Comparison]:
+        """One ``Comparison`` per parameter; ``arrays["rounding"]`` bounds the candidate's own rounding
+        (what a repeated call may differ by)."""
+
+    def extras(self, reference: Reference | None) -> dict[str, Any]:
+        """Report fields of this quantity (``{"quantity": ..., "direction": ...}``)."""
+
+
+class EngineWorkload(Protocol):
+    """A workload as the engine runs it (the stack, or a user's ``Workload`` through ``generic``)."""
+
+    name: str
+
+    def defaults(self, reference: Any) -> list[Any]:
+        """The candidates checked when the user names none."""
+
+    def resolve(self, spec: Any) -> Any:
+        """The backend for a spec (raises ``BackendUnavailable``, ``BackendBroken`` or ``ValueError``)."""
+
+    def check_candidates(self, specs: Sequence[Any]) -> None:
+        """Raise ``ValueError`` for a candidate list that cannot mean anything here."""
+
+    def point(self, given: Mapping[str, Any]) -> Point:
+        """The point of the case ``given`` by ``crosscheck.run``'s keywords (``ValueError`` when they do
+        not apply)."""
+
+    def judge(self, quantity: Any, point: Point, options: Options) -> Judge:
+        """The judge of ``quantity`` at ``point`` (raises ``ValueError`` when it has none)."""

@@ -1,0 +1,76 @@
+"""The workload registry: built-in names (``stack`` is an entry like any other), import strings and
+``Workload`` objects, all turned into the workload the engine runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crosscheck._errors import reraise_user_interrupt
+from crosscheck._registry import _import_attribute
+from crosscheck._workloads.base import Workload
+from crosscheck._workloads.generic import GenericWorkload
+from crosscheck._workloads.stack.workload import STACK, StackWorkload
+
+#: Built-in workloads: name -> (import string ``module:attribute`` of the Workload, or None for the
+#: stack; a one-line description). Imported only when used.
+WORKLOADS: dict[str, tuple[str | None, str]] = {
+    "stack": (None, StackWorkload.description),
+    "ste-stack": (
+        "crosscheck._workloads.ste:STE_STACK",
+        "ReLU stack, activations rounded to 1/8 straight-through",
+    ),
+}
+
+
+def available_workloads() -> dict[str, str]:
+    """Built-in workloads: name -> one-line description (``stack`` is the default)."""
+    return {name: description for name, (_, description) in WORKLOADS.items()}
+
+
+def load_workload(spec: Any) -> Any:
+    """The workload the engine runs for ``spec``: None or ``"stack"`` (the ReLU stack), a built-in name,
+    a ``Workload``, or an import string ``module:attribute`` naming one.
+
+    Raises:
+        ValueError: an unknown name, an import string that cannot be resolved, or an attribute that is
+            not a Workload (a zero-argument function returning one is called).
+    """
+    if spec is None:
+        return STACK
+    if isinstance(spec, (StackWorkload, GenericWorkload)):
+        return spec
+    if isinstance(spec, Workload):
+        return GenericWorkload(spec)
+    if not isinstance(spec, str):
+        raise TypeError(
+            f"`workload` must be a Workload, a built-in name or an import string, found "
+            f"{type(spec).__name__}."
+        )
+    if spec in WORKLOADS:
+        target = WORKLOADS[spec][0]
+        return STACK if target is None else GenericWorkload(_resolve(target, spec))
+    if ":" in spec:
+        return GenericWorkload(_resolve(spec, spec))
+    raise ValueError(
+        f"unknown workload `{spec}`: expected one of {', '.join(WORKLOADS)}, or an import string "
+        f"`package.module:attribute` naming a crosscheck.Workload."
+    )
+
+
+def _resolve(target: str, spec: str) -> Workload:
+    value = _import_attribute(target, spec=spec, kind="workload")
+    if callable(value) and not isinstance(value, Workload):
+        try:
+            value = value()
+        except BaseException as exc:  # a factory's sys.exit is a broken workload, not the end of the run
+            reraise_user_interrupt(exc)
+            raise ValueError(
+                f"workload `{spec}`: expected a crosscheck.Workload, found a callable that failed "
+                f"when called with no arguments: {type(exc).__name__}: {exc}"
+            ) from exc
+    if not isinstance(value, Workload):
+        raise ValueError(
+            f"workload `{spec}` must be a crosscheck.Workload (or a function returning one), "
+            f"found {type(value).__name__}."
+        )
+    return value

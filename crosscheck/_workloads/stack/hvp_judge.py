@@ -1,0 +1,127 @@
+"""The stack's Hessian-vector product judge: every candidate's ``hvp(weights, x, v)`` against the
+oracle's (``model``-free: see ``hvp``), entry by entry, with the candidate's rounding measured by a
+re-run in the other precision (``hvp.rerun_term``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
+from crosscheck._workloads.protocol import Call, Options, Point, Reference
+from crosscheck._workloads.stack import hvp as _hvp
+from crosscheck._workloads.stack import model as _stack
+from crosscheck._workloads.stack.judge import declared_dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class _Answer:
+    value: np.ndarray
+    error: np.ndarray
+    kinks: Kinks
+
+
+class StackHvpJudge:
+    """``H v`` of the stack's loss with respect to the weights, along the case's seeded direction."""
+
+    signature = "hvp(weights, x, v)"
+
+    def __init__(self, point: Point, options: Options) -> None:
+        if options.explain or options.oracle_mode == "screen":
+            which = "`explain`" if options.explain else "`oracle_mode` 'screen'"
+            raise ValueError(f"{which} is not available with quantity 'hvp' (its oracle checks every entry).")
+        self.weights, self.x, self.options = point.params["weights"], point.inputs["x"], options
+        # User arrays have no seed: their direction comes from seed 0.
+        self.seed = options.seed if point.case.get("source") != "user arrays" else 0
+        self.v = point.extra.setdefault("v", _hvp.direction(self.weights, self.seed))
+        self.dtype = point.dtype
+        self.notes: dict[str, dict[str, Any]] = {}
+
+    def evaluate(self, backend: Any, call: Call) -> Any:
+        return self._hvp(backend, call, self.dtype)
+
+    def _hvp(self, backend: Any, call: Call, dtype: str) -> Any:
+        _, problem = declared_dtype(backend, self.dtype)
+        if problem:
+            return call.failure(problem)
+        args = [a if a.dtype.name == dtype else a.astype(dtype) for a in (self.weights, self.x, self.v)]
+        out = call(backend.hvp, *args, convert="array")
+        return out if out.error else dataclasses.replace(out, value={"weights": out.value})
+
+    def reference(self, backend: Any, call: Call) -> Any:
+        if callable(getattr(backend, "hvp_estimate", None)):
+            out = call(backend.hvp_estimate, self.weights, self.x, self.v)
+            if out.error:
+                return out
+            return dataclasses.replace(out, value=self._oracle_reference(out.value))
+        if not callable(getattr(backend, "hvp", None)):
+            return call.failure(f"has no `{self.signature}` method, so it cannot be the reference")
+        out = self.evaluate(backend, call)
+        if out.error:
+            return out
+        value = out.value["weights"]
+        error, _ = self._rerun(backend, call, value)
+        answer = _Answer(value.astype(np.float64), error, Kinks.none(value.shape))
+        return dataclasses.replace(out, value=Reference({"weights": value}, value.dtype.name, {}, answer))
+
+    def _oracle_reference(self, est: Any) -> Reference:
+        notes = {
+            "kink_radius": est.radius,
+            "kink_radius_at": list(est.kink_at),
+            "nodes": len(est.nodes),
+            "largest_node": float(np.max(np.abs(est.nodes), initial=0.0)),
+            "evaluations": est.evaluations,
+        }
+        kinks = Kinks(
+            est.kink,
+            np.where(est.kink, est.reason, "").astype(object),
+            np.broadcast_to(np.array(est.kink_at), (*est.kink.shape, 3)).copy(),
+            np.full(est.kink.shape, np.nan),
+        )
+        answer = _Answer(np.nan_to_num(est.value), est.error, kinks)
+        return Reference({"weights": answer.value}, "float64", notes, answer)
+
+    def _rerun(self, backend: Any, call: Call, value: np.ndarray) -> tuple[np.ndarray, str]:
+        """The ``rerun`` term: the candidate re-run in the other precision (see ``hvp.rerun_term``)."""
+        other = _hvp.OTHER_DTYPE[self.dtype]
+        out = self._hvp(backend, call, other)
+        if out.error:
+            return np.zeros(value.shape), f"re-run failed: {out.error}"
+        return _hvp.rerun_term(value, out.value["weights"], self.dtype)
+
+    def compare(
+        self, backend: Any, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
+    ) -> list[Comparison]:
+        answer: _Answer = reference.data
+        candidate = value["weights"]
+        rerun, note = self._rerun(backend, call, candidate)
+        u = _stack.UNIT_ROUNDOFF[self.dtype]
+        floor = _stack.SAFETY * u * float(np.max(np.abs(answer.value), initial=0.0))
+        terms = {
+            "rerun": rerun,
+            "reference": answer.error,
+            "floor": floor,
+            "slack": np.broadcast_to(self.options.slack(answer.value), answer.value.shape),
+        }
+        dtype, _ = declared_dtype(backend, self.dtype)
+        found = compare(
+            candidate,
+            answer.value,
+            Tolerance(terms),
+            backend=name,
+            reference_name=reference.name,
+            dtype=dtype,
+            kinks=answer.kinks,
+            strict=self.options.strict,
+        )
+        sources = {**found.tolerance_sources, "rerun": f"{_hvp.RERUN_HELP} ({note})"}
+        arrays = {**found.arrays, "rounding": {"weights": rerun + floor}}
+        return [dataclasses.replace(found, tolerance_sources=sources, arrays=arrays)]
+
+    def extras(self, reference: Reference | None) -> dict[str, Any]:
+        record = _hvp.direction_record(self.v, self.seed)
+        if reference is not None and reference.dtype == "float64" and reference.notes:
+            record["oracle"] = dict(reference.notes)
+        return {"quantity": "hvp", "direction": record}

@@ -1,0 +1,274 @@
+"""The stack's gradient judge: the oracle (every entry, or screened), modelled rounding, kinks judged on
+both sides, and (with ``explain``) forward localization and classification by controlled re-runs.
+
+Every backend call goes through the engine's guarded ``call``; the numerics are ``model``'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
+from crosscheck._workloads.protocol import Call, Options, Point, Reference
+from crosscheck._workloads.stack import model as _stack
+from crosscheck._workloads.stack import screen as _screen
+from crosscheck._workloads.stack.explain import classify, forward_layers, verdict
+
+#: Fraction of an entry's tolerance that a possible ReLU flip may move it before it is unjudgeable.
+KINK_IMPACT_FRACTION = 0.25
+ORACLE_MODES = ("auto", "full", "screen")
+
+
+def declared_dtype(backend: Any, dtype: str) -> tuple[str, str | None]:
+    """The dtype a backend's results are judged in, and an error when crosscheck cannot judge it."""
+    try:
+        declared = getattr(backend, "output_dtype", None) or dtype
+    except Exception as exc:  # a property that raises: the backend's fault, said as such
+        return dtype, f"its `output_dtype` raised {type(exc).__name__}: {exc}"
+    if declared not in _stack.UNIT_ROUNDOFF:
+        known = " and ".join(_stack.UNIT_ROUNDOFF)
+        return dtype, f"declares `output_dtype` {declared!s:.40}; crosscheck judges {known} only"
+    return str(declared), None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Oracle:
+    """The reference's arrays: value and error bar (``(L, d, d)``), and the oracle's kink flags."""
+
+    value: np.ndarray
+    error: np.ndarray
+    kink: np.ndarray | None = None
+    kink_at: np.ndarray | None = None
+
+
+class StackGradJudge:
+    """The stack's gradient at one point (``weights`` ``(L, d, d)``, ``x`` ``(N, d)``)."""
+
+    signature = "grad(weights, x)"
+
+    def __init__(self, point: Point, options: Options) -> None:
+        if options.oracle_mode not in ORACLE_MODES:
+            raise ValueError(
+                f"`oracle_mode` must be one of {', '.join(ORACLE_MODES)}; found {options.oracle_mode!r}."
+            )
+        self.point, self.options = point, options
+        self.weights, self.x = point.params["weights"], point.inputs["x"]
+        self.dtype = point.dtype
+        self.notes: dict[str, dict[str, Any]] = {}
+        self.fwd = _stack.forward(self.weights, self.x)
+        self.deltas, _ = _stack.backward(self.fwd)
+        self._models: dict[str, _stack.RoundingModel] = {}
+        self.screened: Any = None
+        self.oracle_backend: Any = None
+
+    # -- the protocol -------------------------------------------------------------------------------
+
+    def evaluate(self, backend: Any, call: Call) -> Any:
+        return self.gradient(backend, call, self.weights, self.x)
+
+    def gradient(self, backend: Any, call: Call, weights: np.ndarray, x: np.ndarray) -> Any:
+        """``backend.grad(weights, x)``, guarded, as ``{"weights": array}``."""
+        _, problem = declared_dtype(backend, self.dtype)
+        if problem:
+            return call.failure(problem)
+        out = call(backend.grad, weights, x, convert="array")
+        return out if out.error else dataclasses.replace(out, value={"weights": out.value})
+
+    def reference(self, backend: Any, call: Call) -> Any:
+        self.oracle_backend = backend
+        if self._mode(backend) == "screen":
+            return _screen.screen_reference(self, backend, call)
+        if callable(getattr(backend, "estimate", None)):
+            out = call(backend.estimate, self.weights, self.x, progress=self._progress("oracle"))
+            if out.error:
+                return out
+            est = out.value
+            notes = {"evaluations": est.evaluations, "kink_entries": int(est.kink.sum())}
+            data = _Oracle(est.value, est.error, est.kink, est.kink_at)
+            return dataclasses.replace(out, value=Reference({"weights": est.value}, "float64", notes, data))
+        return self._backend_reference(backend, call)
+
+    def compare(
+        self, backend: Any, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
+    ) -> list[Comparison]:
+        candidate = value["weights"]
+        dtype, _ = declared_dtype(backend, self.dtype)
+        if self.screened is not None:
+            comparison = _screen.compare_screened(self, candidate, name, reference, dtype, call)
+        else:
+            comparison = self.compare_full(candidate, name, reference, dtype)
+        if self.options.explain:
+            comparison = self._localize(backend, comparison, dtype, call)
+            if comparison.status == "mismatch" and self.screened is None:
+                comparison = self._classify(backend, comparison, candidate, reference, call)
+        return [comparison]
+
+    def extras(self, reference: Reference | None) -> dict[str, Any]:
+        return {"quantity": "grad"}
+
+    # -- the reference ------------------------------------------------------------------------------
+
+    def _mode(self, backend: Any) -> str:
+        can_screen = callable(getattr(backend, "screen", None))
+        mode = self.options.oracle_mode
+        if mode == "screen" and not can_screen:
+            raise ValueError(
+                "`oracle_mode` 'screen' needs a reference that can screen (the numpy-fd oracle)."
+            )
+        if mode == "auto":
+            flops = _screen.full_oracle_flops(self.weights.shape[0], self.x.shape[0], self.weights.shape[1])
+            return "screen" if can_screen and flops > _screen.SCREEN_FLOPS else "full"
+        return mode
+
+    def _backend_reference(self, backend: Any, call: Call) -> Any:
+        """Another backend as the reference: its gradient, judged by its own modelled rounding."""
+        out = self.evaluate(backend, call)
+        if out.error:
+            return out
+        value = out.value["weights"]
+        if value.shape != self.weights.shape or not np.all(np.isfinite(value)):
+            error = (
+                f"reference gradient must be finite with shape {self.weights.shape}; "
+                f"found shape {value.shape}"
+            )
+            return dataclasses.replace(out, value=None, error=error)
+        dtype = value.dtype.name if value.dtype.name in _stack.UNIT_ROUNDOFF else "float64"
+        data = _Oracle(value.astype(np.float64), self.model(dtype).grad_bound)
+        return dataclasses.replace(out, value=Reference({"weights": value}, value.dtype.name, {}, data))
+
+    # -- comparing ----------------------------------------------------------------------------------
+
+    def model(self, dtype: str) -> _stack.RoundingModel:
+        if dtype not in self._models:
+            directions = None if self.screened is None else self.screened.directions
+            self._models[dtype] = _stack.rounding_model(self.fwd, self.deltas, dtype, directions=directions)
+        return self._models[dtype]
+
+    def compare_full(self, value: np.ndarray, name: str, reference: Reference, dtype: str) -> Comparison:
+        """Every entry against the reference's, within modelled rounding, its error bar and kinks."""
+        oracle: _Oracle = reference.data
+        u = _stack.UNIT_ROUNDOFF[dtype]
+        rounding = self.model(dtype).grad_bound
+        floor = _stack.SAFETY * u * float(np.max(np.abs(np.nan_to_num(oracle.value)), initial=0.0))
+        terms = {
+            "rounding": rounding,
+            "reference": oracle.error,
+            "floor": floor,
+            "slack": np.broadcast_to(self.options.slack(oracle.value), oracle.value.shape),
+        }
+        kinks, minor = self._kinks(Tolerance(terms).total(), dtype, oracle)
+        found = compare(
+            value,
+            oracle.value,
+            Tolerance({**terms, "kinks": minor}),
+            backend=name,
+            reference_name=reference.name,
+            dtype=dtype,
+            kinks=kinks,
+            strict=self.options.strict,
+        )
+        return _with_rounding(found, rounding + floor)
+
+    def _kinks(self, tol: np.ndarray, dtype: str, oracle: _Oracle) -> tuple[Kinks, np.ndarray]:
+        """Judge kink-ambiguous entries on both sides of one kink; more than one is unjudgeable."""
+        bounds, found, effects = self.kink_effects(dtype, tol)
+        unjudgeable = effects.count > 1
+        reason = np.where(unjudgeable, f"{dtype} rounding may flip several ReLUs", "").astype(object)
+        kink = np.full(unjudgeable.shape + (3,), -1, np.int64)
+        involved = effects.count > 0
+        if len(found):
+            kink[involved] = found[effects.culprit[involved]]
+        alternative = np.where(effects.count == 1, oracle.value + effects.alternative, np.nan)
+        if oracle.kink is not None and oracle.kink.any():
+            stuck = oracle.kink & ~unjudgeable & ~self._exact_zero_kinks(bounds, oracle)
+            unjudgeable = unjudgeable | stuck
+            reason[stuck] = "oracle step crosses a ReLU kink"
+            kink[stuck] = oracle.kink_at[stuck]
+            alternative[stuck] = np.nan
+        return Kinks(unjudgeable, reason, kink, alternative), effects.minor
+
+    def kink_effects(self, dtype: str, tol: np.ndarray):
+        """The ambiguous pre-activations for ``dtype`` (with their bounds) and what flipping them does."""
+        cand, ref = self.model(dtype), self.model("float64")
+        bounds = [cand.z_bound(m) + ref.z_bound(m) for m in range(len(self.fwd.zs))]
+        found = _stack.ambiguous_kinks(self.fwd, bounds)
+        effects = _stack.kink_effects(self.fwd, self.deltas, found, KINK_IMPACT_FRACTION * tol, bounds)
+        return bounds, found, effects
+
+    def _exact_zero_kinks(self, bounds: list[np.ndarray], oracle: _Oracle) -> np.ndarray:
+        """Oracle kink entries whose kink is an exact zero that the candidate also computes exactly."""
+        at = oracle.kink_at
+        exact = np.zeros(at.shape[:-1], bool)
+        for index in zip(*np.nonzero(oracle.kink), strict=True):
+            layer, row, unit = at[index]
+            exact[index] = self.fwd.zs[layer][row, unit] == 0 and bounds[layer][row, unit] == 0
+        return exact
+
+    # -- explaining ---------------------------------------------------------------------------------
+
+    def _localize(self, backend: Any, comparison: Comparison, dtype: str, call: Call) -> Comparison:
+        """Add the layer-by-layer forward comparison (when the backend exposes its activations)."""
+        activations = getattr(backend, "activations", None)
+        if not callable(activations) or comparison.status == "invalid":
+            return comparison
+        out = call(activations, self.weights, self.x)
+        if out.error:
+            forward = [{"error": out.error}]
+        else:
+            try:
+                forward = forward_layers(out.value, self.fwd, self.model(dtype))
+            except Exception as exc:  # localization is a diagnosis: it must not fail the run
+                forward = [{"error": f"{type(exc).__name__}: {exc}"}]
+        return dataclasses.replace(comparison, forward=forward)
+
+    def _classify(
+        self, backend: Any, comparison: Comparison, value: np.ndarray, reference: Reference, call: Call
+    ) -> Comparison:
+        def grad(weights: np.ndarray, x: np.ndarray) -> np.ndarray:
+            out = self.gradient(backend, call, weights, x)
+            if out.error:
+                raise RuntimeError(out.error)
+            return out.value["weights"]
+
+        def rerun(new_value: np.ndarray, dtype: str) -> Comparison:
+            return self.compare_full(new_value, comparison.backend, reference, dtype)
+
+        localized = verdict(comparison.forward, comparison.per_layer)
+        args = (backend, grad, self.weights, self.x, value, rerun, localized, self._nudged(call))
+        out = call(classify, *args)  # a diagnosis is guarded too: it must not fail the run
+        found = out.value if out.ok else {"verdict": "unclassified", "evidence": [f"a re-run: {out.error}"]}
+        return dataclasses.replace(comparison, classification=found)
+
+    def _nudged(self, call: Call):
+        """A check of the candidate on weights moved ~1e-3 off every kink, against the same oracle."""
+
+        def check(backend: Any) -> bool:
+            # Integer or near-zero inputs put pre-activations on kinks; a relative nudge of ~1e-3 of the
+            # weights moves them off (the same case, up to a perturbation far above rounding).
+            rng = np.random.default_rng(1)
+            scale = 1e-3 * float(np.sqrt(np.mean(self.weights.astype(np.float64) ** 2)) or 1.0)
+            moved = (self.weights + scale * rng.standard_normal(self.weights.shape)).astype(self.dtype)
+            point = Point({"weights": moved}, {"x": self.x.copy()}, self.point.case, self.dtype)
+            judge = StackGradJudge(point, Options(oracle_mode="full"))
+            ref, out = judge.reference(self.oracle_backend, call), judge.evaluate(backend, call)
+            if ref.error or out.error:
+                return False
+            found = judge.compare(backend, out.value, "nudged", ref.value, call)
+            return all(c.passed for c in found)
+
+        return check
+
+    def _progress(self, description: str):
+        progress = self.options.progress
+        if progress is None:
+            return None
+        return lambda done, total: progress(description, done, total)
+
+
+def _with_rounding(comparison: Comparison, rounding: np.ndarray) -> Comparison:
+    """Keep the candidate's own rounding bound (what a repeated call may differ by) with the record."""
+    arrays = {**comparison.arrays, "rounding": {"weights": np.asarray(rounding)}}
+    return dataclasses.replace(comparison, arrays=arrays)
