@@ -27,6 +27,7 @@ import re
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -461,7 +462,7 @@ def _torch_residual(tensor: Any) -> Residual:
 
 def _torch_origin() -> str:
     """Who asked autograd to save: a checkpoint's inputs, or an operation in the user's code."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     torch_dir = os.sep + "torch" + os.sep
     while frame is not None:
         filename = frame.f_code.co_filename
