@@ -34,7 +34,7 @@ def crosscheck(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """Run ruff (lint and format check), import-linter (the layers in pyproject.toml) and mypy.
+    """Run ruff (lint and format check), mypy and import-linter (the layers in pyproject.toml).
 
     Installs no framework: mypy reads the types of numpy, rich and tomli (Python 3.10's TOML reader)
     and skips JAX's and PyTorch's.
@@ -45,8 +45,8 @@ def lint(session: nox.Session) -> None:
     session.install("-e", ".", "--no-deps")
     session.run("ruff", "check", ".", *session.posargs)
     session.run("ruff", "format", "--check", "--diff", ".")
-    session.run("lint-imports")
     session.run("mypy")
+    session.run("lint-imports")
 
 
 @nox.session
