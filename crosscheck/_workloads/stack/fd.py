@@ -1,4 +1,4 @@
-"""The NumPy finite-difference oracle: float64, no autodiff, an error bar on every entry.
+"""The stack's finite-difference oracle (backend ``numpy-fd``): float64, an error bar on every entry.
 
 How it works (see README, "The oracle"). With every ReLU mask held fixed, the loss restricted to one
 weight ``W[k][i, j]`` is exactly a quadratic, so a central difference whose step crosses no kink has
@@ -29,12 +29,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from crosscheck._workloads.stack import model as _stack
 
-__all__ = ["FiniteDifferenceOracle", "OracleEstimate", "ScreenEstimate"]
+__all__ = ["OracleEstimate", "ScreenEstimate", "estimate", "screen"]
 
 #: Entries of one perturbed batch (2 * S * N * d float64 values), sized to stay cache-friendly.
 _CHUNK_VALUES = 1 << 18
@@ -81,124 +82,89 @@ class ScreenEstimate:
     evaluations: int
 
 
-class FiniteDifferenceOracle:
-    """Finite-difference gradient of the ReLU stack in float64, with an error bound per entry."""
+def estimate(
+    weights: np.ndarray,
+    x: np.ndarray,
+    *,
+    layers: Sequence[int] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> OracleEstimate:
+    """Estimate the gradient of the stack with an error bound per entry.
 
-    name = "numpy-fd"
-    #: The oracle always answers in float64, whatever the case's dtype.
-    output_dtype = "float64"
+    Args:
+        weights: ``(L, d, d)`` float array (not modified).
+        x: ``(N, d)`` float array (not modified).
+        layers: estimate only these layers (the others are NaN); default all.
+        progress: called as ``progress(done, total)`` in units of perturbed entries.
+    """
+    fwd = _stack.forward(weights, x)
+    shape = fwd.weights.shape
+    layers = range(shape[0]) if layers is None else sorted(set(layers))
+    out = {
+        "value": np.full(shape, np.nan),
+        "error": np.full(shape, np.nan),
+        "step": np.full(shape, np.nan),
+        "kink": np.zeros(shape, bool),
+        "kink_at": np.full(shape + (3,), -1, np.int64),
+    }
+    total, done, evaluations = len(layers) * shape[1] * shape[2], 0, 0
+    for k in layers:
+        evaluations += _layer(fwd, k, out)
+        done += shape[1] * shape[2]
+        if progress is not None:
+            progress(done, total)
+    # The loss evaluations share the rounded prefix of the stack, so the estimate is the derivative
+    # at a point moved by float64 rounding; that error is sized by the stack's rounding model.
+    deltas, _ = _stack.backward(fwd)
+    out["error"] += _stack.rounding_model(fwd, deltas, "float64").grad_bound
+    return OracleEstimate(**out, evaluations=evaluations)
 
-    def grad(self, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
-        """Return the float64 gradient estimate, shape ``(L, d, d)``."""
-        return self.estimate(weights, x).value
 
-    def estimate(
-        self,
-        weights: np.ndarray,
-        x: np.ndarray,
-        *,
-        layers: Sequence[int] | None = None,
-        progress: Callable[[int, int], None] | None = None,
-    ) -> OracleEstimate:
-        """Estimate the gradient with an error bound per entry.
+def screen(
+    weights: np.ndarray,
+    x: np.ndarray,
+    directions: np.ndarray,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+) -> ScreenEstimate:
+    """Directional derivatives ``sum(grad[k] * directions[k, s])``, each with an error bound.
 
-        Args:
-            weights: ``(L, d, d)`` float array (not modified).
-            x: ``(N, d)`` float array (not modified).
-            layers: estimate only these layers (the others are NaN); default all.
-            progress: called as ``progress(done, total)`` in units of perturbed entries.
-        """
-        fwd = _stack.forward(weights, x)
-        shape = fwd.weights.shape
-        layers = range(shape[0]) if layers is None else sorted(set(layers))
-        out = {
-            "value": np.full(shape, np.nan),
-            "error": np.full(shape, np.nan),
-            "step": np.full(shape, np.nan),
-            "kink": np.zeros(shape, bool),
-            "kink_at": np.full(shape + (3,), -1, np.int64),
-        }
-        total, done, evaluations = len(layers) * shape[1] * shape[2], 0, 0
-        for k in layers:
-            evaluations += _layer(fwd, k, out)
-            done += shape[1] * shape[2]
-            if progress is not None:
-                progress(done, total)
-        # The loss evaluations share the rounded prefix of the stack, so the estimate is the derivative
-        # at a point moved by float64 rounding; that error is sized by the stack's rounding model.
-        deltas, _ = _stack.backward(fwd)
-        out["error"] += _stack.rounding_model(fwd, deltas, "float64").grad_bound
-        return OracleEstimate(**out, evaluations=evaluations)
+    Perturbing one layer along a direction moves its pre-activations linearly and, with the masks
+    held, the loss along the direction is again exactly a quadratic: the same kink-aware central
+    difference applies, at the cost of two loss evaluations per direction instead of per entry.
 
-    def screen(
-        self,
-        weights: np.ndarray,
-        x: np.ndarray,
-        directions: np.ndarray,
-        *,
-        progress: Callable[[int, int], None] | None = None,
-    ) -> ScreenEstimate:
-        """Directional derivatives ``sum(grad[k] * directions[k, s])``, each with an error bound.
+    Args:
+        weights: ``(L, d, d)``; x: ``(N, d)`` (not modified).
+        directions: ``(L, S, d, d)``: ``S`` directions per layer.
+        progress: called as ``progress(done, total)`` in units of directions.
+    """
+    fwd = _stack.forward(weights, x)
+    n_layers, count = directions.shape[:2]
+    value, error, kink = (
+        np.zeros((n_layers, count)),
+        np.zeros((n_layers, count)),
+        np.zeros((n_layers, count), bool),
+    )
+    evaluations = 0
+    for k in range(n_layers):
+        moved = fwd.ys[k] @ directions[k]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(moved != 0, np.abs(fwd.zs[k]) / np.abs(moved), np.inf)
+        distance = ratio.reshape(count, -1).min(axis=1)
 
-        Perturbing one layer along a direction moves its pre-activations linearly and, with the masks
-        held, the loss along the direction is again exactly a quadratic: the same kink-aware central
-        difference applies, at the cost of two loss evaluations per direction instead of per entry.
+        def central(index, h, frozen, k=k):
+            return _central(fwd, k, h, frozen, directions=directions[k][index])
 
-        Args:
-            weights: ``(L, d, d)``; x: ``(N, d)`` (not modified).
-            directions: ``(L, S, d, d)``: ``S`` directions per layer.
-            progress: called as ``progress(done, total)`` in units of directions.
-        """
-        fwd = _stack.forward(weights, x)
-        n_layers, count = directions.shape[:2]
-        value, error, kink = (
-            np.zeros((n_layers, count)),
-            np.zeros((n_layers, count)),
-            np.zeros((n_layers, count), bool),
-        )
-        evaluations = 0
-        for k in range(n_layers):
-            moved = fwd.ys[k] @ directions[k]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                ratio = np.where(moved != 0, np.abs(fwd.zs[k]) / np.abs(moved), np.inf)
-            distance = ratio.reshape(count, -1).min(axis=1)
-
-            def central(index, h, frozen, k=k):
-                return _central(fwd, k, h, frozen, directions=directions[k][index])
-
-            result = _differentiate(fwd, k, distance, central)
-            value[k], error[k], kink[k] = result["value"], result["error"], result["kink"]
-            evaluations += result["evaluations"]
-            if progress is not None:
-                progress((k + 1) * count, n_layers * count)
-        deltas, _ = _stack.backward(fwd)
-        model = _stack.rounding_model(fwd, deltas, "float64", directions=directions)
-        error += _stack.SAFETY * model.direction_sigma
-        return ScreenEstimate(directions, value, error, kink, evaluations)
-
-    def hvp(self, weights: np.ndarray, x: np.ndarray, v: np.ndarray) -> np.ndarray:
-        """The float64 Hessian-vector product ``H v`` from loss evaluations only (NaN if unjudgeable)."""
-        return self.hvp_estimate(weights, x, v).value
-
-    def hvp_estimate(self, weights: np.ndarray, x: np.ndarray, v: np.ndarray):
-        """``H v`` with an error bound per entry and its kink flags (see
-        ``crosscheck._workloads.stack.hvp``): the derivative along ``v`` of this oracle's gradient,
-        exact for the polynomial the stack is between kinks."""
-        from crosscheck._workloads.stack.hvp import oracle_hvp
-
-        return oracle_hvp(self, weights, x, v)
-
-    def activations(self, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
-        """The float64 forward activations ``y[1] .. y[L]``, shape ``(L, N, d)``."""
-        return np.stack(_stack.forward(weights, x).ys[1:])
-
-    def info(self) -> dict[str, str]:
-        return {
-            "framework": "numpy",
-            "version": np.__version__,
-            "device": "cpu",
-            "method": "kink-aware central difference, float64",
-        }
+        result = _differentiate(fwd, k, distance, central)
+        value[k], error[k], kink[k] = result["value"], result["error"], result["kink"]
+        evaluations += result["evaluations"]
+        if progress is not None:
+            progress((k + 1) * count, n_layers * count)
+    deltas, _ = _stack.backward(fwd)
+    model = _stack.rounding_model(fwd, deltas, "float64", directions=directions)
+    assert model.direction_sigma is not None  # the model was given the directions
+    error += _stack.SAFETY * model.direction_sigma
+    return ScreenEstimate(directions, value, error, kink, evaluations)
 
 
 def _layer(fwd: _stack.Forward, k: int, out: dict[str, np.ndarray]) -> int:
@@ -234,7 +200,7 @@ def _differentiate(fwd: _stack.Forward, k: int, distance: np.ndarray, central) -
     step = np.minimum(h_cap, distance / 32)
     with np.errstate(divide="ignore"):
         step = np.where(step > 0, 2.0 ** np.floor(np.log2(step)), 0.0)
-    out = {
+    out: dict[str, Any] = {
         "value": np.zeros(count),
         "error": np.zeros(count),
         "step": np.zeros(count),
@@ -291,7 +257,8 @@ def _distance_to_first_kink(y: np.ndarray, z: np.ndarray) -> np.ndarray:
 def _float64_output_sigma(fwd: _stack.Forward, k: int) -> float:
     """Norm of the float64 rounding error of ``y[L]`` made by layers ``k`` onwards (a variance bound:
     each layer's fresh rounding, propagated through ``W**2``, which can only overestimate it)."""
-    u, var = _stack.UNIT_ROUNDOFF["float64"], 0.0
+    u = _stack.UNIT_ROUNDOFF["float64"]
+    var: Any = 0.0  # then an (N, d) array
     for m in range(k, len(fwd.zs)):
         var = var @ (fwd.weights[m] ** 2) if m > k else 0.0
         var = (var + _stack.fresh_sigma(fwd.ys[m], fwd.weights[m], u, False) ** 2) * fwd.masks[m]

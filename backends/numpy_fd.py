@@ -1,0 +1,88 @@
+"""The NumPy finite-difference oracle: float64, no autodiff, an error bar on every entry.
+
+The algorithm (a kink-aware central difference, per entry or along directions) is in
+``crosscheck._workloads.stack.fd``; see README, "The oracle".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from crosscheck._workloads.stack import fd as _fd
+from crosscheck._workloads.stack import model as _stack
+from crosscheck._workloads.stack.fd import OracleEstimate, ScreenEstimate
+
+__all__ = ["FiniteDifferenceOracle", "OracleEstimate", "ScreenEstimate"]
+
+
+class FiniteDifferenceOracle:
+    """Finite-difference gradient of the ReLU stack in float64, with an error bound per entry."""
+
+    name = "numpy-fd"
+    #: The oracle always answers in float64, whatever the case's dtype.
+    output_dtype = "float64"
+
+    def grad(self, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Return the float64 gradient estimate, shape ``(L, d, d)``."""
+        return self.estimate(weights, x).value
+
+    def estimate(
+        self,
+        weights: np.ndarray,
+        x: np.ndarray,
+        *,
+        layers: Sequence[int] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> OracleEstimate:
+        """Estimate the gradient with an error bound per entry.
+
+        Args:
+            weights: ``(L, d, d)`` float array (not modified).
+            x: ``(N, d)`` float array (not modified).
+            layers: estimate only these layers (the others are NaN); default all.
+            progress: called as ``progress(done, total)`` in units of perturbed entries.
+        """
+        return _fd.estimate(weights, x, layers=layers, progress=progress)
+
+    def screen(
+        self,
+        weights: np.ndarray,
+        x: np.ndarray,
+        directions: np.ndarray,
+        *,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> ScreenEstimate:
+        """Directional derivatives ``sum(grad[k] * directions[k, s])``, each with an error bound.
+
+        Args:
+            weights: ``(L, d, d)``; x: ``(N, d)`` (not modified).
+            directions: ``(L, S, d, d)``: ``S`` directions per layer.
+            progress: called as ``progress(done, total)`` in units of directions.
+        """
+        return _fd.screen(weights, x, directions, progress=progress)
+
+    def hvp(self, weights: np.ndarray, x: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """The float64 Hessian-vector product ``H v`` from loss evaluations only (NaN if unjudgeable)."""
+        return self.hvp_estimate(weights, x, v).value
+
+    def hvp_estimate(self, weights: np.ndarray, x: np.ndarray, v: np.ndarray):
+        """``H v`` with an error bound per entry and its kink flags (see
+        ``crosscheck._workloads.stack.hvp``): the derivative along ``v`` of this oracle's gradient,
+        exact for the polynomial the stack is between kinks."""
+        from crosscheck._workloads.stack.hvp import oracle_hvp
+
+        return oracle_hvp(self, weights, x, v)
+
+    def activations(self, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """The float64 forward activations ``y[1] .. y[L]``, shape ``(L, N, d)``."""
+        return np.stack(_stack.forward(weights, x).ys[1:])
+
+    def info(self) -> dict[str, str]:
+        return {
+            "framework": "numpy",
+            "version": np.__version__,
+            "device": "cpu",
+            "method": "kink-aware central difference, float64",
+        }
