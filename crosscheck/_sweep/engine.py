@@ -189,7 +189,8 @@ def run_dask(tasks: Iterable[Task], done: Done, *, scheduler: str) -> None:
         client = Client(scheduler, set_as_default=False)
     except (OSError, ValueError) as exc:  # unreachable (a timeout is an OSError) or a malformed address
         raise ValueError(f"`--scheduler` {scheduler}: cannot connect: {exc}") from exc
-    pending, suspects = collections.deque(tasks), collections.deque()
+    pending = collections.deque(tasks)
+    suspects: collections.deque[Task] = collections.deque()
     with client:
         slots = max(1, sum(client.nthreads().values()))
         running: dict[Any, Task] = {}
@@ -322,6 +323,7 @@ def sweep(
         if progress is not None:
             progress(len(records), len(tasks))
 
+    engine: dict[str, Any]
     if scheduler is not None:
         engine = {"kind": "dask", "scheduler": scheduler}
         run_dask(tasks, done, scheduler=scheduler)

@@ -57,7 +57,7 @@ def analytic(
     *,
     checkpoint: bool = False,
     hessian_limit: int = MAX_HESSIAN_PARAMETERS,
-) -> dict[str, float]:
+) -> dict[str, float | None]:
     """Flops of the matrix products of each program (see the module docstring)."""
     m = 2.0 * batch * dim * dim
     p = layers * dim * dim
@@ -82,7 +82,7 @@ def _inputs(layers: int, batch: int, dim: int):
 
 def jax_counts(
     layers: int, batch: int, dim: int, *, unroll: bool = True, hessian_limit: int = MAX_HESSIAN_PARAMETERS
-) -> dict[str, float]:
+) -> dict[str, float | None]:
     """XLA's ``cost_analysis()['flops']`` of the compiled programs (the stack with ``jax.checkpoint``).
 
     ``unroll=True`` unrolls the scan: XLA's cost analysis counts a while loop's body once (it does not
@@ -124,14 +124,14 @@ def _xla_flops(fn, *args) -> float:
 
 def torch_counts(
     layers: int, batch: int, dim: int, *, hessian_limit: int = MAX_HESSIAN_PARAMETERS
-) -> dict[str, float]:
+) -> dict[str, float | None]:
     """``FlopCounterMode`` totals of the torch adapter's own programs (checkpointed layers)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     from crosscheck._registry import load_backend
 
-    backend = load_backend("torch")
+    backend: Any = load_backend("torch")  # the adapter itself: `_loss` and `hvp` are not in the protocol
     weights, x, v = _inputs(layers, batch, dim)
 
     def count(fn) -> float:
@@ -169,21 +169,20 @@ def cost_table(
 
     The full Hessian is counted only when ``P = L d**2 <= hessian_limit`` (``None`` otherwise).
     """
-    limit = {"hessian_limit": hessian_limit}
     counts: dict[str, Any] = {
-        "analytic": analytic(layers, batch, dim, **limit),
-        "analytic, checkpointed": analytic(layers, batch, dim, checkpoint=True, **limit),
+        "analytic": analytic(layers, batch, dim, hessian_limit=hessian_limit),
+        "analytic, checkpointed": analytic(layers, batch, dim, checkpoint=True, hessian_limit=hessian_limit),
     }
     errors = {}
     for name, fn in (("jax", jax_counts), ("torch", torch_counts)):
         if name not in frameworks:
             continue
         try:
-            counts[name] = fn(layers, batch, dim, **limit)
+            counts[name] = fn(layers, batch, dim, hessian_limit=hessian_limit)
         except ImportError as exc:
             errors[name] = f"{exc.name or exc} is not installed"
     if "jax" in counts:
-        counts["jax, rolled scan"] = jax_counts(layers, batch, dim, unroll=False, **limit)
+        counts["jax, rolled scan"] = jax_counts(layers, batch, dim, unroll=False, hessian_limit=hessian_limit)
     ratios = {
         name: {source: _ratio(c.get(top), c.get(bottom)) for source, c in counts.items()}
         for name, (top, bottom, _) in RATIOS.items()

@@ -99,6 +99,7 @@ def residual_table(
                         "PyTorch backend (see `crosscheck inspect`)."
                     )
                 by_depth[layers] = last.activation_bytes
+            assert last is not None  # `depths` is not empty
             slope = (
                 float(np.polyfit(list(by_depth), list(by_depth.values()), 1)[0]) if len(by_depth) > 1 else 0.0
             )

@@ -97,7 +97,8 @@ def kink_radius(weights: np.ndarray, x: np.ndarray, v: np.ndarray) -> tuple[floa
         radius = _unit_radius(np.abs(np.stack(z)))
         flat = int(np.argmin(radius))
         if radius.flat[flat] < best:
-            best, where = float(radius.flat[flat]), (m, *map(int, np.unravel_index(flat, radius.shape)))
+            row, unit = map(int, np.unravel_index(flat, radius.shape))
+            best, where = float(radius.flat[flat]), (m, row, unit)
         coeffs = [c * mask for c in z]
     return best, where
 

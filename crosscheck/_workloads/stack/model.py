@@ -58,7 +58,8 @@ def forward(weights: np.ndarray, x: np.ndarray) -> Forward:
 def backward(fwd: Forward) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Return ``(deltas, grads)``: ``deltas[m] = dloss/dz[m]`` and ``grads[m] = dloss/dW[m]``."""
     g = 2.0 * fwd.ys[-1]
-    deltas, grads = [None] * len(fwd.zs), [None] * len(fwd.zs)
+    deltas: list[np.ndarray] = [np.empty(0)] * len(fwd.zs)  # every entry is set below
+    grads: list[np.ndarray] = [np.empty(0)] * len(fwd.zs)
     for m in reversed(range(len(fwd.zs))):
         delta = g * fwd.masks[m]
         deltas[m], grads[m] = delta, fwd.ys[m].T @ delta
@@ -160,7 +161,7 @@ def rounding_model(
         grad = grad + rng.standard_normal(grad.shape) * sigma
         error = grad - fwd.ys[m].T @ deltas[m]
         grad_sigma[m] = _rms(error)
-        if directions is not None:
+        if directions is not None and direction_sigma is not None:
             flat = directions[m].reshape(directions.shape[1], -1)
             direction_sigma[m] = _rms(error.reshape(samples, -1) @ flat.T)
         if m:
