@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
-from crosscheck._cli.main import EXIT_OK, UsageError, _check_output, _console
+from crosscheck._cli.common import (
+    EXIT_OK,
+    UsageError,
+    add_case_options,
+    check_at_least,
+    check_output,
+    make_console,
+    write_json,
+)
 
 COLUMNS = {
     "analytic": "analytic (matmuls)",
@@ -26,9 +32,7 @@ def add_parser(sub) -> None:
         "at most --hessian-limit) full Hessian: analytic matmul count, XLA's cost analysis, torch's "
         "FlopCounterMode; with the ratios and why they are what they are.",
     )
-    cost.add_argument("--layers", type=int, default=8, help="number of layers L (default 8)")
-    cost.add_argument("--dim", type=int, default=8, help="width d (default 8)")
-    cost.add_argument("--batch", type=int, default=8, help="rows N of x (default 8)")
+    add_case_options(cost, defaults={"layers": 8, "batch": 8, "dim": 8})
     cost.add_argument(
         "--hessian-limit",
         type=int,
@@ -43,19 +47,13 @@ def run(args: argparse.Namespace) -> int:
     from crosscheck._tools.cost import cost_table
 
     for option in ("layers", "dim", "batch"):
-        value = getattr(args, option)
-        if value < 1:
-            raise UsageError(f"`--{option}` must be a positive integer, found {value}.")
+        check_at_least(f"--{option}", getattr(args, option), expected="a positive integer")
     if args.hessian_limit < 0:
         raise UsageError(f"`--hessian-limit` must be >= 0, found {args.hessian_limit}.")
-    _check_output(args.json)
+    check_output(args.json)
     data = cost_table(args.layers, args.batch, args.dim, hessian_limit=args.hessian_limit)
-    if args.json:
-        try:
-            Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
-        except OSError as exc:
-            raise UsageError(f"cannot write `--json` {args.json}: {exc.strerror or exc}") from exc
-    render(data, _console())
+    write_json(args.json, data)
+    render(data, make_console())
     return EXIT_OK
 
 

@@ -9,6 +9,8 @@ import argparse
 import json
 from typing import Any
 
+from crosscheck._cli.common import EXIT_OK, make_console
+
 
 def add_parser(sub: Any) -> None:
     """Register ``crosscheck list`` on the CLI's subparsers."""
@@ -23,13 +25,11 @@ def add_parser(sub: Any) -> None:
 
 def command(args: argparse.Namespace) -> int:
     """Print the inventory; exit 0 (an unavailable backend is information, not a failure)."""
-    from crosscheck._cli.main import EXIT_OK, _console
-
     found = inventory()
     if args.json:
         print(json.dumps(found, indent=2))
         return EXIT_OK
-    _render(found, _console())
+    _render(found, make_console())
     return EXIT_OK
 
 

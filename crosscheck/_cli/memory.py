@@ -8,6 +8,19 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from crosscheck._cli.common import (
+    EXIT_FAIL,
+    EXIT_OK,
+    UsageError,
+    add_backend_option,
+    add_case_options,
+    check_at_least,
+    check_output,
+    format_bytes,
+    make_console,
+    write_json,
+)
+
 #: What `inspect` looks at when no backend is named: every built-in with a structure to inspect.
 INSPECTED = ("jax", "jax-plain", "jax-remat-scan", "jax-segments", "torch", "torch-plain", "torch-segments")
 
@@ -23,16 +36,8 @@ def add_parsers(sub: Any) -> None:
         "residuals it keeps from forward to backward, and compare it with the plain variant. Exit 1 "
         "when a claim is contradicted (e.g. a backend claims checkpointing and is not checkpointed).",
     )
-    inspect.add_argument(
-        "--backend",
-        action="append",
-        metavar="NAME_OR_IMPORT_STRING",
-        help=f"backend to inspect (repeatable; default: {', '.join(INSPECTED)})",
-    )
-    inspect.add_argument("--layers", type=int, default=8, help="number of layers L (default 8)")
-    inspect.add_argument("--batch", type=int, default=4, help="rows N of x (default 4)")
-    inspect.add_argument("--dim", type=int, default=8, help="width d (default 8)")
-    inspect.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    add_backend_option(inspect, f"backend to inspect (repeatable; default: {', '.join(INSPECTED)})")
+    add_case_options(inspect, defaults={"layers": 8, "batch": 4, "dim": 8, "seed": 0})
     inspect.add_argument("--json", metavar="PATH", help="write every backend's findings here (a list)")
     memory = sub.add_parser(
         "memory",
@@ -46,7 +51,7 @@ def add_parsers(sub: Any) -> None:
     )
     memory.add_argument("--depths", type=int, nargs="+", default=list(DEPTHS), metavar="L")
     memory.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS), metavar="D")
-    memory.add_argument("--batch", type=int, default=BATCH, help=f"rows N of x (default {BATCH})")
+    add_case_options(memory, defaults={"batch": BATCH})
     memory.add_argument("--no-peak", action="store_true", help="skip the child-process peak measurement")
     memory.add_argument(
         "--peak-size",
@@ -59,41 +64,18 @@ def add_parsers(sub: Any) -> None:
     memory.add_argument("--json", metavar="PATH", help="write the tables here")
 
 
-def _positive(name: str, values) -> None:
-    from crosscheck._cli.main import UsageError
-
-    for value in values if isinstance(values, (list, tuple)) else [values]:
-        if value < 1:
-            raise UsageError(f"`{name}` must be at least 1, found {value}.")
-
-
-def _write_json(path: str | None, data: Any) -> None:
-    import json
-    from pathlib import Path
-
-    from crosscheck._cli.main import UsageError
-
-    if path is None:
-        return
-    try:
-        Path(path).write_text(json.dumps(data, indent=2) + "\n")
-    except OSError as exc:
-        raise UsageError(f"cannot write `--json` {path}: {exc.strerror or exc}") from exc
-
-
 def run_inspect(args: argparse.Namespace) -> int:
     """``crosscheck inspect``: exit 1 when a backend's claims are contradicted."""
-    from crosscheck._cli.main import EXIT_FAIL, EXIT_OK, UsageError, _check_output, _console
     from crosscheck._registry import BackendUnavailable, load_backend
     from crosscheck._tools.inspect import inspect_backend
     from crosscheck._workloads.stack.case import Case, make_inputs
 
-    _positive("--layers", args.layers)
-    _positive("--batch", args.batch)
-    _positive("--dim", args.dim)
-    _check_output(args.json)
+    check_at_least("--layers", args.layers)
+    check_at_least("--batch", args.batch)
+    check_at_least("--dim", args.dim)
+    check_output(args.json)
     weights, x = make_inputs(Case(layers=args.layers, batch=args.batch, dim=args.dim, seed=args.seed))
-    console, results, failed = _console(), [], False
+    console, results, failed = make_console(), [], False
     console.print(f"crosscheck inspect: layers={args.layers}, batch={args.batch}, dim={args.dim}, float32")
     plain_cache: dict[str, Any] = {}
     for spec in args.backend or INSPECTED:
@@ -111,7 +93,7 @@ def run_inspect(args: argparse.Namespace) -> int:
         results.append(record)
         _render_structure(console, structure, record["vs_plain"])
         failed |= not structure.ok
-    _write_json(args.json, results)
+    write_json(args.json, results)
     flagged = [r["backend"] for r in results if not r["ok"]]
     console.print(
         f"FAILED: {', '.join(flagged)} not as claimed" if flagged else "PASSED: every claim holds",
@@ -163,8 +145,8 @@ def _render_structure(console, structure, vs_plain) -> None:
     if not structure.residuals:
         return
     table = Table(
-        title=f"residuals kept for backward: {_bytes(structure.residual_bytes)}, "
-        f"{_bytes(structure.activation_bytes)} besides the weights",
+        title=f"residuals kept for backward: {format_bytes(structure.residual_bytes)}, "
+        f"{format_bytes(structure.activation_bytes)} besides the weights",
         title_justify="left",
     )
     for column in ("count", "shape", "dtype", "bytes each", "role", "origin"):
@@ -174,28 +156,20 @@ def _render_structure(console, structure, vs_plain) -> None:
     console.print(table)
 
 
-def _bytes(n: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n:.0f} B"
-
-
 def run_memory(args: argparse.Namespace) -> int:
     """``crosscheck memory``: the residual table over depth and width, then the measured peaks."""
-    from crosscheck._cli.main import EXIT_OK, UsageError, _check_output, _console
     from crosscheck._registry import BackendUnavailable
     from crosscheck._tools.memory import VARIANTS, measure_peak, residual_table
 
-    _positive("--depths", args.depths)
-    _positive("--widths", args.widths)
-    _positive("--batch", args.batch)
-    _positive("--peak-size", args.peak_size)
-    _check_output(args.json)
+    check_at_least("--depths", args.depths)
+    check_at_least("--widths", args.widths)
+    check_at_least("--batch", args.batch)
+    check_at_least("--peak-size", args.peak_size)
+    check_output(args.json)
     # A depth or width given twice would be a duplicate column (and a degenerate fit over depth).
     args.depths, args.widths = sorted(set(args.depths)), sorted(set(args.widths))
     variants = list(dict.fromkeys(args.variant or VARIANTS))
-    console = _console()
+    console = make_console()
     try:
         rows = residual_table(variants=variants, depths=args.depths, widths=args.widths, batch=args.batch)
     except BackendUnavailable as exc:
@@ -208,7 +182,7 @@ def run_memory(args: argparse.Namespace) -> int:
         layers, batch, dim = args.peak_size
         peaks = [measure_peak(v, layers=layers, batch=batch, dim=dim) for v in variants]
         _render_peaks(console, peaks, layers, batch, dim)
-    _write_json(args.json, {"residuals": [r.to_dict() for r in rows], "peaks": peaks})
+    write_json(args.json, {"residuals": [r.to_dict() for r in rows], "peaks": peaks})
     return EXIT_OK
 
 
@@ -233,8 +207,8 @@ def _render_rows(console, rows, args) -> None:
             r.variant,
             r.checkpoint or "none",
             str(r.width),
-            *(_bytes(r.bytes_by_depth[d]) for d in args.depths),
-            _bytes(r.slope) if fitted else "-",
+            *(format_bytes(r.bytes_by_depth[d]) for d in args.depths),
+            format_bytes(r.slope) if fitted else "-",
             f"{r.per_layer_activations:.2f}" if fitted else "-",
             "-" if r.ratio is None else f"{r.ratio:.3f}",
             str(r.recomputed),
@@ -277,8 +251,8 @@ def _render_peaks(console, peaks, layers, batch, dim) -> None:
         base = plain.get(p["variant"].split("-")[0])
         table.add_row(
             p["variant"],
-            _bytes(p["xla_temp_bytes"]) if "xla_temp_bytes" in p else "-",
-            _bytes(growth),
+            format_bytes(p["xla_temp_bytes"]) if "xla_temp_bytes" in p else "-",
+            format_bytes(growth),
             f"{growth / p['activation_bytes']:.1f}",
             f"{growth / base:.3f}" if base else "-",
             f"{p['seconds']:.2f}",

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from crosscheck._cli.main import (
-    EXIT_FAIL,
-    EXIT_OK,
+from crosscheck._cli.common import (
     UsageError,
-    _check_output,
-    _check_tolerances,
-    _console,
-    _write_reports,
+    check_output,
+    check_tolerances,
+    make_console,
+    render_report,
+    write_reports,
 )
 
 #: Options that only the stack has: (attribute, how the user wrote it, its default).
@@ -49,9 +48,9 @@ def run_workload_command(args: argparse.Namespace) -> int | None:
                 f"`{option}` applies to the stack workload only; workload `{workload.name}` defines its "
                 f"own arrays (it takes --dtype and --seed)."
             )
-    _check_tolerances(args)
-    _check_output(args.json)
-    _check_output(args.junit, "--junit")
+    check_tolerances(args)
+    check_output(args.json)
+    check_output(args.junit, "--junit")
     options = {k: getattr(args, k) for k in ("seed", "dtype") if getattr(args, k) is not None}
     try:
         report = run(
@@ -65,11 +64,5 @@ def run_workload_command(args: argparse.Namespace) -> int | None:
         )
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from exc
-    _write_reports(args, report)
-    console = _console()
-    if args.quiet:
-        verdict = "PASSED" if report.passed else "FAILED: " + "; ".join(report.problems)
-        console.print(verdict, markup=False, highlight=False)
-    else:
-        report.render(console)
-    return EXIT_OK if report.passed else EXIT_FAIL
+    write_reports(args, report)
+    return render_report(report, make_console(), quiet=args.quiet)
