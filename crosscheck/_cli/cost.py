@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from crosscheck._cli.common import (
     EXIT_OK,
@@ -23,9 +24,9 @@ COLUMNS = {
 }
 
 
-def add_parser(sub) -> None:
-    """Register ``cost`` on the ``crosscheck`` sub-command parsers."""
-    cost = sub.add_parser(
+def register(subparsers: Any) -> None:
+    """Add ``cost`` to the ``crosscheck`` subparsers."""
+    cost = subparsers.add_parser(
         "cost",
         help="flops of forward, gradient, HVP and (small d) full Hessian, analytic vs JAX vs PyTorch",
         description="Flops of the stack's forward, gradient, Hessian-vector product and (P = L d**2 "
@@ -40,6 +41,7 @@ def add_parser(sub) -> None:
         help="count the full Hessian only when P = L d**2 is at most this (default 1024)",
     )
     cost.add_argument("--json", metavar="PATH", help="write the counts and ratios here")
+    cost.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,18 +12,19 @@ from typing import Any
 from crosscheck._cli.common import EXIT_OK, make_console
 
 
-def add_parser(sub: Any) -> None:
-    """Register ``crosscheck list`` on the CLI's subparsers."""
-    parser = sub.add_parser(
+def register(subparsers: Any) -> None:
+    """Add ``list`` to the ``crosscheck`` subparsers."""
+    parser = subparsers.add_parser(
         "list",
         help="list the workloads and backends, whether each is available, and its version",
         description="List the workloads and backends (built-in and entry-point plugins), whether each "
         "loads, and its version.",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.set_defaults(handler=run)
 
 
-def command(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Print the inventory; exit 0 (an unavailable backend is information, not a failure)."""
     found = inventory()
     if args.json:

@@ -4,6 +4,7 @@ finite difference of the rounded loss beside it, explained."""
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from crosscheck._cli.common import (
     EXIT_FAIL,
@@ -18,9 +19,9 @@ from crosscheck._cli.common import (
 from crosscheck._workloads.ste import WHY_SURROGATE
 
 
-def add_parser(sub) -> None:
-    """Register ``ste`` on the ``crosscheck`` sub-command parsers."""
-    ste = sub.add_parser(
+def register(subparsers: Any) -> None:
+    """Add ``ste`` to the ``crosscheck`` subparsers."""
+    ste = subparsers.add_parser(
         "ste",
         help="cross-check the straight-through-estimator stack (ste-stack) against its surrogate oracle",
         description="Cross-check the gradients of the ReLU stack whose activations are rounded to 1/8 "
@@ -32,6 +33,7 @@ def add_parser(sub) -> None:
         "--backend", action="append", choices=("jax", "torch"), help="repeatable (default: both)"
     )
     ste.add_argument("--json", metavar="PATH", help="write the report here")
+    ste.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -24,9 +24,9 @@ from crosscheck._cli.common import (
 )
 
 
-def add_parser(sub: Any) -> None:
-    """Register ``crosscheck sweep`` on the CLI's subparsers."""
-    parser = sub.add_parser(
+def register(subparsers: Any) -> None:
+    """Add ``sweep`` to the ``crosscheck`` subparsers."""
+    parser = subparsers.add_parser(
         "sweep",
         help="run the case matrix of [tool.crosscheck] (or the built-in CI matrix) in parallel",
         description="Run every case of the matrix in [tool.crosscheck] of pyproject.toml (found in the "
@@ -61,6 +61,7 @@ def add_parser(sub: Any) -> None:
     out = parser.add_argument_group("output")
     out.add_argument("--json", metavar="PATH", help="write the sweep's JSON report here")
     out.add_argument("--junit", metavar="PATH", help="write a JUnit XML report here (a suite a case)")
+    parser.set_defaults(handler=run)
 
 
 #: Command-line option -> configuration key.
@@ -81,7 +82,7 @@ _OVERRIDES = {
 }
 
 
-def command(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Resolve the configuration, run the sweep, render it, write the reports."""
     from crosscheck._sweep.config import ConfigError, cases, options
     from crosscheck._sweep.engine import check_scheduler, check_specs, sweep
