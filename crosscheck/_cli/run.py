@@ -95,6 +95,14 @@ def _add_checking(check: Any) -> None:
         "--strict", action="store_true", help="fail when entries are unjudgeable because of ReLU kinks"
     )
     check.add_argument(
+        "--repeat",
+        type=int,
+        default=2,
+        metavar="N",
+        help="call each candidate N times: a second result that differs beyond its rounding fails it "
+        "(stateful or nondeterministic); 1 turns the check off (default 2)",
+    )
+    check.add_argument(
         "--oracle-mode",
         choices=("auto", "full", "screen"),
         default="auto",
@@ -159,6 +167,7 @@ def _run_stack(args: argparse.Namespace) -> int:
                 rtol=args.rtol,
                 atol=args.atol,
                 strict=args.strict,
+                repeat=args.repeat,
                 oracle_mode=args.oracle_mode,
                 directions=args.directions,
                 explain=args.explain,
@@ -256,6 +265,7 @@ def _run_workload(args: argparse.Namespace, workload: Any) -> int:
             rtol=args.rtol,
             atol=args.atol,
             strict=args.strict,
+            repeat=args.repeat,
             **options,
         )
     except (ValueError, TypeError) as exc:
