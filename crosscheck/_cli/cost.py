@@ -11,6 +11,7 @@ from crosscheck._cli.common import (
     add_case_options,
     check_at_least,
     check_output,
+    escape,
     make_console,
     write_json,
 )
@@ -71,14 +72,14 @@ def render(data: dict, console) -> None:
     t = Table(title=title, title_justify="left")
     t.add_column("program")
     for source in counts:
-        t.add_column(COLUMNS.get(source, source), justify="right")
+        t.add_column(escape(COLUMNS.get(source, source)), justify="right")
     for quantity in ("forward", "gradient", "hvp", "hessian"):
         t.add_row(quantity, *[_number(c.get(quantity)) for c in counts.values()])
     console.print(t)
     r = Table(title="ratios", title_justify="left")
     r.add_column("ratio")
     for source in counts:
-        r.add_column(COLUMNS.get(source, source), justify="right")
+        r.add_column(escape(COLUMNS.get(source, source)), justify="right")
     for name, by_source in data["ratios"].items():
         r.add_row(name, *[("-" if by_source[s] is None else f"{by_source[s]:.3g}") for s in counts])
     console.print(r)

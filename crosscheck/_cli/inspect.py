@@ -17,6 +17,7 @@ from crosscheck._cli.common import (
     add_case_options,
     check_at_least,
     check_output,
+    escape,
     format_bytes,
     make_console,
     write_json,
@@ -75,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     console.print(
         f"FAILED: {', '.join(flagged)} not as claimed" if flagged else "PASSED: every claim holds",
         highlight=False,
+        markup=False,
     )
     return EXIT_FAIL if failed else EXIT_OK
 
@@ -104,13 +106,13 @@ def _render_structure(console, structure, vs_plain) -> None:
 
     verdict = "ok" if structure.ok else "NOT AS CLAIMED"
     claims = structure.claims if structure.claims is not None else "nothing"
-    console.print(
-        f"\n[bold]{structure.backend}[/bold] ({structure.framework or '?'}): {verdict}; claims {claims}"
-    )
+    # The backend's name, framework, claims and what its program shows are its own text: never markup.
+    name, framework = escape(structure.backend), escape(structure.framework or "?")
+    console.print(f"\n[bold]{name}[/bold] ({framework}): {verdict}; claims {escape(claims)}")
     for line in structure.evidence:
-        console.print(f"  {line}", highlight=False)
+        console.print(f"  {line}", highlight=False, markup=False)
     for problem in structure.problems:
-        console.print(f"  [red]problem:[/red] {problem}", highlight=False)
+        console.print(f"  [red]problem:[/red] {escape(problem)}", highlight=False)
     if vs_plain is not None:
         same = vs_plain["entries_differ"] == 0
         text = (
@@ -118,7 +120,7 @@ def _render_structure(console, structure, vs_plain) -> None:
             if same
             else f"{vs_plain['entries_differ']} entries differ, by at most {vs_plain['max_ulps']:.3g} ulp"
         )
-        console.print(f"  gradient vs {vs_plain['plain']}: {text}", highlight=False)
+        console.print(f"  gradient vs {vs_plain['plain']}: {text}", highlight=False, markup=False)
     if not structure.residuals:
         return
     table = Table(
@@ -129,5 +131,6 @@ def _render_structure(console, structure, vs_plain) -> None:
     for column in ("count", "shape", "dtype", "bytes each", "role", "origin"):
         table.add_column(column, justify="right" if column in ("count", "bytes each") else "left")
     for count, r in grouped(structure.residuals):
-        table.add_row(str(count), str(r.shape), r.dtype, f"{r.nbytes:,}", r.role, r.origin)
+        cells = (str(count), str(r.shape), r.dtype, f"{r.nbytes:,}", r.role, r.origin)
+        table.add_row(*(escape(cell) for cell in cells))
     console.print(table)

@@ -9,7 +9,7 @@ import argparse
 import json
 from typing import Any
 
-from crosscheck._cli.common import EXIT_OK, make_console
+from crosscheck._cli.common import EXIT_OK, escape, make_console
 
 
 def register(subparsers: Any) -> None:
@@ -119,7 +119,9 @@ def _render(found: dict[str, list[dict[str, Any]]], console: Any) -> None:
             table.add_column(column, overflow="fold")
         for row in rows:
             available = "[green]yes[/green]" if row["available"] else "[red]no[/red]"
-            table.add_row(row["name"], row["kind"], available, row["version"], row["source"])
+            # A plugin's name, version and entry point are its own text: never markup.
+            name, kind, version, source = (escape(row[k]) for k in ("name", "kind", "version", "source"))
+            table.add_row(name, kind, available, version, source)
         console.print(table)
         for row in rows:
             if row["error"]:

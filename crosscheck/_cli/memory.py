@@ -15,6 +15,7 @@ from crosscheck._cli.common import (
     add_case_options,
     check_at_least,
     check_output,
+    escape,
     format_bytes,
     make_console,
     write_json,
@@ -99,8 +100,8 @@ def _render_rows(console, rows, args) -> None:
     fitted = len(args.depths) > 1  # one depth gives no slope
     for r in rows:
         table.add_row(
-            r.variant,
-            r.checkpoint or "none",
+            escape(r.variant),  # a user's --variant: never markup
+            escape(r.checkpoint or "none"),
             str(r.width),
             *(format_bytes(r.bytes_by_depth[d]) for d in args.depths),
             format_bytes(r.slope) if fitted else "-",
@@ -140,12 +141,12 @@ def _render_peaks(console, peaks, layers, batch, dim) -> None:
     }
     for p in peaks:
         if "error" in p:
-            table.add_row(p["variant"], "", p["error"], "", "", "")
+            table.add_row(escape(p["variant"]), "", escape(p["error"]), "", "", "")
             continue
         growth = p["peak_rss_growth_bytes"]
         base = plain.get(p["variant"].split("-")[0])
         table.add_row(
-            p["variant"],
+            escape(p["variant"]),
             format_bytes(p["xla_temp_bytes"]) if "xla_temp_bytes" in p else "-",
             format_bytes(growth),
             f"{growth / p['activation_bytes']:.1f}",

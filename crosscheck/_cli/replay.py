@@ -32,11 +32,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     rows = replay(bundle)
     case = bundle["meta"]["report"]["case"]
-    table = Table(
-        title=f"replay of {args.bundle}: "
-        + ", ".join(f"{k}={v}" for k, v in case.items() if not k.endswith("sha256")),
-        title_justify="left",
+    title = f"replay of {args.bundle}: " + ", ".join(
+        f"{k}={v}" for k, v in case.items() if not k.endswith("sha256")
     )
+    table = Table(title=escape(title), title_justify="left")  # the case is the bundle's text
     for column in ("backend", "spec", "result", "detail"):
         table.add_column(column)
     for row in rows:

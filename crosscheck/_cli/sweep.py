@@ -17,6 +17,7 @@ from crosscheck._cli.common import (
     add_matrix_options,
     add_tolerance_options,
     check_output,
+    escape,
     make_console,
     progress_display,
     write_file,
@@ -106,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     console = make_console()
     console.print(
-        f"crosscheck sweep: {len(todo)} case{'' if len(todo) == 1 else 's'}, {_source(config, args)}",
+        f"crosscheck sweep: {len(todo)} case{'' if len(todo) == 1 else 's'}, {escape(_source(config, args))}",
         highlight=False,
     )
     try:
@@ -176,12 +177,12 @@ def render(result, console: Any) -> None:
     known = any(record["known_answer"] for record in result.records)
     table = Table(title="crosscheck sweep", title_justify="left")
     for column in ("case", *names, *(["known answer"] if known else []), "verdict", "time"):
-        table.add_column(column)
+        table.add_column(escape(column))  # a backend's name may be an import string: never markup
     for record in result.records:
         verdict = "[green]ok[/green]" if record["passed"] else f"[red]{record['status'].upper()}[/red]"
         seconds = f"{record['seconds']:.1f}s" if record["seconds"] is not None else "-"
-        extra = [record["known_answer"] or "-"] if known else []
-        table.add_row(case_label(record["case"]), *_cells(record, names), *extra, verdict, seconds)
+        extra = [escape(record["known_answer"] or "-")] if known else []
+        table.add_row(escape(case_label(record["case"])), *_cells(record, names), *extra, verdict, seconds)
     console.print(table)
     for record in result.records:
         if not record["passed"]:
@@ -206,11 +207,11 @@ def _cells(record: dict[str, Any], names: list[str]) -> list[str]:
         failing = [c for c in comps if not c["passed"]]
         if not comps:
             status = report["backends"].get(name)
-            cells.append(status["status"] if status else "-")
+            cells.append(escape(status["status"]) if status else "-")
         elif failing:
             mismatched = sum(c["mismatched"] for c in failing)
             judged = sum(c["judged"] for c in failing)
-            cells.append(f"[red]{failing[0]['status']} {mismatched}/{judged}[/red]")
+            cells.append(f"[red]{escape(failing[0]['status'])} {mismatched}/{judged}[/red]")
         else:
             near = sum(c["unjudgeable"] + c["two_sided"] for c in comps)
             extra = f" ({near} kink)" if near else ""
