@@ -115,10 +115,10 @@ def test_screen_mode_needs_an_oracle_reference():
 
 
 def test_progress_bar_appears_only_for_long_work(monkeypatch):
-    from crosscheck._cli import main as _cli
+    from crosscheck._cli import common as _cli
 
     clock = iter([0.0, 0.1, 0.2, 0.3, 10.0, 10.1, 10.2])
-    display = _cli._progress_display()
+    display = _cli.progress_display()
     update = display.__enter__()
     monkeypatch.setattr(display, "_time", lambda: next(clock))
     update("fast", 0, 100)

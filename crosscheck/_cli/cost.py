@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
+from typing import Any
 
-from crosscheck._cli.main import EXIT_OK, UsageError, _check_output, _console
+from crosscheck._cli.common import (
+    EXIT_OK,
+    UsageError,
+    add_case_options,
+    check_at_least,
+    check_output,
+    escape,
+    make_console,
+    write_json,
+)
 
 COLUMNS = {
     "analytic": "analytic (matmuls)",
@@ -17,18 +25,16 @@ COLUMNS = {
 }
 
 
-def add_parser(sub) -> None:
-    """Register ``cost`` on the ``crosscheck`` sub-command parsers."""
-    cost = sub.add_parser(
+def register(subparsers: Any) -> None:
+    """Add ``cost`` to the ``crosscheck`` subparsers."""
+    cost = subparsers.add_parser(
         "cost",
         help="flops of forward, gradient, HVP and (small d) full Hessian, analytic vs JAX vs PyTorch",
         description="Flops of the stack's forward, gradient, Hessian-vector product and (P = L d**2 "
         "at most --hessian-limit) full Hessian: analytic matmul count, XLA's cost analysis, torch's "
         "FlopCounterMode; with the ratios and why they are what they are.",
     )
-    cost.add_argument("--layers", type=int, default=8, help="number of layers L (default 8)")
-    cost.add_argument("--dim", type=int, default=8, help="width d (default 8)")
-    cost.add_argument("--batch", type=int, default=8, help="rows N of x (default 8)")
+    add_case_options(cost, defaults={"layers": 8, "batch": 8, "dim": 8})
     cost.add_argument(
         "--hessian-limit",
         type=int,
@@ -36,6 +42,7 @@ def add_parser(sub) -> None:
         help="count the full Hessian only when P = L d**2 is at most this (default 1024)",
     )
     cost.add_argument("--json", metavar="PATH", help="write the counts and ratios here")
+    cost.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,19 +50,13 @@ def run(args: argparse.Namespace) -> int:
     from crosscheck._tools.cost import cost_table
 
     for option in ("layers", "dim", "batch"):
-        value = getattr(args, option)
-        if value < 1:
-            raise UsageError(f"`--{option}` must be a positive integer, found {value}.")
+        check_at_least(f"--{option}", getattr(args, option), expected="a positive integer")
     if args.hessian_limit < 0:
         raise UsageError(f"`--hessian-limit` must be >= 0, found {args.hessian_limit}.")
-    _check_output(args.json)
+    check_output(args.json)
     data = cost_table(args.layers, args.batch, args.dim, hessian_limit=args.hessian_limit)
-    if args.json:
-        try:
-            Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
-        except OSError as exc:
-            raise UsageError(f"cannot write `--json` {args.json}: {exc.strerror or exc}") from exc
-    render(data, _console())
+    write_json(args.json, data)
+    render(data, make_console())
     return EXIT_OK
 
 
@@ -71,14 +72,14 @@ def render(data: dict, console) -> None:
     t = Table(title=title, title_justify="left")
     t.add_column("program")
     for source in counts:
-        t.add_column(COLUMNS.get(source, source), justify="right")
+        t.add_column(escape(COLUMNS.get(source, source)), justify="right")
     for quantity in ("forward", "gradient", "hvp", "hessian"):
         t.add_row(quantity, *[_number(c.get(quantity)) for c in counts.values()])
     console.print(t)
     r = Table(title="ratios", title_justify="left")
     r.add_column("ratio")
     for source in counts:
-        r.add_column(COLUMNS.get(source, source), justify="right")
+        r.add_column(escape(COLUMNS.get(source, source)), justify="right")
     for name, by_source in data["ratios"].items():
         r.add_row(name, *[("-" if by_source[s] is None else f"{by_source[s]:.3g}") for s in counts])
     console.print(r)

@@ -9,27 +9,28 @@ import argparse
 import json
 from typing import Any
 
+from crosscheck._cli.common import EXIT_OK, escape, make_console
 
-def add_parser(sub: Any) -> None:
-    """Register ``crosscheck list`` on the CLI's subparsers."""
-    parser = sub.add_parser(
+
+def register(subparsers: Any) -> None:
+    """Add ``list`` to the ``crosscheck`` subparsers."""
+    parser = subparsers.add_parser(
         "list",
         help="list the workloads and backends, whether each is available, and its version",
         description="List the workloads and backends (built-in and entry-point plugins), whether each "
         "loads, and its version.",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.set_defaults(handler=run)
 
 
-def command(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Print the inventory; exit 0 (an unavailable backend is information, not a failure)."""
-    from crosscheck._cli.main import EXIT_OK, _console
-
     found = inventory()
     if args.json:
         print(json.dumps(found, indent=2))
         return EXIT_OK
-    _render(found, _console())
+    _render(found, make_console())
     return EXIT_OK
 
 
@@ -118,7 +119,9 @@ def _render(found: dict[str, list[dict[str, Any]]], console: Any) -> None:
             table.add_column(column, overflow="fold")
         for row in rows:
             available = "[green]yes[/green]" if row["available"] else "[red]no[/red]"
-            table.add_row(row["name"], row["kind"], available, row["version"], row["source"])
+            # A plugin's name, version and entry point are its own text: never markup.
+            name, kind, version, source = (escape(row[k]) for k in ("name", "kind", "version", "source"))
+            table.add_row(name, kind, available, version, source)
         console.print(table)
         for row in rows:
             if row["error"]:

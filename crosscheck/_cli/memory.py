@@ -1,6 +1,7 @@
-"""``crosscheck inspect`` (is it really checkpointed?) and ``crosscheck memory`` (what does it save?).
+"""``crosscheck memory``: what does it save? The bytes each variant keeps from forward to backward over
+depth and width, and the measured peak of one gradient.
 
-Registered by ``crosscheck._cli.main``; parse, call ``_inspect`` / ``_memory``, render. No numerics here.
+Parse, call ``crosscheck._tools.memory``, render. No numerics here.
 """
 
 from __future__ import annotations
@@ -8,47 +9,38 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-#: What `inspect` looks at when no backend is named: every built-in with a structure to inspect.
-INSPECTED = ("jax", "jax-plain", "jax-remat-scan", "jax-segments", "torch", "torch-plain", "torch-segments")
+from crosscheck._cli.common import (
+    EXIT_OK,
+    UsageError,
+    add_case_options,
+    check_at_least,
+    check_output,
+    escape,
+    format_bytes,
+    make_console,
+    write_json,
+)
 
 
-def add_parsers(sub: Any) -> None:
-    """Add the ``inspect`` and ``memory`` subcommands to the ``crosscheck`` parser."""
+def register(subparsers: Any) -> None:
+    """Add ``memory`` to the ``crosscheck`` subparsers."""
     from crosscheck._tools.memory import BATCH, DEPTHS, PEAK_SIZE, VARIANTS, WIDTHS
 
-    inspect = sub.add_parser(
-        "inspect",
-        help="show how each backend differentiates (scan? checkpoint? where?) and what it keeps",
-        description="Inspect each backend's gradient computation against what it claims, list the "
-        "residuals it keeps from forward to backward, and compare it with the plain variant. Exit 1 "
-        "when a claim is contradicted (e.g. a backend claims checkpointing and is not checkpointed).",
-    )
-    inspect.add_argument(
-        "--backend",
-        action="append",
-        metavar="NAME_OR_IMPORT_STRING",
-        help=f"backend to inspect (repeatable; default: {', '.join(INSPECTED)})",
-    )
-    inspect.add_argument("--layers", type=int, default=8, help="number of layers L (default 8)")
-    inspect.add_argument("--batch", type=int, default=4, help="rows N of x (default 4)")
-    inspect.add_argument("--dim", type=int, default=8, help="width d (default 8)")
-    inspect.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    inspect.add_argument("--json", metavar="PATH", help="write every backend's findings here (a list)")
-    memory = sub.add_parser(
+    parser = subparsers.add_parser(
         "memory",
         help="residual bytes of checkpointed and plain variants over depth, and the measured peak",
         description="Tabulate the bytes each variant keeps from forward to backward over depth and "
         "width (the weights excluded), the bytes per layer and the ratio to the plain variant; then "
         "measure the peak of one gradient per variant in a child process.",
     )
-    memory.add_argument(
+    parser.add_argument(
         "--variant", action="append", metavar="NAME", help=f"repeatable (default: {', '.join(VARIANTS)})"
     )
-    memory.add_argument("--depths", type=int, nargs="+", default=list(DEPTHS), metavar="L")
-    memory.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS), metavar="D")
-    memory.add_argument("--batch", type=int, default=BATCH, help=f"rows N of x (default {BATCH})")
-    memory.add_argument("--no-peak", action="store_true", help="skip the child-process peak measurement")
-    memory.add_argument(
+    parser.add_argument("--depths", type=int, nargs="+", default=list(DEPTHS), metavar="L")
+    parser.add_argument("--widths", type=int, nargs="+", default=list(WIDTHS), metavar="D")
+    add_case_options(parser, defaults={"batch": BATCH})
+    parser.add_argument("--no-peak", action="store_true", help="skip the child-process peak measurement")
+    parser.add_argument(
         "--peak-size",
         type=int,
         nargs=3,
@@ -56,146 +48,24 @@ def add_parsers(sub: Any) -> None:
         default=[PEAK_SIZE["layers"], PEAK_SIZE["batch"], PEAK_SIZE["dim"]],
         help="layers, batch and width of the peak measurement (default %(default)s)",
     )
-    memory.add_argument("--json", metavar="PATH", help="write the tables here")
+    parser.add_argument("--json", metavar="PATH", help="write the tables here")
+    parser.set_defaults(handler=run)
 
 
-def _positive(name: str, values) -> None:
-    from crosscheck._cli.main import UsageError
-
-    for value in values if isinstance(values, (list, tuple)) else [values]:
-        if value < 1:
-            raise UsageError(f"`{name}` must be at least 1, found {value}.")
-
-
-def _write_json(path: str | None, data: Any) -> None:
-    import json
-    from pathlib import Path
-
-    from crosscheck._cli.main import UsageError
-
-    if path is None:
-        return
-    try:
-        Path(path).write_text(json.dumps(data, indent=2) + "\n")
-    except OSError as exc:
-        raise UsageError(f"cannot write `--json` {path}: {exc.strerror or exc}") from exc
-
-
-def run_inspect(args: argparse.Namespace) -> int:
-    """``crosscheck inspect``: exit 1 when a backend's claims are contradicted."""
-    from crosscheck._cli.main import EXIT_FAIL, EXIT_OK, UsageError, _check_output, _console
-    from crosscheck._registry import BackendUnavailable, load_backend
-    from crosscheck._tools.inspect import inspect_backend
-    from crosscheck._workloads.stack.case import Case, make_inputs
-
-    _positive("--layers", args.layers)
-    _positive("--batch", args.batch)
-    _positive("--dim", args.dim)
-    _check_output(args.json)
-    weights, x = make_inputs(Case(layers=args.layers, batch=args.batch, dim=args.dim, seed=args.seed))
-    console, results, failed = _console(), [], False
-    console.print(f"crosscheck inspect: layers={args.layers}, batch={args.batch}, dim={args.dim}, float32")
-    plain_cache: dict[str, Any] = {}
-    for spec in args.backend or INSPECTED:
-        try:
-            backend = load_backend(spec)
-        except BackendUnavailable as exc:
-            console.print(f"{spec}: unavailable ({exc})", markup=False, highlight=False)
-            failed |= args.backend is not None
-            continue
-        except (ValueError, TypeError) as exc:
-            raise UsageError(str(exc)) from exc
-        structure = inspect_backend(backend, weights, x)
-        record = structure.to_dict()
-        record["vs_plain"] = _vs_plain(structure, backend, weights, x, plain_cache)
-        results.append(record)
-        _render_structure(console, structure, record["vs_plain"])
-        failed |= not structure.ok
-    _write_json(args.json, results)
-    flagged = [r["backend"] for r in results if not r["ok"]]
-    console.print(
-        f"FAILED: {', '.join(flagged)} not as claimed" if flagged else "PASSED: every claim holds",
-        highlight=False,
-    )
-    return EXIT_FAIL if failed else EXIT_OK
-
-
-def _vs_plain(structure, backend, weights, x, cache) -> dict[str, Any] | None:
-    import numpy as np
-
-    from crosscheck._registry import BackendUnavailable, load_backend
-    from crosscheck._tools.inspect import plain_sibling, ulp_difference
-
-    sibling = plain_sibling(structure)
-    if sibling is None or sibling == structure.backend:
-        return None
-    try:
-        if sibling not in cache:
-            cache[sibling] = np.asarray(load_backend(sibling).grad(weights, x))
-    except BackendUnavailable:
-        return None
-    differ, ulps = ulp_difference(np.asarray(backend.grad(weights, x)), cache[sibling])
-    return {"plain": sibling, "entries_differ": differ, "max_ulps": ulps}
-
-
-def _render_structure(console, structure, vs_plain) -> None:
-    from rich.table import Table
-
-    from crosscheck._tools.inspect import grouped
-
-    verdict = "ok" if structure.ok else "NOT AS CLAIMED"
-    claims = structure.claims if structure.claims is not None else "nothing"
-    console.print(
-        f"\n[bold]{structure.backend}[/bold] ({structure.framework or '?'}): {verdict}; claims {claims}"
-    )
-    for line in structure.evidence:
-        console.print(f"  {line}", highlight=False)
-    for problem in structure.problems:
-        console.print(f"  [red]problem:[/red] {problem}", highlight=False)
-    if vs_plain is not None:
-        same = vs_plain["entries_differ"] == 0
-        text = (
-            "bit for bit"
-            if same
-            else f"{vs_plain['entries_differ']} entries differ, by at most {vs_plain['max_ulps']:.3g} ulp"
-        )
-        console.print(f"  gradient vs {vs_plain['plain']}: {text}", highlight=False)
-    if not structure.residuals:
-        return
-    table = Table(
-        title=f"residuals kept for backward: {_bytes(structure.residual_bytes)}, "
-        f"{_bytes(structure.activation_bytes)} besides the weights",
-        title_justify="left",
-    )
-    for column in ("count", "shape", "dtype", "bytes each", "role", "origin"):
-        table.add_column(column, justify="right" if column in ("count", "bytes each") else "left")
-    for count, r in grouped(structure.residuals):
-        table.add_row(str(count), str(r.shape), r.dtype, f"{r.nbytes:,}", r.role, r.origin)
-    console.print(table)
-
-
-def _bytes(n: float) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n:.0f} B"
-
-
-def run_memory(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """``crosscheck memory``: the residual table over depth and width, then the measured peaks."""
-    from crosscheck._cli.main import EXIT_OK, UsageError, _check_output, _console
     from crosscheck._registry import BackendUnavailable
     from crosscheck._tools.memory import VARIANTS, measure_peak, residual_table
 
-    _positive("--depths", args.depths)
-    _positive("--widths", args.widths)
-    _positive("--batch", args.batch)
-    _positive("--peak-size", args.peak_size)
-    _check_output(args.json)
+    check_at_least("--depths", args.depths)
+    check_at_least("--widths", args.widths)
+    check_at_least("--batch", args.batch)
+    check_at_least("--peak-size", args.peak_size)
+    check_output(args.json)
     # A depth or width given twice would be a duplicate column (and a degenerate fit over depth).
     args.depths, args.widths = sorted(set(args.depths)), sorted(set(args.widths))
     variants = list(dict.fromkeys(args.variant or VARIANTS))
-    console = _console()
+    console = make_console()
     try:
         rows = residual_table(variants=variants, depths=args.depths, widths=args.widths, batch=args.batch)
     except BackendUnavailable as exc:
@@ -208,7 +78,7 @@ def run_memory(args: argparse.Namespace) -> int:
         layers, batch, dim = args.peak_size
         peaks = [measure_peak(v, layers=layers, batch=batch, dim=dim) for v in variants]
         _render_peaks(console, peaks, layers, batch, dim)
-    _write_json(args.json, {"residuals": [r.to_dict() for r in rows], "peaks": peaks})
+    write_json(args.json, {"residuals": [r.to_dict() for r in rows], "peaks": peaks})
     return EXIT_OK
 
 
@@ -230,11 +100,11 @@ def _render_rows(console, rows, args) -> None:
     fitted = len(args.depths) > 1  # one depth gives no slope
     for r in rows:
         table.add_row(
-            r.variant,
-            r.checkpoint or "none",
+            escape(r.variant),  # a user's --variant: never markup
+            escape(r.checkpoint or "none"),
             str(r.width),
-            *(_bytes(r.bytes_by_depth[d]) for d in args.depths),
-            _bytes(r.slope) if fitted else "-",
+            *(format_bytes(r.bytes_by_depth[d]) for d in args.depths),
+            format_bytes(r.slope) if fitted else "-",
             f"{r.per_layer_activations:.2f}" if fitted else "-",
             "-" if r.ratio is None else f"{r.ratio:.3f}",
             str(r.recomputed),
@@ -271,14 +141,14 @@ def _render_peaks(console, peaks, layers, batch, dim) -> None:
     }
     for p in peaks:
         if "error" in p:
-            table.add_row(p["variant"], "", p["error"], "", "", "")
+            table.add_row(escape(p["variant"]), "", escape(p["error"]), "", "", "")
             continue
         growth = p["peak_rss_growth_bytes"]
         base = plain.get(p["variant"].split("-")[0])
         table.add_row(
-            p["variant"],
-            _bytes(p["xla_temp_bytes"]) if "xla_temp_bytes" in p else "-",
-            _bytes(growth),
+            escape(p["variant"]),
+            format_bytes(p["xla_temp_bytes"]) if "xla_temp_bytes" in p else "-",
+            format_bytes(growth),
             f"{growth / p['activation_bytes']:.1f}",
             f"{growth / base:.3f}" if base else "-",
             f"{p['seconds']:.2f}",

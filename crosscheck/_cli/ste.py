@@ -4,33 +4,36 @@ finite difference of the rounded loss beside it, explained."""
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
+from typing import Any
 
-from crosscheck._cli.main import EXIT_FAIL, EXIT_OK, UsageError, _check_output, _console
+from crosscheck._cli.common import (
+    EXIT_FAIL,
+    EXIT_OK,
+    UsageError,
+    add_case_options,
+    check_at_least,
+    check_output,
+    make_console,
+    write_json,
+)
 from crosscheck._workloads.ste import WHY_SURROGATE
 
 
-def add_parser(sub) -> None:
-    """Register ``ste`` on the ``crosscheck`` sub-command parsers."""
-    from crosscheck._workloads.stack.case import DTYPES
-
-    ste = sub.add_parser(
+def register(subparsers: Any) -> None:
+    """Add ``ste`` to the ``crosscheck`` subparsers."""
+    ste = subparsers.add_parser(
         "ste",
         help="cross-check the straight-through-estimator stack (ste-stack) against its surrogate oracle",
         description="Cross-check the gradients of the ReLU stack whose activations are rounded to 1/8 "
         "straight-through (y + stop_gradient(round(8y)/8 - y)): JAX and PyTorch against a finite-"
         "difference oracle of the surrogate, beside a naive finite difference of the rounded loss.",
     )
-    ste.add_argument("--layers", type=int, default=4, help="number of layers L (default 4)")
-    ste.add_argument("--batch", type=int, default=8, help="rows N of x (default 8)")
-    ste.add_argument("--dim", type=int, default=8, help="width d (default 8)")
-    ste.add_argument("--dtype", choices=DTYPES, default="float32", help="default float32")
-    ste.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    add_case_options(ste, defaults={"layers": 4, "batch": 8, "dim": 8, "dtype": "float32", "seed": 0})
     ste.add_argument(
         "--backend", action="append", choices=("jax", "torch"), help="repeatable (default: both)"
     )
     ste.add_argument("--json", metavar="PATH", help="write the report here")
+    ste.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,11 +42,9 @@ def run(args: argparse.Namespace) -> int:
     from crosscheck._tools.ste import check_ste
 
     for option in ("layers", "batch", "dim"):
-        if getattr(args, option) < 1:
-            raise UsageError(f"`--{option}` must be a positive integer, found {getattr(args, option)}.")
-    if args.seed < 0:
-        raise UsageError(f"`--seed` must be a non-negative integer, found {args.seed}.")
-    _check_output(args.json)
+        check_at_least(f"--{option}", getattr(args, option), expected="a positive integer")
+    check_at_least("--seed", args.seed, least=0, expected="a non-negative integer")
+    check_output(args.json)
     try:
         report = check_ste(
             seed=args.seed,
@@ -56,11 +57,8 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from exc
     if args.json:
-        try:
-            Path(args.json).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
-        except OSError as exc:
-            raise UsageError(f"cannot write `--json` {args.json}: {exc.strerror or exc}") from exc
-    render(report, _console())
+        write_json(args.json, report.to_dict())
+    render(report, make_console())
     return EXIT_OK if report.passed else EXIT_FAIL
 
 

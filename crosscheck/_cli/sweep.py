@@ -6,16 +6,28 @@ Exit status: 0 every case passed; 1 a case failed, raised, crashed or timed out;
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
+from crosscheck._cli.common import (
+    EXIT_FAIL,
+    EXIT_OK,
+    UsageError,
+    add_backend_option,
+    add_matrix_options,
+    add_tolerance_options,
+    check_output,
+    escape,
+    make_console,
+    progress_display,
+    write_file,
+    write_json,
+)
 
-def add_parser(sub: Any) -> None:
-    """Register ``crosscheck sweep`` on the CLI's subparsers."""
-    from crosscheck._workloads.stack.case import DTYPES, INITS
 
-    parser = sub.add_parser(
+def register(subparsers: Any) -> None:
+    """Add ``sweep`` to the ``crosscheck`` subparsers."""
+    parser = subparsers.add_parser(
         "sweep",
         help="run the case matrix of [tool.crosscheck] (or the built-in CI matrix) in parallel",
         description="Run every case of the matrix in [tool.crosscheck] of pyproject.toml (found in the "
@@ -25,17 +37,11 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--config", metavar="PATH", help="read [tool.crosscheck] from this TOML file")
     matrix = parser.add_argument_group("matrix (each option repeatable; replaces the key it names)")
     matrix.add_argument("--workload", action="append", metavar="SPEC", help='"stack" or a workload spec')
-    for name in ("layers", "batch", "dim", "seed"):
-        matrix.add_argument(f"--{name}", action="append", type=int, metavar="N")
-    matrix.add_argument("--dtype", action="append", choices=DTYPES)
-    matrix.add_argument("--init", action="append", choices=INITS)
+    add_matrix_options(matrix, ("layers", "batch", "dim", "dtype", "seed", "init"))
     check = parser.add_argument_group("checking")
-    check.add_argument(
-        "--backend", action="append", metavar="NAME_OR_IMPORT_STRING", help="backend to check (repeatable)"
-    )
+    add_backend_option(check, "backend to check (repeatable)")
     check.add_argument("--reference", metavar="NAME", help="backend the others are compared with")
-    check.add_argument("--rtol", type=float, help="user slack: relative (needs --atol)")
-    check.add_argument("--atol", type=float, help="user slack: absolute (needs --rtol)")
+    add_tolerance_options(check)
     check.add_argument(
         "--strict",
         action=argparse.BooleanOptionalAction,
@@ -56,6 +62,7 @@ def add_parser(sub: Any) -> None:
     out = parser.add_argument_group("output")
     out.add_argument("--json", metavar="PATH", help="write the sweep's JSON report here")
     out.add_argument("--junit", metavar="PATH", help="write a JUnit XML report here (a suite a case)")
+    parser.set_defaults(handler=run)
 
 
 #: Command-line option -> configuration key.
@@ -76,21 +83,13 @@ _OVERRIDES = {
 }
 
 
-def command(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Resolve the configuration, run the sweep, render it, write the reports."""
-    from crosscheck._cli.main import (
-        EXIT_FAIL,
-        EXIT_OK,
-        UsageError,
-        _check_output,
-        _console,
-        _progress_display,
-    )
     from crosscheck._sweep.config import ConfigError, cases, options
     from crosscheck._sweep.engine import check_scheduler, check_specs, sweep
 
-    _check_output(args.json)
-    _check_output(args.junit, "--junit")
+    check_output(args.json)
+    check_output(args.junit, "--junit")
     if args.jobs is not None and args.jobs < 0:
         raise UsageError(f"`--jobs` must be 0 or more, found {args.jobs}.")
     if args.jobs is not None and args.scheduler is not None:
@@ -106,13 +105,13 @@ def command(args: argparse.Namespace) -> int:
             check_scheduler(args.scheduler)
     except (ConfigError, ValueError) as exc:
         raise UsageError(str(exc)) from exc
-    console = _console()
+    console = make_console()
     console.print(
-        f"crosscheck sweep: {len(todo)} case{'' if len(todo) == 1 else 's'}, {_source(config, args)}",
+        f"crosscheck sweep: {len(todo)} case{'' if len(todo) == 1 else 's'}, {escape(_source(config, args))}",
         highlight=False,
     )
     try:
-        with _progress_display() as progress:
+        with progress_display() as progress:
             progress("sweep", 0, len(todo))
             result = sweep(
                 todo,
@@ -127,15 +126,8 @@ def command(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     render(result, console)
     if args.json:
-        try:
-            Path(args.json).write_text(json.dumps(result.to_dict(), indent=2) + "\n")
-        except OSError as exc:
-            raise UsageError(f"cannot write `--json` {args.json}: {exc.strerror or exc}") from exc
-    if args.junit:
-        try:
-            write_junit(result, args.junit)
-        except OSError as exc:
-            raise UsageError(f"cannot write `--junit` {args.junit}: {exc.strerror or exc}") from exc
+        write_json(args.json, result.to_dict())
+    write_file(args.junit, "--junit", lambda path: write_junit(result, path))
     return EXIT_OK if result.passed else EXIT_FAIL
 
 
@@ -185,12 +177,12 @@ def render(result, console: Any) -> None:
     known = any(record["known_answer"] for record in result.records)
     table = Table(title="crosscheck sweep", title_justify="left")
     for column in ("case", *names, *(["known answer"] if known else []), "verdict", "time"):
-        table.add_column(column)
+        table.add_column(escape(column))  # a backend's name may be an import string: never markup
     for record in result.records:
         verdict = "[green]ok[/green]" if record["passed"] else f"[red]{record['status'].upper()}[/red]"
         seconds = f"{record['seconds']:.1f}s" if record["seconds"] is not None else "-"
-        extra = [record["known_answer"] or "-"] if known else []
-        table.add_row(case_label(record["case"]), *_cells(record, names), *extra, verdict, seconds)
+        extra = [escape(record["known_answer"] or "-")] if known else []
+        table.add_row(escape(case_label(record["case"])), *_cells(record, names), *extra, verdict, seconds)
     console.print(table)
     for record in result.records:
         if not record["passed"]:
@@ -215,11 +207,11 @@ def _cells(record: dict[str, Any], names: list[str]) -> list[str]:
         failing = [c for c in comps if not c["passed"]]
         if not comps:
             status = report["backends"].get(name)
-            cells.append(status["status"] if status else "-")
+            cells.append(escape(status["status"]) if status else "-")
         elif failing:
             mismatched = sum(c["mismatched"] for c in failing)
             judged = sum(c["judged"] for c in failing)
-            cells.append(f"[red]{failing[0]['status']} {mismatched}/{judged}[/red]")
+            cells.append(f"[red]{escape(failing[0]['status'])} {mismatched}/{judged}[/red]")
         else:
             near = sum(c["unjudgeable"] + c["two_sided"] for c in comps)
             extra = f" ({near} kink)" if near else ""

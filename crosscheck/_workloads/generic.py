@@ -77,6 +77,9 @@ class WorkloadOracle:
 class GenericWorkload:
     """The engine's view of a ``crosscheck.Workload``."""
 
+    #: True: it makes its own arrays from ``seed`` and ``dtype`` (the stack's case options do not apply).
+    own_arrays = True
+
     def __init__(self, workload: Workload) -> None:
         self.workload, self.name = workload, workload.name
 

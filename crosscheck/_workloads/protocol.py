@@ -119,6 +119,8 @@ class EngineWorkload(Protocol):
     """A workload as the engine runs it (the stack, or a user's ``Workload`` through ``generic``)."""
 
     name: str
+    #: Whether it makes its own arrays from ``seed`` and ``dtype`` (else from the case options).
+    own_arrays: bool
 
     def defaults(self, reference: Any) -> list[Any]:
         """The candidates checked when the user names none."""

@@ -25,6 +25,8 @@ class StackWorkload:
 
     name = "stack"
     description = DESCRIPTION
+    #: False: its arrays come from the case options (``layers``, ``dim``, ...) or the user's own.
+    own_arrays = False
 
     def defaults(self, reference: Any) -> list[Any]:
         return [b for b in DEFAULTS if b != reference]

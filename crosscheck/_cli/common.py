@@ -1,0 +1,260 @@
+"""What every subcommand shares: exit codes, the usage error, the console and progress bar, output
+checks and writers, and the options declared once (the case, the tolerance pair, the backends).
+
+A subcommand module imports this module and the core, never another subcommand module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from crosscheck._workloads.stack.case import DTYPES, INITS, Case
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class UsageError(Exception):
+    """A mistake of the user's: printed as one line, exit status 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are ``UsageError`` (one line), not usage text and exit."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+# -- the case options, declared once ---------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseOption:
+    """One option of a generated case: ``--NAME`` with its help (without the default) and type."""
+
+    name: str
+    help: str
+    type: Callable[[str], Any] = int
+    choices: tuple[str, ...] | None = None
+
+
+#: Every option of a generated stack case, in the order ``--help`` lists them.
+CASE_OPTIONS: dict[str, CaseOption] = {
+    option.name: option
+    for option in (
+        CaseOption("layers", "number of layers L"),
+        CaseOption("batch", "rows N of x"),
+        CaseOption("dim", "width d"),
+        CaseOption("dtype", "float dtype of the inputs", str, choices=DTYPES),
+        CaseOption("seed", "random seed"),
+        CaseOption("init", "how inputs are drawn", str, choices=INITS),
+        CaseOption("scale", "factor applied to x", float),
+    )
+}
+
+#: The core's own defaults (``Case``), shown in ``--help`` where an option is left unset.
+CASE_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Case)}
+
+
+def add_case_options(parser: Any, defaults: Mapping[str, Any] | None = None) -> None:
+    """Add the case options to ``parser`` (a parser or an argument group).
+
+    Args:
+        parser: where the options go.
+        defaults: ``None``: every case option, left ``None`` when not given (so that a caller can tell
+            what the user gave) while ``--help`` shows the core's default; a mapping: only the options
+            it names, in the table's order, with those defaults.
+    """
+    unknown = set(defaults or ()) - set(CASE_OPTIONS)
+    if unknown:  # a programming error, not the user's
+        raise ValueError(f"not case options: {', '.join(sorted(unknown))}")
+    names = CASE_OPTIONS if defaults is None else [name for name in CASE_OPTIONS if name in defaults]
+    for name in names:
+        option = CASE_OPTIONS[name]
+        shown = CASE_DEFAULTS[name] if defaults is None else defaults[name]
+        parser.add_argument(
+            f"--{name}",
+            type=option.type,
+            choices=option.choices,
+            default=None if defaults is None else defaults[name],
+            help=f"{option.help} (default {shown})",
+        )
+
+
+def add_matrix_options(parser: Any, names: Iterable[str]) -> None:
+    """Add case options that each take a list (repeat the option): the sweep's matrix."""
+    for name in names:
+        option = CASE_OPTIONS[name]
+        parser.add_argument(
+            f"--{name}",
+            action="append",
+            type=option.type,
+            choices=option.choices,
+            metavar="N" if option.type is int else None,
+            help=f"{option.help} (repeatable)",
+        )
+
+
+def case_options_given(args: argparse.Namespace) -> dict[str, Any]:
+    """The case options the user gave (those left ``None`` by ``add_case_options(parser)`` omitted)."""
+    return {name: getattr(args, name) for name in CASE_OPTIONS if getattr(args, name, None) is not None}
+
+
+# -- other options that several subcommands take ---------------------------------------------------
+
+
+def add_backend_option(parser: Any, help: str) -> None:
+    """``--backend NAME_OR_IMPORT_STRING``, repeatable."""
+    parser.add_argument("--backend", action="append", metavar="NAME_OR_IMPORT_STRING", help=help)
+
+
+def add_tolerance_options(parser: Any) -> None:
+    """``--rtol`` and ``--atol``: the user's slack, given together (``check_tolerances``)."""
+    parser.add_argument("--rtol", type=float, help="user slack: relative (needs --atol)")
+    parser.add_argument("--atol", type=float, help="user slack: absolute (needs --rtol)")
+
+
+def check_tolerances(args: argparse.Namespace) -> None:
+    """``--rtol`` and ``--atol`` come together or not at all (torch's ``get_tolerances`` says why)."""
+    if (args.rtol is None) != (args.atol is None):
+        raise UsageError(
+            "`--rtol` and `--atol` must be given together or not at all; found only "
+            f"`--{'rtol' if args.atol is None else 'atol'}`."
+        )
+
+
+def check_at_least(option: str, values: Any, *, least: int = 1, expected: str | None = None) -> None:
+    """``option``'s value (or each of its values) is at least ``least``; ``expected`` words the bound."""
+    for value in values if isinstance(values, (list, tuple)) else [values]:
+        if value < least:
+            raise UsageError(f"`{option}` must be {expected or f'at least {least}'}, found {value}.")
+
+
+# -- output ----------------------------------------------------------------------------------------
+
+
+def check_output(path: str | None, option: str = "--json") -> None:
+    """Fail before the work, not after it, when a report cannot be written."""
+    if path is not None and not Path(path).resolve().parent.is_dir():
+        raise UsageError(f"cannot write `{option}` {path}: its folder does not exist.")
+
+
+def _cannot_write(option: str, path: Any, exc: OSError) -> UsageError:
+    return UsageError(f"cannot write `{option}` {path}: {exc.strerror or exc}")
+
+
+def write_json(path: str | None, data: Any, option: str = "--json") -> None:
+    """Write ``data`` as indented JSON, when a path was given."""
+    if path is None:
+        return
+    try:
+        Path(path).write_text(json.dumps(data, indent=2) + "\n")
+    except OSError as exc:
+        raise _cannot_write(option, path, exc) from exc
+
+
+def write_file(path: str | None, option: str, write: Callable[[str], Any]) -> None:
+    """Call ``write(path)`` when a path was given; an ``OSError`` is the user's (exit 2)."""
+    if path is None:
+        return
+    try:
+        write(path)
+    except OSError as exc:
+        raise _cannot_write(option, path, exc) from exc
+
+
+def write_junit(path: str | None, reports: Any) -> None:
+    """A JUnit XML file of ``(name, report)`` pairs, a suite each, when a path was given."""
+    from crosscheck._report.junit import write_junit as _write_junit
+
+    write_file(path, "--junit", lambda p: _write_junit(reports, p))
+
+
+def write_reports(args: argparse.Namespace, report: Any) -> None:
+    """Write one run's ``--json`` and ``--junit`` files, when asked for."""
+    from crosscheck._report.junit import case_name
+
+    write_file(args.json, "--json", report.write_json)
+    write_junit(args.junit, [(case_name(report), report)])
+
+
+def render_report(report: Any, console: Any, *, quiet: bool) -> int:
+    """Print a run's report (or, ``quiet``, only its verdict line); return the exit status."""
+    if quiet:
+        verdict = "PASSED" if report.passed else "FAILED: " + "; ".join(report.problems)
+        console.print(verdict, markup=False, highlight=False)
+    else:
+        report.render(console)
+    return EXIT_OK if report.passed else EXIT_FAIL
+
+
+# -- the terminal ----------------------------------------------------------------------------------
+
+
+def escape(text: Any) -> str:
+    """``text`` (a backend's name, a spec, an error, a path) as rich shows it literally, not as markup."""
+    from rich.markup import escape as _escape
+
+    return _escape(str(text))
+
+
+def make_console() -> Any:
+    """A rich console for stdout; at least 132 columns wide when it is not a terminal."""
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=max(console.width, 132))
+    return console
+
+
+def format_bytes(n: float) -> str:
+    """``1.5 MiB``: a byte count at a readable unit."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+class progress_display:
+    """A rich progress bar on stderr, shown only once work is expected to take a couple of seconds."""
+
+    def __enter__(self) -> Callable[[str, int, int], None]:
+        import time
+
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+
+        self._time = time.perf_counter
+        self._first: dict[str, tuple[float, int]] = {}
+        self._bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TaskProgressColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        self._tasks: dict[str, Any] = {}
+        return self.update
+
+    def update(self, description: str, done: int, total: int) -> None:
+        now = self._time()
+        if description not in self._tasks:
+            # Show the bar only when the rate so far predicts more than ~2 s still to go.
+            first_time, first_done = self._first.setdefault(description, (now, done))
+            rate = (done - first_done) / (now - first_time) if now > first_time else 0.0
+            if rate <= 0 or (total - done) / rate < 2.0:
+                return
+            self._bar.start()
+            self._tasks[description] = self._bar.add_task(description, total=total)
+        self._bar.update(self._tasks[description], completed=done)
+
+    def __exit__(self, *exc: object) -> bool:
+        if self._tasks:  # stopping a bar that never started still writes a newline to stderr
+            self._bar.stop()
+        return False
