@@ -36,8 +36,14 @@ class Outcome(Protocol):
     notes: dict[str, Any]
 
 
-#: ``call(fn, *args, convert=None, **kwargs) -> Outcome``: a guarded call of ``fn`` (see the engine).
-Call = Callable[..., Any]
+class Call(Protocol):
+    """The engine's guarded call, bound to the point's arrays (``crosscheck._engine.driver.Caller``)."""
+
+    def __call__(self, fn: Callable[..., Any], *args: Any, convert: str | None = None, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` guarded; ``convert`` ``"array"`` or ``"arrays"`` checks the result."""
+
+    def failure(self, error: str) -> Any:
+        """An outcome that failed with ``error`` before any call."""
 
 
 @dataclasses.dataclass

@@ -99,7 +99,7 @@ class StackHvpJudge:
         rerun, note = self._rerun(backend, call, candidate)
         u = _stack.UNIT_ROUNDOFF[self.dtype]
         floor = _stack.SAFETY * u * float(np.max(np.abs(answer.value), initial=0.0))
-        terms = {
+        terms: dict[str, Any] = {
             "rerun": rerun,
             "reference": answer.error,
             "floor": floor,

@@ -63,6 +63,8 @@ class StackGradJudge:
         self._models: dict[str, _stack.RoundingModel] = {}
         self.screened: Any = None
         self.oracle_backend: Any = None
+        #: Screening's full checks, by layer: (value, error, kink, kink_at), shared by every candidate.
+        self.full_layers: dict[int, tuple[np.ndarray, ...]] = {}
 
     # -- the protocol -------------------------------------------------------------------------------
 
@@ -153,7 +155,7 @@ class StackGradJudge:
         u = _stack.UNIT_ROUNDOFF[dtype]
         rounding = self.model(dtype).grad_bound
         floor = _stack.SAFETY * u * float(np.max(np.abs(np.nan_to_num(oracle.value)), initial=0.0))
-        terms = {
+        terms: dict[str, Any] = {
             "rounding": rounding,
             "reference": oracle.error,
             "floor": floor,
@@ -182,7 +184,7 @@ class StackGradJudge:
         if len(found):
             kink[involved] = found[effects.culprit[involved]]
         alternative = np.where(effects.count == 1, oracle.value + effects.alternative, np.nan)
-        if oracle.kink is not None and oracle.kink.any():
+        if oracle.kink is not None and oracle.kink_at is not None and oracle.kink.any():
             stuck = oracle.kink & ~unjudgeable & ~self._exact_zero_kinks(bounds, oracle)
             unjudgeable = unjudgeable | stuck
             reason[stuck] = "oracle step crosses a ReLU kink"
@@ -200,9 +202,10 @@ class StackGradJudge:
 
     def _exact_zero_kinks(self, bounds: list[np.ndarray], oracle: _Oracle) -> np.ndarray:
         """Oracle kink entries whose kink is an exact zero that the candidate also computes exactly."""
-        at = oracle.kink_at
+        at, kink = oracle.kink_at, oracle.kink
+        assert at is not None and kink is not None
         exact = np.zeros(at.shape[:-1], bool)
-        for index in zip(*np.nonzero(oracle.kink), strict=True):
+        for index in zip(*np.nonzero(kink), strict=True):
             layer, row, unit = at[index]
             exact[index] = self.fwd.zs[layer][row, unit] == 0 and bounds[layer][row, unit] == 0
         return exact

@@ -33,7 +33,8 @@ def screen_reference(judge: StackGradJudge, backend: Any, call: Call) -> Any:
     out = call(backend.screen, judge.weights, judge.x, directions, progress=progress)
     if out.error:
         return out
-    judge.screened, judge.full_layers = out.value, {}
+    judge.screened = out.value
+    judge.full_layers.clear()
     notes = {"mode": "screen", "directions": judge.options.directions, "evaluations": out.value.evaluations}
     return dataclasses.replace(out, value=Reference(None, "float64", notes))
 
@@ -50,6 +51,7 @@ def compare_screened(
             message=problem,
         )  # fmt: skip
     model = judge.model(dtype)
+    assert model.direction_sigma is not None  # the model was made with the screening directions
     projected = np.einsum("kij,ksij->ks", candidate.astype(np.float64), sc.directions)
     u, size = _stack.UNIT_ROUNDOFF[dtype], judge.weights.shape[1]
     options = judge.options
