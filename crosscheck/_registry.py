@@ -66,7 +66,7 @@ class FunctionBackend:
 
     def __init__(self, fn: Any, name: str | None = None) -> None:
         self.fn = fn
-        self.name = name or getattr(fn, "__name__", repr(fn))
+        self.name: str = str(name or getattr(fn, "__name__", None) or repr(fn))
 
     def grad(self, weights: np.ndarray, x: np.ndarray) -> Any:
         return self.fn(weights, x)

@@ -254,7 +254,6 @@ class progress_display:
             self._tasks[description] = self._bar.add_task(description, total=total)
         self._bar.update(self._tasks[description], completed=done)
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> None:
         if self._tasks:  # stopping a bar that never started still writes a newline to stderr
             self._bar.stop()
-        return False

@@ -231,7 +231,7 @@ def write_junit(result, path: str | Path) -> None:
     for record in result.records:
         name = case_label(record["case"])
         if record["report"] is not None:
-            suite = junit_suite(_ReportView(record["report"]), name)
+            suite = junit_suite(_ReportView(record["report"]), name)  # type: ignore[arg-type]  # duck-typed
         else:
             suite = ET.Element("testsuite", name=name)
             case = ET.SubElement(suite, "testcase", classname=name, name=record["status"])

@@ -75,8 +75,8 @@ def guarded(fn: Callable[..., Any], args: tuple[Any, ...], *, inputs: Mapping[st
 
     ``inputs`` are the arrays the backend may see, by name (checked bit for bit and restored).
     """
-    names, inputs = list(inputs), list(inputs.values())
-    pristine = [np.array(a, copy=True) for a in inputs]
+    names, live = list(inputs), list(inputs.values())
+    pristine = [np.array(a, copy=True) for a in live]
     state = framework_state()
     start = time.perf_counter()
     value, error = None, None
@@ -90,7 +90,7 @@ def guarded(fn: Callable[..., Any], args: tuple[Any, ...], *, inputs: Mapping[st
     changed = restore_state(state)
     if changed:
         notes["state_changed"] = changed
-    if _restore(inputs, pristine) and error is None:
+    if _restore(live, pristine) and error is None:
         error = f"modified its inputs ({_either(names)}); backends must not write to them"
     return Outcome(None if error else value, error, seconds, notes)
 
@@ -157,7 +157,7 @@ def _set_torch_dtype(name: str) -> None:
     torch.set_default_dtype(getattr(torch, name))
 
 
-_SETTERS: dict[str, Callable[[Any], None]] = {
+_SETTERS: dict[str, Callable[[Any], Any]] = {
     "numpy error state": lambda value: np.seterr(**value),
     "jax matmul precision": _set_jax("jax_default_matmul_precision"),
     "jax x64": _set_jax("jax_enable_x64"),
@@ -197,10 +197,11 @@ def to_arrays(value: Any) -> tuple[dict[str, np.ndarray] | None, str | None, dic
     if not isinstance(value, Mapping):
         found = "None (a missing `return`?)" if value is None else type(value).__name__
         return None, f"returned {found}; expected a dict of gradients keyed by parameter name", {}
-    out, notes = {}, {}
+    out: dict[str, np.ndarray] = {}
+    notes: dict[str, str] = {}
     for key, item in value.items():
         array, error, more = to_array(item, f"parameter `{key}`")
-        if error:
+        if error or array is None:
             return None, error, {}
         out[str(key)], notes = array, {**notes, **more}
     return out, None, notes

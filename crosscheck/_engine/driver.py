@@ -10,7 +10,7 @@ reported, the rest is recorded as not run, and the report says it was interrupte
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -24,7 +24,10 @@ from crosscheck._report.environment import environment
 from crosscheck._report.report import BackendResult, Report
 from crosscheck._workloads.protocol import Reference
 
-_CONVERTERS = {"array": to_array, "arrays": to_arrays}
+_CONVERTERS: dict[str, Callable[[Any], tuple[Any, str | None, dict[str, str]]]] = {
+    "array": to_array,
+    "arrays": to_arrays,
+}
 
 
 class Caller:

@@ -16,7 +16,7 @@ from crosscheck._workloads.protocol import Options, Progress
 from crosscheck._workloads.registry import load_workload
 
 #: The keywords of ``run`` that make the case (each workload takes those that apply to it).
-CASE_KEYWORDS = ("weights", "x", "layers", "batch", "dim", "dtype", "seed", "init", "scale")
+CASE_KEYWORDS: tuple[str, ...] = ("weights", "x", "layers", "batch", "dim", "dtype", "seed", "init", "scale")
 CASE_KEYWORDS += ("oracle_mode", "directions", "explain", "quantity")
 
 
@@ -47,30 +47,24 @@ def run(
     """Run one case (generated, or the given arrays) and cross-check every backend's gradient.
 
     Args:
-        weights, x: your own arrays (``(L, d, d)`` and ``(N, d)``, float32 or float64), given together;
-            otherwise the case options below generate them.
-        layers, batch, dim, dtype, seed, init, scale: the generated case (see ``Case``).
-        backends: names, import strings, backend objects or plain functions; default: every built-in
-            backend except the reference.
+        weights, x: your own arrays (``(L, d, d)``, ``(N, d)``, float32 or float64), both or neither;
+            else ``layers``, ``batch``, ``dim``, ``dtype``, ``seed``, ``init``, ``scale`` (see ``Case``).
+        backends: names, import strings, backend objects or plain functions (default: every built-in
+            but the reference; a workload's implementations).
         reference: the backend the others are compared with (default: the ``numpy-fd`` oracle).
         rtol, atol: user slack added to every entry's tolerance; give both or neither.
         strict: fail when any entry is unjudgeable (a ReLU kink makes it ambiguous).
-        oracle_mode: ``"full"`` (every entry), ``"screen"`` (``directions`` random directional
-            derivatives per layer, then every entry of each layer that fails them) or ``"auto"``
-            (screen when the full oracle would cost more than ``SCREEN_FLOPS``).
-        directions: directions per layer when screening.
-        explain: also compare each candidate's forward activations layer by layer (when it exposes
-            ``activations(weights, x)``), to say where a disagreement starts.
+        oracle_mode, directions: ``"full"`` (every entry), ``"screen"`` (``directions`` random
+            directional derivatives per layer, then every entry of a layer that fails them) or
+            ``"auto"`` (screen when the full oracle would cost more than ``SCREEN_FLOPS``).
+        explain: also localize (forward activations layer by layer) and classify a disagreement.
         progress: called as ``progress(description, done, total)`` during long work.
-        quantity: ``"grad"`` (the gradient) or ``"hvp"``: the Hessian-vector product ``H v`` of the loss
-            with respect to the weights, along a direction ``v`` made from ``seed`` (see README,
-            "Hessian-vector products"); candidates need an ``hvp(weights, x, v)`` method.
-        repeat: how many times each candidate is called (gradcheck's reentrancy check): a second result
-            that differs beyond the candidate's rounding fails it; ``1`` turns the check off.
-        workload: a ``Workload``, a built-in workload name or an import string ``module:attribute``;
-            default (or ``"stack"``): the ReLU stack. Another workload defines its own arrays, so only
-            ``dtype``, ``seed``, ``backends``, ``reference``, ``rtol``/``atol`` and ``strict`` apply;
-            its comparisons are one per (backend, parameter).
+        quantity: ``"grad"`` or ``"hvp"``, the Hessian-vector product along a direction made from
+            ``seed`` (candidates need ``hvp(weights, x, v)``; see README, "Hessian-vector products").
+        workload: a ``Workload``, a built-in name or an import string ``module:attribute`` (default:
+            the stack). Another workload makes its own arrays: only ``dtype`` and ``seed`` of the case
+            keywords apply, and its comparisons are one per (backend, parameter).
+        repeat: calls per candidate: a second result beyond its own rounding fails it (1: no repeat).
 
     Returns:
         A ``Report``: ``.passed`` and ``.to_dict()`` (the JSON report).
@@ -79,30 +73,37 @@ def run(
         ValueError, TypeError: bad arguments (the message says what was expected and found).
 
     Example:
-        >>> import crosscheck
         >>> crosscheck.run(layers=3, dim=4, backends=["jax"]).passed  # doctest: +SKIP
         True
     """
-    _check_tolerances(rtol, atol)
-    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
-        raise ValueError(f"`repeat` must be a positive integer, found {repeat!r}.")
-    if isinstance(directions, bool) or not isinstance(directions, int) or directions < 1:
-        raise ValueError(f"`directions` must be a positive integer, found {directions!r}.")
-    if backends is not None and (isinstance(backends, (str, bytes)) or not isinstance(backends, Sequence)):
-        raise TypeError(
-            f"`backends` must be a list of backends, found {type(backends).__name__} {backends!r:.60}."
-        )
     given = dict(locals())
-    chosen = load_workload(workload)
-    # Each workload takes the case keywords that apply to it (and says which do not).
+    _check_options(rtol, atol, repeat, directions, backends)
+    return drive(_plan(given))
+
+
+def _plan(given: dict[str, Any]) -> Plan:
+    """The plan of ``run``'s keywords: the workload takes the case keywords that apply to it (and says
+    which do not), its judge the quantity, then the candidates."""
+    chosen = load_workload(given["workload"])
     point = chosen.point({k: given[k] for k in CASE_KEYWORDS})
-    options = Options(rtol, atol, strict, seed, oracle_mode, directions, explain, progress)
-    what = _quantity(quantity)
+    names = ("rtol", "atol", "strict", "seed", "oracle_mode", "directions", "explain", "progress")
+    options = Options(**{k: given[k] for k in names})
+    what = _quantity(given["quantity"])
     judge = chosen.judge(what, point, options)
+    backends, reference = given["backends"], given["reference"]
     specs = list(backends) if backends is not None else chosen.defaults(reference)
     chosen.check_candidates(specs)
-    explicit = backends is not None
-    return drive(Plan(chosen, what, point, judge, specs, reference, explicit, options, repeat))
+    return Plan(chosen, what, point, judge, specs, reference, backends is not None, options, given["repeat"])
+
+
+def _check_options(rtol: Any, atol: Any, repeat: Any, directions: Any, backends: Any) -> None:
+    _check_tolerances(rtol, atol)
+    for name, value in (("repeat", repeat), ("directions", directions)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"`{name}` must be a positive integer, found {value!r}.")
+    if backends is not None and (isinstance(backends, (str, bytes)) or not isinstance(backends, Sequence)):
+        found = f"{type(backends).__name__} {backends!r:.60}"
+        raise TypeError(f"`backends` must be a list of backends, found {found}.")
 
 
 def _check_tolerances(rtol: float | None, atol: float | None) -> None:

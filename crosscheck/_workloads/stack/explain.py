@@ -86,24 +86,9 @@ def classify(
         evidence.append(f"two repeats differ from the first run in {max(changed)} entries")
         return {"verdict": "nondeterministic", "evidence": evidence}
     evidence.append("two repeats reproduce the first run bit for bit")
-    contexts = (
-        ("highest_precision", "at the highest matmul precision", "explained by reduced matmul precision"),
-        (
-            "without_checkpointing",
-            "without checkpointing",
-            "explained by checkpointing: the recomputation differs",
-        ),
-    )
-    for method, condition, explanation in contexts:
-        context = getattr(backend, method, None)
-        if not callable(context):
-            continue
-        with context():
-            again = rerun(np.asarray(grad(weights, x)), weights.dtype.name)
-        if again.passed:
-            evidence.append(f"{condition} it agrees")
-            return {"verdict": explanation, "evidence": evidence}
-        evidence.append(f"{condition} it still mismatches ({again.mismatched} entries)")
+    explained = _in_contexts(backend, grad, weights, x, rerun, evidence)
+    if explained:
+        return {"verdict": explained, "evidence": evidence}
     if weights.dtype != np.float64:
         in64 = rerun(np.asarray(grad(weights.astype(np.float64), x.astype(np.float64))), "float64")
         if in64.passed:
@@ -123,3 +108,29 @@ def classify(
             }
         evidence.append("with the weights nudged away from the ReLU kinks it still mismatches")
     return {"verdict": f"genuine: {localized}", "evidence": evidence}
+
+
+#: The backend's optional contexts, what each changes, and the verdict when it makes the mismatch go.
+_CONTEXTS = (
+    ("highest_precision", "at the highest matmul precision", "explained by reduced matmul precision"),
+    (
+        "without_checkpointing",
+        "without checkpointing",
+        "explained by checkpointing: the recomputation differs",
+    ),
+)
+
+
+def _in_contexts(backend: Any, grad: Any, weights: np.ndarray, x: np.ndarray, rerun, evidence: list) -> str:
+    """The verdict of the first context in which the candidate agrees ("" when none does)."""
+    for method, condition, explanation in _CONTEXTS:
+        context = getattr(backend, method, None)
+        if not callable(context):
+            continue
+        with context():
+            again = rerun(np.asarray(grad(weights, x)), weights.dtype.name)
+        if again.passed:
+            evidence.append(f"{condition} it agrees")
+            return explanation
+        evidence.append(f"{condition} it still mismatches ({again.mismatched} entries)")
+    return ""
