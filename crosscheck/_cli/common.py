@@ -189,6 +189,8 @@ def render_report(report: Any, console: Any, *, quiet: bool) -> int:
         console.print(verdict, markup=False, highlight=False)
     else:
         report.render(console)
+    if getattr(report, "interrupted", False):
+        return EXIT_INTERRUPTED  # Ctrl-C: what finished was reported; the run did not complete
     return EXIT_OK if report.passed else EXIT_FAIL
 
 

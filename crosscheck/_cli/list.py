@@ -101,13 +101,15 @@ def _plugin_backends() -> list[dict[str, Any]]:
 
 
 def _try_load(name: str) -> str:
-    from crosscheck._registry import load_backend
+    """Why the plugin ``name`` cannot be used ("" when it loads and its ``info()`` answers)."""
+    from crosscheck._registry import backend_info, load_backend
 
     try:
-        load_backend(name)
-    except Exception as exc:  # BackendBroken names the plugin and its error
+        backend = load_backend(name)
+    except Exception as exc:  # BackendBroken names the plugin and its error (a sys.exit included)
         return str(exc)
-    return ""
+    info = backend_info(backend)  # never raises: a broken info() is an `info_error`
+    return f"backend `{name}`: its info() failed: {info['info_error']}" if "info_error" in info else ""
 
 
 def _render(found: dict[str, list[dict[str, Any]]], console: Any) -> None:

@@ -180,9 +180,10 @@ def to_array(value: Any, what: str = "") -> tuple[np.ndarray | None, str | None,
     if torch is not None and isinstance(value, torch.Tensor):
         if value.requires_grad:
             notes["converted"] = "returned a torch tensor that requires grad: detached (values compared)"
-        value = value.detach().cpu()
+        value = value.detach().cpu().resolve_conj().resolve_neg().numpy()
     try:
-        array = np.array(value, copy=True)
+        # asarray, then a copy: NumPy 2 warns when it passes `copy=` to an `__array__` without it.
+        array = np.asarray(value).copy()
     except BaseException as exc:
         reraise_user_interrupt(exc)
         return None, f"returned something that is not an array{where}: {describe(exc)}", {}
