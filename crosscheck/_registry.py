@@ -132,13 +132,21 @@ def _load_entry_point(entry_point: metadata.EntryPoint) -> Backend:
 
 def _load_builtin(name: str) -> Backend:
     module_name, class_name, install = BUILTINS[name]
+    return getattr(import_adapter(module_name, name, install), class_name)()
+
+
+def import_adapter(module_name: str, name: str, install: str) -> Any:
+    """The built-in adapter module ``module_name`` for backend ``name``.
+
+    Raises:
+        BackendUnavailable: its framework is not installed (the message says what to install).
+    """
     try:
-        module = _import_builtin_module(module_name)
+        return _import_builtin_module(module_name)
     except ImportError as exc:
         raise BackendUnavailable(
             f"backend `{name}` is unavailable: {exc.name or exc} is not installed ({install})."
         ) from exc
-    return getattr(module, class_name)()
 
 
 def _import_builtin_module(module_name: str) -> Any:

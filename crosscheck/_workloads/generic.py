@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
-from crosscheck._registry import ORACLE, BackendUnavailable, load_backend, plugin_entry_points
+from crosscheck._registry import ORACLE, import_adapter, load_backend, plugin_entry_points
 from crosscheck._workloads.base import Workload
 from crosscheck._workloads.protocol import Options, Point, Reference
 
@@ -144,8 +144,6 @@ class GenericWorkload:
 @functools.lru_cache(maxsize=64)
 def _framework_backend(name: str, loss: Any) -> Any:
     """The adapter of an implementation, kept: JAX then compiles each workload's gradient once."""
-    from crosscheck._registry import _import_builtin_module
-
     prefix = name.split("-", 1)[0]
     if prefix not in FRAMEWORKS:
         raise ValueError(
@@ -154,13 +152,7 @@ def _framework_backend(name: str, loss: Any) -> Any:
             f"backend object with `grad(params, inputs) -> dict` (e.g. an import string)."
         )
     module_name, class_name, install = FRAMEWORKS[prefix]
-    try:
-        module = _import_builtin_module(module_name)
-    except ImportError as exc:
-        raise BackendUnavailable(
-            f"backend `{name}` is unavailable: {exc.name or exc} is not installed ({install})."
-        ) from exc
-    return getattr(module, class_name)(name, loss)
+    return getattr(import_adapter(module_name, name, install), class_name)(name, loss)
 
 
 def rms(values: np.ndarray) -> float:
