@@ -9,8 +9,10 @@ takes, per entry, the largest step that crosses no kink:
    weights and ``dist`` the exact distance, along that weight, to the first kink of the layer the weight
    feeds (that layer's pre-activations move linearly with the weight).
 2. It evaluates the loss at ``w +- h`` for all entries of a layer at once (reusing the unchanged prefix
-   of the stack) and compares every ReLU mask at the perturbed points with the base point. The masks
-   being piecewise-linear in ``h``, equal masks at both ends prove that no kink was crossed.
+   of the stack, and evaluating only the rows of the batch the perturbation changes: see
+   ``crosscheck._workloads.stack.perturb``) and compares every ReLU mask at the perturbed points with
+   the base point. The masks being piecewise-linear in ``h``, equal masks at both ends prove that no
+   kink was crossed.
 3. Entries whose step crossed a kink retry below the nearest kink crossed (its distance is exact, since
    everything moved linearly up to it), down to ``h_cap * 2**-40``. An
    entry that still crosses sits on a kink (an exact zero pre-activation, or one closer than that): its
@@ -151,8 +153,10 @@ def screen(
             ratio = np.where(moved != 0, np.abs(fwd.zs[k]) / np.abs(moved), np.inf)
         distance = ratio.reshape(count, -1).min(axis=1)
 
-        def central(index, h, frozen, k=k):
-            return _perturb.central(fwd, k, h, frozen, directions=directions[k][index])
+        sigma = _perturb.output_sigma(fwd, k)
+
+        def central(index, h, frozen, k=k, sigma=sigma):
+            return _perturb.central(fwd, k, h, frozen, sigma, directions=directions[k][index])
 
         result = _differentiate(fwd, k, distance, central)
         value[k], error[k], kink[k] = result["value"], result["error"], result["kink"]
@@ -171,9 +175,10 @@ def _layer(fwd: _stack.Forward, k: int, out: dict[str, np.ndarray]) -> int:
     y, z = fwd.ys[k], fwd.zs[k]
     d = y.shape[1]
     rows, cols = np.divmod(np.arange(d * d), d)
+    sigma = _perturb.output_sigma(fwd, k)
 
     def central(index, h, frozen):
-        return _perturb.central(fwd, k, h, frozen, rows=rows[index], cols=cols[index])
+        return _perturb.central(fwd, k, h, frozen, sigma, rows=rows[index], cols=cols[index])
 
     result = _differentiate(fwd, k, _distance_to_first_kink(y, z).ravel(), central)
     for name in ("value", "error", "step", "kink"):

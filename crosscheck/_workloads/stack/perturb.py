@@ -1,4 +1,15 @@
-"""Batched perturbed forward passes of the stack: the loss evaluations behind the oracle (``fd``)."""
+"""Batched perturbed forward passes of the stack: the loss evaluations behind the oracle (``fd``).
+
+Only the rows a perturbation changes are evaluated. The loss is a sum over the rows of the batch and
+each row's forward pass is separate, so a row that a perturbation leaves unchanged contributes the
+same to the losses at ``+h`` and ``-h`` and nothing to their difference. Perturbing ``W[k][i, j]``
+moves ``z[k][n, j]`` by ``h * y[k][n, i]``: a row with ``y[k][n, i] == 0`` does not move, nor does a
+row whose unit ``(k, n, j)`` is off and stays off (its ReLU output stays 0), so only about a quarter of
+the rows of a ReLU layer are evaluated. The difference is computed from the changed rows' own terms
+(``sum(y[L][n] ** 2)`` perturbed minus unperturbed), which is the same sum as a full evaluation's in
+exact arithmetic and never less accurate. The changed rows of every perturbation of a chunk are
+stacked into one tall matrix, so each later layer is one BLAS product.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +19,11 @@ import numpy as np
 
 from crosscheck._workloads.stack import model as _stack
 
-#: Entries of one perturbed batch (2 * S * N * d float64 values), sized to stay cache-friendly.
-_CHUNK_VALUES = 1 << 18
+#: Values of one propagated block (rows * d float64 values), sized to stay cache-friendly.
+_CHUNK_VALUES = 1 << 17
 
 
-def _float64_output_sigma(fwd: _stack.Forward, k: int) -> float:
+def output_sigma(fwd: _stack.Forward, k: int) -> float:
     """Norm of the float64 rounding error of ``y[L]`` made by layers ``k`` onwards (a variance bound:
     each layer's fresh rounding, propagated through ``W**2``, which can only overestimate it)."""
     u = _stack.UNIT_ROUNDOFF["float64"]
@@ -23,133 +34,170 @@ def _float64_output_sigma(fwd: _stack.Forward, k: int) -> float:
     return float(np.sqrt(np.sum(var)))
 
 
-def central(fwd, k, h, frozen, *, rows=None, cols=None, directions=None):
+def central(fwd, k, h, frozen, sigma, *, rows=None, cols=None, directions=None):
     """Central differences of perturbations of layer ``k`` with steps ``h[s]``: of the entries
-    ``(k, rows[s], cols[s])``, or along ``directions[s]`` (``(S, d, d)`` arrays).
+    ``(k, rows[s], cols[s])``, or along ``directions[s]`` (``(S, d, d)`` arrays). ``sigma`` is
+    ``output_sigma(fwd, k)``.
 
     Returns ``(value, error, crossed, where, fraction)``: the estimates, their error bounds, whether a
     mask changed at either end, the first changed mask's ``(layer, row, unit)``, and the fraction of the
     step at which the first kink lies.
     """
-    n, d = fwd.zs[k].shape
-    sigma = _float64_output_sigma(fwd, k)
-    per_chunk = max(1, _CHUNK_VALUES // (2 * n * d))
-    # Buffers reused by every chunk: fresh large temporaries each layer cost page faults (glibc returns
-    # freed multi-MiB blocks to the OS), which took ~40% of the run time at d=64.
-    shape = (2 * min(per_chunk, len(h)), n, d)
-    work = np.empty(shape), np.empty(shape), np.empty(shape, bool)
-    parts = []
-    for start in range(0, len(h), per_chunk):
-        part = slice(start, start + per_chunk)
-        steps = np.concatenate([h[part], -h[part]])
-        if directions is None:
-            both = np.tile(rows[part], 2), np.tile(cols[part], 2)
-            losses, crossed, where, fraction = _entry_losses(fwd, k, *both, steps, frozen, work)
-        else:
-            moved = fwd.ys[k] @ directions[part]
-            z = work[0][: len(steps)]
-            np.multiply(steps[:, None, None], np.concatenate([moved, moved]), out=z)
-            z += fwd.zs[k]
-            losses, crossed, where, fraction = _propagate(fwd, k, z, frozen, work)
-        half = len(h[part])
-        parts.append(
-            (
-                *_finish(fwd, losses, h[part], sigma, crossed, where),
-                np.minimum(fraction[:half], fraction[half:]),
-            )
-        )
-    return tuple(np.concatenate(p) for p in zip(*parts, strict=True))
+    steps = np.concatenate([h, -h])
+    if directions is None:
+        rows, cols = np.tile(rows, 2), np.tile(cols, 2)
+        change, crossed, where, fraction = _entry_rows(fwd, k, rows, cols, steps, frozen)
+    else:
+        change, crossed, where, fraction = _direction_rows(fwd, k, directions, steps, frozen)
+    half = len(h)
+    return (
+        *_finish(fwd, change, h, sigma, crossed, where),
+        np.minimum(fraction[:half], fraction[half:]),
+    )
 
 
-def _entry_losses(fwd, k, rows, cols, steps, frozen, work):
-    """Losses at ``W[k][rows, cols] + steps``, reusing everything that does not change.
+def _entry_rows(fwd, k, rows, cols, steps, frozen):
+    """Loss changes at ``W[k][rows, cols] + steps``, from the rows each perturbation changes.
 
     Only column j of ``z[k]`` depends on ``W[k][i, j]``, and linearly (``+= h * y[k][:, i]``); so only
-    column j of ``y[k + 1]`` changes, and ``z[k + 1]`` changes by a rank-one term. The sums are the same
-    as a full evaluation's, in exact arithmetic; only the unchanged parts are not recomputed.
+    column j of ``y[k + 1]`` changes, and ``z[k + 1]`` changes by a rank-one term, in the rows whose
+    ``y[k + 1][n, j]`` moved. The sums are the same as a full evaluation's, in exact arithmetic; only the
+    unchanged parts are not recomputed.
     """
     count = len(steps)
-    column = fwd.zs[k][:, cols].T + steps[:, None] * fwd.ys[k][:, rows].T  # (2S, N)
+    z_col = fwd.zs[k][:, cols].T
+    column = z_col + steps[:, None] * fwd.ys[k][:, rows].T  # (2S, N)
     base = fwd.masks[k][:, cols].T
     crossed = np.zeros(count, bool)
     where = np.full((count, 3), -1, np.int64)
-    fraction = np.ones(count)
     if frozen:
         new_column = column * base
     else:
         changed = (column > 0) != base
         crossed = changed.any(axis=1)
         with np.errstate(divide="ignore", invalid="ignore"):
-            nearest = np.where(
-                changed, np.abs(fwd.zs[k][:, cols].T) / np.abs(column - fwd.zs[k][:, cols].T), np.inf
-            ).argmin(axis=1)
+            nearest = np.where(changed, np.abs(z_col) / np.abs(column - z_col), np.inf).argmin(axis=1)
         where[crossed] = np.column_stack([np.full(int(crossed.sum()), k), nearest[crossed], cols[crossed]])
         new_column = np.maximum(column, 0.0)
     old_column = fwd.ys[k + 1][:, cols].T
     if k + 1 == len(fwd.zs):
-        losses = fwd.loss + np.einsum("sn,sn->s", new_column, new_column) - np.sum(old_column**2, axis=1)
-        return losses, crossed, where, fraction
-    z = work[0][:count]
-    np.multiply((new_column - old_column)[:, :, None], fwd.weights[k + 1][cols][:, None, :], out=z)
-    z += fwd.zs[k + 1]
-    losses, more, at, later = _propagate(fwd, k + 1, z, frozen, work)
+        change = np.einsum("sn,sn->s", new_column, new_column) - np.einsum("sn,sn->s", old_column, old_column)
+        return change, crossed, where, np.ones(count)
+    moved = new_column - old_column
+    which, row_of = np.nonzero(moved)
+
+    def start(part: slice) -> np.ndarray:
+        s, n = which[part], row_of[part]
+        return fwd.zs[k + 1][n] + moved[s, n][:, None] * fwd.weights[k + 1][cols[s]]
+
+    change, more, at, later = _rows(fwd, k + 1, start, which, row_of, count, frozen)
     # A crossing in layer k is already known (the step is below the exact distance to it): shrink.
     fraction = np.where(crossed, 0.5, later)
-    return losses, crossed | more, np.where(crossed[:, None], where, at), fraction
+    return change, crossed | more, np.where(crossed[:, None], where, at), fraction
 
 
-def _propagate(fwd, k, z, frozen, work):
-    """Finish a batch of perturbed forward passes from the pre-activations ``z`` of layer ``k``.
+def _direction_rows(fwd, k, directions, steps, frozen):
+    """Loss changes along ``steps[s] * directions[s % S]`` (layer ``k``), from the rows that move."""
+    moved = fwd.ys[k] @ directions  # (S, N, d): how each row's z[k] moves per unit step
+    count, n_dirs = len(steps), len(directions)
+    live = np.tile(np.any(moved != 0, axis=2), (2, 1))  # (2S, N)
+    which, row_of = np.nonzero(live)
 
-    ``z`` is a view of ``work[0]``; ``work`` holds two float buffers and a bool one of at least its size.
+    def start(part: slice) -> np.ndarray:
+        s, n = which[part], row_of[part]
+        return fwd.zs[k][n] + steps[s][:, None] * moved[s % n_dirs, n]
 
-    Returns the losses, whether any mask changed, the first changed mask's ``(layer, row, unit)`` and,
-    where one changed, the fraction of the step at which the first kink lies.
+    return _rows(fwd, k, start, which, row_of, count, frozen)
+
+
+def _rows(fwd, k, start, which, row_of, count, frozen):
+    """Propagate perturbed rows from layer ``k`` to the loss, in chunks; sum per perturbation.
+
+    ``start(part)`` gives the pre-activations ``z[k]`` of rows ``part``; row ``p`` belongs to
+    perturbation ``which[p]`` and is row ``row_of[p]`` of the batch. Returns, per perturbation, the loss
+    change, whether a mask changed, the first changed mask's ``(layer, row, unit)`` and the fraction of
+    the step at which that kink lies.
     """
-    count, _, d = z.shape
-    spare = work[1][:count]  # z lives in work[0]; products alternate between the two
-    crossed = np.zeros(count, bool)
-    where = np.full((count, 3), -1, np.int64)
-    fraction = np.ones(count)
-    for m in range(k, len(fwd.zs)):
+    d, n_layers = fwd.zs[k].shape[1], len(fwd.zs)
+    per_chunk = max(1, _CHUNK_VALUES // d)
+    size = min(per_chunk, len(which))
+    # Buffers reused by every chunk: fresh large temporaries cost page faults (glibc returns freed
+    # multi-MiB blocks to the OS), which took ~40% of the run time at d=64.
+    work = np.empty((size, d)), np.empty((size, d)), np.empty((size, d), bool), np.empty((size, d), bool)
+    squares = np.empty(len(which))
+    layer, ratio, unit = np.full(len(which), n_layers), np.ones(len(which)), np.zeros(len(which), np.int64)
+    for first in range(0, len(which), per_chunk):
+        part = slice(first, first + per_chunk)
+        rows = row_of[part]
+        z = work[0][: len(rows)]
+        z[...] = start(part)
+        squares[part] = _propagate(fwd, k, z, rows, frozen, work, (layer[part], ratio[part], unit[part]))
+    base = np.einsum("nd,nd->n", fwd.ys[-1], fwd.ys[-1])
+    change = np.bincount(which, weights=squares - base[row_of], minlength=count)
+    return (change, *_first_crossing(which, row_of, layer, ratio, unit, count, n_layers))
+
+
+def _propagate(fwd, k, z, rows, frozen, work, crossing):
+    """Finish perturbed forward passes of batch rows ``rows`` from their pre-activations ``z`` of layer
+    ``k`` (a view of ``work[0]``; ``work`` holds two float and two bool buffers of at least its size).
+
+    Fills ``crossing`` (views: per row, the first layer whose mask changed, the fraction of the step at
+    which its nearest kink lies, and that kink's unit); returns each row's ``sum(y[L] ** 2)``.
+    """
+    count = len(z)
+    spare, changed, base = work[1][:count], work[2][:count], work[3][:count]
+    layer, ratio, unit = crossing
+    n_layers = len(fwd.zs)
+    for m in range(k, n_layers):
         if m > k:
-            # One tall product rather than a batch of small ones: BLAS is far faster on it.
-            np.matmul(z.reshape(-1, d), fwd.weights[m], out=spare.reshape(-1, d))
+            np.matmul(z, fwd.weights[m], out=spare)
             z, spare = spare, z
-        base = fwd.masks[m]
+        np.take(fwd.masks[m], rows, axis=0, out=base)
         if frozen:
             z *= base
             continue
-        changed = np.greater(z, 0, out=work[2][:count])
+        np.greater(z, 0, out=changed)
         np.not_equal(changed, base, out=changed)
-        new = changed.reshape(count, -1).any(axis=1) & ~crossed
-        if new.any():
+        new = np.flatnonzero(changed.any(axis=1) & (layer == n_layers))
+        if new.size:
             # Up to the first layer that crossed, everything moved linearly with the step: the fraction
             # of the step at which each of its kinks lies is exact; the nearest is the one to report.
-            moved = np.abs(z[new] - fwd.zs[m])
+            z_base = fwd.zs[m][rows[new]]
             with np.errstate(divide="ignore", invalid="ignore"):
-                ratio = np.where(changed[new], np.abs(fwd.zs[m]) / moved, np.inf)
-            ratio = ratio.reshape(int(new.sum()), -1)
-            nearest = ratio.argmin(axis=1)
-            where[new] = np.column_stack([np.full(nearest.size, m), *np.divmod(nearest, d)])
-            fraction[new] = ratio[np.arange(nearest.size), nearest]
-            crossed |= new
+                fractions = np.where(changed[new], np.abs(z_base) / np.abs(z[new] - z_base), np.inf)
+            nearest = fractions.argmin(axis=1)
+            layer[new], ratio[new], unit[new] = m, fractions[np.arange(new.size), nearest], nearest
         np.maximum(z, 0.0, out=z)
-    return np.einsum("snd,snd->s", z, z), crossed, where, fraction
+    return np.einsum("pd,pd->p", z, z)
 
 
-def _finish(fwd, losses, h, sigma, crossed, where):
-    """Central differences from the losses at ``+h`` (first half) and ``-h`` (second half)."""
+def _first_crossing(which, row_of, layer, ratio, unit, count, n_layers):
+    """Per perturbation, the earliest layer any of its rows crossed and, there, the nearest kink."""
+    crossed = np.zeros(count, bool)
+    where = np.full((count, 3), -1, np.int64)
+    fraction = np.ones(count)
+    hit = np.flatnonzero(layer < n_layers)
+    if hit.size:
+        order = hit[np.lexsort((ratio[hit], layer[hit], which[hit]))]
+        first = order[np.r_[True, which[order][1:] != which[order][:-1]]]
+        s = which[first]
+        crossed[s], fraction[s] = True, ratio[first]
+        where[s] = np.column_stack([layer[first], row_of[first], unit[first]])
+    return crossed, where, fraction
+
+
+def _finish(fwd, change, h, sigma, crossed, where):
+    """Central differences from the loss changes at ``+h`` (first half) and ``-h`` (second half)."""
     s = len(h)
-    plus, minus = losses[:s], losses[s:]
-    value = (plus - minus) / (2 * h)
+    value = (change[:s] - change[s:]) / (2 * h)
     u = _stack.UNIT_ROUNDOFF["float64"]
     n_terms = fwd.ys[-1].size
     # Each loss is off by at most 2 * sqrt(loss) * ||error of y[L]|| (Cauchy-Schwarz) plus its own sum
-    # (worst case, (n - 1) * u * loss). The error of y[L] was modelled at the base point; it scales with
-    # the size of y[L], which a large step changes: hence the factor sqrt(loss / base loss).
+    # (worst case, (n - 1) * u * loss), bounds that hold for the changed rows' part as well as for a
+    # full evaluation. The error of y[L] was modelled at the base point; it scales with the size of
+    # y[L], which a large step changes: hence the factor sqrt(loss / base loss).
     base = fwd.loss
-    losses = np.maximum(losses, 0.0)
+    losses = np.maximum(base + change, 0.0)
     grow = np.sqrt(np.maximum(losses / base, 1.0)) if base > 0 else 1.0
     loss_error = _stack.SAFETY * 2 * np.sqrt(losses) * sigma * grow + u * n_terms * (losses + base)
     error = (loss_error[:s] + loss_error[s:]) / (2 * h) + 4 * u * np.abs(value)
