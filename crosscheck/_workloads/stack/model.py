@@ -112,8 +112,14 @@ class RoundingModel:
         return SAFETY * self.z_sigma[layer]
 
 
-#: Monte Carlo samples of the rounding model: the relative spread of a 64-sample standard deviation is
-#: ~9%, and it falls below 0.6 of the true one with probability ~1e-7.
+#: Monte Carlo samples of the rounding model. A gradient entry's variance is estimated from
+#: ``samples * N`` (sample, row) terms; when one row dominates it is a ``samples``-sample estimate, whose
+#: standard deviation has a relative spread of ~9% at 64 and falls below 0.6 of the true one with
+#: probability ~1e-7. The tolerance needs that many: an error ``e`` of true spread ``sigma`` exceeds
+#: ``SAFETY * sigma_hat`` with probability ``P(|t_S| > SAFETY)`` (Student's t with S degrees of freedom),
+#: ~1e-11 at S = 64, but ~1e-8 at S = 32 and ~1e-6 at S = 16: too likely over the ~10**7 entries of a
+#: d = 1024 stack. Their cost is ``O(samples * N * d**2)`` flops in BLAS products, never a
+#: ``(samples, d, d)`` array.
 MODEL_SAMPLES = 64
 
 
@@ -134,6 +140,7 @@ def rounding_model(
     ``samples`` runs is the model. Propagating actual samples, rather than variances through ``W**2``,
     keeps the correlations: an error in a unit that all later activations depend on scales them all
     alike, which a variance model would count as independent errors and overestimate on deep stacks.
+    The gradient's spread is then taken row by row of the batch (``_grad_variance``).
     """
     u, bits, weights = UNIT_ROUNDOFF[dtype], _SIGNIFICAND_BITS[dtype], fwd.weights
     rng = np.random.default_rng(seed)
@@ -150,26 +157,58 @@ def rounding_model(
         y = z * fwd.masks[m]
         noisy_ys.append(y)
     g = 2.0 * y  # d(sum(y**2))/dy = 2 * y: an exact multiplication
-    grad_sigma = np.zeros_like(weights)
-    direction_sigma = None if directions is None else np.zeros(directions.shape[:2])
+    grad_var = np.zeros_like(weights)
+    direction_var = None if directions is None else np.zeros(directions.shape[:2])
     for m in reversed(range(n_layers)):
         delta = g * fwd.masks[m]
-        y_m = noisy_ys[m]
-        sigma = fresh_sigma(fwd.ys[m].T, deltas[m], u, _is_exact(fwd.ys[m].T, deltas[m], bits))
-        # A contiguous transpose lets the stacked product go to BLAS (a strided one does not).
-        grad = np.ascontiguousarray(np.swapaxes(y_m, 1, 2)) @ delta
-        grad = grad + rng.standard_normal(grad.shape) * sigma
-        error = grad - fwd.ys[m].T @ deltas[m]
-        grad_sigma[m] = _rms(error)
-        if directions is not None and direction_sigma is not None:
-            flat = directions[m].reshape(directions.shape[1], -1)
-            direction_sigma[m] = _rms(error.reshape(samples, -1) @ flat.T)
+        exact = _is_exact(fwd.ys[m].T, deltas[m], bits)
+        fresh = fresh_sigma(fwd.ys[m].T, deltas[m], u, exact)
+        errors = noisy_ys[m] - fwd.ys[m], delta - deltas[m]
+        grad_var[m] = _grad_variance(fwd.ys[m], deltas[m], *errors) + np.square(fresh)
+        if directions is not None and direction_var is not None:
+            direction_var[m] = _direction_variance(fwd.ys[m], deltas[m], *errors, directions[m], fresh)
         if m:
             w_t = np.ascontiguousarray(weights[m].T)
             sigma = fresh_sigma(deltas[m], w_t, u, _is_exact(deltas[m], w_t, bits))
             g = (delta.reshape(-1, delta.shape[-1]) @ w_t).reshape(delta.shape)
             g = g + rng.standard_normal(delta.shape) * sigma
-    return RoundingModel(dtype, z_sigma, grad_sigma, samples, direction_sigma)
+    direction_sigma = None if direction_var is None else np.sqrt(direction_var)
+    return RoundingModel(dtype, z_sigma, np.sqrt(grad_var), samples, direction_sigma)
+
+
+def _grad_variance(y: np.ndarray, delta: np.ndarray, e_y: np.ndarray, e_delta: np.ndarray) -> np.ndarray:
+    """Mean square over samples of the propagated error of ``grad = y.T @ delta``, row by row.
+
+    ``y``, ``delta``: ``(N, d)`` at the float64 point; ``e_y``, ``e_delta``: ``(S, N, d)`` their sampled
+    errors. To first order the error is ``sum_n a[n]`` with ``a[n] = outer(e_y[n], delta[n]) +
+    outer(y[n], e_delta[n])`` (the second-order ``outer(e_y, e_delta)`` is a unit roundoff smaller).
+    Rows are independent (each row's forward and backward pass is its own, with its own noise), so
+    ``E[(sum_n a[n])**2] = sum_n E[a[n]**2]``: the mean of ``sum_n a[n]**2`` estimates the same variance
+    as the mean of ``(sum_n a[n])**2``, without its sampled cross-row terms (zero in expectation, noise
+    in a sample), and without forming a ``(S, d, d)`` array: expanded, it is three ``(d, S*N) @ (S*N, d)``
+    products. The fresh rounding of the product itself is independent of all this: its variance,
+    known exactly, is added by the caller rather than sampled.
+    """
+    samples, d = e_y.shape[0], y.shape[1]
+    term = np.square(e_y).mean(axis=0).T @ np.square(delta) + np.square(y).T @ np.square(e_delta).mean(axis=0)
+    cross = (e_y * y).reshape(-1, d).T @ (e_delta * delta).reshape(-1, d)
+    return np.maximum(term + (2.0 / samples) * cross, 0.0)
+
+
+def _direction_variance(y, delta, e_y, e_delta, directions, fresh) -> np.ndarray:
+    """Mean square over samples of the error of ``sum(grad * directions[s])`` for each ``s``.
+
+    With ``a[n]`` as in ``_grad_variance``, ``sum(a[n] * D) = e_y[n] @ D @ delta[n] + y[n] @ D @
+    e_delta[n]``: per row, two dot products with precomputed ``delta @ D.T`` and ``y @ D``. Rows are
+    independent, so the squares are summed over rows; the fresh rounding adds ``sum(fresh**2 * D**2)``.
+    """
+    along_delta = delta @ np.swapaxes(directions, 1, 2)  # (S_dirs, N, d)
+    along_y = y @ directions
+    terms = np.einsum("snd,knd->skn", e_y, along_delta) + np.einsum("snd,knd->skn", e_delta, along_y)
+    fresh_var = np.broadcast_to(np.square(fresh), directions.shape[1:])
+    return np.mean(np.sum(np.square(terms), axis=2), axis=0) + np.einsum(
+        "ij,kij->k", fresh_var, np.square(directions)
+    )
 
 
 def _rms(errors: np.ndarray) -> np.ndarray:
