@@ -161,12 +161,12 @@ def rounding_model(
     direction_var = None if directions is None else np.zeros(directions.shape[:2])
     for m in reversed(range(n_layers)):
         delta = g * fwd.masks[m]
-        exact = _is_exact(fwd.ys[m].T, deltas[m], bits)
-        fresh = fresh_sigma(fwd.ys[m].T, deltas[m], u, exact)
+        # The fresh rounding of the product y.T @ delta itself: u * sqrt(N * (y**2).T @ delta**2).
+        fresh_var = 0.0 if _is_exact(fwd.ys[m].T, deltas[m], bits) else u * u * len(fwd.ys[m])
         errors = noisy_ys[m] - fwd.ys[m], delta - deltas[m]
-        grad_var[m] = _grad_variance(fwd.ys[m], deltas[m], *errors) + np.square(fresh)
+        grad_var[m] = _grad_variance(fwd.ys[m], deltas[m], *errors, fresh_var)
         if directions is not None and direction_var is not None:
-            direction_var[m] = _direction_variance(fwd.ys[m], deltas[m], *errors, directions[m], fresh)
+            direction_var[m] = _direction_variance(fwd.ys[m], deltas[m], *errors, directions[m], fresh_var)
         if m:
             w_t = np.ascontiguousarray(weights[m].T)
             sigma = fresh_sigma(deltas[m], w_t, u, _is_exact(deltas[m], w_t, bits))
@@ -176,7 +176,7 @@ def rounding_model(
     return RoundingModel(dtype, z_sigma, np.sqrt(grad_var), samples, direction_sigma)
 
 
-def _grad_variance(y: np.ndarray, delta: np.ndarray, e_y: np.ndarray, e_delta: np.ndarray) -> np.ndarray:
+def _grad_variance(y, delta, e_y, e_delta, fresh_var: float) -> np.ndarray:
     """Mean square over samples of the propagated error of ``grad = y.T @ delta``, row by row.
 
     ``y``, ``delta``: ``(N, d)`` at the float64 point; ``e_y``, ``e_delta``: ``(S, N, d)`` their sampled
@@ -185,30 +185,31 @@ def _grad_variance(y: np.ndarray, delta: np.ndarray, e_y: np.ndarray, e_delta: n
     Rows are independent (each row's forward and backward pass is its own, with its own noise), so
     ``E[(sum_n a[n])**2] = sum_n E[a[n]**2]``: the mean of ``sum_n a[n]**2`` estimates the same variance
     as the mean of ``(sum_n a[n])**2``, without its sampled cross-row terms (zero in expectation, noise
-    in a sample), and without forming a ``(S, d, d)`` array: expanded, it is three ``(d, S*N) @ (S*N, d)``
-    products. The fresh rounding of the product itself is independent of all this: its variance,
-    known exactly, is added by the caller rather than sampled.
+    in a sample), and without forming a ``(S, d, d)`` array. The fresh rounding of the product itself
+    is independent of all this: its variance, known exactly (``fresh_var * (y**2).T @ delta**2``), is
+    added rather than sampled. Expanded, the whole is one ``(d, K) @ (K, d)`` product (K = S*N + 3N).
     """
     samples, d = e_y.shape[0], y.shape[1]
-    term = np.square(e_y).mean(axis=0).T @ np.square(delta) + np.square(y).T @ np.square(e_delta).mean(axis=0)
-    cross = (e_y * y).reshape(-1, d).T @ (e_delta * delta).reshape(-1, d)
-    return np.maximum(term + (2.0 / samples) * cross, 0.0)
+    y2, delta2 = np.square(y), np.square(delta)
+    left = [np.square(e_y).mean(axis=0), y2 * fresh_var, y2, (2.0 / samples) * (e_y * y).reshape(-1, d)]
+    right = [delta2, delta2, np.square(e_delta).mean(axis=0), (e_delta * delta).reshape(-1, d)]
+    return np.maximum(np.concatenate(left).T @ np.concatenate(right), 0.0)
 
 
-def _direction_variance(y, delta, e_y, e_delta, directions, fresh) -> np.ndarray:
+def _direction_variance(y, delta, e_y, e_delta, directions, fresh_var: float) -> np.ndarray:
     """Mean square over samples of the error of ``sum(grad * directions[s])`` for each ``s``.
 
     With ``a[n]`` as in ``_grad_variance``, ``sum(a[n] * D) = e_y[n] @ D @ delta[n] + y[n] @ D @
     e_delta[n]``: per row, two dot products with precomputed ``delta @ D.T`` and ``y @ D``. Rows are
-    independent, so the squares are summed over rows; the fresh rounding adds ``sum(fresh**2 * D**2)``.
+    independent, so the squares are summed over rows; the fresh rounding adds
+    ``fresh_var * sum((y**2).T @ delta**2 * D**2)``.
     """
     along_delta = delta @ np.swapaxes(directions, 1, 2)  # (S_dirs, N, d)
     along_y = y @ directions
     terms = np.einsum("snd,knd->skn", e_y, along_delta) + np.einsum("snd,knd->skn", e_delta, along_y)
-    fresh_var = np.broadcast_to(np.square(fresh), directions.shape[1:])
-    return np.mean(np.sum(np.square(terms), axis=2), axis=0) + np.einsum(
-        "ij,kij->k", fresh_var, np.square(directions)
-    )
+    # sum_ij (y**2).T @ delta**2 * D**2 = sum_n (y[n]**2) @ D**2 @ delta[n]**2
+    fresh = np.einsum("nj,knj->k", np.square(delta), np.square(y) @ np.square(directions)) * fresh_var
+    return np.mean(np.sum(np.square(terms), axis=2), axis=0) + fresh
 
 
 def _rms(errors: np.ndarray) -> np.ndarray:
