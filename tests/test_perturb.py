@@ -36,7 +36,7 @@ def test_entry_differences_match_full_evaluations(case, frozen):
     for k in range(case.layers):
         h = np.full(d * d, 2.0**-12)
         value, error, crossed, where, _ = perturb.central(
-            fwd, k, h, frozen, perturb.output_sigma(fwd, k), rows=rows, cols=cols
+            fwd, k, h, frozen, perturb.output_sigmas(fwd)[k], rows=rows, cols=cols
         )
         for s in range(d * d):
             plus, minus = weights.copy(), weights.copy()
@@ -62,10 +62,10 @@ def test_unchanged_rows_are_not_evaluated():
     fwd = _stack.forward(weights, x)
     h = np.full(4, 2.0**-10)
     rows, cols = np.divmod(np.arange(4), 2)
-    value, *_ = perturb.central(fwd, 0, h, False, perturb.output_sigma(fwd, 0), rows=rows, cols=cols)
+    value, *_ = perturb.central(fwd, 0, h, False, perturb.output_sigmas(fwd)[0], rows=rows, cols=cols)
     one_row = _stack.forward(weights, x[:1])
     expected, *_ = perturb.central(
-        one_row, 0, h, False, perturb.output_sigma(one_row, 0), rows=rows, cols=cols
+        one_row, 0, h, False, perturb.output_sigmas(one_row)[0], rows=rows, cols=cols
     )
     np.testing.assert_array_equal(value, expected)
 
@@ -77,12 +77,25 @@ def test_direction_differences_match_full_evaluations(case):
     directions = np.random.default_rng(0).choice([-1.0, 1.0], size=(3, case.dim, case.dim))
     for k in range(case.layers):
         h = np.full(3, 2.0**-14)
-        value, error, *_ = perturb.central(
-            fwd, k, h, False, perturb.output_sigma(fwd, k), directions=directions
-        )
+        moved = fwd.ys[k] @ directions
+        value, error, *_ = perturb.central(fwd, k, h, False, perturb.output_sigmas(fwd)[k], moved=moved)
         for s in range(3):
             plus, minus = weights.copy(), weights.copy()
             plus[k] += h[s] * directions[s]
             minus[k] -= h[s] * directions[s]
             full = (_loss(plus, x) - _loss(minus, x)) / (2 * h[s])
             assert abs(value[s] - full) <= error[s], (k, s, value[s], full, error[s])
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_output_sigmas_equal_the_forward_propagation_from_each_layer(case):
+    fwd = _stack.forward(*crosscheck.make_inputs(case))
+    u = _stack.UNIT_ROUNDOFF["float64"]
+    expected = []
+    for k in range(case.layers):
+        var = np.zeros_like(fwd.zs[0])
+        for m in range(k, case.layers):
+            var = var @ fwd.weights[m] ** 2 if m > k else var
+            var = (var + _stack.fresh_sigma(fwd.ys[m], fwd.weights[m], u, False) ** 2) * fwd.masks[m]
+        expected.append(np.sqrt(np.sum(var)))
+    np.testing.assert_allclose(perturb.output_sigmas(fwd), expected, rtol=1e-12)

@@ -55,6 +55,7 @@ class OracleEstimate:
         kink: ``(L, d, d)`` bool: no step avoided a kink, so the piece's derivative was taken.
         kink_at: ``(L, d, d, 3)``: for those entries, the kink ``(layer, row, unit)`` crossed (-1 elsewhere).
         evaluations: how many perturbed loss evaluations were made.
+        rounding: the float64 rounding model that sized the error bars (a judge reuses it).
     """
 
     value: np.ndarray
@@ -63,6 +64,7 @@ class OracleEstimate:
     kink: np.ndarray
     kink_at: np.ndarray
     evaluations: int
+    rounding: _stack.RoundingModel | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +76,7 @@ class ScreenEstimate:
         value, error: ``(L, S)``: estimates and error bounds.
         kink: ``(L, S)``: no step avoided a kink, so the piece's derivative was taken.
         evaluations: how many perturbed loss evaluations were made.
+        rounding: the float64 rounding model (with ``direction_sigma``) that sized the error bars.
     """
 
     directions: np.ndarray
@@ -81,6 +84,7 @@ class ScreenEstimate:
     error: np.ndarray
     kink: np.ndarray
     evaluations: int
+    rounding: _stack.RoundingModel | None = None
 
 
 def estimate(
@@ -109,16 +113,18 @@ def estimate(
         "kink_at": np.full(shape + (3,), -1, np.int64),
     }
     total, done, evaluations = len(layers) * shape[1] * shape[2], 0, 0
+    sigmas = _perturb.output_sigmas(fwd)
     for k in layers:
-        evaluations += _layer(fwd, k, out)
+        evaluations += _layer(fwd, k, out, sigmas[k])
         done += shape[1] * shape[2]
         if progress is not None:
             progress(done, total)
     # The loss evaluations share the rounded prefix of the stack, so the estimate is the derivative
     # at a point moved by float64 rounding; that error is sized by the stack's rounding model.
     deltas, _ = _stack.backward(fwd)
-    out["error"] += _stack.rounding_model(fwd, deltas, "float64").grad_bound
-    return OracleEstimate(**out, evaluations=evaluations)
+    model = _stack.rounding_model(fwd, deltas, "float64")
+    out["error"] += model.grad_bound
+    return OracleEstimate(**out, evaluations=evaluations, rounding=model)
 
 
 def screen(
@@ -146,17 +152,15 @@ def screen(
         np.zeros((n_layers, count)),
         np.zeros((n_layers, count), bool),
     )
-    evaluations = 0
+    evaluations, sigmas = 0, _perturb.output_sigmas(fwd)
     for k in range(n_layers):
-        moved = fwd.ys[k] @ directions[k]
+        moved = fwd.ys[k] @ directions[k]  # how each z[k] moves per unit step along each direction
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(moved != 0, np.abs(fwd.zs[k]) / np.abs(moved), np.inf)
         distance = ratio.reshape(count, -1).min(axis=1)
 
-        sigma = _perturb.output_sigma(fwd, k)
-
-        def central(index, h, frozen, k=k, sigma=sigma):
-            return _perturb.central(fwd, k, h, frozen, sigma, directions=directions[k][index])
+        def central(index, h, frozen, k=k, moved=moved):
+            return _perturb.central(fwd, k, h, frozen, sigmas[k], moved=moved[index])
 
         result = _differentiate(fwd, k, distance, central)
         value[k], error[k], kink[k] = result["value"], result["error"], result["kink"]
@@ -167,15 +171,15 @@ def screen(
     model = _stack.rounding_model(fwd, deltas, "float64", directions=directions)
     assert model.direction_sigma is not None  # the model was given the directions
     error += _stack.SAFETY * model.direction_sigma
-    return ScreenEstimate(directions, value, error, kink, evaluations)
+    return ScreenEstimate(directions, value, error, kink, evaluations, model)
 
 
-def _layer(fwd: _stack.Forward, k: int, out: dict[str, np.ndarray]) -> int:
-    """Fill ``out[...][k]`` for every entry of layer ``k``; return the number of loss evaluations."""
+def _layer(fwd: _stack.Forward, k: int, out: dict[str, np.ndarray], sigma: float) -> int:
+    """Fill ``out[...][k]`` for every entry of layer ``k``; return the number of loss evaluations.
+    ``sigma``: the float64 rounding of ``y[L]`` made by layers ``k`` on (``perturb.output_sigmas``)."""
     y, z = fwd.ys[k], fwd.zs[k]
     d = y.shape[1]
     rows, cols = np.divmod(np.arange(d * d), d)
-    sigma = _perturb.output_sigma(fwd, k)
 
     def central(index, h, frozen):
         return _perturb.central(fwd, k, h, frozen, sigma, rows=rows[index], cols=cols[index])

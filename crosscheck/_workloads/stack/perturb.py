@@ -13,8 +13,6 @@ stacked into one tall matrix, so each later layer is one BLAS product.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from crosscheck._workloads.stack import model as _stack
@@ -23,32 +21,43 @@ from crosscheck._workloads.stack import model as _stack
 _CHUNK_VALUES = 1 << 17
 
 
-def output_sigma(fwd: _stack.Forward, k: int) -> float:
-    """Norm of the float64 rounding error of ``y[L]`` made by layers ``k`` onwards (a variance bound:
-    each layer's fresh rounding, propagated through ``W**2``, which can only overestimate it)."""
+def output_sigmas(fwd: _stack.Forward) -> list[float]:
+    """For each layer ``k``, the norm of the float64 rounding error of ``y[L]`` made by layers ``k``
+    onwards: a variance bound, each layer's fresh rounding propagated through ``W**2`` (which can only
+    overestimate it) and summed over ``y[L]``.
+
+    The sum is linear in each layer's fresh variance ``f[m]``, so it is ``sum_{m >= k} <f[m], a[m]>``
+    with ``a[L-1] = 1`` and ``a[m] = (a[m+1] * mask[m+1]) @ (W[m+1]**2).T``: one backward pass serves
+    every ``k``, instead of propagating forward from each ``k``.
+    """
     u = _stack.UNIT_ROUNDOFF["float64"]
-    var: Any = 0.0  # then an (N, d) array
-    for m in range(k, len(fwd.zs)):
-        var = var @ (fwd.weights[m] ** 2) if m > k else 0.0
-        var = (var + _stack.fresh_sigma(fwd.ys[m], fwd.weights[m], u, False) ** 2) * fwd.masks[m]
-    return float(np.sqrt(np.sum(var)))
+    n_layers = len(fwd.zs)
+    adjoint = np.ones_like(fwd.zs[-1])
+    total, sums = 0.0, [0.0] * n_layers
+    for m in reversed(range(n_layers)):
+        if m < n_layers - 1:
+            adjoint = (adjoint * fwd.masks[m + 1]) @ np.square(fwd.weights[m + 1]).T
+        fresh = np.square(_stack.fresh_sigma(fwd.ys[m], fwd.weights[m], u, False)) * fwd.masks[m]
+        total += float(np.sum(fresh * adjoint))
+        sums[m] = total
+    return [float(np.sqrt(v)) for v in sums]
 
 
-def central(fwd, k, h, frozen, sigma, *, rows=None, cols=None, directions=None):
+def central(fwd, k, h, frozen, sigma, *, rows=None, cols=None, moved=None):
     """Central differences of perturbations of layer ``k`` with steps ``h[s]``: of the entries
-    ``(k, rows[s], cols[s])``, or along ``directions[s]`` (``(S, d, d)`` arrays). ``sigma`` is
-    ``output_sigma(fwd, k)``.
+    ``(k, rows[s], cols[s])``, or along directions ``D[s]``, given as ``moved[s] = y[k] @ D[s]`` (how
+    ``z[k]`` moves per unit step, ``(S, N, d)``). ``sigma`` is ``output_sigmas(fwd)[k]``.
 
     Returns ``(value, error, crossed, where, fraction)``: the estimates, their error bounds, whether a
     mask changed at either end, the first changed mask's ``(layer, row, unit)``, and the fraction of the
     step at which the first kink lies.
     """
     steps = np.concatenate([h, -h])
-    if directions is None:
+    if moved is None:
         rows, cols = np.tile(rows, 2), np.tile(cols, 2)
         change, crossed, where, fraction = _entry_rows(fwd, k, rows, cols, steps, frozen)
     else:
-        change, crossed, where, fraction = _direction_rows(fwd, k, directions, steps, frozen)
+        change, crossed, where, fraction = _direction_rows(fwd, k, moved, steps, frozen)
     half = len(h)
     return (
         *_finish(fwd, change, h, sigma, crossed, where),
@@ -96,10 +105,10 @@ def _entry_rows(fwd, k, rows, cols, steps, frozen):
     return change, crossed | more, np.where(crossed[:, None], where, at), fraction
 
 
-def _direction_rows(fwd, k, directions, steps, frozen):
-    """Loss changes along ``steps[s] * directions[s % S]`` (layer ``k``), from the rows that move."""
-    moved = fwd.ys[k] @ directions  # (S, N, d): how each row's z[k] moves per unit step
-    count, n_dirs = len(steps), len(directions)
+def _direction_rows(fwd, k, moved, steps, frozen):
+    """Loss changes along ``steps[s] * D[s % S]`` (layer ``k``, ``moved = y[k] @ D``), from the rows
+    that move."""
+    count, n_dirs = len(steps), len(moved)
     live = np.tile(np.any(moved != 0, axis=2), (2, 1))  # (2S, N)
     which, row_of = np.nonzero(live)
 
