@@ -37,6 +37,7 @@ import numpy as np
 
 from crosscheck._workloads.stack import model as _stack
 from crosscheck._workloads.stack import perturb as _perturb
+from crosscheck._workloads.stack import threads as _threads
 
 __all__ = ["OracleEstimate", "ScreenEstimate", "estimate", "screen"]
 
@@ -114,9 +115,17 @@ def estimate(
     }
     total, done, evaluations = len(layers) * shape[1] * shape[2], 0, 0
     sigmas = _perturb.output_sigmas(fwd)
-    for k in layers:
-        evaluations += _layer(fwd, k, out, sigmas[k])
-        done += shape[1] * shape[2]
+    # Entries are independent: each layer in a few row blocks, earlier (costlier) layers first.
+    d = shape[1]
+    blocks = [(k, rows) for k in layers for rows in np.array_split(np.arange(d), min(d, _threads.workers()))]
+    flops = 2.0 * len(layers) * x.shape[0] * d**4  # about what the layers' perturbed products cost
+
+    def layer(block):
+        return _layer(fwd, *block, out, sigmas[block[0]])
+
+    for count, size in _threads.in_parallel(layer, blocks, flops=flops):
+        evaluations += count
+        done += size
         if progress is not None:
             progress(done, total)
     # The loss evaluations share the rounded prefix of the stack, so the estimate is the derivative
@@ -174,24 +183,25 @@ def screen(
     return ScreenEstimate(directions, value, error, kink, evaluations, model)
 
 
-def _layer(fwd: _stack.Forward, k: int, out: dict[str, np.ndarray], sigma: float) -> int:
-    """Fill ``out[...][k]`` for every entry of layer ``k``; return the number of loss evaluations.
-    ``sigma``: the float64 rounding of ``y[L]`` made by layers ``k`` on (``perturb.output_sigmas``)."""
+def _layer(fwd: _stack.Forward, k: int, block: np.ndarray, out: dict[str, np.ndarray], sigma: float):
+    """Fill ``out[...][k][block]`` (rows ``block`` of layer ``k``'s weights, every column); return the
+    number of loss evaluations and of entries. ``sigma``: the float64 rounding of ``y[L]`` made by
+    layers ``k`` on (``perturb.output_sigmas``)."""
     y, z = fwd.ys[k], fwd.zs[k]
     d = y.shape[1]
-    rows, cols = np.divmod(np.arange(d * d), d)
+    rows, cols = np.repeat(block, d), np.tile(np.arange(d), len(block))
 
     def central(index, h, frozen):
         return _perturb.central(fwd, k, h, frozen, sigma, rows=rows[index], cols=cols[index])
 
-    result = _differentiate(fwd, k, _distance_to_first_kink(y, z).ravel(), central)
+    result = _differentiate(fwd, k, _distance_to_first_kink(y[:, block], z).ravel(), central)
     for name in ("value", "error", "step", "kink"):
-        out[name][k] = result[name].reshape(d, d)
-    out["kink_at"][k] = result["kink_at"].reshape(d, d, 3)
+        out[name][k][block] = result[name].reshape(len(block), d)
+    out["kink_at"][k][block] = result["kink_at"].reshape(len(block), d, 3)
     # Entries too close to a kink of the layer the weight feeds for any step: that kink is the one.
     for flat in np.flatnonzero((result["kink_at"][:, 0] < 0) & result["kink"]):
-        out["kink_at"][k].reshape(-1, 3)[flat] = (k, *_exact_zero_at(y, z, *divmod(int(flat), d)))
-    return result["evaluations"]
+        out["kink_at"][k][rows[flat], cols[flat]] = (k, *_exact_zero_at(y, z, rows[flat], cols[flat]))
+    return result["evaluations"], rows.size
 
 
 def _differentiate(fwd: _stack.Forward, k: int, distance: np.ndarray, central) -> dict:
