@@ -252,7 +252,10 @@ USAGE_ERRORS = [
     ([], ["required", "command"]),
     (["matrix", "--backend", "nope"], ["unknown backend", "`nope`"]),
     (["run", "--oracle-mode", "full", "--directions", "8"], ["`--directions`", "`--oracle-mode full`"]),
-    (["run", "--quantity", "hvp", "--directions", "8"], ["`--directions`", "`--quantity hvp` never screens"]),
+    (
+        ["run", "--quantity", "hvp", "--oracle-mode", "full", "--directions", "8"],
+        ["`--directions`", "`--oracle-mode full` never screens"],
+    ),
 ]
 
 
@@ -293,7 +296,7 @@ USAGE_ERRORS = [
         "no-command",
         "matrix-unknown-backend",
         "directions-without-screening",
-        "directions-with-hvp",
+        "directions-with-full-hvp",
     ],
 )
 def test_usage_error_exits_2_with_one_line(user_module, capsys, argv, fragments):

@@ -214,10 +214,10 @@ def _check_stack_options(args: argparse.Namespace) -> None:
     check_output(args.json)
     check_output(args.junit, "--junit")
     check_output(args.save_bundle, "--save-bundle")
-    if args.directions != 4 and (args.oracle_mode == "full" or args.quantity == "hvp"):
-        which = "`--oracle-mode full`" if args.oracle_mode == "full" else "`--quantity hvp`"
+    if args.directions != 4 and args.oracle_mode == "full":
         raise UsageError(
-            f"`--directions` applies to screening (`--oracle-mode screen` or `auto`); {which} never screens."
+            "`--directions` applies to screening (`--oracle-mode screen` or `auto`); "
+            "`--oracle-mode full` never screens."
         )
     if args.quantity == "hvp" and (args.save_bundle or args.plot):
         raise UsageError("`--save-bundle` and `--plot` are not available with `--quantity hvp` yet.")

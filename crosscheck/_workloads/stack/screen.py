@@ -104,19 +104,22 @@ def compare_screened(
     return dataclasses.replace(
         comparison,
         coverage=coverage,
-        screening=_screening_rows(diff, tol, sc.value.shape[1], failing),
+        screening=screening_rows(diff, tol, sc.value.shape[1], failing),
         message=message,
         arrays={**comparison.arrays, "rounding": rounding},
     )
 
 
-def _screening_rows(diff: np.ndarray, tol: np.ndarray, directions: int, failing: list[int]) -> list[dict]:
+def screening_rows(diff: np.ndarray, tol: np.ndarray, directions: int, failing: list[int]) -> list[dict]:
+    """One row per layer for the report: its directions, how many failed, the worst diff / tol."""
+    with np.errstate(divide="ignore", invalid="ignore"):  # 0 / 0 is taken as 0 (np.where below)
+        ratio = np.where(diff == 0, 0.0, diff / tol)
     return [
         {
             "layer": k,
             "directions": int(directions),
             "mismatched": int(np.count_nonzero(diff[k] > tol[k])),
-            "worst_ratio": float(np.max(np.where(diff[k] == 0, 0.0, diff[k] / tol[k]))),
+            "worst_ratio": float(np.max(ratio[k])),
             "full_check": k in failing,
         }
         for k in range(diff.shape[0])
