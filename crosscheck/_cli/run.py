@@ -107,7 +107,8 @@ def _add_checking(check: Any) -> None:
         choices=("auto", "full", "screen"),
         default="auto",
         help="full: the oracle judges every entry; screen: random directional derivatives per layer, then "
-        "every entry of a layer that fails them; auto (default): screen when the full oracle is costly",
+        "every entry of a layer that fails them (for --quantity grad or hvp); auto (default): screen when "
+        "the full oracle is costly",
     )
     check.add_argument(
         "--quantity",

@@ -56,7 +56,8 @@ def run(
         strict: fail when any entry is unjudgeable (a ReLU kink makes it ambiguous).
         oracle_mode, directions: ``"full"`` (every entry), ``"screen"`` (``directions`` random
             directional derivatives per layer, then every entry of a layer that fails them) or
-            ``"auto"`` (screen when the full oracle would cost more than ``SCREEN_FLOPS``).
+            ``"auto"`` (screen when the full oracle would cost more than ``SCREEN_FLOPS``); for either
+            quantity (the HVP's screening projects ``H v`` on the directions).
         explain: also localize (forward activations layer by layer) and classify a disagreement.
         progress: called as ``progress(description, done, total)`` during long work.
         quantity: ``"grad"`` or ``"hvp"``, the Hessian-vector product along a direction made from
