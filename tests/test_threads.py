@@ -73,3 +73,10 @@ def test_the_oracle_gives_the_same_answer_on_one_or_several_threads(monkeypatch)
         np.testing.assert_array_equal(getattr(parallel, name), getattr(serial, name))
     # The same sums, possibly blocked differently by BLAS: equal to within the error bars.
     assert np.all(np.abs(parallel.value - serial.value) <= np.minimum(parallel.error, serial.error))
+
+
+def test_omp_num_threads_caps_the_workers(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert threads.workers() == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "not a number")
+    assert threads.workers() >= 1

@@ -167,8 +167,9 @@ def _propagate(fwd, k, z, rows, frozen, work, crossing):
             continue
         np.greater(z, 0, out=changed)
         np.not_equal(changed, base, out=changed)
-        new = np.flatnonzero(changed.any(axis=1) & (layer == n_layers))
-        if new.size:
+        any_changed = _rows_any(changed)
+        new = np.flatnonzero(any_changed & (layer == n_layers)) if any_changed.any() else ()
+        if len(new):
             # Up to the first layer that crossed, everything moved linearly with the step: the fraction
             # of the step at which each of its kinks lies is exact; the nearest is the one to report.
             z_base = fwd.zs[m][rows[new]]
@@ -178,6 +179,14 @@ def _propagate(fwd, k, z, rows, frozen, work, crossing):
             layer[new], ratio[new], unit[new] = m, fractions[np.arange(new.size), nearest], nearest
         np.maximum(z, 0.0, out=z)
     return np.einsum("pd,pd->p", z, z)
+
+
+def _rows_any(flags: np.ndarray) -> np.ndarray:
+    """``flags.any(axis=1)`` for a C-contiguous bool array, 8 flags at a time when rows allow it
+    (a reduction over 64-bit words, several times faster than over bools)."""
+    if flags.shape[1] % 8 == 0 and flags.flags.c_contiguous:
+        return flags.view(np.uint64).any(axis=1)
+    return flags.any(axis=1)
 
 
 def _first_crossing(which, row_of, layer, ratio, unit, count, n_layers):

@@ -31,11 +31,16 @@ _inside = threading.local()
 
 
 def workers() -> int:
-    """The cores this process may run on."""
+    """The cores this process may run on, or fewer where ``OMP_NUM_THREADS`` asks for fewer threads
+    (as parallel processes, a sweep's workers say, usually do)."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not on Linux
-        return max(1, os.cpu_count() or 1)
+        cores = os.cpu_count() or 1
+    asked = os.environ.get("OMP_NUM_THREADS", "")
+    if asked.strip().isdigit() and int(asked) > 0:
+        cores = min(cores, int(asked))
+    return max(1, cores)
 
 
 @functools.cache
