@@ -13,8 +13,11 @@ the loss alone.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
+
+from crosscheck._workloads.stack import threads as _threads
 
 #: Unit roundoff of each supported dtype (half an ulp of 1.0).
 UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53}
@@ -123,6 +126,11 @@ class RoundingModel:
 MODEL_SAMPLES = 64
 
 
+#: The samples are drawn in this many independent parts (one random stream each, ``[seed, part]``),
+#: which run on separate cores when there are several; the result does not depend on how many.
+MODEL_PARTS = 2
+
+
 def rounding_model(
     fwd: Forward,
     deltas: list[np.ndarray],
@@ -140,40 +148,72 @@ def rounding_model(
     ``samples`` runs is the model. Propagating actual samples, rather than variances through ``W**2``,
     keeps the correlations: an error in a unit that all later activations depend on scales them all
     alike, which a variance model would count as independent errors and overestimate on deep stacks.
-    The gradient's spread is then taken row by row of the batch (``_grad_variance``).
+    The gradient's spread is then taken row by row of the batch (``_grad_variance``). The samples run in
+    ``MODEL_PARTS`` parts whose mean squares are pooled (weighted by their sizes, in a fixed order).
     """
-    u, bits, weights = UNIT_ROUNDOFF[dtype], _SIGNIFICAND_BITS[dtype], fwd.weights
-    rng = np.random.default_rng(seed)
-    n_layers = len(weights)
+    scales = _noise_scales(fwd, deltas, dtype)
+    sizes = [len(part) for part in np.array_split(np.arange(samples), MODEL_PARTS) if len(part)]
+
+    def part(index: int):
+        rng = np.random.default_rng([seed, index])
+        return index, _sample(fwd, deltas, scales, sizes[index], rng, directions)
+
+    flops = 6.0 * samples * fwd.ys[0].size * fwd.weights.shape[1] * len(fwd.weights)
+    pooled: list[Any] = [0.0, 0.0, 0.0]
+    for index, found in sorted(
+        _threads.in_parallel(part, range(len(sizes)), flops=flops), key=lambda r: r[0]
+    ):
+        share = sizes[index] / sum(sizes)
+        pooled = [total + share * np.asarray(more) for total, more in zip(pooled, found, strict=True)]
+    z_var, grad_var, direction_var = pooled
+    direction_sigma = None if directions is None else np.sqrt(direction_var)
+    return RoundingModel(dtype, list(np.sqrt(z_var)), np.sqrt(grad_var), samples, direction_sigma)
+
+
+def _noise_scales(fwd: Forward, deltas: list[np.ndarray], dtype: str) -> list[tuple[Any, Any, float]]:
+    """Per layer: the noise of the forward product ``y @ W``, of the backward ``delta @ W.T`` and the
+    variance factor of the gradient product ``y.T @ delta`` (each zero where the product is exact)."""
+    u, bits = UNIT_ROUNDOFF[dtype], _SIGNIFICAND_BITS[dtype]
+    scales = []
+    for m, w in enumerate(fwd.weights):
+        forward_sigma = fresh_sigma(fwd.ys[m], w, u, _is_exact(fwd.ys[m], w, bits))
+        w_t = np.ascontiguousarray(w.T)
+        backward_sigma = fresh_sigma(deltas[m], w_t, u, _is_exact(deltas[m], w_t, bits)) if m else 0.0
+        # The fresh rounding of the product y.T @ delta itself: u * sqrt(N * (y**2).T @ delta**2).
+        fresh_var = 0.0 if _is_exact(fwd.ys[m].T, deltas[m], bits) else u * u * len(fwd.ys[m])
+        scales.append((forward_sigma, backward_sigma, fresh_var))
+    return scales
+
+
+def _sample(fwd, deltas, scales, samples, rng, directions):
+    """One part of the Monte Carlo model: mean squares of the sampled errors of every pre-activation
+    (L arrays), of every gradient entry and, with ``directions``, of every directional derivative."""
+    weights = fwd.weights
     y = np.broadcast_to(fwd.ys[0], (samples, *fwd.ys[0].shape))
-    noisy_ys, z_sigma = [y], []
+    noisy_ys, z_var = [y], []
     for m, w in enumerate(weights):
-        sigma = fresh_sigma(fwd.ys[m], w, u, _is_exact(fwd.ys[m], w, bits))
         # x carries no error, so the first product is the float64 one; later ones go to BLAS as one
         # tall product (a broadcast or stacked operand would take a slow, non-BLAS path).
         exact_z = fwd.zs[m] if m == 0 else (y.reshape(-1, y.shape[-1]) @ w).reshape(y.shape)
-        z = exact_z + rng.standard_normal(y.shape) * sigma
-        z_sigma.append(_rms(z - fwd.zs[m]))
+        z = exact_z + rng.standard_normal(y.shape) * scales[m][0]
+        z_var.append(np.mean(np.square(z - fwd.zs[m]), axis=0))
         y = z * fwd.masks[m]
         noisy_ys.append(y)
     g = 2.0 * y  # d(sum(y**2))/dy = 2 * y: an exact multiplication
     grad_var = np.zeros_like(weights)
     direction_var = None if directions is None else np.zeros(directions.shape[:2])
-    for m in reversed(range(n_layers)):
+    for m in reversed(range(len(weights))):
         delta = g * fwd.masks[m]
-        # The fresh rounding of the product y.T @ delta itself: u * sqrt(N * (y**2).T @ delta**2).
-        fresh_var = 0.0 if _is_exact(fwd.ys[m].T, deltas[m], bits) else u * u * len(fwd.ys[m])
+        fresh_var = scales[m][2]
         errors = noisy_ys[m] - fwd.ys[m], delta - deltas[m]
         grad_var[m] = _grad_variance(fwd.ys[m], deltas[m], *errors, fresh_var)
         if directions is not None and direction_var is not None:
             direction_var[m] = _direction_variance(fwd.ys[m], deltas[m], *errors, directions[m], fresh_var)
         if m:
             w_t = np.ascontiguousarray(weights[m].T)
-            sigma = fresh_sigma(deltas[m], w_t, u, _is_exact(deltas[m], w_t, bits))
             g = (delta.reshape(-1, delta.shape[-1]) @ w_t).reshape(delta.shape)
-            g = g + rng.standard_normal(delta.shape) * sigma
-    direction_sigma = None if direction_var is None else np.sqrt(direction_var)
-    return RoundingModel(dtype, z_sigma, np.sqrt(grad_var), samples, direction_sigma)
+            g = g + rng.standard_normal(delta.shape) * scales[m][1]
+    return np.stack(z_var), grad_var, 0.0 if direction_var is None else direction_var
 
 
 def _grad_variance(y, delta, e_y, e_delta, fresh_var: float) -> np.ndarray:
@@ -210,10 +250,6 @@ def _direction_variance(y, delta, e_y, e_delta, directions, fresh_var: float) ->
     # sum_ij (y**2).T @ delta**2 * D**2 = sum_n (y[n]**2) @ D**2 @ delta[n]**2
     fresh = np.einsum("nj,knj->k", np.square(delta), np.square(y) @ np.square(directions)) * fresh_var
     return np.mean(np.sum(np.square(terms), axis=2), axis=0) + fresh
-
-
-def _rms(errors: np.ndarray) -> np.ndarray:
-    return np.sqrt(np.mean(errors**2, axis=0))
 
 
 @dataclasses.dataclass(frozen=True)
