@@ -152,11 +152,12 @@ def rounding_model(
     ``MODEL_PARTS`` parts whose mean squares are pooled (weighted by their sizes, in a fixed order).
     """
     scales = _noise_scales(fwd, deltas, dtype)
+    along = None if directions is None else _direction_terms(fwd, deltas, directions, scales)
     sizes = [len(part) for part in np.array_split(np.arange(samples), MODEL_PARTS) if len(part)]
 
     def part(index: int):
         rng = np.random.default_rng([seed, index])
-        return index, _sample(fwd, deltas, scales, sizes[index], rng, directions)
+        return index, _sample(fwd, deltas, scales, sizes[index], rng, along)
 
     flops = 6.0 * samples * fwd.ys[0].size * fwd.weights.shape[1] * len(fwd.weights)
     pooled: list[Any] = [0.0, 0.0, 0.0]
@@ -187,7 +188,8 @@ def _noise_scales(fwd: Forward, deltas: list[np.ndarray], dtype: str) -> list[tu
 
 def _sample(fwd, deltas, scales, samples, rng, directions):
     """One part of the Monte Carlo model: mean squares of the sampled errors of every pre-activation
-    (L arrays), of every gradient entry and, with ``directions``, of every directional derivative."""
+    (L arrays), of every gradient entry and, with ``directions`` (here ``_direction_terms``), of every
+    directional derivative."""
     weights = fwd.weights
     y = np.broadcast_to(fwd.ys[0], (samples, *fwd.ys[0].shape))
     noisy_ys, z_var = [y], []
@@ -201,14 +203,14 @@ def _sample(fwd, deltas, scales, samples, rng, directions):
         noisy_ys.append(y)
     g = 2.0 * y  # d(sum(y**2))/dy = 2 * y: an exact multiplication
     grad_var = np.zeros_like(weights)
-    direction_var = None if directions is None else np.zeros(directions.shape[:2])
+    direction_var = None if directions is None else np.zeros((len(weights), len(directions[0][2])))
     for m in reversed(range(len(weights))):
         delta = g * fwd.masks[m]
         fresh_var = scales[m][2]
         errors = noisy_ys[m] - fwd.ys[m], delta - deltas[m]
         grad_var[m] = _grad_variance(fwd.ys[m], deltas[m], *errors, fresh_var)
         if directions is not None and direction_var is not None:
-            direction_var[m] = _direction_variance(fwd.ys[m], deltas[m], *errors, directions[m], fresh_var)
+            direction_var[m] = _direction_variance(*errors, directions[m])
         if m:
             w_t = np.ascontiguousarray(weights[m].T)
             g = (delta.reshape(-1, delta.shape[-1]) @ w_t).reshape(delta.shape)
@@ -236,20 +238,30 @@ def _grad_variance(y, delta, e_y, e_delta, fresh_var: float) -> np.ndarray:
     return np.maximum(np.concatenate(left).T @ np.concatenate(right), 0.0)
 
 
-def _direction_variance(y, delta, e_y, e_delta, directions, fresh_var: float) -> np.ndarray:
-    """Mean square over samples of the error of ``sum(grad * directions[s])`` for each ``s``.
+def _direction_terms(fwd: Forward, deltas: list[np.ndarray], directions: np.ndarray, scales) -> list:
+    """What the directional errors need that no sample changes, per layer: ``delta @ D.T`` and
+    ``y @ D`` (``(S_dirs, N, d)``) and the variance of the fresh rounding along each direction,
+    ``fresh_var * sum((y**2).T @ delta**2 * D**2) = fresh_var * sum_n (y[n]**2) @ D**2 @ delta[n]**2``."""
+    squares = np.empty(directions.shape[1:])  # one buffer for every layer's D**2
+    terms = []
+    for m, (y, delta) in enumerate(zip(fwd.ys, deltas, strict=False)):
+        np.square(directions[m], out=squares)
+        fresh = np.einsum("nj,knj->k", np.square(delta), np.square(y) @ squares) * scales[m][2]
+        terms.append((delta @ np.swapaxes(directions[m], 1, 2), y @ directions[m], fresh))
+    return terms
+
+
+def _direction_variance(e_y, e_delta, terms) -> np.ndarray:
+    """Mean square over samples of the error of ``sum(grad * D[s])`` for each direction ``s``.
 
     With ``a[n]`` as in ``_grad_variance``, ``sum(a[n] * D) = e_y[n] @ D @ delta[n] + y[n] @ D @
-    e_delta[n]``: per row, two dot products with precomputed ``delta @ D.T`` and ``y @ D``. Rows are
-    independent, so the squares are summed over rows; the fresh rounding adds
-    ``fresh_var * sum((y**2).T @ delta**2 * D**2)``.
+    e_delta[n]``: per row, two dot products with ``delta @ D.T`` and ``y @ D`` (``terms``, from
+    ``_direction_terms``). Rows are independent, so the squares are summed over rows; the fresh
+    rounding's variance (also in ``terms``) is added.
     """
-    along_delta = delta @ np.swapaxes(directions, 1, 2)  # (S_dirs, N, d)
-    along_y = y @ directions
-    terms = np.einsum("snd,knd->skn", e_y, along_delta) + np.einsum("snd,knd->skn", e_delta, along_y)
-    # sum_ij (y**2).T @ delta**2 * D**2 = sum_n (y[n]**2) @ D**2 @ delta[n]**2
-    fresh = np.einsum("nj,knj->k", np.square(delta), np.square(y) @ np.square(directions)) * fresh_var
-    return np.mean(np.sum(np.square(terms), axis=2), axis=0) + fresh
+    along_delta, along_y, fresh = terms
+    sums = np.einsum("snd,knd->skn", e_y, along_delta) + np.einsum("snd,knd->skn", e_delta, along_y)
+    return np.mean(np.sum(np.square(sums), axis=2), axis=0) + fresh
 
 
 @dataclasses.dataclass(frozen=True)
