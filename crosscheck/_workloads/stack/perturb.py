@@ -95,9 +95,11 @@ def _entry_rows(fwd, k, rows, cols, steps, frozen):
     moved = new_column - old_column
     which, row_of = np.nonzero(moved)
 
-    def start(part: slice) -> np.ndarray:
+    def start(part: slice, z: np.ndarray, spare: np.ndarray) -> None:
         s, n = which[part], row_of[part]
-        return fwd.zs[k + 1][n] + moved[s, n][:, None] * fwd.weights[k + 1][cols[s]]
+        np.take(fwd.weights[k + 1], cols[s], axis=0, out=z, mode="clip")
+        z *= moved[s, n][:, None]
+        z += np.take(fwd.zs[k + 1], n, axis=0, out=spare, mode="clip")
 
     change, more, at, later = _rows(fwd, k + 1, start, which, row_of, count, frozen)
     # A crossing in layer k is already known (the step is below the exact distance to it): shrink.
@@ -112,9 +114,10 @@ def _direction_rows(fwd, k, moved, steps, frozen):
     live = np.tile(np.any(moved != 0, axis=2), (2, 1))  # (2S, N)
     which, row_of = np.nonzero(live)
 
-    def start(part: slice) -> np.ndarray:
+    def start(part: slice, z: np.ndarray, spare: np.ndarray) -> None:
         s, n = which[part], row_of[part]
-        return fwd.zs[k][n] + steps[s][:, None] * moved[s % n_dirs, n]
+        np.multiply(steps[s][:, None], moved[s % n_dirs, n], out=z)
+        z += np.take(fwd.zs[k], n, axis=0, out=spare, mode="clip")
 
     return _rows(fwd, k, start, which, row_of, count, frozen)
 
@@ -122,7 +125,8 @@ def _direction_rows(fwd, k, moved, steps, frozen):
 def _rows(fwd, k, start, which, row_of, count, frozen):
     """Propagate perturbed rows from layer ``k`` to the loss, in chunks; sum per perturbation.
 
-    ``start(part)`` gives the pre-activations ``z[k]`` of rows ``part``; row ``p`` belongs to
+    ``start(part, z, spare)`` writes the pre-activations ``z[k]`` of rows ``part`` into ``z`` (``spare``:
+    a buffer of the same size it may use); row ``p`` belongs to
     perturbation ``which[p]`` and is row ``row_of[p]`` of the batch. Returns, per perturbation, the loss
     change, whether a mask changed, the first changed mask's ``(layer, row, unit)`` and the fraction of
     the step at which that kink lies.
@@ -131,7 +135,8 @@ def _rows(fwd, k, start, which, row_of, count, frozen):
     per_chunk = max(1, _CHUNK_VALUES // d)
     size = min(per_chunk, len(which))
     # Buffers reused by every chunk: fresh large temporaries cost page faults (glibc returns freed
-    # multi-MiB blocks to the OS), which took ~40% of the run time at d=64.
+    # multi-MiB blocks to the OS), which took ~40% of the run time at d=64. (np.take into them uses
+    # mode="clip", on valid indices: with the default mode NumPy buffers the output, ~10x slower.)
     work = np.empty((size, d)), np.empty((size, d)), np.empty((size, d), bool), np.empty((size, d), bool)
     squares = np.empty(len(which))
     layer, ratio, unit = np.full(len(which), n_layers), np.ones(len(which)), np.zeros(len(which), np.int64)
@@ -139,7 +144,7 @@ def _rows(fwd, k, start, which, row_of, count, frozen):
         part = slice(first, first + per_chunk)
         rows = row_of[part]
         z = work[0][: len(rows)]
-        z[...] = start(part)
+        start(part, z, work[1][: len(rows)])
         squares[part] = _propagate(fwd, k, z, rows, frozen, work, (layer[part], ratio[part], unit[part]))
     base = np.einsum("nd,nd->n", fwd.ys[-1], fwd.ys[-1])
     change = np.bincount(which, weights=squares - base[row_of], minlength=count)
@@ -161,7 +166,7 @@ def _propagate(fwd, k, z, rows, frozen, work, crossing):
         if m > k:
             np.matmul(z, fwd.weights[m], out=spare)
             z, spare = spare, z
-        np.take(fwd.masks[m], rows, axis=0, out=base)
+        np.take(fwd.masks[m], rows, axis=0, out=base, mode="clip")
         if frozen:
             z *= base
             continue
