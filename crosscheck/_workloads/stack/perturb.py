@@ -189,9 +189,8 @@ def _propagate(fwd, k, z, rows, frozen, work, crossing):
 def _rows_any(flags: np.ndarray) -> np.ndarray:
     """``flags.any(axis=1)`` for a C-contiguous bool array, 8 flags at a time when rows allow it
     (a reduction over 64-bit words, several times faster than over bools)."""
-    if flags.shape[1] % 8 == 0 and flags.flags.c_contiguous:
-        return flags.view(np.uint64).any(axis=1)
-    return flags.any(axis=1)
+    words = flags.view(np.uint64) if flags.shape[1] % 8 == 0 and flags.flags.c_contiguous else flags
+    return np.asarray(words.any(axis=1))
 
 
 def _first_crossing(which, row_of, layer, ratio, unit, count, n_layers):
