@@ -53,6 +53,7 @@ class FiniteDifferenceOracle:
         directions: np.ndarray,
         *,
         progress: Callable[[int, int], None] | None = None,
+        keep_model: bool = True,
     ) -> ScreenEstimate:
         """Directional derivatives ``sum(grad[k] * directions[k, s])``, each with an error bound.
 
@@ -60,8 +61,9 @@ class FiniteDifferenceOracle:
             weights: ``(L, d, d)``; x: ``(N, d)`` (not modified).
             directions: ``(L, S, d, d)``: ``S`` directions per layer.
             progress: called as ``progress(done, total)`` in units of directions.
+            keep_model: also model every entry's rounding and return the model (``rounding``).
         """
-        return _fd.screen(weights, x, directions, progress=progress)
+        return _fd.screen(weights, x, directions, progress=progress, keep_model=keep_model)
 
     def hvp(self, weights: np.ndarray, x: np.ndarray, v: np.ndarray) -> np.ndarray:
         """The float64 Hessian-vector product ``H v`` from loss evaluations only (NaN if unjudgeable)."""

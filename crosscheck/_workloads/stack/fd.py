@@ -142,6 +142,7 @@ def screen(
     directions: np.ndarray,
     *,
     progress: Callable[[int, int], None] | None = None,
+    keep_model: bool = True,
 ) -> ScreenEstimate:
     """Directional derivatives ``sum(grad[k] * directions[k, s])``, each with an error bound.
 
@@ -153,6 +154,8 @@ def screen(
         weights: ``(L, d, d)``; x: ``(N, d)`` (not modified).
         directions: ``(L, S, d, d)``: ``S`` directions per layer.
         progress: called as ``progress(done, total)`` in units of directions.
+        keep_model: also model every entry's rounding (and return the model, for a judge to reuse);
+            False when only these derivatives are needed (the HVP's screening, at each of its nodes).
     """
     fwd = _stack.forward(weights, x)
     n_layers, count = directions.shape[:2]
@@ -177,10 +180,10 @@ def screen(
         if progress is not None:
             progress((k + 1) * count, n_layers * count)
     deltas, _ = _stack.backward(fwd)
-    model = _stack.rounding_model(fwd, deltas, "float64", directions=directions)
+    model = _stack.rounding_model(fwd, deltas, "float64", directions=directions, entries=keep_model)
     assert model.direction_sigma is not None  # the model was given the directions
     error += _stack.SAFETY * model.direction_sigma
-    return ScreenEstimate(directions, value, error, kink, evaluations, model)
+    return ScreenEstimate(directions, value, error, kink, evaluations, model if keep_model else None)
 
 
 def _layer(fwd: _stack.Forward, k: int, block: np.ndarray, out: dict[str, np.ndarray], sigma: float):

@@ -13,6 +13,7 @@ the loss alone.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,11 @@ class Forward:
     @property
     def loss(self) -> float:
         return float(np.sum(self.ys[-1] ** 2))
+
+    @functools.cached_property
+    def squared_weights(self) -> np.ndarray:
+        """``weights ** 2``, made once: every rounding bound of this pass needs it."""
+        return np.square(self.weights)
 
 
 def forward(weights: np.ndarray, x: np.ndarray) -> Forward:
@@ -77,15 +83,18 @@ def _is_exact(a: np.ndarray, b: np.ndarray, bits: int) -> bool:
     return float(np.max(np.abs(a) @ np.abs(b), initial=0.0)) < 2.0**bits
 
 
-def fresh_sigma(a: np.ndarray, b: np.ndarray, u: float, exact: bool) -> np.ndarray | float:
+def fresh_sigma(
+    a: np.ndarray, b: np.ndarray, u: float, exact: bool, b_squared: np.ndarray | None = None
+) -> np.ndarray | float:
     """Standard deviation of the rounding one computation of ``a @ b`` adds to each output entry.
 
     A length-n dot product with terms p_t rounds every partial sum once, and sequential summation makes
     partial sums grow like sqrt(t): modelled as ``u * sqrt(n * sum(p_t**2))``. Zero when exact.
+    ``b_squared``: ``b ** 2`` when the caller has it.
     """
     if exact:
         return 0.0
-    return u * np.sqrt(a.shape[-1] * ((a**2) @ (b**2)))
+    return u * np.sqrt(a.shape[-1] * ((a**2) @ (np.square(b) if b_squared is None else b_squared)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,6 +148,7 @@ def rounding_model(
     samples: int = MODEL_SAMPLES,
     seed: int = 0,
     directions: np.ndarray | None = None,
+    entries: bool = True,
 ) -> RoundingModel:
     """Estimate the rounding error of the stack computed in ``dtype`` by Monte Carlo arithmetic.
 
@@ -150,6 +160,8 @@ def rounding_model(
     alike, which a variance model would count as independent errors and overestimate on deep stacks.
     The gradient's spread is then taken row by row of the batch (``_grad_variance``). The samples run in
     ``MODEL_PARTS`` parts whose mean squares are pooled (weighted by their sizes, in a fixed order).
+    With ``entries=False`` only the pre-activations' and the directions' spreads are made (``grad_sigma``
+    is then zeros: for a caller that needs the directional spreads alone).
     """
     scales = _noise_scales(fwd, deltas, dtype)
     along = None if directions is None else _direction_terms(fwd, deltas, directions, scales)
@@ -157,7 +169,7 @@ def rounding_model(
 
     def part(index: int):
         rng = np.random.default_rng([seed, index])
-        return index, _sample(fwd, deltas, scales, sizes[index], rng, along)
+        return index, _sample(fwd, deltas, scales, sizes[index], rng, along, entries)
 
     flops = 6.0 * samples * fwd.ys[0].size * fwd.weights.shape[1] * len(fwd.weights)
     pooled: list[Any] = [0.0, 0.0, 0.0]
@@ -168,25 +180,29 @@ def rounding_model(
         pooled = [total + share * np.asarray(more) for total, more in zip(pooled, found, strict=True)]
     z_var, grad_var, direction_var = pooled
     direction_sigma = None if directions is None else np.sqrt(direction_var)
-    return RoundingModel(dtype, list(np.sqrt(z_var)), np.sqrt(grad_var), samples, direction_sigma)
+    grad_sigma = np.sqrt(grad_var) if entries else np.zeros(fwd.weights.shape)
+    return RoundingModel(dtype, list(np.sqrt(z_var)), grad_sigma, samples, direction_sigma)
 
 
-def _noise_scales(fwd: Forward, deltas: list[np.ndarray], dtype: str) -> list[tuple[Any, Any, float]]:
+def _noise_scales(fwd: Forward, deltas: list[np.ndarray], dtype: str) -> list[tuple[Any, Any, float, Any]]:
     """Per layer: the noise of the forward product ``y @ W``, of the backward ``delta @ W.T`` and the
-    variance factor of the gradient product ``y.T @ delta`` (each zero where the product is exact)."""
+    variance factor of the gradient product ``y.T @ delta`` (each zero where the product is exact), and
+    ``W.T`` contiguous (for BLAS; shared by the parts)."""
     u, bits = UNIT_ROUNDOFF[dtype], _SIGNIFICAND_BITS[dtype]
     scales = []
     for m, w in enumerate(fwd.weights):
-        forward_sigma = fresh_sigma(fwd.ys[m], w, u, _is_exact(fwd.ys[m], w, bits))
+        w2 = fwd.squared_weights[m]
+        forward_sigma = fresh_sigma(fwd.ys[m], w, u, _is_exact(fwd.ys[m], w, bits), w2)
         w_t = np.ascontiguousarray(w.T)
-        backward_sigma = fresh_sigma(deltas[m], w_t, u, _is_exact(deltas[m], w_t, bits)) if m else 0.0
+        exact = _is_exact(deltas[m], w_t, bits)
+        backward_sigma = fresh_sigma(deltas[m], w_t, u, exact, w2.T) if m else 0.0
         # The fresh rounding of the product y.T @ delta itself: u * sqrt(N * (y**2).T @ delta**2).
         fresh_var = 0.0 if _is_exact(fwd.ys[m].T, deltas[m], bits) else u * u * len(fwd.ys[m])
-        scales.append((forward_sigma, backward_sigma, fresh_var))
+        scales.append((forward_sigma, backward_sigma, fresh_var, w_t))
     return scales
 
 
-def _sample(fwd, deltas, scales, samples, rng, directions):
+def _sample(fwd, deltas, scales, samples, rng, directions, entries=True):
     """One part of the Monte Carlo model: mean squares of the sampled errors of every pre-activation
     (L arrays), of every gradient entry and, with ``directions`` (here ``_direction_terms``), of every
     directional derivative."""
@@ -202,18 +218,18 @@ def _sample(fwd, deltas, scales, samples, rng, directions):
         y = z * fwd.masks[m]
         noisy_ys.append(y)
     g = 2.0 * y  # d(sum(y**2))/dy = 2 * y: an exact multiplication
-    grad_var = np.zeros_like(weights)
+    grad_var = np.zeros_like(weights) if entries else np.zeros(0)
     direction_var = None if directions is None else np.zeros((len(weights), len(directions[0][2])))
     for m in reversed(range(len(weights))):
         delta = g * fwd.masks[m]
         fresh_var = scales[m][2]
         errors = noisy_ys[m] - fwd.ys[m], delta - deltas[m]
-        grad_var[m] = _grad_variance(fwd.ys[m], deltas[m], *errors, fresh_var)
+        if entries:
+            grad_var[m] = _grad_variance(fwd.ys[m], deltas[m], *errors, fresh_var)
         if directions is not None and direction_var is not None:
             direction_var[m] = _direction_variance(*errors, directions[m])
         if m:
-            w_t = np.ascontiguousarray(weights[m].T)
-            g = (delta.reshape(-1, delta.shape[-1]) @ w_t).reshape(delta.shape)
+            g = (delta.reshape(-1, delta.shape[-1]) @ scales[m][3]).reshape(delta.shape)
             g = g + rng.standard_normal(delta.shape) * scales[m][1]
     return np.stack(z_var), grad_var, 0.0 if direction_var is None else direction_var
 

@@ -36,8 +36,9 @@ def output_sigmas(fwd: _stack.Forward) -> list[float]:
     total, sums = 0.0, [0.0] * n_layers
     for m in reversed(range(n_layers)):
         if m < n_layers - 1:
-            adjoint = (adjoint * fwd.masks[m + 1]) @ np.square(fwd.weights[m + 1]).T
-        fresh = np.square(_stack.fresh_sigma(fwd.ys[m], fwd.weights[m], u, False)) * fwd.masks[m]
+            adjoint = (adjoint * fwd.masks[m + 1]) @ fwd.squared_weights[m + 1].T
+        sigma = _stack.fresh_sigma(fwd.ys[m], fwd.weights[m], u, False, fwd.squared_weights[m])
+        fresh = np.square(sigma) * fwd.masks[m]
         total += float(np.sum(fresh * adjoint))
         sums[m] = total
     return [float(np.sqrt(v)) for v in sums]
