@@ -12,7 +12,9 @@ from two more subprocesses per repeat (best kept):
   guarded call), ``candidates`` (every candidate's guarded calls, JAX's compilation included) and
   ``judge`` (the rest: rounding models, kinks, comparing, the report and its rendering).
 
-``wall`` is about the interpreter's start (~0.03 s) plus ``imports`` plus ``work``.
+``wall`` is about the interpreter's start (~0.03 s) plus ``imports`` plus ``work``. ``cpu`` is the plain
+run's CPU time (user + system, every thread): on a shared machine it says what the run costs whatever
+the others do (on an idle one, the wall time is below it when the run's threads overlap).
 
 Usage: ``python benchmarks/bench_run.py [--repeats 2] [--only 512]`` (``--only`` keeps the commands
 whose arguments contain the given text).
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -70,28 +73,36 @@ print(f"\\nWORK {time.perf_counter() - start}")
 """
 
 
-def _subprocess(command: list[str], arguments: list[str]) -> tuple[float, subprocess.CompletedProcess, dict]:
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _subprocess(
+    command: list[str], arguments: list[str]
+) -> tuple[float, float, subprocess.CompletedProcess, dict]:
     with tempfile.TemporaryDirectory() as folder:
         report = Path(folder) / "report.json"
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), _cpu()
         done = subprocess.run([*command, *arguments, "--json", str(report)], capture_output=True, text=True)
-        wall = time.perf_counter() - start
+        wall, cpu = time.perf_counter() - start, _cpu() - cpu
         if done.returncode not in (0, 1):
             raise SystemExit(f"{' '.join(arguments)} exited {done.returncode}: {done.stderr[-2000:]}")
-        return wall, done, json.loads(report.read_text())
+        return wall, cpu, done, json.loads(report.read_text())
 
 
 def run_once(arguments: list[str]) -> dict:
     run = ["run", *arguments]
-    wall, _, record = _subprocess([sys.executable, "-m", "crosscheck"], run)
-    _, timed, _ = _subprocess([sys.executable, "-X", "importtime", "-m", "crosscheck"], run)
-    _, inside, preimported = _subprocess([sys.executable, "-c", PREIMPORTED], run)
+    wall, cpu, _, record = _subprocess([sys.executable, "-m", "crosscheck"], run)
+    *_, timed, _ = _subprocess([sys.executable, "-X", "importtime", "-m", "crosscheck"], run)
+    *_, inside, preimported = _subprocess([sys.executable, "-c", PREIMPORTED], run)
     work = float(inside.stdout.rsplit("WORK", 1)[1])
     backends = preimported["backends"]
     reference = sum(b.get("seconds") or 0.0 for b in backends.values() if b.get("role") == "reference")
     candidates = sum(b.get("seconds") or 0.0 for b in backends.values() if b.get("role") != "reference")
     return {
         "wall": wall,
+        "cpu": cpu,
         "imports": import_seconds(timed.stderr),
         "work": work,
         "reference": reference,
@@ -108,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", default="", help="only the commands whose arguments contain this")
     args = parser.parse_args(argv)
     table = Table(title="crosscheck run, end to end (seconds, each column the best of the runs)")
-    columns = ("wall", "imports", "work", "reference", "candidates", "judge")
+    columns = ("wall", "cpu", "imports", "work", "reference", "candidates", "judge")
     for name in ("arguments", *columns, "passed", "mode"):
         table.add_column(name, justify="left" if name == "arguments" else "right")
     for arguments in COMMANDS:
