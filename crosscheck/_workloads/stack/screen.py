@@ -15,7 +15,10 @@ from crosscheck._workloads.stack import model as _stack
 if TYPE_CHECKING:
     from crosscheck._workloads.stack.judge import StackGradJudge
 
-#: Above this many floating-point operations of matrix products (about 10-20 s here) "auto" screens.
+#: Above this many floating-point operations of matrix products "auto" screens. The count is the dense
+#: one (every row of the batch, ``full_oracle_flops``); the oracle now evaluates only the rows a
+#: perturbation changes, about a quarter, so at the threshold it takes a second or two on 2 cores (it
+#: was 10-20 s). For the HVP the count is 2L times the gradient oracle's (``hvp_screen``).
 SCREEN_FLOPS = 1.5e11
 
 
