@@ -88,6 +88,7 @@ class ScreenEstimate:
     rounding: _stack.RoundingModel | None = None
 
 
+@_threads.blas_on_one_thread
 def estimate(
     weights: np.ndarray,
     x: np.ndarray,
@@ -136,6 +137,7 @@ def estimate(
     return OracleEstimate(**out, evaluations=evaluations, rounding=model)
 
 
+@_threads.blas_on_one_thread
 def screen(
     weights: np.ndarray,
     x: np.ndarray,

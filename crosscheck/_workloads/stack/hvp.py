@@ -85,6 +85,7 @@ class HvpEstimate:
     evaluations: int
 
 
+@_threads.blas_on_one_thread
 def kink_radius(weights: np.ndarray, x: np.ndarray, v: np.ndarray) -> tuple[float, tuple[int, int, int]]:
     """How far along ``v`` (``|t|``) no pre-activation can change sign, and the one that limits it."""
     fwd = _stack.forward(weights, x)
@@ -135,6 +136,7 @@ def _derivative_weights(n: int, r: float) -> tuple[np.ndarray, np.ndarray]:
     return unit * r, weights
 
 
+@_threads.blas_on_one_thread
 def oracle_hvp(
     oracle: Any, weights: np.ndarray, x: np.ndarray, v: np.ndarray, *, layers: Any = None
 ) -> HvpEstimate:
@@ -187,6 +189,7 @@ class HvpScreenEstimate:
     evaluations: int
 
 
+@_threads.blas_on_one_thread
 def oracle_hvp_screen(
     oracle: Any, weights: np.ndarray, x: np.ndarray, v: np.ndarray, directions: np.ndarray
 ) -> HvpScreenEstimate:

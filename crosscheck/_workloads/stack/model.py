@@ -53,6 +53,7 @@ class Forward:
         return np.square(self.weights)
 
 
+@_threads.blas_on_one_thread
 def forward(weights: np.ndarray, x: np.ndarray) -> Forward:
     """Run the stack in float64 (the inputs' values are kept exactly)."""
     weights = np.asarray(weights, dtype=np.float64)
@@ -68,6 +69,7 @@ def forward(weights: np.ndarray, x: np.ndarray) -> Forward:
     return Forward(weights, ys, zs, masks)
 
 
+@_threads.blas_on_one_thread
 def backward(fwd: Forward) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Return ``(deltas, grads)``: ``deltas[m] = dloss/dz[m]`` and ``grads[m] = dloss/dW[m]``."""
     g = 2.0 * fwd.ys[-1]
@@ -144,6 +146,7 @@ MODEL_SAMPLES = 64
 MODEL_PARTS = 2
 
 
+@_threads.blas_on_one_thread
 def rounding_model(
     fwd: Forward,
     deltas: list[np.ndarray],
