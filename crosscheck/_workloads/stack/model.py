@@ -133,11 +133,12 @@ class RoundingModel:
 #: Monte Carlo samples of the rounding model. A gradient entry's variance is estimated from
 #: ``samples * N`` (sample, row) terms; when one row dominates it is a ``samples``-sample estimate, whose
 #: standard deviation has a relative spread of ~9% at 64 and falls below 0.6 of the true one with
-#: probability ~1e-7. The tolerance needs that many: an error ``e`` of true spread ``sigma`` exceeds
-#: ``SAFETY * sigma_hat`` with probability ``P(|t_S| > SAFETY)`` (Student's t with S degrees of freedom),
-#: ~1e-11 at S = 64, but ~1e-8 at S = 32 and ~1e-6 at S = 16: too likely over the ~10**7 entries of a
-#: d = 1024 stack. Their cost is ``O(samples * N * d**2)`` flops in BLAS products, never a
-#: ``(samples, d, d)`` array.
+#: probability ~5e-7. The tolerance needs that many: an error ``e`` of true spread ``sigma`` exceeds
+#: ``SAFETY * sigma_hat`` with probability ``P(|t_S| > SAFETY)`` (Student's t with S degrees of freedom):
+#: 3e-11 at S = 64, 4e-9 at S = 32, 6e-7 at S = 16. Over the 8e6 entries of a d = 1024 stack that is
+#: 3e-4 expected false alarms a run at 64 samples, but 0.03 at 32: fewer samples would buy speed with
+#: a check that fails healthy runs. Their cost is ``O(samples * N * d**2)`` flops in BLAS products,
+#: never a ``(samples, d, d)`` array, so the 64 are no longer what a run waits for.
 MODEL_SAMPLES = 64
 
 
