@@ -140,15 +140,8 @@ def compare(
     ``TERM_HELP``).
     """
     names = list(index_names) if index_names is not None else None
-    common = Comparison(
-        backend=backend,
-        reference=reference_name,
-        passed=False,
-        status="invalid",
-        total=int(np.size(reference)),
-        parameter=parameter,
-        index_names=names,
-    )
+    common = Comparison(backend=backend, reference=reference_name, passed=False, status="invalid",
+                        total=int(np.size(reference)), parameter=parameter, index_names=names)  # fmt: skip
     candidate = np.asarray(candidate)
     problem = structural_problem(candidate, reference.shape, dtype)
     if problem:
