@@ -68,7 +68,9 @@ def test_failing_run_writes_a_bundle_that_replays_bit_for_bit(user_module, capsy
     assert _run(user_module, "bundlemod:mean_not_sum", "jax") == 1
     bundle = load_bundle(user_module / "b.npz")
     assert set(bundle["gradients"]) == {"numpy-fd", "mean_not_sum", "jax"}
-    assert bundle["weights"].dtype == np.float32
+    assert bundle["workload"] == "stack" and bundle["meta"]["version"] == 2
+    assert bundle["params"]["weights"].dtype == np.float32 and set(bundle["inputs"]) == {"x"}
+    assert all(set(value) == {"weights"} for value in bundle["gradients"].values())
     assert bundle["meta"]["report"]["passed"] is False
     assert "environment" in bundle["meta"]["report"]
     capsys.readouterr()

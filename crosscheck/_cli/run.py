@@ -24,6 +24,7 @@ from crosscheck._cli.common import (
     write_file,
     write_reports,
 )
+from crosscheck._errors import one_line
 
 COMMANDS = {
     "run": "cross-check one case",
@@ -41,8 +42,6 @@ STACK_ONLY = (
     ("x", "--x", None),
     ("oracle_mode", "--oracle-mode", "auto"),
     ("directions", "--directions", 4),
-    ("plot", "--plot", None),
-    ("save_bundle", "--save-bundle", None),
     ("explain", "--explain", False),
     ("quantity", "--quantity", "grad"),
 )
@@ -127,8 +126,9 @@ def _add_output(out: Any) -> None:
     out.add_argument(
         "--plot",
         metavar="PATH",
-        help="write a PNG heatmap per layer of each candidate's error in units of its tolerance "
-        "(needs matplotlib: pip install 'crosscheck[plot]')",
+        help="write a PNG heatmap of each candidate's error in units of its tolerance, for every parameter "
+        "of two or more axes (the stack's: a panel per layer); needs matplotlib: "
+        "pip install 'crosscheck[plot]'",
     )
     out.add_argument(
         "--save-bundle",
@@ -213,7 +213,6 @@ def _check_stack_options(args: argparse.Namespace) -> None:
     check_tolerances(args)
     check_output(args.json)
     check_output(args.junit, "--junit")
-    check_output(args.save_bundle, "--save-bundle")
     if args.directions != 4 and (args.oracle_mode == "full" or args.quantity == "hvp"):
         which = "`--oracle-mode full`" if args.oracle_mode == "full" else "`--quantity hvp`"
         raise UsageError(
@@ -221,6 +220,12 @@ def _check_stack_options(args: argparse.Namespace) -> None:
         )
     if args.quantity == "hvp" and (args.save_bundle or args.plot):
         raise UsageError("`--save-bundle` and `--plot` are not available with `--quantity hvp` yet.")
+    _check_plot_and_bundle(args)
+
+
+def _check_plot_and_bundle(args: argparse.Namespace) -> None:
+    """``--plot`` and ``--save-bundle`` can be written (and matplotlib is there), before any work."""
+    check_output(args.save_bundle, "--save-bundle")
     check_output(args.plot, "--plot")
     if args.plot:
         try:
@@ -232,15 +237,30 @@ def _check_stack_options(args: argparse.Namespace) -> None:
 
 
 def _write_plot_and_bundle(args: argparse.Namespace, report: Any) -> None:
+    """Write ``--plot`` and (when the run failed) ``--save-bundle``; the bundle records ``--workload``
+    as given, so that ``crosscheck replay`` loads the same workload again."""
     if args.plot:
-        from crosscheck._report.plot import write_plot
-
-        write_file(args.plot, "--plot", lambda path: write_plot(report, path))
+        _write_plot(args.plot, report)
     if args.save_bundle and not report.passed:
         from crosscheck._report.bundle import save_bundle
 
-        write_file(args.save_bundle, "--save-bundle", lambda path: save_bundle(report, path))
+        write_file(
+            args.save_bundle, "--save-bundle", lambda path: save_bundle(report, path, workload=args.workload)
+        )
         print(f"crosscheck: wrote the repro bundle {args.save_bundle}", file=sys.stderr)
+
+
+def _write_plot(path: str, report: Any) -> None:
+    """The PNG, and a line on stderr for what it cannot show (parameters of one axis)."""
+    from crosscheck._report.plot import plottable, write_plot
+
+    shown, left_out = plottable(report)
+    write_file(path, "--plot", lambda p: write_plot(report, p))  # writes nothing when nothing is shown
+    if left_out:
+        names = ", ".join(dict.fromkeys(str(c.parameter or c.backend) for c in left_out))
+        print(f"crosscheck: --plot: parameters of one axis have no image: {one_line(names)}", file=sys.stderr)
+    if not shown:
+        print("crosscheck: --plot: no comparison to draw, so no plot was written", file=sys.stderr)
 
 
 def _run_workload(args: argparse.Namespace, workload: Any) -> int:
@@ -256,6 +276,7 @@ def _run_workload(args: argparse.Namespace, workload: Any) -> int:
     check_tolerances(args)
     check_output(args.json)
     check_output(args.junit, "--junit")
+    _check_plot_and_bundle(args)
     options = {k: getattr(args, k) for k in ("seed", "dtype") if getattr(args, k) is not None}
     try:
         report = run_case(
@@ -271,4 +292,5 @@ def _run_workload(args: argparse.Namespace, workload: Any) -> int:
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from exc
     write_reports(args, report)
+    _write_plot_and_bundle(args, report)
     return render_report(report, make_console(), quiet=args.quiet)

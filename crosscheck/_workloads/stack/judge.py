@@ -171,6 +171,7 @@ class StackGradJudge:
             dtype=dtype,
             kinks=kinks,
             strict=self.options.strict,
+            index_names=_stack.INDEX_NAMES,
         )
         return _with_rounding(found, rounding + floor)
 

@@ -48,7 +48,7 @@ def compare_screened(
     if problem:
         return Comparison(
             backend=name, reference=reference.name, passed=False, status="invalid", total=candidate.size,
-            message=problem,
+            message=problem, index_names=list(_stack.INDEX_NAMES),
         )  # fmt: skip
     model = judge.model(dtype)
     assert model.direction_sigma is not None  # the model was made with the screening directions
@@ -69,14 +69,15 @@ def compare_screened(
     full = _full_layers(judge, failing, reference, call) if failing else None
     if isinstance(full, str):
         comparison = Comparison(backend=name, reference=reference.name, passed=False, status="invalid",
-                                total=candidate.size, message=full)  # fmt: skip
+                                total=candidate.size, message=full,
+                                index_names=list(_stack.INDEX_NAMES))  # fmt: skip
         message = full
     elif full is not None:
         comparison = judge.compare_full(candidate, name, full, dtype)
         message = coverage + "\n" + mismatch_message(comparison)
     else:
         comparison = Comparison(backend=name, reference=reference.name, passed=True, status="ok",
-                                total=candidate.size)  # fmt: skip
+                                total=candidate.size, index_names=list(_stack.INDEX_NAMES))  # fmt: skip
         message = coverage + ": every direction agrees"
     rounding = {"weights": model.grad_bound + _stack.SAFETY * u * float(np.max(np.abs(candidate), initial=0))}
     return dataclasses.replace(
