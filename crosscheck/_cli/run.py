@@ -154,27 +154,21 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_stack(args: argparse.Namespace) -> int:
-    from crosscheck._engine.run import run as run_case
-
     inputs = _stack_inputs(args)
     _check_stack_options(args)
+    stack = {k: getattr(args, k) for k in ("oracle_mode", "directions", "explain", "quantity")}
+    return _execute(args, **stack, **inputs)
+
+
+def _execute(args: argparse.Namespace, **case: Any) -> int:
+    """Run the case (the options every workload takes, plus ``case``), write and render its report."""
+    from crosscheck._engine.run import run as run_case
+
+    checking = {k: getattr(args, k) for k in ("reference", "rtol", "atol", "strict", "repeat")}
     console = make_console()
     try:
         with progress_display() as progress:
-            report = run_case(
-                backends=args.backend,
-                reference=args.reference,
-                rtol=args.rtol,
-                atol=args.atol,
-                strict=args.strict,
-                repeat=args.repeat,
-                oracle_mode=args.oracle_mode,
-                directions=args.directions,
-                explain=args.explain,
-                progress=progress,
-                quantity=args.quantity,
-                **inputs,
-            )
+            report = run_case(backends=args.backend, progress=progress, **checking, **case)
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from exc
     write_reports(args, report)
@@ -265,8 +259,6 @@ def _write_plot(path: str, report: Any) -> None:
 
 def _run_workload(args: argparse.Namespace, workload: Any) -> int:
     """Run a workload other than the stack: it defines its own arrays (only --dtype and --seed apply)."""
-    from crosscheck._engine.run import run as run_case
-
     for attribute, option, default in STACK_ONLY:
         if getattr(args, attribute) != default:
             raise UsageError(
@@ -278,19 +270,4 @@ def _run_workload(args: argparse.Namespace, workload: Any) -> int:
     check_output(args.junit, "--junit")
     _check_plot_and_bundle(args)
     options = {k: getattr(args, k) for k in ("seed", "dtype") if getattr(args, k) is not None}
-    try:
-        report = run_case(
-            workload=workload,
-            backends=args.backend,
-            reference=args.reference,
-            rtol=args.rtol,
-            atol=args.atol,
-            strict=args.strict,
-            repeat=args.repeat,
-            **options,
-        )
-    except (ValueError, TypeError) as exc:
-        raise UsageError(str(exc)) from exc
-    write_reports(args, report)
-    _write_plot_and_bundle(args, report)
-    return render_report(report, make_console(), quiet=args.quiet)
+    return _execute(args, workload=workload, **options)
