@@ -25,6 +25,7 @@ from crosscheck._cli.common import (
     write_reports,
 )
 from crosscheck._errors import one_line
+from crosscheck._registry import install_hint
 
 COMMANDS = {
     "run": "cross-check one case",
@@ -127,8 +128,7 @@ def _add_output(out: Any) -> None:
         "--plot",
         metavar="PATH",
         help="write a PNG heatmap of each candidate's error in units of its tolerance, for every parameter "
-        "of two or more axes (the stack's: a panel per layer); needs matplotlib: "
-        "pip install 'crosscheck[plot]'",
+        "of two or more axes (the stack's: a panel per layer); needs matplotlib (the plot extra)",
     )
     out.add_argument(
         "--save-bundle",
@@ -226,7 +226,7 @@ def _check_plot_and_bundle(args: argparse.Namespace) -> None:
             import matplotlib  # noqa: F401
         except ImportError as exc:
             raise UsageError(
-                "`--plot` needs matplotlib, which is not installed: pip install 'crosscheck[plot]'."
+                f"`--plot` needs matplotlib, which is not installed: {install_hint('plot')}."
             ) from exc
 
 

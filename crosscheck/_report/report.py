@@ -144,7 +144,7 @@ class Report:
         if self.passed:
             console.print(f"[green]PASSED[/green]: {markup(summary(self))}", highlight=False)
         else:
-            # A problem may quote `pip install 'crosscheck[torch]'` (markup to rich) or a backend's name.
+            # A problem may quote `pip install 'crosscheck-gradients[torch]'` (markup to rich) or a backend's name.
             console.print(f"[red]FAILED[/red]: {markup('; '.join(self.problems))}", highlight=False)
 
 
