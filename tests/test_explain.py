@@ -14,7 +14,7 @@ from crosscheck._cli.main import main
 from crosscheck._workloads.stack.explain import verdict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's examples/
-from examples.planted_bugs import BackwardBugAtLayer5  # noqa: E402  (the guides' planted backend)
+from examples.planted_bugs import BackwardBugAtLayer5  # the guides' planted backend
 
 
 def _forward(weights, x, scale_layer=None):

@@ -25,7 +25,7 @@ from crosscheck._cli.common import (
     write_reports,
 )
 from crosscheck._errors import one_line
-from crosscheck._registry import install_hint
+from crosscheck._registry import BUILTINS, DEFAULTS, install_hint
 
 COMMANDS = {
     "run": "cross-check one case",
@@ -81,8 +81,10 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
 def _add_checking(check: Any) -> None:
     add_backend_option(
         check,
-        "backend to check (repeatable): jax, torch, numpy-fd, "
-        "package.module:attribute (default: every built-in but the reference)",
+        "backend to check (repeatable): a built-in name, an entry-point name or package.module:attribute "
+        f"(default: {', '.join(DEFAULTS)}, less the reference; the variants "
+        f"{', '.join(b for b in BUILTINS if b not in DEFAULTS)} only when named; a workload: each of its "
+        "implementations)",
     )
     check.add_argument(
         "--reference",
@@ -117,7 +119,11 @@ def _add_checking(check: Any) -> None:
         "made from --seed (candidates need an hvp(weights, x, v) method)",
     )
     check.add_argument(
-        "--directions", type=int, default=4, help="random directions per layer when screening (default 4)"
+        "--directions",
+        type=int,
+        default=4,
+        metavar="K",
+        help="random directions per layer when screening (default 4)",
     )
 
 
