@@ -259,6 +259,14 @@ def _write_plot(path: str, report: Any) -> None:
     if left_out:
         names = ", ".join(dict.fromkeys(str(c.parameter or c.backend) for c in left_out))
         print(f"crosscheck: --plot: parameters of one axis have no image: {one_line(names)}", file=sys.stderr)
+    screened = [c.backend for c in report.comparisons if "ratio" not in c.arrays and c.screening]
+    if screened:
+        names = ", ".join(dict.fromkeys(screened))
+        print(
+            "crosscheck: --plot: screened, every direction agrees, no entry checked one by one, so no "
+            f"image: {one_line(names)}",
+            file=sys.stderr,
+        )
     if not shown:
         print("crosscheck: --plot: no comparison to draw, so no plot was written", file=sys.stderr)
 
