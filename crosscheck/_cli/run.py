@@ -54,13 +54,14 @@ def register(subparsers: Any) -> None:
         description = help_text[0].upper() + help_text[1:] + "."
         parser = subparsers.add_parser(command, help=help_text, description=description)
         _add_inputs(parser)
-        _add_checking(parser.add_argument_group("checking"))
-        _add_output(parser.add_argument_group("output"))
-        parser.add_argument(
+        checking = parser.add_argument_group("checking")
+        _add_checking(checking)
+        checking.add_argument(
             "--explain",
             action="store_true",
             help="say layer by layer where a disagreement starts (forward or backward pass)",
         )
+        _add_output(parser.add_argument_group("output"))
         parser.set_defaults(handler=run, **({"explain": True} if command == "explain" else {}))
 
 

@@ -25,9 +25,16 @@ def table(report: Report) -> Any:
 
     headers, rows = _headers_and_rows(report)
     t = Table(title=markup_lines(title(report)), title_justify="left")
-    for column in headers:
-        # overflow="fold": a cell that must wrap folds, it never ends in "…" (a name says what failed).
-        t.add_column(column, justify="left" if column in NAMES else "right", overflow="fold")
+    for i, column in enumerate(headers):
+        # overflow="fold": a cell that must wrap folds, it never ends in "…" (a name says what failed);
+        # a name column keeps its longest name whole (up to NAME_WIDTH) while the headers wrap.
+        longest = max((len(row[i]) for row in rows), default=0) if column in NAMES else None
+        t.add_column(
+            column,
+            justify="left" if column in NAMES else "right",
+            overflow="fold",
+            min_width=None if longest is None else min(longest, NAME_WIDTH),
+        )
     for row in rows:
         t.add_row(*row)
     return t
@@ -62,8 +69,9 @@ def records(report: Report) -> list[str]:
     return lines
 
 
-#: The columns that hold names (left-aligned).
+#: The columns that hold names (left-aligned), and the width they get whole before they wrap.
 NAMES = ("backend", "parameter")
+NAME_WIDTH = 40
 
 
 def _headers_and_rows(report: Report) -> tuple[list[str], list[list[str]]]:
