@@ -68,7 +68,7 @@ def _render(report: Report) -> str:
 
 
 def _headers(report: Report) -> list[str]:
-    return [str(column.header) for column in table(report).columns]
+    return [str(column.header).replace("\n", " ") for column in table(report).columns]
 
 
 # -- one message, one table ----------------------------------------------------------------------

@@ -25,15 +25,14 @@ def table(report: Report) -> Any:
 
     headers, rows = _headers_and_rows(report)
     t = Table(title=markup_lines(title(report)), title_justify="left")
-    for i, column in enumerate(headers):
-        # overflow="fold": a cell that must wrap folds, it never ends in "…" (a name says what failed);
-        # a name column keeps its longest name whole (up to NAME_WIDTH) while the headers wrap.
-        longest = max((len(row[i]) for row in rows), default=0) if column in NAMES else None
+    for column in headers:
+        # Two-line headers keep the table narrow; it is printed only at its natural width
+        # (``render_table``), so no cell is ever shrunk: a name stays whole, a number too.
+        head, _, tail = column.rpartition(" ")
         t.add_column(
-            column,
+            f"{head}\n{tail}" if head else column,
             justify="left" if column in NAMES else "right",
             overflow="fold",
-            min_width=None if longest is None else min(longest, NAME_WIDTH),
         )
     for row in rows:
         t.add_row(*row)
@@ -41,13 +40,14 @@ def table(report: Report) -> Any:
 
 
 def render_table(report: Report, console: Any) -> None:
-    """Print the table where it fits the console's width; on a narrower terminal the same cells as one
-    paragraph per row (``records``), so that no name or number is cut short."""
+    """Print the table where it fits the console's width whole; on a narrower terminal (or for names
+    too long for a table) the same cells as one paragraph per row (``records``): no name or number is
+    ever cut short or folded."""
     from rich.measure import Measurement
 
     t = table(report)
     unbounded = console.options.update(max_width=1_000_000)
-    if Measurement.get(console, unbounded, t).minimum <= console.width:
+    if Measurement.get(console, unbounded, t).maximum <= console.width:
         console.print(t)
         return
     console.print(markup_lines(title(report)), highlight=False)
@@ -69,9 +69,8 @@ def records(report: Report) -> list[str]:
     return lines
 
 
-#: The columns that hold names (left-aligned), and the width they get whole before they wrap.
+#: The columns that hold names (left-aligned).
 NAMES = ("backend", "parameter")
-NAME_WIDTH = 40
 
 
 def _headers_and_rows(report: Report) -> tuple[list[str], list[list[str]]]:
