@@ -209,14 +209,14 @@ def test_coarse_variants_hold_their_claims_at_small_depths(name, layers):
 
 
 def test_an_unavailable_framework_keeps_the_extra_to_install_in_brackets(monkeypatch, capsys):
-    # rich reads `[torch]` as markup and would drop it from `pip install 'crosscheck[torch]'`.
+    # rich reads `[torch]` as markup and would drop it from `pip install 'crosscheck-gradients[torch]'`.
     import sys
 
     for name in ("crosscheck.backends.torch", "backends.torch"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     monkeypatch.setitem(sys.modules, "torch", None)
     assert main(["inspect", "--backend", "torch", "--layers", "2", "--dim", "2", "--batch", "1"]) == 1
-    assert "crosscheck[torch]" in capsys.readouterr().out
+    assert "crosscheck-gradients[torch]" in capsys.readouterr().out
 
 
 class ExitsWhenInspected:

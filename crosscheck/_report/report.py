@@ -124,9 +124,9 @@ class Report:
         Text from backends and workloads (names, errors, parameter names) is printed as text: escaped
         where the line is markup, without control characters everywhere.
         """
-        from crosscheck._report.table import summary, table
+        from crosscheck._report.table import render_table, summary
 
-        console.print(table(self))
+        render_table(self, console)
         for c in self.comparisons:
             if c.coverage != "every entry" and c.passed:
                 console.print(plain(f"{c.backend}: {c.message}"), highlight=False, markup=False)
@@ -144,7 +144,8 @@ class Report:
         if self.passed:
             console.print(f"[green]PASSED[/green]: {markup(summary(self))}", highlight=False)
         else:
-            # A problem may quote `pip install 'crosscheck[torch]'` (markup to rich) or a backend's name.
+            # A problem may quote `pip install 'crosscheck-gradients[torch]'` (markup to rich) or a
+            # backend's name.
             console.print(f"[red]FAILED[/red]: {markup('; '.join(self.problems))}", highlight=False)
 
 
