@@ -102,6 +102,21 @@ def _add_checking(check: Any) -> None:
         "(stateful or nondeterministic); 1 turns the check off (default 2)",
     )
     check.add_argument(
+        "--isolate",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run every backend in its own worker process, built-ins too: a crash, os._exit or hang is "
+        "that backend's failure and the others are still compared (default: only import strings and "
+        "plugins; --no-isolate: none)",
+    )
+    check.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="fail a backend call that takes longer than this (with --isolate its worker is stopped; "
+        "default: no limit)",
+    )
+    check.add_argument(
         "--oracle-mode",
         choices=("auto", "full", "screen"),
         default="auto",
@@ -164,7 +179,9 @@ def _execute(args: argparse.Namespace, **case: Any) -> int:
     """Run the case (the options every workload takes, plus ``case``), write and render its report."""
     from crosscheck._engine.run import run as run_case
 
-    checking = {k: getattr(args, k) for k in ("reference", "rtol", "atol", "strict", "repeat")}
+    names = ("reference", "rtol", "atol", "strict", "repeat", "timeout")
+    checking = {k: getattr(args, k) for k in names}
+    checking["isolate"] = "auto" if args.isolate is None else args.isolate
     console = make_console()
     try:
         with progress_display() as progress:
@@ -270,4 +287,5 @@ def _run_workload(args: argparse.Namespace, workload: Any) -> int:
     check_output(args.junit, "--junit")
     _check_plot_and_bundle(args)
     options = {k: getattr(args, k) for k in ("seed", "dtype") if getattr(args, k) is not None}
-    return _execute(args, workload=workload, **options)
+    # As given (a name or an import string), so that a worker process (--isolate) can load it again.
+    return _execute(args, workload=args.workload, **options)
