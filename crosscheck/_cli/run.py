@@ -211,8 +211,8 @@ def _stack_inputs(args: argparse.Namespace) -> dict[str, Any]:
     from crosscheck._workloads.stack.case import check_inputs, load_array
 
     try:
-        weights = load_array(args.weights, name="weights")
-        x = load_array(args.x, name="x")
+        weights = load_array(args.weights, name="weights", ndim=3)
+        x = load_array(args.x, name="x", ndim=2)
         weights, x = check_inputs(weights, x)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
