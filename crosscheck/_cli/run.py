@@ -16,7 +16,8 @@ from crosscheck._cli.common import (
     add_case_options,
     add_tolerance_options,
     case_options_given,
-    check_output,
+    check_outputs,
+    check_plot_path,
     check_tolerances,
     make_console,
     progress_display,
@@ -169,8 +170,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_stack(args: argparse.Namespace) -> int:
-    inputs = _stack_inputs(args)
     _check_stack_options(args)
+    inputs = _stack_inputs(args)
     stack = {k: getattr(args, k) for k in ("oracle_mode", "directions", "explain", "quantity")}
     return _execute(args, **stack, **inputs)
 
@@ -222,8 +223,6 @@ def _stack_inputs(args: argparse.Namespace) -> dict[str, Any]:
 def _check_stack_options(args: argparse.Namespace) -> None:
     """Options that contradict each other, and outputs that cannot be written, before any work."""
     check_tolerances(args)
-    check_output(args.json)
-    check_output(args.junit, "--junit")
     if args.directions != 4 and (args.oracle_mode == "full" or args.quantity == "hvp"):
         which = "`--oracle-mode full`" if args.oracle_mode == "full" else "`--quantity hvp`"
         raise UsageError(
@@ -235,9 +234,15 @@ def _check_stack_options(args: argparse.Namespace) -> None:
 
 
 def _check_plot_and_bundle(args: argparse.Namespace) -> None:
-    """``--plot`` and ``--save-bundle`` can be written (and matplotlib is there), before any work."""
-    check_output(args.save_bundle, "--save-bundle")
-    check_output(args.plot, "--plot")
+    """Every output can be written (a file, not an input of the run, not another output's; a plot's
+    image type known; matplotlib there), before any work."""
+    outputs = {
+        "--json": args.json,
+        "--junit": args.junit,
+        "--plot": args.plot,
+        "--save-bundle": args.save_bundle,
+    }
+    check_outputs(outputs, inputs={"--weights": args.weights, "--x": args.x})
     if args.plot:
         try:
             import matplotlib  # noqa: F401
@@ -245,6 +250,7 @@ def _check_plot_and_bundle(args: argparse.Namespace) -> None:
             raise UsageError(
                 "`--plot` needs matplotlib, which is not installed: pip install 'crosscheck[plot]'."
             ) from exc
+        check_plot_path(args.plot)
 
 
 def _write_plot_and_bundle(args: argparse.Namespace, report: Any) -> None:
@@ -283,8 +289,6 @@ def _run_workload(args: argparse.Namespace, workload: Any) -> int:
                 f"own arrays (it takes --dtype and --seed)."
             )
     check_tolerances(args)
-    check_output(args.json)
-    check_output(args.junit, "--junit")
     _check_plot_and_bundle(args)
     options = {k: getattr(args, k) for k in ("seed", "dtype") if getattr(args, k) is not None}
     # As given (a name or an import string), so that a worker process (--isolate) can load it again.
