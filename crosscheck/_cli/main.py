@@ -21,6 +21,7 @@ from crosscheck._cli import run as _cli_run
 from crosscheck._cli import ste as _cli_ste
 from crosscheck._cli import sweep as _cli_sweep
 from crosscheck._cli.common import EXIT_INTERRUPTED, EXIT_USAGE, HelpFormatter, Parser, UsageError
+from crosscheck._errors import one_line
 
 #: The subcommand modules, in the order ``crosscheck --help`` lists them.
 SUBCOMMANDS = (
@@ -89,8 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
         return args.handler(args)
     except UsageError as exc:
-        # One line, whatever the message (a user's factory may raise a multi-line error).
-        print("crosscheck: error: " + " ".join(str(exc).split()), file=sys.stderr)
+        # One line, whatever the message (a user's factory may raise a multi-line error; a file's text
+        # may hold control characters).
+        print("crosscheck: error: " + one_line(str(exc)), file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("crosscheck: interrupted", file=sys.stderr)

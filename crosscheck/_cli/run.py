@@ -16,7 +16,8 @@ from crosscheck._cli.common import (
     add_case_options,
     add_tolerance_options,
     case_options_given,
-    check_output,
+    check_outputs,
+    check_plot_path,
     check_tolerances,
     make_console,
     progress_display,
@@ -106,6 +107,21 @@ def _add_checking(check: Any) -> None:
         "(stateful or nondeterministic); 1 turns the check off (default 2)",
     )
     check.add_argument(
+        "--isolate",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run every backend in its own worker process, built-ins too: a crash, os._exit or hang is "
+        "that backend's failure and the others are still compared (default: only import strings and "
+        "plugins; --no-isolate: none)",
+    )
+    check.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="fail a backend call that takes longer than this (with --isolate its worker is stopped; "
+        "default: no limit)",
+    )
+    check.add_argument(
         "--oracle-mode",
         choices=("auto", "full", "screen"),
         default="auto",
@@ -161,8 +177,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_stack(args: argparse.Namespace) -> int:
-    inputs = _stack_inputs(args)
     _check_stack_options(args)
+    inputs = _stack_inputs(args)
     stack = {k: getattr(args, k) for k in ("oracle_mode", "directions", "explain", "quantity")}
     return _execute(args, **stack, **inputs)
 
@@ -171,7 +187,9 @@ def _execute(args: argparse.Namespace, **case: Any) -> int:
     """Run the case (the options every workload takes, plus ``case``), write and render its report."""
     from crosscheck._engine.run import run as run_case
 
-    checking = {k: getattr(args, k) for k in ("reference", "rtol", "atol", "strict", "repeat")}
+    names = ("reference", "rtol", "atol", "strict", "repeat", "timeout")
+    checking = {k: getattr(args, k) for k in names}
+    checking["isolate"] = "auto" if args.isolate is None else args.isolate
     console = make_console()
     try:
         with progress_display() as progress:
@@ -201,8 +219,8 @@ def _stack_inputs(args: argparse.Namespace) -> dict[str, Any]:
     from crosscheck._workloads.stack.case import check_inputs, load_array
 
     try:
-        weights = load_array(args.weights, name="weights")
-        x = load_array(args.x, name="x")
+        weights = load_array(args.weights, name="weights", ndim=3)
+        x = load_array(args.x, name="x", ndim=2)
         weights, x = check_inputs(weights, x)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
@@ -212,8 +230,6 @@ def _stack_inputs(args: argparse.Namespace) -> dict[str, Any]:
 def _check_stack_options(args: argparse.Namespace) -> None:
     """Options that contradict each other, and outputs that cannot be written, before any work."""
     check_tolerances(args)
-    check_output(args.json)
-    check_output(args.junit, "--junit")
     if args.directions != 4 and (args.oracle_mode == "full" or args.quantity == "hvp"):
         which = "`--oracle-mode full`" if args.oracle_mode == "full" else "`--quantity hvp`"
         raise UsageError(
@@ -225,9 +241,15 @@ def _check_stack_options(args: argparse.Namespace) -> None:
 
 
 def _check_plot_and_bundle(args: argparse.Namespace) -> None:
-    """``--plot`` and ``--save-bundle`` can be written (and matplotlib is there), before any work."""
-    check_output(args.save_bundle, "--save-bundle")
-    check_output(args.plot, "--plot")
+    """Every output can be written (a file, not an input of the run, not another output's; a plot's
+    image type known; matplotlib there), before any work."""
+    outputs = {
+        "--json": args.json,
+        "--junit": args.junit,
+        "--plot": args.plot,
+        "--save-bundle": args.save_bundle,
+    }
+    check_outputs(outputs, inputs={"--weights": args.weights, "--x": args.x})
     if args.plot:
         try:
             import matplotlib  # noqa: F401
@@ -235,6 +257,7 @@ def _check_plot_and_bundle(args: argparse.Namespace) -> None:
             raise UsageError(
                 f"`--plot` needs matplotlib, which is not installed: {install_hint('plot')}."
             ) from exc
+        check_plot_path(args.plot)
 
 
 def _write_plot_and_bundle(args: argparse.Namespace, report: Any) -> None:
@@ -281,8 +304,7 @@ def _run_workload(args: argparse.Namespace, workload: Any) -> int:
                 f"own arrays (it takes --dtype and --seed)."
             )
     check_tolerances(args)
-    check_output(args.json)
-    check_output(args.junit, "--junit")
     _check_plot_and_bundle(args)
     options = {k: getattr(args, k) for k in ("seed", "dtype") if getattr(args, k) is not None}
-    return _execute(args, workload=workload, **options)
+    # As given (a name or an import string), so that a worker process (--isolate) can load it again.
+    return _execute(args, workload=args.workload, **options)

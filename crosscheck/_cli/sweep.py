@@ -16,7 +16,7 @@ from crosscheck._cli.common import (
     add_backend_option,
     add_matrix_options,
     add_tolerance_options,
-    check_output,
+    check_outputs,
     escape,
     make_console,
     progress_display,
@@ -89,8 +89,7 @@ def run(args: argparse.Namespace) -> int:
     from crosscheck._sweep.config import ConfigError, cases, options
     from crosscheck._sweep.engine import check_scheduler, check_specs, sweep
 
-    check_output(args.json)
-    check_output(args.junit, "--junit")
+    check_outputs({"--json": args.json, "--junit": args.junit}, inputs={"--config": args.config})
     if args.jobs is not None and args.jobs < 0:
         raise UsageError(f"`--jobs` must be 0 or more, found {args.jobs}.")
     if args.jobs is not None and args.scheduler is not None:

@@ -15,6 +15,10 @@ TERM_HELP = {
     "kinks": "the summed effect of ReLU flips too small to judge the entry on both sides",
     "slack": "user slack: atol + rtol * |reference|",
     "rerun": "the candidate's own rounding, measured by re-running it in the other precision (HVP)",
+    "underflow": (
+        "the smallest normal number times what the arithmetic amplifies it by, where values can fall "
+        "below it (flushed to zero, or rounded to a subnormal); shown only when a case reaches that range"
+    ),
 }
 
 

@@ -3,7 +3,8 @@ parameter, the workload, the case and the environment.
 
 Loaded without pickle: arrays, plus the metadata as a JSON string in a 0-d unicode array. Array names
 are numbered (``param_0``, ``input_0``, ``value_1_0``: backend 1, parameter 0); the metadata lists the
-names they stand for, so a parameter or backend may be called anything.
+names they stand for, so a parameter or backend may be called anything, and the SHA-256 of each array
+(``"sha256"``: entry -> hex digest; bundles written before it have none, and load unchecked).
 
 Version 2 holds any workload (the metadata's ``"workload"`` is what ``load_workload`` takes again);
 version 1 bundles (the stack's ``weights``, ``x`` and ``gradient_<i>``) load as the stack's.
@@ -14,25 +15,26 @@ from __future__ import annotations
 import hashlib
 import json
 import zipfile
+import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from crosscheck._errors import one_line
+from crosscheck._files import check_readable, member_names, read_member
+from crosscheck._report.bundle_meta import check_meta
 from crosscheck._report.report import Report
 
 MARKER = "crosscheck-bundle"
 VERSION = 2
-#: What reading a damaged or foreign archive raises (made one line by ``load_bundle``).
-_UNREADABLE = (
-    OSError,
-    EOFError,
-    zipfile.BadZipFile,
-    KeyError,
-    TypeError,
-    AttributeError,
-    json.JSONDecodeError,
-)
+#: The most bytes of metadata read (its JSON as a 0-d unicode array, 4 bytes a character; a bundle's
+#: is a few KiB).
+MAX_META = 16 * 2**20
+#: What reading a damaged archive raises (made one line by ``load_bundle``); a malformed one's metadata
+#: is refused by ``check_meta`` before anything reads it.
+_UNREADABLE = (OSError, EOFError, zipfile.BadZipFile, zlib.error, json.JSONDecodeError)
 
 
 def save_bundle(report: Report, path: str | Path, *, workload: str | None = None) -> None:
@@ -58,14 +60,15 @@ def save_bundle(report: Report, path: str | Path, *, workload: str | None = None
         "values": {name: list(value) for name, value in values.items()},
         "report": report.to_dict(),
     }
-    arrays: dict[str, Any] = {"meta": np.array(json.dumps(meta))}
-    arrays.update({f"param_{i}": np.asarray(a) for i, a in enumerate(params.values())})
+    arrays: dict[str, Any] = {f"param_{i}": np.asarray(a) for i, a in enumerate(params.values())}
     arrays.update({f"input_{i}": np.asarray(a) for i, a in enumerate(inputs.values())})
     for b, value in enumerate(values.values()):
         arrays.update({f"value_{b}_{p}": np.asarray(a) for p, a in enumerate(value.values())})
     pickled = [key for key, a in arrays.items() if a.dtype.hasobject]
     if pickled:  # an object array would be stored as a pickle, which a bundle never holds
         raise ValueError(f"cannot bundle object arrays (they would be pickled): {', '.join(pickled)}")
+    meta["sha256"] = {key: sha256(a) for key, a in arrays.items()}
+    arrays["meta"] = np.array(json.dumps(meta))
     with open(path, "wb") as file:  # np.savez would append ".npz" to a path without it
         np.savez_compressed(file, **arrays)
 
@@ -74,62 +77,102 @@ def load_bundle(path: str | Path) -> dict[str, Any]:
     """Read a bundle: ``{"workload", "params", "inputs", "gradients": {backend: {parameter: array}},
     "meta"}`` (a version 1 bundle is the stack's: ``params`` ``{"weights"}``, ``inputs`` ``{"x"}``).
 
+    A bundle is a file someone sent: its metadata is checked for the shape a bundle's has (any other
+    is one line, never a traceback), each array's header before the array is read (its size against
+    the file and this machine's memory), and each array's SHA-256 against the one the bundle records.
+
     Raises:
-        ValueError: a missing, corrupt or foreign file, or arrays that are not the case's (one line:
-            what was expected, what was found).
+        ValueError: a missing, corrupt, malformed or foreign file, or arrays that are not the ones
+            the bundle records (one line: what was expected, what was found).
     """
-    path = Path(path)
-    if not path.is_file():
+    if not Path(path).exists():
         raise ValueError(f"bundle not found: {path}")
+    path = check_readable(path, "bundle")
     if not zipfile.is_zipfile(path):
         raise ValueError(f"{path} is not a crosscheck bundle: expected an .npz archive, found another file.")
     try:
-        with np.load(path, allow_pickle=False) as data:
-            if not isinstance(data, np.lib.npyio.NpzFile) or "meta" not in data.files:
-                raise ValueError(f"{path} is not a crosscheck bundle (no `meta` entry).")
-            meta = json.loads(str(data["meta"][()]))
-            if not isinstance(meta, dict) or meta.get("format") != MARKER:
-                found = meta.get("format") if isinstance(meta, dict) else meta
-                raise ValueError(f"{path} is not a crosscheck bundle (format {found!r:.60}).")
-            bundle = _version_1(data, meta) if meta.get("version") == 1 else _version_2(data, meta, path)
+        with zipfile.ZipFile(path) as archive:
+            meta = _meta(archive, path)
+            read = _reader(archive, path, meta)
+            bundle = _version_1(read, meta) if meta.get("version") == 1 else _version_2(read, meta, path)
     except _UNREADABLE as exc:
         raise ValueError(
-            f"{path} is not a readable crosscheck bundle ({type(exc).__name__}: {exc})."
+            f"{path} is not a readable crosscheck bundle ({type(exc).__name__}: {one_line(str(exc))})."
         ) from exc
-    except ValueError as exc:
-        if "pickle" in str(exc).lower():
-            raise ValueError(f"{path} holds pickled objects, which crosscheck never loads.") from exc
-        raise
     _check_hashes(bundle, path)
     return bundle
 
 
-def _version_1(data: Any, meta: dict[str, Any]) -> dict[str, Any]:
+def _meta(archive: zipfile.ZipFile, path: Path) -> dict[str, Any]:
+    """The bundle's metadata (a JSON string in the 0-d array ``meta``), checked for its shape."""
+    if "meta" not in member_names(archive):
+        raise ValueError(f"{path} is not a crosscheck bundle (no `meta` entry).")
+
+    def text_only(shape: tuple[int, ...], dtype: np.dtype) -> None:
+        if shape != () or dtype.kind != "U" or dtype.itemsize > MAX_META:
+            raise ValueError(f"{path} is not a crosscheck bundle (its `meta` is not one JSON string).")
+
+    raw = read_member(archive, "meta", what=f"bundle {path}, entry `meta`", expect=text_only)
+    try:
+        meta = json.loads(str(raw[()]))
+    except RecursionError as exc:
+        raise ValueError(f"{path}: its metadata is nested too deeply to be a crosscheck bundle's.") from exc
+    if not isinstance(meta, dict) or meta.get("format") != MARKER:
+        found = meta.get("format") if isinstance(meta, dict) else meta
+        raise ValueError(f"{path} is not a crosscheck bundle (format {one_line(repr(found)):.60}).")
+    check_meta(meta, path)
+    return meta
+
+
+def _reader(archive: zipfile.ZipFile, path: Path, meta: dict[str, Any]) -> Callable[[str], np.ndarray]:
+    """Read an entry of the archive: checked by its header first, then (``meta["sha256"]``) its hash."""
+    hashes = meta.get("sha256")
+
+    def numbers(shape: tuple[int, ...], dtype: np.dtype) -> None:
+        if dtype.kind not in "fiub":
+            raise ValueError(f"{path}: a bundle's arrays hold numbers; one holds {dtype.name}.")
+
+    def read(entry: str) -> np.ndarray:
+        array = read_member(archive, entry, what=f"bundle {path}, entry `{entry}`", expect=numbers)
+        if hashes is not None:
+            claimed = hashes.get(entry)
+            if claimed is None:
+                raise ValueError(f"{path}: its entry `{entry}` has no SHA-256 among the bundle's hashes.")
+            if sha256(array) != claimed:
+                raise ValueError(
+                    f"{path}: its entry `{entry}` is not the array the bundle recorded (SHA-256 differs)."
+                )
+        return array
+
+    return read
+
+
+def sha256(array: np.ndarray) -> str:
+    """The SHA-256 of an array's bytes (C order)."""
+    return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
+
+
+def _version_1(read: Callable[[str], np.ndarray], meta: dict[str, Any]) -> dict[str, Any]:
     """The stack's version 1 bundle: ``weights``, ``x`` and ``gradient_<i>`` per name in ``gradients``."""
-    gradients = {name: {"weights": data[f"gradient_{i}"]} for i, name in enumerate(meta["gradients"])}
-    params, inputs = {"weights": data["weights"]}, {"x": data["x"]}
+    gradients = {name: {"weights": read(f"gradient_{i}")} for i, name in enumerate(meta["gradients"])}
+    params, inputs = {"weights": read("weights")}, {"x": read("x")}
     return {"workload": "stack", "params": params, "inputs": inputs, "gradients": gradients, "meta": meta}
 
 
-def _version_2(data: Any, meta: dict[str, Any], path: Path) -> dict[str, Any]:
-    if meta.get("version") != VERSION:
-        raise ValueError(
-            f"{path} is a crosscheck bundle of version {meta.get('version')!r:.20}; this crosscheck reads "
-            f"versions 1 and {VERSION} (a newer crosscheck wrote it?)."
-        )
-    params = {str(k): data[f"param_{i}"] for i, k in enumerate(meta["parameters"])}
-    inputs = {str(k): data[f"input_{i}"] for i, k in enumerate(meta["inputs"])}
+def _version_2(read: Callable[[str], np.ndarray], meta: dict[str, Any], path: Path) -> dict[str, Any]:
+    params = {k: read(f"param_{i}") for i, k in enumerate(meta["parameters"])}
+    inputs = {k: read(f"input_{i}") for i, k in enumerate(meta["inputs"])}
     gradients = {
-        str(name): {str(k): data[f"value_{b}_{p}"] for p, k in enumerate(keys)}
+        name: {k: read(f"value_{b}_{p}") for p, k in enumerate(keys)}
         for b, (name, keys) in enumerate(meta["values"].items())
     }
-    workload = str(meta["workload"])
+    workload = meta.get("workload", "stack")
     return {"workload": workload, "params": params, "inputs": inputs, "gradients": gradients, "meta": meta}
 
 
 def _check_hashes(bundle: dict[str, Any], path: Path) -> None:
     """Arrays whose SHA-256 the case records (your own arrays) must be those arrays."""
-    case = bundle["meta"].get("report", {}).get("case", {})
+    case = bundle["meta"]["report"]["case"]
     for name, array in {**bundle["params"], **bundle["inputs"]}.items():
         claimed = case.get(f"{name}_sha256")
         if claimed is not None and hashlib.sha256(array.tobytes()).hexdigest() != claimed:

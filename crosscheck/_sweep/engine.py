@@ -98,6 +98,9 @@ def _run_case(case: dict[str, Any], options: dict[str, Any]):
     from crosscheck._engine.run import run
 
     case = dict(case)
+    # A case's process is its isolation (a worker per case), or, with --jobs 0, there is none: no
+    # worker per backend inside a case.
+    options = {"isolate": False, **options}
     workload = case.pop("workload", STACK)
     if workload != STACK:
         # A workload other than the stack: passed through to crosscheck.run (its shapes are its own).

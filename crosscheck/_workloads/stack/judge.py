@@ -61,6 +61,7 @@ class StackGradJudge:
         self.fwd = _stack.forward(self.weights, self.x)
         self.deltas, _ = _stack.backward(self.fwd)
         self._models: dict[str, _stack.RoundingModel] = {}
+        self._underflows: dict[str, _stack.Underflow] = {}
         self.screened: Any = None
         self.oracle_backend: Any = None
         #: Screening's full checks, by layer: (value, error, kink, kink_at), shared by every candidate.
@@ -143,6 +144,11 @@ class StackGradJudge:
 
     # -- comparing ----------------------------------------------------------------------------------
 
+    def underflow(self, dtype: str) -> _stack.Underflow:
+        if dtype not in self._underflows:
+            self._underflows[dtype] = _stack.underflow(self.fwd, self.deltas, dtype)
+        return self._underflows[dtype]
+
     def model(self, dtype: str) -> _stack.RoundingModel:
         if dtype not in self._models:
             directions = None if self.screened is None else self.screened.directions
@@ -161,6 +167,9 @@ class StackGradJudge:
             "floor": floor,
             "slack": np.broadcast_to(self.options.slack(oracle.value), oracle.value.shape),
         }
+        flow = self.underflow(dtype).grad
+        if flow.any():  # only a case reaching the underflow range has (or shows) this term
+            terms["underflow"] = flow
         kinks, minor = self._kinks(Tolerance(terms).total(), dtype, oracle)
         found = compare(
             value,
@@ -173,7 +182,7 @@ class StackGradJudge:
             strict=self.options.strict,
             index_names=_stack.INDEX_NAMES,
         )
-        return _with_rounding(found, rounding + floor)
+        return _with_rounding(found, rounding + floor + flow)
 
     def _kinks(self, tol: np.ndarray, dtype: str, oracle: _Oracle) -> tuple[Kinks, np.ndarray]:
         """Judge kink-ambiguous entries on both sides of one kink; more than one is unjudgeable."""
@@ -195,8 +204,8 @@ class StackGradJudge:
 
     def kink_effects(self, dtype: str, tol: np.ndarray):
         """The ambiguous pre-activations for ``dtype`` (with their bounds) and what flipping them does."""
-        cand, ref = self.model(dtype), self.model("float64")
-        bounds = [cand.z_bound(m) + ref.z_bound(m) for m in range(len(self.fwd.zs))]
+        cand, ref, flow = self.model(dtype), self.model("float64"), self.underflow(dtype).z
+        bounds = [cand.z_bound(m) + ref.z_bound(m) + flow[m] for m in range(len(self.fwd.zs))]
         found = _stack.ambiguous_kinks(self.fwd, bounds)
         effects = _stack.kink_effects(self.fwd, self.deltas, found, KINK_IMPACT_FRACTION * tol, bounds)
         return bounds, found, effects

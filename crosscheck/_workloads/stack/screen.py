@@ -59,7 +59,8 @@ def compare_screened(
     # The floor term of every entry, summed in quadrature over the d * d entries of a direction.
     floor = _stack.SAFETY * u * size * float(np.max(np.abs(candidate), initial=0.0))
     kinks, several = _kink_slack(judge, dtype)
-    tol = _stack.SAFETY * model.direction_sigma + sc.error + floor + slack + kinks
+    flow = np.einsum("kij,ksij->ks", judge.underflow(dtype).grad, np.abs(sc.directions))
+    tol = _stack.SAFETY * model.direction_sigma + sc.error + floor + slack + kinks + flow
     diff = np.abs(projected - sc.value)
     failing = sorted({int(k) for k in np.nonzero(diff > tol)[0]} | several)
     coverage = (
