@@ -94,7 +94,7 @@ class JaxSide:
         shape = tuple(int(d) for d in np.shape(leaf))
         if self.kind == "linen":
             owner = self.types.get(tokens[1:-1], "")
-            layout = JAX_LAYOUTS.get(owner) if tokens[-1] == "kernel" else None
+            layout = JAX_LAYOUTS.get(owner) if tokens[-1] in ("kernel", "embedding") else None
             return Tensor(tokens, shape, tokens[0], owner, layout, skip=1)
         owner = _owner(self.model, path) if self.kind == "equinox" else ""
         layout = EQUINOX_LAYOUTS.get(owner) if self.kind == "equinox" and tokens[-1] == "weight" else None

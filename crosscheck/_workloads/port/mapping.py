@@ -39,10 +39,10 @@ TRANSFORMS: dict[str, tuple[int, ...] | None] = {
     "OIDHW->DHWIO": (2, 3, 4, 1, 0),
 }
 #: Layouts of known modules' weights. PyTorch: ``nn.Linear`` (out, in), ``nn.ConvNd`` (O, I, spatial).
-TORCH_LAYOUTS = {"Linear": "out,in", "Conv1d": "OI..", "Conv2d": "OI..", "Conv3d": "OI..", "Bilinear": None}
+TORCH_LAYOUTS = {"Linear": "out,in", "Conv1d": "OI..", "Conv2d": "OI..", "Conv3d": "OI..", "Embedding": "rows"}
 #: JAX: Flax `Dense` (in, out), `Conv` (spatial, I, O); Equinox `Linear` (out, in), `Conv` (O, I, ..).
-JAX_LAYOUTS = {"Dense": "in,out", "Linear": "in,out", "Conv": "..IO", "Embed": None}
-EQUINOX_LAYOUTS = {"Linear": "out,in", "Conv": "OI..", "Conv1d": "OI..", "Conv2d": "OI..", "Conv3d": "OI.."}
+JAX_LAYOUTS = {"Dense": "in,out", "Linear": "in,out", "Conv": "..IO", "Embed": "rows"}
+EQUINOX_LAYOUTS = {"Linear": "out,in", "Conv1d": "OI..", "Conv2d": "OI..", "Conv3d": "OI..", "Embedding": "rows"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,8 +105,8 @@ class Table:
             if e.status == "ambiguous" and e.torch is not None and e.jax is not None:
                 out.append(
                     f"`{e.torch.name}` {e.torch.shape} -> `{'/'.join(e.jax.path)}` {e.jax.shape} is "
-                    f"ambiguous: {e.how}; decide with overrides={{'{e.torch.name}': "
-                    f"'{e.choices[-1]}'}} (or {' or '.join(repr(c) for c in e.choices[:-1])})"
+                    f"ambiguous: {e.how}; decide with overrides={{'{e.torch.name}': TRANSFORM}}, "
+                    f"TRANSFORM one of {', '.join(repr(c) for c in e.choices)}"
                 )
             elif e.jax is None and e.torch is not None and e.torch.kind == "parameter":
                 out.append(f"PyTorch parameter `{e.torch.name}` {e.torch.shape} is unmatched: {e.how}")
