@@ -39,10 +39,10 @@ TRANSFORMS: dict[str, tuple[int, ...] | None] = {
     "OIDHW->DHWIO": (2, 3, 4, 1, 0),
 }
 #: Layouts of known modules' weights. PyTorch: ``nn.Linear`` (out, in), ``nn.ConvNd`` (O, I, spatial).
-TORCH_LAYOUTS = {"Linear": "out,in", "Conv1d": "OI..", "Conv2d": "OI..", "Conv3d": "OI..", "Embedding": "rows"}
+TORCH_LAYOUTS = {"Linear": "out,in", "Embedding": "rows", **{f"Conv{n}d": "OI.." for n in (1, 2, 3)}}
 #: JAX: Flax `Dense` (in, out), `Conv` (spatial, I, O); Equinox `Linear` (out, in), `Conv` (O, I, ..).
 JAX_LAYOUTS = {"Dense": "in,out", "Linear": "in,out", "Conv": "..IO", "Embed": "rows"}
-EQUINOX_LAYOUTS = {"Linear": "out,in", "Conv1d": "OI..", "Conv2d": "OI..", "Conv3d": "OI..", "Embedding": "rows"}
+EQUINOX_LAYOUTS = {"Linear": "out,in", "Embedding": "rows", **{f"Conv{n}d": "OI.." for n in (1, 2, 3)}}
 
 
 @dataclasses.dataclass(frozen=True)
