@@ -10,6 +10,7 @@ from crosscheck._registry import _import_attribute
 from crosscheck._workloads.base import Workload
 from crosscheck._workloads.generic import GenericWorkload
 from crosscheck._workloads.port.declare import Port
+from crosscheck._workloads.port.workload import PortWorkload
 from crosscheck._workloads.stack.workload import STACK, StackWorkload
 
 #: Built-in workloads: name -> (import string ``module:attribute`` of the Workload, or None for the
@@ -38,7 +39,7 @@ def load_workload(spec: Any) -> Any:
     """
     if spec is None:
         return STACK
-    if isinstance(spec, (StackWorkload, GenericWorkload)):
+    if isinstance(spec, (StackWorkload, GenericWorkload, PortWorkload)):
         return spec
     if isinstance(spec, Workload):
         return GenericWorkload(spec)
@@ -51,7 +52,10 @@ def load_workload(spec: Any) -> Any:
         )
     if spec in WORKLOADS:
         target = WORKLOADS[spec][0]
-        return STACK if target is None else GenericWorkload(_resolve(target, spec))
+        if target is None:
+            return STACK
+        built = _resolve(target, spec)
+        return _port(built) if isinstance(built, Port) else GenericWorkload(built)
     if ":" in spec:
         found = _resolve(spec, spec)
         return _port(found) if isinstance(found, Port) else GenericWorkload(found)
@@ -61,10 +65,11 @@ def load_workload(spec: Any) -> Any:
     )
 
 
-def _port(port: Port) -> Any:
-    from crosscheck._workloads.port.workload import PortWorkload
-
-    return PortWorkload(port)
+def _port(port: Port) -> PortWorkload:
+    try:
+        return PortWorkload(port)
+    except ImportError as exc:  # a framework a port needs is not installed
+        raise ValueError(f"port `{port.name}`: {exc}; pip install 'crosscheck[all,port]'") from exc
 
 
 def _resolve(target: str, spec: str) -> Workload | Port:

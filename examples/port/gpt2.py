@@ -17,8 +17,18 @@ import crosscheck
 #: The tiny config: 2 layers, width 8, 2 heads, 16 tokens, no dropout, no cache. Weights drawn with
 #: std 0.5, not GPT-2's 0.02: at 0.02 every pre-activation is ~0.05, where the exact and the tanh GELU
 #: differ by ~1e-9 (below float32 rounding: no check can see it); trained weights are O(1) there.
-CONFIG = dict(n_layer=2, n_embd=8, n_head=2, vocab_size=16, n_positions=8, resid_pdrop=0.0,
-              embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False, initializer_range=0.5)  # fmt: skip
+CONFIG = dict(
+    n_layer=2,
+    n_embd=8,
+    n_head=2,
+    vocab_size=16,
+    n_positions=8,
+    resid_pdrop=0.0,
+    embd_pdrop=0.0,
+    attn_pdrop=0.0,
+    use_cache=False,
+    initializer_range=0.5,
+)
 #: ``h.*.attn.c_proj.weight`` is square (8, 8): as it is and transposed both fit; GPT-2's Conv1D
 #: stores (in, out) and Flax's (out, in), so it is transposed like every other kernel.
 OVERRIDES = {"h.*.attn.c_proj.weight": "transpose"}

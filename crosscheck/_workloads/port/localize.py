@@ -193,7 +193,7 @@ def forward_verdict(
             first.name,
             (),
             f"the forward pass differs first at "
-            f"`{_shown(first.name, top)}` ({kind}): {why}, so the difference starts inside it",
+            f"{_shown(first.name, top)} ({kind}): {why}, so the difference starts inside it",
         )
     before = [r for r in order[: index[first.name]] if r.name in paired and outputs.get(r.name)]
     prev = before[-1] if before else None
@@ -205,7 +205,7 @@ def forward_verdict(
     ]
     suspects = tuple(r.name for r in gap if not first.name.startswith(r.name + ".") and r.name)
     where = (
-        f"between `{_shown(prev.name, top)}` and `{_shown(first.name, top)}`"
+        f"between {_shown(prev.name, top)} and {_shown(first.name, top)}"
         if prev
         else f"before `{first.name}`"
     )
@@ -226,7 +226,7 @@ def forward_verdict(
         parent,
         first.name,
         suspects,
-        f"the forward pass differs first in the code of `{_shown(parent, top)}` {where}: "
+        f"the forward pass differs first in the code of {_shown(parent, top)} {where}: "
         f"`{first.name}` ({kind}) is the first module whose output differs, and its input "
         f"already differs{also}",
     )
@@ -256,7 +256,7 @@ def gradient_verdict(
         last.name,
         gap,
         f"forward agrees (every module's output within its rounding); the gradient differs first, "
-        f"in backward order, at `{_shown(last.name, top)}`: its parameters' gradients differ and "
+        f"in backward order, at {_shown(last.name, top)}: its parameters' gradients differ and "
         f"{nxt}, so the backward pass of what runs between them differs{there}",
     )
 
@@ -275,4 +275,4 @@ def _common_parent(a: str, b: str) -> str:
 
 
 def _shown(name: str, top: str) -> str:
-    return name if name else f"the top module ({top})"
+    return f"`{name}`" if name else f"the top module ({top})"

@@ -135,12 +135,14 @@ class Table:
 
 def render(rows: Sequence[Mapping[str, Any]]) -> str:
     """The mapping table as text: ``torch name shape -> jax path shape  transform  (how)``."""
+    from crosscheck._errors import one_line  # names come from the user's modules: text, one line each
+
     cells = []
     for r in rows:
         left = f"{r['torch']} {tuple(r['torch_shape'])}" if r["torch"] else "-"
         right = f"{r['jax']} {tuple(r['jax_shape'])}" if r["jax"] else "-"
         what = r["transform"] or r["status"].upper()
-        cells.append((left, right, what, r["how"]))
+        cells.append((one_line(left), one_line(right), one_line(str(what)), one_line(str(r["how"]))))
     widths = [
         max([len(c[i]) for c in cells] + [len(h)]) for i, h in enumerate(("PyTorch", "JAX", "transform"))
     ]
@@ -171,7 +173,8 @@ def build(
     by_name = {".".join(t.path): t for t in torch}
     leaves = {"/".join(j.path): j for j in jax}
     chosen = _overrides(overrides or {}, by_name, leaves)
-    entries, used = [], set()
+    entries: list[Entry] = []
+    used: set[tuple[str, ...]] = set()
     for t in torch:
         entry = chosen[t.name] if t.name in chosen else _match(t, jax, used)
         if entry.jax is not None:
@@ -276,7 +279,7 @@ def _overrides(overrides: Mapping[str, Any], by_name: dict, leaves: dict) -> dic
 def _override(t: Tensor, value: Any, leaves: dict, by_name: dict) -> Entry:
     if value is None:
         return Entry(t, None, None, "left unmapped by an override")
-    path, transform = (value, None) if isinstance(value, str) and value not in TRANSFORMS else (None, value)
+    path, transform = (value, None) if isinstance(value, str) and value in leaves else (None, value)
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
         path, transform = value
     if path is None:
@@ -309,8 +312,8 @@ def _transform_name(t: Tensor, transform: Any) -> str:
     if isinstance(transform, str):
         if transform not in TRANSFORMS:
             raise ValueError(
-                f"override of `{t.name}`: unknown transform `{transform}`; expected one of "
-                f"{', '.join(TRANSFORMS)} or a permutation tuple."
+                f"override of `{t.name}`: unknown transform `{transform}` (and no JAX leaf of that path); "
+                f"expected one of {', '.join(TRANSFORMS)}, a permutation tuple or a JAX leaf's path."
             )
         return transform
     perm = tuple(transform) if isinstance(transform, (tuple, list)) else None

@@ -115,13 +115,15 @@ class PortJudge:
         t_other = {r.name: r for r in torch_runs.other}
         j_main, j_other = {r.name: r for r in jax_runs.main}, {r.name: r for r in jax_runs.other}
         paired = localize.pairs([r.name for r in torch_runs.main], list(j_main), _module_pairs(prepared))
-        common = {
+        common: dict[str, Any] = {
             "dtype": self.dtype,
             "channels_last": any(leaf.layout == "..IO" for leaf in prepared.jax_side.leaves),
             "backend": name,
             "reference": "torch",
         }
-        out, outputs, inputs = [], {}, {}
+        out: list[Comparison] = []
+        outputs: dict[str, bool] = {}
+        inputs: dict[str, bool | None] = {}
         for r in torch_runs.main:
             if r.name not in paired:
                 continue
