@@ -412,3 +412,75 @@ def _fields(port):
     import dataclasses
 
     return {f.name: getattr(port, f.name) for f in dataclasses.fields(port)}
+
+
+# ---- Equinox and a plain function of a pytree ---------------------------------------------------------
+
+
+def _torch_mlp():
+    import torch
+
+    class TorchMLP(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(3, 4), torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.fc2(torch.tanh(self.fc1(x)))
+
+    torch.manual_seed(0)
+    return TorchMLP().eval()
+
+
+X = {"x": np.random.default_rng(0).standard_normal((5, 3))}
+
+
+@needs["equinox"]
+@pytest.mark.parametrize("activation", ["tanh", "sigmoid"])
+def test_an_equinox_port(activation):
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    class EqxMLP(eqx.Module):
+        fc1: eqx.nn.Linear
+        fc2: eqx.nn.Linear
+
+        def __init__(self, key):
+            k1, k2 = jax.random.split(key)
+            self.fc1, self.fc2 = eqx.nn.Linear(3, 4, key=k1), eqx.nn.Linear(4, 2, key=k2)
+
+        def __call__(self, x):
+            return self.fc2(
+                getattr(jnp, activation)(self.fc1(x)) if activation == "tanh" else jax.nn.sigmoid(self.fc1(x))
+            )
+
+    port = crosscheck.Port(name="eqx", torch=_torch_mlp(), jax=EqxMLP(jax.random.key(0)), inputs=X,
+                           jax_call=lambda m, i: jax.vmap(m)(i["x"]))  # fmt: skip
+    assert [r["transform"] for r in port.mapping.rows()] == ["identity"] * 4  # Equinox stores (out, in)
+    report = crosscheck.run(workload=port, reference="torch")
+    verdict = report.backends["jax"].notes["port"]
+    assert report.passed == (activation == "tanh"), report.problems
+    assert verdict["starts_in"] == ("nowhere" if activation == "tanh" else "forward")
+    if activation == "tanh":
+        assert "only the output is compared" in verdict["text"]
+
+
+@needs["torch"]
+def test_a_plain_function_of_a_pytree():
+    import jax.numpy as jnp
+
+    def fn(params, x):
+        h = jnp.tanh(x @ params["fc1"]["w"] + params["fc1"]["b"])
+        return h @ params["fc2"]["w"] + params["fc2"]["b"]
+
+    tree = {
+        "fc1": {"w": np.zeros((3, 4)), "b": np.zeros(4)},
+        "fc2": {"w": np.zeros((4, 2)), "b": np.zeros(2)},
+    }
+    port = crosscheck.Port(name="fn", torch=_torch_mlp(), jax=fn, jax_params=tree, inputs=X)
+    assert [r["transform"] for r in port.mapping.rows()] == ["transpose", "identity"] * 2
+    report = crosscheck.run(workload=port)  # the finite-difference oracle of PyTorch's float64 loss
+    assert report.passed, report.problems
+    with pytest.raises(ValueError, match="needs `jax_params`"):
+        print(crosscheck.Port(name="fn", torch=_torch_mlp(), jax=fn, inputs=X).mapping)

@@ -71,7 +71,11 @@ class Report:
                 out.append(f"`{result.name}` failed: {result.error}")
             if result.role == "candidate" and result.status == "unavailable" and result.required:
                 out.append(f"`{result.name}` was asked for but is unavailable: {result.error}")
-        out += [f"`{name}`: {text}" for name, text in self.verdicts().items() if not text.startswith("every")]
+        out += [
+            f"`{name}`: {r.notes['port']['text']}"
+            for name, r in self.backends.items()
+            if name in self.verdicts() and r.notes["port"].get("starts_in") != "nowhere"
+        ]
         disagree = [
             c
             for c in self.comparisons
