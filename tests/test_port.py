@@ -333,6 +333,15 @@ def test_a_module_capture_that_fails_fails_the_run(convnet):
     assert "this port computes in float32 only" in failed.message
 
 
+@needs["flax"]
+def test_the_pytest_helper_takes_a_port(convnet):
+    from crosscheck.testing import assert_gradients_close
+
+    assert assert_gradients_close(convnet.port, reference="torch").passed
+    with pytest.raises(AssertionError, match=r"FAILED: `jax`: the forward pass differs first at `conv1`"):
+        assert_gradients_close("examples.port.convnet:same_padding", reference="torch", backends=["jax"])
+
+
 # ---- Hugging Face GPT-2: PyTorch against its own Flax port -------------------------------------------
 
 
