@@ -71,6 +71,11 @@ class Report:
                 out.append(f"`{result.name}` failed: {result.error}")
             if result.role == "candidate" and result.status == "unavailable" and result.required:
                 out.append(f"`{result.name}` was asked for but is unavailable: {result.error}")
+        out += [
+            f"`{name}`: {r.notes['port']['text']}"
+            for name, r in self.backends.items()
+            if name in self.verdicts() and r.notes["port"].get("starts_in") != "nowhere"
+        ]
         disagree = [
             c
             for c in self.comparisons
@@ -91,6 +96,14 @@ class Report:
         if not self.comparisons and not out:
             out.append("no candidate backend ran, so nothing was cross-checked")
         return [one_line(line) for line in out]  # a backend's name or error is one line of text here
+
+    def verdicts(self) -> dict[str, str]:
+        """A port's verdict per candidate: where the JAX port first differs (``notes["port"]``)."""
+        return {
+            name: str(r.notes["port"]["text"])
+            for name, r in self.backends.items()
+            if isinstance(r.notes.get("port"), dict) and "text" in r.notes["port"]
+        }
 
     @property
     def passed(self) -> bool:
@@ -126,6 +139,10 @@ class Report:
         """
         from crosscheck._report.table import render_table, summary
 
+        if isinstance(self.case.get("mapping"), list):  # a port: the mapping comes before any numerics
+            from crosscheck._workloads.port.mapping import render
+
+            console.print(render(self.case["mapping"]), highlight=False, markup=False)
         render_table(self, console)
         for c in self.comparisons:
             if c.coverage != "every entry" and c.passed:
@@ -141,6 +158,8 @@ class Report:
             for c in self.comparisons:
                 render_explain(c, console)
             console.print(f"environment: {environment_line(self.environment)}", highlight=False, markup=False)
+        for name, text in self.verdicts().items():
+            console.print(plain(f"verdict of `{name}`: {text}"), highlight=False, markup=False)
         if self.passed:
             console.print(f"[green]PASSED[/green]: {markup(summary(self))}", highlight=False)
         else:
@@ -232,10 +251,15 @@ def _disagreements(disagree: list[Comparison]) -> list[str]:
     for c in disagree:
         grouped.setdefault((c.backend, c.reference), []).extend([f"`{c.parameter}`"] if c.parameter else [])
     return [
-        f"`{b}` disagrees with `{r}`"
-        + (f" at parameter{'s' if len(p) > 1 else ''} {', '.join(p)}" if p else "")
+        f"`{b}` disagrees with `{r}`" + (f" at parameter{'s' if len(p) > 1 else ''} {_some(p)}" if p else "")
         for (b, r), p in grouped.items()
     ]
+
+
+def _some(names: list[str], shown: int = 8) -> str:
+    """The first ``shown`` names, then how many more (a port's table has a row per module)."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def _at(c: Comparison, prefix: str = " at") -> str:
