@@ -251,7 +251,10 @@ USAGE_ERRORS = [
     (["matrix"], ["'matrix'", "run", "sweep"]),  # gone: `crosscheck sweep` runs the CI matrix
     (["sweep", "--backend", "nope"], ["unknown backend", "`nope`"]),
     (["run", "--oracle-mode", "full", "--directions", "8"], ["`--directions`", "`--oracle-mode full`"]),
-    (["run", "--quantity", "hvp", "--directions", "8"], ["`--directions`", "`--quantity hvp` never screens"]),
+    (
+        ["run", "--quantity", "hvp", "--oracle-mode", "full", "--directions", "8"],
+        ["`--directions`", "`--oracle-mode full` never screens"],
+    ),
 ]
 
 
@@ -292,7 +295,7 @@ USAGE_ERRORS = [
         "matrix-is-gone",
         "sweep-unknown-backend",
         "directions-without-screening",
-        "directions-with-hvp",
+        "directions-with-full-hvp",
     ],
 )
 def test_usage_error_exits_2_with_one_line(user_module, capsys, argv, fragments):

@@ -126,7 +126,8 @@ def _add_checking(check: Any) -> None:
         choices=("auto", "full", "screen"),
         default="auto",
         help="full: the oracle judges every entry; screen: random directional derivatives per layer, then "
-        "every entry of a layer that fails them; auto (default): screen when the full oracle is costly",
+        "every entry of a layer that fails them (for --quantity grad or hvp); auto (default): screen when "
+        "the full oracle is costly",
     )
     check.add_argument(
         "--quantity",
@@ -230,10 +231,10 @@ def _stack_inputs(args: argparse.Namespace) -> dict[str, Any]:
 def _check_stack_options(args: argparse.Namespace) -> None:
     """Options that contradict each other, and outputs that cannot be written, before any work."""
     check_tolerances(args)
-    if args.directions != 4 and (args.oracle_mode == "full" or args.quantity == "hvp"):
-        which = "`--oracle-mode full`" if args.oracle_mode == "full" else "`--quantity hvp`"
+    if args.directions != 4 and args.oracle_mode == "full":
         raise UsageError(
-            f"`--directions` applies to screening (`--oracle-mode screen` or `auto`); {which} never screens."
+            "`--directions` applies to screening (`--oracle-mode screen` or `auto`); "
+            "`--oracle-mode full` never screens."
         )
     if args.quantity == "hvp" and (args.save_bundle or args.plot):
         raise UsageError("`--save-bundle` and `--plot` are not available with `--quantity hvp` yet.")

@@ -60,7 +60,7 @@ def run(
         atol: user slack, absolute.
         strict: fail when any entry is unjudgeable (a ReLU kink makes it ambiguous).
         oracle_mode: ``"full"`` (every entry), ``"screen"`` (random directional derivatives, then every
-            entry of a layer that fails) or ``"auto"`` (screen past ``SCREEN_FLOPS``).
+            entry of a layer that fails) or ``"auto"`` (screen past ``SCREEN_FLOPS``); either quantity.
         directions: random directions per layer when screening.
         explain: also localize (forward activations layer by layer) and classify a disagreement.
         progress: called as ``progress(description, done, total)``.

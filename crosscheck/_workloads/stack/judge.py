@@ -62,6 +62,11 @@ class StackGradJudge:
         self.deltas, _ = _stack.backward(self.fwd)
         self._models: dict[str, _stack.RoundingModel] = {}
         self._underflows: dict[str, _stack.Underflow] = {}
+        #: Kink judgements by dtype, with the tolerance they were made for (the same for every
+        #: candidate of a dtype: computed once).
+        self._kinks_memo: dict[str, tuple[np.ndarray, Any]] = {}
+        #: Screening's kink slack by dtype (``screen._kink_slack``), likewise computed once.
+        self.slack_memo: dict[str, tuple[np.ndarray, set[int]]] = {}
         self.screened: Any = None
         self.oracle_backend: Any = None
         #: Screening's full checks, by layer: (value, error, kink, kink_at), shared by every candidate.
@@ -89,6 +94,7 @@ class StackGradJudge:
             if out.error:
                 return out
             est = out.value
+            self.reuse_model(getattr(est, "rounding", None))
             notes = {"evaluations": est.evaluations, "kink_entries": int(est.kink.sum())}
             data = _Oracle(est.value, est.error, est.kink, est.kink_at)
             return dataclasses.replace(out, value=Reference({"weights": est.value}, "float64", notes, data))
@@ -149,6 +155,16 @@ class StackGradJudge:
             self._underflows[dtype] = _stack.underflow(self.fwd, self.deltas, dtype)
         return self._underflows[dtype]
 
+    def reuse_model(self, model: Any) -> None:
+        """Keep the oracle's float64 rounding model (made from the same point, seed and directions as
+        this judge's would be) instead of computing it again; anything else is ignored."""
+        screening = self.screened is not None
+        if not isinstance(model, _stack.RoundingModel) or model.dtype != "float64":
+            return
+        if model.grad_sigma.shape != self.weights.shape or (model.direction_sigma is None) == screening:
+            return
+        self._models.setdefault("float64", model)
+
     def model(self, dtype: str) -> _stack.RoundingModel:
         if dtype not in self._models:
             directions = None if self.screened is None else self.screened.directions
@@ -204,10 +220,14 @@ class StackGradJudge:
 
     def kink_effects(self, dtype: str, tol: np.ndarray):
         """The ambiguous pre-activations for ``dtype`` (with their bounds) and what flipping them does."""
+        memo = self._kinks_memo.get(dtype)
+        if memo is not None and np.array_equal(memo[0], tol):
+            return memo[1]
         cand, ref, flow = self.model(dtype), self.model("float64"), self.underflow(dtype).z
         bounds = [cand.z_bound(m) + ref.z_bound(m) + flow[m] for m in range(len(self.fwd.zs))]
         found = _stack.ambiguous_kinks(self.fwd, bounds)
         effects = _stack.kink_effects(self.fwd, self.deltas, found, KINK_IMPACT_FRACTION * tol, bounds)
+        self._kinks_memo[dtype] = (np.array(tol, copy=True), (bounds, found, effects))
         return bounds, found, effects
 
     def _exact_zero_kinks(self, bounds: list[np.ndarray], oracle: _Oracle) -> np.ndarray:

@@ -13,8 +13,11 @@ the loss alone.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
+
+from crosscheck._workloads.stack import threads as _threads
 
 #: Unit roundoff of each supported dtype (half an ulp of 1.0).
 UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53}
@@ -114,9 +117,20 @@ class RoundingModel:
         return SAFETY * self.z_sigma[layer]
 
 
-#: Monte Carlo samples of the rounding model: the relative spread of a 64-sample standard deviation is
-#: ~9%, and it falls below 0.6 of the true one with probability ~1e-7.
+#: Monte Carlo samples of the rounding model. A gradient entry's variance is estimated from
+#: ``samples * N`` (sample, row) terms; when one row dominates it is a ``samples``-sample estimate, whose
+#: standard deviation has a relative spread of ~9% at 64 and falls below 0.6 of the true one with
+#: probability ~1e-7. The tolerance needs that many: an error ``e`` of true spread ``sigma`` exceeds
+#: ``SAFETY * sigma_hat`` with probability ``P(|t_S| > SAFETY)`` (Student's t with S degrees of freedom),
+#: ~1e-11 at S = 64, but ~1e-8 at S = 32 and ~1e-6 at S = 16: too likely over the ~10**7 entries of a
+#: d = 1024 stack. Their cost is ``O(samples * N * d**2)`` flops in BLAS products, never a
+#: ``(samples, d, d)`` array.
 MODEL_SAMPLES = 64
+
+
+#: The samples are drawn in this many independent parts (one random stream each, ``[seed, part]``),
+#: which run on separate cores when there are several; the result does not depend on how many.
+MODEL_PARTS = 2
 
 
 def rounding_model(
@@ -136,46 +150,120 @@ def rounding_model(
     ``samples`` runs is the model. Propagating actual samples, rather than variances through ``W**2``,
     keeps the correlations: an error in a unit that all later activations depend on scales them all
     alike, which a variance model would count as independent errors and overestimate on deep stacks.
+    The gradient's spread is then taken row by row of the batch (``_grad_variance``). The samples run in
+    ``MODEL_PARTS`` parts whose mean squares are pooled (weighted by their sizes, in a fixed order).
     """
-    u, bits, weights = UNIT_ROUNDOFF[dtype], _SIGNIFICAND_BITS[dtype], fwd.weights
-    rng = np.random.default_rng(seed)
-    n_layers = len(weights)
+    scales = _noise_scales(fwd, deltas, dtype)
+    along = None if directions is None else _direction_terms(fwd, deltas, directions, scales)
+    sizes = [len(part) for part in np.array_split(np.arange(samples), MODEL_PARTS) if len(part)]
+
+    def part(index: int):
+        rng = np.random.default_rng([seed, index])
+        return index, _sample(fwd, deltas, scales, sizes[index], rng, along)
+
+    flops = 6.0 * samples * fwd.ys[0].size * fwd.weights.shape[1] * len(fwd.weights)
+    pooled: list[Any] = [0.0, 0.0, 0.0]
+    for index, found in sorted(
+        _threads.in_parallel(part, range(len(sizes)), flops=flops), key=lambda r: r[0]
+    ):
+        share = sizes[index] / sum(sizes)
+        pooled = [total + share * np.asarray(more) for total, more in zip(pooled, found, strict=True)]
+    z_var, grad_var, direction_var = pooled
+    direction_sigma = None if directions is None else np.sqrt(direction_var)
+    return RoundingModel(dtype, list(np.sqrt(z_var)), np.sqrt(grad_var), samples, direction_sigma)
+
+
+def _noise_scales(fwd: Forward, deltas: list[np.ndarray], dtype: str) -> list[tuple[Any, Any, float]]:
+    """Per layer: the noise of the forward product ``y @ W``, of the backward ``delta @ W.T`` and the
+    variance factor of the gradient product ``y.T @ delta`` (each zero where the product is exact)."""
+    u, bits = UNIT_ROUNDOFF[dtype], _SIGNIFICAND_BITS[dtype]
+    scales = []
+    for m, w in enumerate(fwd.weights):
+        forward_sigma = fresh_sigma(fwd.ys[m], w, u, _is_exact(fwd.ys[m], w, bits))
+        w_t = np.ascontiguousarray(w.T)
+        backward_sigma = fresh_sigma(deltas[m], w_t, u, _is_exact(deltas[m], w_t, bits)) if m else 0.0
+        # The fresh rounding of the product y.T @ delta itself: u * sqrt(N * (y**2).T @ delta**2).
+        fresh_var = 0.0 if _is_exact(fwd.ys[m].T, deltas[m], bits) else u * u * len(fwd.ys[m])
+        scales.append((forward_sigma, backward_sigma, fresh_var))
+    return scales
+
+
+def _sample(fwd, deltas, scales, samples, rng, directions):
+    """One part of the Monte Carlo model: mean squares of the sampled errors of every pre-activation
+    (L arrays), of every gradient entry and, with ``directions`` (here ``_direction_terms``), of every
+    directional derivative."""
+    weights = fwd.weights
     y = np.broadcast_to(fwd.ys[0], (samples, *fwd.ys[0].shape))
-    noisy_ys, z_sigma = [y], []
+    noisy_ys, z_var = [y], []
     for m, w in enumerate(weights):
-        sigma = fresh_sigma(fwd.ys[m], w, u, _is_exact(fwd.ys[m], w, bits))
         # x carries no error, so the first product is the float64 one; later ones go to BLAS as one
         # tall product (a broadcast or stacked operand would take a slow, non-BLAS path).
         exact_z = fwd.zs[m] if m == 0 else (y.reshape(-1, y.shape[-1]) @ w).reshape(y.shape)
-        z = exact_z + rng.standard_normal(y.shape) * sigma
-        z_sigma.append(_rms(z - fwd.zs[m]))
+        z = exact_z + rng.standard_normal(y.shape) * scales[m][0]
+        z_var.append(np.mean(np.square(z - fwd.zs[m]), axis=0))
         y = z * fwd.masks[m]
         noisy_ys.append(y)
     g = 2.0 * y  # d(sum(y**2))/dy = 2 * y: an exact multiplication
-    grad_sigma = np.zeros_like(weights)
-    direction_sigma = None if directions is None else np.zeros(directions.shape[:2])
-    for m in reversed(range(n_layers)):
+    grad_var = np.zeros_like(weights)
+    direction_var = None if directions is None else np.zeros((len(weights), len(directions[0][2])))
+    for m in reversed(range(len(weights))):
         delta = g * fwd.masks[m]
-        y_m = noisy_ys[m]
-        sigma = fresh_sigma(fwd.ys[m].T, deltas[m], u, _is_exact(fwd.ys[m].T, deltas[m], bits))
-        # A contiguous transpose lets the stacked product go to BLAS (a strided one does not).
-        grad = np.ascontiguousarray(np.swapaxes(y_m, 1, 2)) @ delta
-        grad = grad + rng.standard_normal(grad.shape) * sigma
-        error = grad - fwd.ys[m].T @ deltas[m]
-        grad_sigma[m] = _rms(error)
-        if directions is not None and direction_sigma is not None:
-            flat = directions[m].reshape(directions.shape[1], -1)
-            direction_sigma[m] = _rms(error.reshape(samples, -1) @ flat.T)
+        fresh_var = scales[m][2]
+        errors = noisy_ys[m] - fwd.ys[m], delta - deltas[m]
+        grad_var[m] = _grad_variance(fwd.ys[m], deltas[m], *errors, fresh_var)
+        if directions is not None and direction_var is not None:
+            direction_var[m] = _direction_variance(*errors, directions[m])
         if m:
             w_t = np.ascontiguousarray(weights[m].T)
-            sigma = fresh_sigma(deltas[m], w_t, u, _is_exact(deltas[m], w_t, bits))
             g = (delta.reshape(-1, delta.shape[-1]) @ w_t).reshape(delta.shape)
-            g = g + rng.standard_normal(delta.shape) * sigma
-    return RoundingModel(dtype, z_sigma, grad_sigma, samples, direction_sigma)
+            g = g + rng.standard_normal(delta.shape) * scales[m][1]
+    return np.stack(z_var), grad_var, 0.0 if direction_var is None else direction_var
 
 
-def _rms(errors: np.ndarray) -> np.ndarray:
-    return np.sqrt(np.mean(errors**2, axis=0))
+def _grad_variance(y, delta, e_y, e_delta, fresh_var: float) -> np.ndarray:
+    """Mean square over samples of the propagated error of ``grad = y.T @ delta``, row by row.
+
+    ``y``, ``delta``: ``(N, d)`` at the float64 point; ``e_y``, ``e_delta``: ``(S, N, d)`` their sampled
+    errors. To first order the error is ``sum_n a[n]`` with ``a[n] = outer(e_y[n], delta[n]) +
+    outer(y[n], e_delta[n])`` (the second-order ``outer(e_y, e_delta)`` is a unit roundoff smaller).
+    Rows are independent (each row's forward and backward pass is its own, with its own noise), so
+    ``E[(sum_n a[n])**2] = sum_n E[a[n]**2]``: the mean of ``sum_n a[n]**2`` estimates the same variance
+    as the mean of ``(sum_n a[n])**2``, without its sampled cross-row terms (zero in expectation, noise
+    in a sample), and without forming a ``(S, d, d)`` array. The fresh rounding of the product itself
+    is independent of all this: its variance, known exactly (``fresh_var * (y**2).T @ delta**2``), is
+    added rather than sampled. Expanded, the whole is one ``(d, K) @ (K, d)`` product (K = S*N + 3N).
+    """
+    samples, d = e_y.shape[0], y.shape[1]
+    y2, delta2 = np.square(y), np.square(delta)
+    left = [np.square(e_y).mean(axis=0), y2 * fresh_var, y2, (2.0 / samples) * (e_y * y).reshape(-1, d)]
+    right = [delta2, delta2, np.square(e_delta).mean(axis=0), (e_delta * delta).reshape(-1, d)]
+    return np.maximum(np.concatenate(left).T @ np.concatenate(right), 0.0)
+
+
+def _direction_terms(fwd: Forward, deltas: list[np.ndarray], directions: np.ndarray, scales) -> list:
+    """What the directional errors need that no sample changes, per layer: ``delta @ D.T`` and
+    ``y @ D`` (``(S_dirs, N, d)``) and the variance of the fresh rounding along each direction,
+    ``fresh_var * sum((y**2).T @ delta**2 * D**2) = fresh_var * sum_n (y[n]**2) @ D**2 @ delta[n]**2``."""
+    squares = np.empty(directions.shape[1:])  # one buffer for every layer's D**2
+    terms = []
+    for m, (y, delta) in enumerate(zip(fwd.ys, deltas, strict=False)):
+        np.square(directions[m], out=squares)
+        fresh = np.einsum("nj,knj->k", np.square(delta), np.square(y) @ squares) * scales[m][2]
+        terms.append((delta @ np.swapaxes(directions[m], 1, 2), y @ directions[m], fresh))
+    return terms
+
+
+def _direction_variance(e_y, e_delta, terms) -> np.ndarray:
+    """Mean square over samples of the error of ``sum(grad * D[s])`` for each direction ``s``.
+
+    With ``a[n]`` as in ``_grad_variance``, ``sum(a[n] * D) = e_y[n] @ D @ delta[n] + y[n] @ D @
+    e_delta[n]``: per row, two dot products with ``delta @ D.T`` and ``y @ D`` (``terms``, from
+    ``_direction_terms``). Rows are independent, so the squares are summed over rows; the fresh
+    rounding's variance (also in ``terms``) is added.
+    """
+    along_delta, along_y, fresh = terms
+    sums = np.einsum("snd,knd->skn", e_y, along_delta) + np.einsum("snd,knd->skn", e_delta, along_y)
+    return np.mean(np.sum(np.square(sums), axis=2), axis=0) + fresh
 
 
 @dataclasses.dataclass(frozen=True)
