@@ -106,6 +106,12 @@ def _add_checking(check: Any) -> None:
         help="call each candidate N times: a second result that differs beyond its rounding fails it "
         "(stateful or nondeterministic); 1 turns the check off (default 2)",
     )
+    _add_containment(check)
+    _add_oracle(check)
+
+
+def _add_containment(check: Any) -> None:
+    """--isolate and --timeout: what a crashing or hanging backend can do to the run."""
     check.add_argument(
         "--isolate",
         action=argparse.BooleanOptionalAction,
@@ -121,6 +127,10 @@ def _add_checking(check: Any) -> None:
         help="fail a backend call that takes longer than this (with --isolate its worker is stopped; "
         "default: no limit)",
     )
+
+
+def _add_oracle(check: Any) -> None:
+    """How the reference judges: --oracle-mode, --quantity, --directions."""
     check.add_argument(
         "--oracle-mode",
         choices=("auto", "full", "screen"),

@@ -15,6 +15,7 @@ from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.stack import model as _stack
 from crosscheck._workloads.stack import screen as _screen
+from crosscheck._workloads.stack import underflow as _underflow
 from crosscheck._workloads.stack.explain import classify, forward_layers, verdict
 
 #: Fraction of an entry's tolerance that a possible ReLU flip may move it before it is unjudgeable.
@@ -61,7 +62,7 @@ class StackGradJudge:
         self.fwd = _stack.forward(self.weights, self.x)
         self.deltas, _ = _stack.backward(self.fwd)
         self._models: dict[str, _stack.RoundingModel] = {}
-        self._underflows: dict[str, _stack.Underflow] = {}
+        self._underflows: dict[str, _underflow.Underflow] = {}
         #: Kink judgements by dtype, with the tolerance they were made for (the same for every
         #: candidate of a dtype: computed once).
         self._kinks_memo: dict[str, tuple[np.ndarray, Any]] = {}
@@ -150,9 +151,9 @@ class StackGradJudge:
 
     # -- comparing ----------------------------------------------------------------------------------
 
-    def underflow(self, dtype: str) -> _stack.Underflow:
+    def underflow(self, dtype: str) -> _underflow.Underflow:
         if dtype not in self._underflows:
-            self._underflows[dtype] = _stack.underflow(self.fwd, self.deltas, dtype)
+            self._underflows[dtype] = _underflow.underflow(self.fwd, self.deltas, dtype)
         return self._underflows[dtype]
 
     def reuse_model(self, model: Any) -> None:
