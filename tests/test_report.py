@@ -68,7 +68,7 @@ def _render(report: Report) -> str:
 
 
 def _headers(report: Report) -> list[str]:
-    return [str(column.header) for column in table(report).columns]
+    return [str(column.header).replace("\n", " ") for column in table(report).columns]
 
 
 # -- one message, one table ----------------------------------------------------------------------
@@ -126,6 +126,37 @@ def test_one_table_shows_the_parameter_column_only_when_a_comparison_names_one(w
     out = _render(report)
     assert "FAILED: `half_grad` disagrees with `numpy-fd` at parameters `w`, `b`" in out
     assert out.count("half_grad vs numpy-fd, parameter") == 2
+
+
+LONG = "encoder.layer.0.attention.output.dense.weight"
+
+
+@pytest.mark.parametrize("width", [80, 132, 200], ids=["80-columns", "132-columns", "200-columns"])
+def test_no_name_is_cut_short_on_a_narrow_terminal(width):
+    from rich.console import Console
+
+    def reference(p, i):
+        return float(np.sum((i["x"] @ p[LONG]) ** 2))
+
+    def grad(p, i):
+        return {LONG: 2 * i["x"].T @ (i["x"] @ p[LONG])}
+
+    def wrong(p, i):
+        return {LONG: 3 * i["x"].T @ (i["x"] @ p[LONG])}
+
+    workload = crosscheck.Workload(
+        name="long", parameters={LONG: (3, 2)}, inputs={"x": (4, 3)}, reference=reference
+    )
+    report = crosscheck.run(workload=workload, backends=[grad, wrong])
+    out = io.StringIO()
+    report.render(Console(file=out, width=width, color_system=None, force_terminal=False))
+    text = out.getvalue()
+    assert "…" not in text
+    starts = ("grad ", "wrong ", "│ grad ", "│ wrong ")
+    rows = [line for line in text.splitlines() if line.startswith(starts) and " vs " not in line]
+    # A table where the names fit whole, else one paragraph per row: the name whole either way.
+    assert len(rows) == 2 and all(LONG in row for row in rows), text
+    assert max(len(line) for line in text.splitlines()) <= width
 
 
 # -- text from elsewhere is text -----------------------------------------------------------------

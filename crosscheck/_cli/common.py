@@ -22,8 +22,22 @@ class UsageError(Exception):
     """A mistake of the user's: printed as one line, exit status 2."""
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Help text wrapped between words only: names such as ``torch-plain`` are never split."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False, break_long_words=False)
+
+
 class Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are ``UsageError`` (one line), not usage text and exit."""
+    """An argument parser whose errors are ``UsageError`` (one line), not usage text and exit; its help
+    never splits a name (``HelpFormatter``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(message)

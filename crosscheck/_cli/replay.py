@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     )
     table = Table(title=escape(title), title_justify="left")  # the case is the bundle's text
     for column in ("backend", "spec", "result", "detail"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # names and specs wrap, never end in "…"
     for row in rows:
         cells = (row["backend"], str(row["spec"]), row["status"], row.get("detail", ""))
         table.add_row(*(escape(cell) for cell in cells))  # an error may quote `pip install 'x[extra]'`

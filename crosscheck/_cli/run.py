@@ -25,6 +25,7 @@ from crosscheck._cli.common import (
     write_reports,
 )
 from crosscheck._errors import one_line
+from crosscheck._registry import BUILTINS, DEFAULTS, install_hint
 
 COMMANDS = {
     "run": "cross-check one case",
@@ -53,13 +54,14 @@ def register(subparsers: Any) -> None:
         description = help_text[0].upper() + help_text[1:] + "."
         parser = subparsers.add_parser(command, help=help_text, description=description)
         _add_inputs(parser)
-        _add_checking(parser.add_argument_group("checking"))
-        _add_output(parser.add_argument_group("output"))
-        parser.add_argument(
+        checking = parser.add_argument_group("checking")
+        _add_checking(checking)
+        checking.add_argument(
             "--explain",
             action="store_true",
             help="say layer by layer where a disagreement starts (forward or backward pass)",
         )
+        _add_output(parser.add_argument_group("output"))
         parser.set_defaults(handler=run, **({"explain": True} if command == "explain" else {}))
 
 
@@ -80,8 +82,10 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
 def _add_checking(check: Any) -> None:
     add_backend_option(
         check,
-        "backend to check (repeatable): jax, torch, numpy-fd, "
-        "package.module:attribute (default: every built-in but the reference)",
+        "backend to check (repeatable): a built-in name, an entry-point name or package.module:attribute "
+        f"(default: {', '.join(DEFAULTS)}, less the reference; the variants "
+        f"{', '.join(b for b in BUILTINS if b not in DEFAULTS)} only when named; a workload: each of its "
+        "implementations)",
     )
     check.add_argument(
         "--reference",
@@ -116,7 +120,11 @@ def _add_checking(check: Any) -> None:
         "made from --seed (candidates need an hvp(weights, x, v) method)",
     )
     check.add_argument(
-        "--directions", type=int, default=4, help="random directions per layer when screening (default 4)"
+        "--directions",
+        type=int,
+        default=4,
+        metavar="K",
+        help="random directions per layer when screening (default 4)",
     )
 
 
@@ -127,8 +135,7 @@ def _add_output(out: Any) -> None:
         "--plot",
         metavar="PATH",
         help="write a PNG heatmap of each candidate's error in units of its tolerance, for every parameter "
-        "of two or more axes (the stack's: a panel per layer); needs matplotlib: "
-        "pip install 'crosscheck[plot]'",
+        "of two or more axes (the stack's: a panel per layer); needs matplotlib (the plot extra)",
     )
     out.add_argument(
         "--save-bundle",
@@ -226,7 +233,7 @@ def _check_plot_and_bundle(args: argparse.Namespace) -> None:
             import matplotlib  # noqa: F401
         except ImportError as exc:
             raise UsageError(
-                "`--plot` needs matplotlib, which is not installed: pip install 'crosscheck[plot]'."
+                f"`--plot` needs matplotlib, which is not installed: {install_hint('plot')}."
             ) from exc
 
 
@@ -253,6 +260,14 @@ def _write_plot(path: str, report: Any) -> None:
     if left_out:
         names = ", ".join(dict.fromkeys(str(c.parameter or c.backend) for c in left_out))
         print(f"crosscheck: --plot: parameters of one axis have no image: {one_line(names)}", file=sys.stderr)
+    screened = [c.backend for c in report.comparisons if "ratio" not in c.arrays and c.screening]
+    if screened:
+        names = ", ".join(dict.fromkeys(screened))
+        print(
+            "crosscheck: --plot: screened, every direction agrees, no entry checked one by one, so no "
+            f"image: {one_line(names)}",
+            file=sys.stderr,
+        )
     if not shown:
         print("crosscheck: --plot: no comparison to draw, so no plot was written", file=sys.stderr)
 

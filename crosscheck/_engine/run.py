@@ -47,34 +47,35 @@ def run(
     """Run one case (generated, or the given arrays) and cross-check every backend's gradient.
 
     Args:
-        weights, x: your own arrays (``(L, d, d)``, ``(N, d)``, float32 or float64), both or neither;
-            else ``layers``, ``batch``, ``dim``, ``dtype``, ``seed``, ``init``, ``scale`` (see ``Case``).
-        backends: names, import strings, backend objects or plain functions (default: every built-in
-            but the reference; a workload's implementations).
+        weights: your own weights ``(L, d, d)``, float32 or float64, with ``x``; else the case is
+            generated from ``layers``, ``batch``, ``dim``, ``dtype``, ``seed``, ``init`` and ``scale``,
+            as ``Case`` describes them.
+        x: your own inputs ``(N, d)``, with ``weights``.
+        backends: names, import strings, backend objects or plain functions (default: ``jax``,
+            ``torch`` and ``numpy-fd``, less the reference, the checkpointing variants only when
+            named; for a workload, its implementations).
         reference: the backend the others are compared with (default: the ``numpy-fd`` oracle).
-        rtol, atol: user slack added to every entry's tolerance; give both or neither.
+        rtol: user slack, relative, added to every entry's tolerance; give it with ``atol`` or not.
+        atol: user slack, absolute.
         strict: fail when any entry is unjudgeable (a ReLU kink makes it ambiguous).
-        oracle_mode, directions: ``"full"`` (every entry), ``"screen"`` (``directions`` random
-            directional derivatives per layer, then every entry of a layer that fails them) or
-            ``"auto"`` (screen when the full oracle would cost more than ``SCREEN_FLOPS``).
+        oracle_mode: ``"full"`` (every entry), ``"screen"`` (``directions`` random directional
+            derivatives per layer, then every entry of a layer that fails them) or ``"auto"`` (screen
+            when the full oracle would cost more than ``SCREEN_FLOPS``).
+        directions: random directions per layer when screening.
         explain: also localize (forward activations layer by layer) and classify a disagreement.
         progress: called as ``progress(description, done, total)`` during long work.
         quantity: ``"grad"`` or ``"hvp"``, the Hessian-vector product along a direction made from
-            ``seed`` (candidates need ``hvp(weights, x, v)``; see README, "Hessian-vector products").
+            ``seed`` (candidates need ``hvp(weights, x, v)``).
         workload: a ``Workload``, a built-in name or an import string ``module:attribute`` (default:
-            the stack). Another workload makes its own arrays: only ``dtype`` and ``seed`` of the case
-            keywords apply, and its comparisons are one per (backend, parameter).
+            the stack). Another workload makes its own arrays (only ``dtype`` and ``seed`` apply).
         repeat: calls per candidate: a second result beyond its own rounding fails it (1: no repeat).
 
     Returns:
         A ``Report``: ``.passed`` and ``.to_dict()`` (the JSON report).
 
     Raises:
-        ValueError, TypeError: bad arguments (the message says what was expected and found).
-
-    Example:
-        >>> crosscheck.run(layers=3, dim=4, backends=["jax"]).passed  # doctest: +SKIP
-        True
+        ValueError, TypeError: bad arguments (the message says what was expected and found); a
+            mismatch is never an exception, it is a record in the report.
     """
     given = dict(locals())
     _check_options(rtol, atol, repeat, directions, backends)

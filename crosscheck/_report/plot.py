@@ -4,6 +4,11 @@ Every comparison whose per-entry arrays have two or more axes is drawn: its last
 (rows and columns labelled with the comparison's index names, or "axis 0", "axis 1"), one panel per
 index of the axes before them (the stack's layers). A parameter of one axis (a bias) has no image; the
 figure lists those it leaves out.
+
+One meaning per colour: the blue-white-red scale is ``log10(|difference| / tolerance)`` of a judged entry
+(white: at its tolerance; red: past it); black is exact agreement (no difference at all, which the scale
+would show as its bluest end); gold is an entry the oracle cannot judge (a ReLU kink: unjudgeable);
+light grey an entry that was not checked (screening checked only the layers whose directions failed).
 """
 
 from __future__ import annotations
@@ -25,6 +30,10 @@ from crosscheck._report.text import plain
 DECADES = 4
 #: At most this many panels per comparison (the first ones, in index order); the figure says so.
 MAX_PANELS = 16
+#: Entries off the scale, one colour each: (colour, legend).
+EXACT = ("black", "exactly equal (no difference)")
+UNJUDGEABLE = ("#e6ab02", "unjudgeable (a ReLU kink)")
+NOT_CHECKED = ("#d9d9d9", "not checked (outside the layers screening checked entry by entry)")
 
 
 def plottable(report: Report) -> tuple[list[Comparison], list[Comparison]]:
@@ -44,6 +53,7 @@ def write_plot(report: Report, path: str | Path) -> int:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.cm import ScalarMappable
     from matplotlib.colors import TwoSlopeNorm
 
     shown, left_out = plottable(report)
@@ -61,17 +71,17 @@ def write_plot(report: Report, path: str | Path) -> int:
         squeeze=False,
         constrained_layout=True,
     )
-    norm = TwoSlopeNorm(vmin=-DECADES, vcenter=0, vmax=DECADES)
-    # Grey: entries not judged (unjudgeable, or not checked by screening).
-    cmap = plt.get_cmap("RdBu_r").with_extremes(bad="0.8")
-    image = None
+    scale = ScalarMappable(TwoSlopeNorm(vmin=-DECADES, vcenter=0, vmax=DECADES), plt.get_cmap("RdBu_r"))
     for row, panels in zip(axes, rows.values(), strict=True):
         for ax, (c, panel) in zip(row, panels, strict=False):
-            image = _panel(ax, c, panel, cmap, norm)
+            _panel(ax, c, panel, scale)
         for ax in row[len(panels) :]:
             ax.set_visible(False)
-    bar = fig.colorbar(image, ax=axes, shrink=0.8)
-    bar.set_label("log10(|difference| / tolerance); above 0 mismatches")
+    bar = fig.colorbar(scale, ax=axes, shrink=0.8, ticks=range(-DECADES, DECADES + 1, 2))
+    bar.ax.set_yticklabels([f"1e{k}" if k else "1: tolerance" for k in range(-DECADES, DECADES + 1, 2)])
+    bar.ax.tick_params(labelsize=7)
+    bar.set_label("|difference| / tolerance (above 1: mismatch)", fontsize=8)
+    fig.legend(handles=_legend(), loc="outside lower center", ncols=2, fontsize=7, frameon=False)
     fig.suptitle(_title(report, shown, left_out, chars=int(12 * width)), fontsize=9)
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -91,17 +101,15 @@ def _slices(c: Comparison) -> list[tuple[Any, ...]]:
     return [(where, ratio[where], unjudgeable[where], two_sided[where]) for where in wheres]
 
 
-def _panel(ax: Any, c: Comparison, panel: tuple[Any, ...], cmap: Any, norm: Any) -> Any:
-    """One 2-D slice (``_slices``) as an image, with its unjudgeable and two-sided entries marked."""
+def _panel(ax: Any, c: Comparison, panel: tuple[Any, ...], scale: Any) -> None:
+    """One 2-D slice (``_slices``) as an image: judged entries on the scale, the others in their own
+    colours, entries judged on both sides of a kink dotted."""
     where, ratio, unjudgeable, two_sided = panel
     names = axis_names(c)
-    with np.errstate(divide="ignore"):
-        decades = np.clip(np.log10(ratio), -DECADES, DECADES)
-    image = ax.imshow(decades, cmap=cmap, norm=norm, interpolation="nearest", aspect="auto")
-    for mask, marker in ((unjudgeable, "x"), (two_sided, ".")):
-        rows, cols = np.nonzero(mask)
-        if rows.size:
-            ax.scatter(cols, rows, marker=marker, s=12, c="k", linewidths=0.8)
+    ax.imshow(_colours(ratio, unjudgeable, scale), interpolation="nearest", aspect="auto")
+    rows, cols = np.nonzero(two_sided)
+    if rows.size:
+        ax.scatter(cols, rows, marker=".", s=12, c="k", linewidths=0.8)
     leading = ", ".join(f"{n} {i}" for n, i in zip(names, where, strict=False))
     label = " ".join(text(s) for s in (c.backend, c.parameter or "") if s)
     ax.set_title(label + (f": {leading}" if leading else ""), fontsize=8)
@@ -110,7 +118,37 @@ def _panel(ax: Any, c: Comparison, panel: tuple[Any, ...], cmap: Any, norm: Any)
     ax.set_yticks(_ticks(ratio.shape[0]))
     ax.set_xticks(_ticks(ratio.shape[1]))
     ax.tick_params(labelsize=6)
-    return image
+
+
+def _colours(ratio: np.ndarray, unjudgeable: np.ndarray, scale: Any) -> np.ndarray:
+    """RGBA per entry: judged ones on the scale (clipped to +-DECADES), exact agreement, unjudgeable
+    and not-checked entries each in their own colour."""
+    from matplotlib.colors import to_rgba
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        decades = np.clip(np.log10(ratio), -DECADES, DECADES)
+    rgba = scale.to_rgba(np.nan_to_num(decades, nan=0.0))
+    judged = ~np.isnan(ratio)  # inf (a difference where the tolerance is 0) is judged: deep red
+    for mask, (colour, _) in (
+        (judged & (ratio == 0), EXACT),
+        (~judged & unjudgeable, UNJUDGEABLE),
+        (~judged & ~unjudgeable, NOT_CHECKED),
+    ):
+        rgba[mask] = to_rgba(colour)
+    return rgba
+
+
+def _legend() -> list[Any]:
+    """Legend entries for the colours off the scale and the two-sided marker."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    patches = [
+        Patch(facecolor=colour, edgecolor="0.5", label=label)
+        for colour, label in (EXACT, UNJUDGEABLE, NOT_CHECKED)
+    ]
+    dot = Line2D([], [], marker=".", color="k", linestyle="", label="judged on both sides of a kink")
+    return [*patches, dot]
 
 
 def _ticks(n: int) -> list[int]:
@@ -130,7 +168,6 @@ def _title(report: Report, shown: list[Comparison], left_out: list[Comparison], 
     """The case, the markers' legend, and what is not shown; lines of at most ``chars`` characters."""
     lines = [
         *textwrap.wrap(text(f"{title(report)} (against {report.reference})"), chars),
-        "x: unjudgeable, ·: judged on both sides of a kink; grey: not checked",
     ]
     if any(_panels(c) > MAX_PANELS for c in shown):
         lines.append(f"the first {MAX_PANELS} panels of each comparison are shown")

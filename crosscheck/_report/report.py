@@ -137,13 +137,13 @@ class Report:
         Text from backends and workloads (names, errors, parameter names) is printed as text: escaped
         where the line is markup, without control characters everywhere.
         """
-        from crosscheck._report.table import summary, table
+        from crosscheck._report.table import render_table, summary
 
         if isinstance(self.case.get("mapping"), list):  # a port: the mapping comes before any numerics
             from crosscheck._workloads.port.mapping import render
 
             console.print(render(self.case["mapping"]), highlight=False, markup=False)
-        console.print(table(self))
+        render_table(self, console)
         for c in self.comparisons:
             if c.coverage != "every entry" and c.passed:
                 console.print(plain(f"{c.backend}: {c.message}"), highlight=False, markup=False)
@@ -163,7 +163,8 @@ class Report:
         if self.passed:
             console.print(f"[green]PASSED[/green]: {markup(summary(self))}", highlight=False)
         else:
-            # A problem may quote `pip install 'crosscheck[torch]'` (markup to rich) or a backend's name.
+            # A problem may quote `pip install 'crosscheck-gradients[torch]'` (markup to rich) or a
+            # backend's name.
             console.print(f"[red]FAILED[/red]: {markup('; '.join(self.problems))}", highlight=False)
 
 

@@ -23,20 +23,67 @@ def table(report: Report) -> Any:
     """A rich table of ``report``: a row for the reference, then one per candidate and comparison."""
     from rich.table import Table
 
-    named = any(c.parameter for c in report.comparisons)
+    headers, rows = _headers_and_rows(report)
     t = Table(title=markup_lines(title(report)), title_justify="left")
+    for column in headers:
+        # Two-line headers keep the table narrow; it is printed only at its natural width
+        # (``render_table``), so no cell is ever shrunk: a name stays whole, a number too.
+        head, _, tail = column.rpartition(" ")
+        t.add_column(
+            f"{head}\n{tail}" if head else column,
+            justify="left" if column in NAMES else "right",
+            overflow="fold",
+        )
+    for row in rows:
+        t.add_row(*row)
+    return t
+
+
+def render_table(report: Report, console: Any) -> None:
+    """Print the table where it fits the console's width whole; on a narrower terminal (or for names
+    too long for a table) the same cells as one paragraph per row (``records``): no name or number is
+    ever cut short or folded."""
+    from rich.measure import Measurement
+
+    t = table(report)
+    unbounded = console.options.update(max_width=1_000_000)
+    if Measurement.get(console, unbounded, t).maximum <= console.width:
+        console.print(t)
+        return
+    console.print(markup_lines(title(report)), highlight=False)
+    for line in records(report):
+        console.print(line, highlight=False)
+
+
+def records(report: Report) -> list[str]:
+    """The table's rows as lines (markup): ``backend parameter: verdict (header value, ...)``."""
+    headers, rows = _headers_and_rows(report)
+    lines, backend = [], ""
+    for row in rows:
+        cells = dict(zip(headers, row, strict=True))
+        backend = cells.pop("backend") or backend
+        who = " ".join(n for n in (backend, cells.pop("parameter", "")) if n)
+        verdict = cells.pop("verdict")
+        rest = ", ".join(f"{header} {value}" for header, value in cells.items() if value)
+        lines.append(f"{who}: {verdict}" + (f" ({rest})" if rest else ""))
+    return lines
+
+
+#: The columns that hold names (left-aligned).
+NAMES = ("backend", "parameter")
+
+
+def _headers_and_rows(report: Report) -> tuple[list[str], list[list[str]]]:
+    named = any(c.parameter for c in report.comparisons)
     head = ["backend", *(["parameter"] if named else []), "dtype", "time"]
-    for column in [*head, *(n or worst_header(report.comparisons) for n in NUMBERS)]:
-        t.add_column(column, justify="left" if column in ("backend", "parameter") else "right")
-    for column in ("unjudgeable", "verdict"):
-        t.add_column(column, justify="right")
+    headers = [*head, *(n or worst_header(report.comparisons) for n in NUMBERS), "unjudgeable", "verdict"]
     by_backend: dict[str, list[Comparison]] = {}
     for c in report.comparisons:
         by_backend.setdefault(c.backend, []).append(c)
+    rows = []
     for name, result in report.backends.items():
-        for row in _rows(name, result, by_backend.get(name, []), named=named):
-            t.add_row(*row)
-    return t
+        rows += _rows(name, result, by_backend.get(name, []), named=named)
+    return headers, rows
 
 
 def _rows(name: str, r: BackendResult, comparisons: list[Comparison], *, named: bool) -> list[list[str]]:

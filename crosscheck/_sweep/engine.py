@@ -23,6 +23,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from crosscheck._errors import describe, reraise_user_interrupt
+from crosscheck._registry import install_hint
 
 STACK = "stack"
 STATUSES = ("passed", "failed", "error", "crashed", "timeout")
@@ -182,7 +183,7 @@ def run_dask(tasks: Iterable[Task], done: Done, *, scheduler: str) -> None:
         from distributed.scheduler import KilledWorker
     except ImportError as exc:
         raise ImportError(
-            "`--scheduler` needs Dask's distributed, which is not installed: pip install 'crosscheck[dask]'."
+            f"`--scheduler` needs Dask's distributed, which is not installed: {install_hint('dask')}."
         ) from exc
     check_scheduler(scheduler)
     try:
