@@ -69,7 +69,7 @@ def _port(port: Port) -> PortWorkload:
     try:
         return PortWorkload(port)
     except ImportError as exc:  # a framework a port needs is not installed
-        raise ValueError(f"port `{port.name}`: {exc}; pip install 'crosscheck[all,port]'") from exc
+        raise ValueError(f"port `{port.name}`: {exc}; pip install 'crosscheck-gradients[all,port]'") from exc
 
 
 def _resolve(target: str, spec: str) -> Workload | Port:

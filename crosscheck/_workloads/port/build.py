@@ -92,7 +92,7 @@ def _import(module: str, framework: str) -> Any:
         return importlib.import_module(f"crosscheck._workloads.port.{module}")
     except ImportError as exc:
         raise ValueError(
-            f"a Port needs {framework}: {describe(exc)}; pip install 'crosscheck[all,port]'"
+            f"a Port needs {framework}: {describe(exc)}; pip install 'crosscheck-gradients[all,port]'"
         ) from exc
 
 
