@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         _render_structure(console, structure, record["vs_plain"])
         failed |= not structure.ok
     write_json(args.json, results)
-    flagged = [r["backend"] for r in results if not r["ok"]]
+    flagged = [str(r["backend"]) for r in results if not r["ok"]]
     console.print(
         f"FAILED: {', '.join(flagged)} not as claimed" if flagged else "PASSED: every claim holds",
         highlight=False,
