@@ -16,7 +16,7 @@ from crosscheck._cli.common import (
     add_backend_option,
     add_matrix_options,
     add_tolerance_options,
-    check_output,
+    check_outputs,
     escape,
     make_console,
     progress_display,
@@ -29,7 +29,8 @@ def register(subparsers: Any) -> None:
     """Add ``sweep`` to the ``crosscheck`` subparsers."""
     parser = subparsers.add_parser(
         "sweep",
-        help="run the case matrix of [tool.crosscheck] (or the built-in CI matrix) in parallel",
+        help="run the case matrix of [tool.crosscheck] (or the built-in CI matrix) in parallel; "
+        "nox -s crosscheck runs this",
         description="Run every case of the matrix in [tool.crosscheck] of pyproject.toml (found in the "
         "current folder or its parents; without one, the built-in CI matrix) on worker processes or a "
         "Dask cluster, and print one summary table. Options replace the configuration key they name.",
@@ -88,8 +89,7 @@ def run(args: argparse.Namespace) -> int:
     from crosscheck._sweep.config import ConfigError, cases, options
     from crosscheck._sweep.engine import check_scheduler, check_specs, sweep
 
-    check_output(args.json)
-    check_output(args.junit, "--junit")
+    check_outputs({"--json": args.json, "--junit": args.junit}, inputs={"--config": args.config})
     if args.jobs is not None and args.jobs < 0:
         raise UsageError(f"`--jobs` must be 0 or more, found {args.jobs}.")
     if args.jobs is not None and args.scheduler is not None:
@@ -177,7 +177,9 @@ def render(result, console: Any) -> None:
     known = any(record["known_answer"] for record in result.records)
     table = Table(title="crosscheck sweep", title_justify="left")
     for column in ("case", *names, *(["known answer"] if known else []), "verdict", "time"):
-        table.add_column(escape(column))  # a backend's name may be an import string: never markup
+        # A backend's name may be an import string: never markup; on a narrow terminal it wraps
+        # (overflow="fold"), it never ends in "…".
+        table.add_column(escape(column), overflow="fold")
     for record in result.records:
         verdict = "[green]ok[/green]" if record["passed"] else f"[red]{record['status'].upper()}[/red]"
         seconds = f"{record['seconds']:.1f}s" if record["seconds"] is not None else "-"

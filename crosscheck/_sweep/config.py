@@ -2,7 +2,7 @@
 
 The matrix is the cartesian product of the listed values. Every key is optional; command-line options
 replace the key they name. Without any matrix key (and no matrix option on the command line) a sweep
-runs the built-in CI matrix (``crosscheck._matrix.CASES``).
+runs the built-in CI matrix (``crosscheck._sweep.matrix.CASES``).
 
 Example::
 

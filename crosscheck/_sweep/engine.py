@@ -23,6 +23,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from crosscheck._errors import describe, reraise_user_interrupt
+from crosscheck._registry import install_hint
 
 STACK = "stack"
 STATUSES = ("passed", "failed", "error", "crashed", "timeout")
@@ -97,6 +98,9 @@ def _run_case(case: dict[str, Any], options: dict[str, Any]):
     from crosscheck._engine.run import run
 
     case = dict(case)
+    # A case's process is its isolation (a worker per case), or, with --jobs 0, there is none: no
+    # worker per backend inside a case.
+    options = {"isolate": False, **options}
     workload = case.pop("workload", STACK)
     if workload != STACK:
         # A workload other than the stack: passed through to crosscheck.run (its shapes are its own).
@@ -182,7 +186,7 @@ def run_dask(tasks: Iterable[Task], done: Done, *, scheduler: str) -> None:
         from distributed.scheduler import KilledWorker
     except ImportError as exc:
         raise ImportError(
-            "`--scheduler` needs Dask's distributed, which is not installed: pip install 'crosscheck[dask]'."
+            f"`--scheduler` needs Dask's distributed, which is not installed: {install_hint('dask')}."
         ) from exc
     check_scheduler(scheduler)
     try:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
-from crosscheck._registry import ORACLE, import_adapter, load_backend, plugin_entry_points
+from crosscheck._registry import ORACLE, import_adapter, install_hint, load_backend, plugin_entry_points
 from crosscheck._workloads.base import Workload
 from crosscheck._workloads.protocol import Options, Point, Reference
 
@@ -37,8 +37,8 @@ UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53}
 OTHER_DTYPE = {"float32": "float64", "float64": "float32"}
 #: Prefixes of implementation names crosscheck differentiates itself: prefix -> (module, class).
 FRAMEWORKS = {
-    "jax": ("workload_jax", "JaxWorkloadBackend", "pip install 'crosscheck[jax]'"),
-    "torch": ("workload_torch", "TorchWorkloadBackend", "pip install 'crosscheck[torch]'"),
+    "jax": ("workload_jax", "JaxWorkloadBackend", install_hint("jax")),
+    "torch": ("workload_torch", "TorchWorkloadBackend", install_hint("torch")),
 }
 TERM_HELP = {
     "rounding": (

@@ -155,6 +155,7 @@ class StackHvpJudge:
             dtype=dtype,
             kinks=answer.kinks,
             strict=self.options.strict,
+            index_names=_stack.INDEX_NAMES,
         )
         sources = {**found.tolerance_sources, "rerun": f"{_hvp.RERUN_HELP} ({note})"}
         arrays = {**found.arrays, "rounding": {"weights": rerun + floor}}

@@ -15,6 +15,7 @@ from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.stack import model as _stack
 from crosscheck._workloads.stack import screen as _screen
+from crosscheck._workloads.stack import underflow as _underflow
 from crosscheck._workloads.stack.explain import classify, forward_layers, verdict
 
 #: Fraction of an entry's tolerance that a possible ReLU flip may move it before it is unjudgeable.
@@ -61,6 +62,7 @@ class StackGradJudge:
         self.fwd = _stack.forward(self.weights, self.x)
         self.deltas, _ = _stack.backward(self.fwd)
         self._models: dict[str, _stack.RoundingModel] = {}
+        self._underflows: dict[str, _underflow.Underflow] = {}
         #: Kink judgements by dtype, with the tolerance they were made for (the same for every
         #: candidate of a dtype: computed once).
         self._kinks_memo: dict[str, tuple[np.ndarray, Any]] = {}
@@ -149,6 +151,11 @@ class StackGradJudge:
 
     # -- comparing ----------------------------------------------------------------------------------
 
+    def underflow(self, dtype: str) -> _underflow.Underflow:
+        if dtype not in self._underflows:
+            self._underflows[dtype] = _underflow.underflow(self.fwd, self.deltas, dtype)
+        return self._underflows[dtype]
+
     def reuse_model(self, model: Any) -> None:
         """Keep the oracle's float64 rounding model (made from the same point, seed and directions as
         this judge's would be) instead of computing it again; anything else is ignored."""
@@ -177,6 +184,9 @@ class StackGradJudge:
             "floor": floor,
             "slack": np.broadcast_to(self.options.slack(oracle.value), oracle.value.shape),
         }
+        flow = self.underflow(dtype).grad
+        if flow.any():  # only a case reaching the underflow range has (or shows) this term
+            terms["underflow"] = flow
         kinks, minor = self._kinks(Tolerance(terms).total(), dtype, oracle)
         found = compare(
             value,
@@ -187,8 +197,9 @@ class StackGradJudge:
             dtype=dtype,
             kinks=kinks,
             strict=self.options.strict,
+            index_names=_stack.INDEX_NAMES,
         )
-        return _with_rounding(found, rounding + floor)
+        return _with_rounding(found, rounding + floor + flow)
 
     def _kinks(self, tol: np.ndarray, dtype: str, oracle: _Oracle) -> tuple[Kinks, np.ndarray]:
         """Judge kink-ambiguous entries on both sides of one kink; more than one is unjudgeable."""
@@ -213,8 +224,8 @@ class StackGradJudge:
         memo = self._kinks_memo.get(dtype)
         if memo is not None and np.array_equal(memo[0], tol):
             return memo[1]
-        cand, ref = self.model(dtype), self.model("float64")
-        bounds = [cand.z_bound(m) + ref.z_bound(m) for m in range(len(self.fwd.zs))]
+        cand, ref, flow = self.model(dtype), self.model("float64"), self.underflow(dtype).z
+        bounds = [cand.z_bound(m) + ref.z_bound(m) + flow[m] for m in range(len(self.fwd.zs))]
         found = _stack.ambiguous_kinks(self.fwd, bounds)
         effects = _stack.kink_effects(self.fwd, self.deltas, found, KINK_IMPACT_FRACTION * tol, bounds)
         self._kinks_memo[dtype] = (np.array(tol, copy=True), (bounds, found, effects))

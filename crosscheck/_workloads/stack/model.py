@@ -32,6 +32,8 @@ _SIGNIFICAND_BITS = {"float32": 24, "float64": 53}
 #: roundings are close to Gaussian; 8 standard deviations is never reached by chance (p < 1e-15)
 #: while staying thousands of times tighter than the worst-case bound on deep stacks.
 SAFETY = 8.0
+#: What each axis of the weights (and of their gradient) means: the index names of every comparison.
+INDEX_NAMES = ("layer", "row", "col")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -73,7 +73,7 @@ def compare_screened(
     if problem:
         return Comparison(
             backend=name, reference=reference.name, passed=False, status="invalid", total=candidate.size,
-            message=problem,
+            message=problem, index_names=list(_stack.INDEX_NAMES),
         )  # fmt: skip
     model = judge.model(dtype)
     assert model.direction_sigma is not None  # the model was made with the screening directions
@@ -84,7 +84,8 @@ def compare_screened(
     # The floor term of every entry, summed in quadrature over the d * d entries of a direction.
     floor = _stack.SAFETY * u * size * float(np.max(np.abs(candidate), initial=0.0))
     kinks, several = _kink_slack(judge, dtype)
-    tol = _stack.SAFETY * model.direction_sigma + sc.error + floor + slack + kinks
+    flow = np.einsum("kij,ksij->ks", judge.underflow(dtype).grad, np.abs(sc.directions))
+    tol = _stack.SAFETY * model.direction_sigma + sc.error + floor + slack + kinks + flow
     diff = np.abs(projected - sc.value)
     failing = sorted({int(k) for k in np.nonzero(diff > tol)[0]} | several)
     coverage = (
@@ -94,14 +95,15 @@ def compare_screened(
     full = _full_layers(judge, failing, reference, call) if failing else None
     if isinstance(full, str):
         comparison = Comparison(backend=name, reference=reference.name, passed=False, status="invalid",
-                                total=candidate.size, message=full)  # fmt: skip
+                                total=candidate.size, message=full,
+                                index_names=list(_stack.INDEX_NAMES))  # fmt: skip
         message = full
     elif full is not None:
         comparison = judge.compare_full(candidate, name, full, dtype)
         message = coverage + "\n" + mismatch_message(comparison)
     else:
         comparison = Comparison(backend=name, reference=reference.name, passed=True, status="ok",
-                                total=candidate.size)  # fmt: skip
+                                total=candidate.size, index_names=list(_stack.INDEX_NAMES))  # fmt: skip
         message = coverage + ": every direction agrees"
     rounding = {"weights": model.grad_bound + _stack.SAFETY * u * float(np.max(np.abs(candidate), initial=0))}
     return dataclasses.replace(
