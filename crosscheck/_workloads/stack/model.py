@@ -158,14 +158,10 @@ def rounding_model(
         delta = g * fwd.masks[m]
         y_m = noisy_ys[m]
         sigma = fresh_sigma(fwd.ys[m].T, deltas[m], u, _is_exact(fwd.ys[m].T, deltas[m], bits))
-        # A contiguous transpose lets the stacked product go to BLAS (a strided one does not).
-        grad = np.ascontiguousarray(np.swapaxes(y_m, 1, 2)) @ delta
-        grad = grad + rng.standard_normal(grad.shape) * sigma
-        error = grad - fwd.ys[m].T @ deltas[m]
-        grad_sigma[m] = _rms(error)
-        if directions is not None and direction_sigma is not None:
-            flat = directions[m].reshape(directions.shape[1], -1)
-            direction_sigma[m] = _rms(error.reshape(samples, -1) @ flat.T)
+        flat = None if directions is None else directions[m].reshape(directions.shape[1], -1)
+        grad_sigma[m], spread = _grad_spread(y_m, delta, fwd.ys[m].T @ deltas[m], sigma, rng, flat)
+        if direction_sigma is not None:
+            direction_sigma[m] = spread
         if m:
             w_t = np.ascontiguousarray(weights[m].T)
             sigma = fresh_sigma(deltas[m], w_t, u, _is_exact(deltas[m], w_t, bits))
@@ -176,6 +172,39 @@ def rounding_model(
 
 def _rms(errors: np.ndarray) -> np.ndarray:
     return np.sqrt(np.mean(errors**2, axis=0))
+
+
+#: Entries of the largest ``(samples, d, d)`` array the rounding model makes at once (256 MiB).
+MODEL_CHUNK_VALUES = 1 << 25
+
+
+def model_chunk(samples: int, dim: int) -> int:
+    """How many samples the rounding model carries at once through a layer's ``(d, d)`` gradient."""
+    return max(1, min(samples, MODEL_CHUNK_VALUES // (dim * dim)))
+
+
+def _grad_spread(y_m, delta, exact, sigma, rng, flat) -> tuple[np.ndarray, np.ndarray | None]:
+    """The RMS over samples of a layer's gradient error (and of its projections on ``flat``), a chunk
+    of samples at a time (``model_chunk``) so that a wide layer's ``(samples, d, d)`` stack is never
+    whole in memory. The noise is drawn in the same order, and the squares summed sample after
+    sample, as for the whole stack at once: the same numbers, bit for bit."""
+    samples, dim = y_m.shape[0], exact.shape[0]
+    chunk = model_chunk(samples, dim)
+    squares = np.zeros(exact.shape)
+    projected = None if flat is None else np.zeros(flat.shape[0])
+    for start in range(0, samples, chunk):
+        # A contiguous transpose lets the stacked product go to BLAS (a strided one does not).
+        part = (
+            np.ascontiguousarray(np.swapaxes(y_m[start : start + chunk], 1, 2)) @ delta[start : start + chunk]
+        )
+        error = part + rng.standard_normal(part.shape) * sigma - exact
+        along = None if flat is None else error.reshape(len(error), -1) @ flat.T
+        for i in range(len(error)):
+            squares += error[i] ** 2
+            if projected is not None and along is not None:
+                projected += along[i] ** 2
+    spread = None if projected is None else np.sqrt(projected / samples)
+    return np.sqrt(squares / samples), spread
 
 
 @dataclasses.dataclass(frozen=True)
