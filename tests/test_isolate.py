@@ -173,6 +173,7 @@ def test_ctrl_c_stops_the_run_and_its_workers(tmp_path):
     finally:
         process.kill()
         process.wait()
+        process.stdout.close()
     assert process.returncode == 130, out
     deadline = time.monotonic() + 5  # the kernel takes a moment to reap a killed worker
     while [pid for pid in workers if _alive(pid)] and time.monotonic() < deadline:

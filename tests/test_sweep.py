@@ -329,6 +329,7 @@ def test_a_signal_stops_the_sweep_and_its_workers_within_seconds(tmp_path, signa
     finally:
         process.kill()
         process.wait()
+        process.stdout.close()
     assert process.returncode == status, out
     assert took < 10, f"{took:.1f} s to stop"
     assert f"INTERRUPTED ({signame})" in out and "of 3 cases finished" in out, out
