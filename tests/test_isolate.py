@@ -200,3 +200,10 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def test_a_worker_that_cannot_start_is_that_backends_failure(monkeypatch):
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    report = crosscheck.run(layers=2, batch=2, dim=2, backends=["hostile:stack_none"], isolate=True)
+    error = report.backends["hostile:stack_none"].error
+    assert "its worker process could not start" in error and not report.passed
