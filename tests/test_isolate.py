@@ -174,6 +174,7 @@ def test_ctrl_c_stops_the_run_and_its_workers(tmp_path):
     finally:
         process.kill()
         process.wait()
+        process.stdout.close()
     assert process.returncode == 130, out
     deadline = time.monotonic() + 5  # the kernel takes a moment to reap a killed worker
     while [pid for pid in workers if _alive(pid)] and time.monotonic() < deadline:
@@ -200,3 +201,10 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def test_a_worker_that_cannot_start_is_that_backends_failure(monkeypatch):
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    report = crosscheck.run(layers=2, batch=2, dim=2, backends=["hostile:stack_none"], isolate=True)
+    error = report.backends["hostile:stack_none"].error
+    assert "its worker process could not start" in error and not report.passed

@@ -203,6 +203,7 @@ def _execute(args: argparse.Namespace, **case: Any) -> int:
     checking["isolate"] = "auto" if args.isolate is None else args.isolate
     console = make_console()
     try:
+        _memory_note(case, args.backend)
         with progress_display() as progress:
             report = run_case(backends=args.backend, progress=progress, **checking, **case)
     except (ValueError, TypeError) as exc:
@@ -210,6 +211,30 @@ def _execute(args: argparse.Namespace, **case: Any) -> int:
     write_reports(args, report)
     _write_plot_and_bundle(args, report)
     return render_report(report, console, quiet=args.quiet)
+
+
+#: A case estimated to need more than this says so on stderr before it starts.
+MEMORY_NOTE_BYTES = 2**30
+
+
+def _memory_note(case: dict[str, Any], backends: Any) -> None:
+    """Say how much memory a large case needs before it starts (one that cannot fit is refused by
+    ``crosscheck.run`` itself, with the same estimate)."""
+    from crosscheck._engine.run import CASE_KEYWORDS, MemoryTooLarge, check_memory
+    from crosscheck._files import available_memory, format_bytes
+    from crosscheck._workloads.registry import load_workload
+
+    try:
+        workload = load_workload(case.get("workload"))
+        parts = check_memory(workload, {k: case.get(k) for k in CASE_KEYWORDS}, list(backends or ()))
+    except (MemoryTooLarge, ValueError, TypeError):
+        return  # the run refuses it, and says why
+    if sum(parts.values()) > MEMORY_NOTE_BYTES:
+        print(
+            f"crosscheck: this case needs about {format_bytes(sum(parts.values()))} of memory "
+            f"({format_bytes(available_memory())} available)",
+            file=sys.stderr,
+        )
 
 
 def _stack_inputs(args: argparse.Namespace) -> dict[str, Any]:

@@ -86,9 +86,12 @@ def drive(plan: Plan) -> Report:
                 _candidate(run, spec, index)
         except Interrupted:
             run.interrupted = True
-        finally:
+        finally:  # after a Ctrl-C, at once: a worker may be stuck in its backend
             for worker in run.workers.values():
-                worker.close()
+                if run.interrupted:
+                    worker.stop("interrupted")
+                else:
+                    worker.close()
     return _report(run)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -30,6 +31,8 @@ from crosscheck._errors import describe, reraise_user_interrupt
 from crosscheck._registry import ORACLE
 from crosscheck._report.report import BackendResult
 
+#: Whether worker processes can be started here (a socket is passed to the child by file descriptor).
+POSIX = os.name == "posix"
 #: Seconds a worker may take to start and load its backend (imports of JAX or PyTorch included).
 LOAD_SECONDS = 300.0
 #: Seconds a worker is given to exit on its own when told to close, before it is killed.
@@ -40,18 +43,23 @@ class Worker:
     """One worker process for one backend spec, started at once (it loads while the parent works)."""
 
     def __init__(self, workload: str, spec: str) -> None:
-        self.spec = spec
-        self.stopped: str | None = None  # why it no longer serves calls
-        ours, theirs = socket.socketpair()
-        with theirs:
-            self.process = subprocess.Popen(
-                [sys.executable, "-c", BOOT, str(theirs.fileno()), json.dumps(sys.path)],
-                pass_fds=[theirs.fileno()],
-                stdin=subprocess.DEVNULL,
-            )
         from multiprocessing.connection import Connection
 
+        self.spec = spec
+        self.stopped: str | None = None  # why it no longer serves calls
+        self.process: subprocess.Popen[bytes] | None = None
+        ours, theirs = socket.socketpair()
         self.conn = Connection(ours.detach())
+        with theirs:
+            try:
+                self.process = subprocess.Popen(
+                    [sys.executable, "-c", BOOT, str(theirs.fileno()), json.dumps(sys.path)],
+                    pass_fds=[theirs.fileno()],
+                    stdin=subprocess.DEVNULL,
+                )
+            except OSError as exc:  # no interpreter to start, too many processes, ...
+                self.stop(f"its worker process could not start: {exc.strerror or exc}")
+                return
         self.conn.send_bytes(encode({"op": "load", "workload": workload, "backend": spec}))
 
     def request(self, message: dict[str, Any] | None, timeout: float | None) -> dict[str, Any]:
@@ -76,6 +84,8 @@ class Worker:
             raise BackendFailure(self.stopped) from None
 
     def _death(self) -> str:
+        if self.process is None:
+            return "its worker process never started"
         try:
             code = self.process.wait(timeout=CLOSE_SECONDS)
         except subprocess.TimeoutExpired:
@@ -91,14 +101,15 @@ class Worker:
     def stop(self, why: str) -> None:
         """Kill the worker (it may be stuck in the backend) and remember why."""
         self.stopped = self.stopped or why
-        with contextlib.suppress(OSError):
-            self.process.kill()
-        self.process.wait()
+        if self.process is not None:
+            with contextlib.suppress(OSError):
+                self.process.kill()
+            self.process.wait()
         self.conn.close()
 
     def close(self) -> None:
         """Ask the worker to exit; kill it when it does not within ``CLOSE_SECONDS``."""
-        if self.stopped is None:
+        if self.stopped is None and self.process is not None:
             with contextlib.suppress(OSError, ValueError):
                 self.conn.send_bytes(encode({"op": "close"}))
             try:
@@ -127,6 +138,8 @@ def in_process_reason(plan: Any, spec: Any, *, reference: bool) -> str:
     a backend that stays here needs no reason."""
     if plan.isolate is False:
         return ""
+    if not POSIX:
+        return "in this process: worker processes need a POSIX system"
     if plan.isolate == "auto":
         return "" if foreign(spec) and plan.workload_spec is not None else "in this process"
     if reference and spec == ORACLE:

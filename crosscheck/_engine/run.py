@@ -10,6 +10,7 @@ import numpy as np
 from crosscheck._engine.driver import drive
 from crosscheck._engine.plan import Plan
 from crosscheck._engine.quantity import quantity as _quantity
+from crosscheck._files import available_memory, format_bytes
 from crosscheck._registry import ORACLE
 from crosscheck._report.report import Report
 from crosscheck._workloads.protocol import Options, Progress
@@ -87,12 +88,13 @@ def _plan(given: dict[str, Any]) -> Plan:
     """The plan of ``run``'s keywords: the workload takes the case keywords that apply to it (and says
     which do not), its judge the quantity, then the candidates."""
     chosen = load_workload(given["workload"])
+    backends, reference = given["backends"], given["reference"]
+    check_memory(chosen, {k: given[k] for k in CASE_KEYWORDS}, list(backends or ()))
     point = chosen.point({k: given[k] for k in CASE_KEYWORDS})
     names = ("rtol", "atol", "strict", "seed", "oracle_mode", "directions", "explain", "progress")
     options = Options(**{k: given[k] for k in names})
     what = _quantity(given["quantity"])
     judge = chosen.judge(what, point, options)
-    backends, reference = given["backends"], given["reference"]
     specs = list(backends) if backends is not None else chosen.defaults(reference)
     chosen.check_candidates(specs)
     return Plan(
@@ -109,6 +111,29 @@ def _plan(given: dict[str, Any]) -> Plan:
         timeout=None if given["timeout"] is None else float(given["timeout"]),
         workload_spec=_workload_spec(given["workload"]),
     )
+
+
+def check_memory(workload: Any, given: dict[str, Any], specs: list[Any]) -> dict[str, int]:
+    """The bytes the case needs, by part (``workload.memory``, when it estimates), before anything is
+    allocated.
+
+    Raises:
+        MemoryTooLarge: more than this machine has available (the message gives the estimate).
+    """
+    memory = getattr(workload, "memory", None)
+    parts = memory(given, specs) if callable(memory) else {}
+    total, available = sum(parts.values()), available_memory()
+    if total > available:
+        shown = ", ".join(f"{name} {format_bytes(n)}" for name, n in parts.items() if n)
+        raise MemoryTooLarge(
+            f"this case needs about {format_bytes(total)} of memory ({shown}), more than the "
+            f"{format_bytes(available)} this machine has available; make it smaller."
+        )
+    return parts
+
+
+class MemoryTooLarge(ValueError):
+    """A case that cannot fit in this machine's memory (refused before anything is allocated)."""
 
 
 def _workload_spec(workload: Any) -> str | None:

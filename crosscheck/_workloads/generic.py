@@ -31,6 +31,8 @@ from crosscheck._workloads.protocol import Options, Point, Reference
 SAFETY = 8.0
 #: The floor: this many unit roundoffs of the parameter's largest reference entry.
 FLOOR_ULPS = 8.0
+#: float64 copies of a workload's arrays alive at once (see ``GenericWorkload.memory``).
+MEMORY_ARRAYS = 24
 #: Without a re-run in the other precision: this many unit roundoffs of |reference| + its RMS.
 FALLBACK_ULPS = 1024.0
 UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53}
@@ -113,6 +115,13 @@ class GenericWorkload:
                 f"{', '.join(implementations) or 'none'}."
             )
         return load_backend(spec)
+
+    def memory(self, given: Mapping[str, Any], candidates: Sequence[Any]) -> dict[str, int]:
+        """Bytes a case needs, by part: ``MEMORY_ARRAYS`` float64 copies of every parameter and input
+        (the arrays, each candidate's gradients and re-run, the oracle's, the tolerance's terms)."""
+        sizes = [*self.workload.parameters.values(), *self.workload.inputs.values()]
+        entries = sum(math.prod(shape) for shape in sizes)
+        return {"arrays": 8 * entries * (MEMORY_ARRAYS + 2 * len(candidates))}
 
     def point(self, given: Mapping[str, Any]) -> Point:
         for key, default in STACK_ONLY.items():
