@@ -95,7 +95,19 @@ def test_the_estimate_covers_what_a_run_allocates(layers, batch, dim, mode):
         tracemalloc.stop()
     assert report.passed, report.problems
     parts = estimate(layers=layers, batch=batch, dim=dim, dtype="float32", oracle_mode=mode, frameworks=0)
-    assert peak < sum(parts.values()) < 4 * peak, (peak, parts)
+    # A screen may check any layer entry by entry: the estimate counts that, so it is held to the
+    # peak of the full oracle on the same case.
+    worst = peak if mode == "full" else _peak(layers, batch, dim, "full", mine)
+    assert peak < sum(parts.values()) < 4 * worst, (peak, worst, parts)
+
+
+def _peak(layers, batch, dim, mode, backend) -> int:
+    tracemalloc.start()
+    try:
+        crosscheck.run(layers=layers, batch=batch, dim=dim, backends=[backend], oracle_mode=mode)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
 
 
 def test_a_wide_layer_never_has_all_its_samples_in_memory():

@@ -4,9 +4,11 @@ A pure function of the case's sizes and options: ``crosscheck.run`` compares the
 this machine has available and refuses, with the estimate, a case that cannot fit. The coefficients
 count the arrays the code makes (in units of one float64 ``(L, d, d)`` array, ``E``; one float64
 ``(N, d)`` activation, ``A``) and were checked against ``tracemalloc`` peaks of whole runs (L = 8,
-N = 8, d = 256, full oracle: 160 MiB measured, 267 MiB estimated; L = 4, N = 4, d = 128, screened:
-12.0 MiB measured, 18.1 MiB estimated; L = 3, N = 64, d = 32: 7.6 MiB measured, 10.9 MiB estimated);
-``tests/test_size.py`` checks it on small cases.
+N = 8, d = 256, full oracle: 160 MiB measured, 275 MiB estimated; L = 3, N = 64, d = 32: 14.1 MiB
+measured, 18.9 MiB estimated; a screened case is estimated as if every layer were checked entry by
+entry, as it may be: L = 4, N = 4, d = 128, 12.0 MiB measured, 46.1 MiB estimated). A run of
+``crosscheck run --dim 3000 --backend torch`` grew past 22 GiB (its screen checked layers entry by
+entry) and is now refused at 39 GiB estimated; ``tests/test_size.py`` checks it on small cases.
 """
 
 from __future__ import annotations
@@ -15,13 +17,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from crosscheck._workloads.stack import model as _stack
+from crosscheck._workloads.stack import perturb as _perturb
 from crosscheck._workloads.stack import screen as _screen
+from crosscheck._workloads.stack import threads as _threads
 
 #: float64 ``(L, d, d)`` arrays alive at the peak: the tolerance's terms and totals, the kink judgement,
 #: the oracle's value, error bar and flags, each candidate's results (kept for the report), the inputs.
 GRADIENT_ARRAYS = 20
 #: float64 ``(L, d, d)`` arrays the full oracle holds at its peak (measured: 17 to 40 at d = 64 to 128).
 ORACLE_ARRAYS = 40
+#: Blocks of changed rows (``perturb._CHUNK_VALUES`` float64 values each) per core the oracle runs on.
+CHUNK_BUFFERS = 4
 #: float64 ``(N, d)`` arrays per layer: the float64 forward and backward pass and its masks.
 ACTIVATION_ARRAYS = 6
 #: Per framework candidate: its copies of the inputs, its activations and its gradient, in its dtype.
@@ -67,12 +73,16 @@ def estimate(
         "frameworks": frameworks * FRAMEWORK_COPIES * item * (entries + rows)
         + (RUNTIME if frameworks else 0),
     }
-    if _screened(layers, batch, dim, quantity, oracle_mode, screens):
-        parts["oracle"] = 2 * f64 * layers * directions * dim * dim  # the directions, and a copy
-    elif quantity == "grad" and screens:
+    if quantity == "grad" and screens:
         # The full oracle: per entry, its perturbations' steps, values, errors and flags at each
-        # refinement, and the changed rows it carries in bounded chunks.
-        parts["oracle"] = ORACLE_ARRAYS * f64 * entries
+        # refinement, and the changed rows it carries in bounded chunks. Screening needs it too, for
+        # the layers it checks entry by entry (a failing direction, or several kinks near an entry):
+        # which they are is known only after the screen, so the estimate counts every layer.
+        parts["oracle"] = f64 * (
+            ORACLE_ARRAYS * entries + CHUNK_BUFFERS * _perturb._CHUNK_VALUES * _threads.workers()
+        )
+        if _screened(layers, batch, dim, quantity, oracle_mode, screens):
+            parts["oracle"] += 2 * f64 * layers * directions * dim * dim  # the directions, and a copy
     if explain or quantity == "hvp":
         parts["inputs and results"] += 4 * f64 * entries  # float64 re-runs; the HVP's direction
     return parts
