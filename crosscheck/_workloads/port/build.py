@@ -72,8 +72,10 @@ def prepare(port: Port) -> Prepared:
     wrapped = torch_side.Wrapped(port.torch, how)
     example = make_inputs(port, np.random.default_rng(0), "float32")
     jax_example = jax_side.to_jax(example)
-    side = jax_side.JaxSide(port.jax, port.jax_params, port.jax_call, _jax_inputs(port, jax_example))
+    jax_in = _jax_inputs(port, jax_example)
+    side = jax_side.JaxSide(port.jax, port.jax_params, port.jax_call, jax_in, port.jax_intermediates or ())
     table = mapping_module.build(described, side.leaves, port.overrides)
+    _import("intermediates", "jax and torch").check(port, side, wrapped, values, example, jax_in)
     names = tuple(example)
     clash = sorted(set(names) & set(values))
     if clash:

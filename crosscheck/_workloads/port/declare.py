@@ -7,7 +7,7 @@ first time it is used, by ``crosscheck._workloads.port.build``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 Arrays = Mapping[str, Any]
@@ -38,6 +38,15 @@ class Port:
         torch_call: ``(module, inputs) -> output`` (default ``module(**inputs)``).
         jax_call: ``(model, inputs) -> output`` (default ``model(**inputs)``; ``model`` is the bound linen
             module, the Equinox module, or the function with its parameters).
+        jax_intermediates: for an Equinox module or a function (a linen module's are captured without
+            it): the PyTorch modules, by ``named_modules()`` name (``name#2``: its second call), whose
+            outputs the JAX forward pass returns beside its own: ``jax_call`` (or the model) then
+            returns ``(output, {name: array})`` with exactly these names. They are compared with the
+            PyTorch modules' outputs like a linen module's, and the verdict names the first that
+            differs. The values come from the very forward pass whose gradient is checked (a separate
+            function could compute them right while the forward is wrong) and need no tracing trick,
+            so ``jax.vmap`` and ``jax.jit`` inside work; the names are checked when the port is
+            prepared, against the PyTorch modules and the shapes of their outputs.
         output: ``output -> array`` on both sides (default: the output, or its first array).
         loss: ``array -> scalar`` on both sides (default: ``sum(R * output)``, a fixed random projection).
         overrides: ``PyTorch name or glob pattern -> transform`` (``"transpose"``, ``"identity"``,
@@ -61,6 +70,7 @@ class Port:
     jax_inputs: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     torch_call: Callable[[Any, dict[str, Any]], Any] | None = None
     jax_call: Callable[[Any, dict[str, Any]], Any] | None = None
+    jax_intermediates: Sequence[str] | None = None
     output: Callable[[Any], Any] | None = None
     loss: Callable[[Any], Any] | None = None
     overrides: Mapping[str, Any] | None = None
@@ -88,8 +98,29 @@ class Port:
                 raise TypeError(
                     f"port `{self.name}`: `{field}` must be callable, found {type(value).__name__}."
                 )
+        self._check_intermediates()
         if self.overrides is not None and not isinstance(self.overrides, Mapping):
             raise TypeError(f"port `{self.name}`: `overrides` must be a dict of PyTorch name -> transform.")
+
+    def _check_intermediates(self) -> None:
+        names = self.jax_intermediates
+        if names is None:
+            return
+        if isinstance(names, (str, bytes, Mapping)) or not isinstance(names, Sequence):
+            raise TypeError(
+                f"port `{self.name}`: `jax_intermediates` must be a list of PyTorch module names, "
+                f"found {type(names).__name__}."
+            )
+        bad = next((n for n in names if not isinstance(n, str) or not n), None)
+        if bad is not None or not names:
+            found = f"{bad!r} ({type(bad).__name__})" if bad is not None else "an empty list"
+            raise TypeError(
+                f"port `{self.name}`: `jax_intermediates` must be a non-empty list of PyTorch module "
+                f"names (non-empty strings), found {found}."
+            )
+        twice = next((n for n in names if list(names).count(n) > 1), None)
+        if twice is not None:
+            raise ValueError(f"port `{self.name}`: `jax_intermediates` lists `{twice}` twice.")
 
     @property
     def prepared(self) -> Any:

@@ -3,13 +3,15 @@
 Imported only when a port is used (it imports jax). Each kind is described the same way: its leaves
 (``mapping.Tensor``, with the owning module's class where it can be known), how to rebuild the model
 from leaf values, and how to call it; a linen module also reports every submodule call (its inputs
-and outputs, through ``flax.linen.intercept_methods``) for the module-by-module comparison.
+and outputs, through ``flax.linen.intercept_methods``) for the module-by-module comparison; an Equinox
+module or a function reports the intermediates its call returns for the PyTorch modules listed in
+``Port(jax_intermediates=...)`` (checked by ``intermediates``).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -59,9 +61,17 @@ def key_name(key: Any) -> str:
 class JaxSide:
     """One JAX model: ``leaves`` (described), ``forward(values, inputs)`` and ``capture(values, inputs)``."""
 
-    def __init__(self, model: Any, params: Any, call: Call | None, example: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        model: Any,
+        params: Any,
+        call: Call | None,
+        example: dict[str, Any],
+        listed: Sequence[str] = (),
+    ) -> None:
         self.kind = kind_of(model)
         self.model, self.call = model, call or (lambda m, inputs: m(**inputs))
+        self.listed = tuple(listed)  # the user-listed intermediates the call returns beside its output
         self.types: dict[tuple[str, ...], str] = {}
         if self.kind == "linen":
             tree, self.static = self._linen_shapes(example), None
@@ -112,7 +122,8 @@ class JaxSide:
             return eqx.combine(tree, self.static), None
         return functools.partial(self.model, tree), None
 
-    def forward(self, values: Sequence[Any], inputs: dict[str, Any], dtype: Any) -> Any:
+    def run(self, values: Sequence[Any], inputs: dict[str, Any], dtype: Any) -> Any:
+        """What the call returns (with ``listed``: ``(output, {name: array})``)."""
         model, variables = self.rebuild(values, dtype)
         if self.kind == "linen":
             import flax.linen as nn
@@ -120,13 +131,35 @@ class JaxSide:
             return nn.apply(self.call, model)(variables, inputs)
         return self.call(model, inputs)
 
+    def forward(self, values: Sequence[Any], inputs: dict[str, Any], dtype: Any) -> Any:
+        return self.split(self.run(values, inputs, dtype))[0]
+
+    def split(self, got: Any) -> tuple[Any, Mapping[str, Any]]:
+        """The output and the listed intermediates of what the call returned (raises when they are not
+        the pair ``jax_intermediates`` promises, with exactly the names it lists)."""
+        if not self.listed:
+            return got, {}
+        if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[1], Mapping)):
+            raise TypeError(
+                f"with `jax_intermediates`, the JAX call must return (output, {{PyTorch module name: "
+                f"array}}), found {shape_of(got)}"
+            )
+        missing = [n for n in self.listed if n not in got[1]]
+        extra = [str(n) for n in got[1] if n not in self.listed]
+        if missing or extra:
+            raise ValueError(
+                f"the JAX call returned intermediates {sorted(map(str, got[1]))}; `jax_intermediates` "
+                f"lists {list(self.listed)}"
+            )
+        return got
+
     def capture(self, values: Sequence[Any], inputs: dict[str, Any], dtype: Any) -> list[Record]:
         """Every linen submodule call of one forward pass, in the order the calls finished (other kinds:
-        the output only)."""
+        the listed intermediates, then the output)."""
         if self.kind != "linen":
-            return [
-                Record("", type(self.model).__name__, (), tuple(_numpy(self.forward(values, inputs, dtype))))
-            ]
+            out, found = self.split(self.run(values, inputs, dtype))
+            listed = [Record(n, "", (), _numpy(found[n])) for n in self.listed]
+            return [*listed, Record("", type(self.model).__name__, (), _numpy(out))]
         import flax.linen as nn
 
         records: list[Record] = []
@@ -177,6 +210,15 @@ def _owner(model: Any, path: Sequence[Any]) -> str:
         elif hasattr(key, "key"):
             node = node[key.key]
     return type(node).__name__
+
+
+def shape_of(value: Any) -> str:
+    """A short description of a returned value: ``a tuple of 3``, ``an array of shape (5, 2)``."""
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)}"
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return f"an array of shape {tuple(value.shape)}"
+    return f"a {type(value).__name__}"
 
 
 def to_jax(arrays: dict[str, np.ndarray]) -> dict[str, Any]:

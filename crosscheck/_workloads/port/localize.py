@@ -2,10 +2,11 @@
 
 The PyTorch side's module calls (forward hooks) and the JAX side's (Flax ``intercept_methods``) are
 paired through the parameter mapping (the module that owns a mapped parameter) and by name (modules
-without parameters: dropout, activations). Each pair's output is compared entry by entry; its
-tolerance is the sum of both sides' rounding, *measured* by re-running each side in the other
-precision (``SAFETY`` x (the difference + its RMS), scaled by ``2**-29`` for a float64 case), plus a
-floor of ``FLOOR_ULPS`` unit roundoffs of the largest entry.
+without parameters: dropout, activations); user-listed intermediates (``jax_intermediates``) carry
+PyTorch's names and pair as named, without their inputs (``listed_verdict``). Each pair's output is
+compared entry by entry; its tolerance is the sum of both sides' rounding, *measured* by re-running
+each side in the other precision (``SAFETY`` x (the difference + its RMS), scaled by ``2**-29`` for a
+float64 case), plus a floor of ``FLOOR_ULPS`` unit roundoffs of the largest entry.
 
 The verdict names the first paired module, in the order the PyTorch calls finished, whose output
 differs. When its input already differs, the difference was made before it, between the last module
@@ -230,6 +231,40 @@ def forward_verdict(
         f"`{first.name}` ({kind}) is the first module whose output differs, and its input "
         f"already differs{also}",
     )
+
+
+def listed_verdict(
+    order: Sequence[Any], paired: dict[str, str], outputs: dict[str, bool], top: str
+) -> Verdict | None:
+    """The forward verdict of user-listed intermediates (``jax_intermediates``; None when every one
+    agrees): the JAX side's inputs are not captured, so the difference lies in the first listed
+    module that differs or in the code since the last listed output that agrees."""
+    first = next((r for r in order if r.name in paired and outputs.get(r.name) is False), None)
+    if first is None:
+        return None
+    index = {r.name: i for i, r in enumerate(order)}
+    before = [r for r in order[: index[first.name]] if r.name in paired and outputs.get(r.name)]
+    prev = before[-1] if before else None
+    start = index[prev.name] + 1 if prev else 0
+    gap = tuple(r.name for r in order[start : index[first.name]] if r.name and r.name not in paired)
+    there = f" (PyTorch modules there: {', '.join(gap)})" if gap else ""
+    if not first.name:
+        after = f" after `{prev.name}`" if prev else ""
+        text = (
+            f"the forward pass differs first at the top module ({top}): every listed output agrees and "
+            f"the JAX side's inputs are not captured, so the difference is in its code{after}{there}"
+        )
+    else:
+        agrees = (
+            f"`{prev.name}`, the listed module before it, agrees" if prev else "no module before it is listed"
+        )
+        since = f"between `{prev.name}` and it" if prev else "before it"
+        text = (
+            f"the forward pass differs first at `{first.name}` ({first.module_type}), the first listed "
+            f"module whose output differs: {agrees} and the JAX side's inputs are not captured, so the "
+            f"difference is in `{first.name}` or in the code {since}{there}"
+        )
+    return Verdict("forward", first.name, first.name, gap, text)
 
 
 def gradient_verdict(

@@ -114,7 +114,11 @@ class PortJudge:
         prepared = self.workload.prepared
         t_other = {r.name: r for r in torch_runs.other}
         j_main, j_other = {r.name: r for r in jax_runs.main}, {r.name: r for r in jax_runs.other}
-        paired = localize.pairs([r.name for r in torch_runs.main], list(j_main), _module_pairs(prepared))
+        listed = bool(prepared.jax_side.listed)
+        if listed:  # named by the user in PyTorch's names: paired as named
+            paired = {r.name: r.name for r in torch_runs.main if r.name in j_main}
+        else:
+            paired = localize.pairs([r.name for r in torch_runs.main], list(j_main), _module_pairs(prepared))
         common: dict[str, Any] = {
             "dtype": self.dtype,
             "channels_last": any(leaf.layout == "..IO" for leaf in prepared.jax_side.leaves),
@@ -136,12 +140,19 @@ class PortJudge:
                 ci = localize.compare_arrays("input", *(_arrays(s, "inputs", 1) for s in sides), **common)
                 inputs[r.name] = ci.passed
         top = type(self.workload.port.torch).__name__
-        verdict = localize.forward_verdict(torch_runs.main, paired, outputs, inputs, top)
+        verdict = (
+            localize.listed_verdict(torch_runs.main, paired, outputs, top)
+            if listed
+            else localize.forward_verdict(torch_runs.main, paired, outputs, inputs, top)
+        )
         if verdict is None:
             verdict = self._gradient_verdict(torch_runs.main, paired, gradients, top)
-        if verdict.starts_in == "nowhere" and len(out) == 1:  # Equinox, a function: no submodule calls
+        if verdict.starts_in == "nowhere" and listed:
+            text = f"every listed module's output ({', '.join(prepared.jax_side.listed)}), the model's "
+            verdict = localize.Verdict("nowhere", None, None, (), text + "output and every gradient agree")
+        elif verdict.starts_in == "nowhere" and len(out) == 1:  # Equinox, a function: no submodule calls
             text = "the output and every gradient agree (only the output is compared: module by module "
-            text += "needs Flax linen)"
+            text += "needs Flax linen, or the modules listed in `jax_intermediates`)"
             verdict = localize.Verdict("nowhere", None, None, (), text)
         return out, verdict
 
