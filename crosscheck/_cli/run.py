@@ -39,8 +39,6 @@ STACK_ONLY = (
     ("scale", "--scale", None),
     ("weights", "--weights", None),
     ("x", "--x", None),
-    ("oracle_mode", "--oracle-mode", "auto"),
-    ("directions", "--directions", 4),
     ("plot", "--plot", None),
     ("save_bundle", "--save-bundle", None),
     ("explain", "--explain", False),
@@ -106,8 +104,9 @@ def _add_checking(check: Any) -> None:
         "--oracle-mode",
         choices=("auto", "full", "screen"),
         default="auto",
-        help="full: the oracle judges every entry; screen: random directional derivatives per layer, then "
-        "every entry of a layer that fails them; auto (default): screen when the full oracle is costly",
+        help="full: the oracle judges every entry; screen: random directional derivatives per layer (per "
+        "parameter tensor of a workload), then every entry of one that fails them (if small); auto "
+        "(default): screen when the full oracle is costly",
     )
     check.add_argument(
         "--quantity",
@@ -117,7 +116,10 @@ def _add_checking(check: Any) -> None:
         "made from --seed (candidates need an hvp(weights, x, v) method)",
     )
     check.add_argument(
-        "--directions", type=int, default=4, help="random directions per layer when screening (default 4)"
+        "--directions",
+        type=int,
+        default=4,
+        help="random directions per layer (per parameter tensor of a workload) when screening (default 4)",
     )
 
 
@@ -214,11 +216,7 @@ def _check_stack_options(args: argparse.Namespace) -> None:
     check_output(args.json)
     check_output(args.junit, "--junit")
     check_output(args.save_bundle, "--save-bundle")
-    if args.directions != 4 and (args.oracle_mode == "full" or args.quantity == "hvp"):
-        which = "`--oracle-mode full`" if args.oracle_mode == "full" else "`--quantity hvp`"
-        raise UsageError(
-            f"`--directions` applies to screening (`--oracle-mode screen` or `auto`); {which} never screens."
-        )
+    _check_directions(args)
     if args.quantity == "hvp" and (args.save_bundle or args.plot):
         raise UsageError("`--save-bundle` and `--plot` are not available with `--quantity hvp` yet.")
     check_output(args.plot, "--plot")
@@ -229,6 +227,14 @@ def _check_stack_options(args: argparse.Namespace) -> None:
             raise UsageError(
                 "`--plot` needs matplotlib, which is not installed: pip install 'crosscheck[plot]'."
             ) from exc
+
+
+def _check_directions(args: argparse.Namespace) -> None:
+    if args.directions != 4 and (args.oracle_mode == "full" or args.quantity == "hvp"):
+        which = "`--oracle-mode full`" if args.oracle_mode == "full" else "`--quantity hvp`"
+        raise UsageError(
+            f"`--directions` applies to screening (`--oracle-mode screen` or `auto`); {which} never screens."
+        )
 
 
 def _write_plot_and_bundle(args: argparse.Namespace, report: Any) -> None:
@@ -256,18 +262,23 @@ def _run_workload(args: argparse.Namespace, workload: Any) -> int:
     check_tolerances(args)
     check_output(args.json)
     check_output(args.junit, "--junit")
+    _check_directions(args)
     options = {k: getattr(args, k) for k in ("seed", "dtype") if getattr(args, k) is not None}
     try:
-        report = run_case(
-            workload=workload,
-            backends=args.backend,
-            reference=args.reference,
-            rtol=args.rtol,
-            atol=args.atol,
-            strict=args.strict,
-            repeat=args.repeat,
-            **options,
-        )
+        with progress_display() as progress:
+            report = run_case(
+                workload=workload,
+                backends=args.backend,
+                reference=args.reference,
+                rtol=args.rtol,
+                atol=args.atol,
+                strict=args.strict,
+                repeat=args.repeat,
+                oracle_mode=args.oracle_mode,
+                directions=args.directions,
+                progress=progress,
+                **options,
+            )
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from exc
     write_reports(args, report)

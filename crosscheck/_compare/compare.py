@@ -72,6 +72,12 @@ class Comparison:
     total: int
     #: The workload parameter compared (None for the stack, whose one parameter is ``weights``).
     parameter: str | None = None
+    #: Which question a workload comparison answers: "derivative" (the candidate's gradient against
+    #: differences of its own loss) or "same function" (against another function's answer); None for
+    #: the stack.
+    question: str | None = None
+    #: What the reference value is, in words ("differences of `torch`'s own float64 loss").
+    against: str = ""
     mismatched: int = 0
     judged: int = 0
     unjudgeable: int = 0

@@ -53,6 +53,9 @@ class Report:
     direction: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: The user pressed Ctrl-C: what finished is reported, the rest is listed as not run.
     interrupted: bool = False
+    #: A workload judge's run-level findings (``crosscheck._workloads.verdict``): the verdict per
+    #: candidate, coverage, evaluations, and ``problems`` (an empty check, ...) that fail the run.
+    oracle: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def problems(self) -> list[str]:
@@ -87,6 +90,7 @@ class Report:
             for c in self.comparisons
             if self.strict and c.unjudgeable and c.status == "mismatch" and c.mismatched == 0
         ]
+        out += list(self.oracle.get("problems", []))
         if not self.comparisons and not out:
             out.append("no candidate backend ran, so nothing was cross-checked")
         return out
@@ -111,21 +115,36 @@ class Report:
                 "quantity": self.quantity,
                 "interrupted": self.interrupted,
                 **({"hvp_direction": self.direction} if self.quantity == "hvp" else {}),
+                **({"oracle": self.oracle} if self.oracle else {}),
             }
         )
 
     def write_json(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
 
+    def messages(self) -> list[tuple[str, bool]]:
+        """What is printed after the table, before the backends' failures: ``(text, is_heading)``."""
+        out = []
+        for c in self.comparisons:
+            if c.coverage != "every entry" and c.passed:
+                if c.parameter is None:  # a workload's coverage is summed up in its oracle lines
+                    out.append((f"{c.backend}: {c.message}", False))
+            elif c.status == "empty":
+                continue  # the oracle's one line says so
+            elif not c.passed or c.unjudgeable:
+                out += [(versus(c), True), (c.message, False)]
+        return out + [(line, False) for line in self.oracle.get("lines", [])]
+
     def render(self, console: Any) -> None:
         """Print the table, the mismatch messages and a verdict line on a ``rich`` console."""
         console.print(table(self))
-        for c in self.comparisons:
-            if c.coverage != "every entry" and c.passed:
-                console.print(f"{c.backend}: {c.message}", highlight=False, markup=False)
-            elif not c.passed or c.unjudgeable:
-                console.print(f"[bold]{c.backend} vs {c.reference}{_at(c, ',')}[/bold]", highlight=False)
-                console.print(c.message, highlight=False, markup=False)
+        for text, heading in self.messages():
+            if heading:
+                from rich.markup import escape
+
+                console.print(f"[bold]{escape(text)}[/bold]", highlight=False)
+            else:
+                console.print(text, highlight=False, markup=False)
         for r in self.backends.values():
             if r.status in ("failed", "unavailable"):
                 console.print(f"{r.name}: {r.status}: {r.error}", highlight=False, markup=False)
@@ -289,14 +308,31 @@ def environment_line(env: dict[str, Any]) -> str:
 
 
 def _by_parameter(disagree: list[Comparison]) -> list[str]:
-    """One line per workload backend: "`jax` disagrees with `numpy-fd` at parameters `w1`, `b1`"."""
-    grouped: dict[tuple[str, str], list[str]] = {}
+    """One line per workload backend and question: "`jax` disagrees with `numpy-fd` at parameters `w1`,
+    `b1`"; "`torch`'s gradient disagrees with differences of its own loss at parameter `w1`"."""
+    grouped: dict[tuple[str, str, bool], list[str]] = {}
     for c in disagree:
-        grouped.setdefault((c.backend, c.reference), []).append(f"`{c.parameter}`")
-    return [
-        f"`{b}` disagrees with `{r}` at parameter{'s' if len(p) > 1 else ''} {', '.join(p)}"
-        for (b, r), p in grouped.items()
-    ]
+        grouped.setdefault((c.backend, c.reference, c.question == "derivative"), []).append(
+            f"`{c.parameter}`"
+        )
+    out = []
+    for (b, r, own), p in grouped.items():
+        where = f"at parameter{'s' if len(p) > 1 else ''} {', '.join(p)}"
+        out.append(
+            f"`{b}`'s gradient disagrees with differences of its own loss {where}"
+            if own
+            else f"`{b}` disagrees with `{r}` {where}"
+        )
+    return out
+
+
+def versus(c: Comparison) -> str:
+    """The heading of a comparison's message: "jax vs numpy-fd, parameter `w1`", and what the reference
+    is when it is not the workload's NumPy reference ("(differences of `jax`'s own float64 loss)")."""
+    head = f"{c.backend} vs {c.reference}{_at(c, ',')}"
+    if c.against and c.against != "differences of the NumPy reference":
+        return f"{head} ({c.against})"
+    return head
 
 
 def _at(c: Comparison, prefix: str = " at") -> str:

@@ -12,9 +12,16 @@ def title(report: Report) -> str:
     case = report.case
     shapes = ", ".join(f"{k} {tuple(v)}" for k, v in case["parameters"].items())
     line = f"crosscheck: workload={case['workload']}, dtype={case['dtype']}, seed={case['seed']}; {shapes}"
-    if case.get("oracle_differentiates", "reference") != "reference":
+    source = case.get("oracle_differentiates", "reference")
+    if source.startswith("surrogate"):
         line += "\nthe oracle differentiates the workload's surrogate, built at this point"
+    elif source != "reference":
+        line += f"\nthe oracle differentiates {source}"
     return line
+
+
+#: The table's "check" column: which question a comparison answers.
+_CHECK = {"derivative": "derivative", "same function": "function"}
 
 
 def workload_table(report: Report) -> Any:
@@ -22,8 +29,10 @@ def workload_table(report: Report) -> Any:
     from rich.table import Table
 
     t = Table(title=title(report), title_justify="left")
-    for column in ("backend", "parameter", "dtype", "time", "max abs diff", "max rel diff"):
-        t.add_column(column, justify="left" if column in ("backend", "parameter") else "right")
+    checks = any(c.question for c in report.comparisons)
+    columns = ("backend", "parameter", *(("check",) if checks else ()), "dtype", "time")
+    for column in (*columns, "max abs diff", "max rel diff"):
+        t.add_column(column, justify="left" if column in ("backend", "parameter", "check") else "right")
     for column in ("worst index", "tolerance there", "decided by", "unjudgeable", "verdict"):
         t.add_column(column, justify="right")
     by_backend: dict[str, list] = {}
@@ -36,18 +45,23 @@ def workload_table(report: Report) -> Any:
             failed = r.status == "failed" or (r.status == "unavailable" and r.required)
             verdict = "reference" if r.role == "reference" and r.status == "ok" else r.status
             t.add_row(
-                name, "", r.dtype or "-", time_s, *[""] * 6, f"[red]{verdict}[/red]" if failed else verdict
-            )
+                name, "", *[""] * checks, r.dtype or "-", time_s, *[""] * 6,
+                f"[red]{verdict}[/red]" if failed else verdict,
+            )  # fmt: skip
             continue
         for i, c in enumerate(rows):
             shown = (name, time_s) if i == 0 else ("", "")
             verdict = "[green]ok[/green]" if c.passed else "[red]FAIL[/red]"
+            check = (_CHECK.get(c.question or "", ""),) if checks else ()
             if c.max_abs_diff is None:
-                t.add_row(shown[0], c.parameter, r.dtype or "-", shown[1], *[""] * 6, verdict)
+                where = "(directions)" if c.coverage.startswith("screened") else ""
+                t.add_row(shown[0], c.parameter, *check, r.dtype or "-", shown[1], "", "", where, "",
+                          c.decided_by or "", str(c.unjudgeable or ""), verdict)  # fmt: skip
                 continue
             t.add_row(
                 shown[0],
                 c.parameter,
+                *check,
                 r.dtype or "-",
                 shown[1],
                 f"{c.max_abs_diff:.3g}",
