@@ -65,8 +65,8 @@ def torch_forward(p, x, layers: int, *, gelu: str = "exact", backward: str = "ri
     return h
 
 
-def jax_forward(p, x, layers: int, *, gelu: str = "exact"):
-    """The MLP in JAX."""
+def jax_forward(p, x, layers: int, *, gelu: str = "exact", backward: str = "right"):
+    """The MLP in JAX; ``backward="wrong"`` uses a GELU whose backward is the tanh one's."""
     import jax
     import jax.numpy as jnp
 
@@ -78,8 +78,71 @@ def jax_forward(p, x, layers: int, *, gelu: str = "exact"):
         mean = jnp.mean(z, axis=-1, keepdims=True)
         var = jnp.mean((z - mean) ** 2, axis=-1, keepdims=True)
         z = (z - mean) / jnp.sqrt(var + EPS) * p[f"g{layer}"] + p[f"beta{layer}"]
-        h = jax.nn.gelu(z, approximate=gelu == "tanh")
+        if backward == "wrong" and layer == 0:
+            h = _jax_wrong_gelu()(z)
+        else:
+            h = jax.nn.gelu(z, approximate=gelu == "tanh")
     return h
+
+
+@functools.lru_cache(maxsize=1)
+def _jax_wrong_gelu():
+    import jax
+
+    @jax.custom_vjp
+    def gelu(z):
+        return jax.nn.gelu(z, approximate=False)
+
+    def forward(z):
+        return gelu(z), z
+
+    def backward(z, grad):
+        _, pullback = jax.vjp(lambda v: jax.nn.gelu(v, approximate=True), z)
+        return pullback(grad)
+
+    gelu.defvjp(forward, backward)
+    return gelu
+
+
+@functools.lru_cache(maxsize=8)
+def _jax_scale_grad(factor: float):
+    import jax
+
+    @jax.custom_vjp
+    def scaled(x):
+        return x
+
+    scaled.defvjp(lambda x: (x, None), lambda _, grad: (grad * factor,))
+    return scaled
+
+
+@functools.lru_cache(maxsize=1)
+def _torch_scale_grad():
+    import torch
+
+    class _ScaleGrad(torch.autograd.Function):
+        """The identity forward; its backward scales the gradient: a planted relative error."""
+
+        @staticmethod
+        def forward(ctx, x, factor):
+            ctx.factor = factor
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * ctx.factor, None
+
+    return _ScaleGrad
+
+
+def plant(p: dict, planted: tuple[str, str, float] | None, framework: str) -> dict:
+    """``p`` with the gradient of ``planted = (framework, parameter, error)`` off by ``1 + error``."""
+    if planted is None or planted[0] != framework:
+        return p
+    _, name, error = planted
+    scaled = _torch_scale_grad().apply if framework == "torch" else _jax_scale_grad(1.0 + error)
+    value = scaled(p[name], 1.0 + error) if framework == "torch" else scaled(p[name])
+    return {**p, name: value}
 
 
 @functools.lru_cache(maxsize=1)
@@ -128,6 +191,8 @@ def mlp(
     loss: str = "projection",
     jax_gelu: str = "exact",
     torch_backward: str = "right",
+    jax_backward: str = "right",
+    planted: tuple[str, str, float] | None = None,
     pinned: str | None = None,
     name: str = "mlp-layernorm",
 ) -> crosscheck.Workload:
@@ -139,7 +204,10 @@ def mlp(
         loss: ``"projection"`` (``crosscheck.projection_loss``) or ``"flat"`` (``sum(LayerNorm(y) **
             2)``, a constant: the empty check's example).
         jax_gelu: ``"exact"`` or ``"tanh"`` (the port computes a different function).
-        torch_backward: ``"right"`` or ``"wrong"`` (a custom GELU whose backward is wrong).
+        torch_backward, jax_backward: ``"right"`` or ``"wrong"`` (a custom GELU in the first layer whose
+            backward is the tanh GELU's: forward right, derivative wrong).
+        planted: ``(framework, parameter, error)``: that framework's gradient of the parameter is off
+            by a relative ``error`` (a custom backward that scales it).
         pinned: ``"jax"`` or ``"torch"``: that implementation computes in float32 whatever it is given.
     """
     layers = len(widths) - 1
@@ -148,6 +216,7 @@ def mlp(
         x = i["x"]
         if pinned == "torch":
             p, x = {k: v.float() for k, v in p.items()}, x.float()
+        p = plant(p, planted, "torch")
         return _final(torch_forward(p, x, layers, backward=torch_backward), loss, "torch")
 
     def jax_loss(p, i):
@@ -156,7 +225,8 @@ def mlp(
         x = i["x"]
         if pinned == "jax":
             p, x = {k: v.astype(jnp.float32) for k, v in p.items()}, x.astype(jnp.float32)
-        return _final(jax_forward(p, x, layers, gelu=jax_gelu), loss, "jax")
+        p = plant(p, planted, "jax")
+        return _final(jax_forward(p, x, layers, gelu=jax_gelu, backward=jax_backward), loss, "jax")
 
     return crosscheck.Workload(
         name=name,

@@ -281,3 +281,29 @@ def test_screening_catches_a_planted_error_and_localizes_it(parameter, entry_by_
     assert ("then every entry" in c.coverage) == entry_by_entry
     if entry_by_entry:
         assert c.mismatched == c.judged == 20  # every entry of b1 is off by 1e-3
+
+
+# --- the command line ----------------------------------------------------------------------------------
+
+
+@needs_frameworks
+def test_the_command_line_screens_a_workload_and_says_so(monkeypatch, capsys, tmp_path):
+    import json
+
+    monkeypatch.chdir(ROOT)
+    path, junit = tmp_path / "r.json", tmp_path / "r.xml"
+    argv = ["run", "--workload", "examples.no_reference:workload", "--oracle-mode", "screen"]
+    status = main([*argv, "--directions", "2", "--json", str(path), "--junit", str(junit)])
+    out = " ".join(capsys.readouterr().out.split())
+    assert status == 0
+    assert "coverage: 0 parameters entry by entry, 10 along 2 random directions each only" in out
+    data = json.loads(path.read_text())
+    assert data["oracle"]["mode"] == "screen" and data["oracle"]["directions_per_parameter"] == 2
+    assert {c["question"] for c in data["comparisons"]} == {"derivative", "same function"}
+    assert 'name="jax vs numpy-fd [w0] (its own loss)"' in junit.read_text()
+
+
+def test_directions_without_screening_is_a_usage_error(capsys):
+    argv = ["run", "--workload", "ste-stack", "--oracle-mode", "full", "--directions", "2"]
+    assert main(argv) == 2
+    assert "`--directions` applies to screening" in capsys.readouterr().err

@@ -55,8 +55,9 @@ def run(
         rtol, atol: user slack added to every entry's tolerance; give both or neither.
         strict: fail when any entry is unjudgeable (a ReLU kink makes it ambiguous).
         oracle_mode, directions: ``"full"`` (every entry), ``"screen"`` (``directions`` random
-            directional derivatives per layer, then every entry of a layer that fails them) or
-            ``"auto"`` (screen when the full oracle would cost more than ``SCREEN_FLOPS``).
+            directional derivatives per layer of the stack, per parameter tensor of a workload, then
+            every entry of one that fails them) or ``"auto"`` (screen when the full oracle would cost
+            more: ``SCREEN_FLOPS`` for the stack, ``AUTO_EVALUATIONS`` loss evaluations for a workload).
         explain: also localize (forward activations layer by layer) and classify a disagreement.
         progress: called as ``progress(description, done, total)`` during long work.
         quantity: ``"grad"`` or ``"hvp"``, the Hessian-vector product along a direction made from

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -39,8 +40,8 @@ from crosscheck._workloads.protocol import Call, Point, Progress
 from crosscheck._workloads.rounding import WIDEN
 
 #: ``auto`` differences entry by entry while that costs at most this many evaluations per function
-#: (about 1000 entries), or no more than screening would.
-AUTO_EVALUATIONS = EVALUATIONS_PER_ENTRY * 1024
+#: (512 entries), or no more than screening would.
+AUTO_EVALUATIONS = EVALUATIONS_PER_ENTRY * 512
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +87,7 @@ class Differences:
         default_factory=dict
     )
     evaluations: int = 0
+    seconds: float = 0.0
 
 
 def plan(mode: str, params: dict[str, np.ndarray], per_parameter: int) -> Plan:
@@ -125,17 +127,20 @@ def difference(
     params = as_dtype(point.params, "float64")
     label = f"oracle: {function.label}"
     tick = None if progress is None else (lambda done, total: progress(label, done, total))
+    start = time.perf_counter()
+    guard = batch_guard(call)
     try:
         if chosen.mode == "full":
-            est = estimate(
-                function.fn, params, guard=batch_guard(call), progress=tick, noise=function.rounding
-            )
-            return Differences(function, entries=est, evaluations=est.evaluations)
-        found = directional(function.fn, params, chosen.directions, guard=batch_guard(call), progress=tick,
-                            noise=function.rounding)  # fmt: skip
+            est = estimate(function.fn, params, guard=guard, progress=tick, noise=function.rounding)
+            found = Differences(function, entries=est, evaluations=est.evaluations)
+        else:
+            along = directional(function.fn, params, chosen.directions, guard=guard, progress=tick,
+                                noise=function.rounding)  # fmt: skip
+            found = Differences(function, directions=along, evaluations=along.evaluations)
     except OracleFailed as exc:
         return str(exc)
-    return Differences(function, directions=found, evaluations=found.evaluations)
+    found.seconds = time.perf_counter() - start
+    return found
 
 
 def localize(diffs: Differences, names: list[str], point: Point, call: Call, progress: Any) -> str | None:
@@ -147,12 +152,14 @@ def localize(diffs: Differences, names: list[str], point: Point, call: Call, pro
     label = f"oracle: {diffs.function.label}, entry by entry"
     tick = None if progress is None else (lambda done, total: progress(label, done, total))
     scale = diffs.directions.scale if diffs.directions is not None else None
+    start = time.perf_counter()
     try:
         est = estimate(diffs.function.fn, params, names=missing, guard=batch_guard(call), progress=tick,
                        scale=scale, noise=diffs.function.rounding)  # fmt: skip
     except OracleFailed as exc:
         return str(exc)
     diffs.evaluations += est.evaluations
+    diffs.seconds += time.perf_counter() - start
     for k in missing:
         diffs.localized[k] = (est.value[k], est.error[k], est.unjudgeable[k], est.reason[k])
     return None

@@ -189,6 +189,7 @@ def summarize(judge: GenericJudge, reference: Any) -> dict[str, Any]:
     if judge.plan.mode == "screen" and judge.oracle:
         out["directions_per_parameter"] = judge.plan.per_parameter
     out["evaluations"] = _evaluations(judge)
+    out["seconds"] = _evaluations(judge, seconds=True)
     out["coverage"] = _coverage(records)
     out["own_loss"] = {r.name: _own_state(r.own) for r in records if r.own is not None}
     out["losses"] = {r.name: r.loss for r in records if r.loss is not None}
@@ -201,14 +202,12 @@ def summarize(judge: GenericJudge, reference: Any) -> dict[str, Any]:
     return out
 
 
-def _evaluations(judge: GenericJudge) -> dict[str, int]:
-    seen: dict[str, int] = {}
-    if judge.anchor is not None:
-        seen[judge.anchor.function.label] = judge.anchor.evaluations
-    for r in judge.records.values():
-        if isinstance(r.own, Differences):
-            seen[r.own.function.label] = r.own.evaluations
-    return seen
+def _evaluations(judge: GenericJudge, *, seconds: bool = False) -> dict[str, Any]:
+    """Per function differenced: the loss evaluations the oracle used (or the seconds it took)."""
+    found = [judge.anchor] + [r.own for r in judge.records.values() if isinstance(r.own, Differences)]
+    return {
+        d.function.label: round(d.seconds, 3) if seconds else d.evaluations for d in found if d is not None
+    }
 
 
 def _coverage(records: list[Record]) -> dict[str, list[str]]:
@@ -241,7 +240,7 @@ def _verdict(judge: GenericJudge, r: Record) -> str:
     loss_differs = r.loss is not None and not r.loss["passed"]
     own = r.own
     if isinstance(own, Differences) and derivative:
-        same = "" if (function and own is not judge.anchor) or loss_differs else "same function, "
+        same = "same function, " if _same_function(judge, r, derivative, function) else ""
         return (
             f"`{r.name}`: {same}the gradient of {_plural(derivative)} is wrong: it disagrees with "
             f"differences of its own float64 loss"
@@ -268,6 +267,19 @@ def _verdict(judge: GenericJudge, r: Record) -> str:
         return f"`{r.name}`: same function as {anchor}, derivative right"
     tail = f"; its derivative alone was not checked: {own.reason}" if isinstance(own, Skip) else ""
     return f"`{r.name}`: agrees with {anchor}{tail}"
+
+
+def _same_function(judge: GenericJudge, r: Record, derivative: list[str], function: list[str]) -> bool:
+    """Whether ``r`` computes the same function as the others, though its derivative is wrong: its loss
+    agrees with the anchor's and its gradient differs from the anchor's only where its derivative is
+    wrong; for the anchor itself, another implementation's loss and gradient agreed with it."""
+    if r.own is judge.anchor:
+        return any(
+            o.loss is not None and o.loss["passed"] and not _failing(o, "same function")
+            for o in judge.records.values()
+            if o is not r
+        )
+    return r.loss is not None and r.loss["passed"] and set(function) <= set(derivative)
 
 
 def _plural(names: list[str]) -> str:
