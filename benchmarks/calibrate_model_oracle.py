@@ -64,8 +64,21 @@ def main() -> None:
     parser.add_argument("--sizes", default="1e3,1e4,1e5")
     parser.add_argument("--dtypes", default="float32")
     parser.add_argument("--directions", type=int, default=4)
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=1,
+        help="PyTorch intra-op threads (default 1: these are statistics, not timings, and small models "
+        "run faster on one thread of a shared machine)",
+    )
     args = parser.parse_args()
-    print(f"# crosscheck model oracle calibration: {os.cpu_count()} CPUs, {args.seeds} seeds")
+    import torch
+
+    torch.set_num_threads(args.torch_threads)
+    print(
+        f"# crosscheck model oracle calibration: {os.cpu_count()} CPUs, {args.seeds} seeds, "
+        f"{args.torch_threads} torch thread(s)"
+    )
     print("| size | dtype | workload | seeds | result | ratio | seconds |")
     print("|---|---|---|---|---|---|---|")
     for size in args.sizes.split(","):

@@ -240,3 +240,40 @@ def mlp(
 
 #: The default model: 3 layers, 467 parameters.
 workload = mlp()
+#: A larger one, 87568 parameters: screened (``oracle_mode="auto"``).
+large = mlp((64, 256, 256, 16), 8, name="mlp-layernorm-large")
+#: The default model with a wrong custom backward in PyTorch's first GELU (forward right).
+wrong_backward = mlp(torch_backward="wrong", name="mlp-layernorm-wrong-backward")
+#: The default model with the flat loss ``sum(LayerNorm(y) ** 2)``: an empty check.
+flat = mlp(loss="flat", name="mlp-layernorm-flat")
+#: The default model with its JAX implementation pinned to float32.
+pinned = mlp(pinned="jax", name="mlp-layernorm-pinned")
+
+
+def _attention_torch(p, i):
+    import torch
+
+    q, k = i["x"] @ p["wq"], i["x"] @ p["wk"] + p["bk"]
+    weights = torch.softmax(q @ k.T / math.sqrt(q.shape[1]), dim=1)
+    return crosscheck.projection_loss(weights @ (i["x"] @ p["wv"]) @ p["wo"])
+
+
+def _attention_jax(p, i):
+    import jax
+    import jax.numpy as jnp
+
+    q, k = i["x"] @ p["wq"], i["x"] @ p["wk"] + p["bk"]
+    weights = jax.nn.softmax(q @ k.T / jnp.sqrt(q.shape[1]), axis=1)
+    return crosscheck.projection_loss(weights @ (i["x"] @ p["wv"]) @ p["wo"])
+
+
+#: Self-attention with a key bias ``bk`` (its gradient is zero by construction: the softmax is
+#: shift-invariant, as BERT's attention key biases) and a parameter the loss never uses (its gradient is
+#: exactly zero).
+ATTENTION = crosscheck.Workload(
+    name="attention-key-bias",
+    parameters={"wq": (6, 4), "wk": (6, 4), "bk": (4,), "wv": (6, 4), "wo": (4, 2), "unused": (3,)},
+    inputs={"x": (5, 6)},
+    implementations={"torch": _attention_torch, "jax": _attention_jax},
+    description="self-attention with a key bias (zero gradient by construction) and an unused parameter",
+)

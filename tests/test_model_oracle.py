@@ -4,7 +4,6 @@ the float64 re-run checked, screening with a budget and its coverage (small stan
 from __future__ import annotations
 
 import importlib.util
-import math
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from crosscheck._workloads.rounding import ran_in_float32
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the examples/ package of the repository
 
-from examples.no_reference import mlp  # noqa: E402
+from examples.no_reference import ATTENTION, mlp  # noqa: E402
 
 needs_frameworks = pytest.mark.skipif(
     importlib.util.find_spec("jax") is None or importlib.util.find_spec("torch") is None,
@@ -89,33 +88,6 @@ def test_the_verdict_names_which_question_failed(variant, failing, verdict):
 # --- BERT's cases, with stand-ins of our own ----------------------------------------------------------
 
 
-def _attention_torch(p, i):
-    import torch
-
-    q, k = i["x"] @ p["wq"], i["x"] @ p["wk"] + p["bk"]
-    weights = torch.softmax(q @ k.T / math.sqrt(q.shape[1]), dim=1)
-    return crosscheck.projection_loss(weights @ (i["x"] @ p["wv"]) @ p["wo"])
-
-
-def _attention_jax(p, i):
-    import jax
-    import jax.numpy as jnp
-
-    q, k = i["x"] @ p["wq"], i["x"] @ p["wk"] + p["bk"]
-    weights = jax.nn.softmax(q @ k.T / jnp.sqrt(q.shape[1]), axis=1)
-    return crosscheck.projection_loss(weights @ (i["x"] @ p["wv"]) @ p["wo"])
-
-
-#: Self-attention with a key bias (its gradient is zero by construction: the softmax is shift-invariant)
-#: and a parameter the loss never uses (its gradient is exactly zero).
-ATTENTION = crosscheck.Workload(
-    name="attention-key-bias",
-    parameters={"wq": (6, 4), "wk": (6, 4), "bk": (4,), "wv": (6, 4), "wo": (4, 2), "unused": (3,)},
-    inputs={"x": (5, 6)},
-    implementations={"torch": _attention_torch, "jax": _attention_jax},
-)
-
-
 @needs_frameworks
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_a_zero_by_construction_bias_is_judged_against_zero(dtype):
@@ -139,10 +111,12 @@ def test_a_parameter_zero_everywhere_without_an_oracle_fails():
 
 
 @needs_frameworks
-@pytest.mark.parametrize("variant", [{}, {"jax_gelu": "tanh"}], ids=["healthy", "tanh-gelu-bug"])
-def test_a_flat_loss_is_an_empty_check_and_fails_with_one_line(variant):
+@pytest.mark.parametrize(
+    ("variant", "mode"), [({}, "full"), ({"jax_gelu": "tanh"}, "screen")], ids=["healthy", "tanh-gelu-bug"]
+)
+def test_a_flat_loss_is_an_empty_check_and_fails_with_one_line(variant, mode):
     # sum(LayerNorm(y) ** 2) is a constant: every gradient is rounding noise, and a real bug would pass.
-    report = crosscheck.run(workload=mlp(SMALL, 6, loss="flat", **variant), seed=0)
+    report = crosscheck.run(workload=mlp(SMALL, 6, loss="flat", **variant), seed=0, oracle_mode=mode)
     assert not report.passed
     empty = [p for p in report.problems if p.startswith("the check is empty")]
     assert len(empty) == 1 and "crosscheck.projection_loss" in empty[0]
@@ -153,15 +127,12 @@ def test_a_flat_loss_is_an_empty_check_and_fails_with_one_line(variant):
 @needs_frameworks
 def test_a_flat_loss_fails_the_command_line(monkeypatch, capsys):
     monkeypatch.chdir(ROOT)
-    workload = "tests.test_model_oracle:FLAT"
-    assert main(["run", "--workload", workload, "--seed", "0"]) == 1
+    workload = "examples.no_reference:flat"
+    assert main(["run", "--workload", workload, "--seed", "0", "--oracle-mode", "screen"]) == 1
     out = capsys.readouterr().out
     assert "FAILED: the check is empty: the gradient of the loss is at rounding level" in " ".join(
         out.split()
     )
-
-
-FLAT = mlp(SMALL, 6, loss="flat", name="flat")
 
 
 @needs_frameworks
@@ -307,3 +278,29 @@ def test_directions_without_screening_is_a_usage_error(capsys):
     argv = ["run", "--workload", "ste-stack", "--oracle-mode", "full", "--directions", "2"]
     assert main(argv) == 2
     assert "`--directions` applies to screening" in capsys.readouterr().err
+
+
+# --- calibration, small and fast (benchmarks/calibrate_model_oracle.py runs 50 seeds) ---------------
+
+
+@needs_frameworks
+@pytest.mark.parametrize("seed", range(2))
+def test_no_false_alarm_and_both_planted_bugs_caught(seed):
+    healthy = crosscheck.run(workload=mlp(SMALL, 6), seed=seed, oracle_mode="screen")
+    assert healthy.passed, healthy.problems
+    assert max(c.worst_ratio for c in healthy.comparisons) < 0.5
+    planted = crosscheck.run(workload=mlp(SMALL, 6, planted=("torch", "w1", 1e-3)), seed=seed,
+                             oracle_mode="screen")  # fmt: skip
+    assert {(c.backend, c.question, c.parameter) for c in planted.comparisons if not c.passed} == {
+        ("torch", "derivative", "w1")
+    }
+    wrong = crosscheck.run(workload=mlp(SMALL, 6, torch_backward="wrong"), seed=seed, oracle_mode="screen")
+    assert {(c.backend, c.question) for c in wrong.comparisons if not c.passed} == {("torch", "derivative")}
+
+
+@needs_frameworks
+def test_another_backend_as_reference_needs_no_numpy_reference():
+    report = crosscheck.run(workload=mlp(SMALL, 6), reference="torch", seed=5)
+    assert report.passed, report.problems
+    assert [c.question for c in report.comparisons] == ["same function"] * 6
+    assert report.oracle["reference"] == "a backend (no oracle)"

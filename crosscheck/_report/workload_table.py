@@ -54,7 +54,7 @@ def workload_table(report: Report) -> Any:
             verdict = "[green]ok[/green]" if c.passed else "[red]FAIL[/red]"
             check = (_CHECK.get(c.question or "", ""),) if checks else ()
             if c.max_abs_diff is None:
-                where = "(directions)" if c.coverage.startswith("screened") else ""
+                where = "dirs" if c.coverage.startswith("screened") else ""
                 t.add_row(shown[0], c.parameter, *check, r.dtype or "-", shown[1], "", "", where, "",
                           c.decided_by or "", str(c.unjudgeable or ""), verdict)  # fmt: skip
                 continue

@@ -197,6 +197,7 @@ def summarize(judge: GenericJudge, reference: Any) -> dict[str, Any]:
     zero = _zero_everywhere(judge, records) if not empty else {"exactly": [], "within rounding": []}
     out["zero_in_every_implementation"] = zero
     out["verdict"] = [_verdict(judge, r) for r in records]
+    out["notes"] = [r.rounding.how for r in records if not r.rounding.honest]
     out["problems"] = _problems(judge, records, zero)
     out["lines"] = _lines(out, zero)
     return out
@@ -338,7 +339,7 @@ def _problems(judge: GenericJudge, records: list[Record], zero: dict[str, list[s
 
 
 def _lines(out: dict[str, Any], zero: dict[str, list[str]]) -> list[str]:
-    lines = list(out["verdict"])
+    lines = list(out["verdict"]) + list(out["notes"])
     cov = out["coverage"]
     if cov["along directions only"]:
         lines.append(
