@@ -304,3 +304,21 @@ def test_another_backend_as_reference_needs_no_numpy_reference():
     assert report.passed, report.problems
     assert [c.question for c in report.comparisons] == ["same function"] * 6
     assert report.oracle["reference"] == "a backend (no oracle)"
+
+
+@needs_frameworks
+@pytest.mark.parametrize("framework", ["jax", "torch"])
+def test_the_adapters_evaluate_the_loss_in_float64_without_autodiff(framework):
+    import jax
+
+    from crosscheck._workloads.base import as_dtype
+    from crosscheck._workloads.generic import _framework_backend
+
+    workload = mlp(SMALL, 6)
+    params, inputs = workload.make(seed=0, dtype="float32")
+    backend = _framework_backend(framework, workload.implementations[framework])
+    wide = backend.loss(as_dtype(params, "float64"), as_dtype(inputs, "float64"))
+    narrow = backend.loss(params, inputs)
+    assert (wide.dtype, wide.shape, narrow.dtype) == (np.float64, (), np.float32)
+    assert wide != narrow.astype(np.float64) and abs(wide - narrow) < 1e-5 * abs(wide)
+    assert not jax.config.jax_enable_x64  # x64 was on for the call only
