@@ -15,14 +15,14 @@ def junit_suite(report: Report, name: str) -> ET.Element:
     compared = {c.backend for c in report.comparisons}
     for c in report.comparisons:
         title = f"{c.backend} vs {c.reference}" + (f" [{c.parameter}]" if c.parameter is not None else "")
-        title += " (its own loss)" if c.question == "derivative" else ""
+        title += " (its own loss)" if getattr(c, "question", None) == "derivative" else ""
         case = ET.SubElement(suite, "testcase", classname=name, name=title)
         if not c.passed:
             first = c.message.splitlines()[0] if c.message else c.status
             ET.SubElement(case, "failure", message=first, type=c.status).text = c.message
         elif c.unjudgeable:
             ET.SubElement(case, "system-out").text = c.message
-    problems = report.oracle.get("problems", [])
+    problems = (getattr(report, "oracle", None) or {}).get("problems", [])
     if problems:  # run-level findings of a workload's judge (an empty check, losses that differ)
         case = ET.SubElement(suite, "testcase", classname=name, name="oracle")
         ET.SubElement(case, "failure", message=problems[0], type="oracle").text = "\n".join(problems)
