@@ -22,7 +22,7 @@ import numpy as np
 from crosscheck._compare.compare import Comparison, Kinks
 from crosscheck._workloads.base import Workload, as_dtype
 from crosscheck._workloads.generic import WorkloadOracle
-from crosscheck._workloads.model_compare import Answer, Context
+from crosscheck._workloads.model_compare import Answer, Context, entries
 from crosscheck._workloads.model_oracle import (
     Differences,
     Function,
@@ -121,8 +121,6 @@ class GenericJudge:
         self.records[name] = record
         if not self.oracle:
             ctx = self._context(name, reference.name, "same function", f"`{reference.name}`'s gradient")
-            from crosscheck._workloads.model_compare import entries
-
             found, zeros = entries(ctx, value, rounding, reference.data, {})
             record.add(found, zeros)
             return record.finish(found)

@@ -26,7 +26,6 @@ import numpy as np
 
 from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
 from crosscheck._workloads.model_screen import (
-    LOCALIZE_ENTRIES,
     Direction,
     DirectionalEstimate,
     project,
@@ -172,7 +171,13 @@ def projected_terms(
 
 
 def screened(
-    ctx: Context, k: str, row: dict, est: DirectionalEstimate, value: np.ndarray, coverage: str
+    ctx: Context,
+    k: str,
+    row: dict,
+    est: DirectionalEstimate,
+    value: np.ndarray,
+    coverage: str,
+    note: str = "",
 ) -> Comparison:
     """The comparison of parameter ``k`` along its directions only."""
     n, failing, judged = len(row["index"]), row["failing"], row["judged"]
@@ -201,10 +206,8 @@ def screened(
         f"vs {ctx.reference} {est.value[row['index'][worst]]:.9g}, difference {ratio[worst]:.3g} x the "
         f"tolerance {float(row['tol'][worst]):.3g} = {shown}; decided by {max(terms, key=lambda n: terms[n])}"
     )
-    if bad and np.size(value) > LOCALIZE_ENTRIES:
-        message += (
-            f" (`{k}` has {np.size(value)} entries, over {LOCALIZE_ENTRIES}: not checked entry by entry)"
-        )
+    if bad and note:
+        message += f" ({note})"
     passed = bad == 0
     return Comparison(
         passed=passed, status="ok" if passed else "mismatch", message=message,

@@ -8,8 +8,8 @@ backward, as entry by entry: a kink on the line widens the error bar), so each d
 as much as one entry (~36 evaluations), whatever the tensor's size. A candidate's gradient ``g`` is
 projected on the same directions (``g . v``), and so is its measured rounding.
 
-Directions restricted to one tensor localize a failure to that tensor at no extra cost; a failing
-tensor small enough is then checked entry by entry (see ``LOCALIZE_ENTRIES``).
+Directions restricted to one tensor localize a failure to that tensor at no extra cost; failing
+tensors small enough are then checked entry by entry, within a budget (``LOCALIZE_ENTRIES``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from crosscheck._workloads.oracle import (
 
 #: Loss evaluations per direction (three differentiations of a smooth 1-d function).
 EVALUATIONS_PER_DIRECTION = 36
-#: A tensor whose directions fail is checked entry by entry when it has at most this many entries.
+#: Tensors whose directions fail are checked entry by entry, the smallest first, up to this many entries
+#: in all per function differenced (about as many evaluations as 256 directions).
 LOCALIZE_ENTRIES = 256
 #: The directions' seed: the same case is screened along the same directions.
 SEED = 0

@@ -142,7 +142,7 @@ def _screened(judge, ctx, rows, diffs: Differences, value, rounding, call) -> li
     assert diffs.directions is not None
     per = judge.plan.per_parameter
     coverage = f"screened: {per} random direction{'s' if per > 1 else ''}"
-    failing = [k for k, row in rows.items() if row["failing"].any() and value[k].size <= LOCALIZE_ENTRIES]
+    failing, notes = _localizable(diffs, rows, value)
     problem = localize(diffs, failing, judge.point, call, judge.progress) if failing else None
     out = []
     for k, row in rows.items():
@@ -154,8 +154,26 @@ def _screened(judge, ctx, rows, diffs: Differences, value, rounding, call) -> li
             found, _ = model_compare.entries(sub, {k: value[k]}, _only(rounding, k), answer, {k: more})
             out += found
             continue
-        out.append(model_compare.screened(ctx, k, row, diffs.directions, value[k], coverage))
+        note = notes.get(k, "") if problem is None else f"not checked entry by entry: {problem}"
+        out.append(model_compare.screened(ctx, k, row, diffs.directions, value[k], coverage, note))
     return out
+
+
+def _localizable(diffs: Differences, rows: dict, value: dict) -> tuple[list[str], dict[str, str]]:
+    """The failing tensors checked entry by entry (the smallest first, ``LOCALIZE_ENTRIES`` entries in
+    all per function, those already checked free), and why each other failing tensor is not."""
+    spent = sum(int(v[0].size) for v in diffs.localized.values())
+    chosen, notes = [], {}
+    for k in sorted((k for k, row in rows.items() if row["failing"].any()), key=lambda k: value[k].size):
+        size = int(np.size(value[k]))
+        if k in diffs.localized or spent + size <= LOCALIZE_ENTRIES:
+            chosen.append(k)
+            spent += 0 if k in diffs.localized else size
+        elif size > LOCALIZE_ENTRIES:
+            notes[k] = f"`{k}` has {size} entries, over {LOCALIZE_ENTRIES}: not checked entry by entry"
+        else:
+            notes[k] = f"not checked entry by entry: the budget of {LOCALIZE_ENTRIES} entries is spent"
+    return chosen, notes
 
 
 def _only(rounding: Rounding, k: str) -> Rounding:
