@@ -1,5 +1,9 @@
-"""Sessions: ``nox -s tests``, ``nox -s crosscheck`` (the sweep), ``nox -s lint``, ``nox -s bench``,
-``nox -s bench_sweep``."""
+"""Sessions: ``nox -s tests``, ``nox -s crosscheck`` (the sweep), ``nox -s lint``, ``nox -s docs``,
+``nox -s bench``, ``nox -s bench_sweep``, ``nox -s memory``.
+
+Every session installs this project from the working tree (the distribution ``crosscheck-gradients``;
+the import package and the command are ``crosscheck``) with ``constraints.txt``.
+"""
 
 from __future__ import annotations
 
@@ -47,6 +51,22 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", "--diff", ".")
     session.run("mypy")
     session.run("lint-imports")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site (MkDocs Material, the API from the docstrings) with ``--strict``.
+
+    Installs no framework: the site's command-line reference comes from the parser, which imports
+    neither JAX nor PyTorch, and mkdocstrings reads the docstrings without importing the package.
+    ``nox -s docs -- serve`` serves it on http://127.0.0.1:8000 instead.
+    """
+    _install(session, "docs")
+    quiet = {"NO_MKDOCS_2_WARNING": "1"}  # Material's banner about its successor, on every build
+    if session.posargs[:1] == ["serve"]:
+        session.run("mkdocs", "serve", *session.posargs[1:], env=quiet)
+    else:
+        session.run("mkdocs", "build", "--strict", *session.posargs, env=quiet)
 
 
 @nox.session

@@ -102,8 +102,10 @@ class JaxBackend:
 
     def grad(self, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
         grad = self._current()[1]
+        # jax.device_put, not jnp.asarray: the latter compiles a small program per shape and dtype
+        # (~40 ms each on a first call here); both copy the NumPy array as it is.
         with jax.enable_x64(weights.dtype == np.float64):
-            return np.asarray(grad(jnp.asarray(weights), jnp.asarray(x)))
+            return np.asarray(grad(jax.device_put(weights), jax.device_put(x)))
 
     def loss_fn(self):
         """The scalar loss ``(weights, x) -> sum(y_L ** 2)`` whose ``jax.grad`` ``grad`` computes."""
@@ -114,7 +116,7 @@ class JaxBackend:
         ``jax.jvp(jax.grad(loss), (weights,), (v,))`` through the same scan (and checkpoints)."""
         hvp = _hvp_fn(self._current()[0])
         with jax.enable_x64(weights.dtype == np.float64):
-            return np.asarray(hvp(jnp.asarray(weights), jnp.asarray(x), jnp.asarray(v)))
+            return np.asarray(hvp(jax.device_put(weights), jax.device_put(x), jax.device_put(v)))
 
     @contextlib.contextmanager
     def without_checkpointing(self):
@@ -128,7 +130,7 @@ class JaxBackend:
     def activations(self, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
         """The forward activations ``y[1] .. y[L]``, shape ``(L, N, d)`` (for localizing a mismatch)."""
         with jax.enable_x64(weights.dtype == np.float64):
-            return np.asarray(_activations(jnp.asarray(weights), jnp.asarray(x)))
+            return np.asarray(_activations(jax.device_put(weights), jax.device_put(x)))
 
     def highest_precision(self):
         """A context in which matrix products run at full float32 precision (for ``explain``)."""

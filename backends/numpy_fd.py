@@ -53,6 +53,7 @@ class FiniteDifferenceOracle:
         directions: np.ndarray,
         *,
         progress: Callable[[int, int], None] | None = None,
+        keep_model: bool = True,
     ) -> ScreenEstimate:
         """Directional derivatives ``sum(grad[k] * directions[k, s])``, each with an error bound.
 
@@ -60,20 +61,30 @@ class FiniteDifferenceOracle:
             weights: ``(L, d, d)``; x: ``(N, d)`` (not modified).
             directions: ``(L, S, d, d)``: ``S`` directions per layer.
             progress: called as ``progress(done, total)`` in units of directions.
+            keep_model: also model every entry's rounding and return the model (``rounding``).
         """
-        return _fd.screen(weights, x, directions, progress=progress)
+        return _fd.screen(weights, x, directions, progress=progress, keep_model=keep_model)
 
     def hvp(self, weights: np.ndarray, x: np.ndarray, v: np.ndarray) -> np.ndarray:
         """The float64 Hessian-vector product ``H v`` from loss evaluations only (NaN if unjudgeable)."""
         return self.hvp_estimate(weights, x, v).value
 
-    def hvp_estimate(self, weights: np.ndarray, x: np.ndarray, v: np.ndarray):
+    def hvp_estimate(
+        self, weights: np.ndarray, x: np.ndarray, v: np.ndarray, *, layers: Sequence[int] | None = None
+    ):
         """``H v`` with an error bound per entry and its kink flags (see
         ``crosscheck._workloads.stack.hvp``): the derivative along ``v`` of this oracle's gradient,
-        exact for the polynomial the stack is between kinks."""
+        exact for the polynomial the stack is between kinks. ``layers``: only these (NaN elsewhere)."""
         from crosscheck._workloads.stack.hvp import oracle_hvp
 
-        return oracle_hvp(self, weights, x, v)
+        return oracle_hvp(self, weights, x, v, layers=layers)
+
+    def hvp_screen(self, weights: np.ndarray, x: np.ndarray, v: np.ndarray, directions: np.ndarray):
+        """``sum((H v)[k] * directions[k, s])`` with error bars and kink flags, from this oracle's
+        screening along ``directions`` (``(L, S, d, d)``): the derivative along ``v`` of ``screen``."""
+        from crosscheck._workloads.stack.hvp import oracle_hvp_screen
+
+        return oracle_hvp_screen(self, weights, x, v, directions)
 
     def activations(self, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
         """The float64 forward activations ``y[1] .. y[L]``, shape ``(L, N, d)``."""

@@ -1,104 +1,111 @@
 """Time the finite-difference oracle against ``torch.autograd.gradcheck`` and against its own floor.
 
 For each width d (N = 8, L = 8, the float64 gaussian case of ``crosscheck.make_inputs``) this times, in
-one process:
+one process, with every core as a user runs them (no thread setting is changed here):
 
 * the oracle, ``load_backend("numpy-fd").estimate(weights, x)``: the best of ``--repeats`` runs;
 * ``torch.autograd.gradcheck(fast_mode=False)`` in float64 on the same stack loss as a function of the
-  weights: one call (it builds the full numerical Jacobian, two forward passes per weight);
+  weights: the best of ``--gc-repeats`` calls (it builds the full numerical Jacobian, two forward passes
+  per weight);
 * the oracle's *floor*: the matrix products the oracle cannot avoid, timed on this machine;
 
-then the oracle alone at d = 64, N = 32 (float32 inputs; the oracle works in float64).
+then the HVP oracle (``hvp_estimate``, full, and ``hvp_screen``) at ``--hvp-dim`` (default 64).
 
 The floor. The oracle perturbs every weight ``W[k][i, j]`` by ``+h`` and ``-h`` and re-evaluates the
-stack from layer ``k`` on, reusing the unperturbed prefix. The perturbation only moves column ``j`` of
-``z[k]`` (no product needed there), and so only column ``j`` of ``y[k+1]``: ``z[k+1]`` changes by a
-rank-one term (no product needed there either). Each of the two evaluations then costs ``L - 2 - k``
-products ``(N, d) @ (d, d)`` (none for the last two layers). Summed over layers that is
-``d*d * 2 * (L-1)*(L-2)/2`` such products. The oracle batches
-them: a chunk of ``S`` entries (``_CHUNK_VALUES // (2*N*d)``, at most ``d*d``) stacks its ``2*S`` blocks
-into one tall ``(2*S*N, d) @ (d, d)`` product. The floor is the best time of that one tall product
-(written into a preallocated output, so no allocation is timed; sampled after each oracle run, so that
-both see the same machine load) times the number of such products needed. Retries after a kink crossing
-and all elementwise work are outside the floor.
+stack from layer ``k`` on, reusing the unperturbed prefix and only the rows of the batch the
+perturbation changes: row n changes when ``y[k][n, i] != 0`` and unit ``(k, n, j)`` is on. In such a
+row only ``z[k][n, j]`` moves (no product), so ``z[k+1][n]`` changes by a rank-one term (no product
+either); each of the two evaluations then costs ``L - 2 - k`` row products ``(1, d) @ (d, d)``. The floor
+counts those row products on this case (``sum_n nnz(y[k][n]) * nnz(mask[k][n])`` changed rows per
+layer) and times them as the oracle runs them, stacked into tall ``(R, d) @ (d, d)`` products of the
+oracle's block size, written into a preallocated output: the best of BLAS on all cores in one thread,
+and one single-threaded BLAS per core in parallel threads (what the oracle does). Retries after a kink
+crossing and all elementwise work (ReLU, mask checks, the rounding model) are outside the floor. The
+floor is sampled after each oracle run, so that both see the same machine load.
 
-Threads: BLAS and OpenMP run single-threaded unless ``OMP_NUM_THREADS`` / ``OPENBLAS_NUM_THREADS`` /
-``MKL_NUM_THREADS`` are set by the caller (see below).
-
-Usage: ``python benchmarks/bench_oracle.py [--dims 16 32 64] [--skip-gradcheck] [--skip-n32]``.
+Usage: ``python benchmarks/bench_oracle.py [--dims 16 32 64] [--skip-gradcheck] [--hvp-dim 64]
+[--profile]``.
 """
 
 from __future__ import annotations
 
-import os
-
-# One thread per library unless the caller set these: at these sizes extra BLAS / OpenMP threads mostly
-# add wake-up latency, and on small VMs they make timings erratic (2 threads made torch's d=32 gradcheck
-# 40x slower on a 2-vCPU VM). They must be set before numpy and torch load.
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-os.environ.setdefault("MKL_NUM_THREADS", "1")
-
 import argparse
-import importlib
+import cProfile
+import io
+import os
+import pstats
+import threading
 import time
 
 import numpy as np
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 import crosscheck
+from crosscheck._workloads.stack import model as _stack
+from crosscheck._workloads.stack import perturb, threads
+from crosscheck._workloads.stack.hvp import direction
+from crosscheck._workloads.stack.screen import sign_directions
 
 LAYERS = 8
-console = Console()
+console = Console(width=150)
 
 
-def inputs(dim: int, batch: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+def inputs(dim: int, batch: int, dtype: str = "float64") -> tuple[np.ndarray, np.ndarray]:
     return crosscheck.make_inputs(crosscheck.Case(layers=LAYERS, batch=batch, dim=dim, dtype=dtype, seed=0))
 
 
-def progress_bar(description: str) -> Progress:
-    """A transient bar in a terminal; elsewhere (logs, CI) a plain line saying what runs."""
-    if not console.is_terminal:
-        console.print(f"{description} ...", style="dim")
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    return Progress(*columns, console=console, transient=True, disable=not console.is_terminal)
+def row_products(weights: np.ndarray, x: np.ndarray) -> int:
+    """Row products ``(1, d) @ (d, d)`` the oracle cannot avoid on this case (see the module doc)."""
+    fwd = _stack.forward(weights, x)
+    total = 0
+    for k in range(LAYERS - 2):
+        changed = int(np.sum(np.count_nonzero(fwd.ys[k], axis=1) * np.count_nonzero(fwd.masks[k], axis=1)))
+        total += 2 * changed * (LAYERS - 2 - k)
+    return total
 
 
-def floor_seconds(oracle: crosscheck.Backend, dim: int, batch: int, repeats: int = 30) -> float:
-    """Time of the oracle's unavoidable matrix products, batched as the oracle batches them."""
-    chunk_values = importlib.import_module(type(oracle).__module__)._CHUNK_VALUES
-    entries = min(max(1, chunk_values // (2 * batch * dim)), dim * dim)  # S entries per chunk
-    rows = 2 * entries * batch  # +h and -h: 2*S blocks of (N, d), stacked
-    blocks = dim * dim * (LAYERS - 1) * (LAYERS - 2)  # sum over k of d*d * 2 * max(L - 2 - k, 0)
-    rng = np.random.default_rng(0)
-    a, w = rng.standard_normal((rows, dim)), rng.standard_normal((dim, dim))
-    out = np.empty((rows, dim))
+def _best_product(a: np.ndarray, w: np.ndarray, out: np.ndarray, repeats: int) -> float:
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
         np.matmul(a, w, out=out)
         best = min(best, time.perf_counter() - start)
-    return best * blocks * batch / rows
+    return best
 
 
-def time_oracle(weights: np.ndarray, x: np.ndarray, repeats: int) -> tuple[float, float, int]:
-    """Best of ``repeats`` oracle runs, its floor (timed after each run, best kept), and its evaluations.
+def seconds_per_row(dim: int, repeats: int = 20) -> float:
+    """The best time of one row of a tall product of the oracle's block size, on all cores."""
+    rows = perturb._CHUNK_VALUES // dim
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((dim, dim))
+    blocks = [(rng.standard_normal((rows, dim)), np.empty((rows, dim))) for _ in range(threads.workers())]
+    one = _best_product(blocks[0][0], w, blocks[0][1], repeats) / rows  # BLAS's own threads
+    times = [0.0] * len(blocks)
 
-    Timing the floor between the oracle's runs samples both over the same stretch of time, so a noisy
-    machine (a shared VM) moves them together and their ratio stays meaningful.
-    """
-    oracle, best, floor = crosscheck.load_backend("numpy-fd"), float("inf"), float("inf")
-    d, n = weights.shape[1], x.shape[0]
-    with progress_bar(f"oracle d={d} N={n}, best of {repeats}") as bar:
-        for r in range(repeats):
-            task = bar.add_task(f"oracle d={d} N={n} run {r + 1}/{repeats}", total=weights.size)
-            start = time.perf_counter()
-            est = oracle.estimate(weights, x, progress=lambda done, _, t=task: bar.update(t, completed=done))
-            best = min(best, time.perf_counter() - start)
-            floor = min(floor, floor_seconds(oracle, d, n))
-    return best, floor, est.evaluations
+    def worker(i: int) -> None:
+        times[i] = _best_product(blocks[i][0], w, blocks[i][1], repeats)
+
+    with threads.single_threaded_blas():
+        pool = [threading.Thread(target=worker, args=(i,)) for i in range(len(blocks))]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+    parallel = max(times) / (rows * len(blocks))  # one block per core at once
+    return min(one, parallel)
+
+
+def time_oracle(weights: np.ndarray, x: np.ndarray, repeats: int) -> dict:
+    """Best of ``repeats`` oracle runs, its floor (sampled after each run, best kept), its evaluations."""
+    oracle, best, per_row = crosscheck.load_backend("numpy-fd"), float("inf"), float("inf")
+    console.print(f"oracle d={weights.shape[1]} N={x.shape[0]}, best of {repeats} ...", style="dim")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        est = oracle.estimate(weights, x)
+        best = min(best, time.perf_counter() - start)
+        per_row = min(per_row, seconds_per_row(weights.shape[1]))
+    return {"oracle": best, "floor": per_row * row_products(weights, x), "evals": est.evaluations}
 
 
 def time_gradcheck(weights: np.ndarray, x: np.ndarray) -> tuple[float, bool]:
@@ -107,62 +114,21 @@ def time_gradcheck(weights: np.ndarray, x: np.ndarray) -> tuple[float, bool]:
 
     w = torch.tensor(weights, dtype=torch.float64, requires_grad=True)
     xt = torch.tensor(x, dtype=torch.float64)
-    calls, total = 0, 2 * weights.size  # two forward passes per weight dominate
 
-    description = f"gradcheck d={weights.shape[1]}: {total} forward passes"
-    with progress_bar(description) as bar:
-        task = bar.add_task(description, total=total)
+    def loss(w: torch.Tensor) -> torch.Tensor:
+        y = xt
+        for k in range(w.shape[0]):
+            y = torch.relu(y @ w[k])
+        return torch.sum(y**2)
 
-        def loss(w: torch.Tensor) -> torch.Tensor:
-            nonlocal calls
-            calls += 1
-            if calls % 512 == 0:
-                bar.update(task, completed=min(calls, total))
-            y = xt
-            for k in range(w.shape[0]):
-                y = torch.relu(y @ w[k])
-            return torch.sum(y**2)
-
-        start = time.perf_counter()
-        ok = torch.autograd.gradcheck(loss, (w,), fast_mode=False, raise_exception=False)
+    console.print(f"gradcheck d={weights.shape[1]}: {2 * weights.size} forward passes ...", style="dim")
+    start = time.perf_counter()
+    ok = torch.autograd.gradcheck(loss, (w,), fast_mode=False, raise_exception=False)
     return time.perf_counter() - start, ok
-
-
-FOOTNOTE = (
-    "floor: best time of one tall (2*S*N, d) @ (d, d) product (S = entries per oracle chunk) times the "
-    "number of such products the oracle needs: d*d weights x 2 evaluations x (L-2-k) layers, summed over k. "
-    "evals/2Ld²: the oracle's loss evaluations over the floor's (above 1: retries after crossing a kink). "
-    "gradcheck: one fast_mode=False call; ✓/✗ is its verdict. Threads: OMP/OPENBLAS_NUM_THREADS, "
-    f"here {os.environ['OPENBLAS_NUM_THREADS']}."
-)
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dims", type=int, nargs="+", default=[16, 32, 64], help="widths d (N=8, L=8)")
-    parser.add_argument("--repeats", type=int, default=3, help="oracle runs per width (the best is kept)")
-    parser.add_argument("--skip-gradcheck", action="store_true", help="time the oracle and its floor only")
-    parser.add_argument("--skip-n32", action="store_true", help="skip the d=64, N=32 float32 oracle run")
-    return parser.parse_args(argv)
-
-
-def measure(args: argparse.Namespace) -> dict[int, dict]:
-    rows = {}
-    for d in args.dims:  # every oracle timing first, so that torch's thread pool cannot disturb them
-        oracle, floor, evaluations = time_oracle(*inputs(d, 8, "float64"), args.repeats)
-        rows[d] = {"oracle": oracle, "floor": floor, "evals": evaluations, "gc": None}
-    if not args.skip_gradcheck:
-        for d in args.dims:
-            rows[d]["gc"], rows[d]["ok"] = time_gradcheck(*inputs(d, 8, "float64"))
-    return rows
 
 
 def ratio(a: float | None, b: float | None) -> str:
     return "-" if a is None or b is None else f"{a / b:.1f}x"
-
-
-def seconds(t: float | None) -> str:
-    return "-" if t is None else f"{t:.3f}"
 
 
 def print_table(rows: dict[int, dict]) -> None:
@@ -170,23 +136,78 @@ def print_table(rows: dict[int, dict]) -> None:
     for name in ("d", "oracle s", "gc s", "gc/oracle", "floor s", "oracle/floor", "evals/2Ld²"):
         table.add_column(name, justify="right")
     for d, r in rows.items():
-        gc = seconds(r["gc"]) + ("" if r["gc"] is None else " ✓" if r["ok"] else " ✗")
-        cells = (seconds(r["oracle"]), gc, ratio(r["gc"], r["oracle"]), seconds(r["floor"]))
+        gc = "-" if r["gc"] is None else f"{r['gc']:.3f} " + ("✓" if r["ok"] else "✗")
+        cells = (f"{r['oracle']:.3f}", gc, ratio(r["gc"], r["oracle"]), f"{r['floor']:.3f}")
         extra = (ratio(r["oracle"], r["floor"]), f"{r['evals'] / (2 * LAYERS * d * d):.2f}")
         table.add_row(str(d), *cells, *extra)
     console.print(table)
-    console.print(FOOTNOTE, style="dim", highlight=False)
+    console.print(
+        "floor: the row products of the rows each perturbation changes (L-2-k per evaluation, 2 per "
+        "weight), at the best rate of this machine's BLAS on all cores (its threads, or one "
+        "single-threaded BLAS per core). evals/2Ld²: loss evaluations over 2 per weight (above 1: "
+        f"retries after a kink). Cores: {threads.workers()}; OMP/OPENBLAS_NUM_THREADS: "
+        f"{os.environ.get('OMP_NUM_THREADS')}/{os.environ.get('OPENBLAS_NUM_THREADS')}.",
+        style="dim",
+        highlight=False,
+    )
+
+
+def time_hvp(dim: int, directions: int) -> None:
+    weights, x = inputs(dim, 8, "float32")
+    v, oracle = direction(weights, 0), crosscheck.load_backend("numpy-fd")
+    start = time.perf_counter()
+    full = oracle.hvp_estimate(weights, x, v)
+    full_s = time.perf_counter() - start
+    start = time.perf_counter()
+    screened = oracle.hvp_screen(weights, x, v, sign_directions(LAYERS, directions, dim))
+    screen_s = time.perf_counter() - start
+    console.print(
+        f"HVP oracle, d={dim} N=8 L={LAYERS} float32 gaussian: full [bold]{full_s:.2f} s[/bold] "
+        f"({full.evaluations} evaluations), screened along {directions} directions per layer "
+        f"[bold]{screen_s:.2f} s[/bold] ({screened.evaluations} evaluations)"
+    )
+
+
+def profile(weights: np.ndarray, x: np.ndarray) -> None:
+    """Where the oracle's time goes: the top functions by own time."""
+    oracle = crosscheck.load_backend("numpy-fd")
+    profiler = cProfile.Profile()
+    profiler.enable()
+    oracle.estimate(weights, x)
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(12)
+    console.print(out.getvalue(), highlight=False, markup=False)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dims", type=int, nargs="+", default=[16, 32, 64], help="widths d (N=8, L=8)")
+    parser.add_argument("--repeats", type=int, default=3, help="oracle runs per width (the best is kept)")
+    parser.add_argument("--skip-gradcheck", action="store_true", help="time the oracle and its floor only")
+    parser.add_argument(
+        "--gc-repeats", type=int, default=1, help="gradcheck calls per width (the best is kept)"
+    )
+    parser.add_argument("--hvp-dim", type=int, default=64, help="width of the HVP timing (0: skip it)")
+    parser.add_argument("--directions", type=int, default=4, help="directions per layer, HVP screening")
+    parser.add_argument("--profile", action="store_true", help="profile the oracle at the largest width")
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    print_table(measure(args))
-    if not args.skip_n32:
-        oracle, floor, evaluations = time_oracle(*inputs(64, 32, "float32"), args.repeats)
-        console.print(
-            f"oracle, d=64 N=32 L={LAYERS} float32 gaussian: [bold]{oracle:.3f} s[/bold] "
-            f"(floor {floor:.3f} s, oracle/floor {oracle / floor:.1f}x, {evaluations} evaluations)"
-        )
+    rows = {}
+    for d in args.dims:  # every oracle timing first: torch's threads, once started, spin a while
+        rows[d] = {**time_oracle(*inputs(d, 8), args.repeats), "gc": None, "ok": None}
+    if not args.skip_gradcheck:
+        for d in args.dims:
+            runs = [time_gradcheck(*inputs(d, 8)) for _ in range(args.gc_repeats)]
+            rows[d]["gc"], rows[d]["ok"] = min(t for t, _ in runs), all(ok for _, ok in runs)
+    print_table(rows)
+    if args.hvp_dim:
+        time_hvp(args.hvp_dim, args.directions)
+    if args.profile:
+        profile(*inputs(max(args.dims), 8))
 
 
 if __name__ == "__main__":

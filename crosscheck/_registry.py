@@ -15,19 +15,33 @@ from crosscheck._errors import describe, reraise_user_interrupt
 
 ENTRY_POINT_GROUP = "crosscheck.backends"
 
+#: The distribution's name on the package index (``crosscheck`` there is an unrelated project).
+DISTRIBUTION = "crosscheck-gradients"
+
+
+def install_hint(extra: str | None = None) -> str:
+    """What to install for ``extra`` (``None``: the package itself), as a message quotes it.
+
+    The name is not published on the package index yet, so the hint also gives the form that works in
+    a clone of the repository.
+    """
+    suffix = f"[{extra}]" if extra else ""
+    return f"pip install '{DISTRIBUTION}{suffix}'; from a clone: pip install '.{suffix}'"
+
+
 #: Built-in backends: name -> (module under crosscheck.backends, class, what to install).
 BUILTINS: dict[str, tuple[str, str, str]] = {
-    "jax": ("jax", "JaxBackend", "pip install 'crosscheck[jax]'"),
-    "torch": ("torch", "TorchBackend", "pip install 'crosscheck[torch]'"),
-    "numpy-fd": ("numpy_fd", "FiniteDifferenceOracle", "pip install crosscheck"),
+    "jax": ("jax", "JaxBackend", install_hint("jax")),
+    "torch": ("torch", "TorchBackend", install_hint("torch")),
+    "numpy-fd": ("numpy_fd", "FiniteDifferenceOracle", install_hint()),
     # Variants for `crosscheck inspect` and `crosscheck memory`, by name only (not in DEFAULTS).
-    "jax-plain": ("jax", "JaxPlainBackend", "pip install 'crosscheck[jax]'"),
-    "jax-remat-scan": ("jax", "JaxRematScanBackend", "pip install 'crosscheck[jax]'"),
-    "jax-segments": ("jax", "JaxSegmentsBackend", "pip install 'crosscheck[jax]'"),
-    "torch-plain": ("torch", "TorchPlainBackend", "pip install 'crosscheck[torch]'"),
-    "torch-segments": ("torch", "TorchSegmentsBackend", "pip install 'crosscheck[torch]'"),
+    "jax-plain": ("jax", "JaxPlainBackend", install_hint("jax")),
+    "jax-remat-scan": ("jax", "JaxRematScanBackend", install_hint("jax")),
+    "jax-segments": ("jax", "JaxSegmentsBackend", install_hint("jax")),
+    "torch-plain": ("torch", "TorchPlainBackend", install_hint("torch")),
+    "torch-segments": ("torch", "TorchSegmentsBackend", install_hint("torch")),
 }
-#: What `run` and `matrix` use when no backend is named.
+#: What `run` and `sweep` check when no backend is named (the variants run only when named).
 DEFAULTS = ("jax", "torch", "numpy-fd")
 ORACLE = "numpy-fd"
 

@@ -30,7 +30,7 @@ def assert_gradients_close(
             ``module:attribute``; or a ``crosscheck.Case`` of the stack; or None (the stack, with
             ``options`` such as ``dim=``, ``seed=``).
         backends: names, import strings, backend objects or functions (default: the workload's
-            implementations, or every built-in for the stack).
+            implementations; for the stack, ``jax`` and ``torch`` against the oracle).
         **options: any keyword of ``crosscheck.run`` (``dtype``, ``seed``, ``reference``, ``rtol`` and
             ``atol``, ``strict``, the stack's ``layers``, ``dim``, ...).
 

@@ -30,7 +30,8 @@ import crosscheck
 
 #: The ways to misbehave. Those after "accumulates" are helpers: "witness" fails when the inputs it is
 #: given carry a hostile write (a 5.0 or a -0.0), "wrong" returns twice the gradient (a run that fails),
-#: "slow" sleeps 30 s in the call after touching the file named by $HOSTILE_MARKER.
+#: "slow" sleeps 30 s in the call after touching the file named by $HOSTILE_MARKER; "os_exit" and
+#: "segfault" end their process (tests/test_isolate.py runs them in worker processes).
 KINDS = (
     "none",  # returns None
     "raises",  # raises ValueError("boom")
@@ -49,6 +50,8 @@ KINDS = (
     "witness",
     "wrong",
     "slow",
+    "os_exit",  # os._exit(3) inside the call: only a worker process (--isolate) survives it
+    "segfault",  # reads address 0 (SIGSEGV) inside the call: likewise
 )
 MARKUP_NAME = "[/]evil[bold]"
 ARMED = True
@@ -208,6 +211,12 @@ def misbehave(kind: str, arrays: list[np.ndarray], right) -> Any:
         sys.exit(0)
     if kind == "kbint":
         raise KeyboardInterrupt
+    if kind == "os_exit":
+        os._exit(3)
+    if kind == "segfault":
+        import ctypes
+
+        ctypes.string_at(0)
     answer = right()
     if kind == "writes":
         arrays[0][(0,) * arrays[0].ndim] = 5

@@ -198,7 +198,7 @@ def test_missing_framework_names_the_extra(no_torch):
     message = str(exc.value)
     assert "\n" not in message
     assert "backend `torch` is unavailable" in message
-    assert "pip install 'crosscheck[torch]'" in message
+    assert "pip install 'crosscheck-gradients[torch]'; from a clone: pip install '.[torch]'" in message
     assert isinstance(exc.value.__cause__, ImportError)  # raised `from exc`
     assert isinstance(exc.value, ImportError)
 
@@ -216,7 +216,7 @@ def test_explicitly_requested_unavailable_backend_fails_the_run(no_torch):
     pytest.importorskip("jax")
     report = crosscheck.run(layers=2, dim=3, batch=2, seed=1, backends=["torch", "jax"])
     assert report.backends["torch"].status == "unavailable"
-    assert "crosscheck[torch]" in report.backends["torch"].error
+    assert "crosscheck-gradients[torch]" in report.backends["torch"].error
     assert report.backends["jax"].status == "ok"
     assert [c.backend for c in report.comparisons] == ["jax"]
     assert report.comparisons[0].passed

@@ -46,7 +46,7 @@ def user_module(tmp_path, monkeypatch):
     return tmp_path
 
 
-def _run(tmp_path, *backends):
+def _run(tmp_path, *backends, options=()):
     args = [
         "run",
         "--layers",
@@ -61,18 +61,20 @@ def _run(tmp_path, *backends):
     ]
     for backend in backends:
         args += ["--backend", backend]
-    return main(args)
+    return main([*args, *options])
 
 
 def test_failing_run_writes_a_bundle_that_replays_bit_for_bit(user_module, capsys):
     assert _run(user_module, "bundlemod:mean_not_sum", "jax") == 1
     bundle = load_bundle(user_module / "b.npz")
     assert set(bundle["gradients"]) == {"numpy-fd", "mean_not_sum", "jax"}
-    assert bundle["weights"].dtype == np.float32
+    assert bundle["workload"] == "stack" and bundle["meta"]["version"] == 2
+    assert bundle["params"]["weights"].dtype == np.float32 and set(bundle["inputs"]) == {"x"}
+    assert all(set(value) == {"weights"} for value in bundle["gradients"].values())
     assert bundle["meta"]["report"]["passed"] is False
     assert "environment" in bundle["meta"]["report"]
     capsys.readouterr()
-    assert main(["replay", str(user_module / "b.npz")]) == 0
+    assert main(["replay", str(user_module / "b.npz"), "--trust"]) == 0
     out = capsys.readouterr().out
     assert out.count("│ bit for bit") == 3
     assert "REPRODUCED bit for bit" in out
@@ -84,9 +86,10 @@ def test_a_passing_run_writes_no_bundle(user_module):
 
 
 def test_replay_notices_a_backend_that_changes(user_module, capsys):
-    assert _run(user_module, "bundlemod:drifting") == 1
+    # In process: the drifting backend's call count lives here, so the replay's call is its third.
+    assert _run(user_module, "bundlemod:drifting", options=["--no-isolate"]) == 1
     capsys.readouterr()
-    assert main(["replay", str(user_module / "b.npz")]) == 1
+    assert main(["replay", str(user_module / "b.npz"), "--trust", "--no-isolate"]) == 1
     out = capsys.readouterr().out
     assert "differs" in out and "NOT REPRODUCED" in out
 

@@ -16,7 +16,6 @@ import pytest
 
 import crosscheck
 from crosscheck._cli.main import main
-from crosscheck._sweep.matrix import render_matrix, run_matrix
 
 SMALL = ["--layers", "3", "--dim", "4", "--batch", "3"]
 
@@ -136,7 +135,7 @@ def test_small_case_passes_and_prints_the_table(capsys):
     status = main(["run", "--layers", "2", "--dim", "3", "--batch", "2", "--seed", "1"])
     out = capsys.readouterr().out
     assert status == 0, out
-    for text in ("backend", "max abs", "worst", "decided by", "PASSED"):
+    for text in ("backend", "max abs", "worst", "decided", "PASSED"):
         assert text in out
     rows = {line.split()[1]: line for line in out.splitlines() if line.startswith("│")}
     assert "reference" in rows["numpy-fd"]
@@ -248,11 +247,14 @@ USAGE_ERRORS = [
     (["run", "--backend", "mymodule:factory_raises"], ["factory", "RuntimeError", "cannot start"]),
     (["run", "--reference", "nope"], ["unknown backend", "`nope`"]),
     (["run", "--json", "no/such/folder/r.json", "--backend", "mymodule:my_grad"], ["`--json`", "r.json"]),
-    (["frobnicate"], ["'frobnicate'", "run", "matrix"]),
-    ([], ["required", "command"]),
-    (["matrix", "--backend", "nope"], ["unknown backend", "`nope`"]),
+    (["frobnicate"], ["'frobnicate'", "run", "sweep"]),
+    (["matrix"], ["'matrix'", "run", "sweep"]),  # gone: `crosscheck sweep` runs the CI matrix
+    (["sweep", "--backend", "nope"], ["unknown backend", "`nope`"]),
     (["run", "--oracle-mode", "full", "--directions", "8"], ["`--directions`", "`--oracle-mode full`"]),
-    (["run", "--quantity", "hvp", "--directions", "8"], ["`--directions`", "`--quantity hvp` never screens"]),
+    (
+        ["run", "--quantity", "hvp", "--oracle-mode", "full", "--directions", "8"],
+        ["`--directions`", "`--oracle-mode full` never screens"],
+    ),
 ]
 
 
@@ -290,10 +292,10 @@ USAGE_ERRORS = [
         "unknown-reference",
         "json-unwritable",
         "unknown-command",
-        "no-command",
-        "matrix-unknown-backend",
+        "matrix-is-gone",
+        "sweep-unknown-backend",
         "directions-without-screening",
-        "directions-with-hvp",
+        "directions-with-full-hvp",
     ],
 )
 def test_usage_error_exits_2_with_one_line(user_module, capsys, argv, fragments):
@@ -464,51 +466,59 @@ def test_backend_modifying_its_inputs_fails_and_inputs_are_restored(backend):
     np.testing.assert_array_equal(x, x_copy, strict=True)
 
 
-# -- the CI matrix -------------------------------------------------------------------------------------
+# -- known answers (the CI matrix's identity cases), through the sweep -------------------------------
 
-MATRIX_CASES = [
-    crosscheck.Case(layers=3, batch=2, dim=2, init="identity"),
-    crosscheck.Case(layers=2, batch=2, dim=3, seed=1),
-]
+KNOWN_CASES = [
+    {"workload": "stack", "layers": 3, "batch": 2, "dim": 2, "dtype": "float32", "seed": 0,
+     "init": "identity", "scale": 1.0},
+    {"workload": "stack", "layers": 2, "batch": 2, "dim": 3, "dtype": "float32", "seed": 1,
+     "init": "gaussian", "scale": 1.0},
+]  # fmt: skip
 
 
-def _render(rows) -> str:
+def _render(result) -> str:
     from rich.console import Console
 
+    from crosscheck._cli.sweep import render
+
     console = Console(file=io.StringIO(), width=200)
-    render_matrix(rows, console)
+    render(result, console)
     return console.file.getvalue()
 
 
-def test_matrix_passes_with_an_exact_known_answer():
-    rows = run_matrix(MATRIX_CASES)
-    assert [row.known_answer for row in rows] == ["exact", ""]
-    assert all(row.passed for row in rows), [row.report.problems for row in rows]
-    text = _render(rows)
-    assert "PASSED: all 2 cases agree" in text
+def test_sweep_checks_an_identity_case_against_its_exact_answer():
+    from crosscheck._sweep.engine import sweep
+
+    result = sweep(KNOWN_CASES, jobs=0)
+    assert [r["known_answer"] for r in result.records] == ["exact", ""]
+    assert all(r["passed"] for r in result.records), [r["error"] for r in result.records]
+    text = _render(result)
+    assert "PASSED: all 2 cases" in text
     assert "exact" in text
 
 
-def test_matrix_fails_on_a_wrong_backend(user_module):
-    rows = run_matrix(MATRIX_CASES, backends=["mymodule:mean_loss"])
-    assert not any(row.passed for row in rows)
-    assert rows[0].known_answer == "mymodule:mean_loss is not exactly 4 everywhere"
-    text = _render(rows)
-    assert "FAILED: 2 of 2 cases disagree" in text
+def test_a_wrong_backend_misses_the_exact_answer(user_module):
+    from crosscheck._sweep.engine import sweep
+
+    result = sweep(KNOWN_CASES, backends=["mymodule:mean_loss"], jobs=0)
+    assert not any(r["passed"] for r in result.records)
+    assert result.records[0]["known_answer"] == "mymodule:mean_loss is not exactly 4 everywhere"
+    assert "FAILED: 2 of 2 cases" in _render(result)
 
 
-def test_matrix_json(tmp_path, monkeypatch, capsys):
+def test_sweep_of_the_builtin_matrix_writes_the_known_answer(tmp_path, monkeypatch, capsys):
     import crosscheck._sweep.matrix as matrix
 
-    # The CLI runs the fixed matrix (~25 s); one of its identity cases is enough to test the command.
-    monkeypatch.setattr(matrix, "CASES", tuple(MATRIX_CASES[:1]))
-    status = main(["matrix", "--json", str(tmp_path / "matrix.json")])
+    # The built-in matrix takes ~25 s; one of its identity cases is enough to test the command.
+    monkeypatch.setattr(matrix, "CASES", tuple(matrix.CASES[:1]))
+    monkeypatch.chdir(tmp_path)  # no [tool.crosscheck] here or above
+    status = main(["sweep", "--jobs", "0", "--json", "sweep.json"])
     out = capsys.readouterr().out
     assert status == 0, out
-    reports = json.loads((tmp_path / "matrix.json").read_text())
-    assert len(reports) == 1
-    assert reports[0]["known_answer"] == "exact"
-    assert reports[0]["passed"] is True
+    assert "crosscheck sweep: 1 case, the built-in CI matrix" in out
+    (case,) = json.loads((tmp_path / "sweep.json").read_text())["cases"]
+    assert case["known_answer"] == "exact"
+    assert case["passed"] is True
 
 
 def test_help_lists_the_options(capsys):
@@ -518,3 +528,36 @@ def test_help_lists_the_options(capsys):
     assert exc.value.code == 0
     for option in ("--layers", "--backend", "--reference", "--rtol", "--atol", "--weights", "--json"):
         assert option in out
+
+
+def test_run_help_says_which_backends_run_by_default(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "default: jax, torch, numpy-fd, less the reference; the variants jax-plain," in out
+    assert "torch-segments only when named" in out
+    assert "every built-in but the reference" not in out
+
+
+def test_bare_command_lists_the_commands_and_an_example(capsys):
+    from crosscheck._cli.main import SUBCOMMANDS
+
+    assert main([]) == 2  # nothing was checked: not a success
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("usage: crosscheck [-h] [--version] COMMAND ...")
+    commands = captured.err.split("commands:")[1].split("examples:")[0].splitlines()
+    listed = [line.split()[0] for line in commands if line.startswith("    ") and line[4] != " "]
+    assert listed == ["run", "explain", "sweep", "replay", "list", "inspect", "memory", "cost", "ste"]
+    assert len(SUBCOMMANDS) == len(listed) - 1  # run and explain share a module
+    assert "  crosscheck run  " in captured.err
+    assert max(len(line) for line in captured.err.split("examples:")[1].splitlines()) <= 80
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    version = f"crosscheck {crosscheck.__version__} (distribution crosscheck-gradients)\n"
+    assert capsys.readouterr().out == version

@@ -93,7 +93,7 @@ def test_a_user_workload_with_a_user_backend(user_dir, capsys):
         (["--workload", "cli_workloads:nan_loss"], "the `reference` loss must be finite"),
         (["--workload", "cli_workloads:good", "--dim", "4"], "`--dim` applies to the stack workload only"),
         (["--workload", "cli_workloads:good", "--explain"], "`--explain` applies to the stack workload only"),
-        (["--workload", "cli_workloads:good", "--save-bundle", "b.npz"], "`--save-bundle` applies"),
+        (["--workload", "cli_workloads:good", "--save-bundle", "no/b.npz"], "cannot write `--save-bundle`"),
         (["--workload", "cli_workloads:good", "--rtol", "1e-3"], "`--rtol` and `--atol` must be given"),
         (["--workload", "cli_workloads:good"], "has no implementations to check"),
         (["--workload", "cli_workloads:good", "--backend", "torch"], "has no `torch` implementation"),

@@ -2,15 +2,17 @@
 
 One table, ``CELLS``: (path, behaviour). A path is a way crosscheck calls backends (the stack's gradient
 and HVP, a user's workload, ``ste-stack``, a sweep case in process and in a worker,
-``assert_gradients_close``, ``replay``, ``list``, an entry-point plugin); a behaviour is one hostile
-backend of ``tests/hostile.py``. The documented outcome (README "Exit status", design.md "Contracts"):
-a behaviour in ``FAILS`` makes its backend ``failed`` with a one-line error containing the phrase, every
-other backend still runs and passes, the run fails (exit 1); one in ``NOT_FAILURES`` is no failure
-(status ``ok``, its comparison passes, exit 0) and leaves what ``check_ok`` says. The hostile backend is named
-first, so a leak (state, a write to the inputs) would reach the backends after it.
+``assert_gradients_close``, ``replay``, ``list``, an entry-point plugin, the default run with its
+import strings in worker processes); a behaviour is one hostile backend of ``tests/hostile.py``. The
+documented outcome (README "Exit status", design.md "Contracts"): a behaviour in ``FAILS`` makes its
+backend ``failed`` with a one-line error containing the phrase, every other backend still runs and
+passes, the run fails (exit 1); one in ``NOT_FAILURES`` is no failure (status ``ok``, its comparison
+passes, exit 0) and leaves what ``check_ok`` says. The hostile backend is named first, so a leak
+(state, a write to the inputs) would reach the backends after it.
 
 Most cells run in this process, on a tiny case (``CASE``); subprocesses only for the sweep's worker
-(one sweep, every hostile backend in one case), the plugin install (once) and the real Ctrl-C.
+(one sweep, every hostile backend in one case), the default run's workers, the plugin install (once)
+and the real Ctrl-C.
 """
 
 from __future__ import annotations
@@ -76,6 +78,11 @@ SWEEP = [b for b in STACK if b not in ("repeat1", "broken_plugin")]
 #: accumulation; float16 against a saved float32 gradient is a `differs` row by design; a name is moot
 #: (the table shows the bundle's text); the bundle records no broken plugin (it never computed).
 REPLAY = [b for b in STACK if b not in ("float16", "markup", "accumulates", "repeat1", "broken_plugin")]
+#: The default run (`--isolate` unset): every import string in its own worker process (`repeat1` is a
+#: run option; a broken plugin is checked in process).
+ISOLATED = SWEEP
+#: Paths on which one run holds every hostile backend at once.
+SHARED = ("sweep-worker", "cli-auto")
 
 CELLS = [
     *[("run-grad", b) for b in STACK],
@@ -86,6 +93,7 @@ CELLS = [
     *[("cli-ste", b) for b in STE],
     *[("sweep-inprocess", b) for b in SWEEP],
     *[("sweep-worker", b) for b in SWEEP],
+    *[("cli-auto", b) for b in ISOLATED],
     *[("assert", b) for b in STACK],
     *[("replay", b) for b in REPLAY],
     ("list", "exit_factory"),
@@ -221,6 +229,7 @@ def run_cli(shape: str, quantity: str):
     def runner(behaviour, request, tmp_path, capsys):
         path = tmp_path / "report.json"
         argv = ["run", *SMALL, "--quantity", quantity, *_case_argv(behaviour), "--json", str(path)]
+        argv += ["--no-isolate"]  # the guarded call in process (path cli-auto: in worker processes)
         for spec in _specs(shape, behaviour, request):
             argv += ["--backend", spec]
         status, out = _cli(argv, capsys)
@@ -241,7 +250,7 @@ def run_tiny(behaviour, request, tmp_path, capsys):
 
 def run_ste(behaviour, request, tmp_path, capsys):
     path = tmp_path / "report.json"
-    argv = ["run", "--workload", "ste-stack", "--seed", "1", "--json", str(path)]
+    argv = ["run", "--workload", "ste-stack", "--seed", "1", "--json", str(path), "--no-isolate"]
     argv += ["--repeat", "1"] if behaviour == "repeat1" else []
     for spec in _specs("ste", behaviour, request):
         argv += ["--backend", spec]
@@ -280,6 +289,29 @@ def run_sweep_worker(behaviour, request, tmp_path, capsys):
     return Outcome(_name("stack", behaviour), report=record["report"] or {}, status=status, record=record)
 
 
+@pytest.fixture(scope="module")
+def isolated_run(tmp_path_factory):
+    """One ``crosscheck run`` (isolation left to its default) with every hostile backend of
+    ``ISOLATED`` in it, each import string in its own worker process, then the witness and torch (in
+    process). An identity case, for the -0.0 write."""
+    path = tmp_path_factory.mktemp("isolated") / "report.json"
+    argv = ["run", *SMALL, "--init", "identity", "--json", str(path)]
+    for kind in [*ISOLATED, "witness"]:
+        argv += ["--backend", f"hostile:stack_{kind}"]
+    status = guarded(main, [*argv, "--backend", "torch"])
+    assert path.is_file(), f"no --json report (exit {status})"
+    return status, json.loads(path.read_text())
+
+
+def run_isolated(behaviour, request, tmp_path, capsys):
+    status, report = request.getfixturevalue("isolated_run")
+    name = _name("stack", behaviour)
+    notes = report["backends"][name]["notes"]
+    assert notes.get("isolated") == "in its own worker process", notes
+    assert "isolated" not in report["backends"]["torch"]["notes"], "a built-in ran in a worker by default"
+    return Outcome(name, report=report, status=status)
+
+
 def run_assert(behaviour, request, tmp_path, capsys):
     backends = _objects("stack", behaviour, request)
     try:
@@ -295,11 +327,12 @@ def run_replay(behaviour, request, tmp_path, capsys):
     bundle = tmp_path / "fail.npz"
     specs = [f"hostile:stack_{behaviour}", "hostile:stack_wrong", "torch"]
     argv = ["run", *SMALL, *_case_argv(behaviour), "--save-bundle", str(bundle), "--quiet"]
+    argv += ["--no-isolate"]  # disarmed here: a worker process would import `hostile` armed
     hostile.ARMED = False
     status, out = _cli(argv + [a for spec in specs for a in ("--backend", spec)], capsys)
     assert status == 1 and bundle.is_file(), out
     hostile.ARMED = True
-    status, out = _cli(["replay", str(bundle)], capsys)
+    status, out = _cli(["replay", str(bundle), "--trust"], capsys)
     rows = {}
     for line in out.splitlines():
         cells = [cell.strip() for cell in line.split("│")]
@@ -333,6 +366,7 @@ RUNNERS = {
     "cli-ste": run_ste,
     "sweep-inprocess": run_sweep_inprocess,
     "sweep-worker": run_sweep_worker,
+    "cli-auto": run_isolated,
     "assert": run_assert,
     "replay": run_replay,
     "list": run_list,
@@ -364,8 +398,8 @@ def test_contract(path, behaviour, request, tmp_path, capsys):
         assert behaviour in FAILS, f"AssertionError for a backend that should pass:\n{outcome.message}"
         assert outcome.name in outcome.message and FAILS[behaviour] in outcome.message, outcome.message
     else:
-        check_report(outcome, behaviour, alone=path != "sweep-worker")
-    if behaviour in STATE and path != "sweep-worker":
+        check_report(outcome, behaviour, alone=path not in SHARED)
+    if behaviour in STATE and path not in SHARED:
         assert _state() == before, "a backend's change of global state was not restored"
 
 

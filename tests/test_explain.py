@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import planted
 import pytest
@@ -9,6 +12,9 @@ import pytest
 import crosscheck
 from crosscheck._cli.main import main
 from crosscheck._workloads.stack.explain import verdict
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's examples/
+from examples.planted_bugs import BackwardBugAtLayer5  # the guides' planted backend
 
 
 def _forward(weights, x, scale_layer=None):
@@ -33,29 +39,6 @@ class ForwardBugAtLayer2:
 
     def activations(self, weights, x):
         return _forward(weights, x, scale_layer=2)
-
-
-class BackwardBugAtLayer5:
-    """Right forward pass; the backward pass drops the ReLU mask of layer 5 (derivative 1 everywhere)."""
-
-    name = "backward-bug"
-
-    def grad(self, weights, x):
-        ys, masks, y = [x], [], x
-        for w in weights:
-            z = y @ w
-            masks.append(z > 0)
-            y = np.maximum(z, 0)
-            ys.append(y)
-        g, out = 2 * y, np.empty_like(weights)
-        for k in reversed(range(len(weights))):
-            delta = g if k == 5 else g * masks[k]
-            out[k] = ys[k].T @ delta
-            g = delta @ weights[k].T
-        return out
-
-    def activations(self, weights, x):
-        return _forward(weights, x)
 
 
 def _explained(backend):

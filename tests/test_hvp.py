@@ -158,3 +158,67 @@ def test_cli_quantity_hvp(tmp_path, capsys):
     assert json.loads(out.read_text())["quantity"] == "hvp"
     assert main([*command, "--explain"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+# -- screening ------------------------------------------------------------------------------------
+
+
+def test_screened_oracle_is_the_full_oracle_projected_within_both_bars():
+    weights, x = _inputs(layers=4, dim=5, seed=4)
+    v = direction(weights, 4)
+    oracle = crosscheck.load_backend("numpy-fd")
+    directions = np.random.default_rng(1).choice([-1.0, 1.0], size=(4, 3, 5, 5))
+    full = oracle.hvp_estimate(weights, x, v)
+    screened = oracle.hvp_screen(weights, x, v, directions)
+    projected = np.einsum("kij,ksij->ks", full.value, directions)
+    bar = screened.error + np.einsum("kij,ksij->ks", full.error, np.abs(directions))
+    assert not screened.kink.any()
+    assert np.all(np.abs(screened.value - projected) <= bar)
+    assert screened.evaluations < full.evaluations / 4
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_screened_healthy_backends_pass(dtype):
+    report = crosscheck.run(
+        quantity="hvp", layers=4, batch=4, dim=5, dtype=dtype, seed=1, oracle_mode="screen",
+        backends=["jax", "torch", CORRECT],
+    )  # fmt: skip
+    assert report.passed, report.problems
+    for comparison in report.comparisons:
+        assert comparison.coverage.startswith("screened: 4 layers x 4 random directions")
+        assert not [row for row in comparison.screening if row["full_check"]]
+        assert max(row["worst_ratio"] for row in comparison.screening) < 1
+
+
+@pytest.mark.parametrize("bug", BUGS, ids=[b.name for b in BUGS])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_screening_catches_every_planted_hvp_bug(bug, dtype):
+    report = crosscheck.run(
+        quantity="hvp", layers=4, batch=4, dim=5, dtype=dtype, seed=3, oracle_mode="screen", backends=[bug]
+    )
+    (comparison,) = report.comparisons
+    assert not report.passed and comparison.mismatched > 0 and comparison.worst_ratio > 100
+    checked = [row["layer"] for row in comparison.screening if row["full_check"]]
+    assert checked and "layers checked entry by entry" in comparison.message
+    # Only the layers a direction failed were checked entry by entry; the others were not judged.
+    assert comparison.judged == len(checked) * 25
+
+
+def test_auto_mode_screens_the_hvp_only_when_the_full_oracle_is_costly(monkeypatch):
+    from crosscheck._workloads.stack import screen as _screen
+
+    full = crosscheck.run(quantity="hvp", **SMALL, backends=["jax"])
+    assert full.comparisons[0].coverage == "every entry"
+    monkeypatch.setattr(_screen, "SCREEN_FLOPS", 1.0)
+    screened = crosscheck.run(quantity="hvp", **SMALL, backends=["jax"], directions=2)
+    assert screened.comparisons[0].coverage.startswith("screened: 3 layers x 2 random directions")
+    oracle = screened.to_dict()["hvp_direction"]["oracle"]
+    assert oracle["mode"] == "screen" and oracle["directions"] == 2
+    assert oracle["directions_generator"].startswith("numpy.random.default_rng(0).integers(0, 2")
+
+
+def test_cli_screens_the_hvp_with_directions(capsys):
+    command = ["run", "--quantity", "hvp", "--layers", "3", "--dim", "4", "--oracle-mode", "screen"]
+    assert main([*command, "--directions", "3"]) == 0
+    printed = capsys.readouterr().out
+    assert "screened: 3 layers x 3 random directions" in printed and "PASSED" in printed

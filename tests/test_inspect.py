@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 import planted_structure
 import pytest
@@ -207,11 +209,32 @@ def test_coarse_variants_hold_their_claims_at_small_depths(name, layers):
 
 
 def test_an_unavailable_framework_keeps_the_extra_to_install_in_brackets(monkeypatch, capsys):
-    # rich reads `[torch]` as markup and would drop it from `pip install 'crosscheck[torch]'`.
+    # rich reads `[torch]` as markup and would drop it from `pip install 'crosscheck-gradients[torch]'`.
     import sys
 
     for name in ("crosscheck.backends.torch", "backends.torch"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     monkeypatch.setitem(sys.modules, "torch", None)
     assert main(["inspect", "--backend", "torch", "--layers", "2", "--dim", "2", "--batch", "1"]) == 1
-    assert "crosscheck[torch]" in capsys.readouterr().out
+    assert "crosscheck-gradients[torch]" in capsys.readouterr().out
+
+
+class ExitsWhenInspected:
+    """A PyTorch-claiming backend whose gradient calls sys.exit(0): inspecting it runs that code."""
+
+    name = "exits-when-inspected"
+    claims: ClassVar[dict] = {"framework": "torch", "checkpoint": "layer"}
+
+    def grad(self, weights, x):
+        raise SystemExit(0)
+
+
+def test_inspect_reports_a_backend_that_exits_and_goes_on(capsys):
+    pytest.importorskip("torch")
+    from crosscheck._cli.main import main
+
+    status = main(["inspect", "--backend", "test_inspect:ExitsWhenInspected", "--backend", "torch"])
+    out = capsys.readouterr().out
+    assert status == 1
+    assert "test_inspect:ExitsWhenInspected: failed: SystemExit: 0 (sys.exit was called" in out
+    assert "torch (torch): ok" in out  # the next backend was still inspected

@@ -32,7 +32,7 @@ def test_junit_has_a_case_per_comparison_and_the_failure_message(tmp_path):
     assert "RuntimeError: boom" in cases["_broken"].find("error").get("message")
 
 
-def test_cli_writes_junit_for_run_and_matrix(tmp_path, monkeypatch):
+def test_cli_writes_junit_for_run_and_sweep(tmp_path, monkeypatch):
     from crosscheck._sweep import matrix as _matrix
 
     path = tmp_path / "run.xml"
@@ -44,8 +44,9 @@ def test_cli_writes_junit_for_run_and_matrix(tmp_path, monkeypatch):
         ET.parse(path).getroot().find("testsuite/testcase").get("name") == "numpy-fd#2 vs numpy-fd"
     )  # the candidate is named as in `backends`
     monkeypatch.setattr(_matrix, "CASES", _matrix.CASES[:2])
-    path = tmp_path / "matrix.xml"
-    assert main(["matrix", "--backend", "numpy-fd", "--junit", str(path)]) == 0
+    monkeypatch.chdir(tmp_path)  # no [tool.crosscheck]: the built-in matrix
+    path = tmp_path / "sweep.xml"
+    assert main(["sweep", "--jobs", "0", "--backend", "numpy-fd", "--junit", str(path)]) == 0
     assert len(ET.parse(path).getroot().findall("testsuite")) == 2
 
 

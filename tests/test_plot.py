@@ -1,9 +1,11 @@
-"""--plot: the PNG exists, is a real image, and shows a planted error in red where it was planted."""
+"""--plot: the PNG exists, is a real image, shows a planted error in red where it was planted, and gives
+exact agreement, unjudgeable entries and entries screening did not check one colour each."""
 
 from __future__ import annotations
 
 import sys
 
+import numpy as np
 import planted
 import pytest
 
@@ -47,6 +49,47 @@ def test_cli_plot_and_missing_matplotlib(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == (
         "crosscheck: error: `--plot` needs matplotlib, which is not installed: "
-        "pip install 'crosscheck[plot]'."
+        "pip install 'crosscheck-gradients[plot]'; from a clone: pip install '.[plot]'."
     )
     assert not (tmp_path / "q.png").exists()
+
+
+def test_one_meaning_per_colour():
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import TwoSlopeNorm, to_rgba
+
+    from crosscheck._report import plot
+
+    scale = ScalarMappable(TwoSlopeNorm(vmin=-4, vcenter=0, vmax=4), "RdBu_r")
+    ratio = np.array([[0.0, 1e-5, 1.0, np.inf], [np.nan, np.nan, 1e3, 1e-2]])
+    unjudgeable = np.array([[False, False, False, False], [True, False, False, False]])
+    rgba = plot._colours(ratio, unjudgeable, scale)
+    assert tuple(rgba[0, 0]) == to_rgba(plot.EXACT[0])  # exact agreement: its own colour ...
+    assert tuple(rgba[0, 1]) == tuple(scale.to_rgba(-4.0))  # ... not the scale's bluest end
+    assert tuple(rgba[0, 1]) != tuple(rgba[0, 0])
+    assert tuple(rgba[1, 0]) == to_rgba(plot.UNJUDGEABLE[0])
+    assert tuple(rgba[1, 1]) == to_rgba(plot.NOT_CHECKED[0])  # not checked by screening: another colour
+    assert len({plot.EXACT[0], plot.UNJUDGEABLE[0], plot.NOT_CHECKED[0]}) == 3
+    assert tuple(rgba[0, 3]) == tuple(scale.to_rgba(4.0))  # a difference where the tolerance is 0: red
+    assert rgba[1, 2, 0] > 0.5 > rgba[1, 2, 2]  # past the tolerance: red
+    assert rgba[1, 3, 2] > 0.5 > rgba[1, 3, 0]  # within it: blue
+
+
+def test_a_screened_run_draws_unchecked_layers_grey(tmp_path):
+    from matplotlib.colors import to_rgba
+    from matplotlib.image import imread
+
+    from crosscheck._report import plot
+
+    def off_in_layer_1(weights, x):
+        g = planted.correct(weights, x)
+        g[1] *= 1.001
+        return g
+
+    report = crosscheck.run(layers=3, dim=24, batch=8, oracle_mode="screen", backends=[off_in_layer_1])
+    (c,) = report.comparisons
+    assert c.coverage.endswith("layers checked entry by entry: [1]")
+    assert plot.write_plot(report, tmp_path / "p.png") == 1
+    image = imread(tmp_path / "p.png")[..., :3]
+    grey = np.all(np.abs(image - np.array(to_rgba(plot.NOT_CHECKED[0])[:3])) < 0.02, axis=-1)
+    assert grey.sum() > 2 * 5000  # layers 0 and 2, not checked entry by entry, drawn grey

@@ -229,3 +229,113 @@ def test_a_workload_sweep_has_one_column_per_backend_not_per_parameter():
     header = next(line for line in console.file.getvalue().splitlines() if "case" in line)
     assert header.split().count("jax") == 1
     assert header.split().count("torch") == 1
+
+
+# -- big matrices, too many jobs, Ctrl-C and SIGTERM -------------------------------------------------
+
+
+def test_a_matrix_of_a_hundred_thousand_cases_expands_with_duplicates_dropped_in_order():
+    """Expansion and de-duplication are linear (``benchmarks/bench_matrix.py`` times them): 10**5
+    cases take well under a second; the quadratic de-duplication took about six minutes."""
+    from crosscheck._sweep.config import SweepConfig, cases
+
+    config = SweepConfig().merged({"seeds": list(range(100_000)), "workloads": ["stack", "stack"]})
+    found = cases(config, limit=None)
+    assert [c["seed"] for c in found] == list(range(100_000))
+
+
+def test_a_matrix_over_the_limit_is_refused_with_its_size(tmp_path, capsys):
+    config = tmp_path / "pyproject.toml"
+    config.write_text(f"[tool.crosscheck]\nseeds = {list(range(10_001))}\ndim = [2]\n")
+    assert main(["sweep", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "the matrix has 10001 cases" in err and "more than the limit of 10000" in err
+    assert "--max-cases 10001" in err and len(err.strip().splitlines()) == 1
+
+    from crosscheck._sweep.config import ConfigError, cases, load_config
+
+    assert len(cases(load_config(config), limit=10_001)) == 10_001
+    with pytest.raises(ConfigError, match="the matrix has 10001 cases"):
+        cases(load_config(config), limit=10_000)
+
+
+def test_more_jobs_than_cpus_are_clamped_with_a_note(tmp_path, capsys):
+    from crosscheck._sweep.engine import cpu_count
+
+    path = tmp_path / "sweep.json"
+    argv = ["sweep", "--layers", "2", "--batch", "2", "--dim", "2", "--backend", "numpy-fd"]
+    assert main([*argv, "--reference", "numpy-fd", "--jobs", "999", "--json", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert f"--jobs 999 is more than the {cpu_count()} CPUs this process may use" in err
+    assert json.loads(path.read_text())["engine"]["jobs"] == cpu_count()
+
+
+def _descendants(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if parent == pid:
+                found += [int(entry.name), *_descendants(int(entry.name))]
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize(
+    ("signame", "jobs", "status"),
+    [("SIGINT", "2", 130), ("SIGTERM", "2", 143), ("SIGINT", "0", 130)],
+    ids=["ctrl-c-workers", "sigterm-workers", "ctrl-c-in-process"],
+)
+def test_a_signal_stops_the_sweep_and_its_workers_within_seconds(tmp_path, signame, jobs, status):
+    """A slow backend in every case; the signal once it has started: the sweep exits within seconds
+    with the records so far (JSON written), and no worker, nor the resource tracker, outlives it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    marker, report = tmp_path / "started", tmp_path / "sweep.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    env["HOSTILE_MARKER"] = str(marker)
+    command = [sys.executable, "-m", "crosscheck", "sweep", "--layers", "2", "--batch", "2", "--dim", "2"]
+    command += ["--seed", "0", "--seed", "1", "--seed", "2", "--backend", "hostile:stack_slow"]
+    command += ["--jobs", jobs, "--json", str(report)]
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # see test_contract's Ctrl-C
+    try:
+        process = subprocess.Popen(
+            command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), "the slow backend never started"
+        children = _descendants(process.pid)
+        start = time.monotonic()
+        process.send_signal(getattr(signal, signame))
+        out, _ = process.communicate(timeout=20)
+        took = time.monotonic() - start
+    finally:
+        process.kill()
+        process.wait()
+        process.stdout.close()
+    assert process.returncode == status, out
+    assert took < 10, f"{took:.1f} s to stop"
+    assert f"INTERRUPTED ({signame})" in out and "of 3 cases finished" in out, out
+    found = json.loads(report.read_text())
+    assert found["interrupted"] == signame and found["planned"] == 3 and found["passed"] is False
+    deadline = time.monotonic() + 5
+    while [p for p in children if _alive(p)] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in children if _alive(p)], "a worker (or the resource tracker) outlived the sweep"

@@ -133,3 +133,37 @@ def test_secondary_flips_in_a_near_zero_case_are_not_false_alarms():
     report = crosscheck.run(init="nearzero", backends=backends)
     assert report.passed, report.problems
     assert all(c.unjudgeable > 0 for c in report.comparisons)
+
+
+# -- underflow: values below the smallest normal number ----------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+@pytest.mark.parametrize("scale", [1e-20, 1e-30], ids=["1e-20", "1e-30"])
+def test_subnormal_gradients_are_no_false_alarm(backend, scale):
+    """XLA flushes subnormals to zero and PyTorch rounds them to a subnormal spacing: both are within
+    the underflow term, which decides there."""
+    pytest.importorskip(backend)
+    report = crosscheck.run(layers=3, batch=4, dim=4, scale=scale, backends=[backend])
+    assert report.passed, report.problems
+    (comparison,) = report.comparisons
+    assert "underflow" in comparison.tolerance_sources
+
+
+def test_subnormal_weights_are_no_false_alarm():
+    rng = np.random.default_rng(0)
+    weights = (rng.standard_normal((3, 4, 4)) * 1e-39).astype(np.float32)  # every entry subnormal
+    x = rng.standard_normal((4, 4)).astype(np.float32)
+    report = crosscheck.run(weights=weights, x=x, backends=["jax", "torch"])
+    assert report.passed, report.problems
+
+
+def test_a_bug_is_still_caught_just_above_the_underflow_range():
+    report = crosscheck.run(layers=3, batch=4, dim=4, scale=1e-17, backends=[planted.off_at_largest(1e-3)])
+    assert not report.passed
+
+
+def test_ordinary_cases_have_no_underflow_term():
+    report = crosscheck.run(layers=3, batch=4, dim=4, backends=["torch"])
+    (comparison,) = report.comparisons
+    assert "underflow" not in comparison.tolerance_sources

@@ -22,8 +22,22 @@ class UsageError(Exception):
     """A mistake of the user's: printed as one line, exit status 2."""
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Help text wrapped between words only: names such as ``torch-plain`` are never split."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False, break_long_words=False)
+
+
 class Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are ``UsageError`` (one line), not usage text and exit."""
+    """An argument parser whose errors are ``UsageError`` (one line), not usage text and exit; its help
+    never splits a name (``HelpFormatter``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(message)
@@ -137,10 +151,56 @@ def check_at_least(option: str, values: Any, *, least: int = 1, expected: str | 
 # -- output ----------------------------------------------------------------------------------------
 
 
-def check_output(path: str | None, option: str = "--json") -> None:
-    """Fail before the work, not after it, when a report cannot be written."""
-    if path is not None and not Path(path).resolve().parent.is_dir():
+def check_output(
+    path: str | None, option: str = "--json", *, inputs: Mapping[str, Any] | None = None
+) -> None:
+    """Fail before the work, not after it, when a report cannot be written: its folder is missing, it
+    is a directory, or it is one of the run's ``inputs`` (option -> path), which it would overwrite."""
+    if path is None:
+        return
+    if Path(path).is_dir():
+        raise UsageError(f"cannot write `{option}` {path}: it is a directory; give a file name.")
+    if not Path(path).resolve().parent.is_dir():
         raise UsageError(f"cannot write `{option}` {path}: its folder does not exist.")
+    for name, given in (inputs or {}).items():
+        if given is not None and _same_file(path, given):
+            raise UsageError(
+                f"cannot write `{option}` {path}: it is the input of `{name}`, which it would overwrite."
+            )
+
+
+def check_outputs(outputs: Mapping[str, Any], inputs: Mapping[str, Any] | None = None) -> None:
+    """``check_output`` for each of ``outputs`` (option -> path or None), and no two the same file."""
+    given = {option: path for option, path in outputs.items() if path is not None}
+    for option, path in given.items():
+        check_output(path, option, inputs=inputs)
+    for i, (first, a) in enumerate(given.items()):
+        for second, b in list(given.items())[i + 1 :]:
+            if _same_file(a, b):
+                raise UsageError(f"`{first}` and `{second}` name the same file, {a}: give each its own.")
+
+
+def _same_file(a: Any, b: Any) -> bool:
+    pa, pb = Path(a), Path(b)
+    if pa.exists() and pb.exists():
+        return pa.samefile(pb)
+    return pa.resolve() == pb.resolve()
+
+
+def check_plot_path(path: str | None) -> None:
+    """``--plot`` names an image file matplotlib can write (by its extension), before any work."""
+    if path is None:
+        return
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    known = FigureCanvasBase.get_supported_filetypes()
+    suffix = Path(path).suffix.lower().removeprefix(".")
+    if suffix not in known:
+        found = f"its extension is .{suffix}" if suffix else "it has no extension"
+        raise UsageError(
+            f"cannot write `--plot` {path}: {found}; give an image file name ending in "
+            f"{', '.join('.' + k for k in sorted(known))}."
+        )
 
 
 def _cannot_write(option: str, path: Any, exc: OSError) -> UsageError:

@@ -44,8 +44,8 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``crosscheck inspect``: exit 1 when a backend's claims are contradicted."""
+    from crosscheck._engine.call import guarded
     from crosscheck._registry import BackendUnavailable, load_backend
-    from crosscheck._tools.inspect import inspect_backend
     from crosscheck._workloads.stack.case import Case, make_inputs
 
     check_at_least("--layers", args.layers)
@@ -65,20 +65,36 @@ def run(args: argparse.Namespace) -> int:
             continue
         except (ValueError, TypeError) as exc:
             raise UsageError(str(exc)) from exc
-        structure = inspect_backend(backend, weights, x)
-        record = structure.to_dict()
-        record["vs_plain"] = _vs_plain(structure, backend, weights, x, plain_cache)
+        # Inspecting runs the backend's code: guarded like every call, a sys.exit in it is its failure.
+        out = guarded(
+            lambda b=backend: _inspect(b, weights, x, plain_cache), (), inputs={"weights": weights, "x": x}
+        )
+        if out.error is not None:
+            console.print(f"{spec}: failed: {out.error}", markup=False, highlight=False)
+            results.append({"backend": str(spec), "ok": False, "error": out.error})
+            failed = True
+            continue
+        structure, record = out.value
         results.append(record)
         _render_structure(console, structure, record["vs_plain"])
         failed |= not structure.ok
     write_json(args.json, results)
-    flagged = [r["backend"] for r in results if not r["ok"]]
+    flagged = [str(r["backend"]) for r in results if not r["ok"]]
     console.print(
         f"FAILED: {', '.join(flagged)} not as claimed" if flagged else "PASSED: every claim holds",
         highlight=False,
         markup=False,
     )
     return EXIT_FAIL if failed else EXIT_OK
+
+
+def _inspect(backend: Any, weights: Any, x: Any, cache: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    from crosscheck._tools.inspect import inspect_backend
+
+    structure = inspect_backend(backend, weights, x)
+    record = structure.to_dict()
+    record["vs_plain"] = _vs_plain(structure, backend, weights, x, cache)
+    return structure, record
 
 
 def _vs_plain(structure, backend, weights, x, cache) -> dict[str, Any] | None:

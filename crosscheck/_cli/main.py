@@ -15,32 +15,65 @@ from collections.abc import Sequence
 from crosscheck._cli import cost as _cli_cost
 from crosscheck._cli import inspect as _cli_inspect
 from crosscheck._cli import list as _cli_list
-from crosscheck._cli import matrix as _cli_matrix
 from crosscheck._cli import memory as _cli_memory
 from crosscheck._cli import replay as _cli_replay
 from crosscheck._cli import run as _cli_run
 from crosscheck._cli import ste as _cli_ste
 from crosscheck._cli import sweep as _cli_sweep
-from crosscheck._cli.common import EXIT_INTERRUPTED, EXIT_USAGE, Parser, UsageError
+from crosscheck._cli.common import EXIT_INTERRUPTED, EXIT_USAGE, HelpFormatter, Parser, UsageError
+from crosscheck._errors import one_line
 
 #: The subcommand modules, in the order ``crosscheck --help`` lists them.
 SUBCOMMANDS = (
     _cli_run,  # run and explain
-    _cli_matrix,
+    _cli_sweep,
     _cli_replay,
+    _cli_list,
     _cli_inspect,
     _cli_memory,
-    _cli_list,
-    _cli_sweep,
     _cli_cost,
     _cli_ste,
 )
 
+#: The end of ``crosscheck --help`` (and of what a bare ``crosscheck`` prints).
+EPILOG = """\
+examples:
+  crosscheck run                            # jax and torch against the oracle
+  crosscheck run --backend mymodule:my_grad # your my_grad, in mymodule.py
+  crosscheck sweep                          # the cases of [tool.crosscheck]
+
+`crosscheck COMMAND --help` lists a command's options. Exit status: 0 every
+candidate agrees, 1 a disagreement or a failed backend, 2 a usage or input
+error, 130 interrupted."""
+
+
+class _Formatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """The top-level help: the epilog as written, and the commands without argparse's metavar line."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        text = super()._format_action(action)
+        if isinstance(action, argparse._SubParsersAction):
+            return text.split("\n", 1)[1]  # the first line is the bare "COMMAND"
+        return text
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``crosscheck`` parser: one subparser (or two, for run and explain) per subcommand module."""
-    parser = Parser(prog="crosscheck", description="Cross-check gradients across backends.")
-    subparsers = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    from crosscheck import __version__
+
+    parser = Parser(
+        prog="crosscheck",
+        description="Cross-check gradients across JAX, PyTorch, your own code and a finite-difference\n"
+        "oracle, with explained tolerances.",
+        epilog=EPILOG,
+        formatter_class=_Formatter,
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"crosscheck {__version__} (distribution crosscheck-gradients)"
+    )
+    subparsers = parser.add_subparsers(
+        dest="command", title="commands", metavar="COMMAND", parser_class=Parser
+    )
     for module in SUBCOMMANDS:
         module.register(subparsers)
     return parser
@@ -49,11 +82,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``crosscheck`` and ``python -m crosscheck``; returns the exit status."""
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:
+            # Nothing was checked, so this is not a success: the overview on stderr, exit 2.
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
         return args.handler(args)
     except UsageError as exc:
-        # One line, whatever the message (a user's factory may raise a multi-line error).
-        print("crosscheck: error: " + " ".join(str(exc).split()), file=sys.stderr)
+        # One line, whatever the message (a user's factory may raise a multi-line error; a file's text
+        # may hold control characters).
+        print("crosscheck: error: " + one_line(str(exc)), file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("crosscheck: interrupted", file=sys.stderr)

@@ -1,12 +1,16 @@
 """``crosscheck replay``: re-run a repro bundle's backends and say whether each gradient reproduces bit for
-bit. A bundle is a file someone sent: its import strings are code, and replaying runs them."""
+bit. A bundle is a file someone sent: its import strings are code, so only the built-in backends run
+unless the user trusts them (``--trust``, or naming them with ``--backend``)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
-from crosscheck._cli.common import EXIT_FAIL, EXIT_OK, UsageError, escape, make_console
+from crosscheck._cli.common import EXIT_FAIL, EXIT_OK, UsageError, add_backend_option, make_console
+from crosscheck._errors import one_line
+from crosscheck._report.text import markup
 
 
 def register(subparsers: Any) -> None:
@@ -14,37 +18,86 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "replay",
         help="re-run a repro bundle and say whether each gradient reproduces bit for bit",
-        description="Re-run the backends of a bundle written by `crosscheck run --save-bundle`.",
+        description="Re-run the backends of a bundle written by `crosscheck run --save-bundle`. A bundle's "
+        "import strings are code: only the built-in backends run unless you trust them.",
     )
     parser.add_argument("bundle", metavar="PATH", help="the .npz bundle")
+    parser.add_argument(
+        "--trust",
+        action="store_true",
+        help="run every import string the bundle names (its backends' and its workload's): they are code",
+    )
+    add_backend_option(parser, "run this import string of the bundle too (repeatable): you trust it")
+    parser.add_argument(
+        "--workload",
+        metavar="IMPORT_STRING",
+        help="run the bundle's workload, an import string: you trust it",
+    )
+    parser.add_argument(
+        "--timeout", type=float, metavar="SECONDS", help="fail a backend call that takes longer than this"
+    )
+    parser.add_argument(
+        "--isolate",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run every backend in its own worker process (default: only import strings and plugins)",
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Replay the bundle, print a row per backend; exit 0 when every replayed gradient is bit for bit."""
+    """Replay the bundle, print a row per backend; exit 0 when every backend that could run was run and
+    reproduced bit for bit."""
     from rich.table import Table
 
-    from crosscheck._engine.replay import replay
+    from crosscheck._engine.replay import NOT_RUN, replay
     from crosscheck._report.bundle import load_bundle
 
+    if args.timeout is not None and not args.timeout > 0:
+        raise UsageError(f"`--timeout` must be a positive number of seconds, found {args.timeout:g}.")
+    trust: Any = True if args.trust else [*(args.backend or []), *([args.workload] if args.workload else [])]
     try:
         bundle = load_bundle(args.bundle)
+        isolate = "auto" if args.isolate is None else args.isolate
+        rows = replay(bundle, trust=trust, timeout=args.timeout, isolate=isolate)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
-    rows = replay(bundle)
     case = bundle["meta"]["report"]["case"]
     title = f"replay of {args.bundle}: " + ", ".join(
-        f"{k}={v}" for k, v in case.items() if not k.endswith("sha256")
+        f"{k}={v}" for k, v in case.items() if not str(k).endswith("sha256")
     )
-    table = Table(title=escape(title), title_justify="left")  # the case is the bundle's text
+    table = Table(title=markup(title), title_justify="left")  # the case is the bundle's text
     for column in ("backend", "spec", "result", "detail"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # names and specs wrap, never end in "…"
     for row in rows:
         cells = (row["backend"], str(row["spec"]), row["status"], row.get("detail", ""))
-        table.add_row(*(escape(cell) for cell in cells))  # an error may quote `pip install 'x[extra]'`
+        table.add_row(*(markup(cell) for cell in cells))  # text from the file, or an error quoting it
     console = make_console()
     console.print(table)
-    replayed = [row for row in rows if row["spec"] is not None]
-    same = all(row["status"] == "bit for bit" for row in replayed)
-    console.print("REPRODUCED bit for bit" if same and replayed else "NOT REPRODUCED", highlight=False)
-    return EXIT_OK if same and replayed else EXIT_FAIL
+    skipped = [row for row in rows if row["status"] == NOT_RUN]
+    for notice in _notices(bundle["workload"], skipped):
+        print(f"crosscheck: {notice}", file=sys.stderr)
+    replayed = [row for row in rows if row["spec"] is not None and row["status"] != NOT_RUN]
+    same = bool(replayed) and not skipped and all(row["status"] == "bit for bit" for row in replayed)
+    verdict = "REPRODUCED bit for bit" if same else "NOT REPRODUCED"
+    if skipped:
+        verdict += f": {len(skipped)} of {len(rows)} backends not run (import strings are code)"
+    console.print(verdict, markup=False, highlight=False)
+    return EXIT_OK if same else EXIT_FAIL
+
+
+def _notices(workload: str, skipped: list[dict[str, Any]]) -> list[str]:
+    """One line for each import string that was not run (the workload's, then each backend's)."""
+    lines = []
+    if any(row["detail"].startswith("its workload") for row in skipped):
+        spec = one_line(workload)
+        lines.append(
+            f"not run: workload `{spec}`: an import string is code; --trust or --workload {spec} runs it"
+        )
+    for row in skipped:
+        if not row["detail"].startswith("its workload"):
+            spec = one_line(str(row["spec"]))
+            lines.append(
+                f"not run: backend `{spec}`: an import string is code; --trust or --backend {spec} runs it"
+            )
+    return lines

@@ -16,7 +16,8 @@ from crosscheck._cli.common import (
     add_case_options,
     add_tolerance_options,
     case_options_given,
-    check_output,
+    check_outputs,
+    check_plot_path,
     check_tolerances,
     make_console,
     progress_display,
@@ -24,6 +25,8 @@ from crosscheck._cli.common import (
     write_file,
     write_reports,
 )
+from crosscheck._errors import one_line
+from crosscheck._registry import BUILTINS, DEFAULTS, install_hint
 
 COMMANDS = {
     "run": "cross-check one case",
@@ -39,8 +42,6 @@ STACK_ONLY = (
     ("scale", "--scale", None),
     ("weights", "--weights", None),
     ("x", "--x", None),
-    ("plot", "--plot", None),
-    ("save_bundle", "--save-bundle", None),
     ("explain", "--explain", False),
     ("quantity", "--quantity", "grad"),
 )
@@ -52,13 +53,14 @@ def register(subparsers: Any) -> None:
         description = help_text[0].upper() + help_text[1:] + "."
         parser = subparsers.add_parser(command, help=help_text, description=description)
         _add_inputs(parser)
-        _add_checking(parser.add_argument_group("checking"))
-        _add_output(parser.add_argument_group("output"))
-        parser.add_argument(
+        checking = parser.add_argument_group("checking")
+        _add_checking(checking)
+        checking.add_argument(
             "--explain",
             action="store_true",
             help="say layer by layer where a disagreement starts (forward or backward pass)",
         )
+        _add_output(parser.add_argument_group("output"))
         parser.set_defaults(handler=run, **({"explain": True} if command == "explain" else {}))
 
 
@@ -79,8 +81,10 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
 def _add_checking(check: Any) -> None:
     add_backend_option(
         check,
-        "backend to check (repeatable): jax, torch, numpy-fd, "
-        "package.module:attribute (default: every built-in but the reference)",
+        "backend to check (repeatable): a built-in name, an entry-point name or package.module:attribute "
+        f"(default: {', '.join(DEFAULTS)}, less the reference; the variants "
+        f"{', '.join(b for b in BUILTINS if b not in DEFAULTS)} only when named; a workload: each of its "
+        "implementations)",
     )
     check.add_argument(
         "--reference",
@@ -100,13 +104,38 @@ def _add_checking(check: Any) -> None:
         help="call each candidate N times: a second result that differs beyond its rounding fails it "
         "(stateful or nondeterministic); 1 turns the check off (default 2)",
     )
+    _add_containment(check)
+    _add_oracle(check)
+
+
+def _add_containment(check: Any) -> None:
+    """--isolate and --timeout: what a crashing or hanging backend can do to the run."""
+    check.add_argument(
+        "--isolate",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run every backend in its own worker process, built-ins too: a crash, os._exit or hang is "
+        "that backend's failure and the others are still compared (default: only import strings and "
+        "plugins; --no-isolate: none)",
+    )
+    check.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="fail a backend call that takes longer than this (with --isolate its worker is stopped; "
+        "default: no limit)",
+    )
+
+
+def _add_oracle(check: Any) -> None:
+    """How the reference judges: --oracle-mode, --quantity, --directions."""
     check.add_argument(
         "--oracle-mode",
         choices=("auto", "full", "screen"),
         default="auto",
         help="full: the oracle judges every entry; screen: random directional derivatives per layer (per "
-        "parameter tensor of a workload), then every entry of one that fails them (if small); auto "
-        "(default): screen when the full oracle is costly",
+        "parameter tensor of a workload), then every entry of one that fails them, within a budget (for "
+        "--quantity grad or hvp); auto (default): screen when the full oracle is costly",
     )
     check.add_argument(
         "--quantity",
@@ -119,6 +148,7 @@ def _add_checking(check: Any) -> None:
         "--directions",
         type=int,
         default=4,
+        metavar="K",
         help="random directions per layer (per parameter tensor of a workload) when screening (default 4)",
     )
 
@@ -129,8 +159,8 @@ def _add_output(out: Any) -> None:
     out.add_argument(
         "--plot",
         metavar="PATH",
-        help="write a PNG heatmap per layer of each candidate's error in units of its tolerance "
-        "(needs matplotlib: pip install 'crosscheck[plot]')",
+        help="write a PNG heatmap of each candidate's error in units of its tolerance, for every parameter "
+        "of two or more axes (the stack's: a panel per layer); needs matplotlib (the plot extra)",
     )
     out.add_argument(
         "--save-bundle",
@@ -156,32 +186,53 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_stack(args: argparse.Namespace) -> int:
+    _check_stack_options(args)
+    inputs = _stack_inputs(args)
+    stack = {k: getattr(args, k) for k in ("oracle_mode", "directions", "explain", "quantity")}
+    return _execute(args, **stack, **inputs)
+
+
+def _execute(args: argparse.Namespace, **case: Any) -> int:
+    """Run the case (the options every workload takes, plus ``case``), write and render its report."""
     from crosscheck._engine.run import run as run_case
 
-    inputs = _stack_inputs(args)
-    _check_stack_options(args)
+    names = ("reference", "rtol", "atol", "strict", "repeat", "timeout")
+    checking = {k: getattr(args, k) for k in names}
+    checking["isolate"] = "auto" if args.isolate is None else args.isolate
     console = make_console()
     try:
+        _memory_note(case, args.backend)
         with progress_display() as progress:
-            report = run_case(
-                backends=args.backend,
-                reference=args.reference,
-                rtol=args.rtol,
-                atol=args.atol,
-                strict=args.strict,
-                repeat=args.repeat,
-                oracle_mode=args.oracle_mode,
-                directions=args.directions,
-                explain=args.explain,
-                progress=progress,
-                quantity=args.quantity,
-                **inputs,
-            )
+            report = run_case(backends=args.backend, progress=progress, **checking, **case)
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from exc
     write_reports(args, report)
     _write_plot_and_bundle(args, report)
     return render_report(report, console, quiet=args.quiet)
+
+
+#: A case estimated to need more than this says so on stderr before it starts.
+MEMORY_NOTE_BYTES = 2**30
+
+
+def _memory_note(case: dict[str, Any], backends: Any) -> None:
+    """Say how much memory a large case needs before it starts (one that cannot fit is refused by
+    ``crosscheck.run`` itself, with the same estimate)."""
+    from crosscheck._engine.run import CASE_KEYWORDS, MemoryTooLarge, check_memory
+    from crosscheck._files import available_memory, format_bytes
+    from crosscheck._workloads.registry import load_workload
+
+    try:
+        workload = load_workload(case.get("workload"))
+        parts = check_memory(workload, {k: case.get(k) for k in CASE_KEYWORDS}, list(backends or ()))
+    except (MemoryTooLarge, ValueError, TypeError):
+        return  # the run refuses it, and says why
+    if sum(parts.values()) > MEMORY_NOTE_BYTES:
+        print(
+            f"crosscheck: this case needs about {format_bytes(sum(parts.values()))} of memory "
+            f"({format_bytes(available_memory())} available)",
+            file=sys.stderr,
+        )
 
 
 def _stack_inputs(args: argparse.Namespace) -> dict[str, Any]:
@@ -202,8 +253,8 @@ def _stack_inputs(args: argparse.Namespace) -> dict[str, Any]:
     from crosscheck._workloads.stack.case import check_inputs, load_array
 
     try:
-        weights = load_array(args.weights, name="weights")
-        x = load_array(args.x, name="x")
+        weights = load_array(args.weights, name="weights", ndim=3)
+        x = load_array(args.x, name="x", ndim=2)
         weights, x = check_inputs(weights, x)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
@@ -213,46 +264,77 @@ def _stack_inputs(args: argparse.Namespace) -> dict[str, Any]:
 def _check_stack_options(args: argparse.Namespace) -> None:
     """Options that contradict each other, and outputs that cannot be written, before any work."""
     check_tolerances(args)
-    check_output(args.json)
-    check_output(args.junit, "--junit")
-    check_output(args.save_bundle, "--save-bundle")
     _check_directions(args)
     if args.quantity == "hvp" and (args.save_bundle or args.plot):
         raise UsageError("`--save-bundle` and `--plot` are not available with `--quantity hvp` yet.")
-    check_output(args.plot, "--plot")
+    _check_plot_and_bundle(args)
+
+
+def _check_plot_and_bundle(args: argparse.Namespace) -> None:
+    """Every output can be written (a file, not an input of the run, not another output's; a plot's
+    image type known; matplotlib there), before any work."""
+    outputs = {
+        "--json": args.json,
+        "--junit": args.junit,
+        "--plot": args.plot,
+        "--save-bundle": args.save_bundle,
+    }
+    check_outputs(outputs, inputs={"--weights": args.weights, "--x": args.x})
     if args.plot:
         try:
             import matplotlib  # noqa: F401
         except ImportError as exc:
             raise UsageError(
-                "`--plot` needs matplotlib, which is not installed: pip install 'crosscheck[plot]'."
+                f"`--plot` needs matplotlib, which is not installed: {install_hint('plot')}."
             ) from exc
+        check_plot_path(args.plot)
 
 
 def _check_directions(args: argparse.Namespace) -> None:
-    if args.directions != 4 and (args.oracle_mode == "full" or args.quantity == "hvp"):
-        which = "`--oracle-mode full`" if args.oracle_mode == "full" else "`--quantity hvp`"
+    if args.directions != 4 and args.oracle_mode == "full":
         raise UsageError(
-            f"`--directions` applies to screening (`--oracle-mode screen` or `auto`); {which} never screens."
+            "`--directions` applies to screening (`--oracle-mode screen` or `auto`); "
+            "`--oracle-mode full` never screens."
         )
 
 
 def _write_plot_and_bundle(args: argparse.Namespace, report: Any) -> None:
+    """Write ``--plot`` and (when the run failed) ``--save-bundle``; the bundle records ``--workload``
+    as given, so that ``crosscheck replay`` loads the same workload again."""
     if args.plot:
-        from crosscheck._report.plot import write_plot
-
-        write_file(args.plot, "--plot", lambda path: write_plot(report, path))
+        _write_plot(args.plot, report)
     if args.save_bundle and not report.passed:
         from crosscheck._report.bundle import save_bundle
 
-        write_file(args.save_bundle, "--save-bundle", lambda path: save_bundle(report, path))
+        write_file(
+            args.save_bundle, "--save-bundle", lambda path: save_bundle(report, path, workload=args.workload)
+        )
         print(f"crosscheck: wrote the repro bundle {args.save_bundle}", file=sys.stderr)
+
+
+def _write_plot(path: str, report: Any) -> None:
+    """The PNG, and a line on stderr for what it cannot show (parameters of one axis)."""
+    from crosscheck._report.plot import plottable, write_plot
+
+    shown, left_out = plottable(report)
+    write_file(path, "--plot", lambda p: write_plot(report, p))  # writes nothing when nothing is shown
+    if left_out:
+        names = ", ".join(dict.fromkeys(str(c.parameter or c.backend) for c in left_out))
+        print(f"crosscheck: --plot: parameters of one axis have no image: {one_line(names)}", file=sys.stderr)
+    screened = [c.backend for c in report.comparisons if "ratio" not in c.arrays and c.screening]
+    if screened:
+        names = ", ".join(dict.fromkeys(screened))
+        print(
+            "crosscheck: --plot: screened, every direction agrees, no entry checked one by one, so no "
+            f"image: {one_line(names)}",
+            file=sys.stderr,
+        )
+    if not shown:
+        print("crosscheck: --plot: no comparison to draw, so no plot was written", file=sys.stderr)
 
 
 def _run_workload(args: argparse.Namespace, workload: Any) -> int:
     """Run a workload other than the stack: it defines its own arrays (only --dtype and --seed apply)."""
-    from crosscheck._engine.run import run as run_case
-
     for attribute, option, default in STACK_ONLY:
         if getattr(args, attribute) != default:
             raise UsageError(
@@ -260,26 +342,9 @@ def _run_workload(args: argparse.Namespace, workload: Any) -> int:
                 f"own arrays (it takes --dtype and --seed)."
             )
     check_tolerances(args)
-    check_output(args.json)
-    check_output(args.junit, "--junit")
     _check_directions(args)
+    _check_plot_and_bundle(args)
     options = {k: getattr(args, k) for k in ("seed", "dtype") if getattr(args, k) is not None}
-    try:
-        with progress_display() as progress:
-            report = run_case(
-                workload=workload,
-                backends=args.backend,
-                reference=args.reference,
-                rtol=args.rtol,
-                atol=args.atol,
-                strict=args.strict,
-                repeat=args.repeat,
-                oracle_mode=args.oracle_mode,
-                directions=args.directions,
-                progress=progress,
-                **options,
-            )
-    except (ValueError, TypeError) as exc:
-        raise UsageError(str(exc)) from exc
-    write_reports(args, report)
-    return render_report(report, make_console(), quiet=args.quiet)
+    options.update(oracle_mode=args.oracle_mode, directions=args.directions)
+    # As given (a name or an import string), so that a worker process (--isolate) can load it again.
+    return _execute(args, workload=args.workload, **options)

@@ -6,6 +6,8 @@ Exit status: 0 every case passed; 1 a case failed, raised, crashed or timed out;
 from __future__ import annotations
 
 import argparse
+import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,20 +18,23 @@ from crosscheck._cli.common import (
     add_backend_option,
     add_matrix_options,
     add_tolerance_options,
-    check_output,
+    check_at_least,
+    check_outputs,
     escape,
     make_console,
     progress_display,
     write_file,
     write_json,
 )
+from crosscheck._sweep.config import MAX_CASES
 
 
 def register(subparsers: Any) -> None:
     """Add ``sweep`` to the ``crosscheck`` subparsers."""
     parser = subparsers.add_parser(
         "sweep",
-        help="run the case matrix of [tool.crosscheck] (or the built-in CI matrix) in parallel",
+        help="run the case matrix of [tool.crosscheck] (or the built-in CI matrix) in parallel; "
+        "nox -s crosscheck runs this",
         description="Run every case of the matrix in [tool.crosscheck] of pyproject.toml (found in the "
         "current folder or its parents; without one, the built-in CI matrix) on worker processes or a "
         "Dask cluster, and print one summary table. Options replace the configuration key they name.",
@@ -59,6 +64,13 @@ def register(subparsers: Any) -> None:
     where.add_argument(
         "--scheduler", metavar="ADDRESS", help="run on this Dask distributed cluster instead (tcp://...)"
     )
+    matrix.add_argument(
+        "--max-cases",
+        type=int,
+        default=MAX_CASES,
+        metavar="N",
+        help=f"refuse a matrix of more cases than this (default {MAX_CASES})",
+    )
     out = parser.add_argument_group("output")
     out.add_argument("--json", metavar="PATH", help="write the sweep's JSON report here")
     out.add_argument("--junit", metavar="PATH", help="write a JUnit XML report here (a suite a case)")
@@ -86,12 +98,19 @@ _OVERRIDES = {
 def run(args: argparse.Namespace) -> int:
     """Resolve the configuration, run the sweep, render it, write the reports."""
     from crosscheck._sweep.config import ConfigError, cases, options
-    from crosscheck._sweep.engine import check_scheduler, check_specs, sweep
+    from crosscheck._sweep.engine import check_scheduler, check_specs, cpu_count, sweep
 
-    check_output(args.json)
-    check_output(args.junit, "--junit")
+    check_outputs({"--json": args.json, "--junit": args.junit}, inputs={"--config": args.config})
     if args.jobs is not None and args.jobs < 0:
         raise UsageError(f"`--jobs` must be 0 or more, found {args.jobs}.")
+    check_at_least("--max-cases", args.max_cases)
+    if args.jobs is not None and args.jobs > cpu_count():
+        print(
+            f"crosscheck: --jobs {args.jobs} is more than the {cpu_count()} CPUs this process may use; "
+            f"running {cpu_count()} workers",
+            file=sys.stderr,
+        )
+        args.jobs = cpu_count()
     if args.jobs is not None and args.scheduler is not None:
         raise UsageError(
             "`--jobs` and `--scheduler` exclude each other: the cases run either on worker processes here "
@@ -99,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         )
     try:
         config = resolve_config(args)
-        todo, run_options = cases(config), options(config)
+        todo, run_options = cases(config, limit=args.max_cases), options(config)
         check_specs(todo, run_options["backends"], run_options["reference"])
         if args.scheduler is not None:
             check_scheduler(args.scheduler)
@@ -128,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         write_json(args.json, result.to_dict())
     write_file(args.junit, "--junit", lambda path: write_junit(result, path))
+    if result.interrupted is not None:  # the records so far are written; 128 + the signal's number
+        return 128 + int(getattr(signal, result.interrupted, signal.SIGINT))
     return EXIT_OK if result.passed else EXIT_FAIL
 
 
@@ -177,7 +198,9 @@ def render(result, console: Any) -> None:
     known = any(record["known_answer"] for record in result.records)
     table = Table(title="crosscheck sweep", title_justify="left")
     for column in ("case", *names, *(["known answer"] if known else []), "verdict", "time"):
-        table.add_column(escape(column))  # a backend's name may be an import string: never markup
+        # A backend's name may be an import string: never markup; on a narrow terminal it wraps
+        # (overflow="fold"), it never ends in "…".
+        table.add_column(escape(column), overflow="fold")
     for record in result.records:
         verdict = "[green]ok[/green]" if record["passed"] else f"[red]{record['status'].upper()}[/red]"
         seconds = f"{record['seconds']:.1f}s" if record["seconds"] is not None else "-"
@@ -189,7 +212,13 @@ def render(result, console: Any) -> None:
             console.print(f"{case_label(record['case'])}: {record['error']}", markup=False, highlight=False)
     counts = {k: v for k, v in result.counts().items() if v and k != "passed"}
     n = len(result.records)
-    if counts:
+    if result.interrupted is not None:
+        console.print(
+            f"[red]INTERRUPTED[/red] ({result.interrupted}): {n} of {result.planned} cases finished, "
+            f"{result.counts()['passed']} passed; the others did not run",
+            highlight=False,
+        )
+    elif counts:
         detail = ", ".join(f"{v} {k}" for k, v in counts.items())
         console.print(f"[red]FAILED[/red]: {n - result.counts()['passed']} of {n} cases ({detail})")
     else:

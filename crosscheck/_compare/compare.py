@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,10 @@ TERM_HELP = {
     "kinks": "the summed effect of ReLU flips too small to judge the entry on both sides",
     "slack": "user slack: atol + rtol * |reference|",
     "rerun": "the candidate's own rounding, measured by re-running it in the other precision (HVP)",
+    "underflow": (
+        "the smallest normal number times what the arithmetic amplifies it by, where values can fall "
+        "below it (flushed to zero, or rounded to a subnormal); shown only when a case reaches that range"
+    ),
 }
 
 
@@ -24,7 +29,10 @@ class Tolerance:
     terms: dict[str, np.ndarray]
 
     def total(self) -> np.ndarray:
-        return sum(np.asarray(t, dtype=np.float64) for t in self.terms.values())
+        total = np.zeros(())
+        for term in self.terms.values():
+            total = total + np.asarray(term, dtype=np.float64)
+        return total
 
     def at(self, index: tuple[int, ...]) -> dict[str, float]:
         return {name: float(np.broadcast_to(t, self.shape)[index]) for name, t in self.terms.items()}
@@ -70,7 +78,8 @@ class Comparison:
     passed: bool
     status: str
     total: int
-    #: The workload parameter compared (None for the stack, whose one parameter is ``weights``).
+    #: The parameter compared, when the workload names it in messages (a workload's ``w1``; the
+    #: stack's one parameter, ``weights``, is left unnamed).
     parameter: str | None = None
     #: Which question a workload comparison answers: "derivative" (the candidate's gradient against
     #: differences of its own loss) or "same function" (against another function's answer); None for
@@ -78,6 +87,9 @@ class Comparison:
     question: str | None = None
     #: What the reference value is, in words ("differences of `torch`'s own float64 loss").
     against: str = ""
+    #: What each axis of an index means (the stack's ``["layer", "row", "col"]``); None: unnamed axes,
+    #: an index is then written as a Python tuple (``(0, 7)``) and plotted as "axis 0", "axis 1".
+    index_names: list[str] | None = None
     mismatched: int = 0
     judged: int = 0
     unjudgeable: int = 0
@@ -124,7 +136,8 @@ def compare(
     kinks: Kinks | None = None,
     strict: bool = False,
     parameter: str | None = None,
-    term_help: dict[str, str] | None = None,
+    index_names: Sequence[str] | None = None,
+    term_help: Mapping[str, str] | None = None,
 ) -> Comparison:
     """Compare ``candidate`` with ``reference`` entry by entry.
 
@@ -132,63 +145,128 @@ def compare(
     legitimately flip, the entry is judged on both sides of it (it must match one). Unjudgeable entries
     are counted, not judged (with ``strict=True`` they fail the comparison). Wrong shape, wrong dtype
     and non-finite values make the comparison fail with a message; nothing raises. ``parameter`` names
-    the workload parameter compared (messages then name it; indices may have any rank) and
-    ``term_help`` explains the tolerance terms (default: the stack's ``TERM_HELP``).
+    the parameter compared and ``index_names`` its axes (the stack's ``("layer", "row", "col")``);
+    messages say both where given. ``term_help`` explains the tolerance terms (default: the stack's
+    ``TERM_HELP``).
     """
-    common = {"backend": backend, "reference": reference_name, "total": int(np.size(reference))}
-    common["parameter"] = parameter
+    names = list(index_names) if index_names is not None else None
+    common = Comparison(backend=backend, reference=reference_name, passed=False, status="invalid",
+                        total=int(np.size(reference)), parameter=parameter, index_names=names)  # fmt: skip
     candidate = np.asarray(candidate)
     problem = structural_problem(candidate, reference.shape, dtype)
     if problem:
-        where = f"parameter `{parameter}`: " if parameter is not None else ""
-        return Comparison(passed=False, status="invalid", message=where + problem, **common)
+        where = f"parameter `{parameter}`: " if parameter else ""
+        return dataclasses.replace(common, message=where + problem)
     kinks = kinks or Kinks.none(reference.shape)
-    # NaN in the reference marks entries not checked (layers that screening did not send to a full check).
-    judged = ~kinks.unjudgeable & np.isfinite(reference)
-    with np.errstate(invalid="ignore"):
-        diff = np.abs(candidate.astype(np.float64) - reference)
-    two_sided = judged & ~np.isnan(kinks.alternative)
-    if np.any(two_sided):
-        other = np.abs(candidate.astype(np.float64) - kinks.alternative)
-        diff = np.where(two_sided, np.fmin(diff, other), diff)
-    tol = np.broadcast_to(tolerance.total(), reference.shape)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rel = diff / np.abs(reference)
-        ratio = np.where(diff == 0, 0.0, diff / tol)
-        over = diff > tol
+    entries = _Entries.of(candidate, reference, tolerance, kinks)
+    judged, over = entries.judged, entries.over
     mismatched = int(np.count_nonzero(judged & over))
     n_unjudgeable = int(np.count_nonzero(kinks.unjudgeable))
-    reasons = dict(zip(*np.unique(kinks.reason[kinks.unjudgeable], return_counts=True), strict=True))
-    involved = kinks.unjudgeable | two_sided
-    locations = np.unique(kinks.kink[involved].reshape(-1, 3), axis=0)
-    locations = [list(map(int, k)) for k in locations if k[0] >= 0]
-    record = {
-        "mismatched": mismatched,
-        "judged": int(np.count_nonzero(judged)),
-        "unjudgeable": n_unjudgeable,
-        "two_sided": int(np.count_nonzero(two_sided)),
-        "unjudgeable_reasons": {str(k): int(v) for k, v in reasons.items()},
-        "kinks": locations,
-        "tolerance_sources": {name: (term_help or TERM_HELP).get(name, "") for name in tolerance.terms},
-    }
-    if np.any(judged):
-        record.update(_extremes(diff, rel, ratio, judged, candidate, reference, tolerance))
-        record["per_layer"] = _per_layer(ratio, judged, over)
-        record["worst_entries"] = _worst_entries(ratio, judged, candidate, reference, tolerance, kinks)
-        record["arrays"] = {
-            "ratio": np.where(judged, ratio, np.nan),
-            "unjudgeable": kinks.unjudgeable,
-            "two_sided": two_sided,
-        }
     passed = mismatched == 0 and not (strict and n_unjudgeable) and bool(np.any(judged))
-    status = "ok" if passed else "mismatch"
-    if not np.any(judged):
-        status = "unjudgeable"
-    comparison = Comparison(passed=passed, status=status, **common, **record)
+    status = "ok" if passed else "mismatch" if np.any(judged) else "unjudgeable"
+    comparison = dataclasses.replace(
+        common,
+        passed=passed,
+        status=status,
+        mismatched=mismatched,
+        judged=int(np.count_nonzero(judged)),
+        unjudgeable=n_unjudgeable,
+        two_sided=int(np.count_nonzero(entries.two_sided)),
+        unjudgeable_reasons=_reason_counts(kinks),
+        kinks=_kink_locations(kinks, entries.two_sided),
+        tolerance_sources={name: (term_help or TERM_HELP).get(name, "") for name in tolerance.terms},
+    )
+    if np.any(judged):
+        comparison = _with_extremes(comparison, entries, candidate, reference, tolerance, kinks)
     return dataclasses.replace(comparison, message=mismatch_message(comparison))
 
 
+@dataclasses.dataclass(frozen=True)
+class _Entries:
+    """Per entry: the difference (the nearer side of a kink where two sides count), its relative size,
+    difference / tolerance, and which entries are judged, two-sided and over their tolerance."""
+
+    diff: np.ndarray
+    rel: np.ndarray
+    ratio: np.ndarray
+    judged: np.ndarray
+    two_sided: np.ndarray
+    over: np.ndarray
+
+    @classmethod
+    def of(cls, candidate: np.ndarray, reference: np.ndarray, tolerance: Tolerance, kinks: Kinks) -> _Entries:
+        # NaN in the reference marks entries not checked (layers that screening did not send to a full check).
+        judged = ~kinks.unjudgeable & np.isfinite(reference)
+        with np.errstate(invalid="ignore"):
+            diff = np.abs(candidate.astype(np.float64) - reference)
+        two_sided = judged & ~np.isnan(kinks.alternative)
+        if np.any(two_sided):
+            other = np.abs(candidate.astype(np.float64) - kinks.alternative)
+            diff = np.where(two_sided, np.fmin(diff, other), diff)
+        tol = np.broadcast_to(tolerance.total(), reference.shape)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = diff / np.abs(reference)
+            ratio = np.where(diff == 0, 0.0, diff / tol)
+            over = diff > tol
+        return cls(diff, rel, ratio, judged, two_sided, over)
+
+
+def _reason_counts(kinks: Kinks) -> dict[str, int]:
+    reasons, counts = np.unique(kinks.reason[kinks.unjudgeable], return_counts=True)
+    return {str(r): int(n) for r, n in zip(reasons, counts, strict=True)}
+
+
+def _kink_locations(kinks: Kinks, two_sided: np.ndarray) -> list[list[int]]:
+    """The kinks ``(layer, row, unit)`` behind unjudgeable and two-sided entries, each once."""
+    involved = kinks.unjudgeable | two_sided
+    locations = np.unique(kinks.kink[involved].reshape(-1, 3), axis=0)
+    return [[int(i) for i in k] for k in locations if k[0] >= 0]
+
+
+def _with_extremes(
+    c: Comparison,
+    entries: _Entries,
+    candidate: np.ndarray,
+    reference: np.ndarray,
+    tolerance: Tolerance,
+    kinks: Kinks,
+) -> Comparison:
+    """``c`` with its greatest differences, worst entries, per-layer rows and per-entry arrays."""
+    judged = entries.judged
+    abs_index, abs_value = _argmax(entries.diff, judged)
+    rel_index, rel_value = _argmax(np.where(entries.diff == 0, 0.0, entries.rel), judged)
+    worst_index, worst_ratio = _argmax(entries.ratio, judged)
+    terms = tolerance.at(worst_index)
+    return dataclasses.replace(
+        c,
+        max_abs_diff=abs_value,
+        max_abs_diff_index=abs_index,
+        max_rel_diff=rel_value,
+        max_rel_diff_index=rel_index,
+        worst_index=worst_index,
+        worst_ratio=worst_ratio,
+        worst_terms=terms,
+        worst_values={"candidate": float(candidate[worst_index]), "reference": float(reference[worst_index])},
+        decided_by=max(terms, key=lambda name: terms[name]),
+        per_layer=_per_layer(entries.ratio, judged, entries.over),
+        worst_entries=_worst_entries(entries.ratio, judged, candidate, reference, tolerance, kinks),
+        arrays={
+            "ratio": np.where(judged, entries.ratio, np.nan),
+            "unjudgeable": kinks.unjudgeable,
+            "two_sided": entries.two_sided,
+        },
+    )
+
+
+def _argmax(values: np.ndarray, judged: np.ndarray) -> tuple[tuple[int, ...], float]:
+    """The judged entry with the largest value (NaN counts as 0), and that value."""
+    masked = np.where(judged, np.nan_to_num(values, nan=0.0, posinf=np.inf), -1.0)
+    index = tuple(int(i) for i in np.unravel_index(int(np.argmax(masked)), masked.shape))
+    return index, float(masked[index])
+
+
 def structural_problem(candidate: np.ndarray, shape: tuple[int, ...], dtype: str) -> str:
+    """Why ``candidate`` cannot be compared entry by entry (shape, dtype, finiteness), or ``""``."""
     if candidate.shape != shape:
         return f"wrong shape: expected {shape}, found {candidate.shape}."
     if candidate.dtype.name != dtype:
@@ -203,33 +281,7 @@ def structural_problem(candidate: np.ndarray, shape: tuple[int, ...], dtype: str
     return ""
 
 
-def _extremes(diff, rel, ratio, judged, candidate, reference, tolerance):
-    def argmax(values):
-        masked = np.where(judged, np.nan_to_num(values, nan=0.0, posinf=np.inf), -1.0)
-        index = np.unravel_index(int(np.argmax(masked)), masked.shape)
-        return tuple(int(i) for i in index), float(masked[index])
-
-    abs_index, abs_value = argmax(diff)
-    rel_index, rel_value = argmax(np.where(diff == 0, 0.0, rel))
-    worst_index, worst_ratio = argmax(ratio)
-    terms = tolerance.at(worst_index)
-    return {
-        "max_abs_diff": abs_value,
-        "max_abs_diff_index": abs_index,
-        "max_rel_diff": rel_value,
-        "max_rel_diff_index": rel_index,
-        "worst_index": worst_index,
-        "worst_ratio": worst_ratio,
-        "worst_terms": terms,
-        "worst_values": {
-            "candidate": float(candidate[worst_index]),
-            "reference": float(reference[worst_index]),
-        },
-        "decided_by": max(terms, key=terms.get),
-    }
-
-
-def _per_layer(ratio, judged, over) -> list[dict[str, Any]]:
+def _per_layer(ratio: np.ndarray, judged: np.ndarray, over: np.ndarray) -> list[dict[str, Any]]:
     """Per layer (leading axis): judged entries, mismatches and the largest difference / tolerance."""
     out = []
     for layer in range(ratio.shape[0] if ratio.ndim else 0):
@@ -246,7 +298,15 @@ def _per_layer(ratio, judged, over) -> list[dict[str, Any]]:
     return out
 
 
-def _worst_entries(ratio, judged, candidate, reference, tolerance, kinks, count=5):
+def _worst_entries(
+    ratio: np.ndarray,
+    judged: np.ndarray,
+    candidate: np.ndarray,
+    reference: np.ndarray,
+    tolerance: Tolerance,
+    kinks: Kinks,
+    count: int = 5,
+) -> list[dict[str, Any]]:
     """The judged entries furthest past (or closest to) their tolerance, with everything about them."""
     flat = np.where(judged, ratio, -1.0).ravel()
     order = np.argsort(flat)[::-1][:count]
@@ -270,44 +330,46 @@ def _worst_entries(ratio, judged, candidate, reference, tolerance, kinks, count=
 
 
 def mismatch_message(c: Comparison) -> str:
-    """The one fixed message format for a comparison (see README for an example)."""
+    """The one fixed message format for a comparison (see README for an example).
+
+    An index is said with the axes' names where the comparison has them ("(layer, row, col) (0, 1,
+    2)"), else as "index (0, 7)"; the parameter is named where the comparison names one.
+    """
     if c.status == "invalid":
         return c.message
-    lines = []
     if c.status == "unjudgeable":
-        of = "" if c.parameter is None else f" of parameter `{c.parameter}`"
-        lines.append(f"All {c.total} entries{of} are unjudgeable: nothing was compared! ({_reasons(c)})")
-        return "\n".join(lines)
+        of = f" of parameter `{c.parameter}`" if c.parameter else ""
+        return f"All {c.total} entries{of} are unjudgeable: nothing was compared! ({_reasons(c)})"
     pct = 100.0 * c.mismatched / max(c.judged, 1)
-    # The stack's indices are (layer, row, col); a workload's are those of the named parameter.
-    where = "(layer, row, col) " if c.parameter is None else f"parameter `{c.parameter}` index "
-    idx = _idx if c.parameter is None else _tuple
-    lines.append(
+    lines = [
         f"Mismatched elements: {c.mismatched} / {c.judged} ({pct:.1f}%)"
-        + (f" in parameter `{c.parameter}`" if c.parameter is not None else "")
-        + (f", {c.unjudgeable} unjudgeable ({_reasons(c)})" if c.unjudgeable else "")
-    )
-    lines.append(f"Greatest absolute difference: {c.max_abs_diff:.6g} at {where}{idx(c.max_abs_diff_index)}")
-    lines.append(f"Greatest relative difference: {c.max_rel_diff:.6g} at {where}{idx(c.max_rel_diff_index)}")
+        + (f" in parameter `{c.parameter}`" if c.parameter else "")
+        + (f", {c.unjudgeable} unjudgeable ({_reasons(c)})" if c.unjudgeable else ""),
+        f"Greatest absolute difference: {c.max_abs_diff:.6g} at {_where(c, c.max_abs_diff_index)}",
+        f"Greatest relative difference: {c.max_rel_diff:.6g} at {_where(c, c.max_rel_diff_index)}",
+    ]
     terms = c.worst_terms or {}
-    total = sum(terms.values())
+    values = c.worst_values or {}
     shown = " + ".join(f"{name} {value:.3g}" for name, value in terms.items())
-    worst = _idx(c.worst_index) if c.parameter is None else f"`{c.parameter}` {_tuple(c.worst_index)}"
+    worst = (f"`{c.parameter}` " if c.parameter else "") + index_text(c.worst_index)
     lines.append(
-        f"Worst entry {worst}: {c.backend} {c.worst_values['candidate']:.9g} vs "
-        f"{c.reference} {c.worst_values['reference']:.9g}, difference "
-        f"{c.worst_ratio:.3g} x the tolerance {total:.3g} = {shown}; decided by {c.decided_by}"
+        f"Worst entry {worst}: {c.backend} {values.get('candidate', np.nan):.9g} vs "
+        f"{c.reference} {values.get('reference', np.nan):.9g}, difference "
+        f"{c.worst_ratio or 0.0:.3g} x the tolerance {sum(terms.values()):.3g} = {shown}; "
+        f"decided by {c.decided_by}"
     )
     return "\n".join(lines)
 
 
-def _idx(index) -> str:
-    return "(" + ", ".join(str(i) for i in index) + ")" if index is not None else "-"
+def _where(c: Comparison, index: Sequence[int] | None) -> str:
+    """``parameter `w1` index (7,)``, ``(layer, row, col) (0, 1, 2)``: an entry as messages name it."""
+    axes = f"({', '.join(c.index_names)})" if c.index_names else "index"
+    return (f"parameter `{c.parameter}` " if c.parameter else "") + f"{axes} {index_text(index)}"
 
 
-def _tuple(index) -> str:
-    """A workload parameter's index as Python writes it: ``(7,)``, ``(0, 7)``, ``()``."""
-    return str(tuple(index)) if index is not None else "-"
+def index_text(index: Sequence[int] | None) -> str:
+    """An index as Python writes a tuple: ``(0, 1, 2)``, ``(7,)``, ``()``; ``-`` for none."""
+    return str(tuple(int(i) for i in index)) if index is not None else "-"
 
 
 def _reasons(c: Comparison) -> str:

@@ -13,6 +13,9 @@ Modelled on pytest's ``CallInfo.from_call``: whatever the backend does is record
 - What it returns is converted once (``to_array``): ``None``, something that is not an array, an
   object array are failures with a precise message; a PyTorch tensor that requires grad is detached
   (safe: only the values are compared) and the record says so.
+- With a ``timeout``, the call runs in a daemon thread and the caller stops waiting at the deadline
+  (Python cannot stop a thread: it is left running, on its own copies of the inputs; ``--isolate``
+  runs a backend in a worker process, which can be stopped).
 """
 
 from __future__ import annotations
@@ -70,18 +73,37 @@ def user_interrupts() -> Iterator[None]:
         USER_INTERRUPT.clear()
 
 
-def guarded(fn: Callable[..., Any], args: tuple[Any, ...], *, inputs: Mapping[str, np.ndarray]) -> Outcome:
+class BackendFailure(Exception):
+    """Raised inside a guarded call when the failure is already one line (a deadline passed, a worker
+    process died): its message is the record's error as it stands, without the exception's type."""
+
+
+def guarded(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    *,
+    inputs: Mapping[str, np.ndarray],
+    pristine: Mapping[str, np.ndarray] | None = None,
+    timeout: float | None = None,
+) -> Outcome:
     """Call ``fn(*args)``; never raises, except for the user's own Ctrl-C (``Interrupted``).
 
-    ``inputs`` are the arrays the backend may see, by name (checked bit for bit and restored).
+    ``inputs`` are the arrays the backend may see, by name: compared bit for bit after the call with
+    ``pristine`` (the arrays they were copied from, which no backend holds), or, without it, with
+    copies taken here (and put back when written). ``timeout``: seconds before the call is given up.
     """
     names, live = list(inputs), list(inputs.values())
-    pristine = [np.array(a, copy=True) for a in live]
+    if pristine is None:
+        before, restore = [np.array(a, copy=True) for a in live], True
+    else:
+        before, restore = [pristine[n] for n in names], False
     state = framework_state()
     start = time.perf_counter()
     value, error = None, None
     try:
-        value = fn(*args)
+        value = within(timeout, fn, *args)
+    except BackendFailure as exc:
+        error = str(exc)
     except BaseException as exc:
         reraise_user_interrupt(exc)
         error = describe(exc)
@@ -90,25 +112,106 @@ def guarded(fn: Callable[..., Any], args: tuple[Any, ...], *, inputs: Mapping[st
     changed = restore_state(state)
     if changed:
         notes["state_changed"] = changed
-    if _restore(live, pristine) and error is None:
-        error = f"modified its inputs ({_either(names)}); backends must not write to them"
+    written = _written(live, before, restore=restore)
+    if written and error is None:
+        which = _listed([names[i] for i in written])
+        error = f"modified its inputs ({which}); backends must not write to them"
     return Outcome(None if error else value, error, seconds, notes)
 
 
-def _either(names: list[str]) -> str:
+def hand(
+    args: tuple[Any, ...], kwargs: dict[str, Any], known: Mapping[int, str], *, copy: bool = True
+) -> tuple[tuple[Any, ...], dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """What a backend is handed: ``(args, kwargs, handed, pristine)``.
+
+    Every array among the arguments (at the top, or a value of a dict argument) becomes a private copy
+    (``copy``), so a backend never holds an array anyone else uses: it cannot change them by writing
+    now or later (from a thread it left running, say). ``handed`` names the copies (``known``: names
+    of arrays by ``id``, the point's; else the dict key or ``argument N``), ``pristine`` the arrays
+    they were copied from, by the same names.
+    """
+    handed: dict[str, np.ndarray] = {}
+    pristine: dict[str, np.ndarray] = {}
+
+    def give(array: np.ndarray, name: str) -> np.ndarray:
+        name = unique(known.get(id(array), name), handed)
+        handed[name] = np.array(array, copy=True) if copy else array
+        pristine[name] = array
+        return handed[name]
+
+    new_args, kwargs = walk_arrays(list(args), kwargs, give)
+    return tuple(new_args), kwargs, handed, pristine
+
+
+def walk_arrays(
+    args: list[Any], kwargs: dict[str, Any], fn: Callable[[np.ndarray, str], np.ndarray]
+) -> tuple[list[Any], dict[str, Any]]:
+    """``args`` and ``kwargs`` with ``fn(array, name)`` in place of each array (at the top or a dict's
+    value), in one fixed order: the parent and a worker name the same arrays alike."""
+
+    def each(value: Any, name: str) -> Any:
+        if isinstance(value, np.ndarray):
+            return fn(value, name)
+        if isinstance(value, dict) and any(isinstance(v, np.ndarray) for v in value.values()):
+            return {k: each(v, str(k)) for k, v in value.items()}
+        return value
+
+    new_args = [each(a, f"argument {i + 1}") for i, a in enumerate(args)]
+    return new_args, {k: each(v, k) for k, v in kwargs.items()}
+
+
+def unique(name: str, taken: Mapping[str, Any]) -> str:
+    """``name``, or ``name#2``, ``name#3``... when it is taken."""
+    candidate, n = name, 2
+    while candidate in taken:
+        candidate, n = f"{name}#{n}", n + 1
+    return candidate
+
+
+def within(timeout: float | None, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, given up after ``timeout`` seconds (``BackendFailure``); None: no deadline.
+
+    The call runs in a daemon thread that is left running past the deadline (Python cannot stop a
+    thread); it holds only the copies of the inputs it was given, and ends with the process.
+    """
+    if timeout is None:
+        return fn(*args)
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn(*args)
+        except BaseException as exc:  # re-raised in the caller's thread, guarded there
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="crosscheck backend call", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise BackendFailure(
+            f"did not finish within {timeout:g} s (the timeout); it was left running in a background "
+            "thread (with --isolate its worker process is stopped instead)"
+        )
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def _listed(names: list[str]) -> str:
     quoted = [f"`{n}`" for n in names]
-    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
 
 
-def _restore(live: list[np.ndarray], pristine: list[np.ndarray]) -> bool:
-    """Put every written input back; whether any was written (compared as bits, not values)."""
-    modified = False
-    for a, p in zip(live, pristine, strict=True):
+def _written(live: list[np.ndarray], before: list[np.ndarray], *, restore: bool) -> list[int]:
+    """Which inputs were written (compared as bits, not values); with ``restore``, put back."""
+    written = []
+    for i, (a, p) in enumerate(zip(live, before, strict=True)):
         if a.shape != p.shape or a.dtype != p.dtype or a.tobytes() != p.tobytes():
-            modified = True
-            with contextlib.suppress(ValueError, TypeError):
-                a[...] = p
-    return modified
+            written.append(i)
+            if restore:
+                with contextlib.suppress(ValueError, TypeError):
+                    a[...] = p
+    return written
 
 
 # -- framework state ------------------------------------------------------------------------------------

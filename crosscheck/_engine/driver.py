@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare.compare import Comparison
-from crosscheck._engine.call import Outcome, guarded, to_array, to_arrays, user_interrupts
+from crosscheck._engine.call import Outcome, guarded, hand, to_array, to_arrays, unique, user_interrupts
+from crosscheck._engine.isolate import RemoteMethod, Worker, in_process_reason, load_isolated, start_workers
 from crosscheck._engine.load import load, spec_name
 from crosscheck._engine.plan import Plan
 from crosscheck._errors import Interrupted
@@ -31,13 +32,25 @@ _CONVERTERS: dict[str, Callable[[Any], tuple[Any, str | None, dict[str, str]]]] 
 
 
 class Caller:
-    """The guarded call bound to a point's arrays: ``call(fn, *args, convert=None, **kwargs)``."""
+    """The guarded call bound to a point's arrays: ``call(fn, *args, convert=None, **kwargs)``.
 
-    def __init__(self, arrays: Mapping[str, np.ndarray]) -> None:
-        self.arrays = arrays
+    A backend is handed private copies of the arrays (``hand``) and never the point's own, which are
+    what each copy is compared with after the call; ``timeout`` bounds each call. A method of a backend
+    in a worker process (``isolate``) is sent there, guarded by the worker alike.
+    """
+
+    def __init__(self, arrays: Mapping[str, np.ndarray], *, timeout: float | None = None) -> None:
+        self.arrays, self.timeout = arrays, timeout
+        self._names = {id(a): name for name, a in arrays.items()}
 
     def __call__(self, fn: Any, *args: Any, convert: str | None = None, **kwargs: Any) -> Outcome:
-        out = guarded(lambda: fn(*args, **kwargs), (), inputs=self.arrays)
+        remote = getattr(fn, "remote", None) if isinstance(fn, RemoteMethod) else None
+        args, kwargs, handed, pristine = hand(args, kwargs, self._names, copy=remote is None)
+        if remote is not None:
+            out = remote(args, kwargs, names=list(handed), timeout=self.timeout)
+        else:
+            call = lambda: fn(*args, **kwargs)  # noqa: E731
+            out = guarded(call, (), inputs=handed, pristine=pristine, timeout=self.timeout)
         if out.error or convert is None:
             return out
         value, error, notes = _CONVERTERS[convert](out.value)
@@ -58,23 +71,45 @@ class _Run:
     values: dict[str, Any] = dataclasses.field(default_factory=dict)
     reference: Reference | None = None
     interrupted: bool = False
+    #: Worker processes by position (``"reference"``, or a candidate's index), with ``isolate``.
+    workers: dict[Any, Worker] = dataclasses.field(default_factory=dict)
 
 
 def drive(plan: Plan) -> Report:
     """Run ``plan`` and return its report (never raises for anything a backend does)."""
-    run = _Run(plan, plan.judge, Caller(plan.point.arrays()))
+    run = _Run(plan, plan.judge, Caller(plan.point.arrays(), timeout=plan.timeout))
     with user_interrupts():
         try:
+            run.workers = start_workers(plan)  # they load their backends while the reference runs
             _reference(run)
-            for spec in plan.candidates:
-                _candidate(run, spec)
+            for index, spec in enumerate(plan.candidates):
+                _candidate(run, spec, index)
         except Interrupted:
             run.interrupted = True
+        finally:  # after a Ctrl-C, at once: a worker may be stuck in its backend
+            for worker in run.workers.values():
+                if run.interrupted:
+                    worker.stop("interrupted")
+                else:
+                    worker.close()
     return _report(run)
 
 
+def _load(run: _Run, key: Any, spec: Any, *, required: bool) -> tuple[Any, BackendResult]:
+    """Load ``spec`` in its worker (``isolate``) or here; a note says why one that could not be sent
+    to a worker ran here."""
+    worker = run.workers.get(key)
+    if worker is not None:
+        return load_isolated(worker, required=required)
+    backend, result = load(run.plan.workload, spec, required=required)
+    why = in_process_reason(run.plan, spec, reference=key == "reference")
+    if why and backend is not None and run.plan.isolate is True:
+        result = dataclasses.replace(result, notes={**result.notes, "isolated": why})
+    return backend, result
+
+
 def _reference(run: _Run) -> None:
-    backend, result = load(run.plan.workload, run.plan.reference, required=True)
+    backend, result = _load(run, "reference", run.plan.reference, required=True)
     result = dataclasses.replace(result, role="reference")
     run.results[result.name] = result  # recorded first: an interrupt below still reports it
     if backend is not None:
@@ -90,8 +125,8 @@ def _reference(run: _Run) -> None:
     run.results[result.name] = result
 
 
-def _candidate(run: _Run, spec: Any) -> None:
-    backend, result = load(run.plan.workload, spec, required=run.plan.explicit)
+def _candidate(run: _Run, spec: Any, index: int) -> None:
+    backend, result = _load(run, index, spec, required=run.plan.explicit)
     name = unique_name(result.name, run.results)
     run.results[name] = result  # recorded first: an interrupt below still reports it
     if backend is None:
@@ -226,7 +261,4 @@ def _report(run: _Run) -> Report:
 
 
 def unique_name(name: str, taken: Mapping[str, Any]) -> str:
-    candidate, n = name, 2
-    while candidate in taken:
-        candidate, n = f"{name}#{n}", n + 1
-    return candidate
+    return unique(name, taken)

@@ -13,7 +13,9 @@ from crosscheck._workloads.protocol import EngineWorkload, Judge, Options, Point
 class Plan:
     """The workload and its point, the quantity and its judge there, the candidates (``explicit``:
     named by the user, so an unavailable one fails the run), the reference, how many calls each
-    candidate gets, and the options."""
+    candidate gets, and the options; ``isolate`` (True: each backend named by a spec in its own worker
+    process, which rebuilds the workload from ``workload_spec``; ``"auto"``: only import strings and
+    plugins) and ``timeout`` (seconds per call)."""
 
     workload: EngineWorkload
     quantity: Quantity
@@ -24,3 +26,6 @@ class Plan:
     explicit: bool
     options: Options
     repeat: int = 2
+    isolate: bool | str = False
+    timeout: float | None = None
+    workload_spec: str | None = None

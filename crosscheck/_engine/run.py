@@ -10,10 +10,12 @@ import numpy as np
 from crosscheck._engine.driver import drive
 from crosscheck._engine.plan import Plan
 from crosscheck._engine.quantity import quantity as _quantity
+from crosscheck._files import available_memory, format_bytes
 from crosscheck._registry import ORACLE
 from crosscheck._report.report import Report
 from crosscheck._workloads.protocol import Options, Progress
 from crosscheck._workloads.registry import load_workload
+from crosscheck._workloads.stack.workload import StackWorkload
 
 #: The keywords of ``run`` that make the case (each workload takes those that apply to it).
 CASE_KEYWORDS: tuple[str, ...] = ("weights", "x", "layers", "batch", "dim", "dtype", "seed", "init", "scale")
@@ -43,42 +45,42 @@ def run(
     quantity: str = "grad",
     workload: Any = None,
     repeat: int = 2,
+    isolate: bool | str = "auto",
+    timeout: float | None = None,
 ) -> Report:
     """Run one case (generated, or the given arrays) and cross-check every backend's gradient.
 
     Args:
-        weights, x: your own arrays (``(L, d, d)``, ``(N, d)``, float32 or float64), both or neither;
-            else ``layers``, ``batch``, ``dim``, ``dtype``, ``seed``, ``init``, ``scale`` (see ``Case``).
-        backends: names, import strings, backend objects or plain functions (default: every built-in
-            but the reference; a workload's implementations).
+        weights: your own weights ``(L, d, d)`` (float32 or float64) with ``x``; else ``layers``,
+            ``batch``, ``dim``, ``dtype``, ``seed``, ``init`` and ``scale`` make the case (see ``Case``).
+        x: your own inputs ``(N, d)``, with ``weights``.
+        backends: names, import strings, objects or functions (default: ``jax``, ``torch``, ``numpy-fd``
+            less the reference, the variants only when named; a workload's implementations).
         reference: the backend the others are compared with (default: the ``numpy-fd`` oracle).
-        rtol, atol: user slack added to every entry's tolerance; give both or neither.
+        rtol: user slack, relative, added to every entry's tolerance; with ``atol`` or not at all.
+        atol: user slack, absolute.
         strict: fail when any entry is unjudgeable (a ReLU kink makes it ambiguous).
-        oracle_mode, directions: ``"full"`` (every entry), ``"screen"`` (``directions`` random
-            directional derivatives per layer of the stack, per parameter tensor of a workload, then
-            every entry of one that fails them) or ``"auto"`` (screen when the full oracle would cost
-            more: ``SCREEN_FLOPS`` for the stack, ``AUTO_EVALUATIONS`` loss evaluations for a workload).
+        oracle_mode: ``"full"`` (every entry), ``"screen"`` (random directional derivatives, then every
+            entry of a layer or workload tensor that fails) or ``"auto"`` (screen past ``SCREEN_FLOPS``, or
+            a workload's ``AUTO_EVALUATIONS``); either quantity. directions: per layer or tensor, screening.
         explain: also localize (forward activations layer by layer) and classify a disagreement.
-        progress: called as ``progress(description, done, total)`` during long work.
-        quantity: ``"grad"`` or ``"hvp"``, the Hessian-vector product along a direction made from
-            ``seed`` (candidates need ``hvp(weights, x, v)``; see README, "Hessian-vector products").
+        progress: called as ``progress(description, done, total)``.
+        quantity: ``"grad"``, or ``"hvp"`` along a direction made from ``seed`` (``hvp(weights, x, v)``).
         workload: a ``Workload``, a built-in name or an import string ``module:attribute`` (default:
-            the stack). Another workload makes its own arrays: only ``dtype`` and ``seed`` of the case
-            keywords apply, and its comparisons are one per (backend, parameter).
+            the stack). Another workload makes its own arrays (only ``dtype`` and ``seed`` apply).
         repeat: calls per candidate: a second result beyond its own rounding fails it (1: no repeat).
+        isolate: a worker process per backend (its crash is its failure): ``True`` each named by a
+            spec, ``"auto"`` import strings and plugins, ``False`` none.
+        timeout: seconds a backend call may take before it is that backend's failure (None: no limit).
 
     Returns:
         A ``Report``: ``.passed`` and ``.to_dict()`` (the JSON report).
 
     Raises:
-        ValueError, TypeError: bad arguments (the message says what was expected and found).
-
-    Example:
-        >>> crosscheck.run(layers=3, dim=4, backends=["jax"]).passed  # doctest: +SKIP
-        True
+        ValueError, TypeError: bad arguments, said in one line (a mismatch is a record, never raised).
     """
     given = dict(locals())
-    _check_options(rtol, atol, repeat, directions, backends)
+    _check_options(rtol, atol, repeat, directions, backends, isolate, timeout)
     return drive(_plan(given))
 
 
@@ -86,19 +88,75 @@ def _plan(given: dict[str, Any]) -> Plan:
     """The plan of ``run``'s keywords: the workload takes the case keywords that apply to it (and says
     which do not), its judge the quantity, then the candidates."""
     chosen = load_workload(given["workload"])
+    backends, reference = given["backends"], given["reference"]
+    check_memory(chosen, {k: given[k] for k in CASE_KEYWORDS}, list(backends or ()))
     point = chosen.point({k: given[k] for k in CASE_KEYWORDS})
     names = ("rtol", "atol", "strict", "seed", "oracle_mode", "directions", "explain", "progress")
     options = Options(**{k: given[k] for k in names})
     what = _quantity(given["quantity"])
     judge = chosen.judge(what, point, options)
-    backends, reference = given["backends"], given["reference"]
     specs = list(backends) if backends is not None else chosen.defaults(reference)
     chosen.check_candidates(specs)
-    return Plan(chosen, what, point, judge, specs, reference, backends is not None, options, given["repeat"])
+    return Plan(
+        chosen,
+        what,
+        point,
+        judge,
+        specs,
+        reference,
+        backends is not None,
+        options,
+        given["repeat"],
+        isolate=given["isolate"],
+        timeout=None if given["timeout"] is None else float(given["timeout"]),
+        workload_spec=_workload_spec(given["workload"]),
+    )
 
 
-def _check_options(rtol: Any, atol: Any, repeat: Any, directions: Any, backends: Any) -> None:
+def check_memory(workload: Any, given: dict[str, Any], specs: list[Any]) -> dict[str, int]:
+    """The bytes the case needs, by part (``workload.memory``, when it estimates), before anything is
+    allocated.
+
+    Raises:
+        MemoryTooLarge: more than this machine has available (the message gives the estimate).
+    """
+    memory = getattr(workload, "memory", None)
+    parts = memory(given, specs) if callable(memory) else {}
+    total, available = sum(parts.values()), available_memory()
+    if total > available:
+        shown = ", ".join(f"{name} {format_bytes(n)}" for name, n in parts.items() if n)
+        raise MemoryTooLarge(
+            f"this case needs about {format_bytes(total)} of memory ({shown}), more than the "
+            f"{format_bytes(available)} this machine has available; make it smaller."
+        )
+    return parts
+
+
+class MemoryTooLarge(ValueError):
+    """A case that cannot fit in this machine's memory (refused before anything is allocated)."""
+
+
+def _workload_spec(workload: Any) -> str | None:
+    """How a worker process loads the workload again: its name or import string (None: an object)."""
+    if workload is None or isinstance(workload, StackWorkload):
+        return "stack"
+    return workload if isinstance(workload, str) else None
+
+
+def _check_isolation(isolate: Any, timeout: Any) -> None:
+    if not (isinstance(isolate, bool) or isolate == "auto"):
+        raise TypeError(f"`isolate` must be True, False or 'auto', found {isolate!r:.60}.")
+    if timeout is None:
+        return
+    number = isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
+    if not (number and np.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"`timeout` must be a positive number of seconds, found {timeout!r:.60}.")
+
+
+def _check_options(*given: Any) -> None:
+    rtol, atol, repeat, directions, backends, isolate, timeout = given
     _check_tolerances(rtol, atol)
+    _check_isolation(isolate, timeout)
     for name, value in (("repeat", repeat), ("directions", directions)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"`{name}` must be a positive integer, found {value!r}.")

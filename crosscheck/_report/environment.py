@@ -6,6 +6,7 @@ never imports JAX or PyTorch.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import sys
@@ -54,8 +55,16 @@ def _jax() -> dict[str, Any]:
         "devices": [str(d) for d in jax.devices()],
         "default_matmul_precision": str(jax.config.jax_default_matmul_precision),
         "x64_enabled_globally": bool(jax.config.jax_enable_x64),
-        "subnormals_flushed": bool(jax.jit(lambda v: v / 2)(smallest_normal) == 0),
+        "subnormals_flushed": bool(_jax_halve()(smallest_normal) == 0),
     }
+
+
+@functools.cache
+def _jax_halve():
+    """One jitted ``v / 2`` per process: a fresh lambda would be traced and compiled on every report."""
+    import jax
+
+    return jax.jit(lambda v: v / 2)
 
 
 def _torch() -> dict[str, Any]:

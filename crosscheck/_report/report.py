@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from crosscheck._compare.compare import Comparison
+from crosscheck._errors import one_line
+from crosscheck._report.text import markup, plain
 
 SCHEMA_VERSION = 1
 
@@ -60,7 +62,7 @@ class Report:
     @property
     def problems(self) -> list[str]:
         """One line per reason the run did not pass (empty when it passed)."""
-        out = []
+        out: list[str] = []
         if self.interrupted:
             out.append("interrupted (Ctrl-C): the backends listed as skipped did not run")
         ref = self.backends.get(self.reference)
@@ -72,13 +74,17 @@ class Report:
                 out.append(f"`{result.name}` failed: {result.error}")
             if result.role == "candidate" and result.status == "unavailable" and result.required:
                 out.append(f"`{result.name}` was asked for but is unavailable: {result.error}")
+        out += [
+            f"`{name}`: {r.notes['port']['text']}"
+            for name, r in self.backends.items()
+            if name in self.verdicts() and r.notes["port"].get("starts_in") != "nowhere"
+        ]
         disagree = [
             c
             for c in self.comparisons
             if not c.passed and c.status == "mismatch" and not (self.strict and c.mismatched == 0)
         ]
-        out += [f"`{c.backend}` disagrees with `{c.reference}`" for c in disagree if c.parameter is None]
-        out += _by_parameter([c for c in disagree if c.parameter is not None])
+        out += _disagreements(disagree)
         out += [f"`{c.backend}`: {c.message}" for c in self.comparisons if c.status == "invalid"]
         out += [
             f"`{c.backend}`: every entry{_at(c, ' of')} is unjudgeable"
@@ -93,7 +99,15 @@ class Report:
         out += list(self.oracle.get("problems", []))
         if not self.comparisons and not out:
             out.append("no candidate backend ran, so nothing was cross-checked")
-        return out
+        return [one_line(line) for line in out]  # a backend's name or error is one line of text here
+
+    def verdicts(self) -> dict[str, str]:
+        """A port's verdict per candidate: where the JAX port first differs (``notes["port"]``)."""
+        return {
+            name: str(r.notes["port"]["text"])
+            for name, r in self.backends.items()
+            if isinstance(r.notes.get("port"), dict) and "text" in r.notes["port"]
+        }
 
     @property
     def passed(self) -> bool:
@@ -127,7 +141,7 @@ class Report:
         out = []
         for c in self.comparisons:
             if c.coverage != "every entry" and c.passed:
-                if c.parameter is None:  # a workload's coverage is summed up in its oracle lines
+                if not self.oracle.get("lines"):  # a model oracle sums coverage up in its own lines
                     out.append((f"{c.backend}: {c.message}", False))
             elif c.status == "empty":
                 continue  # the oracle's one line says so
@@ -136,100 +150,38 @@ class Report:
         return out + [(line, False) for line in self.oracle.get("lines", [])]
 
     def render(self, console: Any) -> None:
-        """Print the table, the mismatch messages and a verdict line on a ``rich`` console."""
-        console.print(table(self))
+        """Print the table, the mismatch messages and a verdict line on a ``rich`` console.
+
+        Text from backends and workloads (names, errors, parameter names) is printed as text: escaped
+        where the line is markup, without control characters everywhere.
+        """
+        from crosscheck._report.table import render_table, summary
+
+        if isinstance(self.case.get("mapping"), list):  # a port: the mapping comes before any numerics
+            from crosscheck._workloads.port.mapping import render
+
+            console.print(render(self.case["mapping"]), highlight=False, markup=False)
+        render_table(self, console)
         for text, heading in self.messages():
             if heading:
-                from rich.markup import escape
-
-                console.print(f"[bold]{escape(text)}[/bold]", highlight=False)
+                console.print(f"[bold]{markup(text)}[/bold]", highlight=False)
             else:
-                console.print(text, highlight=False, markup=False)
+                console.print(plain(text), highlight=False, markup=False)
         for r in self.backends.values():
             if r.status in ("failed", "unavailable"):
-                console.print(f"{r.name}: {r.status}: {r.error}", highlight=False, markup=False)
+                console.print(plain(f"{r.name}: {r.status}: {r.error}"), highlight=False, markup=False)
         if self.explain:
             for c in self.comparisons:
                 render_explain(c, console)
             console.print(f"environment: {environment_line(self.environment)}", highlight=False, markup=False)
+        for name, text in self.verdicts().items():
+            console.print(plain(f"verdict of `{name}`: {text}"), highlight=False, markup=False)
         if self.passed:
-            console.print(f"[green]PASSED[/green]: {_summary(self)}", highlight=False)
+            console.print(f"[green]PASSED[/green]: {markup(summary(self))}", highlight=False)
         else:
-            from rich.markup import escape
-
-            # escape: a problem may quote `pip install 'crosscheck[torch]'`, which rich reads as markup.
-            console.print(f"[red]FAILED[/red]: {escape('; '.join(self.problems))}", highlight=False)
-
-
-def table(report: Report) -> Any:
-    from rich.table import Table
-
-    if "workload" in report.case:
-        from crosscheck._report.workload_table import workload_table
-
-        return workload_table(report)
-    title = ", ".join(f"{k}={v}" for k, v in report.case.items() if not k.endswith("sha256"))
-    if report.quantity != "grad":
-        title += f", quantity={report.quantity}"
-    t = Table(title=f"crosscheck: {title}", title_justify="left")
-    for column in (
-        "backend",
-        "status",
-        "dtype",
-        "time",
-        "max abs diff",
-        "max rel diff",
-        "worst (l,r,c)",
-        "tolerance there",
-        "decided by",
-        "unjudgeable",
-        "verdict",
-    ):
-        t.add_column(column, justify="right" if column not in ("backend", "status") else "left")
-    by_name = {c.backend: c for c in report.comparisons}
-    for name, r in report.backends.items():
-        c = by_name.get(r.name)
-        time_s = f"{r.seconds:.3f}s" if r.seconds is not None else "-"
-        if r.role == "reference":
-            t.add_row(name, r.status, r.dtype or "-", time_s, "", "", "", "", "", "", "reference")
-            continue
-        if c is None or c.max_abs_diff is None:
-            verdict = (
-                "[red]FAIL[/red]"
-                if r.status == "failed" or (c and not c.passed) or (r.status == "unavailable" and r.required)
-                else "[green]ok[/green]"
-                if c and c.passed
-                else "-"
-            )
-            t.add_row(
-                name,
-                r.status,
-                r.dtype or "-",
-                time_s,
-                "",
-                "",
-                "",
-                "",
-                "",
-                str(c.unjudgeable) if c else "",
-                verdict,
-            )
-            continue
-        tol = sum((c.worst_terms or {}).values())
-        t.add_row(
-            name,
-            r.status,
-            r.dtype or "-",
-            time_s,
-            f"{c.max_abs_diff:.3g}",
-            f"{c.max_rel_diff:.3g}",
-            ",".join(map(str, c.worst_index or ())),
-            f"{tol:.3g}",
-            c.decided_by or "",
-            f"{c.unjudgeable}/{c.total}" if c.unjudgeable else "0",
-            "[green]ok[/green]" if c.passed else "[red]FAIL[/red]",
-        )
-    return t
+            # A problem may quote `pip install 'crosscheck-gradients[torch]'` (markup to rich) or a
+            # backend's name.
+            console.print(f"[red]FAILED[/red]: {markup('; '.join(self.problems))}", highlight=False)
 
 
 def render_explain(c: Comparison, console: Any) -> None:
@@ -242,7 +194,8 @@ def render_explain(c: Comparison, console: Any) -> None:
         return
     forward = {row["layer"]: row for row in c.forward if "layer" in row}
     t = Table(
-        title=f"{c.backend} vs {c.reference}, layer by layer (difference / tolerance)", title_justify="left"
+        title=markup(f"{c.backend} vs {c.reference}, layer by layer (difference / tolerance)"),
+        title_justify="left",
     )
     for column in (
         "layer",
@@ -275,7 +228,7 @@ def render_explain(c: Comparison, console: Any) -> None:
         terms = ", ".join(f"{k} {v:.3g}" for k, v in entry["terms"].items())
         kink = f"; ReLU kink nearby at (layer, row, unit) {tuple(entry['kink'])}" if entry["kink"] else ""
         console.print(
-            f"  {tuple(entry['index'])}: {c.backend} {entry['candidate']:.9g} vs "
+            f"  {tuple(entry['index'])}: {plain(c.backend)} {entry['candidate']:.9g} vs "
             f"{entry['reference']:.9g}, {entry['ratio']:.3g} x tolerance ({terms}){kink}",
             highlight=False,
             markup=False,
@@ -307,22 +260,19 @@ def environment_line(env: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _by_parameter(disagree: list[Comparison]) -> list[str]:
-    """One line per workload backend and question: "`jax` disagrees with `numpy-fd` at parameters `w1`,
-    `b1`"; "`torch`'s gradient disagrees with differences of its own loss at parameter `w1`"."""
+def _disagreements(disagree: list[Comparison]) -> list[str]:
+    """One line per backend and question: "`jax` disagrees with `numpy-fd`", "at parameters `w1`, `b1`"
+    where the comparisons name their parameters; "`torch`'s gradient disagrees with differences of its
+    own loss at parameter `w1`" for a workload's derivative question."""
     grouped: dict[tuple[str, str, bool], list[str]] = {}
     for c in disagree:
-        grouped.setdefault((c.backend, c.reference, c.question == "derivative"), []).append(
-            f"`{c.parameter}`"
-        )
+        key = (c.backend, c.reference, c.question == "derivative")
+        grouped.setdefault(key, []).extend([f"`{c.parameter}`"] if c.parameter else [])
     out = []
     for (b, r, own), p in grouped.items():
-        where = f"at parameter{'s' if len(p) > 1 else ''} {', '.join(p)}"
-        out.append(
-            f"`{b}`'s gradient disagrees with differences of its own loss {where}"
-            if own
-            else f"`{b}` disagrees with `{r}` {where}"
-        )
+        where = f" at parameter{'s' if len(p) > 1 else ''} {_some(p)}" if p else ""
+        out.append(f"`{b}`'s gradient disagrees with differences of its own loss{where}" if own else
+                   f"`{b}` disagrees with `{r}`{where}")  # fmt: skip
     return out
 
 
@@ -335,20 +285,15 @@ def versus(c: Comparison) -> str:
     return head
 
 
+def _some(names: list[str], shown: int = 8) -> str:
+    """The first ``shown`` names, then how many more (a port's table has a row per module)."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
 def _at(c: Comparison, prefix: str = " at") -> str:
-    """Where a workload comparison is, e.g. " at parameter `w1`" (nothing for the stack)."""
-    return f"{prefix} parameter `{c.parameter}`" if c.parameter is not None else ""
-
-
-def _summary(report: Report) -> str:
-    if "workload" in report.case:
-        from crosscheck._report.workload_table import workload_summary
-
-        return workload_summary(report)
-    n = len(report.comparisons)
-    unjudged = sum(c.unjudgeable for c in report.comparisons)
-    tail = f"; {unjudged} entries unjudgeable because of ReLU kinks" if unjudged else ""
-    return f"{n} candidate(s) agree with `{report.reference}`{tail}"
+    """Which parameter a comparison is of, e.g. " at parameter `w1`" (nothing where it names none)."""
+    return f"{prefix} parameter `{c.parameter}`" if c.parameter else ""
 
 
 def _finite(value: Any) -> Any:

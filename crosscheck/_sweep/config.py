@@ -2,7 +2,7 @@
 
 The matrix is the cartesian product of the listed values. Every key is optional; command-line options
 replace the key they name. Without any matrix key (and no matrix option on the command line) a sweep
-runs the built-in CI matrix (``crosscheck._matrix.CASES``).
+runs the built-in CI matrix (``crosscheck._sweep.matrix.CASES``).
 
 Example::
 
@@ -57,6 +57,8 @@ MATRIX_DEFAULTS: dict[str, list[Any]] = {
     "inits": ["gaussian"],
 }
 OPTION_KEYS = ("backends", "reference", "rtol", "atol", "strict", "timeout")
+#: The most cases a matrix may expand to unless the user raises it (``--max-cases``).
+MAX_CASES = 10_000
 
 
 class ConfigError(ValueError):
@@ -212,19 +214,30 @@ def _did_you_mean(key: str) -> str:
     return f" Did you mean `{close[0]}`?" if close else ""
 
 
-def cases(config: SweepConfig) -> list[dict[str, Any]]:
+def cases(config: SweepConfig, *, limit: int | None = MAX_CASES) -> list[dict[str, Any]]:
     """The cases of the sweep as plain dicts (``workload`` plus what rebuilds the inputs).
 
     The product of the matrix keys when any is given, else the built-in CI matrix. A stack case holds
     ``layers, batch, dim, dtype, seed, init, scale``; another workload's case ``dtype`` and ``seed`` (its
-    shapes are its own), so duplicates are dropped.
+    shapes are its own), so duplicates are dropped (in linear time: each case once, in a set).
+
+    Raises:
+        ConfigError: the product has more than ``limit`` cases (refused before it is expanded).
     """
     if not config.has_matrix():
         from crosscheck._sweep.matrix import CASES
 
         return [{"workload": STACK, **case.to_dict()} for case in CASES]
     lists = [config.get(key, MATRIX_DEFAULTS[key]) for key in MATRIX_KEYS]
+    size = math.prod(len(values) for values in lists)
+    if limit is not None and size > limit:
+        raise ConfigError(
+            f"the matrix has {size} cases ({' x '.join(str(len(v)) for v in lists)} values of "
+            f"{', '.join(MATRIX_KEYS)}), more than the limit of {limit}; narrow it, or raise the "
+            f"limit (--max-cases {size})."
+        )
     out: list[dict[str, Any]] = []
+    seen: set[tuple[Any, ...]] = set()
     for values in itertools.product(*lists):
         row = dict(zip(MATRIX_KEYS, values, strict=True))
         case = {"workload": row["workloads"], "dtype": row["dtypes"], "seed": row["seeds"]}
@@ -239,7 +252,9 @@ def cases(config: SweepConfig) -> list[dict[str, Any]]:
                 "init": row["inits"],
                 "scale": 1.0,
             }
-        if case not in out:
+        key = tuple(case.items())
+        if key not in seen:
+            seen.add(key)
             out.append(case)
     return out
 

@@ -11,123 +11,44 @@ a record with that status; the other cases go on.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import multiprocessing
 import os
 import re
+import signal
 import threading
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from crosscheck._errors import describe, reraise_user_interrupt
-
-STACK = "stack"
-STATUSES = ("passed", "failed", "error", "crashed", "timeout")
-CRASHED = "the process running this case died (a segfault, an abort or os._exit in a backend)"
-
-Task = dict[str, Any]
-Record = dict[str, Any]
-Done = Callable[[Record], None]
-
-
-def make_tasks(
-    cases: Sequence[dict[str, Any]], options: dict[str, Any], *, timeout: float | None = None
-) -> list[Task]:
-    """One task per case: ``{"index", "case", "options", "timeout"}``, all plain data."""
-    backends = options.get("backends")
-    if backends is not None and not all(isinstance(b, str) for b in backends):
-        raise TypeError(
-            "a sweep's `backends` must be names or import strings (workers build them from text); "
-            f"found {', '.join(type(b).__name__ for b in backends if not isinstance(b, str))}."
-        )
-    return [
-        {"index": i, "case": dict(case), "options": dict(options), "timeout": timeout}
-        for i, case in enumerate(cases)
-    ]
-
-
-# -- running one case (in whatever process the engine chose) -------------------------------------------
-
-
-def run_task(task: Task) -> Record:
-    """Run one task within its timeout and return its record (never raises).
-
-    The case runs in a daemon thread that the caller stops waiting for at the timeout: Python cannot
-    stop a thread, but the record comes back on time and a leftover thread does not keep a worker alive.
-    """
-    timeout = task.get("timeout")
-    start = time.perf_counter()
-    if timeout is None:
-        record = _execute(task)
-    else:
-        box: dict[str, Record] = {}
-        thread = threading.Thread(target=lambda: box.update(r=_execute(task)), daemon=True)
-        thread.start()
-        thread.join(timeout)
-        record = box.get("r") or _record(
-            task, "timeout", error=f"did not finish within {timeout:g} s (--timeout)"
-        )
-    record["seconds"] = time.perf_counter() - start
-    return record
-
-
-def _execute(task: Task) -> Record:
-    try:
-        report, known = _run_case(task["case"], task["options"])
-    except BaseException as exc:  # a record, not a crash (a sys.exit too): the other cases go on
-        reraise_user_interrupt(exc)
-        return _record(task, "error", error=describe(exc))
-    passed = report.passed and known in ("", "exact")
-    problems = list(report.problems)
-    if known not in ("", "exact"):
-        problems.append(f"known answer: {known}")
-    return _record(
-        task,
-        "passed" if passed else "failed",
-        error="; ".join(problems),
-        known_answer=known,
-        report=report.to_dict(),
-    )
-
-
-def _run_case(case: dict[str, Any], options: dict[str, Any]):
-    from crosscheck._engine.run import run
-
-    case = dict(case)
-    workload = case.pop("workload", STACK)
-    if workload != STACK:
-        # A workload other than the stack: passed through to crosscheck.run (its shapes are its own).
-        return run(workload=workload, **case, **options), ""
-    from crosscheck._sweep.matrix import check_known
-    from crosscheck._workloads.stack.case import Case
-
-    report = run(**case, **options)
-    return report, check_known(Case(**case), report)
-
-
-def _record(task: Task, status: str, *, error: str = "", known_answer: str = "", report=None) -> Record:
-    return {
-        "index": task["index"],
-        "case": task["case"],
-        "status": status,
-        "passed": status == "passed",
-        "error": error,
-        "known_answer": known_answer,
-        "seconds": None,
-        "report": report,
-    }
-
+from crosscheck._errors import USER_INTERRUPT, Interrupted
+from crosscheck._registry import install_hint
+from crosscheck._sweep.task import CRASHED as CRASHED  # re-exported: a record's crash message
+from crosscheck._sweep.task import (  # the tasks and records, which moved there
+    STACK,
+    STATUSES,
+    Done,
+    Record,
+    Task,
+    _crashed,
+    _record,
+    make_tasks,
+    run_task,
+)
 
 # -- engines -------------------------------------------------------------------------------------------
 
 
 def run_in_process(tasks: Iterable[Task], done: Done) -> None:
-    """Every task here, one after the other (no isolation: a crashing backend ends the sweep)."""
+    """Every task here, one after the other (no isolation: a crashing backend ends the sweep). A case
+    that a Ctrl-C interrupted ends the sweep: its record is kept, the rest are not run."""
     for task in tasks:
-        done(run_task(task))
+        record = run_task(task)
+        done(record)
+        if (record.get("report") or {}).get("interrupted"):
+            raise KeyboardInterrupt
 
 
 def run_processes(tasks: Iterable[Task], done: Done, *, jobs: int) -> None:
@@ -147,11 +68,17 @@ def run_processes(tasks: Iterable[Task], done: Done, *, jobs: int) -> None:
 
 def _pool_pass(pending: collections.deque[Task], done: Done, *, jobs: int) -> list[Task]:
     """Run tasks from ``pending`` on a fresh pool until it is empty or the pool breaks; return the
-    tasks that were running when it broke."""
+    tasks that were running when it broke.
+
+    The workers ignore SIGINT: a Ctrl-C (or a SIGTERM the caller turned into ``KeyboardInterrupt``)
+    is the parent's, which kills every worker at once (a worker may be stuck in a backend) and lets
+    the interrupt go on, so that no worker, nor the resource tracker they keep alive, outlives it.
+    """
     context = multiprocessing.get_context("spawn")
     running: dict[Future, Task] = {}
     lost: list[Task] = []
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_ignore_sigint)
+    try:
         while pending or running:
             # At most `jobs` cases in flight: a break then loses only cases that had really started.
             while pending and len(running) < jobs and not lost:
@@ -166,7 +93,27 @@ def _pool_pass(pending: collections.deque[Task], done: Done, *, jobs: int) -> li
                     lost.append(task)
             if lost and not running:
                 break
+    except BaseException:
+        _kill_workers(pool)
+        raise
+    pool.shutdown(wait=True)
     return sorted(lost, key=lambda t: t["index"])
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _kill_workers(pool: ProcessPoolExecutor) -> None:
+    """Kill the pool's worker processes and drop its queued work, without waiting for any case."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.join(timeout=5)
 
 
 def run_dask(tasks: Iterable[Task], done: Done, *, scheduler: str) -> None:
@@ -182,7 +129,7 @@ def run_dask(tasks: Iterable[Task], done: Done, *, scheduler: str) -> None:
         from distributed.scheduler import KilledWorker
     except ImportError as exc:
         raise ImportError(
-            "`--scheduler` needs Dask's distributed, which is not installed: pip install 'crosscheck[dask]'."
+            f"`--scheduler` needs Dask's distributed, which is not installed: {install_hint('dask')}."
         ) from exc
     check_scheduler(scheduler)
     try:
@@ -236,10 +183,6 @@ def check_scheduler(address: str) -> None:
         raise ValueError(f"`--scheduler` must be an address like tcp://HOST:8786; found {address!r}.")
 
 
-def _crashed(task: Task) -> Record:
-    return _record(task, "crashed", error=CRASHED)
-
-
 # -- the sweep -----------------------------------------------------------------------------------------
 
 
@@ -258,10 +201,14 @@ class SweepResult:
     options: dict[str, Any]
     engine: dict[str, Any]
     config: str | None = None
+    #: The signal that stopped it (``"SIGINT"``: Ctrl-C, ``"SIGTERM"``), or None: ``records`` are then
+    #: the cases that finished, of ``planned``.
+    interrupted: str | None = None
+    planned: int = 0
 
     @property
     def passed(self) -> bool:
-        return all(r["passed"] for r in self.records)
+        return self.interrupted is None and all(r["passed"] for r in self.records)
 
     def counts(self) -> dict[str, int]:
         return {status: sum(r["status"] == status for r in self.records) for status in STATUSES}
@@ -275,6 +222,8 @@ class SweepResult:
             "config": self.config,
             "options": self.options,
             "engine": self.engine,
+            "interrupted": self.interrupted,
+            "planned": self.planned,
             "cases": self.records,
         }
 
@@ -323,18 +272,55 @@ def sweep(
         if progress is not None:
             progress(len(records), len(tasks))
 
-    engine: dict[str, Any]
+    engine: dict[str, Any] = {}
+    stopped: list[str] = []
+    try:
+        with _interrupts(stopped):
+            _run_engine(tasks, done, engine, jobs=jobs, scheduler=scheduler)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the records so far
+        stopped.append("SIGINT")
+    records.sort(key=lambda r: r["index"])
+    interrupted = stopped[0] if stopped else None
+    return SweepResult(records, {**options, "timeout": timeout}, engine, config, interrupted, len(tasks))
+
+
+def _run_engine(
+    tasks: list[Task], done: Done, engine: dict[str, Any], *, jobs: int, scheduler: str | None
+) -> None:
+    """Run the tasks where the options say, and record how in ``engine``."""
     if scheduler is not None:
-        engine = {"kind": "dask", "scheduler": scheduler}
+        engine.update(kind="dask", scheduler=scheduler)
         run_dask(tasks, done, scheduler=scheduler)
     elif jobs == 0:
-        engine = {"kind": "in-process"}
+        engine.update(kind="in-process")
         run_in_process(tasks, done)
     else:
-        engine = {"kind": "processes", "jobs": jobs}
-        run_processes(tasks, done, jobs=max(1, min(jobs, len(tasks))))
-    records.sort(key=lambda r: r["index"])
-    return SweepResult(records, {**options, "timeout": timeout}, engine, config)
+        engine.update(kind="processes", jobs=min(jobs, cpu_count()))
+        if jobs > cpu_count():  # more workers than CPUs only slows every case down
+            engine["jobs_asked"] = jobs
+        run_processes(tasks, done, jobs=max(1, min(engine["jobs"], len(tasks))))
+
+
+@contextlib.contextmanager
+def _interrupts(stopped: list[str]) -> Iterator[None]:
+    """Ctrl-C and SIGTERM stop the sweep: each raises ``Interrupted`` (the user's, never a backend's)
+    and its name goes to ``stopped``. Only in the main thread (elsewhere no signal arrives)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        stopped.append(signal.Signals(signum).name)
+        USER_INTERRUPT.set()
+        raise Interrupted
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        USER_INTERRUPT.clear()
 
 
 def check_specs(cases: Sequence[dict[str, Any]], backends: Sequence[str] | None, reference: str) -> None:

@@ -1,14 +1,10 @@
-"""The CI matrix: a fixed list of cases run by ``crosscheck matrix`` and ``nox -s crosscheck``."""
+"""The built-in CI matrix: the cases ``crosscheck sweep`` (``nox -s crosscheck``) runs without a
+``[tool.crosscheck]`` matrix, and the known answers it checks them against."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Sequence
-from typing import Any
-
 import numpy as np
 
-from crosscheck._engine.run import run
 from crosscheck._report.report import Report
 from crosscheck._workloads.stack.case import Case
 
@@ -29,38 +25,9 @@ CASES: tuple[Case, ...] = (
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class MatrixRow:
-    case: Case
-    report: Report
-    known_answer: str  # "" when the case has none, else "exact" or what went wrong
-
-    @property
-    def passed(self) -> bool:
-        return self.report.passed and self.known_answer in ("", "exact")
-
-
 def known_answer(case: Case) -> float | None:
     """Identity weights with ``x`` all ones: every gradient entry is exactly ``2 * N``."""
     return 2.0 * case.batch if case.init == "identity" else None
-
-
-def run_matrix(
-    cases: Sequence[Case] = CASES,
-    *,
-    backends: Sequence[Any] | None = None,
-    strict: bool = False,
-    progress: Callable[[str, int, int], None] | None = None,
-) -> list[MatrixRow]:
-    rows = []
-    for i, case in enumerate(cases):
-        if progress is not None:
-            progress("matrix", i, len(cases))
-        report = run(**dataclasses.asdict(case), backends=backends, strict=strict)
-        rows.append(MatrixRow(case, report, check_known(case, report)))
-    if progress is not None:
-        progress("matrix", len(cases), len(cases))
-    return rows
 
 
 def check_known(case: Case, report: Report) -> str:
@@ -76,49 +43,3 @@ def check_known(case: Case, report: Report) -> str:
             spec = report.backends[name].notes.get("spec", name)
             problems.append(f"{spec} is not exactly {expected:g} everywhere")
     return "; ".join(problems) or "exact"
-
-
-def render_matrix(rows: list[MatrixRow], console: Any) -> None:
-    from rich.table import Table
-
-    names = []
-    for row in rows:
-        names += [c.backend for c in row.report.comparisons if c.backend not in names]
-    table = Table(title="crosscheck matrix", title_justify="left")
-    for column in ("case", *names, "known answer", "verdict"):
-        table.add_column(column)
-    for row in rows:
-        c = row.case
-        label = f"{c.init} L={c.layers} N={c.batch} d={c.dim} {c.dtype} seed={c.seed}"
-        by_name = {comp.backend: comp for comp in row.report.comparisons}
-        cells = []
-        for name in names:
-            comp = by_name.get(name)
-            if comp is None:
-                status = row.report.backends.get(name)
-                cells.append(status.status if status else "-")
-            elif comp.passed:
-                near = comp.unjudgeable + comp.two_sided
-                extra = f" ({near} kink)" if near else ""
-                cells.append(f"ok rel {comp.max_rel_diff:.1e}{extra}")
-            else:
-                cells.append(f"[red]{comp.status} {comp.mismatched}/{comp.judged}[/red]")
-        verdict = "[green]ok[/green]" if row.passed else "[red]FAIL[/red]"
-        table.add_row(label, *cells, row.known_answer or "-", verdict)
-    console.print(table)
-    failed = [r for r in rows if not r.passed]
-    for row in failed:
-        console.print(
-            f"{row.case}: "
-            + "; ".join(
-                row.report.problems
-                + ([f"known answer: {row.known_answer}"] if row.known_answer not in ("", "exact") else [])
-            ),
-            markup=False,
-            highlight=False,
-        )
-    n = len(rows)
-    if failed:
-        console.print(f"[red]FAILED[/red]: {len(failed)} of {n} cases disagree")
-    else:
-        console.print(f"[green]PASSED[/green]: all {n} cases agree")

@@ -5,17 +5,20 @@ candidate's gradient with its rounding *measured* by a re-run in the other preci
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from crosscheck._registry import ORACLE, import_adapter, load_backend, plugin_entry_points
+from crosscheck._registry import ORACLE, import_adapter, install_hint, load_backend, plugin_entry_points
 from crosscheck._workloads.base import Workload
 from crosscheck._workloads.protocol import Options, Point
 
+#: float64 copies of a workload's arrays alive at once (see ``GenericWorkload.memory``).
+MEMORY_ARRAYS = 24
 #: Prefixes of implementation names crosscheck differentiates itself: prefix -> (module, class).
 FRAMEWORKS = {
-    "jax": ("workload_jax", "JaxWorkloadBackend", "pip install 'crosscheck[jax]'"),
-    "torch": ("workload_torch", "TorchWorkloadBackend", "pip install 'crosscheck[torch]'"),
+    "jax": ("workload_jax", "JaxWorkloadBackend", install_hint("jax")),
+    "torch": ("workload_torch", "TorchWorkloadBackend", install_hint("torch")),
 }
 #: Options of ``crosscheck.run`` that only the stack has, with their defaults.
 STACK_ONLY = {
@@ -79,6 +82,13 @@ class GenericWorkload:
                 f"{', '.join(implementations) or 'none'}."
             )
         return load_backend(spec)
+
+    def memory(self, given: Mapping[str, Any], candidates: Sequence[Any]) -> dict[str, int]:
+        """Bytes a case needs, by part: ``MEMORY_ARRAYS`` float64 copies of every parameter and input
+        (the arrays, each candidate's gradients and re-run, the oracle's, the tolerance's terms)."""
+        sizes = [*self.workload.parameters.values(), *self.workload.inputs.values()]
+        entries = sum(math.prod(shape) for shape in sizes)
+        return {"arrays": 8 * entries * (MEMORY_ARRAYS + 2 * len(candidates))}
 
     def point(self, given: Mapping[str, Any]) -> Point:
         for key, default in STACK_ONLY.items():

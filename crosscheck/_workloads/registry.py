@@ -9,6 +9,8 @@ from crosscheck._errors import reraise_user_interrupt
 from crosscheck._registry import _import_attribute
 from crosscheck._workloads.base import Workload
 from crosscheck._workloads.generic import GenericWorkload
+from crosscheck._workloads.port.declare import Port
+from crosscheck._workloads.port.workload import PortWorkload
 from crosscheck._workloads.stack.workload import STACK, StackWorkload
 
 #: Built-in workloads: name -> (import string ``module:attribute`` of the Workload, or None for the
@@ -37,10 +39,12 @@ def load_workload(spec: Any) -> Any:
     """
     if spec is None:
         return STACK
-    if isinstance(spec, (StackWorkload, GenericWorkload)):
+    if isinstance(spec, (StackWorkload, GenericWorkload, PortWorkload)):
         return spec
     if isinstance(spec, Workload):
         return GenericWorkload(spec)
+    if isinstance(spec, Port):
+        return _port(spec)
     if not isinstance(spec, str):
         raise TypeError(
             f"`workload` must be a Workload, a built-in name or an import string, found "
@@ -48,18 +52,29 @@ def load_workload(spec: Any) -> Any:
         )
     if spec in WORKLOADS:
         target = WORKLOADS[spec][0]
-        return STACK if target is None else GenericWorkload(_resolve(target, spec))
+        if target is None:
+            return STACK
+        built = _resolve(target, spec)
+        return _port(built) if isinstance(built, Port) else GenericWorkload(built)
     if ":" in spec:
-        return GenericWorkload(_resolve(spec, spec))
+        found = _resolve(spec, spec)
+        return _port(found) if isinstance(found, Port) else GenericWorkload(found)
     raise ValueError(
         f"unknown workload `{spec}`: expected one of {', '.join(WORKLOADS)}, or an import string "
         f"`package.module:attribute` naming a crosscheck.Workload."
     )
 
 
-def _resolve(target: str, spec: str) -> Workload:
+def _port(port: Port) -> PortWorkload:
+    try:
+        return PortWorkload(port)
+    except ImportError as exc:  # a framework a port needs is not installed
+        raise ValueError(f"port `{port.name}`: {exc}; pip install 'crosscheck-gradients[all,port]'") from exc
+
+
+def _resolve(target: str, spec: str) -> Workload | Port:
     value = _import_attribute(target, spec=spec, kind="workload")
-    if callable(value) and not isinstance(value, Workload):
+    if callable(value) and not isinstance(value, (Workload, Port)):
         try:
             value = value()
         except BaseException as exc:  # a factory's sys.exit is a broken workload, not the end of the run
@@ -68,9 +83,9 @@ def _resolve(target: str, spec: str) -> Workload:
                 f"workload `{spec}`: expected a crosscheck.Workload, found a callable that failed "
                 f"when called with no arguments: {type(exc).__name__}: {exc}"
             ) from exc
-    if not isinstance(value, Workload):
+    if not isinstance(value, (Workload, Port)):
         raise ValueError(
-            f"workload `{spec}` must be a crosscheck.Workload (or a function returning one), "
+            f"workload `{spec}` must be a crosscheck.Workload or Port (or a function returning one), "
             f"found {type(value).__name__}."
         )
     return value

@@ -9,8 +9,10 @@ takes, per entry, the largest step that crosses no kink:
    weights and ``dist`` the exact distance, along that weight, to the first kink of the layer the weight
    feeds (that layer's pre-activations move linearly with the weight).
 2. It evaluates the loss at ``w +- h`` for all entries of a layer at once (reusing the unchanged prefix
-   of the stack) and compares every ReLU mask at the perturbed points with the base point. The masks
-   being piecewise-linear in ``h``, equal masks at both ends prove that no kink was crossed.
+   of the stack, and evaluating only the rows of the batch the perturbation changes: see
+   ``crosscheck._workloads.stack.perturb``) and compares every ReLU mask at the perturbed points with
+   the base point. The masks being piecewise-linear in ``h``, equal masks at both ends prove that no
+   kink was crossed.
 3. Entries whose step crossed a kink retry below the nearest kink crossed (its distance is exact, since
    everything moved linearly up to it), down to ``h_cap * 2**-40``. An
    entry that still crosses sits on a kink (an exact zero pre-activation, or one closer than that): its
@@ -34,11 +36,11 @@ from typing import Any
 import numpy as np
 
 from crosscheck._workloads.stack import model as _stack
+from crosscheck._workloads.stack import perturb as _perturb
+from crosscheck._workloads.stack import threads as _threads
 
 __all__ = ["OracleEstimate", "ScreenEstimate", "estimate", "screen"]
 
-#: Entries of one perturbed batch (2 * S * N * d float64 values), sized to stay cache-friendly.
-_CHUNK_VALUES = 1 << 18
 #: After a crossing a step shrinks at least by this factor, down to h_cap * _MIN_STEP_RATIO.
 _SHRINK, _MIN_STEP_RATIO = 0.25, 2.0**-40
 
@@ -54,6 +56,7 @@ class OracleEstimate:
         kink: ``(L, d, d)`` bool: no step avoided a kink, so the piece's derivative was taken.
         kink_at: ``(L, d, d, 3)``: for those entries, the kink ``(layer, row, unit)`` crossed (-1 elsewhere).
         evaluations: how many perturbed loss evaluations were made.
+        rounding: the float64 rounding model that sized the error bars (a judge reuses it).
     """
 
     value: np.ndarray
@@ -62,6 +65,7 @@ class OracleEstimate:
     kink: np.ndarray
     kink_at: np.ndarray
     evaluations: int
+    rounding: _stack.RoundingModel | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +77,7 @@ class ScreenEstimate:
         value, error: ``(L, S)``: estimates and error bounds.
         kink: ``(L, S)``: no step avoided a kink, so the piece's derivative was taken.
         evaluations: how many perturbed loss evaluations were made.
+        rounding: the float64 rounding model (with ``direction_sigma``) that sized the error bars.
     """
 
     directions: np.ndarray
@@ -80,8 +85,10 @@ class ScreenEstimate:
     error: np.ndarray
     kink: np.ndarray
     evaluations: int
+    rounding: _stack.RoundingModel | None = None
 
 
+@_threads.blas_on_one_thread
 def estimate(
     weights: np.ndarray,
     x: np.ndarray,
@@ -108,24 +115,36 @@ def estimate(
         "kink_at": np.full(shape + (3,), -1, np.int64),
     }
     total, done, evaluations = len(layers) * shape[1] * shape[2], 0, 0
-    for k in layers:
-        evaluations += _layer(fwd, k, out)
-        done += shape[1] * shape[2]
+    sigmas = _perturb.output_sigmas(fwd)
+    # Entries are independent: each layer in a few row blocks, earlier (costlier) layers first.
+    d = shape[1]
+    blocks = [(k, rows) for k in layers for rows in np.array_split(np.arange(d), min(d, _threads.workers()))]
+    flops = 2.0 * len(layers) * x.shape[0] * d**4  # about what the layers' perturbed products cost
+
+    def layer(block):
+        return _layer(fwd, *block, out, sigmas[block[0]])
+
+    for count, size in _threads.in_parallel(layer, blocks, flops=flops):
+        evaluations += count
+        done += size
         if progress is not None:
             progress(done, total)
     # The loss evaluations share the rounded prefix of the stack, so the estimate is the derivative
     # at a point moved by float64 rounding; that error is sized by the stack's rounding model.
     deltas, _ = _stack.backward(fwd)
-    out["error"] += _stack.rounding_model(fwd, deltas, "float64").grad_bound
-    return OracleEstimate(**out, evaluations=evaluations)
+    model = _stack.rounding_model(fwd, deltas, "float64")
+    out["error"] += model.grad_bound
+    return OracleEstimate(**out, evaluations=evaluations, rounding=model)
 
 
+@_threads.blas_on_one_thread
 def screen(
     weights: np.ndarray,
     x: np.ndarray,
     directions: np.ndarray,
     *,
     progress: Callable[[int, int], None] | None = None,
+    keep_model: bool = True,
 ) -> ScreenEstimate:
     """Directional derivatives ``sum(grad[k] * directions[k, s])``, each with an error bound.
 
@@ -137,6 +156,8 @@ def screen(
         weights: ``(L, d, d)``; x: ``(N, d)`` (not modified).
         directions: ``(L, S, d, d)``: ``S`` directions per layer.
         progress: called as ``progress(done, total)`` in units of directions.
+        keep_model: also model every entry's rounding (and return the model, for a judge to reuse);
+            False when only these derivatives are needed (the HVP's screening, at each of its nodes).
     """
     fwd = _stack.forward(weights, x)
     n_layers, count = directions.shape[:2]
@@ -145,15 +166,15 @@ def screen(
         np.zeros((n_layers, count)),
         np.zeros((n_layers, count), bool),
     )
-    evaluations = 0
+    evaluations, sigmas = 0, _perturb.output_sigmas(fwd)
     for k in range(n_layers):
-        moved = fwd.ys[k] @ directions[k]
+        moved = fwd.ys[k] @ directions[k]  # how each z[k] moves per unit step along each direction
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(moved != 0, np.abs(fwd.zs[k]) / np.abs(moved), np.inf)
         distance = ratio.reshape(count, -1).min(axis=1)
 
-        def central(index, h, frozen, k=k):
-            return _central(fwd, k, h, frozen, directions=directions[k][index])
+        def central(index, h, frozen, k=k, moved=moved):
+            return _perturb.central(fwd, k, h, frozen, sigmas[k], moved=moved[index])
 
         result = _differentiate(fwd, k, distance, central)
         value[k], error[k], kink[k] = result["value"], result["error"], result["kink"]
@@ -161,29 +182,31 @@ def screen(
         if progress is not None:
             progress((k + 1) * count, n_layers * count)
     deltas, _ = _stack.backward(fwd)
-    model = _stack.rounding_model(fwd, deltas, "float64", directions=directions)
+    model = _stack.rounding_model(fwd, deltas, "float64", directions=directions, entries=keep_model)
     assert model.direction_sigma is not None  # the model was given the directions
     error += _stack.SAFETY * model.direction_sigma
-    return ScreenEstimate(directions, value, error, kink, evaluations)
+    return ScreenEstimate(directions, value, error, kink, evaluations, model if keep_model else None)
 
 
-def _layer(fwd: _stack.Forward, k: int, out: dict[str, np.ndarray]) -> int:
-    """Fill ``out[...][k]`` for every entry of layer ``k``; return the number of loss evaluations."""
+def _layer(fwd: _stack.Forward, k: int, block: np.ndarray, out: dict[str, np.ndarray], sigma: float):
+    """Fill ``out[...][k][block]`` (rows ``block`` of layer ``k``'s weights, every column); return the
+    number of loss evaluations and of entries. ``sigma``: the float64 rounding of ``y[L]`` made by
+    layers ``k`` on (``perturb.output_sigmas``)."""
     y, z = fwd.ys[k], fwd.zs[k]
     d = y.shape[1]
-    rows, cols = np.divmod(np.arange(d * d), d)
+    rows, cols = np.repeat(block, d), np.tile(np.arange(d), len(block))
 
     def central(index, h, frozen):
-        return _central(fwd, k, h, frozen, rows=rows[index], cols=cols[index])
+        return _perturb.central(fwd, k, h, frozen, sigma, rows=rows[index], cols=cols[index])
 
-    result = _differentiate(fwd, k, _distance_to_first_kink(y, z).ravel(), central)
+    result = _differentiate(fwd, k, _distance_to_first_kink(y[:, block], z).ravel(), central)
     for name in ("value", "error", "step", "kink"):
-        out[name][k] = result[name].reshape(d, d)
-    out["kink_at"][k] = result["kink_at"].reshape(d, d, 3)
+        out[name][k][block] = result[name].reshape(len(block), d)
+    out["kink_at"][k][block] = result["kink_at"].reshape(len(block), d, 3)
     # Entries too close to a kink of the layer the weight feeds for any step: that kink is the one.
     for flat in np.flatnonzero((result["kink_at"][:, 0] < 0) & result["kink"]):
-        out["kink_at"][k].reshape(-1, 3)[flat] = (k, *_exact_zero_at(y, z, *divmod(int(flat), d)))
-    return result["evaluations"]
+        out["kink_at"][k][rows[flat], cols[flat]] = (k, *_exact_zero_at(y, z, rows[flat], cols[flat]))
+    return result["evaluations"], rows.size
 
 
 def _differentiate(fwd: _stack.Forward, k: int, distance: np.ndarray, central) -> dict:
@@ -252,149 +275,3 @@ def _distance_to_first_kink(y: np.ndarray, z: np.ndarray) -> np.ndarray:
         ratio = np.abs(z)[:, None, :] / np.abs(y)[:, :, None]
     ratio[np.broadcast_to((y == 0)[:, :, None], ratio.shape)] = np.inf
     return ratio.min(axis=0)
-
-
-def _float64_output_sigma(fwd: _stack.Forward, k: int) -> float:
-    """Norm of the float64 rounding error of ``y[L]`` made by layers ``k`` onwards (a variance bound:
-    each layer's fresh rounding, propagated through ``W**2``, which can only overestimate it)."""
-    u = _stack.UNIT_ROUNDOFF["float64"]
-    var: Any = 0.0  # then an (N, d) array
-    for m in range(k, len(fwd.zs)):
-        var = var @ (fwd.weights[m] ** 2) if m > k else 0.0
-        var = (var + _stack.fresh_sigma(fwd.ys[m], fwd.weights[m], u, False) ** 2) * fwd.masks[m]
-    return float(np.sqrt(np.sum(var)))
-
-
-def _central(fwd, k, h, frozen, *, rows=None, cols=None, directions=None):
-    """Central differences of perturbations of layer ``k`` with steps ``h[s]``: of the entries
-    ``(k, rows[s], cols[s])``, or along ``directions[s]`` (``(S, d, d)`` arrays).
-
-    Returns ``(value, error, crossed, where, fraction)``: the estimates, their error bounds, whether a
-    mask changed at either end, the first changed mask's ``(layer, row, unit)``, and the fraction of the
-    step at which the first kink lies.
-    """
-    n, d = fwd.zs[k].shape
-    sigma = _float64_output_sigma(fwd, k)
-    per_chunk = max(1, _CHUNK_VALUES // (2 * n * d))
-    # Buffers reused by every chunk: fresh large temporaries each layer cost page faults (glibc returns
-    # freed multi-MiB blocks to the OS), which took ~40% of the run time at d=64.
-    shape = (2 * min(per_chunk, len(h)), n, d)
-    work = np.empty(shape), np.empty(shape), np.empty(shape, bool)
-    parts = []
-    for start in range(0, len(h), per_chunk):
-        part = slice(start, start + per_chunk)
-        steps = np.concatenate([h[part], -h[part]])
-        if directions is None:
-            both = np.tile(rows[part], 2), np.tile(cols[part], 2)
-            losses, crossed, where, fraction = _entry_losses(fwd, k, *both, steps, frozen, work)
-        else:
-            moved = fwd.ys[k] @ directions[part]
-            z = work[0][: len(steps)]
-            np.multiply(steps[:, None, None], np.concatenate([moved, moved]), out=z)
-            z += fwd.zs[k]
-            losses, crossed, where, fraction = _propagate(fwd, k, z, frozen, work)
-        half = len(h[part])
-        parts.append(
-            (
-                *_finish(fwd, losses, h[part], sigma, crossed, where),
-                np.minimum(fraction[:half], fraction[half:]),
-            )
-        )
-    return tuple(np.concatenate(p) for p in zip(*parts, strict=True))
-
-
-def _entry_losses(fwd, k, rows, cols, steps, frozen, work):
-    """Losses at ``W[k][rows, cols] + steps``, reusing everything that does not change.
-
-    Only column j of ``z[k]`` depends on ``W[k][i, j]``, and linearly (``+= h * y[k][:, i]``); so only
-    column j of ``y[k + 1]`` changes, and ``z[k + 1]`` changes by a rank-one term. The sums are the same
-    as a full evaluation's, in exact arithmetic; only the unchanged parts are not recomputed.
-    """
-    count = len(steps)
-    column = fwd.zs[k][:, cols].T + steps[:, None] * fwd.ys[k][:, rows].T  # (2S, N)
-    base = fwd.masks[k][:, cols].T
-    crossed = np.zeros(count, bool)
-    where = np.full((count, 3), -1, np.int64)
-    fraction = np.ones(count)
-    if frozen:
-        new_column = column * base
-    else:
-        changed = (column > 0) != base
-        crossed = changed.any(axis=1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            nearest = np.where(
-                changed, np.abs(fwd.zs[k][:, cols].T) / np.abs(column - fwd.zs[k][:, cols].T), np.inf
-            ).argmin(axis=1)
-        where[crossed] = np.column_stack([np.full(int(crossed.sum()), k), nearest[crossed], cols[crossed]])
-        new_column = np.maximum(column, 0.0)
-    old_column = fwd.ys[k + 1][:, cols].T
-    if k + 1 == len(fwd.zs):
-        losses = fwd.loss + np.einsum("sn,sn->s", new_column, new_column) - np.sum(old_column**2, axis=1)
-        return losses, crossed, where, fraction
-    z = work[0][:count]
-    np.multiply((new_column - old_column)[:, :, None], fwd.weights[k + 1][cols][:, None, :], out=z)
-    z += fwd.zs[k + 1]
-    losses, more, at, later = _propagate(fwd, k + 1, z, frozen, work)
-    # A crossing in layer k is already known (the step is below the exact distance to it): shrink.
-    fraction = np.where(crossed, 0.5, later)
-    return losses, crossed | more, np.where(crossed[:, None], where, at), fraction
-
-
-def _propagate(fwd, k, z, frozen, work):
-    """Finish a batch of perturbed forward passes from the pre-activations ``z`` of layer ``k``.
-
-    ``z`` is a view of ``work[0]``; ``work`` holds two float buffers and a bool one of at least its size.
-
-    Returns the losses, whether any mask changed, the first changed mask's ``(layer, row, unit)`` and,
-    where one changed, the fraction of the step at which the first kink lies.
-    """
-    count, _, d = z.shape
-    spare = work[1][:count]  # z lives in work[0]; products alternate between the two
-    crossed = np.zeros(count, bool)
-    where = np.full((count, 3), -1, np.int64)
-    fraction = np.ones(count)
-    for m in range(k, len(fwd.zs)):
-        if m > k:
-            # One tall product rather than a batch of small ones: BLAS is far faster on it.
-            np.matmul(z.reshape(-1, d), fwd.weights[m], out=spare.reshape(-1, d))
-            z, spare = spare, z
-        base = fwd.masks[m]
-        if frozen:
-            z *= base
-            continue
-        changed = np.greater(z, 0, out=work[2][:count])
-        np.not_equal(changed, base, out=changed)
-        new = changed.reshape(count, -1).any(axis=1) & ~crossed
-        if new.any():
-            # Up to the first layer that crossed, everything moved linearly with the step: the fraction
-            # of the step at which each of its kinks lies is exact; the nearest is the one to report.
-            moved = np.abs(z[new] - fwd.zs[m])
-            with np.errstate(divide="ignore", invalid="ignore"):
-                ratio = np.where(changed[new], np.abs(fwd.zs[m]) / moved, np.inf)
-            ratio = ratio.reshape(int(new.sum()), -1)
-            nearest = ratio.argmin(axis=1)
-            where[new] = np.column_stack([np.full(nearest.size, m), *np.divmod(nearest, d)])
-            fraction[new] = ratio[np.arange(nearest.size), nearest]
-            crossed |= new
-        np.maximum(z, 0.0, out=z)
-    return np.einsum("snd,snd->s", z, z), crossed, where, fraction
-
-
-def _finish(fwd, losses, h, sigma, crossed, where):
-    """Central differences from the losses at ``+h`` (first half) and ``-h`` (second half)."""
-    s = len(h)
-    plus, minus = losses[:s], losses[s:]
-    value = (plus - minus) / (2 * h)
-    u = _stack.UNIT_ROUNDOFF["float64"]
-    n_terms = fwd.ys[-1].size
-    # Each loss is off by at most 2 * sqrt(loss) * ||error of y[L]|| (Cauchy-Schwarz) plus its own sum
-    # (worst case, (n - 1) * u * loss). The error of y[L] was modelled at the base point; it scales with
-    # the size of y[L], which a large step changes: hence the factor sqrt(loss / base loss).
-    base = fwd.loss
-    losses = np.maximum(losses, 0.0)
-    grow = np.sqrt(np.maximum(losses / base, 1.0)) if base > 0 else 1.0
-    loss_error = _stack.SAFETY * 2 * np.sqrt(losses) * sigma * grow + u * n_terms * (losses + base)
-    error = (loss_error[:s] + loss_error[s:]) / (2 * h) + 4 * u * np.abs(value)
-    kinked = crossed[:s] | crossed[s:]
-    where_first = np.where(crossed[:s, None], where[:s], where[s:])
-    return value, error, kinked, where_first

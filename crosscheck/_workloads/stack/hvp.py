@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._workloads.stack import model as _stack
+from crosscheck._workloads.stack import threads as _threads
 
 #: Second word of the direction's seed: the gradient's screening directions use other streams.
 DIRECTION_STREAM = 0x487650
@@ -84,6 +85,7 @@ class HvpEstimate:
     evaluations: int
 
 
+@_threads.blas_on_one_thread
 def kink_radius(weights: np.ndarray, x: np.ndarray, v: np.ndarray) -> tuple[float, tuple[int, int, int]]:
     """How far along ``v`` (``|t|``) no pre-activation can change sign, and the one that limits it."""
     fwd = _stack.forward(weights, x)
@@ -134,37 +136,132 @@ def _derivative_weights(n: int, r: float) -> tuple[np.ndarray, np.ndarray]:
     return unit * r, weights
 
 
-def oracle_hvp(oracle: Any, weights: np.ndarray, x: np.ndarray, v: np.ndarray) -> HvpEstimate:
+@_threads.blas_on_one_thread
+def oracle_hvp(
+    oracle: Any, weights: np.ndarray, x: np.ndarray, v: np.ndarray, *, layers: Any = None
+) -> HvpEstimate:
     """The finite-difference oracle's ``H v`` (see the module docstring), float64, with error bars.
 
     The loss is a sum over the rows of ``x``, so ``H v`` is the sum of each row's, and each row is
     differentiated within its own kink radius: a row near a kink costs precision to that row's share
     only (7 to 16 times tighter error bars than one radius for all rows, on gaussian d = 16 cases).
+    The rows run in parallel (``threads``); ``layers`` restricts the estimate (NaN elsewhere).
     """
     w64, v64 = np.asarray(weights, np.float64), np.asarray(v, np.float64)
-    shape, n_layers = w64.shape, w64.shape[0]
-    radii = [kink_radius(w64, x[n : n + 1], v64) for n in range(x.shape[0])]
-    row = int(np.argmin([r for r, _ in radii]))
-    radius, (layer, _, unit) = radii[row]
-    at = (layer, row, unit)
+    radii, radius, at = _radii(w64, x, v64)
+    shape = w64.shape
     if not radius > MIN_RADIUS:
         reason = f"a ReLU kink within reach along v (radius {radius:.3g} < 2**-24)"
         nan = np.full(shape, np.nan)
         return HvpEstimate(nan, nan.copy(), np.ones(shape, bool), reason, radius, at, np.zeros(0), 0)
-    value, error = np.zeros(shape), np.zeros(shape)
-    kink, evaluations, nodes = np.zeros(shape, bool), 0, np.zeros((0,))
-    u = _stack.UNIT_ROUNDOFF["float64"]
-    for n, (row_radius, _) in enumerate(radii):
-        row_nodes, coef = _derivative_weights(2 * n_layers, min(row_radius / 2, MAX_RADIUS))
-        nodes = np.concatenate([nodes, row_nodes])
-        for t, c in zip(row_nodes, coef, strict=True):
-            est = oracle.estimate(w64 + t * v64, x[n : n + 1])
-            value += c * est.value
-            error += abs(c) * (est.error + 2 * n_layers * u * np.abs(est.value))
-            kink |= est.kink
-            evaluations += est.evaluations
+    two_l_u = 2 * len(w64) * _stack.UNIT_ROUNDOFF["float64"]
+
+    def at_node(point: np.ndarray, row: np.ndarray, c: float):
+        est = oracle.estimate(point, row, layers=layers)
+        return c * est.value, abs(c) * (est.error + two_l_u * np.abs(est.value)), est.kink, est.evaluations
+
+    flops = 4.0 * len(w64) ** 2 * x.shape[0] * shape[1] ** 4  # 2L nodes x a one-row oracle, per row
+    value, error, kink, evaluations, nodes = _along_v(w64, x, v64, radii, at_node, flops)
     reason = "the oracle's step crosses a ReLU kink at a node along v" if kink.any() else ""
     return HvpEstimate(value, error, kink, reason, radius, at, nodes, evaluations)
+
+
+@dataclasses.dataclass(frozen=True)
+class HvpScreenEstimate:
+    """The oracle's ``H v`` along random directions: ``value[k, s]`` estimates
+    ``sum((H v)[k] * directions[k, s])``.
+
+    Attributes:
+        directions: ``(L, S, d, d)``.
+        value, error: ``(L, S)``: the estimates and a bound on their errors.
+        kink: ``(L, S)`` bool: directions that cannot be judged (their layer is checked entry by entry).
+        reason, radius, kink_at, nodes, evaluations: as in ``HvpEstimate``.
+    """
+
+    directions: np.ndarray
+    value: np.ndarray
+    error: np.ndarray
+    kink: np.ndarray
+    reason: str
+    radius: float
+    kink_at: tuple[int, int, int]
+    nodes: np.ndarray
+    evaluations: int
+
+
+@_threads.blas_on_one_thread
+def oracle_hvp_screen(
+    oracle: Any, weights: np.ndarray, x: np.ndarray, v: np.ndarray, directions: np.ndarray
+) -> HvpScreenEstimate:
+    """``sum((H v)[k] * directions[k, s])`` with error bars, from the oracle's screening alone.
+
+    The directional derivative along ``D`` is linear in the gradient, so it commutes with the
+    derivative along ``v``: at every node the oracle's screened derivatives (two loss evaluations per
+    direction) replace its full gradient, and the same node weights give ``D . H v`` exactly for the
+    polynomial. The error bar is ``sum_j |w_j| (error_j + 2L u sum(|D| |grad_j|))``: the screened
+    derivatives' own bars, and the rounding of the point ``W + t_j v`` bounded entry by entry as in
+    ``oracle_hvp`` (``|grad_j|`` from a float64 backward pass, which only sizes this bar).
+    """
+    w64, v64 = np.asarray(weights, np.float64), np.asarray(v, np.float64)
+    radii, radius, at = _radii(w64, x, v64)
+    shape = directions.shape[:2]
+    if not radius > MIN_RADIUS:
+        reason = f"a ReLU kink within reach along v (radius {radius:.3g} < 2**-24)"
+        nan = np.full(shape, np.nan)
+        return HvpScreenEstimate(directions, nan, nan.copy(), np.ones(shape, bool), reason, radius, at,
+                                 np.zeros(0), 0)  # fmt: skip
+    two_l_u = 2 * len(w64) * _stack.UNIT_ROUNDOFF["float64"]
+    magnitude = np.abs(directions).reshape(*shape, -1)
+    signs = bool(np.all(magnitude == 1.0))  # +-1 directions: sum(|D| |g|) is sum(|g|), no pass over D
+
+    def at_node(point: np.ndarray, row: np.ndarray, c: float):
+        sc = oracle.screen(point, row, directions, keep_model=False)
+        _, grads = _stack.backward(_stack.forward(point, row))
+        size = np.abs(np.stack(grads)).reshape(shape[0], -1)
+        if signs:
+            along = np.broadcast_to(size.sum(axis=1)[:, None], shape)
+        else:
+            along = np.einsum("ksp,kp->ks", magnitude, size)
+        return c * sc.value, abs(c) * (sc.error + two_l_u * along), sc.kink, sc.evaluations
+
+    flops = 8.0 * len(w64) ** 2 * x.shape[0] * shape[1] * w64.shape[1] ** 2
+    value, error, kink, evaluations, nodes = _along_v(w64, x, v64, radii, at_node, flops)
+    reason = "the oracle's step crosses a ReLU kink at a node along v" if kink.any() else ""
+    return HvpScreenEstimate(directions, value, error, kink, reason, radius, at, nodes, evaluations)
+
+
+def _radii(w64: np.ndarray, x: np.ndarray, v64: np.ndarray):
+    """Each row's kink radius along ``v``, the smallest, and the pre-activation ``(layer, row, unit)``
+    that sets it."""
+    radii = [kink_radius(w64, x[n : n + 1], v64) for n in range(x.shape[0])]
+    row = int(np.argmin([r for r, _ in radii]))
+    radius, (layer, _, unit) = radii[row]
+    return radii, radius, (layer, row, unit)
+
+
+def _along_v(w64, x, v64, radii, at_node, flops):
+    """``sum_j at_node(W + t_j v, x[n], w_j)`` over each row's nodes, summed over rows.
+
+    ``at_node`` returns ``(weighted value, weighted error, kink flags, evaluations)``. Rows run in
+    parallel; every sum is taken in the same order (nodes, then rows), so the result is the same bits
+    whatever the threads do.
+    """
+    n_layers = len(w64)
+
+    def one_row(n: int):
+        nodes, coef = _derivative_weights(2 * n_layers, min(radii[n][0] / 2, MAX_RADIUS))
+        total: list[Any] = [0.0, 0.0, False, 0]
+        for t, c in zip(nodes, coef, strict=True):
+            value, error, kink, evaluations = at_node(w64 + t * v64, x[n : n + 1], c)
+            total = [total[0] + value, total[1] + error, total[2] | kink, total[3] + evaluations]
+        return n, nodes, total
+
+    rows = sorted(_threads.in_parallel(one_row, range(x.shape[0]), flops=flops), key=lambda r: r[0])
+    value, error, kink, evaluations = rows[0][2]
+    for _, _, (more_value, more_error, more_kink, more_evaluations) in rows[1:]:
+        value, error = value + more_value, error + more_error
+        kink, evaluations = kink | more_kink, evaluations + more_evaluations
+    return value, error, np.asarray(kink), evaluations, np.concatenate([r[1] for r in rows])
 
 
 #: How the candidate's own rounding is measured: its HVP re-run in the other precision.
@@ -173,6 +270,22 @@ RERUN_HELP = (
     "+ that difference's RMS over the layer), scaled by the unit-roundoff ratio for a float64 case"
 )
 OTHER_DTYPE = {"float32": "float64", "float64": "float32"}
+
+
+def rerun_usable(value: np.ndarray, again: np.ndarray, dtype: str) -> bool:
+    """Whether ``again`` is a finite re-run of ``value`` in the other precision."""
+    return (
+        again.dtype.name == OTHER_DTYPE[dtype]
+        and again.shape == value.shape
+        and bool(np.all(np.isfinite(again)))
+    )
+
+
+def rerun_fallback(value: np.ndarray, dtype: str) -> np.ndarray:
+    """Without a re-run: a bound of 2L unit roundoffs of each layer's largest entry."""
+    u = _stack.UNIT_ROUNDOFF[dtype]
+    scale = np.max(np.abs(value.astype(np.float64)), axis=(1, 2), keepdims=True)
+    return _stack.SAFETY * 2 * len(value) * u * np.broadcast_to(scale, value.shape)
 
 
 def rerun_term(value: np.ndarray, again: np.ndarray, dtype: str) -> tuple[np.ndarray, str]:
@@ -185,12 +298,9 @@ def rerun_term(value: np.ndarray, again: np.ndarray, dtype: str) -> tuple[np.nda
     The layer RMS guards entries where the two happen to agree by chance. Returns the term and a note.
     """
     other = OTHER_DTYPE[dtype]
-    if again.dtype.name != other or again.shape != value.shape or not np.all(np.isfinite(again)):
-        # No re-run possible: fall back to a bound of 2L unit roundoffs per product of the layer's size.
-        u = _stack.UNIT_ROUNDOFF[dtype]
-        scale = np.max(np.abs(value.astype(np.float64)), axis=(1, 2), keepdims=True)
+    if not rerun_usable(value, again, dtype):
         note = f"no {other} re-run (it returned {again.dtype.name}): 2L unit roundoffs of the layer max"
-        return _stack.SAFETY * 2 * len(value) * u * np.broadcast_to(scale, value.shape), note
+        return rerun_fallback(value, dtype), note
     delta = np.abs(value.astype(np.float64) - again.astype(np.float64))
     rms = np.sqrt(np.mean(delta**2, axis=(1, 2), keepdims=True))
     ratio = _stack.UNIT_ROUNDOFF[dtype] / _stack.UNIT_ROUNDOFF["float32"]

@@ -1,6 +1,7 @@
 """The stack's Hessian-vector product judge: every candidate's ``hvp(weights, x, v)`` against the
-oracle's (``model``-free: see ``hvp``), entry by entry, with the candidate's rounding measured by a
-re-run in the other precision (``hvp.rerun_term``)."""
+oracle's (``model``-free: see ``hvp``), entry by entry or screened along random directions
+(``hvp_screen``), with the candidate's rounding measured by a re-run in the other precision
+(``hvp.rerun_term``)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import numpy as np
 from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.stack import hvp as _hvp
+from crosscheck._workloads.stack import hvp_screen as _screen
 from crosscheck._workloads.stack import model as _stack
-from crosscheck._workloads.stack.judge import declared_dtype
+from crosscheck._workloads.stack.judge import ORACLE_MODES, declared_dtype
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,21 +25,41 @@ class _Answer:
     kinks: Kinks
 
 
+def oracle_answer(est: Any) -> _Answer:
+    """The oracle's ``HvpEstimate`` as the judge's answer: value (NaN where not estimated), error bars
+    and kink flags."""
+    kinks = Kinks(
+        est.kink,
+        np.where(est.kink, est.reason, "").astype(object),
+        np.broadcast_to(np.array(est.kink_at), (*est.kink.shape, 3)).copy(),
+        np.full(est.kink.shape, np.nan),
+    )
+    return _Answer(est.value, est.error, kinks)
+
+
 class StackHvpJudge:
     """``H v`` of the stack's loss with respect to the weights, along the case's seeded direction."""
 
     signature = "hvp(weights, x, v)"
 
     def __init__(self, point: Point, options: Options) -> None:
-        if options.explain or options.oracle_mode == "screen":
-            which = "`explain`" if options.explain else "`oracle_mode` 'screen'"
-            raise ValueError(f"{which} is not available with quantity 'hvp' (its oracle checks every entry).")
+        if options.explain:
+            raise ValueError("`explain` is not available with quantity 'hvp'.")
+        if options.oracle_mode not in ORACLE_MODES:
+            raise ValueError(
+                f"`oracle_mode` must be one of {', '.join(ORACLE_MODES)}; found {options.oracle_mode!r}."
+            )
         self.weights, self.x, self.options = point.params["weights"], point.inputs["x"], options
         # User arrays have no seed: their direction comes from seed 0.
         self.seed = options.seed if point.case.get("source") != "user arrays" else 0
         self.v = point.extra.setdefault("v", _hvp.direction(self.weights, self.seed))
         self.dtype = point.dtype
         self.notes: dict[str, dict[str, Any]] = {}
+        #: Screening: the oracle's directional answer, and its full checks by layer (shared by every
+        #: candidate).
+        self.screened: Any = None
+        self.oracle_backend: Any = None
+        self.full_layers: dict[int, tuple[np.ndarray, ...]] = {}
 
     def evaluate(self, backend: Any, call: Call) -> Any:
         return self._hvp(backend, call, self.dtype)
@@ -51,6 +73,9 @@ class StackHvpJudge:
         return out if out.error else dataclasses.replace(out, value={"weights": out.value})
 
     def reference(self, backend: Any, call: Call) -> Any:
+        self.oracle_backend = backend
+        if _screen.mode(self, backend) == "screen":
+            return _screen.screen_reference(self, backend, call)
         if callable(getattr(backend, "hvp_estimate", None)):
             out = call(backend.hvp_estimate, self.weights, self.x, self.v)
             if out.error:
@@ -74,31 +99,46 @@ class StackHvpJudge:
             "largest_node": float(np.max(np.abs(est.nodes), initial=0.0)),
             "evaluations": est.evaluations,
         }
-        kinks = Kinks(
-            est.kink,
-            np.where(est.kink, est.reason, "").astype(object),
-            np.broadcast_to(np.array(est.kink_at), (*est.kink.shape, 3)).copy(),
-            np.full(est.kink.shape, np.nan),
-        )
-        answer = _Answer(np.nan_to_num(est.value), est.error, kinks)
+        answer = oracle_answer(est)
+        answer = dataclasses.replace(answer, value=np.nan_to_num(answer.value))
         return Reference({"weights": answer.value}, "float64", notes, answer)
+
+    def rerun(self, backend: Any, call: Call) -> tuple[np.ndarray | None, str]:
+        """The candidate's HVP re-run in the other precision (None, and why, when that failed)."""
+        out = self._hvp(backend, call, _hvp.OTHER_DTYPE[self.dtype])
+        return (None, f"re-run failed: {out.error}") if out.error else (out.value["weights"], "")
 
     def _rerun(self, backend: Any, call: Call, value: np.ndarray) -> tuple[np.ndarray, str]:
         """The ``rerun`` term: the candidate re-run in the other precision (see ``hvp.rerun_term``)."""
-        other = _hvp.OTHER_DTYPE[self.dtype]
-        out = self._hvp(backend, call, other)
-        if out.error:
-            return np.zeros(value.shape), f"re-run failed: {out.error}"
-        return _hvp.rerun_term(value, out.value["weights"], self.dtype)
+        again, problem = self.rerun(backend, call)
+        if again is None:
+            return np.zeros(value.shape), problem
+        return _hvp.rerun_term(value, again, self.dtype)
 
     def compare(
         self, backend: Any, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
     ) -> list[Comparison]:
-        answer: _Answer = reference.data
         candidate = value["weights"]
+        if self.screened is not None:
+            return [_screen.compare_screened(self, backend, candidate, name, reference, call)]
         rerun, note = self._rerun(backend, call, candidate)
+        return [self.compare_full(backend, candidate, name, reference, rerun, note)]
+
+    def compare_full(
+        self,
+        backend: Any,
+        candidate: np.ndarray,
+        name: str,
+        reference: Reference,
+        rerun: np.ndarray,
+        note: str,
+    ) -> Comparison:
+        """Every entry (NaN reference entries are not checked) within the re-run's measured rounding,
+        the oracle's error bar, the floor and the user's slack."""
+        answer: _Answer = reference.data
         u = _stack.UNIT_ROUNDOFF[self.dtype]
-        floor = _stack.SAFETY * u * float(np.max(np.abs(answer.value), initial=0.0))
+        finite = answer.value[np.isfinite(answer.value)]
+        floor = _stack.SAFETY * u * float(np.max(np.abs(finite), initial=0.0))
         terms: dict[str, Any] = {
             "rerun": rerun,
             "reference": answer.error,
@@ -115,10 +155,11 @@ class StackHvpJudge:
             dtype=dtype,
             kinks=answer.kinks,
             strict=self.options.strict,
+            index_names=_stack.INDEX_NAMES,
         )
         sources = {**found.tolerance_sources, "rerun": f"{_hvp.RERUN_HELP} ({note})"}
         arrays = {**found.arrays, "rounding": {"weights": rerun + floor}}
-        return [dataclasses.replace(found, tolerance_sources=sources, arrays=arrays)]
+        return dataclasses.replace(found, tolerance_sources=sources, arrays=arrays)
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
         record = _hvp.direction_record(self.v, self.seed)

@@ -15,6 +15,7 @@ from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.stack import model as _stack
 from crosscheck._workloads.stack import screen as _screen
+from crosscheck._workloads.stack import underflow as _underflow
 from crosscheck._workloads.stack.explain import classify, forward_layers, verdict
 
 #: Fraction of an entry's tolerance that a possible ReLU flip may move it before it is unjudgeable.
@@ -61,6 +62,12 @@ class StackGradJudge:
         self.fwd = _stack.forward(self.weights, self.x)
         self.deltas, _ = _stack.backward(self.fwd)
         self._models: dict[str, _stack.RoundingModel] = {}
+        self._underflows: dict[str, _underflow.Underflow] = {}
+        #: Kink judgements by dtype, with the tolerance they were made for (the same for every
+        #: candidate of a dtype: computed once).
+        self._kinks_memo: dict[str, tuple[np.ndarray, Any]] = {}
+        #: Screening's kink slack by dtype (``screen._kink_slack``), likewise computed once.
+        self.slack_memo: dict[str, tuple[np.ndarray, set[int]]] = {}
         self.screened: Any = None
         self.oracle_backend: Any = None
         #: Screening's full checks, by layer: (value, error, kink, kink_at), shared by every candidate.
@@ -88,6 +95,7 @@ class StackGradJudge:
             if out.error:
                 return out
             est = out.value
+            self.reuse_model(getattr(est, "rounding", None))
             notes = {"evaluations": est.evaluations, "kink_entries": int(est.kink.sum())}
             data = _Oracle(est.value, est.error, est.kink, est.kink_at)
             return dataclasses.replace(out, value=Reference({"weights": est.value}, "float64", notes, data))
@@ -143,6 +151,21 @@ class StackGradJudge:
 
     # -- comparing ----------------------------------------------------------------------------------
 
+    def underflow(self, dtype: str) -> _underflow.Underflow:
+        if dtype not in self._underflows:
+            self._underflows[dtype] = _underflow.underflow(self.fwd, self.deltas, dtype)
+        return self._underflows[dtype]
+
+    def reuse_model(self, model: Any) -> None:
+        """Keep the oracle's float64 rounding model (made from the same point, seed and directions as
+        this judge's would be) instead of computing it again; anything else is ignored."""
+        screening = self.screened is not None
+        if not isinstance(model, _stack.RoundingModel) or model.dtype != "float64":
+            return
+        if model.grad_sigma.shape != self.weights.shape or (model.direction_sigma is None) == screening:
+            return
+        self._models.setdefault("float64", model)
+
     def model(self, dtype: str) -> _stack.RoundingModel:
         if dtype not in self._models:
             directions = None if self.screened is None else self.screened.directions
@@ -161,6 +184,9 @@ class StackGradJudge:
             "floor": floor,
             "slack": np.broadcast_to(self.options.slack(oracle.value), oracle.value.shape),
         }
+        flow = self.underflow(dtype).grad
+        if flow.any():  # only a case reaching the underflow range has (or shows) this term
+            terms["underflow"] = flow
         kinks, minor = self._kinks(Tolerance(terms).total(), dtype, oracle)
         found = compare(
             value,
@@ -171,8 +197,9 @@ class StackGradJudge:
             dtype=dtype,
             kinks=kinks,
             strict=self.options.strict,
+            index_names=_stack.INDEX_NAMES,
         )
-        return _with_rounding(found, rounding + floor)
+        return _with_rounding(found, rounding + floor + flow)
 
     def _kinks(self, tol: np.ndarray, dtype: str, oracle: _Oracle) -> tuple[Kinks, np.ndarray]:
         """Judge kink-ambiguous entries on both sides of one kink; more than one is unjudgeable."""
@@ -194,10 +221,14 @@ class StackGradJudge:
 
     def kink_effects(self, dtype: str, tol: np.ndarray):
         """The ambiguous pre-activations for ``dtype`` (with their bounds) and what flipping them does."""
-        cand, ref = self.model(dtype), self.model("float64")
-        bounds = [cand.z_bound(m) + ref.z_bound(m) for m in range(len(self.fwd.zs))]
+        memo = self._kinks_memo.get(dtype)
+        if memo is not None and np.array_equal(memo[0], tol):
+            return memo[1]
+        cand, ref, flow = self.model(dtype), self.model("float64"), self.underflow(dtype).z
+        bounds = [cand.z_bound(m) + ref.z_bound(m) + flow[m] for m in range(len(self.fwd.zs))]
         found = _stack.ambiguous_kinks(self.fwd, bounds)
         effects = _stack.kink_effects(self.fwd, self.deltas, found, KINK_IMPACT_FRACTION * tol, bounds)
+        self._kinks_memo[dtype] = (np.array(tol, copy=True), (bounds, found, effects))
         return bounds, found, effects
 
     def _exact_zero_kinks(self, bounds: list[np.ndarray], oracle: _Oracle) -> np.ndarray:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._registry import DEFAULTS, load_backend
+from crosscheck._registry import DEFAULTS, ORACLE, load_backend
 from crosscheck._workloads.protocol import Options, Point
 from crosscheck._workloads.stack.case import Case, check_inputs, make_inputs
 
@@ -51,6 +51,21 @@ class StackWorkload:
             weights, x = (_private(a) for a in check_inputs(weights, x))
             record = _user_case(weights, x)
         return Point({"weights": weights}, {"x": x}, record, weights.dtype.name)
+
+    def memory(self, given: Mapping[str, Any], candidates: Sequence[Any]) -> dict[str, int]:
+        """Bytes the case ``given`` (``crosscheck.run``'s keywords) needs, by part (``size.estimate``);
+        empty when its sizes are not sizes (``point`` then says why)."""
+        from crosscheck._workloads.stack.size import FRAMEWORKS, case_sizes, estimate
+
+        sizes = case_sizes(given)
+        if not sizes:
+            return {}
+        candidates = candidates or self.defaults(ORACLE)  # none named: the built-ins
+        frameworks = sum(isinstance(c, str) and c.split("-")[0] in FRAMEWORKS for c in candidates)
+        options = {k: given[k] for k in ("quantity", "oracle_mode", "directions", "explain") if k in given}
+        if not isinstance(options.get("directions", 4), int):
+            options.pop("directions")
+        return estimate(**sizes, **options, candidates=len(candidates), frameworks=frameworks)
 
     def judge(self, quantity: Any, point: Point, options: Options) -> Any:
         from crosscheck._workloads.stack.hvp_judge import StackHvpJudge

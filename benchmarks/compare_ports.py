@@ -1,0 +1,125 @@
+"""Side by side on the port examples: what three checks say about each planted bug and the healthy pair.
+
+- ``assert_close``: ``torch.testing.assert_close`` with its default tolerances (float32: rtol 1.3e-6,
+  atol 1e-5) on the JAX port's gradients, mapped back to PyTorch's names, against PyTorch's: how many
+  parameter tensors it flags, and the one with the greatest difference.
+- ``output 1e-5``: the greatest difference of the model's outputs (the pre-5.0 Hugging Face PyTorch/Flax
+  equivalence tests' check, ``max |out_pt - out_fx| <= 1e-5``).
+- ``crosscheck``: ``crosscheck.run(workload=port, reference="torch")``: its verdict, the module it names.
+
+Every check runs in float32 on the same weights (the PyTorch model's, copied through the mapping) and
+inputs (seed 0). Run from the repository root::
+
+    python benchmarks/compare_ports.py            # prints a Markdown table
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import crosscheck
+from crosscheck._workloads.port import jax_side, torch_side
+from crosscheck._workloads.port.build import jax_leaves
+
+
+def gradients(report):
+    return report.gradients["torch"], report.gradients["jax"]
+
+
+def assert_close_says(torch_grads, jax_grads):
+    import torch
+
+    flagged, worst = [], (0.0, "")
+    for name, expected in torch_grads.items():
+        diff = float(np.max(np.abs(jax_grads[name].astype(np.float64) - expected)))
+        worst = max(worst, (diff, name))
+        try:
+            # The reference's record is float64; PyTorch computed it in float32, like the port.
+            mine = jax_grads[name]
+            torch.testing.assert_close(torch.as_tensor(mine), torch.as_tensor(expected.astype(mine.dtype)))
+        except AssertionError:
+            flagged.append(name)
+    if not flagged:
+        return "passes"
+    return f"flags {len(flagged)}/{len(torch_grads)} tensors; worst `{worst[1]}`"
+
+
+def outputs(port):
+    """The model's output on both sides, float32, from the port's own arrays (seed 0)."""
+    prepared = port.prepared
+    params, inputs = prepared.workload.make(seed=0, dtype="float32")
+    state = torch_side.to_torch({**params, **prepared.torch_state(inputs)})
+    out_pt = torch_side.call(prepared.torch_side, state, torch_side.to_torch(prepared.user_inputs(inputs)))
+    p, i = jax_side.to_jax(params), jax_side.to_jax(inputs)
+    given = prepared.user_inputs(i)
+    jax_in = port.jax_inputs(given) if port.jax_inputs else given
+    out_fx = prepared.jax_side.forward(jax_leaves(prepared, p, i), dict(jax_in), np.float32)
+    first = crosscheck._workloads.port.build._first
+    return first(out_pt).detach().numpy(), np.asarray(first(out_fx))
+
+
+def output_says(port):
+    pt, fx = outputs(port)
+    diff = float(np.max(np.abs(pt.astype(np.float64) - fx)))
+    return ("passes" if diff <= 1e-5 else "fails") + f" ({diff:.1e})"
+
+
+def crosscheck_says(report):
+    verdict = report.backends["jax"].notes["port"]
+    if report.passed:
+        return "passes"
+    where = {"forward": "forward, at", "gradient": "gradient only, at"}.get(verdict["starts_in"], "")
+    module = (
+        f"`{verdict['module']}`"
+        if verdict["module"]
+        else f"the top module's code before `{verdict['first']}`"
+    )
+    return f"fails: {where} {module}"
+
+
+def ports():
+    from examples.port import convnet, gpt2
+
+    yield "convnet", "healthy", convnet.port
+    for bug in convnet.BUGS:
+        yield "convnet", bug, getattr(convnet, bug)
+    yield "gpt2", "healthy", gpt2.port
+    for bug in gpt2.BUGS:
+        yield "gpt2", bug, getattr(gpt2, bug)
+
+
+def main() -> None:
+    rows = []
+    for model, bug, port in ports():
+        start = time.perf_counter()
+        report = crosscheck.run(workload=port, reference="torch", backends=["jax"])
+        seconds = time.perf_counter() - start
+        torch_grads, jax_grads = gradients(report)
+        rows.append(
+            (
+                model,
+                bug,
+                assert_close_says(torch_grads, jax_grads),
+                output_says(port),
+                crosscheck_says(report),
+                f"{seconds:.1f}",
+            )
+        )
+    print("| model | planted bug | assert_close (gradients) | output check 1e-5 | crosscheck | seconds |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    load = os.getloadavg() if hasattr(os, "getloadavg") else ("?",)
+    print(f"\n{platform.platform()}, {os.cpu_count()} CPUs, load {load[0]:.2f}, {time.strftime('%Y-%m-%d')}")
+
+
+if __name__ == "__main__":
+    main()

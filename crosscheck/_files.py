@@ -1,0 +1,165 @@
+"""Arrays from files someone sent, read safely, and what this machine can hold.
+
+``.npy`` data is read in two steps: its header first (the shape and dtype it declares), checked against
+what the file holds, what the caller expects and the memory this machine has, and only then the data.
+So a 192-byte file that declares a terabyte, or a zip member that would decompress to more than fits,
+is one line (a ``ValueError``) before anything is allocated. Nothing is ever unpickled.
+
+At the bottom of the layers, beside ``_errors``: the stack's file inputs, repro bundles and the memory
+estimates all use it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+#: The longest .npy header read: NumPy's own default limit (a plain array's header is ~128 bytes).
+MAX_HEADER = 10_000
+
+Expect = Callable[[tuple[int, ...], np.dtype], None]
+
+
+def format_bytes(n: float) -> str:
+    """``1.5 GiB``: a byte count at a readable unit."""
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def available_memory() -> int:
+    """Bytes this process can still allocate without swapping: ``MemAvailable`` (Linux), else the
+    physical memory."""
+    try:
+        with open("/proc/meminfo") as file:
+            for line in file:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, OSError, ValueError):
+        return 2**63  # unknown: refuse nothing on this ground
+
+
+def check_readable(path: str | Path, what: str) -> Path:
+    """``path`` as a ``Path`` when it is a readable file; else a one-line ``ValueError`` saying what it
+    is (missing, a directory, something else)."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{what} {path} is a directory, not a file.")
+    if not path.exists():
+        raise ValueError(f"{what} file not found: {path}")
+    if not path.is_file():
+        raise ValueError(f"{what} {path} is not a regular file.")
+    return path
+
+
+def read_array(stream: IO[bytes], *, size: int, what: str, expect: Expect | None = None) -> np.ndarray:
+    """Read one ``.npy`` array from ``stream``, which holds ``size`` bytes from its current position.
+
+    Args:
+        what: how messages name it (``"`--weights` w.npy"``, ``"bundle b.npz, entry `param_0`"``).
+        expect: called with the declared shape and dtype before any data is read; raises
+            ``ValueError`` for an array that cannot be what the caller needs.
+
+    Raises:
+        ValueError: not a .npy array, an unreadable or oversized header, an object (pickled) array,
+            more data declared than the file holds or than this machine can hold, or ``expect``'s.
+    """
+    start = stream.tell()
+    shape, fortran, dtype = read_header(stream, what=what)
+    if expect is not None:
+        expect(shape, dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    held = size - (stream.tell() - start)
+    declared = f"a {_shape(shape)} {dtype.name} array ({format_bytes(nbytes)})"
+    if nbytes > held:
+        raise ValueError(
+            f"{what} declares {declared} but holds {format_bytes(max(held, 0))} of data (a truncated or "
+            "damaged file)."
+        )
+    available = available_memory()
+    if nbytes > available:
+        raise ValueError(
+            f"{what} declares {declared}, more than this machine's available memory "
+            f"({format_bytes(available)})."
+        )
+    data = np.frombuffer(_read_exactly(stream, nbytes, what), dtype=dtype, count=math.prod(shape))
+    shaped = data.reshape(shape, order="F") if fortran else data.reshape(shape)
+    return shaped.copy(order="C")  # writable, ours
+
+
+def read_header(stream: IO[bytes], *, what: str) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """``(shape, fortran_order, dtype)`` of the ``.npy`` header at the stream's position."""
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(stream)
+    except (ValueError, EOFError) as exc:
+        raise ValueError(f"{what} is not a .npy array: it does not start with the .npy signature.") from exc
+    readers = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}
+    try:
+        if version in readers:
+            shape, fortran, dtype = readers[version](stream, max_header_size=MAX_HEADER)
+        else:  # version 3.0 (a utf-8 header) has no public reader
+            read = getattr(fmt, "_read_array_header")  # noqa: B009  (private; not in the stubs)
+            shape, fortran, dtype = read(stream, version, max_header_size=MAX_HEADER)
+    except ValueError as exc:
+        if "large" in str(exc):
+            raise ValueError(
+                f"{what} has a .npy header over {MAX_HEADER} bytes, far more than a plain array's "
+                "(a damaged or crafted file)."
+            ) from exc
+        raise ValueError(f"{what} has an unreadable .npy header (a damaged file).") from exc
+    except EOFError as exc:
+        raise ValueError(f"{what} ends inside its .npy header (a truncated file).") from exc
+    if dtype.hasobject:
+        raise ValueError(f"{what} holds pickled objects (an object array), which crosscheck never loads.")
+    if any(not isinstance(n, int) or n < 0 for n in shape):
+        raise ValueError(f"{what} declares an impossible shape {shape!r:.60}.")
+    return tuple(shape), bool(fortran), dtype
+
+
+def _read_exactly(stream: IO[bytes], nbytes: int, what: str) -> bytes:
+    data = stream.read(nbytes)
+    if len(data) != nbytes:
+        raise ValueError(f"{what} ends before its data does (a truncated file).")
+    return data
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return "(" + ", ".join(str(n) for n in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def read_member(
+    archive: zipfile.ZipFile, name: str, *, what: str, expect: Expect | None = None
+) -> np.ndarray:
+    """The array ``name`` of an ``.npz`` archive, checked by its header before it is decompressed
+    (its declared size against the member's and this machine's memory)."""
+    try:
+        info = archive.getinfo(f"{name}.npy")
+    except KeyError as exc:
+        raise ValueError(f"{what} is missing from the archive.") from exc
+    with archive.open(info) as stream:
+        return read_array(stream, size=info.file_size, what=what, expect=expect)
+
+
+def member_names(archive: zipfile.ZipFile) -> list[str]:
+    """The arrays an ``.npz`` archive holds (its ``.npy`` members, without the suffix)."""
+    return [n.removesuffix(".npy") for n in archive.namelist() if n.endswith(".npy")]
+
+
+def open_file(path: Path, what: str) -> Any:
+    """``path`` opened for reading, or a one-line ``ValueError`` saying why it cannot be."""
+    try:
+        return path.open("rb")
+    except OSError as exc:
+        raise ValueError(f"{what} {path} cannot be read ({exc.strerror or exc}).") from exc

@@ -1,0 +1,186 @@
+"""The one terminal table of a report: the reference, then each candidate's row per comparison.
+
+A comparison that names its parameter (a workload's ``w1``) adds the parameter column; the worst
+entry's column is headed by the index names the comparisons share (the stack's ``(l,r,c)``). Every
+string that comes from a backend or a workload is shown as text, never read as markup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from crosscheck._compare.compare import Comparison, index_text
+from crosscheck._report.report import BackendResult, Report
+from crosscheck._report.text import markup, markup_lines
+
+FAIL, OK = "[red]FAIL[/red]", "[green]ok[/green]"
+#: Columns after backend (and parameter); the worst entry's header is made from the index names.
+NUMBERS = ("max abs diff", "max rel diff", None, "tolerance there", "decided by")
+
+
+def table(report: Report) -> Any:
+    """A rich table of ``report``: a row for the reference, then one per candidate and comparison."""
+    from rich.table import Table
+
+    headers, rows = _headers_and_rows(report)
+    t = Table(title=markup_lines(title(report)), title_justify="left")
+    for column in headers:
+        # Two-line headers keep the table narrow; it is printed only at its natural width
+        # (``render_table``), so no cell is ever shrunk: a name stays whole, a number too.
+        head, _, tail = column.rpartition(" ")
+        t.add_column(
+            f"{head}\n{tail}" if head else column,
+            justify="left" if column in NAMES else "right",
+            overflow="fold",
+        )
+    for row in rows:
+        t.add_row(*row)
+    return t
+
+
+def render_table(report: Report, console: Any) -> None:
+    """Print the table where it fits the console's width whole; on a narrower terminal (or for names
+    too long for a table) the same cells as one paragraph per row (``records``): no name or number is
+    ever cut short or folded."""
+    from rich.measure import Measurement
+
+    t = table(report)
+    unbounded = console.options.update(max_width=1_000_000)
+    if Measurement.get(console, unbounded, t).maximum <= console.width:
+        console.print(t)
+        return
+    console.print(markup_lines(title(report)), highlight=False)
+    for line in records(report):
+        console.print(line, highlight=False)
+
+
+def records(report: Report) -> list[str]:
+    """The table's rows as lines (markup): ``backend parameter: verdict (header value, ...)``."""
+    headers, rows = _headers_and_rows(report)
+    lines, backend = [], ""
+    for row in rows:
+        cells = dict(zip(headers, row, strict=True))
+        backend = cells.pop("backend") or backend
+        who = " ".join(n for n in (backend, cells.pop("parameter", "")) if n)
+        verdict = cells.pop("verdict")
+        rest = ", ".join(f"{header} {value}" for header, value in cells.items() if value)
+        lines.append(f"{who}: {verdict}" + (f" ({rest})" if rest else ""))
+    return lines
+
+
+#: The columns that hold names (left-aligned).
+NAMES = ("backend", "parameter", "check")
+
+
+def _headers_and_rows(report: Report) -> tuple[list[str], list[list[str]]]:
+    named = any(c.parameter for c in report.comparisons)
+    checks = any(c.question for c in report.comparisons)  # a model oracle's two questions
+    head = ["backend", *(["parameter"] if named else []), *(["check"] if checks else []), "dtype", "time"]
+    headers = [*head, *(n or worst_header(report.comparisons) for n in NUMBERS), "unjudgeable", "verdict"]
+    by_backend: dict[str, list[Comparison]] = {}
+    for c in report.comparisons:
+        by_backend.setdefault(c.backend, []).append(c)
+    rows = []
+    for name, result in report.backends.items():
+        rows += _rows(name, result, by_backend.get(name, []), named=named, checks=checks)
+    return headers, rows
+
+
+#: The "check" column: which question a model oracle's comparison answers.
+CHECK = {"derivative": "derivative", "same function": "function"}
+
+
+def _rows(
+    name: str, r: BackendResult, comparisons: list[Comparison], *, named: bool, checks: bool = False
+) -> list[list[str]]:
+    """A backend's rows: one per comparison (its name and time on the first), or one saying its status
+    (``reference``, or why it has no comparison: ``failed``, ``unavailable``, ``skipped``)."""
+    time_s = f"{r.seconds:.3f}s" if r.seconds is not None else "-"
+    first = [markup(name), markup(r.dtype or "-"), time_s]
+    if r.role == "reference" or not comparisons:
+        failed = r.status == "failed" or (r.status == "unavailable" and r.required)
+        verdict = "reference" if r.role == "reference" and r.status == "ok" else r.status
+        if failed or (r.role == "reference" and r.status != "ok"):
+            verdict = f"[red]{verdict}[/red]"
+        names = [""] * named + [""] * checks
+        return [_cells(first, names, [""] * len(NUMBERS), "", verdict)]
+    rows = []
+    for i, c in enumerate(comparisons):
+        shown = first if i == 0 else ["", first[1], ""]
+        unjudged = f"{c.unjudgeable}/{c.total}" if c.unjudgeable else "0"
+        names = [markup(c.parameter or "")] * named + [CHECK.get(c.question or "", "")] * checks
+        rows.append(_cells(shown, names, _numbers(c), unjudged, OK if c.passed else FAIL))
+    return rows
+
+
+def _cells(first: list[str], names: list[str], numbers: list[str], unjudged: str, verdict: str) -> list[str]:
+    """One row in the table's column order (``names``: the parameter and check cells the table has)."""
+    return [*first[:1], *names, *first[1:], *numbers, unjudged, verdict]
+
+
+def _numbers(c: Comparison) -> list[str]:
+    """The greatest differences, the worst entry's index, its tolerance and deciding term (or blanks;
+    ``dirs`` where a model oracle judged the parameter along directions only)."""
+    if c.max_abs_diff is None or c.max_rel_diff is None:
+        where = "dirs" if c.coverage.startswith("screened") and c.question else ""
+        return ["", "", where, "", c.decided_by or ""]
+    return [
+        f"{c.max_abs_diff:.3g}",
+        f"{c.max_rel_diff:.3g}",
+        index_text(c.worst_index),
+        f"{sum((c.worst_terms or {}).values()):.3g}",
+        c.decided_by or "",
+    ]
+
+
+def worst_header(comparisons: Sequence[Comparison]) -> str:
+    """``worst (l,r,c)`` when every comparison names its axes alike (their initials), else ``worst index``."""
+    names = {tuple(c.index_names or ()) for c in comparisons}
+    if len(names) != 1 or not next(iter(names)):
+        return "worst index"
+    return "worst (" + ",".join(markup(n[:1]) for n in next(iter(names))) + ")"
+
+
+def title(report: Report) -> str:
+    """``crosscheck: layers=8, ...`` or ``crosscheck: workload=mlp, dtype=float32, seed=0; parameters w1
+    (4, 8), b1 (8,); inputs x (5, 4)``: the case's values, then its named shapes."""
+    case = report.case
+    scalars = [
+        f"{k}={v}"
+        for k, v in case.items()
+        if not isinstance(v, (dict, list)) and not k.endswith("sha256") and k != "oracle_differentiates"
+    ]
+    if report.quantity != "grad":
+        scalars.append(f"quantity={report.quantity}")
+    shapes = [
+        f"{k} " + ", ".join(f"{name} {_shape(shape)}" for name, shape in v.items())
+        for k, v in case.items()
+        if isinstance(v, dict) and v
+    ]
+    line = "crosscheck: " + "; ".join([", ".join(scalars), *shapes])
+    source = str(case.get("oracle_differentiates", "reference"))
+    if source.startswith("surrogate"):
+        line += "\nthe oracle differentiates the workload's surrogate, built at this point"
+    elif source != "reference":
+        line += f"\nthe oracle differentiates {source}"
+    return line
+
+
+def _shape(shape: Any) -> str:
+    return str(tuple(shape)) if isinstance(shape, (list, tuple)) else str(shape)
+
+
+def summary(report: Report) -> str:
+    """The PASSED line: how many candidates agree (on how many parameters), and what was unjudgeable."""
+    backends = {c.backend for c in report.comparisons}
+    parameters = {c.parameter for c in report.comparisons if c.parameter}
+    on = f" on all {len(parameters)} parameters" if parameters else ""
+    reasons: dict[str, int] = {}
+    for c in report.comparisons:
+        for reason, n in c.unjudgeable_reasons.items():
+            reasons[reason] = reasons.get(reason, 0) + n
+    unjudged = sum(c.unjudgeable for c in report.comparisons)
+    why = ", ".join(f"{n} {reason}" for reason, n in reasons.items())
+    tail = f"; {unjudged} entries unjudgeable ({why})" if unjudged else ""
+    return f"{len(backends)} candidate(s) agree with `{report.reference}`{on}{tail}"

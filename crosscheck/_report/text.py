@@ -1,0 +1,32 @@
+"""Text from elsewhere made safe to show.
+
+A backend's name, spec and error, a workload's parameter names and a bundle's case are text crosscheck
+did not write: on a terminal or in a JUnit file it must stay text. Control characters are dropped and
+whitespace folded (``crosscheck._errors.one_line``, line by line where the text has several), and where
+rich reads markup it is escaped, so ``[/]evil[bold]`` prints as written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crosscheck._errors import one_line
+
+
+def plain(text: Any) -> str:
+    """``text`` line by line, each without control characters: for ``markup=False`` prints and XML."""
+    return "\n".join(one_line(line) for line in str(text).splitlines())
+
+
+def markup(text: Any) -> str:
+    """``text`` on one line, escaped for rich markup: for a table cell or a markup print."""
+    from rich.markup import escape
+
+    return escape(one_line(str(text)))
+
+
+def markup_lines(text: Any) -> str:
+    """``text`` line by line (``plain``), escaped for rich markup: for a title of several lines."""
+    from rich.markup import escape
+
+    return escape(plain(text))

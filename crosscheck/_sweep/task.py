@@ -1,0 +1,117 @@
+"""A sweep's case as a task: plain data in, a record out, whatever process runs it (``engine``).
+
+A task is ``{"index", "case", "options", "timeout"}``; ``run_task`` runs it within its timeout and
+returns its record, never raising.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from crosscheck._errors import describe, reraise_user_interrupt
+
+STACK = "stack"
+STATUSES = ("passed", "failed", "error", "crashed", "timeout")
+CRASHED = "the process running this case died (a segfault, an abort or os._exit in a backend)"
+
+Task = dict[str, Any]
+Record = dict[str, Any]
+Done = Callable[[Record], None]
+
+
+def make_tasks(
+    cases: Sequence[dict[str, Any]], options: dict[str, Any], *, timeout: float | None = None
+) -> list[Task]:
+    """One task per case: ``{"index", "case", "options", "timeout"}``, all plain data."""
+    backends = options.get("backends")
+    if backends is not None and not all(isinstance(b, str) for b in backends):
+        raise TypeError(
+            "a sweep's `backends` must be names or import strings (workers build them from text); "
+            f"found {', '.join(type(b).__name__ for b in backends if not isinstance(b, str))}."
+        )
+    return [
+        {"index": i, "case": dict(case), "options": dict(options), "timeout": timeout}
+        for i, case in enumerate(cases)
+    ]
+
+
+# -- running one case (in whatever process the engine chose) -------------------------------------------
+
+
+def run_task(task: Task) -> Record:
+    """Run one task within its timeout and return its record (never raises).
+
+    The case runs in a daemon thread that the caller stops waiting for at the timeout: Python cannot
+    stop a thread, but the record comes back on time and a leftover thread does not keep a worker alive.
+    """
+    timeout = task.get("timeout")
+    start = time.perf_counter()
+    if timeout is None:
+        record = _execute(task)
+    else:
+        box: dict[str, Record] = {}
+        thread = threading.Thread(target=lambda: box.update(r=_execute(task)), daemon=True)
+        thread.start()
+        thread.join(timeout)
+        record = box.get("r") or _record(
+            task, "timeout", error=f"did not finish within {timeout:g} s (--timeout)"
+        )
+    record["seconds"] = time.perf_counter() - start
+    return record
+
+
+def _execute(task: Task) -> Record:
+    try:
+        report, known = _run_case(task["case"], task["options"])
+    except BaseException as exc:  # a record, not a crash (a sys.exit too): the other cases go on
+        reraise_user_interrupt(exc)
+        return _record(task, "error", error=describe(exc))
+    passed = report.passed and known in ("", "exact")
+    problems = list(report.problems)
+    if known not in ("", "exact"):
+        problems.append(f"known answer: {known}")
+    return _record(
+        task,
+        "passed" if passed else "failed",
+        error="; ".join(problems),
+        known_answer=known,
+        report=report.to_dict(),
+    )
+
+
+def _run_case(case: dict[str, Any], options: dict[str, Any]):
+    from crosscheck._engine.run import run
+
+    case = dict(case)
+    # A case's process is its isolation (a worker per case), or, with --jobs 0, there is none: no
+    # worker per backend inside a case.
+    options = {"isolate": False, **options}
+    workload = case.pop("workload", STACK)
+    if workload != STACK:
+        # A workload other than the stack: passed through to crosscheck.run (its shapes are its own).
+        return run(workload=workload, **case, **options), ""
+    from crosscheck._sweep.matrix import check_known
+    from crosscheck._workloads.stack.case import Case
+
+    report = run(**case, **options)
+    return report, check_known(Case(**case), report)
+
+
+def _record(task: Task, status: str, *, error: str = "", known_answer: str = "", report=None) -> Record:
+    return {
+        "index": task["index"],
+        "case": task["case"],
+        "status": status,
+        "passed": status == "passed",
+        "error": error,
+        "known_answer": known_answer,
+        "seconds": None,
+        "report": report,
+    }
+
+
+def _crashed(task: Task) -> Record:
+    return _record(task, "crashed", error=CRASHED)

@@ -1,0 +1,1 @@
+"""Ports of real models: ``crosscheck.Port`` (declare), the mapping, the module-by-module judge."""

@@ -1,0 +1,218 @@
+"""A ``Port`` prepared: both sides described, the mapping built, and the ``Workload`` the engine runs.
+
+The workload's parameters are the PyTorch module's trainable parameters that the mapping maps, named
+as in its ``state_dict``; its inputs are the port's inputs plus every other tensor of the module (its
+buffers: batch-norm statistics). The ``torch`` implementation calls the module with those tensors;
+the ``jax`` implementation builds every JAX leaf from them through the mapping's transforms (inside
+the differentiated function, so ``jax.grad`` returns the gradient in PyTorch's names and layouts).
+Until the model oracle lands, the NumPy ``reference`` is the PyTorch module's own loss evaluated in
+float64 under ``torch.no_grad()``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from crosscheck._errors import describe
+from crosscheck._workloads.base import Workload
+from crosscheck._workloads.port import mapping as mapping_module
+from crosscheck._workloads.port.declare import Port
+from crosscheck._workloads.port.loss import SEED, projection_loss
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Prepared:
+    """What a port is made of once prepared (see the module docstring)."""
+
+    port: Port
+    torch_side: Any  # torch_side.Wrapped
+    jax_side: Any  # jax_side.JaxSide
+    table: mapping_module.Table
+    values: dict[str, np.ndarray]  # every PyTorch tensor, by state_dict name
+    parameters: dict[str, tuple[int, ...]]  # the differentiated ones
+    input_names: tuple[str, ...]  # the port's own inputs (the rest of the workload's are tensors)
+
+    @property
+    def workload(self) -> Workload:
+        cached = self.__dict__.get("_workload")
+        if cached is None:
+            cached = _workload(self)
+            object.__setattr__(self, "_workload", cached)
+        return cached
+
+    def sources(self) -> list[tuple[str, tuple[int, ...] | None]]:
+        """Per JAX leaf (in order): the PyTorch tensor it is made of and the permutation applied."""
+        by_leaf = {e.jax.path: e for e in self.table.mapped() if e.jax is not None and e.torch is not None}
+        out = []
+        for leaf in self.jax_side.leaves:
+            entry = by_leaf[leaf.path]
+            out.append((entry.torch.name, mapping_module.permutation(entry.transform)))  # type: ignore[union-attr, arg-type]
+        return out
+
+    def torch_state(self, arrays: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in arrays.items() if k in self.values}
+
+    def user_inputs(self, arrays: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: arrays[k] for k in self.input_names}
+
+
+def prepare(port: Port) -> Prepared:
+    """Describe both sides and build the mapping (ambiguities are kept in the table, not raised).
+
+    Raises:
+        ValueError: a framework is missing, the inputs are not arrays, an override does not fit.
+    """
+    torch_side, jax_side = _import("torch_side", "torch"), _import("jax_side", "jax")
+    described, values = torch_side.tensors(port.torch)
+    how = port.torch_call or (lambda module, inputs: module(**inputs))
+    wrapped = torch_side.Wrapped(port.torch, how)
+    example = make_inputs(port, np.random.default_rng(0), "float32")
+    jax_example = jax_side.to_jax(example)
+    side = jax_side.JaxSide(port.jax, port.jax_params, port.jax_call, _jax_inputs(port, jax_example))
+    table = mapping_module.build(described, side.leaves, port.overrides)
+    names = tuple(example)
+    clash = sorted(set(names) & set(values))
+    if clash:
+        raise ValueError(
+            f"port `{port.name}`: input `{clash[0]}` has the name of a PyTorch tensor; rename it."
+        )
+    mapped = {e.torch.name for e in table.mapped() if e.torch is not None}
+    parameters = {t.name: t.shape for t in described if t.kind == "parameter" and t.name in mapped}
+    return Prepared(port, wrapped, side, table, values, parameters, names)
+
+
+def _import(module: str, framework: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(f"crosscheck._workloads.port.{module}")
+    except ImportError as exc:
+        raise ValueError(
+            f"a Port needs {framework}: {describe(exc)}; pip install 'crosscheck-gradients[all,port]'"
+        ) from exc
+
+
+def make_inputs(port: Port, rng: np.random.Generator, dtype: str) -> dict[str, np.ndarray]:
+    """The port's inputs as NumPy arrays (floating-point ones in ``dtype``)."""
+    made = port.inputs(rng, dtype) if callable(port.inputs) else port.inputs
+    if not isinstance(made, Mapping) or not made:
+        raise ValueError(f"port `{port.name}`: `inputs` must give a non-empty dict of name -> array.")
+    out = {}
+    for key, value in made.items():
+        array = np.asarray(value.detach().cpu().numpy() if hasattr(value, "detach") else value)
+        out[str(key)] = array.astype(dtype) if np.issubdtype(array.dtype, np.floating) else array.copy()
+    return out
+
+
+def _jax_inputs(port: Port, inputs: dict[str, Any]) -> dict[str, Any]:
+    return dict(port.jax_inputs(inputs)) if port.jax_inputs is not None else dict(inputs)
+
+
+def _loss(port: Port) -> Callable[[Any], Any]:
+    pick = port.output or _first
+    chosen = port.loss or projection_loss
+    return lambda out: chosen(pick(out))
+
+
+def _first(output: Any) -> Any:
+    """The model's main output: the array, or the first array of a tuple, list, dict or ModelOutput."""
+    if hasattr(output, "to_tuple"):
+        output = output.to_tuple()
+    if isinstance(output, Mapping):
+        output = list(output.values())
+    if isinstance(output, (tuple, list)):
+        found = [x for x in (_first(item) for item in output) if x is not None]
+        return found[0] if found else None
+    return output if hasattr(output, "shape") else None
+
+
+def _workload(prepared: Prepared) -> Workload:
+    port = prepared.port
+    problems = prepared.table.problems()
+    if problems:
+        more = (
+            f" (and {len(problems) - 1} more; print(port.mapping) shows the table)"
+            if len(problems) > 1
+            else ""
+        )
+        raise ValueError(f"port `{port.name}`: {problems[0]}{more}")
+    shapes = {k: tuple(v.shape) for k, v in prepared.values.items() if k not in prepared.parameters}
+    example = make_inputs(port, np.random.default_rng(0), "float32")
+    torch_loss, jax_loss = torch_implementation(prepared), jax_implementation(prepared)
+
+    def generate(rng: np.random.Generator, dtype: str) -> tuple[dict, dict]:
+        params = {k: prepared.values[k] for k in prepared.parameters}
+        tensors = {k: prepared.values[k] for k in shapes}
+        return params, {**make_inputs(port, rng, dtype), **tensors}
+
+    def reference(params: dict, inputs: dict) -> float:
+        import torch
+
+        def tensor(v: Any) -> Any:  # the oracle passes read-only inputs, which torch will not wrap
+            return torch.as_tensor(v if getattr(v, "flags", None) is None or v.flags.writeable else v.copy())
+
+        with torch.no_grad():
+            return float(
+                torch_loss(
+                    {k: tensor(v) for k, v in params.items()},
+                    {k: tensor(v) for k, v in inputs.items()},
+                )
+            )
+
+    return Workload(
+        name=port.name,
+        parameters=prepared.parameters,
+        inputs={**{k: v.shape for k, v in example.items()}, **shapes},
+        reference=reference,
+        implementations={"torch": torch_loss, "jax": jax_loss},
+        generate=generate,
+        description=port.description or f"port of {type(port.torch).__name__} to JAX",
+    )
+
+
+def torch_implementation(prepared: Prepared) -> Callable[[dict, dict], Any]:
+    """``(tensors, inputs) -> loss`` of the PyTorch module, its tensors replaced by the case's."""
+    from crosscheck._workloads.port import torch_side
+
+    loss = _loss(prepared.port)
+
+    def torch_loss(params: dict, inputs: dict) -> Any:
+        state = {**params, **prepared.torch_state(inputs)}
+        return loss(torch_side.call(prepared.torch_side, state, prepared.user_inputs(inputs)))
+
+    return torch_loss
+
+
+def jax_leaves(prepared: Prepared, params: Mapping[str, Any], inputs: Mapping[str, Any]) -> list[Any]:
+    """Every JAX leaf made from the PyTorch tensors through the mapping (``jnp`` ops: differentiable)."""
+    import jax.numpy as jnp
+
+    arrays = {**inputs, **params}
+    return [
+        arrays[name] if perm is None else jnp.transpose(arrays[name], perm)
+        for name, perm in prepared.sources()
+    ]
+
+
+def jax_implementation(prepared: Prepared) -> Callable[[dict, dict], Any]:
+    """``(params, inputs) -> loss`` of the JAX port, its leaves made from the PyTorch tensors."""
+    loss = _loss(prepared.port)
+
+    def jax_loss(params: dict, inputs: dict) -> Any:
+        dtype = next(iter(params.values())).dtype
+        leaves = jax_leaves(prepared, params, inputs)
+        jax_in = _jax_inputs(prepared.port, prepared.user_inputs(inputs))
+        return loss(prepared.jax_side.forward(leaves, jax_in, dtype))
+
+    return jax_loss
+
+
+def case_notes(prepared: Prepared) -> dict[str, Any]:
+    """What the report records of the port: the mapping table and the loss."""
+    port = prepared.port
+    loss = "custom" if port.loss is not None else f"projection: sum(R * output), R ~ N(0, 1) seed {SEED}"
+    return {"mapping": prepared.table.rows(), "loss": loss, "jax_kind": prepared.jax_side.kind}

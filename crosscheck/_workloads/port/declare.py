@@ -1,0 +1,108 @@
+"""``crosscheck.Port``: a PyTorch module and its JAX port, declared with the real objects.
+
+Nothing here imports a framework: the port is prepared (its mapping built, its sides described) the
+first time it is used, by ``crosscheck._workloads.port.build``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+Arrays = Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)  # compared and hashed by identity (it holds models)
+class Port:
+    """A PyTorch model and its JAX port, checked module by module and gradient by gradient.
+
+    The PyTorch ``state_dict`` is mapped onto the JAX model's parameters by name and layout (see
+    ``mapping``: the table is shown before any numerics, ambiguities are refused), the weights are
+    copied through the mapping, and each side's loss is differentiated by its own framework. The
+    gradients come back in PyTorch's names; every module's output is compared within its measured
+    rounding, and the verdict names the first module that differs. It runs as a workload:
+    ``crosscheck.run(workload=port)``, ``crosscheck run --workload module:port``, sweeps, the pytest
+    helper.
+
+    Args:
+        name: a short name, shown in reports.
+        torch: the original, a ``torch.nn.Module`` in eval mode; its parameters are the point checked.
+        jax: the port: a Flax linen module, an Equinox module, or a function ``fn(params, **inputs)``.
+        inputs: the PyTorch side's inputs, ``name -> array`` (NumPy arrays or tensors), or a function
+            ``(rng, dtype) -> dict`` that makes them (floating-point inputs take the case's dtype).
+        jax_params: for a function ``jax``: its parameter pytree (values are replaced by the mapped
+            PyTorch weights; only the structure and shapes count). Flax and Equinox models give theirs.
+        jax_inputs: ``inputs -> inputs`` for the JAX side (layout: ``x.transpose(0, 2, 3, 1)`` for NHWC);
+            default: the same inputs.
+        torch_call: ``(module, inputs) -> output`` (default ``module(**inputs)``).
+        jax_call: ``(model, inputs) -> output`` (default ``model(**inputs)``; ``model`` is the bound linen
+            module, the Equinox module, or the function with its parameters).
+        output: ``output -> array`` on both sides (default: the output, or its first array).
+        loss: ``array -> scalar`` on both sides (default: ``sum(R * output)``, a fixed random projection).
+        overrides: ``PyTorch name or glob pattern -> transform`` (``"transpose"``, ``"identity"``,
+            ``"OIHW->HWIO"``, a permutation tuple), ``-> "jax/path"``, ``-> ("jax/path", transform)`` or
+            ``-> None`` (leave it unmapped).
+        description: one line, shown by ``crosscheck list``.
+
+    Example:
+        >>> port = crosscheck.Port(  # doctest: +SKIP
+        ...     name="convnet", torch=TorchNet().eval(), jax=FlaxNet(),
+        ...     inputs={"x": x_nchw}, jax_inputs=lambda i: {"x": i["x"].transpose(0, 2, 3, 1)},
+        ... )
+        >>> print(port.mapping)  # doctest: +SKIP
+    """
+
+    name: str
+    torch: Any
+    jax: Any
+    inputs: Arrays | Callable[..., Arrays]
+    jax_params: Any = None
+    jax_inputs: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    torch_call: Callable[[Any, dict[str, Any]], Any] | None = None
+    jax_call: Callable[[Any, dict[str, Any]], Any] | None = None
+    output: Callable[[Any], Any] | None = None
+    loss: Callable[[Any], Any] | None = None
+    overrides: Mapping[str, Any] | None = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"`name` of a Port must be a non-empty string, found {self.name!r}.")
+        if not all(callable(getattr(self.torch, a, None)) for a in ("state_dict", "named_modules")):
+            raise TypeError(
+                f"port `{self.name}`: `torch` must be a torch.nn.Module, found {type(self.torch).__name__}."
+            )
+        if getattr(self.torch, "training", False):
+            raise ValueError(
+                f"port `{self.name}`: the PyTorch module is in training mode (dropout and batch "
+                f"statistics change every call); call `.eval()` on it first."
+            )
+        if not (isinstance(self.inputs, Mapping) or callable(self.inputs)):
+            raise TypeError(
+                f"port `{self.name}`: `inputs` must be a dict of arrays or a function (rng, dtype) -> dict."
+            )
+        for field in ("jax_inputs", "torch_call", "jax_call", "output", "loss"):
+            value = getattr(self, field)
+            if value is not None and not callable(value):
+                raise TypeError(
+                    f"port `{self.name}`: `{field}` must be callable, found {type(value).__name__}."
+                )
+        if self.overrides is not None and not isinstance(self.overrides, Mapping):
+            raise TypeError(f"port `{self.name}`: `overrides` must be a dict of PyTorch name -> transform.")
+
+    @property
+    def prepared(self) -> Any:
+        """The port prepared (``build.Prepared``): its sides, mapping and workload; built once."""
+        cached = self.__dict__.get("_prepared")
+        if cached is None:
+            from crosscheck._workloads.port.build import prepare
+
+            cached = prepare(self)
+            object.__setattr__(self, "_prepared", cached)
+        return cached
+
+    @property
+    def mapping(self) -> Any:
+        """The mapping table (``print(port.mapping)``): what was mapped to what, how, and what was not."""
+        return self.prepared.table

@@ -1,0 +1,278 @@
+"""Where a port differs: each module's output compared within its measured rounding, then the verdict.
+
+The PyTorch side's module calls (forward hooks) and the JAX side's (Flax ``intercept_methods``) are
+paired through the parameter mapping (the module that owns a mapped parameter) and by name (modules
+without parameters: dropout, activations). Each pair's output is compared entry by entry; its
+tolerance is the sum of both sides' rounding, *measured* by re-running each side in the other
+precision (``SAFETY`` x (the difference + its RMS), scaled by ``2**-29`` for a float64 case), plus a
+floor of ``FLOOR_ULPS`` unit roundoffs of the largest entry.
+
+The verdict names the first paired module, in the order the PyTorch calls finished, whose output
+differs. When its input already differs, the difference was made before it, between the last module
+that agreed and this one: a PyTorch module there without a JAX counterpart whose input and output
+link the two (an activation the port computes as a plain function) is named; otherwise the module
+whose own code runs between them (an attention's scaling between its projections). When every output
+agrees and a gradient does not, the difference is in the backward pass: the last module, in forward
+order, whose parameters' gradients differ, and the modules between it and the next that agrees.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from crosscheck._compare.compare import Comparison, Tolerance, compare
+from crosscheck._workloads.port.mapping import canonical
+
+#: Multiple of each side's measured rounding (plus its RMS over the array) a module output may differ by.
+SAFETY = 8.0
+#: The floor: this many unit roundoffs of the output's largest entry.
+FLOOR_ULPS = 8.0
+UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53}
+TERM_HELP = {
+    "rounding": f"the JAX port's own rounding of this output, measured: {SAFETY:g} x (|its output - its "
+    "re-run in the other precision| (x 2**-29 for float64) + that difference's RMS)",
+    "reference": "the PyTorch module's own rounding of this output, measured the same way",
+    "floor": f"{FLOOR_ULPS:g} unit roundoffs of the output's largest entry",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Runs:
+    """One side's module records: at the case's dtype and re-run in the other."""
+
+    main: Sequence[Any]
+    other: Sequence[Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """``starts_in``: ``"forward"``, ``"gradient"`` or ``"nowhere"``; ``module`` where the difference
+    starts ("" is the top module's own code), ``first`` the first paired module that differs,
+    ``suspects`` PyTorch modules without a JAX counterpart in between; ``text`` says it in a line."""
+
+    starts_in: str
+    module: str | None
+    first: str | None
+    suspects: tuple[str, ...]
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "suspects": list(self.suspects)}
+
+
+def pairs(torch_names: Sequence[str], jax_names: Sequence[str], modules: dict[str, str]) -> dict[str, str]:
+    """PyTorch record name -> JAX record name: through ``modules`` (PyTorch module -> JAX module, from
+    the mapping), else by canonical name; a second call ``name#2`` pairs with ``name#2``."""
+    by_canonical = {canonical(n.split("#")[0].split(".")) + (n.partition("#")[2],): n for n in jax_names}
+    jax_set = set(jax_names)
+    out = {}
+    for name in torch_names:
+        base, _, call = name.partition("#")
+        target = modules.get(base)
+        found = (target + (f"#{call}" if call else "")) if target is not None else None
+        if found not in jax_set:
+            found = (
+                by_canonical.get(canonical(base.split(".")) + (call,))
+                if base
+                else ("" if "" in jax_set else None)
+            )
+        if found is not None:
+            out[name] = found
+    return out
+
+
+def _as_torch_layout(a: np.ndarray, like: np.ndarray, channels_last: bool) -> np.ndarray | None:
+    moved = np.moveaxis(a, -1, 1) if a.ndim >= 3 else a
+    if channels_last and moved.shape == like.shape:
+        return moved
+    if a.shape == like.shape:
+        return a
+    return moved if moved.shape == like.shape else None
+
+
+def _vector(torch_arrays, jax_arrays, channels_last: bool) -> tuple[np.ndarray, np.ndarray] | str:
+    n = min(len(torch_arrays), len(jax_arrays))
+    if n == 0:
+        return "no arrays to compare"
+    t_parts, j_parts = [], []
+    for k in range(n):
+        t, j = np.asarray(torch_arrays[k]), np.asarray(jax_arrays[k])
+        converted = _as_torch_layout(j, t, channels_last)
+        if converted is None:
+            return f"array {k}: PyTorch shape {t.shape}, JAX shape {j.shape}"
+        t_parts.append(t.astype(np.float64).ravel())
+        j_parts.append(converted.astype(np.float64).ravel())
+    return np.concatenate(t_parts), np.concatenate(j_parts)
+
+
+def _rounding(main: np.ndarray, other: np.ndarray | None, dtype: str) -> np.ndarray:
+    if other is None or other.shape != main.shape:
+        return np.full(main.shape, 1024 * UNIT_ROUNDOFF[dtype]) * np.abs(main)
+    scale = 1.0 if dtype == "float32" else UNIT_ROUNDOFF["float64"] / UNIT_ROUNDOFF["float32"]
+    with np.errstate(invalid="ignore"):
+        d = np.nan_to_num(scale * np.abs(main - other), nan=0.0, posinf=0.0)
+    return SAFETY * (d + (math.sqrt(float(np.mean(d**2))) if d.size else 0.0))
+
+
+def compare_arrays(
+    label: str,
+    torch_runs: tuple[Sequence, Sequence],
+    jax_runs: tuple[Sequence, Sequence],
+    *,
+    dtype: str,
+    channels_last: bool,
+    backend: str,
+    reference: str,
+) -> Comparison:
+    """One module's output (or input): the JAX port's against PyTorch's, within both measured roundings."""
+    main = _vector(torch_runs[0], jax_runs[0], channels_last)
+    if isinstance(main, str):
+        return Comparison(
+            backend=backend,
+            reference=reference,
+            passed=False,
+            status="mismatch",
+            total=1,
+            mismatched=1,
+            judged=1,
+            parameter=label,
+            message=f"{label}: {main}",
+        )
+    other = _vector(torch_runs[1], jax_runs[1], channels_last)
+    t_other, j_other = (None, None) if isinstance(other, str) else other
+    t, j = main
+    floor = np.asarray(FLOOR_ULPS * UNIT_ROUNDOFF[dtype] * float(np.max(np.abs(t), initial=0.0)))
+    terms = {
+        "rounding": _rounding(j, j_other, dtype),
+        "reference": _rounding(t, t_other, dtype),
+        "floor": floor,
+    }
+    found = compare(
+        j.astype(dtype),
+        t,
+        Tolerance(terms),
+        backend=backend,
+        reference_name=reference,
+        dtype=dtype,
+        parameter=label,
+        term_help=TERM_HELP,
+    )
+    if found.status == "unjudgeable" and not np.any(t) and not np.any(j):
+        found = dataclasses.replace(found, passed=True, status="ok", message="")  # exact zeros agree
+    return found
+
+
+def output_label(name: str) -> str:
+    return f"{name or '(model)'} (output)"
+
+
+def forward_verdict(
+    order: Sequence[Any],
+    paired: dict[str, str],
+    outputs: dict[str, bool],
+    inputs: dict[str, bool | None],
+    top: str,
+) -> Verdict | None:
+    """The verdict of the forward pass (None when every paired output agrees). ``order`` is the
+    PyTorch records in the order their calls finished; ``outputs``/``inputs`` say which agree."""
+    index = {r.name: i for i, r in enumerate(order)}
+    first = next((r for r in order if r.name in paired and outputs.get(r.name) is False), None)
+    if first is None:
+        return None
+    kind = first.module_type
+    if inputs.get(first.name) is not False:
+        why = "its input agrees" if inputs.get(first.name) else "its input could not be compared"
+        return Verdict(
+            "forward",
+            first.name,
+            first.name,
+            (),
+            f"the forward pass differs first at "
+            f"{_shown(first.name, top)} ({kind}): {why}, so the difference starts inside it",
+        )
+    before = [r for r in order[: index[first.name]] if r.name in paired and outputs.get(r.name)]
+    prev = before[-1] if before else None
+    gap = [
+        r for r in order[(index[prev.name] + 1 if prev else 0) : index[first.name]] if r.name not in paired
+    ]
+    linked = [
+        r for r in gap if _same(r.outputs, first.inputs) and (prev is None or _same(r.inputs, prev.outputs))
+    ]
+    suspects = tuple(r.name for r in gap if not first.name.startswith(r.name + ".") and r.name)
+    where = (
+        f"between {_shown(prev.name, top)} and {_shown(first.name, top)}"
+        if prev
+        else f"before `{first.name}`"
+    )
+    if linked:
+        return Verdict(
+            "forward",
+            linked[0].name,
+            first.name,
+            suspects,
+            f"the forward pass differs first at `{linked[0].name}` ({linked[0].module_type}, a PyTorch "
+            f"module the port computes without a module): {where} its input agrees and the "
+            f"input of `{first.name}` it feeds differs",
+        )
+    parent = _common_parent(prev.name if prev else "", first.name)
+    also = f"; PyTorch modules run there without a JAX counterpart: {', '.join(suspects)}" if suspects else ""
+    return Verdict(
+        "forward",
+        parent,
+        first.name,
+        suspects,
+        f"the forward pass differs first in the code of {_shown(parent, top)} {where}: "
+        f"`{first.name}` ({kind}) is the first module whose output differs, and its input "
+        f"already differs{also}",
+    )
+
+
+def gradient_verdict(
+    order: Sequence[Any], paired: dict[str, str], differs: set[str], owners: set[str], top: str
+) -> Verdict:
+    """The verdict when every output agrees and the gradients of ``differs`` (modules) do not."""
+    with_params = [r for r in order if r.name.split("#")[0] in owners]
+    bad = [i for i, r in enumerate(with_params) if r.name.split("#")[0] in differs]
+    last = with_params[bad[-1]]
+    after = next((r for r in with_params[bad[-1] + 1 :] if r.name.split("#")[0] not in differs), None)
+    index = {r.name: i for i, r in enumerate(order)}
+    stop = index[after.name] if after else len(order)
+    gap = tuple(
+        r.name
+        for r in order[index[last.name] + 1 : stop]
+        if r.name and not r.name.startswith(last.name + ".")
+    )
+    gap = tuple(n for n in gap if not (after and after.name.startswith(n + ".")))
+    nxt = f"those of `{after.name}` agree" if after else "no module after it has parameters"
+    there = f" (modules there: {', '.join(gap)})" if gap else ""
+    return Verdict(
+        "gradient",
+        last.name,
+        last.name,
+        gap,
+        f"forward agrees (every module's output within its rounding); the gradient differs first, "
+        f"in backward order, at {_shown(last.name, top)}: its parameters' gradients differ and "
+        f"{nxt}, so the backward pass of what runs between them differs{there}",
+    )
+
+
+def _same(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> bool:
+    return bool(a) and bool(b) and a[0].shape == b[0].shape and np.array_equal(a[0], b[0])
+
+
+def _common_parent(a: str, b: str) -> str:
+    common = []
+    for x, y in zip(a.split("#")[0].split("."), b.split("#")[0].split(".")[:-1], strict=False):
+        if x != y:
+            break
+        common.append(x)
+    return ".".join(common)
+
+
+def _shown(name: str, top: str) -> str:
+    return f"`{name}`" if name else f"the top module ({top})"

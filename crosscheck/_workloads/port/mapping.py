@@ -1,0 +1,333 @@
+"""The parameter mapping of a port: PyTorch ``state_dict`` names onto the leaves of a JAX pytree.
+
+Pure Python and NumPy (no framework): each side is described by ``Tensor`` records (name tokens,
+shape, the type of the module that owns it, when known). A PyTorch tensor is matched to a JAX leaf
+
+- **by name**: the module path, dots against nesting (``h.0.attn`` against ``h/0/attn``, ``layers.0``
+  against ``layers_0``), and the leaf's own name through ``LEAF_ALIASES`` (``weight`` against
+  ``kernel``, ``scale``, ``embedding``; ``running_mean`` against ``mean``);
+- **by layout**: the transform that turns the PyTorch array into the JAX one (``TRANSFORMS``: the
+  transpose of a dense kernel, ``OIHW`` against ``HWIO``). When both modules' layouts are known
+  (``torch.nn.Linear`` against ``flax.linen.Dense``) the layout decides even for a square kernel;
+  otherwise the shapes do, and where several transforms fit (a square kernel fits as it is and
+  transposed) the entry is **ambiguous**: the table says so, and the user decides (``overrides``).
+
+Every row of the table says what was mapped to what, with which transform, and how it was decided.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+#: The JAX leaf names a PyTorch leaf name may map to (besides itself).
+LEAF_ALIASES = {
+    "weight": ("kernel", "scale", "embedding", "w"),
+    "bias": ("b",),
+    "running_mean": ("mean",),
+    "running_var": ("var",),
+}
+#: Named transforms: name -> permutation of the PyTorch array's axes (None: as it is).
+TRANSFORMS: dict[str, tuple[int, ...] | None] = {
+    "identity": None,
+    "transpose": (1, 0),
+    "OIW->WIO": (2, 1, 0),
+    "OIHW->HWIO": (2, 3, 1, 0),
+    "OIDHW->DHWIO": (2, 3, 4, 1, 0),
+}
+#: Layouts of known modules' weights. PyTorch: ``nn.Linear`` (out, in), ``nn.ConvNd`` (O, I, spatial).
+TORCH_LAYOUTS = {"Linear": "out,in", "Embedding": "rows", **{f"Conv{n}d": "OI.." for n in (1, 2, 3)}}
+#: JAX: Flax `Dense` (in, out), `Conv` (spatial, I, O); Equinox `Linear` (out, in), `Conv` (O, I, ..).
+JAX_LAYOUTS = {"Dense": "in,out", "Linear": "in,out", "Conv": "..IO", "Embed": "rows"}
+EQUINOX_LAYOUTS = {"Linear": "out,in", "Embedding": "rows", **{f"Conv{n}d": "OI.." for n in (1, 2, 3)}}
+
+
+@dataclasses.dataclass(frozen=True)
+class Tensor:
+    """One array of one side: its path (``("h", "0", "ln_1", "weight")``), shape, kind and owner.
+
+    ``kind`` is ``"parameter"`` or ``"buffer"`` on the PyTorch side, the collection (``"params"``,
+    ``"batch_stats"``) or ``""`` on the JAX side; ``module_type`` the owning module's class name
+    (``"Linear"``), ``layout`` its weight layout when known (``"out,in"``); ``skip`` how many leading
+    tokens of ``path`` are not part of the module path (a Flax collection's name).
+    """
+
+    path: tuple[str, ...]
+    shape: tuple[int, ...]
+    kind: str = "parameter"
+    module_type: str = ""
+    layout: str | None = None
+    skip: int = 0
+
+    @property
+    def name(self) -> str:
+        return ".".join(self.path)
+
+    @property
+    def module(self) -> tuple[str, ...]:
+        return self.path[self.skip : -1]
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One row of the mapping table. ``jax`` is None for an unmatched PyTorch tensor; ``transform`` None
+    while ambiguous (``choices`` lists what fits)."""
+
+    torch: Tensor | None
+    jax: Tensor | None
+    transform: str | None
+    how: str
+    choices: tuple[str, ...] = ()
+
+    @property
+    def status(self) -> str:
+        if self.torch is None or self.jax is None:
+            return "unmatched"
+        return "ambiguous" if self.transform is None else "mapped"
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    """The mapping: one entry per PyTorch tensor, then one per JAX leaf left unmatched."""
+
+    entries: tuple[Entry, ...]
+
+    def mapped(self) -> list[Entry]:
+        return [e for e in self.entries if e.status == "mapped"]
+
+    def problems(self) -> list[str]:
+        """One line per entry that stops the port (an unmatched parameter or leaf, an ambiguity)."""
+        out = []
+        for e in self.entries:
+            if e.status == "ambiguous" and e.torch is not None and e.jax is not None:
+                out.append(
+                    f"`{e.torch.name}` {e.torch.shape} -> `{'/'.join(e.jax.path)}` {e.jax.shape} is "
+                    f"ambiguous: {e.how}; decide with overrides={{'{e.torch.name}': TRANSFORM}}, "
+                    f"TRANSFORM one of {', '.join(repr(c) for c in e.choices)}"
+                )
+            elif e.jax is None and e.torch is not None and e.torch.kind == "parameter":
+                out.append(f"PyTorch parameter `{e.torch.name}` {e.torch.shape} is unmatched: {e.how}")
+            elif e.torch is None and e.jax is not None:
+                out.append(f"JAX leaf `{'/'.join(e.jax.path)}` {e.jax.shape} is unmatched: {e.how}")
+        return out
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The table as plain data (the JSON report's ``case["mapping"]``)."""
+        return [
+            {
+                "torch": e.torch.name if e.torch else None,
+                "torch_shape": list(e.torch.shape) if e.torch else None,
+                "jax": "/".join(e.jax.path) if e.jax else None,
+                "jax_shape": list(e.jax.shape) if e.jax else None,
+                "transform": e.transform,
+                "status": e.status,
+                "how": e.how,
+            }
+            for e in self.entries
+        ]
+
+    def __str__(self) -> str:
+        return render(self.rows())
+
+
+def render(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The mapping table as text: ``torch name shape -> jax path shape  transform  (how)``."""
+    from crosscheck._errors import one_line  # names come from the user's modules: text, one line each
+
+    cells = []
+    for r in rows:
+        left = f"{r['torch']} {tuple(r['torch_shape'])}" if r["torch"] else "-"
+        right = f"{r['jax']} {tuple(r['jax_shape'])}" if r["jax"] else "-"
+        what = r["transform"] or r["status"].upper()
+        cells.append((one_line(left), one_line(right), one_line(str(what)), one_line(str(r["how"]))))
+    widths = [
+        max([len(c[i]) for c in cells] + [len(h)]) for i, h in enumerate(("PyTorch", "JAX", "transform"))
+    ]
+    lines = [f"{'PyTorch':<{widths[0]}}    {'JAX':<{widths[1]}}  {'transform':<{widths[2]}}  how"]
+    for left, right, what, how in cells:
+        lines.append(f"{left:<{widths[0]}} -> {right:<{widths[1]}}  {what:<{widths[2]}}  {how}")
+    return "\n".join(lines)
+
+
+def canonical(tokens: Sequence[str]) -> tuple[str, ...]:
+    """A module path both frameworks spell alike: ``layers_0`` and ``layers.0`` give ``layers, 0``."""
+    out: list[str] = []
+    for token in tokens:
+        found = re.fullmatch(r"(.*\D)_(\d+)", token)
+        out.extend(found.groups() if found else (token,))
+    return tuple(out)
+
+
+def build(
+    torch: Sequence[Tensor], jax: Sequence[Tensor], overrides: Mapping[str, Any] | None = None
+) -> Table:
+    """The mapping table of ``torch`` onto ``jax`` (see the module docstring), ``overrides`` applied.
+
+    Raises:
+        ValueError: an override that names no PyTorch tensor, names a JAX leaf that does not exist, or
+            asks for a transform that does not fit the shapes (one line each, with the fix).
+    """
+    by_name = {".".join(t.path): t for t in torch}
+    leaves = {"/".join(j.path): j for j in jax}
+    chosen = _overrides(overrides or {}, by_name, leaves)
+    entries: list[Entry] = []
+    used: set[tuple[str, ...]] = set()
+    for t in torch:
+        entry = chosen[t.name] if t.name in chosen else _match(t, jax, used)
+        if entry.jax is not None:
+            used.add(entry.jax.path)
+        entries.append(entry)
+    for j in jax:
+        if j.path not in used:
+            near = [t.name for t in torch if canonical(t.module) == canonical(j.module)]
+            hint = (
+                f"PyTorch tensors of that module: {', '.join(near)}"
+                if near
+                else "no PyTorch module of that name"
+            )
+            entries.append(
+                Entry(None, j, None, f"{hint}; map one with overrides={{NAME: '{'/'.join(j.path)}'}}")
+            )
+    return Table(tuple(entries))
+
+
+def _match(t: Tensor, jax: Sequence[Tensor], used: set) -> Entry:
+    names = (t.path[-1], *LEAF_ALIASES.get(t.path[-1], ()))
+    found = [
+        j
+        for j in jax
+        if j.path not in used
+        and canonical(j.module) == canonical(t.module)
+        and j.path[-1] in names
+        and _kind_fits(t, j)
+    ]
+    if len(found) > 1:
+        found = [j for j in found if fits(t, j)] or found
+    if not found:
+        what = "a buffer the JAX model does not use" if t.kind == "buffer" else "no JAX leaf of that name"
+        return Entry(t, None, None, what)
+    if len(found) > 1:
+        paths = ", ".join("/".join(j.path) for j in found)
+        return Entry(t, None, None, f"several JAX leaves fit ({paths}); choose one in overrides")
+    return layout_entry(t, found[0], "by name")
+
+
+def _kind_fits(t: Tensor, j: Tensor) -> bool:
+    """A parameter maps to a differentiated leaf (``params`` or a plain pytree), a buffer to any."""
+    return t.kind == "buffer" or j.kind in ("params", "")
+
+
+def fits(t: Tensor, j: Tensor) -> list[str]:
+    """The named transforms that turn ``t``'s shape into ``j``'s."""
+    return [
+        name
+        for name, perm in TRANSFORMS.items()
+        if (perm is None and t.shape == j.shape)
+        or (perm is not None and len(perm) == len(t.shape) and tuple(t.shape[i] for i in perm) == j.shape)
+    ]
+
+
+def layout_entry(t: Tensor, j: Tensor, matched: str) -> Entry:
+    """The entry of a matched pair: the transform the layouts decide, else the one shape that fits."""
+    fitting = fits(t, j)
+    known = _known_transform(t, j)
+    if known is not None and known in fitting:
+        return Entry(
+            t, j, known, f"{matched}; layout: {t.module_type} ({t.layout}) -> {j.module_type} ({j.layout})"
+        )
+    if not fitting:
+        return Entry(
+            t, None, None, f"{matched} `{'/'.join(j.path)}` {j.shape}, but no transform fits the shapes"
+        )
+    if len(fitting) == 1:
+        how = "same shape" if len(t.shape) <= 1 else "the only layout that fits the shapes"
+        return Entry(t, j, fitting[0], f"{matched}; {how}")
+    return Entry(t, j, None, f"{matched}; {' and '.join(fitting)} both fit the shapes", tuple(fitting))
+
+
+def _known_transform(t: Tensor, j: Tensor) -> str | None:
+    pair = (t.layout, j.layout)
+    if None in pair:
+        return None
+    if pair[0] == pair[1]:
+        return "identity"
+    rank = len(t.shape)
+    if pair == ("out,in", "in,out"):
+        return "transpose"
+    if pair == ("OI..", "..IO"):
+        return {3: "OIW->WIO", 4: "OIHW->HWIO", 5: "OIDHW->DHWIO"}.get(rank)
+    return None
+
+
+def _overrides(overrides: Mapping[str, Any], by_name: dict, leaves: dict) -> dict[str, Entry]:
+    out: dict[str, Entry] = {}
+    for pattern, value in overrides.items():
+        names = [n for n in by_name if fnmatch.fnmatchcase(n, str(pattern))]
+        if not names:
+            raise ValueError(
+                f"override `{pattern}` matches no PyTorch tensor; names look like "
+                f"`{next(iter(by_name), '')}`."
+            )
+        for name in names:
+            out[name] = _override(by_name[name], value, leaves, by_name)
+    return out
+
+
+def _override(t: Tensor, value: Any, leaves: dict, by_name: dict) -> Entry:
+    if value is None:
+        return Entry(t, None, None, "left unmapped by an override")
+    path, transform = (value, None) if isinstance(value, str) and value in leaves else (None, value)
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
+        path, transform = value
+    if path is None:
+        auto = _match(t, list(leaves.values()), set())
+        if auto.jax is None:
+            raise ValueError(
+                f"override of `{t.name}`: {auto.how}; give the JAX path too: ('PATH', {transform!r})."
+            )
+        target = auto.jax
+    elif path not in leaves:
+        raise ValueError(
+            f"override of `{t.name}`: no JAX leaf `{path}`; leaves look like `{next(iter(leaves), '')}`."
+        )
+    else:
+        target = leaves[path]
+    if transform is None:
+        return layout_entry(t, target, "by override")
+    name = _transform_name(t, transform)
+    perm = TRANSFORMS.get(name) if name in TRANSFORMS else tuple(transform)
+    shape = t.shape if perm is None else tuple(t.shape[i] for i in perm)
+    if shape != target.shape:
+        raise ValueError(
+            f"override of `{t.name}`: `{name}` turns {t.shape} into {shape}, not {target.shape} of "
+            f"`{'/'.join(target.path)}`."
+        )
+    return Entry(t, target, name, "by override")
+
+
+def _transform_name(t: Tensor, transform: Any) -> str:
+    if isinstance(transform, str):
+        if transform not in TRANSFORMS:
+            raise ValueError(
+                f"override of `{t.name}`: unknown transform `{transform}` (and no JAX leaf of that path); "
+                f"expected one of {', '.join(TRANSFORMS)}, a permutation tuple or a JAX leaf's path."
+            )
+        return transform
+    perm = tuple(transform) if isinstance(transform, (tuple, list)) else None
+    if perm is None or sorted(perm) != list(range(len(t.shape))):
+        raise ValueError(
+            f"override of `{t.name}`: a transform must be a name or a permutation of {len(t.shape)} "
+            f"axes, found {transform!r}."
+        )
+    named = [k for k, v in TRANSFORMS.items() if v == perm or (v is None and perm == tuple(range(len(perm))))]
+    return named[0] if named else str(perm)
+
+
+def permutation(transform: str) -> tuple[int, ...] | None:
+    """The axes permutation of a transform name (a named one, or ``"(2, 3, 1, 0)"``)."""
+    if transform in TRANSFORMS:
+        return TRANSFORMS[transform]
+    return tuple(int(i) for i in transform.strip("()").split(",") if i.strip())

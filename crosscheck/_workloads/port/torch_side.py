@@ -1,0 +1,123 @@
+"""The PyTorch side of a port: its tensors, its loss, and its modules' inputs and outputs.
+
+Imported only when a port is used (it imports torch). The module is called with
+``torch.func.functional_call``, so the arrays crosscheck passes (the case's parameters and buffers, in
+the case's dtype) replace the module's own for that call only: the user's module is never changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from crosscheck._workloads.port.mapping import TORCH_LAYOUTS, Tensor
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """One module call of a forward pass: its name (``h.0.ln_1``, ``#2`` for a second call), class,
+    and its input and output arrays (float64 copies), in the order the calls finished."""
+
+    name: str
+    module_type: str
+    inputs: tuple[np.ndarray, ...]
+    outputs: tuple[np.ndarray, ...]
+
+
+def tensors(module: torch.nn.Module) -> tuple[list[Tensor], dict[str, np.ndarray]]:
+    """The module's parameters (trainable or not) and persistent buffers, described and as arrays."""
+    params = dict(module.named_parameters())
+    buffers = dict(module.named_buffers())
+    described, values = [], {}
+    for name, value in module.state_dict(keep_vars=True).items():
+        if name not in params and name not in buffers:
+            continue  # a tied alias of a tensor already listed
+        owner = module.get_submodule(name.rsplit(".", 1)[0]) if "." in name else module
+        kind = "parameter" if name in params and params[name].requires_grad else "buffer"
+        type_name = type(owner).__name__
+        layout = TORCH_LAYOUTS.get(type_name) if name.endswith("weight") else None
+        described.append(Tensor(tuple(name.split(".")), tuple(value.shape), kind, type_name, layout))
+        values[name] = value.detach().cpu().numpy().copy()
+    return described, values
+
+
+def to_torch(arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    return {k: torch.as_tensor(np.array(v)) for k, v in arrays.items()}
+
+
+def first_array(output: Any) -> Any:
+    """The model's main output: the tensor, or the first tensor of a tuple, list or dict (ModelOutput)."""
+    if isinstance(output, dict):
+        output = list(output.values())
+    if isinstance(output, (tuple, list)):
+        for item in output:
+            found = first_array(item)
+            if found is not None:
+                return found
+        return None
+    return output
+
+
+class Wrapped(torch.nn.Module):
+    """The user's module under ``m`` with the port's way of calling it: ``functional_call`` on this
+    replaces the module's tensors for one call (a public API; the user's module is never changed)."""
+
+    def __init__(self, module: torch.nn.Module, how: Callable[[torch.nn.Module, dict], Any]) -> None:
+        super().__init__()
+        self.m, self.how = module, how
+
+    def forward(self, inputs: dict[str, Any]) -> Any:
+        return self.how(self.m, inputs)
+
+
+def call(wrapped: Wrapped, state: dict[str, Any], inputs: dict[str, Any]) -> Any:
+    """The wrapped module's output with ``state`` (name -> tensor) in place of its own tensors."""
+    return torch.func.functional_call(wrapped, {f"m.{k}": v for k, v in state.items()}, (inputs,))
+
+
+def flat(value: Any) -> list[torch.Tensor]:
+    """The tensors in a module's input or output (tuples, lists, dicts, ModelOutputs), in order."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in flat(item)]
+    return []
+
+
+def capture(wrapped: Wrapped, state: dict[str, Any], inputs: dict[str, Any]) -> list[Record]:
+    """Every submodule call of one forward pass (forward hooks, removed after), without autograd."""
+    records: list[Record] = []
+    seen: dict[str, int] = {}
+
+    def hook(name: str) -> Callable:
+        def record(mod: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+            seen[name] = seen.get(name, 0) + 1
+            label = name if seen[name] == 1 else f"{name}#{seen[name]}"
+            arrays = [_numpy(t) for t in flat((args, kwargs))]
+            records.append(
+                Record(label, type(mod).__name__, tuple(arrays), tuple(_numpy(t) for t in flat(output)))
+            )
+
+        return record
+
+    named = [(n, m) for n, m in wrapped.m.named_modules() if n]
+    handles = [m.register_forward_hook(hook(n), with_kwargs=True) for n, m in named]
+    try:
+        with torch.no_grad():
+            top = call(wrapped, state, inputs)
+    finally:
+        for h in handles:
+            h.remove()
+    records.append(Record("", type(wrapped.m).__name__, (), tuple(_numpy(t) for t in flat(top))))
+    return records
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    out = t.detach().cpu().numpy()
+    return out.astype(np.float64) if np.issubdtype(out.dtype, np.floating) else out.copy()

@@ -1,0 +1,214 @@
+"""A ``Port`` as the engine runs it: the generic workload's gradient judge, plus the module by module
+comparison of the JAX port's forward pass with PyTorch's, and the port's verdict (see ``localize``).
+
+The gradients are judged as for any workload (each candidate against the reference, per parameter).
+For the ``jax`` candidate the judge also captures every module's input and output on both sides, at
+the case's dtype and re-run in the other (four guarded calls), compares each paired module's output,
+and adds one comparison per module (``h.0.ln_1 (output)``) before the gradients' in the report, and
+the verdict to the candidate's notes (``notes["port"]``). A capture that fails is a comparison that
+fails: the module check did not happen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from crosscheck._compare.compare import Comparison
+from crosscheck._workloads.base import as_dtype
+from crosscheck._workloads.generic import GenericWorkload
+from crosscheck._workloads.generic_judge import GenericJudge
+from crosscheck._workloads.port import localize
+from crosscheck._workloads.port.build import Prepared, case_notes, jax_leaves
+from crosscheck._workloads.port.declare import Port
+from crosscheck._workloads.protocol import Call, Options, Point, Reference
+from crosscheck._workloads.rounding import OTHER_DTYPE
+
+
+class PortWorkload:
+    """The engine's view of a ``crosscheck.Port`` (the generic workload of its ``Workload``)."""
+
+    own_arrays = True
+
+    def __init__(self, port: Port) -> None:
+        self.port, self.name = port, port.name
+        self.prepared: Prepared = port.prepared
+        self.inner = GenericWorkload(self.prepared.workload)  # raises on an unresolved mapping
+        self.ports: set[int] = set()
+
+    def defaults(self, reference: Any) -> list[Any]:
+        return self.inner.defaults(reference)
+
+    def check_candidates(self, specs: Sequence[Any]) -> None:
+        self.inner.check_candidates(specs)
+
+    def resolve(self, spec: Any) -> Any:
+        backend = self.inner.resolve(spec)
+        if spec == "jax":
+            self.ports.add(id(backend))
+        return backend
+
+    def point(self, given: Mapping[str, Any]) -> Point:
+        point = self.inner.point(given)
+        point.case.update(case_notes(self.prepared))
+        return point
+
+    def judge(self, quantity: Any, point: Point, options: Options) -> Any:
+        if quantity.name != "grad":
+            raise ValueError(f"port `{self.name}` has no quantity {quantity.name!r}; it checks 'grad'.")
+        return PortJudge(self, point, options)
+
+
+class PortJudge:
+    """The generic gradient judge, plus the port's module comparisons for its ``jax`` candidate."""
+
+    signature = GenericJudge.signature
+
+    def __init__(self, workload: PortWorkload, point: Point, options: Options) -> None:
+        self.workload, self.point, self.dtype = workload, point, point.dtype
+        self.inner = GenericJudge(workload.prepared.workload, point, options)
+        self.notes = self.inner.notes
+        self.torch_runs: Any = None
+
+    def reference(self, backend: Any, call: Call) -> Any:
+        return self.inner.reference(backend, call)
+
+    def evaluate(self, backend: Any, call: Call) -> Any:
+        return self.inner.evaluate(backend, call)
+
+    def extras(self, reference: Reference | None) -> dict[str, Any]:
+        return self.inner.extras(reference)
+
+    def compare(
+        self, backend: Any, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
+    ) -> list[Comparison]:
+        found = self.inner.compare(backend, value, name, reference, call)
+        if id(backend) not in self.workload.ports:
+            return found
+        modules, verdict = self.modules(name, call, found)
+        self.notes.setdefault(name, {})["port"] = verdict.to_dict()
+        return modules + found
+
+    def modules(self, name: str, call: Call, gradients: list[Comparison]) -> tuple[list[Comparison], Any]:
+        """The module comparisons of candidate ``name`` and the verdict (see ``localize``)."""
+        torch_runs, jax_runs = self._runs(call, torch=True), self._runs(call, torch=False)
+        if isinstance(torch_runs, str) or isinstance(jax_runs, str):
+            problem = torch_runs if isinstance(torch_runs, str) else jax_runs
+            text = f"the module by module comparison did not happen: {problem}"
+            failed = Comparison(
+                backend=name,
+                reference="torch",
+                passed=False,
+                status="invalid",
+                total=1,
+                parameter="(modules)",
+                message=text,
+            )
+            return [failed], localize.Verdict("unknown", None, None, (), text)
+        return self._compare(name, torch_runs, jax_runs, gradients)
+
+    def _compare(
+        self, name: str, torch_runs: Any, jax_runs: Any, gradients: list[Comparison]
+    ) -> tuple[list, Any]:
+        prepared = self.workload.prepared
+        t_other = {r.name: r for r in torch_runs.other}
+        j_main, j_other = {r.name: r for r in jax_runs.main}, {r.name: r for r in jax_runs.other}
+        paired = localize.pairs([r.name for r in torch_runs.main], list(j_main), _module_pairs(prepared))
+        common: dict[str, Any] = {
+            "dtype": self.dtype,
+            "channels_last": any(leaf.layout == "..IO" for leaf in prepared.jax_side.leaves),
+            "backend": name,
+            "reference": "torch",
+        }
+        out: list[Comparison] = []
+        outputs: dict[str, bool] = {}
+        inputs: dict[str, bool | None] = {}
+        for r in torch_runs.main:
+            if r.name not in paired:
+                continue
+            sides = (r, t_other.get(r.name)), (j_main[paired[r.name]], j_other.get(paired[r.name]))
+            label = localize.output_label(r.name)
+            c = localize.compare_arrays(label, *(_arrays(s, "outputs") for s in sides), **common)
+            out.append(c)
+            outputs[r.name] = c.passed
+            if r.inputs and sides[1][0].inputs:  # the first input: the data (masks and caches may differ)
+                ci = localize.compare_arrays("input", *(_arrays(s, "inputs", 1) for s in sides), **common)
+                inputs[r.name] = ci.passed
+        top = type(self.workload.port.torch).__name__
+        verdict = localize.forward_verdict(torch_runs.main, paired, outputs, inputs, top)
+        if verdict is None:
+            verdict = self._gradient_verdict(torch_runs.main, paired, gradients, top)
+        if verdict.starts_in == "nowhere" and len(out) == 1:  # Equinox, a function: no submodule calls
+            text = "the output and every gradient agree (only the output is compared: module by module "
+            text += "needs Flax linen)"
+            verdict = localize.Verdict("nowhere", None, None, (), text)
+        return out, verdict
+
+    def _gradient_verdict(
+        self, order: Sequence[Any], paired: dict, gradients: list[Comparison], top: str
+    ) -> Any:
+        owners = {p.rsplit(".", 1)[0] if "." in p else "" for p in self.workload.prepared.parameters}
+        differs = {
+            (c.parameter or "").rsplit(".", 1)[0]
+            for c in gradients
+            if not c.passed and c.status == "mismatch"
+        }
+        if not differs:
+            return localize.Verdict(
+                "nowhere", None, None, (), "every module's output and every gradient agree"
+            )
+        return localize.gradient_verdict(order, paired, differs, owners, top)
+
+    def _runs(self, call: Call, *, torch: bool) -> Any:
+        """One side's module records at the case's dtype and in the other (a ``str`` when a call failed)."""
+        runs = []
+        for dtype in (self.dtype, OTHER_DTYPE[self.dtype]):
+            params, inputs = as_dtype(self.point.params, dtype), as_dtype(self.point.inputs, dtype)
+            fn = _torch_capture if torch else _jax_capture
+            got = call(fn, self.workload.prepared, params, inputs)
+            if got.error is not None:
+                return f"{'PyTorch' if torch else 'JAX'} forward in {dtype}: {got.error}"
+            runs.append(got.value)
+        return localize.Runs(*runs)
+
+
+def _arrays(side: tuple[Any, Any], attr: str, limit: int | None = None) -> tuple[Any, Any]:
+    """A record's arrays (``inputs`` or ``outputs``) and its re-run's (empty when there is none)."""
+    main, other = side
+    return getattr(main, attr)[:limit], (getattr(other, attr) if other is not None else ())[:limit]
+
+
+def _module_pairs(prepared: Prepared) -> dict[str, str]:
+    """PyTorch module -> JAX module of every mapped tensor (dotted names, without Flax's collection)."""
+    return {
+        ".".join(e.torch.module): ".".join(e.jax.module)
+        for e in prepared.table.mapped()
+        if e.torch is not None and e.jax is not None
+    }
+
+
+def _torch_capture(prepared: Prepared, params: dict, inputs: dict) -> list:
+    from crosscheck._workloads.port import torch_side
+
+    state = torch_side.to_torch({**params, **prepared.torch_state(inputs)})
+    return torch_side.capture(prepared.torch_side, state, torch_side.to_torch(prepared.user_inputs(inputs)))
+
+
+def _jax_capture(prepared: Prepared, params: dict, inputs: dict) -> list:
+    import jax
+
+    from crosscheck._workloads.port import jax_side
+
+    wide = any(v.dtype == np.float64 for v in params.values())
+    with jax.enable_x64(wide):
+        p, i = jax_side.to_jax(params), jax_side.to_jax(inputs)
+        leaves = jax_leaves(prepared, p, i)
+        jax_in = (
+            prepared.port.jax_inputs(prepared.user_inputs(i))
+            if prepared.port.jax_inputs
+            else prepared.user_inputs(i)
+        )
+        dtype = next(iter(p.values())).dtype
+        return prepared.jax_side.capture(leaves, dict(jax_in), dtype)

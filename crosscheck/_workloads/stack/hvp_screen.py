@@ -1,0 +1,183 @@
+"""Screening the stack's HVP: random directional derivatives of ``H v`` per layer, with error bars, then
+every entry of each layer that fails them (see docs/explanations/hvp-screening.md).
+
+As for the gradient (``screen``): ``S`` random +-1 directions ``D[k, s]`` per layer; the oracle gives
+``D[k, s] . (H v)[k]`` from its screened derivatives at the HVP's nodes (``hvp.oracle_hvp_screen``),
+the candidate's ``H v`` is projected on the same directions, and a layer with a direction beyond its
+tolerance, or one the oracle cannot judge, is checked entry by entry with the full HVP oracle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from crosscheck._compare.compare import Comparison, Kinks, mismatch_message, structural_problem
+from crosscheck._workloads.protocol import Call, Reference
+from crosscheck._workloads.stack import hvp as _hvp
+from crosscheck._workloads.stack import model as _stack
+from crosscheck._workloads.stack import screen as _grad_screen
+from crosscheck._workloads.stack.judge import declared_dtype
+from crosscheck._workloads.stack.screen import (
+    DIRECTIONS_GENERATOR,
+    full_oracle_flops,
+    screening_rows,
+    sign_directions,
+)
+
+if TYPE_CHECKING:
+    from crosscheck._workloads.stack.hvp_judge import StackHvpJudge
+
+#: Help text of the screening's ``rerun`` term.
+RERUN_HELP = (
+    "the candidate's own rounding along each direction, measured: 8 x (|D . (its HVP - its HVP re-run in "
+    "the other precision)| + ||D|| x that difference's RMS over the layer), scaled as for the full check"
+)
+
+
+def hvp_oracle_flops(layers: int, batch: int, dim: int) -> float:
+    """Matrix-product flops of the full HVP oracle: the gradient oracle's at each of the 2L nodes."""
+    return 2 * layers * full_oracle_flops(layers, batch, dim)
+
+
+def mode(judge: StackHvpJudge, backend: Any) -> str:
+    """``full`` or ``screen``: what ``oracle_mode`` asks for, given what the reference can do."""
+    can_screen = callable(getattr(backend, "hvp_screen", None))
+    asked = judge.options.oracle_mode
+    if asked == "screen" and not can_screen:
+        raise ValueError("`oracle_mode` 'screen' needs a reference that can screen (the numpy-fd oracle).")
+    if asked == "auto":
+        shape = judge.weights.shape
+        flops = hvp_oracle_flops(shape[0], judge.x.shape[0], shape[1])
+        return "screen" if can_screen and flops > _grad_screen.SCREEN_FLOPS else "full"
+    return asked
+
+
+def screen_reference(judge: StackHvpJudge, backend: Any, call: Call) -> Any:
+    """The oracle's ``D . H v`` along ``directions`` random +-1 directions per layer."""
+    shape = judge.weights.shape
+    directions = sign_directions(shape[0], judge.options.directions, shape[1])
+    out = call(backend.hvp_screen, judge.weights, judge.x, judge.v, directions)
+    if out.error:
+        return out
+    est = out.value
+    judge.screened = est
+    judge.full_layers.clear()
+    notes = {
+        "mode": "screen",
+        "directions": judge.options.directions,
+        "directions_generator": DIRECTIONS_GENERATOR,
+        "kink_radius": est.radius,
+        "kink_radius_at": list(est.kink_at),
+        "nodes": len(est.nodes),
+        "largest_node": float(np.max(np.abs(est.nodes), initial=0.0)),
+        "evaluations": est.evaluations,
+    }
+    return dataclasses.replace(out, value=Reference(None, "float64", notes))
+
+
+def compare_screened(
+    judge: StackHvpJudge, backend: Any, candidate: np.ndarray, name: str, reference: Reference, call: Call
+) -> Comparison:
+    """Screen the candidate's HVP along the oracle's directions; check failing layers entry by entry."""
+    sc = judge.screened
+    dtype, _ = declared_dtype(backend, judge.dtype)
+    problem = structural_problem(candidate, judge.weights.shape, dtype)
+    if problem:
+        return _record(name, reference, candidate, False, "invalid", problem)
+    again, note = judge.rerun(backend, call)
+    rerun, note = _hvp.rerun_term(candidate, again, judge.dtype) if again is not None else (0.0, note)
+    tol = (
+        sc.error
+        + _rerun_along(candidate, again, sc.directions, judge.dtype)
+        + _floor_and_slack(judge, candidate)
+    )
+    diff = np.abs(np.einsum("kij,ksij->ks", candidate.astype(np.float64), sc.directions) - sc.value)
+    # A direction the oracle cannot judge sends its layer to the full check (which says why).
+    diff, tol = np.where(sc.kink, 0.0, diff), np.where(sc.kink, np.inf, tol)
+    failing = sorted({int(k) for k in np.nonzero((diff > tol) | sc.kink)[0]})
+    coverage = (
+        f"screened: {sc.value.shape[0]} layers x {sc.value.shape[1]} random directions; "
+        f"layers checked entry by entry: {failing or 'none'}"
+    )
+    rerun = np.broadcast_to(rerun, candidate.shape)
+    full = _full_layers(judge, failing, reference, call) if failing else None
+    if isinstance(full, str):
+        comparison, message = _record(name, reference, candidate, False, "invalid", full), full
+    elif full is not None:
+        comparison = judge.compare_full(backend, candidate, name, full, rerun, note)
+        message = coverage + "\n" + mismatch_message(comparison)
+    else:
+        comparison = _record(name, reference, candidate, True, "ok", "")
+        message = coverage + ": every direction agrees"
+    floor = _stack.SAFETY * _stack.UNIT_ROUNDOFF[judge.dtype] * float(np.max(np.abs(candidate), initial=0))
+    sources = {**comparison.tolerance_sources, "rerun": f"{RERUN_HELP} ({note})"}
+    return dataclasses.replace(
+        comparison,
+        coverage=coverage,
+        screening=screening_rows(diff, tol, sc.value.shape[1], failing),
+        message=message,
+        tolerance_sources=sources,
+        arrays={**comparison.arrays, "rounding": {"weights": rerun + floor}},
+    )
+
+
+def _record(name: str, reference: Reference, candidate: np.ndarray, passed: bool, status: str, message: str):
+    return Comparison(
+        backend=name, reference=reference.name, passed=passed, status=status, total=candidate.size,
+        message=message,
+    )  # fmt: skip
+
+
+def _rerun_along(candidate: np.ndarray, again: np.ndarray | None, directions: np.ndarray, dtype: str):
+    """The ``rerun`` term along each direction: the measured difference between the candidate's two
+    precisions, projected (``|D . delta|``), guarded by ``||D|| x RMS(delta)`` (what a random-sign sum
+    of the layer's differences typically is, in case the projection cancels by chance), times SAFETY and
+    the unit-roundoff ratio; without a usable re-run, the full check's fallback summed with ``|D|``."""
+    if again is None or not _hvp.rerun_usable(candidate, again, dtype):
+        return np.einsum("kij,ksij->ks", _hvp.rerun_fallback(candidate, dtype), np.abs(directions))
+    delta = candidate.astype(np.float64) - again.astype(np.float64)
+    rms = np.sqrt(np.mean(delta**2, axis=(1, 2)))
+    norm = np.sqrt(np.einsum("ksij,ksij->ks", directions, directions))
+    ratio = _stack.UNIT_ROUNDOFF[dtype] / _stack.UNIT_ROUNDOFF["float32"]
+    along = np.abs(np.einsum("kij,ksij->ks", delta, directions))
+    return _stack.SAFETY * ratio * (along + norm * rms[:, None])
+
+
+def _floor_and_slack(judge: StackHvpJudge, candidate: np.ndarray) -> np.ndarray:
+    """The floor term of every entry summed in quadrature over a direction (``||D||``), and the user's
+    slack summed over its entries."""
+    sc = judge.screened
+    u, size = _stack.UNIT_ROUNDOFF[judge.dtype], judge.weights.shape[1]
+    norm = np.sqrt(np.einsum("ksij,ksij->ks", sc.directions, sc.directions))
+    floor = _stack.SAFETY * u * norm * float(np.max(np.abs(candidate), initial=0.0))
+    options = judge.options
+    slack = 0.0 if options.rtol is None else options.atol * size * size + options.rtol * np.abs(sc.value)
+    return floor + slack
+
+
+def _full_layers(judge: StackHvpJudge, layers: list[int], reference: Reference, call: Call) -> Any:
+    """The full HVP oracle on every entry of ``layers`` (cached across candidates; NaN elsewhere), or
+    why it failed."""
+    from crosscheck._workloads.stack.hvp_judge import _Answer, oracle_answer
+
+    missing = [k for k in layers if k not in judge.full_layers]
+    if missing:
+        out = call(judge.oracle_backend.hvp_estimate, judge.weights, judge.x, judge.v, layers=missing)
+        if out.error:
+            return f"the reference failed to check layers {missing} entry by entry: {out.error}"
+        answer = oracle_answer(out.value)
+        for k in missing:
+            kinks = answer.kinks
+            judge.full_layers[k] = (answer.value[k], answer.error[k], kinks.unjudgeable[k], kinks.reason[k],
+                                    kinks.kink[k])  # fmt: skip
+    shape = judge.weights.shape
+    value, error = np.full(shape, np.nan), np.full(shape, np.nan)
+    unjudgeable, reason = np.zeros(shape, bool), np.full(shape, "", object)
+    kink = np.full((*shape, 3), -1, np.int64)
+    for k in layers:
+        value[k], error[k], unjudgeable[k], reason[k], kink[k] = judge.full_layers[k]
+    kinks = Kinks(unjudgeable, reason, kink, np.full(shape, np.nan))
+    return dataclasses.replace(reference, data=_Answer(value, error, kinks))

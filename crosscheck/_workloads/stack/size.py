@@ -1,0 +1,106 @@
+"""How much memory a stack case needs, estimated before anything is allocated (``StackWorkload.memory``).
+
+A pure function of the case's sizes and options: ``crosscheck.run`` compares the total with the memory
+this machine has available and refuses, with the estimate, a case that cannot fit. The coefficients
+count the arrays the code makes (in units of one float64 ``(L, d, d)`` array, ``E``; one float64
+``(N, d)`` activation, ``A``) and were checked against ``tracemalloc`` peaks of whole runs (L = 8,
+N = 8, d = 256, full oracle: 160 MiB measured, 267 MiB estimated; L = 4, N = 4, d = 128, screened:
+12.0 MiB measured, 18.1 MiB estimated; L = 3, N = 64, d = 32: 7.6 MiB measured, 10.9 MiB estimated);
+``tests/test_size.py`` checks it on small cases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from crosscheck._workloads.stack import model as _stack
+from crosscheck._workloads.stack import screen as _screen
+
+#: float64 ``(L, d, d)`` arrays alive at the peak: the tolerance's terms and totals, the kink judgement,
+#: the oracle's value, error bar and flags, each candidate's results (kept for the report), the inputs.
+GRADIENT_ARRAYS = 20
+#: float64 ``(L, d, d)`` arrays the full oracle holds at its peak (measured: 17 to 40 at d = 64 to 128).
+ORACLE_ARRAYS = 40
+#: float64 ``(N, d)`` arrays per layer: the float64 forward and backward pass and its masks.
+ACTIVATION_ARRAYS = 6
+#: Per framework candidate: its copies of the inputs, its activations and its gradient, in its dtype.
+FRAMEWORK_COPIES = 3
+#: What the frameworks' runtimes and allocators hold beyond the arrays (a measured order of magnitude).
+RUNTIME = 256 * 2**20
+#: Built-in names whose backends run a framework in this process.
+FRAMEWORKS = ("jax", "torch")
+
+
+def estimate(
+    *,
+    layers: int,
+    batch: int,
+    dim: int,
+    dtype: str,
+    quantity: str = "grad",
+    oracle_mode: str = "auto",
+    directions: int = 4,
+    explain: bool = False,
+    candidates: int = 1,
+    frameworks: int = 1,
+    screens: bool = True,
+) -> dict[str, int]:
+    """Bytes a case needs, by part: ``{"inputs and results", "rounding model", "oracle", "frameworks"}``.
+
+    Args:
+        candidates: how many candidates are checked (each keeps its results for the report).
+        frameworks: how many of them run a framework (JAX, PyTorch) in this process.
+        screens: whether the reference can screen (the built-in oracle can).
+    """
+    f64 = 8
+    item = 4 if dtype == "float32" else 8
+    entries, rows = layers * dim * dim, (layers + 1) * batch * dim
+    samples = _stack.MODEL_SAMPLES
+    kept = GRADIENT_ARRAYS + 2 * max(candidates - 1, 0)
+    parts = {
+        "inputs and results": f64 * (kept * entries + ACTIVATION_ARRAYS * rows),
+        # One dtype at a time: the noisy activations of every sample (and a layer's temporaries), and
+        # each part's gradient variances and their pooled total (never a sample's whole gradient).
+        "rounding model": f64 * (samples * (rows + 5 * batch * dim) + 3 * entries),
+        "oracle": 0,
+        "frameworks": frameworks * FRAMEWORK_COPIES * item * (entries + rows)
+        + (RUNTIME if frameworks else 0),
+    }
+    if _screened(layers, batch, dim, quantity, oracle_mode, screens):
+        parts["oracle"] = 2 * f64 * layers * directions * dim * dim  # the directions, and a copy
+    elif quantity == "grad" and screens:
+        # The full oracle: per entry, its perturbations' steps, values, errors and flags at each
+        # refinement, and the changed rows it carries in bounded chunks.
+        parts["oracle"] = ORACLE_ARRAYS * f64 * entries
+    if explain or quantity == "hvp":
+        parts["inputs and results"] += 4 * f64 * entries  # float64 re-runs; the HVP's direction
+    return parts
+
+
+def _screened(layers: int, batch: int, dim: int, quantity: str, mode: str, screens: bool) -> bool:
+    if quantity != "grad" or not screens or mode == "full":
+        return False
+    return mode == "screen" or _screen.full_oracle_flops(layers, batch, dim) > _screen.SCREEN_FLOPS
+
+
+def case_sizes(given: Mapping[str, Any]) -> dict[str, Any]:
+    """``layers, batch, dim, dtype`` of ``crosscheck.run``'s keywords (your arrays' shapes, or the
+    case options with ``Case``'s defaults); sizes that are not positive integers are left to ``Case``."""
+    import numpy as np
+
+    weights, x = given.get("weights"), given.get("x")
+    if weights is not None and x is not None and np.ndim(weights) == 3 and np.ndim(x) == 2:
+        layers, dim, _ = np.shape(weights)
+        dtype = getattr(weights, "dtype", np.dtype("float64")).name
+        return {"layers": layers, "batch": np.shape(x)[0], "dim": dim, "dtype": dtype}
+    from crosscheck._workloads.stack.case import Case
+
+    sizes = {}
+    for name in ("layers", "batch", "dim"):
+        value = given.get(name)
+        value = getattr(Case, name) if value is None else value
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            return {}
+        sizes[name] = int(value)
+    return {**sizes, "dtype": given.get("dtype") or "float32"}

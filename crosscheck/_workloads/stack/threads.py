@@ -1,0 +1,112 @@
+"""The oracle's independent pieces on every core: one worker thread per core, BLAS held to one thread.
+
+The oracle's work is many independent pieces (the entries of a layer, the nodes of an HVP), each a
+series of NumPy operations on blocks of a few MiB. NumPy releases the GIL in its loops and in BLAS, so
+threads run such pieces in parallel, elementwise work included, which a multithreaded BLAS alone never
+parallelizes. BLAS's own threads are held to one meanwhile (``threadpoolctl``; restored after): on these
+products (tall ``(rows, d) @ (d, d)``) they gain little on an idle machine and, when other processes
+share the cores, their spin-waits made the oracle four times slower than one thread (measured here on 2
+cores). Without ``threadpoolctl`` the pieces run one after the other with BLAS as configured.
+
+A piece that itself asks for parallel work (an HVP node running the gradient oracle) runs it serially:
+one level of threads, never nested pools.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import Any, TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_inside = threading.local()
+
+
+def workers() -> int:
+    """The cores this process may run on, or fewer where ``OMP_NUM_THREADS`` asks for fewer threads
+    (as parallel processes, a sweep's workers say, usually do)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        cores = os.cpu_count() or 1
+    asked = os.environ.get("OMP_NUM_THREADS", "")
+    if asked.strip().isdigit() and int(asked) > 0:
+        cores = min(cores, int(asked))
+    return max(1, cores)
+
+
+@functools.cache
+def _controller() -> Any:
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        return None
+    return ThreadpoolController()
+
+
+@contextlib.contextmanager
+def single_threaded_blas() -> Iterator[None]:
+    """A context in which BLAS runs on one thread (as configured again after); nothing without
+    ``threadpoolctl``."""
+    controller = _controller()
+    if controller is None:
+        yield
+        return
+    with controller.limit(limits=1, user_api="blas"):
+        yield
+
+
+#: Below this many flops of work in all, threads cost more (~10 ms to start) than they save.
+MIN_PARALLEL_FLOPS = 2e7
+
+
+def blas_on_one_thread(fn: Callable[..., R]) -> Callable[..., R]:
+    """Run ``fn`` with BLAS on one thread (``single_threaded_blas``): the oracle's and the rounding
+    model's entry points, whose serial parts are small products that multithreaded BLAS slows down
+    when other processes share the cores (8 ms products took 30-120 ms at a load of 8 on 2 cores)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> R:
+        with single_threaded_blas():
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def in_parallel(fn: Callable[[T], R], items: Iterable[T], *, flops: float = np.inf) -> Iterator[R]:
+    """``fn(item)`` for every item, on one thread per core; yields the results as they complete.
+
+    Serial (in order) with one core, one item, under ``MIN_PARALLEL_FLOPS`` of work (``flops``, the
+    caller's estimate), without ``threadpoolctl``, or inside another ``in_parallel`` piece. An exception
+    in a piece is raised here once the running pieces finish.
+    """
+    items = list(items)
+    count = min(workers(), len(items))
+    serial = count <= 1 or flops < MIN_PARALLEL_FLOPS or getattr(_inside, "active", False)
+    if serial or _controller() is None:
+        yield from map(fn, items)
+        return
+
+    def piece(item: T) -> R:
+        _inside.active = True
+        try:
+            return fn(item)
+        finally:
+            _inside.active = False
+
+    with single_threaded_blas(), ThreadPoolExecutor(count, thread_name_prefix="crosscheck") as pool:
+        futures = [pool.submit(piece, item) for item in items]
+        try:
+            for future in as_completed(futures):
+                yield future.result()
+        finally:
+            for future in futures:
+                future.cancel()

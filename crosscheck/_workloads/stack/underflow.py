@@ -1,0 +1,75 @@
+"""Underflow in the stack: what values below the smallest normal number can do to it (the tolerance's
+``underflow`` term; 0 for a case of ordinary magnitudes)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from crosscheck._workloads.stack.model import _SIGNIFICAND_BITS, Forward
+
+
+@dataclasses.dataclass(frozen=True)
+class Underflow:
+    """What underflow can do to the stack computed in a dtype: absolute error bounds.
+
+    Attributes:
+        z: ``(L, N, d)`` bounds of the pre-activations' underflow error.
+        grad: ``(L, d, d)`` bounds of the gradient entries' underflow error (0 where nothing can
+            underflow, as in any case of ordinary magnitudes).
+    """
+
+    z: np.ndarray
+    grad: np.ndarray
+
+
+def underflow(fwd: Forward, deltas: list[np.ndarray], dtype: str) -> Underflow:
+    """Bound the error of values falling below the smallest normal number ``tiny`` of ``dtype``.
+
+    Hardware may flush such values to zero (XLA on CPU does; PyTorch keeps gradual underflow, which
+    rounds them to a subnormal spacing instead): each operation whose result, or an input, is below
+    ``tiny`` can be off by up to ``tiny``. Where can that happen? A dot product's partial sums are all
+    multiples of twice ``tiny`` unless some product is below ``2**p * tiny`` (``p`` significand bits),
+    which needs a factor below ``sqrt(2**p * tiny)``: for such a dot product of ``n`` terms, the local
+    error is at most ``tiny`` per small product plus ``tiny`` per partial sum. Local errors then travel
+    like any perturbation, to first order through the absolute values of the rest of the computation
+    (the arithmetic's amplification). A case of ordinary magnitudes has no small factor anywhere: the
+    bound is exactly 0 there.
+    """
+    tiny, bits = float(np.finfo(dtype).tiny), _SIGNIFICAND_BITS[dtype]
+    small = float(np.sqrt(2.0**bits * tiny))
+    if not any(np.any((a != 0) & (np.abs(a) < small)) for a in [fwd.weights, *fwd.ys, *deltas]):
+        return Underflow(np.zeros((len(fwd.zs), *fwd.zs[0].shape)), np.zeros_like(fwd.weights))
+    weights = np.abs(fwd.weights)
+    e_w = tiny * ((fwd.weights != 0) & (weights < tiny))  # subnormal inputs, read as zero (DAZ)
+    e_y = tiny * ((fwd.ys[0] != 0) & (np.abs(fwd.ys[0]) < tiny))
+    e_ys, e_zs = [e_y], []
+    for m, w in enumerate(fwd.weights):
+        y = np.abs(fwd.ys[m])
+        e_z = e_y @ weights[m] + y @ e_w[m] + _local(fwd.ys[m], w, small, tiny)
+        e_zs.append(e_z)
+        e_y = e_z * fwd.masks[m]
+        e_ys.append(e_y)
+    e_g = 2.0 * e_y
+    grad = np.zeros_like(fwd.weights)
+    for m in reversed(range(len(fwd.weights))):
+        e_delta = e_g * fwd.masks[m]
+        delta = np.abs(deltas[m])
+        local = _local(fwd.ys[m].T, deltas[m], small, tiny)
+        grad[m] = e_ys[m].T @ delta + np.abs(fwd.ys[m]).T @ e_delta + local
+        if m:
+            local = _local(deltas[m], fwd.weights[m].T, small, tiny)
+            e_g = e_delta @ weights[m].T + delta @ e_w[m].T + local
+    return Underflow(np.stack(e_zs), grad)
+
+
+def _local(a: np.ndarray, b: np.ndarray, small: float, tiny: float) -> np.ndarray | float:
+    """The underflow ``a @ b`` itself can add to each entry: ``tiny`` for each product that may fall
+    below ``2**p * tiny`` (a factor below ``small``) and for each partial sum, where any product may."""
+    a_small = ((a != 0) & (np.abs(a) < small)).sum(axis=1)
+    b_small = ((b != 0) & (np.abs(b) < small)).sum(axis=0)
+    if not (a_small.any() or b_small.any()):
+        return 0.0
+    count = np.minimum(a_small[:, None] + b_small[None, :], a.shape[1])
+    return tiny * (count + a.shape[1] * (count > 0))

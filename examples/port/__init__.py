@@ -1,0 +1,1 @@
+"""Ports of real models checked with ``crosscheck.Port`` (see docs/guides/port.md)."""

@@ -1,0 +1,99 @@
+"""Hugging Face's GPT-2, PyTorch against its own Flax port (``transformers`` 4.x ships both), with a tiny
+random config and four classic porting bugs (``BUGS``).
+
+Run from the repository root::
+
+    crosscheck run --workload examples.port.gpt2:port --reference torch      # the healthy pair
+    crosscheck run --workload examples.port.gpt2:layer_norm_epsilon --reference torch
+
+Each side is built from a config; the Flax module's parameters come from the PyTorch model through
+crosscheck's mapping (the square attention projections need one decision: ``OVERRIDES``).
+"""
+
+from __future__ import annotations
+
+import crosscheck
+
+#: The tiny config: 2 layers, width 8, 2 heads, 16 tokens, no dropout, no cache. Weights drawn with
+#: std 0.5, not GPT-2's 0.02: at 0.02 every pre-activation is ~0.05, where the exact and the tanh GELU
+#: differ by ~1e-9 (below float32 rounding: no check can see it); trained weights are O(1) there.
+CONFIG = dict(
+    n_layer=2,
+    n_embd=8,
+    n_head=2,
+    vocab_size=16,
+    n_positions=8,
+    resid_pdrop=0.0,
+    embd_pdrop=0.0,
+    attn_pdrop=0.0,
+    use_cache=False,
+    initializer_range=0.5,
+)
+#: ``h.*.attn.c_proj.weight`` is square (8, 8): as it is and transposed both fit; GPT-2's Conv1D
+#: stores (in, out) and Flax's (out, in), so it is transposed like every other kernel.
+OVERRIDES = {"h.*.attn.c_proj.weight": "transpose"}
+
+
+def tokens(rng, dtype):
+    """Two sequences of 6 token ids, all positions attended."""
+    import numpy as np
+
+    ids = rng.integers(0, CONFIG["vocab_size"], size=(2, 6)).astype(np.int32)
+    return {
+        "input_ids": ids,
+        "attention_mask": np.ones_like(ids),
+        "position_ids": np.tile(np.arange(6, dtype=np.int32), (2, 1)),
+    }
+
+
+def make_port(name="gpt2", *, torch_config=None, flax_config=None, overrides=None):
+    import torch
+    from transformers import GPT2Config, GPT2Model
+    from transformers.models.gpt2.modeling_flax_gpt2 import FlaxGPT2Module
+
+    torch.manual_seed(0)
+    original = GPT2Model(GPT2Config(**CONFIG, **(torch_config or {}), attn_implementation="eager")).eval()
+    port = FlaxGPT2Module(GPT2Config(**CONFIG, **(flax_config or {})))
+    return crosscheck.Port(
+        name=name,
+        torch=original,
+        jax=port,
+        inputs=tokens,
+        jax_call=lambda module, inputs: module(**inputs, deterministic=True),
+        overrides={**OVERRIDES, **(overrides or {})},
+        description="Hugging Face GPT-2 (2 layers, width 8): PyTorch against its Flax port",
+    )
+
+
+#: The planted bugs: name -> (what it is, the module the verdict must name, how to make the port).
+BUGS = {
+    "layer_norm_epsilon": (
+        "the port's LayerNorm epsilon is Flax's default 1e-6, not GPT-2's 1e-5",
+        "h.0.ln_1",
+        dict(flax_config={"layer_norm_epsilon": 1e-6}),
+    ),
+    "gelu_exact": (
+        "the port's GELU is the exact one; GPT-2's gelu_new is the tanh approximation",
+        "h.0.mlp.act",
+        dict(flax_config={"activation_function": "gelu"}),
+    ),
+    "attention_scale": (
+        "the original scales attention by 1/(layer + 1) (scale_attn_by_inverse_layer_idx); the Flax "
+        "port ignores the option",
+        "h.1.attn",
+        dict(torch_config={"scale_attn_by_inverse_layer_idx": True}),
+    ),
+    "kernel_not_transposed": (
+        "the square attention output kernel of layer 0 copied without its transpose",
+        "h.0.attn.c_proj",
+        dict(overrides={"h.0.attn.c_proj.weight": "identity"}),
+    ),
+}
+
+
+def __getattr__(name):  # the ports are built when asked for: importing this module imports no framework
+    if name == "port":
+        return make_port()
+    if name in BUGS:
+        return make_port(f"gpt2-{name.replace('_', '-')}", **BUGS[name][2])
+    raise AttributeError(name)

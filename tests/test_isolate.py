@@ -1,0 +1,215 @@
+"""Isolation and timeouts (``--isolate``, ``--timeout``; ``crosscheck._engine.isolate``).
+
+A backend that ends its process (``os._exit``, a segfault) or hangs is that backend's failure record;
+the others are still compared and the run exits 1. Every other hostile behaviour is checked on the
+isolated path in ``tests/test_contract.py`` (path ``cli-isolate``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import hostile
+import pytest
+
+import crosscheck
+from crosscheck._cli.main import main
+from crosscheck._engine.isolate import decode, encode
+
+TESTS = Path(__file__).parent
+SMALL = ["--layers", "3", "--batch", "4", "--dim", "4", "--seed", "1"]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    path = os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+def _crosscheck(argv: list[str], tmp_path: Path, timeout: float = 240) -> tuple[int, str, dict | None]:
+    """``python -m crosscheck ARGV --json`` in a subprocess (a backend there may end its process)."""
+    report = tmp_path / "report.json"
+    command = [sys.executable, "-m", "crosscheck", *argv, "--json", str(report)]
+    done = subprocess.run(
+        command, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=timeout, check=False
+    )
+    found = json.loads(report.read_text()) if report.is_file() else None
+    return done.returncode, done.stdout + done.stderr, found
+
+
+#: A behaviour that ends the process -> what its failure record says.
+ENDS = {
+    "os_exit": "died with exit status 3",
+    "segfault": "killed by SIGSEGV",
+}
+PATHS = {
+    "grad": ["run", *SMALL],
+    "hvp": ["run", *SMALL, "--quantity", "hvp"],
+    "explain": ["explain", *SMALL],
+    "tiny": ["run", "--workload", "hostile:TINY", "--dtype", "float64", "--seed", "1"],
+}
+SHAPE = {"grad": "stack", "hvp": "hvp", "explain": "stack", "tiny": "tiny"}
+CELLS = [(path, kind) for path in PATHS for kind in ENDS]
+
+
+@pytest.mark.parametrize(("path", "kind"), CELLS, ids=[f"{p}-{k}" for p, k in CELLS])
+def test_a_backend_that_ends_its_process_is_its_failure_with_isolate(path, kind, tmp_path):
+    shape = SHAPE[path]
+    argv = [*PATHS[path], "--isolate", "--backend", f"hostile:{shape}_{kind}", "--backend", "torch"]
+    status, out, report = _crosscheck(argv, tmp_path)
+    assert report is not None, f"no report (exit {status}): {out}"
+    mine = report["backends"][hostile.name(shape, kind)]
+    assert mine["status"] == "failed" and ENDS[kind] in mine["error"], mine
+    assert report["backends"]["torch"]["status"] == "ok", report["backends"]["torch"]
+    # One comparison for the stack; per parameter of TINY, both questions (same function, derivative:
+    # the isolated torch's own loss is differenced through its worker too).
+    passed = [c["passed"] for c in report["comparisons"] if c["backend"] == "torch"]
+    assert passed == [True] * (4 if path == "tiny" else 1), passed
+    if path == "tiny":
+        assert report["oracle"]["own_loss"]["torch"] == "differenced", report["oracle"]["own_loss"]
+    assert status == 1, out
+
+
+def test_by_default_an_import_string_runs_in_a_worker(tmp_path):
+    argv = ["run", *SMALL, "--backend", "hostile:stack_os_exit", "--backend", "torch"]
+    status, out, report = _crosscheck(argv, tmp_path)
+    assert report is not None, f"no report (exit {status}): {out}"
+    assert "died with exit status 3" in report["backends"]["stack-os_exit"]["error"]
+    assert report["backends"]["torch"]["status"] == "ok"
+    assert "isolated" not in report["backends"]["torch"]["notes"]
+    assert status == 1, out
+
+
+def test_with_no_isolate_such_a_backend_still_ends_the_run(tmp_path):
+    """What isolation is for (and why the records above are its doing): in process, os._exit wins."""
+    argv = ["run", *SMALL, "--no-isolate", "--backend", "hostile:stack_os_exit"]
+    status, _, report = _crosscheck(argv, tmp_path)
+    assert status == 3 and report is None
+
+
+@pytest.mark.parametrize("isolate", [False, True], ids=["in-process", "isolated"])
+def test_a_call_past_the_timeout_is_that_backends_failure(isolate, tmp_path):
+    # 8 s: far below the slow backend's 30 s, far above a torch call on a busy machine (no wall-clock race).
+    argv = ["run", *SMALL, "--timeout", "8", "--backend", "hostile:stack_slow", "--backend", "torch"]
+    start = time.monotonic()
+    status, out, report = _crosscheck([*argv, "--isolate" if isolate else "--no-isolate"], tmp_path)
+    assert time.monotonic() - start < 25, "the slow backend's 30 s were waited for"
+    assert report is not None, out
+    mine = report["backends"][hostile.name("stack", "slow")]
+    assert mine["status"] == "failed" and "did not finish within 8 s" in mine["error"], mine
+    assert ("worker process was stopped" in mine["error"]) is isolate, mine
+    assert report["backends"]["torch"]["status"] == "ok"
+    assert status == 1, out
+
+
+def test_an_object_backend_runs_in_process_with_a_note():
+    def mine(weights, x):
+        return hostile.stack_grad(weights, x).astype(weights.dtype)
+
+    report = crosscheck.run(layers=2, batch=3, dim=3, backends=[mine, "torch"], isolate=True, repeat=1)
+    assert report.passed, report.problems
+    notes = report.backends["mine"].notes
+    assert "in this process" in notes["isolated"] and "object" in notes["isolated"], notes
+    assert report.backends["torch"].notes["isolated"] == "in its own worker process"
+    assert "crosscheck's own oracle" in report.backends["numpy-fd"].notes["isolated"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "phrase"),
+    [
+        ({"isolate": "yes"}, TypeError, "`isolate` must be True, False or 'auto'"),
+        ({"timeout": 0}, ValueError, "`timeout` must be a positive number"),
+        ({"timeout": float("nan")}, ValueError, "`timeout` must be a positive number"),
+        ({"timeout": "5"}, ValueError, "`timeout` must be a positive number"),
+    ],
+    ids=["isolate-str", "timeout-zero", "timeout-nan", "timeout-str"],
+)
+def test_bad_isolation_options_are_refused(kwargs, error, phrase):
+    with pytest.raises(error, match=phrase):
+        crosscheck.run(layers=2, batch=2, dim=2, backends=["torch"], **kwargs)
+
+
+def test_the_cli_refuses_a_timeout_that_is_not_positive(capsys):
+    assert main(["run", *SMALL, "--timeout", "-1", "--backend", "torch"]) == 2
+    err = capsys.readouterr().err
+    assert "`timeout` must be a positive number" in err and "Traceback" not in err
+
+
+def test_messages_cross_as_data_never_as_pickles():
+    import numpy as np
+
+    message = {"value": {"w": np.arange(3.0), "b": np.float32(2)}, "notes": ["a"], "n": np.int64(4)}
+    back = decode(encode(message))
+    assert np.array_equal(back["value"]["w"], np.arange(3.0)) and back["n"] == 4
+    with pytest.raises(ValueError, match="pickle"):
+        encode({"bad": np.array([object()], dtype=object)})
+
+
+def test_ctrl_c_stops_the_run_and_its_workers(tmp_path):
+    """SIGINT while an isolated backend sleeps: exit 130 within seconds, and no worker left behind."""
+    marker = tmp_path / "started"
+    command = [sys.executable, "-m", "crosscheck", "run", *SMALL, "--isolate"]
+    command += ["--backend", "hostile:stack_slow"]
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = subprocess.Popen(
+            command,
+            cwd=tmp_path,
+            env=_env(HOSTILE_MARKER=str(marker)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), "the slow backend never started"
+        workers = _children(process.pid)
+        assert workers, "no worker process"
+        process.send_signal(signal.SIGINT)
+        out, _ = process.communicate(timeout=10)
+    finally:
+        process.kill()
+        process.wait()
+        process.stdout.close()
+    assert process.returncode == 130, out
+    deadline = time.monotonic() + 5  # the kernel takes a moment to reap a killed worker
+    while [pid for pid in workers if _alive(pid)] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in workers if _alive(pid)], "a worker outlived the run"
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_worker_that_cannot_start_is_that_backends_failure(monkeypatch):
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    report = crosscheck.run(layers=2, batch=2, dim=2, backends=["hostile:stack_none"], isolate=True)
+    error = report.backends["hostile:stack_none"].error
+    assert "its worker process could not start" in error and not report.passed

@@ -1,0 +1,43 @@
+"""The stack's gradient judge does no work twice: one rounding model per precision, kinks once per dtype."""
+
+from __future__ import annotations
+
+import planted
+import pytest
+
+import crosscheck
+from crosscheck._workloads.stack import model as _stack
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Counts of the rounding models made (by dtype) and of the kink judgements."""
+    calls: dict[str, int] = {}
+    models, effects = _stack.rounding_model, _stack.kink_effects
+
+    def rounding_model(fwd, deltas, dtype, **kwargs):
+        calls[dtype] = calls.get(dtype, 0) + 1
+        return models(fwd, deltas, dtype, **kwargs)
+
+    def kink_effects(*args, **kwargs):
+        calls["kink_effects"] = calls.get("kink_effects", 0) + 1
+        return effects(*args, **kwargs)
+
+    monkeypatch.setattr(_stack, "rounding_model", rounding_model)
+    monkeypatch.setattr(_stack, "kink_effects", kink_effects)
+    return calls
+
+
+@pytest.mark.parametrize("mode", ["full", "screen"])
+def test_one_model_per_precision_and_kinks_once_for_every_candidate(counted, mode):
+    two_candidates = [planted.correct, planted.off_at_largest(0.0)]
+    report = crosscheck.run(layers=4, batch=3, dim=6, oracle_mode=mode, backends=two_candidates)
+    assert report.passed, report.problems
+    # The oracle's float64 model serves the judge too; the candidates' float32 model is made once.
+    assert counted == {"float64": 1, "float32": 1, "kink_effects": 1}
+
+
+def test_a_float64_case_needs_a_single_model(counted):
+    report = crosscheck.run(layers=4, batch=3, dim=6, dtype="float64", backends=[planted.correct])
+    assert report.passed, report.problems
+    assert counted == {"float64": 1, "kink_effects": 1}

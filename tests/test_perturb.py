@@ -1,0 +1,101 @@
+"""The oracle's loss evaluations: only the rows a perturbation changes, the same differences as full ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import crosscheck
+from crosscheck._workloads.stack import model as _stack
+from crosscheck._workloads.stack import perturb
+
+CASES = [
+    crosscheck.Case(layers=4, batch=5, dim=6, dtype="float64", seed=3),
+    crosscheck.Case(layers=3, batch=4, dim=5, dtype="float64", seed=4, init="integer"),
+    crosscheck.Case(layers=8, batch=2, dim=3, dtype="float64", seed=5, init="nearzero"),
+]
+IDS = [c.init for c in CASES]
+
+
+def _loss(weights: np.ndarray, x: np.ndarray, masks=None) -> float:
+    """A full evaluation of every row (masks held at ``masks`` when given)."""
+    y = x
+    for m, w in enumerate(weights):
+        z = y @ w
+        y = z * masks[m] if masks is not None else np.maximum(z, 0.0)
+    return float(np.sum(y**2))
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+@pytest.mark.parametrize("frozen", [False, True], ids=["relu", "frozen"])
+def test_entry_differences_match_full_evaluations(case, frozen):
+    weights, x = (a.astype(np.float64) for a in crosscheck.make_inputs(case))
+    fwd = _stack.forward(weights, x)
+    d = case.dim
+    rows, cols = np.divmod(np.arange(d * d), d)
+    for k in range(case.layers):
+        h = np.full(d * d, 2.0**-12)
+        value, error, crossed, where, _ = perturb.central(
+            fwd, k, h, frozen, perturb.output_sigmas(fwd)[k], rows=rows, cols=cols
+        )
+        for s in range(d * d):
+            plus, minus = weights.copy(), weights.copy()
+            plus[k, rows[s], cols[s]] += h[s]
+            minus[k, rows[s], cols[s]] -= h[s]
+            masks = fwd.masks if frozen else None
+            full = (_loss(plus, x, masks) - _loss(minus, x, masks)) / (2 * h[s])
+            assert abs(value[s] - full) <= error[s], (k, s, value[s], full, error[s])
+            if not frozen:
+                moved = [_stack.forward(w, x).masks for w in (plus, minus)]
+                changed = any(np.any(a != b) for m in moved for a, b in zip(m, fwd.masks, strict=True))
+                assert crossed[s] == changed, (k, s)
+                if changed:
+                    layer, row, unit = where[s]
+                    assert any(m[layer][row, unit] != fwd.masks[layer][row, unit] for m in moved)
+
+
+def test_unchanged_rows_are_not_evaluated():
+    # Row 1 of x is zero: no perturbation of any layer moves it, so the loss changes come from row 0
+    # alone, and entries W[0][1, :] (fed by the zero input) change nothing at all.
+    weights = np.array([[[1.0, -1.0], [2.0, 0.5]], [[1.0, 0.5], [-0.5, 1.0]]])
+    x = np.array([[1.0, 2.0], [0.0, 0.0]])
+    fwd = _stack.forward(weights, x)
+    h = np.full(4, 2.0**-10)
+    rows, cols = np.divmod(np.arange(4), 2)
+    value, *_ = perturb.central(fwd, 0, h, False, perturb.output_sigmas(fwd)[0], rows=rows, cols=cols)
+    one_row = _stack.forward(weights, x[:1])
+    expected, *_ = perturb.central(
+        one_row, 0, h, False, perturb.output_sigmas(one_row)[0], rows=rows, cols=cols
+    )
+    np.testing.assert_array_equal(value, expected)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_direction_differences_match_full_evaluations(case):
+    weights, x = (a.astype(np.float64) for a in crosscheck.make_inputs(case))
+    fwd = _stack.forward(weights, x)
+    directions = np.random.default_rng(0).choice([-1.0, 1.0], size=(3, case.dim, case.dim))
+    for k in range(case.layers):
+        h = np.full(3, 2.0**-14)
+        moved = fwd.ys[k] @ directions
+        value, error, *_ = perturb.central(fwd, k, h, False, perturb.output_sigmas(fwd)[k], moved=moved)
+        for s in range(3):
+            plus, minus = weights.copy(), weights.copy()
+            plus[k] += h[s] * directions[s]
+            minus[k] -= h[s] * directions[s]
+            full = (_loss(plus, x) - _loss(minus, x)) / (2 * h[s])
+            assert abs(value[s] - full) <= error[s], (k, s, value[s], full, error[s])
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_output_sigmas_equal_the_forward_propagation_from_each_layer(case):
+    fwd = _stack.forward(*crosscheck.make_inputs(case))
+    u = _stack.UNIT_ROUNDOFF["float64"]
+    expected = []
+    for k in range(case.layers):
+        var = np.zeros_like(fwd.zs[0])
+        for m in range(k, case.layers):
+            var = var @ fwd.weights[m] ** 2 if m > k else var
+            var = (var + _stack.fresh_sigma(fwd.ys[m], fwd.weights[m], u, False) ** 2) * fwd.masks[m]
+        expected.append(np.sqrt(np.sum(var)))
+    np.testing.assert_allclose(perturb.output_sigmas(fwd), expected, rtol=1e-12)

@@ -1,0 +1,118 @@
+"""Sizes that cannot fit are refused before anything is allocated (``_workloads/stack/size.py``,
+``crosscheck._engine.run.check_memory``), and the rounding model's memory does not
+grow with its samples times a layer's entries."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import hostile
+import numpy as np
+import pytest
+
+import crosscheck
+from crosscheck._cli.main import main
+from crosscheck._engine.run import MemoryTooLarge
+from crosscheck._workloads.stack import model as _stack
+from crosscheck._workloads.stack.case import Case, make_inputs
+from crosscheck._workloads.stack.screen import full_oracle_flops
+from crosscheck._workloads.stack.size import estimate
+
+TOO_BIG = {
+    "dim": ["--dim", "100000"],
+    "layers": ["--layers", "1000000000"],
+    "batch": ["--batch", "100000000000"],
+    "directions": ["--directions", "100000000", "--oracle-mode", "screen"],
+}
+
+
+@pytest.mark.parametrize("kind", list(TOO_BIG), ids=list(TOO_BIG))
+def test_a_case_that_cannot_fit_is_refused_with_its_estimate(kind, capsys):
+    tracemalloc.start()
+    try:
+        assert main(["run", *TOO_BIG[kind], "--quiet"]) == 2
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "this case needs about" in err and "this machine has available; make it smaller" in err, err
+    assert peak < 2**30, f"{peak / 2**20:.0f} MiB allocated before refusing: it worked on the case"
+
+
+def test_a_size_that_is_not_an_integer_is_a_usage_error(capsys):
+    assert main(["run", "--batch", "1e11"]) == 2
+    assert "argument --batch: invalid int value: '1e11'" in capsys.readouterr().err
+
+
+def test_the_api_refuses_it_before_allocating():
+    tracemalloc.start()
+    try:
+        with pytest.raises(MemoryTooLarge, match=r"this case needs about .* TiB of memory"):
+            crosscheck.run(dim=100_000, backends=["torch"])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 50 * 2**20, f"{peak / 2**20:.0f} MiB allocated before refusing"
+
+
+def test_a_users_workload_that_cannot_fit_is_refused():
+    huge = crosscheck.Workload(
+        name="huge",
+        parameters={"w": (100_000, 100_000)},
+        inputs={"x": (8, 100_000)},
+        reference=lambda p, i: float(np.sum((i["x"] @ p["w"]) ** 2)),
+    )
+    with pytest.raises(MemoryTooLarge, match=r"\(arrays .* TiB\)"):
+        crosscheck.run(workload=huge, backends=[lambda p, i: {"w": p["w"]}])
+
+
+def test_a_large_case_says_how_much_memory_it_needs(monkeypatch, capsys):
+    monkeypatch.setattr("crosscheck._cli.run.MEMORY_NOTE_BYTES", 1)
+    assert (
+        main(["run", "--layers", "2", "--batch", "2", "--dim", "2", "--backend", "numpy-fd", "--quiet"]) == 0
+    )
+    assert "crosscheck: this case needs about " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("layers", "batch", "dim", "mode"),
+    [(4, 8, 64, "full"), (3, 64, 32, "full"), (3, 4, 96, "screen")],
+    ids=["wide", "tall", "screened"],
+)
+def test_the_estimate_covers_what_a_run_allocates(layers, batch, dim, mode):
+    """``tracemalloc`` sees NumPy's allocations: the estimate (without the frameworks' part, none
+    here) is above the run's peak, and not wildly so."""
+
+    def mine(weights, x):
+        return hostile.stack_grad(weights, x).astype(weights.dtype)
+
+    tracemalloc.start()
+    try:
+        report = crosscheck.run(layers=layers, batch=batch, dim=dim, backends=[mine], oracle_mode=mode)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert report.passed, report.problems
+    parts = estimate(layers=layers, batch=batch, dim=dim, dtype="float32", oracle_mode=mode, frameworks=0)
+    assert peak < sum(parts.values()) < 4 * peak, (peak, parts)
+
+
+def test_a_wide_layer_never_has_all_its_samples_in_memory():
+    # 64 samples of a (512, 512) gradient would be 128 MiB; the model sums their squares row by row.
+    weights, x = make_inputs(Case(layers=1, batch=1, dim=512, seed=2))
+    fwd = _stack.forward(weights, x)
+    deltas, _ = _stack.backward(fwd)
+    tracemalloc.start()
+    try:
+        _stack.rounding_model(fwd, deltas, "float32")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < _stack.MODEL_SAMPLES * 512 * 512 * 8 / 4, peak
+
+
+@pytest.mark.parametrize(("layers", "batch", "dim"), [(1, 1, 1), (8, 8, 16), (5, 3, 7)])
+def test_the_full_oracles_flops_in_closed_form(layers, batch, dim):
+    summed = sum(2 * dim * dim * (layers - 1 - k) * 2 * batch * dim * dim for k in range(layers))
+    assert full_oracle_flops(layers, batch, dim) == float(summed)

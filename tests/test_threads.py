@@ -1,0 +1,87 @@
+"""The oracle's worker threads: every piece runs once, BLAS is held to one thread and restored."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import crosscheck
+from crosscheck._workloads.stack import threads
+
+threadpoolctl = pytest.importorskip("threadpoolctl")
+
+
+def _blas_threads() -> list[int]:
+    """Thread counts of the BLAS libraries the oracle's controller holds (NumPy's; others, loaded
+    later by a framework, are not the oracle's)."""
+    held = {lib.filepath for lib in threads._controller().lib_controllers}
+    infos = threadpoolctl.threadpool_info()
+    return [info["num_threads"] for info in infos if info["user_api"] == "blas" and info["filepath"] in held]
+
+
+def test_every_piece_runs_once_and_results_come_back():
+    seen = []
+    results = sorted(threads.in_parallel(lambda i: seen.append(i) or i * i, range(20)))
+    assert results == [i * i for i in range(20)]
+    assert sorted(seen) == list(range(20))
+
+
+def test_blas_is_single_threaded_inside_and_restored_after(monkeypatch):
+    monkeypatch.setattr(threads, "workers", lambda: 2)
+    before = _blas_threads()
+    assert before
+    inside = list(threads.in_parallel(lambda _: _blas_threads(), range(4)))
+    assert all(all(n == 1 for n in counts) for counts in inside)
+    assert _blas_threads() == before
+
+
+def test_nested_pieces_run_serially_on_their_worker(monkeypatch):
+    monkeypatch.setattr(threads, "workers", lambda: 2)
+
+    def outer(_):
+        mine = threading.get_ident()
+        return {ident == mine for ident in threads.in_parallel(lambda _: threading.get_ident(), range(3))}
+
+    assert all(same == {True} for same in threads.in_parallel(outer, range(4)))
+
+
+def test_small_work_runs_in_the_callers_thread(monkeypatch):
+    monkeypatch.setattr(threads, "workers", lambda: 2)
+    mine = threading.get_ident()
+    idents = set(threads.in_parallel(lambda _: threading.get_ident(), range(4), flops=1.0))
+    assert idents == {mine}
+
+
+def test_an_exception_in_a_piece_is_raised_to_the_caller(monkeypatch):
+    monkeypatch.setattr(threads, "workers", lambda: 2)
+
+    def piece(i):
+        if i == 3:
+            raise ValueError("piece 3")
+        return i
+
+    with pytest.raises(ValueError, match="piece 3"):
+        list(threads.in_parallel(piece, range(6)))
+
+
+def test_the_oracle_gives_the_same_answer_on_one_or_several_threads(monkeypatch):
+    weights, x = crosscheck.make_inputs(crosscheck.Case(layers=4, batch=6, dim=12, dtype="float64", seed=7))
+    oracle = crosscheck.load_backend("numpy-fd")
+    monkeypatch.setattr(threads, "MIN_PARALLEL_FLOPS", 0.0)
+    monkeypatch.setattr(threads, "workers", lambda: 1)
+    serial = oracle.estimate(weights, x)
+    monkeypatch.setattr(threads, "workers", lambda: 3)
+    parallel = oracle.estimate(weights, x)
+    for name in ("step", "kink", "kink_at"):
+        np.testing.assert_array_equal(getattr(parallel, name), getattr(serial, name))
+    # The same sums, possibly blocked differently by BLAS: equal to within the error bars.
+    assert np.all(np.abs(parallel.value - serial.value) <= np.minimum(parallel.error, serial.error))
+
+
+def test_omp_num_threads_caps_the_workers(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert threads.workers() == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "not a number")
+    assert threads.workers() >= 1

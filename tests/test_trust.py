@@ -1,0 +1,275 @@
+"""A repro bundle is a file someone sent (``crosscheck replay``; ``_engine/replay.py``, ``_report/bundle.py``,
+``_report/bundle_meta.py``).
+
+Its import strings are code: only built-ins run unless trusted. Its arrays carry SHA-256 hashes and its
+case record must make them. Malformed metadata is one line (exit 2), never a traceback. Its text never
+reaches the terminal or a JUnit file as markup or control characters.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+
+import crosscheck
+from crosscheck._cli.main import main
+from crosscheck._engine.replay import replay
+from crosscheck._report.bundle import load_bundle, save_bundle
+
+MODULE = """
+import pathlib
+
+pathlib.Path("imported.txt").write_text("trustmod ran at import")
+
+def _grad(weights, x):
+    ys, y = [x], x
+    for w in weights:
+        y = np.maximum(y @ w, 0)
+        ys.append(y)
+    g = 2 * y
+    out = np.empty_like(weights)
+    for k in reversed(range(len(weights))):
+        delta = g * (ys[k + 1] > 0)
+        out[k] = ys[k].T @ delta
+        g = delta @ weights[k].T
+    return out
+
+import numpy as np
+
+def twice(weights, x):
+    return 2 * _grad(weights, x)
+
+def writes(weights, x):
+    out = _grad(weights, x)
+    weights[0, 0, 0] = 5.0
+    return out
+"""
+
+
+@pytest.fixture
+def bundle(tmp_path, monkeypatch):
+    """A bundle of a failing run: the oracle, ``trustmod:twice`` (wrong) and ``torch``."""
+    (tmp_path / "trustmod.py").write_text(MODULE)
+    monkeypatch.setenv("COLUMNS", "250")  # no table cell wraps
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "trustmod", raising=False)
+    report = crosscheck.run(layers=3, batch=4, dim=4, backends=["trustmod:twice", "torch"], isolate=False)
+    assert not report.passed
+    save_bundle(report, tmp_path / "b.npz")
+    (tmp_path / "imported.txt").unlink()
+    monkeypatch.delitem(sys.modules, "trustmod")
+    return tmp_path / "b.npz"
+
+
+def tamper(path, edit=None, arrays=None, out=None):
+    """A copy of the bundle at ``path`` with its metadata edited (``edit(meta)`` returns the new
+    metadata, or a JSON string) and entries replaced (``arrays``); the recorded hashes kept."""
+    with np.load(path) as data:
+        entries = {k: data[k] for k in data.files}
+    meta = json.loads(str(entries["meta"][()]))
+    if edit is not None:
+        meta = edit(meta)
+    entries["meta"] = np.array(meta if isinstance(meta, str) else json.dumps(meta))
+    entries.update(arrays or {})
+    out = out or path.with_name("tampered.npz")
+    with open(out, "wb") as file:
+        np.savez(file, **entries)
+    return out
+
+
+def set_spec(spec):
+    def edit(meta):
+        meta["report"]["backends"]["twice"]["notes"]["spec"] = spec
+        return meta
+
+    return edit
+
+
+def _replay(capsys, *argv) -> tuple[int, str, str]:
+    capsys.readouterr()
+    status = main(["replay", *map(str, argv)])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+# -- import strings are code ----------------------------------------------------------------------------
+
+
+def test_by_default_only_built_ins_run_and_every_import_string_is_listed(bundle, capsys):
+    status, out, err = _replay(capsys, bundle)
+    assert not (bundle.parent / "imported.txt").exists(), "the bundle's module was imported"
+    assert "trustmod" not in sys.modules
+    assert status == 1 and "NOT REPRODUCED: 1 of 3 backends not run (import strings are code)" in out
+    notices = [line for line in err.splitlines() if line.startswith("crosscheck: not run")]
+    assert notices == [
+        "crosscheck: not run: backend `trustmod:twice`: an import string is code; --trust or --backend "
+        "trustmod:twice runs it"
+    ]
+    assert out.count("│ bit for bit") == 2  # the oracle and torch
+
+
+@pytest.mark.parametrize(
+    ("spec", "status"),
+    [("os:abort", 1), ("sys:exit", 1)],
+    ids=["abort", "exit"],
+)
+def test_a_bundle_naming_a_dangerous_callable_does_not_run_it(bundle, capsys, spec, status):
+    path = tamper(bundle, set_spec(spec))
+    found, out, err = _replay(capsys, path)
+    assert found == status and f"not run: backend `{spec}`" in err
+    assert "NOT REPRODUCED" in out
+
+
+def test_trusted_it_runs_in_a_worker_so_even_abort_is_a_row(bundle, capsys):
+    status, out, _ = _replay(capsys, tamper(bundle, set_spec("os:abort")), "--trust")
+    assert status == 1 and "killed by SIGABRT" in out and out.count("│ bit for bit") == 2
+
+
+def test_trust_runs_the_import_strings(bundle, capsys):
+    status, out, err = _replay(capsys, bundle, "--trust")
+    assert status == 0 and out.count("│ bit for bit") == 3 and "not run" not in err
+    assert (bundle.parent / "imported.txt").exists()
+
+
+def test_naming_a_spec_runs_that_one(bundle, capsys):
+    status, out, err = _replay(capsys, bundle, "--backend", "trustmod:twice")
+    assert status == 0 and out.count("│ bit for bit") == 3 and "not run" not in err
+
+
+def test_a_workload_import_string_is_code_too(bundle, capsys):
+    path = tamper(bundle, lambda meta: {**meta, "workload": "trustmod:workload"})
+    status, out, err = _replay(capsys, path, "--backend", "trustmod:twice")
+    assert status == 1 and "not run: workload `trustmod:workload`" in err
+    assert "│ bit for bit" not in out and not (bundle.parent / "imported.txt").exists()
+
+
+def test_a_replayed_backend_that_writes_to_its_inputs_is_caught_not_the_next(bundle, capsys):
+    """In process (``--no-isolate``), the writer first: its row says so, the oracle and torch after it
+    get the arrays as they were and reproduce."""
+
+    def writer_first(meta):
+        backends = meta["report"]["backends"]
+        backends["twice"]["notes"]["spec"] = "trustmod:writes"
+        meta["values"] = {k: meta["values"][k] for k in ("twice", "numpy-fd", "torch")}
+        return meta
+
+    with np.load(bundle) as data:  # the value entries follow the order of `values`
+        order = {name: b for b, name in enumerate(json.loads(str(data["meta"][()]))["values"])}
+        swapped = {
+            f"value_{i}_0": data[f"value_{order[n]}_0"] for i, n in enumerate(("twice", "numpy-fd", "torch"))
+        }
+        meta = json.loads(str(data["meta"][()]))
+    hashes = {
+        f"value_{i}_0": meta["sha256"][f"value_{order[n]}_0"]
+        for i, n in enumerate(("twice", "numpy-fd", "torch"))
+    }
+
+    def edit(meta):
+        meta = writer_first(meta)
+        meta["sha256"].update(hashes)
+        return meta
+
+    path = tamper(bundle, edit, arrays=swapped)
+    status, out, _ = _replay(capsys, path, "--trust", "--no-isolate")
+    rows = {line.split("│")[1].strip(): line for line in out.splitlines() if line.count("│") > 3}
+    assert "modified its inputs (`weights`)" in rows["twice"], out
+    assert "bit for bit" in rows["numpy-fd"] and "bit for bit" in rows["torch"], out
+    assert status == 1
+
+
+# -- the arrays are the bundle's -----------------------------------------------------------------------
+
+
+def test_a_changed_array_is_refused_by_its_hash(bundle, capsys):
+    path = tamper(bundle, arrays={"value_1_0": np.zeros((3, 4, 4), np.float32)})
+    status, _, err = _replay(capsys, path)
+    assert status == 2 and "entry `value_1_0` is not the array the bundle recorded (SHA-256 differs)" in err
+
+
+def test_a_case_record_that_does_not_make_the_arrays_is_refused(bundle, capsys):
+    def lie(meta):
+        meta["report"]["case"].update(layers=8, dim=64, seed=99, init="identity")
+        return meta
+
+    status, out, err = _replay(capsys, tamper(bundle, lie))
+    assert status == 2 and "REPRODUCED" not in out
+    assert "case record (layers=8, batch=4, dim=64, dtype=float32, seed=99, init=identity" in err
+    assert "does not make its `weights` array" in err
+
+
+def test_a_bundle_without_hashes_still_loads(bundle):
+    path = tamper(bundle, lambda meta: {k: v for k, v in meta.items() if k != "sha256"})
+    assert set(load_bundle(path)["gradients"]) == {"numpy-fd", "twice", "torch"}
+
+
+# -- malformed metadata: one line, exit 2 --------------------------------------------------------------
+
+
+def _nest(depth):
+    return '{"format": "crosscheck-bundle", "version": 2, "x": ' + "[" * depth + "]" * depth + "}"
+
+
+MALFORMED = {
+    "no-report": (lambda m: {k: v for k, v in m.items() if k != "report"}, "`report` is missing"),
+    "null-report": (lambda m: {**m, "report": None}, "`report` must be an object"),
+    "no-case": (lambda m: {**m, "report": {k: v for k, v in m["report"].items() if k != "case"}}, "case"),
+    "case-string": (lambda m: {**m, "report": {**m["report"], "case": "x"}}, "`report.case` must be"),
+    "grads-string": (lambda m: {**m, "values": "x"}, "`values` must be an object"),
+    "grads-list": (lambda m: {**m, "values": [["weights"]]}, "`values` must be an object"),
+    "backends-list": (lambda m: {**m, "report": {**m["report"], "backends": []}}, "`report.backends`"),
+    "parameters-object": (lambda m: {**m, "parameters": {"a": 1}}, "`parameters` must be a list"),
+    "parameters-empty": (lambda m: {**m, "parameters": []}, "`parameters` is empty"),
+    "workload-int": (lambda m: {**m, "workload": 3}, "`workload` must be"),
+    "spec-int": (set_spec(7), "notes.spec` must be a name"),
+    "sha-list": (lambda m: {**m, "sha256": []}, "`sha256` must be an object"),
+    "deep": (lambda m: _nest(100_000), "nested too deeply"),
+    "not-json": (lambda m: "{", "not a readable crosscheck bundle"),
+}
+
+
+@pytest.mark.parametrize("kind", list(MALFORMED), ids=list(MALFORMED))
+def test_malformed_metadata_is_one_line(bundle, capsys, kind):
+    edit, phrase = MALFORMED[kind]
+    status, _, err = _replay(capsys, tamper(bundle, edit))
+    assert status == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and phrase in lines[0] and "Traceback" not in err, err
+
+
+# -- text from a file stays text -----------------------------------------------------------------------
+
+
+def test_markup_and_control_characters_from_a_bundle_stay_text(bundle, capsys):
+    evil = "[bold red]boom\x1b[31m\x07"
+    path = tamper(bundle, set_spec(evil))
+    status, out, err = _replay(capsys, path)
+    assert "\x1b" not in out + err and "\x07" not in out + err
+    assert "[bold red]boom" in out and "[bold red]boom" in err  # shown as written, not as markup
+    assert status == 1
+
+
+def test_a_control_character_in_a_backends_error_leaves_junit_valid(tmp_path):
+    def broken(weights, x):
+        raise ValueError("bad \x00\x1b[31m\x0b bytes")
+
+    report = crosscheck.run(layers=2, batch=2, dim=2, backends=[broken])
+    path = tmp_path / "r.xml"
+    from crosscheck._report.junit import write_junit
+
+    write_junit([("case", report)], path)
+    text = path.read_text()
+    assert "\x00" not in text and "\x1b" not in text
+    (error,) = ET.parse(path).getroot().iter("error")
+    assert "bad" in error.get("message") and "bytes" in error.get("message")
+
+
+def test_replay_in_python_takes_trust(bundle):
+    rows = {row["backend"]: row for row in replay(load_bundle(bundle))}
+    assert rows["twice"]["status"] == "not run" and rows["torch"]["status"] == "bit for bit"
+    rows = {row["backend"]: row for row in replay(load_bundle(bundle), trust=["trustmod:twice"])}
+    assert rows["twice"]["status"] == "bit for bit"
