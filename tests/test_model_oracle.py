@@ -274,6 +274,22 @@ def test_the_command_line_screens_a_workload_and_says_so(monkeypatch, capsys, tm
     assert 'name="jax vs numpy-fd [w0] (its own loss)"' in junit.read_text()
 
 
+@needs_frameworks
+def test_the_table_has_a_check_column_and_marks_what_was_judged_along_directions_only():
+    from crosscheck._report.table import records, table
+
+    report = crosscheck.run(workload=mlp(SMALL, 6), oracle_mode="screen", directions=2)
+    headers = [str(column.header).replace("\n", " ") for column in table(report).columns]
+    assert headers[:3] == ["backend", "parameter", "check"]
+    lines = records(report)
+    assert any(line.startswith("jax w0: ") and "check derivative" in line for line in lines), lines
+    assert any("check function" in line for line in lines), lines
+    screened = [line for line in lines if "worst index dirs" in line]  # no entry was judged one by one
+    assert len(screened) == len(report.comparisons), lines
+    stack = crosscheck.run(layers=2, dim=3, batch=2, backends=[], reference="numpy-fd")
+    assert "check" not in [str(column.header) for column in table(stack).columns]
+
+
 def test_directions_without_screening_is_a_usage_error(capsys):
     argv = ["run", "--workload", "ste-stack", "--oracle-mode", "full", "--directions", "2"]
     assert main(argv) == 2
