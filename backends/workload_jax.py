@@ -1,4 +1,5 @@
-"""JAX adapter for a workload's ``"jax"`` implementation: ``jax.grad`` over the parameters dict."""
+"""JAX adapter for a workload's ``"jax"`` implementation: ``jax.grad`` over the parameters dict, and the
+loss itself (no autodiff) for the oracle."""
 
 from __future__ import annotations
 
@@ -9,8 +10,17 @@ import numpy as np
 __all__ = ["JaxWorkloadBackend"]
 
 
+def _wide(*groups: dict[str, np.ndarray]) -> bool:
+    return any(v.dtype == np.float64 for group in groups for v in group.values())
+
+
+def _device(arrays: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+    return {k: jnp.asarray(v) for k, v in arrays.items()}
+
+
 class JaxWorkloadBackend:
-    """The gradient of ``loss(params, inputs)`` with ``jax.jit(jax.grad(loss))``.
+    """The gradient of ``loss(params, inputs)`` with ``jax.jit(jax.grad(loss))``; the loss with
+    ``jax.jit(loss)`` (compiled, never differentiated: what the oracle differences).
 
     float64 arrays are computed in float64: x64 is enabled for the call only (``jax.enable_x64``), so
     the flag never leaks into other code.
@@ -19,14 +29,17 @@ class JaxWorkloadBackend:
     def __init__(self, name: str, loss) -> None:
         self.name = name
         self._grad = jax.jit(jax.grad(loss))
+        self._loss = jax.jit(loss)
 
     def grad(self, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        wide = any(v.dtype == np.float64 for v in (*params.values(), *inputs.values()))
-        with jax.enable_x64(wide):
-            grads = self._grad(
-                {k: jnp.asarray(v) for k, v in params.items()}, {k: jnp.asarray(v) for k, v in inputs.items()}
-            )
+        with jax.enable_x64(_wide(params, inputs)):
+            grads = self._grad(_device(params), _device(inputs))
             return {k: np.asarray(v) for k, v in grads.items()}
+
+    def loss(self, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> np.ndarray:
+        """The loss as a 0-d NumPy array of the dtype it was computed in (float64 arrays: x64 on)."""
+        with jax.enable_x64(_wide(params, inputs)):
+            return np.asarray(self._loss(_device(params), _device(inputs)))
 
     def info(self) -> dict[str, str]:
         return {

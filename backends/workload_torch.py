@@ -1,4 +1,5 @@
-"""PyTorch adapter for a workload's ``"torch"`` implementation: ``backward()`` on the loss."""
+"""PyTorch adapter for a workload's ``"torch"`` implementation: ``backward()`` on the loss, and the loss
+itself under ``torch.no_grad()`` for the oracle."""
 
 from __future__ import annotations
 
@@ -26,6 +27,21 @@ class TorchWorkloadBackend:
         return {
             k: t.grad.numpy() if t.grad is not None else np.zeros_like(params[k]) for k, t in leaves.items()
         }
+
+    def loss(self, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> np.ndarray:
+        """The loss under ``torch.no_grad()`` (no graph is built), as a 0-d NumPy array of its dtype.
+
+        The arrays are copied into tensors of their own dtype: float64 arrays give a float64 computation
+        unless the implementation casts.
+        """
+        with torch.no_grad():
+            out = self._loss(
+                {k: torch.tensor(v) for k, v in params.items()},
+                {k: torch.tensor(v) for k, v in inputs.items()},
+            )
+            if not isinstance(out, torch.Tensor):
+                return np.asarray(out)
+            return out.detach().cpu().numpy().copy()
 
     def info(self) -> dict[str, str]:
         return {

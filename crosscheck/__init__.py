@@ -11,6 +11,7 @@ from crosscheck._registry import BackendUnavailable as BackendUnavailable
 from crosscheck._registry import load_backend as load_backend
 from crosscheck._report.report import Report as Report
 from crosscheck._workloads.base import Workload as Workload
+from crosscheck._workloads.losses import projection_loss as projection_loss
 from crosscheck._workloads.port.declare import Port as Port
 from crosscheck._workloads.registry import available_workloads as available_workloads
 from crosscheck._workloads.stack.case import Case as Case
@@ -28,6 +29,7 @@ __all__ = [
     "Report",
     "load_backend",
     "make_inputs",
+    "projection_loss",
     "run",
     "Workload",
     "available_workloads",

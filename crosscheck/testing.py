@@ -60,13 +60,7 @@ def assert_gradients_close(
 
 def failure_message(report: Report) -> str:
     """What ``crosscheck run`` prints after its table, as plain text (the CLI may wrap long lines)."""
-    lines = []
-    for c in report.comparisons:
-        if c.coverage != "every entry" and c.passed:
-            lines.append(f"{c.backend}: {c.message}")
-        elif not c.passed or c.unjudgeable:
-            where = f", parameter `{c.parameter}`" if c.parameter is not None else ""
-            lines += [f"{c.backend} vs {c.reference}{where}", c.message]
+    lines = [text for text, _ in report.messages()]
     lines += [f"{r.name}: {r.status}: {r.error}" for r in report.backends.values() if r.status in _FAILED]
     lines.append("FAILED: " + "; ".join(report.problems))
     return "\n".join(lines)

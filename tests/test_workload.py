@@ -118,7 +118,11 @@ FRAMEWORKS = [pytest.param(name, marks=_needs(name)) for name in ("jax", "torch"
 def test_the_fixed_port_agrees(backend, dtype):
     report = crosscheck.run(workload=mlp_fixed.workload, backends=[backend], dtype=dtype, seed=1)
     assert report.passed, report.problems
-    assert [c.parameter for c in report.comparisons] == ["w1", "b1", "w2", "b2"]
+    # Both questions, per parameter: the same function as the NumPy reference, and the derivative of its
+    # own float64 loss.
+    names = ["w1", "b1", "w2", "b2"]
+    expected = [("same function", k) for k in names] + [("derivative", k) for k in names]
+    assert [(c.question, c.parameter) for c in report.comparisons] == expected
     assert all(c.worst_ratio < 0.5 for c in report.comparisons)
     assert report.backends[backend].dtype == dtype
 
@@ -133,11 +137,19 @@ def test_the_gelu_bug_is_caught_and_named_by_parameter(dtype):
     torch_ = [c for c in report.comparisons if c.backend == "torch"]
     assert all(c.passed for c in torch_)  # the original model is right
     assert {c.parameter for c in jax_ if not c.passed} == {"w1", "b1", "w2", "b2"}
+    # The tanh GELU's derivative is right: the port computes a different function.
+    assert all(c.passed for c in jax_ if c.question == "derivative")
     worst = max(jax_, key=lambda c: c.worst_ratio)
     assert worst.worst_ratio > 100  # far past the tolerance, not a borderline call
     assert f"in parameter `{worst.parameter}`" in worst.message
     assert f"at parameter `{worst.parameter}` index" in worst.message
-    assert report.problems == ["`jax` disagrees with `numpy-fd` at parameters `w1`, `b1`, `w2`, `b2`"]
+    first, loss = report.problems
+    assert first == "`jax` disagrees with `numpy-fd` at parameters `w1`, `b1`, `w2`, `b2`"
+    assert loss.startswith("`jax`'s float64 loss differs from the NumPy reference's")
+    verdict = report.oracle["verdict"]
+    assert verdict[0].startswith("`jax`: the port computes a different function from the NumPy reference")
+    assert verdict[0].endswith("and its derivative is right (it agrees with differences of its own loss)")
+    assert verdict[1] == "`torch`: same function as the NumPy reference, derivative right"
 
 
 @_needs("jax")

@@ -42,8 +42,6 @@ STACK_ONLY = (
     ("scale", "--scale", None),
     ("weights", "--weights", None),
     ("x", "--x", None),
-    ("oracle_mode", "--oracle-mode", "auto"),
-    ("directions", "--directions", 4),
     ("explain", "--explain", False),
     ("quantity", "--quantity", "grad"),
 )
@@ -135,9 +133,9 @@ def _add_oracle(check: Any) -> None:
         "--oracle-mode",
         choices=("auto", "full", "screen"),
         default="auto",
-        help="full: the oracle judges every entry; screen: random directional derivatives per layer, then "
-        "every entry of a layer that fails them (for --quantity grad or hvp); auto (default): screen when "
-        "the full oracle is costly",
+        help="full: the oracle judges every entry; screen: random directional derivatives per layer (per "
+        "parameter tensor of a workload), then every entry of one that fails them, within a budget (for "
+        "--quantity grad or hvp); auto (default): screen when the full oracle is costly",
     )
     check.add_argument(
         "--quantity",
@@ -151,7 +149,7 @@ def _add_oracle(check: Any) -> None:
         type=int,
         default=4,
         metavar="K",
-        help="random directions per layer when screening (default 4)",
+        help="random directions per layer (per parameter tensor of a workload) when screening (default 4)",
     )
 
 
@@ -266,11 +264,7 @@ def _stack_inputs(args: argparse.Namespace) -> dict[str, Any]:
 def _check_stack_options(args: argparse.Namespace) -> None:
     """Options that contradict each other, and outputs that cannot be written, before any work."""
     check_tolerances(args)
-    if args.directions != 4 and args.oracle_mode == "full":
-        raise UsageError(
-            "`--directions` applies to screening (`--oracle-mode screen` or `auto`); "
-            "`--oracle-mode full` never screens."
-        )
+    _check_directions(args)
     if args.quantity == "hvp" and (args.save_bundle or args.plot):
         raise UsageError("`--save-bundle` and `--plot` are not available with `--quantity hvp` yet.")
     _check_plot_and_bundle(args)
@@ -294,6 +288,14 @@ def _check_plot_and_bundle(args: argparse.Namespace) -> None:
                 f"`--plot` needs matplotlib, which is not installed: {install_hint('plot')}."
             ) from exc
         check_plot_path(args.plot)
+
+
+def _check_directions(args: argparse.Namespace) -> None:
+    if args.directions != 4 and args.oracle_mode == "full":
+        raise UsageError(
+            "`--directions` applies to screening (`--oracle-mode screen` or `auto`); "
+            "`--oracle-mode full` never screens."
+        )
 
 
 def _write_plot_and_bundle(args: argparse.Namespace, report: Any) -> None:
@@ -340,7 +342,9 @@ def _run_workload(args: argparse.Namespace, workload: Any) -> int:
                 f"own arrays (it takes --dtype and --seed)."
             )
     check_tolerances(args)
+    _check_directions(args)
     _check_plot_and_bundle(args)
     options = {k: getattr(args, k) for k in ("seed", "dtype") if getattr(args, k) is not None}
+    options.update(oracle_mode=args.oracle_mode, directions=args.directions)
     # As given (a name or an import string), so that a worker process (--isolate) can load it again.
     return _execute(args, workload=args.workload, **options)

@@ -81,6 +81,12 @@ class Comparison:
     #: The parameter compared, when the workload names it in messages (a workload's ``w1``; the
     #: stack's one parameter, ``weights``, is left unnamed).
     parameter: str | None = None
+    #: Which question a workload comparison answers: "derivative" (the candidate's gradient against
+    #: differences of its own loss) or "same function" (against another function's answer); None for
+    #: the stack.
+    question: str | None = None
+    #: What the reference value is, in words ("differences of `torch`'s own float64 loss").
+    against: str = ""
     #: What each axis of an index means (the stack's ``["layer", "row", "col"]``); None: unnamed axes,
     #: an index is then written as a Python tuple (``(0, 7)``) and plotted as "axis 0", "axis 1".
     index_names: list[str] | None = None

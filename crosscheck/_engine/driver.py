@@ -255,6 +255,7 @@ def _report(run: _Run) -> Report:
         gradients=run.values,
         quantity=extras.get("quantity", run.plan.quantity.name),
         direction=extras.get("direction", {}),
+        oracle=extras.get("oracle", {}),
         interrupted=run.interrupted,
     )
 

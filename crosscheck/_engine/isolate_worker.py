@@ -26,8 +26,9 @@ from crosscheck._engine.call import guarded, to_array, to_arrays, unique, walk_a
 from crosscheck._errors import describe, one_line
 from crosscheck._registry import BackendBroken, BackendUnavailable, backend_info
 
-#: Backend methods a worker serves, and the optional contexts (classification re-runs) it enters.
-METHODS = ("grad", "hvp", "activations")
+#: Backend methods a worker serves (``loss``: a workload implementation's own loss, which the model
+#: oracle differences), and the optional contexts (classification re-runs) it enters.
+METHODS = ("grad", "hvp", "activations", "loss")
 CONTEXTS = ("highest_precision", "without_checkpointing")
 #: How the parent starts a worker: ``sys.argv`` is the connection's file descriptor and ``sys.path``.
 BOOT = (

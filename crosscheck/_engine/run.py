@@ -61,8 +61,8 @@ def run(
         atol: user slack, absolute.
         strict: fail when any entry is unjudgeable (a ReLU kink makes it ambiguous).
         oracle_mode: ``"full"`` (every entry), ``"screen"`` (random directional derivatives, then every
-            entry of a layer that fails) or ``"auto"`` (screen past ``SCREEN_FLOPS``); either quantity.
-        directions: random directions per layer when screening.
+            entry of a layer or workload tensor that fails) or ``"auto"`` (screen past ``SCREEN_FLOPS``, or
+            a workload's ``AUTO_EVALUATIONS``); either quantity. directions: per layer or tensor, screening.
         explain: also localize (forward activations layer by layer) and classify a disagreement.
         progress: called as ``progress(description, done, total)``.
         quantity: ``"grad"``, or ``"hvp"`` along a direction made from ``seed`` (``hvp(weights, x, v)``).

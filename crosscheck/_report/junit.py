@@ -33,7 +33,8 @@ def junit_suite(report: Report, name: str) -> ET.Element:
     suite = ET.Element("testsuite", name=name)
     compared = {c.backend for c in report.comparisons}
     for c in report.comparisons:
-        title = one_line(f"{c.backend} vs {c.reference}" + (f" [{c.parameter}]" if c.parameter else ""))
+        title = f"{c.backend} vs {c.reference}" + (f" [{c.parameter}]" if c.parameter else "")
+        title = one_line(title + (" (its own loss)" if getattr(c, "question", None) == "derivative" else ""))
         case = ET.SubElement(suite, "testcase", classname=name, name=title)
         message = plain(c.message)
         if not c.passed:
@@ -41,6 +42,11 @@ def junit_suite(report: Report, name: str) -> ET.Element:
             ET.SubElement(case, "failure", message=first, type=c.status).text = message
         elif c.unjudgeable:
             ET.SubElement(case, "system-out").text = message
+    problems = (getattr(report, "oracle", None) or {}).get("problems", [])
+    if problems:  # run-level findings of a workload's judge (an empty check, losses that differ)
+        lines = [plain(str(p)) for p in problems]
+        case = ET.SubElement(suite, "testcase", classname=name, name="oracle")
+        ET.SubElement(case, "failure", message=one_line(lines[0]), type="oracle").text = "\n".join(lines)
     for result in report.backends.values():
         if result.name in compared or result.status == "ok":
             continue

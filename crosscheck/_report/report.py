@@ -55,6 +55,9 @@ class Report:
     direction: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: The user pressed Ctrl-C: what finished is reported, the rest is listed as not run.
     interrupted: bool = False
+    #: A workload judge's run-level findings (``crosscheck._workloads.verdict``): the verdict per
+    #: candidate, coverage, evaluations, and ``problems`` (an empty check, ...) that fail the run.
+    oracle: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def problems(self) -> list[str]:
@@ -93,6 +96,7 @@ class Report:
             for c in self.comparisons
             if self.strict and c.unjudgeable and c.status == "mismatch" and c.mismatched == 0
         ]
+        out += list(self.oracle.get("problems", []))
         if not self.comparisons and not out:
             out.append("no candidate backend ran, so nothing was cross-checked")
         return [one_line(line) for line in out]  # a backend's name or error is one line of text here
@@ -125,11 +129,25 @@ class Report:
                 "quantity": self.quantity,
                 "interrupted": self.interrupted,
                 **({"hvp_direction": self.direction} if self.quantity == "hvp" else {}),
+                **({"oracle": self.oracle} if self.oracle else {}),
             }
         )
 
     def write_json(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    def messages(self) -> list[tuple[str, bool]]:
+        """What is printed after the table, before the backends' failures: ``(text, is_heading)``."""
+        out = []
+        for c in self.comparisons:
+            if c.coverage != "every entry" and c.passed:
+                if not self.oracle.get("lines"):  # a model oracle sums coverage up in its own lines
+                    out.append((f"{c.backend}: {c.message}", False))
+            elif c.status == "empty":
+                continue  # the oracle's one line says so
+            elif not c.passed or c.unjudgeable:
+                out += [(versus(c), True), (c.message, False)]
+        return out + [(line, False) for line in self.oracle.get("lines", [])]
 
     def render(self, console: Any) -> None:
         """Print the table, the mismatch messages and a verdict line on a ``rich`` console.
@@ -144,13 +162,11 @@ class Report:
 
             console.print(render(self.case["mapping"]), highlight=False, markup=False)
         render_table(self, console)
-        for c in self.comparisons:
-            if c.coverage != "every entry" and c.passed:
-                console.print(plain(f"{c.backend}: {c.message}"), highlight=False, markup=False)
-            elif not c.passed or c.unjudgeable:
-                heading = markup(f"{c.backend} vs {c.reference}{_at(c, ',')}")
-                console.print(f"[bold]{heading}[/bold]", highlight=False)
-                console.print(plain(c.message), highlight=False, markup=False)
+        for text, heading in self.messages():
+            if heading:
+                console.print(f"[bold]{markup(text)}[/bold]", highlight=False)
+            else:
+                console.print(plain(text), highlight=False, markup=False)
         for r in self.backends.values():
             if r.status in ("failed", "unavailable"):
                 console.print(plain(f"{r.name}: {r.status}: {r.error}"), highlight=False, markup=False)
@@ -245,15 +261,28 @@ def environment_line(env: dict[str, Any]) -> str:
 
 
 def _disagreements(disagree: list[Comparison]) -> list[str]:
-    """One line per backend: "`jax` disagrees with `numpy-fd`", and "at parameters `w1`, `b1`" where the
-    comparisons name their parameters."""
-    grouped: dict[tuple[str, str], list[str]] = {}
+    """One line per backend and question: "`jax` disagrees with `numpy-fd`", "at parameters `w1`, `b1`"
+    where the comparisons name their parameters; "`torch`'s gradient disagrees with differences of its
+    own loss at parameter `w1`" for a workload's derivative question."""
+    grouped: dict[tuple[str, str, bool], list[str]] = {}
     for c in disagree:
-        grouped.setdefault((c.backend, c.reference), []).extend([f"`{c.parameter}`"] if c.parameter else [])
-    return [
-        f"`{b}` disagrees with `{r}`" + (f" at parameter{'s' if len(p) > 1 else ''} {_some(p)}" if p else "")
-        for (b, r), p in grouped.items()
-    ]
+        key = (c.backend, c.reference, c.question == "derivative")
+        grouped.setdefault(key, []).extend([f"`{c.parameter}`"] if c.parameter else [])
+    out = []
+    for (b, r, own), p in grouped.items():
+        where = f" at parameter{'s' if len(p) > 1 else ''} {_some(p)}" if p else ""
+        out.append(f"`{b}`'s gradient disagrees with differences of its own loss{where}" if own else
+                   f"`{b}` disagrees with `{r}`{where}")  # fmt: skip
+    return out
+
+
+def versus(c: Comparison) -> str:
+    """The heading of a comparison's message: "jax vs numpy-fd, parameter `w1`", and what the reference
+    is when it is not the workload's NumPy reference ("(differences of `jax`'s own float64 loss)")."""
+    head = f"{c.backend} vs {c.reference}{_at(c, ',')}"
+    if c.against and c.against != "differences of the NumPy reference":
+        return f"{head} ({c.against})"
+    return head
 
 
 def _some(names: list[str], shown: int = 8) -> str:

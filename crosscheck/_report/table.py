@@ -70,23 +70,30 @@ def records(report: Report) -> list[str]:
 
 
 #: The columns that hold names (left-aligned).
-NAMES = ("backend", "parameter")
+NAMES = ("backend", "parameter", "check")
 
 
 def _headers_and_rows(report: Report) -> tuple[list[str], list[list[str]]]:
     named = any(c.parameter for c in report.comparisons)
-    head = ["backend", *(["parameter"] if named else []), "dtype", "time"]
+    checks = any(c.question for c in report.comparisons)  # a model oracle's two questions
+    head = ["backend", *(["parameter"] if named else []), *(["check"] if checks else []), "dtype", "time"]
     headers = [*head, *(n or worst_header(report.comparisons) for n in NUMBERS), "unjudgeable", "verdict"]
     by_backend: dict[str, list[Comparison]] = {}
     for c in report.comparisons:
         by_backend.setdefault(c.backend, []).append(c)
     rows = []
     for name, result in report.backends.items():
-        rows += _rows(name, result, by_backend.get(name, []), named=named)
+        rows += _rows(name, result, by_backend.get(name, []), named=named, checks=checks)
     return headers, rows
 
 
-def _rows(name: str, r: BackendResult, comparisons: list[Comparison], *, named: bool) -> list[list[str]]:
+#: The "check" column: which question a model oracle's comparison answers.
+CHECK = {"derivative": "derivative", "same function": "function"}
+
+
+def _rows(
+    name: str, r: BackendResult, comparisons: list[Comparison], *, named: bool, checks: bool = False
+) -> list[list[str]]:
     """A backend's rows: one per comparison (its name and time on the first), or one saying its status
     (``reference``, or why it has no comparison: ``failed``, ``unavailable``, ``skipped``)."""
     time_s = f"{r.seconds:.3f}s" if r.seconds is not None else "-"
@@ -96,28 +103,28 @@ def _rows(name: str, r: BackendResult, comparisons: list[Comparison], *, named: 
         verdict = "reference" if r.role == "reference" and r.status == "ok" else r.status
         if failed or (r.role == "reference" and r.status != "ok"):
             verdict = f"[red]{verdict}[/red]"
-        return [_cells(first, "" if named else None, [""] * len(NUMBERS), "", verdict)]
+        names = [""] * named + [""] * checks
+        return [_cells(first, names, [""] * len(NUMBERS), "", verdict)]
     rows = []
     for i, c in enumerate(comparisons):
         shown = first if i == 0 else ["", first[1], ""]
         unjudged = f"{c.unjudgeable}/{c.total}" if c.unjudgeable else "0"
-        parameter = markup(c.parameter or "") if named else None
-        rows.append(_cells(shown, parameter, _numbers(c), unjudged, OK if c.passed else FAIL))
+        names = [markup(c.parameter or "")] * named + [CHECK.get(c.question or "", "")] * checks
+        rows.append(_cells(shown, names, _numbers(c), unjudged, OK if c.passed else FAIL))
     return rows
 
 
-def _cells(
-    first: list[str], parameter: str | None, numbers: list[str], unjudged: str, verdict: str
-) -> list[str]:
-    """One row in the table's column order (``parameter`` None: the table has no parameter column)."""
-    head = first[:1] + ([parameter] if parameter is not None else []) + first[1:]
-    return [*head, *numbers, unjudged, verdict]
+def _cells(first: list[str], names: list[str], numbers: list[str], unjudged: str, verdict: str) -> list[str]:
+    """One row in the table's column order (``names``: the parameter and check cells the table has)."""
+    return [*first[:1], *names, *first[1:], *numbers, unjudged, verdict]
 
 
 def _numbers(c: Comparison) -> list[str]:
-    """The greatest differences, the worst entry's index, its tolerance and deciding term (or blanks)."""
+    """The greatest differences, the worst entry's index, its tolerance and deciding term (or blanks;
+    ``dirs`` where a model oracle judged the parameter along directions only)."""
     if c.max_abs_diff is None or c.max_rel_diff is None:
-        return [""] * len(NUMBERS)
+        where = "dirs" if c.coverage.startswith("screened") and c.question else ""
+        return ["", "", where, "", c.decided_by or ""]
     return [
         f"{c.max_abs_diff:.3g}",
         f"{c.max_rel_diff:.3g}",
@@ -152,8 +159,11 @@ def title(report: Report) -> str:
         if isinstance(v, dict) and v
     ]
     line = "crosscheck: " + "; ".join([", ".join(scalars), *shapes])
-    if case.get("oracle_differentiates", "reference") != "reference":
+    source = str(case.get("oracle_differentiates", "reference"))
+    if source.startswith("surrogate"):
         line += "\nthe oracle differentiates the workload's surrogate, built at this point"
+    elif source != "reference":
+        line += f"\nthe oracle differentiates {source}"
     return line
 
 

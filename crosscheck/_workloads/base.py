@@ -1,5 +1,5 @@
-"""A user's workload: named parameter arrays and inputs, a NumPy float64 reference loss, and one
-implementation per framework (the engine runs it through ``crosscheck._workloads.generic``)."""
+"""A user's workload: named parameter arrays and inputs, one implementation per framework, and
+optionally a NumPy float64 reference loss (the engine runs it through ``crosscheck._workloads.generic``)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ Params = dict[str, np.ndarray]
 
 @dataclasses.dataclass(frozen=True, eq=False)  # compared and hashed by identity (it holds functions)
 class Workload:
-    """A model whose gradients crosscheck compares: parameters, inputs, a reference loss, implementations.
+    """A model whose gradients crosscheck compares: parameters, inputs, implementations, and optionally
+    a NumPy reference loss.
 
     Args:
         name: a short name, shown in reports.
@@ -25,18 +26,22 @@ class Workload:
         inputs: arrays that are not differentiated, ``name -> shape``. Floating-point inputs take the
             case's dtype; integer and boolean inputs from ``generate`` (labels, token ids, masks) keep
             theirs.
-        reference: ``(params, inputs) -> float``, the loss in NumPy float64: all the oracle evaluates
-            (it never differentiates it with autodiff).
+        reference: optional ``(params, inputs) -> float``, the loss in NumPy float64, a third
+            implementation the oracle differences (never with autodiff). Without it, the oracle
+            differences each implementation's own loss, evaluated in float64 without autodiff, and
+            compares the implementations with each other.
         implementations: ``backend name -> loss function`` in that framework, ``(params, inputs) ->
             scalar``; ``"jax"`` (and ``"jax-..."``) is differentiated with ``jax.grad``, ``"torch"`` (and
-            ``"torch-..."``) with ``backward()``. Each receives the framework's arrays.
+            ``"torch-..."``) with ``backward()``. Each receives the framework's arrays. A loss that cannot
+            be flat in the parameters: ``crosscheck.projection_loss(outputs)``.
         generate: optional ``(rng, dtype) -> (params, inputs)``, dicts of NumPy arrays; default: normal
             values drawn in float64 with ``rng`` (parameters scaled by ``1/sqrt(fan_in)``, the product of
             every axis but the last; vectors and scalars unscaled), rounded once to ``dtype``.
         surrogate: optional ``(params_at_base, inputs) -> (params -> float)``: the NumPy float64 function
             whose gradient the implementations really compute at the base point (e.g. where
             ``stop_gradient`` or a straight-through estimator freezes a term). When given, the oracle
-            differentiates it instead of ``reference``, and the report says so.
+            differentiates it instead of ``reference`` (and no implementation's own loss), and the
+            report says so.
         description: one line, shown by ``crosscheck list``.
 
     Example:
@@ -44,15 +49,15 @@ class Workload:
         ...     name="linear",
         ...     parameters={"w": (3, 1)},
         ...     inputs={"x": (4, 3)},
-        ...     reference=lambda p, i: float(np.sum((i["x"] @ p["w"]) ** 2)),
         ...     implementations={"jax": jax_loss, "torch": torch_loss},  # doctest: +SKIP
+        ...     reference=lambda p, i: float(np.sum((i["x"] @ p["w"]) ** 2)),  # optional
         ... )
     """
 
     name: str
     parameters: Mapping[str, tuple[int, ...]]
     inputs: Mapping[str, tuple[int, ...]]
-    reference: Callable[[Params, Params], float]
+    reference: Callable[[Params, Params], float] | None = None
     implementations: Mapping[str, Callable[..., Any]] = dataclasses.field(default_factory=dict)
     generate: Callable[[np.random.Generator, str], tuple[Params, Params]] | None = None
     surrogate: Callable[[Params, Params], Callable[[Params], float]] | None = None
@@ -70,7 +75,7 @@ class Workload:
             raise ValueError(f"workload `{self.name}`: {both[0]!r} is both a parameter and an input.")
         for field in ("reference", "generate", "surrogate"):
             value = getattr(self, field)
-            if (value is not None or field == "reference") and not callable(value):
+            if value is not None and not callable(value):
                 raise TypeError(f"workload `{self.name}`: `{field}` must be callable, found {value!r}.")
         if not isinstance(self.implementations, Mapping):
             raise TypeError(

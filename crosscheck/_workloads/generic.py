@@ -1,55 +1,24 @@
-"""A user's ``Workload`` as the engine runs it: the scipy oracle of its float64 loss, and each candidate's
-rounding *measured* by a re-run in the other precision.
-
-The tolerance of an entry is a sum of named terms (see README, "Your own workload"):
-
-- ``rounding``: the candidate's own rounding, *measured*: the same backend re-run on the same values in
-  the other precision. For a float32 case, ``|g32 - g64|``; for a float64 case, ``|g32 - g64|`` scaled
-  by ``2**-29`` (rounding error is, to first order, proportional to the unit roundoff). Smoothed by the
-  difference's RMS over the parameter (one re-run is one sample of the rounding), times ``SAFETY``.
-- ``reference``: the oracle's error bar (or, for another backend as reference, its rounding term).
-- ``floor``: ``FLOOR_ULPS`` unit roundoffs of the parameter's largest reference entry.
-- ``slack``: the user's ``atol + rtol * |reference|``.
-"""
+"""A user's ``Workload`` as the engine runs it: its backends, its point, and its judge
+(``generic_judge``: the oracle of float64 losses, entry by entry or along directions, against each
+candidate's gradient with its rounding *measured* by a re-run in the other precision)."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
-from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
 from crosscheck._registry import ORACLE, import_adapter, install_hint, load_backend, plugin_entry_points
 from crosscheck._workloads.base import Workload
-from crosscheck._workloads.protocol import Options, Point, Reference
+from crosscheck._workloads.protocol import Options, Point
 
-#: Multiple of the measured rounding difference (plus its RMS over the parameter) an entry may differ by.
-SAFETY = 8.0
-#: The floor: this many unit roundoffs of the parameter's largest reference entry.
-FLOOR_ULPS = 8.0
 #: float64 copies of a workload's arrays alive at once (see ``GenericWorkload.memory``).
 MEMORY_ARRAYS = 24
-#: Without a re-run in the other precision: this many unit roundoffs of |reference| + its RMS.
-FALLBACK_ULPS = 1024.0
-UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53}
-OTHER_DTYPE = {"float32": "float64", "float64": "float32"}
 #: Prefixes of implementation names crosscheck differentiates itself: prefix -> (module, class).
 FRAMEWORKS = {
     "jax": ("workload_jax", "JaxWorkloadBackend", install_hint("jax")),
     "torch": ("workload_torch", "TorchWorkloadBackend", install_hint("torch")),
-}
-TERM_HELP = {
-    "rounding": (
-        f"the candidate's own rounding, measured: {SAFETY:g} x (|its gradient - its re-run in the other "
-        "precision| (x 2**-29 for float64) + that difference's RMS over the parameter)"
-    ),
-    "reference": "the reference's own error (the oracle's finite-difference error bar, or its rounding)",
-    "floor": f"{FLOOR_ULPS:g} unit roundoffs of the parameter's largest reference entry",
-    "slack": "user slack: atol + rtol * |reference|",
 }
 #: Options of ``crosscheck.run`` that only the stack has, with their defaults.
 STACK_ONLY = {
@@ -60,8 +29,6 @@ STACK_ONLY = {
     "dim": 16,
     "init": "gaussian",
     "scale": 1.0,
-    "oracle_mode": "auto",
-    "directions": 4,
     "explain": False,
     "quantity": "grad",
 }
@@ -162,55 +129,3 @@ def _framework_backend(name: str, loss: Any) -> Any:
         )
     module_name, class_name, install = FRAMEWORKS[prefix]
     return getattr(import_adapter(module_name, name, install), class_name)(name, loss)
-
-
-def rms(values: np.ndarray) -> float:
-    return math.sqrt(float(np.mean(np.square(values)))) if np.size(values) else 0.0
-
-
-@dataclasses.dataclass(frozen=True)
-class Answer:
-    """The reference of a workload, per parameter: value, error bar, and what cannot be judged."""
-
-    value: dict[str, np.ndarray]
-    error: dict[str, np.ndarray]
-    kinks: dict[str, Kinks]
-
-
-def compare_parameters(
-    value: dict[str, np.ndarray],
-    rounding: dict[str, np.ndarray],
-    name: str,
-    reference: Reference,
-    *,
-    workload: Workload,
-    dtype: str,
-    options: Options,
-) -> list[Comparison]:
-    """One comparison per parameter of ``workload`` (a missing parameter is an invalid one)."""
-    answer: Answer = reference.data
-    out = []
-    u = UNIT_ROUNDOFF[dtype]
-    for k, shape in workload.parameters.items():
-        if k not in value:
-            message = (
-                f"parameter `{k}`: missing from the gradients `{name}` returned "
-                f"(it returned: {', '.join(value) or 'nothing'})"
-            )
-            out.append(Comparison(backend=name, reference=reference.name, parameter=k, passed=False,
-                                  status="invalid", total=math.prod(shape), message=message))  # fmt: skip
-            continue
-        ref_value = answer.value[k]
-        floor = np.asarray(FLOOR_ULPS * u * float(np.max(np.abs(ref_value), initial=0.0)))
-        terms = {
-            "rounding": rounding[k],
-            "reference": answer.error[k],
-            "floor": floor,
-            "slack": np.broadcast_to(options.slack(ref_value), shape),
-        }
-        found = compare(value[k], ref_value, Tolerance(terms), backend=name, reference_name=reference.name,
-                        dtype=dtype, kinks=answer.kinks[k], strict=options.strict, parameter=k,
-                        term_help=TERM_HELP)  # fmt: skip
-        arrays = {**found.arrays, "rounding": {k: rounding[k] + floor}}
-        out.append(dataclasses.replace(found, arrays=arrays))
-    return out

@@ -1,29 +1,40 @@
-"""The gradient judge of a user's ``Workload`` (see ``generic`` for the tolerance's terms)."""
+"""The gradient judge of a user's ``Workload``: two questions, kept apart.
+
+- *Is each implementation's derivative right?* Its gradient against finite differences of its own
+  float64 loss (``question="derivative"``).
+- *Do the implementations compute the same function?* Each gradient against the differences of the
+  workload's NumPy reference when it has one, else of the first implementation's own loss; and the
+  float64 losses at the point against each other (``question="same function"``).
+
+The oracle (``model_oracle``) differences entry by entry or along random directions (``Plan``); the
+report's ``oracle`` section (``verdict``) says which question failed, what was covered how, and names
+the empty check and the parameters whose gradient is zero everywhere.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Callable
+import time
 from typing import Any
 
 import numpy as np
 
 from crosscheck._compare.compare import Comparison, Kinks
-from crosscheck._errors import describe, reraise_user_interrupt
 from crosscheck._workloads.base import Workload, as_dtype
-from crosscheck._workloads.generic import (
-    FALLBACK_ULPS,
-    OTHER_DTYPE,
-    SAFETY,
-    UNIT_ROUNDOFF,
-    Answer,
-    WorkloadOracle,
-    compare_parameters,
-    rms,
+from crosscheck._workloads.generic import WorkloadOracle
+from crosscheck._workloads.model_compare import Answer, Context, entries
+from crosscheck._workloads.model_oracle import (
+    Differences,
+    Function,
+    Skip,
+    difference,
+    numpy_function,
+    own_loss,
+    plan,
 )
-from crosscheck._workloads.oracle import WorkloadEstimate, estimate
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
+from crosscheck._workloads.rounding import OTHER_DTYPE, Rounding, measure
+from crosscheck._workloads.verdict import Record, against_oracle, summarize
 
 
 class GenericJudge:
@@ -34,9 +45,15 @@ class GenericJudge:
     def __init__(self, workload: Workload, point: Point, options: Options) -> None:
         self.workload, self.point, self.options = workload, point, options
         self.dtype = point.dtype
-        self.loss, source = _oracle_function(workload, point.params, point.inputs)
-        point.case["oracle_differentiates"] = source
+        self.numpy = numpy_function(workload, point)
+        self.plan = plan(options.oracle_mode, point.params, options.directions)
+        point.case["oracle_differentiates"] = _differentiates(workload, self.numpy)
+        self.shapes = {k: v.shape for k, v in point.params.items()}
         self.notes: dict[str, dict[str, Any]] = {}
+        self.records: dict[str, Record] = {}
+        self.anchor: Differences | None = None
+        self.oracle = False  # whether the reference is the oracle (else a backend)
+        self.reference_gradient: dict[str, np.ndarray] | None = None
 
     def evaluate(self, backend: Any, call: Call) -> Any:
         return self._grad(backend, call, self.point.params, self.point.inputs)
@@ -45,138 +62,126 @@ class GenericJudge:
         # Fresh dicts: a backend that adds or drops keys changes nothing the next one sees.
         return call(backend.grad, dict(params), dict(inputs), convert="arrays")
 
+    def progress(self, description: str, done: int, total: int) -> None:
+        if self.options.progress is not None:
+            self.options.progress(description, done, total)
+
+    # -- the reference ---------------------------------------------------------------------------------
+
     def reference(self, backend: Any, call: Call) -> Any:
-        if isinstance(backend, WorkloadOracle):
-            params = {k: v.astype(np.float64) for k, v in self.point.params.items()}
-            out = call(estimate, self.loss, params)
-            if out.error:
-                return dataclasses.replace(out, error=f"finite differences of the loss failed: {out.error}")
-            notes = {
-                "evaluations": out.value.evaluations,
-                "differentiates": self.point.case["oracle_differentiates"],
-            }
-            return dataclasses.replace(
-                out, value=Reference(out.value.value, "float64", notes, _answer(out.value))
-            )
+        if not isinstance(backend, WorkloadOracle):
+            return self._backend_reference(backend, call)
+        self.oracle = True
+        notes: dict[str, Any] = {
+            "mode": self.plan.mode,
+            "differentiates": self.point.case["oracle_differentiates"],
+        }
+        start = time.perf_counter()
+        value = None
+        if self.numpy is not None:
+            found = difference(self.numpy, self.point, self.plan, call, self.progress)
+            if isinstance(found, str):
+                return call.failure(f"finite differences of the loss failed: {found}")
+            self.anchor = found
+            notes["evaluations"] = found.evaluations
+            value = found.entries.value if found.entries is not None else None
+        reference = Reference(value, "float64", notes, self.anchor)
+        return dataclasses.replace(call.failure(""), value=reference, error=None,
+                                   seconds=time.perf_counter() - start)  # fmt: skip
+
+    def _backend_reference(self, backend: Any, call: Call) -> Any:
         out = self.evaluate(backend, call)
         if out.error:
             return out
         value = out.value
         problems = [
             k
-            for k in self.point.params
-            if k not in value
-            or value[k].shape != self.point.params[k].shape
-            or not np.all(np.isfinite(value[k]))
+            for k in self.shapes
+            if k not in value or value[k].shape != self.shapes[k] or not np.all(np.isfinite(value[k]))
         ]
         if problems:
             error = f"reference gradient of `{problems[0]}` is missing, of the wrong shape or not finite"
             return dataclasses.replace(out, value=None, error=error)
-        rounding, how = self.rounding(backend, value, call)
-        ref_value = {k: np.asarray(value[k], dtype=np.float64) for k in self.point.params}
-        kinks = {k: Kinks.none(v.shape) for k, v in self.point.params.items()}
-        reference = Reference(
-            ref_value, _dtypes(value), {"rounding": how}, Answer(ref_value, rounding, kinks)
-        )
+        rounding = self.rounding(backend, value, "the reference", call)
+        ref_value = {k: np.asarray(value[k], dtype=np.float64) for k in self.shapes}
+        self.reference_gradient = ref_value
+        kinks = {k: Kinks.none(s) for k, s in self.shapes.items()}
+        answer = Answer(ref_value, rounding.term, kinks)
+        reference = Reference(ref_value, _dtypes(value), {"rounding": rounding.how}, answer)
         return dataclasses.replace(out, value=reference)
+
+    # -- a candidate -----------------------------------------------------------------------------------
 
     def compare(
         self, backend: Any, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
     ) -> list[Comparison]:
-        rounding, how = self.rounding(backend, value, call)
-        self.notes[name] = {"rounding": how}
-        return compare_parameters(
-            value, rounding, name, reference, workload=self.workload, dtype=self.dtype, options=self.options
-        )
+        rounding = self.rounding(backend, value, name, call)
+        self.notes[name] = {"rounding": rounding.how}
+        record = Record(name, value, rounding)
+        self.records[name] = record
+        if not self.oracle:
+            ctx = self._context(name, reference.name, "same function", f"`{reference.name}`'s gradient")
+            found, zeros = entries(ctx, value, rounding, reference.data, {})
+            record.add(found, zeros)
+            return record.finish(found)
+        own = self._own(backend, name, call)
+        record.own = own
+        if self.anchor is None and isinstance(own, Differences):
+            self.anchor = own
+        if self.anchor is None:
+            return record.nothing(self.shapes, reference.name, _why_nothing(own))
+        anchor_is_own = self.anchor is own
+        question = "derivative" if anchor_is_own else "same function"
+        found = against_oracle(self, record, self.anchor, question, reference.name, call)
+        if isinstance(own, Differences) and not anchor_is_own:
+            found += against_oracle(self, record, own, "derivative", reference.name, call)
+        record.loss_check(self.anchor.function, own)
+        return record.finish(found)
 
-    def rounding(self, backend: Any, value: dict[str, np.ndarray], call: Call) -> tuple[dict, str]:
-        """The ``rounding`` term of every parameter, and how it was obtained (see ``generic``)."""
+    def _own(self, backend: Any, name: str, call: Call) -> Differences | Skip:
+        """Differences of ``name``'s own float64 loss, or why there are none."""
+        if self.workload.surrogate is not None:
+            return Skip(
+                "the workload has a surrogate: its implementations' gradients are not derivatives of their "
+                "losses, so their own losses are not differenced"
+            )
+        function = own_loss(backend, name, self.point, call)
+        if isinstance(function, Skip):
+            return function
+        found = difference(function, self.point, self.plan, call, self.progress)
+        if isinstance(found, str):
+            return Skip(f"finite differences of `{name}`'s own loss failed: {found}", failure=True)
+        return found
+
+    def context(self, name: str, reference: str, question: str, function: Function) -> Context:
+        return self._context(name, reference, question, f"differences of {function.label}")
+
+    def _context(self, name: str, reference: str, question: str, against: str) -> Context:
+        return Context(name, reference, question, against, self.dtype, self.options, self.shapes)
+
+    def rounding(self, backend: Any, value: dict[str, np.ndarray], name: str, call: Call) -> Rounding:
+        """The ``rounding`` term of every parameter, and how it was obtained (``rounding.measure``)."""
         other = OTHER_DTYPE[self.dtype]
         params, inputs = as_dtype(self.point.params, other), as_dtype(self.point.inputs, other)
         again = self._grad(backend, call, params, inputs).value
-        usable = again is not None and all(
-            k in again and again[k].shape == v.shape and again[k].dtype.name == other and k in value
-            for k, v in self.point.params.items()
-        )
-        scale = 1.0 if self.dtype == "float32" else UNIT_ROUNDOFF["float64"] / UNIT_ROUNDOFF["float32"]
-        out = {}
-        for k in self.point.params:
-            if usable:
-                with np.errstate(invalid="ignore"):
-                    d = scale * np.abs(np.asarray(value[k], np.float64) - again[k].astype(np.float64))
-            else:
-                mine = np.abs(np.asarray(value.get(k, 0.0), np.float64))
-                d = (
-                    FALLBACK_ULPS
-                    * UNIT_ROUNDOFF[self.dtype]
-                    * np.broadcast_to(mine, self.point.params[k].shape)
-                )
-            d = np.nan_to_num(d, nan=0.0, posinf=0.0)
-            out[k] = SAFETY * (d + rms(d))
-        how = (
-            f"measured: re-run in {other}"
-            if usable
-            else f"no usable re-run in {other}: {FALLBACK_ULPS:g} unit roundoffs of |gradient| + RMS"
-        )
-        return out, how
+        return measure(value, again, shapes=self.shapes, dtype=self.dtype, name=name)
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
-        return {"quantity": "grad"}
+        return {"quantity": "grad", "oracle": summarize(self, reference)}
 
 
 def _dtypes(value: dict[str, np.ndarray]) -> str | None:
     return ",".join(sorted({v.dtype.name for v in value.values()})) or None
 
 
-def _answer(est: WorkloadEstimate) -> Answer:
-    kinks = {}
-    for k, unjudgeable in est.unjudgeable.items():
-        none = Kinks.none(unjudgeable.shape)
-        kinks[k] = dataclasses.replace(none, unjudgeable=unjudgeable, reason=est.reason[k])
-    return Answer(est.value, est.error, kinks)
+def _differentiates(workload: Workload, function: Function | None) -> str:
+    if function is None:
+        return "each implementation's own float64 loss (the workload has no NumPy reference)"
+    if workload.surrogate is not None:
+        return "surrogate (built at the base point: the gradient the implementations compute)"
+    return "reference"
 
 
-def _oracle_function(workload: Workload, params: dict, inputs: dict) -> tuple[Callable, str]:
-    """The float64 function the oracle differentiates, and which it is (``reference`` or ``surrogate``)."""
-    p64, i64 = as_dtype(params, "float64"), as_dtype(inputs, "float64")
-    _finite_loss(workload, "reference", lambda: workload.reference(dict(p64), i64))
-    if workload.surrogate is None:
-        return (lambda p: workload.reference(p, i64)), "reference"
-    try:
-        built = workload.surrogate({k: v.copy() for k, v in p64.items()}, i64)
-    except BaseException as exc:
-        reraise_user_interrupt(exc)
-        raise ValueError(
-            f"workload `{workload.name}`: `surrogate(params, inputs)` raised {describe(exc)}"
-        ) from exc
-    if not callable(built):
-        raise ValueError(
-            f"workload `{workload.name}`: `surrogate(params, inputs)` must return a function of the "
-            f"parameters, found {type(built).__name__}."
-        )
-    _finite_loss(workload, "surrogate", lambda: built(dict(p64)))
-    return built, "surrogate (built at the base point: the gradient the implementations compute)"
-
-
-def _finite_loss(workload: Workload, what: str, call: Callable[[], Any]) -> float:
-    """The user's loss at the case's point, which must be a finite float (else a ``ValueError``)."""
-    try:
-        value = call()
-    except BaseException as exc:  # the workload's own code: its sys.exit is a bad workload, not the end
-        reraise_user_interrupt(exc)
-        raise ValueError(
-            f"workload `{workload.name}`: the `{what}` loss raised at the case's point: {describe(exc)}"
-        ) from exc
-    try:
-        number = float(value)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(
-            f"workload `{workload.name}`: the `{what}` loss must return a float, found "
-            f"{type(value).__name__} {value!r:.60}."
-        ) from exc
-    if not math.isfinite(number):
-        raise ValueError(
-            f"workload `{workload.name}`: the `{what}` loss must be finite at the case's point, "
-            f"found {number}."
-        )
-    return number
+def _why_nothing(own: Differences | Skip) -> str:
+    reason = own.reason if isinstance(own, Skip) else ""
+    return f"nothing to difference: the workload has no NumPy reference and {reason}"

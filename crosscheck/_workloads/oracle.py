@@ -1,36 +1,55 @@
-"""The workload oracle: finite differences of a NumPy float64 loss, with an error bar on every entry.
+"""The workload oracle, entry by entry: finite differences of a float64 loss, with an error bar on every
+entry.
 
-It only evaluates the loss (the workload's ``reference``, or its ``surrogate``), never an autodiff
-system. Each entry is differentiated by ``scipy.differentiate.derivative`` (an order-8 central stencil,
-the step halved each iteration until two successive estimates agree to ~1e-8), whose ``error`` is the
-difference between the last two estimates. The error bar adds the rounding of the stencil.
+It only evaluates a loss (the workload's NumPy ``reference``, its ``surrogate``, or an implementation's
+own loss evaluated in float64 without autodiff), never an autodiff system. Each entry is differentiated
+by ``scipy.differentiate.derivative`` (an order-8 central stencil, the step halved each iteration until
+two successive estimates agree to ~1e-8), whose ``error`` is the difference between the last two
+estimates. The error bar adds the rounding of the stencil.
 
 A central difference cannot see a kink at (or very near) the point: it converges, with a small error
 estimate, to the average of the two slopes. So every entry is also differentiated one-sidedly, forward
 and backward; where the two disagree beyond their own error bars, the gap is added to the error bar (so
 it covers either side's slope, whichever convention a backend uses). An entry whose error bar is large
-compared with the gradient (a kink, a discontinuity, a loss that is not finite nearby) is reported as
-unjudgeable, never silently passed.
+compared with the *model's* gradient scale (a kink, a discontinuity, a loss that is not finite nearby)
+is reported as unjudgeable, never silently passed. The model's scale, not the parameter's own: a
+parameter whose gradient is zero by construction (a bias the softmax cannot see) has an error bar of
+rounding size around zero, and is judged against zero.
+
+About 35 evaluations per entry for a smooth loss (11 to 13 per differentiation, three of them).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 #: Safety factor on SciPy's error estimate (the difference of the last two estimates).
-ESTIMATE_SAFETY = 2.0
+ESTIMATE_SAFETY = 4.0
 #: The stencil's rounding: this many float64 unit roundoffs of |loss| per unit of the final step.
-STENCIL_ROUNDING = 32.0
-#: An entry is unjudgeable when its error bar exceeds this fraction of |gradient entry| + the
-#: parameter's RMS gradient: a relative error of 1e-4 could otherwise hide under it.
+STENCIL_ROUNDING = 128.0
+#: An entry is unjudgeable when its error bar exceeds this fraction of |gradient entry| + the model's
+#: RMS gradient: a relative error of 1e-4 could otherwise hide under it.
 UNJUDGEABLE_FRACTION = 1e-4
-#: The first step, as a fraction of the parameter's RMS (1 for an all-zero parameter).
+#: The first step, as a fraction of the parameter's RMS (of every parameter's for an all-zero one).
 INITIAL_STEP = 0.25
+#: Loss evaluations per entry of a smooth loss (three differentiations of 11 to 13): the cost model.
+EVALUATIONS_PER_ENTRY = 36
 EPS64 = float(np.finfo(np.float64).eps)
+
+#: Runs one batch of evaluations: ``guard(thunk) -> thunk()``; the judge's guard goes through the
+#: engine's guarded call and raises ``OracleFailed`` with the reason when the batch failed.
+Guard = Callable[[Callable[[], Any]], Any]
+#: ``progress(evaluations done, evaluations expected)``.
+Tick = Callable[[int, int], None]
+
+
+class OracleFailed(Exception):
+    """A batch of loss evaluations failed (the loss raised, wrote to its inputs, ...): the reason."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +62,7 @@ class WorkloadEstimate:
         unjudgeable: True where the error bar is too large to judge the entry.
         reason: why an entry is unjudgeable ("" where judgeable).
         evaluations: how many times the loss was evaluated.
+        scale: the gradient scale the unjudgeable rule used (the model's RMS gradient).
     """
 
     value: dict[str, np.ndarray]
@@ -50,63 +70,156 @@ class WorkloadEstimate:
     unjudgeable: dict[str, np.ndarray]
     reason: dict[str, np.ndarray]
     evaluations: int
+    scale: float = 0.0
 
 
-def estimate(
-    loss: Callable[[dict[str, np.ndarray]], float], params: dict[str, np.ndarray]
-) -> WorkloadEstimate:
-    """Differentiate ``loss(params) -> float`` with respect to every entry of every parameter.
+def _direct(thunk: Callable[[], Any]) -> Any:
+    return thunk()
 
-    Args:
-        loss: a NumPy float64 function of the parameters dict; it must not modify its argument.
-        params: the point, as arrays (converted to float64 copies).
+
+def base_steps(params: dict[str, np.ndarray]) -> dict[str, float]:
+    """Each parameter's scale for a first step: its RMS, else every parameter's RMS, else 1."""
+    rms = {k: math.sqrt(float(np.mean(np.square(v)))) if v.size else 0.0 for k, v in params.items()}
+    sizes = sum(v.size for v in params.values())
+    overall = math.sqrt(sum(float(np.sum(np.square(v))) for v in params.values()) / max(sizes, 1))
+    return {k: r if r > 0 else (overall if overall > 0 else 1.0) for k, r in rms.items()}
+
+
+def read_only(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Views the loss cannot write to (the oracle edits the arrays underneath between evaluations)."""
+    out = {}
+    for k, v in arrays.items():
+        view = v.view()
+        view.flags.writeable = False
+        out[k] = view
+    return out
+
+
+def evaluate_one(loss: Callable[[dict[str, np.ndarray]], Any], arrays: dict[str, np.ndarray]) -> float:
+    """``float(loss(arrays))``; NaN where the loss is not defined (an arithmetic or domain error)."""
+    try:
+        return float(loss(arrays))
+    except ValueError as exc:
+        if "read-only" in str(exc):  # it wrote to its inputs: a failure, not a point off the domain
+            raise
+        return math.nan
+    except ArithmeticError:
+        return math.nan
+
+
+class Evaluator:
+    """Evaluations of ``loss`` at points near ``base``, in batches through ``guard``, counted.
+
+    The loss sees read-only views of private float64 arrays, which ``batch`` edits for each point.
     """
-    from scipy.differentiate import derivative
 
-    base = {k: np.array(v, dtype=np.float64) for k, v in params.items()}
-    names = list(base)
-    flat = np.concatenate([base[k].ravel() for k in names]) if names else np.zeros(0)
-    owner = np.concatenate([np.full(base[k].size, i) for i, k in enumerate(names)])
-    offsets = np.cumsum([0] + [base[k].size for k in names])
-    rms = np.array([math.sqrt(float(np.mean(base[k] ** 2))) for k in names])
-    h0 = INITIAL_STEP * np.where(rms > 0, rms, 1.0)[owner]
-    work = {k: v.copy() for k, v in base.items()}
-    count = [0]
+    def __init__(self, loss, base: dict[str, np.ndarray], *, guard: Guard, progress: Tick | None,
+                 expected: int) -> None:  # fmt: skip
+        self.loss, self.base, self.guard, self.progress = loss, base, guard, progress
+        self.work = {k: v.copy() for k, v in base.items()}
+        self.views = read_only(self.work)
+        self.expected, self.count = expected, 0
 
-    def evaluate(xi: np.ndarray, index: np.ndarray) -> np.ndarray:
-        out = np.empty(xi.shape)
-        index = np.broadcast_to(index, xi.shape)  # SciPy passes it broadcastable, maybe as floats
-        for pos in np.ndindex(xi.shape):
-            i = int(index[pos])
-            array = work[names[owner[i]]].reshape(-1)  # a view: edits reach ``work``
-            local = i - offsets[owner[i]]
-            array[local] = xi[pos]
-            try:
-                out[pos] = float(loss(work))
-            except (ArithmeticError, ValueError):
-                out[pos] = np.nan
-            array[local] = flat[i]
-            count[0] += 1
+    def at_base(self) -> float:
+        self.count += 1
+        return float(self.guard(lambda: evaluate_one(self.loss, self.views)))
+
+    def batch(self, shape: tuple[int, ...], perturb: Callable[[tuple[int, ...]], Callable[[], None]]):
+        """The loss at every point ``pos`` of ``shape``: ``perturb(pos)`` edits ``work`` and returns
+        what puts it back."""
+
+        def run() -> np.ndarray:
+            out = np.empty(shape)
+            for pos in np.ndindex(shape):
+                restore = perturb(pos)
+                try:
+                    out[pos] = evaluate_one(self.loss, self.views)
+                finally:
+                    restore()
+            return out
+
+        out = self.guard(run)
+        self.count += int(np.prod(shape))
+        if self.progress is not None:
+            self.progress(min(self.count, self.expected), self.expected)
         return out
 
-    loss0 = abs(float(loss(work)))
-    index = np.arange(flat.size)
+
+def differentiate(evaluate, x0: np.ndarray, h0, args: tuple, loss0: float, noise: float = 0.0):
+    """Central, forward and backward ``scipy.differentiate.derivative`` of ``evaluate`` at ``x0``:
+    ``(value, error bar, kink)``, the one-sided gap added to the error bar where they disagree.
+
+    ``noise`` is the rounding of one evaluation when it is known to exceed ``EPS64 * |loss0|`` (a sum
+    with cancellation: its rounding scales with its terms, not with its value)."""
+    from scipy.differentiate import derivative
+
     found = {}
     with np.errstate(all="ignore"):
-        for direction in (0, 1, -1):
-            res = derivative(evaluate, flat, args=(index,), initial_step=h0, step_direction=direction)
+        for side in (0, 1, -1):
+            res = derivative(evaluate, x0, args=args, initial_step=h0, step_direction=side)
             h_final = h0 * 2.0 ** -np.maximum(res.nit, 1)
-            rounding = STENCIL_ROUNDING * EPS64 * loss0 / h_final
-            found[direction] = (res.df, ESTIMATE_SAFETY * np.nan_to_num(res.error, nan=np.inf) + rounding)
-    (value, error), (forward, e_fwd), (backward, e_bwd) = found[0], found[1], found[-1]
-    with np.errstate(invalid="ignore"):
+            level = max(EPS64 * float(np.nan_to_num(abs(loss0), nan=0.0)), noise)
+            rounding = STENCIL_ROUNDING * level / h_final
+            found[side] = (res.df, ESTIMATE_SAFETY * np.nan_to_num(res.error, nan=np.inf) + rounding)
+        (value, error), (forward, e_fwd), (backward, e_bwd) = found[0], found[1], found[-1]
         gap = np.abs(forward - backward)
         kink = ~(gap <= e_fwd + e_bwd)
     error = error + np.where(kink, np.nan_to_num(gap, nan=np.inf), 0.0)
-    return _split(names, base, offsets, np.asarray(value, np.float64), error, kink, count[0])
+    return np.asarray(value, np.float64), error, kink
 
 
-def _split(names, base, offsets, value, error, kink, evaluations) -> WorkloadEstimate:
+def estimate(
+    loss: Callable[[dict[str, np.ndarray]], Any],
+    params: dict[str, np.ndarray],
+    *,
+    names: Sequence[str] | None = None,
+    guard: Guard = _direct,
+    progress: Tick | None = None,
+    scale: float | None = None,
+    noise: float = 0.0,
+) -> WorkloadEstimate:
+    """Differentiate ``loss(params) -> float`` with respect to every entry of ``names`` (default: all).
+
+    Args:
+        loss: a float64 function of the parameters dict; it receives read-only arrays.
+        params: the point, as arrays (converted to float64 copies).
+        names: the parameters to differentiate (the others stay at the point).
+        guard: runs each batch of evaluations (the judge's guarded call).
+        progress: called with (evaluations done, evaluations expected).
+        scale: the model's gradient scale for the unjudgeable rule (default: the RMS of this estimate).
+        noise: the measured rounding of one evaluation of the loss (0: ``EPS64 * |loss|`` only).
+    """
+    base = {k: np.array(v, dtype=np.float64) for k, v in params.items()}
+    chosen = list(base) if names is None else list(names)
+    flat = np.concatenate([base[k].ravel() for k in chosen]) if chosen else np.zeros(0)
+    owner = np.concatenate([np.full(base[k].size, i) for i, k in enumerate(chosen)]).astype(int)
+    offsets = np.cumsum([0] + [base[k].size for k in chosen])
+    steps = base_steps(base)
+    h0 = INITIAL_STEP * np.array([steps[k] for k in chosen])[owner]
+    evaluator = Evaluator(loss, base, guard=guard, progress=progress,
+                          expected=EVALUATIONS_PER_ENTRY * flat.size)  # fmt: skip
+
+    def evaluate(xi: np.ndarray, index: np.ndarray) -> np.ndarray:
+        index = np.broadcast_to(index, xi.shape)  # SciPy passes it broadcastable, maybe as floats
+
+        def perturb(pos: tuple[int, ...]) -> Callable[[], None]:
+            i = int(index[pos])
+            array = evaluator.work[chosen[owner[i]]].reshape(-1)  # a view: edits reach ``work``
+            local = i - offsets[owner[i]]
+            array[local] = xi[pos]
+            return lambda: array.__setitem__(local, flat[i])
+
+        return evaluator.batch(xi.shape, perturb)
+
+    loss0 = evaluator.at_base()
+    value, error, kink = differentiate(evaluate, flat, h0, (np.arange(flat.size),), loss0, noise)
+    if scale is None:
+        finite = value[np.isfinite(value)]
+        scale = math.sqrt(float(np.mean(finite**2))) if finite.size else 0.0
+    return _split(chosen, base, offsets, value, error, kink, evaluator.count, scale)
+
+
+def _split(names, base, offsets, value, error, kink, evaluations, scale) -> WorkloadEstimate:
     out: dict[str, dict[str, np.ndarray]] = {"value": {}, "error": {}, "unjudgeable": {}, "reason": {}}
     for i, name in enumerate(names):
         shape = base[name].shape
@@ -114,19 +227,22 @@ def _split(names, base, offsets, value, error, kink, evaluations) -> WorkloadEst
         e = error[offsets[i] : offsets[i + 1]].reshape(shape)
         sided = kink[offsets[i] : offsets[i + 1]].reshape(shape)
         finite = np.isfinite(v)
-        scale = math.sqrt(float(np.mean(np.where(finite, v, 0.0) ** 2)))
         loose = ~finite | ~(e <= UNJUDGEABLE_FRACTION * (np.abs(np.nan_to_num(v)) + scale))
-        reason = np.where(
-            ~finite,
-            "the loss is not finite near the point",
-            np.where(
-                loose & sided,
-                "a kink: the one-sided derivatives differ",
-                np.where(loose, "finite differences do not converge", ""),
-            ),
-        ).astype(object)
         out["value"][name] = np.where(finite, v, 0.0)
         out["error"][name] = np.where(finite, e, np.inf)
         out["unjudgeable"][name] = loose
-        out["reason"][name] = reason
-    return WorkloadEstimate(**out, evaluations=int(evaluations))
+        out["reason"][name] = reasons(finite, loose, sided)
+    return WorkloadEstimate(**out, evaluations=int(evaluations), scale=float(scale))
+
+
+def reasons(finite: np.ndarray, loose: np.ndarray, sided: np.ndarray) -> np.ndarray:
+    """Why each entry is unjudgeable ("" where it is judgeable), as an object array."""
+    return np.where(
+        ~finite,
+        "the loss is not finite near the point",
+        np.where(
+            loose & sided,
+            "a kink: the one-sided derivatives differ",
+            np.where(loose, "finite differences do not converge", ""),
+        ),
+    ).astype(object)

@@ -154,11 +154,14 @@ def _workload(prepared: Prepared) -> Workload:
     def reference(params: dict, inputs: dict) -> float:
         import torch
 
+        def tensor(v: Any) -> Any:  # the oracle passes read-only inputs, which torch will not wrap
+            return torch.as_tensor(v if getattr(v, "flags", None) is None or v.flags.writeable else v.copy())
+
         with torch.no_grad():
             return float(
                 torch_loss(
-                    {k: torch.as_tensor(v) for k, v in params.items()},
-                    {k: torch.as_tensor(v) for k, v in inputs.items()},
+                    {k: tensor(v) for k, v in params.items()},
+                    {k: tensor(v) for k, v in inputs.items()},
                 )
             )
 

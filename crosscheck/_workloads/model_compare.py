@@ -1,0 +1,216 @@
+"""A candidate's gradient against one answer of the oracle (or a reference backend), per parameter.
+
+The tolerance of an entry is a sum of named terms (see ``docs/explanations/model-oracle.md``):
+
+- ``rounding``: the candidate's own rounding, measured (``rounding.measure``);
+- ``reference``: the oracle's error bar (or, for another backend as reference, its rounding term);
+- ``floor``: ``FLOOR_ULPS`` unit roundoffs of the parameter's largest reference entry;
+- ``slack``: the user's ``atol + rtol * |reference|``.
+
+Along a direction ``v`` (screening) each term is projected: the measured rounding as
+``SAFETY * (|delta . v| + |delta o v|_2)`` (its own signed projection plus its random-sign scale), the
+floor and a conservative rounding bound in quadrature, the slack as ``sum((atol + rtol |g|) |v|)``.
+
+Each comparison also says whether a gradient of zeros would have passed it (``zero_passes``): when that
+holds for every parameter, the check is empty (the loss's gradient is at rounding level).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
+from crosscheck._workloads.model_screen import (
+    Direction,
+    DirectionalEstimate,
+    project,
+    project_quadrature,
+)
+from crosscheck._workloads.protocol import Options
+from crosscheck._workloads.rounding import SAFETY, UNIT_ROUNDOFF, Rounding
+
+#: The floor: this many unit roundoffs of the parameter's largest reference entry.
+FLOOR_ULPS = 8.0
+TERM_HELP = {
+    "rounding": (
+        f"the candidate's own rounding, measured: {SAFETY:g} x (|its gradient - its re-run in the other "
+        "precision| (x 2**-29 for float64) + that difference's RMS over the parameter)"
+    ),
+    "reference": "the reference's own error (the oracle's finite-difference error bar, or its rounding)",
+    "floor": f"{FLOOR_ULPS:g} unit roundoffs of the parameter's largest reference entry",
+    "slack": "user slack: atol + rtol * |reference|",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    """What a candidate is compared with, per parameter: value, error bar, and what cannot be judged."""
+
+    value: dict[str, np.ndarray]
+    error: dict[str, np.ndarray]
+    kinks: dict[str, Kinks]
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """What every comparison of one candidate shares."""
+
+    name: str
+    reference: str
+    question: str
+    against: str
+    dtype: str
+    options: Options
+    shapes: Mapping[str, tuple[int, ...]]
+
+
+def missing(ctx: Context, k: str, value: dict) -> Comparison:
+    message = (
+        f"parameter `{k}`: missing from the gradients `{ctx.name}` returned "
+        f"(it returned: {', '.join(value) or 'nothing'})"
+    )
+    return Comparison(backend=ctx.name, reference=ctx.reference, parameter=k, passed=False, status="invalid",
+                      total=math.prod(ctx.shapes[k]), message=message, question=ctx.question,
+                      against=ctx.against)  # fmt: skip
+
+
+def entries(
+    ctx: Context, value: dict[str, np.ndarray], rounding: Rounding, answer: Answer, coverage: dict[str, str]
+) -> tuple[list[Comparison], dict[str, bool]]:
+    """One comparison per parameter, entry by entry, and whether zeros would pass each."""
+    out, zeros = [], {}
+    u = UNIT_ROUNDOFF[ctx.dtype]
+    for k, shape in ctx.shapes.items():
+        if k not in value:
+            out.append(missing(ctx, k, value))
+            continue
+        ref = answer.value[k]
+        floor = np.asarray(FLOOR_ULPS * u * float(np.max(np.abs(ref), initial=0.0)))
+        terms = {
+            "rounding": rounding.term[k],
+            "reference": answer.error[k],
+            "floor": floor,
+            "slack": np.broadcast_to(ctx.options.slack(ref), shape),
+        }
+        found = compare(value[k], ref, Tolerance(terms), backend=ctx.name, reference_name=ctx.reference,
+                        dtype=ctx.dtype, kinks=answer.kinks[k], strict=ctx.options.strict, parameter=k,
+                        term_help=TERM_HELP)  # fmt: skip
+        judged = ~answer.kinks[k].unjudgeable
+        bound = np.broadcast_to(rounding.term[k] + answer.error[k] + floor, shape)
+        zeros[k] = bool(np.all(np.abs(ref[judged]) <= bound[judged]))
+        arrays = {**found.arrays, "rounding": {k: rounding.term[k] + floor}}
+        found = dataclasses.replace(found, arrays=arrays, question=ctx.question, against=ctx.against)
+        if k in coverage:
+            message = f"{coverage[k]}\n{found.message}" if found.message else found.message
+            found = dataclasses.replace(found, coverage=coverage[k], message=message)
+        out.append(found)
+    return out, zeros
+
+
+def directions(
+    ctx: Context,
+    value: dict[str, np.ndarray],
+    rounding: Rounding,
+    est: DirectionalEstimate,
+    dirs: list[Direction],
+) -> tuple[dict[str, dict], dict[str, bool]]:
+    """Per parameter, the candidate along its directions: ``{k: row}`` and whether zeros would pass.
+
+    A row: ``index`` (the directions of ``k``), ``projected``, ``reference``, ``terms``, ``failing``.
+    """
+    projected = project({k: v for k, v in value.items() if k in ctx.shapes}, dirs)
+    terms = projected_terms(ctx, value, rounding, dirs)
+    terms["reference"] = est.error
+    tol = terms["rounding"] + terms["reference"] + terms["floor"] + terms["slack"]
+    bound = tol - terms["slack"]
+    rows, zeros = {}, {}
+    for k in ctx.shapes:
+        index = np.array([i for i, d in enumerate(dirs) if d.parameter == k], dtype=int)
+        judged = ~est.unjudgeable[index]
+        diff = np.abs(projected[index] - est.value[index])
+        failing = judged & ~(diff <= tol[index])
+        zeros[k] = bool(np.all(np.abs(est.value[index][judged]) <= bound[index][judged]))
+        rows[k] = {
+            "index": index,
+            "diff": diff,
+            "tol": tol[index],
+            "failing": failing,
+            "judged": judged,
+            "terms": {n: t[index] for n, t in terms.items()},
+            "projected": projected[index],
+        }
+    return rows, zeros
+
+
+def projected_terms(
+    ctx: Context, value: dict, rounding: Rounding, dirs: list[Direction]
+) -> dict[str, np.ndarray]:
+    """The tolerance's terms along every direction (``reference`` left to the caller: 0 here)."""
+    u = UNIT_ROUNDOFF[ctx.dtype]
+    if rounding.delta is not None:
+        signed = project(rounding.delta, dirs)
+        scale = project_quadrature(rounding.delta, dirs)
+        round_term = SAFETY * (np.abs(signed) + scale)
+    else:
+        round_term = project_quadrature(rounding.term, dirs)
+    floors = {k: FLOOR_ULPS * u * float(np.max(np.abs(value[k]), initial=0.0)) for k in ctx.shapes}
+    floor = project_quadrature({k: np.asarray(f) for k, f in floors.items()}, dirs)
+    slack = np.zeros(len(dirs))
+    if ctx.options.rtol is not None and ctx.options.atol is not None:
+        for i, d in enumerate(dirs):
+            per_entry = ctx.options.atol + ctx.options.rtol * np.abs(
+                np.asarray(value[d.parameter], np.float64)
+            )
+            slack[i] = d.step * float(np.sum(per_entry))
+    return {"rounding": round_term, "reference": np.zeros(len(dirs)), "floor": floor, "slack": slack}
+
+
+def screened(
+    ctx: Context,
+    k: str,
+    row: dict,
+    est: DirectionalEstimate,
+    value: np.ndarray,
+    coverage: str,
+    note: str = "",
+) -> Comparison:
+    """The comparison of parameter ``k`` along its directions only."""
+    n, failing, judged = len(row["index"]), row["failing"], row["judged"]
+    bad = int(np.count_nonzero(failing))
+    unjudgeable = int(n - np.count_nonzero(judged))
+    reasons = est.reason[row["index"]][~judged]
+    record: dict[str, Any] = {
+        "backend": ctx.name, "reference": ctx.reference, "parameter": k, "total": int(np.size(value)),
+        "mismatched": bad, "judged": 0, "unjudgeable": 0, "coverage": coverage, "question": ctx.question,
+        "against": ctx.against,
+        "unjudgeable_reasons": {str(r): int(c) for r, c in zip(*np.unique(reasons, return_counts=True),
+                                                               strict=True)} if unjudgeable else {},
+    }  # fmt: skip
+    if not np.any(judged):
+        message = f"{coverage}: every direction is unjudgeable: nothing was compared!"
+        return Comparison(passed=False, status="unjudgeable", message=message, **record)
+    ratio = np.where(row["diff"] == 0, 0.0, row["diff"] / row["tol"])
+    worst = int(np.argmax(np.where(judged, ratio, -1.0)))
+    terms = {name: float(t[worst]) for name, t in row["terms"].items()}
+    shown = " + ".join(f"{name} {v:.3g}" for name, v in terms.items())
+    verdict = f"{bad} of {n} directions disagree" if bad else "every direction agrees"
+    if unjudgeable:
+        verdict += f", {unjudgeable} unjudgeable"
+    message = (
+        f"{coverage}: {verdict}; worst direction {worst} of `{k}`: {ctx.name} {row['projected'][worst]:.9g} "
+        f"vs {ctx.reference} {est.value[row['index'][worst]]:.9g}, difference {ratio[worst]:.3g} x the "
+        f"tolerance {float(row['tol'][worst]):.3g} = {shown}; decided by {max(terms, key=lambda n: terms[n])}"
+    )
+    if bad and note:
+        message += f" ({note})"
+    passed = bad == 0
+    return Comparison(
+        passed=passed, status="ok" if passed else "mismatch", message=message,
+        worst_ratio=float(ratio[worst]), worst_terms=terms, decided_by=max(terms, key=lambda n: terms[n]),
+        tolerance_sources=dict(TERM_HELP), **record,
+    )  # fmt: skip

@@ -1,0 +1,257 @@
+"""What the workload oracle differences, and how: a float64 loss, entry by entry or along directions.
+
+A ``Function`` is a float64 function of the parameters: the workload's NumPy ``reference`` (or its
+``surrogate``), or an implementation's *own* loss, evaluated in float64 without autodiff (the adapter's
+``loss(params, inputs)``: PyTorch under ``torch.no_grad()``, JAX compiled but never differentiated).
+``difference`` runs the oracle on one (``oracle.estimate`` entry by entry, ``model_screen.directional``
+along random directions), each batch of evaluations through the engine's guarded call.
+
+An implementation's float64 loss is checked before it is differenced: it must come back as one float64
+number, finite, and differ from the float32 evaluation (a module pinned to float32 computes the same
+bits in both; its "float64" loss cannot be differenced).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from crosscheck._errors import describe, reraise_user_interrupt
+from crosscheck._workloads.base import Workload, as_dtype
+from crosscheck._workloads.model_screen import (
+    EVALUATIONS_PER_DIRECTION,
+    Direction,
+    DirectionalEstimate,
+    directional,
+)
+from crosscheck._workloads.oracle import (
+    EVALUATIONS_PER_ENTRY,
+    OracleFailed,
+    WorkloadEstimate,
+    estimate,
+    read_only,
+)
+from crosscheck._workloads.protocol import Call, Point, Progress
+from crosscheck._workloads.rounding import WIDEN
+
+#: ``auto`` differences entry by entry while that costs at most this many evaluations per function
+#: (512 entries), or no more than screening would.
+AUTO_EVALUATIONS = EVALUATIONS_PER_ENTRY * 512
+
+
+@dataclasses.dataclass(frozen=True)
+class Function:
+    """A float64 function of the parameters: ``fn(params) -> float``, ``label`` says which,
+    ``owner`` the implementation it belongs to (None: the workload's own), ``value`` at the point and
+    ``rounding`` an estimate of that value's float64 rounding (0 when not measured)."""
+
+    label: str
+    owner: str | None
+    fn: Callable[[dict[str, np.ndarray]], Any]
+    value: float
+    rounding: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Skip:
+    """Why an implementation's own loss is not differenced; ``failure`` when that fails the run."""
+
+    reason: str
+    failure: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How every function of the run is differenced: ``mode`` full or screen, and why."""
+
+    mode: str
+    why: str
+    directions: list[Direction]
+    per_parameter: int
+
+
+@dataclasses.dataclass
+class Differences:
+    """The oracle's answer for one function: entry by entry (``entries``) or along ``directions``;
+    ``localized`` holds entry-by-entry answers for tensors a direction sent there (screen mode)."""
+
+    function: Function
+    entries: WorkloadEstimate | None = None
+    directions: DirectionalEstimate | None = None
+    localized: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = dataclasses.field(
+        default_factory=dict
+    )
+    evaluations: int = 0
+    seconds: float = 0.0
+
+
+def plan(mode: str, params: dict[str, np.ndarray], per_parameter: int) -> Plan:
+    """``mode`` as asked (``auto`` picks by the number of loss evaluations each would cost)."""
+    entries = sum(int(v.size) for v in params.values())
+    full = EVALUATIONS_PER_ENTRY * entries
+    screen = EVALUATIONS_PER_DIRECTION * per_parameter * len(params)
+    if mode == "auto":
+        mode = "full" if full <= max(AUTO_EVALUATIONS, screen) else "screen"
+        why = f"auto: {entries} entries, ~{full} evaluations entry by entry vs ~{screen} along directions"
+    else:
+        why = f"--oracle-mode {mode}"
+    if mode not in ("full", "screen"):
+        raise ValueError(f"`oracle_mode` must be one of auto, full, screen; found {mode!r}.")
+    from crosscheck._workloads.model_screen import make_directions
+
+    directions = make_directions(params, per_parameter) if mode == "screen" else []
+    return Plan(mode, why, directions, per_parameter)
+
+
+def batch_guard(call: Call) -> Callable[[Callable[[], Any]], Any]:
+    """Each batch of evaluations through the engine's guarded call; a failure raises ``OracleFailed``."""
+
+    def guard(thunk: Callable[[], Any]) -> Any:
+        out = call(thunk)
+        if out.error:
+            raise OracleFailed(out.error)
+        return out.value
+
+    return guard
+
+
+def difference(
+    function: Function, point: Point, chosen: Plan, call: Call, progress: Progress | None
+) -> Differences | str:
+    """The oracle on ``function`` at the point (``chosen.mode``), or why it failed."""
+    params = as_dtype(point.params, "float64")
+    label = f"oracle: {function.label}"
+    tick = None if progress is None else (lambda done, total: progress(label, done, total))
+    start = time.perf_counter()
+    guard = batch_guard(call)
+    try:
+        if chosen.mode == "full":
+            est = estimate(function.fn, params, guard=guard, progress=tick, noise=function.rounding)
+            found = Differences(function, entries=est, evaluations=est.evaluations)
+        else:
+            along = directional(function.fn, params, chosen.directions, guard=guard, progress=tick,
+                                noise=function.rounding)  # fmt: skip
+            found = Differences(function, directions=along, evaluations=along.evaluations)
+    except OracleFailed as exc:
+        return str(exc)
+    found.seconds = time.perf_counter() - start
+    return found
+
+
+def localize(diffs: Differences, names: list[str], point: Point, call: Call, progress: Any) -> str | None:
+    """Entry-by-entry answers for ``names`` (screen mode), cached on ``diffs``; why not, if it failed."""
+    missing = [k for k in names if k not in diffs.localized]
+    if not missing:
+        return None
+    params = as_dtype(point.params, "float64")
+    label = f"oracle: {diffs.function.label}, entry by entry"
+    tick = None if progress is None else (lambda done, total: progress(label, done, total))
+    scale = diffs.directions.scale if diffs.directions is not None else None
+    start = time.perf_counter()
+    try:
+        est = estimate(diffs.function.fn, params, names=missing, guard=batch_guard(call), progress=tick,
+                       scale=scale, noise=diffs.function.rounding)  # fmt: skip
+    except OracleFailed as exc:
+        return str(exc)
+    diffs.evaluations += est.evaluations
+    diffs.seconds += time.perf_counter() - start
+    for k in missing:
+        diffs.localized[k] = (est.value[k], est.error[k], est.unjudgeable[k], est.reason[k])
+    return None
+
+
+# -- the functions ---------------------------------------------------------------------------------------
+
+
+def numpy_function(workload: Workload, point: Point) -> Function | None:
+    """The workload's NumPy ``reference`` (or ``surrogate``) at the point; None without a reference.
+
+    Raises:
+        ValueError: the reference or the surrogate raised, or is not a finite float at the point.
+    """
+    if workload.reference is None:
+        return None
+    p64, i64 = as_dtype(point.params, "float64"), read_only(as_dtype(point.inputs, "float64"))
+    reference = workload.reference
+    value = _finite_loss(workload, "reference", lambda: reference(dict(p64), i64))
+    if workload.surrogate is None:
+        return Function("the NumPy reference", None, lambda p: reference(p, i64), value)
+    try:
+        built = workload.surrogate({k: v.copy() for k, v in p64.items()}, i64)
+    except BaseException as exc:
+        reraise_user_interrupt(exc)
+        raise ValueError(
+            f"workload `{workload.name}`: `surrogate(params, inputs)` raised {describe(exc)}"
+        ) from exc
+    if not callable(built):
+        raise ValueError(
+            f"workload `{workload.name}`: `surrogate(params, inputs)` must return a function of the "
+            f"parameters, found {type(built).__name__}."
+        )
+    _finite_loss(workload, "surrogate", lambda: built(dict(p64)))
+    return Function("the NumPy surrogate", None, built, value)
+
+
+def own_loss(backend: Any, name: str, point: Point, call: Call) -> Function | Skip:
+    """``name``'s own loss in float64, checked (see the module docstring), or why it cannot be used."""
+    try:
+        loss = getattr(backend, "loss", None)
+    except BaseException as exc:  # a property that raises
+        reraise_user_interrupt(exc)
+        loss = None
+    if not callable(loss):
+        return Skip(f"`{name}` has no `loss(params, inputs)` method: its own loss is not differenced")
+    p64, i64 = as_dtype(point.params, "float64"), read_only(as_dtype(point.inputs, "float64"))
+    wide = call(loss, dict(p64), dict(i64), convert="array")
+    if wide.error:
+        return Skip(f"`{name}`'s loss failed in float64: {wide.error}", failure=True)
+    narrow = call(loss, as_dtype(point.params, "float32"), as_dtype(point.inputs, "float32"), convert="array")
+    value = np.asarray(wide.value)
+    if value.size != 1 or not np.all(np.isfinite(value)):
+        found = f"shape {value.shape}" if value.size != 1 else f"{float(value.ravel()[0])}"
+        return Skip(f"`{name}`'s float64 loss must be one finite number, found {found}", failure=True)
+    number = float(value.ravel()[0])
+    if value.dtype != np.float64:
+        return Skip(
+            f"`{name}`'s loss came back in {value.dtype.name} from float64 inputs: it does not compute in "
+            "float64, so its own loss is not differenced"
+        )
+    rounding = 0.0
+    if narrow.error is None and np.size(narrow.value) == 1:
+        low = float(np.asarray(narrow.value, np.float64).ravel()[0])
+        if low == number and number != math.floor(number):
+            return Skip(
+                f"`{name}`'s float64 loss equals its float32 loss bit for bit: it does not compute in "
+                "float64 (a module pinned to float32?), so its own loss is not differenced"
+            )
+        rounding = WIDEN * abs(low - number)
+    return Function(f"`{name}`'s own float64 loss", name, lambda p: loss(p, i64), number, rounding)
+
+
+def _finite_loss(workload: Workload, what: str, call: Callable[[], Any]) -> float:
+    """The user's loss at the case's point, which must be a finite float (else a ``ValueError``)."""
+    try:
+        value = call()
+    except BaseException as exc:  # the workload's own code: its sys.exit is a bad workload, not the end
+        reraise_user_interrupt(exc)
+        raise ValueError(
+            f"workload `{workload.name}`: the `{what}` loss raised at the case's point: {describe(exc)}"
+        ) from exc
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"workload `{workload.name}`: the `{what}` loss must return a float, found "
+            f"{type(value).__name__} {value!r:.60}."
+        ) from exc
+    if not math.isfinite(number):
+        raise ValueError(
+            f"workload `{workload.name}`: the `{what}` loss must be finite at the case's point, "
+            f"found {number}."
+        )
+    return number

@@ -1,0 +1,146 @@
+"""Screening a model's gradient with a fixed budget: directional derivatives of a float64 loss.
+
+Each parameter tensor gets ``per_parameter`` random directions of its own, ``v`` with entries
+``+-s`` (``s`` the tensor's RMS), drawn from a fixed seed: every function and every candidate of a run
+is screened along the same directions. The oracle differentiates the one-dimensional function
+``t -> loss(theta + t v)`` at 0 with ``scipy.differentiate.derivative`` (central, then forward and
+backward, as entry by entry: a kink on the line widens the error bar), so each direction costs about
+as much as one entry (~36 evaluations), whatever the tensor's size. A candidate's gradient ``g`` is
+projected on the same directions (``g . v``), and so is its measured rounding.
+
+Directions restricted to one tensor localize a failure to that tensor at no extra cost; failing
+tensors small enough are then checked entry by entry, within a budget (``LOCALIZE_ENTRIES``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from crosscheck._workloads.oracle import (
+    INITIAL_STEP,
+    UNJUDGEABLE_FRACTION,
+    Evaluator,
+    Guard,
+    Tick,
+    _direct,
+    base_steps,
+    differentiate,
+    reasons,
+)
+
+#: Loss evaluations per direction (three differentiations of a smooth 1-d function).
+EVALUATIONS_PER_DIRECTION = 36
+#: Tensors whose directions fail are checked entry by entry, the smallest first, up to this many entries
+#: in all per function differenced (about as many evaluations as 256 directions).
+LOCALIZE_ENTRIES = 256
+#: The directions' seed: the same case is screened along the same directions.
+SEED = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Direction:
+    """One direction: ``signs * step`` in parameter ``parameter``, zero elsewhere."""
+
+    parameter: str
+    signs: np.ndarray  # int8, the parameter's shape
+    step: float
+
+    def vector(self) -> np.ndarray:
+        return self.signs.astype(np.float64) * self.step
+
+
+def make_directions(params: dict[str, np.ndarray], per_parameter: int) -> list[Direction]:
+    """``per_parameter`` random +-1 directions per tensor, scaled by the tensor's RMS (fixed seed)."""
+    rng = np.random.default_rng(SEED)
+    steps = base_steps({k: np.asarray(v, np.float64) for k, v in params.items()})
+    out = []
+    for name, value in params.items():
+        for _ in range(per_parameter):
+            signs = rng.integers(0, 2, size=np.shape(value), dtype=np.int8) * 2 - 1
+            out.append(Direction(name, signs.astype(np.int8), steps[name]))
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class DirectionalEstimate:
+    """The oracle's directional derivatives, one per direction, with error bars."""
+
+    value: np.ndarray
+    error: np.ndarray
+    unjudgeable: np.ndarray
+    reason: np.ndarray
+    evaluations: int
+    scale: float  # the model's RMS gradient, estimated from the directional derivatives
+
+
+def directional(
+    loss,
+    params: dict[str, np.ndarray],
+    directions: Sequence[Direction],
+    *,
+    guard: Guard = _direct,
+    progress: Tick | None = None,
+    noise: float = 0.0,
+) -> DirectionalEstimate:
+    """Differentiate ``t -> loss(params + t v)`` at 0 for every direction ``v``."""
+    base = {k: np.array(v, dtype=np.float64) for k, v in params.items()}
+    evaluator = Evaluator(loss, base, guard=guard, progress=progress,
+                          expected=EVALUATIONS_PER_DIRECTION * len(directions))  # fmt: skip
+
+    def evaluate(t: np.ndarray, which: np.ndarray) -> np.ndarray:
+        which = np.broadcast_to(which, t.shape)
+
+        def perturb(pos: tuple[int, ...]) -> Callable[[], None]:
+            d = directions[int(which[pos])]
+            target, start = evaluator.work[d.parameter], base[d.parameter]
+            np.multiply(d.signs, t[pos] * d.step, out=target, casting="unsafe")
+            target += start
+            return lambda: np.copyto(target, start)
+
+        return evaluator.batch(t.shape, perturb)
+
+    loss0 = evaluator.at_base()
+    count = len(directions)
+    value, error, kink = differentiate(
+        evaluate, np.zeros(count), INITIAL_STEP, (np.arange(count),), loss0, noise
+    )
+    finite = np.isfinite(value)
+    norms = np.array([norm(d) for d in directions])
+    total = float(np.sum(norms[finite] ** 2))
+    # E[(g . v)^2] = |g o v|^2 for random signs: the model's RMS gradient from the directions.
+    scale = math.sqrt(float(np.sum(value[finite] ** 2)) / total) if total > 0 else 0.0
+    loose = ~finite | ~(error <= UNJUDGEABLE_FRACTION * (np.abs(np.nan_to_num(value)) + scale * norms))
+    return DirectionalEstimate(
+        np.where(finite, value, 0.0),
+        np.where(finite, error, np.inf),
+        loose,
+        reasons(finite, loose, kink),
+        evaluator.count,
+        scale,
+    )
+
+
+def norm(d: Direction) -> float:
+    """``|v|_2`` of a direction."""
+    return d.step * math.sqrt(d.signs.size)
+
+
+def project(gradient: dict[str, np.ndarray], directions: Sequence[Direction]) -> np.ndarray:
+    """``g . v`` for every direction, in float64."""
+    return np.array(
+        [float(np.sum(np.asarray(gradient[d.parameter], np.float64) * d.signs)) * d.step for d in directions]
+    )
+
+
+def project_quadrature(term: dict[str, np.ndarray], directions: Sequence[Direction]) -> np.ndarray:
+    """``|t o v|_2`` for every direction: a per-entry bound ``t`` projected (random signs)."""
+    return np.array(
+        [
+            d.step * math.sqrt(float(np.sum(np.square(np.broadcast_to(term[d.parameter], d.signs.shape)))))
+            for d in directions
+        ]
+    )

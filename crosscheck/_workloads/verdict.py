@@ -1,0 +1,380 @@
+"""What a workload's run found, in words: per candidate, which question failed; the coverage; the empty
+check; the parameters whose gradient is zero in every implementation (the report's ``oracle`` section).
+
+- **The empty check.** When a gradient of zeros would pass every entry (every direction) of every
+  parameter of a candidate, the gradient of the loss is at rounding level everywhere: nothing was
+  checked, and the run fails with one line that says how to fix the loss.
+- **Zero in every implementation.** A parameter whose gradient is exactly zero (or zero within
+  rounding) in every implementation is named. With the oracle as reference it was judged against zero
+  (the oracle differences the loss, which sees whether it is really flat); with another backend as
+  reference nothing independent looked at it, and the run fails.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from crosscheck._compare.compare import Comparison, Kinks, structural_problem
+from crosscheck._workloads import model_compare
+from crosscheck._workloads.model_oracle import Differences, Function, Skip, localize
+from crosscheck._workloads.model_screen import LOCALIZE_ENTRIES
+from crosscheck._workloads.rounding import SAFETY, Rounding
+
+if TYPE_CHECKING:
+    from crosscheck._workloads.generic_judge import GenericJudge
+
+#: The float64 losses at the point may differ by this many float64 unit roundoffs of |loss| beyond
+#: their measured rounding.
+LOSS_FLOOR_ULPS = 64.0
+EMPTY = (
+    "the check is empty: the gradient of the loss is at rounding level in every parameter (a gradient "
+    "of zeros would pass for {who}), so nothing was checked; the loss is flat in the parameters (e.g. "
+    "sum(outputs ** 2) after a normalization is constant): use a loss that depends on them, such as "
+    "crosscheck.projection_loss(outputs), a fixed random projection"
+)
+
+EMPTY_ENTRY = "the check is empty: a gradient of zeros would pass every entry (the loss is flat)"
+
+
+@dataclasses.dataclass
+class Record:
+    """What the judge found for one candidate."""
+
+    name: str
+    gradient: dict[str, np.ndarray]
+    rounding: Rounding
+    own: Differences | Skip | None = None
+    comparisons: list[Comparison] = dataclasses.field(default_factory=list)
+    zeros: dict[str, bool] = dataclasses.field(default_factory=dict)  # "question/parameter" -> passes
+    loss: dict[str, Any] | None = None
+
+    def add(self, found: list[Comparison], zeros: dict[str, bool], question: str = "same function") -> None:
+        self.comparisons += found
+        self.zeros.update({f"{question}/{k}": v for k, v in zeros.items()})
+
+    def finish(self, found: list[Comparison]) -> list[Comparison]:
+        """``found``, each marked ``empty`` (failed) when a gradient of zeros passes all of them."""
+        if not (self.zeros and all(self.zeros.values())):
+            return found
+        marked = [
+            c
+            if c.status == "invalid"
+            else dataclasses.replace(c, passed=False, status="empty", message=EMPTY_ENTRY)
+            for c in found
+        ]
+        self.comparisons = [c for c in self.comparisons if all(c is not f for f in found)] + marked
+        return marked
+
+    def nothing(self, shapes: dict, reference: str, why: str) -> list[Comparison]:
+        found = [
+            Comparison(
+                backend=self.name,
+                reference=reference,
+                parameter=k,
+                passed=False,
+                status="invalid",
+                total=int(np.prod(s)),
+                message=f"parameter `{k}`: {why}",
+                question="derivative",
+            )
+            for k, s in shapes.items()
+        ]
+        self.comparisons += found
+        return found
+
+    def loss_check(self, anchor: Function, own: Differences | Skip | None) -> None:
+        """The float64 losses at the point, this candidate's against the anchor's."""
+        if not isinstance(own, Differences) or own.function is anchor:
+            return
+        mine = own.function
+        difference = abs(mine.value - anchor.value)
+        rounding = mine.rounding + (anchor.rounding if anchor.owner is not None else mine.rounding)
+        tolerance = SAFETY * rounding + LOSS_FLOOR_ULPS * 2.0**-53 * max(abs(mine.value), abs(anchor.value))
+        self.loss = {
+            "value": mine.value,
+            "against": anchor.label,
+            "reference": anchor.value,
+            "difference": difference,
+            "tolerance": tolerance,
+            "passed": bool(difference <= tolerance),
+        }
+
+
+def against_oracle(
+    judge: GenericJudge, record: Record, diffs: Differences, question: str, reference: str, call: Any
+) -> list[Comparison]:
+    """``record``'s gradient against one function's differences (entry by entry or along directions)."""
+    ctx = judge.context(record.name, reference, question, diffs.function)
+    value, rounding = record.gradient, record.rounding
+    if diffs.entries is not None:
+        est = diffs.entries
+        found, zeros = model_compare.entries(ctx, value, rounding, _answer(est.value, est.error,
+                                             est.unjudgeable, est.reason), {})  # fmt: skip
+        record.add(found, zeros, question)
+        return found
+    assert diffs.directions is not None
+    bad = {k: _malformed(ctx, k, value) for k in ctx.shapes}
+    filled = {k: np.zeros(s) if bad[k] else value[k] for k, s in ctx.shapes.items()}
+    rows, zeros = model_compare.directions(ctx, filled, rounding, diffs.directions, judge.plan.directions)
+    found = _screened(judge, ctx, {k: r for k, r in rows.items() if not bad[k]}, diffs, value, rounding, call)
+    by_name = {c.parameter: c for c in found}
+    found = [bad[k] or by_name[k] for k in ctx.shapes]
+    record.add(found, {k: z for k, z in zeros.items() if not bad[k]}, question)
+    return found
+
+
+def _malformed(ctx: model_compare.Context, k: str, value: dict) -> Comparison | None:
+    """The invalid comparison of a parameter missing or malformed in ``value`` (None when it is fine)."""
+    if k not in value:
+        return model_compare.missing(ctx, k, value)
+    problem = structural_problem(np.asarray(value[k]), ctx.shapes[k], ctx.dtype)
+    if not problem:
+        return None
+    return Comparison(backend=ctx.name, reference=ctx.reference, parameter=k, passed=False, status="invalid",
+                      total=int(np.prod(ctx.shapes[k])), message=f"parameter `{k}`: {problem}",
+                      question=ctx.question, against=ctx.against)  # fmt: skip
+
+
+def _screened(judge, ctx, rows, diffs: Differences, value, rounding, call) -> list[Comparison]:
+    assert diffs.directions is not None
+    per = judge.plan.per_parameter
+    coverage = f"screened: {per} random direction{'s' if per > 1 else ''}"
+    failing, notes = _localizable(diffs, rows, value)
+    problem = localize(diffs, failing, judge.point, call, judge.progress) if failing else None
+    out = []
+    for k, row in rows.items():
+        if k in failing and problem is None:
+            v, e, u, r = diffs.localized[k]
+            answer = _answer({k: v}, {k: e}, {k: u}, {k: r})
+            more = f"{coverage}, then every entry (a direction disagreed)"
+            sub = dataclasses.replace(ctx, shapes={k: ctx.shapes[k]})
+            found, _ = model_compare.entries(sub, {k: value[k]}, _only(rounding, k), answer, {k: more})
+            out += found
+            continue
+        note = notes.get(k, "") if problem is None else f"not checked entry by entry: {problem}"
+        out.append(model_compare.screened(ctx, k, row, diffs.directions, value[k], coverage, note))
+    return out
+
+
+def _localizable(diffs: Differences, rows: dict, value: dict) -> tuple[list[str], dict[str, str]]:
+    """The failing tensors checked entry by entry (the smallest first, ``LOCALIZE_ENTRIES`` entries in
+    all per function, those already checked free), and why each other failing tensor is not."""
+    spent = sum(int(v[0].size) for v in diffs.localized.values())
+    chosen, notes = [], {}
+    for k in sorted((k for k, row in rows.items() if row["failing"].any()), key=lambda k: value[k].size):
+        size = int(np.size(value[k]))
+        if k in diffs.localized or spent + size <= LOCALIZE_ENTRIES:
+            chosen.append(k)
+            spent += 0 if k in diffs.localized else size
+        elif size > LOCALIZE_ENTRIES:
+            notes[k] = f"`{k}` has {size} entries, over {LOCALIZE_ENTRIES}: not checked entry by entry"
+        else:
+            notes[k] = f"not checked entry by entry: the budget of {LOCALIZE_ENTRIES} entries is spent"
+    return chosen, notes
+
+
+def _only(rounding: Rounding, k: str) -> Rounding:
+    delta = None if rounding.delta is None else {k: rounding.delta[k]}
+    return dataclasses.replace(rounding, term={k: rounding.term[k]}, delta=delta)
+
+
+def _answer(value, error, unjudgeable, reason) -> model_compare.Answer:
+    kinks, errors = {}, {}
+    for k, v in value.items():
+        none = Kinks.none(v.shape)
+        kinks[k] = (
+            none
+            if unjudgeable is None
+            else dataclasses.replace(none, unjudgeable=unjudgeable[k], reason=reason[k])
+        )
+        errors[k] = np.zeros(v.shape) if error is None else error[k]
+    return model_compare.Answer(value, errors, kinks)
+
+
+# -- the summary -----------------------------------------------------------------------------------------
+
+
+def summarize(judge: GenericJudge, reference: Any) -> dict[str, Any]:
+    """The report's ``oracle`` section (see the module docstring)."""
+    records = list(judge.records.values())
+    out: dict[str, Any] = {"mode": judge.plan.mode, "why": judge.plan.why,
+                           "differentiates": judge.point.case.get("oracle_differentiates")}  # fmt: skip
+    if not judge.oracle:
+        out = {"reference": "a backend (no oracle)"}
+    if judge.plan.mode == "screen" and judge.oracle:
+        out["directions_per_parameter"] = judge.plan.per_parameter
+    out["evaluations"] = _evaluations(judge)
+    out["seconds"] = _evaluations(judge, seconds=True)
+    out["coverage"] = _coverage(records)
+    out["own_loss"] = {r.name: _own_state(r.own) for r in records if r.own is not None}
+    out["losses"] = {r.name: r.loss for r in records if r.loss is not None}
+    empty = [r for r in records if r.zeros and all(r.zeros.values())]
+    zero = _zero_everywhere(judge, records) if not empty else {"exactly": [], "within rounding": []}
+    out["zero_in_every_implementation"] = zero
+    out["verdict"] = [_verdict(judge, r) for r in records]
+    out["notes"] = [r.rounding.how for r in records if not r.rounding.honest]
+    out["problems"] = _problems(judge, records, zero)
+    out["lines"] = _lines(out, zero)
+    return out
+
+
+def _evaluations(judge: GenericJudge, *, seconds: bool = False) -> dict[str, Any]:
+    """Per function differenced: the loss evaluations the oracle used (or the seconds it took)."""
+    found = [judge.anchor] + [r.own for r in judge.records.values() if isinstance(r.own, Differences)]
+    return {
+        d.function.label: round(d.seconds, 3) if seconds else d.evaluations for d in found if d is not None
+    }
+
+
+def _coverage(records: list[Record]) -> dict[str, list[str]]:
+    entry: set[str] = set()
+    directions: set[str] = set()
+    for r in records:
+        for c in r.comparisons:
+            if c.status == "invalid" or c.parameter is None:
+                continue
+            (directions if c.coverage.startswith("screened") and "every entry" not in c.coverage
+             else entry).add(c.parameter)  # fmt: skip
+    return {"entry by entry": sorted(entry), "along directions only": sorted(directions - entry)}
+
+
+def _own_state(own: Differences | Skip) -> str:
+    return "differenced" if isinstance(own, Differences) else own.reason
+
+
+def _failing(r: Record, question: str) -> list[str]:
+    return [
+        f"`{c.parameter}`"
+        for c in r.comparisons
+        if c.question == question and not c.passed and c.status == "mismatch" and c.mismatched
+    ]
+
+
+def _verdict(judge: GenericJudge, r: Record) -> str:
+    derivative, function = _failing(r, "derivative"), _failing(r, "same function")
+    anchor = judge.anchor.function.label if judge.anchor is not None else "the reference"
+    loss_differs = r.loss is not None and not r.loss["passed"]
+    own = r.own
+    if isinstance(own, Differences) and derivative:
+        same = "same function, " if _same_function(judge, r, derivative, function) else ""
+        return (
+            f"`{r.name}`: {same}the gradient of {_plural(derivative)} is wrong: it disagrees with "
+            f"differences of its own float64 loss"
+        )
+    if function or loss_differs:
+        what = []
+        if loss_differs:
+            what.append(f"its float64 loss differs ({_loss_text(r.loss)})")
+        if function:
+            what.append(f"its gradient differs at {_plural(function)}")
+        right = ", and its derivative is right (it agrees with differences of its own loss)"
+        return f"`{r.name}`: the port computes a different function from {anchor}: {'; '.join(what)}" + (
+            right if isinstance(own, Differences) else ""
+        )
+    if r.zeros and all(r.zeros.values()):
+        return (
+            f"`{r.name}`: nothing was checked: a gradient of zeros would pass every entry (the loss is flat)"
+        )
+    if any(c.status != "ok" for c in r.comparisons):
+        return f"`{r.name}`: not every check passed (see its comparisons)"
+    if own is judge.anchor:
+        return f"`{r.name}`: derivative right (it agrees with differences of its own float64 loss)"
+    if isinstance(own, Differences):
+        return f"`{r.name}`: same function as {anchor}, derivative right"
+    tail = f"; its derivative alone was not checked: {own.reason}" if isinstance(own, Skip) else ""
+    return f"`{r.name}`: agrees with {anchor}{tail}"
+
+
+def _same_function(judge: GenericJudge, r: Record, derivative: list[str], function: list[str]) -> bool:
+    """Whether ``r`` computes the same function as the others, though its derivative is wrong: its loss
+    agrees with the anchor's and its gradient differs from the anchor's only where its derivative is
+    wrong; for the anchor itself, another implementation's loss and gradient agreed with it."""
+    if r.own is judge.anchor:
+        return any(
+            o.loss is not None and o.loss["passed"] and not _failing(o, "same function")
+            for o in judge.records.values()
+            if o is not r
+        )
+    return r.loss is not None and r.loss["passed"] and set(function) <= set(derivative)
+
+
+def _plural(names: list[str]) -> str:
+    return ("parameter " if len(names) == 1 else "parameters ") + ", ".join(dict.fromkeys(names))
+
+
+def _loss_text(loss: dict[str, Any] | None) -> str:
+    assert loss is not None
+    return (
+        f"{loss['value']:.12g} vs {loss['reference']:.12g} of {loss['against']}, difference "
+        f"{loss['difference']:.3g}, tolerance {loss['tolerance']:.3g}"
+    )
+
+
+def _zero_everywhere(judge: GenericJudge, records: list[Record]) -> dict[str, list[str]]:
+    """Parameters whose gradient is exactly zero, or zero within rounding, in every implementation."""
+    grads = [r.gradient for r in records]
+    if judge.reference_gradient is not None:
+        grads.append(judge.reference_gradient)
+    exact: list[str] = []
+    rounding: list[str] = []
+    if not records:
+        return {"exactly": exact, "within rounding": rounding}
+    for k, shape in judge.shapes.items():
+        present = [np.asarray(g[k]) for g in grads if k in g and np.shape(g[k]) == shape]
+        if len(present) != len(grads):
+            continue
+        if all(not np.any(g) for g in present):
+            exact.append(k)
+        elif all(all(v for key, v in r.zeros.items() if key.endswith(f"/{k}")) for r in records) and all(
+            any(key.endswith(f"/{k}") for key in r.zeros) for r in records
+        ):
+            rounding.append(k)
+    return {"exactly": exact, "within rounding": rounding}
+
+
+def _problems(judge: GenericJudge, records: list[Record], zero: dict[str, list[str]]) -> list[str]:
+    out = []
+    empty = [f"`{r.name}`" for r in records if r.zeros and all(r.zeros.values())]
+    if empty:
+        out.append(EMPTY.format(who=", ".join(empty)))
+    for r in records:
+        if isinstance(r.own, Skip) and r.own.failure:
+            out.append(r.own.reason)
+        if r.loss is not None and not r.loss["passed"]:
+            out.append(f"`{r.name}`'s float64 loss differs from {r.loss['against']}'s: {_loss_text(r.loss)}")
+    if not judge.oracle and not empty:
+        named = zero["exactly"] + zero["within rounding"]
+        if named:
+            out.append(
+                f"the gradient of {_plural([f'`{k}`' for k in named])} is zero in every implementation and "
+                "no oracle judged it (the reference is a backend): nothing checked it; run with the oracle "
+                "as reference"
+            )
+    return out
+
+
+def _lines(out: dict[str, Any], zero: dict[str, list[str]]) -> list[str]:
+    lines = list(out["verdict"]) + list(out["notes"])
+    cov = out["coverage"]
+    if cov["along directions only"]:
+        lines.append(
+            f"coverage: {len(cov['entry by entry'])} parameters entry by entry, "
+            f"{len(cov['along directions only'])} along {out.get('directions_per_parameter')} random "
+            f"directions each only ({out.get('why')})"
+        )
+    if zero["exactly"] or zero["within rounding"]:
+        parts = [f"`{k}` (exactly)" for k in zero["exactly"]]
+        parts += [f"`{k}` (within rounding)" for k in zero["within rounding"]]
+        lines.append(
+            "zero gradient in every implementation: "
+            + ", ".join(parts)
+            + "; judged against zero"
+            + (" by the oracle" if out.get("mode") else "")
+        )
+    evaluations = out.get("evaluations") or {}
+    if evaluations:
+        lines.append("oracle evaluations: " + ", ".join(f"{k} {v}" for k, v in evaluations.items()))
+    return lines
