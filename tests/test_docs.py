@@ -239,6 +239,8 @@ def test_every_page_is_in_the_nav_and_every_nav_entry_exists():
 
 def test_the_readme_is_short_and_links_to_pages_that_exist():
     readme = (ROOT / "README.md").read_text()
-    assert len(readme.splitlines()) <= 200
+    # A front page: the uses, the install, the commands, exit status, reliability and the three tables
+    # the issues asked for there (ports side by side, the model oracle's benchmark); the rest is the site.
+    assert len(readme.splitlines()) <= 240
     for target in re.findall(r"\]\(((?:docs|examples)/[^)#]+)", readme):
         assert (ROOT / target).exists(), target

@@ -5,8 +5,9 @@ as in its ``state_dict``; its inputs are the port's inputs plus every other tens
 buffers: batch-norm statistics). The ``torch`` implementation calls the module with those tensors;
 the ``jax`` implementation builds every JAX leaf from them through the mapping's transforms (inside
 the differentiated function, so ``jax.grad`` returns the gradient in PyTorch's names and layouts).
-Until the model oracle lands, the NumPy ``reference`` is the PyTorch module's own loss evaluated in
-float64 under ``torch.no_grad()``.
+A port has no NumPy ``reference``: the oracle differences each side's own loss in float64 (PyTorch
+under ``torch.no_grad()``, JAX without a transform), which answers both questions, whether each
+framework's derivative is right and whether the two compute the same function.
 """
 
 from __future__ import annotations
@@ -151,25 +152,10 @@ def _workload(prepared: Prepared) -> Workload:
         tensors = {k: prepared.values[k] for k in shapes}
         return params, {**make_inputs(port, rng, dtype), **tensors}
 
-    def reference(params: dict, inputs: dict) -> float:
-        import torch
-
-        def tensor(v: Any) -> Any:  # the oracle passes read-only inputs, which torch will not wrap
-            return torch.as_tensor(v if getattr(v, "flags", None) is None or v.flags.writeable else v.copy())
-
-        with torch.no_grad():
-            return float(
-                torch_loss(
-                    {k: tensor(v) for k, v in params.items()},
-                    {k: tensor(v) for k, v in inputs.items()},
-                )
-            )
-
     return Workload(
         name=port.name,
         parameters=prepared.parameters,
         inputs={**{k: v.shape for k, v in example.items()}, **shapes},
-        reference=reference,
         implementations={"torch": torch_loss, "jax": jax_loss},
         generate=generate,
         description=port.description or f"port of {type(port.torch).__name__} to JAX",
