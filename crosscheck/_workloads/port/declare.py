@@ -28,7 +28,8 @@ class Port:
     Args:
         name: a short name, shown in reports.
         torch: the original, a ``torch.nn.Module`` in eval mode; its parameters are the point checked.
-        jax: the port: a Flax linen module, an Equinox module, or a function ``fn(params, **inputs)``.
+        jax: the port: a Flax linen or nnx module (nnx: in eval mode), an Equinox module, or a
+            function ``fn(params, **inputs)``.
         inputs: the PyTorch side's inputs, ``name -> array`` (NumPy arrays or tensors), or a function
             ``(rng, dtype) -> dict`` that makes them (floating-point inputs take the case's dtype).
         jax_params: for a function ``jax``: its parameter pytree (values are replaced by the mapped
@@ -37,10 +38,10 @@ class Port:
             default: the same inputs.
         torch_call: ``(module, inputs) -> output`` (default ``module(**inputs)``).
         jax_call: ``(model, inputs) -> output`` (default ``model(**inputs)``; ``model`` is the bound linen
-            module, the Equinox module, or the function with its parameters).
-        jax_intermediates: for an Equinox module or a function (a linen module's are captured without
-            it): the PyTorch modules, by ``named_modules()`` name (``name#2``: its second call), whose
-            outputs the JAX forward pass returns beside its own: ``jax_call`` (or the model) then
+            module, the nnx module, the Equinox module, or the function with its parameters).
+        jax_intermediates: for an Equinox module or a function (a linen or nnx module's are captured
+            without it): the PyTorch modules, by ``named_modules()`` name (``name#2``: its second
+            call), whose outputs the JAX forward pass returns beside its own: ``jax_call`` (or the model) then
             returns ``(output, {name: array})`` with exactly these names. They are compared with the
             PyTorch modules' outputs like a linen module's, and the verdict names the first that
             differs. The values come from the very forward pass whose gradient is checked (a separate

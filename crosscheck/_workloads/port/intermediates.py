@@ -1,7 +1,7 @@
 """The user-listed intermediates of an Equinox or plain-function port (``Port(jax_intermediates=...)``),
 checked when the port is prepared, before any numerics.
 
-A linen module's submodule calls are captured through Flax; other JAX code cannot be intercepted
+A linen or nnx module's submodule calls are captured through Flax; other JAX code cannot be intercepted
 reliably (Equinox layers run under ``jax.vmap``, where a wrapped ``__call__`` sees tracers that cannot
 leave the transform), so the user lists which PyTorch modules' outputs the JAX forward pass returns
 beside its own. Each listed name must be a PyTorch module that the forward pass calls (``name#2``: its
@@ -32,10 +32,10 @@ def check(port: Port, side: Any, wrapped: Any, values: dict, example: dict, jax_
     if not names:
         return
     where = f"port `{port.name}`: `jax_intermediates`"
-    if side.kind == "linen":
+    if side.kind in ("linen", "nnx"):
         raise ValueError(
-            f"{where} is for an Equinox module or a function; a Flax linen module's submodule outputs "
-            f"are captured without it."
+            f"{where} is for an Equinox module or a function; a Flax {side.kind} module's submodule "
+            f"outputs are captured without it."
         )
     torch_shapes = _torch_shapes(port, wrapped, values, example, names)
     jax_shapes = _jax_shapes(port, side, jax_example)

@@ -1,9 +1,10 @@
-"""The JAX side of a port: a Flax linen module, an Equinox module, or a function of a parameter pytree.
+"""The JAX side of a port: a Flax linen or nnx module, an Equinox module, or a function of a pytree.
 
 Imported only when a port is used (it imports jax). Each kind is described the same way: its leaves
 (``mapping.Tensor``, with the owning module's class where it can be known), how to rebuild the model
 from leaf values, and how to call it; a linen module also reports every submodule call (its inputs
-and outputs, through ``flax.linen.intercept_methods``) for the module-by-module comparison; an Equinox
+and outputs, through ``flax.linen.intercept_methods``) for the module-by-module comparison, an nnx
+module too (its submodules' ``__call__`` wrapped for the capture pass: ``nnx_side``); an Equinox
 module or a function reports the intermediates its call returns for the PyTorch modules listed in
 ``Port(jax_intermediates=...)`` (checked by ``intermediates``).
 """
@@ -11,6 +12,7 @@ module or a function reports the intermediates its call returns for the PyTorch 
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -25,30 +27,19 @@ Call = Callable[[Any, dict], Any]
 
 
 def kind_of(model: Any) -> str:
-    """``"linen"``, ``"equinox"`` or ``"function"`` (raises ``TypeError`` for anything else)."""
-    for module_name, kind in (("flax.linen", "linen"), ("equinox", "equinox")):
-        base = _class(module_name, "Module")
-        if base is not None and isinstance(model, base):
+    """``"nnx"``, ``"linen"``, ``"equinox"`` or ``"function"`` (raises ``TypeError`` for anything else).
+
+    A framework is looked up only where it is already imported: a model of it means it is."""
+    for module_name, kind in (("flax.nnx", "nnx"), ("flax.linen", "linen"), ("equinox", "equinox")):
+        base = getattr(sys.modules.get(module_name), "Module", None)
+        if isinstance(base, type) and isinstance(model, base):
             return kind
     if callable(model):
         return "function"
     raise TypeError(
-        f"`jax` of a Port must be a Flax linen module, an Equinox module or a function of a parameter "
-        f"pytree, found {type(model).__name__}."
+        f"`jax` of a Port must be a Flax linen or nnx module, an Equinox module or a function of a "
+        f"parameter pytree, found {type(model).__name__}."
     )
-
-
-def _class(module_name: str, name: str) -> Any:
-    import importlib
-    import sys
-
-    root = module_name.split(".")[0]
-    if root not in sys.modules:
-        try:
-            importlib.import_module(module_name)
-        except ImportError:
-            return None
-    return getattr(importlib.import_module(module_name), name, None)
 
 
 def key_name(key: Any) -> str:
@@ -73,8 +64,14 @@ class JaxSide:
         self.model, self.call = model, call or (lambda m, inputs: m(**inputs))
         self.listed = tuple(listed)  # the user-listed intermediates the call returns beside its output
         self.types: dict[tuple[str, ...], str] = {}
+        self.kinds: dict[tuple[str, ...], str] = {}
         if self.kind == "linen":
             tree, self.static = self._linen_shapes(example), None
+        elif self.kind == "nnx":
+            from crosscheck._workloads.port import nnx_side
+
+            tree, self.static = nnx_side.split(model)
+            self.types, self.kinds = nnx_side.owners(model), nnx_side.kinds(tree)
         elif self.kind == "equinox":
             import equinox as eqx
 
@@ -106,6 +103,11 @@ class JaxSide:
             owner = self.types.get(tokens[1:-1], "")
             layout = JAX_LAYOUTS.get(owner) if tokens[-1] in ("kernel", "embedding") else None
             return Tensor(tokens, shape, tokens[0], owner, layout, skip=1)
+        if self.kind == "nnx":  # an nnx.State leaf: its path, then the variable's `value`
+            tokens = tokens[:-1] if len(tokens) > 1 and tokens[-1] == "value" else tokens
+            owner = self.types.get(tokens[:-1], "")
+            layout = JAX_LAYOUTS.get(owner) if tokens[-1] in ("kernel", "embedding") else None
+            return Tensor(tokens, shape, self.kinds.get(tokens, ""), owner, layout)
         owner = _owner(self.model, path) if self.kind == "equinox" else ""
         layout = EQUINOX_LAYOUTS.get(owner) if self.kind == "equinox" and tokens[-1] == "weight" else None
         return Tensor(tokens, shape, "", owner, layout)
@@ -116,6 +118,10 @@ class JaxSide:
         tree = jax.tree_util.tree_unflatten(self.treedef, list(values))
         if self.kind == "linen":
             return _in_dtype(self.model, dtype), tree
+        if self.kind == "nnx":
+            from crosscheck._workloads.port import nnx_side
+
+            return nnx_side.merge(self.static, tree), None  # type: ignore[arg-type]
         if self.kind == "equinox":
             import equinox as eqx
 
@@ -154,8 +160,12 @@ class JaxSide:
         return got
 
     def capture(self, values: Sequence[Any], inputs: dict[str, Any], dtype: Any) -> list[Record]:
-        """Every linen submodule call of one forward pass, in the order the calls finished (other kinds:
-        the listed intermediates, then the output)."""
+        """Every linen or nnx submodule call of one forward pass, in the order the calls finished (other
+        kinds: the listed intermediates, then the output)."""
+        if self.kind == "nnx":
+            from crosscheck._workloads.port import nnx_side
+
+            return nnx_side.capture(self.rebuild(values, dtype)[0], self.call, inputs, _numpy)
         if self.kind != "linen":
             out, found = self.split(self.run(values, inputs, dtype))
             listed = [Record(n, "", (), _numpy(found[n])) for n in self.listed]

@@ -153,7 +153,7 @@ class PortJudge:
             verdict = localize.Verdict("nowhere", None, None, (), text + "output and every gradient agree")
         elif verdict.starts_in == "nowhere" and len(out) == 1:  # Equinox, a function: no submodule calls
             text = "the output and every gradient agree (only the output is compared: module by module "
-            text += "needs Flax linen, or the modules listed in `jax_intermediates`)"
+            text += "needs Flax linen or nnx, or the modules listed in `jax_intermediates`)"
             verdict = localize.Verdict("nowhere", None, None, (), text)
         return out, verdict
 

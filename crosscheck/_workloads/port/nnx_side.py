@@ -1,0 +1,150 @@
+"""A Flax nnx module as the JAX side of a port: its arrays, its rebuild, and its submodules' calls.
+
+Imported only for an nnx module (it imports flax). ``nnx.split`` separates the module into its graph
+definition, its floating-point variables (``nnx.Param``: collection ``params``; ``nnx.BatchStat``:
+``batch_stats``; other variable types by their class name), which are the leaves the mapping fills,
+and the rest (random-number state, integer counters), kept as it is. ``nnx.merge`` rebuilds a fresh
+module from mapped leaves inside the differentiated function, so ``jax.grad`` sees them. For the
+forward-only capture pass the merged module's submodules are plain Python objects: their classes'
+``__call__`` is wrapped for that call only (restored after), recording each submodule call of that
+module graph, by its attribute path, with its inputs and output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from crosscheck._workloads.port.torch_side import Record
+
+#: Module attributes that say a module is in training mode when False (``module.eval()`` sets them).
+TRAINING_FLAGS = ("use_running_average", "deterministic")
+
+
+def _inexact(path: Any, node: Any) -> bool:
+    if not isinstance(node, nnx.Variable):
+        return False
+    value = node.get_value()
+    return hasattr(value, "dtype") and bool(jnp.issubdtype(value.dtype, jnp.inexact))
+
+
+def split(model: Any) -> tuple[Any, tuple[Any, Any]]:
+    """The module's floating-point variables (an ``nnx.State``) and what rebuilds the rest.
+
+    Raises:
+        ValueError: a submodule is in training mode (batch statistics or dropout would change the
+            function from call to call, unlike the PyTorch module in eval mode).
+    """
+    for path, node in nnx.iter_graph(model):
+        if not isinstance(node, nnx.Module):
+            continue
+        flag = next((f for f in TRAINING_FLAGS if getattr(node, f, None) is False), None)
+        if flag is not None:
+            where = ".".join(map(str, path)) or "the top module"
+            raise ValueError(
+                f"the Flax nnx module is in training mode (`{where}` ({type(node).__name__}) has "
+                f"{flag}=False); call `.eval()` on it first."
+            )
+    graphdef, state, rest = nnx.split(model, _inexact, ...)
+    return state, (graphdef, rest)
+
+
+def kinds(state: Any) -> dict[tuple[str, ...], str]:
+    """Leaf path -> its collection: ``params``, ``batch_stats``, or the variable type's name."""
+    out = {}
+    for path, variable in nnx.to_flat_state(state):
+        if isinstance(variable, nnx.Param):
+            kind = "params"
+        elif isinstance(variable, nnx.BatchStat):
+            kind = "batch_stats"
+        else:
+            kind = type(variable).__name__
+        out[tuple(map(str, path))] = kind
+    return out
+
+
+def owners(model: Any) -> dict[tuple[str, ...], str]:
+    """Module path -> the class name of the submodule there (``()`` is the top module)."""
+    return {
+        tuple(map(str, path)): type(node).__name__
+        for path, node in nnx.iter_graph(model)
+        if isinstance(node, nnx.Module)
+    }
+
+
+def merge(static: tuple[Any, Any], state: Any) -> Any:
+    graphdef, rest = static
+    return nnx.merge(graphdef, state, rest)
+
+
+@contextlib.contextmanager
+def _recording(model: Any, records: list[Record], numpy: Callable[[Any], Any]) -> Iterator[None]:
+    """Every ``__call__`` of a module of ``model``'s graph recorded while inside (outermost calls of
+    each object only: a subclass's ``super().__call__`` is one call)."""
+    graph = [(path, node) for path, node in nnx.iter_graph(model) if isinstance(node, nnx.Module)]
+    names = {id(node): ".".join(map(str, path)) for path, node in graph}
+    modules = [node for _, node in graph]
+    active: set[int] = set()
+    seen: dict[str, int] = {}
+
+    def wrap(original: Callable) -> Callable:
+        @functools.wraps(original)
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            key = id(self)
+            if key not in names or key in active:
+                return original(self, *args, **kwargs)
+            active.add(key)
+            try:
+                out = original(self, *args, **kwargs)
+            finally:
+                active.discard(key)
+            arrays = numpy((args, kwargs)), numpy(out)
+            if arrays[1] is not None and arrays[0] is not None:  # None: traced (inside an nnx transform)
+                name = names[key]
+                seen[name] = seen.get(name, 0) + 1
+                label = name if seen[name] == 1 else f"{name}#{seen[name]}"
+                records.append(Record(label, type(self).__name__, *arrays))
+            return out
+
+        return call
+
+    patched: list[tuple[type, bool, Any]] = []
+    try:
+        for cls in dict.fromkeys(type(m) for m in modules):
+            original = cls.__call__
+            patched.append((cls, "__call__" in cls.__dict__, cls.__dict__.get("__call__")))
+            cls.__call__ = wrap(original)
+        yield
+    finally:
+        for cls, owned, original in reversed(patched):
+            if owned:
+                cls.__call__ = original
+            else:
+                del cls.__call__
+
+
+def capture(
+    model: Any, call: Callable[[Any, dict], Any], inputs: dict[str, Any], numpy: Callable[[Any], Any]
+) -> list[Record]:
+    """Every submodule call of one forward pass of ``model`` (a merged, concrete module), in the
+    order the calls finished; the top module's output last (recorded from the call when its
+    ``__call__`` is not what ``call`` runs). A call inside an nnx transform sees tracers and is not
+    recorded."""
+    records: list[Record] = []
+
+    def concrete(value: Any) -> tuple | None:
+        if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(value)):
+            return None
+        return numpy(value)
+
+    with _recording(model, records, concrete):
+        out = call(model, inputs)
+    if not any(r.name == "" for r in records):
+        records.append(Record("", type(model).__name__, (), numpy(out)))
+    return records
