@@ -54,6 +54,15 @@ def test_small_work_runs_in_the_callers_thread(monkeypatch):
     assert idents == {mine}
 
 
+def test_narrow_pieces_run_in_the_callers_thread(monkeypatch):
+    monkeypatch.setattr(threads, "workers", lambda: 2)
+    mine = threading.get_ident()
+    narrow = threads.MIN_PARALLEL_WIDTH - 1
+    assert set(threads.in_parallel(lambda _: threading.get_ident(), range(4), width=narrow)) == {mine}
+    wide = set(threads.in_parallel(lambda _: threading.get_ident(), range(4), width=narrow + 1))
+    assert mine not in wide
+
+
 def test_an_exception_in_a_piece_is_raised_to_the_caller(monkeypatch):
     monkeypatch.setattr(threads, "workers", lambda: 2)
 
@@ -70,6 +79,7 @@ def test_the_oracle_gives_the_same_answer_on_one_or_several_threads(monkeypatch)
     weights, x = crosscheck.make_inputs(crosscheck.Case(layers=4, batch=6, dim=12, dtype="float64", seed=7))
     oracle = crosscheck.load_backend("numpy-fd")
     monkeypatch.setattr(threads, "MIN_PARALLEL_FLOPS", 0.0)
+    monkeypatch.setattr(threads, "MIN_PARALLEL_WIDTH", 0)
     monkeypatch.setattr(threads, "workers", lambda: 1)
     serial = oracle.estimate(weights, x)
     monkeypatch.setattr(threads, "workers", lambda: 3)

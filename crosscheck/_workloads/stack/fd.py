@@ -118,13 +118,14 @@ def estimate(
     sigmas = _perturb.output_sigmas(fwd)
     # Entries are independent: each layer in a few row blocks, earlier (costlier) layers first.
     d = shape[1]
-    blocks = [(k, rows) for k in layers for rows in np.array_split(np.arange(d), min(d, _threads.workers()))]
+    split = min(d, _threads.workers()) if d >= _threads.MIN_PARALLEL_WIDTH else 1  # else serial
+    blocks = [(k, rows) for k in layers for rows in np.array_split(np.arange(d), split)]
     flops = 2.0 * len(layers) * x.shape[0] * d**4  # about what the layers' perturbed products cost
 
     def layer(block):
         return _layer(fwd, *block, out, sigmas[block[0]])
 
-    for count, size in _threads.in_parallel(layer, blocks, flops=flops):
+    for count, size in _threads.in_parallel(layer, blocks, flops=flops, width=d):
         evaluations += count
         done += size
         if progress is not None:

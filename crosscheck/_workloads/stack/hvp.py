@@ -256,7 +256,8 @@ def _along_v(w64, x, v64, radii, at_node, flops):
             total = [total[0] + value, total[1] + error, total[2] | kink, total[3] + evaluations]
         return n, nodes, total
 
-    rows = sorted(_threads.in_parallel(one_row, range(x.shape[0]), flops=flops), key=lambda r: r[0])
+    pieces = _threads.in_parallel(one_row, range(x.shape[0]), flops=flops, width=w64.shape[1])
+    rows = sorted(pieces, key=lambda r: r[0])
     value, error, kink, evaluations = rows[0][2]
     for _, _, (more_value, more_error, more_kink, more_evaluations) in rows[1:]:
         value, error = value + more_value, error + more_error

@@ -7,11 +7,16 @@ moves ``z[k][n, j]`` by ``h * y[k][n, i]``: a row with ``y[k][n, i] == 0`` does 
 row whose unit ``(k, n, j)`` is off and stays off (its ReLU output stays 0), so only about a quarter of
 the rows of a ReLU layer are evaluated. The difference is computed from the changed rows' own terms
 (``sum(y[L][n] ** 2)`` perturbed minus unperturbed), which is the same sum as a full evaluation's in
-exact arithmetic and never less accurate. The changed rows of every perturbation of a chunk are
-stacked into one tall matrix, so each later layer is one BLAS product.
+exact arithmetic and never less accurate. The changed rows are grouped by batch row, and the rows of
+one batch row share a ``_Path``: its units reordered, those on at the base point first, and each later
+layer's weights reduced to the rows of the units that are on (an off unit contributes an exact zero
+while no mask changes, and a change of mask is caught before it matters), so each later layer is one
+tall BLAS product of about half the size of a full one.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -94,13 +99,16 @@ def _entry_rows(fwd, k, rows, cols, steps, frozen):
         change = np.einsum("sn,sn->s", new_column, new_column) - np.einsum("sn,sn->s", old_column, old_column)
         return change, crossed, where, np.ones(count)
     moved = new_column - old_column
-    which, row_of = np.nonzero(moved)
+    # A perturbation that crossed a kink of layer k is retried whatever its later layers do: its rows
+    # are not propagated. In every other moved row, unit j is on at the base point.
+    moved[crossed] = 0.0
+    row_of, which = np.nonzero(moved.T)  # grouped by batch row: each group shares one path
 
-    def start(part: slice, z: np.ndarray, spare: np.ndarray) -> None:
-        s, n = which[part], row_of[part]
-        np.take(fwd.weights[k + 1], cols[s], axis=0, out=z, mode="clip")
-        z *= moved[s, n][:, None]
-        z += np.take(fwd.zs[k + 1], n, axis=0, out=spare, mode="clip")
+    def start(part: slice, z: np.ndarray, path: _Path) -> None:
+        s = which[part]
+        np.take(path.weights[k + 1], path.rank[k][cols[s]], axis=0, out=z, mode="clip")
+        z *= moved[:, row_of[part.start]][s][:, None]
+        z += path.z[k + 1]
 
     change, more, at, later = _rows(fwd, k + 1, start, which, row_of, count, frozen)
     # A crossing in layer k is already known (the step is below the exact distance to it): shrink.
@@ -113,85 +121,158 @@ def _direction_rows(fwd, k, moved, steps, frozen):
     that move."""
     count, n_dirs = len(steps), len(moved)
     live = np.tile(np.any(moved != 0, axis=2), (2, 1))  # (2S, N)
-    which, row_of = np.nonzero(live)
+    row_of, which = np.nonzero(live.T)  # grouped by batch row
 
-    def start(part: slice, z: np.ndarray, spare: np.ndarray) -> None:
-        s, n = which[part], row_of[part]
-        np.multiply(steps[s][:, None], moved[s % n_dirs, n], out=z)
-        z += np.take(fwd.zs[k], n, axis=0, out=spare, mode="clip")
+    def start(part: slice, z: np.ndarray, path: _Path) -> None:
+        s = which[part]
+        along = np.take(moved[:, row_of[part.start]], path.order[k], axis=1)  # (S, d), in path order
+        np.take(along, s % n_dirs, axis=0, out=z, mode="clip")
+        z *= steps[s][:, None]
+        z += path.z[k]
 
     return _rows(fwd, k, start, which, row_of, count, frozen)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Path:
+    """One batch row's forward pass with each layer's units reordered, those on at the base point first.
+
+    A unit that is off contributes an exact zero to the next layer's products, so, while no mask
+    changes, row n's next pre-activations are ``y[m][n, on] @ W[m][on, :]``: ``weights[m]`` holds
+    ``W[m][order[m - 1][:on[m - 1]]][:, order[m]]``, about half of ``W[m]``, and each perturbed row
+    costs about half the products of a full one (the same sums as a full evaluation's, less exact
+    zeros). In the new order the mask check is "the first ``on[m]`` pre-activations positive, the
+    others not": one comparison with a fixed pattern, ``pattern[m]``.
+
+    Attributes:
+        order: per layer, row n's units, on first (a stable order); ``rank``: its inverse.
+        on: per layer, how many units are on.
+        z: per layer, ``z[m][n]`` in that order.
+        pattern: per layer, the base masks in that order as 64-bit words (as bools where ``d % 8``).
+        weights: per layer, the reduced, reordered weights (None where not needed).
+    """
+
+    order: list[np.ndarray]
+    rank: list[np.ndarray]
+    on: list[int]
+    z: list[np.ndarray]
+    pattern: list[np.ndarray]
+    weights: list[np.ndarray | None]
+
+
+#: Bytes of reduced weights (``_Path.weights``) kept per forward pass, for every batch row; above it a
+#: path is made per call (its cost shared by that call's rows).
+_PATH_CACHE_BYTES = 64 * 2**20
+
+
+def _path(fwd: _stack.Forward, n: int, first: int) -> _Path:
+    """Row ``n``'s path for rows entering at layer ``first`` (weights from ``first`` on, orders from the
+    layer before); kept with ``fwd`` for every layer when small enough."""
+    layers, d = fwd.weights.shape[:2]
+    cached = layers * len(fwd.zs[0]) * d * d * 4 <= _PATH_CACHE_BYTES  # about half of W per row
+    if cached:
+        paths = fwd.__dict__.setdefault("_paths", {})  # how a frozen dataclass keeps a cache
+        path = paths.get(n)
+        if path is not None:
+            return path
+        first = 0
+    order, rank = [np.empty(0, np.intp)] * layers, [np.empty(0, np.intp)] * layers
+    on, z, pattern = [0] * layers, [np.empty(0)] * layers, [np.empty(0)] * layers
+    weights: list[np.ndarray | None] = [None] * layers
+    for m in range(max(first - 1, 0), layers):
+        mask = fwd.masks[m][n]
+        order[m] = np.argsort(~mask, kind="stable")
+        rank[m] = np.argsort(order[m])
+        on[m], z[m] = int(np.count_nonzero(mask)), fwd.zs[m][n, order[m]]
+        pattern[m] = _words(np.arange(d) < on[m])
+        if m >= max(first, 1):
+            weights[m] = fwd.weights[m][np.ix_(order[m - 1][: on[m - 1]], order[m])]
+    path = _Path(order, rank, on, z, pattern, weights)
+    if cached:
+        paths[n] = path
+    return path
+
+
+def _words(flags: np.ndarray) -> np.ndarray:
+    """Bool rows as 64-bit words where their length allows (8 flags a word-byte: several times faster
+    to compare and reduce), else as they are."""
+    if flags.shape[-1] % 8 == 0 and flags.flags.c_contiguous:
+        return flags.view(np.uint64)
+    return flags
 
 
 def _rows(fwd, k, start, which, row_of, count, frozen):
     """Propagate perturbed rows from layer ``k`` to the loss, in chunks; sum per perturbation.
 
-    ``start(part, z, spare)`` writes the pre-activations ``z[k]`` of rows ``part`` into ``z`` (``spare``:
-    a buffer of the same size it may use); row ``p`` belongs to
-    perturbation ``which[p]`` and is row ``row_of[p]`` of the batch. Returns, per perturbation, the loss
-    change, whether a mask changed, the first changed mask's ``(layer, row, unit)`` and the fraction of
-    the step at which that kink lies.
+    Row ``p`` belongs to perturbation ``which[p]`` and is row ``row_of[p]`` of the batch (``row_of``
+    sorted: the rows of one batch row share a ``_Path``). ``start(part, z, path)`` writes the
+    pre-activations ``z[k]`` of rows ``part`` (all of one batch row) into ``z``, in the path's order.
+    Returns, per perturbation, the loss change, whether a mask changed, the first changed mask's
+    ``(layer, row, unit)`` and the fraction of the step at which that kink lies.
     """
     d, n_layers = fwd.zs[k].shape[1], len(fwd.zs)
     per_chunk = max(1, _CHUNK_VALUES // d)
-    size = min(per_chunk, len(which))
+    size = min(per_chunk, max(len(which), 1))
     # Buffers reused by every chunk: fresh large temporaries cost page faults (glibc returns freed
     # multi-MiB blocks to the OS), which took ~40% of the run time at d=64. (np.take into them uses
     # mode="clip", on valid indices: with the default mode NumPy buffers the output, ~10x slower.)
-    work = np.empty((size, d)), np.empty((size, d)), np.empty((size, d), bool), np.empty((size, d), bool)
+    words = d // 8 if d % 8 == 0 else d
+    work = np.empty((size, d)), np.empty((size, d)), np.empty((size, d), bool), np.empty((size, words))
     squares = np.empty(len(which))
     layer, ratio, unit = np.full(len(which), n_layers), np.ones(len(which)), np.zeros(len(which), np.int64)
-    for first in range(0, len(which), per_chunk):
-        part = slice(first, first + per_chunk)
-        rows = row_of[part]
-        z = work[0][: len(rows)]
-        start(part, z, work[1][: len(rows)])
-        squares[part] = _propagate(fwd, k, z, rows, frozen, work, (layer[part], ratio[part], unit[part]))
+    bounds = np.searchsorted(row_of, np.arange(len(fwd.zs[0]) + 1))
+    for n in np.flatnonzero(np.diff(bounds)):
+        path = _path(fwd, int(n), k)
+        for first in range(bounds[n], bounds[n + 1], per_chunk):
+            part = slice(first, min(first + per_chunk, bounds[n + 1]))
+            rows = part.stop - part.start
+            start(part, work[0][:rows], path)
+            crossing = (layer[part], ratio[part], unit[part])
+            buffers = tuple(buffer[:rows] for buffer in work)
+            squares[part] = _propagate(k, buffers, path, frozen, crossing, n_layers)
     base = np.einsum("nd,nd->n", fwd.ys[-1], fwd.ys[-1])
     change = np.bincount(which, weights=squares - base[row_of], minlength=count)
     return (change, *_first_crossing(which, row_of, layer, ratio, unit, count, n_layers))
 
 
-def _propagate(fwd, k, z, rows, frozen, work, crossing):
-    """Finish perturbed forward passes of batch rows ``rows`` from their pre-activations ``z`` of layer
-    ``k`` (a view of ``work[0]``; ``work`` holds two float and two bool buffers of at least its size).
+def _propagate(k, buffers, path, frozen, crossing, n_layers):
+    """Finish perturbed forward passes of rows of one batch row from their pre-activations of layer
+    ``k`` (in ``buffers[0]``, in ``path``'s order; ``buffers``: two float buffers, a bool one and a
+    float one of ``d / 8`` columns).
 
     Fills ``crossing`` (views: per row, the first layer whose mask changed, the fraction of the step at
-    which its nearest kink lies, and that kink's unit); returns each row's ``sum(y[L] ** 2)``.
+    which its nearest kink lies, and that kink's unit); returns each row's ``sum(y[L] ** 2)``. After a
+    row's first change of mask its masks are held: its later values are not used (the step is retried).
     """
-    count = len(z)
-    spare, changed, base = work[1][:count], work[2][:count], work[3][:count]
+    z, spare, flags, differ = buffers
     layer, ratio, unit = crossing
-    n_layers = len(fwd.zs)
+    alive = (layer == n_layers).astype(float)  # rows with no change of mask yet
+    ones = np.ones(differ.shape[1])
     for m in range(k, n_layers):
         if m > k:
-            np.matmul(z, fwd.weights[m], out=spare)
+            np.matmul(z[:, : path.on[m - 1]], path.weights[m], out=spare)
             z, spare = spare, z
-        np.take(fwd.masks[m], rows, axis=0, out=base, mode="clip")
         if frozen:
-            z *= base
             continue
-        np.greater(z, 0, out=changed)
-        np.not_equal(changed, base, out=changed)
-        any_changed = _rows_any(changed)
-        new = np.flatnonzero(any_changed & (layer == n_layers)) if any_changed.any() else ()
-        if len(new):
+        # Per row, how many words of its mask differ from the base pattern: compared 8 units at a time,
+        # counted by a product (numpy's row-wise reductions pay a fixed cost per row).
+        np.greater(z, 0, out=flags)
+        np.not_equal(_words(flags), path.pattern[m], out=differ)
+        changed_words = differ @ ones
+        if changed_words @ alive:
+            new = np.flatnonzero((changed_words > 0) & (alive > 0))
+            alive[new] = 0.0
             # Up to the first layer that crossed, everything moved linearly with the step: the fraction
             # of the step at which each of its kinks lies is exact; the nearest is the one to report.
-            z_base = fwd.zs[m][rows[new]]
+            z_base = path.z[m]
+            changed = (z[new] > 0) != (np.arange(z.shape[1]) < path.on[m])
             with np.errstate(divide="ignore", invalid="ignore"):
-                fractions = np.where(changed[new], np.abs(z_base) / np.abs(z[new] - z_base), np.inf)
+                fractions = np.where(changed, np.abs(z_base) / np.abs(z[new] - z_base), np.inf)
             nearest = fractions.argmin(axis=1)
-            layer[new], ratio[new], unit[new] = m, fractions[np.arange(new.size), nearest], nearest
-        np.maximum(z, 0.0, out=z)
-    return np.einsum("pd,pd->p", z, z)
-
-
-def _rows_any(flags: np.ndarray) -> np.ndarray:
-    """``flags.any(axis=1)`` for a C-contiguous bool array, 8 flags at a time when rows allow it
-    (a reduction over 64-bit words, several times faster than over bools)."""
-    words = flags.view(np.uint64) if flags.shape[1] % 8 == 0 and flags.flags.c_contiguous else flags
-    return np.asarray(words.any(axis=1))
+            layer[new], ratio[new] = m, fractions[np.arange(new.size), nearest]
+            unit[new] = path.order[m][nearest]
+    y = z[:, : path.on[n_layers - 1]]
+    return np.einsum("pd,pd->p", y, y)
 
 
 def _first_crossing(which, row_of, layer, ratio, unit, count, n_layers):

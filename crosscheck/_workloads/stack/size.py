@@ -80,12 +80,21 @@ def estimate(
         # which they are is known only after the screen, so the estimate counts every layer.
         parts["oracle"] = f64 * (
             ORACLE_ARRAYS * entries + CHUNK_BUFFERS * _perturb._CHUNK_VALUES * _threads.workers()
-        )
+        ) + _paths(layers, batch, dim)
         if _screened(layers, batch, dim, quantity, oracle_mode, screens):
             parts["oracle"] += 2 * f64 * layers * directions * dim * dim  # the directions, and a copy
     if explain or quantity == "hvp":
         parts["inputs and results"] += 4 * f64 * entries  # float64 re-runs; the HVP's direction
     return parts
+
+
+def _paths(layers: int, batch: int, dim: int) -> int:
+    """Bytes of the oracle's reduced weights (``perturb._Path``, about half of ``W`` per batch row):
+    kept for every row up to ``perturb._PATH_CACHE_BYTES``, else one row's per worker at a time."""
+    per_row = 4 * layers * dim * dim
+    if per_row * batch <= _perturb._PATH_CACHE_BYTES:
+        return per_row * batch
+    return per_row * _threads.workers()
 
 
 def _screened(layers: int, batch: int, dim: int, quantity: str, mode: str, screens: bool) -> bool:

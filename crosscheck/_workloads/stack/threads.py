@@ -66,6 +66,12 @@ def single_threaded_blas() -> Iterator[None]:
 
 #: Below this many flops of work in all, threads cost more (~10 ms to start) than they save.
 MIN_PARALLEL_FLOPS = 2e7
+#: Below this width the oracle's pieces run serially: their NumPy calls (products of ``(rows, d)``
+#: blocks, checks of each row's masks) are so short that threads spend their time handing the GIL to
+#: each other. Measured on 2 cores, the full gradient oracle (N = 8): d = 64, 127 ms on one thread and
+#: 133 ms on two; d = 80, 283 and 221 ms; d = 128, 1.12 and 0.74 s; the full HVP oracle at d = 64,
+#: 3.8 s on one and 4.5 s on two.
+MIN_PARALLEL_WIDTH = 72
 
 
 def blas_on_one_thread(fn: Callable[..., R]) -> Callable[..., R]:
@@ -81,16 +87,20 @@ def blas_on_one_thread(fn: Callable[..., R]) -> Callable[..., R]:
     return wrapper
 
 
-def in_parallel(fn: Callable[[T], R], items: Iterable[T], *, flops: float = np.inf) -> Iterator[R]:
+def in_parallel(
+    fn: Callable[[T], R], items: Iterable[T], *, flops: float = np.inf, width: int | None = None
+) -> Iterator[R]:
     """``fn(item)`` for every item, on one thread per core; yields the results as they complete.
 
     Serial (in order) with one core, one item, under ``MIN_PARALLEL_FLOPS`` of work (``flops``, the
-    caller's estimate), without ``threadpoolctl``, or inside another ``in_parallel`` piece. An exception
-    in a piece is raised here once the running pieces finish.
+    caller's estimate), for pieces working on rows narrower than ``MIN_PARALLEL_WIDTH`` (``width``),
+    without ``threadpoolctl``, or inside another ``in_parallel`` piece. An exception in a piece is
+    raised here once the running pieces finish.
     """
     items = list(items)
     count = min(workers(), len(items))
-    serial = count <= 1 or flops < MIN_PARALLEL_FLOPS or getattr(_inside, "active", False)
+    narrow = width is not None and width < MIN_PARALLEL_WIDTH
+    serial = count <= 1 or flops < MIN_PARALLEL_FLOPS or narrow or getattr(_inside, "active", False)
     if serial or _controller() is None:
         yield from map(fn, items)
         return
