@@ -22,7 +22,7 @@ PYPROJECT = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_te
 def test_the_distribution_name_is_not_the_unrelated_crosscheck():
     # `crosscheck` on the package index is someone else's project (0.0.0.2, 2023).
     assert PYPROJECT["project"]["name"] == DISTRIBUTION == "crosscheck-gradients"
-    assert PYPROJECT["project"]["scripts"] == {"crosscheck": "crosscheck._cli.main:main"}
+    assert PYPROJECT["project"]["scripts"] == {"crosscheck": "crosscheck._cli.main:console"}
 
 
 def test_the_extras_name_the_distribution_itself():
