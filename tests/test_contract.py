@@ -515,3 +515,30 @@ def _wait_for(marker: Path, process: subprocess.Popen, timeout: float = 120.0) -
         if time.monotonic() > deadline:
             pytest.fail("the slow backend did not start within 120 s")
         time.sleep(0.05)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda a: a.__setitem__((0, 0), -0.0),  # a signed zero: equal as a value, not as bits
+        lambda a: a.__setitem__((1, 2), np.nan),
+        lambda a: a.__setitem__((2, 1), np.nextafter(a[2, 1].real, np.inf)),
+    ],
+    ids=["signed zero", "nan", "one ulp"],
+)
+@pytest.mark.parametrize("dtype", ["float32", "float64", "complex128", "int8"])
+def test_a_write_is_found_in_the_bits_of_any_array(change, dtype):
+    from crosscheck._engine.call import _same_bits
+
+    before = np.arange(12, dtype="float64").reshape(3, 4).astype(dtype)
+    live = before.copy()
+    assert _same_bits(live, before) and _same_bits(live[:, ::2], before[:, ::2])
+    if dtype == "int8":
+        live[1, 2] += 1
+    else:
+        change(live)
+    assert not _same_bits(live, before)
+    other = {"complex128": "i8", "int8": "u1"}.get(dtype, f"i{before.itemsize}")
+    assert not _same_bits(before.view(other), before)  # the same bits as another dtype: not the same
+    nan = np.full(3, np.nan)
+    assert _same_bits(nan, nan.copy())  # the same NaN bits are unchanged

@@ -112,26 +112,41 @@ def test_output_sigmas_equal_the_forward_propagation_from_each_layer(case):
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_paths_made_per_call_give_the_cached_paths_answer(case, monkeypatch):
-    # Above _PATH_CACHE_BYTES each call makes its rows' paths; the differences must not change.
+    # Above _PATH_CACHE_BYTES each call makes its rows' paths: reduced for many rows (the same products:
+    # the same bits), plain for a few (products over every unit, the off ones zeroed: the same sums to
+    # within rounding, the same crossings).
     weights, x = (a.astype(np.float64) for a in crosscheck.make_inputs(case))
     rows, cols = np.divmod(np.arange(case.dim**2), case.dim)
     h = np.full(case.dim**2, 2.0**-12)
     directions = np.random.default_rng(1).choice([-1.0, 1.0], size=(2, case.dim, case.dim))
-    answers = []
-    for limit in (perturb._PATH_CACHE_BYTES, 0):
+    answers = {}
+    for mode, limit, min_rows in (
+        ("cached", perturb._PATH_CACHE_BYTES, 0),
+        ("reduced", 0, 0),
+        ("plain", 0, 10**9),
+    ):
         monkeypatch.setattr(perturb, "_PATH_CACHE_BYTES", limit)
+        monkeypatch.setattr(perturb, "_PATH_MIN_ROWS", min_rows)
         fwd = _stack.forward(weights, x)
         sigmas = perturb.output_sigmas(fwd)
-        entries = [
+        results = [
             perturb.central(fwd, k, h, False, sigmas[k], rows=rows, cols=cols) for k in range(case.layers)
         ]
-        along = [
+        results += [
+            perturb.central(fwd, k, h, True, sigmas[k], rows=rows, cols=cols) for k in range(case.layers)
+        ]
+        results += [
             perturb.central(fwd, k, h[:2], False, sigmas[k], moved=fwd.ys[k] @ directions)
             for k in range(case.layers)
         ]
-        answers.append((entries, along, "_paths" in fwd.__dict__))
-    (cached, cached_along, kept), (fresh, fresh_along, not_kept) = answers
-    assert kept and not not_kept
-    for a, b in zip(cached + cached_along, fresh + fresh_along, strict=True):
-        for x_a, x_b in zip(a, b, strict=True):
-            np.testing.assert_array_equal(x_a, x_b)
+        answers[mode] = results
+        assert ("_paths" in fwd.__dict__) == (mode == "cached")
+    for cached, reduced, plain in zip(answers["cached"], answers["reduced"], answers["plain"], strict=True):
+        for a, b in zip(cached, reduced, strict=True):
+            np.testing.assert_array_equal(a, b)
+        value, error, crossed, where, fraction = cached
+        np.testing.assert_array_equal(plain[2], crossed)
+        np.testing.assert_array_equal(plain[3], where)
+        ok = ~crossed
+        assert np.all(np.abs(plain[0][ok] - value[ok]) <= np.minimum(plain[1][ok], error[ok]))
+        np.testing.assert_allclose(plain[4], fraction, rtol=1e-9)

@@ -206,12 +206,23 @@ def _written(live: list[np.ndarray], before: list[np.ndarray], *, restore: bool)
     """Which inputs were written (compared as bits, not values); with ``restore``, put back."""
     written = []
     for i, (a, p) in enumerate(zip(live, before, strict=True)):
-        if a.shape != p.shape or a.dtype != p.dtype or a.tobytes() != p.tobytes():
+        if not _same_bits(a, p):
             written.append(i)
             if restore:
                 with contextlib.suppress(ValueError, TypeError):
                     a[...] = p
     return written
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays hold the same bits: compared as unsigned integers of the item's size (NaNs
+    and signed zeros included, without copying either array, as ``tobytes`` does), else as bytes."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype.itemsize in (1, 2, 4, 8) and not a.dtype.hasobject and a.dtype.fields is None:
+        kind = np.dtype(f"u{a.dtype.itemsize}")
+        return bool(np.array_equal(a.view(kind), b.view(kind)))
+    return a.tobytes() == b.tobytes()
 
 
 # -- framework state ------------------------------------------------------------------------------------

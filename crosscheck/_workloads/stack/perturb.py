@@ -135,39 +135,51 @@ def _direction_rows(fwd, k, moved, steps, frozen):
 
 @dataclasses.dataclass(frozen=True)
 class _Path:
-    """One batch row's forward pass with each layer's units reordered, those on at the base point first.
+    """One batch row's forward pass, arranged for its perturbed rows' products.
 
-    A unit that is off contributes an exact zero to the next layer's products, so, while no mask
-    changes, row n's next pre-activations are ``y[m][n, on] @ W[m][on, :]``: ``weights[m]`` holds
+    *Reduced* (the usual case): each layer's units reordered, those on at the base point first. A unit
+    that is off contributes an exact zero to the next layer's products, so, while no mask changes, row
+    n's next pre-activations are ``y[m][n, on] @ W[m][on, :]``: ``weights[m]`` holds
     ``W[m][order[m - 1][:on[m - 1]]][:, order[m]]``, about half of ``W[m]``, and each perturbed row
     costs about half the products of a full one (the same sums as a full evaluation's, less exact
     zeros). In the new order the mask check is "the first ``on[m]`` pre-activations positive, the
     others not": one comparison with a fixed pattern, ``pattern[m]``.
 
+    *Plain* (a few rows at a large width, where making the reduced weights would cost more than it
+    saves): the units in their own order, ``weights[m]`` is ``W[m]``, and the off units are zeroed
+    (``keep[m]``) before each product.
+
     Attributes:
         order: per layer, row n's units, on first (a stable order); ``rank``: its inverse.
-        on: per layer, how many units are on.
+        on: per layer, how many leading units each product uses (``d`` for a plain path).
         z: per layer, ``z[m][n]`` in that order.
-        pattern: per layer, the base masks in that order as 64-bit words (as bools where ``d % 8``).
-        weights: per layer, the reduced, reordered weights (None where not needed).
+        flags: per layer, the base masks in that order; ``pattern``: the same as 64-bit words (as
+            bools where ``d % 8``).
+        weights: per layer, the (reduced, reordered) weights (None where not needed).
+        keep: per layer, the base masks as floats to multiply by (a plain path), else None.
     """
 
     order: list[np.ndarray]
     rank: list[np.ndarray]
     on: list[int]
     z: list[np.ndarray]
+    flags: list[np.ndarray]
     pattern: list[np.ndarray]
     weights: list[np.ndarray | None]
+    keep: list[np.ndarray] | None = None
 
 
 #: Bytes of reduced weights (``_Path.weights``) kept per forward pass, for every batch row; above it a
 #: path is made per call (its cost shared by that call's rows).
 _PATH_CACHE_BYTES = 64 * 2**20
+#: Below this many rows of one batch row in a call, a path made for the call is plain: gathering the
+#: reduced weights (about ``L d**2 / 2`` values) costs about as much as 50 rows' saved products.
+_PATH_MIN_ROWS = 64
 
 
-def _path(fwd: _stack.Forward, n: int, first: int) -> _Path:
-    """Row ``n``'s path for rows entering at layer ``first`` (weights from ``first`` on, orders from the
-    layer before); kept with ``fwd`` for every layer when small enough."""
+def _path(fwd: _stack.Forward, n: int, first: int, rows: int) -> _Path:
+    """Row ``n``'s path for ``rows`` rows entering at layer ``first`` (weights from ``first`` on, orders
+    from the layer before); kept with ``fwd`` for every layer when small enough."""
     layers, d = fwd.weights.shape[:2]
     cached = layers * len(fwd.zs[0]) * d * d * 4 <= _PATH_CACHE_BYTES  # about half of W per row
     if cached:
@@ -176,18 +188,31 @@ def _path(fwd: _stack.Forward, n: int, first: int) -> _Path:
         if path is not None:
             return path
         first = 0
+    elif rows < _PATH_MIN_ROWS:
+        masks = [mask[n] for mask in fwd.masks]
+        identity = np.arange(d)
+        return _Path(
+            order=[identity] * layers,
+            rank=[identity] * layers,
+            on=[d] * layers,
+            z=[z[n] for z in fwd.zs],
+            flags=masks,
+            pattern=[_words(mask) for mask in masks],
+            weights=list(fwd.weights),
+            keep=[mask.astype(float) for mask in masks],
+        )
     order, rank = [np.empty(0, np.intp)] * layers, [np.empty(0, np.intp)] * layers
-    on, z, pattern = [0] * layers, [np.empty(0)] * layers, [np.empty(0)] * layers
+    on, z, flags = [0] * layers, [np.empty(0)] * layers, [np.empty(0, bool)] * layers
     weights: list[np.ndarray | None] = [None] * layers
     for m in range(max(first - 1, 0), layers):
         mask = fwd.masks[m][n]
         order[m] = np.argsort(~mask, kind="stable")
         rank[m] = np.argsort(order[m])
         on[m], z[m] = int(np.count_nonzero(mask)), fwd.zs[m][n, order[m]]
-        pattern[m] = _words(np.arange(d) < on[m])
+        flags[m] = np.arange(d) < on[m]
         if m >= max(first, 1):
             weights[m] = fwd.weights[m][np.ix_(order[m - 1][: on[m - 1]], order[m])]
-    path = _Path(order, rank, on, z, pattern, weights)
+    path = _Path(order, rank, on, z, flags, [_words(f) for f in flags], weights)
     if cached:
         paths[n] = path
     return path
@@ -222,7 +247,7 @@ def _rows(fwd, k, start, which, row_of, count, frozen):
     layer, ratio, unit = np.full(len(which), n_layers), np.ones(len(which)), np.zeros(len(which), np.int64)
     bounds = np.searchsorted(row_of, np.arange(len(fwd.zs[0]) + 1))
     for n in np.flatnonzero(np.diff(bounds)):
-        path = _path(fwd, int(n), k)
+        path = _path(fwd, int(n), k, int(bounds[n + 1] - bounds[n]))
         for first in range(bounds[n], bounds[n + 1], per_chunk):
             part = slice(first, min(first + per_chunk, bounds[n + 1]))
             rows = part.stop - part.start
@@ -250,6 +275,8 @@ def _propagate(k, buffers, path, frozen, crossing, n_layers):
     ones = np.ones(differ.shape[1])
     for m in range(k, n_layers):
         if m > k:
+            if path.keep is not None:
+                z *= path.keep[m - 1]  # ReLU with the masks held (a plain path)
             np.matmul(z[:, : path.on[m - 1]], path.weights[m], out=spare)
             z, spare = spare, z
         if frozen:
@@ -265,12 +292,14 @@ def _propagate(k, buffers, path, frozen, crossing, n_layers):
             # Up to the first layer that crossed, everything moved linearly with the step: the fraction
             # of the step at which each of its kinks lies is exact; the nearest is the one to report.
             z_base = path.z[m]
-            changed = (z[new] > 0) != (np.arange(z.shape[1]) < path.on[m])
+            changed = (z[new] > 0) != path.flags[m]
             with np.errstate(divide="ignore", invalid="ignore"):
                 fractions = np.where(changed, np.abs(z_base) / np.abs(z[new] - z_base), np.inf)
             nearest = fractions.argmin(axis=1)
             layer[new], ratio[new] = m, fractions[np.arange(new.size), nearest]
             unit[new] = path.order[m][nearest]
+    if path.keep is not None:
+        z *= path.keep[n_layers - 1]
     y = z[:, : path.on[n_layers - 1]]
     return np.einsum("pd,pd->p", y, y)
 
