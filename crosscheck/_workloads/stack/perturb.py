@@ -90,9 +90,12 @@ def _entry_rows(fwd, k, rows, cols, steps, frozen):
     else:
         changed = (column > 0) != base
         crossed = changed.any(axis=1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            nearest = np.where(changed, np.abs(z_col) / np.abs(column - z_col), np.inf).argmin(axis=1)
-        where[crossed] = np.column_stack([np.full(int(crossed.sum()), k), nearest[crossed], cols[crossed]])
+        hit = np.flatnonzero(crossed)
+        if hit.size:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                distance = np.abs(z_col[hit]) / np.abs(column[hit] - z_col[hit])
+            nearest = np.where(changed[hit], distance, np.inf).argmin(axis=1)
+            where[hit] = np.column_stack([np.full(hit.size, k), nearest, cols[hit]])
         new_column = np.maximum(column, 0.0)
     old_column = fwd.ys[k + 1][:, cols].T
     if k + 1 == len(fwd.zs):
