@@ -14,6 +14,7 @@ CASES = [
     crosscheck.Case(layers=3, batch=4, dim=5, dtype="float64", seed=4, init="integer"),
     crosscheck.Case(layers=8, batch=2, dim=3, dtype="float64", seed=5, init="nearzero"),
     crosscheck.Case(layers=3, batch=3, dim=16, dtype="float64", seed=6),  # masks compared as words
+    crosscheck.Case(layers=3, batch=4, dim=10, dtype="float64", seed=8),  # flags in two 64-bit lanes
 ]
 IDS = [f"{c.init}-d{c.dim}" for c in CASES]
 
@@ -150,3 +151,29 @@ def test_paths_made_per_call_give_the_cached_paths_answer(case, monkeypatch):
         ok = ~crossed
         assert np.all(np.abs(plain[0][ok] - value[ok]) <= np.minimum(plain[1][ok], error[ok]))
         np.testing.assert_allclose(plain[4], fraction, rtol=1e-9)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_blocks_of_any_size_give_the_same_answer(case, monkeypatch):
+    # A batch row's rows are propagated in equal blocks of at most block_rows(d) rows: one row a block,
+    # uneven sizes and one block for all must give the same crossings and, to within the error bars,
+    # the same differences (BLAS may sum a product of another shape in another order).
+    weights, x = (a.astype(np.float64) for a in crosscheck.make_inputs(case))
+    rows, cols = np.divmod(np.arange(case.dim**2), case.dim)
+    h = np.full(case.dim**2, 2.0**-10)
+    answers = []
+    for block in (10**9, 1, 3, 7):
+        monkeypatch.setattr(perturb, "_CHUNK_ROWS", block)
+        assert perturb.block_rows(case.dim) == min(block, perturb._CHUNK_VALUES // case.dim)
+        fwd = _stack.forward(weights, x)
+        sigmas = perturb.output_sigmas(fwd)
+        answers.append(
+            [perturb.central(fwd, k, h, False, sigmas[k], rows=rows, cols=cols) for k in range(case.layers)]
+        )
+    for results in answers[1:]:
+        for (value, error, crossed, where, fraction), first in zip(results, answers[0], strict=True):
+            np.testing.assert_array_equal(crossed, first[2])
+            np.testing.assert_array_equal(where, first[3])
+            np.testing.assert_allclose(fraction, first[4], rtol=1e-9)
+            ok = ~crossed
+            assert np.all(np.abs(value[ok] - first[0][ok]) <= np.minimum(error[ok], first[1][ok]))

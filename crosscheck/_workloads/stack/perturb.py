@@ -22,8 +22,15 @@ import numpy as np
 
 from crosscheck._workloads.stack import model as _stack
 
-#: Values of one propagated block (rows * d float64 values), sized to stay cache-friendly.
-_CHUNK_VALUES = 1 << 17
+#: Values of one propagated block (rows * d float64 values), sized to stay cache-friendly, and at most
+#: ``_CHUNK_ROWS`` rows: measured at d = 64 (N = 8), blocks of 1024 rows took the oracle 105 ms and
+#: blocks of 2048, 112 ms; at d = 128 and 256 the two sizes are the same.
+_CHUNK_VALUES, _CHUNK_ROWS = 1 << 17, 1024
+
+
+def block_rows(d: int) -> int:
+    """How many perturbed rows of width ``d`` are propagated together (one BLAS product a layer)."""
+    return max(1, min(_CHUNK_ROWS, _CHUNK_VALUES // d))
 
 
 def output_sigmas(fwd: _stack.Forward) -> list[float]:
@@ -80,37 +87,40 @@ def _entry_rows(fwd, k, rows, cols, steps, frozen):
     unchanged parts are not recomputed.
     """
     count = len(steps)
-    z_col = fwd.zs[k][:, cols].T
-    column = z_col + steps[:, None] * fwd.ys[k][:, rows].T  # (2S, N)
-    base = fwd.masks[k][:, cols].T
+    # Laid out (N, 2S), batch rows outermost: the reductions over the batch are elementwise.
+    z_col = fwd.zs[k][:, cols]
+    column = fwd.ys[k][:, rows]
+    column *= steps
+    column += z_col
+    base = fwd.masks[k][:, cols]
     crossed = np.zeros(count, bool)
     where = np.full((count, 3), -1, np.int64)
     if frozen:
         new_column = column * base
     else:
         changed = (column > 0) != base
-        crossed = changed.any(axis=1)
+        crossed = changed.any(axis=0)
         hit = np.flatnonzero(crossed)
         if hit.size:
             with np.errstate(divide="ignore", invalid="ignore"):
-                distance = np.abs(z_col[hit]) / np.abs(column[hit] - z_col[hit])
-            nearest = np.where(changed[hit], distance, np.inf).argmin(axis=1)
+                distance = np.abs(z_col[:, hit]) / np.abs(column[:, hit] - z_col[:, hit])
+            nearest = np.where(changed[:, hit], distance, np.inf).argmin(axis=0)
             where[hit] = np.column_stack([np.full(hit.size, k), nearest, cols[hit]])
-        new_column = np.maximum(column, 0.0)
-    old_column = fwd.ys[k + 1][:, cols].T
+        new_column = np.maximum(column, 0.0, out=column)
+    old_column = fwd.ys[k + 1][:, cols]
     if k + 1 == len(fwd.zs):
-        change = np.einsum("sn,sn->s", new_column, new_column) - np.einsum("sn,sn->s", old_column, old_column)
+        change = np.einsum("ns,ns->s", new_column, new_column) - np.einsum("ns,ns->s", old_column, old_column)
         return change, crossed, where, np.ones(count)
-    moved = new_column - old_column
+    moved = new_column - old_column  # (N, 2S)
     # A perturbation that crossed a kink of layer k is retried whatever its later layers do: its rows
     # are not propagated. In every other moved row, unit j is on at the base point.
-    moved[crossed] = 0.0
-    row_of, which = np.nonzero(moved.T)  # grouped by batch row: each group shares one path
+    moved[:, crossed] = 0.0
+    row_of, which = np.nonzero(moved)  # grouped by batch row: each group shares one path
 
     def start(part: slice, z: np.ndarray, path: _Path) -> None:
         s = which[part]
         np.take(path.weights[k + 1], path.rank[k][cols[s]], axis=0, out=z, mode="clip")
-        z *= moved[:, row_of[part.start]][s][:, None]
+        z *= moved[row_of[part.start], s][:, None]
         z += path.z[k + 1]
 
     change, more, at, later = _rows(fwd, k + 1, start, which, row_of, count, frozen)
@@ -239,20 +249,24 @@ def _rows(fwd, k, start, which, row_of, count, frozen):
     ``(layer, row, unit)`` and the fraction of the step at which that kink lies.
     """
     d, n_layers = fwd.zs[k].shape[1], len(fwd.zs)
-    per_chunk = max(1, _CHUNK_VALUES // d)
+    per_chunk = block_rows(d)
     size = min(per_chunk, max(len(which), 1))
     # Buffers reused by every chunk: fresh large temporaries cost page faults (glibc returns freed
     # multi-MiB blocks to the OS), which took ~40% of the run time at d=64. (np.take into them uses
     # mode="clip", on valid indices: with the default mode NumPy buffers the output, ~10x slower.)
-    words = d // 8 if d % 8 == 0 else d
-    work = np.empty((size, d)), np.empty((size, d)), np.empty((size, d), bool), np.empty((size, words))
+    words = d // 8 if d % 8 == 0 else d  # per row: the words (or flags) compared with the pattern
+    differ = np.zeros((size, -(-words // 8) * 8), bool)  # padded to whole 64-bit lanes (kept False)
+    work = np.empty((size, d)), np.empty((size, d)), np.empty((size, d), bool), differ
     squares = np.empty(len(which))
     layer, ratio, unit = np.full(len(which), n_layers), np.ones(len(which)), np.zeros(len(which), np.int64)
     bounds = np.searchsorted(row_of, np.arange(len(fwd.zs[0]) + 1))
     for n in np.flatnonzero(np.diff(bounds)):
         path = _path(fwd, int(n), k, int(bounds[n + 1] - bounds[n]))
-        for first in range(bounds[n], bounds[n + 1], per_chunk):
-            part = slice(first, min(first + per_chunk, bounds[n + 1]))
+        # Blocks of equal size, none above per_chunk (no small remainder: each costs a call a layer).
+        first, total = int(bounds[n]), int(bounds[n + 1] - bounds[n])
+        pieces = -(-total // per_chunk)
+        for piece in range(pieces):
+            part = slice(first + piece * total // pieces, first + (piece + 1) * total // pieces)
             rows = part.stop - part.start
             start(part, work[0][:rows], path)
             crossing = (layer[part], ratio[part], unit[part])
@@ -265,8 +279,8 @@ def _rows(fwd, k, start, which, row_of, count, frozen):
 
 def _propagate(k, buffers, path, frozen, crossing, n_layers):
     """Finish perturbed forward passes of rows of one batch row from their pre-activations of layer
-    ``k`` (in ``buffers[0]``, in ``path``'s order; ``buffers``: two float buffers, a bool one and a
-    float one of ``d / 8`` columns).
+    ``k`` (in ``buffers[0]``, in ``path``'s order; ``buffers``: two float buffers, a bool one of the
+    rows' signs and a bool one of their comparisons, padded to whole 64-bit lanes).
 
     Fills ``crossing`` (views: per row, the first layer whose mask changed, the fraction of the step at
     which its nearest kink lies, and that kink's unit); returns each row's ``sum(y[L] ** 2)``. After a
@@ -274,8 +288,19 @@ def _propagate(k, buffers, path, frozen, crossing, n_layers):
     """
     z, spare, flags, differ = buffers
     layer, ratio, unit = crossing
-    alive = (layer == n_layers).astype(float)  # rows with no change of mask yet
-    ones = np.ones(differ.shape[1])
+    words = path.pattern[k].shape[0]
+    # Per row, whether its mask differs from the base pattern: compared 8 units at a time (words), the
+    # comparisons' flags read as 64-bit lanes; one lane a row is the answer, more are counted by a
+    # product (numpy's row-wise reductions pay a fixed cost per row). A row counts while ``alive``: no
+    # change of mask yet.
+    lanes = differ.view(np.uint64)
+    if lanes.shape[1] == 1:
+        alive = np.where(layer == n_layers, ~np.uint64(0), np.uint64(0))
+        lane_flags, ones = None, None
+    else:
+        alive = (layer == n_layers).astype(float)
+        lane_flags, ones = np.empty(lanes.shape), np.ones(lanes.shape[1])
+    hits = np.empty_like(alive)
     for m in range(k, n_layers):
         if m > k:
             if path.keep is not None:
@@ -284,20 +309,23 @@ def _propagate(k, buffers, path, frozen, crossing, n_layers):
             z, spare = spare, z
         if frozen:
             continue
-        # Per row, how many words of its mask differ from the base pattern: compared 8 units at a time,
-        # counted by a product (numpy's row-wise reductions pay a fixed cost per row).
         np.greater(z, 0, out=flags)
-        np.not_equal(_words(flags), path.pattern[m], out=differ)
-        changed_words = differ @ ones
-        if changed_words @ alive:
-            new = np.flatnonzero((changed_words > 0) & (alive > 0))
-            alive[new] = 0.0
+        np.not_equal(_words(flags), path.pattern[m], out=differ[:, :words])
+        if lane_flags is None:
+            np.bitwise_and(lanes[:, 0], alive, out=hits)
+        else:
+            np.not_equal(lanes, 0, out=lane_flags)
+            np.multiply(lane_flags @ ones, alive, out=hits)
+        if np.count_nonzero(hits):
+            new = np.flatnonzero(hits)
+            alive[new] = 0
             # Up to the first layer that crossed, everything moved linearly with the step: the fraction
             # of the step at which each of its kinks lies is exact; the nearest is the one to report.
-            z_base = path.z[m]
-            changed = (z[new] > 0) != path.flags[m]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                fractions = np.where(changed, np.abs(z_base) / np.abs(z[new] - z_base), np.inf)
+            # (Where a mask changed, the pre-activation moved: no division by zero.)
+            z_base, z_new = path.z[m], z[new]
+            changed = (z_new > 0) != path.flags[m]
+            moved = np.abs(np.subtract(z_new, z_base, out=z_new), out=z_new)
+            fractions = np.divide(np.abs(z_base), moved, out=np.full(moved.shape, np.inf), where=changed)
             nearest = fractions.argmin(axis=1)
             layer[new], ratio[new] = m, fractions[np.arange(new.size), nearest]
             unit[new] = path.order[m][nearest]
