@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import crosscheck
+from crosscheck._workloads.stack import model as _stack
 from crosscheck._workloads.stack import threads
 
 threadpoolctl = pytest.importorskip("threadpoolctl")
@@ -95,3 +96,76 @@ def test_omp_num_threads_caps_the_workers(monkeypatch):
     assert threads.workers() == 1
     monkeypatch.setenv("OMP_NUM_THREADS", "not a number")
     assert threads.workers() >= 1
+
+
+def test_beside_runs_on_another_thread_and_hands_back_its_result(monkeypatch):
+    monkeypatch.setattr(threads, "workers", lambda: 2)
+    mine = threading.get_ident()
+    narrow, big = threads.MIN_PARALLEL_WIDTH - 1, threads.MIN_BESIDE_FLOPS
+
+    def work():
+        # Inside, BLAS is on one thread and pieces run serially, on this thread.
+        here = threading.get_ident()
+        idents = set(threads.in_parallel(lambda _: threading.get_ident(), range(3)))
+        return here, idents, _blas_threads()
+
+    with threads.single_threaded_blas():
+        here, idents, blas = threads.beside(work, width=narrow, flops=big)()
+    assert here != mine
+    assert idents == {here}
+    assert all(n == 1 for n in blas)
+
+
+@pytest.mark.parametrize(
+    ("workers", "width", "flops", "inside"),
+    [
+        (1, 8, np.inf, False),  # one core
+        (2, threads.MIN_PARALLEL_WIDTH, np.inf, False),  # the caller's own pieces use every core
+        (2, 8, threads.MIN_BESIDE_FLOPS / 2, False),  # too little work to hand the GIL back and forth
+        (2, 8, np.inf, True),  # inside an in_parallel piece: one level of threads
+    ],
+    ids=["one-core", "wide", "small", "nested"],
+)
+def test_beside_runs_in_the_callers_thread_when_a_second_thread_cannot_help(
+    monkeypatch, workers, width, flops, inside
+):
+    monkeypatch.setattr(threads, "workers", lambda: workers)
+    if inside:
+        monkeypatch.setattr(threads._inside, "active", True, raising=False)
+    ran = []
+    wait = threads.beside(lambda: ran.append(threading.get_ident()) or 7, width=width, flops=flops)
+    assert ran == []  # nothing runs before the wait
+    assert wait() == 7
+    assert ran == [threading.get_ident()]
+
+
+def test_an_exception_beside_is_raised_at_the_wait(monkeypatch):
+    monkeypatch.setattr(threads, "workers", lambda: 2)
+
+    def work():
+        raise ValueError("beside")
+
+    wait = threads.beside(work, width=8, flops=np.inf)
+    with pytest.raises(ValueError, match="beside"):
+        wait()
+
+
+def test_the_oracle_gives_the_same_bits_with_its_rounding_model_beside_or_after(monkeypatch):
+    weights, x = crosscheck.make_inputs(crosscheck.Case(layers=4, batch=6, dim=12, dtype="float64", seed=7))
+    oracle = crosscheck.load_backend("numpy-fd")
+    monkeypatch.setattr(threads, "workers", lambda: 2)
+    monkeypatch.setattr(threads, "MIN_BESIDE_FLOPS", np.inf)
+    after = oracle.estimate(weights, x)
+    monkeypatch.setattr(threads, "MIN_BESIDE_FLOPS", 0.0)
+    model, made_on = _stack.rounding_model, []
+
+    def spy(*args, **kwargs):
+        made_on.append(threading.get_ident())
+        return model(*args, **kwargs)
+
+    monkeypatch.setattr(_stack, "rounding_model", spy)
+    beside = oracle.estimate(weights, x)
+    assert made_on and threading.get_ident() not in made_on  # it did run beside
+    for name in ("value", "error", "step", "kink", "kink_at"):
+        np.testing.assert_array_equal(getattr(beside, name), getattr(after, name))
+    np.testing.assert_array_equal(beside.rounding.grad_sigma, after.rounding.grad_sigma)

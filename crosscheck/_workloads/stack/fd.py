@@ -121,6 +121,13 @@ def estimate(
     split = min(d, _threads.workers()) if d >= _threads.MIN_PARALLEL_WIDTH else 1  # else serial
     blocks = [(k, rows) for k in layers for rows in np.array_split(np.arange(d), split)]
     flops = 2.0 * len(layers) * x.shape[0] * d**4  # about what the layers' perturbed products cost
+    # The loss evaluations share the rounded prefix of the stack, so the estimate is the derivative
+    # at a point moved by float64 rounding; that error is sized by the stack's rounding model, made on
+    # the other core while the layers run serially.
+    deltas, _ = _stack.backward(fwd)
+    model = _threads.beside(
+        lambda: _stack.rounding_model(fwd, deltas, "float64"), width=d, flops=_stack.rounding_flops(fwd)
+    )
 
     def layer(block):
         return _layer(fwd, *block, out, sigmas[block[0]])
@@ -130,12 +137,9 @@ def estimate(
         done += size
         if progress is not None:
             progress(done, total)
-    # The loss evaluations share the rounded prefix of the stack, so the estimate is the derivative
-    # at a point moved by float64 rounding; that error is sized by the stack's rounding model.
-    deltas, _ = _stack.backward(fwd)
-    model = _stack.rounding_model(fwd, deltas, "float64")
-    out["error"] += model.grad_bound
-    return OracleEstimate(**out, evaluations=evaluations, rounding=model)
+    rounding = model()
+    out["error"] += rounding.grad_bound
+    return OracleEstimate(**out, evaluations=evaluations, rounding=rounding)
 
 
 @_threads.blas_on_one_thread

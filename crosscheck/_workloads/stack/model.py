@@ -181,7 +181,7 @@ def rounding_model(
         rng = np.random.default_rng([seed, index])
         return index, _sample(fwd, deltas, scales, sizes[index], rng, along, entries)
 
-    flops = 6.0 * samples * fwd.ys[0].size * fwd.weights.shape[1] * len(fwd.weights)
+    flops = rounding_flops(fwd, samples)
     pooled: list[Any] = [0.0, 0.0, 0.0]
     for index, found in sorted(
         _threads.in_parallel(part, range(len(sizes)), flops=flops), key=lambda r: r[0]
@@ -192,6 +192,11 @@ def rounding_model(
     direction_sigma = None if directions is None else np.sqrt(direction_var)
     grad_sigma = np.sqrt(grad_var) if entries else np.zeros(fwd.weights.shape)
     return RoundingModel(dtype, list(np.sqrt(z_var)), grad_sigma, samples, direction_sigma)
+
+
+def rounding_flops(fwd: Forward, samples: int = MODEL_SAMPLES) -> float:
+    """About the flops of ``rounding_model`` (its forward, backward and gradient products)."""
+    return 6.0 * samples * fwd.ys[0].size * fwd.weights.shape[1] * len(fwd.weights)
 
 
 def _noise_scales(fwd: Forward, deltas: list[np.ndarray], dtype: str) -> list[tuple[Any, Any, float, Any]]:
