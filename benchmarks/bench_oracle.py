@@ -27,7 +27,9 @@ are on: layer m's row product is ``(1, on) @ (on, d)``, ``on`` the units of ``y[
   full-width tall products.
 
 Retries after a kink crossing and all elementwise work (ReLU, mask checks, the rounding model) are
-outside both. The floors are sampled after each oracle run, so that both see the same machine load.
+outside both. The floors are sampled after each timed oracle run, so that both see the same machine
+load, and each timed run follows an untimed one (so that it does not start from the caches and clocks
+the floor's products left).
 
 Usage: ``python benchmarks/bench_oracle.py [--dims 16 32 64] [--skip-gradcheck] [--hvp-dim 64]
 [--profile]``.
@@ -87,7 +89,7 @@ def _best_product(a: np.ndarray, w: np.ndarray, out: np.ndarray, repeats: int) -
 def seconds_per_flop(dim: int, inner: int, repeats: int = 20) -> float:
     """The best time per flop of tall ``(rows, inner) @ (inner, dim)`` products of the oracle's block
     size, on all cores: BLAS's own threads, or one single-threaded BLAS per core in parallel."""
-    rows = perturb._CHUNK_VALUES // dim
+    rows = perturb.block_rows(dim)
     flops = 2.0 * rows * inner * dim
     rng = np.random.default_rng(0)
     w = rng.standard_normal((inner, dim))
@@ -115,6 +117,9 @@ def time_oracle(weights: np.ndarray, x: np.ndarray, repeats: int) -> dict:
     own_rate, full_rate = float("inf"), float("inf")
     console.print(f"oracle d={d} N={x.shape[0]}, best of {repeats} ...", style="dim")
     for _ in range(repeats):
+        # Each timed run follows an untimed one: the floor's products just before (both cores, other
+        # data) slowed the next run by about 7 ms at d = 64 (112 against 105 ms, best of 7).
+        oracle.estimate(weights, x)
         start = time.perf_counter()
         est = oracle.estimate(weights, x)
         best = min(best, time.perf_counter() - start)
