@@ -109,8 +109,8 @@ def test_beside_runs_on_another_thread_and_hands_back_its_result(monkeypatch):
         idents = set(threads.in_parallel(lambda _: threading.get_ident(), range(3)))
         return here, idents, _blas_threads()
 
-    with threads.single_threaded_blas():
-        here, idents, blas = threads.beside(work, width=narrow, flops=big)()
+    with threads.single_threaded_blas(), threads.beside(work, width=narrow, flops=big) as wait:
+        here, idents, blas = wait()
     assert here != mine
     assert idents == {here}
     assert all(n == 1 for n in blas)
@@ -133,9 +133,9 @@ def test_beside_runs_in_the_callers_thread_when_a_second_thread_cannot_help(
     if inside:
         monkeypatch.setattr(threads._inside, "active", True, raising=False)
     ran = []
-    wait = threads.beside(lambda: ran.append(threading.get_ident()) or 7, width=width, flops=flops)
-    assert ran == []  # nothing runs before the wait
-    assert wait() == 7
+    with threads.beside(lambda: ran.append(threading.get_ident()) or 7, width=width, flops=flops) as wait:
+        assert ran == []  # nothing runs before the wait
+        assert wait() == 7
     assert ran == [threading.get_ident()]
 
 
@@ -145,9 +145,29 @@ def test_an_exception_beside_is_raised_at_the_wait(monkeypatch):
     def work():
         raise ValueError("beside")
 
-    wait = threads.beside(work, width=8, flops=np.inf)
-    with pytest.raises(ValueError, match="beside"):
+    with pytest.raises(ValueError, match="beside"), threads.beside(work, width=8, flops=np.inf) as wait:
         wait()
+
+
+def test_work_beside_has_ended_when_the_callers_block_fails(monkeypatch):
+    # An exception in the caller (a progress callback, Ctrl-C) leaves the block only once the work
+    # beside it has ended: its BLAS limit must not outlive the caller's.
+    monkeypatch.setattr(threads, "workers", lambda: 2)
+    go, ended = threading.Event(), []
+
+    def work():
+        go.wait()
+        total = sum(float(np.sum(np.ones(1000))) for _ in range(200))
+        ended.append(total)
+
+    def caller():
+        with threads.beside(work, width=8, flops=np.inf):
+            go.set()
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        caller()
+    assert ended == [200000.0]
 
 
 def test_the_oracle_gives_the_same_bits_with_its_rounding_model_beside_or_after(monkeypatch):

@@ -125,19 +125,20 @@ def estimate(
     # at a point moved by float64 rounding; that error is sized by the stack's rounding model, made on
     # the other core while the layers run serially.
     deltas, _ = _stack.backward(fwd)
-    model = _threads.beside(
-        lambda: _stack.rounding_model(fwd, deltas, "float64"), width=d, flops=_stack.rounding_flops(fwd)
-    )
 
     def layer(block):
         return _layer(fwd, *block, out, sigmas[block[0]])
 
-    for count, size in _threads.in_parallel(layer, blocks, flops=flops, width=d):
-        evaluations += count
-        done += size
-        if progress is not None:
-            progress(done, total)
-    rounding = model()
+    def model():
+        return _stack.rounding_model(fwd, deltas, "float64")
+
+    with _threads.beside(model, width=d, flops=_stack.rounding_flops(fwd)) as rounded:
+        for count, size in _threads.in_parallel(layer, blocks, flops=flops, width=d):
+            evaluations += count
+            done += size
+            if progress is not None:
+                progress(done, total)
+        rounding = rounded()
     out["error"] += rounding.grad_bound
     return OracleEstimate(**out, evaluations=evaluations, rounding=rounding)
 

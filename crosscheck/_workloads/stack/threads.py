@@ -130,20 +130,23 @@ def in_parallel(
 MIN_BESIDE_FLOPS = 5e7
 
 
-def beside(fn: Callable[[], R], *, width: int, flops: float) -> Callable[[], R]:
-    """Start ``fn()`` on a thread of its own, for a second core to run while the caller works on rows
-    narrower than ``MIN_PARALLEL_WIDTH`` (work that runs serially: see ``in_parallel``); returns a
-    function that waits for ``fn`` and returns its result (or raises its exception).
+@contextlib.contextmanager
+def beside(fn: Callable[[], R], *, width: int, flops: float) -> Iterator[Callable[[], R]]:
+    """A context that starts ``fn()`` on a thread of its own, for a second core to run while the caller
+    works on rows narrower than ``MIN_PARALLEL_WIDTH`` (work that runs serially: see ``in_parallel``).
+    It gives a function that waits for ``fn`` and returns its result (or raises its exception); however
+    the block is left, ``fn`` has ended by then (its BLAS limit too, which must not outlive the
+    caller's).
 
-    ``fn`` runs at the wait instead, in the caller's thread, with one core, without ``threadpoolctl``
-    (BLAS's threads would compete), for wider rows (the caller's own pieces then use every core),
-    under ``MIN_BESIDE_FLOPS`` (``flops``: the caller's estimate of ``fn``'s), or inside an
+    ``fn`` runs when that function is called instead, in the caller's thread, with one core, without
+    ``threadpoolctl`` (BLAS's threads would compete), for wider rows (the caller's own pieces then use
+    every core), under ``MIN_BESIDE_FLOPS`` (``flops``: the caller's estimate of ``fn``'s), or inside an
     ``in_parallel`` piece. Inside ``fn`` pieces run serially (one level of threads).
     """
     alone = workers() <= 1 or width >= MIN_PARALLEL_WIDTH or flops < MIN_BESIDE_FLOPS
-    alone = alone or getattr(_inside, "active", False)
-    if alone or _controller() is None:
-        return fn
+    if alone or getattr(_inside, "active", False) or _controller() is None:
+        yield fn
+        return
     outcome: dict[str, Any] = {}
 
     def run() -> None:
@@ -162,4 +165,7 @@ def beside(fn: Callable[[], R], *, width: int, flops: float) -> Callable[[], R]:
             raise outcome["error"]
         return outcome["value"]
 
-    return wait
+    try:
+        yield wait
+    finally:
+        thread.join()
