@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import hostile
 import numpy as np
+import processes
 import pytest
 
 import crosscheck
@@ -479,21 +479,11 @@ def test_a_real_ctrl_c_stops_the_run_and_reports_what_finished(tmp_path):
     """SIGINT while a backend sleeps: the process ends soon, exit 130, ``interrupted`` and the backends
     that finished before it (the reference and torch) are printed."""
     marker = tmp_path / "started"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    env["HOSTILE_MARKER"] = str(marker)
     command = [sys.executable, "-m", "crosscheck", "run", *SMALL, "--backend", "torch"]
     command += ["--backend", "hostile:stack_slow", "--json", str(tmp_path / "report.json")]
-    # A shell without job control starts background commands with SIGINT ignored, and a child inherits
-    # that; a Python handler here is reset to the default in the child instead.
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    process = processes.start(command, tmp_path, marker)
     try:
-        process = subprocess.Popen(
-            command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    try:
-        _wait_for(marker, process)
+        processes.wait_until_started(marker, process)
         process.send_signal(signal.SIGINT)
         out, _ = process.communicate(timeout=10)
     finally:
@@ -502,19 +492,6 @@ def test_a_real_ctrl_c_stops_the_run_and_reports_what_finished(tmp_path):
     assert process.returncode == 130, out
     assert "interrupted" in out, out
     assert "numpy-fd" in out and "torch" in out, out
-
-
-def _wait_for(marker: Path, process: subprocess.Popen, timeout: float = 120.0) -> None:
-    """Until the slow backend has started (it writes ``marker``); fail if the process ends first."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not marker.exists():
-        if process.poll() is not None:
-            pytest.fail(f"crosscheck ended (exit {process.returncode}) before the slow backend started")
-        if time.monotonic() > deadline:
-            pytest.fail("the slow backend did not start within 120 s")
-        time.sleep(0.05)
 
 
 @pytest.mark.parametrize(

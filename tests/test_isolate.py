@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import hostile
+import processes
 import pytest
 
 import crosscheck
@@ -155,24 +156,10 @@ def test_ctrl_c_stops_the_run_and_its_workers(tmp_path):
     marker = tmp_path / "started"
     command = [sys.executable, "-m", "crosscheck", "run", *SMALL, "--isolate"]
     command += ["--backend", "hostile:stack_slow"]
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    process = processes.start(command, tmp_path, marker)
     try:
-        process = subprocess.Popen(
-            command,
-            cwd=tmp_path,
-            env=_env(HOSTILE_MARKER=str(marker)),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    try:
-        deadline = time.monotonic() + 120
-        while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert marker.exists(), "the slow backend never started"
-        workers = _children(process.pid)
+        processes.wait_until_started(marker, process)
+        workers = processes.children(process.pid)
         assert workers, "no worker process"
         process.send_signal(signal.SIGINT)
         out, _ = process.communicate(timeout=10)
@@ -182,30 +169,9 @@ def test_ctrl_c_stops_the_run_and_its_workers(tmp_path):
         process.stdout.close()
     assert process.returncode == 130, out
     deadline = time.monotonic() + 5  # the kernel takes a moment to reap a killed worker
-    while [pid for pid in workers if _alive(pid)] and time.monotonic() < deadline:
+    while [pid for pid in workers if processes.alive(pid)] and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not [pid for pid in workers if _alive(pid)], "a worker outlived the run"
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    assert not [pid for pid in workers if processes.alive(pid)], "a worker outlived the run"
 
 
 def test_a_worker_that_cannot_start_is_that_backends_failure(monkeypatch):

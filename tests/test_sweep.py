@@ -12,6 +12,7 @@ import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import processes
 import pytest
 
 from crosscheck._cli.main import main
@@ -270,26 +271,6 @@ def test_more_jobs_than_cpus_are_clamped_with_a_note(tmp_path, capsys):
     assert json.loads(path.read_text())["engine"]["jobs"] == cpu_count()
 
 
-def _descendants(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            if parent == pid:
-                found += [int(entry.name), *_descendants(int(entry.name))]
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 @pytest.mark.parametrize(
     ("signame", "jobs", "status"),
     [("SIGINT", "2", 130), ("SIGTERM", "2", 143), ("SIGINT", "0", 130)],
@@ -299,29 +280,17 @@ def test_a_signal_stops_the_sweep_and_its_workers_within_seconds(tmp_path, signa
     """A slow backend in every case; the signal once it has started: the sweep exits within seconds
     with the records so far (JSON written), and no worker, nor the resource tracker, outlives it."""
     import signal
-    import subprocess
     import sys
     import time
 
     marker, report = tmp_path / "started", tmp_path / "sweep.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    env["HOSTILE_MARKER"] = str(marker)
     command = [sys.executable, "-m", "crosscheck", "sweep", "--layers", "2", "--batch", "2", "--dim", "2"]
     command += ["--seed", "0", "--seed", "1", "--seed", "2", "--backend", "hostile:stack_slow"]
     command += ["--jobs", jobs, "--json", str(report)]
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # see test_contract's Ctrl-C
+    process = processes.start(command, tmp_path, marker)
     try:
-        process = subprocess.Popen(
-            command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    try:
-        deadline = time.monotonic() + 120
-        while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert marker.exists(), "the slow backend never started"
-        children = _descendants(process.pid)
+        processes.wait_until_started(marker, process)
+        children = processes.children(process.pid, deep=True)
         start = time.monotonic()
         process.send_signal(getattr(signal, signame))
         out, _ = process.communicate(timeout=20)
@@ -336,6 +305,8 @@ def test_a_signal_stops_the_sweep_and_its_workers_within_seconds(tmp_path, signa
     found = json.loads(report.read_text())
     assert found["interrupted"] == signame and found["planned"] == 3 and found["passed"] is False
     deadline = time.monotonic() + 5
-    while [p for p in children if _alive(p)] and time.monotonic() < deadline:
+    while [p for p in children if processes.alive(p)] and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not [p for p in children if _alive(p)], "a worker (or the resource tracker) outlived the sweep"
+    assert not [p for p in children if processes.alive(p)], (
+        "a worker (or the resource tracker) outlived the sweep"
+    )
