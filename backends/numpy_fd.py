@@ -1,7 +1,7 @@
 """The NumPy finite-difference oracle: float64, no autodiff, an error bar on every entry.
 
 The algorithm (a kink-aware central difference, per entry or along directions) is in
-``crosscheck._workloads.stack.fd``; see README, "The oracle".
+``crosscheck._workloads.stack.oracle.fd``; see README, "The oracle".
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from crosscheck._workloads.stack import fd as _fd
-from crosscheck._workloads.stack import model as _stack
-from crosscheck._workloads.stack.fd import OracleEstimate, ScreenEstimate
+from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack.oracle import fd as _fd
+from crosscheck._workloads.stack.oracle.fd import OracleEstimate, ScreenEstimate
 
 __all__ = ["FiniteDifferenceOracle", "OracleEstimate", "ScreenEstimate"]
 
@@ -73,16 +73,16 @@ class FiniteDifferenceOracle:
         self, weights: np.ndarray, x: np.ndarray, v: np.ndarray, *, layers: Sequence[int] | None = None
     ):
         """``H v`` with an error bound per entry and its kink flags (see
-        ``crosscheck._workloads.stack.hvp``): the derivative along ``v`` of this oracle's gradient,
+        ``crosscheck._workloads.stack.oracle.hvp``): the derivative along ``v`` of this oracle's gradient,
         exact for the polynomial the stack is between kinks. ``layers``: only these (NaN elsewhere)."""
-        from crosscheck._workloads.stack.hvp import oracle_hvp
+        from crosscheck._workloads.stack.oracle.hvp import oracle_hvp
 
         return oracle_hvp(self, weights, x, v, layers=layers)
 
     def hvp_screen(self, weights: np.ndarray, x: np.ndarray, v: np.ndarray, directions: np.ndarray):
         """``sum((H v)[k] * directions[k, s])`` with error bars and kink flags, from this oracle's
         screening along ``directions`` (``(L, S, d, d)``): the derivative along ``v`` of ``screen``."""
-        from crosscheck._workloads.stack.hvp import oracle_hvp_screen
+        from crosscheck._workloads.stack.oracle.hvp import oracle_hvp_screen
 
         return oracle_hvp_screen(self, weights, x, v, directions)
 

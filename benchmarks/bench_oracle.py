@@ -50,10 +50,10 @@ from rich.console import Console
 from rich.table import Table
 
 import crosscheck
-from crosscheck._workloads.stack import model as _stack
-from crosscheck._workloads.stack import perturb, threads
-from crosscheck._workloads.stack.hvp import direction
-from crosscheck._workloads.stack.screen import sign_directions
+from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack.judge.screen import sign_directions
+from crosscheck._workloads.stack.oracle import perturb, threads
+from crosscheck._workloads.stack.oracle.hvp import direction
 
 LAYERS = 8
 console = Console(width=150)

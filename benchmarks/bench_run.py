@@ -64,7 +64,7 @@ PREIMPORTED = """
 import sys, time
 import jax, jax.numpy, torch, torch._dynamo
 import crosscheck._cli.main as cli
-from crosscheck._registry import load_backend
+from crosscheck._backends import load_backend
 for name in ("jax", "torch", "numpy-fd"):
     load_backend(name)
 start = time.perf_counter()

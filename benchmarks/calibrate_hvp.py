@@ -21,7 +21,7 @@ import numpy as np
 from planted_hvp import BUGS, CORRECT
 
 import crosscheck
-from crosscheck._workloads.stack.hvp import direction
+from crosscheck._workloads.stack.oracle.hvp import direction
 
 SHAPES = [(2, 3, 2), (3, 4, 3), (4, 8, 6), (8, 8, 8), (8, 8, 16), (6, 16, 12)]
 

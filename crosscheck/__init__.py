@@ -3,19 +3,19 @@
 Importing crosscheck imports neither JAX nor PyTorch; backends load when used.
 """
 
+from crosscheck._backends import Backend as Backend
+from crosscheck._backends import BackendBroken as BackendBroken
+from crosscheck._backends import BackendUnavailable as BackendUnavailable
+from crosscheck._backends import load_backend as load_backend
 from crosscheck._compare.compare import Comparison as Comparison
 from crosscheck._engine.run import run as run
-from crosscheck._registry import Backend as Backend
-from crosscheck._registry import BackendBroken as BackendBroken
-from crosscheck._registry import BackendUnavailable as BackendUnavailable
-from crosscheck._registry import load_backend as load_backend
 from crosscheck._report.report import Report as Report
-from crosscheck._workloads.base import Workload as Workload
 from crosscheck._workloads.losses import projection_loss as projection_loss
 from crosscheck._workloads.port.declare import Port as Port
 from crosscheck._workloads.registry import available_workloads as available_workloads
 from crosscheck._workloads.stack.case import Case as Case
 from crosscheck._workloads.stack.case import make_inputs as make_inputs
+from crosscheck._workloads.user.declare import Workload as Workload
 
 __version__ = "0.1.0"
 

@@ -31,15 +31,15 @@ def install_hint(extra: str | None = None) -> str:
 
 #: Built-in backends: name -> (module under crosscheck.backends, class, what to install).
 BUILTINS: dict[str, tuple[str, str, str]] = {
-    "jax": ("jax", "JaxBackend", install_hint("jax")),
-    "torch": ("torch", "TorchBackend", install_hint("torch")),
+    "jax": ("jax.stack", "JaxBackend", install_hint("jax")),
+    "torch": ("torch.stack", "TorchBackend", install_hint("torch")),
     "numpy-fd": ("numpy_fd", "FiniteDifferenceOracle", install_hint()),
     # Variants for `crosscheck inspect` and `crosscheck memory`, by name only (not in DEFAULTS).
-    "jax-plain": ("jax", "JaxPlainBackend", install_hint("jax")),
-    "jax-remat-scan": ("jax", "JaxRematScanBackend", install_hint("jax")),
-    "jax-segments": ("jax", "JaxSegmentsBackend", install_hint("jax")),
-    "torch-plain": ("torch", "TorchPlainBackend", install_hint("torch")),
-    "torch-segments": ("torch", "TorchSegmentsBackend", install_hint("torch")),
+    "jax-plain": ("jax.stack", "JaxPlainBackend", install_hint("jax")),
+    "jax-remat-scan": ("jax.stack", "JaxRematScanBackend", install_hint("jax")),
+    "jax-segments": ("jax.stack", "JaxSegmentsBackend", install_hint("jax")),
+    "torch-plain": ("torch.stack", "TorchPlainBackend", install_hint("torch")),
+    "torch-segments": ("torch.stack", "TorchSegmentsBackend", install_hint("torch")),
 }
 #: What `run` and `sweep` check when no backend is named (the variants run only when named).
 DEFAULTS = ("jax", "torch", "numpy-fd")

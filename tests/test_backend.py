@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import crosscheck
-from crosscheck import _registry as _backend
+from crosscheck import _backends as _backend
 
 BUILTIN_NAMES = ["jax", "torch", "numpy-fd"]
 
@@ -182,7 +182,7 @@ def test_an_object_that_is_not_a_backend_is_named_with_its_value():
 
 def _hide_torch(monkeypatch):
     """Make ``import torch`` fail as if PyTorch were not installed (undone by ``monkeypatch``)."""
-    for name in ("crosscheck.backends.torch", "backends.torch"):
+    for name in ("crosscheck.backends.torch.stack", "backends.torch.stack"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     monkeypatch.setitem(sys.modules, "torch", None)
 

@@ -11,7 +11,7 @@ from planted_hvp import BUGS, CORRECT
 import crosscheck
 from crosscheck import Case, make_inputs
 from crosscheck._cli.main import main
-from crosscheck._workloads.stack.hvp import direction, kink_radius
+from crosscheck._workloads.stack.oracle.hvp import direction, kink_radius
 
 SMALL = {"layers": 3, "batch": 4, "dim": 3}
 
@@ -24,7 +24,7 @@ def _full_hessian(name, weights, x):
     """The full (P, P) Hessian, P = L d d, by the framework's own Hessian transform."""
     if name == "jax":
         jax = pytest.importorskip("jax")
-        from backends.jax import _loss
+        from backends.jax.stack import _loss
 
         with jax.enable_x64(True):
             h = jax.jacfwd(jax.jacrev(_loss))(jax.numpy.asarray(weights), jax.numpy.asarray(x))
@@ -205,7 +205,7 @@ def test_screening_catches_every_planted_hvp_bug(bug, dtype):
 
 
 def test_auto_mode_screens_the_hvp_only_when_the_full_oracle_is_costly(monkeypatch):
-    from crosscheck._workloads.stack import screen as _screen
+    from crosscheck._workloads.stack.judge import screen as _screen
 
     full = crosscheck.run(quantity="hvp", **SMALL, backends=["jax"])
     assert full.comparisons[0].coverage == "every entry"

@@ -6,7 +6,7 @@ import planted
 import pytest
 
 import crosscheck
-from crosscheck._workloads.stack import model as _stack
+from crosscheck._workloads.stack import rounding as _stack
 
 
 @pytest.fixture

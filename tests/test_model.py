@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import crosscheck
-from crosscheck._workloads.stack import model as _stack
+from crosscheck._workloads.stack import rounding as _stack
 
 
 def _direct_sigma(fwd, deltas, dtype, samples, seed):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import crosscheck
-from crosscheck._registry import DISTRIBUTION, install_hint
+from crosscheck._backends import DISTRIBUTION, install_hint
 
 if sys.version_info >= (3, 11):
     import tomllib

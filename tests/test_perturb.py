@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import crosscheck
-from crosscheck._workloads.stack import model as _stack
-from crosscheck._workloads.stack import perturb
+from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack.oracle import perturb
 
 CASES = [
     crosscheck.Case(layers=4, batch=5, dim=6, dtype="float64", seed=3),

@@ -97,7 +97,7 @@ def test_screening_checks_only_failing_layers_entry_by_entry():
 
 
 def test_auto_mode_screens_only_when_the_full_oracle_is_costly(monkeypatch):
-    from crosscheck._workloads.stack import screen as _screen
+    from crosscheck._workloads.stack.judge import screen as _screen
 
     small = crosscheck.run(layers=3, dim=4, batch=2, backends=[planted.correct])
     assert small.comparisons[0].coverage == "every entry"

@@ -13,9 +13,9 @@ import pytest
 import crosscheck
 from crosscheck._cli.main import main
 from crosscheck._engine.run import MemoryTooLarge
-from crosscheck._workloads.stack import model as _stack
+from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack.case import Case, make_inputs
-from crosscheck._workloads.stack.screen import full_oracle_flops
+from crosscheck._workloads.stack.judge.screen import full_oracle_flops
 from crosscheck._workloads.stack.size import estimate
 
 TOO_BIG = {

@@ -11,15 +11,15 @@ import crosscheck
 from crosscheck._cli.main import main
 from crosscheck._tools import ste as _ste_tool
 from crosscheck._workloads import ste as _ste
-from crosscheck._workloads.base import Workload
 from crosscheck._workloads.registry import available_workloads, load_workload
+from crosscheck._workloads.user.declare import Workload
 
 SMALL = {"layers": 3, "batch": 4, "dim": 4}
 
 
 def _plain_stack_gradient(params, inputs):
     """A planted bug: the STE forgot the rounding in the forward pass (the plain stack's gradient)."""
-    from crosscheck._workloads.stack import model as _stack
+    from crosscheck._workloads.stack import rounding as _stack
 
     weights = params["weights"]
     fwd = _stack.forward(weights, inputs["x"])

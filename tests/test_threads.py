@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import crosscheck
-from crosscheck._workloads.stack import model as _stack
-from crosscheck._workloads.stack import threads
+from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack.oracle import threads
 
 threadpoolctl = pytest.importorskip("threadpoolctl")
 

@@ -94,8 +94,11 @@ def _torch_residual(tensor: Any) -> Residual:
 
 def _torch_origin() -> str:
     """Who asked autograd to save: a checkpoint's inputs, or an operation in the user's code."""
+    import torch
+
     frame: FrameType | None = sys._getframe(2)
-    torch_dir = os.sep + "torch" + os.sep
+    # PyTorch's own folder, not any path with a `torch` folder in it (this adapter's is one).
+    torch_dir = os.path.dirname(torch.__file__) + os.sep
     while frame is not None:
         filename = frame.f_code.co_filename
         if filename.endswith(os.path.join("utils", "checkpoint.py")) and torch_dir in filename:

@@ -44,8 +44,8 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``crosscheck inspect``: exit 1 when a backend's claims are contradicted."""
+    from crosscheck._backends import BackendUnavailable, load_backend
     from crosscheck._engine.call import guarded
-    from crosscheck._registry import BackendUnavailable, load_backend
     from crosscheck._workloads.stack.case import Case, make_inputs
 
     check_at_least("--layers", args.layers)
@@ -100,7 +100,7 @@ def _inspect(backend: Any, weights: Any, x: Any, cache: dict[str, Any]) -> tuple
 def _vs_plain(structure, backend, weights, x, cache) -> dict[str, Any] | None:
     import numpy as np
 
-    from crosscheck._registry import BackendUnavailable, load_backend
+    from crosscheck._backends import BackendUnavailable, load_backend
     from crosscheck._tools.inspect import plain_sibling, ulp_difference
 
     sibling = plain_sibling(structure)

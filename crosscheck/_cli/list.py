@@ -74,7 +74,7 @@ def _workloads() -> list[dict[str, Any]]:
 
 
 def _builtin_backends() -> list[dict[str, Any]]:
-    from crosscheck._registry import BUILTINS, backend_info, load_backend
+    from crosscheck._backends import BUILTINS, backend_info, load_backend
 
     rows = []
     for name, (module, cls, _) in BUILTINS.items():
@@ -90,7 +90,7 @@ def _builtin_backends() -> list[dict[str, Any]]:
 
 
 def _plugin_backends() -> list[dict[str, Any]]:
-    from crosscheck._registry import plugin_entry_points
+    from crosscheck._backends import plugin_entry_points
 
     rows = []
     for name, entry_point in sorted(plugin_entry_points().items()):
@@ -102,7 +102,7 @@ def _plugin_backends() -> list[dict[str, Any]]:
 
 def _try_load(name: str) -> str:
     """Why the plugin ``name`` cannot be used ("" when it loads and its ``info()`` answers)."""
-    from crosscheck._registry import backend_info, load_backend
+    from crosscheck._backends import backend_info, load_backend
 
     try:
         backend = load_backend(name)

@@ -54,7 +54,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``crosscheck memory``: the residual table over depth and width, then the measured peaks."""
-    from crosscheck._registry import BackendUnavailable
+    from crosscheck._backends import BackendUnavailable
     from crosscheck._tools.memory import VARIANTS, measure_peak, residual_table
 
     check_at_least("--depths", args.depths)

@@ -10,6 +10,7 @@ import argparse
 import sys
 from typing import Any
 
+from crosscheck._backends import BUILTINS, DEFAULTS, install_hint
 from crosscheck._cli.common import (
     UsageError,
     add_backend_option,
@@ -26,7 +27,6 @@ from crosscheck._cli.common import (
     write_reports,
 )
 from crosscheck._errors import one_line
-from crosscheck._registry import BUILTINS, DEFAULTS, install_hint
 
 COMMANDS = {
     "run": "cross-check one case",

@@ -25,10 +25,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from crosscheck._backends import ORACLE
 from crosscheck._engine.call import BackendFailure, Outcome
 from crosscheck._engine.isolate_worker import BOOT, decode, encode
 from crosscheck._errors import describe, reraise_user_interrupt
-from crosscheck._registry import ORACLE
 from crosscheck._report.report import BackendResult
 
 #: Whether worker processes can be started here (a socket is passed to the child by file descriptor).
@@ -157,7 +157,7 @@ def in_process_reason(plan: Any, spec: Any, *, reference: bool) -> str:
 def foreign(spec: Any) -> bool:
     """Whether ``spec`` names code from elsewhere: an import string or an installed plugin's name (not
     a built-in backend, nor a workload's implementation, nor an object the caller holds)."""
-    from crosscheck._registry import BUILTINS, plugin_entry_points
+    from crosscheck._backends import BUILTINS, plugin_entry_points
 
     if not isinstance(spec, str) or spec in BUILTINS:
         return False

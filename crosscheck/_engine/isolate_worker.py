@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._backends import BackendBroken, BackendUnavailable, backend_info
 from crosscheck._engine.call import guarded, to_array, to_arrays, unique, walk_arrays
 from crosscheck._errors import describe, one_line
-from crosscheck._registry import BackendBroken, BackendUnavailable, backend_info
 
 #: Backend methods a worker serves (``loss``: a workload implementation's own loss, which the model
 #: oracle differences), and the optional contexts (classification re-runs) it enters.

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from crosscheck._backends import BackendBroken, BackendUnavailable, backend_info
 from crosscheck._errors import describe, one_line, reraise_user_interrupt
-from crosscheck._registry import BackendBroken, BackendUnavailable, backend_info
 from crosscheck._report.report import BackendResult
 
 

@@ -18,13 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._backends import BUILTINS, ORACLE
 from crosscheck._engine.driver import Caller
 from crosscheck._engine.isolate import Worker, foreign, load_isolated
 from crosscheck._engine.load import load
 from crosscheck._engine.quantity import quantity as _quantity
 from crosscheck._engine.run import CASE_KEYWORDS
 from crosscheck._errors import one_line
-from crosscheck._registry import BUILTINS, ORACLE
 from crosscheck._report.bundle import bitwise
 from crosscheck._workloads.protocol import Options, Point
 from crosscheck._workloads.registry import WORKLOADS, load_workload

@@ -7,11 +7,11 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._backends import ORACLE
 from crosscheck._engine.driver import drive
 from crosscheck._engine.plan import Plan
 from crosscheck._engine.quantity import quantity as _quantity
 from crosscheck._files import available_memory, format_bytes
-from crosscheck._registry import ORACLE
 from crosscheck._report.report import Report
 from crosscheck._workloads.protocol import Options, Progress
 from crosscheck._workloads.registry import load_workload

@@ -55,7 +55,7 @@ class Report:
     direction: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: The user pressed Ctrl-C: what finished is reported, the rest is listed as not run.
     interrupted: bool = False
-    #: A workload judge's run-level findings (``crosscheck._workloads.verdict``): the verdict per
+    #: A workload judge's run-level findings (``crosscheck._workloads.user.summary``): the verdict per
     #: candidate, coverage, evaluations, and ``problems`` (an empty check, ...) that fail the run.
     oracle: dict[str, Any] = dataclasses.field(default_factory=dict)
 

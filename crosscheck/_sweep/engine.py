@@ -23,8 +23,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+from crosscheck._backends import install_hint
 from crosscheck._errors import USER_INTERRUPT, Interrupted
-from crosscheck._registry import install_hint
 from crosscheck._sweep.task import CRASHED as CRASHED  # re-exported: a record's crash message
 from crosscheck._sweep.task import (  # the tasks and records, which moved there
     STACK,
@@ -329,7 +329,7 @@ def check_specs(cases: Sequence[dict[str, Any]], backends: Sequence[str] | None,
     Raises:
         ValueError: an unknown backend name, or a workload this crosscheck cannot run.
     """
-    from crosscheck._registry import BUILTINS, plugin_entry_points
+    from crosscheck._backends import BUILTINS, plugin_entry_points
 
     plugins = plugin_entry_points()
     for spec in [*(backends or []), reference]:

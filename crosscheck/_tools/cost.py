@@ -129,7 +129,7 @@ def torch_counts(
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from crosscheck._registry import load_backend
+    from crosscheck._backends import load_backend
 
     backend: Any = load_backend("torch")  # the adapter itself: `_loss` and `hvp` are not in the protocol
     weights, x, v = _inputs(layers, batch, dim)

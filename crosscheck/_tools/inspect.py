@@ -28,10 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._registry import backend_info
-from crosscheck._tools.inspect_jax import check_loss_fn, inspect_jax_backend
+from crosscheck._backends import backend_info, import_adapter, install_hint
 from crosscheck._tools.inspect_records import Residual, Structure, grouped, ulp_difference
-from crosscheck._tools.inspect_torch import inspect_torch_backend
 
 __all__ = ["Residual", "Structure", "grouped", "inspect_backend", "plain_sibling", "ulp_difference"]
 
@@ -59,11 +57,14 @@ def inspect_backend(
     framework = _framework(backend, claims)
     result = Structure(backend=name, framework=framework, layers=int(weights.shape[0]), claims=claims)
     if framework == "jax":
-        inspect_jax_backend(backend, weights, x, result)
+        walk = import_adapter("jax.walk", name, install_hint("jax"))
+        walk.inspect_jax_backend(backend, weights, x, result)
         if check_loss:
-            check_loss_fn(backend, weights, x, result)
+            walk.check_loss_fn(backend, weights, x, result)
     elif framework == "torch":
-        inspect_torch_backend(backend, weights, x, result)
+        import_adapter("torch.walk", name, install_hint("torch")).inspect_torch_backend(
+            backend, weights, x, result
+        )
     else:
         result.evidence.append(
             "not inspectable: neither a JAX backend with `loss_fn()` nor a PyTorch backend"

@@ -81,7 +81,7 @@ def residual_table(
         BackendUnavailable: a variant whose framework is not installed.
         ValueError: an unknown variant, or one that is neither a JAX nor a PyTorch backend.
     """
-    from crosscheck._registry import load_backend
+    from crosscheck._backends import load_backend
     from crosscheck._tools.inspect import inspect_backend
     from crosscheck._workloads.stack.case import Case, make_inputs
 
@@ -154,7 +154,7 @@ def _reset_peak() -> bool:
 
 
 def _child(variant: str, layers: int, batch: int, dim: int) -> dict[str, Any]:
-    from crosscheck._registry import load_backend
+    from crosscheck._backends import load_backend
     from crosscheck._workloads.stack.case import Case, make_inputs
 
     backend = load_backend(variant)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from crosscheck._backends import _import_attribute
 from crosscheck._errors import reraise_user_interrupt
-from crosscheck._registry import _import_attribute
-from crosscheck._workloads.base import Workload
-from crosscheck._workloads.generic import GenericWorkload
 from crosscheck._workloads.port.declare import Port
 from crosscheck._workloads.port.workload import PortWorkload
 from crosscheck._workloads.stack.workload import STACK, StackWorkload
+from crosscheck._workloads.user.declare import Workload
+from crosscheck._workloads.user.workload import GenericWorkload
 
 #: Built-in workloads: name -> (import string ``module:attribute`` of the Workload, or None for the
 #: stack; a one-line description). Imported only when used.

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from crosscheck._workloads.base import Workload
+from crosscheck._workloads.user.declare import Workload
 
 #: Rounding grid of the activations: a power of two, so ``round(8 y) / 8`` is exact in binary.
 GRID = 8.0

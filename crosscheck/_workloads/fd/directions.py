@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from crosscheck._workloads.oracle import (
+from crosscheck._workloads.fd.entries import (
     INITIAL_STEP,
     UNJUDGEABLE_FRACTION,
     Evaluator,

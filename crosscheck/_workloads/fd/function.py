@@ -22,14 +22,13 @@ from typing import Any
 import numpy as np
 
 from crosscheck._errors import describe, reraise_user_interrupt
-from crosscheck._workloads.base import Workload, as_dtype
-from crosscheck._workloads.model_screen import (
+from crosscheck._workloads.fd.directions import (
     EVALUATIONS_PER_DIRECTION,
     Direction,
     DirectionalEstimate,
     directional,
 )
-from crosscheck._workloads.oracle import (
+from crosscheck._workloads.fd.entries import (
     EVALUATIONS_PER_ENTRY,
     OracleFailed,
     WorkloadEstimate,
@@ -37,7 +36,8 @@ from crosscheck._workloads.oracle import (
     read_only,
 )
 from crosscheck._workloads.protocol import Call, Point, Progress
-from crosscheck._workloads.rounding import WIDEN
+from crosscheck._workloads.user.declare import Workload, as_dtype
+from crosscheck._workloads.user.rounding import WIDEN
 
 #: ``auto`` differences entry by entry while that costs at most this many evaluations per function
 #: (512 entries), or no more than screening would.
@@ -102,7 +102,7 @@ def plan(mode: str, params: dict[str, np.ndarray], per_parameter: int) -> Plan:
         why = f"--oracle-mode {mode}"
     if mode not in ("full", "screen"):
         raise ValueError(f"`oracle_mode` must be one of auto, full, screen; found {mode!r}.")
-    from crosscheck._workloads.model_screen import make_directions
+    from crosscheck._workloads.fd.directions import make_directions
 
     directions = make_directions(params, per_parameter) if mode == "screen" else []
     return Plan(mode, why, directions, per_parameter)

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 
 from crosscheck._errors import describe
-from crosscheck._workloads.base import Workload
 from crosscheck._workloads.port import mapping as mapping_module
 from crosscheck._workloads.port.declare import Port
 from crosscheck._workloads.port.loss import SEED, projection_loss
+from crosscheck._workloads.user.declare import Workload
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._workloads.stack import model as _stack
+from crosscheck._workloads.stack import rounding as _stack
 
 
 def forward_layers(

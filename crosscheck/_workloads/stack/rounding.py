@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._workloads.stack import threads as _threads
 from crosscheck._workloads.stack.kinks import KinkEffects as KinkEffects
 from crosscheck._workloads.stack.kinks import ambiguous_kinks as ambiguous_kinks
 from crosscheck._workloads.stack.kinks import kink_effects as kink_effects
+from crosscheck._workloads.stack.oracle import threads as _threads
 
 #: Unit roundoff of each supported dtype (half an ulp of 1.0).
 UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53}

@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from crosscheck._workloads.stack import model as _stack
-from crosscheck._workloads.stack import perturb as _perturb
-from crosscheck._workloads.stack import screen as _screen
-from crosscheck._workloads.stack import threads as _threads
+from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack.judge import screen as _screen
+from crosscheck._workloads.stack.oracle import perturb as _perturb
+from crosscheck._workloads.stack.oracle import threads as _threads
 
 #: float64 ``(L, d, d)`` arrays alive at the peak: the tolerance's terms and totals, the kink judgement,
 #: the oracle's value, error bar and flags, each candidate's results (kept for the report), the inputs.

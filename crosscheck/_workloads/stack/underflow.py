@@ -7,7 +7,7 @@ import dataclasses
 
 import numpy as np
 
-from crosscheck._workloads.stack.model import _SIGNIFICAND_BITS, Forward
+from crosscheck._workloads.stack.rounding import _SIGNIFICAND_BITS, Forward
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._registry import DEFAULTS, ORACLE, load_backend
+from crosscheck._backends import DEFAULTS, ORACLE, load_backend
 from crosscheck._workloads.protocol import Options, Point
 from crosscheck._workloads.stack.case import Case, check_inputs, make_inputs
 
@@ -68,8 +68,8 @@ class StackWorkload:
         return estimate(**sizes, **options, candidates=len(candidates), frameworks=frameworks)
 
     def judge(self, quantity: Any, point: Point, options: Options) -> Any:
-        from crosscheck._workloads.stack.hvp_judge import StackHvpJudge
-        from crosscheck._workloads.stack.judge import StackGradJudge
+        from crosscheck._workloads.stack.judge.grad import StackGradJudge
+        from crosscheck._workloads.stack.judge.hvp import StackHvpJudge
 
         judges = {"grad": StackGradJudge, "hvp": StackHvpJudge}
         return judges[quantity.name](point, options)

@@ -25,14 +25,14 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
-from crosscheck._workloads.model_screen import (
+from crosscheck._workloads.fd.directions import (
     Direction,
     DirectionalEstimate,
     project,
     project_quadrature,
 )
 from crosscheck._workloads.protocol import Options
-from crosscheck._workloads.rounding import SAFETY, UNIT_ROUNDOFF, Rounding
+from crosscheck._workloads.user.rounding import SAFETY, UNIT_ROUNDOFF, Rounding
 
 #: The floor: this many unit roundoffs of the parameter's largest reference entry.
 FLOOR_ULPS = 8.0

@@ -20,10 +20,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare.compare import Comparison, Kinks
-from crosscheck._workloads.base import Workload, as_dtype
-from crosscheck._workloads.generic import WorkloadOracle
-from crosscheck._workloads.model_compare import Answer, Context, entries
-from crosscheck._workloads.model_oracle import (
+from crosscheck._workloads.fd.function import (
     Differences,
     Function,
     Skip,
@@ -33,8 +30,11 @@ from crosscheck._workloads.model_oracle import (
     plan,
 )
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
-from crosscheck._workloads.rounding import OTHER_DTYPE, Rounding, measure
-from crosscheck._workloads.verdict import Record, against_oracle, summarize
+from crosscheck._workloads.user.compare import Answer, Context, entries
+from crosscheck._workloads.user.declare import Workload, as_dtype
+from crosscheck._workloads.user.rounding import OTHER_DTYPE, Rounding, measure
+from crosscheck._workloads.user.summary import Record, against_oracle, summarize
+from crosscheck._workloads.user.workload import WorkloadOracle
 
 
 class GenericJudge:

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from crosscheck._compare.compare import Comparison, Kinks, structural_problem
-from crosscheck._workloads import model_compare
-from crosscheck._workloads.model_oracle import Differences, Function, Skip, localize
-from crosscheck._workloads.model_screen import LOCALIZE_ENTRIES
-from crosscheck._workloads.rounding import SAFETY, Rounding
+from crosscheck._workloads.fd.directions import LOCALIZE_ENTRIES
+from crosscheck._workloads.fd.function import Differences, Function, Skip, localize
+from crosscheck._workloads.user import compare as model_compare
+from crosscheck._workloads.user.rounding import SAFETY, Rounding
 
 if TYPE_CHECKING:
-    from crosscheck._workloads.generic_judge import GenericJudge
+    from crosscheck._workloads.user.judge import GenericJudge
 
 #: The float64 losses at the point may differ by this many float64 unit roundoffs of |loss| beyond
 #: their measured rounding.

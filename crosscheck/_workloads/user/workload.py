@@ -9,16 +9,16 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from crosscheck._registry import ORACLE, import_adapter, install_hint, load_backend, plugin_entry_points
-from crosscheck._workloads.base import Workload
+from crosscheck._backends import ORACLE, import_adapter, install_hint, load_backend, plugin_entry_points
 from crosscheck._workloads.protocol import Options, Point
+from crosscheck._workloads.user.declare import Workload
 
 #: float64 copies of a workload's arrays alive at once (see ``GenericWorkload.memory``).
 MEMORY_ARRAYS = 24
 #: Prefixes of implementation names crosscheck differentiates itself: prefix -> (module, class).
 FRAMEWORKS = {
-    "jax": ("workload_jax", "JaxWorkloadBackend", install_hint("jax")),
-    "torch": ("workload_torch", "TorchWorkloadBackend", install_hint("torch")),
+    "jax": ("jax.workload", "JaxWorkloadBackend", install_hint("jax")),
+    "torch": ("torch.workload", "TorchWorkloadBackend", install_hint("torch")),
 }
 #: Options of ``crosscheck.run`` that only the stack has, with their defaults.
 STACK_ONLY = {
@@ -112,7 +112,7 @@ class GenericWorkload:
     def judge(self, quantity: Any, point: Point, options: Options) -> Any:
         if quantity.name != "grad":
             raise ValueError(f"workload `{self.name}` has no quantity {quantity.name!r}; it checks 'grad'.")
-        from crosscheck._workloads.generic_judge import GenericJudge
+        from crosscheck._workloads.user.judge import GenericJudge
 
         return GenericJudge(self.workload, point, options)
 

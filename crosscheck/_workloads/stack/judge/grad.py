@@ -13,10 +13,10 @@ import numpy as np
 
 from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
-from crosscheck._workloads.stack import model as _stack
-from crosscheck._workloads.stack import screen as _screen
+from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack import underflow as _underflow
 from crosscheck._workloads.stack.explain import classify, forward_layers, verdict
+from crosscheck._workloads.stack.judge import screen as _screen
 
 #: Fraction of an entry's tolerance that a possible ReLU flip may move it before it is unjudgeable.
 KINK_IMPACT_FRACTION = 0.25

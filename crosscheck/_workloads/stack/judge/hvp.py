@@ -12,10 +12,10 @@ import numpy as np
 
 from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
-from crosscheck._workloads.stack import hvp as _hvp
-from crosscheck._workloads.stack import hvp_screen as _screen
-from crosscheck._workloads.stack import model as _stack
-from crosscheck._workloads.stack.judge import ORACLE_MODES, declared_dtype
+from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack.judge import hvp_screen as _screen
+from crosscheck._workloads.stack.judge.grad import ORACLE_MODES, declared_dtype
+from crosscheck._workloads.stack.oracle import hvp as _hvp
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,19 +16,19 @@ import numpy as np
 
 from crosscheck._compare.compare import Comparison, Kinks, mismatch_message, structural_problem
 from crosscheck._workloads.protocol import Call, Reference
-from crosscheck._workloads.stack import hvp as _hvp
-from crosscheck._workloads.stack import model as _stack
-from crosscheck._workloads.stack import screen as _grad_screen
-from crosscheck._workloads.stack.judge import declared_dtype
-from crosscheck._workloads.stack.screen import (
+from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack.judge import screen as _grad_screen
+from crosscheck._workloads.stack.judge.grad import declared_dtype
+from crosscheck._workloads.stack.judge.screen import (
     DIRECTIONS_GENERATOR,
     full_oracle_flops,
     screening_rows,
     sign_directions,
 )
+from crosscheck._workloads.stack.oracle import hvp as _hvp
 
 if TYPE_CHECKING:
-    from crosscheck._workloads.stack.hvp_judge import StackHvpJudge
+    from crosscheck._workloads.stack.judge.hvp import StackHvpJudge
 
 #: Help text of the screening's ``rerun`` term.
 RERUN_HELP = (
@@ -161,7 +161,7 @@ def _floor_and_slack(judge: StackHvpJudge, candidate: np.ndarray) -> np.ndarray:
 def _full_layers(judge: StackHvpJudge, layers: list[int], reference: Reference, call: Call) -> Any:
     """The full HVP oracle on every entry of ``layers`` (cached across candidates; NaN elsewhere), or
     why it failed."""
-    from crosscheck._workloads.stack.hvp_judge import _Answer, oracle_answer
+    from crosscheck._workloads.stack.judge.hvp import _Answer, oracle_answer
 
     missing = [k for k in layers if k not in judge.full_layers]
     if missing:

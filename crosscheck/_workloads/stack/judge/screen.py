@@ -10,10 +10,10 @@ import numpy as np
 
 from crosscheck._compare.compare import Comparison, mismatch_message, structural_problem
 from crosscheck._workloads.protocol import Call, Reference
-from crosscheck._workloads.stack import model as _stack
+from crosscheck._workloads.stack import rounding as _stack
 
 if TYPE_CHECKING:
-    from crosscheck._workloads.stack.judge import StackGradJudge
+    from crosscheck._workloads.stack.judge.grad import StackGradJudge
 
 #: Above this many floating-point operations of matrix products "auto" screens. The count is the dense
 #: one (every row of the batch, ``full_oracle_flops``); the oracle now evaluates only the rows a
@@ -136,7 +136,7 @@ def screening_rows(diff: np.ndarray, tol: np.ndarray, directions: int, failing: 
 
 def _full_layers(judge: StackGradJudge, layers: list[int], reference: Reference, call: Call) -> Any:
     """The oracle on every entry of ``layers`` (cached across candidates; NaN elsewhere), or why not."""
-    from crosscheck._workloads.stack.judge import _Oracle
+    from crosscheck._workloads.stack.judge.grad import _Oracle
 
     missing = [k for k in layers if k not in judge.full_layers]
     if missing:

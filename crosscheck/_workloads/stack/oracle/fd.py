@@ -10,7 +10,7 @@ takes, per entry, the largest step that crosses no kink:
    feeds (that layer's pre-activations move linearly with the weight).
 2. It evaluates the loss at ``w +- h`` for all entries of a layer at once (reusing the unchanged prefix
    of the stack, and evaluating only the rows of the batch the perturbation changes: see
-   ``crosscheck._workloads.stack.perturb``) and compares every ReLU mask at the perturbed points with
+   ``crosscheck._workloads.stack.oracle.perturb``) and compares every ReLU mask at the perturbed points with
    the base point. The masks being piecewise-linear in ``h``, equal masks at both ends prove that no
    kink was crossed.
 3. Entries whose step crossed a kink retry below the nearest kink crossed (its distance is exact, since
@@ -22,7 +22,7 @@ takes, per entry, the largest step that crosses no kink:
 
 The error bar of each entry bounds rounding, in two terms: the float64 error of the two loss evaluations
 divided by the step, and the error of the shared prefix, which moves the point being differentiated
-(both sized by the rounding model of ``crosscheck._workloads.stack.model``, whose backward pass
+(both sized by the rounding model of ``crosscheck._workloads.stack.rounding``, whose backward pass
 serves only to size error bars; the estimate itself comes from loss evaluations alone).
 """
 
@@ -35,9 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._workloads.stack import model as _stack
-from crosscheck._workloads.stack import perturb as _perturb
-from crosscheck._workloads.stack import threads as _threads
+from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack.oracle import perturb as _perturb
+from crosscheck._workloads.stack.oracle import threads as _threads
 
 __all__ = ["OracleEstimate", "ScreenEstimate", "estimate", "screen"]
 

@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._workloads.stack import model as _stack
-from crosscheck._workloads.stack import threads as _threads
+from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack.oracle import threads as _threads
 
 #: Second word of the direction's seed: the gradient's screening directions use other streams.
 DIRECTION_STREAM = 0x487650

@@ -20,7 +20,7 @@ import dataclasses
 
 import numpy as np
 
-from crosscheck._workloads.stack import model as _stack
+from crosscheck._workloads.stack import rounding as _stack
 
 #: Values of one propagated block (rows * d float64 values), sized to stay cache-friendly, and at most
 #: ``_CHUNK_ROWS`` rows: measured at d = 64 (N = 8), blocks of 1024 rows took the oracle 105 ms and

@@ -1,0 +1,1 @@
+"""JAX: the stack's adapters (``stack``), a workload's adapter (``workload``), the inspect walk (``walk``)."""

@@ -1,0 +1,2 @@
+"""PyTorch: the stack's adapters (``stack``), a workload's adapter (``workload``), the inspect watcher
+(``walk``)."""
