@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import importlib.util
 import inspect
 import os
 import sys
+from collections.abc import Mapping
 from importlib import metadata
-from typing import Any, Protocol, runtime_checkable
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
 from crosscheck._errors import describe, reraise_user_interrupt
 
 ENTRY_POINT_GROUP = "crosscheck.backends"
+#: The one import path of the built-in adapters (the repository's top-level ``backends/`` folder).
+PACKAGE = "crosscheck.backends"
 
 #: The distribution's name on the package index (``crosscheck`` there is an unrelated project).
 DISTRIBUTION = "crosscheck-gradients"
@@ -29,21 +35,75 @@ def install_hint(extra: str | None = None) -> str:
     return f"pip install '{DISTRIBUTION}{suffix}'; from a clone: pip install '.{suffix}'"
 
 
-#: Built-in backends: name -> (module under crosscheck.backends, class, what to install).
-BUILTINS: dict[str, tuple[str, str, str]] = {
-    "jax": ("jax.stack", "JaxBackend", install_hint("jax")),
-    "torch": ("torch.stack", "TorchBackend", install_hint("torch")),
-    "numpy-fd": ("numpy_fd", "FiniteDifferenceOracle", install_hint()),
-    # Variants for `crosscheck inspect` and `crosscheck memory`, by name only (not in DEFAULTS).
-    "jax-plain": ("jax.stack", "JaxPlainBackend", install_hint("jax")),
-    "jax-remat-scan": ("jax.stack", "JaxRematScanBackend", install_hint("jax")),
-    "jax-segments": ("jax.stack", "JaxSegmentsBackend", install_hint("jax")),
-    "torch-plain": ("torch.stack", "TorchPlainBackend", install_hint("torch")),
-    "torch-segments": ("torch.stack", "TorchSegmentsBackend", install_hint("torch")),
-}
-#: What `run` and `sweep` check when no backend is named (the variants run only when named).
-DEFAULTS = ("jax", "torch", "numpy-fd")
+#: The frameworks, one line each: the folder ``backends/<name>/`` declares the rest in its
+#: ``__init__.py`` (a ``Framework``). ``BUILTINS`` and ``DEFAULTS`` (at the end) derive from them.
+FRAMEWORKS = ("jax", "torch")
+#: The oracle: finite differences of the stack's float64 loss, in NumPy (``backends/numpy_fd.py``).
 ORACLE = "numpy-fd"
+
+
+class Builtin(NamedTuple):
+    """A built-in backend: its module under ``crosscheck.backends``, its class, what to install."""
+
+    module: str
+    cls: str
+    install: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Framework:
+    """A framework's folder ``backends/<name>/``, as its ``__init__.py`` declares it (``FRAMEWORK``).
+
+    Declaring imports nothing of the framework. The folder's modules, the same in every folder
+    (``backends/jax/`` reads as the example), are imported when used:
+
+    - ``stack.py``: the stack's adapters, one class per built-in backend name (``backends``);
+    - ``workload.py``: the adapter of a Workload's implementations (``workload``: ``Class(name, loss)``);
+    - ``state.py``: ``DEFAULTS``, ``read()`` and ``write(key, value)``: the settings a backend may change,
+      read and restored around every guarded call while the framework is imported;
+    - ``environment.py``: ``record()``, its entry in the environment record (only once it is imported),
+      and ``line(record)``, its part of the report's environment line;
+    - ``arrays.py``: ``to_numpy(value)`` (a result of its type as NumPy, and a note; else unchanged) and
+      ``projection_loss(outputs, r)`` (``sum(r * outputs)``, differentiable, in its own arrays);
+    - ``walk.py``: ``inspect(backend, weights, x, result, *, check_loss)`` for ``crosscheck inspect``.
+    """
+
+    #: The folder's name: the prefix of its backends' names, the key of its environment record.
+    name: str
+    #: Its top-level modules: in use once the first is imported; arrays of their types are its own.
+    modules: tuple[str, ...]
+    #: The optional dependency that installs it (``install_hint(extra)``).
+    extra: str
+    #: Built-in backend names -> their class in ``stack.py``.
+    backends: Mapping[str, str]
+    #: The names ``run`` and ``sweep`` check when no backend is named (the others only when named).
+    defaults: tuple[str, ...]
+    #: The class in ``workload.py`` for a Workload's implementations named ``<name>`` or ``<name>-...``.
+    workload: str
+    #: The non-checkpointed variant ``inspect`` cross-checks against.
+    plain: str
+    #: Methods that make a backend this framework's for ``inspect`` (besides a ``"framework"`` claim
+    #: or ``info()["framework"]``), and those backends in words, for its messages.
+    marks: tuple[str, ...] = ()
+    inspectable: str = ""
+
+    def module(self, name: str) -> Any:
+        """The folder's module ``name`` (``crosscheck.backends.<framework>.<name>``), imported."""
+        return importlib.import_module(f"{PACKAGE}.{self.name}.{name}")
+
+    def imported(self) -> bool:
+        """Whether the framework is in use in this process (its first module imported)."""
+        return sys.modules.get(self.modules[0]) is not None
+
+
+def in_use() -> list[Framework]:
+    """The declared frameworks imported in this process (by a backend that ran), in registry order."""
+    return [framework for framework in DECLARED if framework.imported()]
+
+
+def framework_named(name: str) -> Framework | None:
+    """The declared framework ``name`` (``"jax"``), or None."""
+    return next((framework for framework in DECLARED if framework.name == name), None)
 
 
 @runtime_checkable
@@ -156,21 +216,11 @@ def import_adapter(module_name: str, name: str, install: str) -> Any:
         BackendUnavailable: its framework is not installed (the message says what to install).
     """
     try:
-        return _import_builtin_module(module_name)
+        return importlib.import_module(f"{PACKAGE}.{module_name}")
     except ImportError as exc:
         raise BackendUnavailable(
             f"backend `{name}` is unavailable: {exc.name or exc} is not installed ({install})."
         ) from exc
-
-
-def _import_builtin_module(module_name: str) -> Any:
-    try:
-        return importlib.import_module(f"crosscheck.backends.{module_name}")
-    except ModuleNotFoundError as exc:
-        if exc.name != "crosscheck.backends":
-            raise
-    # Running from a source checkout: the wheel installs backends/ as crosscheck/backends/.
-    return importlib.import_module(f"backends.{module_name}")
 
 
 def _import_attribute(target: str, *, spec: str | None = None, kind: str = "backend") -> Any:
@@ -251,3 +301,60 @@ def backend_info(backend: Backend) -> dict[str, str]:
     except BaseException as exc:  # info is optional decoration; a broken one must not fail the run
         reraise_user_interrupt(exc)
         return {"info_error": describe(exc)}
+
+
+# -- the registry, from the frameworks' folders --------------------------------------------------------
+
+
+def _adapters_package() -> None:
+    """Make the adapters importable as ``crosscheck.backends``, their one import path.
+
+    A wheel installs the repository's top-level ``backends/`` folder as ``crosscheck/backends/``
+    (hatch's force-include). A source checkout, or an editable install, has it beside the package: it
+    is loaded from there under the same name, once, so no module is ever imported as ``backends.*``.
+    """
+    try:
+        importlib.import_module(PACKAGE)
+        return
+    except ModuleNotFoundError as exc:
+        if exc.name != PACKAGE:
+            raise
+    folder = Path(__file__).parent.parent / "backends"
+    spec = importlib.util.spec_from_file_location(
+        PACKAGE, folder / "__init__.py", submodule_search_locations=[str(folder)]
+    )
+    if spec is None or spec.loader is None or not (folder / "__init__.py").is_file():
+        raise ImportError(f"crosscheck's built-in adapters are missing: no {PACKAGE} and no {folder}")
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[PACKAGE] = package
+    try:
+        spec.loader.exec_module(package)
+    except BaseException:
+        del sys.modules[PACKAGE]
+        raise
+    sys.modules["crosscheck"].backends = package  # type: ignore[attr-defined]
+
+
+def _builtins(frameworks: tuple[Framework, ...]) -> dict[str, Builtin]:
+    """Every framework's default backends, the oracle, then every other variant (named to run)."""
+    found = {
+        name: Builtin(f"{framework.name}.stack", cls, install_hint(framework.extra))
+        for framework in frameworks
+        for name, cls in framework.backends.items()
+    }
+    defaults = [name for framework in frameworks for name in framework.defaults]
+    oracle = {ORACLE: Builtin("numpy_fd", "FiniteDifferenceOracle", install_hint())}
+    return {**{name: found[name] for name in defaults}, **oracle, **found}
+
+
+# Last: a framework's declaration imports ``Framework`` from this module, which is complete by now.
+_adapters_package()
+#: The frameworks' declarations (``backends/<name>/__init__.py``), in the order of ``FRAMEWORKS``.
+DECLARED: tuple[Framework, ...] = tuple(
+    importlib.import_module(f"{PACKAGE}.{name}").FRAMEWORK for name in FRAMEWORKS
+)
+#: Built-in backends: name -> (module under crosscheck.backends, class, what to install). The variants
+#: (``jax-plain``, ...) serve ``crosscheck inspect`` and ``crosscheck memory``, by name only.
+BUILTINS: dict[str, Builtin] = _builtins(DECLARED)
+#: What ``run`` and ``sweep`` check when no backend is named (the variants run only when named).
+DEFAULTS: tuple[str, ...] = (*(name for framework in DECLARED for name in framework.defaults), ORACLE)

@@ -24,7 +24,7 @@ def _full_hessian(name, weights, x):
     """The full (P, P) Hessian, P = L d d, by the framework's own Hessian transform."""
     if name == "jax":
         jax = pytest.importorskip("jax")
-        from backends.jax.stack import _loss
+        from crosscheck.backends.jax.stack import _loss
 
         with jax.enable_x64(True):
             h = jax.jacfwd(jax.jacrev(_loss))(jax.numpy.asarray(weights), jax.numpy.asarray(x))

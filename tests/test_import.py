@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
 
 FRAMEWORKS = ("jax", "jaxlib", "torch")
 
@@ -82,3 +86,33 @@ def test_loading_a_framework_backend_imports_it(name):
         pytest.skip(f"{name} is not installed")
     code = f"import crosscheck; crosscheck.load_backend({name!r})"
     assert name in _frameworks_imported_by(code)
+
+
+def test_a_source_checkout_imports_the_adapters_by_one_path():
+    # A source checkout (the repository on PYTHONPATH, nothing installed from it) has the adapters in
+    # the top-level backends/ folder: they import as crosscheck.backends.*, as from a wheel, never as a
+    # second copy named backends.*.
+    if not (ROOT / "backends" / "__init__.py").is_file():
+        pytest.skip("not a source checkout: no backends/ beside the tests")
+    code = """
+    import json, sys
+    import crosscheck
+    oracle = crosscheck.load_backend("numpy-fd")
+    print(json.dumps([crosscheck.__file__, type(oracle).__module__, sys.modules["crosscheck.backends"].__file__,
+                      sorted(m for m in sys.modules if m.split(".")[0] == "backends")]))
+    """
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=ROOT / "tests",
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert result.returncode == 0, result.stderr
+    package, module, adapters, top_level = json.loads(result.stdout.strip().splitlines()[-1])
+    assert Path(package).resolve() == ROOT / "crosscheck" / "__init__.py"
+    assert module == "crosscheck.backends.numpy_fd"
+    assert Path(adapters).resolve() == ROOT / "backends" / "__init__.py"
+    assert top_level == []

@@ -74,11 +74,11 @@ def _workloads() -> list[dict[str, Any]]:
 
 
 def _builtin_backends() -> list[dict[str, Any]]:
-    from crosscheck._backends import BUILTINS, backend_info, load_backend
+    from crosscheck._backends import BUILTINS, PACKAGE, backend_info, load_backend
 
     rows = []
     for name, (module, cls, _) in BUILTINS.items():
-        source = f"crosscheck.backends.{module}:{cls}"
+        source = f"{PACKAGE}.{module}:{cls}"
         try:
             info = backend_info(load_backend(name))
         except Exception as exc:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from crosscheck._backends import FRAMEWORKS as FRAMEWORKS
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack.judge import screen as _screen
 from crosscheck._workloads.stack.oracle import perturb as _perturb
@@ -34,8 +35,7 @@ ACTIVATION_ARRAYS = 6
 FRAMEWORK_COPIES = 3
 #: What the frameworks' runtimes and allocators hold beyond the arrays (a measured order of magnitude).
 RUNTIME = 256 * 2**20
-#: Built-in names whose backends run a framework in this process.
-FRAMEWORKS = ("jax", "torch")
+# FRAMEWORKS (from the backend registry): the prefixes of built-in names that run a framework here.
 
 
 def estimate(

@@ -9,17 +9,20 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from crosscheck._backends import ORACLE, import_adapter, install_hint, load_backend, plugin_entry_points
+from crosscheck._backends import (
+    DECLARED,
+    ORACLE,
+    framework_named,
+    import_adapter,
+    install_hint,
+    load_backend,
+    plugin_entry_points,
+)
 from crosscheck._workloads.protocol import Options, Point
 from crosscheck._workloads.user.declare import Workload
 
 #: float64 copies of a workload's arrays alive at once (see ``GenericWorkload.memory``).
 MEMORY_ARRAYS = 24
-#: Prefixes of implementation names crosscheck differentiates itself: prefix -> (module, class).
-FRAMEWORKS = {
-    "jax": ("jax.workload", "JaxWorkloadBackend", install_hint("jax")),
-    "torch": ("torch.workload", "TorchWorkloadBackend", install_hint("torch")),
-}
 #: Options of ``crosscheck.run`` that only the stack has, with their defaults.
 STACK_ONLY = {
     "weights": None,
@@ -120,12 +123,13 @@ class GenericWorkload:
 @functools.lru_cache(maxsize=64)
 def _framework_backend(name: str, loss: Any) -> Any:
     """The adapter of an implementation, kept: JAX then compiles each workload's gradient once."""
-    prefix = name.split("-", 1)[0]
-    if prefix not in FRAMEWORKS:
+    framework = framework_named(name.split("-", 1)[0])
+    if framework is None:
+        names = [f.name for f in DECLARED]
         raise ValueError(
             f"implementation `{name}`: crosscheck differentiates implementations named "
-            f"{', '.join(FRAMEWORKS)} or starting with `jax-`/`torch-`; for another framework pass a "
-            f"backend object with `grad(params, inputs) -> dict` (e.g. an import string)."
+            f"{', '.join(names)} or starting with {'/'.join(f'`{n}-`' for n in names)}; for another "
+            f"framework pass a backend object with `grad(params, inputs) -> dict` (e.g. an import string)."
         )
-    module_name, class_name, install = FRAMEWORKS[prefix]
-    return getattr(import_adapter(module_name, name, install), class_name)(name, loss)
+    module = import_adapter(f"{framework.name}.workload", name, install_hint(framework.extra))
+    return getattr(module, framework.workload)(name, loss)
