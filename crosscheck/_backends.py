@@ -65,7 +65,8 @@ class Framework:
       and ``line(record)``, its part of the report's environment line;
     - ``arrays.py``: ``to_numpy(value)`` (a result of its type as NumPy, and a note; else unchanged) and
       ``projection_loss(outputs, r)`` (``sum(r * outputs)``, differentiable, in its own arrays);
-    - ``walk.py``: ``inspect(backend, weights, x, result, *, check_loss)`` for ``crosscheck inspect``.
+    - ``walk.py``: ``inspect_backend(backend, weights, x, result, *, check_loss)`` for
+      ``crosscheck inspect``.
     """
 
     #: The folder's name: the prefix of its backends' names, the key of its environment record.

@@ -98,8 +98,9 @@ def test_a_source_checkout_imports_the_adapters_by_one_path():
     import json, sys
     import crosscheck
     oracle = crosscheck.load_backend("numpy-fd")
-    print(json.dumps([crosscheck.__file__, type(oracle).__module__, sys.modules["crosscheck.backends"].__file__,
-                      sorted(m for m in sys.modules if m.split(".")[0] == "backends")]))
+    adapters = sys.modules["crosscheck.backends"].__file__
+    top_level = sorted(m for m in sys.modules if m.split(".")[0] == "backends")
+    print(json.dumps([crosscheck.__file__, type(oracle).__module__, adapters, top_level]))
     """
     result = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],

@@ -20,6 +20,16 @@ _SHAPE_PRIMITIVES = frozenset(
 _WEIGHT_VIEWS = frozenset({"reshape", "squeeze", "slice", "dynamic_slice", "transpose"})
 
 
+def inspect_backend(
+    backend: Any, weights: np.ndarray, x: np.ndarray, result: Structure, *, check_loss: bool
+) -> None:
+    """What ``crosscheck inspect`` does with a JAX backend: walk the program of ``jax.grad(loss_fn())``
+    and, with ``check_loss``, check that ``grad`` returns the gradient of that loss."""
+    inspect_jax_backend(backend, weights, x, result)
+    if check_loss:
+        check_loss_fn(backend, weights, x, result)
+
+
 def inspect_jax_backend(backend: Any, weights: np.ndarray, x: np.ndarray, result: Structure) -> None:
     """Fill ``result``'s residuals, findings and evidence from the program of ``jax.grad(loss_fn())``."""
     import jax

@@ -17,6 +17,14 @@ import numpy as np
 from crosscheck._tools.inspect_records import Residual, Structure
 
 
+def inspect_backend(
+    backend: Any, weights: np.ndarray, x: np.ndarray, result: Structure, *, check_loss: bool
+) -> None:
+    """What ``crosscheck inspect`` does with a PyTorch backend: watch one run of ``grad``
+    (``check_loss``: no separate loss to check, the run watched is ``grad`` itself)."""
+    inspect_torch_backend(backend, weights, x, result)
+
+
 def inspect_torch_backend(backend: Any, weights: np.ndarray, x: np.ndarray, result: Structure) -> None:
     """Fill ``result``'s residuals, findings and evidence by watching one run of ``backend.grad``."""
     ops, saved = watch_torch(backend, weights, x)

@@ -7,12 +7,13 @@ Modelled on pytest's ``CallInfo.from_call``: whatever the backend does is record
   (``user_interrupts`` installed) still propagates, so the run can stop and report what finished.
 - Its inputs are compared bit for bit with a private copy taken before the call (``-0.0`` over ``0.0``
   and NaN payloads included) and put back when it wrote to them.
-- Framework state it may change (NumPy's error state, JAX's matmul precision and x64 flag, PyTorch's
-  default dtype, float32 matmul precision and grad mode) is read before and restored after; what it
-  changed is noted, not failed.
+- Framework state it may change (NumPy's error state; each imported framework's, as its folder's
+  ``state.py`` reads it: JAX's matmul precision and x64 flag, PyTorch's default dtype, float32 matmul
+  precision and grad mode) is read before and restored after; what it changed is noted, not failed.
 - What it returns is converted once (``to_array``): ``None``, something that is not an array, an
-  object array are failures with a precise message; a PyTorch tensor that requires grad is detached
-  (safe: only the values are compared) and the record says so.
+  object array are failures with a precise message; a framework's own array is converted by its
+  folder's ``arrays.py`` (a PyTorch tensor that requires grad is detached, safe: only the values are
+  compared, and the record says so).
 - With a ``timeout``, the call runs in a daemon thread and the caller stops waiting at the deadline
   (Python cannot stop a thread: it is left running, on its own copies of the inputs; ``--isolate``
   runs a backend in a worker process, which can be stopped).
@@ -22,9 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -32,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._backends import in_use
 from crosscheck._errors import USER_INTERRUPT, Interrupted, describe, reraise_user_interrupt
 
 
@@ -227,58 +227,38 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 
 # -- framework state ------------------------------------------------------------------------------------
 
-#: A framework's settings as they are before anything changed them (a backend may import it first).
-_DEFAULTS = {
-    "jax matmul precision": None,
-    "jax x64": os.environ.get("JAX_ENABLE_X64", "").lower() in ("1", "true", "yes"),
-    "torch default dtype": "float32",
-    "torch float32 matmul precision": "highest",
-    "torch grad mode": True,
-}
-
 
 def framework_state() -> dict[str, Any]:
-    """The settings a backend may change and the next backend would inherit."""
+    """The settings a backend may change and the next backend would inherit: NumPy's error state and
+    each imported framework's (its folder's ``state.read()``: JAX's matmul precision and x64 flag,
+    PyTorch's default dtype, float32 matmul precision and grad mode)."""
     state: dict[str, Any] = {"numpy error state": np.geterr()}
-    jax = sys.modules.get("jax")
-    if jax is not None and hasattr(jax, "config"):
-        state["jax matmul precision"] = jax.config.jax_default_matmul_precision
-        state["jax x64"] = bool(jax.config.jax_enable_x64)
-    torch = sys.modules.get("torch")
-    if torch is not None and hasattr(torch, "get_default_dtype"):
-        state["torch default dtype"] = str(torch.get_default_dtype()).removeprefix("torch.")
-        state["torch float32 matmul precision"] = torch.get_float32_matmul_precision()
-        state["torch grad mode"] = torch.is_grad_enabled()
+    for framework in in_use():
+        state.update(framework.module("state").read())
     return state
 
 
 def restore_state(before: Mapping[str, Any]) -> list[str]:
     """Put back every setting that differs from ``before`` (or from its default); what was changed."""
     after = framework_state()
-    changed = [k for k, v in after.items() if v != before.get(k, _DEFAULTS.get(k))]
+    defaults = {key: value for state in _states() for key, value in state.DEFAULTS.items()}
+    changed = [k for k, v in after.items() if v != before.get(k, defaults.get(k))]
     for key in changed:
         with contextlib.suppress(Exception):  # restoring must never fail the run
-            _SETTERS[key](before.get(key, _DEFAULTS.get(key)))
+            _write(key, before.get(key, defaults.get(key)))
     return changed
 
 
-def _set_jax(option: str) -> Callable[[Any], None]:
-    return lambda value: sys.modules["jax"].config.update(option, value)
+def _states() -> list[Any]:
+    """The ``state`` modules of the imported frameworks (``backends/<name>/state.py``)."""
+    return [framework.module("state") for framework in in_use()]
 
 
-def _set_torch_dtype(name: str) -> None:
-    torch = sys.modules["torch"]
-    torch.set_default_dtype(getattr(torch, name))
-
-
-_SETTERS: dict[str, Callable[[Any], Any]] = {
-    "numpy error state": lambda value: np.seterr(**value),
-    "jax matmul precision": _set_jax("jax_default_matmul_precision"),
-    "jax x64": _set_jax("jax_enable_x64"),
-    "torch default dtype": _set_torch_dtype,
-    "torch float32 matmul precision": lambda v: sys.modules["torch"].set_float32_matmul_precision(v),
-    "torch grad mode": lambda v: sys.modules["torch"].set_grad_enabled(v),
-}
+def _write(key: str, value: Any) -> None:
+    if key == "numpy error state":
+        np.seterr(**value)
+        return
+    next(state for state in _states() if key in state.DEFAULTS).write(key, value)
 
 
 # -- what came back -------------------------------------------------------------------------------------
@@ -290,11 +270,10 @@ def to_array(value: Any, what: str = "") -> tuple[np.ndarray | None, str | None,
     if value is None:
         return None, f"returned None{where} instead of an array (a missing `return`?)", {}
     notes = {}
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(value, torch.Tensor):
-        if value.requires_grad:
-            notes["converted"] = "returned a torch tensor that requires grad: detached (values compared)"
-        value = value.detach().cpu().resolve_conj().resolve_neg().numpy()
+    for framework in in_use():  # a framework's own array type (a tensor that requires grad, say)
+        value, note = framework.module("arrays").to_numpy(value)
+        if note:
+            notes["converted"] = note
     try:
         # asarray, then a copy: NumPy 2 warns when it passes `copy=` to an `__array__` without it.
         array = np.asarray(value).copy()

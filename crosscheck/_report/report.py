@@ -10,6 +10,7 @@ from typing import Any
 
 from crosscheck._compare.compare import Comparison
 from crosscheck._errors import one_line
+from crosscheck._report.environment import framework_lines
 from crosscheck._report.text import markup, plain
 
 SCHEMA_VERSION = 1
@@ -240,20 +241,7 @@ def environment_line(env: dict[str, Any]) -> str:
     parts = [f"python {env.get('python')}", f"{env.get('cpu_count')} CPUs"]
     numpy = env.get("numpy", {})
     parts.append(f"numpy {numpy.get('version')} (subnormals flushed: {numpy.get('subnormals_flushed')})")
-    if "jax" in env:
-        j = env["jax"]
-        parts.append(
-            f"jax {j.get('version')} on {','.join(j.get('devices', []))}, matmul precision "
-            f"{j.get('default_matmul_precision')}, global x64 {j.get('x64_enabled_globally')}, "
-            f"subnormals flushed {j.get('subnormals_flushed')}"
-        )
-    if "torch" in env:
-        t = env["torch"]
-        parts.append(
-            f"torch {t.get('version')}, float32 matmul precision {t.get('float32_matmul_precision')}, "
-            f"cuda tf32 {t.get('cuda_matmul_allow_tf32')}, {t.get('threads')} threads, deterministic "
-            f"{t.get('deterministic_algorithms')}, subnormals flushed {t.get('subnormals_flushed')}"
-        )
+    parts += framework_lines(env)
     threads = {k: v for k, v in env.get("thread_variables", {}).items() if v is not None}
     if threads:
         parts.append(", ".join(f"{k}={v}" for k, v in threads.items()))

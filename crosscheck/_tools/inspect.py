@@ -2,8 +2,9 @@
 
 Numerical agreement cannot show that a backend uses ``lax.scan`` and ``jax.checkpoint`` or
 ``torch.utils.checkpoint``: a plain unrolled loop gives the same numbers. This module looks instead
-(the driver and the claims check here; the JAX walk in ``inspect_jax``, the PyTorch watcher in
-``inspect_torch``, the records in ``inspect_records``).
+(the driver and the claims check here; each framework's walk in its folder's ``walk.py``, e.g. the
+JAX walk in ``backends/jax/walk.py``, the PyTorch watcher in ``backends/torch/walk.py``; the records in
+``inspect_records``).
 
 - **JAX** backends expose ``loss_fn()``, the scalar loss they differentiate. The program of
   ``jax.grad(loss)`` is traced (``jax.make_jaxpr``) and walked through every sub-program: which ``scan``
@@ -28,7 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._backends import backend_info, import_adapter, install_hint
+from crosscheck._backends import (
+    DECLARED,
+    Framework,
+    backend_info,
+    framework_named,
+    import_adapter,
+    install_hint,
+)
 from crosscheck._tools.inspect_records import Residual, Structure, grouped, ulp_difference
 
 __all__ = ["Residual", "Structure", "grouped", "inspect_backend", "plain_sibling", "ulp_difference"]
@@ -55,32 +63,27 @@ def inspect_backend(
     claims = dict(claims) if isinstance(claims, dict) else None
     name = getattr(backend, "name", type(backend).__name__)
     framework = _framework(backend, claims)
-    result = Structure(backend=name, framework=framework, layers=int(weights.shape[0]), claims=claims)
-    if framework == "jax":
-        walk = import_adapter("jax.walk", name, install_hint("jax"))
-        walk.inspect_jax_backend(backend, weights, x, result)
-        if check_loss:
-            walk.check_loss_fn(backend, weights, x, result)
-    elif framework == "torch":
-        import_adapter("torch.walk", name, install_hint("torch")).inspect_torch_backend(
-            backend, weights, x, result
-        )
-    else:
-        result.evidence.append(
-            "not inspectable: neither a JAX backend with `loss_fn()` nor a PyTorch backend"
-        )
+    found = framework.name if framework else ""
+    result = Structure(backend=name, framework=found, layers=int(weights.shape[0]), claims=claims)
+    if framework is None:
+        kinds = " nor ".join(f.inspectable for f in DECLARED)
+        result.evidence.append(f"not inspectable: neither {kinds}")
         if claims and any(claims.get(k) for k in ("scan", "checkpoint")):
             result.problems.append(f"claims {_claims_text(claims)} but offers no way to verify it")
         return result
+    walk = import_adapter(f"{framework.name}.walk", name, install_hint(framework.extra))
+    walk.inspect_backend(backend, weights, x, result, check_loss=check_loss)
     _check_claims(result)
     return result
 
 
-def _framework(backend: Any, claims: dict | None) -> str:
-    if callable(getattr(backend, "loss_fn", None)):
-        return "jax"
+def _framework(backend: Any, claims: dict | None) -> Framework | None:
+    """The framework whose marks the backend has (JAX's ``loss_fn``), else the one it declares."""
+    for framework in DECLARED:
+        if any(callable(getattr(backend, mark, None)) for mark in framework.marks):
+            return framework
     declared = (claims or {}).get("framework") or backend_info(backend).get("framework", "")
-    return declared if declared in ("jax", "torch") else ""
+    return framework_named(declared) if isinstance(declared, str) else None
 
 
 def _claims_text(claims: dict[str, Any]) -> str:
@@ -120,4 +123,5 @@ def _check_claims(result: Structure) -> None:
 
 def plain_sibling(structure: Structure) -> str | None:
     """The built-in non-checkpointed variant of the same framework, to cross-check against."""
-    return {"jax": "jax-plain", "torch": "torch-plain"}.get(structure.framework)
+    framework = framework_named(structure.framework)
+    return framework.plain if framework else None

@@ -1,0 +1,41 @@
+"""JAX's entry in the environment record (only once JAX is imported: recording never imports it)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+
+def record() -> dict[str, Any]:
+    """Version, devices, precision settings, and whether float32 subnormals flush to zero."""
+    import jax
+
+    # device_put and a comparison on the host: jnp.float32(...) and `== 0` on a JAX array compile a
+    # program each (~25 ms together here); only the halving itself must run in XLA.
+    smallest_normal = jax.device_put(np.float32(np.finfo(np.float32).tiny))
+    return {
+        "version": jax.__version__,
+        "devices": [str(d) for d in jax.devices()],
+        "default_matmul_precision": str(jax.config.jax_default_matmul_precision),
+        "x64_enabled_globally": bool(jax.config.jax_enable_x64),
+        "subnormals_flushed": bool(np.asarray(_halve()(smallest_normal)) == 0),
+    }
+
+
+@functools.cache
+def _halve() -> Any:
+    """One jitted ``v / 2`` per process: a fresh lambda would be traced and compiled on every report."""
+    import jax
+
+    return jax.jit(lambda v: v / 2)
+
+
+def line(j: dict[str, Any]) -> str:
+    """The precision-relevant part of ``record()``'s entry, for the report's environment line."""
+    return (
+        f"jax {j.get('version')} on {','.join(j.get('devices', []))}, matmul precision "
+        f"{j.get('default_matmul_precision')}, global x64 {j.get('x64_enabled_globally')}, "
+        f"subnormals flushed {j.get('subnormals_flushed')}"
+    )
