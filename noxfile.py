@@ -38,7 +38,9 @@ def crosscheck(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """Run ruff (lint and format check), mypy and import-linter (the layers in pyproject.toml).
+    """Run ruff (lint and format check), mypy and import-linter (the layers in pyproject.toml), over
+    crosscheck and the adapters in backends/ (a top-level package there: the editable install below puts
+    the repository on the path, so both tools find it).
 
     Installs no framework: mypy reads the types of numpy, rich and tomli (Python 3.10's TOML reader)
     and skips JAX's and PyTorch's.
