@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from crosscheck._backends import DECLARED
 from crosscheck._cli.common import (
     EXIT_FAIL,
     EXIT_OK,
@@ -23,8 +24,9 @@ from crosscheck._cli.common import (
     write_json,
 )
 
-#: What `inspect` looks at when no backend is named: every built-in with a structure to inspect.
-INSPECTED = ("jax", "jax-plain", "jax-remat-scan", "jax-segments", "torch", "torch-plain", "torch-segments")
+#: What `inspect` looks at when no backend is named: every built-in with a structure to inspect (each
+#: framework's backends, in the registry's order: jax, jax-plain, ..., torch, torch-plain, ...).
+INSPECTED = tuple(name for framework in DECLARED for name in framework.backends)
 
 
 def register(subparsers: Any) -> None:
