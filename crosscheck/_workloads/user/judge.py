@@ -86,8 +86,9 @@ class GenericJudge:
             notes["evaluations"] = found.evaluations
             value = found.entries.value if found.entries is not None else None
         reference = Reference(value, "float64", notes, self.anchor)
-        return dataclasses.replace(call.failure(""), value=reference, error=None,
-                                   seconds=time.perf_counter() - start)  # fmt: skip
+        return dataclasses.replace(
+            call.failure(""), value=reference, error=None, seconds=time.perf_counter() - start
+        )
 
     def _backend_reference(self, backend: Any, call: Call) -> Any:
         out = self.evaluate(backend, call)

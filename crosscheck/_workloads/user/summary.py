@@ -111,8 +111,9 @@ def against_oracle(
     value, rounding = record.gradient, record.rounding
     if diffs.entries is not None:
         est = diffs.entries
-        found, zeros = model_compare.entries(ctx, value, rounding, _answer(est.value, est.error,
-                                             est.unjudgeable, est.reason), {})  # fmt: skip
+        found, zeros = model_compare.entries(
+            ctx, value, rounding, _answer(est.value, est.error, est.unjudgeable, est.reason), {}
+        )
         record.add(found, zeros, question)
         return found
     assert diffs.directions is not None
@@ -133,9 +134,17 @@ def _malformed(ctx: model_compare.Context, k: str, value: dict) -> Comparison | 
     problem = structural_problem(np.asarray(value[k]), ctx.shapes[k], ctx.dtype)
     if not problem:
         return None
-    return Comparison(backend=ctx.name, reference=ctx.reference, parameter=k, passed=False, status="invalid",
-                      total=int(np.prod(ctx.shapes[k])), message=f"parameter `{k}`: {problem}",
-                      question=ctx.question, against=ctx.against)  # fmt: skip
+    return Comparison(
+        backend=ctx.name,
+        reference=ctx.reference,
+        parameter=k,
+        passed=False,
+        status="invalid",
+        total=int(np.prod(ctx.shapes[k])),
+        message=f"parameter `{k}`: {problem}",
+        question=ctx.question,
+        against=ctx.against,
+    )
 
 
 def _screened(judge, ctx, rows, diffs: Differences, value, rounding, call) -> list[Comparison]:
@@ -200,8 +209,11 @@ def _answer(value, error, unjudgeable, reason) -> model_compare.Answer:
 def summarize(judge: GenericJudge, reference: Any) -> dict[str, Any]:
     """The report's ``oracle`` section (see the module docstring)."""
     records = list(judge.records.values())
-    out: dict[str, Any] = {"mode": judge.plan.mode, "why": judge.plan.why,
-                           "differentiates": judge.point.case.get("oracle_differentiates")}  # fmt: skip
+    out: dict[str, Any] = {
+        "mode": judge.plan.mode,
+        "why": judge.plan.why,
+        "differentiates": judge.point.case.get("oracle_differentiates"),
+    }
     if not judge.oracle:
         out = {"reference": "a backend (no oracle)"}
     if judge.plan.mode == "screen" and judge.oracle:
@@ -236,8 +248,9 @@ def _coverage(records: list[Record]) -> dict[str, list[str]]:
         for c in r.comparisons:
             if c.status == "invalid" or c.parameter is None:
                 continue
-            (directions if c.coverage.startswith("screened") and "every entry" not in c.coverage
-             else entry).add(c.parameter)  # fmt: skip
+            (
+                directions if c.coverage.startswith("screened") and "every entry" not in c.coverage else entry
+            ).add(c.parameter)
     return {"entry by entry": sorted(entry), "along directions only": sorted(directions - entry)}
 
 

@@ -126,9 +126,13 @@ def compare_screened(
 
 def _record(name: str, reference: Reference, candidate: np.ndarray, passed: bool, status: str, message: str):
     return Comparison(
-        backend=name, reference=reference.name, passed=passed, status=status, total=candidate.size,
+        backend=name,
+        reference=reference.name,
+        passed=passed,
+        status=status,
+        total=candidate.size,
         message=message,
-    )  # fmt: skip
+    )
 
 
 def _rerun_along(candidate: np.ndarray, again: np.ndarray | None, directions: np.ndarray, dtype: str):
@@ -171,8 +175,13 @@ def _full_layers(judge: StackHvpJudge, layers: list[int], reference: Reference, 
         answer = oracle_answer(out.value)
         for k in missing:
             kinks = answer.kinks
-            judge.full_layers[k] = (answer.value[k], answer.error[k], kinks.unjudgeable[k], kinks.reason[k],
-                                    kinks.kink[k])  # fmt: skip
+            judge.full_layers[k] = (
+                answer.value[k],
+                answer.error[k],
+                kinks.unjudgeable[k],
+                kinks.reason[k],
+                kinks.kink[k],
+            )
     shape = judge.weights.shape
     value, error = np.full(shape, np.nan), np.full(shape, np.nan)
     unjudgeable, reason = np.zeros(shape, bool), np.full(shape, "", object)

@@ -73,9 +73,14 @@ def compare_screened(
     problem = structural_problem(candidate, judge.weights.shape, dtype)
     if problem:
         return Comparison(
-            backend=name, reference=reference.name, passed=False, status="invalid", total=candidate.size,
-            message=problem, index_names=list(_stack.INDEX_NAMES),
-        )  # fmt: skip
+            backend=name,
+            reference=reference.name,
+            passed=False,
+            status="invalid",
+            total=candidate.size,
+            message=problem,
+            index_names=list(_stack.INDEX_NAMES),
+        )
     model = judge.model(dtype)
     assert model.direction_sigma is not None  # the model was made with the screening directions
     projected = np.einsum("kij,ksij->ks", candidate.astype(np.float64), sc.directions)
@@ -97,16 +102,28 @@ def compare_screened(
     )
     full = _full_layers(judge, failing, reference, call) if failing else None
     if isinstance(full, str):
-        comparison = Comparison(backend=name, reference=reference.name, passed=False, status="invalid",
-                                total=candidate.size, message=full,
-                                index_names=list(_stack.INDEX_NAMES))  # fmt: skip
+        comparison = Comparison(
+            backend=name,
+            reference=reference.name,
+            passed=False,
+            status="invalid",
+            total=candidate.size,
+            message=full,
+            index_names=list(_stack.INDEX_NAMES),
+        )
         message = full
     elif full is not None:
         comparison = judge.compare_full(candidate, name, full, dtype)
         message = coverage + "\n" + mismatch_message(comparison)
     else:
-        comparison = Comparison(backend=name, reference=reference.name, passed=True, status="ok",
-                                total=candidate.size, index_names=list(_stack.INDEX_NAMES))  # fmt: skip
+        comparison = Comparison(
+            backend=name,
+            reference=reference.name,
+            passed=True,
+            status="ok",
+            total=candidate.size,
+            index_names=list(_stack.INDEX_NAMES),
+        )
         message = coverage + ": every direction agrees"
     rounding = {"weights": model.grad_bound + _stack.SAFETY * u * float(np.max(np.abs(candidate), initial=0))}
     return dataclasses.replace(
