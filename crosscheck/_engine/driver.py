@@ -127,7 +127,7 @@ def _reference(run: _Run) -> None:
 
 def _candidate(run: _Run, spec: Any, index: int) -> None:
     backend, result = _load(run, index, spec, required=run.plan.explicit)
-    name = unique_name(result.name, run.results)
+    name = unique(result.name, run.results)
     run.results[name] = result  # recorded first: an interrupt below still reports it
     if backend is None:
         return
@@ -240,7 +240,7 @@ def _report(run: _Run) -> Report:
             if result.status == "pending":
                 results[name] = dataclasses.replace(result, status="skipped", error="interrupted (Ctrl-C)")
         for spec in run.plan.candidates[max(0, len(results) - 1) :]:
-            name = unique_name(spec_name(spec), results)
+            name = unique(spec_name(spec), results)
             results[name] = BackendResult(name=name, status="skipped", error="not run: interrupted (Ctrl-C)")
     extras = run.judge.extras(run.reference)
     return Report(
@@ -258,7 +258,3 @@ def _report(run: _Run) -> Report:
         oracle=extras.get("oracle", {}),
         interrupted=run.interrupted,
     )
-
-
-def unique_name(name: str, taken: Mapping[str, Any]) -> str:
-    return unique(name, taken)
