@@ -6,9 +6,10 @@
   workload's NumPy reference when it has one, else of the first implementation's own loss; and the
   float64 losses at the point against each other (``question="same function"``).
 
-The oracle (``model_oracle``) differences entry by entry or along random directions (``Plan``); the
-report's ``oracle`` section (``verdict``) says which question failed, what was covered how, and names
-the empty check and the parameters whose gradient is zero everywhere.
+The oracle (``fd``) differences entry by entry or along random directions (``Plan``); the judge fills
+its ``Findings`` as it compares, and the report's ``oracle`` section (``summary``) says from them which
+question failed, what was covered how, and names the empty check and the parameters whose gradient is
+zero everywhere.
 """
 
 from __future__ import annotations
