@@ -8,17 +8,39 @@ from __future__ import annotations
 
 import threading
 
-#: Set by the engine's SIGINT handler: a KeyboardInterrupt raised now is the user's, not a backend's.
-USER_INTERRUPT = threading.Event()
-
 
 class Interrupted(KeyboardInterrupt):
     """The user pressed Ctrl-C: the run stops and reports what finished."""
 
 
-def reraise_user_interrupt(exc: BaseException) -> None:
-    """Raise ``Interrupted`` when ``exc`` comes from the user's Ctrl-C; else return."""
-    if isinstance(exc, KeyboardInterrupt) and USER_INTERRUPT.is_set():
+class Interrupts:
+    """The Ctrl-C policy of a run: whose a ``KeyboardInterrupt`` is, handed to each guarded call.
+
+    The engine makes one for a run (``crosscheck._engine.call.user_interrupts``, a sweep its own) and
+    its signal handler calls ``press``, then raises ``Interrupted``. Once pressed, every
+    ``KeyboardInterrupt`` is the user's: the run stops and reports what finished. Before, one is the
+    backend's own, its failure like a ``sys.exit``. Code with no engine above it (a script's
+    ``load_backend``, the inspect tool) has no policy: there only an ``Interrupted``, which nothing
+    but a handler raises, is the user's.
+    """
+
+    def __init__(self) -> None:
+        self._pressed = threading.Event()  # set from the signal handler, read by any thread
+
+    def press(self) -> None:
+        """The user pressed Ctrl-C (or the sweep got SIGTERM)."""
+        self._pressed.set()
+
+    @property
+    def pressed(self) -> bool:
+        return self._pressed.is_set()
+
+
+def reraise_user_interrupt(exc: BaseException, interrupts: Interrupts | None = None) -> None:
+    """Raise ``Interrupted`` when ``exc`` is the user's Ctrl-C under the policy ``interrupts`` (None:
+    no engine above); else return, and ``exc`` is the failure of the code that raised it."""
+    pressed = interrupts is not None and interrupts.pressed
+    if isinstance(exc, Interrupted) or (isinstance(exc, KeyboardInterrupt) and pressed):
         raise Interrupted from exc
 
 

@@ -1,8 +1,17 @@
-"""Size guards: no module of crosscheck or its adapters over 400 lines, no function over 60.
+"""Size guards that measure concerns: statements per module and per function, and no ``# fmt: skip``.
 
 A long module or function is where two concerns have grown together; the limits keep each one small
-enough to read in one sitting (style.md items 7 and 13). The layers themselves are checked by
-import-linter (``nox -s lint``).
+enough to read in one sitting (style.md items 7 and 13). The measure is the number of statements (the
+AST's statement nodes: a ``def``, an assignment, a ``return``, an ``if`` and each statement in its
+branches; docstrings do not count), not raw lines: a statement is the same one whatever the formatter
+makes of it, so a module cannot pass by squeezing lines together, and a long docstring or a table laid
+out one entry a line costs nothing. A function counts the statements of the functions nested in it.
+
+The limits sit just above the largest of today's modules (about 225 statements, one concern each) and
+functions (about 40): a module that grows a second concern of any size fails, and so does a function
+doing two things. ``# fmt: skip`` is allowed nowhere in the package or its adapters outside the short
+``ALLOWED_SKIPS`` (each entry with its reason), so the code is what the formatter makes of it. The
+layers themselves are checked by import-linter (``nox -s lint``).
 """
 
 from __future__ import annotations
@@ -16,8 +25,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("crosscheck", "backends")
-MAX_MODULE_LINES = 400
-MAX_FUNCTION_LINES = 60
+MAX_MODULE_STATEMENTS = 250
+MAX_FUNCTION_STATEMENTS = 40
+#: Modules where a ``# fmt: skip`` is allowed, each with why (a table whose layout is its meaning, say).
+ALLOWED_SKIPS: dict[str, str] = {
+    # Issue 22 formats these two with the rest of the comparison and report code (its "report" part);
+    # take each entry out with its last skip.
+    "crosscheck/_compare/compare.py": "formatted by the comparison and report changes of issue 22",
+    "crosscheck/_report/report.py": "formatted by the comparison and report changes of issue 22",
+}
+SKIP = "# fmt: " + "skip"  # spelled in two so this file does not hold the marker it looks for
 
 
 def _modules() -> list[Path]:
@@ -40,25 +57,45 @@ def _functions(tree: ast.AST) -> Iterator[tuple[str, ast.FunctionDef | ast.Async
     return walk(tree, "")
 
 
-def _function_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
-    """Lines from the first decorator (or ``def``) to the last line of the body, docstring included."""
-    first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-    return (node.end_lineno or node.lineno) - first + 1
+def _is_docstring(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    )
+
+
+def statements(node: ast.AST) -> int:
+    """The statements in ``node`` (itself included when it is one), docstrings and bare strings left out."""
+    return sum(1 for n in ast.walk(node) if isinstance(n, ast.stmt) and not _is_docstring(n))
 
 
 def offenders() -> list[str]:
-    """``path (N lines)`` and ``path: function (N lines)`` for every module or function over its limit."""
+    """``path (N statements)`` and ``path: function (N statements)`` for each one over its limit."""
     found = []
     for path in _modules():
-        source = path.read_text(encoding="utf-8")
         name = path.relative_to(ROOT).as_posix()
-        lines = len(source.splitlines())
-        if lines > MAX_MODULE_LINES:
-            found.append(f"{name} ({lines} lines)")
-        for qualname, node in _functions(ast.parse(source, filename=name)):
-            length = _function_lines(node)
-            if length > MAX_FUNCTION_LINES:
-                found.append(f"{name}: {qualname} ({length} lines)")
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=name)
+        count = statements(tree)
+        if count > MAX_MODULE_STATEMENTS:
+            found.append(f"{name} ({count} statements)")
+        for qualname, node in _functions(tree):
+            count = statements(node)
+            if count > MAX_FUNCTION_STATEMENTS:
+                found.append(f"{name}: {qualname} ({count} statements)")
+    return found
+
+
+def format_skips() -> list[str]:
+    """``path:line: code`` of every ``# fmt: skip`` in a module ``ALLOWED_SKIPS`` does not list."""
+    found = []
+    for path in _modules():
+        name = path.relative_to(ROOT).as_posix()
+        if name in ALLOWED_SKIPS:
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if SKIP in line:
+                found.append(f"{name}:{number}: {line.strip()}")
     return found
 
 
@@ -69,21 +106,56 @@ def test_the_guard_sees_the_packages():
 
 def test_the_guard_measures_functions_and_methods():
     source = textwrap.dedent(
-        """
+        '''
+        """A module docstring: no statement."""
         class A:
             @staticmethod
-            def f():
+            def f(x):
+                """A docstring: no statement."""
                 def g():
                     pass
-                return g
-        """
+                if x:
+                    return g
+                return None
+        '''
     )
-    found = {name: _function_lines(node) for name, node in _functions(ast.parse(source))}
-    assert found == {"A.f": 5, "A.f.g": 2}  # a decorator counts; a nested function counts for both
+    tree = ast.parse(source)
+    found = {name: statements(node) for name, node in _functions(tree)}
+    assert found == {"A.f": 6, "A.f.g": 2}  # def, def g, pass, if, return, return; a nested one counts twice
+    assert statements(tree) == 7  # the class, and what is in it
+
+
+def test_the_guard_counts_statements_not_lines():
+    squeezed = "def f(a, b):\n    x = a; y = b; return x + y\n"
+    spread = "def f(\n    a,\n    b,\n):\n    x = a\n\n    y = b\n    return (\n        x + y\n    )\n"
+    assert statements(ast.parse(squeezed)) == statements(ast.parse(spread)) == 4
+
+
+def test_the_guard_finds_what_is_over_the_limits(monkeypatch, tmp_path):
+    package = tmp_path / "crosscheck"
+    package.mkdir()
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_STATEMENTS))
+    (package / "long.py").write_text(f"def long():\n{body}\n    return x0\n\n\ndef short():\n    return 1\n")
+    (package / "big.py").write_text("\n".join(f"y{i} = {i}" for i in range(MAX_MODULE_STATEMENTS + 1)))
+    (package / "skips.py").write_text(f"z = 1\nw = (1,  2)  {SKIP}\n")
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    monkeypatch.setitem(globals(), "PACKAGES", ("crosscheck",))
+    assert offenders() == [
+        f"crosscheck/big.py ({MAX_MODULE_STATEMENTS + 1} statements)",
+        f"crosscheck/long.py: long ({MAX_FUNCTION_STATEMENTS + 2} statements)",
+    ]
+    assert [s.split(": ", 1)[0] for s in format_skips()] == ["crosscheck/skips.py:2"]
 
 
 def test_modules_and_functions_stay_small():
     found = offenders()
     if found:
-        limits = f"over {MAX_MODULE_LINES} lines a module or {MAX_FUNCTION_LINES} a function"
+        limits = f"over {MAX_MODULE_STATEMENTS} statements a module or {MAX_FUNCTION_STATEMENTS} a function"
         pytest.fail(f"{len(found)} over the limits ({limits}):\n" + "\n".join(found), pytrace=False)
+
+
+def test_no_format_skips():
+    found = format_skips()
+    if found:
+        message = f"{len(found)} `{SKIP}` (format the code, or list it in ALLOWED_SKIPS with why):\n"
+        pytest.fail(message + "\n".join(found), pytrace=False)

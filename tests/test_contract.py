@@ -494,6 +494,28 @@ def test_a_real_ctrl_c_stops_the_run_and_reports_what_finished(tmp_path):
     assert "numpy-fd" in out and "torch" in out, out
 
 
+def test_the_ctrl_c_policy_is_a_parameter_of_the_guarded_call():
+    """A KeyboardInterrupt a backend raises is its failure unless the run's policy was pressed (the
+    user pressed Ctrl-C); an ``Interrupted`` (a handler's) is the user's under any policy, none too."""
+    from crosscheck._engine.call import guarded
+    from crosscheck._errors import Interrupted, Interrupts
+
+    def raises(exc):
+        raise exc
+
+    interrupts = Interrupts()
+    for policy in (None, interrupts):
+        out = guarded(raises, (KeyboardInterrupt(),), inputs={}, interrupts=policy)
+        assert not out.ok and "not a Ctrl-C from the user" in out.error
+        with pytest.raises(Interrupted):
+            guarded(raises, (Interrupted(),), inputs={}, interrupts=policy)
+    interrupts.press()
+    with pytest.raises(Interrupted):
+        guarded(raises, (KeyboardInterrupt(),), inputs={}, interrupts=interrupts)
+    out = guarded(raises, (KeyboardInterrupt(),), inputs={}, interrupts=Interrupts())  # another run's
+    assert not out.ok
+
+
 @pytest.mark.parametrize(
     "change",
     [

@@ -4,7 +4,8 @@ Modelled on pytest's ``CallInfo.from_call``: whatever the backend does is record
 
 - Anything it raises, ``BaseException`` included (a backend's ``sys.exit`` or ``KeyboardInterrupt`` is
   that backend's failure, not the end of the run), is a one-line reason. A real Ctrl-C from the user
-  (``user_interrupts`` installed) still propagates, so the run can stop and report what finished.
+  still propagates, so the run can stop and report what finished: the Ctrl-C policy (``interrupts``,
+  made by ``user_interrupts``) is a parameter of the call.
 - Its inputs are compared bit for bit with a private copy taken before the call (``-0.0`` over ``0.0``
   and NaN payloads included) and put back when it wrote to them.
 - Framework state it may change (NumPy's error state; each imported framework's, as its folder's
@@ -32,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._backends import in_use
-from crosscheck._errors import USER_INTERRUPT, Interrupted, describe, reraise_user_interrupt
+from crosscheck._errors import Interrupted, Interrupts, describe, reraise_user_interrupt
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,26 +52,28 @@ class Outcome:
 
 
 @contextlib.contextmanager
-def user_interrupts() -> Iterator[None]:
-    """Tell the user's Ctrl-C (SIGINT) apart from a ``KeyboardInterrupt`` a backend raises itself.
+def user_interrupts() -> Iterator[Interrupts]:
+    """A run's Ctrl-C policy, to hand to its guarded calls: it tells the user's Ctrl-C (SIGINT) apart
+    from a ``KeyboardInterrupt`` a backend raises itself.
 
-    Only in the main thread (elsewhere no signal arrives, so every KeyboardInterrupt is a backend's).
+    Only in the main thread (elsewhere no signal arrives, so every KeyboardInterrupt is a backend's:
+    the policy is never pressed).
     """
+    interrupts = Interrupts()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield interrupts
         return
     previous = signal.getsignal(signal.SIGINT)
 
     def handler(signum: int, frame: Any) -> None:
-        USER_INTERRUPT.set()
+        interrupts.press()
         raise Interrupted
 
     signal.signal(signal.SIGINT, handler)
     try:
-        yield
+        yield interrupts
     finally:
         signal.signal(signal.SIGINT, previous)
-        USER_INTERRUPT.clear()
 
 
 class BackendFailure(Exception):
@@ -85,12 +88,15 @@ def guarded(
     inputs: Mapping[str, np.ndarray],
     pristine: Mapping[str, np.ndarray] | None = None,
     timeout: float | None = None,
+    interrupts: Interrupts | None = None,
 ) -> Outcome:
     """Call ``fn(*args)``; never raises, except for the user's own Ctrl-C (``Interrupted``).
 
     ``inputs`` are the arrays the backend may see, by name: compared bit for bit after the call with
     ``pristine`` (the arrays they were copied from, which no backend holds), or, without it, with
     copies taken here (and put back when written). ``timeout``: seconds before the call is given up.
+    ``interrupts``: the run's Ctrl-C policy (``user_interrupts``); None, with no engine above: only an
+    ``Interrupted`` is the user's, any other ``KeyboardInterrupt`` the backend's failure.
     """
     names, live = list(inputs), list(inputs.values())
     if pristine is None:
@@ -105,7 +111,7 @@ def guarded(
     except BackendFailure as exc:
         error = str(exc)
     except BaseException as exc:
-        reraise_user_interrupt(exc)
+        reraise_user_interrupt(exc, interrupts)
         error = describe(exc)
     seconds = time.perf_counter() - start
     notes: dict[str, Any] = {}
@@ -264,8 +270,11 @@ def _write(key: str, value: Any) -> None:
 # -- what came back -------------------------------------------------------------------------------------
 
 
-def to_array(value: Any, what: str = "") -> tuple[np.ndarray | None, str | None, dict[str, str]]:
-    """``(array, error, notes)``: a private NumPy copy of a backend's result, or why there is none."""
+def to_array(
+    value: Any, what: str = "", *, interrupts: Interrupts | None = None
+) -> tuple[np.ndarray | None, str | None, dict[str, str]]:
+    """``(array, error, notes)``: a private NumPy copy of a backend's result, or why there is none
+    (``interrupts``: the Ctrl-C policy, as for ``guarded``)."""
     where = f" for {what}" if what else ""
     if value is None:
         return None, f"returned None{where} instead of an array (a missing `return`?)", {}
@@ -278,7 +287,7 @@ def to_array(value: Any, what: str = "") -> tuple[np.ndarray | None, str | None,
         # asarray, then a copy: NumPy 2 warns when it passes `copy=` to an `__array__` without it.
         array = np.asarray(value).copy()
     except BaseException as exc:
-        reraise_user_interrupt(exc)
+        reraise_user_interrupt(exc, interrupts)
         return None, f"returned something that is not an array{where}: {describe(exc)}", {}
     if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool):
         found = f"{type(value).__name__} of dtype {array.dtype.name}"
@@ -286,7 +295,9 @@ def to_array(value: Any, what: str = "") -> tuple[np.ndarray | None, str | None,
     return array, None, notes
 
 
-def to_arrays(value: Any) -> tuple[dict[str, np.ndarray] | None, str | None, dict[str, str]]:
+def to_arrays(
+    value: Any, *, interrupts: Interrupts | None = None
+) -> tuple[dict[str, np.ndarray] | None, str | None, dict[str, str]]:
     """A workload backend's ``{parameter: array}``, each converted by ``to_array``."""
     if not isinstance(value, Mapping):
         found = "None (a missing `return`?)" if value is None else type(value).__name__
@@ -294,7 +305,7 @@ def to_arrays(value: Any) -> tuple[dict[str, np.ndarray] | None, str | None, dic
     out: dict[str, np.ndarray] = {}
     notes: dict[str, str] = {}
     for key, item in value.items():
-        array, error, more = to_array(item, f"parameter `{key}`")
+        array, error, more = to_array(item, f"parameter `{key}`", interrupts=interrupts)
         if error or array is None:
             return None, error, {}
         out[str(key)], notes = array, {**notes, **more}

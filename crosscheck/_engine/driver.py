@@ -20,12 +20,12 @@ from crosscheck._engine.call import Outcome, guarded, hand, to_array, to_arrays,
 from crosscheck._engine.isolate import RemoteMethod, Worker, in_process_reason, load_isolated, start_workers
 from crosscheck._engine.load import load, spec_name
 from crosscheck._engine.plan import Plan
-from crosscheck._errors import Interrupted
+from crosscheck._errors import Interrupted, Interrupts
 from crosscheck._report.environment import environment
 from crosscheck._report.report import BackendResult, Report
 from crosscheck._workloads.protocol import Reference
 
-_CONVERTERS: dict[str, Callable[[Any], tuple[Any, str | None, dict[str, str]]]] = {
+_CONVERTERS: dict[str, Callable[..., tuple[Any, str | None, dict[str, str]]]] = {
     "array": to_array,
     "arrays": to_arrays,
 }
@@ -36,24 +36,33 @@ class Caller:
 
     A backend is handed private copies of the arrays (``hand``) and never the point's own, which are
     what each copy is compared with after the call; ``timeout`` bounds each call. A method of a backend
-    in a worker process (``isolate``) is sent there, guarded by the worker alike.
+    in a worker process (``isolate``) is sent there, guarded by the worker alike. ``interrupts``: the
+    run's Ctrl-C policy (``user_interrupts``), handed to each call.
     """
 
-    def __init__(self, arrays: Mapping[str, np.ndarray], *, timeout: float | None = None) -> None:
-        self.arrays, self.timeout = arrays, timeout
+    def __init__(
+        self,
+        arrays: Mapping[str, np.ndarray],
+        *,
+        timeout: float | None = None,
+        interrupts: Interrupts | None = None,
+    ) -> None:
+        self.arrays, self.timeout, self.interrupts = arrays, timeout, interrupts
         self._names = {id(a): name for name, a in arrays.items()}
 
     def __call__(self, fn: Any, *args: Any, convert: str | None = None, **kwargs: Any) -> Outcome:
         remote = getattr(fn, "remote", None) if isinstance(fn, RemoteMethod) else None
         args, kwargs, handed, pristine = hand(args, kwargs, self._names, copy=remote is None)
         if remote is not None:
-            out = remote(args, kwargs, names=list(handed), timeout=self.timeout)
+            out = remote(args, kwargs, names=list(handed), timeout=self.timeout, interrupts=self.interrupts)
         else:
             call = lambda: fn(*args, **kwargs)  # noqa: E731
-            out = guarded(call, (), inputs=handed, pristine=pristine, timeout=self.timeout)
+            out = guarded(
+                call, (), inputs=handed, pristine=pristine, timeout=self.timeout, interrupts=self.interrupts
+            )
         if out.error or convert is None:
             return out
-        value, error, notes = _CONVERTERS[convert](out.value)
+        value, error, notes = _CONVERTERS[convert](out.value, interrupts=self.interrupts)
         return Outcome(value, error, out.seconds, {**out.notes, **notes})
 
     @staticmethod
@@ -77,8 +86,9 @@ class _Run:
 
 def drive(plan: Plan) -> Report:
     """Run ``plan`` and return its report (never raises for anything a backend does)."""
-    run = _Run(plan, plan.judge, Caller(plan.point.arrays(), timeout=plan.timeout))
-    with user_interrupts():
+    with user_interrupts() as interrupts:
+        call = Caller(plan.point.arrays(), timeout=plan.timeout, interrupts=interrupts)
+        run = _Run(plan, plan.judge, call)
         try:
             run.workers = start_workers(plan)  # they load their backends while the reference runs
             _reference(run)
@@ -101,7 +111,7 @@ def _load(run: _Run, key: Any, spec: Any, *, required: bool) -> tuple[Any, Backe
     worker = run.workers.get(key)
     if worker is not None:
         return load_isolated(worker, required=required)
-    backend, result = load(run.plan.workload, spec, required=required)
+    backend, result = load(run.plan.workload, spec, required=required, interrupts=run.call.interrupts)
     why = in_process_reason(run.plan, spec, reference=key == "reference")
     if why and backend is not None and run.plan.isolate is True:
         result = dataclasses.replace(result, notes={**result.notes, "isolated": why})
@@ -127,7 +137,7 @@ def _reference(run: _Run) -> None:
 
 def _candidate(run: _Run, spec: Any, index: int) -> None:
     backend, result = _load(run, index, spec, required=run.plan.explicit)
-    name = unique_name(result.name, run.results)
+    name = unique(result.name, run.results)
     run.results[name] = result  # recorded first: an interrupt below still reports it
     if backend is None:
         return
@@ -240,7 +250,7 @@ def _report(run: _Run) -> Report:
             if result.status == "pending":
                 results[name] = dataclasses.replace(result, status="skipped", error="interrupted (Ctrl-C)")
         for spec in run.plan.candidates[max(0, len(results) - 1) :]:
-            name = unique_name(spec_name(spec), results)
+            name = unique(spec_name(spec), results)
             results[name] = BackendResult(name=name, status="skipped", error="not run: interrupted (Ctrl-C)")
     extras = run.judge.extras(run.reference)
     return Report(
@@ -258,7 +268,3 @@ def _report(run: _Run) -> Report:
         oracle=extras.get("oracle", {}),
         interrupted=run.interrupted,
     )
-
-
-def unique_name(name: str, taken: Mapping[str, Any]) -> str:
-    return unique(name, taken)

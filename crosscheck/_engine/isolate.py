@@ -28,7 +28,7 @@ from typing import Any
 from crosscheck._backends import ORACLE
 from crosscheck._engine.call import BackendFailure, Outcome
 from crosscheck._engine.isolate_worker import BOOT, decode, encode
-from crosscheck._errors import describe, reraise_user_interrupt
+from crosscheck._errors import Interrupts, describe, reraise_user_interrupt
 from crosscheck._report.report import BackendResult
 
 #: Whether worker processes can be started here (a socket is passed to the child by file descriptor).
@@ -242,7 +242,13 @@ class RemoteMethod:
         self.backend, self.method = backend, method
 
     def remote(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], *, names: list[str], timeout: float | None
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        names: list[str],
+        timeout: float | None,
+        interrupts: Interrupts | None = None,
     ) -> Outcome:
         message = {
             "op": "call",
@@ -258,7 +264,7 @@ class RemoteMethod:
         except BackendFailure as exc:
             return Outcome(None, str(exc), time.perf_counter() - start)
         except BaseException as exc:  # an array that cannot be sent, ...: this call's failure
-            reraise_user_interrupt(exc)
+            reraise_user_interrupt(exc, interrupts)
             error = f"could not be sent to its worker process: {describe(exc)}"
             return Outcome(None, error, time.perf_counter() - start)
         return Outcome(reply["value"], reply["error"], float(reply["seconds"]), dict(reply["notes"]))

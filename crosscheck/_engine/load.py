@@ -9,28 +9,32 @@ from __future__ import annotations
 from typing import Any
 
 from crosscheck._backends import BackendBroken, BackendUnavailable, backend_info
-from crosscheck._errors import describe, one_line, reraise_user_interrupt
+from crosscheck._errors import Interrupts, describe, one_line, reraise_user_interrupt
 from crosscheck._report.report import BackendResult
 
 
-def spec_name(spec: Any) -> str:
-    """How a spec is named before it loads: the string, or the object's ``name`` or ``__name__``."""
+def spec_name(spec: Any, interrupts: Interrupts | None = None) -> str:
+    """How a spec is named before it loads: the string, or the object's ``name`` or ``__name__``
+    (``interrupts``: the run's Ctrl-C policy, as for the guarded call)."""
     if isinstance(spec, str):
         return spec
     try:
         return str(getattr(spec, "name", None) or getattr(spec, "__name__", None) or type(spec).__name__)
     except BaseException as exc:  # a name property that raises
-        reraise_user_interrupt(exc)
+        reraise_user_interrupt(exc, interrupts)
         return type(spec).__name__
 
 
-def load(workload: Any, spec: Any, *, required: bool) -> tuple[Any, BackendResult]:
+def load(
+    workload: Any, spec: Any, *, required: bool, interrupts: Interrupts | None = None
+) -> tuple[Any, BackendResult]:
     """``(backend or None, its record)``: ``pending`` when it loaded, else ``unavailable`` or ``failed``.
+    ``interrupts``: the run's Ctrl-C policy, as for the guarded call.
 
     Raises:
         ValueError, TypeError: the spec cannot mean anything (an unknown name, a bad import string).
     """
-    name = spec_name(spec)
+    name = spec_name(spec, interrupts)
     try:
         backend = workload.resolve(spec)
     except BackendUnavailable as exc:
@@ -42,12 +46,16 @@ def load(workload: Any, spec: Any, *, required: bool) -> tuple[Any, BackendResul
     except (ValueError, TypeError):
         raise
     except BaseException as exc:  # its import or factory called sys.exit, raised KeyboardInterrupt, ...
-        reraise_user_interrupt(exc)
+        reraise_user_interrupt(exc, interrupts)
         error = f"failed to load: {describe(exc)}"
         return None, BackendResult(name=name, status="failed", error=error, required=required)
     # A name or import string can be loaded again (by `crosscheck replay`); an object cannot.
     notes = {"spec": spec} if isinstance(spec, str) else {}
     result = BackendResult(
-        name=spec_name(backend), status="pending", required=required, info=backend_info(backend), notes=notes
+        name=spec_name(backend, interrupts),
+        status="pending",
+        required=required,
+        info=backend_info(backend),
+        notes=notes,
     )
     return backend, result

@@ -24,7 +24,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from crosscheck._backends import install_hint
-from crosscheck._errors import USER_INTERRUPT, Interrupted
+from crosscheck._errors import Interrupted, Interrupts
 from crosscheck._sweep.task import CRASHED as CRASHED  # re-exported: a record's crash message
 from crosscheck._sweep.task import (  # the tasks and records, which moved there
     STACK,
@@ -41,11 +41,12 @@ from crosscheck._sweep.task import (  # the tasks and records, which moved there
 # -- engines -------------------------------------------------------------------------------------------
 
 
-def run_in_process(tasks: Iterable[Task], done: Done) -> None:
+def run_in_process(tasks: Iterable[Task], done: Done, *, interrupts: Interrupts | None = None) -> None:
     """Every task here, one after the other (no isolation: a crashing backend ends the sweep). A case
-    that a Ctrl-C interrupted ends the sweep: its record is kept, the rest are not run."""
+    that a Ctrl-C interrupted ends the sweep: its record is kept, the rest are not run. ``interrupts``:
+    the sweep's Ctrl-C policy (``_interrupts``)."""
     for task in tasks:
-        record = run_task(task)
+        record = run_task(task, interrupts=interrupts)
         done(record)
         if (record.get("report") or {}).get("interrupted"):
             raise KeyboardInterrupt
@@ -275,8 +276,8 @@ def sweep(
     engine: dict[str, Any] = {}
     stopped: list[str] = []
     try:
-        with _interrupts(stopped):
-            _run_engine(tasks, done, engine, jobs=jobs, scheduler=scheduler)
+        with _interrupts(stopped) as interrupts:
+            _run_engine(tasks, done, engine, jobs=jobs, scheduler=scheduler, interrupts=interrupts)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the records so far
         stopped.append("SIGINT")
     records.sort(key=lambda r: r["index"])
@@ -285,7 +286,13 @@ def sweep(
 
 
 def _run_engine(
-    tasks: list[Task], done: Done, engine: dict[str, Any], *, jobs: int, scheduler: str | None
+    tasks: list[Task],
+    done: Done,
+    engine: dict[str, Any],
+    *,
+    jobs: int,
+    scheduler: str | None,
+    interrupts: Interrupts,
 ) -> None:
     """Run the tasks where the options say, and record how in ``engine``."""
     if scheduler is not None:
@@ -293,7 +300,7 @@ def _run_engine(
         run_dask(tasks, done, scheduler=scheduler)
     elif jobs == 0:
         engine.update(kind="in-process")
-        run_in_process(tasks, done)
+        run_in_process(tasks, done, interrupts=interrupts)
     else:
         engine.update(kind="processes", jobs=min(jobs, cpu_count()))
         if jobs > cpu_count():  # more workers than CPUs only slows every case down
@@ -302,25 +309,26 @@ def _run_engine(
 
 
 @contextlib.contextmanager
-def _interrupts(stopped: list[str]) -> Iterator[None]:
-    """Ctrl-C and SIGTERM stop the sweep: each raises ``Interrupted`` (the user's, never a backend's)
-    and its name goes to ``stopped``. Only in the main thread (elsewhere no signal arrives)."""
+def _interrupts(stopped: list[str]) -> Iterator[Interrupts]:
+    """The sweep's Ctrl-C policy: Ctrl-C and SIGTERM stop the sweep, each raises ``Interrupted`` (the
+    user's, never a backend's) and its name goes to ``stopped``. Only in the main thread (elsewhere no
+    signal arrives: the policy is never pressed)."""
+    interrupts = Interrupts()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield interrupts
         return
 
     def handler(signum: int, frame: Any) -> None:
         stopped.append(signal.Signals(signum).name)
-        USER_INTERRUPT.set()
+        interrupts.press()
         raise Interrupted
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield interrupts
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
-        USER_INTERRUPT.clear()
 
 
 def check_specs(cases: Sequence[dict[str, Any]], backends: Sequence[str] | None, reference: str) -> None:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from crosscheck._errors import describe, reraise_user_interrupt
+from crosscheck._errors import Interrupts, describe, reraise_user_interrupt
 
 STACK = "stack"
 STATUSES = ("passed", "failed", "error", "crashed", "timeout")
@@ -41,8 +41,9 @@ def make_tasks(
 # -- running one case (in whatever process the engine chose) -------------------------------------------
 
 
-def run_task(task: Task) -> Record:
-    """Run one task within its timeout and return its record (never raises).
+def run_task(task: Task, *, interrupts: Interrupts | None = None) -> Record:
+    """Run one task within its timeout and return its record (never raises, except for the user's
+    Ctrl-C under ``interrupts``, the sweep's Ctrl-C policy when the case runs in its process).
 
     The case runs in a daemon thread that the caller stops waiting for at the timeout: Python cannot
     stop a thread, but the record comes back on time and a leftover thread does not keep a worker alive.
@@ -50,10 +51,10 @@ def run_task(task: Task) -> Record:
     timeout = task.get("timeout")
     start = time.perf_counter()
     if timeout is None:
-        record = _execute(task)
+        record = _execute(task, interrupts)
     else:
         box: dict[str, Record] = {}
-        thread = threading.Thread(target=lambda: box.update(r=_execute(task)), daemon=True)
+        thread = threading.Thread(target=lambda: box.update(r=_execute(task, interrupts)), daemon=True)
         thread.start()
         thread.join(timeout)
         record = box.get("r") or _record(
@@ -63,11 +64,11 @@ def run_task(task: Task) -> Record:
     return record
 
 
-def _execute(task: Task) -> Record:
+def _execute(task: Task, interrupts: Interrupts | None) -> Record:
     try:
         report, known = _run_case(task["case"], task["options"])
     except BaseException as exc:  # a record, not a crash (a sys.exit too): the other cases go on
-        reraise_user_interrupt(exc)
+        reraise_user_interrupt(exc, interrupts)
         return _record(task, "error", error=describe(exc))
     passed = report.passed and known in ("", "exact")
     problems = list(report.problems)

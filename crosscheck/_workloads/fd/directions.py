@@ -88,8 +88,9 @@ def directional(
 ) -> DirectionalEstimate:
     """Differentiate ``t -> loss(params + t v)`` at 0 for every direction ``v``."""
     base = {k: np.array(v, dtype=np.float64) for k, v in params.items()}
-    evaluator = Evaluator(loss, base, guard=guard, progress=progress,
-                          expected=EVALUATIONS_PER_DIRECTION * len(directions))  # fmt: skip
+    evaluator = Evaluator(
+        loss, base, guard=guard, progress=progress, expected=EVALUATIONS_PER_DIRECTION * len(directions)
+    )
 
     def evaluate(t: np.ndarray, which: np.ndarray) -> np.ndarray:
         which = np.broadcast_to(which, t.shape)

@@ -113,8 +113,9 @@ class Evaluator:
     The loss sees read-only views of private float64 arrays, which ``batch`` edits for each point.
     """
 
-    def __init__(self, loss, base: dict[str, np.ndarray], *, guard: Guard, progress: Tick | None,
-                 expected: int) -> None:  # fmt: skip
+    def __init__(
+        self, loss, base: dict[str, np.ndarray], *, guard: Guard, progress: Tick | None, expected: int
+    ) -> None:
         self.loss, self.base, self.guard, self.progress = loss, base, guard, progress
         self.work = {k: v.copy() for k, v in base.items()}
         self.views = read_only(self.work)
@@ -196,8 +197,9 @@ def estimate(
     offsets = np.cumsum([0] + [base[k].size for k in chosen])
     steps = base_steps(base)
     h0 = INITIAL_STEP * np.array([steps[k] for k in chosen])[owner]
-    evaluator = Evaluator(loss, base, guard=guard, progress=progress,
-                          expected=EVALUATIONS_PER_ENTRY * flat.size)  # fmt: skip
+    evaluator = Evaluator(
+        loss, base, guard=guard, progress=progress, expected=EVALUATIONS_PER_ENTRY * flat.size
+    )
 
     def evaluate(xi: np.ndarray, index: np.ndarray) -> np.ndarray:
         index = np.broadcast_to(index, xi.shape)  # SciPy passes it broadcastable, maybe as floats

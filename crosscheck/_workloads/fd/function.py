@@ -134,8 +134,9 @@ def difference(
             est = estimate(function.fn, params, guard=guard, progress=tick, noise=function.rounding)
             found = Differences(function, entries=est, evaluations=est.evaluations)
         else:
-            along = directional(function.fn, params, chosen.directions, guard=guard, progress=tick,
-                                noise=function.rounding)  # fmt: skip
+            along = directional(
+                function.fn, params, chosen.directions, guard=guard, progress=tick, noise=function.rounding
+            )
             found = Differences(function, directions=along, evaluations=along.evaluations)
     except OracleFailed as exc:
         return str(exc)
@@ -154,8 +155,15 @@ def localize(diffs: Differences, names: list[str], point: Point, call: Call, pro
     scale = diffs.directions.scale if diffs.directions is not None else None
     start = time.perf_counter()
     try:
-        est = estimate(diffs.function.fn, params, names=missing, guard=batch_guard(call), progress=tick,
-                       scale=scale, noise=diffs.function.rounding)  # fmt: skip
+        est = estimate(
+            diffs.function.fn,
+            params,
+            names=missing,
+            guard=batch_guard(call),
+            progress=tick,
+            scale=scale,
+            noise=diffs.function.rounding,
+        )
     except OracleFailed as exc:
         return str(exc)
     diffs.evaluations += est.evaluations

@@ -74,9 +74,17 @@ def missing(ctx: Context, k: str, value: dict) -> Comparison:
         f"parameter `{k}`: missing from the gradients `{ctx.name}` returned "
         f"(it returned: {', '.join(value) or 'nothing'})"
     )
-    return Comparison(backend=ctx.name, reference=ctx.reference, parameter=k, passed=False, status="invalid",
-                      total=math.prod(ctx.shapes[k]), message=message, question=ctx.question,
-                      against=ctx.against)  # fmt: skip
+    return Comparison(
+        backend=ctx.name,
+        reference=ctx.reference,
+        parameter=k,
+        passed=False,
+        status="invalid",
+        total=math.prod(ctx.shapes[k]),
+        message=message,
+        question=ctx.question,
+        against=ctx.against,
+    )
 
 
 def entries(
@@ -97,9 +105,18 @@ def entries(
             "floor": floor,
             "slack": np.broadcast_to(ctx.options.slack(ref), shape),
         }
-        found = compare(value[k], ref, Tolerance(terms), backend=ctx.name, reference_name=ctx.reference,
-                        dtype=ctx.dtype, kinks=answer.kinks[k], strict=ctx.options.strict, parameter=k,
-                        term_help=TERM_HELP)  # fmt: skip
+        found = compare(
+            value[k],
+            ref,
+            Tolerance(terms),
+            backend=ctx.name,
+            reference_name=ctx.reference,
+            dtype=ctx.dtype,
+            kinks=answer.kinks[k],
+            strict=ctx.options.strict,
+            parameter=k,
+            term_help=TERM_HELP,
+        )
         judged = ~answer.kinks[k].unjudgeable
         bound = np.broadcast_to(rounding.term[k] + answer.error[k] + floor, shape)
         zeros[k] = bool(np.all(np.abs(ref[judged]) <= bound[judged]))
@@ -185,12 +202,22 @@ def screened(
     unjudgeable = int(n - np.count_nonzero(judged))
     reasons = est.reason[row["index"]][~judged]
     record: dict[str, Any] = {
-        "backend": ctx.name, "reference": ctx.reference, "parameter": k, "total": int(np.size(value)),
-        "mismatched": bad, "judged": 0, "unjudgeable": 0, "coverage": coverage, "question": ctx.question,
+        "backend": ctx.name,
+        "reference": ctx.reference,
+        "parameter": k,
+        "total": int(np.size(value)),
+        "mismatched": bad,
+        "judged": 0,
+        "unjudgeable": 0,
+        "coverage": coverage,
+        "question": ctx.question,
         "against": ctx.against,
-        "unjudgeable_reasons": {str(r): int(c) for r, c in zip(*np.unique(reasons, return_counts=True),
-                                                               strict=True)} if unjudgeable else {},
-    }  # fmt: skip
+        "unjudgeable_reasons": {
+            str(r): int(c) for r, c in zip(*np.unique(reasons, return_counts=True), strict=True)
+        }
+        if unjudgeable
+        else {},
+    }
     if not np.any(judged):
         message = f"{coverage}: every direction is unjudgeable: nothing was compared!"
         return Comparison(passed=False, status="unjudgeable", message=message, **record)
@@ -210,7 +237,12 @@ def screened(
         message += f" ({note})"
     passed = bad == 0
     return Comparison(
-        passed=passed, status="ok" if passed else "mismatch", message=message,
-        worst_ratio=float(ratio[worst]), worst_terms=terms, decided_by=max(terms, key=lambda n: terms[n]),
-        tolerance_sources=dict(TERM_HELP), **record,
-    )  # fmt: skip
+        passed=passed,
+        status="ok" if passed else "mismatch",
+        message=message,
+        worst_ratio=float(ratio[worst]),
+        worst_terms=terms,
+        decided_by=max(terms, key=lambda n: terms[n]),
+        tolerance_sources=dict(TERM_HELP),
+        **record,
+    )

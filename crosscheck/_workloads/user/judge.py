@@ -6,9 +6,10 @@
   workload's NumPy reference when it has one, else of the first implementation's own loss; and the
   float64 losses at the point against each other (``question="same function"``).
 
-The oracle (``model_oracle``) differences entry by entry or along random directions (``Plan``); the
-report's ``oracle`` section (``verdict``) says which question failed, what was covered how, and names
-the empty check and the parameters whose gradient is zero everywhere.
+The oracle (``fd``) differences entry by entry or along random directions (``Plan``); the judge fills
+its ``Findings`` as it compares, and the report's ``oracle`` section (``summary``) says from them which
+question failed, what was covered how, and names the empty check and the parameters whose gradient is
+zero everywhere.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.user.compare import Answer, Context, entries
 from crosscheck._workloads.user.declare import Workload, as_dtype
 from crosscheck._workloads.user.rounding import OTHER_DTYPE, Rounding, measure
-from crosscheck._workloads.user.summary import Record, against_oracle, summarize
+from crosscheck._workloads.user.summary import Findings, Record, against_oracle, summarize
 from crosscheck._workloads.user.workload import WorkloadOracle
 
 
@@ -50,10 +51,8 @@ class GenericJudge:
         point.case["oracle_differentiates"] = _differentiates(workload, self.numpy)
         self.shapes = {k: v.shape for k, v in point.params.items()}
         self.notes: dict[str, dict[str, Any]] = {}
-        self.records: dict[str, Record] = {}
-        self.anchor: Differences | None = None
-        self.oracle = False  # whether the reference is the oracle (else a backend)
-        self.reference_gradient: dict[str, np.ndarray] | None = None
+        #: What the run found, for the report's ``oracle`` section (``summary.summarize``).
+        self.findings = Findings(self.plan, point.case["oracle_differentiates"], self.shapes)
 
     def evaluate(self, backend: Any, call: Call) -> Any:
         return self._grad(backend, call, self.point.params, self.point.inputs)
@@ -71,7 +70,7 @@ class GenericJudge:
     def reference(self, backend: Any, call: Call) -> Any:
         if not isinstance(backend, WorkloadOracle):
             return self._backend_reference(backend, call)
-        self.oracle = True
+        self.findings.oracle = True
         notes: dict[str, Any] = {
             "mode": self.plan.mode,
             "differentiates": self.point.case["oracle_differentiates"],
@@ -82,12 +81,13 @@ class GenericJudge:
             found = difference(self.numpy, self.point, self.plan, call, self.progress)
             if isinstance(found, str):
                 return call.failure(f"finite differences of the loss failed: {found}")
-            self.anchor = found
+            self.findings.anchor = found
             notes["evaluations"] = found.evaluations
             value = found.entries.value if found.entries is not None else None
-        reference = Reference(value, "float64", notes, self.anchor)
-        return dataclasses.replace(call.failure(""), value=reference, error=None,
-                                   seconds=time.perf_counter() - start)  # fmt: skip
+        reference = Reference(value, "float64", notes, self.findings.anchor)
+        return dataclasses.replace(
+            call.failure(""), value=reference, error=None, seconds=time.perf_counter() - start
+        )
 
     def _backend_reference(self, backend: Any, call: Call) -> Any:
         out = self.evaluate(backend, call)
@@ -104,7 +104,7 @@ class GenericJudge:
             return dataclasses.replace(out, value=None, error=error)
         rounding = self.rounding(backend, value, "the reference", call)
         ref_value = {k: np.asarray(value[k], dtype=np.float64) for k in self.shapes}
-        self.reference_gradient = ref_value
+        self.findings.reference_gradient = ref_value
         kinks = {k: Kinks.none(s) for k, s in self.shapes.items()}
         answer = Answer(ref_value, rounding.term, kinks)
         reference = Reference(ref_value, _dtypes(value), {"rounding": rounding.how}, answer)
@@ -118,24 +118,25 @@ class GenericJudge:
         rounding = self.rounding(backend, value, name, call)
         self.notes[name] = {"rounding": rounding.how}
         record = Record(name, value, rounding)
-        self.records[name] = record
-        if not self.oracle:
+        self.findings.records[name] = record
+        if not self.findings.oracle:
             ctx = self._context(name, reference.name, "same function", f"`{reference.name}`'s gradient")
             found, zeros = entries(ctx, value, rounding, reference.data, {})
             record.add(found, zeros)
             return record.finish(found)
         own = self._own(backend, name, call)
         record.own = own
-        if self.anchor is None and isinstance(own, Differences):
-            self.anchor = own
-        if self.anchor is None:
+        if self.findings.anchor is None and isinstance(own, Differences):
+            self.findings.anchor = own
+        anchor = self.findings.anchor
+        if anchor is None:
             return record.nothing(self.shapes, reference.name, _why_nothing(own))
-        anchor_is_own = self.anchor is own
+        anchor_is_own = anchor is own
         question = "derivative" if anchor_is_own else "same function"
-        found = against_oracle(self, record, self.anchor, question, reference.name, call)
+        found = against_oracle(self, record, anchor, question, reference.name, call)
         if isinstance(own, Differences) and not anchor_is_own:
             found += against_oracle(self, record, own, "derivative", reference.name, call)
-        record.loss_check(self.anchor.function, own)
+        record.loss_check(anchor.function, own)
         return record.finish(found)
 
     def _own(self, backend: Any, name: str, call: Call) -> Differences | Skip:
@@ -167,7 +168,7 @@ class GenericJudge:
         return measure(value, again, shapes=self.shapes, dtype=self.dtype, name=name)
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
-        return {"quantity": "grad", "oracle": summarize(self, reference)}
+        return {"quantity": "grad", "oracle": summarize(self.findings, reference)}
 
 
 def _dtypes(value: dict[str, np.ndarray]) -> str | None:

@@ -8,6 +8,11 @@ check; the parameters whose gradient is zero in every implementation (the report
   rounding) in every implementation is named. With the oracle as reference it was judged against zero
   (the oracle differences the loss, which sees whether it is really flat); with another backend as
   reference nothing independent looked at it, and the run fails.
+
+The judge owns a ``Findings`` (a ``Record`` per candidate, the differences every candidate is compared
+with, whether the reference is the oracle) and fills it as it compares; ``summarize`` reads that alone.
+``against_oracle`` compares one candidate for the judge through its public surface (``context``,
+``plan``, ``point``, ``progress``).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import numpy as np
 
 from crosscheck._compare.compare import Comparison, Kinks, structural_problem
 from crosscheck._workloads.fd.directions import LOCALIZE_ENTRIES
-from crosscheck._workloads.fd.function import Differences, Function, Skip, localize
+from crosscheck._workloads.fd.function import Differences, Function, Plan, Skip, localize
 from crosscheck._workloads.user import compare as model_compare
 from crosscheck._workloads.user.rounding import SAFETY, Rounding
 
@@ -103,6 +108,22 @@ class Record:
         }
 
 
+@dataclasses.dataclass
+class Findings:
+    """What a judge found in a run, for the report's ``oracle`` section: how the oracle differenced
+    (``plan``, ``differentiates``), the parameters' shapes, a ``Record`` per candidate, the differences
+    every candidate is compared with (``anchor``), whether the reference is the oracle (else a backend,
+    whose gradient is ``reference_gradient``)."""
+
+    plan: Plan
+    differentiates: str
+    shapes: dict[str, tuple[int, ...]]
+    records: dict[str, Record] = dataclasses.field(default_factory=dict)
+    anchor: Differences | None = None
+    oracle: bool = False
+    reference_gradient: dict[str, np.ndarray] | None = None
+
+
 def against_oracle(
     judge: GenericJudge, record: Record, diffs: Differences, question: str, reference: str, call: Any
 ) -> list[Comparison]:
@@ -111,8 +132,9 @@ def against_oracle(
     value, rounding = record.gradient, record.rounding
     if diffs.entries is not None:
         est = diffs.entries
-        found, zeros = model_compare.entries(ctx, value, rounding, _answer(est.value, est.error,
-                                             est.unjudgeable, est.reason), {})  # fmt: skip
+        found, zeros = model_compare.entries(
+            ctx, value, rounding, _answer(est.value, est.error, est.unjudgeable, est.reason), {}
+        )
         record.add(found, zeros, question)
         return found
     assert diffs.directions is not None
@@ -133,9 +155,17 @@ def _malformed(ctx: model_compare.Context, k: str, value: dict) -> Comparison | 
     problem = structural_problem(np.asarray(value[k]), ctx.shapes[k], ctx.dtype)
     if not problem:
         return None
-    return Comparison(backend=ctx.name, reference=ctx.reference, parameter=k, passed=False, status="invalid",
-                      total=int(np.prod(ctx.shapes[k])), message=f"parameter `{k}`: {problem}",
-                      question=ctx.question, against=ctx.against)  # fmt: skip
+    return Comparison(
+        backend=ctx.name,
+        reference=ctx.reference,
+        parameter=k,
+        passed=False,
+        status="invalid",
+        total=int(np.prod(ctx.shapes[k])),
+        message=f"parameter `{k}`: {problem}",
+        question=ctx.question,
+        against=ctx.against,
+    )
 
 
 def _screened(judge, ctx, rows, diffs: Differences, value, rounding, call) -> list[Comparison]:
@@ -197,33 +227,36 @@ def _answer(value, error, unjudgeable, reason) -> model_compare.Answer:
 # -- the summary -----------------------------------------------------------------------------------------
 
 
-def summarize(judge: GenericJudge, reference: Any) -> dict[str, Any]:
+def summarize(findings: Findings, reference: Any) -> dict[str, Any]:
     """The report's ``oracle`` section (see the module docstring)."""
-    records = list(judge.records.values())
-    out: dict[str, Any] = {"mode": judge.plan.mode, "why": judge.plan.why,
-                           "differentiates": judge.point.case.get("oracle_differentiates")}  # fmt: skip
-    if not judge.oracle:
+    records = list(findings.records.values())
+    out: dict[str, Any] = {
+        "mode": findings.plan.mode,
+        "why": findings.plan.why,
+        "differentiates": findings.differentiates,
+    }
+    if not findings.oracle:
         out = {"reference": "a backend (no oracle)"}
-    if judge.plan.mode == "screen" and judge.oracle:
-        out["directions_per_parameter"] = judge.plan.per_parameter
-    out["evaluations"] = _evaluations(judge)
-    out["seconds"] = _evaluations(judge, seconds=True)
+    if findings.plan.mode == "screen" and findings.oracle:
+        out["directions_per_parameter"] = findings.plan.per_parameter
+    out["evaluations"] = _evaluations(findings)
+    out["seconds"] = _evaluations(findings, seconds=True)
     out["coverage"] = _coverage(records)
     out["own_loss"] = {r.name: _own_state(r.own) for r in records if r.own is not None}
     out["losses"] = {r.name: r.loss for r in records if r.loss is not None}
     empty = [r for r in records if r.zeros and all(r.zeros.values())]
-    zero = _zero_everywhere(judge, records) if not empty else {"exactly": [], "within rounding": []}
+    zero = _zero_everywhere(findings, records) if not empty else {"exactly": [], "within rounding": []}
     out["zero_in_every_implementation"] = zero
-    out["verdict"] = [_verdict(judge, r) for r in records]
+    out["verdict"] = [_verdict(findings, r) for r in records]
     out["notes"] = [r.rounding.how for r in records if not r.rounding.honest]
-    out["problems"] = _problems(judge, records, zero)
+    out["problems"] = _problems(findings, records, zero)
     out["lines"] = _lines(out, zero)
     return out
 
 
-def _evaluations(judge: GenericJudge, *, seconds: bool = False) -> dict[str, Any]:
+def _evaluations(findings: Findings, *, seconds: bool = False) -> dict[str, Any]:
     """Per function differenced: the loss evaluations the oracle used (or the seconds it took)."""
-    found = [judge.anchor] + [r.own for r in judge.records.values() if isinstance(r.own, Differences)]
+    found = [findings.anchor] + [r.own for r in findings.records.values() if isinstance(r.own, Differences)]
     return {
         d.function.label: round(d.seconds, 3) if seconds else d.evaluations for d in found if d is not None
     }
@@ -236,8 +269,9 @@ def _coverage(records: list[Record]) -> dict[str, list[str]]:
         for c in r.comparisons:
             if c.status == "invalid" or c.parameter is None:
                 continue
-            (directions if c.coverage.startswith("screened") and "every entry" not in c.coverage
-             else entry).add(c.parameter)  # fmt: skip
+            (
+                directions if c.coverage.startswith("screened") and "every entry" not in c.coverage else entry
+            ).add(c.parameter)
     return {"entry by entry": sorted(entry), "along directions only": sorted(directions - entry)}
 
 
@@ -253,13 +287,13 @@ def _failing(r: Record, question: str) -> list[str]:
     ]
 
 
-def _verdict(judge: GenericJudge, r: Record) -> str:
+def _verdict(findings: Findings, r: Record) -> str:
     derivative, function = _failing(r, "derivative"), _failing(r, "same function")
-    anchor = judge.anchor.function.label if judge.anchor is not None else "the reference"
+    anchor = findings.anchor.function.label if findings.anchor is not None else "the reference"
     loss_differs = r.loss is not None and not r.loss["passed"]
     own = r.own
     if isinstance(own, Differences) and derivative:
-        same = "same function, " if _same_function(judge, r, derivative, function) else ""
+        same = "same function, " if _same_function(findings, r, derivative, function) else ""
         return (
             f"`{r.name}`: {same}the gradient of {_plural(derivative)} is wrong: it disagrees with "
             f"differences of its own float64 loss"
@@ -280,7 +314,7 @@ def _verdict(judge: GenericJudge, r: Record) -> str:
         )
     if any(c.status != "ok" for c in r.comparisons):
         return f"`{r.name}`: not every check passed (see its comparisons)"
-    if own is judge.anchor:
+    if own is findings.anchor:
         return f"`{r.name}`: derivative right (it agrees with differences of its own float64 loss)"
     if isinstance(own, Differences):
         return f"`{r.name}`: same function as {anchor}, derivative right"
@@ -288,14 +322,14 @@ def _verdict(judge: GenericJudge, r: Record) -> str:
     return f"`{r.name}`: agrees with {anchor}{tail}"
 
 
-def _same_function(judge: GenericJudge, r: Record, derivative: list[str], function: list[str]) -> bool:
+def _same_function(findings: Findings, r: Record, derivative: list[str], function: list[str]) -> bool:
     """Whether ``r`` computes the same function as the others, though its derivative is wrong: its loss
     agrees with the anchor's and its gradient differs from the anchor's only where its derivative is
     wrong; for the anchor itself, another implementation's loss and gradient agreed with it."""
-    if r.own is judge.anchor:
+    if r.own is findings.anchor:
         return any(
             o.loss is not None and o.loss["passed"] and not _failing(o, "same function")
-            for o in judge.records.values()
+            for o in findings.records.values()
             if o is not r
         )
     return r.loss is not None and r.loss["passed"] and set(function) <= set(derivative)
@@ -313,16 +347,16 @@ def _loss_text(loss: dict[str, Any] | None) -> str:
     )
 
 
-def _zero_everywhere(judge: GenericJudge, records: list[Record]) -> dict[str, list[str]]:
+def _zero_everywhere(findings: Findings, records: list[Record]) -> dict[str, list[str]]:
     """Parameters whose gradient is exactly zero, or zero within rounding, in every implementation."""
     grads = [r.gradient for r in records]
-    if judge.reference_gradient is not None:
-        grads.append(judge.reference_gradient)
+    if findings.reference_gradient is not None:
+        grads.append(findings.reference_gradient)
     exact: list[str] = []
     rounding: list[str] = []
     if not records:
         return {"exactly": exact, "within rounding": rounding}
-    for k, shape in judge.shapes.items():
+    for k, shape in findings.shapes.items():
         present = [np.asarray(g[k]) for g in grads if k in g and np.shape(g[k]) == shape]
         if len(present) != len(grads):
             continue
@@ -335,7 +369,7 @@ def _zero_everywhere(judge: GenericJudge, records: list[Record]) -> dict[str, li
     return {"exactly": exact, "within rounding": rounding}
 
 
-def _problems(judge: GenericJudge, records: list[Record], zero: dict[str, list[str]]) -> list[str]:
+def _problems(findings: Findings, records: list[Record], zero: dict[str, list[str]]) -> list[str]:
     out = []
     empty = [f"`{r.name}`" for r in records if r.zeros and all(r.zeros.values())]
     if empty:
@@ -345,7 +379,7 @@ def _problems(judge: GenericJudge, records: list[Record], zero: dict[str, list[s
             out.append(r.own.reason)
         if r.loss is not None and not r.loss["passed"]:
             out.append(f"`{r.name}`'s float64 loss differs from {r.loss['against']}'s: {_loss_text(r.loss)}")
-    if not judge.oracle and not empty:
+    if not findings.oracle and not empty:
         named = zero["exactly"] + zero["within rounding"]
         if named:
             out.append(

@@ -36,7 +36,7 @@ def declared_dtype(backend: Any, dtype: str) -> tuple[str, str | None]:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Oracle:
+class Oracle:
     """The reference's arrays: value and error bar (``(L, d, d)``), and the oracle's kink flags."""
 
     value: np.ndarray
@@ -66,12 +66,9 @@ class StackGradJudge:
         #: Kink judgements by dtype, with the tolerance they were made for (the same for every
         #: candidate of a dtype: computed once).
         self._kinks_memo: dict[str, tuple[np.ndarray, Any]] = {}
-        #: Screening's kink slack by dtype (``screen._kink_slack``), likewise computed once.
-        self.slack_memo: dict[str, tuple[np.ndarray, set[int]]] = {}
-        self.screened: Any = None
+        #: The screening strategy, when the reference screened (``screen.Screening``).
+        self.screening: _screen.Screening | None = None
         self.oracle_backend: Any = None
-        #: Screening's full checks, by layer: (value, error, kink, kink_at), shared by every candidate.
-        self.full_layers: dict[int, tuple[np.ndarray, ...]] = {}
 
     # -- the protocol -------------------------------------------------------------------------------
 
@@ -89,15 +86,19 @@ class StackGradJudge:
     def reference(self, backend: Any, call: Call) -> Any:
         self.oracle_backend = backend
         if self._mode(backend) == "screen":
-            return _screen.screen_reference(self, backend, call)
+            out, screening = _screen.screen_reference(self, backend, call)
+            if screening is not None:
+                self.screening = screening
+                self.reuse_model(getattr(screening.estimate, "rounding", None))
+            return out
         if callable(getattr(backend, "estimate", None)):
-            out = call(backend.estimate, self.weights, self.x, progress=self._progress("oracle"))
+            out = call(backend.estimate, self.weights, self.x, progress=self.progress("oracle"))
             if out.error:
                 return out
             est = out.value
             self.reuse_model(getattr(est, "rounding", None))
             notes = {"evaluations": est.evaluations, "kink_entries": int(est.kink.sum())}
-            data = _Oracle(est.value, est.error, est.kink, est.kink_at)
+            data = Oracle(est.value, est.error, est.kink, est.kink_at)
             return dataclasses.replace(out, value=Reference({"weights": est.value}, "float64", notes, data))
         return self._backend_reference(backend, call)
 
@@ -106,13 +107,15 @@ class StackGradJudge:
     ) -> list[Comparison]:
         candidate = value["weights"]
         dtype, _ = declared_dtype(backend, self.dtype)
-        if self.screened is not None:
-            comparison = _screen.compare_screened(self, candidate, name, reference, dtype, call)
+        if self.screening is not None:
+            comparison = _screen.compare_screened(
+                self, self.screening, candidate, name, reference, dtype, call
+            )
         else:
             comparison = self.compare_full(candidate, name, reference, dtype)
         if self.options.explain:
             comparison = self._localize(backend, comparison, dtype, call)
-            if comparison.status == "mismatch" and self.screened is None:
+            if comparison.status == "mismatch" and self.screening is None:
                 comparison = self._classify(backend, comparison, candidate, reference, call)
         return [comparison]
 
@@ -146,7 +149,7 @@ class StackGradJudge:
             )
             return dataclasses.replace(out, value=None, error=error)
         dtype = value.dtype.name if value.dtype.name in _stack.UNIT_ROUNDOFF else "float64"
-        data = _Oracle(value.astype(np.float64), self.model(dtype).grad_bound)
+        data = Oracle(value.astype(np.float64), self.model(dtype).grad_bound)
         return dataclasses.replace(out, value=Reference({"weights": value}, value.dtype.name, {}, data))
 
     # -- comparing ----------------------------------------------------------------------------------
@@ -159,7 +162,7 @@ class StackGradJudge:
     def reuse_model(self, model: Any) -> None:
         """Keep the oracle's float64 rounding model (made from the same point, seed and directions as
         this judge's would be) instead of computing it again; anything else is ignored."""
-        screening = self.screened is not None
+        screening = self.screening is not None
         if not isinstance(model, _stack.RoundingModel) or model.dtype != "float64":
             return
         if model.grad_sigma.shape != self.weights.shape or (model.direction_sigma is None) == screening:
@@ -168,13 +171,13 @@ class StackGradJudge:
 
     def model(self, dtype: str) -> _stack.RoundingModel:
         if dtype not in self._models:
-            directions = None if self.screened is None else self.screened.directions
+            directions = None if self.screening is None else self.screening.directions
             self._models[dtype] = _stack.rounding_model(self.fwd, self.deltas, dtype, directions=directions)
         return self._models[dtype]
 
     def compare_full(self, value: np.ndarray, name: str, reference: Reference, dtype: str) -> Comparison:
         """Every entry against the reference's, within modelled rounding, its error bar and kinks."""
-        oracle: _Oracle = reference.data
+        oracle: Oracle = reference.data
         u = _stack.UNIT_ROUNDOFF[dtype]
         rounding = self.model(dtype).grad_bound
         floor = _stack.SAFETY * u * float(np.max(np.abs(np.nan_to_num(oracle.value)), initial=0.0))
@@ -201,7 +204,7 @@ class StackGradJudge:
         )
         return _with_rounding(found, rounding + floor + flow)
 
-    def _kinks(self, tol: np.ndarray, dtype: str, oracle: _Oracle) -> tuple[Kinks, np.ndarray]:
+    def _kinks(self, tol: np.ndarray, dtype: str, oracle: Oracle) -> tuple[Kinks, np.ndarray]:
         """Judge kink-ambiguous entries on both sides of one kink; more than one is unjudgeable."""
         bounds, found, effects = self.kink_effects(dtype, tol)
         unjudgeable = effects.count > 1
@@ -231,7 +234,7 @@ class StackGradJudge:
         self._kinks_memo[dtype] = (np.array(tol, copy=True), (bounds, found, effects))
         return bounds, found, effects
 
-    def _exact_zero_kinks(self, bounds: list[np.ndarray], oracle: _Oracle) -> np.ndarray:
+    def _exact_zero_kinks(self, bounds: list[np.ndarray], oracle: Oracle) -> np.ndarray:
         """Oracle kink entries whose kink is an exact zero that the candidate also computes exactly."""
         at, kink = oracle.kink_at, oracle.kink
         assert at is not None and kink is not None
@@ -295,7 +298,8 @@ class StackGradJudge:
 
         return check
 
-    def _progress(self, description: str):
+    def progress(self, description: str):
+        """The run's progress callback for one stage of the oracle, or None."""
         progress = self.options.progress
         if progress is None:
             return None

@@ -15,17 +15,20 @@ from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack.judge import hvp_screen as _screen
 from crosscheck._workloads.stack.judge.grad import ORACLE_MODES, declared_dtype
+from crosscheck._workloads.stack.judge.screen import Screening
 from crosscheck._workloads.stack.oracle import hvp as _hvp
 
 
 @dataclasses.dataclass(frozen=True)
-class _Answer:
+class Answer:
+    """The reference's arrays: value and error bar (``(L, d, d)``), and its kink judgements."""
+
     value: np.ndarray
     error: np.ndarray
     kinks: Kinks
 
 
-def oracle_answer(est: Any) -> _Answer:
+def oracle_answer(est: Any) -> Answer:
     """The oracle's ``HvpEstimate`` as the judge's answer: value (NaN where not estimated), error bars
     and kink flags."""
     kinks = Kinks(
@@ -34,7 +37,7 @@ def oracle_answer(est: Any) -> _Answer:
         np.broadcast_to(np.array(est.kink_at), (*est.kink.shape, 3)).copy(),
         np.full(est.kink.shape, np.nan),
     )
-    return _Answer(est.value, est.error, kinks)
+    return Answer(est.value, est.error, kinks)
 
 
 class StackHvpJudge:
@@ -55,11 +58,8 @@ class StackHvpJudge:
         self.v = point.extra.setdefault("v", _hvp.direction(self.weights, self.seed))
         self.dtype = point.dtype
         self.notes: dict[str, dict[str, Any]] = {}
-        #: Screening: the oracle's directional answer, and its full checks by layer (shared by every
-        #: candidate).
-        self.screened: Any = None
-        self.oracle_backend: Any = None
-        self.full_layers: dict[int, tuple[np.ndarray, ...]] = {}
+        #: The screening strategy, when the reference screened (``screen.Screening``).
+        self.screening: Screening | None = None
 
     def evaluate(self, backend: Any, call: Call) -> Any:
         return self._hvp(backend, call, self.dtype)
@@ -73,9 +73,10 @@ class StackHvpJudge:
         return out if out.error else dataclasses.replace(out, value={"weights": out.value})
 
     def reference(self, backend: Any, call: Call) -> Any:
-        self.oracle_backend = backend
         if _screen.mode(self, backend) == "screen":
-            return _screen.screen_reference(self, backend, call)
+            out, screening = _screen.screen_reference(self, backend, call)
+            self.screening = screening or self.screening
+            return out
         if callable(getattr(backend, "hvp_estimate", None)):
             out = call(backend.hvp_estimate, self.weights, self.x, self.v)
             if out.error:
@@ -88,7 +89,7 @@ class StackHvpJudge:
             return out
         value = out.value["weights"]
         error, _ = self._rerun(backend, call, value)
-        answer = _Answer(value.astype(np.float64), error, Kinks.none(value.shape))
+        answer = Answer(value.astype(np.float64), error, Kinks.none(value.shape))
         return dataclasses.replace(out, value=Reference({"weights": value}, value.dtype.name, {}, answer))
 
     def _oracle_reference(self, est: Any) -> Reference:
@@ -119,8 +120,8 @@ class StackHvpJudge:
         self, backend: Any, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
     ) -> list[Comparison]:
         candidate = value["weights"]
-        if self.screened is not None:
-            return [_screen.compare_screened(self, backend, candidate, name, reference, call)]
+        if self.screening is not None:
+            return [_screen.compare_screened(self, self.screening, backend, candidate, name, reference, call)]
         rerun, note = self._rerun(backend, call, candidate)
         return [self.compare_full(backend, candidate, name, reference, rerun, note)]
 
@@ -135,7 +136,7 @@ class StackHvpJudge:
     ) -> Comparison:
         """Every entry (NaN reference entries are not checked) within the re-run's measured rounding,
         the oracle's error bar, the floor and the user's slack."""
-        answer: _Answer = reference.data
+        answer: Answer = reference.data
         u = _stack.UNIT_ROUNDOFF[self.dtype]
         finite = answer.value[np.isfinite(answer.value)]
         floor = _stack.SAFETY * u * float(np.max(np.abs(finite), initial=0.0))

@@ -5,6 +5,10 @@ As for the gradient (``screen``): ``S`` random +-1 directions ``D[k, s]`` per la
 ``D[k, s] . (H v)[k]`` from its screened derivatives at the HVP's nodes (``hvp.oracle_hvp_screen``),
 the candidate's ``H v`` is projected on the same directions, and a layer with a direction beyond its
 tolerance, or one the oracle cannot judge, is checked entry by entry with the full HVP oracle.
+
+The HVP judge owns a ``Screening`` (the gradient's: what the oracle screened, and the full checks every
+candidate shares) and hands it, with itself, to ``compare_screened``; this module uses the judge's
+public surface only (``weights``, ``x``, ``v``, ``dtype``, ``options``, ``rerun``, ``compare_full``).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from crosscheck._workloads.stack.judge import screen as _grad_screen
 from crosscheck._workloads.stack.judge.grad import declared_dtype
 from crosscheck._workloads.stack.judge.screen import (
     DIRECTIONS_GENERATOR,
+    Screening,
     full_oracle_flops,
     screening_rows,
     sign_directions,
@@ -55,16 +60,15 @@ def mode(judge: StackHvpJudge, backend: Any) -> str:
     return asked
 
 
-def screen_reference(judge: StackHvpJudge, backend: Any, call: Call) -> Any:
-    """The oracle's ``D . H v`` along ``directions`` random +-1 directions per layer."""
+def screen_reference(judge: StackHvpJudge, backend: Any, call: Call) -> tuple[Any, Screening | None]:
+    """The oracle's ``D . H v`` along ``directions`` random +-1 directions per layer: the reference's
+    outcome, and the judge's ``Screening`` (None when the oracle failed)."""
     shape = judge.weights.shape
     directions = sign_directions(shape[0], judge.options.directions, shape[1])
     out = call(backend.hvp_screen, judge.weights, judge.x, judge.v, directions)
     if out.error:
-        return out
+        return out, None
     est = out.value
-    judge.screened = est
-    judge.full_layers.clear()
     notes = {
         "mode": "screen",
         "directions": judge.options.directions,
@@ -75,14 +79,20 @@ def screen_reference(judge: StackHvpJudge, backend: Any, call: Call) -> Any:
         "largest_node": float(np.max(np.abs(est.nodes), initial=0.0)),
         "evaluations": est.evaluations,
     }
-    return dataclasses.replace(out, value=Reference(None, "float64", notes))
+    return dataclasses.replace(out, value=Reference(None, "float64", notes)), Screening(est, backend)
 
 
 def compare_screened(
-    judge: StackHvpJudge, backend: Any, candidate: np.ndarray, name: str, reference: Reference, call: Call
+    judge: StackHvpJudge,
+    screening: Screening,
+    backend: Any,
+    candidate: np.ndarray,
+    name: str,
+    reference: Reference,
+    call: Call,
 ) -> Comparison:
     """Screen the candidate's HVP along the oracle's directions; check failing layers entry by entry."""
-    sc = judge.screened
+    sc = screening.estimate
     dtype, _ = declared_dtype(backend, judge.dtype)
     problem = structural_problem(candidate, judge.weights.shape, dtype)
     if problem:
@@ -92,7 +102,7 @@ def compare_screened(
     tol = (
         sc.error
         + _rerun_along(candidate, again, sc.directions, judge.dtype)
-        + _floor_and_slack(judge, candidate)
+        + _floor_and_slack(judge, sc, candidate)
     )
     diff = np.abs(np.einsum("kij,ksij->ks", candidate.astype(np.float64), sc.directions) - sc.value)
     # A direction the oracle cannot judge sends its layer to the full check (which says why).
@@ -103,7 +113,7 @@ def compare_screened(
         f"layers checked entry by entry: {failing or 'none'}"
     )
     rerun = np.broadcast_to(rerun, candidate.shape)
-    full = _full_layers(judge, failing, reference, call) if failing else None
+    full = _full_layers(judge, screening, failing, reference, call) if failing else None
     if isinstance(full, str):
         comparison, message = _record(name, reference, candidate, False, "invalid", full), full
     elif full is not None:
@@ -126,9 +136,13 @@ def compare_screened(
 
 def _record(name: str, reference: Reference, candidate: np.ndarray, passed: bool, status: str, message: str):
     return Comparison(
-        backend=name, reference=reference.name, passed=passed, status=status, total=candidate.size,
+        backend=name,
+        reference=reference.name,
+        passed=passed,
+        status=status,
+        total=candidate.size,
         message=message,
-    )  # fmt: skip
+    )
 
 
 def _rerun_along(candidate: np.ndarray, again: np.ndarray | None, directions: np.ndarray, dtype: str):
@@ -146,10 +160,9 @@ def _rerun_along(candidate: np.ndarray, again: np.ndarray | None, directions: np
     return _stack.SAFETY * ratio * (along + norm * rms[:, None])
 
 
-def _floor_and_slack(judge: StackHvpJudge, candidate: np.ndarray) -> np.ndarray:
+def _floor_and_slack(judge: StackHvpJudge, sc: Any, candidate: np.ndarray) -> np.ndarray:
     """The floor term of every entry summed in quadrature over a direction (``||D||``), and the user's
-    slack summed over its entries."""
-    sc = judge.screened
+    slack summed over its entries (``sc``: the oracle's screened estimate)."""
     u, size = _stack.UNIT_ROUNDOFF[judge.dtype], judge.weights.shape[1]
     norm = np.sqrt(np.einsum("ksij,ksij->ks", sc.directions, sc.directions))
     floor = _stack.SAFETY * u * norm * float(np.max(np.abs(candidate), initial=0.0))
@@ -158,26 +171,33 @@ def _floor_and_slack(judge: StackHvpJudge, candidate: np.ndarray) -> np.ndarray:
     return floor + slack
 
 
-def _full_layers(judge: StackHvpJudge, layers: list[int], reference: Reference, call: Call) -> Any:
+def _full_layers(
+    judge: StackHvpJudge, screening: Screening, layers: list[int], reference: Reference, call: Call
+) -> Any:
     """The full HVP oracle on every entry of ``layers`` (cached across candidates; NaN elsewhere), or
     why it failed."""
-    from crosscheck._workloads.stack.judge.hvp import _Answer, oracle_answer
+    from crosscheck._workloads.stack.judge.hvp import Answer, oracle_answer  # hvp imports this module
 
-    missing = [k for k in layers if k not in judge.full_layers]
+    missing = [k for k in layers if k not in screening.full_layers]
     if missing:
-        out = call(judge.oracle_backend.hvp_estimate, judge.weights, judge.x, judge.v, layers=missing)
+        out = call(screening.oracle.hvp_estimate, judge.weights, judge.x, judge.v, layers=missing)
         if out.error:
             return f"the reference failed to check layers {missing} entry by entry: {out.error}"
         answer = oracle_answer(out.value)
         for k in missing:
             kinks = answer.kinks
-            judge.full_layers[k] = (answer.value[k], answer.error[k], kinks.unjudgeable[k], kinks.reason[k],
-                                    kinks.kink[k])  # fmt: skip
+            screening.full_layers[k] = (
+                answer.value[k],
+                answer.error[k],
+                kinks.unjudgeable[k],
+                kinks.reason[k],
+                kinks.kink[k],
+            )
     shape = judge.weights.shape
     value, error = np.full(shape, np.nan), np.full(shape, np.nan)
     unjudgeable, reason = np.zeros(shape, bool), np.full(shape, "", object)
     kink = np.full((*shape, 3), -1, np.int64)
     for k in layers:
-        value[k], error[k], unjudgeable[k], reason[k], kink[k] = judge.full_layers[k]
+        value[k], error[k], unjudgeable[k], reason[k], kink[k] = screening.full_layers[k]
     kinks = Kinks(unjudgeable, reason, kink, np.full(shape, np.nan))
-    return dataclasses.replace(reference, data=_Answer(value, error, kinks))
+    return dataclasses.replace(reference, data=Answer(value, error, kinks))

@@ -1,5 +1,11 @@
 """Screening the stack's gradient: random directional derivatives per layer, with error bars, then every
-entry of each layer that fails them (see README, "Screening")."""
+entry of each layer that fails them (see README, "Screening").
+
+The gradient judge owns a ``Screening`` (what the oracle screened, and what every candidate shares) and
+hands it, with itself, to ``compare_screened``; this module uses the judge's public surface only
+(``weights``, ``x``, ``options``, ``model``, ``underflow``, ``kink_effects``, ``compare_full``,
+``progress``).
+"""
 
 from __future__ import annotations
 
@@ -44,38 +50,65 @@ def sign_directions(layers: int, count: int, dim: int) -> np.ndarray:
     return directions
 
 
-def screen_reference(judge: StackGradJudge, backend: Any, call: Call) -> Any:
-    """The oracle's directional derivatives along ``directions`` random +-1 directions per layer."""
+@dataclasses.dataclass
+class Screening:
+    """A judge's screening: the oracle's directional derivatives (``estimate``: value, error, directions),
+    the oracle that checks failing layers entry by entry, those checks by layer and the kink slack by
+    dtype (each computed once, shared by every candidate)."""
+
+    estimate: Any
+    oracle: Any
+    #: The full checks by layer: (value, error, kink, kink_at).
+    full_layers: dict[int, tuple[np.ndarray, ...]] = dataclasses.field(default_factory=dict)
+    #: The kink slack by dtype, and the layers where several flips can move one entry.
+    slack: dict[str, tuple[np.ndarray, set[int]]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def directions(self) -> np.ndarray:
+        return self.estimate.directions
+
+
+def screen_reference(judge: StackGradJudge, backend: Any, call: Call) -> tuple[Any, Screening | None]:
+    """The oracle's directional derivatives along ``directions`` random +-1 directions per layer: the
+    reference's outcome, and the judge's ``Screening`` (None when the oracle failed)."""
     shape = judge.weights.shape
     directions = sign_directions(shape[0], judge.options.directions, shape[1])
-    progress = judge._progress("oracle (screening)")
+    progress = judge.progress("oracle (screening)")
     out = call(backend.screen, judge.weights, judge.x, directions, progress=progress)
     if out.error:
-        return out
-    judge.screened = out.value
-    judge.reuse_model(getattr(out.value, "rounding", None))
-    judge.full_layers.clear()
-    judge.slack_memo.clear()
+        return out, None
+    screening = Screening(out.value, backend)
     notes = {
         "mode": "screen",
         "directions": judge.options.directions,
         "directions_generator": DIRECTIONS_GENERATOR,
         "evaluations": out.value.evaluations,
     }
-    return dataclasses.replace(out, value=Reference(None, "float64", notes))
+    return dataclasses.replace(out, value=Reference(None, "float64", notes)), screening
 
 
 def compare_screened(
-    judge: StackGradJudge, candidate: np.ndarray, name: str, reference: Reference, dtype: str, call: Call
+    judge: StackGradJudge,
+    screening: Screening,
+    candidate: np.ndarray,
+    name: str,
+    reference: Reference,
+    dtype: str,
+    call: Call,
 ) -> Comparison:
     """Screen the candidate along the oracle's directions; check failing layers entry by entry."""
-    sc = judge.screened
+    sc = screening.estimate
     problem = structural_problem(candidate, judge.weights.shape, dtype)
     if problem:
         return Comparison(
-            backend=name, reference=reference.name, passed=False, status="invalid", total=candidate.size,
-            message=problem, index_names=list(_stack.INDEX_NAMES),
-        )  # fmt: skip
+            backend=name,
+            reference=reference.name,
+            passed=False,
+            status="invalid",
+            total=candidate.size,
+            message=problem,
+            index_names=list(_stack.INDEX_NAMES),
+        )
     model = judge.model(dtype)
     assert model.direction_sigma is not None  # the model was made with the screening directions
     projected = np.einsum("kij,ksij->ks", candidate.astype(np.float64), sc.directions)
@@ -84,7 +117,7 @@ def compare_screened(
     slack = 0.0 if options.rtol is None else options.atol * size * size + options.rtol * np.abs(sc.value)
     # The floor term of every entry, summed in quadrature over the d * d entries of a direction.
     floor = _stack.SAFETY * u * size * float(np.max(np.abs(candidate), initial=0.0))
-    kinks, several = _kink_slack(judge, dtype)
+    kinks, several = _kink_slack(judge, screening, dtype)
     # The underflow bounds summed over each direction's entries (every entry of a direction is +-1).
     bound = judge.underflow(dtype).grad
     flow = bound.sum(axis=(1, 2))[:, None] if bound.any() else 0.0
@@ -95,18 +128,30 @@ def compare_screened(
         f"screened: {sc.value.shape[0]} layers x {sc.value.shape[1]} random directions; "
         f"layers checked entry by entry: {failing or 'none'}"
     )
-    full = _full_layers(judge, failing, reference, call) if failing else None
+    full = _full_layers(judge, screening, failing, reference, call) if failing else None
     if isinstance(full, str):
-        comparison = Comparison(backend=name, reference=reference.name, passed=False, status="invalid",
-                                total=candidate.size, message=full,
-                                index_names=list(_stack.INDEX_NAMES))  # fmt: skip
+        comparison = Comparison(
+            backend=name,
+            reference=reference.name,
+            passed=False,
+            status="invalid",
+            total=candidate.size,
+            message=full,
+            index_names=list(_stack.INDEX_NAMES),
+        )
         message = full
     elif full is not None:
         comparison = judge.compare_full(candidate, name, full, dtype)
         message = coverage + "\n" + mismatch_message(comparison)
     else:
-        comparison = Comparison(backend=name, reference=reference.name, passed=True, status="ok",
-                                total=candidate.size, index_names=list(_stack.INDEX_NAMES))  # fmt: skip
+        comparison = Comparison(
+            backend=name,
+            reference=reference.name,
+            passed=True,
+            status="ok",
+            total=candidate.size,
+            index_names=list(_stack.INDEX_NAMES),
+        )
         message = coverage + ": every direction agrees"
     rounding = {"weights": model.grad_bound + _stack.SAFETY * u * float(np.max(np.abs(candidate), initial=0))}
     return dataclasses.replace(
@@ -134,39 +179,41 @@ def screening_rows(diff: np.ndarray, tol: np.ndarray, directions: int, failing: 
     ]
 
 
-def _full_layers(judge: StackGradJudge, layers: list[int], reference: Reference, call: Call) -> Any:
+def _full_layers(
+    judge: StackGradJudge, screening: Screening, layers: list[int], reference: Reference, call: Call
+) -> Any:
     """The oracle on every entry of ``layers`` (cached across candidates; NaN elsewhere), or why not."""
-    from crosscheck._workloads.stack.judge.grad import _Oracle
+    from crosscheck._workloads.stack.judge.grad import Oracle  # the judge's module imports this one
 
-    missing = [k for k in layers if k not in judge.full_layers]
+    missing = [k for k in layers if k not in screening.full_layers]
     if missing:
-        progress = judge._progress("oracle (full check)")
-        out = call(judge.oracle_backend.estimate, judge.weights, judge.x, layers=missing, progress=progress)
+        progress = judge.progress("oracle (full check)")
+        out = call(screening.oracle.estimate, judge.weights, judge.x, layers=missing, progress=progress)
         if out.error:
             return f"the reference failed to check layers {missing} entry by entry: {out.error}"
         est = out.value
         for k in missing:
-            judge.full_layers[k] = (est.value[k], est.error[k], est.kink[k], est.kink_at[k])
+            screening.full_layers[k] = (est.value[k], est.error[k], est.kink[k], est.kink_at[k])
     shape = judge.weights.shape
     value, error = np.full(shape, np.nan), np.full(shape, np.nan)
     kink, kink_at = np.zeros(shape, bool), np.full((*shape, 3), -1, np.int64)
     for k in layers:
-        value[k], error[k], kink[k], kink_at[k] = judge.full_layers[k]
-    return dataclasses.replace(reference, data=_Oracle(value, error, kink, kink_at))
+        value[k], error[k], kink[k], kink_at[k] = screening.full_layers[k]
+    return dataclasses.replace(reference, data=Oracle(value, error, kink, kink_at))
 
 
-def _kink_slack(judge: StackGradJudge, dtype: str) -> tuple[np.ndarray, set[int]]:
+def _kink_slack(judge: StackGradJudge, screening: Screening, dtype: str) -> tuple[np.ndarray, set[int]]:
     """How far ReLU flips the candidate may see can move each directional derivative, and the
     layers where several flips can move one entry (those are always checked entry by entry).
     The same for every candidate of ``dtype``: computed once."""
-    if dtype not in judge.slack_memo:
+    if dtype not in screening.slack:
         *_, effects = judge.kink_effects(dtype, judge.model(dtype).grad_bound)
         moved = np.abs(effects.alternative) * (effects.count > 0) + effects.minor
         several = {int(k) for k in np.nonzero(effects.count > 1)[0]}
-        directions = judge.screened.directions
+        directions = screening.directions
         slack = np.zeros(directions.shape[:2])
         for k in np.flatnonzero(moved.any(axis=(1, 2))):  # most layers have no kink at all
             slack[k] = np.abs(directions[k]).reshape(len(directions[k]), -1) @ moved[k].ravel()
-        judge.slack_memo[dtype] = slack, several
-    slack, several = judge.slack_memo[dtype]
+        screening.slack[dtype] = slack, several
+    slack, several = screening.slack[dtype]
     return slack, set(several)

@@ -208,8 +208,9 @@ def oracle_hvp_screen(
     if not radius > MIN_RADIUS:
         reason = f"a ReLU kink within reach along v (radius {radius:.3g} < 2**-24)"
         nan = np.full(shape, np.nan)
-        return HvpScreenEstimate(directions, nan, nan.copy(), np.ones(shape, bool), reason, radius, at,
-                                 np.zeros(0), 0)  # fmt: skip
+        return HvpScreenEstimate(
+            directions, nan, nan.copy(), np.ones(shape, bool), reason, radius, at, np.zeros(0), 0
+        )
     two_l_u = 2 * len(w64) * _stack.UNIT_ROUNDOFF["float64"]
     magnitude = np.abs(directions).reshape(*shape, -1)
     signs = bool(np.all(magnitude == 1.0))  # +-1 directions: sum(|D| |g|) is sum(|g|), no pass over D
