@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare.compare import Comparison
+from crosscheck._compare.constants import OTHER_DTYPE
 from crosscheck._workloads.port import localize
 from crosscheck._workloads.port.build import Prepared, case_notes, jax_leaves
 from crosscheck._workloads.port.declare import Port
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.user.declare import as_dtype
 from crosscheck._workloads.user.judge import GenericJudge
-from crosscheck._workloads.user.rounding import OTHER_DTYPE
 from crosscheck._workloads.user.workload import GenericWorkload
 
 

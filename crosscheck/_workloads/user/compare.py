@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
+from crosscheck._compare.constants import FLOOR_ULPS, SAFETY, UNIT_ROUNDOFF
 from crosscheck._workloads.fd.directions import (
     Direction,
     DirectionalEstimate,
@@ -32,10 +33,8 @@ from crosscheck._workloads.fd.directions import (
     project_quadrature,
 )
 from crosscheck._workloads.protocol import Options
-from crosscheck._workloads.user.rounding import SAFETY, UNIT_ROUNDOFF, Rounding
+from crosscheck._workloads.user.rounding import Rounding
 
-#: The floor: this many unit roundoffs of the parameter's largest reference entry.
-FLOOR_ULPS = 8.0
 TERM_HELP = {
     "rounding": (
         f"the candidate's own rounding, measured: {SAFETY:g} x (|its gradient - its re-run in the other "
