@@ -31,6 +31,8 @@ from crosscheck._workloads.stack.oracle import threads as _threads
 
 #: What each axis of the weights (and of their gradient) means: the index names of every comparison.
 INDEX_NAMES = ("layer", "row", "col")
+#: What a kink's index means: the pre-activation ``z[layer][row, unit]`` (a comparison's ``kinks``).
+KINK_NAMES = ("layer", "row", "unit")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare import constants
 from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
 from crosscheck._compare.constants import FLOOR_ULPS, SAFETY, UNIT_ROUNDOFF
 from crosscheck._workloads.fd.directions import (
@@ -42,7 +43,7 @@ TERM_HELP = {
     ),
     "reference": "the reference's own error (the oracle's finite-difference error bar, or its rounding)",
     "floor": f"{FLOOR_ULPS:g} unit roundoffs of the parameter's largest reference entry",
-    "slack": "user slack: atol + rtol * |reference|",
+    **constants.TERM_HELP,  # slack
 }
 
 
