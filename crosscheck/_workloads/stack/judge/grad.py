@@ -15,7 +15,7 @@ from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack import underflow as _underflow
-from crosscheck._workloads.stack.explain import classify, forward_layers, verdict
+from crosscheck._workloads.stack.explain import SECTION, classify, forward_layers, verdict
 from crosscheck._workloads.stack.judge import screen as _screen
 from crosscheck._workloads.stack.judge.terms import TERM_HELP
 
@@ -118,7 +118,7 @@ class StackGradJudge:
         return [comparison]
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
-        return {"quantity": "grad"}
+        return {"quantity": "grad", **({"sections": (SECTION,)} if self.options.explain else {})}
 
     # -- the reference ------------------------------------------------------------------------------
 
