@@ -28,12 +28,7 @@ PACKAGES = ("crosscheck", "backends")
 MAX_MODULE_STATEMENTS = 250
 MAX_FUNCTION_STATEMENTS = 40
 #: Modules where a ``# fmt: skip`` is allowed, each with why (a table whose layout is its meaning, say).
-ALLOWED_SKIPS: dict[str, str] = {
-    # Issue 22 formats these two with the rest of the comparison and report code (its "report" part);
-    # take each entry out with its last skip.
-    "crosscheck/_compare/compare.py": "formatted by the comparison and report changes of issue 22",
-    "crosscheck/_report/report.py": "formatted by the comparison and report changes of issue 22",
-}
+ALLOWED_SKIPS: dict[str, str] = {}
 SKIP = "# fmt: " + "skip"  # spelled in two so this file does not hold the marker it looks for
 
 

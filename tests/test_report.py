@@ -3,12 +3,14 @@ each parameter's index names; text from backends and workloads shown as text, ne
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import io
 import json
 import sys
 import textwrap
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import numpy as np
 import planted
@@ -20,7 +22,7 @@ from crosscheck._compare.compare import Tolerance, compare
 from crosscheck._engine.replay import replay
 from crosscheck._report.bundle import MARKER, load_bundle, save_bundle
 from crosscheck._report.junit import case_name, write_junit
-from crosscheck._report.report import BackendResult, Report
+from crosscheck._report.report import BackendResult, Report, Section, Verdict
 from crosscheck._report.table import table
 
 #: A user's workload (an affine map: a 2-D weight and a 1-D bias) and backends for it.
@@ -322,3 +324,64 @@ def test_a_bundle_whose_arrays_are_not_its_case_is_refused(tmp_path):
     save_bundle(tampered, tmp_path / "b.npz")
     with pytest.raises(ValueError, match="its `weights` array is not the one its case records"):
         load_bundle(tmp_path / "b.npz")
+
+
+# -- what a workload adds, through its judge ---------------------------------------------------------
+
+
+def _printed_by(name: str):
+    def render(report: Report, console) -> None:
+        console.print(f"{name} of {len(report.comparisons)} comparisons", highlight=False, markup=False)
+
+    return render
+
+
+def test_a_judge_hands_sections_and_verdicts_and_the_report_prints_them_in_place():
+    report = Report(
+        case={"workload": "fake", "dtype": "float64", "seed": 0},
+        backends={
+            "numpy-fd": BackendResult("numpy-fd", "ok", role="reference"),
+            "mine": BackendResult("mine", "ok", verdict=Verdict("it differs first at `block.1`", fails=True)),
+            "other": BackendResult("other", "ok", verdict=Verdict("every block agrees")),
+        },
+        comparisons=[],
+        reference="numpy-fd",
+        sections=(
+            Section(_printed_by("after"), place="after"),
+            Section(_printed_by("before"), place="before"),
+        ),
+    )
+    out = _render(report)
+    assert out.index("before of 0 comparisons") < out.index("numpy-fd") < out.index("after of 0 comparisons")
+    assert "verdict of `mine`: it differs first at `block.1`" in out
+    assert "verdict of `other`: every block agrees" in out
+    assert report.verdicts() == {"mine": "it differs first at `block.1`", "other": "every block agrees"}
+    assert "`mine`: it differs first at `block.1`" in report.problems
+    assert not any(line.startswith("`other`") for line in report.problems)
+    assert all("verdict" not in record for record in report.to_dict()["backends"].values())
+
+
+def test_a_section_says_where_it_goes():
+    with pytest.raises(ValueError, match="`place` must be one of before, after; found 'middle'"):
+        Section(_printed_by("x"), place="middle")
+
+
+def test_the_stack_hands_its_layer_table_only_with_explain():
+    plain = crosscheck.run(layers=2, dim=3, batch=2, backends=[planted.correct])
+    assert plain.sections == () and "layer by layer" not in _render(plain)
+    explained = crosscheck.run(layers=2, dim=3, batch=2, backends=[planted.correct], explain=True)
+    assert len(explained.sections) == 1
+    assert "layer by layer" in _render(explained)
+
+
+def test_comparison_and_reports_import_no_workload():
+    root = Path(crosscheck.__file__).parent
+    above = ("crosscheck._workloads", "crosscheck._engine", "crosscheck._cli", "crosscheck._sweep")
+    above += ("crosscheck._tools", "crosscheck.backends")
+    found = []
+    for path in sorted([*(root / "_compare").rglob("*.py"), *(root / "_report").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [f"{path.name}: {n}" for n in names if n.startswith(above)]
+    assert found == []

@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from crosscheck._workloads.stack.case import DTYPES, INITS, Case
+from crosscheck._compare.constants import DTYPES
+from crosscheck._workloads.stack.case import INITS, Case
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 

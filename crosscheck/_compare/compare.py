@@ -8,18 +8,7 @@ from typing import Any
 
 import numpy as np
 
-TERM_HELP = {
-    "rounding": "what the candidate's own rounding can produce on this case (modelled, x8 sigma)",
-    "reference": "the reference's own error (the oracle's error bar, or the reference's rounding)",
-    "floor": "8 unit roundoffs of the largest reference entry: the precision no entry is asked to beat",
-    "kinks": "the summed effect of ReLU flips too small to judge the entry on both sides",
-    "slack": "user slack: atol + rtol * |reference|",
-    "rerun": "the candidate's own rounding, measured by re-running it in the other precision (HVP)",
-    "underflow": (
-        "the smallest normal number times what the arithmetic amplifies it by, where values can fall "
-        "below it (flushed to zero, or rounded to a subnormal); shown only when a case reaches that range"
-    ),
-}
+from crosscheck._compare.constants import TERM_HELP
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,12 +33,13 @@ class Tolerance:
 
 @dataclasses.dataclass(frozen=True)
 class Kinks:
-    """How ReLU kinks bear on each entry.
+    """How kinks (points where the function is not differentiable) bear on each entry.
 
     Attributes:
         unjudgeable: bool array, True where the entry cannot be judged.
         reason: object array of reason strings ("" where judgeable).
-        kink: int array ``shape + (3,)``: the kink ``(layer, row, unit)`` responsible (-1 where none).
+        kink: int array ``shape + (width,)``: the index of the kink responsible (-1 where none); the
+            workload says what it indexes and how wide it is (the stack's ``(layer, row, unit)``).
         alternative: where one kink may legitimately flip, the reference on its other side (NaN
             elsewhere): such an entry passes when it matches either side.
     """
@@ -60,13 +50,19 @@ class Kinks:
     alternative: np.ndarray
 
     @classmethod
-    def none(cls, shape: tuple[int, ...]) -> Kinks:
+    def none(cls, shape: tuple[int, ...], width: int = 1) -> Kinks:
+        """No kink bears on any entry (``width``: how wide a kink's index would be)."""
         return cls(
             np.zeros(shape, bool),
             np.full(shape, "", object),
-            np.full(shape + (3,), -1),
+            np.full(shape + (width,), -1),
             np.full(shape, np.nan),
         )
+
+    @property
+    def width(self) -> int:
+        """How many numbers index one kink."""
+        return int(self.kink.shape[-1])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,12 +74,12 @@ class Comparison:
     passed: bool
     status: str
     total: int
-    #: The parameter compared, when the workload names it in messages (a workload's ``w1``; the
-    #: stack's one parameter, ``weights``, is left unnamed).
+    #: The parameter compared, when the workload names it in messages (a workload's ``w1``; a workload
+    #: of one parameter may leave it unnamed).
     parameter: str | None = None
-    #: Which question a workload comparison answers: "derivative" (the candidate's gradient against
-    #: differences of its own loss) or "same function" (against another function's answer); None for
-    #: the stack.
+    #: Which question a comparison answers, where its workload asks two: "derivative" (the
+    #: candidate's gradient against differences of its own loss) or "same function" (against another
+    #: function's answer); None where there is one question.
     question: str | None = None
     #: What the reference value is, in words ("differences of `torch`'s own float64 loss").
     against: str = ""
@@ -96,6 +92,8 @@ class Comparison:
     two_sided: int = 0
     coverage: str = "every entry"
     screening: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: One row per index of the leading axis, where the workload asks for that split (``compare``'s
+    #: ``split``, the name of that axis: the stack's ``"layer"``, whose JSON key this is).
     per_layer: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     worst_entries: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     forward: list[dict[str, Any]] = dataclasses.field(default_factory=list)
@@ -138,20 +136,29 @@ def compare(
     parameter: str | None = None,
     index_names: Sequence[str] | None = None,
     term_help: Mapping[str, str] | None = None,
+    split: str | None = None,
 ) -> Comparison:
     """Compare ``candidate`` with ``reference`` entry by entry.
 
-    An entry mismatches when ``|candidate - reference| > tolerance.total()``; where one ReLU kink may
+    An entry mismatches when ``|candidate - reference| > tolerance.total()``; where one kink may
     legitimately flip, the entry is judged on both sides of it (it must match one). Unjudgeable entries
     are counted, not judged (with ``strict=True`` they fail the comparison). Wrong shape, wrong dtype
     and non-finite values make the comparison fail with a message; nothing raises. ``parameter`` names
     the parameter compared and ``index_names`` its axes (the stack's ``("layer", "row", "col")``);
-    messages say both where given. ``term_help`` explains the tolerance terms (default: the stack's
-    ``TERM_HELP``).
+    messages say both where given. ``term_help`` explains the workload's tolerance terms (the terms
+    every workload shares, ``constants.TERM_HELP``, need none). ``split`` names the leading axis when
+    the workload wants a row per index along it (``per_layer``: judged, mismatched, worst ratio).
     """
     names = list(index_names) if index_names is not None else None
-    common = Comparison(backend=backend, reference=reference_name, passed=False, status="invalid",
-                        total=int(np.size(reference)), parameter=parameter, index_names=names)  # fmt: skip
+    common = Comparison(
+        backend=backend,
+        reference=reference_name,
+        passed=False,
+        status="invalid",
+        total=int(np.size(reference)),
+        parameter=parameter,
+        index_names=names,
+    )
     candidate = np.asarray(candidate)
     problem = structural_problem(candidate, reference.shape, dtype)
     if problem:
@@ -159,25 +166,15 @@ def compare(
         return dataclasses.replace(common, message=where + problem)
     kinks = kinks or Kinks.none(reference.shape)
     entries = _Entries.of(candidate, reference, tolerance, kinks)
-    judged, over = entries.judged, entries.over
-    mismatched = int(np.count_nonzero(judged & over))
-    n_unjudgeable = int(np.count_nonzero(kinks.unjudgeable))
-    passed = mismatched == 0 and not (strict and n_unjudgeable) and bool(np.any(judged))
-    status = "ok" if passed else "mismatch" if np.any(judged) else "unjudgeable"
+    helps = {**TERM_HELP, **(term_help or {})}
     comparison = dataclasses.replace(
-        common,
-        passed=passed,
-        status=status,
-        mismatched=mismatched,
-        judged=int(np.count_nonzero(judged)),
-        unjudgeable=n_unjudgeable,
-        two_sided=int(np.count_nonzero(entries.two_sided)),
-        unjudgeable_reasons=_reason_counts(kinks),
-        kinks=_kink_locations(kinks, entries.two_sided),
-        tolerance_sources={name: (term_help or TERM_HELP).get(name, "") for name in tolerance.terms},
+        _counted(common, entries, kinks, strict=strict),
+        tolerance_sources={name: helps.get(name, "") for name in tolerance.terms},
     )
-    if np.any(judged):
+    if np.any(entries.judged):
         comparison = _with_extremes(comparison, entries, candidate, reference, tolerance, kinks)
+        if split is not None:
+            comparison = dataclasses.replace(comparison, per_layer=_split(split, entries))
     return dataclasses.replace(comparison, message=mismatch_message(comparison))
 
 
@@ -195,7 +192,7 @@ class _Entries:
 
     @classmethod
     def of(cls, candidate: np.ndarray, reference: np.ndarray, tolerance: Tolerance, kinks: Kinks) -> _Entries:
-        # NaN in the reference marks entries not checked (layers that screening did not send to a full check).
+        # NaN in the reference marks entries not checked (what a screening did not send to a full check).
         judged = ~kinks.unjudgeable & np.isfinite(reference)
         with np.errstate(invalid="ignore"):
             diff = np.abs(candidate.astype(np.float64) - reference)
@@ -211,15 +208,38 @@ class _Entries:
         return cls(diff, rel, ratio, judged, two_sided, over)
 
 
+def _counted(c: Comparison, entries: _Entries, kinks: Kinks, *, strict: bool) -> Comparison:
+    """``c`` with its verdict and its counts: mismatched, judged, unjudgeable (and why), two-sided, and
+    the kinks involved."""
+    judged = entries.judged
+    mismatched = int(np.count_nonzero(judged & entries.over))
+    n_unjudgeable = int(np.count_nonzero(kinks.unjudgeable))
+    passed = mismatched == 0 and not (strict and n_unjudgeable) and bool(np.any(judged))
+    return dataclasses.replace(
+        c,
+        passed=passed,
+        status="ok" if passed else "mismatch" if np.any(judged) else "unjudgeable",
+        mismatched=mismatched,
+        judged=int(np.count_nonzero(judged)),
+        unjudgeable=n_unjudgeable,
+        two_sided=int(np.count_nonzero(entries.two_sided)),
+        unjudgeable_reasons=_reason_counts(kinks),
+        kinks=_kink_locations(kinks, entries.two_sided),
+    )
+
+
 def _reason_counts(kinks: Kinks) -> dict[str, int]:
     reasons, counts = np.unique(kinks.reason[kinks.unjudgeable], return_counts=True)
     return {str(r): int(n) for r, n in zip(reasons, counts, strict=True)}
 
 
 def _kink_locations(kinks: Kinks, two_sided: np.ndarray) -> list[list[int]]:
-    """The kinks ``(layer, row, unit)`` behind unjudgeable and two-sided entries, each once."""
+    """The kinks behind unjudgeable and two-sided entries, each once (each its index, as wide as the
+    workload's)."""
     involved = kinks.unjudgeable | two_sided
-    locations = np.unique(kinks.kink[involved].reshape(-1, 3), axis=0)
+    if not kinks.width:
+        return []
+    locations = np.unique(kinks.kink[involved].reshape(-1, kinks.width), axis=0)
     return [[int(i) for i in k] for k in locations if k[0] >= 0]
 
 
@@ -231,7 +251,7 @@ def _with_extremes(
     tolerance: Tolerance,
     kinks: Kinks,
 ) -> Comparison:
-    """``c`` with its greatest differences, worst entries, per-layer rows and per-entry arrays."""
+    """``c`` with its greatest differences, worst entries and per-entry arrays."""
     judged = entries.judged
     abs_index, abs_value = _argmax(entries.diff, judged)
     rel_index, rel_value = _argmax(np.where(entries.diff == 0, 0.0, entries.rel), judged)
@@ -248,7 +268,6 @@ def _with_extremes(
         worst_terms=terms,
         worst_values={"candidate": float(candidate[worst_index]), "reference": float(reference[worst_index])},
         decided_by=max(terms, key=lambda name: terms[name]),
-        per_layer=_per_layer(entries.ratio, judged, entries.over),
         worst_entries=_worst_entries(entries.ratio, judged, candidate, reference, tolerance, kinks),
         arrays={
             "ratio": np.where(judged, entries.ratio, np.nan),
@@ -281,17 +300,19 @@ def structural_problem(candidate: np.ndarray, shape: tuple[int, ...], dtype: str
     return ""
 
 
-def _per_layer(ratio: np.ndarray, judged: np.ndarray, over: np.ndarray) -> list[dict[str, Any]]:
-    """Per layer (leading axis): judged entries, mismatches and the largest difference / tolerance."""
+def _split(axis: str, entries: _Entries) -> list[dict[str, Any]]:
+    """Per index ``i`` of the leading axis (named ``axis``): judged entries, mismatches and the largest
+    difference / tolerance."""
+    ratio, judged, over = entries.ratio, entries.judged, entries.over
     out = []
-    for layer in range(ratio.shape[0] if ratio.ndim else 0):
-        seen = judged[layer]
-        worst = float(np.max(np.where(seen, ratio[layer], 0.0), initial=0.0))
+    for i in range(ratio.shape[0] if ratio.ndim else 0):
+        seen = judged[i]
+        worst = float(np.max(np.where(seen, ratio[i], 0.0), initial=0.0))
         out.append(
             {
-                "layer": layer,
+                axis: i,
                 "judged": int(np.count_nonzero(seen)),
-                "mismatched": int(np.count_nonzero(seen & over[layer])),
+                "mismatched": int(np.count_nonzero(seen & over[i])),
                 "worst_ratio": worst,
             }
         )
@@ -323,7 +344,7 @@ def _worst_entries(
                 "reference": float(reference[index]),
                 "ratio": float(ratio[index]),
                 "terms": tolerance.at(index),
-                "kink": kink if kink[0] >= 0 else None,
+                "kink": kink if kink and kink[0] >= 0 else None,
             }
         )
     return out

@@ -253,6 +253,8 @@ def _report(run: _Run) -> Report:
             name = unique(spec_name(spec), results)
             results[name] = BackendResult(name=name, status="skipped", error="not run: interrupted (Ctrl-C)")
     extras = run.judge.extras(run.reference)
+    for name, verdict in extras.get("verdicts", {}).items():  # a workload's verdict on a candidate
+        results[name] = dataclasses.replace(results[name], verdict=verdict)
     return Report(
         case=run.plan.point.case,
         backends=results,
@@ -266,5 +268,6 @@ def _report(run: _Run) -> Report:
         quantity=extras.get("quantity", run.plan.quantity.name),
         direction=extras.get("direction", {}),
         oracle=extras.get("oracle", {}),
+        sections=tuple(extras.get("sections", ())),
         interrupted=run.interrupted,
     )

@@ -1,10 +1,15 @@
-"""Reports: the result of one run as data (``to_dict``, the JSON contract) and as a terminal table."""
+"""Reports: the result of one run as data (``to_dict``, the JSON contract) and as a terminal table.
+
+A report knows no workload: what one adds (a section printed before the table or after it, a verdict
+per candidate) its judge hands over (``Judge.extras``) as the records defined here.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +19,33 @@ from crosscheck._report.environment import framework_lines
 from crosscheck._report.text import markup, plain
 
 SCHEMA_VERSION = 1
+#: Where a section is printed: before the table, or after it (and after the backends' failures).
+PLACES = ("before", "after")
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+    """Something a workload prints in a report, handed over by its judge (``extras()["sections"]``).
+
+    ``render(report, console)`` prints it on a ``rich`` console (text from backends as text: see
+    ``crosscheck._report.text``); ``place`` is where (``PLACES``). Not part of the JSON report.
+    """
+
+    render: Callable[[Report, Any], None]
+    place: str = "after"
+
+    def __post_init__(self) -> None:
+        if self.place not in PLACES:
+            raise ValueError(f"`place` must be one of {', '.join(PLACES)}; found {self.place!r}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """A workload's verdict on one candidate, in a line (a port's: where it first differs), handed over
+    by its judge (``extras()["verdicts"]``, by candidate); ``fails``: the verdict fails the run."""
+
+    text: str
+    fails: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,9 +61,12 @@ class BackendResult:
     error: str | None = None
     info: dict[str, str] = dataclasses.field(default_factory=dict)
     notes: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: Its workload's verdict on it, if any (the JSON has what the workload notes in ``notes``).
+    verdict: Verdict | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
+        out = dataclasses.asdict(dataclasses.replace(self, verdict=None))
+        del out["verdict"]
         out["device"] = self.info.get("device")
         return out
 
@@ -56,9 +91,11 @@ class Report:
     direction: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: The user pressed Ctrl-C: what finished is reported, the rest is listed as not run.
     interrupted: bool = False
-    #: A workload judge's run-level findings (``crosscheck._workloads.user.summary``): the verdict per
-    #: candidate, coverage, evaluations, and ``problems`` (an empty check, ...) that fail the run.
+    #: A workload judge's run-level findings (a user's workload's oracle): the verdict per candidate,
+    #: coverage, evaluations, ``lines`` to print and ``problems`` (an empty check, ...) that fail the run.
     oracle: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: What the workload prints besides the table (``Section``), in order; not part of the JSON.
+    sections: tuple[Section, ...] = ()
 
     @property
     def problems(self) -> list[str]:
@@ -76,9 +113,9 @@ class Report:
             if result.role == "candidate" and result.status == "unavailable" and result.required:
                 out.append(f"`{result.name}` was asked for but is unavailable: {result.error}")
         out += [
-            f"`{name}`: {r.notes['port']['text']}"
+            f"`{name}`: {r.verdict.text}"
             for name, r in self.backends.items()
-            if name in self.verdicts() and r.notes["port"].get("starts_in") != "nowhere"
+            if r.verdict is not None and r.verdict.fails
         ]
         disagree = [
             c
@@ -103,12 +140,8 @@ class Report:
         return [one_line(line) for line in out]  # a backend's name or error is one line of text here
 
     def verdicts(self) -> dict[str, str]:
-        """A port's verdict per candidate: where the JAX port first differs (``notes["port"]``)."""
-        return {
-            name: str(r.notes["port"]["text"])
-            for name, r in self.backends.items()
-            if isinstance(r.notes.get("port"), dict) and "text" in r.notes["port"]
-        }
+        """The workload's verdict per candidate that has one (a port's: where the JAX port first differs)."""
+        return {name: r.verdict.text for name, r in self.backends.items() if r.verdict is not None}
 
     @property
     def passed(self) -> bool:
@@ -158,10 +191,7 @@ class Report:
         """
         from crosscheck._report.table import render_table, summary
 
-        if isinstance(self.case.get("mapping"), list):  # a port: the mapping comes before any numerics
-            from crosscheck._workloads.port.mapping import render
-
-            console.print(render(self.case["mapping"]), highlight=False, markup=False)
+        self._sections("before", console)
         render_table(self, console)
         for text, heading in self.messages():
             if heading:
@@ -171,9 +201,8 @@ class Report:
         for r in self.backends.values():
             if r.status in ("failed", "unavailable"):
                 console.print(plain(f"{r.name}: {r.status}: {r.error}"), highlight=False, markup=False)
+        self._sections("after", console)
         if self.explain:
-            for c in self.comparisons:
-                render_explain(c, console)
             console.print(f"environment: {environment_line(self.environment)}", highlight=False, markup=False)
         for name, text in self.verdicts().items():
             console.print(plain(f"verdict of `{name}`: {text}"), highlight=False, markup=False)
@@ -184,56 +213,10 @@ class Report:
             # backend's name.
             console.print(f"[red]FAILED[/red]: {markup('; '.join(self.problems))}", highlight=False)
 
-
-def render_explain(c: Comparison, console: Any) -> None:
-    """Layer by layer: the forward activations and the gradient, each in units of its tolerance."""
-    from rich.table import Table
-
-    from crosscheck._workloads.stack.explain import verdict
-
-    if not c.per_layer:
-        return
-    forward = {row["layer"]: row for row in c.forward if "layer" in row}
-    t = Table(
-        title=markup(f"{c.backend} vs {c.reference}, layer by layer (difference / tolerance)"),
-        title_justify="left",
-    )
-    for column in (
-        "layer",
-        "forward y(k+1) worst",
-        "forward mismatched",
-        "gradient worst",
-        "gradient mismatched",
-    ):
-        t.add_column(column, justify="right")
-    for row in c.per_layer:
-        f = forward.get(row["layer"])
-        t.add_row(
-            str(row["layer"]),
-            f"{f['worst_ratio']:.3g}" if f else "-",
-            str(f["mismatched"]) if f else "-",
-            f"{row['worst_ratio']:.3g}",
-            f"{row['mismatched']}/{row['judged']}",
-        )
-    console.print(t)
-    console.print(f"verdict: {verdict(list(forward.values()), c.per_layer)}", highlight=False, markup=False)
-    if c.classification:
-        console.print(
-            f"classification: {c.classification['verdict']} ("
-            + "; ".join(c.classification["evidence"])
-            + ")",
-            highlight=False,
-            markup=False,
-        )
-    for entry in c.worst_entries:
-        terms = ", ".join(f"{k} {v:.3g}" for k, v in entry["terms"].items())
-        kink = f"; ReLU kink nearby at (layer, row, unit) {tuple(entry['kink'])}" if entry["kink"] else ""
-        console.print(
-            f"  {tuple(entry['index'])}: {plain(c.backend)} {entry['candidate']:.9g} vs "
-            f"{entry['reference']:.9g}, {entry['ratio']:.3g} x tolerance ({terms}){kink}",
-            highlight=False,
-            markup=False,
-        )
+    def _sections(self, place: str, console: Any) -> None:
+        for section in self.sections:
+            if section.place == place:
+                section.render(self, console)
 
 
 def environment_line(env: dict[str, Any]) -> str:
@@ -259,8 +242,10 @@ def _disagreements(disagree: list[Comparison]) -> list[str]:
     out = []
     for (b, r, own), p in grouped.items():
         where = f" at parameter{'s' if len(p) > 1 else ''} {_some(p)}" if p else ""
-        out.append(f"`{b}`'s gradient disagrees with differences of its own loss{where}" if own else
-                   f"`{b}` disagrees with `{r}`{where}")  # fmt: skip
+        if own:
+            out.append(f"`{b}`'s gradient disagrees with differences of its own loss{where}")
+        else:
+            out.append(f"`{b}` disagrees with `{r}`{where}")
     return out
 
 
@@ -274,7 +259,7 @@ def versus(c: Comparison) -> str:
 
 
 def _some(names: list[str], shown: int = 8) -> str:
-    """The first ``shown`` names, then how many more (a port's table has a row per module)."""
+    """The first ``shown`` names, then how many more (a table may have a row per module)."""
     more = f" and {len(names) - shown} more" if len(names) > shown else ""
     return ", ".join(names[:shown]) + more
 

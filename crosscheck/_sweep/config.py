@@ -37,7 +37,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-from crosscheck._workloads.stack.case import DTYPES, INITS
+from crosscheck._compare.constants import DTYPES
+from crosscheck._workloads.stack.case import INITS
 
 CONFIG_FILE = "pyproject.toml"
 STACK = "stack"

@@ -118,7 +118,9 @@ class Judge(Protocol):
         (what a repeated call may differ by)."""
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
-        """Report fields of this quantity (``{"quantity": ..., "direction": ...}``)."""
+        """Report fields of this quantity (``{"quantity": ..., "direction": ...}``), and what the
+        workload adds to the report: ``"sections"`` (``crosscheck._report.report.Section``, printed
+        before or after the table) and ``"verdicts"`` (a ``Verdict`` by candidate name)."""
 
 
 class EngineWorkload(Protocol):

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare.constants import WIDEN
 from crosscheck._errors import describe, reraise_user_interrupt
 from crosscheck._workloads.fd.directions import (
     EVALUATIONS_PER_DIRECTION,
@@ -37,7 +38,6 @@ from crosscheck._workloads.fd.entries import (
 )
 from crosscheck._workloads.protocol import Call, Point, Progress
 from crosscheck._workloads.user.declare import Workload, as_dtype
-from crosscheck._workloads.user.rounding import WIDEN
 
 #: ``auto`` differences entry by entry while that costs at most this many evaluations per function
 #: (512 entries), or no more than screening would.

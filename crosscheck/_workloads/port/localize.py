@@ -27,13 +27,9 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare.compare import Comparison, Tolerance, compare
+from crosscheck._compare.constants import FLOOR_ULPS, SAFETY, UNIT_ROUNDOFF, WIDEN
 from crosscheck._workloads.port.mapping import canonical
 
-#: Multiple of each side's measured rounding (plus its RMS over the array) a module output may differ by.
-SAFETY = 8.0
-#: The floor: this many unit roundoffs of the output's largest entry.
-FLOOR_ULPS = 8.0
-UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53}
 TERM_HELP = {
     "rounding": f"the JAX port's own rounding of this output, measured: {SAFETY:g} x (|its output - its "
     "re-run in the other precision| (x 2**-29 for float64) + that difference's RMS)",
@@ -114,7 +110,7 @@ def _vector(torch_arrays, jax_arrays, channels_last: bool) -> tuple[np.ndarray, 
 def _rounding(main: np.ndarray, other: np.ndarray | None, dtype: str) -> np.ndarray:
     if other is None or other.shape != main.shape:
         return np.full(main.shape, 1024 * UNIT_ROUNDOFF[dtype]) * np.abs(main)
-    scale = 1.0 if dtype == "float32" else UNIT_ROUNDOFF["float64"] / UNIT_ROUNDOFF["float32"]
+    scale = 1.0 if dtype == "float32" else WIDEN
     with np.errstate(invalid="ignore"):
         d = np.nan_to_num(scale * np.abs(main - other), nan=0.0, posinf=0.0)
     return SAFETY * (d + (math.sqrt(float(np.mean(d**2))) if d.size else 0.0))

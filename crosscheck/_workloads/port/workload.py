@@ -5,8 +5,10 @@ The gradients are judged as for any workload (each candidate against the referen
 For the ``jax`` candidate the judge also captures every module's input and output on both sides, at
 the case's dtype and re-run in the other (four guarded calls), compares each paired module's output,
 and adds one comparison per module (``h.0.ln_1 (output)``) before the gradients' in the report, and
-the verdict to the candidate's notes (``notes["port"]``). A capture that fails is a comparison that
-fails: the module check did not happen.
+the verdict: a ``Verdict`` on the candidate's record (it fails the run when the port differs
+somewhere), written in the JSON report as the candidate's ``notes["port"]``. A capture that fails is a
+comparison that fails: the module check did not happen. The parameter mapping is printed before the
+table (a section of the report).
 """
 
 from __future__ import annotations
@@ -17,13 +19,15 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare.compare import Comparison
+from crosscheck._compare.constants import OTHER_DTYPE
+from crosscheck._report.report import Report, Section, Verdict
 from crosscheck._workloads.port import localize
 from crosscheck._workloads.port.build import Prepared, case_notes, jax_leaves
 from crosscheck._workloads.port.declare import Port
+from crosscheck._workloads.port.mapping import render
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.user.declare import as_dtype
 from crosscheck._workloads.user.judge import GenericJudge
-from crosscheck._workloads.user.rounding import OTHER_DTYPE
 from crosscheck._workloads.user.workload import GenericWorkload
 
 
@@ -70,6 +74,8 @@ class PortJudge:
         self.workload, self.point, self.dtype = workload, point, point.dtype
         self.inner = GenericJudge(workload.prepared.workload, point, options)
         self.notes = self.inner.notes
+        #: The port's verdict per candidate (the ``jax`` one), for the report.
+        self.verdicts: dict[str, Verdict] = {}
         self.torch_runs: Any = None
 
     def reference(self, backend: Any, call: Call) -> Any:
@@ -79,7 +85,7 @@ class PortJudge:
         return self.inner.evaluate(backend, call)
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
-        return self.inner.extras(reference)
+        return {**self.inner.extras(reference), "verdicts": dict(self.verdicts), "sections": (MAPPING,)}
 
     def compare(
         self, backend: Any, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
@@ -89,6 +95,7 @@ class PortJudge:
             return found
         modules, verdict = self.modules(name, call, found)
         self.notes.setdefault(name, {})["port"] = verdict.to_dict()
+        self.verdicts[name] = Verdict(verdict.text, fails=verdict.starts_in != "nowhere")
         return modules + found
 
     def modules(self, name: str, call: Call, gradients: list[Comparison]) -> tuple[list[Comparison], Any]:
@@ -183,6 +190,16 @@ class PortJudge:
                 return f"{'PyTorch' if torch else 'JAX'} forward in {dtype}: {got.error}"
             runs.append(got.value)
         return localize.Runs(*runs)
+
+
+def render_mapping(report: Report, console: Any) -> None:
+    """The parameter mapping (the case's ``mapping``), before any numerics."""
+    if isinstance(report.case.get("mapping"), list):
+        console.print(render(report.case["mapping"]), highlight=False, markup=False)
+
+
+#: The report's section of a port: its mapping, before the table.
+MAPPING = Section(render_mapping, place="before")
 
 
 def _arrays(side: tuple[Any, Any], attr: str, limit: int | None = None) -> tuple[Any, Any]:

@@ -10,9 +10,10 @@ from typing import Any
 
 import numpy as np
 
+# The dtypes are everyone's (``crosscheck._compare.constants``); re-exported for the stack's users.
+from crosscheck._compare.constants import DTYPES as DTYPES
 from crosscheck._files import check_readable, member_names, open_file, read_array, read_member
 
-DTYPES = ("float32", "float64")
 INITS = ("gaussian", "identity", "integer", "nearzero")
 
 

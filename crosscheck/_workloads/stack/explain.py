@@ -1,4 +1,5 @@
-"""Localizing a disagreement: where the forward pass diverges, where the backward pass does."""
+"""Localizing a disagreement: where the forward pass diverges, where the backward pass does; and the
+report's section that says so, layer by layer (``SECTION``, handed to the report by the judge)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare.compare import Comparison
+from crosscheck._report.report import Report, Section
+from crosscheck._report.text import markup, plain
 from crosscheck._workloads.stack import rounding as _stack
 
 
@@ -134,3 +138,68 @@ def _in_contexts(backend: Any, grad: Any, weights: np.ndarray, x: np.ndarray, re
             return explanation
         evidence.append(f"{condition} it still mismatches ({again.mismatched} entries)")
     return ""
+
+
+def render_explain(report: Report, console: Any) -> None:
+    """Every comparison of ``report`` layer by layer (a ``rich`` console)."""
+    for c in report.comparisons:
+        _render_layers(c, console)
+
+
+#: The report's section of ``explain``: after the table, the messages and the backends' failures.
+SECTION = Section(render_explain, place="after")
+
+
+def _render_layers(c: Comparison, console: Any) -> None:
+    """Layer by layer: the forward activations and the gradient, each in units of its tolerance."""
+    from rich.table import Table
+
+    if not c.per_layer:
+        return
+    forward = {row["layer"]: row for row in c.forward if "layer" in row}
+    t = Table(
+        title=markup(f"{c.backend} vs {c.reference}, layer by layer (difference / tolerance)"),
+        title_justify="left",
+    )
+    for column in (
+        "layer",
+        "forward y(k+1) worst",
+        "forward mismatched",
+        "gradient worst",
+        "gradient mismatched",
+    ):
+        t.add_column(column, justify="right")
+    for row in c.per_layer:
+        f = forward.get(row["layer"])
+        t.add_row(
+            str(row["layer"]),
+            f"{f['worst_ratio']:.3g}" if f else "-",
+            str(f["mismatched"]) if f else "-",
+            f"{row['worst_ratio']:.3g}",
+            f"{row['mismatched']}/{row['judged']}",
+        )
+    console.print(t)
+    console.print(f"verdict: {verdict(list(forward.values()), c.per_layer)}", highlight=False, markup=False)
+    if c.classification:
+        console.print(
+            f"classification: {c.classification['verdict']} ("
+            + "; ".join(c.classification["evidence"])
+            + ")",
+            highlight=False,
+            markup=False,
+        )
+    _render_worst(c, console)
+
+
+def _render_worst(c: Comparison, console: Any) -> None:
+    """The worst entries, each with its tolerance's terms and the kink near it."""
+    names = ", ".join(_stack.KINK_NAMES)
+    for entry in c.worst_entries:
+        terms = ", ".join(f"{k} {v:.3g}" for k, v in entry["terms"].items())
+        kink = f"; ReLU kink nearby at ({names}) {tuple(entry['kink'])}" if entry["kink"] else ""
+        console.print(
+            f"  {tuple(entry['index'])}: {plain(c.backend)} {entry['candidate']:.9g} vs "
+            f"{entry['reference']:.9g}, {entry['ratio']:.3g} x tolerance ({terms}){kink}",
+            highlight=False,
+            markup=False,
+        )

@@ -19,21 +19,20 @@ from typing import Any
 
 import numpy as np
 
+# The unit roundoffs and the safety factor are everyone's (``crosscheck._compare.constants``); the stack's
+# modules read them here, as ``_stack.UNIT_ROUNDOFF`` and ``_stack.SAFETY``.
+from crosscheck._compare.constants import SAFETY as SAFETY
+from crosscheck._compare.constants import SIGNIFICAND_BITS
+from crosscheck._compare.constants import UNIT_ROUNDOFF as UNIT_ROUNDOFF
 from crosscheck._workloads.stack.kinks import KinkEffects as KinkEffects
 from crosscheck._workloads.stack.kinks import ambiguous_kinks as ambiguous_kinks
 from crosscheck._workloads.stack.kinks import kink_effects as kink_effects
 from crosscheck._workloads.stack.oracle import threads as _threads
 
-#: Unit roundoff of each supported dtype (half an ulp of 1.0).
-UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53}
-#: Bits of significand: integer arithmetic below 2**p is exact.
-_SIGNIFICAND_BITS = {"float32": 24, "float64": 53}
-#: Multiple of the modelled standard deviation allowed for rounding. Rounding errors of a sum of many
-#: roundings are close to Gaussian; 8 standard deviations is never reached by chance (p < 1e-15)
-#: while staying thousands of times tighter than the worst-case bound on deep stacks.
-SAFETY = 8.0
 #: What each axis of the weights (and of their gradient) means: the index names of every comparison.
 INDEX_NAMES = ("layer", "row", "col")
+#: What a kink's index means: the pre-activation ``z[layer][row, unit]`` (a comparison's ``kinks``).
+KINK_NAMES = ("layer", "row", "unit")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,7 +202,7 @@ def _noise_scales(fwd: Forward, deltas: list[np.ndarray], dtype: str) -> list[tu
     """Per layer: the noise of the forward product ``y @ W``, of the backward ``delta @ W.T`` and the
     variance factor of the gradient product ``y.T @ delta`` (each zero where the product is exact), and
     ``W.T`` contiguous (for BLAS; shared by the parts)."""
-    u, bits = UNIT_ROUNDOFF[dtype], _SIGNIFICAND_BITS[dtype]
+    u, bits = UNIT_ROUNDOFF[dtype], SIGNIFICAND_BITS[dtype]
     scales = []
     for m, w in enumerate(fwd.weights):
         w2 = fwd.squared_weights[m]

@@ -7,7 +7,8 @@ import dataclasses
 
 import numpy as np
 
-from crosscheck._workloads.stack.rounding import _SIGNIFICAND_BITS, Forward
+from crosscheck._compare.constants import SIGNIFICAND_BITS
+from crosscheck._workloads.stack.rounding import Forward
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +38,7 @@ def underflow(fwd: Forward, deltas: list[np.ndarray], dtype: str) -> Underflow:
     (the arithmetic's amplification). A case of ordinary magnitudes has no small factor anywhere: the
     bound is exactly 0 there.
     """
-    tiny, bits = float(np.finfo(dtype).tiny), _SIGNIFICAND_BITS[dtype]
+    tiny, bits = float(np.finfo(dtype).tiny), SIGNIFICAND_BITS[dtype]
     small = float(np.sqrt(2.0**bits * tiny))
     if not any(np.any((a != 0) & (np.abs(a) < small)) for a in [fwd.weights, *fwd.ys, *deltas]):
         return Underflow(np.zeros((len(fwd.zs), *fwd.zs[0].shape)), np.zeros_like(fwd.weights))

@@ -24,7 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare import constants
 from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
+from crosscheck._compare.constants import FLOOR_ULPS, SAFETY, UNIT_ROUNDOFF
 from crosscheck._workloads.fd.directions import (
     Direction,
     DirectionalEstimate,
@@ -32,10 +34,8 @@ from crosscheck._workloads.fd.directions import (
     project_quadrature,
 )
 from crosscheck._workloads.protocol import Options
-from crosscheck._workloads.user.rounding import SAFETY, UNIT_ROUNDOFF, Rounding
+from crosscheck._workloads.user.rounding import Rounding
 
-#: The floor: this many unit roundoffs of the parameter's largest reference entry.
-FLOOR_ULPS = 8.0
 TERM_HELP = {
     "rounding": (
         f"the candidate's own rounding, measured: {SAFETY:g} x (|its gradient - its re-run in the other "
@@ -43,7 +43,7 @@ TERM_HELP = {
     ),
     "reference": "the reference's own error (the oracle's finite-difference error bar, or its rounding)",
     "floor": f"{FLOOR_ULPS:g} unit roundoffs of the parameter's largest reference entry",
-    "slack": "user slack: atol + rtol * |reference|",
+    **constants.TERM_HELP,  # slack
 }
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._workloads.stack.case import DTYPES
+from crosscheck._compare.constants import DTYPES
 
 Params = dict[str, np.ndarray]
 

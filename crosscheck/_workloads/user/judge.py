@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare.compare import Comparison, Kinks
+from crosscheck._compare.constants import OTHER_DTYPE
 from crosscheck._workloads.fd.function import (
     Differences,
     Function,
@@ -33,7 +34,7 @@ from crosscheck._workloads.fd.function import (
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.user.compare import Answer, Context, entries
 from crosscheck._workloads.user.declare import Workload, as_dtype
-from crosscheck._workloads.user.rounding import OTHER_DTYPE, Rounding, measure
+from crosscheck._workloads.user.rounding import Rounding, measure
 from crosscheck._workloads.user.summary import Findings, Record, against_oracle, summarize
 from crosscheck._workloads.user.workload import WorkloadOracle
 

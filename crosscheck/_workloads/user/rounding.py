@@ -20,14 +20,10 @@ import math
 
 import numpy as np
 
-#: Multiple of the measured rounding difference (plus its RMS over the parameter) an entry may differ by.
-SAFETY = 8.0
+from crosscheck._compare.constants import OTHER_DTYPE, SAFETY, UNIT_ROUNDOFF, WIDEN
+
 #: Without a usable re-run in the other precision: this many unit roundoffs of |gradient| + its RMS.
 FALLBACK_ULPS = 1024.0
-UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53}
-OTHER_DTYPE = {"float32": "float64", "float64": "float32"}
-#: float64 rounding per float32 rounding, to first order.
-WIDEN = UNIT_ROUNDOFF["float64"] / UNIT_ROUNDOFF["float32"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from crosscheck._compare.compare import Comparison, Kinks, structural_problem
+from crosscheck._compare.constants import SAFETY, UNIT_ROUNDOFF
 from crosscheck._workloads.fd.directions import LOCALIZE_ENTRIES
 from crosscheck._workloads.fd.function import Differences, Function, Plan, Skip, localize
 from crosscheck._workloads.user import compare as model_compare
-from crosscheck._workloads.user.rounding import SAFETY, Rounding
+from crosscheck._workloads.user.rounding import Rounding
 
 if TYPE_CHECKING:
     from crosscheck._workloads.user.judge import GenericJudge
@@ -97,7 +98,8 @@ class Record:
         mine = own.function
         difference = abs(mine.value - anchor.value)
         rounding = mine.rounding + (anchor.rounding if anchor.owner is not None else mine.rounding)
-        tolerance = SAFETY * rounding + LOSS_FLOOR_ULPS * 2.0**-53 * max(abs(mine.value), abs(anchor.value))
+        scale = max(abs(mine.value), abs(anchor.value))
+        tolerance = SAFETY * rounding + LOSS_FLOOR_ULPS * UNIT_ROUNDOFF["float64"] * scale
         self.loss = {
             "value": mine.value,
             "against": anchor.label,

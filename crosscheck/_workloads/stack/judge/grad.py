@@ -15,8 +15,9 @@ from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack import underflow as _underflow
-from crosscheck._workloads.stack.explain import classify, forward_layers, verdict
+from crosscheck._workloads.stack.explain import SECTION, classify, forward_layers, verdict
 from crosscheck._workloads.stack.judge import screen as _screen
+from crosscheck._workloads.stack.judge.terms import TERM_HELP
 
 #: Fraction of an entry's tolerance that a possible ReLU flip may move it before it is unjudgeable.
 KINK_IMPACT_FRACTION = 0.25
@@ -120,7 +121,7 @@ class StackGradJudge:
         return [comparison]
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
-        return {"quantity": "grad"}
+        return {"quantity": "grad", **({"sections": (SECTION,)} if self.options.explain else {})}
 
     # -- the reference ------------------------------------------------------------------------------
 
@@ -201,6 +202,8 @@ class StackGradJudge:
             kinks=kinks,
             strict=self.options.strict,
             index_names=_stack.INDEX_NAMES,
+            term_help=TERM_HELP,
+            split=_stack.INDEX_NAMES[0],
         )
         return _with_rounding(found, rounding + floor + flow)
 
@@ -209,7 +212,7 @@ class StackGradJudge:
         bounds, found, effects = self.kink_effects(dtype, tol)
         unjudgeable = effects.count > 1
         reason = np.where(unjudgeable, f"{dtype} rounding may flip several ReLUs", "").astype(object)
-        kink = np.full(unjudgeable.shape + (3,), -1, np.int64)
+        kink = np.full(unjudgeable.shape + (len(_stack.KINK_NAMES),), -1, np.int64)
         involved = effects.count > 0
         if len(found):
             kink[involved] = found[effects.culprit[involved]]

@@ -16,6 +16,7 @@ from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack.judge import hvp_screen as _screen
 from crosscheck._workloads.stack.judge.grad import ORACLE_MODES, declared_dtype
 from crosscheck._workloads.stack.judge.screen import Screening
+from crosscheck._workloads.stack.judge.terms import TERM_HELP
 from crosscheck._workloads.stack.oracle import hvp as _hvp
 
 
@@ -34,7 +35,7 @@ def oracle_answer(est: Any) -> Answer:
     kinks = Kinks(
         est.kink,
         np.where(est.kink, est.reason, "").astype(object),
-        np.broadcast_to(np.array(est.kink_at), (*est.kink.shape, 3)).copy(),
+        np.broadcast_to(np.array(est.kink_at), (*est.kink.shape, len(_stack.KINK_NAMES))).copy(),
         np.full(est.kink.shape, np.nan),
     )
     return Answer(est.value, est.error, kinks)
@@ -89,7 +90,7 @@ class StackHvpJudge:
             return out
         value = out.value["weights"]
         error, _ = self._rerun(backend, call, value)
-        answer = Answer(value.astype(np.float64), error, Kinks.none(value.shape))
+        answer = Answer(value.astype(np.float64), error, Kinks.none(value.shape, len(_stack.KINK_NAMES)))
         return dataclasses.replace(out, value=Reference({"weights": value}, value.dtype.name, {}, answer))
 
     def _oracle_reference(self, est: Any) -> Reference:
@@ -157,10 +158,11 @@ class StackHvpJudge:
             kinks=answer.kinks,
             strict=self.options.strict,
             index_names=_stack.INDEX_NAMES,
+            term_help={**TERM_HELP, "rerun": f"{_hvp.RERUN_HELP} ({note})"},
+            split=_stack.INDEX_NAMES[0],
         )
-        sources = {**found.tolerance_sources, "rerun": f"{_hvp.RERUN_HELP} ({note})"}
         arrays = {**found.arrays, "rounding": {"weights": rerun + floor}}
-        return dataclasses.replace(found, tolerance_sources=sources, arrays=arrays)
+        return dataclasses.replace(found, arrays=arrays)
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
         record = _hvp.direction_record(self.v, self.seed)

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare.constants import OTHER_DTYPE as OTHER_DTYPE
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack.oracle import threads as _threads
 
@@ -38,7 +39,7 @@ from crosscheck._workloads.stack.oracle import threads as _threads
 DIRECTION_STREAM = 0x487650
 #: Below this kink radius (in units of the direction, itself scaled like the weights) every entry is
 #: unjudgeable: float64 rounding divided by the radius would reach float32 precision.
-MIN_RADIUS = 2.0**-24
+MIN_RADIUS = _stack.UNIT_ROUNDOFF["float32"]
 #: The largest node: the polynomial is exact at any size, but rounding grows with the weights' change.
 MAX_RADIUS = 0.25
 
@@ -271,7 +272,6 @@ RERUN_HELP = (
     "the candidate's own rounding, measured: 8 x (|its HVP - its HVP re-run in the other precision| "
     "+ that difference's RMS over the layer), scaled by the unit-roundoff ratio for a float64 case"
 )
-OTHER_DTYPE = {"float32": "float64", "float64": "float32"}
 
 
 def rerun_usable(value: np.ndarray, again: np.ndarray, dtype: str) -> bool:

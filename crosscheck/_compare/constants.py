@@ -1,0 +1,32 @@
+"""Numbers every tolerance is built from, defined once: unit roundoffs per dtype, the safety factor, the
+floor, and the help text of the tolerance terms every workload shares.
+
+A workload's own terms (the stack's modelled ``rounding``, a port's measured one) are explained by the
+workload, through its judge (``compare(..., term_help=...)``); only what means the same everywhere is
+here.
+"""
+
+from __future__ import annotations
+
+#: Unit roundoff of each supported dtype (half an ulp of 1.0).
+UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53}
+#: The float dtypes crosscheck judges (the keys of ``UNIT_ROUNDOFF``).
+DTYPES = tuple(UNIT_ROUNDOFF)
+#: Bits of significand: integer arithmetic below ``2**p`` is exact.
+SIGNIFICAND_BITS = {"float32": 24, "float64": 53}
+#: The other precision of each dtype (a re-run there measures a candidate's rounding).
+OTHER_DTYPE = {"float32": "float64", "float64": "float32"}
+#: float64 rounding per float32 rounding, to first order (``2**-53 / 2**-24 = 2**-29``).
+WIDEN = UNIT_ROUNDOFF["float64"] / UNIT_ROUNDOFF["float32"]
+#: Multiple of a rounding estimate an entry may differ by: of the modelled standard deviation (rounding
+#: errors of a sum of many roundings are close to Gaussian; 8 standard deviations is never reached by
+#: chance, p < 1e-15, while staying thousands of times tighter than the worst-case bound on deep
+#: stacks), or of a measured difference plus its RMS.
+SAFETY = 8.0
+#: The floor: this many unit roundoffs of the largest reference entry, the precision no entry is asked
+#: to beat.
+FLOOR_ULPS = 8.0
+#: What the tolerance terms that mean the same for every workload are (a report's ``tolerance_sources``).
+TERM_HELP = {
+    "slack": "user slack: atol + rtol * |reference|",
+}
