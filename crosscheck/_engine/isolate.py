@@ -42,7 +42,7 @@ CLOSE_SECONDS = 2.0
 class Worker:
     """One worker process for one backend spec, started at once (it loads while the parent works)."""
 
-    def __init__(self, workload: str, spec: str) -> None:
+    def __init__(self, workload: Any, spec: str) -> None:
         from multiprocessing.connection import Connection
 
         self.spec = spec
