@@ -283,11 +283,16 @@ def _takes_quantity(workload: Any, quantity: str) -> bool:
 def _changed(given: dict[str, Any]) -> dict[str, Any]:
     """The keywords of ``run`` among ``given`` that are not at their defaults (an array always is)."""
     defaults = _run_defaults()
-    return {
-        name: value
-        for name, value in given.items()
-        if value is not defaults[name] and not (defaults[name] is not None and value == defaults[name])
-    }
+    return {name: value for name, value in given.items() if not _is_default(value, defaults[name])}
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    if value is default:
+        return True
+    try:
+        return default is not None and bool(value == default)
+    except (ValueError, TypeError):  # an array where a number belongs: given (the workload says why)
+        return False
 
 
 @functools.cache
