@@ -43,11 +43,9 @@ def check(
         workload: a ``Stack`` (default: ``Stack()``), a ``Workload``, a ``Port``, a built-in name or an
             import string ``module:attribute`` naming one (loaded once).
         backends: names, import strings, objects or functions (default: ``jax``, ``torch``,
-            ``numpy-fd`` less the reference for the stack, the variants only when named; a workload's
-            implementations).
+            ``numpy-fd`` less the reference for the stack; a workload's implementations).
         reference: the backend the others are compared with (default: the ``numpy-fd`` oracle).
-        dtype: ``"float32"`` or ``"float64"``: the dtype of the arrays the workload makes (your own
-            arrays keep theirs).
+        dtype: ``"float32"`` or ``"float64"``, of the arrays the workload makes (yours keep theirs).
         seed: seed of the arrays the workload makes (and of the HVP's direction).
         quantity: ``"grad"``, or ``"hvp"`` along a direction made from ``seed`` (``hvp(weights, x, v)``).
         slack: your ``Slack`` added to every entry's tolerance (None: none).
@@ -60,35 +58,27 @@ def check(
         A ``Report``: ``.passed`` and ``.to_dict()`` (the JSON report).
 
     Raises:
-        ValueError, TypeError: bad arguments, said in one line (a mismatch is a record, never raised);
-            ``MemoryTooLarge``, a ``ValueError``: a case this machine cannot hold.
+        ValueError, TypeError: bad arguments, in one line (a mismatch is a record, never raised).
 
     Example:
         >>> import crosscheck
-        >>> report = crosscheck.check(
-        ...     crosscheck.Stack(layers=3, dim=4),
-        ...     backends=["numpy-fd-float32"],
-        ...     oracle=crosscheck.Oracle(mode="full"),
-        ... )  # doctest: +SKIP
-        >>> report.passed  # doctest: +SKIP
-        True
+        >>> stack = crosscheck.Stack(layers=3, dim=4)
+        >>> report = crosscheck.check(stack, oracle=crosscheck.Oracle("full"))  # doctest: +SKIP
     """
-    chosen = load_workload(workload)
-    return drive(
-        plan(
-            chosen,
-            backends=backends,
-            reference=reference,
-            dtype=dtype,
-            seed=seed,
-            quantity=quantity,
-            slack=slack,
-            strict=strict,
-            oracle=oracle,
-            execution=execution,
-            progress=progress,
-        )
+    planned = plan(
+        load_workload(workload),
+        backends=backends,
+        reference=reference,
+        dtype=dtype,
+        seed=seed,
+        quantity=quantity,
+        slack=slack,
+        strict=strict,
+        oracle=oracle,
+        execution=execution,
+        progress=progress,
     )
+    return drive(planned)
 
 
 def plan(
@@ -204,35 +194,22 @@ def run(
     isolate: bool | str = "auto",
     timeout: float | None = None,
 ) -> Report:
-    """Run one case (generated, or the given arrays) and cross-check every backend's gradient.
-
-    The flat form of ``check``: it builds the workload (``Stack(layers, ...)``, ``Stack.from_arrays``, or
-    ``workload`` with the stack's options refused) and the records (``Slack``, ``Oracle``,
-    ``Execution``), then calls ``check``.
+    """Run one case (generated, or the given arrays) and cross-check every backend's gradient: the flat
+    form of ``check``, which it calls with the workload and the records it builds from these keywords.
 
     Args:
-        weights: your own weights ``(L, d, d)`` (float32 or float64) with ``x``; else ``layers``,
-            ``batch``, ``dim``, ``dtype``, ``seed``, ``init`` and ``scale`` make the case (see ``Case``).
+        weights: your own weights ``(L, d, d)`` (float32 or float64) with ``x`` (``Stack.from_arrays``);
+            else ``layers``, ``batch``, ``dim``, ``init`` and ``scale`` make the ``Stack``.
         x: your own inputs ``(N, d)``, with ``weights``.
-        backends: names, import strings, objects or functions (default: ``jax``, ``torch``, ``numpy-fd``
-            less the reference, the variants only when named; a workload's implementations).
-        reference: the backend the others are compared with (default: the ``numpy-fd`` oracle).
-        rtol: user slack, relative, added to every entry's tolerance; with ``atol`` or not at all.
+        dtype: as for ``check``, as are ``seed``, ``backends``, ``reference``, ``strict``, ``progress``.
+        rtol: user slack, relative, added to every entry's tolerance; with ``atol`` or not at all (``Slack``).
         atol: user slack, absolute.
-        strict: fail when any entry is unjudgeable (a ReLU kink makes it ambiguous).
-        oracle_mode: ``"full"`` (every entry), ``"screen"`` (random directional derivatives, then every
-            entry of a layer or workload tensor that fails) or ``"auto"`` (screen past ``SCREEN_FLOPS``, or
-            a workload's ``AUTO_EVALUATIONS``); either quantity. directions: per layer or tensor, screening.
-        explain: also localize (forward activations layer by layer) and classify a disagreement.
-        progress: called as ``progress(description, done, total)``.
+        oracle_mode: ``"full"``, ``"screen"`` or ``"auto"``, with ``directions`` (``Oracle``).
+        explain: also localize (forward activations layer by layer) and classify a disagreement (``Stack``).
         quantity: ``"grad"``, or ``"hvp"`` along a direction made from ``seed`` (``hvp(weights, x, v)``).
-        workload: a ``Workload``, a ``Stack``, a built-in name or an import string ``module:attribute``
-            (default: the stack). Another workload makes its own arrays (only ``dtype`` and ``seed``
-            apply).
-        repeat: calls per candidate: a second result beyond its own rounding fails it (1: no repeat).
-        isolate: a worker process per backend (its crash is its failure): ``True`` each named by a
-            spec, ``"auto"`` import strings and plugins, ``False`` none.
-        timeout: seconds a backend call may take before it is that backend's failure (None: no limit).
+        workload: a ``Stack``, a ``Workload``, a built-in name or an import string ``module:attribute``
+            (default: the stack); another workload makes its own arrays (only ``dtype`` and ``seed`` apply).
+        repeat: calls per candidate, with ``isolate`` and ``timeout`` (``Execution``).
 
     Returns:
         A ``Report``: ``.passed`` and ``.to_dict()`` (the JSON report).
@@ -240,26 +217,23 @@ def run(
     Raises:
         ValueError, TypeError: bad arguments, said in one line (a mismatch is a record, never raised).
     """
+    records = _records(rtol, atol, oracle_mode, directions, repeat, isolate, timeout, backends)
+    knobs = {"weights": weights, "x": x, "layers": layers, "batch": batch, "dim": dim, "init": init}
+    knobs.update(scale=scale, explain=explain)
+    chosen = configure(load_workload(workload), _changed(knobs), quantity=quantity)
+    given = {"backends": backends, "reference": reference, "dtype": dtype, "seed": seed, "strict": strict}
+    return check(chosen, quantity=quantity, progress=progress, **given, **records)
+
+
+def _records(*flat: Any) -> dict[str, Any]:
+    """``check``'s records of ``run``'s flat keywords (validated in ``run``'s order: the tolerances, the
+    worker processes and the timeout, the repeats, the directions, the backends)."""
+    rtol, atol, oracle_mode, directions, repeat, isolate, timeout, backends = flat
     slack = Slack.of(rtol, atol)
     execution = Execution(repeat=repeat, isolate=isolate, timeout=timeout)
     oracle = Oracle(mode=oracle_mode, directions=directions)
     _check_records(slack, oracle, execution, backends)
-    given = {"weights": weights, "x": x, "layers": layers, "batch": batch, "dim": dim}
-    given.update(init=init, scale=scale, explain=explain)
-    chosen = configure(load_workload(workload), _changed(given), quantity=quantity)
-    return check(
-        chosen,
-        backends=backends,
-        reference=reference,
-        dtype=dtype,
-        seed=seed,
-        quantity=quantity,
-        slack=slack,
-        strict=strict,
-        oracle=oracle,
-        execution=execution,
-        progress=progress,
-    )
+    return {"slack": slack, "oracle": oracle, "execution": execution}
 
 
 def configure(workload: Any, given: dict[str, Any], *, quantity: str) -> Any:

@@ -54,12 +54,12 @@ class Stack:
 
     def __init__(
         self,
+        *,
         layers: int = 8,
         batch: int = 8,
         dim: int = 16,
         init: str = "gaussian",
         scale: float = 1.0,
-        *,
         explain: bool = False,
     ) -> None:
         shape = Case(layers=layers, batch=batch, dim=dim, init=init, scale=scale)  # validates
