@@ -8,6 +8,10 @@ from crosscheck._backends import BackendBroken as BackendBroken
 from crosscheck._backends import BackendUnavailable as BackendUnavailable
 from crosscheck._backends import load_backend as load_backend
 from crosscheck._compare.compare import Comparison as Comparison
+from crosscheck._engine.records import Execution as Execution
+from crosscheck._engine.records import Oracle as Oracle
+from crosscheck._engine.records import Slack as Slack
+from crosscheck._engine.run import check as check
 from crosscheck._engine.run import run as run
 from crosscheck._report.report import Report as Report
 from crosscheck._workloads.losses import projection_loss as projection_loss
@@ -15,6 +19,7 @@ from crosscheck._workloads.port.declare import Port as Port
 from crosscheck._workloads.registry import available_workloads as available_workloads
 from crosscheck._workloads.stack.case import Case as Case
 from crosscheck._workloads.stack.case import make_inputs as make_inputs
+from crosscheck._workloads.stack.workload import Stack as Stack
 from crosscheck._workloads.user.declare import Workload as Workload
 
 __version__ = "0.1.0"
@@ -25,8 +30,13 @@ __all__ = [
     "BackendUnavailable",
     "Case",
     "Comparison",
+    "Execution",
+    "Oracle",
     "Port",
     "Report",
+    "Slack",
+    "Stack",
+    "check",
     "load_backend",
     "make_inputs",
     "projection_loss",

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from crosscheck._report.report import Report
-from crosscheck._workloads.stack.case import Case
 
 __all__ = ["assert_gradients_close", "failure_message"]
 
@@ -26,9 +25,9 @@ def assert_gradients_close(
     """Run one cross-check and raise ``AssertionError`` unless every candidate agrees with the reference.
 
     Args:
-        workload_or_case: a ``crosscheck.Workload``, a built-in workload name or an import string
-            ``module:attribute``; or a ``crosscheck.Case`` of the stack; or None (the stack, with
-            ``options`` such as ``dim=``, ``seed=``).
+        workload_or_case: a ``crosscheck.Stack``, a ``crosscheck.Workload``, a built-in workload name or
+            an import string ``module:attribute``; or a ``crosscheck.Case`` of the stack; or None (the
+            stack, with ``options`` such as ``dim=``, ``seed=``).
         backends: names, import strings, backend objects or functions (default: the workload's
             implementations; for the stack, ``jax`` and ``torch`` against the oracle).
         **options: any keyword of ``crosscheck.run`` (``dtype``, ``seed``, ``reference``, ``rtol`` and
@@ -45,13 +44,15 @@ def assert_gradients_close(
     __tracebackhide__ = True  # pytest shows the caller's line, not this function's
     from crosscheck._engine.run import run
 
-    if isinstance(workload_or_case, Case):
-        both = sorted(set(options) & {f.name for f in dataclasses.fields(Case)})
+    if _is_case(workload_or_case):
+        fields = dataclasses.asdict(workload_or_case)
+        both = sorted(set(options) & set(fields))
         if both:
             raise TypeError(f"`{both[0]}` is given twice: by the Case and as a keyword.")
-        options = {**dataclasses.asdict(workload_or_case), **options}
+        options = {**fields, **options}
     elif workload_or_case is not None:
         options["workload"] = workload_or_case
+    # ``run`` builds the workload and the option records once, from these keywords.
     report = run(backends=backends, **options)
     if not report.passed:
         raise AssertionError(failure_message(report))
@@ -67,3 +68,10 @@ def failure_message(report: Report) -> str:
 
 
 _FAILED = ("failed", "unavailable")
+
+
+def _is_case(value: Any) -> bool:
+    """A ``crosscheck.Case`` (the stack's plain-data case), known by the public name."""
+    from crosscheck import Case
+
+    return isinstance(value, Case)

@@ -84,7 +84,7 @@ def test_registry_lists_the_stack():
     stack = load_workload("stack")
     assert stack.name == "stack"
     assert load_workload(None) is stack  # the default workload is the stack, a workload like any other
-    point = stack.point({"layers": 3, "batch": 2, "dim": 4, "dtype": "float64", "seed": 0})
+    point = stack.configure(layers=3, batch=2, dim=4).point(dtype="float64", seed=0)
     assert point.params["weights"].shape == (3, 4, 4) and point.inputs["x"].shape == (2, 4)
 
 

@@ -26,25 +26,13 @@ from crosscheck._cli.common import (
     write_file,
     write_reports,
 )
+from crosscheck._engine.quantity import QUANTITIES
 from crosscheck._errors import one_line
 
 COMMANDS = {
     "run": "cross-check one case",
     "explain": "cross-check one case and say, layer by layer, where a disagreement starts",
 }
-
-#: Options only the stack takes: (attribute, how the user wrote it, its default).
-STACK_ONLY = (
-    ("layers", "--layers", None),
-    ("batch", "--batch", None),
-    ("dim", "--dim", None),
-    ("init", "--init", None),
-    ("scale", "--scale", None),
-    ("weights", "--weights", None),
-    ("x", "--x", None),
-    ("explain", "--explain", False),
-    ("quantity", "--quantity", "grad"),
-)
 
 
 def register(subparsers: Any) -> None:
@@ -139,7 +127,7 @@ def _add_oracle(check: Any) -> None:
     )
     check.add_argument(
         "--quantity",
-        choices=("grad", "hvp"),
+        choices=tuple(QUANTITIES),
         default="grad",
         help="what to cross-check: grad (default) or hvp, the Hessian-vector product along a direction "
         "made from --seed (candidates need an hvp(weights, x, v) method)",
@@ -172,38 +160,70 @@ def _add_output(out: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run one case: ``--workload``'s when it names another workload than the stack, else the stack's."""
-    if args.workload is not None:
-        from crosscheck._workloads.registry import load_workload
+    """Run one case of ``--workload`` (default: the stack), loaded once; the options it takes (the
+    stack's ``--layers``, ...) set on it, the others refused."""
+    from crosscheck._workloads.registry import load_workload
 
-        try:
-            workload = load_workload(args.workload)
-        except (ValueError, TypeError) as exc:
-            raise UsageError(str(exc)) from exc
-        if workload.own_arrays:  # it takes --dtype and --seed only
-            return _run_workload(args, workload)
-    return _run_stack(args)
+    try:
+        workload = load_workload(args.workload)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from exc
+    given = _workload_options(args, workload)
+    _check_options(args)
+    if "weights" in given or "x" in given:
+        given.update(_arrays(args))
+    try:
+        workload = workload.configure(**given) if given else workload
+    except (ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from exc
+    return _execute(args, workload)
 
 
-def _run_stack(args: argparse.Namespace) -> int:
-    _check_stack_options(args)
-    inputs = _stack_inputs(args)
-    stack = {k: getattr(args, k) for k in ("oracle_mode", "directions", "explain", "quantity")}
-    return _execute(args, **stack, **inputs)
+def _workload_options(args: argparse.Namespace, workload: Any) -> dict[str, Any]:
+    """The options the user gave that set the workload (the stack's knobs, ``--weights/--x``,
+    ``--explain``), each one the workload takes; ``--quantity`` one it has a judge for."""
+    given = {k: v for k, v in case_options_given(args).items() if k not in ("dtype", "seed")}
+    given.update({k: getattr(args, k) for k in ("weights", "x") if getattr(args, k) is not None})
+    if args.explain:
+        given["explain"] = True
+    refused = [k for k in given if k not in workload.takes]
+    if args.quantity not in workload.quantities:
+        refused.append("quantity")
+    if refused:
+        raise UsageError(
+            f"`--{refused[0]}` applies to the stack workload only; workload `{workload.name}` defines "
+            f"its own arrays (it takes --dtype and --seed)."
+        )
+    return given
 
 
-def _execute(args: argparse.Namespace, **case: Any) -> int:
-    """Run the case (the options every workload takes, plus ``case``), write and render its report."""
-    from crosscheck._engine.run import run as run_case
+def _execute(args: argparse.Namespace, workload: Any) -> int:
+    """Plan the case (the one memory estimate: refused when too large, said when large), run it, write
+    and render its report."""
+    from crosscheck._engine import run as engine
+    from crosscheck._engine.records import Execution, Oracle, Slack
 
-    names = ("reference", "rtol", "atol", "strict", "repeat", "timeout")
-    checking = {k: getattr(args, k) for k in names}
-    checking["isolate"] = "auto" if args.isolate is None else args.isolate
     console = make_console()
     try:
-        _memory_note(case, args.backend)
+        slack, oracle = Slack.of(args.rtol, args.atol), Oracle(args.oracle_mode, args.directions)
+        isolate = "auto" if args.isolate is None else args.isolate
+        execution = Execution(repeat=args.repeat, isolate=isolate, timeout=args.timeout)
         with progress_display() as progress:
-            report = run_case(backends=args.backend, progress=progress, **checking, **case)
+            planned = engine.plan(
+                workload,
+                backends=args.backend,
+                reference=args.reference,
+                dtype=args.dtype or "float32",
+                seed=0 if args.seed is None else args.seed,
+                quantity=args.quantity,
+                slack=slack,
+                strict=args.strict,
+                oracle=oracle,
+                execution=execution,
+                progress=progress,
+            )
+            _memory_note(planned.memory)
+            report = engine.drive(planned)
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from exc
     write_reports(args, report)
@@ -215,18 +235,11 @@ def _execute(args: argparse.Namespace, **case: Any) -> int:
 MEMORY_NOTE_BYTES = 2**30
 
 
-def _memory_note(case: dict[str, Any], backends: Any) -> None:
-    """Say how much memory a large case needs before it starts (one that cannot fit is refused by
-    ``crosscheck.run`` itself, with the same estimate)."""
-    from crosscheck._engine.run import CASE_KEYWORDS, MemoryTooLarge, check_memory
+def _memory_note(parts: dict[str, int]) -> None:
+    """Say how much memory a large case needs before it starts (the estimate that refuses one that
+    cannot fit)."""
     from crosscheck._files import available_memory, format_bytes
-    from crosscheck._workloads.registry import load_workload
 
-    try:
-        workload = load_workload(case.get("workload"))
-        parts = check_memory(workload, {k: case.get(k) for k in CASE_KEYWORDS}, list(backends or ()))
-    except (MemoryTooLarge, ValueError, TypeError):
-        return  # the run refuses it, and says why
     if sum(parts.values()) > MEMORY_NOTE_BYTES:
         print(
             f"crosscheck: this case needs about {format_bytes(sum(parts.values()))} of memory "
@@ -235,33 +248,31 @@ def _memory_note(case: dict[str, Any], backends: Any) -> None:
         )
 
 
-def _stack_inputs(args: argparse.Namespace) -> dict[str, Any]:
-    """The case options given, or the arrays of ``--weights`` and ``--x`` (which determine the case)."""
+def _arrays(args: argparse.Namespace) -> dict[str, Any]:
+    """The arrays of ``--weights`` and ``--x`` (which determine the case: no case option with them)."""
     kwargs = case_options_given(args)
     if (args.weights is None) != (args.x is None):
         raise UsageError(
             "`--weights` and `--x` must be given together; found only "
             f"`--{'weights' if args.x is None else 'x'}`."
         )
-    if args.weights is None:
-        return kwargs
     if kwargs:
         first = next(iter(kwargs))
         raise UsageError(
             f"`--{first}` cannot be combined with `--weights/--x`: the arrays determine the case."
         )
-    from crosscheck._workloads.stack.case import check_inputs, load_array
+    from crosscheck._workloads.stack.case import load_array
 
     try:
-        weights = load_array(args.weights, name="weights", ndim=3)
-        x = load_array(args.x, name="x", ndim=2)
-        weights, x = check_inputs(weights, x)
+        return {
+            "weights": load_array(args.weights, name="weights", ndim=3),
+            "x": load_array(args.x, name="x", ndim=2),
+        }
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
-    return {"weights": weights, "x": x}
 
 
-def _check_stack_options(args: argparse.Namespace) -> None:
+def _check_options(args: argparse.Namespace) -> None:
     """Options that contradict each other, and outputs that cannot be written, before any work."""
     check_tolerances(args)
     _check_directions(args)
@@ -331,20 +342,3 @@ def _write_plot(path: str, report: Any) -> None:
         )
     if not shown:
         print("crosscheck: --plot: no comparison to draw, so no plot was written", file=sys.stderr)
-
-
-def _run_workload(args: argparse.Namespace, workload: Any) -> int:
-    """Run a workload other than the stack: it defines its own arrays (only --dtype and --seed apply)."""
-    for attribute, option, default in STACK_ONLY:
-        if getattr(args, attribute) != default:
-            raise UsageError(
-                f"`{option}` applies to the stack workload only; workload `{workload.name}` defines its "
-                f"own arrays (it takes --dtype and --seed)."
-            )
-    check_tolerances(args)
-    _check_directions(args)
-    _check_plot_and_bundle(args)
-    options = {k: getattr(args, k) for k in ("seed", "dtype") if getattr(args, k) is not None}
-    options.update(oracle_mode=args.oracle_mode, directions=args.directions)
-    # As given (a name or an import string), so that a worker process (--isolate) can load it again.
-    return _execute(args, workload=args.workload, **options)

@@ -265,9 +265,8 @@ def _report(run: _Run) -> Report:
         explain=run.plan.options.explain,
         inputs=(run.plan.point.params, run.plan.point.inputs),
         gradients=run.values,
-        quantity=extras.get("quantity", run.plan.quantity.name),
-        direction=extras.get("direction", {}),
-        oracle=extras.get("oracle", {}),
+        quantity=run.plan.quantity.name,
         sections=tuple(extras.get("sections", ())),
+        **{field: extras[field] for field in run.plan.quantity.extras if field in extras},
         interrupted=run.interrupted,
     )

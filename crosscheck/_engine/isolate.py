@@ -1,7 +1,8 @@
 """Isolation (``--isolate``): a backend in its own worker process, so that nothing it does ends the run.
 
 A worker is a fresh Python (``sys.executable``, this ``sys.path``) that rebuilds the backend from its
-spec (a name or an import string, with the workload's spec), then serves calls: the parent sends a
+spec (a name or an import string, with the workload's spec: a name, an import string, or plain data such
+as a ``Stack``'s knobs), then serves calls: the parent sends a
 method's name and its arrays, the worker calls the backend through the same guarded call as in process
 (``guarded``: its exceptions, writes to its inputs, framework state and what it returns) and sends back
 the value and the outcome. Whatever the backend does to its process (``os._exit``, a segfault, an
@@ -42,7 +43,7 @@ CLOSE_SECONDS = 2.0
 class Worker:
     """One worker process for one backend spec, started at once (it loads while the parent works)."""
 
-    def __init__(self, workload: str, spec: str) -> None:
+    def __init__(self, workload: Any, spec: str) -> None:
         from multiprocessing.connection import Connection
 
         self.spec = spec

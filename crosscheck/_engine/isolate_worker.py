@@ -24,11 +24,13 @@ import numpy as np
 
 from crosscheck._backends import BackendBroken, BackendUnavailable, backend_info
 from crosscheck._engine.call import guarded, to_array, to_arrays, unique, walk_arrays
+from crosscheck._engine.quantity import QUANTITIES
 from crosscheck._errors import describe, one_line
 
-#: Backend methods a worker serves (``loss``: a workload implementation's own loss, which the model
-#: oracle differences), and the optional contexts (classification re-runs) it enters.
-METHODS = ("grad", "hvp", "activations", "loss")
+#: Backend methods a worker serves: each quantity's (``QUANTITIES``), ``activations`` (localization) and
+#: ``loss`` (a workload implementation's own loss, which the model oracle differences); and the optional
+#: contexts (classification re-runs) it enters.
+METHODS = (*(q.method for q in QUANTITIES.values()), "activations", "loss")
 CONTEXTS = ("highest_precision", "without_checkpointing")
 #: How the parent starts a worker: ``sys.argv`` is the connection's file descriptor and ``sys.path``.
 BOOT = (

@@ -15,7 +15,8 @@ class Plan:
     named by the user, so an unavailable one fails the run), the reference, how many calls each
     candidate gets, and the options; ``isolate`` (True: each backend named by a spec in its own worker
     process, which rebuilds the workload from ``workload_spec``; ``"auto"``: only import strings and
-    plugins) and ``timeout`` (seconds per call)."""
+    plugins) and ``timeout`` (seconds per call); ``memory``: the bytes the case needs, by part (the one
+    estimate, made before anything was allocated)."""
 
     workload: EngineWorkload
     quantity: Quantity
@@ -28,4 +29,5 @@ class Plan:
     repeat: int = 2
     isolate: bool | str = False
     timeout: float | None = None
-    workload_spec: str | None = None
+    workload_spec: Any = None
+    memory: dict[str, int] = dataclasses.field(default_factory=dict)

@@ -1,7 +1,8 @@
 """What is cross-checked: a quantity names the backend method that computes it; each workload's judge
 says how its reference estimates it and how its tolerance is made (``Workload.judge(quantity, ...)``).
 
-Adding a quantity: one entry here, and a judge for it in each workload that has it.
+Adding a quantity: one entry here (which the CLI's ``--quantity`` choices, the worker processes'
+methods and the report's fields follow), and a judge for it in each workload that has it.
 """
 
 from __future__ import annotations
@@ -11,16 +12,18 @@ import dataclasses
 
 @dataclasses.dataclass(frozen=True)
 class Quantity:
-    """``name`` (as in ``--quantity``), the backend ``method`` computing it, and a ``label`` for text."""
+    """``name`` (as in ``--quantity``), the backend ``method`` computing it, a ``label`` for text, and
+    the report fields its judge hands over (``Judge.extras``: ``{"direction": ...}``)."""
 
     name: str
     method: str
     label: str
+    extras: tuple[str, ...] = ()
 
 
 QUANTITIES = {
-    "grad": Quantity("grad", "grad", "gradient"),
-    "hvp": Quantity("hvp", "hvp", "Hessian-vector product"),
+    "grad": Quantity("grad", "grad", "gradient", extras=("oracle",)),
+    "hvp": Quantity("hvp", "hvp", "Hessian-vector product", extras=("direction",)),
 }
 
 

@@ -23,7 +23,6 @@ from crosscheck._engine.driver import Caller
 from crosscheck._engine.isolate import Worker, foreign, load_isolated
 from crosscheck._engine.load import load
 from crosscheck._engine.quantity import quantity as _quantity
-from crosscheck._engine.run import CASE_KEYWORDS
 from crosscheck._errors import one_line
 from crosscheck._report.bundle import bitwise
 from crosscheck._workloads.protocol import Options, Point
@@ -138,11 +137,16 @@ def check_case(workload: Any, bundle: dict[str, Any]) -> None:
     case = bundle["meta"]["report"]["case"]
     if case.get("source") == "user arrays":
         return
-    keys = ("dtype", "seed") if workload.own_arrays else CASE_KEYWORDS
-    given = {k: case[k] for k in keys if k in case and k not in ("weights", "x")}
+    # What the workload takes (the stack's knobs) and the case's dtype and seed, in the record's order.
+    keys = (workload.takes - {"weights", "x"}) | {"dtype", "seed"}
+    given = {k: v for k, v in case.items() if k in keys}
     shown = ", ".join(f"{k}={one_line(str(v))[:40]}" for k, v in given.items())
     try:
-        point = workload.point(given)
+        known = {k: v for k, v in given.items() if v is not None}  # a null is the default
+        knobs = {k: v for k, v in known.items() if k in workload.takes}
+        point = workload.configure(**knobs).point(
+            dtype=known.get("dtype", "float32"), seed=known.get("seed", 0)
+        )
     except (ValueError, TypeError) as exc:
         raise ValueError(f"the bundle's case record ({shown}) is not a case: {exc}") from exc
     made = {**point.params, **point.inputs}

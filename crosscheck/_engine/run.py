@@ -1,25 +1,171 @@
-"""``crosscheck.run``: check the options, make the plan, drive it (``crosscheck._engine.driver``)."""
+"""The front door: ``crosscheck.check`` (a workload and option records in, a ``Report`` out) and
+``crosscheck.run``, the flat adapter of earlier releases, which builds the records and the workload and
+calls ``check``. ``plan`` decides everything before any backend runs (the CLI calls it and ``drive``
+itself, to say how much memory the case needs from the same estimate that refuses one too large).
+"""
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Sequence
 from typing import Any
-
-import numpy as np
 
 from crosscheck._backends import ORACLE
 from crosscheck._engine.driver import drive
 from crosscheck._engine.plan import Plan
+from crosscheck._engine.quantity import QUANTITIES
 from crosscheck._engine.quantity import quantity as _quantity
+from crosscheck._engine.records import Execution, Oracle, Slack
 from crosscheck._files import available_memory, format_bytes
 from crosscheck._report.report import Report
-from crosscheck._workloads.protocol import Options, Progress
+from crosscheck._workloads.protocol import EngineWorkload, Options, Progress
 from crosscheck._workloads.registry import load_workload
-from crosscheck._workloads.stack.workload import StackWorkload
 
-#: The keywords of ``run`` that make the case (each workload takes those that apply to it).
-CASE_KEYWORDS: tuple[str, ...] = ("weights", "x", "layers", "batch", "dim", "dtype", "seed", "init", "scale")
-CASE_KEYWORDS += ("oracle_mode", "directions", "explain", "quantity")
+
+def check(
+    workload: Any = None,
+    *,
+    backends: Sequence[Any] | None = None,
+    reference: Any = ORACLE,
+    dtype: str = "float32",
+    seed: int = 0,
+    quantity: str = "grad",
+    slack: Slack | None = None,
+    strict: bool = False,
+    oracle: Oracle = Oracle(),  # noqa: B008 (frozen: one instance serves every call)
+    execution: Execution = Execution(),  # noqa: B008
+    progress: Progress | None = None,
+) -> Report:
+    """Cross-check every backend's quantity on ``workload`` against the reference.
+
+    Args:
+        workload: a ``Stack`` (default: ``Stack()``), a ``Workload``, a ``Port``, a built-in name or an
+            import string ``module:attribute`` naming one (loaded once).
+        backends: names, import strings, objects or functions (default: ``jax``, ``torch``,
+            ``numpy-fd`` less the reference for the stack; a workload's implementations).
+        reference: the backend the others are compared with (default: the ``numpy-fd`` oracle).
+        dtype: ``"float32"`` or ``"float64"``, of the arrays the workload makes (yours keep theirs).
+        seed: seed of the arrays the workload makes (and of the HVP's direction).
+        quantity: ``"grad"``, or ``"hvp"`` along a direction made from ``seed`` (``hvp(weights, x, v)``).
+        slack: your ``Slack`` added to every entry's tolerance (None: none).
+        strict: fail when any entry is unjudgeable (a ReLU kink makes it ambiguous).
+        oracle: how the reference judges (``Oracle``: full, screened or chosen by cost).
+        execution: how each backend is run (``Execution``: repeats, worker processes, timeout).
+        progress: called as ``progress(description, done, total)``.
+
+    Returns:
+        A ``Report``: ``.passed`` and ``.to_dict()`` (the JSON report).
+
+    Raises:
+        ValueError, TypeError: bad arguments, in one line (a mismatch is a record, never raised).
+
+    Example:
+        >>> import crosscheck
+        >>> stack = crosscheck.Stack(layers=3, dim=4)
+        >>> report = crosscheck.check(stack, oracle=crosscheck.Oracle("full"))  # doctest: +SKIP
+    """
+    planned = plan(
+        load_workload(workload),
+        backends=backends,
+        reference=reference,
+        dtype=dtype,
+        seed=seed,
+        quantity=quantity,
+        slack=slack,
+        strict=strict,
+        oracle=oracle,
+        execution=execution,
+        progress=progress,
+    )
+    return drive(planned)
+
+
+def plan(
+    workload: EngineWorkload,
+    *,
+    backends: Sequence[Any] | None,
+    reference: Any,
+    dtype: str,
+    seed: int,
+    quantity: str,
+    slack: Slack | None,
+    strict: bool,
+    oracle: Oracle,
+    execution: Execution,
+    progress: Progress | None,
+) -> Plan:
+    """The plan of a loaded workload and the records (``check``'s arguments): its memory estimated (and
+    refused when too large) before anything is allocated, then its point, its judge, the candidates."""
+    _check_records(slack, oracle, execution, backends)
+    options = Options(
+        rtol=None if slack is None else slack.rtol,
+        atol=None if slack is None else slack.atol,
+        strict=strict,
+        seed=seed,
+        oracle_mode=oracle.mode,
+        directions=oracle.directions,
+        explain=workload.explain,
+        progress=progress,
+    )
+    specs = list(backends or ())
+    memory = check_memory(workload, dtype=dtype, quantity=quantity, options=options, candidates=specs)
+    point = workload.point(dtype=dtype, seed=seed)
+    what = _quantity(quantity)
+    judge = workload.judge(what, point, options)
+    candidates = list(backends) if backends is not None else workload.defaults(reference)
+    workload.check_candidates(candidates)
+    return Plan(
+        workload,
+        what,
+        point,
+        judge,
+        candidates,
+        reference,
+        backends is not None,
+        options,
+        execution.repeat,
+        isolate=execution.isolate,
+        timeout=execution.timeout,
+        workload_spec=workload.spec,
+        memory=memory,
+    )
+
+
+def _check_records(slack: Any, oracle: Any, execution: Any, backends: Any) -> None:
+    for name, value, kind in (
+        ("slack", slack, Slack),
+        ("oracle", oracle, Oracle),
+        ("execution", execution, Execution),
+    ):
+        if not isinstance(value, kind) and not (name == "slack" and value is None):
+            raise TypeError(f"`{name}` must be a crosscheck.{kind.__name__}, found {type(value).__name__}.")
+    if backends is not None and (isinstance(backends, (str, bytes)) or not isinstance(backends, Sequence)):
+        found = f"{type(backends).__name__} {backends!r:.60}"
+        raise TypeError(f"`backends` must be a list of backends, found {found}.")
+
+
+def check_memory(workload: Any, **case: Any) -> dict[str, int]:
+    """The bytes the case needs, by part (``workload.memory(**case)``, when it estimates), before
+    anything is allocated.
+
+    Raises:
+        MemoryTooLarge: more than this machine has available (the message gives the estimate).
+    """
+    memory = getattr(workload, "memory", None)
+    parts = memory(**case) if callable(memory) else {}
+    total, available = sum(parts.values()), available_memory()
+    if total > available:
+        shown = ", ".join(f"{name} {format_bytes(n)}" for name, n in parts.items() if n)
+        raise MemoryTooLarge(
+            f"this case needs about {format_bytes(total)} of memory ({shown}), more than the "
+            f"{format_bytes(available)} this machine has available; make it smaller."
+        )
+    return parts
+
+
+class MemoryTooLarge(ValueError):
+    """A case that cannot fit in this machine's memory (refused before anything is allocated)."""
 
 
 def run(
@@ -48,30 +194,22 @@ def run(
     isolate: bool | str = "auto",
     timeout: float | None = None,
 ) -> Report:
-    """Run one case (generated, or the given arrays) and cross-check every backend's gradient.
+    """Run one case (generated, or the given arrays) and cross-check every backend's gradient: the flat
+    form of ``check``, which it calls with the workload and the records it builds from these keywords.
 
     Args:
-        weights: your own weights ``(L, d, d)`` (float32 or float64) with ``x``; else ``layers``,
-            ``batch``, ``dim``, ``dtype``, ``seed``, ``init`` and ``scale`` make the case (see ``Case``).
+        weights: your own weights ``(L, d, d)`` (float32 or float64) with ``x`` (``Stack.from_arrays``);
+            else ``layers``, ``batch``, ``dim``, ``init`` and ``scale`` make the ``Stack``.
         x: your own inputs ``(N, d)``, with ``weights``.
-        backends: names, import strings, objects or functions (default: ``jax``, ``torch``, ``numpy-fd``
-            less the reference, the variants only when named; a workload's implementations).
-        reference: the backend the others are compared with (default: the ``numpy-fd`` oracle).
-        rtol: user slack, relative, added to every entry's tolerance; with ``atol`` or not at all.
+        dtype: as for ``check``, as are ``seed``, ``backends``, ``reference``, ``strict``, ``progress``.
+        rtol: user slack, relative, added to every entry's tolerance; with ``atol`` or not at all (``Slack``).
         atol: user slack, absolute.
-        strict: fail when any entry is unjudgeable (a ReLU kink makes it ambiguous).
-        oracle_mode: ``"full"`` (every entry), ``"screen"`` (random directional derivatives, then every
-            entry of a layer or workload tensor that fails) or ``"auto"`` (screen past ``SCREEN_FLOPS``, or
-            a workload's ``AUTO_EVALUATIONS``); either quantity. directions: per layer or tensor, screening.
-        explain: also localize (forward activations layer by layer) and classify a disagreement.
-        progress: called as ``progress(description, done, total)``.
+        oracle_mode: ``"full"``, ``"screen"`` or ``"auto"``, with ``directions`` (``Oracle``).
+        explain: also localize (forward activations layer by layer) and classify a disagreement (``Stack``).
         quantity: ``"grad"``, or ``"hvp"`` along a direction made from ``seed`` (``hvp(weights, x, v)``).
-        workload: a ``Workload``, a built-in name or an import string ``module:attribute`` (default:
-            the stack). Another workload makes its own arrays (only ``dtype`` and ``seed`` apply).
-        repeat: calls per candidate: a second result beyond its own rounding fails it (1: no repeat).
-        isolate: a worker process per backend (its crash is its failure): ``True`` each named by a
-            spec, ``"auto"`` import strings and plugins, ``False`` none.
-        timeout: seconds a backend call may take before it is that backend's failure (None: no limit).
+        workload: a ``Stack``, a ``Workload``, a built-in name or an import string ``module:attribute``
+            (default: the stack); another workload makes its own arrays (only ``dtype`` and ``seed`` apply).
+        repeat: calls per candidate, with ``isolate`` and ``timeout`` (``Execution``).
 
     Returns:
         A ``Report``: ``.passed`` and ``.to_dict()`` (the JSON report).
@@ -79,98 +217,58 @@ def run(
     Raises:
         ValueError, TypeError: bad arguments, said in one line (a mismatch is a record, never raised).
     """
-    given = dict(locals())
-    _check_options(rtol, atol, repeat, directions, backends, isolate, timeout)
-    return drive(_plan(given))
+    records = _records(rtol, atol, oracle_mode, directions, repeat, isolate, timeout, backends)
+    knobs = {"weights": weights, "x": x, "layers": layers, "batch": batch, "dim": dim, "init": init}
+    knobs.update(scale=scale, explain=explain)
+    chosen = configure(load_workload(workload), _changed(knobs), quantity=quantity)
+    given = {"backends": backends, "reference": reference, "dtype": dtype, "seed": seed, "strict": strict}
+    return check(chosen, quantity=quantity, progress=progress, **given, **records)
 
 
-def _plan(given: dict[str, Any]) -> Plan:
-    """The plan of ``run``'s keywords: the workload takes the case keywords that apply to it (and says
-    which do not), its judge the quantity, then the candidates."""
-    chosen = load_workload(given["workload"])
-    backends, reference = given["backends"], given["reference"]
-    check_memory(chosen, {k: given[k] for k in CASE_KEYWORDS}, list(backends or ()))
-    point = chosen.point({k: given[k] for k in CASE_KEYWORDS})
-    names = ("rtol", "atol", "strict", "seed", "oracle_mode", "directions", "explain", "progress")
-    options = Options(**{k: given[k] for k in names})
-    what = _quantity(given["quantity"])
-    judge = chosen.judge(what, point, options)
-    specs = list(backends) if backends is not None else chosen.defaults(reference)
-    chosen.check_candidates(specs)
-    return Plan(
-        chosen,
-        what,
-        point,
-        judge,
-        specs,
-        reference,
-        backends is not None,
-        options,
-        given["repeat"],
-        isolate=given["isolate"],
-        timeout=None if given["timeout"] is None else float(given["timeout"]),
-        workload_spec=_workload_spec(given["workload"]),
-    )
+def _records(*flat: Any) -> dict[str, Any]:
+    """``check``'s records of ``run``'s flat keywords (validated in ``run``'s order: the tolerances, the
+    worker processes and the timeout, the repeats, the directions, the backends)."""
+    rtol, atol, oracle_mode, directions, repeat, isolate, timeout, backends = flat
+    slack = Slack.of(rtol, atol)
+    execution = Execution(repeat=repeat, isolate=isolate, timeout=timeout)
+    oracle = Oracle(mode=oracle_mode, directions=directions)
+    _check_records(slack, oracle, execution, backends)
+    return {"slack": slack, "oracle": oracle, "execution": execution}
 
 
-def check_memory(workload: Any, given: dict[str, Any], specs: list[Any]) -> dict[str, int]:
-    """The bytes the case needs, by part (``workload.memory``, when it estimates), before anything is
-    allocated.
-
-    Raises:
-        MemoryTooLarge: more than this machine has available (the message gives the estimate).
-    """
-    memory = getattr(workload, "memory", None)
-    parts = memory(given, specs) if callable(memory) else {}
-    total, available = sum(parts.values()), available_memory()
-    if total > available:
-        shown = ", ".join(f"{name} {format_bytes(n)}" for name, n in parts.items() if n)
-        raise MemoryTooLarge(
-            f"this case needs about {format_bytes(total)} of memory ({shown}), more than the "
-            f"{format_bytes(available)} this machine has available; make it smaller."
-        )
-    return parts
+def configure(workload: Any, given: dict[str, Any], *, quantity: str) -> Any:
+    """``workload`` with the options ``given`` to ``run`` (those left at their defaults omitted) set:
+    ``ValueError`` for the first it does not take, or a quantity it has no judge for."""
+    for name in [*given, "quantity"]:
+        takes = name in workload.takes if name != "quantity" else _takes_quantity(workload, quantity)
+        if not takes:
+            raise ValueError(
+                f"`{name}` applies to the stack workload only; workload `{workload.name}` defines its own "
+                f"arrays (give `dtype` and `seed`)."
+            )
+    return workload.configure(**given) if given else workload
 
 
-class MemoryTooLarge(ValueError):
-    """A case that cannot fit in this machine's memory (refused before anything is allocated)."""
+def _takes_quantity(workload: Any, quantity: str) -> bool:
+    """A quantity the workload has no judge for does not apply to it (an unknown one is ``check``'s)."""
+    return quantity not in QUANTITIES or quantity in workload.quantities
 
 
-def _workload_spec(workload: Any) -> str | None:
-    """How a worker process loads the workload again: its name or import string (None: an object)."""
-    if workload is None or isinstance(workload, StackWorkload):
-        return "stack"
-    return workload if isinstance(workload, str) else None
+def _changed(given: dict[str, Any]) -> dict[str, Any]:
+    """The keywords of ``run`` among ``given`` that are not at their defaults (an array always is)."""
+    defaults = _run_defaults()
+    return {name: value for name, value in given.items() if not _is_default(value, defaults[name])}
 
 
-def _check_isolation(isolate: Any, timeout: Any) -> None:
-    if not (isinstance(isolate, bool) or isolate == "auto"):
-        raise TypeError(f"`isolate` must be True, False or 'auto', found {isolate!r:.60}.")
-    if timeout is None:
-        return
-    number = isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
-    if not (number and np.isfinite(timeout) and timeout > 0):
-        raise ValueError(f"`timeout` must be a positive number of seconds, found {timeout!r:.60}.")
+def _is_default(value: Any, default: Any) -> bool:
+    if value is default:
+        return True
+    try:
+        return default is not None and bool(value == default)
+    except (ValueError, TypeError):  # an array where a number belongs: given (the workload says why)
+        return False
 
 
-def _check_options(*given: Any) -> None:
-    rtol, atol, repeat, directions, backends, isolate, timeout = given
-    _check_tolerances(rtol, atol)
-    _check_isolation(isolate, timeout)
-    for name, value in (("repeat", repeat), ("directions", directions)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"`{name}` must be a positive integer, found {value!r}.")
-    if backends is not None and (isinstance(backends, (str, bytes)) or not isinstance(backends, Sequence)):
-        found = f"{type(backends).__name__} {backends!r:.60}"
-        raise TypeError(f"`backends` must be a list of backends, found {found}.")
-
-
-def _check_tolerances(rtol: float | None, atol: float | None) -> None:
-    if (rtol is None) != (atol is None):
-        raise ValueError(
-            "`rtol` and `atol` must be given together or not at all; found only "
-            f"`{'rtol' if atol is None else 'atol'}`."
-        )
-    for name, value in (("rtol", rtol), ("atol", atol)):
-        if value is not None and not (np.isfinite(value) and value >= 0):
-            raise ValueError(f"`{name}` must be a non-negative finite number, found {value!r}.")
+@functools.cache
+def _run_defaults() -> dict[str, Any]:
+    return {name: p.default for name, p in inspect.signature(run).parameters.items()}

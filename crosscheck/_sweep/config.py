@@ -45,8 +45,6 @@ STACK = "stack"
 
 #: Keys whose lists span the matrix, in the order the product runs (the last varies fastest).
 MATRIX_KEYS = ("workloads", "layers", "batch", "dim", "dtypes", "seeds", "inits")
-#: Keys that only apply to the built-in stack (a workload has its own shapes).
-STACK_KEYS = ("layers", "batch", "dim", "inits")
 #: Defaults for a matrix key left out when another one is given (the defaults of `crosscheck run`).
 MATRIX_DEFAULTS: dict[str, list[Any]] = {
     "workloads": [STACK],
@@ -57,7 +55,6 @@ MATRIX_DEFAULTS: dict[str, list[Any]] = {
     "seeds": [0],
     "inits": ["gaussian"],
 }
-OPTION_KEYS = ("backends", "reference", "rtol", "atol", "strict", "timeout")
 #: The most cases a matrix may expand to unless the user raises it (``--max-cases``).
 MAX_CASES = 10_000
 

@@ -84,21 +84,31 @@ def _execute(task: Task, interrupts: Interrupts | None) -> Record:
 
 
 def _run_case(case: dict[str, Any], options: dict[str, Any]):
-    from crosscheck._engine.run import run
+    """Run one case: its workload loaded once and given the options of the case it takes (the stack's
+    shape), the records built once from the sweep's options; then the known answer, when it has one."""
+    from crosscheck._engine.records import Execution, Slack
+    from crosscheck._engine.run import check
+    from crosscheck._sweep.matrix import check_known
+    from crosscheck._workloads.registry import load_workload
 
     case = dict(case)
-    # A case's process is its isolation (a worker per case), or, with --jobs 0, there is none: no
-    # worker per backend inside a case.
-    options = {"isolate": False, **options}
-    workload = case.pop("workload", STACK)
-    if workload != STACK:
-        # A workload other than the stack: passed through to crosscheck.run (its shapes are its own).
-        return run(workload=workload, **case, **options), ""
-    from crosscheck._sweep.matrix import check_known
-    from crosscheck._workloads.stack.case import Case
-
-    report = run(**case, **options)
-    return report, check_known(Case(**case), report)
+    workload = load_workload(case.pop("workload", STACK))
+    knobs = {k: v for k, v in case.items() if k not in ("dtype", "seed")}
+    if knobs:
+        workload = workload.configure(**knobs)
+    report = check(
+        workload,
+        backends=options.get("backends"),
+        reference=options.get("reference", "numpy-fd"),
+        dtype=case.get("dtype", "float32"),
+        seed=case.get("seed", 0),
+        slack=Slack.of(options.get("rtol"), options.get("atol")),
+        strict=options.get("strict", False),
+        # A case's process is its isolation (a worker per case), or, with --jobs 0, there is none: no
+        # worker per backend inside a case.
+        execution=Execution(isolate=options.get("isolate", False)),
+    )
+    return report, check_known(report)
 
 
 def _record(task: Task, status: str, *, error: str = "", known_answer: str = "", report=None) -> Record:

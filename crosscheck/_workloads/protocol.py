@@ -17,7 +17,7 @@ first call.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -124,11 +124,22 @@ class Judge(Protocol):
 
 
 class EngineWorkload(Protocol):
-    """A workload as the engine runs it (the stack, or a user's ``Workload`` through ``generic``)."""
+    """A workload as the engine runs it (``crosscheck.Stack``, a user's ``Workload``, a ``Port``)."""
 
     name: str
-    #: Whether it makes its own arrays from ``seed`` and ``dtype`` (else from the case options).
-    own_arrays: bool
+    #: How a worker process builds it again (``load_workload(spec)``: a name, an import string or plain
+    #: data); None: it cannot be (an object given as such).
+    spec: Any
+    #: The options of ``crosscheck.run`` (and the CLI) it takes beyond ``dtype`` and ``seed``, each set
+    #: through ``configure`` (the stack's knobs; none for a workload that defines its own arrays).
+    takes: frozenset[str]
+    #: The quantities it has a judge for (names of ``crosscheck._engine.quantity.QUANTITIES``).
+    quantities: tuple[str, ...]
+    #: Whether its judge also localizes and classifies a disagreement (the report says so).
+    explain: bool
+
+    def configure(self, **given: Any) -> EngineWorkload:
+        """This workload with ``given`` (of what it ``takes``) set (``ValueError``: not a value of it)."""
 
     def defaults(self, reference: Any) -> list[Any]:
         """The candidates checked when the user names none."""
@@ -139,9 +150,23 @@ class EngineWorkload(Protocol):
     def check_candidates(self, specs: Sequence[Any]) -> None:
         """Raise ``ValueError`` for a candidate list that cannot mean anything here."""
 
-    def point(self, given: Mapping[str, Any]) -> Point:
-        """The point of the case ``given`` by ``crosscheck.run``'s keywords (``ValueError`` when they do
-        not apply)."""
+    def point(self, *, dtype: str, seed: int) -> Point:
+        """The point of its case at ``dtype`` and ``seed`` (``ValueError`` when they are not values)."""
 
     def judge(self, quantity: Any, point: Point, options: Options) -> Judge:
         """The judge of ``quantity`` at ``point`` (raises ``ValueError`` when it has none)."""
+
+
+class OwnArrays:
+    """What a workload that defines its own arrays (a user's ``Workload``, a ``Port``) says to the
+    engine: it takes none of the stack's options, checks the gradient, and explains nothing more."""
+
+    spec: Any = None
+    takes: frozenset[str] = frozenset()
+    quantities: tuple[str, ...] = ("grad",)
+    explain = False
+
+    def configure(self, **given: Any) -> Any:
+        if given:  # the caller checks ``takes`` first and says which option does not apply
+            raise ValueError(f"`{next(iter(given))}` does not apply to this workload.")
+        return self

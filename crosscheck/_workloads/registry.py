@@ -3,20 +3,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from crosscheck._backends import _import_attribute
 from crosscheck._errors import reraise_user_interrupt
 from crosscheck._workloads.port.declare import Port
 from crosscheck._workloads.port.workload import PortWorkload
-from crosscheck._workloads.stack.workload import STACK, StackWorkload
+from crosscheck._workloads.stack.workload import DEFAULT, Stack, from_spec
 from crosscheck._workloads.user.declare import Workload
 from crosscheck._workloads.user.workload import GenericWorkload
 
 #: Built-in workloads: name -> (import string ``module:attribute`` of the Workload, or None for the
 #: stack; a one-line description). Imported only when used.
 WORKLOADS: dict[str, tuple[str | None, str]] = {
-    "stack": (None, StackWorkload.description),
+    "stack": (None, Stack.description),
     "ste-stack": (
         "crosscheck._workloads.ste:STE_STACK",
         "ReLU stack, activations rounded to 1/8 straight-through",
@@ -30,21 +31,24 @@ def available_workloads() -> dict[str, str]:
 
 
 def load_workload(spec: Any) -> Any:
-    """The workload the engine runs for ``spec``: None or ``"stack"`` (the ReLU stack), a built-in name,
-    a ``Workload``, or an import string ``module:attribute`` naming one.
+    """The workload the engine runs for ``spec``: None or ``"stack"`` (the default ``Stack()``), a
+    ``Stack``, a built-in name, a ``Workload`` or ``Port``, an import string ``module:attribute`` naming
+    one, or a workload's ``spec`` (plain data, as a worker process receives it).
 
     Raises:
         ValueError: an unknown name, an import string that cannot be resolved, or an attribute that is
             not a Workload (a zero-argument function returning one is called).
     """
     if spec is None:
-        return STACK
-    if isinstance(spec, (StackWorkload, GenericWorkload, PortWorkload)):
+        return DEFAULT
+    if isinstance(spec, (Stack, GenericWorkload, PortWorkload)):
         return spec
+    if isinstance(spec, Mapping) and spec.get("workload") == Stack.name:
+        return from_spec(spec)
     if isinstance(spec, Workload):
         return GenericWorkload(spec)
     if isinstance(spec, Port):
-        return _port(spec)
+        return _port(spec, None)
     if not isinstance(spec, str):
         raise TypeError(
             f"`workload` must be a Workload, a built-in name or an import string, found "
@@ -53,21 +57,21 @@ def load_workload(spec: Any) -> Any:
     if spec in WORKLOADS:
         target = WORKLOADS[spec][0]
         if target is None:
-            return STACK
+            return DEFAULT
         built = _resolve(target, spec)
-        return _port(built) if isinstance(built, Port) else GenericWorkload(built)
+        return _port(built, spec) if isinstance(built, Port) else GenericWorkload(built, spec=spec)
     if ":" in spec:
         found = _resolve(spec, spec)
-        return _port(found) if isinstance(found, Port) else GenericWorkload(found)
+        return _port(found, spec) if isinstance(found, Port) else GenericWorkload(found, spec=spec)
     raise ValueError(
         f"unknown workload `{spec}`: expected one of {', '.join(WORKLOADS)}, or an import string "
         f"`package.module:attribute` naming a crosscheck.Workload."
     )
 
 
-def _port(port: Port) -> PortWorkload:
+def _port(port: Port, spec: str | None) -> PortWorkload:
     try:
-        return PortWorkload(port)
+        return PortWorkload(port, spec=spec)
     except ImportError as exc:  # a framework a port needs is not installed
         raise ValueError(f"port `{port.name}`: {exc}; pip install 'crosscheck-gradients[all,port]'") from exc
 

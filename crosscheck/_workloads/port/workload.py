@@ -13,7 +13,7 @@ table (a section of the report).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -25,19 +25,17 @@ from crosscheck._workloads.port import localize
 from crosscheck._workloads.port.build import Prepared, case_notes, jax_leaves
 from crosscheck._workloads.port.declare import Port
 from crosscheck._workloads.port.mapping import render
-from crosscheck._workloads.protocol import Call, Options, Point, Reference
+from crosscheck._workloads.protocol import Call, Options, OwnArrays, Point, Reference
 from crosscheck._workloads.user.declare import as_dtype
 from crosscheck._workloads.user.judge import GenericJudge
 from crosscheck._workloads.user.workload import GenericWorkload
 
 
-class PortWorkload:
+class PortWorkload(OwnArrays):
     """The engine's view of a ``crosscheck.Port`` (the generic workload of its ``Workload``)."""
 
-    own_arrays = True
-
-    def __init__(self, port: Port) -> None:
-        self.port, self.name = port, port.name
+    def __init__(self, port: Port, *, spec: str | None = None) -> None:
+        self.port, self.name, self.spec = port, port.name, spec
         self.prepared: Prepared = port.prepared
         self.inner = GenericWorkload(self.prepared.workload)  # raises on an unresolved mapping
         self.ports: set[int] = set()
@@ -54,8 +52,8 @@ class PortWorkload:
             self.ports.add(id(backend))
         return backend
 
-    def point(self, given: Mapping[str, Any]) -> Point:
-        point = self.inner.point(given)
+    def point(self, *, dtype: str, seed: int) -> Point:
+        point = self.inner.point(dtype=dtype, seed=seed)
         point.case.update(case_notes(self.prepared))
         return point
 

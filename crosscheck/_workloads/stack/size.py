@@ -1,4 +1,4 @@
-"""How much memory a stack case needs, estimated before anything is allocated (``StackWorkload.memory``).
+"""How much memory a stack case needs, estimated before anything is allocated (``Stack.memory``).
 
 A pure function of the case's sizes and options: ``crosscheck.run`` compares the total with the memory
 this machine has available and refuses, with the estimate, a case that cannot fit. The coefficients

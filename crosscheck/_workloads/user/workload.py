@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from crosscheck._backends import (
@@ -18,23 +18,11 @@ from crosscheck._backends import (
     load_backend,
     plugin_entry_points,
 )
-from crosscheck._workloads.protocol import Options, Point
+from crosscheck._workloads.protocol import Options, OwnArrays, Point
 from crosscheck._workloads.user.declare import Workload
 
 #: float64 copies of a workload's arrays alive at once (see ``GenericWorkload.memory``).
 MEMORY_ARRAYS = 24
-#: Options of ``crosscheck.run`` that only the stack has, with their defaults.
-STACK_ONLY = {
-    "weights": None,
-    "x": None,
-    "layers": 8,
-    "batch": 8,
-    "dim": 16,
-    "init": "gaussian",
-    "scale": 1.0,
-    "explain": False,
-    "quantity": "grad",
-}
 
 
 class WorkloadOracle:
@@ -46,14 +34,12 @@ class WorkloadOracle:
         return {"framework": "numpy + scipy.differentiate", "version": "", "device": "cpu"}
 
 
-class GenericWorkload:
-    """The engine's view of a ``crosscheck.Workload``."""
+class GenericWorkload(OwnArrays):
+    """The engine's view of a ``crosscheck.Workload`` (``spec``: the name or import string it was loaded
+    by, so that a worker process can load it again)."""
 
-    #: True: it makes its own arrays from ``seed`` and ``dtype`` (the stack's case options do not apply).
-    own_arrays = True
-
-    def __init__(self, workload: Workload) -> None:
-        self.workload, self.name = workload, workload.name
+    def __init__(self, workload: Workload, *, spec: str | None = None) -> None:
+        self.workload, self.name, self.spec = workload, workload.name, spec
 
     def defaults(self, reference: Any) -> list[Any]:
         specs = [name for name in self.workload.implementations if name != reference]
@@ -86,22 +72,16 @@ class GenericWorkload:
             )
         return load_backend(spec)
 
-    def memory(self, given: Mapping[str, Any], candidates: Sequence[Any]) -> dict[str, int]:
+    def memory(
+        self, *, dtype: str, quantity: str, options: Options, candidates: Sequence[Any]
+    ) -> dict[str, int]:
         """Bytes a case needs, by part: ``MEMORY_ARRAYS`` float64 copies of every parameter and input
         (the arrays, each candidate's gradients and re-run, the oracle's, the tolerance's terms)."""
         sizes = [*self.workload.parameters.values(), *self.workload.inputs.values()]
         entries = sum(math.prod(shape) for shape in sizes)
         return {"arrays": 8 * entries * (MEMORY_ARRAYS + 2 * len(candidates))}
 
-    def point(self, given: Mapping[str, Any]) -> Point:
-        for key, default in STACK_ONLY.items():
-            value = given.get(key, default)
-            if value is not default and not (default is not None and value == default):
-                raise ValueError(
-                    f"`{key}` applies to the stack workload only; workload `{self.name}` defines its own "
-                    f"arrays (give `dtype` and `seed`)."
-                )
-        seed, dtype = given.get("seed", 0), given.get("dtype", "float32")
+    def point(self, *, dtype: str, seed: int) -> Point:
         params, inputs = self.workload.make(seed=seed, dtype=dtype)
         case = {
             "workload": self.name,

@@ -1,0 +1,136 @@
+"""The option records of ``crosscheck.check``: small, frozen, each validated when it is made.
+
+``Slack`` (the user's tolerance pair, both or none), ``Oracle`` (how the reference judges) and
+``Execution`` (how each backend is run). ``crosscheck.run`` builds them from its flat keywords, the CLI
+from its options, ``sweep`` from its configuration; the messages name ``run``'s keywords.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+#: How the reference judges: every entry, random directions then entries, or chosen by cost.
+ORACLE_MODES = ("auto", "full", "screen")
+
+
+@dataclasses.dataclass(frozen=True)
+class Slack:
+    """Your slack, added to every entry's tolerance: ``atol + rtol * |reference|`` (torch's
+    ``get_tolerances`` says why the two come together or not at all).
+
+    Args:
+        rtol: relative, a non-negative finite number.
+        atol: absolute, a non-negative finite number.
+
+    Raises:
+        ValueError: one of them missing (None), negative or not finite.
+
+    Example:
+        >>> import crosscheck
+        >>> crosscheck.Slack(rtol=1e-5, atol=1e-8)
+        Slack(rtol=1e-05, atol=1e-08)
+    """
+
+    rtol: float
+    atol: float
+
+    def __post_init__(self) -> None:
+        if self.rtol is None and self.atol is None:
+            raise ValueError("a `Slack` needs both `rtol` and `atol`; for no slack pass `slack=None`.")
+        _check_tolerances(self.rtol, self.atol)
+        object.__setattr__(self, "rtol", float(self.rtol))
+        object.__setattr__(self, "atol", float(self.atol))
+
+    @classmethod
+    def of(cls, rtol: float | None, atol: float | None) -> Slack | None:
+        """The slack of a pair that may be absent (None when both are; ``ValueError`` for one)."""
+        _check_tolerances(rtol, atol)
+        return None if rtol is None or atol is None else cls(rtol, atol)
+
+
+@dataclasses.dataclass(frozen=True)
+class Oracle:
+    """How the reference judges the candidates.
+
+    Args:
+        mode: ``"full"`` (every entry), ``"screen"`` (random directional derivatives per layer or
+            parameter tensor, then every entry of one that fails them) or ``"auto"`` (screen when the
+            full oracle is costly).
+        directions: random directions per layer or parameter tensor when screening.
+
+    Raises:
+        ValueError: a mode not listed, or ``directions`` not a positive integer.
+
+    Example:
+        >>> import crosscheck
+        >>> crosscheck.Oracle(mode="screen", directions=8)
+        Oracle(mode='screen', directions=8)
+    """
+
+    mode: str = "auto"
+    directions: int = 4
+
+    def __post_init__(self) -> None:
+        _check_positive("directions", self.directions)
+        if self.mode not in ORACLE_MODES:
+            raise ValueError(f"`oracle_mode` must be one of {', '.join(ORACLE_MODES)}; found {self.mode!r}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Execution:
+    """How each backend is run.
+
+    Args:
+        repeat: calls per candidate: a second result that differs beyond its own rounding fails it
+            (1: no repeat).
+        isolate: a worker process per backend, so that its crash is its failure: ``True`` each one named
+            by a spec, ``"auto"`` import strings and plugins, ``False`` none.
+        timeout: seconds a backend call may take before it is that backend's failure (None: no limit).
+
+    Raises:
+        TypeError, ValueError: a value of the wrong kind (the message names it).
+
+    Example:
+        >>> import crosscheck
+        >>> crosscheck.Execution(repeat=1, isolate=True, timeout=60)
+        Execution(repeat=1, isolate=True, timeout=60.0)
+    """
+
+    repeat: int = 2
+    isolate: bool | str = "auto"
+    timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        _check_isolation(self.isolate, self.timeout)
+        _check_positive("repeat", self.repeat)
+        if self.timeout is not None:
+            object.__setattr__(self, "timeout", float(self.timeout))
+
+
+def _check_positive(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"`{name}` must be a positive integer, found {value!r}.")
+
+
+def _check_isolation(isolate: Any, timeout: Any) -> None:
+    if not (isinstance(isolate, bool) or isolate == "auto"):
+        raise TypeError(f"`isolate` must be True, False or 'auto', found {isolate!r:.60}.")
+    if timeout is None:
+        return
+    number = isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
+    if not (number and np.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"`timeout` must be a positive number of seconds, found {timeout!r:.60}.")
+
+
+def _check_tolerances(rtol: float | None, atol: float | None) -> None:
+    if (rtol is None) != (atol is None):
+        raise ValueError(
+            "`rtol` and `atol` must be given together or not at all; found only "
+            f"`{'rtol' if atol is None else 'atol'}`."
+        )
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if value is not None and not (np.isfinite(value) and value >= 0):
+            raise ValueError(f"`{name}` must be a non-negative finite number, found {value!r}.")
