@@ -10,8 +10,21 @@ import numpy as np
 
 # The dtypes are everyone's (``crosscheck._compare.constants``); re-exported for the stack's users.
 from crosscheck._compare.constants import DTYPES as DTYPES
+from crosscheck._workloads.protocol import POINT_KNOBS, Knob
 
 INITS = ("gaussian", "identity", "integer", "nearzero")
+
+#: The knobs of a case as data, in its fields' order (``Case``'s defaults): the stack's own (what
+#: ``Stack`` takes) with the point's ``dtype`` and ``seed`` after its sizes. The CLI lists its case
+#: options in this order, with these defaults and choices (``Stack.case_knobs``).
+KNOBS = (
+    Knob("layers", "number of layers L", int, 8),
+    Knob("batch", "rows N of x", int, 8),
+    Knob("dim", "width d", int, 16),
+    *POINT_KNOBS,
+    Knob("init", "how inputs are drawn", str, "gaussian", INITS),
+    Knob("scale", "factor applied to x", float, 1.0),
+)
 
 
 @dataclasses.dataclass(frozen=True)
