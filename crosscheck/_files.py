@@ -5,8 +5,8 @@ what the file holds, what the caller expects and the memory this machine has, an
 So a 192-byte file that declares a terabyte, or a zip member that would decompress to more than fits,
 is one line (a ``ValueError``) before anything is allocated. Nothing is ever unpickled.
 
-At the bottom of the layers, beside ``_errors``: the stack's file inputs, repro bundles and the memory
-estimates all use it.
+At the bottom of the layers, beside ``_errors`` (it needs only the dtypes of ``_compare.constants``): the
+CLI's ``--weights/--x`` (``load_array``), repro bundles and the memory estimates all use it.
 """
 
 from __future__ import annotations
@@ -14,11 +14,14 @@ from __future__ import annotations
 import math
 import os
 import zipfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+
+from crosscheck._compare.constants import DTYPES
 
 #: The longest .npy header read: NumPy's own default limit (a plain array's header is ~128 bytes).
 MAX_HEADER = 10_000
@@ -163,3 +166,80 @@ def open_file(path: Path, what: str) -> Any:
         return path.open("rb")
     except OSError as exc:
         raise ValueError(f"{what} {path} cannot be read ({exc.strerror or exc}).") from exc
+
+
+# -- a user's array file (`crosscheck run --weights/--x`) ----------------------------------------
+
+
+def load_array(path: str | Path, *, name: str, ndim: int | None = None) -> np.ndarray:
+    """Load a ``.npy`` file, or the single array of a ``.npz`` file, without pickle.
+
+    The header is read first: a shape of another rank than ``ndim``, or more data declared than the
+    file holds or than this machine can hold, is refused before anything is allocated or decompressed.
+
+    Raises:
+        ValueError: missing, a directory, unreadable, pickled, oversized, of the wrong rank, or a
+            multi-array file (one line, naming the option and the file).
+    """
+    what = f"`--{name}`"
+    path = check_readable(path, what)
+    expect = None if ndim is None else _rank(name, path, ndim)
+    with open_file(path, what) as file:  # our own handle, closed whatever happens
+        head = file.read(6)
+        file.seek(0)
+        if head.startswith(b"\x93NUMPY"):
+            return read_array(file, size=path.stat().st_size, what=f"{what} {path}", expect=expect)
+        if head.startswith(b"PK"):
+            return _load_npz(file, path, name, expect)
+        if not head:
+            raise ValueError(f"{what} {path} is empty: not a valid .npy/.npz file.")
+        if head.startswith(b"\x80"):  # a pickle stream (protocol 2 and later)
+            raise ValueError(_pickled_message(path, name))
+        raise ValueError(
+            f"{what} {path} is not a .npy/.npz file: it starts with neither the .npy signature nor a "
+            "zip header."
+        )
+
+
+def _load_npz(file: Any, path: Path, name: str, expect: Any) -> np.ndarray:
+    what = f"`--{name}` {path}"
+    try:
+        with zipfile.ZipFile(file) as archive:
+            keys = member_names(archive)
+            if name in keys:
+                keys = [name]
+            if len(keys) != 1:
+                raise ValueError(
+                    f"{what} must hold one array (or one named {name!r}); "
+                    f"found {len(keys)}: {', '.join(keys) or 'none'}."
+                )
+            return read_member(archive, keys[0], what=f"{what}, array `{keys[0]}`", expect=expect)
+    except _UNREADABLE as exc:
+        raise ValueError(f"{what} is not a valid .npy/.npz file ({type(exc).__name__}: {exc}).") from exc
+
+
+def _rank(name: str, path: Path, ndim: int) -> Any:
+    """A header check: the declared shape has ``ndim`` axes and a float dtype crosscheck judges."""
+    wanted = {3: "(L, d, d)", 2: "(N, d)"}.get(ndim, f"{ndim} axes")
+
+    def expect(shape: tuple[int, ...], dtype: np.dtype) -> None:
+        if len(shape) != ndim:
+            raise ValueError(f"`{name}` must have shape {wanted}; `--{name}` {path} holds shape {shape}.")
+        if dtype.name not in DTYPES:  # a big-endian float32 is float32 here (made native later)
+            raise ValueError(
+                f"`{name}` must be float32 or float64; `--{name}` {path} holds {dtype.name}. "
+                f"Convert it with `.astype('float32')`."
+            )
+
+    return expect
+
+
+#: What a damaged archive raises (its members are read lazily: zlib and CRC errors come late).
+_UNREADABLE = (OSError, EOFError, zipfile.BadZipFile, zlib.error)
+
+
+def _pickled_message(path: Path, name: str) -> str:
+    return (
+        f"`--{name}` {path} holds pickled objects, which crosscheck never loads; "
+        f"save a plain float array with numpy.save."
+    )

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from crosscheck import Case, make_inputs
-from crosscheck._workloads.stack.case import DTYPES, INITS, check_inputs, load_array
+from crosscheck._files import load_array
+from crosscheck._workloads.stack.case import DTYPES, INITS, check_inputs
 
 # -- Case validation -----------------------------------------------------------------------------------
 

@@ -45,6 +45,43 @@ def test_a_stack_owns_its_knobs_and_the_run_gives_dtype_and_seed():
     assert np.array_equal(point.params["weights"], weights) and np.array_equal(point.inputs["x"], x)
 
 
+def test_a_stack_declares_its_knobs_as_data_with_its_cases_defaults():
+    import dataclasses
+    import inspect
+
+    from crosscheck._workloads.registry import case_knobs
+
+    knobs = case_knobs("stack")
+    fields = {f.name: f.default for f in dataclasses.fields(crosscheck.Case)}
+    assert {name: knob.default for name, knob in knobs.items()} == fields  # the same names, order, defaults
+    signature = inspect.signature(crosscheck.Stack).parameters
+    assert {k: signature[k].default for k in crosscheck.Stack().knobs if k != "explain"} == {
+        k: fields[k] for k in ("layers", "batch", "dim", "init", "scale")
+    }
+    assert list(fields) == list(knobs)
+    assert knobs["init"].choices == ("gaussian", "identity", "integer", "nearzero")
+    assert knobs["dtype"].choices == ("float32", "float64")
+    # What the run sets (dtype, seed) and what the stack takes (configure) make its whole case.
+    assert set(knobs) - {"dtype", "seed"} == crosscheck.Stack.takes - {"explain", "weights", "x"}
+
+
+def test_a_workload_of_its_own_arrays_has_only_the_points_knobs():
+    workload = load_workload("ste-stack")
+    assert [knob.name for knob in workload.case_knobs] == ["dtype", "seed"]
+    assert workload.known_answer(object()) == ""
+
+
+def test_the_ci_matrix_and_its_known_answers_are_the_stacks():
+    from crosscheck._workloads.stack.matrix import CASES
+
+    stack = load_workload("stack")
+    assert stack.ci_cases() == [case.to_dict() for case in CASES]
+    report = crosscheck.check(
+        crosscheck.Stack(layers=2, batch=3, dim=2, init="identity"), backends=["numpy-fd"]
+    )
+    assert stack.known_answer(report) == "exact"  # every entry exactly 2 * N = 6
+
+
 @pytest.mark.parametrize(
     ("knobs", "error", "message"),
     [

@@ -507,7 +507,7 @@ def test_a_wrong_backend_misses_the_exact_answer(user_module):
 
 
 def test_sweep_of_the_builtin_matrix_writes_the_known_answer(tmp_path, monkeypatch, capsys):
-    import crosscheck._sweep.matrix as matrix
+    import crosscheck._workloads.stack.matrix as matrix
 
     # The built-in matrix takes ~25 s; one of its identity cases is enough to test the command.
     monkeypatch.setattr(matrix, "CASES", tuple(matrix.CASES[:1]))

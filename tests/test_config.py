@@ -10,7 +10,7 @@ import pytest
 from crosscheck._cli.main import build_parser, main
 from crosscheck._cli.sweep import resolve_config
 from crosscheck._sweep.config import ConfigError, SweepConfig, cases, find_config, load_config, options
-from crosscheck._sweep.matrix import CASES
+from crosscheck._workloads.stack.matrix import CASES
 
 EXAMPLE = """
 [tool.crosscheck]

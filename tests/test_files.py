@@ -19,8 +19,8 @@ import pytest
 
 import crosscheck
 from crosscheck._cli.main import main
-from crosscheck._files import available_memory, read_array
-from crosscheck._workloads.stack.case import Case, load_array, make_inputs
+from crosscheck._files import available_memory, load_array, read_array
+from crosscheck._workloads.stack.case import Case, make_inputs
 
 SMALL = ["--layers", "3", "--batch", "4", "--dim", "4"]
 

@@ -10,7 +10,7 @@ import pytest
 
 import crosscheck
 from crosscheck._cli.main import main
-from crosscheck._tools.inspect import grouped, inspect_backend, ulp_difference
+from crosscheck._tools.inspect import grouped, inspect_backend, stack_inputs, ulp_difference
 
 LAYERS, BATCH, DIM = 4, 2, 3
 WEIGHTS, X = crosscheck.make_inputs(crosscheck.Case(layers=LAYERS, batch=BATCH, dim=DIM))
@@ -237,3 +237,13 @@ def test_inspect_reports_a_backend_that_exits_and_goes_on(capsys):
     assert status == 1
     assert "test_inspect:ExitsWhenInspected: failed: SystemExit: 0 (sys.exit was called" in out
     assert "torch (torch): ok" in out  # the next backend was still inspected
+
+
+@pytest.mark.parametrize(
+    ("layers", "batch", "dim", "seed"), [(8, 4, 8, 0), (2, 3, 5, 7)], ids=["default", "other"]
+)
+def test_the_tools_make_the_stacks_arrays_through_the_workload_bit_for_bit(layers, batch, dim, seed):
+    weights, x = stack_inputs(layers=layers, batch=batch, dim=dim, seed=seed)
+    expected = crosscheck.make_inputs(crosscheck.Case(layers=layers, batch=batch, dim=dim, seed=seed))
+    for got, want in zip((weights, x), expected, strict=True):
+        assert got.dtype == want.dtype and got.shape == want.shape and got.tobytes() == want.tobytes()

@@ -33,7 +33,7 @@ def test_junit_has_a_case_per_comparison_and_the_failure_message(tmp_path):
 
 
 def test_cli_writes_junit_for_run_and_sweep(tmp_path, monkeypatch):
-    from crosscheck._sweep import matrix as _matrix
+    from crosscheck._workloads.stack import matrix as _matrix
 
     path = tmp_path / "run.xml"
     assert (

@@ -7,14 +7,13 @@ A subcommand module imports this module and the core, never another subcommand m
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from crosscheck._compare.constants import DTYPES
-from crosscheck._workloads.stack.case import INITS, Case
+from crosscheck._workloads.protocol import Knob
+from crosscheck._workloads.registry import case_knobs
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -44,35 +43,15 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-# -- the case options, declared once ---------------------------------------------------------------
+# -- the case options, declared by the stack ------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class CaseOption:
-    """One option of a generated case: ``--NAME`` with its help (without the default) and type."""
+#: Every option of a generated stack case, in the order ``--help`` lists them: the stack's knobs and its
+#: point's (``--dtype``, ``--seed``), as the stack declares them (``Knob``: help, type, choices, default).
+CASE_OPTIONS: dict[str, Knob] = case_knobs("stack")
 
-    name: str
-    help: str
-    type: Callable[[str], Any] = int
-    choices: tuple[str, ...] | None = None
-
-
-#: Every option of a generated stack case, in the order ``--help`` lists them.
-CASE_OPTIONS: dict[str, CaseOption] = {
-    option.name: option
-    for option in (
-        CaseOption("layers", "number of layers L"),
-        CaseOption("batch", "rows N of x"),
-        CaseOption("dim", "width d"),
-        CaseOption("dtype", "float dtype of the inputs", str, choices=DTYPES),
-        CaseOption("seed", "random seed"),
-        CaseOption("init", "how inputs are drawn", str, choices=INITS),
-        CaseOption("scale", "factor applied to x", float),
-    )
-}
-
-#: The core's own defaults (``Case``), shown in ``--help`` where an option is left unset.
-CASE_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(Case)}
+#: The core's own defaults (the stack's), shown in ``--help`` where an option is left unset.
+CASE_DEFAULTS: dict[str, Any] = {name: knob.default for name, knob in CASE_OPTIONS.items()}
 
 
 def add_case_options(parser: Any, defaults: Mapping[str, Any] | None = None) -> None:

@@ -48,13 +48,13 @@ def run(args: argparse.Namespace) -> int:
     """``crosscheck inspect``: exit 1 when a backend's claims are contradicted."""
     from crosscheck._backends import BackendUnavailable, load_backend
     from crosscheck._engine.call import guarded
-    from crosscheck._workloads.stack.case import Case, make_inputs
+    from crosscheck._tools.inspect import stack_inputs
 
     check_at_least("--layers", args.layers)
     check_at_least("--batch", args.batch)
     check_at_least("--dim", args.dim)
     check_output(args.json)
-    weights, x = make_inputs(Case(layers=args.layers, batch=args.batch, dim=args.dim, seed=args.seed))
+    weights, x = stack_inputs(layers=args.layers, batch=args.batch, dim=args.dim, seed=args.seed)
     console, results, failed = make_console(), [], False
     console.print(f"crosscheck inspect: layers={args.layers}, batch={args.batch}, dim={args.dim}, float32")
     plain_cache: dict[str, Any] = {}

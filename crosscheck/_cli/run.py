@@ -261,7 +261,7 @@ def _arrays(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(
             f"`--{first}` cannot be combined with `--weights/--x`: the arrays determine the case."
         )
-    from crosscheck._workloads.stack.case import load_array
+    from crosscheck._files import load_array
 
     try:
         return {

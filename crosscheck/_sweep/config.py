@@ -2,7 +2,7 @@
 
 The matrix is the cartesian product of the listed values. Every key is optional; command-line options
 replace the key they name. Without any matrix key (and no matrix option on the command line) a sweep
-runs the built-in CI matrix (``crosscheck._sweep.matrix.CASES``).
+runs the built-in CI matrix (the stack's, ``Stack.ci_cases``).
 
 Example::
 
@@ -38,10 +38,12 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from crosscheck._compare.constants import DTYPES
-from crosscheck._workloads.stack.case import INITS
+from crosscheck._workloads.registry import case_knobs, load_workload
 
 CONFIG_FILE = "pyproject.toml"
 STACK = "stack"
+#: How the stack's inputs may be drawn (its ``init`` knob's choices).
+INITS: tuple[str, ...] = case_knobs(STACK)["init"].choices or ()
 
 #: Keys whose lists span the matrix, in the order the product runs (the last varies fastest).
 MATRIX_KEYS = ("workloads", "layers", "batch", "dim", "dtypes", "seeds", "inits")
@@ -223,9 +225,7 @@ def cases(config: SweepConfig, *, limit: int | None = MAX_CASES) -> list[dict[st
         ConfigError: the product has more than ``limit`` cases (refused before it is expanded).
     """
     if not config.has_matrix():
-        from crosscheck._sweep.matrix import CASES
-
-        return [{"workload": STACK, **case.to_dict()} for case in CASES]
+        return [{"workload": STACK, **case} for case in load_workload(STACK).ci_cases()]
     lists = [config.get(key, MATRIX_DEFAULTS[key]) for key in MATRIX_KEYS]
     size = math.prod(len(values) for values in lists)
     if limit is not None and size > limit:

@@ -88,7 +88,6 @@ def _run_case(case: dict[str, Any], options: dict[str, Any]):
     shape), the records built once from the sweep's options; then the known answer, when it has one."""
     from crosscheck._engine.records import Execution, Slack
     from crosscheck._engine.run import check
-    from crosscheck._sweep.matrix import check_known
     from crosscheck._workloads.registry import load_workload
 
     case = dict(case)
@@ -108,7 +107,7 @@ def _run_case(case: dict[str, Any], options: dict[str, Any]):
         # worker per backend inside a case.
         execution=Execution(isolate=options.get("isolate", False)),
     )
-    return report, check_known(report)
+    return report, workload.known_answer(report)
 
 
 def _record(task: Task, status: str, *, error: str = "", known_answer: str = "", report=None) -> Record:

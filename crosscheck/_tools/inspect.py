@@ -42,6 +42,16 @@ from crosscheck._tools.inspect_records import Residual, Structure, grouped, ulp_
 __all__ = ["Residual", "Structure", "grouped", "inspect_backend", "plain_sibling", "ulp_difference"]
 
 
+def stack_inputs(*, layers: int, batch: int, dim: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``(weights, x)`` of the stack of this shape (gaussian, float32), made by the workload itself
+    (``load_workload("stack")``) as a run makes them."""
+    from crosscheck._workloads.registry import load_workload
+
+    stack = load_workload("stack").configure(layers=layers, batch=batch, dim=dim)
+    point = stack.point(dtype="float32", seed=seed)
+    return point.params["weights"], point.inputs["x"]
+
+
 def inspect_backend(
     backend: Any, weights: np.ndarray, x: np.ndarray, *, check_loss: bool = True
 ) -> Structure:

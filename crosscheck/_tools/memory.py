@@ -82,8 +82,7 @@ def residual_table(
         ValueError: an unknown variant, or one that is neither a JAX nor a PyTorch backend.
     """
     from crosscheck._backends import load_backend
-    from crosscheck._tools.inspect import inspect_backend
-    from crosscheck._workloads.stack.case import Case, make_inputs
+    from crosscheck._tools.inspect import inspect_backend, stack_inputs
 
     rows = []
     for name in variants:
@@ -91,7 +90,7 @@ def residual_table(
         for width in widths:
             by_depth, last = {}, None
             for layers in depths:
-                weights, x = make_inputs(Case(layers=layers, batch=batch, dim=width, seed=0))
+                weights, x = stack_inputs(layers=layers, batch=batch, dim=width)
                 last = inspect_backend(backend, weights, x, check_loss=False)
                 if not last.framework:
                     raise ValueError(
@@ -155,16 +154,16 @@ def _reset_peak() -> bool:
 
 def _child(variant: str, layers: int, batch: int, dim: int) -> dict[str, Any]:
     from crosscheck._backends import load_backend
-    from crosscheck._workloads.stack.case import Case, make_inputs
+    from crosscheck._tools.inspect import stack_inputs
 
     backend = load_backend(variant)
-    weights, x = make_inputs(Case(layers=layers, batch=batch, dim=dim, seed=0))
+    weights, x = stack_inputs(layers=layers, batch=batch, dim=dim)
     out: dict[str, Any] = {"variant": variant, "layers": layers, "batch": batch, "dim": dim}
     jax = callable(getattr(backend, "loss_fn", None))
     # XLA keeps a computation's buffers for its next call: measure its first call, after compiling.
     run = _jax_runner(backend, weights, x, out) if jax else None
     if run is None:
-        small_w, small_x = make_inputs(Case(layers=2, batch=2, dim=dim, seed=0))
+        small_w, small_x = stack_inputs(layers=2, batch=2, dim=dim)
         backend.grad(small_w, small_x)  # load kernels and allocator state before measuring
 
         def run():

@@ -3,8 +3,9 @@
 The engine owns the lifecycle (load, guarded call, result and input checks, repeats, the report); a
 workload owns what is specific to it behind this small protocol:
 
-- ``EngineWorkload``: its name, the options it accepts, how a spec becomes a backend (``resolve``), the
-  candidates it checks by default, the ``Point`` of a case, and a ``Judge`` for a quantity there.
+- ``EngineWorkload``: its name, the options it accepts (its case's knobs, as data: ``Knob``), how a
+  spec becomes a backend (``resolve``), the candidates it checks by default, the ``Point`` of a case,
+  a ``Judge`` for a quantity there, and the known answer of a case, when it has one.
 - ``Judge``: how a backend computes the quantity (``evaluate``), how the reference estimates it
   (``reference``, with its error bars and what it cannot judge), and how a candidate is compared with
   it (``compare``: one ``Comparison`` per parameter, each with its named tolerance terms).
@@ -23,8 +24,35 @@ from typing import Any, Protocol
 import numpy as np
 
 from crosscheck._compare.compare import Comparison
+from crosscheck._compare.constants import DTYPES
 
 Progress = Callable[[str, int, int], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Knob:
+    """One knob of a workload's case, as data: what the CLI's ``--NAME`` and ``[tool.crosscheck]`` read.
+
+    Args:
+        name: the keyword (``configure(name=...)``, ``point(name=...)``) and the option ``--name``.
+        help: what it sets, for ``--help`` (without the default).
+        type: how a command-line string becomes a value.
+        default: its value when not given (shown in ``--help``).
+        choices: the values it takes, when they are a short list.
+    """
+
+    name: str
+    help: str
+    type: Callable[[str], Any]
+    default: Any
+    choices: tuple[str, ...] | None = None
+
+
+#: The knobs of every workload's point (``point(dtype=..., seed=...)``), with the run's defaults.
+POINT_KNOBS = (
+    Knob("dtype", "float dtype of the inputs", str, "float32", DTYPES),
+    Knob("seed", "random seed", int, 0),
+)
 
 
 class Outcome(Protocol):
@@ -133,6 +161,9 @@ class EngineWorkload(Protocol):
     #: The options of ``crosscheck.run`` (and the CLI) it takes beyond ``dtype`` and ``seed``, each set
     #: through ``configure`` (the stack's knobs; none for a workload that defines its own arrays).
     takes: frozenset[str]
+    #: The knobs of its case as data, in the order its case record lists them: those it ``takes`` and the
+    #: point's (``POINT_KNOBS``). The CLI's case options and the sweep's checks are read from them.
+    case_knobs: tuple[Knob, ...]
     #: The quantities it has a judge for (names of ``crosscheck._engine.quantity.QUANTITIES``).
     quantities: tuple[str, ...]
     #: Whether its judge also localizes and classifies a disagreement (the report says so).
@@ -156,6 +187,10 @@ class EngineWorkload(Protocol):
     def judge(self, quantity: Any, point: Point, options: Options) -> Judge:
         """The judge of ``quantity`` at ``point`` (raises ``ValueError`` when it has none)."""
 
+    def known_answer(self, report: Any) -> str:
+        """``"exact"`` when the gradients of ``report`` (a run of this workload) are its case's known
+        answer exactly, else what is not; ``""`` when the case has none."""
+
 
 class OwnArrays:
     """What a workload that defines its own arrays (a user's ``Workload``, a ``Port``) says to the
@@ -163,8 +198,12 @@ class OwnArrays:
 
     spec: Any = None
     takes: frozenset[str] = frozenset()
+    case_knobs: tuple[Knob, ...] = POINT_KNOBS
     quantities: tuple[str, ...] = ("grad",)
     explain = False
+
+    def known_answer(self, report: Any) -> str:
+        return ""  # its arrays are its own: no answer is known in advance
 
     def configure(self, **given: Any) -> Any:
         if given:  # the caller checks ``takes`` first and says which option does not apply

@@ -10,6 +10,7 @@ from crosscheck._backends import _import_attribute
 from crosscheck._errors import reraise_user_interrupt
 from crosscheck._workloads.port.declare import Port
 from crosscheck._workloads.port.workload import PortWorkload
+from crosscheck._workloads.protocol import Knob
 from crosscheck._workloads.stack.workload import DEFAULT, Stack, from_spec
 from crosscheck._workloads.user.declare import Workload
 from crosscheck._workloads.user.workload import GenericWorkload
@@ -28,6 +29,12 @@ WORKLOADS: dict[str, tuple[str | None, str]] = {
 def available_workloads() -> dict[str, str]:
     """Built-in workloads: name -> one-line description (``stack`` is the default)."""
     return {name: description for name, (_, description) in WORKLOADS.items()}
+
+
+def case_knobs(name: str) -> dict[str, Knob]:
+    """The knobs of built-in workload ``name``'s case by name, as data (the stack's ``layers``, ...,
+    ``init`` with its choices): what the CLI's case options and the sweep's checks are made of."""
+    return {knob.name: knob for knob in load_workload(name).case_knobs}
 
 
 def load_workload(spec: Any) -> Any:

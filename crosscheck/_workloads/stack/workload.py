@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 
 from crosscheck._backends import DEFAULTS, ORACLE, load_backend
-from crosscheck._workloads.protocol import Options, Point
-from crosscheck._workloads.stack.case import Case, check_inputs, make_inputs
+from crosscheck._workloads.protocol import POINT_KNOBS, Options, Point
+from crosscheck._workloads.stack.case import KNOBS, Case, check_inputs, make_inputs
 
 DESCRIPTION = "the eight-layer ReLU stack: y = relu(y @ W_k), loss sum(y_L ** 2) (the default)"
-#: The knobs of a generated stack, with their defaults (``Case``'s).
-SHAPE = {"layers": 8, "batch": 8, "dim": 16, "init": "gaussian", "scale": 1.0}
+#: The knobs of a generated stack (its case's, less the point's), with their defaults (``Case``'s).
+SHAPE = {knob.name: knob.default for knob in KNOBS if knob not in POINT_KNOBS}
 
 
 class Stack:
@@ -51,6 +51,9 @@ class Stack:
     description = DESCRIPTION
     #: The quantities it has a judge for.
     quantities = ("grad", "hvp")
+    #: The knobs of its case as data (``case.KNOBS``): what the CLI's case options and the sweep's
+    #: checks read, names, types, defaults and choices.
+    case_knobs = KNOBS
 
     def __init__(
         self,
@@ -166,6 +169,21 @@ class Stack:
 
         judges = {"grad": StackGradJudge, "hvp": StackHvpJudge}
         return judges[quantity.name](point, options)
+
+    def known_answer(self, report: Any) -> str:
+        """``"exact"`` when every gradient of ``report`` is its case's known answer exactly (identity
+        weights, ``x`` all ones: ``2 * N`` everywhere), else what is not; ``""`` when it has none."""
+        from crosscheck._workloads.stack.matrix import check_known
+
+        return check_known(report)
+
+    @staticmethod
+    def ci_cases() -> list[dict[str, Any]]:
+        """The built-in CI matrix (``crosscheck sweep`` without a matrix of its own): case records of
+        known answers, random shapes and seeds, exact zeros and near-kinks (``matrix.CASES``)."""
+        from crosscheck._workloads.stack import matrix
+
+        return [case.to_dict() for case in matrix.CASES]
 
     def __repr__(self) -> str:
         knobs = ", ".join(f"{k}={v!r}" for k, v in self.knobs.items())

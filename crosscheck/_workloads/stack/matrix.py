@@ -1,5 +1,6 @@
-"""The built-in CI matrix: the cases ``crosscheck sweep`` (``nox -s crosscheck``) runs without a
-``[tool.crosscheck]`` matrix, and the known answers it checks them against."""
+"""The built-in CI matrix: the stack's cases that ``crosscheck sweep`` (``nox -s crosscheck``) runs
+without a ``[tool.crosscheck]`` matrix, and the known answers it checks them against (the sweep asks
+``Stack.ci_cases`` and ``Stack.known_answer``)."""
 
 from __future__ import annotations
 
