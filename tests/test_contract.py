@@ -2,8 +2,10 @@
 
 One table, ``CELLS``: (path, behaviour). A path is a way crosscheck calls backends (the stack's gradient
 and HVP, a user's workload, ``ste-stack``, a sweep case in process and in a worker,
-``assert_gradients_close``, ``replay``, ``list``, an entry-point plugin, the default run with its
-import strings in worker processes); a behaviour is one hostile backend of ``tests/hostile.py``. The
+``assert_gradients_close``, ``replay`` (a bundle saved before the backend misbehaves, and
+``replay-failed``: one saved after it failed in the run), ``list``, an entry-point plugin, the default
+run with its import strings in worker processes); a behaviour is one hostile backend of
+``tests/hostile.py``. The
 documented outcome (README "Exit status", design.md "Contracts"): a behaviour in ``FAILS`` makes its
 backend ``failed`` with a one-line error containing the phrase, every other backend still runs and
 passes, the run fails (exit 1); one in ``NOT_FAILURES`` is no failure (status ``ok``, its comparison
@@ -78,6 +80,10 @@ SWEEP = [b for b in STACK if b not in ("repeat1", "broken_plugin")]
 #: accumulation; float16 against a saved float32 gradient is a `differs` row by design; a name is moot
 #: (the table shows the bundle's text); the bundle records no broken plugin (it never computed).
 REPLAY = [b for b in STACK if b not in ("float16", "markup", "accumulates", "repeat1", "broken_plugin")]
+#: Replay of a bundle whose hostile backend already failed in the run (saved armed): the bundle holds no
+#: value of it, and its row must say "failed originally" (and what it does now), never vanish from a
+#: replay that passes. `os_exit` runs in a worker, in the run and in the replay.
+REPLAY_FAILED = [*(b for b in REPLAY if b in FAILS), "os_exit"]
 #: The default run (`--isolate` unset): every import string in its own worker process (`repeat1` is a
 #: run option; a broken plugin is checked in process).
 ISOLATED = SWEEP
@@ -96,6 +102,7 @@ CELLS = [
     *[("cli-auto", b) for b in ISOLATED],
     *[("assert", b) for b in STACK],
     *[("replay", b) for b in REPLAY],
+    *[("replay-failed", b) for b in REPLAY_FAILED],
     ("list", "exit_factory"),
     ("list", "exit_info"),
     ("plugin", "none_grad"),
@@ -321,24 +328,33 @@ def run_assert(behaviour, request, tmp_path, capsys):
     return Outcome(_name("stack", behaviour), report=report.to_dict())
 
 
-def run_replay(behaviour, request, tmp_path, capsys):
+def run_replay(behaviour, request, tmp_path, capsys, *, armed=False):
     """Save a bundle from a run that fails (``stack_wrong`` disagrees) with the hostile backend disarmed,
-    then replay it armed: the hostile backend misbehaves in the replay's call."""
+    then replay it armed: the hostile backend misbehaves in the replay's call. ``armed``: it misbehaves
+    in the run too (in a worker for ``os_exit``), so the bundle holds no value of it."""
     bundle = tmp_path / "fail.npz"
     specs = [f"hostile:stack_{behaviour}", "hostile:stack_wrong", "torch"]
     argv = ["run", *SMALL, *_case_argv(behaviour), "--save-bundle", str(bundle), "--quiet"]
-    argv += ["--no-isolate"]  # disarmed here: a worker process would import `hostile` armed
-    hostile.ARMED = False
+    if behaviour != "os_exit":
+        argv += ["--no-isolate"]  # disarmed: a worker process would import `hostile` armed
+    hostile.ARMED = armed
     status, out = _cli(argv + [a for spec in specs for a in ("--backend", spec)], capsys)
     assert status == 1 and bundle.is_file(), out
     hostile.ARMED = True
     status, out = _cli(["replay", str(bundle), "--trust"], capsys)
-    rows = {}
+    rows, last = {}, None
     for line in out.splitlines():
         cells = [cell.strip() for cell in line.split("│")]
-        if len(cells) > 2:
-            rows[cells[1]] = line
+        if len(cells) > 2 and cells[1]:
+            last = cells[1]
+            rows[last] = line
+        elif len(cells) > 2 and last:  # a cell folded onto the next line
+            rows[last] += " " + " ".join(cells)
     return Outcome(_name("stack", behaviour), status=status, out=out, rows=rows)
+
+
+def run_replay_failed(behaviour, request, tmp_path, capsys):
+    return run_replay(behaviour, request, tmp_path, capsys, armed=True)
 
 
 def run_list(behaviour, request, tmp_path, capsys):
@@ -369,6 +385,7 @@ RUNNERS = {
     "cli-auto": run_isolated,
     "assert": run_assert,
     "replay": run_replay,
+    "replay-failed": run_replay_failed,
     "list": run_list,
     "plugin": run_plugin,
 }
@@ -390,8 +407,8 @@ def test_contract(path, behaviour, request, tmp_path, capsys):
         pytest.importorskip("jax")
     before = _state()
     outcome = RUNNERS[path](behaviour, request, tmp_path, capsys)
-    if path == "replay":
-        check_replay(outcome, behaviour)
+    if path.startswith("replay"):
+        check_replay(outcome, behaviour, failed=path == "replay-failed")
     elif path == "list":
         check_list(outcome)
     elif outcome.message is not None:  # assert_gradients_close raised
@@ -447,12 +464,18 @@ def check_ok(outcome: Outcome, behaviour: str, *, alone: bool) -> None:
         assert hostile.MARKUP_NAME in outcome.out, outcome.out
 
 
-def check_replay(outcome: Outcome, behaviour: str) -> None:
+def check_replay(outcome: Outcome, behaviour: str, *, failed: bool = False) -> None:
     rows, shown = outcome.rows, f"exit {outcome.status}\n{outcome.out}"
     for other in ("numpy-fd", hostile.name("stack", "wrong"), "torch"):
         assert "bit for bit" in rows.get(other, ""), shown
     mine = rows.get(outcome.name, "")
-    if behaviour in FAILS:
+    if failed:  # it failed in the run: a row of its own, what it did then and now, and the replay fails
+        phrase = FAILS.get(behaviour, "worker process died with exit status 3")
+        assert "│ failed originally" in mine, shown
+        assert phrase in mine.split("originally:", 1)[1] and "now: failed" in mine, shown
+        assert "NOT REPRODUCED: 1 of 4 backends failed originally" in outcome.out, shown
+        assert outcome.status == 1, shown
+    elif behaviour in FAILS:
         assert "failed" in mine and FAILS[behaviour] in mine, shown
         assert outcome.status == 1, shown
     else:

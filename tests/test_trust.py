@@ -17,8 +17,8 @@ import pytest
 
 import crosscheck
 from crosscheck._cli.main import main
-from crosscheck._engine.replay import replay
-from crosscheck._report.bundle import load_bundle, save_bundle
+from crosscheck._engine.replay import replay, reproduced, verdict
+from crosscheck._report.bundle import load_bundle, save_bundle, sha256
 
 MODULE = """
 import pathlib
@@ -47,6 +47,9 @@ def writes(weights, x):
     out = _grad(weights, x)
     weights[0, 0, 0] = 5.0
     return out
+
+def nothing(weights, x):
+    return None
 """
 
 
@@ -66,12 +69,15 @@ def bundle(tmp_path, monkeypatch):
     return tmp_path / "b.npz"
 
 
-def tamper(path, edit=None, arrays=None, out=None):
+def tamper(path, edit=None, arrays=None, out=None, rehash=False):
     """A copy of the bundle at ``path`` with its metadata edited (``edit(meta)`` returns the new
-    metadata, or a JSON string) and entries replaced (``arrays``); the recorded hashes kept."""
+    metadata, or a JSON string) and entries replaced (``arrays``); the recorded hashes kept (``rehash``:
+    the replaced entries' hashes recorded, as a crafted file would)."""
     with np.load(path) as data:
         entries = {k: data[k] for k in data.files}
     meta = json.loads(str(entries["meta"][()]))
+    if rehash:
+        meta["sha256"].update({k: sha256(a) for k, a in (arrays or {}).items()})
     if edit is not None:
         meta = edit(meta)
     entries["meta"] = np.array(meta if isinstance(meta, str) else json.dumps(meta))
@@ -182,6 +188,82 @@ def test_a_replayed_backend_that_writes_to_its_inputs_is_caught_not_the_next(bun
     assert status == 1
 
 
+# -- every backend of the bundle is a row, and only bit for bit passes ------------------------------------
+
+
+def _rows(out):
+    """Each table row by its backend, its cells' padding folded to one space."""
+    return {
+        line.split("│")[1].strip(): " ".join(line.split()) for line in out.splitlines() if line.count("│") > 3
+    }
+
+
+def _without_spec(*names):
+    def edit(meta):
+        for name in names:
+            del meta["report"]["backends"][name]["notes"]["spec"]
+        return meta
+
+    return edit
+
+
+@pytest.mark.parametrize("trust", [(), ("--trust",)], ids=["untrusted", "trusted"])
+def test_candidates_without_a_spec_fail_the_replay_while_only_the_oracle_ran(bundle, capsys, trust):
+    status, out, _ = _replay(capsys, tamper(bundle, _without_spec("twice", "torch")), *trust)
+    rows = _rows(out)
+    assert status == 1 and "bit for bit" in rows["numpy-fd"], out
+    for name in ("twice", "torch"):
+        assert "│ not replayable │ the bundle names no backend to load for it" in rows[name], out
+    assert "NOT REPRODUCED: 2 of 3 backends not replayable" in out
+
+
+def test_a_candidate_that_failed_in_the_run_is_a_row_that_fails_the_replay(bundle, capsys):
+    """No value was saved for it (it returned None): untrusted, it is not run again and says so."""
+    path = bundle.parent / "none.npz"
+    report = crosscheck.run(layers=3, batch=4, dim=4, backends=["trustmod:nothing", "torch"], isolate=False)
+    save_bundle(report, path)
+    status, out, err = _replay(capsys, path)
+    rows = _rows(out)
+    assert status == 1 and "bit for bit" in rows["numpy-fd"] and "bit for bit" in rows["torch"], out
+    assert "│ failed originally │ originally: returned None instead of an array" in rows["nothing"], out
+    assert "now: not run (an import string is code)" in rows["nothing"], out
+    assert "not run: backend `trustmod:nothing`" in err
+    assert "NOT REPRODUCED: 1 of 3 backends failed originally" in out
+    status, out, _ = _replay(capsys, path, "--trust")
+    assert status == 1 and "now: failed the same way" in _rows(out)["nothing"], out
+
+
+def test_a_backend_the_bundle_holds_no_value_of_is_run_and_still_fails(bundle, capsys):
+    def drop_torch(meta):
+        del meta["values"]["torch"]  # the last: the other entries keep their numbers
+        return meta
+
+    status, out, _ = _replay(capsys, tamper(bundle, drop_torch))
+    rows = _rows(out)
+    assert status == 1 and "bit for bit" in rows["numpy-fd"], out
+    assert "│ no value saved │ the bundle holds no value for it (originally: ok); now: ran" in rows["torch"]
+    assert "NOT REPRODUCED: 1 of 3 backends not run (import strings are code); 1 of 3 backends have no" in out
+
+
+def test_a_saved_value_missing_a_parameter_differs(bundle, capsys):
+    def empty_torch(meta):
+        meta["values"]["torch"] = []
+        return meta
+
+    status, out, _ = _replay(capsys, tamper(bundle, empty_torch))
+    assert status == 1 and "│ differs │ `weights` has no saved value" in _rows(out)["torch"], out
+
+
+def test_a_bundle_of_no_backend_reproduces_nothing(bundle, capsys):
+    def empty(meta):
+        meta["values"], meta["report"]["backends"] = {}, {}
+        return meta
+
+    status, out, _ = _replay(capsys, tamper(bundle, empty))
+    assert status == 1 and "NOT REPRODUCED: the bundle records no backend" in out
+    assert not reproduced([]) and verdict([]) == "NOT REPRODUCED: the bundle records no backend"
+
+
 # -- the arrays are the bundle's -----------------------------------------------------------------------
 
 
@@ -200,6 +282,70 @@ def test_a_case_record_that_does_not_make_the_arrays_is_refused(bundle, capsys):
     assert status == 2 and "REPRODUCED" not in out
     assert "case record (layers=8, batch=4, dim=64, dtype=float32, seed=99, init=identity" in err
     assert "does not make its `weights` array" in err
+
+
+@pytest.fixture
+def user_bundle(bundle):
+    """A bundle of a failing run on your own arrays (``--weights/--x``): the oracle, ``trustmod:twice``
+    and ``torch``."""
+    rng = np.random.default_rng(3)
+    weights, x = rng.standard_normal((3, 4, 4)), rng.standard_normal((4, 4))
+    report = crosscheck.run(
+        weights=weights.astype(np.float32), x=x.astype(np.float32), backends=["trustmod:twice", "torch"]
+    )
+    assert report.case["source"] == "user arrays"
+    save_bundle(report, bundle.parent / "user.npz")
+    return bundle.parent / "user.npz"
+
+
+def _case(edit):
+    def on_meta(meta):
+        edit(meta["report"]["case"])
+        return meta
+
+    return on_meta
+
+
+def test_a_bundle_of_your_own_arrays_replays_bit_for_bit(user_bundle, capsys):
+    status, out, _ = _replay(capsys, user_bundle, "--trust")
+    assert status == 0 and out.count("│ bit for bit") == 3, out
+
+
+INTS = np.ones((3, 4, 4), np.int32), np.ones((4, 4), np.int32)
+USER_ARRAYS = {
+    # A record that claims your arrays but no hash of one: nothing would check it, so it is refused.
+    "no-hash": (
+        {},
+        _case(lambda case: case.pop("x_sha256")),
+        "records no SHA-256 of its `x` array (`x_sha256`)",
+    ),
+    # Arrays --weights would refuse, with hashes that match them: refused as --weights refuses them.
+    "nan": (
+        {"param_0": np.full((3, 4, 4), np.nan, np.float32)},
+        _case(lambda case: case.update(weights_sha256=sha256(np.full((3, 4, 4), np.nan, np.float32)))),
+        "the bundle's user arrays are not valid: `weights` must be finite; found 48 NaN",
+    ),
+    "int": (
+        {"param_0": INTS[0], "input_0": INTS[1]},
+        _case(lambda case: case.update(weights_sha256=sha256(INTS[0]), x_sha256=sha256(INTS[1]))),
+        "the bundle's user arrays are not valid: `weights` must be float32 or float64; found int32",
+    ),
+    "shape": (
+        {"input_0": np.ones((4, 3), np.float32)},
+        _case(lambda case: case.update(x_sha256=sha256(np.ones((4, 3), np.float32)))),
+        "the bundle's user arrays are not valid: `x` must have shape (N, 4)",
+    ),
+    "record": ({}, _case(lambda case: case.update(layers=5)), "says layers=5, its user arrays make 3"),
+}
+
+
+@pytest.mark.parametrize("kind", list(USER_ARRAYS), ids=list(USER_ARRAYS))
+def test_your_own_arrays_in_a_bundle_are_checked_like_weights(user_bundle, capsys, kind):
+    arrays, edit, phrase = USER_ARRAYS[kind]
+    status, out, err = _replay(capsys, tamper(user_bundle, edit, arrays=arrays, rehash=True), "--trust")
+    assert status == 2 and "REPRODUCED" not in out, out + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and phrase in lines[0], err
 
 
 def test_a_bundle_without_hashes_still_loads(bundle):

@@ -46,11 +46,11 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Replay the bundle, print a row per backend; exit 0 when every backend that could run was run and
-    reproduced bit for bit."""
+    """Replay the bundle, print a row per backend of the bundle; exit 0 only when every one was run again
+    and reproduced bit for bit."""
     from rich.table import Table
 
-    from crosscheck._engine.replay import NOT_RUN, replay
+    from crosscheck._engine.replay import replay, reproduced, verdict
     from crosscheck._report.bundle import load_bundle
 
     if args.timeout is not None and not args.timeout > 0:
@@ -74,28 +74,22 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(*(markup(cell) for cell in cells))  # text from the file, or an error quoting it
     console = make_console()
     console.print(table)
-    skipped = [row for row in rows if row["status"] == NOT_RUN]
-    for notice in _notices(bundle["workload"], skipped):
+    for notice in _notices(bundle["workload"], rows):
         print(f"crosscheck: {notice}", file=sys.stderr)
-    replayed = [row for row in rows if row["spec"] is not None and row["status"] != NOT_RUN]
-    same = bool(replayed) and not skipped and all(row["status"] == "bit for bit" for row in replayed)
-    verdict = "REPRODUCED bit for bit" if same else "NOT REPRODUCED"
-    if skipped:
-        verdict += f": {len(skipped)} of {len(rows)} backends not run (import strings are code)"
-    console.print(verdict, markup=False, highlight=False)
-    return EXIT_OK if same else EXIT_FAIL
+    console.print(verdict(rows), markup=False, highlight=False)
+    return EXIT_OK if reproduced(rows) else EXIT_FAIL
 
 
-def _notices(workload: str, skipped: list[dict[str, Any]]) -> list[str]:
+def _notices(workload: str, rows: list[dict[str, Any]]) -> list[str]:
     """One line for each import string that was not run (the workload's, then each backend's)."""
     lines = []
-    if any(row["detail"].startswith("its workload") for row in skipped):
+    if any(row.get("untrusted") == "workload" for row in rows):
         spec = one_line(workload)
         lines.append(
             f"not run: workload `{spec}`: an import string is code; --trust or --workload {spec} runs it"
         )
-    for row in skipped:
-        if not row["detail"].startswith("its workload"):
+    for row in rows:
+        if row.get("untrusted") == "backend":
             spec = one_line(str(row["spec"]))
             lines.append(
                 f"not run: backend `{spec}`: an import string is code; --trust or --backend {spec} runs it"

@@ -9,11 +9,16 @@ each backend runs as the run ran it: a candidate through the judge's ``evaluate`
 through its ``reference`` (the oracle estimates again, every entry). An import string runs in its own
 worker process (``isolate``), as in ``crosscheck run``. Each value is compared with the saved one,
 parameter by parameter.
+
+Every backend the bundle records is a row, and only a row that came back bit for bit counts as
+reproduced (``reproduced``): one not run (an untrusted import string, no spec), one that failed or was
+skipped in the run (no value saved; re-run when it can be, to say what it does now) fails the replay.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import numpy as np
@@ -23,6 +28,7 @@ from crosscheck._engine.driver import Caller
 from crosscheck._engine.isolate import Worker, foreign, load_isolated
 from crosscheck._engine.load import load
 from crosscheck._engine.quantity import quantity as _quantity
+from crosscheck._engine.replay_case import check_case
 from crosscheck._errors import one_line
 from crosscheck._report.bundle import bitwise
 from crosscheck._workloads.protocol import Options, Point
@@ -30,6 +36,23 @@ from crosscheck._workloads.registry import WORKLOADS, load_workload
 
 #: The status of a backend (or workload) whose import string was not run.
 NOT_RUN = "not run"
+#: The status of a backend whose value came back bit for bit: the only one that counts as reproduced.
+REPRODUCED = "bit for bit"
+#: The status of a backend the bundle names no spec for.
+NO_SPEC = "not replayable"
+#: What the verdict calls each status that is not ``REPRODUCED`` (by its start), in this order.
+_KINDS = (
+    ("differs", "differ"),
+    ("failed originally", "failed originally"),
+    ("skipped originally", "skipped originally"),
+    ("not ok originally", "were not ok originally"),
+    ("no value saved", "have no value saved"),
+    (NOT_RUN, "not run (import strings are code)"),
+    (NO_SPEC, "not replayable"),
+    ("failed", "failed in the replay"),
+)
+
+Rerun = Callable[[str | None, Any, Any], dict[str, Any]]
 
 
 def replay(
@@ -40,7 +63,8 @@ def replay(
     isolate: bool | str = "auto",
 ) -> list[dict[str, Any]]:
     """Re-run every backend of the bundle that can be loaded again and is trusted; say whether each
-    reproduces bit for bit.
+    reproduces bit for bit. Every backend the bundle records is a row: those with a saved value, and
+    those the run recorded without one (it failed, or was skipped).
 
     Args:
         trust: ``True`` runs every import string the bundle names (its workload's too); a collection
@@ -50,43 +74,113 @@ def replay(
             strings and plugins; ``True``: every one but the oracle; ``False``: none).
 
     Returns:
-        One row per saved backend: ``backend``, ``spec`` (None: an object, which cannot be loaded
-        again), ``status`` (``bit for bit``, ``differs``, ``failed: ...``, ``not replayable ...``,
-        ``not run``) and a ``detail``.
+        One row per backend of the bundle: ``backend``, ``spec`` (None: an object, which cannot be
+        loaded again), ``status`` (``bit for bit``, ``differs``, ``failed: ...``, ``failed
+        originally``, ``skipped originally``, ``no value saved``, ``not replayable ...``, ``not run``),
+        a ``detail`` (for a backend that was not ok originally: what it did then, and what it did now),
+        and ``untrusted`` (``"backend"`` or ``"workload"``) when an import string was not run. Only
+        ``bit for bit`` is reproduced (``reproduced(rows)``).
 
     Raises:
-        ValueError: the bundle's case record does not make its arrays.
+        ValueError: the bundle's case record does not make its arrays, or its user arrays are not
+            valid (``replay_case.check_case``).
     """
-    saved_backends = bundle["meta"]["report"]["backends"]
-    specs = {name: _spec(saved_backends.get(name)) for name in bundle["gradients"]}
+    records = bundle["meta"]["report"]["backends"]
+    saved = bundle["gradients"]
+    rerun = _replayer(bundle, trust, timeout, isolate)
+    rows = []
+    for name in [*saved, *(name for name in records if name not in saved)]:
+        record, value = records.get(name), saved.get(name)
+        spec = _spec(record)
+        now = rerun(spec, record, value)
+        rows.append({"backend": name, "spec": spec, **_against_original(record, value, now)})
+    return rows
+
+
+def reproduced(rows: list[dict[str, Any]]) -> bool:
+    """Whether a replay reproduced its bundle: some backend, and every one bit for bit."""
+    return bool(rows) and all(row["status"] == REPRODUCED for row in rows)
+
+
+def verdict(rows: list[dict[str, Any]]) -> str:
+    """One line: ``REPRODUCED bit for bit: ...``, or ``NOT REPRODUCED: `` and how many backends did not,
+    by kind (plain text: counts and fixed words only)."""
+    if reproduced(rows):
+        return f"REPRODUCED bit for bit: all {len(rows)} backends of the bundle"
+    if not rows:
+        return "NOT REPRODUCED: the bundle records no backend"
+    kinds = Counter(_kind(row["status"]) for row in rows if row["status"] != REPRODUCED)
+    return "NOT REPRODUCED: " + "; ".join(f"{n} of {len(rows)} backends {kind}" for kind, n in kinds.items())
+
+
+def _kind(status: str) -> str:
+    return next((label for start, label in _KINDS if status.startswith(start)), "did not reproduce")
+
+
+def _replayer(
+    bundle: dict[str, Any], trust: bool | Collection[str], timeout: float | None, isolate: bool | str
+) -> Rerun:
+    """What re-runs one backend (``rerun(spec, record, saved value)``, a row's status and detail); when
+    the workload cannot run, one that says why for every backend."""
     if not trusted(bundle["workload"], trust, workload=True):
         detail = f"its workload `{one_line(bundle['workload'])}` is an import string, which is code"
-        return [{"backend": n, "spec": s, "status": NOT_RUN, "detail": detail} for n, s in specs.items()]
+        return lambda *_: {"status": NOT_RUN, "detail": detail, "untrusted": "workload"}
     try:
         workload = load_workload(bundle["workload"])
     except (ValueError, TypeError) as exc:
         why = f"not replayable: workload `{bundle['workload']}` cannot be loaded again: {exc}"
-        return [{"backend": name, "spec": spec, "status": why} for name, spec in specs.items()]
+        return lambda *_: {"status": one_line(why), "detail": ""}
     check_case(workload, bundle)
     try:
         judge, call = _setup(workload, bundle, timeout)
     except (ValueError, TypeError, KeyError, IndexError) as exc:
         why = f"not replayable: its arrays cannot be judged as workload `{bundle['workload']}`'s: {exc}"
-        return [{"backend": name, "spec": spec, "status": one_line(why)} for name, spec in specs.items()]
-    rows = []
-    for name, saved in bundle["gradients"].items():
-        row = {"backend": name, "spec": specs[name]}
-        spec = specs[name]
+        return lambda *_: {"status": one_line(why), "detail": ""}
+    names = _builtin_names(workload)
+
+    def rerun(spec: str | None, record: Any, value: Any) -> dict[str, Any]:
         if spec is None:
-            rows.append({**row, "status": "not replayable (an object, not a name or import string)"})
-        elif not trusted(spec, trust, workload=False, names=_builtin_names(workload)):
-            rows.append({**row, "status": NOT_RUN, "detail": "an import string is code"})
-        else:
-            reference = (saved_backends.get(name) or {}).get("role") == "reference"
-            isolated = foreign(spec) if isolate == "auto" else bool(isolate) and spec != ORACLE
-            worker = Worker(bundle["workload"], spec) if isolated else None
-            rows.append({**row, **_rerun(workload, judge, call, (spec, worker), reference, saved)})
-    return rows
+            detail = "the bundle names no backend to load for it (an object passed in Python cannot be)"
+            return {"status": NO_SPEC, "detail": detail}
+        if not trusted(spec, trust, workload=False, names=names):
+            return {"status": NOT_RUN, "detail": "an import string is code", "untrusted": "backend"}
+        reference = (record or {}).get("role") == "reference"
+        isolated = foreign(spec) if isolate == "auto" else bool(isolate) and spec != ORACLE
+        worker = Worker(bundle["workload"], spec) if isolated else None
+        return _rerun(workload, judge, call, (spec, worker), reference, value)
+
+    return rerun
+
+
+def _against_original(record: Any, value: Any, now: dict[str, Any]) -> dict[str, Any]:
+    """A row's status and detail: what the replay found (``now``), unless the backend was not ok in the
+    run (failed, skipped, or no value saved): then that, with what it did then and now."""
+    before = _original(record, value)
+    if before is None:
+        return {"detail": "", **now}
+    status, then = before
+    said = now["status"] + (f" ({now['detail']})" if now.get("detail") else "")
+    error = one_line(str((record or {}).get("error")))
+    if now["status"] == f"failed: {error}":
+        said = "failed the same way"
+    return {**now, "status": status, "detail": f"{then}; now: {said}"}
+
+
+def _original(record: Any, value: Any) -> tuple[str, str] | None:
+    """``(status, what it did)`` of a backend that was not ok in the run; None when it was and its value
+    is saved."""
+    status = one_line(str((record or {}).get("status", "ok")))[:40]
+    error = (record or {}).get("error")
+    then = f"originally: {one_line(str(error))[:300] if error else status}"
+    if status == "ok" and value is not None:
+        return None
+    if status == "failed":
+        return "failed originally", then
+    if value is None:
+        if status == "skipped":
+            return "skipped originally", then
+        return "no value saved", f"the bundle holds no value for it ({then})"
+    return "not ok originally", f"originally: {status}"
 
 
 def _spec(record: Any) -> str | None:
@@ -127,56 +221,15 @@ def _setup(workload: Any, bundle: dict[str, Any], timeout: float | None) -> tupl
     return judge, Caller(point.arrays(), timeout=timeout)
 
 
-def check_case(workload: Any, bundle: dict[str, Any]) -> None:
-    """The bundle's case record must make its arrays, bit for bit (your own arrays: their SHA-256,
-    checked when the bundle was loaded).
-
-    Raises:
-        ValueError: it does not (the file was changed, or its record was).
-    """
-    case = bundle["meta"]["report"]["case"]
-    if case.get("source") == "user arrays":
-        return
-    # What the workload takes (the stack's knobs) and the case's dtype and seed, in the record's order.
-    keys = (workload.takes - {"weights", "x"}) | {"dtype", "seed"}
-    given = {k: v for k, v in case.items() if k in keys}
-    shown = ", ".join(f"{k}={one_line(str(v))[:40]}" for k, v in given.items())
-    try:
-        known = {k: v for k, v in given.items() if v is not None}  # a null is the default
-        knobs = {k: v for k, v in known.items() if k in workload.takes}
-        point = workload.configure(**knobs).point(
-            dtype=known.get("dtype", "float32"), seed=known.get("seed", 0)
-        )
-    except (ValueError, TypeError) as exc:
-        raise ValueError(f"the bundle's case record ({shown}) is not a case: {exc}") from exc
-    made = {**point.params, **point.inputs}
-    for name, array in {**bundle["params"], **bundle["inputs"]}.items():
-        differs = _differs(made.get(name), array)
-        if differs:
-            raise ValueError(
-                f"the bundle's case record ({shown}) does not make its `{one_line(name)[:40]}` array "
-                f"({differs}): the file was changed after it was written."
-            )
-
-
-def _differs(made: np.ndarray | None, held: np.ndarray) -> str:
-    """How the array a case makes differs from the one a bundle holds ("" when bit for bit)."""
-    if made is None:
-        return "the case makes no such array"
-    if made.shape != held.shape or made.dtype != held.dtype:
-        return f"the case makes {made.dtype.name}{made.shape}, the bundle holds {held.dtype.name}{held.shape}"
-    found = bitwise(made, held)
-    return "" if found["status"] == "bit for bit" else found["detail"]
-
-
 def _rerun(
     workload: Any,
     judge: Any,
     call: Caller,
     where: tuple[str, Worker | None],
     reference: bool,
-    saved: dict[str, np.ndarray],
+    saved: Mapping[str, np.ndarray] | None,
 ) -> dict[str, Any]:
+    """Load the backend again (in ``worker`` when given), call it as the run did, compare with ``saved``."""
     spec, worker = where
     try:
         if worker is not None:
@@ -184,7 +237,7 @@ def _rerun(
         else:
             backend, result = load(workload, spec, required=True)
     except (ValueError, TypeError) as exc:
-        return {"status": f"not replayable: {exc}"}
+        return {"status": one_line(f"not replayable: {exc}")}
     try:
         if backend is None:
             return {"status": f"{result.status}: {result.error}"}
@@ -198,15 +251,21 @@ def _rerun(
     return same_values(saved, value)
 
 
-def same_values(saved: Mapping[str, np.ndarray], value: Any) -> dict[str, Any]:
-    """``{"status": "bit for bit"}`` when every saved parameter came back bit for bit, else the first
-    that did not, in ``detail``."""
+def same_values(saved: Mapping[str, np.ndarray] | None, value: Any) -> dict[str, Any]:
+    """``{"status": "bit for bit"}`` when every parameter came back bit for bit with its saved value
+    (and every parameter it returned has one), else the first that did not, in ``detail``; ``ran``
+    when nothing was saved to compare with."""
+    if saved is None:
+        return {"status": "ran", "detail": "nothing saved to compare with"}
     if not isinstance(value, dict):
         return {"status": "differs", "detail": f"it returned {type(value).__name__}, not arrays by parameter"}
+    unsaved = [key for key in value if key not in saved]
+    if unsaved:
+        return {"status": "differs", "detail": f"`{one_line(str(unsaved[0]))[:40]}` has no saved value"}
     for key, array in saved.items():
         if value.get(key) is None:
             return {"status": "differs", "detail": f"`{key}` is missing from what it returned"}
         found = bitwise(array, np.asarray(value[key]))
         if found["status"] != "bit for bit":
             return {"status": "differs", "detail": f"`{key}`: {found['detail']}"}
-    return {"status": "bit for bit"}
+    return {"status": REPRODUCED}
