@@ -90,6 +90,45 @@ def test_a_directory_is_a_directory(tmp_path, capsys):
     assert f"`--weights` {tmp_path} is a directory, not a file." in _err(capsys)
 
 
+DAMAGED = {
+    "garbage after the signature": b"\x93NUMPY" + b"garbage, not a header at all" * 4,
+    "version 9.9": b"\x93NUMPY\x09\x09" + bytes(120),
+    "version 3.0, garbage header": b"\x93NUMPY\x03\x00" + struct.pack("<I", 20) + b"{'descr': [[[" + bytes(7),
+    "version 1.0, garbage header": b"\x93NUMPY\x01\x00" + struct.pack("<H", 16) + b"not a dict at all",
+    "signature only": b"\x93NUMPY",
+}
+
+
+@pytest.mark.parametrize("payload", list(DAMAGED.values()), ids=list(DAMAGED))
+def test_a_damaged_header_is_one_line_without_private_numpy_api(tmp_path, capsys, payload):
+    # NumPy 2.4 removed `numpy.lib.format._read_array_header`: reading it was a traceback.
+    (tmp_path / "w.npy").write_bytes(payload)
+    np.save(tmp_path / "x.npy", np.ones((4, 4), np.float32))
+    assert main(["run", "--weights", str(tmp_path / "w.npy"), "--x", str(tmp_path / "x.npy")]) == 2
+    err = _err(capsys)
+    assert err.startswith(f"crosscheck: error: `--weights` {tmp_path / 'w.npy'} "), err
+    assert any(k in err for k in ("damaged", "truncated", "signature")), err
+
+
+def test_a_version_3_file_is_read_with_public_api(tmp_path):
+    weights = np.arange(48, dtype=np.float32).reshape(3, 4, 4)
+    with open(tmp_path / "w.npy", "wb") as file:
+        np.lib.format.write_array(file, weights, version=(3, 0))
+    np.testing.assert_array_equal(load_array(tmp_path / "w.npy", name="weights", ndim=3), weights)
+
+
+def test_the_package_names_no_private_numpy_api():
+    root = Path(crosscheck.__file__).parent
+    private = ("_read_array_header", "np.core", "numpy.core", "numpy._core", "np._core")
+    found = [
+        f"{path.name}: {name}"
+        for path in root.rglob("*.py")
+        for name in private
+        if name in path.read_text()
+    ]
+    assert not found
+
+
 def test_available_memory_is_a_positive_number_of_bytes():
     assert 2**20 < available_memory() < 2**62
 
