@@ -306,10 +306,11 @@ def render_report(report: Any, console: Any, *, quiet: bool) -> int:
 
 
 def escape(text: Any) -> str:
-    """``text`` (a backend's name, a spec, an error, a path) as rich shows it literally, not as markup."""
-    from rich.markup import escape as _escape
+    """``text`` (a backend's name, a spec, an error, a path) as rich shows it literally, not as markup,
+    and without control characters (an entry point's name is a plugin's text: no terminal escapes)."""
+    from crosscheck._report.text import markup_lines
 
-    return _escape(str(text))
+    return markup_lines(text)
 
 
 def make_console() -> Any:

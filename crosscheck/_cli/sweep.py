@@ -28,6 +28,7 @@ from crosscheck._cli.common import (
     write_file,
     write_json,
 )
+from crosscheck._report.text import plain
 from crosscheck._sweep.config import MAX_CASES
 
 
@@ -224,7 +225,8 @@ def render(result, console: Any) -> None:
     console.print(table)
     for record in result.records:
         if not record["passed"]:
-            console.print(f"{case_label(record['case'])}: {record['error']}", markup=False, highlight=False)
+            line = plain(f"{case_label(record['case'])}: {record['error']}")
+            console.print(line, markup=False, highlight=False)
     counts = {k: v for k, v in result.counts().items() if v and k != "passed"}
     n = len(result.records)
     if result.interrupted is not None:
