@@ -108,13 +108,17 @@ def read_header(stream: IO[bytes], *, what: str) -> tuple[tuple[int, ...], bool,
         version = fmt.read_magic(stream)
     except (ValueError, EOFError) as exc:
         raise ValueError(f"{what} is not a .npy array: it does not start with the .npy signature.") from exc
+    # Public readers only (the private reader NumPy 2.4 removed was a traceback). Version 3.0 differs
+    # from 2.0 only in a utf-8 header, which for the plain float arrays crosscheck reads is ASCII.
     readers = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}
+    readers[(3, 0)] = fmt.read_array_header_2_0
+    if version not in readers:
+        raise ValueError(
+            f"{what} has .npy format version {version[0]}.{version[1]}; expected 1.0, 2.0 or 3.0 "
+            "(a damaged file)."
+        )
     try:
-        if version in readers:
-            shape, fortran, dtype = readers[version](stream, max_header_size=MAX_HEADER)
-        else:  # version 3.0 (a utf-8 header) has no public reader
-            read = getattr(fmt, "_read_array_header")  # noqa: B009  (private; not in the stubs)
-            shape, fortran, dtype = read(stream, version, max_header_size=MAX_HEADER)
+        shape, fortran, dtype = readers[version](stream, max_header_size=MAX_HEADER)
     except ValueError as exc:
         if "large" in str(exc):
             raise ValueError(
@@ -124,6 +128,8 @@ def read_header(stream: IO[bytes], *, what: str) -> tuple[tuple[int, ...], bool,
         raise ValueError(f"{what} has an unreadable .npy header (a damaged file).") from exc
     except EOFError as exc:
         raise ValueError(f"{what} ends inside its .npy header (a truncated file).") from exc
+    except Exception as exc:  # garbage reaches NumPy's parser: SyntaxError, tokenize.TokenError, ...
+        raise ValueError(f"{what} has an unreadable .npy header (a damaged file).") from exc
     if dtype.hasobject:
         raise ValueError(f"{what} holds pickled objects (an object array), which crosscheck never loads.")
     if any(not isinstance(n, int) or n < 0 for n in shape):

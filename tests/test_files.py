@@ -8,6 +8,8 @@ what another backend sees.
 from __future__ import annotations
 
 import io
+import json
+import os
 import struct
 import zipfile
 from pathlib import Path
@@ -88,6 +90,42 @@ def test_a_directory_is_a_directory(tmp_path, capsys):
     np.save(tmp_path / "x.npy", np.ones((4, 4), np.float32))
     assert main(["run", "--weights", str(tmp_path), "--x", str(tmp_path / "x.npy")]) == 2
     assert f"`--weights` {tmp_path} is a directory, not a file." in _err(capsys)
+
+
+DAMAGED = {
+    "garbage after the signature": b"\x93NUMPY" + b"garbage, not a header at all" * 4,
+    "version 9.9": b"\x93NUMPY\x09\x09" + bytes(120),
+    "version 3.0, garbage header": b"\x93NUMPY\x03\x00" + struct.pack("<I", 20) + b"{'descr': [[[" + bytes(7),
+    "version 1.0, garbage header": b"\x93NUMPY\x01\x00" + struct.pack("<H", 16) + b"not a dict at all",
+    "signature only": b"\x93NUMPY",
+}
+
+
+@pytest.mark.parametrize("payload", list(DAMAGED.values()), ids=list(DAMAGED))
+def test_a_damaged_header_is_one_line_without_private_numpy_api(tmp_path, capsys, payload):
+    # NumPy 2.4 removed `numpy.lib.format._read_array_header`: reading it was a traceback.
+    (tmp_path / "w.npy").write_bytes(payload)
+    np.save(tmp_path / "x.npy", np.ones((4, 4), np.float32))
+    assert main(["run", "--weights", str(tmp_path / "w.npy"), "--x", str(tmp_path / "x.npy")]) == 2
+    err = _err(capsys)
+    assert err.startswith(f"crosscheck: error: `--weights` {tmp_path / 'w.npy'} "), err
+    assert any(k in err for k in ("damaged", "truncated", "signature")), err
+
+
+def test_a_version_3_file_is_read_with_public_api(tmp_path):
+    weights = np.arange(48, dtype=np.float32).reshape(3, 4, 4)
+    with open(tmp_path / "w.npy", "wb") as file:
+        np.lib.format.write_array(file, weights, version=(3, 0))
+    np.testing.assert_array_equal(load_array(tmp_path / "w.npy", name="weights", ndim=3), weights)
+
+
+def test_the_package_names_no_private_numpy_api():
+    root = Path(crosscheck.__file__).parent
+    private = ("_read_array_header", "np.core", "numpy.core", "numpy._core", "np._core")
+    found = [
+        f"{path.name}: {name}" for path in root.rglob("*.py") for name in private if name in path.read_text()
+    ]
+    assert not found
 
 
 def test_available_memory_is_a_positive_number_of_bytes():
@@ -208,3 +246,69 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_run(inputs, caps
     assert not ran, "the run started"
     assert all(Path(name).read_bytes() == data for name, data in before.items()), "an input was overwritten"
     assert not [p.name for p in Path().iterdir() if p.name.startswith(("out", "folder.", "r.out"))]
+
+
+SPECIAL = {
+    "loop": (lambda: os.symlink("loop", "loop"), "cannot write `--json` loop: it is a symbolic link loop."),
+    "fifo": (lambda: os.mkfifo("loop"), "cannot write `--json` loop: it is a FIFO nobody reads"),
+}
+
+
+@pytest.mark.parametrize("kind", list(SPECIAL), ids=list(SPECIAL))
+def test_a_special_output_is_refused_in_one_line(inputs, capsys, kind, monkeypatch):
+    # A FIFO nobody reads made the run wait forever once it was over; a loop was a traceback.
+    make, phrase = SPECIAL[kind]
+    make()
+    ran = []
+    monkeypatch.setattr("crosscheck._engine.run.drive", ran.append)
+    assert main([*inputs, "--json", "loop"]) == 2
+    assert phrase in _err(capsys)
+    assert not ran, "the run started"
+
+
+def test_a_read_fifo_is_written(inputs, capsys):
+    os.mkfifo("fifo")
+    reader = os.open("fifo", os.O_RDONLY | os.O_NONBLOCK)  # someone reads it
+    try:
+        assert main([*inputs, "--json", "fifo"]) == 0
+        assert json.loads(os.read(reader, 10**6))["passed"] is True
+    finally:
+        os.close(reader)
+
+
+CHDIR_BACKEND = """
+import os
+from crosscheck import load_backend
+
+def grad(weights, x):
+    os.chdir("folder")  # a backend that moves the working directory
+    return load_backend("numpy-fd").grad(weights, x)
+"""
+
+
+def test_a_backend_that_changes_directory_does_not_move_the_report(inputs, monkeypatch):
+    Path("movebackend.py").write_text(CHDIR_BACKEND)
+    monkeypatch.syspath_prepend(str(Path.cwd()))
+    here = Path.cwd()
+    argv = [*inputs[:5], "--backend", "movebackend:grad", "--no-isolate", "--quiet", "--json", "r.json"]
+    main(argv)
+    assert (here / "r.json").is_file()
+    assert not (here / "folder" / "r.json").exists()
+
+
+def test_an_output_that_is_a_backends_source_is_refused(inputs, capsys, monkeypatch):
+    Path("mybackend.py").write_text("def grad(w, x):\n    return w\n")
+    monkeypatch.syspath_prepend(str(Path.cwd()))
+    argv = [*inputs, "--backend", "mybackend:grad", "--json", "mybackend.py"]
+    assert main(argv) == 2
+    assert "cannot write `--json` mybackend.py: it is the source of `mybackend:grad`" in _err(capsys)
+    assert Path("mybackend.py").read_text().startswith("def grad")
+
+
+def test_a_sweep_output_that_is_its_implicit_configuration_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("pyproject.toml").write_text("[tool.crosscheck]\nlayers = [2]\n")
+    before = Path("pyproject.toml").read_text()
+    assert main(["sweep", "--json", "pyproject.toml"]) == 2
+    assert "it is the configuration this sweep reads, which it would overwrite" in _err(capsys)
+    assert Path("pyproject.toml").read_text() == before

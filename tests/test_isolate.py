@@ -127,8 +127,9 @@ def test_an_object_backend_runs_in_process_with_a_note():
         ({"timeout": 0}, ValueError, "`timeout` must be a positive number"),
         ({"timeout": float("nan")}, ValueError, "`timeout` must be a positive number"),
         ({"timeout": "5"}, ValueError, "`timeout` must be a positive number"),
+        ({"timeout": 1e300}, ValueError, "`timeout` must be at most 2147483 seconds"),
     ],
-    ids=["isolate-str", "timeout-zero", "timeout-nan", "timeout-str"],
+    ids=["isolate-str", "timeout-zero", "timeout-nan", "timeout-str", "timeout-huge"],
 )
 def test_bad_isolation_options_are_refused(kwargs, error, phrase):
     with pytest.raises(error, match=phrase):
@@ -139,6 +140,18 @@ def test_the_cli_refuses_a_timeout_that_is_not_positive(capsys):
     assert main(["run", *SMALL, "--timeout", "-1", "--backend", "torch"]) == 2
     err = capsys.readouterr().err
     assert "`timeout` must be a positive number" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("isolate", ["--isolate", "--no-isolate"])
+def test_the_cli_refuses_a_timeout_longer_than_the_platform_can_wait(capsys, isolate):
+    # Past threading.TIMEOUT_MAX (or a worker pipe's poll limit) a wait overflowed mid-run: the
+    # reference "failed" with OverflowError, exit 1, blaming a backend for the user's option.
+    assert main(["run", *SMALL, "--timeout", "1e300", "--backend", "torch", isolate]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "crosscheck: error: `timeout` must be at most 2147483 seconds (about 24 days, the longest this "
+        "platform can wait), found 1e+300; leave it out for no limit."
+    )
 
 
 def test_messages_cross_as_data_never_as_pickles():

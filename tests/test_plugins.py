@@ -129,3 +129,83 @@ def test_list_table_in_a_real_process(plugin_site):
     for name in BROKEN_PLUGINS:
         assert " no " in lines[name], result.stdout
         assert f"{name}: backend `{name}`" in result.stdout
+
+
+def _dist(site: Path, module: str, source: str, entry_points: dict[str, str]) -> None:
+    """A package "installed" by hand: a module and a ``.dist-info`` that ``importlib.metadata`` reads."""
+    (site / f"{module}.py").write_text(source)
+    info = site / f"{module.replace('_', '-')}-0.0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.0.1\n")
+    lines = "".join(f"{name} = {value}\n" for name, value in entry_points.items())
+    (info / "entry_points.txt").write_text("[crosscheck.backends]\n" + lines)
+
+
+ESC = "\x1b]0;pwned\x07\x1b[2J"
+
+
+def test_control_characters_of_an_entry_point_never_reach_the_terminal(tmp_path, monkeypatch, capsys):
+    source = f"raise RuntimeError({'licence expired' + ESC!r})\n"
+    _dist(tmp_path, "crosscheck_evil_plugin", source, {f"evil{ESC}": "crosscheck_evil_plugin:grad"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "evil ]0;pwned" in out  # the name is there, its control characters are not
+    assert "RuntimeError: licence expired" in out
+
+
+def test_control_characters_of_a_backend_never_reach_a_sweep_table():
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from crosscheck._cli.sweep import render
+
+    comparison = {"backend": f"evil{ESC}", "passed": True, "unjudgeable": 0, "two_sided": 0}
+    record = {
+        "case": {"workload": "stack", "init": "gaussian", "layers": 2, "batch": 2, "dim": 2},
+        "report": {"comparisons": [{**comparison, "max_rel_diff": 1e-7}], "backends": {}},
+        "known_answer": "",
+        "passed": False,
+        "status": "error",
+        "error": f"boom{ESC}",
+        "seconds": 1.0,
+    }
+    record["case"].update(dtype="float32", seed=0)
+    result = SimpleNamespace(records=[record], counts=lambda: {"passed": 0, "error": 1}, interrupted=None)
+    console = Console(record=True, width=200, force_terminal=False)
+    render(result, console)
+    out = console.export_text()
+    assert "\x1b" not in out and "\x07" not in out
+    assert "evil ]0;pwned" in out and "boom ]0;pwned" in out
+
+
+HOSTILE_AT_IMPORT = "import os\nos._exit(3)\n"
+
+
+def test_a_plugin_that_ends_its_process_at_import_cannot_end_the_listing(tmp_path):
+    _dist(
+        tmp_path,
+        "crosscheck_exit_plugin",
+        HOSTILE_AT_IMPORT,
+        {"exit-at-import": "crosscheck_exit_plugin:grad"},
+    )
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
+    result = subprocess.run(
+        [sys.executable, "-m", "crosscheck", "list", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = {row["name"]: row for row in json.loads(result.stdout)["backends"]}
+    assert rows["exit-at-import"]["available"] is False
+    assert rows["exit-at-import"]["error"] == (
+        "backend `exit-at-import` ended its worker process while loading (exit status 3), which a plugin "
+        "must never do: a hostile or broken plugin"
+    )
+    assert rows["numpy-fd"]["available"] is True

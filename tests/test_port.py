@@ -109,6 +109,27 @@ def test_an_ambiguous_entry_is_a_problem_that_says_how_to_decide():
     assert "AMBIGUOUS" in str(table)
 
 
+def test_the_mapping_is_not_quadratic_in_the_number_of_tensors(monkeypatch):
+    # 10 000 one-element tensors took minutes before any number: every PyTorch tensor scanned every
+    # JAX leaf. Counted in module-path comparisons (not seconds): a few per tensor, whatever the count.
+    n = 2000
+    torch = [T(f"layers.{i}.weight", (1,)) for i in range(n)] + [T("extra.weight", (1,))]
+    jax = [J(f"params/layers_{i}/kernel", (1,)) for i in range(n)] + [J("params/other/kernel", (1,))]
+    calls = []
+    original = mapping.canonical
+
+    def counted(tokens):
+        calls.append(1)
+        if len(calls) > 10 * (len(torch) + len(jax)):
+            raise AssertionError("the mapping compares module paths quadratically")
+        return original(tokens)
+
+    monkeypatch.setattr(mapping, "canonical", counted)
+    table = mapping.build(torch, jax)
+    assert len(table.mapped()) == n
+    assert [e.status for e in table.entries[n:]] == ["unmatched", "unmatched"]
+
+
 def test_a_parameter_never_maps_onto_batch_statistics():
     table = mapping.build([T("bn.weight", (4,))], [J("batch_stats/bn/mean", (4,))])
     assert [e.status for e in table.entries] == ["unmatched", "unmatched"]

@@ -7,7 +7,11 @@ A subcommand module imports this module and the core, never another subcommand m
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
+import stat
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -134,19 +138,21 @@ def check_at_least(option: str, values: Any, *, least: int = 1, expected: str | 
 def check_output(
     path: str | None, option: str = "--json", *, inputs: Mapping[str, Any] | None = None
 ) -> None:
-    """Fail before the work, not after it, when a report cannot be written: its folder is missing, it
-    is a directory, or it is one of the run's ``inputs`` (option -> path), which it would overwrite."""
+    """Fail before the work, not after it, when a report cannot be written: a symbolic link loop, a
+    FIFO nobody reads (writing would wait forever) or another special file, its folder is missing, it
+    is a directory, or it is one of the run's ``inputs``, which it would overwrite. An ``inputs`` key
+    is an option (``--weights``) or, for a file read without being named, a phrase saying what it is."""
     if path is None:
         return
+    _check_special(path, option)
     if Path(path).is_dir():
         raise UsageError(f"cannot write `{option}` {path}: it is a directory; give a file name.")
-    if not Path(path).resolve().parent.is_dir():
+    if not Path(os.path.realpath(path)).parent.is_dir():
         raise UsageError(f"cannot write `{option}` {path}: its folder does not exist.")
     for name, given in (inputs or {}).items():
         if given is not None and _same_file(path, given):
-            raise UsageError(
-                f"cannot write `{option}` {path}: it is the input of `{name}`, which it would overwrite."
-            )
+            what = f"the input of `{name}`" if name.startswith("--") else name
+            raise UsageError(f"cannot write `{option}` {path}: it is {what}, which it would overwrite.")
 
 
 def check_outputs(outputs: Mapping[str, Any], inputs: Mapping[str, Any] | None = None) -> None:
@@ -160,11 +166,73 @@ def check_outputs(outputs: Mapping[str, Any], inputs: Mapping[str, Any] | None =
                 raise UsageError(f"`{first}` and `{second}` name the same file, {a}: give each its own.")
 
 
+def absolute_outputs(args: argparse.Namespace, names: Iterable[str]) -> None:
+    """Each output path of ``args`` (attribute ``names``) made absolute, before any backend or workload
+    runs: one that changes the working directory must not move where the reports land."""
+    for name in names:
+        if getattr(args, name, None) is not None:
+            setattr(args, name, os.path.abspath(getattr(args, name)))
+
+
+#: FIFOs probed and found read, held open until exit: a reader sees end of file when the last writer
+#: closes, and would be gone by the time the report is written (which would then wait forever).
+_HELD: list[int] = []
+
+
+def _check_special(path: str, option: str) -> None:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UsageError(f"cannot write `{option}` {path}: it is a symbolic link loop.") from exc
+        return  # not there yet (or unreachable: the folder check says so)
+    if stat.S_ISFIFO(mode):
+        try:
+            _HELD.append(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError as exc:
+            raise UsageError(
+                f"cannot write `{option}` {path}: it is a FIFO nobody reads; writing the report would "
+                "wait forever."
+            ) from exc
+    elif not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISCHR(mode)):
+        raise UsageError(f"cannot write `{option}` {path}: it is not a regular file.")
+
+
 def _same_file(a: Any, b: Any) -> bool:
-    pa, pb = Path(a), Path(b)
-    if pa.exists() and pb.exists():
-        return pa.samefile(pb)
-    return pa.resolve() == pb.resolve()
+    try:
+        return Path(a).samefile(b)
+    except OSError:  # one is not there yet, or a loop
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def source_files(specs: Iterable[Any]) -> dict[str, str]:
+    """The source file of each import string's module (``pkg.mod:attr``), found without importing it:
+    an output must not overwrite the code of a backend or a workload the run loads."""
+    found = {}
+    for spec in specs:
+        if isinstance(spec, str) and ":" in spec:
+            origin = _module_file(spec.partition(":")[0])
+            if origin is not None:
+                found[f"the source of `{spec}`"] = origin
+    return found
+
+
+def _module_file(module: str) -> str | None:
+    from importlib.machinery import PathFinder
+
+    loaded = sys.modules.get(module)
+    if loaded is not None:
+        return getattr(loaded, "__file__", None)
+    parts, search, origin = module.split("."), None, None
+    for i in range(len(parts)):
+        try:
+            spec = PathFinder.find_spec(".".join(parts[: i + 1]), search)
+        except (ImportError, ValueError, OSError):
+            return None
+        if spec is None:
+            return None
+        search, origin = spec.submodule_search_locations, spec.origin
+    return origin
 
 
 def check_plot_path(path: str | None) -> None:
@@ -238,10 +306,11 @@ def render_report(report: Any, console: Any, *, quiet: bool) -> int:
 
 
 def escape(text: Any) -> str:
-    """``text`` (a backend's name, a spec, an error, a path) as rich shows it literally, not as markup."""
-    from rich.markup import escape as _escape
+    """``text`` (a backend's name, a spec, an error, a path) as rich shows it literally, not as markup,
+    and without control characters (an entry point's name is a plugin's text: no terminal escapes)."""
+    from crosscheck._report.text import markup_lines
 
-    return _escape(str(text))
+    return markup_lines(text)
 
 
 def make_console() -> Any:

@@ -14,6 +14,7 @@ from crosscheck._cli.common import (
     EXIT_FAIL,
     EXIT_OK,
     UsageError,
+    absolute_outputs,
     add_backend_option,
     add_case_options,
     check_at_least,
@@ -54,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     check_at_least("--batch", args.batch)
     check_at_least("--dim", args.dim)
     check_output(args.json)
+    absolute_outputs(args, ("json",))  # before a backend runs: it may change directory
     weights, x = stack_inputs(layers=args.layers, batch=args.batch, dim=args.dim, seed=args.seed)
     console, results, failed = make_console(), [], False
     console.print(f"crosscheck inspect: layers={args.layers}, batch={args.batch}, dim={args.dim}, float32")

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from crosscheck._cli.common import EXIT_OK, escape, make_console
+from crosscheck._report.text import plain
 
 
 def register(subparsers: Any) -> None:
@@ -96,8 +97,47 @@ def _plugin_backends() -> list[dict[str, Any]]:
     for name, entry_point in sorted(plugin_entry_points().items()):
         dist = getattr(entry_point, "dist", None)
         version = f"{dist.name} {dist.version}" if dist is not None else ""
-        rows.append(_row(name, "entry point", entry_point.value, version=version, error=_try_load(name)))
+        error = _try_load_in_worker(name)
+        rows.append(_row(name, "entry point", entry_point.value, version=version, error=error))
     return rows
+
+
+#: Seconds a plugin may take to load in its worker (as a backend's worker under `--isolate`).
+LOAD_SECONDS = 300
+#: Where the worker's answer starts: a plugin may print to stdout while it loads.
+_ANSWER = "crosscheck-list-answer:"
+_WORKER = f"""
+import json, sys
+sys.path[:] = json.loads(sys.argv[2])
+from crosscheck._cli.list import _try_load
+error = _try_load(sys.argv[1])
+sys.stdout.write("\\n{_ANSWER}" + json.dumps(error) + "\\n")
+sys.stdout.flush()
+"""
+
+
+def _try_load_in_worker(name: str) -> str:
+    """``_try_load(name)`` in a fresh process: a plugin is code from elsewhere, and a hostile one (an
+    ``os._exit``, a crash, a hang at import) must end only its worker, never the listing."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-c", _WORKER, name, json.dumps(sys.path)]
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, errors="replace", timeout=LOAD_SECONDS, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return f"backend `{name}` did not load within {LOAD_SECONDS} s (its worker process was stopped)"
+    except OSError as exc:  # no process could start: say so, do not load it here
+        return f"backend `{name}` could not be loaded in a worker process: {exc}"
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith(_ANSWER):
+            return str(json.loads(line.removeprefix(_ANSWER)))
+    return (
+        f"backend `{name}` ended its worker process while loading (exit status {done.returncode}), "
+        "which a plugin must never do: a hostile or broken plugin"
+    )
 
 
 def _try_load(name: str) -> str:
@@ -127,4 +167,4 @@ def _render(found: dict[str, list[dict[str, Any]]], console: Any) -> None:
         console.print(table)
         for row in rows:
             if row["error"]:
-                console.print(f"{row['name']}: {row['error']}", markup=False, highlight=False)
+                console.print(plain(f"{row['name']}: {row['error']}"), markup=False, highlight=False)

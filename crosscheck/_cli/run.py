@@ -13,6 +13,7 @@ from typing import Any
 from crosscheck._backends import BUILTINS, DEFAULTS, install_hint
 from crosscheck._cli.common import (
     UsageError,
+    absolute_outputs,
     add_backend_option,
     add_case_options,
     add_tolerance_options,
@@ -23,6 +24,7 @@ from crosscheck._cli.common import (
     make_console,
     progress_display,
     render_report,
+    source_files,
     write_file,
     write_reports,
 )
@@ -164,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
     stack's ``--layers``, ...) set on it, the others refused."""
     from crosscheck._workloads.registry import load_workload
 
+    _check_plot_and_bundle(args)  # before the workload's code, or any backend's, runs
     try:
         workload = load_workload(args.workload)
     except (ValueError, TypeError) as exc:
@@ -278,19 +281,20 @@ def _check_options(args: argparse.Namespace) -> None:
     _check_directions(args)
     if args.quantity == "hvp" and (args.save_bundle or args.plot):
         raise UsageError("`--save-bundle` and `--plot` are not available with `--quantity hvp` yet.")
-    _check_plot_and_bundle(args)
 
 
 def _check_plot_and_bundle(args: argparse.Namespace) -> None:
-    """Every output can be written (a file, not an input of the run, not another output's; a plot's
-    image type known; matplotlib there), before any work."""
+    """Every output can be written (a file, not an input of the run nor the source of a backend or
+    workload it loads, not another output's; a plot's image type known; matplotlib there), before any
+    work; then each made absolute, so that code that changes the working directory cannot move it."""
     outputs = {
         "--json": args.json,
         "--junit": args.junit,
         "--plot": args.plot,
         "--save-bundle": args.save_bundle,
     }
-    check_outputs(outputs, inputs={"--weights": args.weights, "--x": args.x})
+    sources = source_files([*(args.backend or []), args.reference, args.workload])
+    check_outputs(outputs, inputs={"--weights": args.weights, "--x": args.x, **sources})
     if args.plot:
         try:
             import matplotlib  # noqa: F401
@@ -299,6 +303,7 @@ def _check_plot_and_bundle(args: argparse.Namespace) -> None:
                 f"`--plot` needs matplotlib, which is not installed: {install_hint('plot')}."
             ) from exc
         check_plot_path(args.plot)
+    absolute_outputs(args, ("json", "junit", "plot", "save_bundle"))
 
 
 def _check_directions(args: argparse.Namespace) -> None:

@@ -15,6 +15,7 @@ from crosscheck._cli.common import (
     EXIT_FAIL,
     EXIT_OK,
     UsageError,
+    absolute_outputs,
     add_backend_option,
     add_matrix_options,
     add_tolerance_options,
@@ -23,9 +24,11 @@ from crosscheck._cli.common import (
     escape,
     make_console,
     progress_display,
+    source_files,
     write_file,
     write_json,
 )
+from crosscheck._report.text import plain
 from crosscheck._sweep.config import MAX_CASES
 
 
@@ -100,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     from crosscheck._sweep.config import ConfigError, cases, options
     from crosscheck._sweep.engine import check_scheduler, check_specs, cpu_count, sweep
 
-    check_outputs({"--json": args.json, "--junit": args.junit}, inputs={"--config": args.config})
+    _check_outputs(args)
     if args.jobs is not None and args.jobs < 0:
         raise UsageError(f"`--jobs` must be 0 or more, found {args.jobs}.")
     check_at_least("--max-cases", args.max_cases)
@@ -150,6 +153,19 @@ def run(args: argparse.Namespace) -> int:
     if result.interrupted is not None:  # the records so far are written; 128 + the signal's number
         return 128 + int(getattr(signal, result.interrupted, signal.SIGINT))
     return EXIT_OK if result.passed else EXIT_FAIL
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """The reports can be written, overwriting no input (the configuration, named or found, and the
+    source of a backend or workload named by import string); then made absolute, before any code of
+    a backend runs (one that changes the working directory must not move them)."""
+    from crosscheck._sweep.config import find_config
+
+    found = None if args.config is not None else find_config()
+    inputs = {"--config": args.config, "the configuration this sweep reads": found}
+    inputs.update(source_files([*(args.backend or []), args.reference, *(args.workload or [])]))
+    check_outputs({"--json": args.json, "--junit": args.junit}, inputs=inputs)
+    absolute_outputs(args, ("json", "junit"))
 
 
 def resolve_config(args: argparse.Namespace):
@@ -209,7 +225,8 @@ def render(result, console: Any) -> None:
     console.print(table)
     for record in result.records:
         if not record["passed"]:
-            console.print(f"{case_label(record['case'])}: {record['error']}", markup=False, highlight=False)
+            line = plain(f"{case_label(record['case'])}: {record['error']}")
+            console.print(line, markup=False, highlight=False)
     counts = {k: v for k, v in result.counts().items() if v and k != "passed"}
     n = len(result.records)
     if result.interrupted is not None:

@@ -8,6 +8,7 @@ from its options, ``sweep`` from its configuration; the messages name ``run``'s 
 from __future__ import annotations
 
 import dataclasses
+import threading
 from typing import Any
 
 import numpy as np
@@ -110,6 +111,11 @@ class Execution:
             object.__setattr__(self, "timeout", float(self.timeout))
 
 
+#: The longest timeout, in whole seconds: what both threading (``TIMEOUT_MAX``) and a worker's
+#: pipe (``poll``, in milliseconds as a C int) can wait.
+MAX_TIMEOUT = int(min(threading.TIMEOUT_MAX, (2**31 - 1) / 1000))
+
+
 def _check_positive(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"`{name}` must be a positive integer, found {value!r}.")
@@ -123,6 +129,11 @@ def _check_isolation(isolate: Any, timeout: Any) -> None:
     number = isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
     if not (number and np.isfinite(timeout) and timeout > 0):
         raise ValueError(f"`timeout` must be a positive number of seconds, found {timeout!r:.60}.")
+    if timeout > MAX_TIMEOUT:  # a longer wait overflows a platform limit: a traceback mid-run
+        raise ValueError(
+            f"`timeout` must be at most {MAX_TIMEOUT} seconds (about 24 days, the longest this platform "
+            f"can wait), found {timeout!r:.60}; leave it out for no limit."
+        )
 
 
 def _check_tolerances(rtol: float | None, atol: float | None) -> None:

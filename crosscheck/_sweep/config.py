@@ -38,6 +38,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from crosscheck._compare.constants import DTYPES
+from crosscheck._engine.records import MAX_TIMEOUT
 from crosscheck._workloads.registry import case_knobs, load_workload
 
 CONFIG_FILE = "pyproject.toml"
@@ -95,7 +96,10 @@ SCHEMA: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "rtol": ("a non-negative number", lambda v: _is_number(v) and v >= 0),
     "atol": ("a non-negative number", lambda v: _is_number(v) and v >= 0),
     "strict": ("true or false", lambda v: isinstance(v, bool)),
-    "timeout": ("a positive number of seconds", lambda v: _is_number(v) and v > 0),
+    "timeout": (
+        f"a positive number of seconds, at most {MAX_TIMEOUT} (the longest this platform can wait)",
+        lambda v: _is_number(v) and 0 < v <= MAX_TIMEOUT,
+    ),
 }
 
 

@@ -172,17 +172,21 @@ def build(
     """
     by_name = {".".join(t.path): t for t in torch}
     leaves = {"/".join(j.path): j for j in jax}
-    chosen = _overrides(overrides or {}, by_name, leaves)
+    index = _index(jax)  # by module and leaf name: a lookup per tensor, not a scan (10 000 tensors)
+    chosen = _overrides(overrides or {}, by_name, leaves, index)
     entries: list[Entry] = []
     used: set[tuple[str, ...]] = set()
     for t in torch:
-        entry = chosen[t.name] if t.name in chosen else _match(t, jax, used)
+        entry = chosen[t.name] if t.name in chosen else _match(t, index, used)
         if entry.jax is not None:
             used.add(entry.jax.path)
         entries.append(entry)
+    modules: dict[tuple[str, ...], list[str]] = {}
+    for t in torch:
+        modules.setdefault(canonical(t.module), []).append(t.name)
     for j in jax:
         if j.path not in used:
-            near = [t.name for t in torch if canonical(t.module) == canonical(j.module)]
+            near = modules.get(canonical(j.module), [])
             hint = (
                 f"PyTorch tensors of that module: {', '.join(near)}"
                 if near
@@ -194,16 +198,22 @@ def build(
     return Table(tuple(entries))
 
 
-def _match(t: Tensor, jax: Sequence[Tensor], used: set) -> Entry:
+Index = dict[tuple[tuple[str, ...], str], list[tuple[int, Tensor]]]
+
+
+def _index(jax: Sequence[Tensor]) -> Index:
+    """JAX leaves by (canonical module path, leaf name), each with its position on its side."""
+    index: Index = {}
+    for position, j in enumerate(jax):
+        index.setdefault((canonical(j.module), j.path[-1]), []).append((position, j))
+    return index
+
+
+def _match(t: Tensor, index: Index, used: set) -> Entry:
     names = (t.path[-1], *LEAF_ALIASES.get(t.path[-1], ()))
-    found = [
-        j
-        for j in jax
-        if j.path not in used
-        and canonical(j.module) == canonical(t.module)
-        and j.path[-1] in names
-        and _kind_fits(t, j)
-    ]
+    module = canonical(t.module)
+    candidates = sorted(item for name in dict.fromkeys(names) for item in index.get((module, name), []))
+    found = [j for _, j in candidates if j.path not in used and _kind_fits(t, j)]
     if len(found) > 1:
         found = [j for j in found if fits(t, j)] or found
     if not found:
@@ -262,7 +272,7 @@ def _known_transform(t: Tensor, j: Tensor) -> str | None:
     return None
 
 
-def _overrides(overrides: Mapping[str, Any], by_name: dict, leaves: dict) -> dict[str, Entry]:
+def _overrides(overrides: Mapping[str, Any], by_name: dict, leaves: dict, index: Index) -> dict[str, Entry]:
     out: dict[str, Entry] = {}
     for pattern, value in overrides.items():
         names = [n for n in by_name if fnmatch.fnmatchcase(n, str(pattern))]
@@ -272,18 +282,18 @@ def _overrides(overrides: Mapping[str, Any], by_name: dict, leaves: dict) -> dic
                 f"`{next(iter(by_name), '')}`."
             )
         for name in names:
-            out[name] = _override(by_name[name], value, leaves, by_name)
+            out[name] = _override(by_name[name], value, leaves, index)
     return out
 
 
-def _override(t: Tensor, value: Any, leaves: dict, by_name: dict) -> Entry:
+def _override(t: Tensor, value: Any, leaves: dict, index: Index) -> Entry:
     if value is None:
         return Entry(t, None, None, "left unmapped by an override")
     path, transform = (value, None) if isinstance(value, str) and value in leaves else (None, value)
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
         path, transform = value
     if path is None:
-        auto = _match(t, list(leaves.values()), set())
+        auto = _match(t, index, set())
         if auto.jax is None:
             raise ValueError(
                 f"override of `{t.name}`: {auto.how}; give the JAX path too: ('PATH', {transform!r})."
