@@ -28,7 +28,7 @@ from crosscheck._workloads.fd.directions import LOCALIZE_ENTRIES
 from crosscheck._workloads.fd.function import Differences, Function, Plan, Skip, localize
 from crosscheck._workloads.user import compare as model_compare
 from crosscheck._workloads.user.rounding import Rounding
-from crosscheck._workloads.user.verdict import loss_text, plural, verdict
+from crosscheck._workloads.user.verdict import answers, loss_text, plural, verdict
 
 if TYPE_CHECKING:
     from crosscheck._workloads.user.judge import GenericJudge
@@ -251,6 +251,7 @@ def summarize(findings: Findings, reference: Any) -> dict[str, Any]:
     zero = _zero_everywhere(findings, records) if not empty else {"exactly": [], "within rounding": []}
     out["zero_in_every_implementation"] = zero
     out["verdict"] = [verdict(findings, r) for r in records]
+    out["questions"] = {r.name: {q: a.to_dict() for q, a in answers(findings, r).items()} for r in records}
     out["notes"] = [r.rounding.how for r in records if not r.rounding.honest]
     out["problems"] = _problems(findings, records, zero)
     out["lines"] = _lines(out, zero)
@@ -340,8 +341,7 @@ def _lines(out: dict[str, Any], zero: dict[str, list[str]]) -> list[str]:
         lines.append(
             "zero gradient in every implementation: "
             + ", ".join(parts)
-            + "; judged against zero"
-            + (" by the oracle" if out.get("mode") else "")
+            + ("; judged against zero by the oracle" if out.get("mode") else "; no oracle judged it")
         )
     evaluations = out.get("evaluations") or {}
     if evaluations:
