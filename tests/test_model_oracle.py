@@ -47,9 +47,13 @@ def test_a_workload_without_a_numpy_reference_runs_end_to_end(dtype):
     questions = {(c.backend, c.question) for c in report.comparisons}
     assert questions == {("torch", "derivative"), ("jax", "same function"), ("jax", "derivative")}
     assert _verdict(report, "torch") == (
-        "`torch`: derivative right (it agrees with differences of its own float64 loss)"
+        "`torch`: derivative right (`torch` vs `numpy-fd`: differences of `torch`'s own float64 loss)"
     )
-    assert _verdict(report, "jax") == "`jax`: same function as `torch`'s own float64 loss, derivative right"
+    assert _verdict(report, "jax") == (
+        "`jax`: same function as `torch` (`jax` vs `numpy-fd`: differences of `torch`'s own float64 loss; "
+        "the float64 losses agree); derivative right (`jax` vs `numpy-fd`: differences of `jax`'s own "
+        "float64 loss)"
+    )
     assert report.oracle["mode"] == "full" and report.oracle["losses"]["jax"]["passed"]
     assert set(report.oracle["evaluations"]) == {"`torch`'s own float64 loss", "`jax`'s own float64 loss"}
 
@@ -61,14 +65,14 @@ def test_a_workload_without_a_numpy_reference_runs_end_to_end(dtype):
         (
             {"jax_gelu": "tanh"},
             ("jax", "same function"),
-            "`jax`: the port computes a different function from `torch`'s own float64 loss: its float64 "
-            "loss differs",
+            "`jax`: a different function from `torch`: its float64 loss differs",
         ),
         (
             {"torch_backward": "wrong"},
             ("torch", "derivative"),
-            "`torch`: same function, the gradient of parameters `w0`, `b0`, `g0`, `beta0` is wrong: it "
-            "disagrees with differences of its own float64 loss",
+            "`torch`: derivative wrong at parameters `w0`, `b0`, `g0`, `beta0` (`torch` vs `numpy-fd`: "
+            "differences of `torch`'s own float64 loss); same function as `jax` (`jax` vs `numpy-fd`: "
+            "differences of `torch`'s own float64 loss; the float64 losses agree)",
         ),
     ],
     ids=["tanh-gelu-port", "wrong-custom-backward"],
@@ -80,8 +84,9 @@ def test_the_verdict_names_which_question_failed(variant, failing, verdict):
     backend = failing[0]
     assert _verdict(report, backend).startswith(verdict)
     if backend == "jax":  # a different function, whose own derivative is right
-        assert _verdict(report, "jax").endswith("and its derivative is right (it agrees with differences "
-                                                "of its own loss)")  # fmt: skip
+        assert _verdict(report, "jax").endswith(
+            "; derivative right (`jax` vs `numpy-fd`: differences of `jax`'s own float64 loss)"
+        )
         assert any(p.startswith("`jax`'s float64 loss differs from") for p in report.problems)
 
 
@@ -108,6 +113,9 @@ def test_a_parameter_zero_everywhere_without_an_oracle_fails():
     assert report.problems[-1].startswith(
         "the gradient of parameters `unused`, `bk` is zero in every implementation and no oracle judged it"
     )
+    # Its line says so too: nothing "judged it against zero".
+    zero = "zero gradient in every implementation: `unused` (exactly), `bk` (within rounding)"
+    assert f"{zero}; no oracle judged it" in report.oracle["lines"]
 
 
 @needs_frameworks
@@ -147,7 +155,7 @@ def test_a_module_pinned_to_float32_gets_the_conservative_bound_and_a_note(dtype
         .startswith("`jax` did not compute in float64: its float64 run gave float32 numbers")
     )
     assert report.oracle["own_loss"]["jax"].startswith("`jax`'s loss came back in float32")
-    assert "its derivative alone was not checked" in _verdict(report, "jax")
+    assert "; derivative not checked: `jax`'s loss came back in float32" in _verdict(report, "jax")
 
 
 @needs_frameworks

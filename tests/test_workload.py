@@ -147,9 +147,20 @@ def test_the_gelu_bug_is_caught_and_named_by_parameter(dtype):
     assert first == "`jax` disagrees with `numpy-fd` at parameters `w1`, `b1`, `w2`, `b2`"
     assert loss.startswith("`jax`'s float64 loss differs from the NumPy reference's")
     verdict = report.oracle["verdict"]
-    assert verdict[0].startswith("`jax`: the port computes a different function from the NumPy reference")
-    assert verdict[0].endswith("and its derivative is right (it agrees with differences of its own loss)")
-    assert verdict[1] == "`torch`: same function as the NumPy reference, derivative right"
+    # Each clause names its comparison: the failed one first.
+    assert verdict[0].startswith(
+        "`jax`: a different function from the NumPy reference: its float64 loss differs"
+    )
+    where = "its gradient differs at parameters `w1`, `b1`, `w2`, `b2` (`jax` vs `numpy-fd`: differences of"
+    assert f"{where} the NumPy reference)" in verdict[0]
+    assert verdict[0].endswith(
+        "; derivative right (`jax` vs `numpy-fd`: differences of `jax`'s own float64 loss)"
+    )
+    assert verdict[1] == (
+        "`torch`: same function as the NumPy reference (`torch` vs `numpy-fd`: differences of the NumPy "
+        "reference; the float64 losses agree); derivative right (`torch` vs `numpy-fd`: differences of "
+        "`torch`'s own float64 loss)"
+    )
 
 
 @_needs("jax")

@@ -162,6 +162,14 @@ def title(report: Report) -> str:
     source = str(case.get("oracle_differentiates", "reference"))
     if source.startswith("surrogate"):
         line += "\nthe oracle differentiates the workload's surrogate, built at this point"
+    elif source.startswith("nothing"):  # no oracle ran: name the one comparison made, if any
+        ref = report.reference  # the title is escaped where it is printed (``markup_lines``)
+        line += (
+            f"\nno oracle ran: each candidate's gradient is compared with `{ref}`'s; no derivative is "
+            f"checked (`--reference {ref}`)"
+            if "backend" in source
+            else f"\nno oracle ran: the reference `{ref}` failed or did not run"
+        )
     elif source != "reference":
         line += f"\nthe oracle differentiates {source}"
     return line

@@ -13,6 +13,7 @@ table (a section of the report).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -92,6 +93,7 @@ class PortJudge:
         if id(backend) not in self.workload.ports:
             return found
         modules, verdict = self.modules(name, call, found)
+        verdict = dataclasses.replace(verdict, text=verdict.text + compared(verdict, name, reference.name))
         self.notes.setdefault(name, {})["port"] = verdict.to_dict()
         self.verdicts[name] = Verdict(verdict.text, fails=verdict.starts_in != "nowhere")
         return modules + found
@@ -155,9 +157,9 @@ class PortJudge:
             verdict = self._gradient_verdict(torch_runs.main, paired, gradients, top)
         if verdict.starts_in == "nowhere" and listed:
             text = f"every listed module's output ({', '.join(prepared.jax_side.listed)}), the model's "
-            verdict = localize.Verdict("nowhere", None, None, (), text + "output and every gradient agree")
+            verdict = localize.Verdict("nowhere", None, None, (), text + "output " + _agree(gradients))
         elif verdict.starts_in == "nowhere" and len(out) == 1:  # Equinox, a function: no submodule calls
-            text = "the output and every gradient agree (only the output is compared: module by module "
+            text = f"the output {_agree(gradients)} (only the output is compared: module by module "
             text += "needs Flax linen or nnx, or the modules listed in `jax_intermediates`)"
             verdict = localize.Verdict("nowhere", None, None, (), text)
         return out, verdict
@@ -172,9 +174,7 @@ class PortJudge:
             if not c.passed and c.status == "mismatch"
         }
         if not differs:
-            return localize.Verdict(
-                "nowhere", None, None, (), "every module's output and every gradient agree"
-            )
+            return localize.Verdict("nowhere", None, None, (), f"every module's output {_agree(gradients)}")
         return localize.gradient_verdict(order, paired, differs, owners, top)
 
     def _runs(self, call: Call, *, torch: bool) -> Any:
@@ -188,6 +188,26 @@ class PortJudge:
                 return f"{'PyTorch' if torch else 'JAX'} forward in {dtype}: {got.error}"
             runs.append(got.value)
         return localize.Runs(*runs)
+
+
+def _agree(gradients: list[Comparison]) -> str:
+    """What agrees besides the outputs: every gradient, unless a gradient no comparison judged (missing,
+    empty, unjudgeable), which does not "agree"."""
+    if any(c.status not in ("ok", "mismatch") for c in gradients):
+        return "agrees; not every gradient was checked (see its comparisons)"
+    return "and every gradient agree"
+
+
+def compared(verdict: Any, name: str, reference: str) -> str:
+    """The comparisons behind a port's verdict where it judges the gradients too (they are compared with
+    the run's reference, which need not be PyTorch); a verdict on the forward pass alone says which
+    comparison it is ("the forward pass differs first at ...": the port's module outputs against
+    PyTorch's), and one that could not compare says why."""
+    if verdict.starts_in in ("unknown", "forward"):
+        return ""
+    if reference == "torch":
+        return f" (`{name}` vs `torch`: module outputs and gradients)"
+    return f" (`{name}` vs `torch`: module outputs; `{name}` vs `{reference}`: gradients)"
 
 
 def render_mapping(report: Report, console: Any) -> None:

@@ -38,6 +38,13 @@ from crosscheck._workloads.user.rounding import Rounding, measure
 from crosscheck._workloads.user.summary import Findings, Record, against_oracle, summarize
 from crosscheck._workloads.user.workload import WorkloadOracle
 
+#: The case's ``oracle_differentiates`` when no oracle ran: a backend is the reference, or the
+#: reference failed. The table's title says so instead of what an oracle would have differenced.
+NO_ORACLE = {
+    True: "nothing: no oracle ran (the reference is a backend)",
+    False: "nothing: the reference failed or did not run",
+}
+
 
 class GenericJudge:
     """Each parameter's gradient of a ``Workload`` at one point."""
@@ -169,6 +176,8 @@ class GenericJudge:
         return measure(value, again, shapes=self.shapes, dtype=self.dtype, name=name)
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
+        if not self.findings.oracle:  # the report claims no oracle's work: none ran
+            self.point.case["oracle_differentiates"] = NO_ORACLE[self.findings.reference_gradient is not None]
         return {"quantity": "grad", "oracle": summarize(self.findings, reference)}
 
 

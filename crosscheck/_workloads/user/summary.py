@@ -28,6 +28,7 @@ from crosscheck._workloads.fd.directions import LOCALIZE_ENTRIES
 from crosscheck._workloads.fd.function import Differences, Function, Plan, Skip, localize
 from crosscheck._workloads.user import compare as model_compare
 from crosscheck._workloads.user.rounding import Rounding
+from crosscheck._workloads.user.verdict import answers, loss_text, plural, verdict
 
 if TYPE_CHECKING:
     from crosscheck._workloads.user.judge import GenericJudge
@@ -249,7 +250,8 @@ def summarize(findings: Findings, reference: Any) -> dict[str, Any]:
     empty = [r for r in records if r.zeros and all(r.zeros.values())]
     zero = _zero_everywhere(findings, records) if not empty else {"exactly": [], "within rounding": []}
     out["zero_in_every_implementation"] = zero
-    out["verdict"] = [_verdict(findings, r) for r in records]
+    out["verdict"] = [verdict(findings, r) for r in records]
+    out["questions"] = {r.name: {q: a.to_dict() for q, a in answers(findings, r).items()} for r in records}
     out["notes"] = [r.rounding.how for r in records if not r.rounding.honest]
     out["problems"] = _problems(findings, records, zero)
     out["lines"] = _lines(out, zero)
@@ -279,74 +281,6 @@ def _coverage(records: list[Record]) -> dict[str, list[str]]:
 
 def _own_state(own: Differences | Skip) -> str:
     return "differenced" if isinstance(own, Differences) else own.reason
-
-
-def _failing(r: Record, question: str) -> list[str]:
-    return [
-        f"`{c.parameter}`"
-        for c in r.comparisons
-        if c.question == question and not c.passed and c.status == "mismatch" and c.mismatched
-    ]
-
-
-def _verdict(findings: Findings, r: Record) -> str:
-    derivative, function = _failing(r, "derivative"), _failing(r, "same function")
-    anchor = findings.anchor.function.label if findings.anchor is not None else "the reference"
-    loss_differs = r.loss is not None and not r.loss["passed"]
-    own = r.own
-    if isinstance(own, Differences) and derivative:
-        same = "same function, " if _same_function(findings, r, derivative, function) else ""
-        return (
-            f"`{r.name}`: {same}the gradient of {_plural(derivative)} is wrong: it disagrees with "
-            f"differences of its own float64 loss"
-        )
-    if function or loss_differs:
-        what = []
-        if loss_differs:
-            what.append(f"its float64 loss differs ({_loss_text(r.loss)})")
-        if function:
-            what.append(f"its gradient differs at {_plural(function)}")
-        right = ", and its derivative is right (it agrees with differences of its own loss)"
-        return f"`{r.name}`: the port computes a different function from {anchor}: {'; '.join(what)}" + (
-            right if isinstance(own, Differences) else ""
-        )
-    if r.zeros and all(r.zeros.values()):
-        return (
-            f"`{r.name}`: nothing was checked: a gradient of zeros would pass every entry (the loss is flat)"
-        )
-    if any(c.status != "ok" for c in r.comparisons):
-        return f"`{r.name}`: not every check passed (see its comparisons)"
-    if own is findings.anchor:
-        return f"`{r.name}`: derivative right (it agrees with differences of its own float64 loss)"
-    if isinstance(own, Differences):
-        return f"`{r.name}`: same function as {anchor}, derivative right"
-    tail = f"; its derivative alone was not checked: {own.reason}" if isinstance(own, Skip) else ""
-    return f"`{r.name}`: agrees with {anchor}{tail}"
-
-
-def _same_function(findings: Findings, r: Record, derivative: list[str], function: list[str]) -> bool:
-    """Whether ``r`` computes the same function as the others, though its derivative is wrong: its loss
-    agrees with the anchor's and its gradient differs from the anchor's only where its derivative is
-    wrong; for the anchor itself, another implementation's loss and gradient agreed with it."""
-    if r.own is findings.anchor:
-        return any(
-            o.loss is not None and o.loss["passed"] and not _failing(o, "same function")
-            for o in findings.records.values()
-            if o is not r
-        )
-    return r.loss is not None and r.loss["passed"] and set(function) <= set(derivative)
-
-
-def _plural(names: list[str]) -> str:
-    return ("parameter " if len(names) == 1 else "parameters ") + ", ".join(dict.fromkeys(names))
-
-
-def _loss_text(loss: dict[str, Any] | None) -> str:
-    assert loss is not None
-    return (
-        f"{loss['value']:.12g} vs {loss['reference']:.12g} of {loss['against']}, difference "
-        f"{loss['difference']:.3g}, tolerance {loss['tolerance']:.3g}"
-    )
 
 
 def _zero_everywhere(findings: Findings, records: list[Record]) -> dict[str, list[str]]:
@@ -380,12 +314,12 @@ def _problems(findings: Findings, records: list[Record], zero: dict[str, list[st
         if isinstance(r.own, Skip) and r.own.failure:
             out.append(r.own.reason)
         if r.loss is not None and not r.loss["passed"]:
-            out.append(f"`{r.name}`'s float64 loss differs from {r.loss['against']}'s: {_loss_text(r.loss)}")
+            out.append(f"`{r.name}`'s float64 loss differs from {r.loss['against']}'s: {loss_text(r.loss)}")
     if not findings.oracle and not empty:
         named = zero["exactly"] + zero["within rounding"]
         if named:
             out.append(
-                f"the gradient of {_plural([f'`{k}`' for k in named])} is zero in every implementation and "
+                f"the gradient of {plural([f'`{k}`' for k in named])} is zero in every implementation and "
                 "no oracle judged it (the reference is a backend): nothing checked it; run with the oracle "
                 "as reference"
             )
@@ -407,8 +341,7 @@ def _lines(out: dict[str, Any], zero: dict[str, list[str]]) -> list[str]:
         lines.append(
             "zero gradient in every implementation: "
             + ", ".join(parts)
-            + "; judged against zero"
-            + (" by the oracle" if out.get("mode") else "")
+            + ("; judged against zero by the oracle" if out.get("mode") else "; no oracle judged it")
         )
     evaluations = out.get("evaluations") or {}
     if evaluations:
