@@ -168,3 +168,11 @@ def test_the_same_workload_and_port_behaving_pass(make):
     workload = getattr(usercode, make)("none", "none")
     report = crosscheck.run(workload=workload, **({"reference": "torch"} if make == "port" else {}))
     assert report.passed, report.problems
+
+
+def test_a_backend_named_like_an_emoji_code_prints_as_written(capsys):
+    from crosscheck._cli.common import make_console
+    from crosscheck._report.text import plain
+
+    make_console().print(plain("mod:factory: failed: RuntimeError: :fire:"), markup=False)
+    assert capsys.readouterr().out == "mod:factory: failed: RuntimeError: :fire:\n"
