@@ -71,12 +71,12 @@ def user_call(where: str, what: str, fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)``, user code that runs before any backend exists, guarded like a backend's call.
 
     Whatever it raises, ``BaseException`` included (its ``sys.exit`` or ``KeyboardInterrupt`` is a bad
-    workload, not the end of the run nor a traceback), is a ``UserCodeFailed``: ``{where}: {what}
-    failed: {Type: message}`` (``what``: the callable, as a message names it: ```generate(rng,
-    dtype)```); one it raises already (a nested user call) passes unchanged. The user's
-    own Ctrl-C propagates (``Interrupted``): while ``fn`` runs in the main thread under Python's default
-    SIGINT handler, a Ctrl-C raises ``Interrupted``, so it is told apart from a ``KeyboardInterrupt``
-    that ``fn`` raises itself.
+    workload, not the end of the run nor a traceback), is a ``UserCodeFailed`` of one line: ``where``
+    (``port `p```), ``what`` (the callable as a message names it, ``the PyTorch module's
+    `state_dict()```), ``failed:`` and ``describe(exc)``. One it raises already (a nested user call)
+    passes unchanged. The user's own Ctrl-C propagates (``Interrupted``): while ``fn`` runs in the main
+    thread under Python's default SIGINT handler, a Ctrl-C raises ``Interrupted``, so it is told apart
+    from a ``KeyboardInterrupt`` that ``fn`` raises itself.
     """
     try:
         with _ctrl_c_interrupts():

@@ -125,6 +125,17 @@ def test_a_backend_factory_that_exits_in_its_worker_process_is_its_failure(capsy
     assert f"`usercode:backend_exit`: calling the factory failed: {EXITS} the factory)" in out
 
 
+def test_a_backend_module_that_exits_on_import_is_its_failure(tmp_path, monkeypatch, capsys):
+    (tmp_path / "exits_on_import.py").write_text("import sys\nsys.exit(0)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    argv = _argv("backend", "exit")
+    argv[argv.index("usercode:backend_exit")] = "exits_on_import:grad"
+    assert main(argv) == 1  # was exit 2 for the whole run: now that backend's record, as for a plugin
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"importing `exits_on_import` failed: {EXITS} `exits_on_import`)" in out
+    assert "│ torch " in out
+
+
 def test_a_sys_exit_that_reaches_the_command_is_exit_2_not_its_status(monkeypatch, capsys):
     import crosscheck._cli.run as cli_run
 
