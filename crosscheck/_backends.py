@@ -132,8 +132,10 @@ class BackendUnavailable(ImportError):
 
 
 class BackendBroken(ValueError):
-    """An installed ``crosscheck.backends`` plugin that fails to load (import error, missing attribute,
-    raising factory): the plugin's fault, not the user's, so a run reports it as a failed backend."""
+    """A backend whose own code fails to load it: an installed ``crosscheck.backends`` plugin (import
+    error, missing attribute, raising factory), or an import string or class whose module raises on
+    import or whose factory raises. The backend's fault, not a mistake in its name, so a run reports
+    it as a failed backend and runs the others."""
 
 
 class FunctionBackend:
@@ -161,7 +163,9 @@ def load_backend(spec: Any) -> Backend:
 
     Raises:
         BackendUnavailable: a built-in backend whose framework is not installed.
-        BackendBroken: an entry-point plugin that fails to import or to build its backend.
+        BackendBroken: a plugin, an import string or a class whose code fails: its module raises on
+            import, or its class or factory raises (``sys.exit`` included) when called. A run
+            reports it as that backend's failure and runs the others.
         ValueError: an unknown name or an import string that cannot be resolved.
 
     Example:
@@ -240,7 +244,10 @@ def _import_attribute(target: str, *, spec: str | None = None, kind: str = "back
         raise ValueError(f"{kind} `{spec}`: cannot import module `{module_name}` ({exc}).") from exc
     except BaseException as exc:  # its sys.exit too: importing it failed, the run goes on to say so
         reraise_user_interrupt(exc)
-        raise ValueError(f"{kind} `{spec}`: importing `{module_name}` failed: {describe(exc)}") from exc
+        # A backend's module that raises is that backend's failure (as a plugin's), not the user's mistake.
+        error = BackendBroken if kind == "backend" else ValueError
+        message = f"{kind} `{spec}`: importing `{module_name}` failed: {describe(exc, f'`{module_name}`')}"
+        raise error(message) from exc
     value = module
     for part in attribute.split("."):
         if not hasattr(value, part):
@@ -259,9 +266,10 @@ def _adapt(target: Any, spec: str) -> Backend:
     if inspect.isclass(target) or factory:
         try:
             target = target()
-        except BaseException as exc:
+        except BaseException as exc:  # the backend's own code: its failure record, the others still run
             reraise_user_interrupt(exc)
-            raise ValueError(f"backend `{spec}`: calling the factory failed: {describe(exc)}") from exc
+            detail = describe(exc, "the factory")
+            raise BackendBroken(f"backend `{spec}`: calling the factory failed: {detail}") from exc
     if hasattr(target, "grad") and callable(target.grad):
         if not isinstance(getattr(target, "name", None), str):
             try:

@@ -6,7 +6,13 @@ checks of user code all describe failures the same way.
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import threading
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class Interrupted(KeyboardInterrupt):
@@ -44,15 +50,61 @@ def reraise_user_interrupt(exc: BaseException, interrupts: Interrupts | None = N
         raise Interrupted from exc
 
 
-def describe(exc: BaseException) -> str:
+def describe(exc: BaseException, inside: str = "the backend") -> str:
     """One line for an exception: ``Type: message``, with what ``SystemExit`` and ``KeyboardInterrupt``
-    mean when a backend raises them."""
+    mean when the code ``inside`` (a backend, a workload's ``generate``) raises them."""
     text = one_line(f"{type(exc).__name__}: {exc}").removesuffix(":")
     if isinstance(exc, SystemExit):
-        return f"{text} (sys.exit was called inside the backend)"
+        return f"{text} (sys.exit was called inside {inside})"
     if isinstance(exc, KeyboardInterrupt):
-        return f"{text} (raised inside the backend, not a Ctrl-C from the user)"
+        return f"{text} (raised inside {inside}, not a Ctrl-C from the user)"
     return text
+
+
+class UserCodeFailed(ValueError):
+    """A user callable that runs before any backend exists (a workload's ``generate``, a port's
+    ``inputs``, its PyTorch module's ``state_dict()``, its Flax module's ``setup``) failed: a bad
+    workload, said in one line that names the callable (exit 2 on the command line)."""
+
+
+def user_call(where: str, what: str, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, user code that runs before any backend exists, guarded like a backend's call.
+
+    Whatever it raises, ``BaseException`` included (its ``sys.exit`` or ``KeyboardInterrupt`` is a bad
+    workload, not the end of the run nor a traceback), is a ``UserCodeFailed`` of one line: ``where``
+    (``port `p```), ``what`` (the callable as a message names it, ``the PyTorch module's
+    `state_dict()```), ``failed:`` and ``describe(exc)``. One it raises already (a nested user call)
+    passes unchanged. The user's own Ctrl-C propagates (``Interrupted``): while ``fn`` runs in the main
+    thread under Python's default SIGINT handler, a Ctrl-C raises ``Interrupted``, so it is told apart
+    from a ``KeyboardInterrupt`` that ``fn`` raises itself.
+    """
+    try:
+        with _ctrl_c_interrupts():
+            return fn(*args)
+    except UserCodeFailed:
+        raise
+    except BaseException as exc:
+        reraise_user_interrupt(exc)
+        raise UserCodeFailed(f"{where}: {what} failed: {describe(exc, what)}") from exc
+
+
+@contextlib.contextmanager
+def _ctrl_c_interrupts() -> Iterator[None]:
+    """A Ctrl-C raises ``Interrupted`` while inside (where Python's default handler is installed, in the
+    main thread; an engine's own handler, ``user_interrupts``, does so already)."""
+    main = threading.current_thread() is threading.main_thread()
+    if not main or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Interrupted
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def one_line(text: str, limit: int = 2000) -> str:

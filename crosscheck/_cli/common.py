@@ -314,12 +314,13 @@ def escape(text: Any) -> str:
 
 
 def make_console() -> Any:
-    """A rich console for stdout; at least 132 columns wide when it is not a terminal."""
+    """A rich console for stdout; at least 132 columns wide when it is not a terminal. No emoji codes:
+    a backend named ``mod:factory`` prints ``mod:factory: failed``, not a factory pictogram."""
     from rich.console import Console
 
-    console = Console(highlight=False)
+    console = Console(highlight=False, emoji=False)
     if not console.is_terminal:
-        console = Console(highlight=False, width=max(console.width, 132))
+        console = Console(highlight=False, emoji=False, width=max(console.width, 132))
     return console
 
 

@@ -23,7 +23,7 @@ from crosscheck._cli import run as _cli_run
 from crosscheck._cli import ste as _cli_ste
 from crosscheck._cli import sweep as _cli_sweep
 from crosscheck._cli.common import EXIT_INTERRUPTED, EXIT_USAGE, HelpFormatter, Parser, UsageError
-from crosscheck._errors import one_line
+from crosscheck._errors import describe, one_line
 
 #: The subcommand modules, in the order ``crosscheck --help`` lists them.
 SUBCOMMANDS = (
@@ -90,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Nothing was checked, so this is not a success: the overview on stderr, exit 2.
             parser.print_help(sys.stderr)
             return EXIT_USAGE
-        return args.handler(args)
+        return _handle(args)
     except UsageError as exc:
         # One line, whatever the message (a user's factory may raise a multi-line error; a file's text
         # may hold control characters).
@@ -99,6 +99,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("crosscheck: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _handle(args: argparse.Namespace) -> int:
+    """The subcommand's status. Every user callable runs guarded (a backend's call, or, before any
+    backend exists, a one-line usage error); a ``sys.exit`` that still got here ends the command with
+    exit 2 and one line, never with the status it asked for (``sys.exit(0)`` is no pass)."""
+    try:
+        return args.handler(args)
+    except SystemExit as exc:
+        raise UsageError(
+            f"{describe(exc, 'code crosscheck ran')}; the command stopped, nothing passed"
+        ) from exc
 
 
 def console() -> NoReturn:

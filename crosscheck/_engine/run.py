@@ -58,7 +58,10 @@ def check(
         A ``Report``: ``.passed`` and ``.to_dict()`` (the JSON report).
 
     Raises:
-        ValueError, TypeError: bad arguments, in one line (a mismatch is a record, never raised).
+        ValueError, TypeError: bad arguments, in one line (a mismatch is a record, never raised); the
+            workload's own code failed before any backend ran (its ``generate``, a port's ``inputs``:
+            whatever it raised, ``sys.exit`` included, in one line naming it). Code that runs inside a
+            backend (an implementation, a backend's factory) is that backend's failure record instead.
 
     Example:
         >>> import crosscheck

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from crosscheck._backends import _import_attribute
-from crosscheck._errors import reraise_user_interrupt
+from crosscheck._errors import user_call
 from crosscheck._workloads.port.declare import Port
 from crosscheck._workloads.port.workload import PortWorkload
 from crosscheck._workloads.protocol import Knob
@@ -86,14 +86,8 @@ def _port(port: Port, spec: str | None) -> PortWorkload:
 def _resolve(target: str, spec: str) -> Workload | Port:
     value = _import_attribute(target, spec=spec, kind="workload")
     if callable(value) and not isinstance(value, (Workload, Port)):
-        try:
-            value = value()
-        except BaseException as exc:  # a factory's sys.exit is a broken workload, not the end of the run
-            reraise_user_interrupt(exc)
-            raise ValueError(
-                f"workload `{spec}`: expected a crosscheck.Workload, found a callable that failed "
-                f"when called with no arguments: {type(exc).__name__}: {exc}"
-            ) from exc
+        # A factory's sys.exit is a broken workload (one line, exit 2), not the end of the run.
+        value = user_call(f"workload `{spec}`", "its factory", value)
     if not isinstance(value, (Workload, Port)):
         raise ValueError(
             f"workload `{spec}` must be a crosscheck.Workload or Port (or a function returning one), "

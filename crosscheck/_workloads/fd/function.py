@@ -186,7 +186,8 @@ def numpy_function(workload: Workload, point: Point) -> Function | None:
         return None
     p64, i64 = as_dtype(point.params, "float64"), read_only(as_dtype(point.inputs, "float64"))
     reference = workload.reference
-    value = _finite_loss(workload, "reference", lambda: reference(dict(p64), i64))
+    # Read-only, as the oracle's: a reference that writes to its arrays fails here, in one line.
+    value = _finite_loss(workload, "reference", lambda: reference(read_only(p64), i64))
     if workload.surrogate is None:
         return Function("the NumPy reference", None, lambda p: reference(p, i64), value)
     try:
@@ -194,7 +195,7 @@ def numpy_function(workload: Workload, point: Point) -> Function | None:
     except BaseException as exc:
         reraise_user_interrupt(exc)
         raise ValueError(
-            f"workload `{workload.name}`: `surrogate(params, inputs)` raised {describe(exc)}"
+            f"workload `{workload.name}`: `surrogate(params, inputs)` raised {describe(exc, '`surrogate`')}"
         ) from exc
     if not callable(built):
         raise ValueError(
@@ -248,7 +249,8 @@ def _finite_loss(workload: Workload, what: str, call: Callable[[], Any]) -> floa
     except BaseException as exc:  # the workload's own code: its sys.exit is a bad workload, not the end
         reraise_user_interrupt(exc)
         raise ValueError(
-            f"workload `{workload.name}`: the `{what}` loss raised at the case's point: {describe(exc)}"
+            f"workload `{workload.name}`: the `{what}` loss raised at the case's point: "
+            f"{describe(exc, f'the `{what}` loss')}"
         ) from exc
     try:
         number = float(value)

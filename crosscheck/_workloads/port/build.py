@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._errors import describe
+from crosscheck._errors import describe, user_call
 from crosscheck._workloads.losses import projection_loss
 from crosscheck._workloads.port import mapping as mapping_module
 from crosscheck._workloads.port.declare import Port
@@ -68,16 +68,24 @@ def prepare(port: Port) -> Prepared:
     """Describe both sides and build the mapping (ambiguities are kept in the table, not raised).
 
     Raises:
-        ValueError: a framework is missing, the inputs are not arrays, an override does not fit.
+        ValueError: a framework is missing, the inputs are not arrays, an override does not fit; the
+            user code it runs failed (``UserCodeFailed``: ``inputs``, ``jax_inputs``, the PyTorch
+            module's ``state_dict()``, the Flax module's ``init``, whatever they raised, ``sys.exit``
+            included).
     """
     torch_side, jax_side = _import("torch_side", "torch"), _import("jax_side", "jax")
-    described, values = torch_side.tensors(port.torch)
+    where = f"port `{port.name}`"
+    described, values = user_call(
+        where, "the PyTorch module's `state_dict()`", torch_side.tensors, port.torch
+    )
     how = port.torch_call or (lambda module, inputs: module(**inputs))
     wrapped = torch_side.Wrapped(port.torch, how)
     example = make_inputs(port, np.random.default_rng(0), "float32")
     jax_example = jax_side.to_jax(example)
-    jax_in = _jax_inputs(port, jax_example)
-    side = jax_side.JaxSide(port.jax, port.jax_params, port.jax_call, jax_in, port.jax_intermediates or ())
+    jax_in = user_call(where, "`jax_inputs(inputs)`", _jax_inputs, port, jax_example)
+    side = jax_side.JaxSide(
+        port.jax, port.jax_params, port.jax_call, jax_in, port.jax_intermediates or (), where=where
+    )
     table = mapping_module.build(described, side.leaves, port.overrides)
     _import("intermediates", "jax and torch").check(port, side, wrapped, values, example, jax_in)
     names = tuple(example)
@@ -104,7 +112,12 @@ def _import(module: str, framework: str) -> Any:
 
 def make_inputs(port: Port, rng: np.random.Generator, dtype: str) -> dict[str, np.ndarray]:
     """The port's inputs as NumPy arrays (floating-point ones in ``dtype``)."""
-    made = port.inputs(rng, dtype) if callable(port.inputs) else port.inputs
+    where = f"port `{port.name}`"
+    made = (
+        user_call(where, "`inputs(rng, dtype)`", port.inputs, rng, dtype)
+        if callable(port.inputs)
+        else port.inputs
+    )
     if not isinstance(made, Mapping) or not made:
         raise ValueError(f"port `{port.name}`: `inputs` must give a non-empty dict of name -> array.")
     out = {}

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from crosscheck._errors import describe
+from crosscheck._errors import UserCodeFailed, describe, reraise_user_interrupt
 from crosscheck._workloads.port import jax_side as jax_side_module
 from crosscheck._workloads.port import torch_side as torch_side_module
 from crosscheck._workloads.port.declare import Port
@@ -68,9 +68,11 @@ def _torch_shapes(
     state = torch_side_module.to_torch(floats)  # in the example inputs' dtype
     try:
         records = torch_side_module.capture(wrapped, state, torch_side_module.to_torch(example))
-    except Exception as exc:  # the user's module: a failure is a one-line error, not a traceback
-        raise ValueError(
-            f"port `{port.name}`: the PyTorch forward pass failed on the example inputs: {describe(exc)}"
+    except BaseException as exc:  # the user's module (its sys.exit too): one line, not a traceback
+        reraise_user_interrupt(exc)
+        raise UserCodeFailed(
+            f"port `{port.name}`: the PyTorch forward pass failed on the example inputs: "
+            f"{describe(exc, 'the PyTorch forward pass')}"
         ) from exc
     found = {r.name: r for r in records}
     out = {}
@@ -105,9 +107,11 @@ def _jax_shapes(port: Port, side: Any, jax_example: dict) -> dict[str, tuple[int
     structs = [jax.ShapeDtypeStruct(leaf.shape, jnp.float32) for leaf in side.leaves]
     try:
         shapes = jax.eval_shape(forward, structs)
-    except Exception as exc:  # the user's code, traced: one line, not a traceback
-        raise ValueError(
-            f"port `{port.name}`: the JAX forward pass failed on the example inputs: {describe(exc)}"
+    except BaseException as exc:  # the user's code, traced (its sys.exit too): one line, not a traceback
+        reraise_user_interrupt(exc)
+        raise UserCodeFailed(
+            f"port `{port.name}`: the JAX forward pass failed on the example inputs: "
+            f"{describe(exc, 'the JAX forward pass')}"
         ) from exc
     if "names" not in seen:
         raise TypeError(

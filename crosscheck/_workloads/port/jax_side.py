@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from crosscheck._errors import user_call
 from crosscheck._workloads.port.mapping import EQUINOX_LAYOUTS, JAX_LAYOUTS, Tensor
 from crosscheck._workloads.port.torch_side import Record
 
@@ -50,7 +51,11 @@ def key_name(key: Any) -> str:
 
 
 class JaxSide:
-    """One JAX model: ``leaves`` (described), ``forward(values, inputs)`` and ``capture(values, inputs)``."""
+    """One JAX model: ``leaves`` (described), ``forward(values, inputs)`` and ``capture(values, inputs)``.
+
+    ``where`` names the port in messages: a linen module's ``init`` (its ``setup`` and ``__call__``)
+    runs here, and whatever it raises is a ``UserCodeFailed`` that names it.
+    """
 
     def __init__(
         self,
@@ -59,14 +64,19 @@ class JaxSide:
         call: Call | None,
         example: dict[str, Any],
         listed: Sequence[str] = (),
+        *,
+        where: str = "port",
     ) -> None:
         self.kind = kind_of(model)
         self.model, self.call = model, call or (lambda m, inputs: m(**inputs))
         self.listed = tuple(listed)  # the user-listed intermediates the call returns beside its output
         self.types: dict[tuple[str, ...], str] = {}
         self.kinds: dict[tuple[str, ...], str] = {}
-        if self.kind == "linen":
-            tree, self.static = self._linen_shapes(example), None
+        if self.kind == "linen":  # Flax runs the user's `setup` and `__call__` (traced) here
+            tree = user_call(
+                where, "the Flax module's `init` (its `setup` and `__call__`)", self._linen_shapes, example
+            )
+            self.static = None
         elif self.kind == "nnx":
             from crosscheck._workloads.port import nnx_side
 

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare.constants import DTYPES
+from crosscheck._errors import user_call
 
 Params = dict[str, np.ndarray]
 
@@ -94,7 +95,8 @@ class Workload:
         """The case's ``(params, inputs)``: the same seed and dtype give the same arrays, bit for bit.
 
         Raises:
-            ValueError: ``generate`` returned the wrong names, shapes or non-finite values.
+            ValueError: ``generate`` failed (``UserCodeFailed``: whatever it raised, ``sys.exit``
+                included, in one line), or returned the wrong names, shapes or non-finite values.
         """
         if dtype not in DTYPES:
             raise ValueError(f"`dtype` must be one of {', '.join(DTYPES)}; found {dtype!r}.")
@@ -105,8 +107,8 @@ class Workload:
             params = {k: rng.standard_normal(s) / math.sqrt(_fan_in(s)) for k, s in self.parameters.items()}
             inputs = {k: rng.standard_normal(s) for k, s in self.inputs.items()}
         else:
+            made = user_call(f"workload `{self.name}`", "`generate(rng, dtype)`", self.generate, rng, dtype)
             try:
-                made = self.generate(rng, dtype)
                 params, inputs = made
             except (TypeError, ValueError) as exc:
                 raise ValueError(
