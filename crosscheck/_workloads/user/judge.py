@@ -131,6 +131,8 @@ class GenericJudge:
     ) -> list[Comparison]:
         rounding = self.rounding(backend, value, name, call)
         self.notes[name] = {"rounding": rounding.how}
+        if rounding.used is not None:  # how much of what float32 permits its rounding used
+            self.notes[name]["rounding_of_permitted"] = round(rounding.used, 4)
         record = Record(name, value, rounding)
         self.findings.records[name] = record
         if not self.findings.oracle:

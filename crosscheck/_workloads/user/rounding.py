@@ -76,6 +76,9 @@ class Rounding:
     honest: bool = True
     #: Parameters whose measured difference is beyond what float32 permits (their term is capped).
     excess: tuple[Excess, ...] = ()
+    #: The largest median entry's difference over what float32 permits, over the parameters (healthy:
+    #: a few hundredths; > 1 is an excess); None when not measured.
+    used: float | None = None
 
 
 rms = permit.rms
@@ -133,12 +136,14 @@ def measure(
         return Rounding(_fallback(value, shapes, UNIT_ROUNDOFF["float32"]), None, how, honest=False)
     scale = 1.0 if dtype == "float32" else WIDEN
     bounds = permitted(wide, shapes)
-    term, delta, excess = {}, {}, []
+    term, delta, excess, used = {}, {}, [], 0.0
     for k in shapes:
         with np.errstate(invalid="ignore", over="ignore"):
             signed = np.asarray(value[k], np.float64) - np.asarray(again[k], np.float64)
         signed = np.nan_to_num(signed, nan=0.0, posinf=0.0, neginf=0.0)
-        found = _excess(k, np.abs(signed), bounds[k], np.asarray(wide[k], np.float64))
+        ratio = permit.median_ratio(np.abs(signed), bounds[k], wide[k])
+        used = max(used, ratio)
+        found = _excess(k, ratio, np.abs(signed), np.asarray(wide[k], np.float64))
         if found is not None:
             excess.append(found)
             signed = np.clip(signed, -bounds[k], bounds[k])
@@ -150,7 +155,7 @@ def measure(
     if dtype != "float32":  # a float32 re-run off in a float64 check: said, and the check goes on
         how += "".join(f"; {e.says(name, dtype)}" for e in excess)
         excess = []
-    return Rounding(term, delta, how, excess=tuple(excess))
+    return Rounding(term, delta, how, excess=tuple(excess), used=used)
 
 
 def permitted(wide: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
@@ -161,10 +166,9 @@ def permitted(wide: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -
     return {k: permit.bound(wide[k], every) for k in shapes}
 
 
-def _excess(k: str, diff: np.ndarray, bound: np.ndarray, wide: np.ndarray) -> Excess | None:
-    """``k``'s excess when its median entry differs beyond the permitted bound (isolated entries, a kink
-    flipped between the precisions, do not count)."""
-    ratio = permit.median_ratio(diff, bound, wide)
+def _excess(k: str, ratio: float, diff: np.ndarray, wide: np.ndarray) -> Excess | None:
+    """``k``'s excess when its median entry differs beyond the permitted bound (``ratio``; isolated
+    entries, a kink flipped between the precisions, do not count)."""
     if not ratio > 1.0:
         return None
     scale = rms(np.asarray(wide, np.float64))
