@@ -2,9 +2,11 @@
 
 Run from the repository root: ``python benchmarks/calibrate_workloads.py [--seeds 50]``. Prints, per
 workload and dtype, the worst difference / tolerance over every seed, backend and parameter (healthy:
-must stay below 1), and for the buggy GELU port the smallest (over seeds) of its largest ratio, with
-how often each parameter was flagged; and how often a planted relative error at the largest entry of
-one parameter (in float32 and in float64 runs alike) is caught.
+must stay below 1) with the largest share of what float32 permits that a side's measured rounding used
+(its typical entry; above 1 it would fail as "below float32 precision"), and for the buggy GELU port the
+smallest (over seeds) of its largest ratio, with how often each parameter was flagged; and how often a
+planted relative error at the largest entry of one parameter (in float32 and in float64 runs alike) is
+caught.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ sys.path.insert(0, os.getcwd())
 import numpy as np
 
 import crosscheck
-from crosscheck._engine.run_workload import _framework_backend
+from crosscheck._workloads.user.workload import _framework_backend
 from examples import healthy
 from examples.gelu_port import mlp_buggy, mlp_fixed
 
@@ -27,13 +29,15 @@ from examples.gelu_port import mlp_buggy, mlp_fixed
 def healthy_rows(seeds: int):
     for workload in [mlp_fixed.workload, *healthy.WORKLOADS]:
         for dtype in ("float32", "float64"):
-            start, worst, failed, unjudged = time.perf_counter(), 0.0, 0, 0
+            start, worst, failed, unjudged, used = time.perf_counter(), 0.0, 0, 0, 0.0
             for seed in range(seeds):
                 report = crosscheck.run(workload=workload, seed=seed, dtype=dtype)
                 failed += not report.passed
                 unjudged += sum(c.unjudgeable for c in report.comparisons)
                 worst = max([worst] + [c.worst_ratio or 0.0 for c in report.comparisons])
-            yield workload.name, dtype, seeds, failed, unjudged, worst, time.perf_counter() - start
+                notes = [b.notes.get("rounding_of_permitted", 0.0) for b in report.backends.values()]
+                used = max([used, *notes])
+            yield workload.name, dtype, seeds, failed, unjudged, worst, used, time.perf_counter() - start
 
 
 def bug_rows(seeds: int):
@@ -98,11 +102,15 @@ def main() -> None:
         print()
     if "healthy" in sections:
         print(
-            "| healthy workload | dtype | seeds | failed | unjudgeable entries | worst diff/tol | seconds |"
+            "| healthy workload | dtype | seeds | failed | unjudgeable entries | worst diff/tol "
+            "| rounding of permitted | seconds |"
         )
-        print("|---|---|---|---|---|---|---|")
-        for name, dtype, n, failed, unjudged, worst, seconds in healthy_rows(seeds):
-            print(f"| {name} | {dtype} | {n} | {failed} | {unjudged} | {worst:.3g} | {seconds:.1f} |")
+        print("|---|---|---|---|---|---|---|---|")
+        for name, dtype, n, failed, unjudged, worst, used, seconds in healthy_rows(seeds):
+            print(
+                f"| {name} | {dtype} | {n} | {failed} | {unjudged} | {worst:.3g} | {used:.3g} "
+                f"| {seconds:.1f} |"
+            )
         print()
     if "bug" in sections:
         print(

@@ -46,6 +46,7 @@ KINDS = (
     "seterr",  # np.seterr(all="raise"), right answer
     "torch_precision",  # torch.set_float32_matmul_precision("medium"), right answer
     "jax_precision",  # jax.config.update("jax_default_matmul_precision", "bfloat16"), right answer
+    "noisy",  # the right answer x (1 + 0.01 randn), new noise on every call: nondeterministic
     "accumulates",  # a stateful torch port that never zeroes .grad: the n-th call returns n x the answer
     "witness",
     "wrong",
@@ -244,6 +245,9 @@ def misbehave(kind: str, arrays: list[np.ndarray], right) -> Any:
         return _each(answer, lambda a: a.astype(np.float16))
     elif kind == "wrong":
         return _each(answer, lambda a: 2 * a)
+    elif kind == "noisy":
+        noise = np.random.default_rng()  # unseeded: every call differs
+        return _each(answer, lambda a: (a * (1 + 0.01 * noise.standard_normal(np.shape(a)))).astype(a.dtype))
     return answer
 
 

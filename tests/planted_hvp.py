@@ -7,7 +7,16 @@ import numpy as np
 
 
 def _hvp(
-    weights, x, v, *, drop_y_dot=False, drop_v_back=False, no_mask_dot=False, roll_v=False, off_at_largest=0.0
+    weights,
+    x,
+    v,
+    *,
+    drop_y_dot=False,
+    drop_v_back=False,
+    no_mask_dot=False,
+    roll_v=False,
+    off_at_largest=0.0,
+    float32_scale=1.0,
 ):
     if roll_v:
         v = np.roll(v, 1, axis=0)  # v on the wrong layer
@@ -28,6 +37,8 @@ def _hvp(
         out[k] = ys[k].T @ delta_dot + (0 if drop_y_dot else y_dots[k].T @ delta)
         g_dot = delta_dot @ weights[k].T + (0 if drop_v_back else delta @ v[k].T)
         g = delta @ weights[k].T
+    if x.dtype == np.float32:  # wrong in float32 only: its float64 re-run is right
+        out *= float32_scale
     if off_at_largest:
         index = np.unravel_index(np.argmax(np.abs(out)), out.shape)
         out[index] *= 1 + off_at_largest
@@ -55,3 +66,6 @@ BUGS = [
     Planted("v_on_the_wrong_layer", roll_v=True),
     Planted("off_by_1e-3_at_the_largest_entry", off_at_largest=1e-3),
 ]
+
+#: Right in float64, 1 % off in float32: the re-run in the other precision must not be its tolerance.
+FLOAT32_ONLY = Planted("one_percent_off_in_float32_only", float32_scale=1.01)

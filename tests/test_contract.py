@@ -52,6 +52,7 @@ FAILS = {
     "writes": "modified its inputs",
     "negzero": "modified its inputs",
     "accumulates": "second call differs",
+    "noisy": "second call differs",
     "broken_plugin": "failed to load",
     # Entry points of tests/plugins/crosscheck-plugin-hostile (path "plugin"):
     "none_grad": "returned None",
@@ -66,7 +67,8 @@ STATE_NOTE = {"seterr": "numpy error state", "torch_precision": "torch", "jax_pr
 
 STACK = [
     *("none", "raises", "exit", "kbint", "requires_grad", "not_array", "float16", "markup"),
-    *("writes", "negzero", "seterr", "torch_precision", "jax_precision", "accumulates", "repeat1"),
+    *("writes", "negzero", "seterr", "torch_precision", "jax_precision", "noisy", "accumulates"),
+    "repeat1",
     "broken_plugin",
 ]
 #: Workloads: `output_dtype` is a stack backend's attribute (a workload's dtype is per parameter).
@@ -79,7 +81,9 @@ SWEEP = [b for b in STACK if b not in ("repeat1", "broken_plugin")]
 #: Replay: re-runs each backend once on the bundle's arrays and compares bits: no repeat, so no
 #: accumulation; float16 against a saved float32 gradient is a `differs` row by design; a name is moot
 #: (the table shows the bundle's text); the bundle records no broken plugin (it never computed).
-REPLAY = [b for b in STACK if b not in ("float16", "markup", "accumulates", "repeat1", "broken_plugin")]
+REPLAY = [
+    b for b in STACK if b not in ("float16", "markup", "noisy", "accumulates", "repeat1", "broken_plugin")
+]
 #: Replay of a bundle whose hostile backend already failed in the run (saved armed): the bundle holds no
 #: value of it, and its row must say "failed originally" (and what it does now), never vanish from a
 #: replay that passes. `os_exit` runs in a worker, in the run and in the replay.

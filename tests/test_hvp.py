@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from planted_hvp import BUGS, CORRECT
+from planted_hvp import BUGS, CORRECT, FLOAT32_ONLY
 
 import crosscheck
 from crosscheck import Case, make_inputs
@@ -116,6 +116,19 @@ def test_planted_wrong_hvp_is_caught(bug, dtype):
     report = crosscheck.run(quantity="hvp", layers=4, batch=4, dim=5, dtype=dtype, seed=3, backends=[bug])
     (comparison,) = report.comparisons
     assert not report.passed and comparison.mismatched > 0 and comparison.worst_ratio > 100
+
+
+@pytest.mark.parametrize("oracle_mode", ["full", "screen"])
+def test_an_hvp_wrong_in_float32_only_is_not_its_own_tolerance(oracle_mode):
+    # Its float32 and float64 answers differ by 1 %: the re-run term is capped at what float32 permits.
+    report = crosscheck.run(
+        quantity="hvp", layers=4, batch=4, dim=5, seed=3, backends=[FLOAT32_ONLY], oracle_mode=oracle_mode
+    )
+    (comparison,) = report.comparisons
+    assert not report.passed and comparison.mismatched > 0
+    assert "capped at what float32 permits" in comparison.tolerance_sources["rerun"]
+    healthy = crosscheck.run(quantity="hvp", layers=4, batch=4, dim=5, seed=3, backends=[CORRECT])
+    assert "capped" not in healthy.comparisons[0].tolerance_sources["rerun"]
 
 
 def test_direction_is_deterministic_and_recorded():

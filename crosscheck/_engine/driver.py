@@ -237,7 +237,11 @@ def _differences(first: dict, again: Any, bounds: dict) -> tuple[bool, int, str]
 def _where(key: str, over: np.ndarray, diff: np.ndarray, a: np.ndarray, b: np.ndarray) -> str:
     flat = int(np.argmax(np.where(over, diff, -1.0)))
     index = tuple(int(i) for i in np.unravel_index(flat, diff.shape))
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        scale = float(np.sqrt(np.mean(np.square(a.astype(np.float64)))))
+        relative = float(np.sqrt(np.mean(np.square(diff)))) / scale if scale else float("inf")
     return (
+        f"the two calls differ by {relative:.2g} relative (RMS) in `{key}`; "
         f"{int(over.sum())} of {diff.size} entries of `{key}` beyond its rounding; at {index} the first "
         f"call gave {float(a[index]):.9g}, the second {float(b[index]):.9g}"
     )

@@ -6,7 +6,8 @@ without parameters: dropout, activations); user-listed intermediates (``jax_inte
 PyTorch's names and pair as named, without their inputs (``listed_verdict``). Each pair's output is
 compared entry by entry; its tolerance is the sum of both sides' rounding, *measured* by re-running
 each side in the other precision (``SAFETY`` x (the difference + its RMS), scaled by ``2**-29`` for a
-float64 case), plus a floor of ``FLOOR_ULPS`` unit roundoffs of the largest entry.
+float64 case; capped at what float32 permits, ``_compare.permit``, when the typical entry is beyond it),
+plus a floor of ``FLOOR_ULPS`` unit roundoffs of the largest entry.
 
 The verdict names the first paired module, in the order the PyTorch calls finished, whose output
 differs. When its input already differs, the difference was made before it, between the last module
@@ -26,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare import permit
 from crosscheck._compare.compare import Comparison, Tolerance, compare
 from crosscheck._compare.constants import FLOOR_ULPS, SAFETY, UNIT_ROUNDOFF, WIDEN
 from crosscheck._workloads.port.mapping import canonical
@@ -112,7 +114,13 @@ def _rounding(main: np.ndarray, other: np.ndarray | None, dtype: str) -> np.ndar
         return np.full(main.shape, 1024 * UNIT_ROUNDOFF[dtype]) * np.abs(main)
     scale = 1.0 if dtype == "float32" else WIDEN
     with np.errstate(invalid="ignore"):
-        d = np.nan_to_num(scale * np.abs(main - other), nan=0.0, posinf=0.0)
+        d = np.nan_to_num(np.abs(main - other), nan=0.0, posinf=0.0)
+    bound = permit.bound(other if dtype == "float32" else main)
+    if (
+        permit.median_ratio(d, bound, other if dtype == "float32" else main) > 1.0
+    ):  # beyond float32: never its own tolerance (_compare.permit)
+        d = np.minimum(d, bound)
+    d = scale * d
     return SAFETY * (d + (math.sqrt(float(np.mean(d**2))) if d.size else 0.0))
 
 

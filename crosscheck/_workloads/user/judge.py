@@ -111,6 +111,12 @@ class GenericJudge:
             error = f"reference gradient of `{problems[0]}` is missing, of the wrong shape or not finite"
             return dataclasses.replace(out, value=None, error=error)
         rounding = self.rounding(backend, value, "the reference", call)
+        if rounding.excess:  # a reference below float32 precision cannot judge anyone
+            return dataclasses.replace(
+                out,
+                value=None,
+                error=rounding.excess[0].says(getattr(backend, "name", "the reference"), self.dtype),
+            )
         ref_value = {k: np.asarray(value[k], dtype=np.float64) for k in self.shapes}
         self.findings.reference_gradient = ref_value
         kinks = {k: Kinks.none(s) for k, s in self.shapes.items()}
@@ -125,6 +131,8 @@ class GenericJudge:
     ) -> list[Comparison]:
         rounding = self.rounding(backend, value, name, call)
         self.notes[name] = {"rounding": rounding.how}
+        if rounding.used is not None:  # how much of what float32 permits its rounding used
+            self.notes[name]["rounding_of_permitted"] = round(rounding.used, 4)
         record = Record(name, value, rounding)
         self.findings.records[name] = record
         if not self.findings.oracle:

@@ -5,6 +5,14 @@ error is, to first order, proportional to the unit roundoff). The per-entry term
 plus its RMS over the parameter (one re-run is one sample of the rounding), times ``SAFETY``; the
 signed difference is kept too, so that screening can project it on its directions.
 
+A candidate cannot set its own tolerance with this: the measured difference is evidence, judged against
+what float32 rounding permits (``permitted``, ``crosscheck._compare.permit``: ``PERMIT_ULPS`` unit
+roundoffs of the entry's scale, from its float64 gradient). A parameter whose typical (median) entry
+differs by more than that does not compute in float32 precision (a bfloat16 step, an approximation taken
+only in float32, a nondeterministic gradient): its term is capped at the permitted bound and the
+candidate fails with the measured ratio (``Excess``). Isolated entries beyond it (a kink flipped between
+the two precisions) keep their measured term.
+
 The float64 run is checked, not trusted: it must come back in float64 and hold float64 numbers. A
 module pinned to float32 (a Flax module built with ``dtype=float32``, a PyTorch module that casts)
 computes in float32 whatever it is given, so its "float64" result is the float32 result (bit for bit,
@@ -20,10 +28,40 @@ import math
 
 import numpy as np
 
+from crosscheck._compare import permit
 from crosscheck._compare.constants import OTHER_DTYPE, SAFETY, UNIT_ROUNDOFF, WIDEN
 
 #: Without a usable re-run in the other precision: this many unit roundoffs of |gradient| + its RMS.
 FALLBACK_ULPS = 1024.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Excess:
+    """A parameter whose float32 and float64 gradients differ beyond what float32 permits: ``ratio`` (the
+    median entry's difference over the permitted bound), ``relative`` (the difference's RMS over the
+    gradient's), ``bits`` (the significant bits that ``relative`` leaves)."""
+
+    parameter: str
+    ratio: float
+    relative: float
+
+    @property
+    def bits(self) -> float:
+        return -math.log2(self.relative) if self.relative > 0 else math.inf
+
+    def says(self, name: str, dtype: str) -> str:
+        bits = self.bits
+        like = " (bfloat16 keeps 8)" if 5 <= bits < 10 else " (float16 keeps 11)" if 10 <= bits < 14 else ""
+        what = (
+            f"`{name}` computes `{self.parameter}` below float32 precision"
+            if dtype == "float32"
+            else f"`{name}`'s float32 re-run of `{self.parameter}` is below float32 precision (noted only)"
+        )
+        return (
+            f"{what}: its float32 and float64 gradients differ by {self.relative:.2g} relative (RMS), "
+            f"{self.ratio:.3g} x what float32 rounding permits, about {bits:.0f} significant bits{like}; "
+            "a float32-only step (bfloat16, an approximation) or a nondeterministic gradient"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,10 +74,14 @@ class Rounding:
     delta: dict[str, np.ndarray] | None
     how: str
     honest: bool = True
+    #: Parameters whose measured difference is beyond what float32 permits (their term is capped).
+    excess: tuple[Excess, ...] = ()
+    #: The largest median entry's difference over what float32 permits, over the parameters (healthy:
+    #: a few hundredths; > 1 is an excess); None when not measured.
+    used: float | None = None
 
 
-def rms(values: np.ndarray) -> float:
-    return math.sqrt(float(np.mean(np.square(values)))) if np.size(values) else 0.0
+rms = permit.rms
 
 
 def usable(again: dict | None, shapes: dict[str, tuple[int, ...]], other: str) -> bool:
@@ -93,14 +135,44 @@ def measure(
         )
         return Rounding(_fallback(value, shapes, UNIT_ROUNDOFF["float32"]), None, how, honest=False)
     scale = 1.0 if dtype == "float32" else WIDEN
-    term, delta = {}, {}
+    bounds = permitted(wide, shapes)
+    term, delta, excess, used = {}, {}, [], 0.0
     for k in shapes:
         with np.errstate(invalid="ignore", over="ignore"):
-            signed = scale * (np.asarray(value[k], np.float64) - np.asarray(again[k], np.float64))
+            signed = np.asarray(value[k], np.float64) - np.asarray(again[k], np.float64)
         signed = np.nan_to_num(signed, nan=0.0, posinf=0.0, neginf=0.0)
-        d = np.abs(signed)
-        term[k], delta[k] = SAFETY * (d + rms(d)), signed
-    return Rounding(term, delta, f"measured: re-run in {other}")
+        ratio = permit.median_ratio(np.abs(signed), bounds[k], wide[k])
+        used = max(used, ratio)
+        found = _excess(k, ratio, np.abs(signed), np.asarray(wide[k], np.float64))
+        if found is not None:
+            excess.append(found)
+            signed = np.clip(signed, -bounds[k], bounds[k])
+        d = scale * np.abs(signed)
+        term[k], delta[k] = SAFETY * (d + rms(d)), scale * signed
+    how = f"measured: re-run in {other}"
+    if excess:
+        how += f"; capped at what float32 permits for {', '.join(f'`{e.parameter}`' for e in excess)}"
+    if dtype != "float32":  # a float32 re-run off in a float64 check: said, and the check goes on
+        how += "".join(f"; {e.says(name, dtype)}" for e in excess)
+        excess = []
+    return Rounding(term, delta, how, excess=tuple(excess), used=used)
+
+
+def permitted(wide: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """Per entry, the float32-vs-float64 difference float32 rounding permits (``permit.bound``), from
+    the float64 gradient ``wide`` with the whole gradient's RMS as shared scale: never from the
+    difference measured."""
+    every = rms(np.concatenate([np.ravel(np.nan_to_num(np.asarray(wide[k], np.float64))) for k in shapes]))
+    return {k: permit.bound(wide[k], every) for k in shapes}
+
+
+def _excess(k: str, ratio: float, diff: np.ndarray, wide: np.ndarray) -> Excess | None:
+    """``k``'s excess when its median entry differs beyond the permitted bound (``ratio``; isolated
+    entries, a kink flipped between the precisions, do not count)."""
+    if not ratio > 1.0:
+        return None
+    scale = rms(np.asarray(wide, np.float64))
+    return Excess(k, ratio, rms(diff) / scale if scale else math.inf)
 
 
 def _fallback(value: dict, shapes: dict[str, tuple[int, ...]], u: float) -> dict[str, np.ndarray]:

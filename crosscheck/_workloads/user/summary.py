@@ -63,13 +63,32 @@ class Record:
         self.zeros.update({f"{question}/{k}": v for k, v in zeros.items()})
 
     def finish(self, found: list[Comparison]) -> list[Comparison]:
-        """``found``, each marked ``empty`` (failed) when a gradient of zeros passes all of them."""
+        """``found``, each marked ``empty`` (failed) when a gradient of zeros passes all of them, and
+        failed with the diagnosis where the candidate computes below float32 precision."""
+        found = self._excess(found)
         if not (self.zeros and all(self.zeros.values())):
             return found
         marked = [
             c
             if c.status == "invalid"
             else dataclasses.replace(c, passed=False, status="empty", message=EMPTY_ENTRY)
+            for c in found
+        ]
+        self.comparisons = [c for c in self.comparisons if all(c is not f for f in found)] + marked
+        return marked
+
+    def _excess(self, found: list[Comparison]) -> list[Comparison]:
+        """A parameter computed below float32 precision fails, whatever its comparison found: its
+        tolerance cannot be its own error (``rounding.Excess``)."""
+        says = {e.parameter: e.says(self.name, "float32") for e in self.rounding.excess}
+        if not says:
+            return found
+        marked = [
+            dataclasses.replace(
+                c, passed=False, status="mismatch", message=f"{says[c.parameter]}\n{c.message}"
+            )
+            if c.parameter in says and c.status != "invalid"
+            else c
             for c in found
         ]
         self.comparisons = [c for c in self.comparisons if all(c is not f for f in found)] + marked

@@ -152,7 +152,7 @@ def _rerun_along(candidate: np.ndarray, again: np.ndarray | None, directions: np
     the unit-roundoff ratio; without a usable re-run, the full check's fallback summed with ``|D|``."""
     if again is None or not _hvp.rerun_usable(candidate, again, dtype):
         return np.einsum("kij,ksij->ks", _hvp.rerun_fallback(candidate, dtype), np.abs(directions))
-    delta = candidate.astype(np.float64) - again.astype(np.float64)
+    delta, _ = _hvp.measured_delta(candidate, again, dtype)
     rms = np.sqrt(np.mean(delta**2, axis=(1, 2)))
     norm = np.sqrt(np.einsum("ksij,ksij->ks", directions, directions))
     ratio = _stack.UNIT_ROUNDOFF[dtype] / _stack.UNIT_ROUNDOFF["float32"]

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare import permit
 from crosscheck._compare.constants import OTHER_DTYPE as OTHER_DTYPE
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack.oracle import threads as _threads
@@ -290,6 +291,21 @@ def rerun_fallback(value: np.ndarray, dtype: str) -> np.ndarray:
     return _stack.SAFETY * 2 * len(value) * u * np.broadcast_to(scale, value.shape)
 
 
+#: Said with the ``rerun`` term of a candidate whose two precisions differ beyond float32 rounding.
+CAPPED = ", capped at what float32 permits: its two precisions differ beyond float32 rounding"
+
+
+def measured_delta(value: np.ndarray, again: np.ndarray, dtype: str) -> tuple[np.ndarray, bool]:
+    """``value - again``, capped at what float32 permits (``_compare.permit``, from the float64 one) when
+    the typical entry is beyond it, so that no candidate sets its own tolerance; and whether it was."""
+    delta = value.astype(np.float64) - again.astype(np.float64)
+    wide = again if dtype == "float32" else value
+    bound = permit.bound(wide, permit.rms(wide))
+    if permit.median_ratio(delta, bound, wide) > 1.0:
+        return np.clip(delta, -bound, bound), True
+    return delta, False
+
+
 def rerun_term(value: np.ndarray, again: np.ndarray, dtype: str) -> tuple[np.ndarray, str]:
     """The ``rerun`` tolerance term of a candidate whose HVP in the case's ``dtype`` is ``value`` and in
     the other precision ``again``.
@@ -303,7 +319,9 @@ def rerun_term(value: np.ndarray, again: np.ndarray, dtype: str) -> tuple[np.nda
     if not rerun_usable(value, again, dtype):
         note = f"no {other} re-run (it returned {again.dtype.name}): 2L unit roundoffs of the layer max"
         return rerun_fallback(value, dtype), note
-    delta = np.abs(value.astype(np.float64) - again.astype(np.float64))
+    signed, capped = measured_delta(value, again, dtype)
+    delta = np.abs(signed)
+    note = f"re-run in {other}" + (CAPPED if capped else "")
     rms = np.sqrt(np.mean(delta**2, axis=(1, 2), keepdims=True))
     ratio = _stack.UNIT_ROUNDOFF[dtype] / _stack.UNIT_ROUNDOFF["float32"]
-    return _stack.SAFETY * ratio * (delta + rms), f"re-run in {other}"
+    return _stack.SAFETY * ratio * (delta + rms), note

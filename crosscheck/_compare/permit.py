@@ -1,0 +1,49 @@
+"""What float32 rounding permits a result, so that no candidate sets its own tolerance.
+
+A side's rounding is measured by re-running it in the other precision; that difference is evidence, not
+a tolerance to take as it comes: an error that exists only in a side's float32 run (a bfloat16 step, an
+approximation taken only in float32, a nondeterministic result) would otherwise be its own tolerance.
+``bound`` says, from the float64 result alone, what float32 rounding may do to each entry:
+``PERMIT_ULPS`` float32 unit roundoffs of the entry's scale (``|value|`` + the RMS of its array + an
+optional scale shared by all arrays). ``median_ratio`` judges a measured difference against it by its
+typical entry, so that isolated entries (a kink decided differently in the two precisions) do not count.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from crosscheck._compare.constants import UNIT_ROUNDOFF
+
+#: Healthy workloads and ports measure a median of at most ~5 and a largest entry of ~30 float32 unit
+#: roundoffs of this scale (``docs/explanations/reliability.md``); bfloat16 rounding is ~10,000 and a
+#: 1 % error ~100,000.
+PERMIT_ULPS = 256.0
+
+
+def rms(values: np.ndarray) -> float:
+    return math.sqrt(float(np.mean(np.square(values)))) if np.size(values) else 0.0
+
+
+def bound(wide: np.ndarray, shared: float = 0.0) -> np.ndarray:
+    """Per entry, the float32-vs-float64 difference float32 rounding permits, from the float64 ``wide``
+    (and ``shared``, a scale common to several arrays: the RMS of a whole gradient)."""
+    value = np.nan_to_num(np.abs(np.asarray(wide, np.float64)), nan=0.0, posinf=0.0)
+    return PERMIT_ULPS * UNIT_ROUNDOFF["float32"] * (value + rms(value) + shared)
+
+
+def median_ratio(diff: np.ndarray, permit: np.ndarray, wide: np.ndarray | None = None) -> float:
+    """The typical entry's measured difference over what is permitted (> 1: beyond float32). Entries
+    zero in both precisions (a dead ReLU unit's, an unused parameter's) say nothing and are left out
+    when ``wide`` is given."""
+    diff = np.abs(np.asarray(diff, np.float64))
+    if wide is not None:
+        informative = (diff != 0) | (np.asarray(wide) != 0)
+        diff, permit = diff[informative], np.broadcast_to(permit, informative.shape)[informative]
+    if np.size(diff) == 0:
+        return 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.where(diff == 0, 0.0, diff / permit)
+    return float(np.median(np.nan_to_num(ratios, nan=np.inf)))
