@@ -179,3 +179,12 @@ def test_neither_side_rerun_means_not_judged_never_passed_nor_blamed():
     verdict = report.backends["jax"].notes["port"]
     assert verdict["starts_in"] != "forward" and "no module output was judged" in verdict["text"]
     assert not report.passed
+
+
+def test_an_output_of_another_shape_says_both_shapes_in_the_verdict():
+    port = _embed_port(jax_inputs=lambda i: {"ids": i["ids"].T})  # (S, B) ids: a wrong input layout
+    report = _run(port)
+    assert not report.passed
+    line = report.problems[0]
+    assert "the port's output has shape (5, 2, 3), the original's (2, 5, 3)" in line
+    assert "`jax_inputs`" in line

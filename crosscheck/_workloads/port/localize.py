@@ -266,6 +266,20 @@ def broadcast_note(comparisons: Sequence[Comparison]) -> str:
     )
 
 
+def shape_note(torch_top: Any, jax_top: Any, channels_last: bool) -> str:
+    """The verdict's note when the port's output has another shape than the original's (no layout
+    nor broadcast relates them: a wrong input layout, most often); "" otherwise."""
+    if torch_top is None or jax_top is None or not torch_top.outputs or not jax_top.outputs:
+        return ""
+    t, j = np.asarray(torch_top.outputs[0]), np.asarray(jax_top.outputs[0])
+    if _as_torch_layout(j, t, channels_last) is not None or _broadcast(t, j, channels_last) is not None:
+        return ""
+    return (
+        f"; the port's output has shape {j.shape}, the original's {t.shape}: are the JAX side's inputs in "
+        f"the layout it expects? (`jax_inputs` converts them, e.g. `x.transpose(0, 2, 3, 1)` for NHWC)"
+    )
+
+
 def output_label(name: str) -> str:
     return f"{name or '(model)'} (output)"
 

@@ -163,6 +163,13 @@ class PortJudge:
         )
         if verdict is None:
             verdict = self._gradient_verdict(torch_runs.main, paired, gradients, top)
+        if "" in paired:  # the output's shapes, when they differ, in the verdict's words
+            top_note = localize.shape_note(
+                next(r for r in torch_runs.main if r.name == ""),
+                j_main.get(paired[""]),
+                common["channels_last"],
+            )
+            verdict = dataclasses.replace(verdict, text=verdict.text + top_note)
         if verdict.starts_in == "nowhere" and listed:
             text = f"every listed module's output ({', '.join(prepared.jax_side.listed)}), the model's "
             verdict = localize.Verdict("nowhere", None, None, (), text + "output " + _agree(gradients))
