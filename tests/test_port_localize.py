@@ -77,6 +77,18 @@ def test_outputs_that_do_not_broadcast_still_differ():
     assert not wrong.passed and wrong.status == "mismatch" and "after broadcasting" in wrong.message
 
 
+def test_a_second_output_that_broadcasts_either_way_agrees():
+    """T5's cross-attention returns its position bias beside its output: zeros plus the padding mask,
+    ``(B, H, Q, K)`` in PyTorch and ``(B, 1, 1, K)`` in Flax; it "differed first" there."""
+    from crosscheck._workloads.port.localize import compare_arrays
+
+    args = {"dtype": "float32", "channels_last": False, "backend": "jax", "reference": "torch"}
+    out, mask = np.arange(6.0).reshape(2, 3), np.zeros((2, 1, 1, 6))
+    torch_side = [out, np.broadcast_to(mask, (2, 2, 5, 6)).copy()]
+    found = compare_arrays("attn (output)", (torch_side, torch_side), ([out, mask], [out, mask]), **args)
+    assert found.passed and "array 1: PyTorch's (2, 2, 5, 6) and JAX's (2, 1, 1, 6)" in found.coverage
+
+
 def _identity_parametrized_linear():
     class Same(torch.nn.Module):
         def forward(self, w):
