@@ -160,6 +160,34 @@ def test_a_module_applied_on_its_own_inside_the_call_is_not_the_top_module():
     assert top.passed and report.passed
 
 
+class FlaxMethod(nn.Module):
+    """The model's own method at path () inside its call: still the model, its submodules captured."""
+
+    def setup(self):
+        self.fc = nn.Dense(2)
+
+    def body(self, x):
+        return self.fc(x)
+
+    def __call__(self, x):
+        return jnp.tanh(self.body(x))
+
+
+def test_the_models_own_methods_are_not_taken_for_a_separate_apply():
+    class TorchNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(3, 2)
+
+        def forward(self, x):
+            return torch.tanh(self.fc(x))
+
+    x = {"x": np.random.default_rng(0).standard_normal((4, 3))}
+    report = _run(crosscheck.Port(name="method", torch=TorchNet().eval(), jax=FlaxMethod(), inputs=x))
+    rows = {c.parameter: c.passed for c in report.comparisons}
+    assert rows.get("fc (output)") and rows.get("(model) (output)") and report.passed
+
+
 def _float32_only(module, inputs):
     """A PyTorch model that cannot run in float64 (CLIP's mask filled with float32's minimum)."""
     if module.fc.weight.dtype == torch.float64:

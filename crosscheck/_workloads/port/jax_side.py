@@ -185,11 +185,15 @@ class JaxSide:
         records: list[Record] = []
         seen: dict[str, int] = {}
         depth = {"calls": 0, "inner": 0}  # methods running; of them, separate applies inside the model
+        roots: list[Any] = []  # the model's own scope (its methods call one another at path ())
 
         def record(next_fun: Callable, args: Any, kwargs: Any, context: Any) -> Any:
-            # a module at path () inside the model's call is applied on its own (Hugging Face's weight-norm
-            # conv runs `nn.Conv(...).apply(...)`): its paths are not the model's, so it is not recorded
-            inner = int(not context.module.path and depth["calls"] > 0)
+            # a module at path () of another scope, inside the model's call, is applied on its own (Hugging
+            # Face's weight-norm conv runs `nn.Conv(...).apply(...)`): its paths are not the model's
+            scope = context.module.scope
+            if not context.module.path and depth["calls"] == 0:
+                roots.append(scope)
+            inner = int(not context.module.path and depth["calls"] > 0 and all(scope is not r for r in roots))
             depth["calls"] += 1
             depth["inner"] += inner
             try:
