@@ -6,9 +6,10 @@ For the ``jax`` candidate the judge also captures every module's input and outpu
 the case's dtype and re-run in the other (four guarded calls), compares each paired module's output,
 and adds one comparison per module (``h.0.ln_1 (output)``) before the gradients' in the report, and
 the verdict: a ``Verdict`` on the candidate's record (it fails the run when the port differs
-somewhere), written in the JSON report as the candidate's ``notes["port"]``. A capture that fails is a
-comparison that fails: the module check did not happen. The parameter mapping is printed before the
-table (a section of the report).
+somewhere), written in the JSON report as the candidate's ``notes["port"]``. A capture that fails at
+the case's dtype is a comparison that fails: the module check did not happen; a side whose re-run in
+the other precision fails takes the other side's measured rounding, and the verdict says so. The
+parameter mapping is printed before the table (a section of the report).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class PortJudge:
         #: The port's verdict per candidate (the ``jax`` one), for the report.
         self.verdicts: dict[str, Verdict] = {}
         self.torch_runs: Any = None
-        #: The verdict's note on a side not re-run in the other precision (``localize.rerun_note``).
+        #: The verdict's notes on a side not re-run in the other precision and on modules left out.
         self.caveats = ""
 
     def reference(self, backend: Any, call: Call) -> Any:
@@ -193,7 +194,8 @@ class PortJudge:
         return localize.gradient_verdict(order, paired, differs, owners, top)
 
     def _runs(self, call: Call, *, torch: bool) -> Any:
-        """One side's module records at the case's dtype and in the other (a ``str`` when a call failed)."""
+        """One side's module records at the case's dtype and in the other: a ``str`` when the call at the
+        case's dtype failed; a failed re-run leaves ``other`` empty and says why (``Runs.problem``)."""
         runs: list[Any] = []
         for dtype in (self.dtype, OTHER_DTYPE[self.dtype]):
             params, inputs = as_dtype(self.point.params, dtype), as_dtype(self.point.inputs, dtype)
