@@ -184,10 +184,24 @@ class JaxSide:
 
         records: list[Record] = []
         seen: dict[str, int] = {}
+        depth = {"calls": 0, "inner": 0}  # methods running; of them, separate applies inside the model
+        roots: list[Any] = []  # the model's own scope (its methods call one another at path ())
 
         def record(next_fun: Callable, args: Any, kwargs: Any, context: Any) -> Any:
-            out = next_fun(*args, **kwargs)
-            if context.method_name == "__call__":
+            # a module at path () of another scope, inside the model's call, is applied on its own (Hugging
+            # Face's weight-norm conv runs `nn.Conv(...).apply(...)`): its paths are not the model's
+            scope = context.module.scope
+            if not context.module.path and depth["calls"] == 0:
+                roots.append(scope)
+            inner = int(not context.module.path and depth["calls"] > 0 and all(scope is not r for r in roots))
+            depth["calls"] += 1
+            depth["inner"] += inner
+            try:
+                out = next_fun(*args, **kwargs)
+            finally:
+                depth["calls"] -= 1
+                depth["inner"] -= inner
+            if context.method_name == "__call__" and not inner and not depth["inner"]:
                 name = ".".join(context.module.path)
                 seen[name] = seen.get(name, 0) + 1
                 label = name if seen[name] == 1 else f"{name}#{seen[name]}"

@@ -6,8 +6,12 @@ without parameters: dropout, activations); user-listed intermediates (``jax_inte
 PyTorch's names and pair as named, without their inputs (``listed_verdict``). Each pair's output is
 compared entry by entry; its tolerance is the sum of both sides' rounding, *measured* by re-running
 each side in the other precision (``SAFETY`` x (the difference + its RMS), scaled by ``2**-29`` for a
-float64 case; capped at what float32 permits, ``_compare.permit``, when the typical entry is beyond it),
-plus a floor of ``FLOOR_ULPS`` unit roundoffs of the largest entry.
+float64 case; capped at what float32 permits, ``_compare.permit``, when the typical entry is beyond
+it), plus a floor of ``FLOOR_ULPS`` unit roundoffs of the largest entry. Outputs whose
+shapes broadcast one into the other (a ``(1, S, H)`` position embedding against a ``(B, S, H)`` one)
+are compared after broadcasting, and the row and the verdict say so. A side whose re-run failed takes
+the other side's measured rounding for both; with neither, the output is "not judged" (``NOT_JUDGED``:
+it fails, and the verdict blames no module for it).
 
 The verdict names the first paired module, in the order the PyTorch calls finished, whose output
 differs. When its input already differs, the difference was made before it, between the last module
@@ -29,7 +33,7 @@ import numpy as np
 
 from crosscheck._compare import permit
 from crosscheck._compare.compare import Comparison, Tolerance, compare
-from crosscheck._compare.constants import FLOOR_ULPS, SAFETY, UNIT_ROUNDOFF, WIDEN
+from crosscheck._compare.constants import FLOOR_ULPS, OTHER_DTYPE, SAFETY, UNIT_ROUNDOFF, WIDEN
 from crosscheck._workloads.port.mapping import canonical
 
 TERM_HELP = {
@@ -40,12 +44,18 @@ TERM_HELP = {
 }
 
 
+#: The coverage of a module output that no side's measured rounding could judge.
+NOT_JUDGED = "not judged"
+
+
 @dataclasses.dataclass(frozen=True)
 class Runs:
     """One side's module records: at the case's dtype and re-run in the other."""
 
     main: Sequence[Any]
     other: Sequence[Any]
+    #: Why ``other`` is empty: the re-run in the other precision failed (``""``: it did not).
+    problem: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,19 +104,42 @@ def _as_torch_layout(a: np.ndarray, like: np.ndarray, channels_last: bool) -> np
     return moved if moved.shape == like.shape else None
 
 
-def _vector(torch_arrays, jax_arrays, channels_last: bool) -> tuple[np.ndarray, np.ndarray] | str:
+def _broadcast(t: np.ndarray, j: np.ndarray, channels_last: bool) -> tuple[np.ndarray, np.ndarray] | None:
+    """Both arrays at their common shape where one broadcasts to the other's (PyTorch's ``(1, S, H)``
+    position embedding against Flax's ``(B, S, H)``: the same values wherever they are used); None
+    where neither does (``(B, 1)`` against ``(B,)`` would make ``(B, B)``: no broadcast equivalence)."""
+    moved = np.moveaxis(j, -1, 1) if j.ndim >= 3 else j
+    for a in (moved, j) if channels_last else (j, moved):
+        try:
+            shape = np.broadcast_shapes(t.shape, a.shape)
+        except ValueError:
+            continue
+        if shape in (t.shape, a.shape):
+            return np.broadcast_to(t, shape), np.broadcast_to(a, shape)
+    return None
+
+
+def _vector(torch_arrays, jax_arrays, channels_last: bool) -> tuple[np.ndarray, np.ndarray, str] | str:
+    """Both sides' arrays, each pair in PyTorch's layout, flattened and joined; and a note where a pair
+    was compared after broadcasting (or the one-line reason they cannot be compared)."""
     n = min(len(torch_arrays), len(jax_arrays))
     if n == 0:
         return "no arrays to compare"
-    t_parts, j_parts = [], []
+    t_parts, j_parts, notes = [], [], []
     for k in range(n):
         t, j = np.asarray(torch_arrays[k]), np.asarray(jax_arrays[k])
         converted = _as_torch_layout(j, t, channels_last)
         if converted is None:
-            return f"array {k}: PyTorch shape {t.shape}, JAX shape {j.shape}"
+            both = _broadcast(t, j, channels_last)
+            if both is None:
+                return f"array {k}: PyTorch shape {t.shape}, JAX shape {j.shape}"
+            notes.append(
+                f"array {k}: PyTorch's {t.shape} and JAX's {j.shape} compared broadcast to {both[0].shape}"
+            )
+            t, converted = both
         t_parts.append(t.astype(np.float64).ravel())
         j_parts.append(converted.astype(np.float64).ravel())
-    return np.concatenate(t_parts), np.concatenate(j_parts)
+    return np.concatenate(t_parts), np.concatenate(j_parts), "; ".join(notes)
 
 
 def _rounding(main: np.ndarray, other: np.ndarray | None, dtype: str) -> np.ndarray:
@@ -133,30 +166,39 @@ def compare_arrays(
     channels_last: bool,
     backend: str,
     reference: str,
+    missing: str = "",
 ) -> Comparison:
-    """One module's output (or input): the JAX port's against PyTorch's, within both measured roundings."""
+    """One module's output (or input): the JAX port's against PyTorch's, within both measured roundings.
+
+    A side without a re-run in the other precision (``missing`` says why) takes the other side's
+    measured rounding (the same function at the same precision), said in the tolerance's sources;
+    with neither, the output is not judged (``unjudgeable``, nothing compared), never passed."""
     main = _vector(torch_runs[0], jax_runs[0], channels_last)
     if isinstance(main, str):
-        return Comparison(
-            backend=backend,
-            reference=reference,
-            passed=False,
-            status="mismatch",
-            total=1,
-            mismatched=1,
-            judged=1,
-            parameter=label,
-            message=f"{label}: {main}",
+        return _failed(label, f"{label}: {main}", backend=backend, reference=reference)
+    t, j, broadcast = main
+    t_miss, j_miss = not torch_runs[1], not jax_runs[1]
+    if t_miss and j_miss:
+        why = missing or "neither side's module ran in the re-run"
+        text = (
+            f"{label}: not judged: neither side's rounding could be measured in {OTHER_DTYPE[dtype]} ({why})"
         )
-    other = _vector(torch_runs[1], jax_runs[1], channels_last)
-    t_other, j_other = (None, None) if isinstance(other, str) else other
-    t, j = main
-    floor = np.asarray(FLOOR_ULPS * UNIT_ROUNDOFF[dtype] * float(np.max(np.abs(t), initial=0.0)))
-    terms = {
-        "rounding": _rounding(j, j_other, dtype),
-        "reference": _rounding(t, t_other, dtype),
-        "floor": floor,
-    }
+        found = _failed(label, text, backend=backend, reference=reference, status="unjudgeable")
+        return dataclasses.replace(found, coverage=NOT_JUDGED)
+    other = _vector(torch_runs[1] or torch_runs[0], jax_runs[1] or jax_runs[0], channels_last)
+    t_other, j_other = (None, None) if isinstance(other, str) else other[:2]
+    terms = {"rounding": _rounding(j, j_other, dtype), "reference": _rounding(t, t_other, dtype)}
+    helps = dict(TERM_HELP)
+    if t_miss or j_miss:  # the side that ran twice measures the rounding of both
+        gone, kept, side = (
+            ("reference", "rounding", "PyTorch") if t_miss else ("rounding", "reference", "JAX")
+        )
+        terms[gone] = terms[kept]
+        helps[gone] = (
+            f"the {side} side's rounding could not be measured ({missing or 'no re-run'}): "
+            "the other side's, measured"
+        )
+    terms["floor"] = np.asarray(FLOOR_ULPS * UNIT_ROUNDOFF[dtype] * float(np.max(np.abs(t), initial=0.0)))
     found = compare(
         j.astype(dtype),
         t,
@@ -165,11 +207,85 @@ def compare_arrays(
         reference_name=reference,
         dtype=dtype,
         parameter=label,
-        term_help=TERM_HELP,
+        term_help=helps,
     )
     if found.status == "unjudgeable" and not np.any(t) and not np.any(j):
         found = dataclasses.replace(found, passed=True, status="ok", message="")  # exact zeros agree
+    if broadcast:  # said in the row's coverage and message: not every entry is the other side's own
+        message = f"{label}: every entry, after broadcasting ({broadcast})"
+        found = dataclasses.replace(
+            found,
+            coverage=f"every entry, after broadcasting ({broadcast})",
+            message=f"{message}\n{found.message}" if not found.passed else message,
+        )
     return found
+
+
+def outcome(c: Comparison) -> bool | None:
+    """Whether a module comparison agrees; None where it judged nothing (``NOT_JUDGED``): neither
+    agreement nor a difference the verdict may blame."""
+    return None if c.coverage == NOT_JUDGED else c.passed
+
+
+def _failed(label: str, text: str, *, backend: str, reference: str, status: str = "mismatch") -> Comparison:
+    """A module comparison that found a difference (``mismatch``) or judged nothing (``unjudgeable``)."""
+    judged = int(status == "mismatch")
+    return Comparison(
+        backend=backend,
+        reference=reference,
+        passed=False,
+        status=status,
+        total=1,
+        mismatched=judged,
+        judged=judged,
+        unjudgeable=1 - judged,
+        parameter=label,
+        message=text,
+    )
+
+
+def rerun_note(torch_runs: Runs, jax_runs: Runs) -> str:
+    """The verdict's note on a side that could not be re-run in the other precision ("" when none)."""
+    failed = [(side, r.problem) for side, r in (("PyTorch", torch_runs), ("JAX", jax_runs)) if r.problem]
+    if not failed:
+        return ""
+    if len(failed) == 2:
+        return (
+            f"; no module output was judged: neither side could be re-run in the other precision to "
+            f"measure its rounding ({failed[0][1]}; {failed[1][1]})"
+        )
+    side, problem = failed[0]
+    return (
+        f"; the {side} side could not be re-run in the other precision ({problem}): each module's "
+        f"tolerance uses the other side's measured rounding for both"
+    )
+
+
+def broadcast_note(comparisons: Sequence[Comparison]) -> str:
+    """The verdict's note on module outputs compared after broadcasting ("" when none was)."""
+    shown = [
+        f"`{c.parameter}`" for c in comparisons if c.coverage.startswith("every entry, after broadcasting")
+    ]
+    if not shown:
+        return ""
+    return (
+        f"; compared after broadcasting one side's output to the other's shape (same values, e.g. a "
+        f"(1, S, H) position embedding against a (B, S, H) one): {', '.join(shown)}"
+    )
+
+
+def shape_note(torch_top: Any, jax_top: Any, channels_last: bool) -> str:
+    """The verdict's note when the port's output has another shape than the original's (no layout
+    nor broadcast relates them: a wrong input layout, most often); "" otherwise."""
+    if torch_top is None or jax_top is None or not torch_top.outputs or not jax_top.outputs:
+        return ""
+    t, j = np.asarray(torch_top.outputs[0]), np.asarray(jax_top.outputs[0])
+    if _as_torch_layout(j, t, channels_last) is not None or _broadcast(t, j, channels_last) is not None:
+        return ""
+    return (
+        f"; the port's output has shape {j.shape}, the original's {t.shape}: are the JAX side's inputs in "
+        f"the layout it expects? (`jax_inputs` converts them, e.g. `x.transpose(0, 2, 3, 1)` for NHWC)"
+    )
 
 
 def output_label(name: str) -> str:
@@ -179,7 +295,7 @@ def output_label(name: str) -> str:
 def forward_verdict(
     order: Sequence[Any],
     paired: dict[str, str],
-    outputs: dict[str, bool],
+    outputs: dict[str, bool | None],
     inputs: dict[str, bool | None],
     top: str,
 ) -> Verdict | None:
@@ -238,7 +354,7 @@ def forward_verdict(
 
 
 def listed_verdict(
-    order: Sequence[Any], paired: dict[str, str], outputs: dict[str, bool], top: str
+    order: Sequence[Any], paired: dict[str, str], outputs: dict[str, bool | None], top: str
 ) -> Verdict | None:
     """The forward verdict of user-listed intermediates (``jax_intermediates``; None when every one
     agrees): the JAX side's inputs are not captured, so the difference lies in the first listed

@@ -106,7 +106,8 @@ def capture(wrapped: Wrapped, state: dict[str, Any], inputs: dict[str, Any]) -> 
 
         return record
 
-    named = [(n, m) for n, m in wrapped.m.named_modules() if n]
+    skipped = left_out(wrapped.m)
+    named = [(n, m) for n, m in wrapped.m.named_modules() if n and not _under(n, skipped)]
     handles = [m.register_forward_hook(hook(n), with_kwargs=True) for n, m in named]
     try:
         with torch.no_grad():
@@ -116,6 +117,31 @@ def capture(wrapped: Wrapped, state: dict[str, Any], inputs: dict[str, Any]) -> 
             h.remove()
     records.append(Record("", type(wrapped.m).__name__, (), tuple(_numpy(t) for t in flat(top))))
     return records
+
+
+def left_out(module: torch.nn.Module) -> tuple[str, ...]:
+    """The modules whose calls are not captured: parametrizations (``torch.nn.utils.parametrize``,
+    weight norm's ``parametrizations.weight``), whose "output" is the weight they compute, not an
+    activation; the module that uses the weight is captured and compared."""
+    return tuple(
+        n for n, m in module.named_modules() if isinstance(m, torch.nn.utils.parametrize.ParametrizationList)
+    )
+
+
+def left_out_note(module: torch.nn.Module) -> str:
+    """The verdict's note on the modules ``left_out`` ("" when none is)."""
+    names = left_out(module)
+    if not names:
+        return ""
+    shown = ", ".join(f"`{n}`" for n in names)
+    return (
+        f"; not compared: {shown} (a ParametrizationList: its output is the weight it computes, not an "
+        f"activation; the module that uses the weight is compared)"
+    )
+
+
+def _under(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
 def _numpy(t: torch.Tensor) -> np.ndarray:

@@ -6,9 +6,10 @@ For the ``jax`` candidate the judge also captures every module's input and outpu
 the case's dtype and re-run in the other (four guarded calls), compares each paired module's output,
 and adds one comparison per module (``h.0.ln_1 (output)``) before the gradients' in the report, and
 the verdict: a ``Verdict`` on the candidate's record (it fails the run when the port differs
-somewhere), written in the JSON report as the candidate's ``notes["port"]``. A capture that fails is a
-comparison that fails: the module check did not happen. The parameter mapping is printed before the
-table (a section of the report).
+somewhere), written in the JSON report as the candidate's ``notes["port"]``. A capture that fails at
+the case's dtype is a comparison that fails: the module check did not happen; a side whose re-run in
+the other precision fails takes the other side's measured rounding, and the verdict says so. The
+parameter mapping is printed before the table (a section of the report).
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ class PortJudge:
         #: The port's verdict per candidate (the ``jax`` one), for the report.
         self.verdicts: dict[str, Verdict] = {}
         self.torch_runs: Any = None
+        #: The verdict's notes on a side not re-run in the other precision and on modules left out.
+        self.caveats = ""
 
     def reference(self, backend: Any, call: Call) -> Any:
         return self.inner.reference(backend, call)
@@ -93,7 +96,8 @@ class PortJudge:
         if id(backend) not in self.workload.ports:
             return found
         modules, verdict = self.modules(name, call, found)
-        verdict = dataclasses.replace(verdict, text=verdict.text + compared(verdict, name, reference.name))
+        said = compared(verdict, name, reference.name) + localize.broadcast_note(modules) + self.caveats
+        verdict = dataclasses.replace(verdict, text=verdict.text + said)
         self.notes.setdefault(name, {})["port"] = verdict.to_dict()
         self.verdicts[name] = Verdict(verdict.text, fails=verdict.starts_in != "nowhere")
         return modules + found
@@ -101,6 +105,7 @@ class PortJudge:
     def modules(self, name: str, call: Call, gradients: list[Comparison]) -> tuple[list[Comparison], Any]:
         """The module comparisons of candidate ``name`` and the verdict (see ``localize``)."""
         torch_runs, jax_runs = self._runs(call, torch=True), self._runs(call, torch=False)
+        self.caveats = ""
         if isinstance(torch_runs, str) or isinstance(jax_runs, str):
             problem = torch_runs if isinstance(torch_runs, str) else jax_runs
             text = f"the module by module comparison did not happen: {problem}"
@@ -114,6 +119,9 @@ class PortJudge:
                 message=text,
             )
             return [failed], localize.Verdict("unknown", None, None, (), text)
+        from crosscheck._workloads.port.torch_side import left_out_note
+
+        self.caveats = localize.rerun_note(torch_runs, jax_runs) + left_out_note(self.workload.port.torch)
         return self._compare(name, torch_runs, jax_runs, gradients)
 
     def _compare(
@@ -133,8 +141,9 @@ class PortJudge:
             "backend": name,
             "reference": "torch",
         }
+        common["missing"] = "; ".join(p for p in (torch_runs.problem, jax_runs.problem) if p)
         out: list[Comparison] = []
-        outputs: dict[str, bool] = {}
+        outputs: dict[str, bool | None] = {}
         inputs: dict[str, bool | None] = {}
         for r in torch_runs.main:
             if r.name not in paired:
@@ -143,10 +152,10 @@ class PortJudge:
             label = localize.output_label(r.name)
             c = localize.compare_arrays(label, *(_arrays(s, "outputs") for s in sides), **common)
             out.append(c)
-            outputs[r.name] = c.passed
+            outputs[r.name] = localize.outcome(c)
             if r.inputs and sides[1][0].inputs:  # the first input: the data (masks and caches may differ)
                 ci = localize.compare_arrays("input", *(_arrays(s, "inputs", 1) for s in sides), **common)
-                inputs[r.name] = ci.passed
+                inputs[r.name] = localize.outcome(ci)
         top = type(self.workload.port.torch).__name__
         verdict = (
             localize.listed_verdict(torch_runs.main, paired, outputs, top)
@@ -155,6 +164,13 @@ class PortJudge:
         )
         if verdict is None:
             verdict = self._gradient_verdict(torch_runs.main, paired, gradients, top)
+        if "" in paired:  # the output's shapes, when they differ, in the verdict's words
+            top_note = localize.shape_note(
+                next(r for r in torch_runs.main if r.name == ""),
+                j_main.get(paired[""]),
+                common["channels_last"],
+            )
+            verdict = dataclasses.replace(verdict, text=verdict.text + top_note)
         if verdict.starts_in == "nowhere" and listed:
             text = f"every listed module's output ({', '.join(prepared.jax_side.listed)}), the model's "
             verdict = localize.Verdict("nowhere", None, None, (), text + "output " + _agree(gradients))
@@ -178,14 +194,17 @@ class PortJudge:
         return localize.gradient_verdict(order, paired, differs, owners, top)
 
     def _runs(self, call: Call, *, torch: bool) -> Any:
-        """One side's module records at the case's dtype and in the other (a ``str`` when a call failed)."""
-        runs = []
+        """One side's module records at the case's dtype and in the other: a ``str`` when the call at the
+        case's dtype failed; a failed re-run leaves ``other`` empty and says why (``Runs.problem``)."""
+        runs: list[Any] = []
         for dtype in (self.dtype, OTHER_DTYPE[self.dtype]):
             params, inputs = as_dtype(self.point.params, dtype), as_dtype(self.point.inputs, dtype)
             fn = _torch_capture if torch else _jax_capture
             got = call(fn, self.workload.prepared, params, inputs)
             if got.error is not None:
-                return f"{'PyTorch' if torch else 'JAX'} forward in {dtype}: {got.error}"
+                problem = f"{'PyTorch' if torch else 'JAX'} forward in {dtype}: {got.error}"
+                # the re-run only measures rounding: without it the other side's measures both
+                return localize.Runs(runs[0], (), problem) if runs else problem
             runs.append(got.value)
         return localize.Runs(*runs)
 
