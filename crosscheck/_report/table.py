@@ -184,6 +184,10 @@ def summary(report: Report) -> str:
     backends = {c.backend for c in report.comparisons}
     parameters = {c.parameter for c in report.comparisons if c.parameter}
     on = f" on all {len(parameters)} parameters" if parameters else ""
+    skipped = report.oracle.get("not_checked") or {}  # parameters a workload left out, and why
+    if skipped:
+        total = len(parameters) + len(skipped)
+        on = f" on {len(parameters)} of {total} parameters ({len(skipped)} not checked)"
     reasons: dict[str, int] = {}
     for c in report.comparisons:
         for reason, n in c.unjudgeable_reasons.items():

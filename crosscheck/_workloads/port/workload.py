@@ -76,6 +76,7 @@ class PortJudge:
         #: The port's verdict per candidate (the ``jax`` one), for the report.
         self.verdicts: dict[str, Verdict] = {}
         self.torch_runs: Any = None
+        self.strict = options.strict
 
     def reference(self, backend: Any, call: Call) -> Any:
         return self.inner.reference(backend, call)
@@ -84,7 +85,9 @@ class PortJudge:
         return self.inner.evaluate(backend, call)
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
-        return {**self.inner.extras(reference), "verdicts": dict(self.verdicts), "sections": (MAPPING,)}
+        extras = self.inner.extras(reference)
+        extras["oracle"] = not_checked(extras.get("oracle", {}), self.workload.prepared, strict=self.strict)
+        return {**extras, "verdicts": dict(self.verdicts), "sections": (MAPPING,)}
 
     def compare(
         self, backend: Any, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
@@ -208,6 +211,23 @@ def compared(verdict: Any, name: str, reference: str) -> str:
     if reference == "torch":
         return f" (`{name}` vs `torch`: module outputs and gradients)"
     return f" (`{name}` vs `torch`: module outputs; `{name}` vs `{reference}`: gradients)"
+
+
+def not_checked(oracle: dict[str, Any], prepared: Prepared, *, strict: bool) -> dict[str, Any]:
+    """The judge's findings with the PyTorch parameters left unmapped by an override: ``not_checked``
+    (name -> why), a line said with the findings, and under ``--strict`` a problem that fails the run."""
+    unmapped = prepared.unmapped()
+    if not unmapped:
+        return oracle
+    names = ", ".join(f"`{k}`" for k in unmapped)
+    line = (
+        f"not checked: {len(unmapped)} PyTorch parameter{'s' * (len(unmapped) > 1)} left unmapped by an "
+        f"override (their values are constants of the check): {names}"
+    )
+    out = {**oracle, "not_checked": unmapped, "lines": [*oracle.get("lines", []), line]}
+    if strict:
+        out["problems"] = [*oracle.get("problems", []), f"{line} (--strict)"]
+    return out
 
 
 def render_mapping(report: Report, console: Any) -> None:
