@@ -207,3 +207,18 @@ def test_a_long_refused_table_shows_every_problem_then_counts_the_rest():
     lines = table.refused(others=10).splitlines()
     assert lines[2].startswith("odd.w (3,)") and lines[-1] == "... and 40 rows more without a problem"
     assert len(lines) == 2 + 1 + 10 + 1
+
+
+def test_a_long_mapping_in_a_report_shows_what_a_reader_must_see_and_counts_the_rest():
+    torch = [T(f"h.{i}.b", (2,)) for i in range(50)] + [T(f"h.{i}.w", (3, 2)) for i in range(50)]
+    torch += [T("bn.num_batches_tracked", (), kind="buffer"), T("h.0.c.weight", (4, 4))]
+    jax = [J(f"params/h/{i}/b", (2,)) for i in range(50)] + [J(f"params/h/{i}/w", (2, 3)) for i in range(50)]
+    jax += [J("params/h/0/c/kernel", (4, 4))]
+    rows = mapping.build(torch, jax, {"h.0.c.weight": "transpose"}).rows()
+    assert mapping.render_summary(rows[:5]) == mapping.render(rows[:5])  # a short one: every row
+    lines = mapping.render_summary(rows).splitlines()
+    assert len(lines) == 3 and "by override" in lines[1]
+    assert lines[2] == (
+        "mapping of 102 rows: 50 identity, 50 transpose, 1 buffers the JAX model does not use "
+        "(every row: the JSON report's case.mapping)"
+    )

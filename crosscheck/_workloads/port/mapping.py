@@ -169,8 +169,31 @@ def render(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+#: A mapping of more rows than this is printed in a report as its notable rows and a count of the rest.
+SUMMARY_ROWS = 40
 #: A buffer the JAX model does not use (``num_batches_tracked``): listed, allowed, and counted.
 UNUSED_BUFFER = "a buffer the JAX model does not use"
+
+
+def render_summary(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The mapping in a report: every row up to ``SUMMARY_ROWS``; beyond, the rows a reader must see
+    (decided by an override, left unmapped, unmatched, ambiguous) and a line counting the others by
+    transform (every row: the JSON report's ``case["mapping"]``, or ``print(port.mapping)``)."""
+    if len(rows) <= SUMMARY_ROWS:
+        return render(rows)
+    notable = [r for r in rows if "override" in str(r["how"]) or _unusual(r)]
+    counts: dict[str, int] = {}
+    for r in rows:
+        if r not in notable:
+            key = "buffers the JAX model does not use" if r["how"] == UNUSED_BUFFER else r["transform"]
+            counts[str(key)] = counts.get(str(key), 0) + 1
+    told = ", ".join(f"{n} {key}" for key, n in counts.items())
+    line = f"mapping of {len(rows)} rows: {told} (every row: the JSON report's case.mapping)"
+    return (render(notable) + "\n" if notable else "") + line
+
+
+def _unusual(row: Mapping[str, Any]) -> bool:
+    return row["status"] != "mapped" and row["how"] != UNUSED_BUFFER
 
 
 def canonical(tokens: Sequence[str]) -> tuple[str, ...]:

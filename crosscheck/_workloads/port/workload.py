@@ -25,7 +25,7 @@ from crosscheck._report.report import Report, Section, Verdict
 from crosscheck._workloads.port import localize
 from crosscheck._workloads.port.build import Prepared, case_notes, jax_leaves
 from crosscheck._workloads.port.declare import Port
-from crosscheck._workloads.port.mapping import render
+from crosscheck._workloads.port.mapping import render_summary
 from crosscheck._workloads.protocol import Call, Options, OwnArrays, Point, Reference
 from crosscheck._workloads.user.declare import as_dtype
 from crosscheck._workloads.user.judge import GenericJudge
@@ -233,7 +233,7 @@ def not_checked(oracle: dict[str, Any], prepared: Prepared, *, strict: bool) -> 
 def render_mapping(report: Report, console: Any) -> None:
     """The parameter mapping (the case's ``mapping``), before any numerics."""
     if isinstance(report.case.get("mapping"), list):
-        console.print(render(report.case["mapping"]), highlight=False, markup=False)
+        console.print(render_summary(report.case["mapping"]), highlight=False, markup=False)
 
 
 #: The report's section of a port: its mapping, before the table.
