@@ -67,6 +67,15 @@ class UserCodeFailed(ValueError):
     workload, said in one line that names the callable (exit 2 on the command line)."""
 
 
+class DetailedError(ValueError):
+    """A bad input said in one line (``str``), with ``details`` the command line prints before that line
+    on standard output (a port's mapping table: the rows a refused mapping needs fixed, first)."""
+
+    def __init__(self, message: str, details: str) -> None:
+        super().__init__(message)
+        self.details = details
+
+
 def user_call(where: str, what: str, fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)``, user code that runs before any backend exists, guarded like a backend's call.
 

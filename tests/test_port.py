@@ -181,7 +181,11 @@ def test_an_override_to_a_path_swaps_the_leaves():
 
 def test_an_override_of_none_leaves_a_tensor_unmapped():
     table = mapping.build(SQUARE, SQUARE_JAX, {"h.1.c_proj.weight": None, "h.0.c_proj.weight": "transpose"})
-    assert [e.status for e in table.entries] == ["mapped", "unmatched", "unmatched"]
+    assert [e.status for e in table.entries] == ["mapped", "unmapped", "unmatched"]
+    assert table.problems() == [  # the JAX leaf still needs a value; the PyTorch tensor is no problem
+        "JAX leaf `params/h/1/c_proj/kernel` (8, 8) is unmatched: PyTorch tensors of that module: "
+        "h.1.c_proj.weight; map one with overrides={NAME: 'params/h/1/c_proj/kernel'}"
+    ]
 
 
 BAD_OVERRIDES = [
@@ -322,7 +326,7 @@ def test_an_unresolved_mapping_stops_the_run_before_any_numerics(convnet, monkey
     from crosscheck._cli.main import main
 
     unmapped = convnet.make_port("unmapped", overrides={"fc.weight": None})
-    with pytest.raises(ValueError, match=r"PyTorch parameter `fc.weight` \(3, 16\) is unmatched"):
+    with pytest.raises(ValueError, match=r"JAX leaf `params/fc/kernel` \(16, 3\) is unmatched"):
         crosscheck.run(workload=unmapped)
     monkeypatch.setattr(convnet, "unmapped", unmapped, raising=False)
     monkeypatch.chdir(ROOT)

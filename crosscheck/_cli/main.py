@@ -23,7 +23,7 @@ from crosscheck._cli import run as _cli_run
 from crosscheck._cli import ste as _cli_ste
 from crosscheck._cli import sweep as _cli_sweep
 from crosscheck._cli.common import EXIT_INTERRUPTED, EXIT_USAGE, HelpFormatter, Parser, UsageError
-from crosscheck._errors import describe, one_line
+from crosscheck._errors import DetailedError, describe, one_line
 
 #: The subcommand modules, in the order ``crosscheck --help`` lists them.
 SUBCOMMANDS = (
@@ -92,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
         return _handle(args)
     except UsageError as exc:
+        _details(exc)
         # One line, whatever the message (a user's factory may raise a multi-line error; a file's text
         # may hold control characters).
         print("crosscheck: error: " + one_line(str(exc)), file=sys.stderr)
@@ -99,6 +100,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("crosscheck: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _details(exc: BaseException) -> None:
+    """Print on standard output the details an error carries (``DetailedError``: a refused port
+    mapping's table), each line as text."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, DetailedError):
+        cause = cause.__cause__
+    if cause is not None:
+        # Its cells are one line each already; the columns' spaces are kept, control characters not.
+        print("\n".join("".join(c for c in line if c.isprintable()) for line in cause.details.splitlines()))
 
 
 def _handle(args: argparse.Namespace) -> int:

@@ -172,8 +172,15 @@ class Report:
 
     def messages(self) -> list[tuple[str, bool]]:
         """What is printed after the table, before the backends' failures: ``(text, is_heading)``."""
-        out = []
+        from crosscheck._report.tree import SUMMARY_MESSAGES, summarised
+
+        out: list[tuple[str, bool]] = []
+        told = 0  # a summarised report tells the first few failing rows' messages, then counts them
         for c in self.comparisons:
+            if summarised(self.comparisons) and not c.passed and c.status != "empty":
+                told += 1
+                if told > SUMMARY_MESSAGES:
+                    continue
             if c.coverage != "every entry" and c.passed:
                 if not self.oracle.get("lines"):  # a model oracle sums coverage up in its own lines
                     out.append((f"{c.backend}: {c.message}", False))
@@ -181,6 +188,9 @@ class Report:
                 continue  # the oracle's one line says so
             elif not c.passed or c.unjudgeable:
                 out += [(versus(c), True), (c.message, False)]
+        if told > SUMMARY_MESSAGES:
+            more = told - SUMMARY_MESSAGES
+            out.append((f"... and {more} more failing rows' messages (the JSON report has each)", False))
         return out + [(line, False) for line in self.oracle.get("lines", [])]
 
     def render(self, console: Any) -> None:
@@ -189,9 +199,12 @@ class Report:
         Text from backends and workloads (names, errors, parameter names) is printed as text: escaped
         where the line is markup, without control characters everywhere.
         """
-        from crosscheck._report.table import render_table, summary
+        from crosscheck._report.table import render_table
+        from crosscheck._report.tree import summarised
 
         self._sections("before", console)
+        if summarised(self.comparisons):  # a model of real size: its verdict first, then the summary
+            self._verdict_line(console)
         render_table(self, console)
         for text, heading in self.messages():
             if heading:
@@ -206,6 +219,12 @@ class Report:
             console.print(f"environment: {environment_line(self.environment)}", highlight=False, markup=False)
         for name, text in self.verdicts().items():
             console.print(plain(f"verdict of `{name}`: {text}"), highlight=False, markup=False)
+        self._verdict_line(console)
+
+    def _verdict_line(self, console: Any) -> None:
+        """``PASSED: ...`` or ``FAILED: ...`` (every problem), in a line."""
+        from crosscheck._report.table import summary
+
         if self.passed:
             console.print(f"[green]PASSED[/green]: {markup(summary(self))}", highlight=False)
         else:

@@ -13,6 +13,7 @@ from typing import Any
 from crosscheck._compare.compare import Comparison, index_text
 from crosscheck._report.report import BackendResult, Report
 from crosscheck._report.text import markup, markup_lines
+from crosscheck._report.tree import Group, arrange, summarised
 
 FAIL, OK = "[red]FAIL[/red]", "[green]ok[/green]"
 #: Columns after backend (and parameter); the worst entry's header is made from the index names.
@@ -82,8 +83,9 @@ def _headers_and_rows(report: Report) -> tuple[list[str], list[list[str]]]:
     for c in report.comparisons:
         by_backend.setdefault(c.backend, []).append(c)
     rows = []
+    short = summarised(report.comparisons)
     for name, result in report.backends.items():
-        rows += _rows(name, result, by_backend.get(name, []), named=named, checks=checks)
+        rows += _rows(name, result, by_backend.get(name, []), named=named, checks=checks, summarised=short)
     return headers, rows
 
 
@@ -92,7 +94,13 @@ CHECK = {"derivative": "derivative", "same function": "function"}
 
 
 def _rows(
-    name: str, r: BackendResult, comparisons: list[Comparison], *, named: bool, checks: bool = False
+    name: str,
+    r: BackendResult,
+    comparisons: list[Comparison],
+    *,
+    named: bool,
+    checks: bool = False,
+    summarised: bool = False,
 ) -> list[list[str]]:
     """A backend's rows: one per comparison (its name and time on the first), or one saying its status
     (``reference``, or why it has no comparison: ``failed``, ``unavailable``, ``skipped``)."""
@@ -106,12 +114,28 @@ def _rows(
         names = [""] * named + [""] * checks
         return [_cells(first, names, [""] * len(NUMBERS), "", verdict)]
     rows = []
-    for i, c in enumerate(comparisons):
+    shown_rows = arrange(comparisons) if summarised else comparisons
+    for i, c in enumerate(shown_rows):
         shown = first if i == 0 else ["", first[1], ""]
+        if isinstance(c, Group):
+            n = len(c.comparisons)
+            label = f"{c.label} ({n} row{'s' * (n != 1)})"
+            unjudged = f"{c.unjudgeable}/{c.total}" if c.unjudgeable else "0"
+            verdict = FAIL if c.failed else OK
+            rows.append(
+                _cells(shown, [markup(label)] * named + [""] * checks, _greatest(c), unjudged, verdict)
+            )
+            continue
         unjudged = f"{c.unjudgeable}/{c.total}" if c.unjudgeable else "0"
         names = [markup(c.parameter or "")] * named + [CHECK.get(c.question or "", "")] * checks
         rows.append(_cells(shown, names, _numbers(c), unjudged, OK if c.passed else FAIL))
     return rows
+
+
+def _greatest(group: Group) -> list[str]:
+    """A group's greatest differences (the rest of its numbers are its rows' own: in the JSON)."""
+    found = [group.greatest("max_abs_diff"), group.greatest("max_rel_diff")]
+    return [f"{v:.3g}" if v is not None else "" for v in found] + ["", "", ""]
 
 
 def _cells(first: list[str], names: list[str], numbers: list[str], unjudged: str, verdict: str) -> list[str]:
@@ -155,6 +179,8 @@ def title(report: Report) -> str:
         scalars.append(f"quantity={report.quantity}")
     shapes = [
         f"{k} " + ", ".join(f"{name} {_shape(shape)}" for name, shape in v.items())
+        if len(v) <= TITLE_SHAPES
+        else f"{k}: {len(v)} arrays (each in the JSON report's case)"
         for k, v in case.items()
         if isinstance(v, dict) and v
     ]
@@ -175,6 +201,10 @@ def title(report: Report) -> str:
     return line
 
 
+#: The title names each array and its shape up to this many; beyond, it counts them.
+TITLE_SHAPES = 12
+
+
 def _shape(shape: Any) -> str:
     return str(tuple(shape)) if isinstance(shape, (list, tuple)) else str(shape)
 
@@ -184,6 +214,10 @@ def summary(report: Report) -> str:
     backends = {c.backend for c in report.comparisons}
     parameters = {c.parameter for c in report.comparisons if c.parameter}
     on = f" on all {len(parameters)} parameters" if parameters else ""
+    skipped = report.oracle.get("not_checked") or {}  # parameters a workload left out, and why
+    if skipped:
+        total = len(parameters) + len(skipped)
+        on = f" on {len(parameters)} of {total} parameters ({len(skipped)} not checked)"
     reasons: dict[str, int] = {}
     for c in report.comparisons:
         for reason, n in c.unjudgeable_reasons.items():

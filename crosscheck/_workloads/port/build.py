@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._errors import describe, user_call
+from crosscheck._errors import DetailedError, describe, user_call
 from crosscheck._workloads.losses import projection_loss
 from crosscheck._workloads.port import mapping as mapping_module
 from crosscheck._workloads.port.declare import Port
@@ -56,6 +56,14 @@ class Prepared:
             entry = by_leaf[leaf.path]
             out.append((entry.torch.name, mapping_module.permutation(entry.transform)))  # type: ignore[union-attr, arg-type]
         return out
+
+    def unmapped(self) -> dict[str, str]:
+        """The PyTorch parameters left unmapped by an override: not checked, and why."""
+        return {
+            e.torch.name: "left unmapped by an override"
+            for e in self.table.entries
+            if e.status == "unmapped" and e.torch is not None and e.torch.kind == "parameter"
+        }
 
     def torch_state(self, arrays: Mapping[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in arrays.items() if k in self.values}
@@ -158,7 +166,12 @@ def _workload(prepared: Prepared) -> Workload:
             if len(problems) > 1
             else ""
         )
-        raise ValueError(f"port `{port.name}`: {problems[0]}{more}")
+        raise DetailedError(f"port `{port.name}`: {problems[0]}{more}", prepared.table.refused())
+    if not prepared.parameters:
+        raise ValueError(
+            f"port `{port.name}`: no PyTorch parameter is mapped, so nothing would be checked; "
+            f"print(port.mapping) shows the table."
+        )
     shapes = {k: tuple(v.shape) for k, v in prepared.values.items() if k not in prepared.parameters}
     example = make_inputs(port, np.random.default_rng(0), "float32")
     torch_loss, jax_loss = torch_implementation(prepared), jax_implementation(prepared)

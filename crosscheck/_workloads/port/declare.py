@@ -52,7 +52,10 @@ class Port:
         loss: ``array -> scalar`` on both sides (default: ``sum(R * output)``, a fixed random projection).
         overrides: ``PyTorch name or glob pattern -> transform`` (``"transpose"``, ``"identity"``,
             ``"OIHW->HWIO"``, a permutation tuple), ``-> "jax/path"``, ``-> ("jax/path", transform)`` or
-            ``-> None`` (leave it unmapped).
+            ``-> None`` (leave it unmapped: the PyTorch model keeps its value, its gradient is not
+            checked, and the table and the report say so). A pattern's ``*`` are captured: each ``*``
+            of a target path takes the pattern's ``*`` at its position (``{1}``: the first), so
+            ``{"layer.*.w": "params/layer_*/kernel"}`` covers every layer.
         description: one line, shown by ``crosscheck list``.
 
     Example:

@@ -18,7 +18,6 @@ Every row of the table says what was mapped to what, with which transform, and h
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -81,9 +80,13 @@ class Entry:
     transform: str | None
     how: str
     choices: tuple[str, ...] = ()
+    #: Left unmapped on purpose (``overrides={name: None}``): not a problem, but not checked either.
+    unmapped: bool = False
 
     @property
     def status(self) -> str:
+        if self.unmapped:
+            return "unmapped"
         if self.torch is None or self.jax is None:
             return "unmatched"
         return "ambiguous" if self.transform is None else "mapped"
@@ -100,19 +103,18 @@ class Table:
 
     def problems(self) -> list[str]:
         """One line per entry that stops the port (an unmatched parameter or leaf, an ambiguity)."""
-        out = []
-        for e in self.entries:
-            if e.status == "ambiguous" and e.torch is not None and e.jax is not None:
-                out.append(
-                    f"`{e.torch.name}` {e.torch.shape} -> `{'/'.join(e.jax.path)}` {e.jax.shape} is "
-                    f"ambiguous: {e.how}; decide with overrides={{'{e.torch.name}': TRANSFORM}}, "
-                    f"TRANSFORM one of {', '.join(repr(c) for c in e.choices)}"
-                )
-            elif e.jax is None and e.torch is not None and e.torch.kind == "parameter":
-                out.append(f"PyTorch parameter `{e.torch.name}` {e.torch.shape} is unmatched: {e.how}")
-            elif e.torch is None and e.jax is not None:
-                out.append(f"JAX leaf `{'/'.join(e.jax.path)}` {e.jax.shape} is unmatched: {e.how}")
-        return out
+        return [line for line in map(_problem, self.entries) if line is not None]
+
+    def refused(self, others: int = 40) -> str:
+        """The table of a refused mapping: the rows with a problem first, then those left unmapped,
+        then the others (at most ``others`` of them, then how many more)."""
+        problems = [e for e in self.entries if _problem(e) is not None]
+        unmapped = [e for e in self.entries if e.status == "unmapped"]
+        rest = [e for e in self.entries if _problem(e) is None and e.status != "unmapped"]
+        shown = Table(tuple(problems + unmapped + rest[:others]))
+        head = f"the mapping has {len(problems)} problem{'s' * (len(problems) != 1)} (their rows first):"
+        more = f"\n... and {len(rest) - others} rows more without a problem" if len(rest) > others else ""
+        return f"{head}\n{shown}{more}"
 
     def rows(self) -> list[dict[str, Any]]:
         """The table as plain data (the JSON report's ``case["mapping"]``)."""
@@ -131,6 +133,21 @@ class Table:
 
     def __str__(self) -> str:
         return render(self.rows())
+
+
+def _problem(e: Entry) -> str | None:
+    """The line of an entry that stops the port (an unmatched parameter or leaf, an ambiguity), or None."""
+    if e.status == "ambiguous" and e.torch is not None and e.jax is not None:
+        return (
+            f"`{e.torch.name}` {e.torch.shape} -> `{'/'.join(e.jax.path)}` {e.jax.shape} is "
+            f"ambiguous: {e.how}; decide with overrides={{'{e.torch.name}': TRANSFORM}}, "
+            f"TRANSFORM one of {', '.join(repr(c) for c in e.choices)}"
+        )
+    if e.status == "unmatched" and e.torch is not None and e.torch.kind == "parameter":
+        return f"PyTorch parameter `{e.torch.name}` {e.torch.shape} is unmatched: {e.how}"
+    if e.torch is None and e.jax is not None:
+        return f"JAX leaf `{'/'.join(e.jax.path)}` {e.jax.shape} is unmatched: {e.how}"
+    return None
 
 
 def render(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -152,12 +169,52 @@ def render(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+#: A mapping of more rows than this is printed in a report as its notable rows and a count of the rest.
+SUMMARY_ROWS = 40
+#: A buffer the JAX model does not use (``num_batches_tracked``): listed, allowed, and counted.
+UNUSED_BUFFER = "a buffer the JAX model does not use"
+
+
+def render_summary(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The mapping in a report: every row up to ``SUMMARY_ROWS``; beyond, the rows a reader must see
+    (decided by an override, left unmapped, unmatched, ambiguous) and a line counting the others by
+    transform (every row: the JSON report's ``case["mapping"]``, or ``print(port.mapping)``)."""
+    if len(rows) <= SUMMARY_ROWS:
+        return render(rows)
+    notable = [r for r in rows if "override" in str(r["how"]) or _unusual(r)]
+    counts: dict[str, int] = {}
+    for r in rows:
+        if r not in notable:
+            key = "buffers the JAX model does not use" if r["how"] == UNUSED_BUFFER else r["transform"]
+            counts[str(key)] = counts.get(str(key), 0) + 1
+    told = ", ".join(f"{n} {key}" for key, n in counts.items())
+    line = f"mapping of {len(rows)} rows: {told} (every row: the JSON report's case.mapping)"
+    return (render(notable) + "\n" if notable else "") + line
+
+
+def _unusual(row: Mapping[str, Any]) -> bool:
+    return row["status"] != "mapped" and row["how"] != UNUSED_BUFFER
+
+
 def canonical(tokens: Sequence[str]) -> tuple[str, ...]:
     """A module path both frameworks spell alike: ``layers_0`` and ``layers.0`` give ``layers, 0``."""
     out: list[str] = []
     for token in tokens:
         found = re.fullmatch(r"(.*\D)_(\d+)", token)
         out.extend(found.groups() if found else (token,))
+    return tuple(out)
+
+
+def loose(tokens: Sequence[str]) -> tuple[str, ...]:
+    """A module path with a list's nesting aside: a Flax module ``layer`` that holds the list
+    ``self.layer = [...]`` names its items ``layer/layer_0`` where PyTorch has ``layer.0``, and
+    ``nn.Sequential`` names them ``layers_0`` where PyTorch's has ``0``: both read ``layer, 0`` or ``0``."""
+    out: list[str] = []
+    for token in canonical(tokens):
+        nested = len(out) > 1 and out[-1] == out[-2] and not out[-1].isdigit()
+        if token.isdigit() and out and (out[-1] == "layers" or nested):
+            out.pop()
+        out.append(token)
     return tuple(out)
 
 
@@ -173,11 +230,13 @@ def build(
     by_name = {".".join(t.path): t for t in torch}
     leaves = {"/".join(j.path): j for j in jax}
     index = _index(jax)  # by module and leaf name: a lookup per tensor, not a scan (10 000 tensors)
-    chosen = _overrides(overrides or {}, by_name, leaves, index)
+    from crosscheck._workloads.port.overrides import decide  # it builds on this module's entries
+
+    chosen = decide(overrides or {}, by_name, leaves, index)
     entries: list[Entry] = []
     used: set[tuple[str, ...]] = set()
     for t in torch:
-        entry = chosen[t.name] if t.name in chosen else _match(t, index, used)
+        entry = chosen[t.name] if t.name in chosen else match(t, index, used)
         if entry.jax is not None:
             used.add(entry.jax.path)
         entries.append(entry)
@@ -198,31 +257,47 @@ def build(
     return Table(tuple(entries))
 
 
-Index = dict[tuple[tuple[str, ...], str], list[tuple[int, Tensor]]]
+#: The ``how`` of a tensor left unmapped by an override.
+UNMAPPED = "left unmapped by an override: the PyTorch model keeps its value, its gradient is not checked"
+
+
+Index = dict[tuple[int, tuple[str, ...], str], list[tuple[int, Tensor]]]
+#: How a module path is read: as both frameworks spell it (``canonical``), then with a list's nesting
+#: aside (``loose``), each with the words the table says.
+READINGS = ((0, "by name"), (1, "by name, a list's nesting aside"))
 
 
 def _index(jax: Sequence[Tensor]) -> Index:
-    """JAX leaves by (canonical module path, leaf name), each with its position on its side."""
+    """JAX leaves by (reading, module path so read, leaf name), each with its position on its side."""
     index: Index = {}
     for position, j in enumerate(jax):
-        index.setdefault((canonical(j.module), j.path[-1]), []).append((position, j))
+        index.setdefault((0, canonical(j.module), j.path[-1]), []).append((position, j))
+        index.setdefault((1, loose(j.module), j.path[-1]), []).append((position, j))
     return index
 
 
-def _match(t: Tensor, index: Index, used: set) -> Entry:
-    names = (t.path[-1], *LEAF_ALIASES.get(t.path[-1], ()))
-    module = canonical(t.module)
-    candidates = sorted(item for name in dict.fromkeys(names) for item in index.get((module, name), []))
-    found = [j for _, j in candidates if j.path not in used and _kind_fits(t, j)]
+def match(t: Tensor, index: Index, used: set) -> Entry:
+    """The entry of ``t`` matched by name (and layout) among the JAX leaves not ``used`` yet: by its
+    module path as both frameworks spell it, else with a list's nesting aside (``loose``)."""
+    names = tuple(dict.fromkeys((t.path[-1], *LEAF_ALIASES.get(t.path[-1], ()))))
+    for reading, how in READINGS:
+        module = canonical(t.module) if reading == 0 else loose(t.module)
+        candidates = sorted(item for name in names for item in index.get((reading, module, name), []))
+        found = [j for _, j in candidates if j.path not in used and _kind_fits(t, j)]
+        if found:
+            return _chosen(t, found, how)
+    what = UNUSED_BUFFER if t.kind == "buffer" else "no JAX leaf of that name"
+    return Entry(t, None, None, what)
+
+
+def _chosen(t: Tensor, found: list[Tensor], how: str) -> Entry:
+    """The entry of ``t`` among the leaves its name ``found``: the one whose shape fits, else none."""
     if len(found) > 1:
         found = [j for j in found if fits(t, j)] or found
-    if not found:
-        what = "a buffer the JAX model does not use" if t.kind == "buffer" else "no JAX leaf of that name"
-        return Entry(t, None, None, what)
     if len(found) > 1:
         paths = ", ".join("/".join(j.path) for j in found)
         return Entry(t, None, None, f"several JAX leaves fit ({paths}); choose one in overrides")
-    return layout_entry(t, found[0], "by name")
+    return layout_entry(t, found[0], how)
 
 
 def _kind_fits(t: Tensor, j: Tensor) -> bool:
@@ -270,70 +345,6 @@ def _known_transform(t: Tensor, j: Tensor) -> str | None:
     if pair == ("OI..", "..IO"):
         return {3: "OIW->WIO", 4: "OIHW->HWIO", 5: "OIDHW->DHWIO"}.get(rank)
     return None
-
-
-def _overrides(overrides: Mapping[str, Any], by_name: dict, leaves: dict, index: Index) -> dict[str, Entry]:
-    out: dict[str, Entry] = {}
-    for pattern, value in overrides.items():
-        names = [n for n in by_name if fnmatch.fnmatchcase(n, str(pattern))]
-        if not names:
-            raise ValueError(
-                f"override `{pattern}` matches no PyTorch tensor; names look like "
-                f"`{next(iter(by_name), '')}`."
-            )
-        for name in names:
-            out[name] = _override(by_name[name], value, leaves, index)
-    return out
-
-
-def _override(t: Tensor, value: Any, leaves: dict, index: Index) -> Entry:
-    if value is None:
-        return Entry(t, None, None, "left unmapped by an override")
-    path, transform = (value, None) if isinstance(value, str) and value in leaves else (None, value)
-    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
-        path, transform = value
-    if path is None:
-        auto = _match(t, index, set())
-        if auto.jax is None:
-            raise ValueError(
-                f"override of `{t.name}`: {auto.how}; give the JAX path too: ('PATH', {transform!r})."
-            )
-        target = auto.jax
-    elif path not in leaves:
-        raise ValueError(
-            f"override of `{t.name}`: no JAX leaf `{path}`; leaves look like `{next(iter(leaves), '')}`."
-        )
-    else:
-        target = leaves[path]
-    if transform is None:
-        return layout_entry(t, target, "by override")
-    name = _transform_name(t, transform)
-    perm = TRANSFORMS.get(name) if name in TRANSFORMS else tuple(transform)
-    shape = t.shape if perm is None else tuple(t.shape[i] for i in perm)
-    if shape != target.shape:
-        raise ValueError(
-            f"override of `{t.name}`: `{name}` turns {t.shape} into {shape}, not {target.shape} of "
-            f"`{'/'.join(target.path)}`."
-        )
-    return Entry(t, target, name, "by override")
-
-
-def _transform_name(t: Tensor, transform: Any) -> str:
-    if isinstance(transform, str):
-        if transform not in TRANSFORMS:
-            raise ValueError(
-                f"override of `{t.name}`: unknown transform `{transform}` (and no JAX leaf of that path); "
-                f"expected one of {', '.join(TRANSFORMS)}, a permutation tuple or a JAX leaf's path."
-            )
-        return transform
-    perm = tuple(transform) if isinstance(transform, (tuple, list)) else None
-    if perm is None or sorted(perm) != list(range(len(t.shape))):
-        raise ValueError(
-            f"override of `{t.name}`: a transform must be a name or a permutation of {len(t.shape)} "
-            f"axes, found {transform!r}."
-        )
-    named = [k for k, v in TRANSFORMS.items() if v == perm or (v is None and perm == tuple(range(len(perm))))]
-    return named[0] if named else str(perm)
 
 
 def permutation(transform: str) -> tuple[int, ...] | None:

@@ -26,7 +26,7 @@ from crosscheck._report.report import Report, Section, Verdict
 from crosscheck._workloads.port import localize
 from crosscheck._workloads.port.build import Prepared, case_notes, jax_leaves
 from crosscheck._workloads.port.declare import Port
-from crosscheck._workloads.port.mapping import render
+from crosscheck._workloads.port.mapping import render_summary
 from crosscheck._workloads.protocol import Call, Options, OwnArrays, Point, Reference
 from crosscheck._workloads.user.declare import as_dtype
 from crosscheck._workloads.user.judge import GenericJudge
@@ -79,6 +79,7 @@ class PortJudge:
         self.torch_runs: Any = None
         #: The verdict's notes on a side not re-run in the other precision and on modules left out.
         self.caveats = ""
+        self.strict = options.strict
 
     def reference(self, backend: Any, call: Call) -> Any:
         return self.inner.reference(backend, call)
@@ -87,7 +88,9 @@ class PortJudge:
         return self.inner.evaluate(backend, call)
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
-        return {**self.inner.extras(reference), "verdicts": dict(self.verdicts), "sections": (MAPPING,)}
+        extras = self.inner.extras(reference)
+        extras["oracle"] = not_checked(extras.get("oracle", {}), self.workload.prepared, strict=self.strict)
+        return {**extras, "verdicts": dict(self.verdicts), "sections": (MAPPING,)}
 
     def compare(
         self, backend: Any, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
@@ -229,10 +232,27 @@ def compared(verdict: Any, name: str, reference: str) -> str:
     return f" (`{name}` vs `torch`: module outputs; `{name}` vs `{reference}`: gradients)"
 
 
+def not_checked(oracle: dict[str, Any], prepared: Prepared, *, strict: bool) -> dict[str, Any]:
+    """The judge's findings with the PyTorch parameters left unmapped by an override: ``not_checked``
+    (name -> why), a line said with the findings, and under ``--strict`` a problem that fails the run."""
+    unmapped = prepared.unmapped()
+    if not unmapped:
+        return oracle
+    names = ", ".join(f"`{k}`" for k in unmapped)
+    line = (
+        f"not checked: {len(unmapped)} PyTorch parameter{'s' * (len(unmapped) > 1)} left unmapped by an "
+        f"override (their values are constants of the check): {names}"
+    )
+    out = {**oracle, "not_checked": unmapped, "lines": [*oracle.get("lines", []), line]}
+    if strict:
+        out["problems"] = [*oracle.get("problems", []), f"{line} (--strict)"]
+    return out
+
+
 def render_mapping(report: Report, console: Any) -> None:
     """The parameter mapping (the case's ``mapping``), before any numerics."""
     if isinstance(report.case.get("mapping"), list):
-        console.print(render(report.case["mapping"]), highlight=False, markup=False)
+        console.print(render_summary(report.case["mapping"]), highlight=False, markup=False)
 
 
 #: The report's section of a port: its mapping, before the table.

@@ -1,0 +1,224 @@
+"""A port's mapping on common layouts without overrides (a list's nesting), override patterns whose
+wildcards reach the target, ``overrides={name: None}`` (unmapped: said, and not checked), and the
+table a refused mapping prints on the command line."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import crosscheck
+from crosscheck._errors import DetailedError
+from crosscheck._workloads.port import mapping
+from crosscheck._workloads.port.mapping import Tensor
+
+ROOT = Path(__file__).resolve().parents[1]
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
+
+
+def T(name, shape, kind="parameter"):
+    return Tensor(tuple(name.split(".")), shape, kind)
+
+
+def J(path, shape):
+    tokens = tuple(path.split("/"))
+    return Tensor(tokens, shape, tokens[0], skip=1)
+
+
+# ---- A list's nesting ----------------------------------------------------------------------------------
+
+NESTED = [
+    # Flax: `self.layer = [...]` inside a module `layer` (Hugging Face's ResNet basic layer)
+    ("list-in-namesake", "stages.0.layer.1.conv.weight", "params/stages/0/layer/layer_1/conv/kernel"),
+    # Flax nn.Sequential against PyTorch's: `layers_0` where PyTorch has `0`
+    ("sequential", "mlp.0.bias", "params/mlp/layers_0/bias"),
+]
+
+
+@pytest.mark.parametrize(("torch", "jax"), [c[1:] for c in NESTED], ids=[c[0] for c in NESTED])
+def test_a_lists_nesting_maps_by_name(torch, jax):
+    (entry,) = mapping.build([T(torch, (4,))], [J(jax, (4,))]).entries
+    assert entry.status == "mapped" and "/".join(entry.jax.path) == jax
+    assert entry.how.startswith("by name, a list's nesting aside")
+
+
+def test_the_exact_spelling_wins_over_a_lists_nesting():
+    jax = [J("params/layer/layer_0/b", (4,)), J("params/layer/0/b", (4,))]
+    table = mapping.build([T("layer.0.b", (4,)), T("layer.layer.0.b", (4,))], jax)
+    assert ["/".join(e.jax.path) for e in table.entries] == ["params/layer/0/b", "params/layer/layer_0/b"]
+    assert [e.how for e in table.entries] == ["by name; same shape"] * 2
+
+
+def test_indices_are_never_read_as_a_lists_nesting():
+    table = mapping.build([T("blocks.0.0.1.b", (4,))], [J("params/blocks/0/1/b", (4,))])
+    assert table.problems()  # `0.0.1` is not `0.1`: no index is dropped
+
+
+# ---- Override patterns with groups ---------------------------------------------------------------------
+
+LAYERS = [T(f"layer.{i}.conv.weight", (4, 4)) for i in range(3)]
+LAYERS_JAX = [J(f"params/blocks/b{i}/conv/kernel", (4, 4)) for i in range(3)]
+
+
+def test_a_patterns_wildcards_reach_the_target():
+    table = mapping.build(
+        LAYERS, LAYERS_JAX, {"layer.*.conv.weight": ("params/blocks/b*/conv/kernel", "transpose")}
+    )
+    assert [("/".join(e.jax.path), e.transform) for e in table.entries] == [
+        (f"params/blocks/b{i}/conv/kernel", "transpose") for i in range(3)
+    ]
+    assert not table.problems()
+
+
+def test_numbered_wildcards_may_reorder():
+    torch = [T(f"a{i}.b{j}.w", (2,)) for i in range(2) for j in range(3)]
+    jax = [J(f"params/x{j}/y{i}/w", (2,)) for i in range(2) for j in range(3)]
+    table = mapping.build(torch, jax, {"a*.b*.w": "params/x{2}/y{1}/w"})
+    assert [(e.torch.name, "/".join(e.jax.path)) for e in table.entries] == [
+        (f"a{i}.b{j}.w", f"params/x{j}/y{i}/w") for i in range(2) for j in range(3)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"layer.0.conv.weight": "params/blocks/b*/conv/kernel"}, "refers to wildcard 1, the pattern has 0"),
+        (
+            {"layer.*.conv.weight": "params/blocks/b{2}/conv/kernel"},
+            "refers to wildcard 2, the pattern has 1",
+        ),
+        (
+            {"layer.*.conv.weight": "params/blocks/c*/conv/kernel"},
+            "no JAX leaf `params/blocks/c0/conv/kernel`",
+        ),
+    ],
+    ids=["no-wildcard", "too-few", "no-such-leaf"],
+)
+def test_a_target_that_does_not_resolve_is_one_line(overrides, message):
+    with pytest.raises(ValueError, match="override") as info:
+        mapping.build(LAYERS, LAYERS_JAX, overrides)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_glob_sets_and_single_characters_still_match():
+    table = mapping.build(LAYERS, LAYERS_JAX, {"layer.[!2].conv.weig?t": None})
+    assert [e.status for e in table.entries[:3]] == ["unmapped", "unmapped", "unmatched"]
+
+
+# ---- Left unmapped: said, and not checked --------------------------------------------------------------
+
+
+def _port(overrides):
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(3, 2)
+            self.extra = torch.nn.Linear(2, 2)  # a head the port does not have (and the loss does not use)
+
+        def forward(self, x):
+            return self.fc(x)
+
+    torch.manual_seed(0)
+    tree = {"fc": {"w": np.zeros((3, 2)), "b": np.zeros(2)}}
+    return crosscheck.Port(
+        name="extra",
+        torch=Net().eval(),
+        jax=lambda p, x: x @ p["fc"]["w"] + p["fc"]["b"],
+        jax_params=tree,
+        inputs={"x": np.random.default_rng(0).standard_normal((4, 3))},
+        overrides=overrides,
+    )
+
+
+@needs_torch
+def test_a_tensor_without_counterpart_is_refused_unless_left_unmapped():
+    with pytest.raises(DetailedError, match=r"PyTorch parameter `extra.weight` \(2, 2\) is unmatched"):
+        crosscheck.run(workload=_port(None), reference="torch")
+    port = _port({"extra.*": None})
+    rows = {r["torch"]: r for r in port.mapping.rows()}
+    assert rows["extra.bias"]["status"] == "unmapped" and "not checked" in rows["extra.bias"]["how"]
+    assert "UNMAPPED" in str(port.mapping)
+
+
+@needs_torch
+def test_an_unmapped_parameter_is_said_and_not_checked(capsys):
+    from rich.console import Console
+
+    report = crosscheck.run(workload=_port({"extra.*": None}), reference="torch", backends=["jax"])
+    assert report.passed, report.problems
+    assert report.oracle["not_checked"] == {
+        "extra.weight": "left unmapped by an override",
+        "extra.bias": "left unmapped by an override",
+    }
+    assert not any("extra" in (c.parameter or "") for c in report.comparisons)
+    report.render(Console(width=200, force_terminal=False))
+    out = capsys.readouterr().out
+    assert "not checked: 2 PyTorch parameters left unmapped by an override" in out
+    assert "(2 not checked)" in out.splitlines()[-1]  # the PASSED line says it too
+    strict = crosscheck.run(
+        workload=_port({"extra.*": None}), reference="torch", backends=["jax"], strict=True
+    )
+    assert not strict.passed and "left unmapped by an override" in strict.problems[-1]
+
+
+@needs_torch
+def test_a_port_with_every_parameter_unmapped_is_refused():
+    import dataclasses
+
+    port = dataclasses.replace(_port({"*": None}), jax=lambda p, x: x[:, :2], jax_params={})
+    with pytest.raises(ValueError, match="no PyTorch parameter is mapped, so nothing would be checked"):
+        crosscheck.run(workload=port, reference="torch")
+
+
+# ---- A refused mapping on the command line -------------------------------------------------------------
+
+
+@needs_torch
+def test_the_command_line_prints_the_table_of_a_refused_mapping(monkeypatch, capsys):
+    from crosscheck._cli.main import main
+
+    module = types.ModuleType("refused_port_module")
+    module.port = _port(None)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    assert main(["run", "--workload", "refused_port_module:port", "--reference", "torch"]) == 2
+    captured = capsys.readouterr()
+    err, out = captured.err.strip().splitlines(), captured.out.splitlines()
+    assert (
+        len(err) == 1
+        and "`extra.weight` (2, 2) is unmatched" in err[0]
+        and "(and 1 more; print(port.mapping) shows the table)" in err[0]
+    )
+    assert out[0] == "the mapping has 2 problems (their rows first):"
+    assert out[2].startswith("extra.weight (2, 2)") and "UNMATCHED" in out[2]
+    assert out[3].startswith("extra.bias (2,)")
+    assert out[4].startswith("fc.weight (2, 3)") and "transpose" in out[4]
+
+
+def test_a_long_refused_table_shows_every_problem_then_counts_the_rest():
+    torch = [T(f"h.{i}.b", (2,)) for i in range(50)] + [T("odd.w", (3,))]
+    table = mapping.build(torch, [J(f"params/h/{i}/b", (2,)) for i in range(50)])
+    lines = table.refused(others=10).splitlines()
+    assert lines[2].startswith("odd.w (3,)") and lines[-1] == "... and 40 rows more without a problem"
+    assert len(lines) == 2 + 1 + 10 + 1
+
+
+def test_a_long_mapping_in_a_report_shows_what_a_reader_must_see_and_counts_the_rest():
+    torch = [T(f"h.{i}.b", (2,)) for i in range(50)] + [T(f"h.{i}.w", (3, 2)) for i in range(50)]
+    torch += [T("bn.num_batches_tracked", (), kind="buffer"), T("h.0.c.weight", (4, 4))]
+    jax = [J(f"params/h/{i}/b", (2,)) for i in range(50)] + [J(f"params/h/{i}/w", (2, 3)) for i in range(50)]
+    jax += [J("params/h/0/c/kernel", (4, 4))]
+    rows = mapping.build(torch, jax, {"h.0.c.weight": "transpose"}).rows()
+    assert mapping.render_summary(rows[:5]) == mapping.render(rows[:5])  # a short one: every row
+    lines = mapping.render_summary(rows).splitlines()
+    assert len(lines) == 3 and "by override" in lines[1]
+    assert lines[2] == (
+        "mapping of 102 rows: 50 identity, 50 transpose, 1 buffers the JAX model does not use "
+        "(every row: the JSON report's case.mapping)"
+    )
