@@ -1,9 +1,10 @@
 """PyTorch: a backend's ``grad`` watched while it runs, with no help from the backend.
 
 Public APIs only: a ``torch.overrides.TorchFunctionMode`` counts every torch function called, and
-whether autograd's engine is running a node at the time (backward: every node of a graph handed to
-``backward``/``autograd.grad`` is hooked with ``Node.register_prehook``/``register_hook``, which also
-keep the mode on while the node runs, e.g. a checkpoint recomputing its layers);
+whether autograd's engine is running a node at the time (backward: every node of the graphs the
+watched calls build or hand to ``backward``/``autograd.grad`` is hooked with ``Node.register_prehook``
+and ``register_hook``, which also keep the mode on while the node runs, e.g. a checkpoint recomputing
+its layers);
 ``torch.autograd.graph.saved_tensors_hooks`` records every tensor autograd saves during forward, and
 who asked (the weights: a leaf that requires grad, or a view sharing its ``untyped_storage()``).
 """
