@@ -77,20 +77,20 @@ def check_loss_fn(backend: Any, weights: np.ndarray, x: np.ndarray, result: Stru
 
 
 def jax_residuals(loss: Any, weights: Any, x: Any) -> list[Residual]:
-    """What ``jax.ad_checkpoint.print_saved_residuals(loss, weights, x)`` prints, as records."""
-    import inspect
+    """What the public ``jax.ad_checkpoint.print_saved_residuals(loss, weights, x)`` prints, as records.
 
-    # Not re-exported publicly; `jax.ad_checkpoint.print_saved_residuals` prints exactly this list.
-    from jax._src.ad_checkpoint import saved_residuals
+    Each printed line (``f32[4,2,3] output of scan from ...``) is parsed; its dtype is taken from the
+    residuals of ``jax.vjp`` (the leaves of its backward function, shapes from ``jax.eval_shape``), and
+    the lines read must be exactly those residuals, or it is an error (never a shorter list).
+    """
+    import inspect
 
     try:
         first = next(iter(inspect.signature(loss).parameters))
     except (TypeError, ValueError, StopIteration):
         first = "weights"
     out = []
-    for aval, origin in saved_residuals(loss, weights, x):
-        shape = tuple(int(n) for n in aval.shape)
-        dtype = np.dtype(aval.dtype)
+    for shape, dtype, origin in _printed_residuals(loss, weights, x):
         # The weights themselves, or a reshaped / sliced view of them (segments, an unrolled loop).
         reshaped = origin.split(" from ")[0] in {f"output of {p}" for p in _WEIGHT_VIEWS}
         is_weights = origin == f"from the argument {first}" or (
@@ -103,6 +103,51 @@ def jax_residuals(loss: Any, weights: Any, x: Any) -> list[Residual]:
         origin = re.sub(r"\((?:[^()\s]*\.)?([^.()\s]+)\)$", r"(\1)", origin)  # (a.<locals>.loss) -> (loss)
         out.append(Residual(shape, dtype.name, nbytes, origin, role))
     return out
+
+
+#: A line of ``print_saved_residuals``: ``f32[4,2,3] output of scan from ...`` (a memory space in
+#: ``<...>`` and sharding marks after the shape are allowed and ignored).
+_PRINTED = re.compile(r"(?P<dtype>[^\s<\[]+)(?:<[^>]*>)?\[(?P<shape>[^\]]*)\]\S* (?P<origin>.+)")
+
+
+def _printed_residuals(loss: Any, weights: Any, x: Any) -> list[tuple[tuple[int, ...], np.dtype, str]]:
+    """``(shape, dtype, origin)`` of each line ``print_saved_residuals`` prints, checked against the
+    residuals ``jax.vjp`` keeps (the same values, as a multiset of shapes and dtypes)."""
+    import contextlib
+    import io
+    from collections import Counter
+
+    import jax
+    from jax.ad_checkpoint import print_saved_residuals
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        print_saved_residuals(loss, weights, x)
+    kept = jax.eval_shape(lambda w, y: jax.tree_util.tree_leaves(jax.vjp(loss, w, y)[1]), weights, x)
+    dtypes = {_short_dtype_name(np.dtype(leaf.dtype)): np.dtype(leaf.dtype) for leaf in kept}
+    lines = printed.getvalue().splitlines()
+    out = []
+    for line in lines:
+        # Anything else printed while tracing (the loss's own prints) is not a residual: skipped, and
+        # the lines read must still be exactly the residuals jax.vjp keeps (checked below).
+        match = _PRINTED.fullmatch(line)
+        dims = match["shape"].split(",") if match and match["shape"] else []
+        if match and match["dtype"] in dtypes and all(re.match(r"\d+", d) for d in dims):
+            shape = tuple(int(re.findall(r"\d+", d)[0]) for d in dims)
+            out.append((shape, dtypes[match["dtype"]], match["origin"]))
+    expected = Counter((tuple(leaf.shape), np.dtype(leaf.dtype)) for leaf in kept)
+    if Counter((shape, dtype) for shape, dtype, _ in out) != expected:
+        raise RuntimeError(
+            f"jax.ad_checkpoint.print_saved_residuals printed {len(out)} residual line(s) that are not "
+            f"the {len(kept)} residuals jax.vjp keeps: the residuals cannot be listed"
+        )
+    return out
+
+
+def _short_dtype_name(dtype: np.dtype) -> str:
+    """How JAX prints a dtype in short form: ``f32``, ``bf16``, ``i8``, ``u32``, ``c64``, ``bool``."""
+    name = dtype.name.replace("float", "f").replace("uint", "u").replace("int", "i")
+    return name.replace("complex", "c").replace("void", "float0")
 
 
 def jax_structure(jaxpr: Any, *, layers: int) -> dict[str, Any]:

@@ -10,9 +10,9 @@ JAX walk in ``backends/jax/walk.py``, the PyTorch watcher in ``backends/torch/wa
   ``jax.grad(loss)`` is traced (``jax.make_jaxpr``) and walked through every sub-program: which ``scan``
   consumes the weights and over how many steps, and where the checkpoint (remat) primitive sits: inside
   the scan body (a per-layer boundary), around the whole scan, or around segments of layers. Residuals
-  come from ``jax.ad_checkpoint``'s ``saved_residuals``, what ``print_saved_residuals`` prints.
-- **PyTorch** backends are watched while ``grad`` runs, with no help from them: a dispatch mode records
-  every operation and whether autograd's engine is running it (backward), and
+  are what the public ``jax.ad_checkpoint.print_saved_residuals`` prints, checked against ``jax.vjp``'s.
+- **PyTorch** backends are watched while ``grad`` runs, with no help from them: a ``TorchFunctionMode``
+  records every torch function called and whether autograd's engine is running a node (backward), and
   ``torch.autograd.graph.saved_tensors_hooks`` records every tensor autograd saves during forward. A
   ReLU that runs during backward is a layer's forward running again (ReLU's own backward is
   ``threshold_backward``); a checkpointed region saves only its inputs (through

@@ -3,8 +3,8 @@
 Two kinds of numbers, kept apart:
 
 - **Residual bytes** (deterministic): what each variant keeps from forward to backward, as listed by
-  ``crosscheck._tools.inspect`` (JAX: ``saved_residuals``; PyTorch: ``saved_tensors_hooks``), the weights
-  excluded (they are alive anyway). Fitted against depth: the bytes per layer.
+  ``crosscheck._tools.inspect`` (JAX: ``print_saved_residuals``; PyTorch: ``saved_tensors_hooks``), the
+  weights excluded (they are alive anyway). Fitted against depth: the bytes per layer.
 - **Peak** of the actual differentiated computation, in a child process per variant: the growth of the
   resident set (``VmHWM`` after resetting it through ``/proc/self/clear_refs``, minus ``VmRSS`` before)
   while one gradient runs, and for JAX the temporary bytes XLA's buffer assignment plans
