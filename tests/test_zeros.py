@@ -1,0 +1,88 @@
+"""Gradients that are zero in every implementation, with a backend as reference: the oracle runs on
+those tensors alone (directions of each side's own float64 loss) and confirms or refutes the zero; and
+a port's default loss reaches every output of its model."""
+
+from __future__ import annotations
+
+import pytest
+
+import crosscheck
+
+torch = pytest.importorskip("torch")
+jax = pytest.importorskip("jax")
+nn = pytest.importorskip("flax.linen")
+
+
+def attention(*, stop=False, two=False):
+    """Self-attention with two key projections, ``k`` and ``k2``, with biases (their gradients are zero by
+    construction: softmax is shift-invariant);
+    ``stop``: the keys are added to the output too, and both sides stop the key bias's gradient (a
+    wrong derivative both agree on); ``two``: a
+    second output, a pooler on the first position."""
+    import jax.numpy as jnp
+
+    class TorchAttention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.k2, self.v = (torch.nn.Linear(4, 4) for _ in range(4))
+            self.pool = torch.nn.Linear(4, 3) if two else None
+
+        def forward(self, x):
+            k = self.k(x) - self.k.bias + self.k.bias.detach() if stop else self.k(x)
+            s = self.q(x) @ (k + self.k2(x)).transpose(-1, -2)
+            h = torch.softmax(s, -1) @ self.v(x) + (k if stop else 0)
+            return (h, torch.tanh(self.pool(h[:, 0]))) if two else h
+
+    class FlaxAttention(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            q, v = nn.Dense(4, name="q")(x), nn.Dense(4, name="v")(x)
+            dense = nn.Dense(4, name="k")
+            k = dense(x)
+            if stop:
+                bias = dense.variables["params"]["bias"]
+                k = k - bias + jax.lax.stop_gradient(bias)
+            s = q @ jnp.swapaxes(k + nn.Dense(4, name="k2")(x), -1, -2)
+            h = jax.nn.softmax(s, -1) @ v + (k if stop else 0)
+            return (h, jnp.tanh(nn.Dense(3, name="pool")(h[:, 0]))) if two else h
+
+    torch.manual_seed(0)
+    return crosscheck.Port(
+        name="attention",
+        torch=TorchAttention().eval(),
+        jax=FlaxAttention(),
+        inputs=lambda rng, dtype: {"x": rng.standard_normal((2, 3, 4)).astype(dtype)},
+    )
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_zero_by_construction_bias_is_confirmed_with_a_backend_as_reference(dtype):
+    report = crosscheck.run(workload=attention(), reference="torch", backends=["jax"], dtype=dtype)
+    assert report.passed, report.problems
+    assert report.oracle["zero_in_every_implementation"]["within rounding"] == ["k.bias", "k2.bias"]
+    checks = report.oracle["zero_checks"]
+    statuses = {(k, side): c["status"] for k, by in checks.items() for side, c in by.items()}
+    assert statuses == {(k, s): "confirmed" for k in ("k.bias", "k2.bias") for s in ("torch", "jax")}
+    assert all(abs(c["derivative"]) <= c["error"] for by in checks.values() for c in by.values())
+    confirmed = (
+        "zero by construction: confirmed by differences of each side's own float64 loss: `k.bias`, `k2.bias`"
+    )
+    assert any(line.endswith(confirmed) for line in report.oracle["lines"])
+
+
+def test_a_zero_that_the_loss_contradicts_fails_naming_the_tensor():
+    """Both sides stop the key bias's gradient while the loss depends on it: they agree on zero, and
+    both are wrong; the oracle on their own losses says so."""
+    report = crosscheck.run(workload=attention(stop=True), reference="torch", backends=["jax"])
+    assert not report.passed
+    zero = report.oracle["zero_in_every_implementation"]
+    assert zero == {"exactly": ["k.bias"], "within rounding": ["k2.bias"]}
+    refuted = [p for p in report.problems if "the loss depends on" in p]
+    assert len(refuted) == 2 and all("the loss depends on `k.bias`" in p for p in refuted)
+    assert {"`torch`'s own" in p for p in refuted} == {True, False}
+    checks = report.oracle["zero_checks"]
+    assert {s: c["status"] for s, c in checks["k.bias"].items()} == {"torch": "refuted", "jax": "refuted"}
+    assert {s: c["status"] for s, c in checks["k2.bias"].items()} == {
+        "torch": "confirmed",
+        "jax": "confirmed",
+    }
