@@ -4,6 +4,7 @@ a port's default loss reaches every output of its model."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import crosscheck
@@ -13,11 +14,12 @@ jax = pytest.importorskip("jax")
 nn = pytest.importorskip("flax.linen")
 
 
-def attention(*, stop=False, two=False):
+def attention(*, stop=False, two=False, jax_pool=None):
     """Self-attention with two key projections, ``k`` and ``k2``, with biases (their gradients are zero by
     construction: softmax is shift-invariant);
     ``stop``: the keys are added to the output too, and both sides stop the key bias's gradient (a
-    wrong derivative both agree on); ``two``: a
+    wrong derivative both agree on); ``jax_pool``: the port's pooler activation (a planted bug);
+    ``two``: a
     second output, a pooler on the first position."""
     import jax.numpy as jnp
 
@@ -44,7 +46,8 @@ def attention(*, stop=False, two=False):
                 k = k - bias + jax.lax.stop_gradient(bias)
             s = q @ jnp.swapaxes(k + nn.Dense(4, name="k2")(x), -1, -2)
             h = jax.nn.softmax(s, -1) @ v + (k if stop else 0)
-            return (h, jnp.tanh(nn.Dense(3, name="pool")(h[:, 0]))) if two else h
+            pool = nn.Dense(3, name="pool")(h[:, 0]) if two else None
+            return (h, (jax_pool or jnp.tanh)(pool)) if two else h
 
     torch.manual_seed(0)
     return crosscheck.Port(
@@ -86,3 +89,27 @@ def test_a_zero_that_the_loss_contradicts_fails_naming_the_tensor():
         "torch": "confirmed",
         "jax": "confirmed",
     }
+
+
+def test_the_default_loss_reaches_every_output_of_the_model():
+    """A model with two outputs (the hidden states and a pooler): the pooler's parameters have a gradient,
+    and a bug in the pooler alone is found (the default loss was of the first output only)."""
+    report = crosscheck.run(workload=attention(two=True), reference="torch", backends=["jax"])
+    assert report.passed, report.problems
+    zero = report.oracle["zero_in_every_implementation"]
+    assert zero == {"exactly": [], "within rounding": ["k.bias", "k2.bias"]}
+    assert "projection of every output array" in report.case["loss"]
+    planted = attention(two=True, jax_pool=lambda z: jax.nn.sigmoid(z) * 2 - 1)
+    report = crosscheck.run(workload=planted, reference="torch", backends=["jax"])
+    assert not report.passed
+    assert {c.parameter for c in report.comparisons if not c.passed} >= {"pool.weight", "pool.bias"}
+
+
+def test_every_floating_output_is_projected_in_order():
+    from crosscheck._workloads.losses import floating_outputs, outputs_loss, projection_loss
+
+    a, b, ids = np.ones((2, 3)), np.full(4, 2.0), np.arange(3)
+    assert [x.shape for x in floating_outputs({"h": a, "ids": ids, "more": (None, [b])})] == [(2, 3), (4,)]
+    assert outputs_loss((a, ids, b)) == pytest.approx(projection_loss(a) + projection_loss(b, seed=1))
+    with pytest.raises(ValueError, match="no floating-point array"):
+        outputs_loss((ids, None))

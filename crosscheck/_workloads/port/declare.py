@@ -48,8 +48,12 @@ class Port:
             function could compute them right while the forward is wrong) and need no tracing trick,
             so ``jax.vmap`` and ``jax.jit`` inside work; the names are checked when the port is
             prepared, against the PyTorch modules and the shapes of their outputs.
-        output: ``output -> array`` on both sides (default: the output, or its first array).
-        loss: ``array -> scalar`` on both sides (default: ``sum(R * output)``, a fixed random projection).
+        output: ``output -> array`` (or a pytree of arrays) on both sides, what the loss sees (default:
+            the whole output).
+        loss: ``array -> scalar`` on both sides, given ``output``'s pick (default: the first array). The
+            default loss is a fixed random projection of every floating-point array of the output
+            (``sum_i sum(R_i * a_i)``, Hugging Face ``ModelOutput`` fields, tuples and dicts paired by
+            position), so that every output (a pooler's too) reaches it.
         overrides: ``PyTorch name or glob pattern -> transform`` (``"transpose"``, ``"identity"``,
             ``"OIHW->HWIO"``, a permutation tuple), ``-> "jax/path"``, ``-> ("jax/path", transform)`` or
             ``-> None`` (leave it unmapped).
