@@ -14,7 +14,7 @@ jax = pytest.importorskip("jax")
 nn = pytest.importorskip("flax.linen")
 
 
-def attention(*, stop=False, two=False, jax_pool=None):
+def attention(*, stop=False, two=False, jax_pool=None, **port):
     """Self-attention with two key projections, ``k`` and ``k2``, with biases (their gradients are zero by
     construction: softmax is shift-invariant);
     ``stop``: the keys are added to the output too, and both sides stop the key bias's gradient (a
@@ -55,6 +55,7 @@ def attention(*, stop=False, two=False, jax_pool=None):
         torch=TorchAttention().eval(),
         jax=FlaxAttention(),
         inputs=lambda rng, dtype: {"x": rng.standard_normal((2, 3, 4)).astype(dtype)},
+        **port,
     )
 
 
@@ -113,3 +114,34 @@ def test_every_floating_output_is_projected_in_order():
     assert outputs_loss((a, ids, b)) == pytest.approx(projection_loss(a) + projection_loss(b, seed=1))
     with pytest.raises(ValueError, match="no floating-point array"):
         outputs_loss((ids, None))
+
+
+@pytest.mark.parametrize("reference", ["torch", None])
+def test_a_parameter_the_loss_does_not_reach_is_named_and_not_checked(reference):
+    """The loss sees the first output only: the pooler does not reach it. Its zero gradient is confirmed
+    (the loss does not depend on it) and still it was not checked: the run fails, naming it, with the
+    fix; declared ``unused``, it is said and the run passes. The key biases, reached, are confirmed."""
+    first = {"output": lambda out: out[0]}
+    run = {"reference": reference} if reference else {"oracle_mode": "screen"}
+    report = crosscheck.run(workload=attention(two=True, **first), backends=["jax"], **run)
+    assert not report.passed
+    assert report.oracle["reach"] == {"unreached": ["pool.weight", "pool.bias"], "declared unused": []}
+    assert report.oracle["zero_confirmed"] == ["k.bias", "k2.bias"]
+    assert report.problems[-1].startswith("the loss does not reach `pool.weight`, `pool.bias`")
+    assert report.problems[-1].endswith('crosscheck.Port(..., unused=("pool.*",))')
+    declared = attention(two=True, unused=("pool.*",), **first)
+    report = crosscheck.run(workload=declared, backends=["jax"], **run)
+    assert report.passed, report.problems
+    assert report.oracle["reach"] == {"unreached": [], "declared unused": ["pool.weight", "pool.bias"]}
+    assert any(
+        line.startswith("declared unused (`unused=`): `pool.weight`, `pool.bias`")
+        for line in report.oracle["lines"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("unused", "message"), [("pool.*", "must be a list"), (("nothing.*",), "matches no parameter")]
+)
+def test_a_bad_unused_declaration_is_refused_in_one_line(unused, message):
+    with pytest.raises((TypeError, ValueError), match=message):
+        crosscheck.run(workload=attention(two=True, unused=unused), reference="torch", backends=["jax"])

@@ -13,6 +13,7 @@ framework's derivative is right and whether the two compute the same function.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -96,6 +97,12 @@ def prepare(port: Port) -> Prepared:
         )
     mapped = {e.torch.name for e in table.mapped() if e.torch is not None}
     parameters = {t.name: t.shape for t in described if t.kind == "parameter" and t.name in mapped}
+    stray = [p for p in port.unused if not any(fnmatch.fnmatchcase(k, p) for k in parameters)]
+    if stray:
+        raise ValueError(
+            f"port `{port.name}`: `unused` pattern {stray[0]!r} matches no parameter of the PyTorch "
+            "module (a name from its `named_parameters()`, or a glob pattern such as 'pooler.*')."
+        )
     return Prepared(port, wrapped, side, table, values, parameters, names)
 
 

@@ -57,6 +57,11 @@ class Port:
         overrides: ``PyTorch name or glob pattern -> transform`` (``"transpose"``, ``"identity"``,
             ``"OIHW->HWIO"``, a permutation tuple), ``-> "jax/path"``, ``-> ("jax/path", transform)`` or
             ``-> None`` (leave it unmapped).
+        unused: PyTorch names or glob patterns (``("pooler.*",)``) of parameters declared out of scope:
+            the loss does not reach them (no autograd path from them to it, their gradient zero in
+            every implementation, confirmed by the oracle). Such a parameter that is not declared
+            counts as not checked and fails the run, with a hint; a declared one is said in the report
+            and does not fail it.
         description: one line, shown by ``crosscheck list``.
 
     Example:
@@ -80,6 +85,7 @@ class Port:
     loss: Callable[[Any], Any] | None = None
     overrides: Mapping[str, Any] | None = None
     description: str = ""
+    unused: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -104,6 +110,16 @@ class Port:
                     f"port `{self.name}`: `{field}` must be callable, found {type(value).__name__}."
                 )
         self._check_intermediates()
+        unused = self.unused
+        if (
+            isinstance(unused, (str, bytes))
+            or not isinstance(unused, Sequence)
+            or not all(isinstance(u, str) and u for u in unused)
+        ):
+            raise TypeError(
+                f"port `{self.name}`: `unused` must be a list of PyTorch names or glob patterns "
+                f"(non-empty strings), found {unused!r:.60}."
+            )
         if self.overrides is not None and not isinstance(self.overrides, Mapping):
             raise TypeError(f"port `{self.name}`: `overrides` must be a dict of PyTorch name -> transform.")
 

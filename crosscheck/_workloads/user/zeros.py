@@ -21,6 +21,7 @@ give along it: a zero derivative has no scale of its own to be judged against.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -208,3 +209,25 @@ def problems(outcome: dict[str, list]) -> list[str]:
         for c in outcome["not judged"]
     ]
     return out
+
+
+def reach(
+    unreached: list[str] | None, unused: tuple[str, ...], named: list[str], confirmed: list[str]
+) -> dict[str, list[str]]:
+    """Of the zero gradients the oracle confirmed, those the loss does not reach (``unreached``: no
+    autograd path from them to the loss; None when not known, as for a ``Workload``): ``declared``
+    out of scope by an ``unused`` pattern, or ``unreached`` (not checked: the run fails)."""
+    cut = [k for k in named if unreached is not None and k in unreached and k in confirmed]
+    declared = [k for k in cut if any(fnmatch.fnmatchcase(k, p) for p in unused)]
+    return {"unreached": [k for k in cut if k not in declared], "declared unused": declared}
+
+
+def unreached_problem(names: list[str]) -> str:
+    """The one line that names the parameters the loss does not reach, with how to fix it."""
+    patterns = ", ".join(f'"{p}.*"' for p in dict.fromkeys(k.split(".", 1)[0] for k in names))
+    shown = ", ".join(f"`{k}`" for k in names)
+    return (
+        f"the loss does not reach {shown} (no autograd path from them to it; their gradient is zero in "
+        "every implementation, confirmed by the oracle): nothing checked them; include them in the loss "
+        f"(`output=`, `loss=`) or declare them out of scope: crosscheck.Port(..., unused=({patterns},))"
+    )
