@@ -1,4 +1,6 @@
-"""Losses for checking gradients: ``projection_loss``, a fixed random projection of a model's outputs.
+"""Losses for checking gradients: ``projection_loss``, a fixed random projection of a model's outputs,
+and ``outputs_loss``, the same over every floating-point array of a model's output pytree (a port's
+default loss: a pooler output counts as much as the last hidden state).
 
 A gradient check needs a loss whose gradient is not at rounding level. ``sum(outputs ** 2)`` is a
 common choice and a trap: after a LayerNorm (or any normalization) it is a constant, so every gradient
@@ -42,3 +44,38 @@ def projection_loss(outputs: Any, *, seed: int = 0) -> Any:
         if module in framework.modules:  # its folder's arrays.py: the sum in its own arrays
             return framework.module("arrays").projection_loss(outputs, r)
     return float(np.sum(np.asarray(outputs, dtype=np.float64) * r))
+
+
+def floating_outputs(output: Any) -> list[Any]:
+    """Every floating-point array of a model's output, depth first: a Hugging Face ``ModelOutput``'s
+    fields (PyTorch's and Flax's, in field order, ``None`` left out), a dict's values, a tuple's or a
+    list's items; integer and boolean arrays (token ids, masks) are left out."""
+    if hasattr(output, "to_tuple"):
+        output = output.to_tuple()
+    if isinstance(output, dict) or (hasattr(output, "values") and hasattr(output, "keys")):
+        output = list(output.values())
+    if isinstance(output, (tuple, list)):
+        return [a for item in output for a in floating_outputs(item)]
+    if hasattr(output, "shape") and "float" in str(getattr(output, "dtype", "")):
+        return [output]
+    return []
+
+
+def outputs_loss(output: Any, *, seed: int = 0) -> Any:
+    """``sum_i sum(R_i * a_i)`` over every floating-point array ``a_i`` of ``output``
+    (``floating_outputs``), ``R_i`` the fixed random array of ``projection_loss`` with seed ``seed + i``:
+    both sides of a port pair their arrays by position (and shape), so every output reaches the loss.
+
+    Raises:
+        ValueError: the output holds no floating-point array.
+    """
+    arrays = floating_outputs(output)
+    if not arrays:
+        raise ValueError(
+            f"the model's output holds no floating-point array (found {type(output).__name__}): "
+            "pass `output=` (which array to check) or `loss=`"
+        )
+    total = projection_loss(arrays[0], seed=seed)
+    for i, array in enumerate(arrays[1:], start=1):
+        total = total + projection_loss(array, seed=seed + i)
+    return total

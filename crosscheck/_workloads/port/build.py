@@ -13,13 +13,14 @@ framework's derivative is right and whether the two compute the same function.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from crosscheck._errors import DetailedError, describe, user_call
-from crosscheck._workloads.losses import projection_loss
+from crosscheck._workloads.losses import floating_outputs, outputs_loss
 from crosscheck._workloads.port import mapping as mapping_module
 from crosscheck._workloads.port.declare import Port
 from crosscheck._workloads.user.declare import Workload
@@ -104,6 +105,12 @@ def prepare(port: Port) -> Prepared:
         )
     mapped = {e.torch.name for e in table.mapped() if e.torch is not None}
     parameters = {t.name: t.shape for t in described if t.kind == "parameter" and t.name in mapped}
+    stray = [p for p in port.unused if not any(fnmatch.fnmatchcase(k, p) for k in parameters)]
+    if stray:
+        raise ValueError(
+            f"port `{port.name}`: `unused` pattern {stray[0]!r} matches no parameter of the PyTorch "
+            "module (a name from its `named_parameters()`, or a glob pattern such as 'pooler.*')."
+        )
     return Prepared(port, wrapped, side, table, values, parameters, names)
 
 
@@ -140,21 +147,21 @@ def _jax_inputs(port: Port, inputs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _loss(port: Port) -> Callable[[Any], Any]:
-    pick = port.output or _first
-    chosen = port.loss or (lambda output: projection_loss(output, seed=SEED))
-    return lambda out: chosen(pick(out))
+    """The port's loss of the model's output: ``loss(output(out))`` as given; by default
+    ``outputs_loss``, a fixed random projection of every floating-point array of the output (or of what
+    ``output`` picks), so that every output reaches the loss (a custom ``loss`` alone gets the first)."""
+    if port.loss is not None:
+        pick = port.output or _first
+        chosen = port.loss
+        return lambda out: chosen(pick(out))
+    whole = port.output or (lambda out: out)
+    return lambda out: outputs_loss(whole(out), seed=SEED)
 
 
 def _first(output: Any) -> Any:
-    """The model's main output: the array, or the first array of a tuple, list, dict or ModelOutput."""
-    if hasattr(output, "to_tuple"):
-        output = output.to_tuple()
-    if isinstance(output, Mapping):
-        output = list(output.values())
-    if isinstance(output, (tuple, list)):
-        found = [x for x in (_first(item) for item in output) if x is not None]
-        return found[0] if found else None
-    return output if hasattr(output, "shape") else None
+    """The model's main output: its first floating-point array (``floating_outputs``), else itself."""
+    found = floating_outputs(output)
+    return found[0] if found else (output if hasattr(output, "shape") else None)
 
 
 def _workload(prepared: Prepared) -> Workload:
@@ -231,5 +238,9 @@ def jax_implementation(prepared: Prepared) -> Callable[[dict, dict], Any]:
 def case_notes(prepared: Prepared) -> dict[str, Any]:
     """What the report records of the port: the mapping table and the loss."""
     port = prepared.port
-    loss = "custom" if port.loss is not None else f"projection: sum(R * output), R ~ N(0, 1) seed {SEED}"
+    loss = (
+        "custom"
+        if port.loss is not None
+        else f"projection of every output array: sum_i sum(R_i * output_i), R_i ~ N(0, 1) seed {SEED} + i"
+    )
     return {"mapping": prepared.table.rows(), "loss": loss, "jax_kind": prepared.jax_side.kind}

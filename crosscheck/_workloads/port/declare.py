@@ -48,14 +48,23 @@ class Port:
             function could compute them right while the forward is wrong) and need no tracing trick,
             so ``jax.vmap`` and ``jax.jit`` inside work; the names are checked when the port is
             prepared, against the PyTorch modules and the shapes of their outputs.
-        output: ``output -> array`` on both sides (default: the output, or its first array).
-        loss: ``array -> scalar`` on both sides (default: ``sum(R * output)``, a fixed random projection).
+        output: ``output -> array`` (or a pytree of arrays) on both sides, what the loss sees (default:
+            the whole output).
+        loss: ``array -> scalar`` on both sides, given ``output``'s pick (default: the first array). The
+            default loss is a fixed random projection of every floating-point array of the output
+            (``sum_i sum(R_i * a_i)``, Hugging Face ``ModelOutput`` fields, tuples and dicts paired by
+            position), so that every output (a pooler's too) reaches it.
         overrides: ``PyTorch name or glob pattern -> transform`` (``"transpose"``, ``"identity"``,
             ``"OIHW->HWIO"``, a permutation tuple), ``-> "jax/path"``, ``-> ("jax/path", transform)`` or
             ``-> None`` (leave it unmapped: the PyTorch model keeps its value, its gradient is not
             checked, and the table and the report say so). A pattern's ``*`` are captured: each ``*``
             of a target path takes the pattern's ``*`` at its position (``{1}``: the first), so
             ``{"layer.*.w": "params/layer_*/kernel"}`` covers every layer.
+        unused: PyTorch names or glob patterns (``("pooler.*",)``) of parameters declared out of scope:
+            the loss does not reach them (no autograd path from them to it, their gradient zero in
+            every implementation, confirmed by the oracle). Such a parameter that is not declared
+            counts as not checked and fails the run, with a hint; a declared one is said in the report
+            and does not fail it.
         description: one line, shown by ``crosscheck list``.
 
     Example:
@@ -79,6 +88,7 @@ class Port:
     loss: Callable[[Any], Any] | None = None
     overrides: Mapping[str, Any] | None = None
     description: str = ""
+    unused: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -103,6 +113,16 @@ class Port:
                     f"port `{self.name}`: `{field}` must be callable, found {type(value).__name__}."
                 )
         self._check_intermediates()
+        unused = self.unused
+        if (
+            isinstance(unused, (str, bytes))
+            or not isinstance(unused, Sequence)
+            or not all(isinstance(u, str) and u for u in unused)
+        ):
+            raise TypeError(
+                f"port `{self.name}`: `unused` must be a list of PyTorch names or glob patterns "
+                f"(non-empty strings), found {unused!r:.60}."
+            )
         if self.overrides is not None and not isinstance(self.overrides, Mapping):
             raise TypeError(f"port `{self.name}`: `overrides` must be a dict of PyTorch name -> transform.")
 

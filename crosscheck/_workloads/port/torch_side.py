@@ -147,3 +147,16 @@ def _under(name: str, prefixes: tuple[str, ...]) -> bool:
 def _numpy(t: torch.Tensor) -> np.ndarray:
     out = t.detach().cpu().numpy()
     return out.astype(np.float64) if np.issubdtype(out.dtype, np.floating) else out.copy()
+
+
+def unreached(
+    loss: Callable[..., Any], params: dict[str, np.ndarray], inputs: dict[str, np.ndarray]
+) -> list[str]:
+    """The parameters from which PyTorch's autograd has no path to the loss (``loss(params, inputs)``, as
+    a workload's): their gradient is zero because the loss does not use them, not by construction."""
+    leaves = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
+    out = loss(leaves, {k: torch.tensor(v) for k, v in inputs.items()})
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        return list(leaves)
+    grads = torch.autograd.grad(out, list(leaves.values()), allow_unused=True)
+    return [k for k, g in zip(leaves, grads, strict=True) if g is None]

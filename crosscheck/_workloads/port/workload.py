@@ -24,7 +24,7 @@ from crosscheck._compare.compare import Comparison
 from crosscheck._compare.constants import OTHER_DTYPE
 from crosscheck._report.report import Report, Section, Verdict
 from crosscheck._workloads.port import localize
-from crosscheck._workloads.port.build import Prepared, case_notes, jax_leaves
+from crosscheck._workloads.port.build import Prepared, case_notes, jax_leaves, torch_implementation
 from crosscheck._workloads.port.declare import Port
 from crosscheck._workloads.port.mapping import render_summary
 from crosscheck._workloads.protocol import Call, Options, OwnArrays, Point, Reference
@@ -82,7 +82,19 @@ class PortJudge:
         self.strict = options.strict
 
     def reference(self, backend: Any, call: Call) -> Any:
+        self._unreached(call)
         return self.inner.reference(backend, call)
+
+    def _unreached(self, call: Call) -> None:
+        """The parameters the loss does not reach (PyTorch's autograd: no path), and those declared
+        ``unused``, for the judge's summary (``zeros.unreached``)."""
+        from crosscheck._workloads.port import torch_side
+
+        prepared, findings = self.workload.prepared, self.inner.findings
+        loss = torch_implementation(prepared)
+        out = call(torch_side.unreached, loss, dict(self.point.params), dict(self.point.inputs))
+        findings.unreached = list(out.value) if out.error is None else None
+        findings.unused = tuple(self.workload.port.unused)
 
     def evaluate(self, backend: Any, call: Call) -> Any:
         return self.inner.evaluate(backend, call)

@@ -37,6 +37,7 @@ from crosscheck._workloads.user.declare import Workload, as_dtype
 from crosscheck._workloads.user.rounding import Rounding, measure
 from crosscheck._workloads.user.summary import Findings, Record, against_oracle, summarize
 from crosscheck._workloads.user.workload import WorkloadOracle
+from crosscheck._workloads.user.zeros import Side, confirm, zero_tensors
 
 #: The case's ``oracle_differentiates`` when no oracle ran: a backend is the reference, or the
 #: reference failed. The table's title says so instead of what an oracle would have differenced.
@@ -61,6 +62,8 @@ class GenericJudge:
         self.notes: dict[str, dict[str, Any]] = {}
         #: What the run found, for the report's ``oracle`` section (``summary.summarize``).
         self.findings = Findings(self.plan, point.case["oracle_differentiates"], self.shapes)
+        #: The reference backend and its rounding (a backend as reference), for the zero checks.
+        self.reference_side: tuple[Any, Rounding] | None = None
 
     def evaluate(self, backend: Any, call: Call) -> Any:
         return self._grad(backend, call, self.point.params, self.point.inputs)
@@ -117,6 +120,7 @@ class GenericJudge:
                 value=None,
                 error=rounding.excess[0].says(getattr(backend, "name", "the reference"), self.dtype),
             )
+        self.reference_side = (backend, rounding)
         ref_value = {k: np.asarray(value[k], dtype=np.float64) for k in self.shapes}
         self.findings.reference_gradient = ref_value
         kinks = {k: Kinks.none(s) for k, s in self.shapes.items()}
@@ -139,6 +143,7 @@ class GenericJudge:
             ctx = self._context(name, reference.name, "same function", f"`{reference.name}`'s gradient")
             found, zeros = entries(ctx, value, rounding, reference.data, {})
             record.add(found, zeros)
+            self._confirm_zeros(backend, record, reference.name, call)
             return record.finish(found)
         own = self._own(backend, name, call)
         record.own = own
@@ -154,6 +159,20 @@ class GenericJudge:
             found += against_oracle(self, record, own, "derivative", reference.name, call)
         record.loss_check(anchor.function, own)
         return record.finish(found)
+
+    def _confirm_zeros(self, backend: Any, record: Record, reference: str, call: Call) -> None:
+        """With a backend as reference: the oracle on the tensors whose gradient is zero in both
+        (``zeros``), along directions of each side's own float64 loss."""
+        self.findings.reference_name = reference
+        ref = self.findings.reference_gradient
+        if ref is None or self.reference_side is None or (record.zeros and all(record.zeros.values())):
+            return  # no reference gradient, or an empty check: said as such
+        names = zero_tensors(self.shapes, [record.gradient, ref], record.zeros)
+        if names:
+            ref_backend, ref_rounding = self.reference_side
+            sides = [Side(reference, ref_backend, ref, ref_rounding)]
+            sides.append(Side(record.name, backend, record.gradient, record.rounding))
+            confirm(self, sides, names, call)
 
     def _own(self, backend: Any, name: str, call: Call) -> Differences | Skip:
         """Differences of ``name``'s own float64 loss, or why there are none."""

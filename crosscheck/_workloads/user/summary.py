@@ -28,7 +28,9 @@ from crosscheck._workloads.fd.directions import LOCALIZE_ENTRIES
 from crosscheck._workloads.fd.function import Differences, Function, Plan, Skip, localize
 from crosscheck._workloads.user import compare as model_compare
 from crosscheck._workloads.user.rounding import Rounding
-from crosscheck._workloads.user.verdict import answers, loss_text, plural, verdict
+from crosscheck._workloads.user.verdict import answers, loss_text, verdict
+from crosscheck._workloads.user.zeros import CONFIRMED, ZeroCheck, judged, reach, unreached_problem
+from crosscheck._workloads.user.zeros import problems as zero_problems
 
 if TYPE_CHECKING:
     from crosscheck._workloads.user.judge import GenericJudge
@@ -144,6 +146,12 @@ class Findings:
     anchor: Differences | None = None
     oracle: bool = False
     reference_gradient: dict[str, np.ndarray] | None = None
+    #: A backend as reference: its name, and the oracle's zero checks (``zeros``), parameter -> side.
+    reference_name: str = ""
+    zero_checks: dict[str, dict[str, ZeroCheck]] = dataclasses.field(default_factory=dict)
+    #: A port's parameters the loss does not reach (None: not known), and the ``unused`` patterns.
+    unreached: list[str] | None = None
+    unused: tuple[str, ...] = ()
 
 
 def against_oracle(
@@ -269,10 +277,26 @@ def summarize(findings: Findings, reference: Any) -> dict[str, Any]:
     empty = [r for r in records if r.zeros and all(r.zeros.values())]
     zero = _zero_everywhere(findings, records) if not empty else {"exactly": [], "within rounding": []}
     out["zero_in_every_implementation"] = zero
+    named = zero["exactly"] + zero["within rounding"]
+    if not findings.oracle:
+        sides = [findings.reference_name] + [r.name for r in records]
+        out["zero_checks"] = {
+            k: {s: c.to_dict() for s, c in findings.zero_checks.get(k, {}).items()} for k in named
+        }
+        confirmed = judged(findings.zero_checks, named, sides)["confirmed"]
+    else:
+        confirmed = [
+            k for k in named if all(c.passed for r in records for c in r.comparisons if c.parameter == k)
+        ]
+    out["reach"] = reach(findings.unreached, findings.unused, named, confirmed)
+    cut = out["reach"]["unreached"] + out["reach"]["declared unused"]
+    out["zero_confirmed"] = [k for k in confirmed if k not in cut]
     out["verdict"] = [verdict(findings, r) for r in records]
     out["questions"] = {r.name: {q: a.to_dict() for q, a in answers(findings, r).items()} for r in records}
     out["notes"] = [r.rounding.how for r in records if not r.rounding.honest]
     out["problems"] = _problems(findings, records, zero)
+    if out["reach"]["unreached"]:
+        out["problems"].append(unreached_problem(out["reach"]["unreached"]))
     out["lines"] = _lines(out, zero)
     return out
 
@@ -336,12 +360,8 @@ def _problems(findings: Findings, records: list[Record], zero: dict[str, list[st
             out.append(f"`{r.name}`'s float64 loss differs from {r.loss['against']}'s: {loss_text(r.loss)}")
     if not findings.oracle and not empty:
         named = zero["exactly"] + zero["within rounding"]
-        if named:
-            out.append(
-                f"the gradient of {plural([f'`{k}`' for k in named])} is zero in every implementation and "
-                "no oracle judged it (the reference is a backend): nothing checked it; run with the oracle "
-                "as reference"
-            )
+        sides = [findings.reference_name] + [r.name for r in records]
+        out += zero_problems(judged(findings.zero_checks, named, sides))
     return out
 
 
@@ -360,9 +380,21 @@ def _lines(out: dict[str, Any], zero: dict[str, list[str]]) -> list[str]:
         lines.append(
             "zero gradient in every implementation: "
             + ", ".join(parts)
-            + ("; judged against zero by the oracle" if out.get("mode") else "; no oracle judged it")
+            + ("; judged against zero by the oracle" if out.get("mode") else _confirmed(out))
         )
+    declared = out["reach"]["declared unused"]
+    if declared:
+        shown = ", ".join(f"`{k}`" for k in declared)
+        lines.append(f"declared unused (`unused=`): {shown}: the loss does not reach them; not checked")
     evaluations = out.get("evaluations") or {}
     if evaluations:
         lines.append("oracle evaluations: " + ", ".join(f"{k} {v}" for k, v in evaluations.items()))
     return lines
+
+
+def _confirmed(out: dict[str, Any]) -> str:
+    """With a backend as reference: which zero gradients the oracle confirmed (``zeros``)."""
+    confirmed = out.get("zero_confirmed") or []
+    if not confirmed:
+        return "; no zero by construction confirmed"
+    return f"; {CONFIRMED}: " + ", ".join(f"`{k}`" for k in confirmed)
