@@ -22,6 +22,7 @@ import numpy as np
 from crosscheck._compare.compare import Comparison
 from crosscheck._compare.constants import OTHER_DTYPE
 from crosscheck._report.report import Report, Section, Verdict
+from crosscheck._workloads.fd.function import Differences
 from crosscheck._workloads.port import localize
 from crosscheck._workloads.port.build import Prepared, case_notes, jax_leaves
 from crosscheck._workloads.port.declare import Port
@@ -133,9 +134,12 @@ class PortJudge:
             "backend": name,
             "reference": "torch",
         }
+        coarse = self._float32_losses()
+        common["precision"] = "float32" if coarse else None
         out: list[Comparison] = []
         outputs: dict[str, bool] = {}
         inputs: dict[str, bool | None] = {}
+        starts = None  # the first module whose output agrees within float32's rounding only
         for r in torch_runs.main:
             if r.name not in paired:
                 continue
@@ -144,6 +148,10 @@ class PortJudge:
             c = localize.compare_arrays(label, *(_arrays(s, "outputs") for s in sides), **common)
             out.append(c)
             outputs[r.name] = c.passed
+            if coarse and c.passed and starts is None:
+                exact = {**common, "precision": None}
+                strict = localize.compare_arrays(label, *(_arrays(s, "outputs") for s in sides), **exact)
+                starts = None if strict.passed else r.name
             if r.inputs and sides[1][0].inputs:  # the first input: the data (masks and caches may differ)
                 ci = localize.compare_arrays("input", *(_arrays(s, "inputs", 1) for s in sides), **common)
                 inputs[r.name] = ci.passed
@@ -162,7 +170,20 @@ class PortJudge:
             text = f"the output {_agree(gradients)} (only the output is compared: module by module "
             text += "needs Flax linen or nnx, or the modules listed in `jax_intermediates`)"
             verdict = localize.Verdict("nowhere", None, None, (), text)
+        if coarse:
+            verdict = dataclasses.replace(verdict, text=verdict.text + _float32_note(coarse, starts))
         return out, verdict
+
+    def _float32_losses(self) -> list[str]:
+        """The implementations whose own float64 loss has float32 steps (found by the oracle's noise
+        probe, ``fd.precision``) in a float64 case: their module outputs carry float32's rounding."""
+        if self.dtype != "float64":
+            return []
+        findings = self.inner.findings
+        functions = [findings.anchor.function] if findings.anchor is not None else []
+        functions += [r.own.function for r in findings.records.values() if isinstance(r.own, Differences)]
+        found = {f.owner for f in functions if f.precision is not None and f.precision.float32}
+        return sorted(k for k in found if k is not None)
 
     def _gradient_verdict(
         self, order: Sequence[Any], paired: dict, gradients: list[Comparison], top: str
@@ -188,6 +209,21 @@ class PortJudge:
                 return f"{'PyTorch' if torch else 'JAX'} forward in {dtype}: {got.error}"
             runs.append(got.value)
         return localize.Runs(*runs)
+
+
+def _float32_note(coarse: list[str], starts: str | None) -> str:
+    """What the module comparison of a float64 case with float32 steps says about them."""
+    who = " and ".join(f"`{k}`" for k in coarse)
+    where = (
+        f"; the first module whose float64 outputs differ by float32's rounding, not float64's, is "
+        f"`{starts or '(model)'}`: a float32 step is in it or just before it"
+        if starts is not None
+        else ""
+    )
+    return (
+        f" (the float64 loss of {who} computes in float32 somewhere: module outputs compared within "
+        f"float32's rounding{where})"
+    )
 
 
 def _agree(gradients: list[Comparison]) -> str:
