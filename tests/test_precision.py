@@ -54,7 +54,8 @@ def test_a_float32_step_is_differenced_with_float32s_error_bar():
     # as if the loss were float64 (its noise unknown), some error bar is far too small or unjudgeable
     naive = estimate(loss, PARAMS)
     missed = [
-        np.any(naive.unjudgeable[k] | (np.abs(naive.value[k] - truth.value[k]) > naive.error[k])) for k in PARAMS
+        np.any(naive.unjudgeable[k] | (np.abs(naive.value[k] - truth.value[k]) > naive.error[k]))
+        for k in PARAMS
     ]
     assert any(missed)
 
@@ -103,3 +104,51 @@ def test_a_port_whose_original_keeps_a_float32_step_in_a_float64_check(temperatu
         assert "is `fc2`: a float32 step is in it or just before it" in verdict["text"]
     else:  # a bug above float32's rounding is still found, and located
         assert verdict["starts_in"] == "forward" and verdict["first"] == "fc2"
+
+
+def _embed_port(dtypes):
+    """An embedding then a linear layer; the nnx port's ``nnx.Embed`` built with ``dtypes``."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("jax")
+    nnx = pytest.importorskip("flax.nnx")
+    import crosscheck
+
+    class Original(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.fc = torch.nn.Embedding(5, 3), torch.nn.Linear(3, 2)
+
+        def forward(self, ids):
+            return self.fc(torch.tanh(self.embed(ids)))
+
+    class Port(nnx.Module):
+        def __init__(self, rngs):
+            self.embed = nnx.Embed(5, 3, **dtypes, rngs=rngs)
+            self.fc = nnx.Linear(3, 2, rngs=rngs)
+
+        def __call__(self, ids):
+            return self.fc(nnx.tanh(self.embed(ids)))
+
+    torch.manual_seed(0)
+    inputs = {"ids": np.array([[0, 1, 2], [3, 4, 1]])}
+    return crosscheck.Port(name="embed", torch=Original().eval(), jax=Port(nnx.Rngs(0)), inputs=inputs)
+
+
+#: nnx.Embed's ``dtype`` defaults to float32, and ``None`` means its ``param_dtype`` (float32 too).
+EMBED = {"default": {}, "dtype-none": {"dtype": None}}
+
+
+@pytest.mark.parametrize("dtypes", EMBED.values(), ids=EMBED.keys())
+def test_a_port_module_pinned_to_float32_is_named_in_a_float64_check(dtypes):
+    import crosscheck
+
+    report = crosscheck.run(
+        workload=_embed_port(dtypes), reference="torch", backends=["jax"], dtype="float64"
+    )
+    verdict = report.backends["jax"].notes["port"]
+    assert not report.passed
+    assert (verdict["starts_in"], verdict["module"]) == ("forward", "embed")
+    assert verdict["text"].startswith("`embed` (Embed) computes in float32 in a float64 check")
+    assert "`param_dtype=jnp.float64`" in verdict["text"]
+    # a float32 check of the same port has nothing to say about it
+    assert crosscheck.run(workload=_embed_port(dtypes), reference="torch", backends=["jax"]).passed

@@ -56,7 +56,7 @@ class PortWorkload(OwnArrays):
 
     def point(self, *, dtype: str, seed: int) -> Point:
         point = self.inner.point(dtype=dtype, seed=seed)
-        point.case.update(case_notes(self.prepared))
+        point.case.update(case_notes(self.prepared, dtype))
         return point
 
     def judge(self, quantity: Any, point: Point, options: Options) -> Any:
@@ -172,7 +172,28 @@ class PortJudge:
             verdict = localize.Verdict("nowhere", None, None, (), text)
         if coarse:
             verdict = dataclasses.replace(verdict, text=verdict.text + _float32_note(coarse, starts))
-        return out, verdict
+        return out, self._pinned(verdict, torch_runs.main, jax_runs.main)
+
+    def _pinned(self, verdict: Any, torch_records: Sequence[Any], jax_records: Sequence[Any]) -> Any:
+        """In a float64 case, a module whose output comes back in float32 is named: the port's fails the
+        run (it does not compute what the check asks), the original's is a note."""
+        if self.dtype != "float64":
+            return verdict
+        mine = next((r for r in jax_records if r.narrow), None)
+        theirs = next((r for r in torch_records if r.narrow), None)
+        if theirs is not None:
+            note = f"; the original's `{theirs.name or '(model)'}` ({theirs.module_type}) returns float32 "
+            verdict = dataclasses.replace(verdict, text=verdict.text + note + "in a float64 check")
+        if mine is None:
+            return verdict
+        text = (
+            f"`{mine.name or '(model)'}` ({mine.module_type}) computes in float32 in a float64 check (its "
+            "output is float32, so the port's float64 gradients carry float32's rounding from there): build "
+            "it in the case's dtype (Flax: `dtype=None` follows the inputs in most modules; `nnx.Embed` "
+            "computes in its `param_dtype` when `dtype=None`: build it with `param_dtype=jnp.float64`), or "
+            f"check in float32; {verdict.text}"
+        )
+        return localize.Verdict("forward", mine.name, mine.name, (), text)
 
     def _float32_losses(self) -> list[str]:
         """The implementations whose own float64 loss has float32 steps (found by the oracle's noise
