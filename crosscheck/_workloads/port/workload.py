@@ -128,18 +128,17 @@ class PortJudge:
             paired = {r.name: r.name for r in torch_runs.main if r.name in j_main}
         else:
             paired = localize.pairs([r.name for r in torch_runs.main], list(j_main), _module_pairs(prepared))
+        coarse = self._float32_losses()
         common: dict[str, Any] = {
             "dtype": self.dtype,
             "channels_last": any(leaf.layout == "..IO" for leaf in prepared.jax_side.leaves),
             "backend": name,
             "reference": "torch",
+            "precision": "float32" if coarse else None,
         }
-        coarse = self._float32_losses()
-        common["precision"] = "float32" if coarse else None
         out: list[Comparison] = []
         outputs: dict[str, bool] = {}
         inputs: dict[str, bool | None] = {}
-        starts = None  # the first module whose output agrees within float32's rounding only
         for r in torch_runs.main:
             if r.name not in paired:
                 continue
@@ -148,10 +147,6 @@ class PortJudge:
             c = localize.compare_arrays(label, *(_arrays(s, "outputs") for s in sides), **common)
             out.append(c)
             outputs[r.name] = c.passed
-            if coarse and c.passed and starts is None:
-                exact = {**common, "precision": None}
-                strict = localize.compare_arrays(label, *(_arrays(s, "outputs") for s in sides), **exact)
-                starts = None if strict.passed else r.name
             if r.inputs and sides[1][0].inputs:  # the first input: the data (masks and caches may differ)
                 ci = localize.compare_arrays("input", *(_arrays(s, "inputs", 1) for s in sides), **common)
                 inputs[r.name] = ci.passed
@@ -171,6 +166,7 @@ class PortJudge:
             text += "needs Flax linen or nnx, or the modules listed in `jax_intermediates`)"
             verdict = localize.Verdict("nowhere", None, None, (), text)
         if coarse:
+            starts = _float32_start(torch_runs, jax_runs, paired, outputs, common)
             verdict = dataclasses.replace(verdict, text=verdict.text + _float32_note(coarse, starts))
         return out, self._pinned(verdict, torch_runs.main, jax_runs.main)
 
@@ -230,6 +226,20 @@ class PortJudge:
                 return f"{'PyTorch' if torch else 'JAX'} forward in {dtype}: {got.error}"
             runs.append(got.value)
         return localize.Runs(*runs)
+
+
+def _float32_start(torch_runs: Any, jax_runs: Any, paired: dict, outputs: dict, common: dict) -> str | None:
+    """The first module whose output agrees within float32's rounding but not within float64's."""
+    t_other = {r.name: r for r in torch_runs.other}
+    j_main, j_other = {r.name: r for r in jax_runs.main}, {r.name: r for r in jax_runs.other}
+    for r in torch_runs.main:
+        if r.name in paired and outputs.get(r.name):
+            sides = (r, t_other.get(r.name)), (j_main[paired[r.name]], j_other.get(paired[r.name]))
+            label = localize.output_label(r.name)
+            exact = {**common, "precision": None}
+            if not localize.compare_arrays(label, *(_arrays(s, "outputs") for s in sides), **exact).passed:
+                return r.name
+    return None
 
 
 def _float32_note(coarse: list[str], starts: str | None) -> str:
