@@ -8,7 +8,10 @@ along random directions), each batch of evaluations through the engine's guarded
 
 An implementation's float64 loss is checked before it is differenced: it must come back as one float64
 number, finite, and differ from the float32 evaluation (a module pinned to float32 computes the same
-bits in both; its "float64" loss cannot be differenced).
+bits in both; its "float64" loss cannot be differenced). It is then probed for its noise
+(``precision.probe``): a loss with float32 steps inside (Hugging Face's softmax and norms upcast "to
+float32") has float32's, which becomes its rounding, and it is differenced with float32's step and
+error bar (``entries.FLOAT32_MAXITER``, ``entries.FLOAT32_FRACTION``).
 """
 
 from __future__ import annotations
