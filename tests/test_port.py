@@ -406,6 +406,9 @@ def test_the_gpt2_mapping_agrees_with_hugging_faces_conversion(gpt2):
 def test_the_healthy_gpt2_pair_passes(gpt2, dtype):
     report = crosscheck.run(workload=gpt2.port, reference="torch", backends=["jax"], dtype=dtype)
     assert report.passed, report.problems
+    # Hugging Face's Flax module is built with dtype=float32: a float64 check clones it, and says so
+    cloned = "float32, cloned to float64 for this check" if dtype == "float64" else None
+    assert report.case.get("jax_dtype") == cloned
     modules = {c.parameter for c in report.comparisons if "(output)" in (c.parameter or "")}
     assert {"h.0.ln_1 (output)", "h.1.attn.c_proj (output)", "ln_f (output)"} <= modules
     assert len([c for c in report.comparisons if "(output)" not in c.parameter]) == len(port_parameters(gpt2))

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from crosscheck._workloads.fd.entries import (
+    FLOAT32_FRACTION,
     INITIAL_STEP,
     UNJUDGEABLE_FRACTION,
     Evaluator,
@@ -85,8 +86,10 @@ def directional(
     guard: Guard = _direct,
     progress: Tick | None = None,
     noise: float = 0.0,
+    float32: bool = False,
 ) -> DirectionalEstimate:
-    """Differentiate ``t -> loss(params + t v)`` at 0 for every direction ``v``."""
+    """Differentiate ``t -> loss(params + t v)`` at 0 for every direction ``v`` (``noise`` and
+    ``float32`` as ``entries.estimate``'s)."""
     base = {k: np.array(v, dtype=np.float64) for k, v in params.items()}
     evaluator = Evaluator(
         loss, base, guard=guard, progress=progress, expected=EVALUATIONS_PER_DIRECTION * len(directions)
@@ -107,14 +110,15 @@ def directional(
     loss0 = evaluator.at_base()
     count = len(directions)
     value, error, kink = differentiate(
-        evaluate, np.zeros(count), INITIAL_STEP, (np.arange(count),), loss0, noise
+        evaluate, np.zeros(count), INITIAL_STEP, (np.arange(count),), loss0, noise, float32
     )
     finite = np.isfinite(value)
     norms = np.array([norm(d) for d in directions])
     total = float(np.sum(norms[finite] ** 2))
     # E[(g . v)^2] = |g o v|^2 for random signs: the model's RMS gradient from the directions.
     scale = math.sqrt(float(np.sum(value[finite] ** 2)) / total) if total > 0 else 0.0
-    loose = ~finite | ~(error <= UNJUDGEABLE_FRACTION * (np.abs(np.nan_to_num(value)) + scale * norms))
+    fraction = FLOAT32_FRACTION if float32 else UNJUDGEABLE_FRACTION
+    loose = ~finite | ~(error <= fraction * (np.abs(np.nan_to_num(value)) + scale * norms))
     return DirectionalEstimate(
         np.where(finite, value, 0.0),
         np.where(finite, error, np.inf),

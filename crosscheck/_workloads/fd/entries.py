@@ -40,6 +40,11 @@ INITIAL_STEP = 0.25
 #: Loss evaluations per entry of a smooth loss (three differentiations of 11 to 13): the cost model.
 EVALUATIONS_PER_ENTRY = 36
 EPS64 = float(np.finfo(np.float64).eps)
+#: A loss with float32 steps (``precision.probe``): its step is halved at most once after the first
+#: estimate (a smaller step only multiplies float32's noise), and an entry is unjudgeable when its
+#: error bar exceeds this fraction of |gradient entry| + the model's RMS gradient.
+FLOAT32_MAXITER = 2
+FLOAT32_FRACTION = 1e-2
 
 #: Runs one batch of evaluations: ``guard(thunk) -> thunk()``; the judge's guard goes through the
 #: engine's guarded call and raises ``OracleFailed`` with the reason when the batch failed.
@@ -146,18 +151,23 @@ class Evaluator:
         return out
 
 
-def differentiate(evaluate, x0: np.ndarray, h0, args: tuple, loss0: float, noise: float = 0.0):
+def differentiate(
+    evaluate, x0: np.ndarray, h0, args: tuple, loss0: float, noise: float = 0.0, float32: bool = False
+):
     """Central, forward and backward ``scipy.differentiate.derivative`` of ``evaluate`` at ``x0``:
     ``(value, error bar, kink)``, the one-sided gap added to the error bar where they disagree.
 
     ``noise`` is the rounding of one evaluation when it is known to exceed ``EPS64 * |loss0|`` (a sum
-    with cancellation: its rounding scales with its terms, not with its value)."""
+    with cancellation: its rounding scales with its terms, not with its value); ``float32`` when that
+    noise is float32's (``FLOAT32_MAXITER``)."""
     from scipy.differentiate import derivative
+
+    maxiter = FLOAT32_MAXITER if float32 else 10
 
     found = {}
     with np.errstate(all="ignore"):
         for side in (0, 1, -1):
-            res = derivative(evaluate, x0, args=args, initial_step=h0, step_direction=side)
+            res = derivative(evaluate, x0, args=args, initial_step=h0, step_direction=side, maxiter=maxiter)
             h_final = h0 * 2.0 ** -np.maximum(res.nit, 1)
             level = max(EPS64 * float(np.nan_to_num(abs(loss0), nan=0.0)), noise)
             rounding = STENCIL_ROUNDING * level / h_final
@@ -178,6 +188,7 @@ def estimate(
     progress: Tick | None = None,
     scale: float | None = None,
     noise: float = 0.0,
+    float32: bool = False,
 ) -> WorkloadEstimate:
     """Differentiate ``loss(params) -> float`` with respect to every entry of ``names`` (default: all).
 
@@ -189,6 +200,7 @@ def estimate(
         progress: called with (evaluations done, evaluations expected).
         scale: the model's gradient scale for the unjudgeable rule (default: the RMS of this estimate).
         noise: the measured rounding of one evaluation of the loss (0: ``EPS64 * |loss|`` only).
+        float32: the noise is float32's (the loss has float32 steps): a coarser step and error bar.
     """
     base = {k: np.array(v, dtype=np.float64) for k, v in params.items()}
     chosen = list(base) if names is None else list(names)
@@ -214,14 +226,15 @@ def estimate(
         return evaluator.batch(xi.shape, perturb)
 
     loss0 = evaluator.at_base()
-    value, error, kink = differentiate(evaluate, flat, h0, (np.arange(flat.size),), loss0, noise)
+    value, error, kink = differentiate(evaluate, flat, h0, (np.arange(flat.size),), loss0, noise, float32)
     if scale is None:
         finite = value[np.isfinite(value)]
         scale = math.sqrt(float(np.mean(finite**2))) if finite.size else 0.0
-    return _split(chosen, base, offsets, value, error, kink, evaluator.count, scale)
+    fraction = FLOAT32_FRACTION if float32 else UNJUDGEABLE_FRACTION
+    return _split(chosen, base, offsets, value, error, kink, evaluator.count, scale, fraction)
 
 
-def _split(names, base, offsets, value, error, kink, evaluations, scale) -> WorkloadEstimate:
+def _split(names, base, offsets, value, error, kink, evaluations, scale, fraction) -> WorkloadEstimate:
     out: dict[str, dict[str, np.ndarray]] = {"value": {}, "error": {}, "unjudgeable": {}, "reason": {}}
     for i, name in enumerate(names):
         shape = base[name].shape
@@ -229,7 +242,7 @@ def _split(names, base, offsets, value, error, kink, evaluations, scale) -> Work
         e = error[offsets[i] : offsets[i + 1]].reshape(shape)
         sided = kink[offsets[i] : offsets[i + 1]].reshape(shape)
         finite = np.isfinite(v)
-        loose = ~finite | ~(e <= UNJUDGEABLE_FRACTION * (np.abs(np.nan_to_num(v)) + scale))
+        loose = ~finite | ~(e <= fraction * (np.abs(np.nan_to_num(v)) + scale))
         out["value"][name] = np.where(finite, v, 0.0)
         out["error"][name] = np.where(finite, e, np.inf)
         out["unjudgeable"][name] = loose

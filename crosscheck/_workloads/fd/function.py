@@ -8,7 +8,10 @@ along random directions), each batch of evaluations through the engine's guarded
 
 An implementation's float64 loss is checked before it is differenced: it must come back as one float64
 number, finite, and differ from the float32 evaluation (a module pinned to float32 computes the same
-bits in both; its "float64" loss cannot be differenced).
+bits in both; its "float64" loss cannot be differenced). It is then probed for its noise
+(``precision.probe``): a loss with float32 steps inside (Hugging Face's softmax and norms upcast "to
+float32") has float32's, which becomes its rounding, and it is differenced with float32's step and
+error bar (``entries.FLOAT32_MAXITER``, ``entries.FLOAT32_FRACTION``).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from crosscheck._workloads.fd.entries import (
     estimate,
     read_only,
 )
+from crosscheck._workloads.fd.precision import Precision, judge, probe
 from crosscheck._workloads.protocol import Call, Point, Progress
 from crosscheck._workloads.user.declare import Workload, as_dtype
 
@@ -47,14 +51,16 @@ AUTO_EVALUATIONS = EVALUATIONS_PER_ENTRY * 512
 @dataclasses.dataclass(frozen=True)
 class Function:
     """A float64 function of the parameters: ``fn(params) -> float``, ``label`` says which,
-    ``owner`` the implementation it belongs to (None: the workload's own), ``value`` at the point and
-    ``rounding`` an estimate of that value's float64 rounding (0 when not measured)."""
+    ``owner`` the implementation it belongs to (None: the workload's own), ``value`` at the point,
+    ``rounding`` an estimate of that value's rounding (0 when not measured) and ``precision`` what the
+    noise probe found (``precision.probe``: None when not probed)."""
 
     label: str
     owner: str | None
     fn: Callable[[dict[str, np.ndarray]], Any]
     value: float
     rounding: float = 0.0
+    precision: Precision | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,17 +137,23 @@ def difference(
     guard = batch_guard(call)
     try:
         if chosen.mode == "full":
-            est = estimate(function.fn, params, guard=guard, progress=tick, noise=function.rounding)
+            est = estimate(function.fn, params, guard=guard, progress=tick, **_noise(function))
             found = Differences(function, entries=est, evaluations=est.evaluations)
         else:
             along = directional(
-                function.fn, params, chosen.directions, guard=guard, progress=tick, noise=function.rounding
+                function.fn, params, chosen.directions, guard=guard, progress=tick, **_noise(function)
             )
             found = Differences(function, directions=along, evaluations=along.evaluations)
     except OracleFailed as exc:
         return str(exc)
     found.seconds = time.perf_counter() - start
     return found
+
+
+def _noise(function: Function) -> dict[str, Any]:
+    """The oracle's keywords for ``function``'s noise: its rounding, and whether it is float32's."""
+    float32 = function.precision is not None and function.precision.float32
+    return {"noise": function.rounding, "float32": float32}
 
 
 def localize(diffs: Differences, names: list[str], point: Point, call: Call, progress: Any) -> str | None:
@@ -162,7 +174,7 @@ def localize(diffs: Differences, names: list[str], point: Point, call: Call, pro
             guard=batch_guard(call),
             progress=tick,
             scale=scale,
-            noise=diffs.function.rounding,
+            **_noise(diffs.function),
         )
     except OracleFailed as exc:
         return str(exc)
@@ -230,7 +242,7 @@ def own_loss(backend: Any, name: str, point: Point, call: Call) -> Function | Sk
             f"`{name}`'s loss came back in {value.dtype.name} from float64 inputs: it does not compute in "
             "float64, so its own loss is not differenced"
         )
-    rounding = 0.0
+    rounding, low = 0.0, None
     if narrow.error is None and np.size(narrow.value) == 1:
         low = float(np.asarray(narrow.value, np.float64).ravel()[0])
         if low == number and number != math.floor(number):
@@ -239,7 +251,14 @@ def own_loss(backend: Any, name: str, point: Point, call: Call) -> Function | Sk
                 "float64 (a module pinned to float32?), so its own loss is not differenced"
             )
         rounding = WIDEN * abs(low - number)
-    return Function(f"`{name}`'s own float64 loss", name, lambda p: loss(p, i64), number, rounding)
+    fn = lambda p: loss(p, i64)  # noqa: E731
+    try:
+        precision = judge(probe(fn, p64, batch_guard(call)), number, low, name)
+    except OracleFailed as exc:
+        return Skip(f"`{name}`'s loss failed near the point in float64: {exc}", failure=True)
+    if precision.float32:  # float32's noise: the value's rounding and each evaluation's
+        rounding = max(rounding, precision.noise)
+    return Function(f"`{name}`'s own float64 loss", name, fn, number, rounding, precision)
 
 
 def _finite_loss(workload: Workload, what: str, call: Callable[[], Any]) -> float:

@@ -235,12 +235,22 @@ def jax_implementation(prepared: Prepared) -> Callable[[dict, dict], Any]:
     return jax_loss
 
 
-def case_notes(prepared: Prepared) -> dict[str, Any]:
-    """What the report records of the port: the mapping table and the loss."""
+def case_notes(prepared: Prepared, dtype: str | None = None) -> dict[str, Any]:
+    """What the report records of the port: the mapping table, the loss, and (``jax_dtype``) a linen
+    module's float ``dtype`` field (Hugging Face's Flax default, float32) that the check replaced by the
+    case's ``dtype``: the port as written computes in the other precision (``jax_side._in_dtype``)."""
     port = prepared.port
     loss = (
         "custom"
         if port.loss is not None
         else f"projection of every output array: sum_i sum(R_i * output_i), R_i ~ N(0, 1) seed {SEED} + i"
     )
-    return {"mapping": prepared.table.rows(), "loss": loss, "jax_kind": prepared.jax_side.kind}
+    notes = {"mapping": prepared.table.rows(), "loss": loss, "jax_kind": prepared.jax_side.kind}
+    current = getattr(prepared.jax_side.model, "dtype", None) if prepared.jax_side.kind == "linen" else None
+    try:
+        written = np.dtype(current).name if current is not None else None
+    except TypeError:  # not a dtype: nothing is cloned
+        written = None
+    if dtype is not None and written in ("float16", "bfloat16", "float32", "float64") and written != dtype:
+        notes["jax_dtype"] = f"{written}, cloned to {dtype} for this check"
+    return notes

@@ -175,11 +175,11 @@ class JaxSide:
         if self.kind == "nnx":
             from crosscheck._workloads.port import nnx_side
 
-            return nnx_side.capture(self.rebuild(values, dtype)[0], self.call, inputs, _numpy)
+            return nnx_side.capture(self.rebuild(values, dtype)[0], self.call, inputs, _numpy, narrow)
         if self.kind != "linen":
             out, found = self.split(self.run(values, inputs, dtype))
-            listed = [Record(n, "", (), _numpy(found[n])) for n in self.listed]
-            return [*listed, Record("", type(self.model).__name__, (), _numpy(out))]
+            listed = [Record(n, "", (), _numpy(found[n]), narrow(found[n])) for n in self.listed]
+            return [*listed, Record("", type(self.model).__name__, (), _numpy(out), narrow(out))]
         import flax.linen as nn
 
         records: list[Record] = []
@@ -206,7 +206,7 @@ class JaxSide:
                 seen[name] = seen.get(name, 0) + 1
                 label = name if seen[name] == 1 else f"{name}#{seen[name]}"
                 arrays = (_numpy((args, kwargs)), _numpy(out))
-                records.append(Record(label, type(context.module).__name__, *arrays))
+                records.append(Record(label, type(context.module).__name__, *arrays, narrow(out)))
             return out
 
         model, variables = self.rebuild(values, dtype)
@@ -224,9 +224,19 @@ def _numpy(value: Any) -> tuple[np.ndarray, ...]:
     return tuple(out)
 
 
+def narrow(value: Any) -> bool:
+    """Whether a floating array of ``value`` is narrower than float64 (float32 in a float64 run)."""
+    return any(
+        jnp.issubdtype(leaf.dtype, jnp.floating) and leaf.dtype.itemsize < 8
+        for leaf in jax.tree_util.tree_leaves(value)
+        if isinstance(leaf, (jax.Array, np.ndarray))
+    )
+
+
 def _in_dtype(module: Any, dtype: Any) -> Any:
     """A linen module that computes in ``dtype``: one with a ``dtype`` field set to a float type (Hugging
-    Face's default ``float32``) is cloned with the case's dtype; ``None`` already follows its inputs."""
+    Face's default ``float32``) is cloned with the case's dtype (the case says so: ``build.case_notes``'s
+    ``jax_dtype``); ``None`` already follows its inputs."""
     current = getattr(module, "dtype", None)
     if current is None or not jnp.issubdtype(current, jnp.floating) or current == dtype:
         return module

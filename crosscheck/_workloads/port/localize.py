@@ -166,8 +166,11 @@ def compare_arrays(
     backend: str,
     reference: str,
     missing: str = "",
+    precision: str | None = None,
 ) -> Comparison:
-    """One module's output (or input): the JAX port's against PyTorch's, within both measured roundings.
+    """One module's output (or input): the JAX port's against PyTorch's, within both measured roundings
+    (those of ``precision``, the case's dtype unless given: ``"float32"`` in a float64 case whose losses
+    have float32 steps, where the re-run's difference is float32's rounding, not float64's).
 
     A side without a re-run in the other precision (``missing`` says why) takes the other side's
     measured rounding (the same function at the same precision), said in the tolerance's sources;
@@ -186,7 +189,8 @@ def compare_arrays(
         return dataclasses.replace(found, coverage=NOT_JUDGED)
     other = _vector(torch_runs[1] or torch_runs[0], jax_runs[1] or jax_runs[0], channels_last)
     t_other, j_other = (None, None) if isinstance(other, str) else other[:2]
-    terms = {"rounding": _rounding(j, j_other, dtype), "reference": _rounding(t, t_other, dtype)}
+    precision = precision or dtype
+    terms = {"rounding": _rounding(j, j_other, precision), "reference": _rounding(t, t_other, precision)}
     helps = dict(TERM_HELP)
     if t_miss or j_miss:  # the side that ran twice measures the rounding of both
         gone, kept, side = (
@@ -197,7 +201,7 @@ def compare_arrays(
             f"the {side} side's rounding could not be measured ({missing or 'no re-run'}): "
             "the other side's, measured"
         )
-    terms["floor"] = np.asarray(FLOOR_ULPS * UNIT_ROUNDOFF[dtype] * float(np.max(np.abs(t), initial=0.0)))
+    terms["floor"] = np.asarray(FLOOR_ULPS * UNIT_ROUNDOFF[precision] * float(np.max(np.abs(t), initial=0.0)))
     found = compare(
         j.astype(dtype),
         t,

@@ -84,7 +84,9 @@ def merge(static: tuple[Any, Any], state: Any) -> Any:
 
 
 @contextlib.contextmanager
-def _recording(model: Any, records: list[Record], numpy: Callable[[Any], Any]) -> Iterator[None]:
+def _recording(
+    model: Any, records: list[Record], numpy: Callable[[Any], Any], narrow: Callable[[Any], bool]
+) -> Iterator[None]:
     """Every ``__call__`` of a module of ``model``'s graph recorded while inside (outermost calls of
     each object only: a subclass's ``super().__call__`` is one call)."""
     graph = [(path, node) for path, node in nnx.iter_graph(model) if isinstance(node, nnx.Module)]
@@ -109,7 +111,7 @@ def _recording(model: Any, records: list[Record], numpy: Callable[[Any], Any]) -
                 name = names[key]
                 seen[name] = seen.get(name, 0) + 1
                 label = name if seen[name] == 1 else f"{name}#{seen[name]}"
-                records.append(Record(label, type(self).__name__, *arrays))
+                records.append(Record(label, type(self).__name__, *arrays, narrow(out)))
             return out
 
         return call
@@ -130,7 +132,11 @@ def _recording(model: Any, records: list[Record], numpy: Callable[[Any], Any]) -
 
 
 def capture(
-    model: Any, call: Callable[[Any, dict], Any], inputs: dict[str, Any], numpy: Callable[[Any], Any]
+    model: Any,
+    call: Callable[[Any, dict], Any],
+    inputs: dict[str, Any],
+    numpy: Callable[[Any], Any],
+    narrow: Callable[[Any], bool],
 ) -> list[Record]:
     """Every submodule call of one forward pass of ``model`` (a merged, concrete module), in the
     order the calls finished; the top module's output last (recorded from the call when its
@@ -143,8 +149,8 @@ def capture(
             return None
         return numpy(value)
 
-    with _recording(model, records, concrete):
+    with _recording(model, records, concrete, narrow):
         out = call(model, inputs)
     if not any(r.name == "" for r in records):
-        records.append(Record("", type(model).__name__, (), numpy(out)))
+        records.append(Record("", type(model).__name__, (), numpy(out), narrow(out)))
     return records

@@ -20,12 +20,14 @@ from crosscheck._workloads.port.mapping import TORCH_LAYOUTS, Tensor
 @dataclasses.dataclass(frozen=True)
 class Record:
     """One module call of a forward pass: its name (``h.0.ln_1``, ``#2`` for a second call), class,
-    and its input and output arrays (float64 copies), in the order the calls finished."""
+    and its input and output arrays (float64 copies), in the order the calls finished; ``narrow`` when
+    a floating output came back narrower than float64 (a module computing in float32 in a float64 run)."""
 
     name: str
     module_type: str
     inputs: tuple[np.ndarray, ...]
     outputs: tuple[np.ndarray, ...]
+    narrow: bool = False
 
 
 def tensors(module: torch.nn.Module) -> tuple[list[Tensor], dict[str, np.ndarray]]:
@@ -100,9 +102,8 @@ def capture(wrapped: Wrapped, state: dict[str, Any], inputs: dict[str, Any]) -> 
             seen[name] = seen.get(name, 0) + 1
             label = name if seen[name] == 1 else f"{name}#{seen[name]}"
             arrays = [_numpy(t) for t in flat((args, kwargs))]
-            records.append(
-                Record(label, type(mod).__name__, tuple(arrays), tuple(_numpy(t) for t in flat(output)))
-            )
+            outputs = tuple(_numpy(t) for t in flat(output))
+            records.append(Record(label, type(mod).__name__, tuple(arrays), outputs, _narrow(flat(output))))
 
         return record
 
@@ -115,7 +116,8 @@ def capture(wrapped: Wrapped, state: dict[str, Any], inputs: dict[str, Any]) -> 
     finally:
         for h in handles:
             h.remove()
-    records.append(Record("", type(wrapped.m).__name__, (), tuple(_numpy(t) for t in flat(top))))
+    outputs = tuple(_numpy(t) for t in flat(top))
+    records.append(Record("", type(wrapped.m).__name__, (), outputs, _narrow(flat(top))))
     return records
 
 
@@ -142,6 +144,10 @@ def left_out_note(module: torch.nn.Module) -> str:
 
 def _under(name: str, prefixes: tuple[str, ...]) -> bool:
     return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def _narrow(tensors: Any) -> bool:
+    return any(t.is_floating_point() and t.dtype.itemsize < 8 for t in tensors)
 
 
 def _numpy(t: torch.Tensor) -> np.ndarray:

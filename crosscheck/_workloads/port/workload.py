@@ -23,6 +23,7 @@ import numpy as np
 from crosscheck._compare.compare import Comparison
 from crosscheck._compare.constants import OTHER_DTYPE
 from crosscheck._report.report import Report, Section, Verdict
+from crosscheck._workloads.fd.function import Differences
 from crosscheck._workloads.port import localize
 from crosscheck._workloads.port.build import Prepared, case_notes, jax_leaves, torch_implementation
 from crosscheck._workloads.port.declare import Port
@@ -56,7 +57,7 @@ class PortWorkload(OwnArrays):
 
     def point(self, *, dtype: str, seed: int) -> Point:
         point = self.inner.point(dtype=dtype, seed=seed)
-        point.case.update(case_notes(self.prepared))
+        point.case.update(case_notes(self.prepared, dtype))
         return point
 
     def judge(self, quantity: Any, point: Point, options: Options) -> Any:
@@ -150,11 +151,13 @@ class PortJudge:
             paired = {r.name: r.name for r in torch_runs.main if r.name in j_main}
         else:
             paired = localize.pairs([r.name for r in torch_runs.main], list(j_main), _module_pairs(prepared))
+        coarse = self._float32_losses()
         common: dict[str, Any] = {
             "dtype": self.dtype,
             "channels_last": any(leaf.layout == "..IO" for leaf in prepared.jax_side.leaves),
             "backend": name,
             "reference": "torch",
+            "precision": "float32" if coarse else None,
         }
         common["missing"] = "; ".join(p for p in (torch_runs.problem, jax_runs.problem) if p)
         out: list[Comparison] = []
@@ -193,7 +196,42 @@ class PortJudge:
             text = f"the output {_agree(gradients)} (only the output is compared: module by module "
             text += "needs Flax linen or nnx, or the modules listed in `jax_intermediates`)"
             verdict = localize.Verdict("nowhere", None, None, (), text)
-        return out, verdict
+        if coarse:
+            starts = _float32_start(torch_runs, jax_runs, paired, outputs, common)
+            verdict = dataclasses.replace(verdict, text=verdict.text + _float32_note(coarse, starts))
+        return out, self._pinned(verdict, torch_runs.main, jax_runs.main)
+
+    def _pinned(self, verdict: Any, torch_records: Sequence[Any], jax_records: Sequence[Any]) -> Any:
+        """In a float64 case, a module whose output comes back in float32 is named: the port's fails the
+        run (it does not compute what the check asks), the original's is a note."""
+        if self.dtype != "float64":
+            return verdict
+        mine = next((r for r in jax_records if r.narrow), None)
+        theirs = next((r for r in torch_records if r.narrow), None)
+        if theirs is not None:
+            note = f"; the original's `{theirs.name or '(model)'}` ({theirs.module_type}) returns float32 "
+            verdict = dataclasses.replace(verdict, text=verdict.text + note + "in a float64 check")
+        if mine is None:
+            return verdict
+        text = (
+            f"`{mine.name or '(model)'}` ({mine.module_type}) computes in float32 in a float64 check (its "
+            "output is float32, so the port's float64 gradients carry float32's rounding from there): build "
+            "it in the case's dtype (Flax: `dtype=None` follows the inputs in most modules; `nnx.Embed` "
+            "computes in its `param_dtype` when `dtype=None`: build it with `param_dtype=jnp.float64`), or "
+            f"check in float32; {verdict.text}"
+        )
+        return localize.Verdict("forward", mine.name, mine.name, (), text)
+
+    def _float32_losses(self) -> list[str]:
+        """The implementations whose own float64 loss has float32 steps (found by the oracle's noise
+        probe, ``fd.precision``) in a float64 case: their module outputs carry float32's rounding."""
+        if self.dtype != "float64":
+            return []
+        findings = self.inner.findings
+        functions = [findings.anchor.function] if findings.anchor is not None else []
+        functions += [r.own.function for r in findings.records.values() if isinstance(r.own, Differences)]
+        found = {f.owner for f in functions if f.precision is not None and f.precision.float32}
+        return sorted(k for k in found if k is not None)
 
     def _gradient_verdict(
         self, order: Sequence[Any], paired: dict, gradients: list[Comparison], top: str
@@ -222,6 +260,35 @@ class PortJudge:
                 return localize.Runs(runs[0], (), problem) if runs else problem
             runs.append(got.value)
         return localize.Runs(*runs)
+
+
+def _float32_start(torch_runs: Any, jax_runs: Any, paired: dict, outputs: dict, common: dict) -> str | None:
+    """The first module whose output agrees within float32's rounding but not within float64's."""
+    t_other = {r.name: r for r in torch_runs.other}
+    j_main, j_other = {r.name: r for r in jax_runs.main}, {r.name: r for r in jax_runs.other}
+    for r in torch_runs.main:
+        if r.name in paired and outputs.get(r.name):
+            sides = (r, t_other.get(r.name)), (j_main[paired[r.name]], j_other.get(paired[r.name]))
+            label = localize.output_label(r.name)
+            exact = {**common, "precision": None}
+            if not localize.compare_arrays(label, *(_arrays(s, "outputs") for s in sides), **exact).passed:
+                return r.name
+    return None
+
+
+def _float32_note(coarse: list[str], starts: str | None) -> str:
+    """What the module comparison of a float64 case with float32 steps says about them."""
+    who = " and ".join(f"`{k}`" for k in coarse)
+    where = (
+        f"; the first module whose float64 outputs differ by float32's rounding, not float64's, is "
+        f"`{starts or '(model)'}`: a float32 step is in it or just before it"
+        if starts is not None
+        else ""
+    )
+    return (
+        f" (the float64 loss of {who} computes in float32 somewhere: module outputs compared within "
+        f"float32's rounding{where})"
+    )
 
 
 def _agree(gradients: list[Comparison]) -> str:

@@ -273,6 +273,7 @@ def summarize(findings: Findings, reference: Any) -> dict[str, Any]:
     out["seconds"] = _evaluations(findings, seconds=True)
     out["coverage"] = _coverage(records)
     out["own_loss"] = {r.name: _own_state(r.own) for r in records if r.own is not None}
+    out["precision"] = _precision(records)
     out["losses"] = {r.name: r.loss for r in records if r.loss is not None}
     empty = [r for r in records if r.zeros and all(r.zeros.values())]
     zero = _zero_everywhere(findings, records) if not empty else {"exactly": [], "within rounding": []}
@@ -326,6 +327,12 @@ def _own_state(own: Differences | Skip) -> str:
     return "differenced" if isinstance(own, Differences) else own.reason
 
 
+def _precision(records: list[Record]) -> dict[str, dict[str, Any]]:
+    """Per implementation whose own loss was probed: its noise, and whether it is float32's."""
+    found = {r.name: r.own.function.precision for r in records if isinstance(r.own, Differences)}
+    return {k: p.to_dict() for k, p in found.items() if p is not None}
+
+
 def _zero_everywhere(findings: Findings, records: list[Record]) -> dict[str, list[str]]:
     """Parameters whose gradient is exactly zero, or zero within rounding, in every implementation."""
     grads = [r.gradient for r in records]
@@ -367,6 +374,7 @@ def _problems(findings: Findings, records: list[Record], zero: dict[str, list[st
 
 def _lines(out: dict[str, Any], zero: dict[str, list[str]]) -> list[str]:
     lines = list(out["verdict"]) + list(out["notes"])
+    lines += [p["text"] for p in out["precision"].values() if p["float32"]]
     cov = out["coverage"]
     if cov["along directions only"]:
         lines.append(

@@ -1,0 +1,154 @@
+"""The precision a "float64" loss really computes in (``fd.precision``): a loss with a float32 step
+(Hugging Face's softmax upcast "to float32" in a float64 run) is found by its noise, differenced with
+float32's error bar, and a port whose one side keeps such a step passes a float64 check, saying so."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from crosscheck._workloads.fd.entries import estimate
+from crosscheck._workloads.fd.precision import judge, probe
+
+RNG = np.random.default_rng(1)
+PARAMS = {
+    "w1": RNG.standard_normal((6, 4)) * 0.5,
+    "b1": RNG.standard_normal(6) * 0.1,  # zero gradient by construction: the softmax is shift-invariant
+    "w2": RNG.standard_normal((3, 6)) * 0.5,
+}
+X, PROJECTION = RNG.standard_normal((5, 4)), RNG.standard_normal((5, 3))
+
+
+def loss(params, float32=True):
+    """A softmax over a linear layer, computed in float32 when ``float32`` (then back to float64)."""
+    h = X @ params["w1"].T + params["b1"]
+    h = h.astype(np.float32) if float32 else h
+    e = np.exp(h - h.max(-1, keepdims=True))
+    p = (e / e.sum(-1, keepdims=True)).astype(np.float64)
+    return float(np.sum(np.tanh(p @ params["w2"].T) * PROJECTION))
+
+
+def _direct(thunk):
+    return thunk()
+
+
+@pytest.mark.parametrize("float32", [True, False], ids=["float32-step", "float64"])
+def test_the_probe_tells_a_float32_step_from_float64(float32):
+    value = loss(PARAMS, float32)
+    low = float(np.float32(loss({k: v.astype(np.float32) for k, v in PARAMS.items()}, True)))
+    noise = probe(lambda p: loss(p, float32), PARAMS, _direct)
+    found = judge(noise, value, low, "torch")
+    assert found.float32 == float32
+    ulps = noise / (2.0**-24 * abs(value))
+    assert (0.01 < ulps < 100) if float32 else ulps < 1e-6  # float32's noise, or float64's
+    assert ("computes in float32 somewhere" in found.text) == float32
+
+
+def test_a_float32_step_is_differenced_with_float32s_error_bar():
+    truth = estimate(lambda p: loss(p, False), PARAMS)
+    noise = probe(loss, PARAMS, _direct)
+    found = estimate(loss, PARAMS, noise=noise, float32=True)
+    for k in PARAMS:  # every entry judged, and the float64 truth inside every error bar
+        assert not found.unjudgeable[k].any(), k
+        assert np.all(np.abs(found.value[k] - truth.value[k]) <= found.error[k]), k
+    # as if the loss were float64 (its noise unknown), some error bar is far too small or unjudgeable
+    naive = estimate(loss, PARAMS)
+    missed = [
+        np.any(naive.unjudgeable[k] | (np.abs(naive.value[k] - truth.value[k]) > naive.error[k]))
+        for k in PARAMS
+    ]
+    assert any(missed)
+
+
+def _upcast_port(temperature=1.0):
+    """PyTorch computes its softmax in float32 whatever the dtype (as Hugging Face's eager attention);
+    the nnx port computes it in the case's dtype (``temperature`` != 1: a planted bug)."""
+    torch = pytest.importorskip("torch")
+    jax = pytest.importorskip("jax")
+    nnx = pytest.importorskip("flax.nnx")
+    import crosscheck
+
+    class Upcast(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(4, 3), torch.nn.Linear(3, 2)
+
+        def forward(self, x):
+            h = self.fc1(x)
+            return self.fc2(torch.softmax(h.float(), -1).to(h.dtype))
+
+    class Port(nnx.Module):
+        def __init__(self, rngs):
+            self.fc1, self.fc2 = nnx.Linear(4, 3, rngs=rngs), nnx.Linear(3, 2, rngs=rngs)
+
+        def __call__(self, x):
+            return self.fc2(jax.nn.softmax(self.fc1(x) * temperature, -1))
+
+    torch.manual_seed(0)
+    inputs = {"x": np.random.default_rng(0).standard_normal((3, 4))}
+    return crosscheck.Port(name="upcast", torch=Upcast().eval(), jax=Port(nnx.Rngs(0)), inputs=inputs)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 1.001], ids=["healthy", "planted"])
+def test_a_port_whose_original_keeps_a_float32_step_in_a_float64_check(temperature):
+    import crosscheck
+
+    report = crosscheck.run(workload=_upcast_port(temperature), dtype="float64")
+    oracle = report.to_dict()["oracle"]
+    assert oracle["precision"]["torch"]["float32"] and not oracle["precision"]["jax"]["float32"]
+    assert any("`torch`'s float64 loss computes in float32 somewhere" in line for line in oracle["lines"])
+    verdict = report.backends["jax"].notes["port"]
+    assert "the float64 loss of `torch` computes in float32 somewhere" in verdict["text"]
+    assert report.passed == (temperature == 1.0), report.problems
+    if temperature == 1.0:  # the step is in the top module's code, before fc2
+        assert "is `fc2`: a float32 step is in it or just before it" in verdict["text"]
+    else:  # a bug above float32's rounding is still found, and located
+        assert verdict["starts_in"] == "forward" and verdict["first"] == "fc2"
+
+
+def _embed_port(dtypes):
+    """An embedding then a linear layer; the nnx port's ``nnx.Embed`` built with ``dtypes``."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("jax")
+    nnx = pytest.importorskip("flax.nnx")
+    import crosscheck
+
+    class Original(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.fc = torch.nn.Embedding(5, 3), torch.nn.Linear(3, 2)
+
+        def forward(self, ids):
+            return self.fc(torch.tanh(self.embed(ids)))
+
+    class Port(nnx.Module):
+        def __init__(self, rngs):
+            self.embed = nnx.Embed(5, 3, **dtypes, rngs=rngs)
+            self.fc = nnx.Linear(3, 2, rngs=rngs)
+
+        def __call__(self, ids):
+            return self.fc(nnx.tanh(self.embed(ids)))
+
+    torch.manual_seed(0)
+    inputs = {"ids": np.array([[0, 1, 2], [3, 4, 1]])}
+    return crosscheck.Port(name="embed", torch=Original().eval(), jax=Port(nnx.Rngs(0)), inputs=inputs)
+
+
+#: nnx.Embed's ``dtype`` defaults to float32, and ``None`` means its ``param_dtype`` (float32 too).
+EMBED = {"default": {}, "dtype-none": {"dtype": None}}
+
+
+@pytest.mark.parametrize("dtypes", EMBED.values(), ids=EMBED.keys())
+def test_a_port_module_pinned_to_float32_is_named_in_a_float64_check(dtypes):
+    import crosscheck
+
+    report = crosscheck.run(
+        workload=_embed_port(dtypes), reference="torch", backends=["jax"], dtype="float64"
+    )
+    verdict = report.backends["jax"].notes["port"]
+    assert not report.passed
+    assert (verdict["starts_in"], verdict["module"]) == ("forward", "embed")
+    assert verdict["text"].startswith("`embed` (Embed) computes in float32 in a float64 check")
+    assert "`param_dtype=jnp.float64`" in verdict["text"]
+    # a float32 check of the same port has nothing to say about it
+    assert crosscheck.run(workload=_embed_port(dtypes), reference="torch", backends=["jax"]).passed
