@@ -67,10 +67,10 @@ def cases(archs: list[str], which: str) -> list[tuple[str, str]]:
 
 
 def run_case(
-    attribute: str, reference: str, dtype: str, seed: int, timeout: float
+    attribute: str, reference: str, dtype: str, seed: int, timeout: float, keep: Path | None = None
 ) -> tuple[dict | None, str, float]:
     """One ``crosscheck run`` in its own process: its JSON report (None when it wrote none), its
-    output's last line, its wall time."""
+    output's last line, its wall time; the report is kept in ``keep`` when given."""
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "report.json"
         command = [sys.executable, "-m", "crosscheck", "run", "--workload", f"examples.port.zoo:{attribute}"]
@@ -89,6 +89,9 @@ def run_case(
             last = f"not judged: stopped after {timeout:.0f} s"
         seconds = time.perf_counter() - start
         data = json.loads(report.read_text()) if report.exists() else None
+        if keep is not None and data is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            (keep / f"{attribute}-{reference}-{dtype}-{seed}.json").write_text(report.read_text())
     return data, last, seconds
 
 
@@ -185,6 +188,9 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds for one case (default 1800)")
     parser.add_argument("--markdown", type=Path, default=None, help="also write the table as Markdown here")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
+    parser.add_argument(
+        "--reports", type=Path, default=None, help="keep each case's JSON report in this folder"
+    )
     args = parser.parse_args(argv)
     unknown = [a for a in args.arch.split(",") if a not in ARCHS]
     if unknown:
@@ -202,7 +208,7 @@ def main(argv=None) -> int:
         if args.budget is not None and time.perf_counter() - start > args.budget:
             row.verdict = "not run: the time budget was spent"
         else:
-            data, last, row.seconds = run_case(attribute, reference, dtype, seed, args.timeout)
+            data, last, row.seconds = run_case(attribute, reference, dtype, seed, args.timeout, args.reports)
             describe(row, data, last)
         rows.append(row)
         print(
