@@ -52,6 +52,15 @@ BUGS: dict[str, Bug] = {
             dict(flax_config={"rms_norm_eps": 1e-5}),
         ),
         Bug(
+            "mistral",
+            "no_window",
+            "no sliding window (`sliding_window=None`, which Mistral's config allows) on both sides: "
+            "transformers 4.57's Flax Mistral builds its mask with `triu(causal, k=-(None or 0))`, the "
+            "diagonal only: each token attends to itself alone (a bug of the library's Flax port)",
+            "layers.0.self_attn",
+            dict(torch_config={"sliding_window": None}, flax_config={"sliding_window": None}),
+        ),
+        Bug(
             "t5",
             "layer_norm_epsilon",
             "the port's T5 LayerNorm (RMS) epsilon is 1e-5, not T5's 1e-6",

@@ -76,12 +76,12 @@ def make_port(
     config, torch_model, flax_module = classes(arch)
     torch.manual_seed(0)
     eager = {"attn_implementation": "eager"} if arch.eager else {}
-    original = torch_model(config(**arch.config, **(torch_config or {}), **eager)).eval()
+    original = torch_model(config(**{**arch.config, **(torch_config or {})}, **eager)).eval()
     for step in (arch.prepare, prepare):
         if step is not None:
             with torch.no_grad():
                 step(original)
-    port = flax_module(config(**arch.config, **(flax_config or {})))
+    port = flax_module(config(**{**arch.config, **(flax_config or {})}))
     fixed = arch.overrides(original) if callable(arch.overrides) else arch.overrides
     return crosscheck.Port(
         name=name or arch.name,
