@@ -1,5 +1,5 @@
 """Sessions: ``nox -s tests``, ``nox -s crosscheck`` (the sweep), ``nox -s lint``, ``nox -s docs``,
-``nox -s bench``, ``nox -s bench_sweep``, ``nox -s memory``.
+``nox -s bench``, ``nox -s bench_sweep``, ``nox -s memory``, ``nox -s zoo``.
 
 Every session installs this project from the working tree (the distribution ``crosscheck-gradients``;
 the import package and the command are ``crosscheck``) with ``constraints.txt``.
@@ -69,6 +69,16 @@ def docs(session: nox.Session) -> None:
         session.run("mkdocs", "serve", *session.posargs[1:], env=quiet)
     else:
         session.run("mkdocs", "build", "--strict", *session.posargs, env=quiet)
+
+
+@nox.session
+def zoo(session: nox.Session) -> None:
+    """Run the zoo of Hugging Face ports (``benchmarks/zoo.py``): each architecture and planted bug in
+    its own ``crosscheck run``, one table row each; arguments after ``--`` pass through
+    (``-- --arch bert,llama --reference torch,numpy-fd --markdown zoo.md``).
+    """
+    _install(session, "all,port")
+    session.run("python", "benchmarks/zoo.py", *session.posargs)
 
 
 @nox.session

@@ -1,0 +1,230 @@
+"""The zoo: every Hugging Face architecture of ``examples/port/zoo`` and its planted bugs, each case in its
+own subprocess through the command line with ``--json``, as a user runs it; one row per architecture,
+case, reference, dtype and seed.
+
+Run from the repository root (``nox -s zoo`` runs it with the port extra installed)::
+
+    python benchmarks/zoo.py              # every case, --reference torch, float32 and float64
+    python benchmarks/zoo.py --arch bert,llama --case healthy --reference torch,numpy-fd
+    python benchmarks/zoo.py --case bugs --dtype float32 --markdown table.md --budget 1800
+
+A row: the architecture and its family, the case (``healthy`` or the planted bug), parameters, the
+mapping (``automatic`` or how many tensors by override), the reference, the dtype and seed, the verdict
+(``passed``, ``FAILED`` with its first problem, or why nothing was judged), the module the verdict names
+(for a planted bug: whether it is the expected one), and the wall time of the subprocess.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from examples.port.zoo import ARCHS, BUGS  # noqa: E402  (imports no framework)
+
+REFERENCES = ("torch", "numpy-fd")
+
+
+@dataclass
+class Row:
+    arch: str
+    case: str
+    reference: str
+    dtype: str
+    seed: int
+    parameters: str = ""
+    mapping: str = ""
+    verdict: str = ""
+    module: str = ""
+    seconds: float = 0.0
+
+
+def cases(archs: list[str], which: str) -> list[tuple[str, str]]:
+    """(architecture, workload attribute) pairs: ``healthy``, ``bugs``, ``all`` or names, comma-separated."""
+    chosen = []
+    for arch in archs:
+        healthy = [(arch, arch)]
+        bugs = [(arch, name) for name, bug in BUGS.items() if bug.arch == arch]
+        for part in which.split(","):
+            if part in ("healthy", "all"):
+                chosen += healthy
+            if part in ("bugs", "all"):
+                chosen += bugs
+            if part in BUGS and BUGS[part].arch == arch:
+                chosen.append((arch, part))
+    return list(dict.fromkeys(chosen))
+
+
+def run_case(
+    attribute: str, reference: str, dtype: str, seed: int, timeout: float, keep: Path | None = None
+) -> tuple[dict | None, str, float]:
+    """One ``crosscheck run`` in its own process: its JSON report (None when it wrote none), its
+    output's last line, its wall time; the report is kept in ``keep`` when given."""
+    with tempfile.TemporaryDirectory() as scratch:
+        report = Path(scratch) / "report.json"
+        command = [sys.executable, "-m", "crosscheck", "run", "--workload", f"examples.port.zoo:{attribute}"]
+        command += ["--reference", reference, "--dtype", dtype, "--seed", str(seed)]
+        command += ["--json", str(report), "--quiet"]
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        }
+        start = time.perf_counter()
+        try:
+            done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+            tail = (done.stdout + done.stderr).strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+            last = f"exit {done.returncode}: {tail[0]}"
+        except subprocess.TimeoutExpired:
+            last = f"not judged: stopped after {timeout:.0f} s"
+        seconds = time.perf_counter() - start
+        data = json.loads(report.read_text()) if report.exists() else None
+        if keep is not None and data is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            (keep / f"{attribute}-{reference}-{dtype}-{seed}.json").write_text(report.read_text())
+    return data, last, seconds
+
+
+def describe(row: Row, data: dict | None, last: str) -> None:
+    if data is None:
+        row.verdict = last[:200]
+        return
+    mapping = data["case"].get("mapping") or []
+    row.parameters = str(len(data["case"]["parameters"]))
+    overridden = sum("override" in (entry.get("how") or "") for entry in mapping)
+    row.mapping = f"{len(mapping)} tensors, " + (f"{overridden} by override" if overridden else "automatic")
+    note = (data["backends"].get("jax") or {}).get("notes", {}).get("port") or {}
+    row.module = note.get("module") or ""
+    if data["passed"]:
+        row.verdict = "passed"
+    else:
+        problems = data["problems"] or [last]
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        row.verdict = f"FAILED: {problems[0][:300]}{more}"
+    if row.case != "healthy":
+        expected = BUGS[f"{row.arch}_{row.case}"].module
+        named = row.module or "(top module)"
+        row.module = (
+            f"{named} (expected)"
+            if row.module == expected
+            else f"{named} (expected `{expected or '(top module)'}`)"
+        )
+
+
+def table(rows: list[Row], title: str):
+    from rich.table import Table
+
+    grid = Table(title=title, show_lines=False)
+    for column in (
+        "arch",
+        "case",
+        "params",
+        "mapping",
+        "reference",
+        "dtype",
+        "seed",
+        "verdict",
+        "module",
+        "s",
+    ):
+        grid.add_column(column, overflow="fold")
+    for r in rows:
+        cells = (r.arch, r.case, r.parameters, r.mapping, r.reference, r.dtype, str(r.seed), r.verdict)
+        grid.add_row(
+            *cells, r.module or ("(top module)" if r.verdict.startswith("FAILED") else ""), f"{r.seconds:.0f}"
+        )
+    return grid
+
+
+def markdown(rows: list[Row]) -> str:
+    lines = [
+        "| architecture | case | parameters | mapping | reference | dtype | seed | verdict | module named "
+        "| s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        verdict = r.verdict.replace("|", "\\|").replace("\n", " ")
+        lines.append(
+            f"| {r.arch} | {r.case} | {r.parameters} | {r.mapping} | `{r.reference}` | {r.dtype} | {r.seed} "
+            f"| {verdict} | {r.module} | {r.seconds:.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def heading() -> str:
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return f"crosscheck zoo, {platform.node()}, {os.cpu_count()} CPUs, load {load:.1f} at the end, {when}"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--arch", default=",".join(ARCHS), help="architectures, comma-separated (default: all)"
+    )
+    parser.add_argument(
+        "--case", default="all", help="healthy, bugs, all (default) or bug names, comma-separated"
+    )
+    parser.add_argument(
+        "--reference", default="torch", help="torch, numpy-fd (the default oracle), comma-separated"
+    )
+    parser.add_argument(
+        "--dtype", default="float32,float64", help="comma-separated (default float32,float64)"
+    )
+    parser.add_argument("--seed", default="0", help="seeds, comma-separated (default 0)")
+    parser.add_argument(
+        "--budget", type=float, default=None, help="seconds for the whole run; later cases are not run"
+    )
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds for one case (default 1800)")
+    parser.add_argument("--markdown", type=Path, default=None, help="also write the table as Markdown here")
+    parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
+    parser.add_argument(
+        "--reports", type=Path, default=None, help="keep each case's JSON report in this folder"
+    )
+    args = parser.parse_args(argv)
+    unknown = [a for a in args.arch.split(",") if a not in ARCHS]
+    if unknown:
+        parser.error(f"unknown architecture {unknown[0]!r}; expected one of {', '.join(ARCHS)}")
+    rows, start = [], time.perf_counter()
+    runs = itertools.product(
+        cases(args.arch.split(","), args.case),
+        args.reference.split(","),
+        args.dtype.split(","),
+        [int(s) for s in args.seed.split(",")],
+    )
+    for (arch, attribute), reference, dtype, seed in runs:
+        case = "healthy" if attribute == arch else attribute[len(arch) + 1 :]
+        row = Row(arch, case, reference, dtype, seed)
+        if args.budget is not None and time.perf_counter() - start > args.budget:
+            row.verdict = "not run: the time budget was spent"
+        else:
+            data, last, row.seconds = run_case(attribute, reference, dtype, seed, args.timeout, args.reports)
+            describe(row, data, last)
+        rows.append(row)
+        print(
+            f"{arch} {case} {reference} {dtype} seed {seed}: {row.verdict[:160]} ({row.seconds:.0f} s)",
+            flush=True,
+        )
+    title = heading()
+    from rich.console import Console
+
+    Console(width=200).print(table(rows, title))
+    if args.markdown:
+        args.markdown.write_text(f"{title}\n\n{markdown(rows)}")
+    if args.json:
+        args.json.write_text(json.dumps([r.__dict__ for r in rows], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""The zoo's vision, vision-and-text and audio models."""
+
+from __future__ import annotations
+
+import re
+
+from . import inputs as io
+from .spec import QUIET, STD, Arch, randomize_batch_norms
+
+#: Two layers, width 8, two heads of 4, 8x8 images in 4x4 patches, no dropout.
+VIT = dict(
+    image_size=io.IMAGE,
+    patch_size=4,
+    num_channels=3,
+    hidden_size=8,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=16,
+    initializer_range=STD,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+)
+CONVNET = dict(num_channels=3, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1])
+CLIP_TEXT = dict(
+    vocab_size=16,
+    hidden_size=8,
+    intermediate_size=16,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    max_position_embeddings=16,
+    projection_dim=8,
+    initializer_range=STD,
+)
+CLIP_VISION = {**VIT, "projection_dim": 8}
+del CLIP_VISION["hidden_dropout_prob"], CLIP_VISION["attention_probs_dropout_prob"]
+
+#: PyTorch's ``layer.0`` is Flax's ``layer/layer_0`` inside a residual block: one override per tensor.
+NESTED = re.compile(r"(encoder\.stages\.\d+\.layers\.\d+\.layer)\.(\d+)\.(\w+)\.(\w+)$")
+LEAVES = {  # (module kind, PyTorch leaf) -> (collection, Flax leaf, transform)
+    ("convolution", "weight"): ("params", "kernel", "OIHW->HWIO"),
+    ("normalization", "weight"): ("params", "scale", "identity"),
+    ("normalization", "bias"): ("params", "bias", "identity"),
+    ("normalization", "running_mean"): ("batch_stats", "mean", "identity"),
+    ("normalization", "running_var"): ("batch_stats", "var", "identity"),
+}
+NESTED_NOTE = (
+    "PyTorch's `layer.K` is Flax's `layer/layer_K`: one path override per tensor (would disappear with "
+    "override patterns with groups)"
+)
+
+
+def nested_layers(model) -> dict[str, tuple[str, str]]:
+    """The path overrides of every tensor under a residual block's ``layer.K``."""
+    overrides = {}
+    for name in model.state_dict():
+        match = NESTED.match(name)
+        if match is None or match[4] == "num_batches_tracked":
+            continue
+        block, index, kind, leaf = match.groups()
+        collection, jax_leaf, transform = LEAVES[kind, leaf]
+        path = "/".join((collection, *block.split("."), f"layer_{index}", kind, jax_leaf))
+        overrides[name] = (path, transform)
+    return overrides
+
+
+#: PyTorch's ``weight_norm`` parametrization (magnitude ``original0``, direction ``original1``, dim 2)
+#: against Flax's ``weight_g`` and ``weight_v``, both in PyTorch's (out, in / groups, kernel) layout.
+WEIGHT_NORM = {
+    f"encoder.pos_conv_embed.conv.parametrizations.weight.original{i}": (
+        f"params/encoder/pos_conv_embed/conv/weight_{leaf}",
+        "identity",
+    )
+    for i, leaf in enumerate("gv")
+}
+
+ARCHS = [
+    Arch("vit", "vision transformer", "ViT", "vit", VIT, io.images, jax_inputs=io.channels_last),
+    Arch(
+        "beit",
+        "vision transformer",
+        "Beit",
+        "beit",
+        {**VIT, "use_relative_position_bias": True, "layer_scale_init_value": 0.5},
+        io.images,
+        jax_inputs=io.channels_last,
+    ),
+    Arch(
+        "clip",
+        "CLIP (text and vision)",
+        "CLIP",
+        "clip",
+        dict(text_config=CLIP_TEXT, vision_config=CLIP_VISION, projection_dim=8, initializer_factor=1.0),
+        io.text_and_images(16),
+        jax_inputs=io.channels_last,
+    ),
+    Arch(
+        "resnet",
+        "convolution + BatchNorm",
+        "ResNet",
+        "resnet",
+        {**CONVNET, "layer_type": "basic"},
+        io.images,
+        jax_inputs=io.channels_last,
+        eager=False,
+        prepare=randomize_batch_norms,
+        overrides=nested_layers,
+        overrides_note=NESTED_NOTE,
+    ),
+    Arch(
+        "regnet",
+        "convolution + BatchNorm",
+        "RegNet",
+        "regnet",
+        {**CONVNET, "groups_width": 8, "layer_type": "y"},
+        io.images,
+        jax_inputs=io.channels_last,
+        eager=False,
+        prepare=randomize_batch_norms,
+    ),
+    Arch(
+        "wav2vec2",
+        "audio, weight norm",
+        "Wav2Vec2",
+        "wav2vec2",
+        dict(
+            hidden_size=8,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=16,
+            conv_dim=(8, 8),
+            conv_stride=(4, 2),
+            conv_kernel=(8, 4),
+            num_conv_pos_embeddings=4,
+            num_conv_pos_embedding_groups=2,
+            do_stable_layer_norm=True,
+            feat_extract_norm="layer",
+            initializer_range=STD,
+            feat_proj_dropout=0.0,
+            activation_dropout=0.0,
+            layerdrop=0.0,
+            final_dropout=0.0,
+            **{k: v for k, v in QUIET.items() if k != "use_cache"},
+        ),
+        io.audio,
+        overrides=WEIGHT_NORM,
+        overrides_note=(
+            "the weight-normed positional convolution: PyTorch's parametrization `original0`/`original1` is "
+            "Flax's `weight_g`/`weight_v`, same layouts (would disappear with a mapping that knows "
+            "`torch.nn.utils.parametrizations.weight_norm`)"
+        ),
+    ),
+]
