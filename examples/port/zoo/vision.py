@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 from . import inputs as io
 from .spec import QUIET, STD, Arch, randomize_batch_norms
 
@@ -35,34 +33,6 @@ CLIP_VISION = {**VIT, "projection_dim": 8}
 del CLIP_VISION["hidden_dropout_prob"], CLIP_VISION["attention_probs_dropout_prob"]
 
 #: PyTorch's ``layer.0`` is Flax's ``layer/layer_0`` inside a residual block: one override per tensor.
-NESTED = re.compile(r"(encoder\.stages\.\d+\.layers\.\d+\.layer)\.(\d+)\.(\w+)\.(\w+)$")
-LEAVES = {  # (module kind, PyTorch leaf) -> (collection, Flax leaf, transform)
-    ("convolution", "weight"): ("params", "kernel", "OIHW->HWIO"),
-    ("normalization", "weight"): ("params", "scale", "identity"),
-    ("normalization", "bias"): ("params", "bias", "identity"),
-    ("normalization", "running_mean"): ("batch_stats", "mean", "identity"),
-    ("normalization", "running_var"): ("batch_stats", "var", "identity"),
-}
-NESTED_NOTE = (
-    "PyTorch's `layer.K` is Flax's `layer/layer_K`: one path override per tensor (would disappear with "
-    "override patterns with groups)"
-)
-
-
-def nested_layers(model) -> dict[str, tuple[str, str]]:
-    """The path overrides of every tensor under a residual block's ``layer.K``."""
-    overrides = {}
-    for name in model.state_dict():
-        match = NESTED.match(name)
-        if match is None or match[4] == "num_batches_tracked":
-            continue
-        block, index, kind, leaf = match.groups()
-        collection, jax_leaf, transform = LEAVES[kind, leaf]
-        path = "/".join((collection, *block.split("."), f"layer_{index}", kind, jax_leaf))
-        overrides[name] = (path, transform)
-    return overrides
-
-
 #: PyTorch's ``weight_norm`` parametrization (magnitude ``original0``, direction ``original1``, dim 2)
 #: against Flax's ``weight_g`` and ``weight_v``, both in PyTorch's (out, in / groups, kernel) layout.
 WEIGHT_NORM = {
@@ -103,8 +73,6 @@ ARCHS = [
         jax_inputs=io.channels_last,
         eager=False,
         prepare=randomize_batch_norms,
-        overrides=nested_layers,
-        overrides_note=NESTED_NOTE,
     ),
     Arch(
         "regnet",
