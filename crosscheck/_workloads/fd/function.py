@@ -40,6 +40,7 @@ from crosscheck._workloads.fd.entries import (
     read_only,
 )
 from crosscheck._workloads.fd.precision import Precision, judge, probe
+from crosscheck._workloads.fd.threads import one_thread
 from crosscheck._workloads.protocol import Call, Point, Progress
 from crosscheck._workloads.user.declare import Workload, as_dtype
 
@@ -136,18 +137,23 @@ def difference(
     start = time.perf_counter()
     guard = batch_guard(call)
     try:
-        if chosen.mode == "full":
-            est = estimate(function.fn, params, guard=guard, progress=tick, **_noise(function))
-            found = Differences(function, entries=est, evaluations=est.evaluations)
-        else:
-            along = directional(
-                function.fn, params, chosen.directions, guard=guard, progress=tick, **_noise(function)
-            )
-            found = Differences(function, directions=along, evaluations=along.evaluations)
+        with one_thread():
+            found = _difference(function, params, chosen, guard, tick)
     except OracleFailed as exc:
         return str(exc)
     found.seconds = time.perf_counter() - start
     return found
+
+
+def _difference(function: Function, params: dict, chosen: Plan, guard: Any, tick: Any) -> Differences:
+    """The oracle's differences of ``function``: entry by entry, or along the plan's directions."""
+    if chosen.mode == "full":
+        est = estimate(function.fn, params, guard=guard, progress=tick, **_noise(function))
+        return Differences(function, entries=est, evaluations=est.evaluations)
+    along = directional(
+        function.fn, params, chosen.directions, guard=guard, progress=tick, **_noise(function)
+    )
+    return Differences(function, directions=along, evaluations=along.evaluations)
 
 
 def _noise(function: Function) -> dict[str, Any]:
@@ -253,7 +259,8 @@ def own_loss(backend: Any, name: str, point: Point, call: Call) -> Function | Sk
         rounding = WIDEN * abs(low - number)
     fn = lambda p: loss(p, i64)  # noqa: E731
     try:
-        precision = judge(probe(fn, p64, batch_guard(call)), number, low, name)
+        with one_thread():
+            precision = judge(probe(fn, p64, batch_guard(call)), number, low, name)
     except OracleFailed as exc:
         return Skip(f"`{name}`'s loss failed near the point in float64: {exc}", failure=True)
     if precision.float32:  # float32's noise: the value's rounding and each evaluation's

@@ -31,6 +31,7 @@ from crosscheck._workloads.fd.function import (
     own_loss,
     plan,
 )
+from crosscheck._workloads.fd.threads import THREADS
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.user.compare import Answer, Context, entries
 from crosscheck._workloads.user.declare import Workload, as_dtype
@@ -84,6 +85,7 @@ class GenericJudge:
         self.findings.oracle = True
         notes: dict[str, Any] = {
             "mode": self.plan.mode,
+            "threads": THREADS,
             "differentiates": self.point.case["oracle_differentiates"],
         }
         start = time.perf_counter()
