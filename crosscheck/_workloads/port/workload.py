@@ -189,17 +189,23 @@ class PortJudge:
                 common["channels_last"],
             )
             verdict = dataclasses.replace(verdict, text=verdict.text + top_note)
-        if verdict.starts_in == "nowhere" and listed:
-            text = f"every listed module's output ({', '.join(prepared.jax_side.listed)}), the model's "
-            verdict = localize.Verdict("nowhere", None, None, (), text + "output " + _agree(gradients))
-        elif verdict.starts_in == "nowhere" and len(out) == 1:  # Equinox, a function: no submodule calls
-            text = f"the output {_agree(gradients)} (only the output is compared: module by module "
-            text += "needs Flax linen or nnx, or the modules listed in `jax_intermediates`)"
-            verdict = localize.Verdict("nowhere", None, None, (), text)
+        verdict = self._nowhere(verdict, len(out), gradients)
         if coarse:
             starts = _float32_start(torch_runs, jax_runs, paired, outputs, common)
             verdict = dataclasses.replace(verdict, text=verdict.text + _float32_note(coarse, starts))
         return out, self._pinned(verdict, torch_runs.main, jax_runs.main)
+
+    def _nowhere(self, verdict: Any, outputs: int, gradients: list[Comparison]) -> Any:
+        """The words of a verdict that found no difference: what was compared."""
+        listed = self.workload.prepared.jax_side.listed
+        if verdict.starts_in == "nowhere" and listed:
+            text = f"every listed module's output ({', '.join(listed)}), the model's "
+            return localize.Verdict("nowhere", None, None, (), text + "output " + _agree(gradients))
+        if verdict.starts_in == "nowhere" and outputs == 1:  # Equinox, a function: no submodule calls
+            text = f"the output {_agree(gradients)} (only the output is compared: module by module "
+            text += "needs Flax linen or nnx, or the modules listed in `jax_intermediates`)"
+            return localize.Verdict("nowhere", None, None, (), text)
+        return verdict
 
     def _pinned(self, verdict: Any, torch_records: Sequence[Any], jax_records: Sequence[Any]) -> Any:
         """In a float64 case, a module whose output comes back in float32 is named: the port's fails the
