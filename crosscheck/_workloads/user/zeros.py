@@ -15,7 +15,9 @@ when a direction disagrees (the loss does depend on it: the derivatives agree, a
 *not judged* otherwise (a side has no own loss, or every direction's error bar was too wide to tell
 zero from a real derivative), which fails the run as before: a check that did not happen never passes.
 A direction's error bar must be under ``UNJUDGEABLE_FRACTION`` of what the model's RMS gradient would
-give along it: a zero derivative has no scale of its own to be judged against.
+give along it (``FLOAT32_FRACTION`` for a loss whose float64 evaluation keeps float32 steps, as the
+oracle's own threshold: ``fd.precision``): a zero derivative has no scale of its own to be judged
+against.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from crosscheck._workloads.fd.directions import directional, make_directions, norm
-from crosscheck._workloads.fd.entries import UNJUDGEABLE_FRACTION, OracleFailed
+from crosscheck._workloads.fd.entries import FLOAT32_FRACTION, UNJUDGEABLE_FRACTION, OracleFailed
 from crosscheck._workloads.fd.function import Skip, batch_guard, own_loss
+from crosscheck._workloads.fd.threads import one_thread
 from crosscheck._workloads.user import compare as model_compare
 from crosscheck._workloads.user.declare import as_dtype
 from crosscheck._workloads.user.rounding import Rounding
@@ -143,13 +146,22 @@ def _along(judge, side: Side, function: Any, params: dict, shapes: dict, scale: 
     dirs = make_directions({k: params[k] for k in shapes}, PER_TENSOR)
     label = f"oracle: zero gradients, {function.label}"
     tick = None if judge.options.progress is None else (lambda d, t: judge.progress(label, d, t))
+    float32 = function.precision is not None and function.precision.float32  # float32 steps inside
     try:
-        est = directional(
-            function.fn, params, dirs, guard=batch_guard(call), progress=tick, noise=function.rounding
-        )
+        with one_thread():
+            est = directional(
+                function.fn,
+                params,
+                dirs,
+                guard=batch_guard(call),
+                progress=tick,
+                noise=function.rounding,
+                float32=float32,
+            )
     except OracleFailed as exc:  # a guarded evaluation failed
         return {k: ZeroCheck(side.name, k, "not judged", why=f"its loss failed: {exc}") for k in shapes}
-    loose = ~(est.error <= UNJUDGEABLE_FRACTION * scale * np.array([norm(d) for d in dirs]))
+    fraction = FLOAT32_FRACTION if float32 else UNJUDGEABLE_FRACTION
+    loose = ~(est.error <= fraction * scale * np.array([norm(d) for d in dirs]))
     est = dataclasses.replace(est, unjudgeable=~np.isfinite(est.error) | loose)
     ctx = model_compare.Context(
         side.name, "oracle", "derivative", function.label, judge.dtype, judge.options, shapes
