@@ -4,6 +4,8 @@ a port's default loss reaches every output of its model."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -145,3 +147,19 @@ def test_a_parameter_the_loss_does_not_reach_is_named_and_not_checked(reference)
 def test_a_bad_unused_declaration_is_refused_in_one_line(unused, message):
     with pytest.raises((TypeError, ValueError), match=message):
         crosscheck.run(workload=attention(two=True, unused=unused), reference="torch", backends=["jax"])
+
+
+def test_a_side_that_cannot_run_in_float64_leaves_the_zero_to_the_others():
+    # CLIP's PyTorch model raises in float64 (a mask of float32's minimum overflows): JAX's own loss
+    # confirms the zero, said; any other reason a side was not judged still fails the run.
+    from crosscheck._workloads.user.zeros import NO_FLOAT64, ZeroCheck, judged, problems
+
+    cannot = ZeroCheck("torch", "k.bias", "not judged", why=f"`torch`'s loss {NO_FLOAT64}: RuntimeError")
+    confirmed = ZeroCheck("jax", "k.bias", "confirmed", 2, 0.0, 1e-9)
+    outcome = judged({"k.bias": {"torch": cannot, "jax": confirmed}}, ["k.bias"], ["torch", "jax"])
+    assert outcome["confirmed"] == ["k.bias"] and outcome["one side"] == [cannot] and not problems(outcome)
+    other = dataclasses.replace(cannot, why="every direction's error bar is too wide")
+    outcome = judged({"k.bias": {"torch": other, "jax": confirmed}}, ["k.bias"], ["torch", "jax"])
+    assert outcome["confirmed"] == [] and "could not confirm" in problems(outcome)[0]
+    alone = judged({"k.bias": {"torch": cannot}}, ["k.bias"], ["torch", "jax"])
+    assert alone["confirmed"] == [] and problems(alone)

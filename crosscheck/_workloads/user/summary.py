@@ -284,7 +284,9 @@ def summarize(findings: Findings, reference: Any) -> dict[str, Any]:
         out["zero_checks"] = {
             k: {s: c.to_dict() for s, c in findings.zero_checks.get(k, {}).items()} for k in named
         }
-        confirmed = judged(findings.zero_checks, named, sides)["confirmed"]
+        outcome = judged(findings.zero_checks, named, sides)
+        confirmed = outcome["confirmed"]
+        out["zero_confirmed_without"] = {c.parameter: f"`{c.side}`: {c.why}" for c in outcome["one side"]}
     else:
         confirmed = [
             k for k in named if all(c.passed for r in records for c in r.comparisons if c.parameter == k)
@@ -405,4 +407,6 @@ def _confirmed(out: dict[str, Any]) -> str:
     confirmed = out.get("zero_confirmed") or []
     if not confirmed:
         return "; no zero by construction confirmed"
-    return f"; {CONFIRMED}: " + ", ".join(f"`{k}`" for k in confirmed)
+    without = out.get("zero_confirmed_without") or {}
+    shown = ", ".join(f"`{k}`" + (f" (not on {without[k]})" if k in without else "") for k in confirmed)
+    return f"; {CONFIRMED}: " + shown

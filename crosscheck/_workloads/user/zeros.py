@@ -44,6 +44,8 @@ PER_TENSOR = 2
 #: The name of every zero tensor of a side taken as one vector (checked at once, then one by one).
 JOINT = "(every zero tensor)"
 CONFIRMED = "zero by construction: confirmed by differences of each side's own float64 loss"
+#: How ``fd.function.own_loss`` says a side's loss cannot be evaluated in float64 at all.
+NO_FLOAT64 = "failed in float64"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,15 +193,21 @@ def _rms(gradient: dict[str, np.ndarray]) -> float:
 
 def judged(checks: dict[str, dict[str, ZeroCheck]], names: list[str], sides: list[str]) -> dict[str, list]:
     """``names`` by outcome: ``confirmed`` (every side), ``refuted`` and ``not judged`` (their checks)."""
-    out: dict[str, list] = {"confirmed": [], "refuted": [], "not judged": []}
+    out: dict[str, list] = {"confirmed": [], "refuted": [], "not judged": [], "one side": []}
     for k in names:
         found = checks.get(k, {})
         never = "its own loss was not differenced"
         mine = [found.get(s) or ZeroCheck(s, k, "not judged", why=never) for s in sides]
         refuted = [c for c in mine if c.status == "refuted"]
         unjudged = [c for c in mine if c.status == "not judged"]
+        confirmed = [c for c in mine if c.status == "confirmed"]
         if refuted:
             out["refuted"] += refuted
+        elif unjudged and confirmed and all(NO_FLOAT64 in c.why for c in unjudged):
+            # A side that cannot run in float64 at all (a mask of float32's minimum overflows): the
+            # zero is confirmed on the other sides' own losses, and said so (``"one side"``).
+            out["confirmed"].append(k)
+            out["one side"] += unjudged
         elif unjudged:
             out["not judged"] += unjudged
         else:

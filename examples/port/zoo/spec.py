@@ -28,7 +28,8 @@ class Arch:
     built (a fix of the library's Flax code for today's JAX); ``overrides``
     the mapping decisions the automatic mapping cannot make (a dict, or a function of the PyTorch model
     for per-tensor ones), ``overrides_note`` why, and which would disappear with override patterns
-    with groups or a better automatic mapping.
+    with groups or a better automatic mapping; ``unused`` the parameters its inference never uses,
+    declared out of scope.
     """
 
     name: str
@@ -43,6 +44,8 @@ class Arch:
     eager: bool = True
     prepare: Callable[[Any], None] | None = None
     before: Callable[[], None] | None = None
+    #: Parameters the model's forward pass does not use (``crosscheck.Port(unused=...)``), and why.
+    unused: tuple[str, ...] = ()
 
 
 def classes(arch: Arch):
@@ -91,6 +94,7 @@ def make_port(
         jax_inputs=jax_inputs or arch.jax_inputs,
         jax_call=lambda module, inputs: module(**inputs, deterministic=True),
         overrides={**fixed, **(overrides or {})} or None,
+        unused=arch.unused,
         description=f"Hugging Face {arch.model} ({arch.family}, tiny random config), PyTorch against Flax",
     )
 

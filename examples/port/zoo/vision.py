@@ -116,5 +116,7 @@ ARCHS = [
             "Flax's `weight_g`/`weight_v`, same layouts (would disappear with a mapping that knows "
             "`torch.nn.utils.parametrizations.weight_norm`)"
         ),
+        # The vector a training run puts at masked time steps (SpecAugment): inference never uses it.
+        unused=("masked_spec_embed",),
     ),
 ]
