@@ -106,6 +106,22 @@ def test_a_port_whose_original_keeps_a_float32_step_in_a_float64_check(temperatu
         assert verdict["starts_in"] == "forward" and verdict["first"] == "fc2"
 
 
+@pytest.mark.parametrize("temperature", [1.0, 1.001], ids=["healthy", "planted"])
+def test_with_a_backend_as_reference_a_float32_step_is_probed_too(temperature):
+    # No oracle runs: each side's own float64 loss is probed once, and a side with float32 steps is
+    # judged at float32's rounding in a float64 check (gradients and module outputs); a planted bug
+    # above it still fails. Before, the healthy pair failed "differs first at fc2".
+    import crosscheck
+
+    report = crosscheck.run(workload=_upcast_port(temperature), dtype="float64", reference="torch")
+    assert report.passed == (temperature == 1.0), report.problems
+    verdict = report.backends["jax"].notes["port"]
+    assert "computes in float32 somewhere" in verdict["text"]
+    assert "float64 loss keeps float32 steps (noise probe): float32's rounding" in str(report.to_dict())
+    if temperature != 1.0:
+        assert verdict["starts_in"] == "forward" and verdict["first"] == "fc2"
+
+
 def _embed_port(dtypes):
     """An embedding then a linear layer; the nnx port's ``nnx.Embed`` built with ``dtypes``."""
     torch = pytest.importorskip("torch")

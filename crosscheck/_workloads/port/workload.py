@@ -237,6 +237,7 @@ class PortJudge:
         functions = [findings.anchor.function] if findings.anchor is not None else []
         functions += [r.own.function for r in findings.records.values() if isinstance(r.own, Differences)]
         found = {f.owner for f in functions if f.precision is not None and f.precision.float32}
+        found |= {side for side, steps in self.inner.float32_steps.items() if steps}  # no oracle ran
         return sorted(k for k in found if k is not None)
 
     def _gradient_verdict(

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare.compare import Comparison, Kinks
-from crosscheck._compare.constants import OTHER_DTYPE
+from crosscheck._compare.constants import OTHER_DTYPE, WIDEN
 from crosscheck._workloads.fd.function import (
     Differences,
     Function,
@@ -63,6 +63,8 @@ class GenericJudge:
         self.notes: dict[str, dict[str, Any]] = {}
         #: What the run found, for the report's ``oracle`` section (``summary.summarize``).
         self.findings = Findings(self.plan, point.case["oracle_differentiates"], self.shapes)
+        #: Per side, whether its float64 loss keeps float32 steps (probed with a backend as reference).
+        self.float32_steps: dict[str, bool] = {}
         #: The reference backend and its rounding (a backend as reference), for the zero checks.
         self.reference_side: tuple[Any, Rounding] | None = None
 
@@ -202,7 +204,29 @@ class GenericJudge:
         other = OTHER_DTYPE[self.dtype]
         params, inputs = as_dtype(self.point.params, other), as_dtype(self.point.inputs, other)
         again = self._grad(backend, call, params, inputs).value
-        return measure(value, again, shapes=self.shapes, dtype=self.dtype, name=name)
+        found = measure(value, again, shapes=self.shapes, dtype=self.dtype, name=name)
+        if self.findings.oracle or self.dtype != "float64" or found.delta is None:
+            return found  # the oracle judges a float64 loss with float32 steps by its noise (fd.precision)
+        side = getattr(backend, "name", name)
+        if not self._float32_steps(backend, side, call):
+            return found
+        # Its float64 run keeps float32 steps: its rounding is float32's, |g64 - g32| unscaled.
+        how = f"{found.how}; `{side}`'s float64 loss keeps float32 steps (noise probe): float32's rounding"
+        return dataclasses.replace(
+            found,
+            term={k: t / WIDEN for k, t in found.term.items()},
+            delta={k: d / WIDEN for k, d in found.delta.items()},
+            how=how,
+        )
+
+    def _float32_steps(self, backend: Any, side: str, call: Call) -> bool:
+        """Whether ``side``'s float64 loss keeps float32 steps (``fd.precision``'s noise probe: Hugging
+        Face's upcasts), once per side; said in the report's notes."""
+        if side not in self.float32_steps:
+            function = own_loss(backend, side, self.point, call)
+            steps = isinstance(function, Function) and function.precision is not None
+            self.float32_steps[side] = steps and bool(function.precision.float32)  # type: ignore[union-attr]
+        return self.float32_steps[side]
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
         if not self.findings.oracle:  # the report claims no oracle's work: none ran
