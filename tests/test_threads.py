@@ -17,7 +17,7 @@ threadpoolctl = pytest.importorskip("threadpoolctl")
 def _blas_threads() -> list[int]:
     """Thread counts of the BLAS libraries the oracle's controller holds (NumPy's; others, loaded
     later by a framework, are not the oracle's)."""
-    held = {lib.filepath for lib in threads._controller().lib_controllers}
+    held = {lib.filepath for lib in threads.threadpools().lib_controllers}
     infos = threadpoolctl.threadpool_info()
     return [info["num_threads"] for info in infos if info["user_api"] == "blas" and info["filepath"] in held]
 
@@ -189,3 +189,16 @@ def test_the_oracle_gives_the_same_bits_with_its_rounding_model_beside_or_after(
     for name in ("value", "error", "step", "kink", "kink_at"):
         np.testing.assert_array_equal(getattr(beside, name), getattr(after, name))
     np.testing.assert_array_equal(beside.rounding.grad_sigma, after.rounding.grad_sigma)
+
+
+def test_the_model_oracle_holds_every_pool_loaded_when_it_evaluates():
+    # fd.threads.one_thread looks the libraries up at each call: PyTorch's OpenMP pool, loaded after
+    # the stack's cached controller was made, is held to one thread too, and restored after.
+    torch = pytest.importorskip("torch")
+    from crosscheck._workloads.fd.threads import one_thread
+
+    threads.threadpools()  # a controller cached before anything else is loaded changes nothing
+    before = torch.get_num_threads()
+    with one_thread():
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before

@@ -22,7 +22,8 @@ THREADS = "one OpenMP and BLAS thread per evaluation (threadpoolctl): no oversub
 
 
 @functools.cache
-def _controller() -> Any:
+def threadpools() -> Any:
+    """``threadpoolctl``'s controller of this process's thread pools (one, cached), or None without it."""
     try:
         from threadpoolctl import ThreadpoolController
     except ImportError:
@@ -32,10 +33,13 @@ def _controller() -> Any:
 
 @contextlib.contextmanager
 def one_thread() -> Iterator[None]:
-    """OpenMP (PyTorch's intra-op pool among them) and BLAS on one thread, as configured again after."""
-    controller = _controller()
-    if controller is None:
+    """OpenMP (PyTorch's intra-op pool among them) and BLAS on one thread, as configured again after.
+    The libraries are looked up at each call, not once: a framework imported since (PyTorch's OpenMP)
+    is held too."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
         yield
         return
-    with controller.limit(limits=1):
+    with threadpool_limits(limits=1):
         yield

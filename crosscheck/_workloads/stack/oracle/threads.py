@@ -24,6 +24,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from crosscheck._workloads.fd.threads import threadpools
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -43,20 +45,11 @@ def workers() -> int:
     return max(1, cores)
 
 
-@functools.cache
-def _controller() -> Any:
-    try:
-        from threadpoolctl import ThreadpoolController
-    except ImportError:
-        return None
-    return ThreadpoolController()
-
-
 @contextlib.contextmanager
 def single_threaded_blas() -> Iterator[None]:
     """A context in which BLAS runs on one thread (as configured again after); nothing without
     ``threadpoolctl``."""
-    controller = _controller()
+    controller = threadpools()
     if controller is None:
         yield
         return
@@ -101,7 +94,7 @@ def in_parallel(
     count = min(workers(), len(items))
     narrow = width is not None and width < MIN_PARALLEL_WIDTH
     serial = count <= 1 or flops < MIN_PARALLEL_FLOPS or narrow or getattr(_inside, "active", False)
-    if serial or _controller() is None:
+    if serial or threadpools() is None:
         yield from map(fn, items)
         return
 
@@ -144,7 +137,7 @@ def beside(fn: Callable[[], R], *, width: int, flops: float) -> Iterator[Callabl
     ``in_parallel`` piece. Inside ``fn`` pieces run serially (one level of threads).
     """
     alone = workers() <= 1 or width >= MIN_PARALLEL_WIDTH or flops < MIN_BESIDE_FLOPS
-    if alone or getattr(_inside, "active", False) or _controller() is None:
+    if alone or getattr(_inside, "active", False) or threadpools() is None:
         yield fn
         return
     outcome: dict[str, Any] = {}
