@@ -47,3 +47,11 @@ def median_ratio(diff: np.ndarray, permit: np.ndarray, wide: np.ndarray | None =
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = np.where(diff == 0, 0.0, diff / permit)
     return float(np.median(np.nan_to_num(ratios, nan=np.inf)))
+
+
+def cap(signed: np.ndarray, wide: np.ndarray, shared: float = 0.0) -> tuple[np.ndarray, float]:
+    """A measured difference ``signed`` (the float32 result minus the float64 ``wide``), clipped at
+    ``bound`` where its typical entry is beyond it, and that ``median_ratio``: never its own tolerance."""
+    limit = bound(wide, shared)
+    ratio = median_ratio(signed, limit, wide)
+    return (np.clip(signed, -limit, limit) if ratio > 1.0 else signed), ratio

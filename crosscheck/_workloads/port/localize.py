@@ -148,10 +148,7 @@ def _rounding(main: np.ndarray, other: np.ndarray | None, dtype: str) -> np.ndar
     scale = 1.0 if dtype == "float32" else WIDEN
     with np.errstate(invalid="ignore"):
         d = np.nan_to_num(np.abs(main - other), nan=0.0, posinf=0.0)
-    wide = other if dtype == "float32" else main
-    bound = permit.bound(wide)
-    if permit.median_ratio(d, bound, wide) > 1.0:  # beyond float32: never its own tolerance
-        d = np.minimum(d, bound)
+    d, _ = permit.cap(d, other if dtype == "float32" else main)  # beyond float32: never its own tolerance
     d = scale * d
     return SAFETY * (d + (math.sqrt(float(np.mean(d**2))) if d.size else 0.0))
 

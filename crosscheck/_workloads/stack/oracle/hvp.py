@@ -298,12 +298,9 @@ CAPPED = ", capped at what float32 permits: its two precisions differ beyond flo
 def measured_delta(value: np.ndarray, again: np.ndarray, dtype: str) -> tuple[np.ndarray, bool]:
     """``value - again``, capped at what float32 permits (``_compare.permit``, from the float64 one) when
     the typical entry is beyond it, so that no candidate sets its own tolerance; and whether it was."""
-    delta = value.astype(np.float64) - again.astype(np.float64)
     wide = again if dtype == "float32" else value
-    bound = permit.bound(wide, permit.rms(wide))
-    if permit.median_ratio(delta, bound, wide) > 1.0:
-        return np.clip(delta, -bound, bound), True
-    return delta, False
+    delta, ratio = permit.cap(value.astype(np.float64) - again.astype(np.float64), wide, permit.rms(wide))
+    return delta, ratio > 1.0
 
 
 def rerun_term(value: np.ndarray, again: np.ndarray, dtype: str) -> tuple[np.ndarray, str]:
