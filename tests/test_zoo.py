@@ -46,8 +46,11 @@ def test_the_mapping_of_an_architecture_is_complete_with_only_its_declared_overr
     overridden = {r["torch"] for r in port.mapping.rows() if "override" in (r["how"] or "")}
     declared = zoo.ARCHS[name].overrides
     expected = declared(port.torch) if callable(declared) else declared
-    assert len(overridden) == len(expected)  # ResNet's nested layers, wav2vec2's weight norm; none for BERT
+    assert len(overridden) == len(expected)  # none but GPT-2's square Conv1D kernels
     assert bool(overridden) == bool(zoo.ARCHS[name].overrides_note)
+    if name == "wav2vec2":  # weight norm's `original0`/`original1` against Flax's `weight_g`/`weight_v`
+        normed = [r for r in port.mapping.rows() if "parametrizations" in r["torch"]]
+        assert len(normed) == 2 and all("weight norm" in r["how"] for r in normed)
 
 
 @pytest.fixture(scope="module")
