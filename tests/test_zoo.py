@@ -77,6 +77,15 @@ def test_a_planted_bug_fails_and_names_its_module(zoo, name):
     assert verdict["module"] == zoo.BUGS[name].module, verdict["text"]
 
 
+def test_a_sub_module_pinned_to_float32_is_named_in_a_float64_check(zoo):
+    name = "gpt2_float32_sub_module"
+    assert zoo.BUGS[name].seen_in == ("float64",)
+    report = crosscheck.run(workload=zoo.port(name), reference="torch", backends=["jax"], dtype="float64")
+    verdict = report.backends["jax"].notes["port"]
+    assert not report.passed and verdict["module"] == zoo.BUGS[name].module == "ln_f"
+    assert "`ln_f` (LayerNorm) computes in float32 in a float64 check" in verdict["text"]
+
+
 def test_the_benchmark_chooses_its_cases_by_name_kind_and_architecture():
     from benchmarks.zoo import cases
 
