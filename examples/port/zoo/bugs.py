@@ -40,7 +40,7 @@ def _pinned_to_float32(name: str):
         import jax.numpy as jnp
 
         def to32(tree):
-            return jax.tree_util.tree_map(lambda a: a.astype(jnp.float32) if hasattr(a, "astype") else a, tree)
+            return jax.tree_util.tree_map(lambda a: a.astype(jnp.float32) if hasattr(a, "dtype") else a, tree)
 
         def pin(next_fun, args, kwargs, context):
             if context.method_name == "__call__" and context.module.name == name:
