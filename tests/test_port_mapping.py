@@ -54,6 +54,24 @@ def test_the_exact_spelling_wins_over_a_lists_nesting():
     assert [e.how for e in table.entries] == ["by name; same shape"] * 2
 
 
+# ---- Weight norm ---------------------------------------------------------------------------------------
+
+
+def test_weight_norms_parametrization_maps_onto_weight_g_and_weight_v_by_name():
+    # torch.nn.utils.parametrizations.weight_norm: `original0` is the magnitude g, `original1` the direction v
+    torch = [T(f"conv.parametrizations.weight.original{i}", s) for i, s in ((0, (1, 1, 3)), (1, (8, 4, 3)))]
+    jax = [J("params/conv/weight_v", (8, 4, 3)), J("params/conv/weight_g", (1, 1, 3))]
+    table = mapping.build(torch, jax)
+    assert not table.problems()
+    assert ["/".join(e.jax.path) for e in table.entries] == ["params/conv/weight_g", "params/conv/weight_v"]
+    assert "weight norm: `original0` is `weight_g`" in table.entries[0].how
+
+
+def test_an_original_outside_a_parametrization_is_not_read_as_weight_norm():
+    table = mapping.build([T("conv.original0", (3,))], [J("params/conv/weight_g", (3,))])
+    assert table.problems()
+
+
 def test_indices_are_never_read_as_a_lists_nesting():
     table = mapping.build([T("blocks.0.0.1.b", (4,))], [J("params/blocks/0/1/b", (4,))])
     assert table.problems()  # `0.0.1` is not `0.1`: no index is dropped

@@ -46,8 +46,11 @@ def test_the_mapping_of_an_architecture_is_complete_with_only_its_declared_overr
     overridden = {r["torch"] for r in port.mapping.rows() if "override" in (r["how"] or "")}
     declared = zoo.ARCHS[name].overrides
     expected = declared(port.torch) if callable(declared) else declared
-    assert len(overridden) == len(expected)  # ResNet's nested layers, wav2vec2's weight norm; none for BERT
+    assert len(overridden) == len(expected)  # none but GPT-2's square Conv1D kernels
     assert bool(overridden) == bool(zoo.ARCHS[name].overrides_note)
+    if name == "wav2vec2":  # weight norm's `original0`/`original1` against Flax's `weight_g`/`weight_v`
+        normed = [r for r in port.mapping.rows() if "parametrizations" in r["torch"]]
+        assert len(normed) == 2 and all("weight norm" in r["how"] for r in normed)
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +75,15 @@ def test_a_planted_bug_fails_and_names_its_module(zoo, name):
     assert not report.passed
     assert verdict["starts_in"] == "forward"
     assert verdict["module"] == zoo.BUGS[name].module, verdict["text"]
+
+
+def test_a_sub_module_pinned_to_float32_is_named_in_a_float64_check(zoo):
+    name = "gpt2_float32_sub_module"
+    assert zoo.BUGS[name].seen_in == ("float64",)
+    report = crosscheck.run(workload=zoo.port(name), reference="torch", backends=["jax"], dtype="float64")
+    verdict = report.backends["jax"].notes["port"]
+    assert not report.passed and verdict["module"] == zoo.BUGS[name].module == "ln_f"
+    assert "`ln_f` (LayerNorm) computes in float32 in a float64 check" in verdict["text"]
 
 
 def test_the_benchmark_chooses_its_cases_by_name_kind_and_architecture():

@@ -279,15 +279,32 @@ def _index(jax: Sequence[Tensor]) -> Index:
 def match(t: Tensor, index: Index, used: set) -> Entry:
     """The entry of ``t`` matched by name (and layout) among the JAX leaves not ``used`` yet: by its
     module path as both frameworks spell it, else with a list's nesting aside (``loose``)."""
-    names = tuple(dict.fromkeys((t.path[-1], *LEAF_ALIASES.get(t.path[-1], ()))))
+    tokens, names, said = _parametrized(t)
     for reading, how in READINGS:
-        module = canonical(t.module) if reading == 0 else loose(t.module)
+        module = canonical(tokens) if reading == 0 else loose(tokens)
+        how = f"{how}{said}"
         candidates = sorted(item for name in names for item in index.get((reading, module, name), []))
         found = [j for _, j in candidates if j.path not in used and _kind_fits(t, j)]
         if found:
             return _chosen(t, found, how)
     what = UNUSED_BUFFER if t.kind == "buffer" else "no JAX leaf of that name"
     return Entry(t, None, None, what)
+
+
+#: PyTorch's weight norm (``torch.nn.utils.parametrizations.weight_norm``) keeps ``weight`` as the
+#: parametrization's ``original0`` (the magnitude) and ``original1`` (the direction), where the older
+#: ``torch.nn.utils.weight_norm`` and Flax ports name them ``weight_g`` and ``weight_v``.
+WEIGHT_NORM_LEAVES = {"original0": "g", "original1": "v"}
+
+
+def _parametrized(t: Tensor) -> tuple[tuple[str, ...], tuple[str, ...], str]:
+    """The module path and leaf names ``t`` is looked up by, and what the table adds to its ``how``:
+    ``conv.parametrizations.weight.original0`` is read as ``conv``'s ``weight_g`` (weight norm)."""
+    leaf, module = t.path[-1], t.module
+    if leaf in WEIGHT_NORM_LEAVES and len(module) >= 2 and module[-2] == "parametrizations":
+        name = f"{module[-1]}_{WEIGHT_NORM_LEAVES[leaf]}"
+        return module[:-2], (name,), f" (weight norm: `{leaf}` is `{name}`)"
+    return module, tuple(dict.fromkeys((leaf, *LEAF_ALIASES.get(leaf, ())))), ""
 
 
 def _chosen(t: Tensor, found: list[Tensor], how: str) -> Entry:

@@ -68,6 +68,7 @@ def make_port(
     overrides: Mapping[str, Any] | None = None,
     jax_inputs: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     prepare: Callable[[Any], None] | None = None,
+    jax_call: Callable[[Any, dict[str, Any]], Any] | None = None,
 ) -> crosscheck.Port:
     """The port of ``arch``: PyTorch (eager attention, eval mode, seed 0) against its Flax module, with
     the configs changed by ``torch_config`` / ``flax_config`` and the overrides by ``overrides`` (how
@@ -92,7 +93,7 @@ def make_port(
         jax=port,
         inputs=arch.inputs,
         jax_inputs=jax_inputs or arch.jax_inputs,
-        jax_call=lambda module, inputs: module(**inputs, deterministic=True),
+        jax_call=jax_call or (lambda module, inputs: module(**inputs, deterministic=True)),
         overrides={**fixed, **(overrides or {})} or None,
         unused=arch.unused,
         description=f"Hugging Face {arch.model} ({arch.family}, tiny random config), PyTorch against Flax",

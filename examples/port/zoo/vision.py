@@ -32,17 +32,6 @@ CLIP_TEXT = dict(
 CLIP_VISION = {**VIT, "projection_dim": 8}
 del CLIP_VISION["hidden_dropout_prob"], CLIP_VISION["attention_probs_dropout_prob"]
 
-#: PyTorch's ``layer.0`` is Flax's ``layer/layer_0`` inside a residual block: one override per tensor.
-#: PyTorch's ``weight_norm`` parametrization (magnitude ``original0``, direction ``original1``, dim 2)
-#: against Flax's ``weight_g`` and ``weight_v``, both in PyTorch's (out, in / groups, kernel) layout.
-WEIGHT_NORM = {
-    f"encoder.pos_conv_embed.conv.parametrizations.weight.original{i}": (
-        f"params/encoder/pos_conv_embed/conv/weight_{leaf}",
-        "identity",
-    )
-    for i, leaf in enumerate("gv")
-}
-
 ARCHS = [
     Arch("vit", "vision transformer", "ViT", "vit", VIT, io.images, jax_inputs=io.channels_last),
     Arch(
@@ -110,12 +99,6 @@ ARCHS = [
             **{k: v for k, v in QUIET.items() if k != "use_cache"},
         ),
         io.audio,
-        overrides=WEIGHT_NORM,
-        overrides_note=(
-            "the weight-normed positional convolution: PyTorch's parametrization `original0`/`original1` is "
-            "Flax's `weight_g`/`weight_v`, same layouts (would disappear with a mapping that knows "
-            "`torch.nn.utils.parametrizations.weight_norm`)"
-        ),
         # The vector a training run puts at masked time steps (SpecAugment): inference never uses it.
         unused=("masked_spec_embed",),
     ),
