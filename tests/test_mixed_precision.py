@@ -172,3 +172,18 @@ def test_a_workload_refuses_16_bits_in_one_line(capsys):
     err = capsys.readouterr().err
     assert status == 2
     assert "bfloat16 and float16 are judged on the stack only" in err and "Traceback" not in err
+
+
+def test_a_bfloat16_bundle_replays_bit_for_bit(tmp_path, capsys):
+    # .npy has no bfloat16: the bundle stores its bits and names the dtype; replay gets bfloat16 back.
+    path = str(tmp_path / "low.npz")
+    options = ["--layers", "3", "--batch", "3", "--dim", "4", "--dtype", "bfloat16"]
+    status = main(["run", *options, "--backend", "tests.planted:no_last_relu", "--save-bundle", path])
+    assert status == 1
+    capsys.readouterr()
+    assert main(["replay", path, "--trust"]) == 0, capsys.readouterr().out
+
+
+def test_the_hvp_refuses_16_bits_in_one_line(capsys):
+    assert main(["run", "--dtype", "float16", "--quantity", "hvp", "--layers", "2", "--dim", "3"]) == 2
+    assert "quantity 'hvp' is judged in float32 and float64; found dtype 'float16'" in capsys.readouterr().err
