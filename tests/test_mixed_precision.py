@@ -187,3 +187,13 @@ def test_a_bfloat16_bundle_replays_bit_for_bit(tmp_path, capsys):
 def test_the_hvp_refuses_16_bits_in_one_line(capsys):
     assert main(["run", "--dtype", "float16", "--quantity", "hvp", "--layers", "2", "--dim", "3"]) == 2
     assert "quantity 'hvp' is judged in float32 and float64; found dtype 'float16'" in capsys.readouterr().err
+
+
+def test_a_last_layer_flip_in_a_live_row_is_bounded_in_16_bits():
+    # Seed 4 at d = 8: z[7][7, 7] = -1.7e-4 is within bfloat16's reach of zero; PyTorch computes it
+    # positive, so its gradient column 7 of the last layer gets 2 * y * z where float64 has exact zeros
+    # (and no modelled rounding). That forward part is bounded (the `kinks` term, or unjudgeable).
+    report = crosscheck.run(dim=8, dtype="bfloat16", seed=4, backends=["torch"])
+    assert report.passed, report.problems
+    report = crosscheck.run(dim=8, dtype="float32", seed=4, backends=["torch"])
+    assert report.passed and report.to_dict()["comparisons"][0]["unjudgeable"] == 0

@@ -134,7 +134,8 @@ def _meta(archive: zipfile.ZipFile, path: Path) -> dict[str, Any]:
 def _reader(archive: zipfile.ZipFile, path: Path, meta: dict[str, Any]) -> Callable[[str], np.ndarray]:
     """Read an entry of the archive: checked by its header first, then (``meta["sha256"]``) its hash."""
     hashes = meta.get("sha256")
-    sixteen = meta.get("dtypes") if isinstance(meta.get("dtypes"), dict) else {}
+    dtypes = meta.get("dtypes")
+    sixteen: dict[str, Any] = dtypes if isinstance(dtypes, dict) else {}
 
     def numbers(shape: tuple[int, ...], dtype: np.dtype) -> None:
         if dtype.kind not in "fiub":

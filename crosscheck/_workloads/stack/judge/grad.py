@@ -77,8 +77,6 @@ class StackGradJudge:
         self.oracle_backend: Any = None
         #: A verdict per candidate judged in a 16-bit dtype (``low.verdict``).
         self.verdicts: dict[str, Any] = {}
-        #: The typical relative tolerance of the last full comparison (``low.noise``).
-        self.noise = 0.0
 
     # -- the protocol -------------------------------------------------------------------------------
 
@@ -127,9 +125,11 @@ class StackGradJudge:
             comparison = self._localize(backend, comparison, dtype, call)
             if comparison.status == "mismatch" and self.screening is None:
                 comparison = self._classify(backend, comparison, candidate, reference, call)
-        found = _low.verdict(comparison, dtype, self.noise)
-        if found is not None:
-            self.verdicts[name] = found
+        if _low.is_low(dtype) and comparison.status == "ok":
+            # Only a full reference has every entry (a screened one: the noise is not known).
+            full = reference.data.value if isinstance(reference.data, Oracle) else None
+            relative = 0.0 if full is None else _low.noise(self.model(dtype).grad_bound, full)
+            self.verdicts[name] = _low.verdict(comparison, dtype, relative)
         return [comparison]
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
@@ -204,9 +204,7 @@ class StackGradJudge:
         flow = self.underflow(dtype).grad
         if flow.any():  # only a case reaching the underflow range has (or shows) this term
             terms["underflow"] = flow
-        total = Tolerance(terms).total()
-        self.noise = _low.noise(total, oracle.value)
-        kinks, minor = self._kinks(total, dtype, oracle)
+        kinks, minor = self._kinks(Tolerance(terms).total(), dtype, oracle)
         found = compare(
             value,
             oracle.value,
@@ -255,7 +253,8 @@ class StackGradJudge:
         cand, ref, flow = self.model(dtype), self.model("float64"), self.underflow(dtype).z
         bounds = [cand.z_bound(m) + ref.z_bound(m) + flow[m] for m in range(len(self.fwd.zs))]
         found = _stack.ambiguous_kinks(self.fwd, bounds)
-        effects = _stack.kink_effects(self.fwd, self.deltas, found, KINK_IMPACT_FRACTION * tol, bounds)
+        threshold, low = KINK_IMPACT_FRACTION * tol, _low.is_low(dtype)
+        effects = _stack.kink_effects(self.fwd, self.deltas, found, threshold, bounds, last_layer_forward=low)
         self._kinks_memo[dtype] = (np.array(tol, copy=True), (bounds, found, effects))
         return bounds, found, effects
 

@@ -22,16 +22,19 @@ def noise(tolerance: np.ndarray, reference: np.ndarray) -> float:
     return float(np.median(tolerance[informative] / reference[informative]))
 
 
-def verdict(comparison: Comparison, dtype: str, relative: float) -> Verdict | None:
-    """The verdict on a candidate judged in a 16-bit ``dtype`` (``None`` in float32 and float64, or
-    when it did not pass: its mismatch says enough)."""
-    if dtype not in STORAGE_ROUNDOFF or comparison.status != "ok":
-        return None
+def is_low(dtype: str) -> bool:
+    return dtype in STORAGE_ROUNDOFF
+
+
+def verdict(comparison: Comparison, dtype: str, relative: float) -> Verdict:
+    """The verdict on a candidate that passed in a 16-bit ``dtype`` (one that did not: its mismatch
+    says enough). ``relative``: ``noise`` of its rounding term (0: not known, e.g. nothing screened)."""
+    size = f": a median {relative:.2%} of an entry" if relative > 0 else ""
     unjudged = ""
     if comparison.unjudgeable:
         share = comparison.unjudgeable / max(comparison.total, 1)
         unjudged = f", {share:.0%} of entries unjudgeable (ReLUs {dtype} rounding may flip)"
     return Verdict(
-        f"agrees in {dtype}, within its rounding: a median {relative:.2%} of an entry{unjudged}; "
+        f"agrees in {dtype}, within its rounding{size}{unjudged}; "
         f"a bug that moves entries by less is not seen in {dtype}: check in float32 too (--dtype float32)"
     )
