@@ -60,7 +60,7 @@ def test_a_stack_declares_its_knobs_as_data_with_its_cases_defaults():
     }
     assert list(fields) == list(knobs)
     assert knobs["init"].choices == ("gaussian", "identity", "integer", "nearzero")
-    assert knobs["dtype"].choices == ("float32", "float64")
+    assert knobs["dtype"].choices == ("float32", "float64", "bfloat16", "float16")
     # What the run sets (dtype, seed) and what the stack takes (configure) make its whole case.
     assert set(knobs) - {"dtype", "seed"} == crosscheck.Stack.takes - {"explain", "weights", "x"}
 

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare.dtypes import numpy_dtype
+
 
 def to_numpy(value: Any) -> tuple[Any, str | None]:
     """``(value, note)``: a tensor as a NumPy array (detached, on the CPU, its lazy conjugate and
@@ -17,7 +19,24 @@ def to_numpy(value: Any) -> tuple[Any, str | None]:
     note = None
     if value.requires_grad:
         note = "returned a torch tensor that requires grad: detached (values compared)"
-    return value.detach().cpu().resolve_conj().resolve_neg().numpy(), note
+    return numpy(value.detach().cpu().resolve_conj().resolve_neg()), note
+
+
+def numpy(tensor: Any) -> np.ndarray:
+    """A CPU tensor as a NumPy array; bfloat16 (which ``Tensor.numpy`` refuses) as ``ml_dtypes``'."""
+    torch = sys.modules["torch"]
+    if tensor.dtype == torch.bfloat16:
+        return tensor.float().numpy().astype(numpy_dtype("bfloat16"))  # exact: bfloat16 is in float32
+    return tensor.numpy()
+
+
+def tensor(array: np.ndarray, **options: Any) -> Any:
+    """A NumPy array as a new tensor of its dtype (a bfloat16 one through float32, exactly)."""
+    import torch
+
+    if array.dtype.name == "bfloat16":
+        return torch.tensor(array.astype(np.float32), dtype=torch.bfloat16, **options)
+    return torch.tensor(array, **options)
 
 
 def projection_loss(outputs: Any, r: np.ndarray) -> Any:

@@ -16,6 +16,9 @@ import numpy as np
 import torch
 from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
+from .arrays import numpy as _numpy
+from .arrays import tensor as _tensor
+
 __all__ = ["TorchBackend", "TorchPlainBackend", "TorchSegmentsBackend"]
 
 
@@ -40,18 +43,19 @@ class TorchBackend:
         self._checkpoint = True
 
     def grad(self, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
-        # torch.tensor copies: the caller's arrays are never shared with autograd.
-        w = torch.tensor(weights, requires_grad=True)
-        self._loss(w, torch.tensor(x)).backward()
-        return w.grad.numpy()
+        # torch.tensor copies: the caller's arrays are never shared with autograd. A bfloat16 or
+        # float16 case computes in that dtype, as PyTorch does (products accumulate in float32).
+        w = _tensor(weights, requires_grad=True)
+        self._loss(w, _tensor(x)).backward()
+        return _numpy(w.grad)
 
     def hvp(self, weights: np.ndarray, x: np.ndarray, v: np.ndarray) -> np.ndarray:
         """The Hessian-vector product ``H v`` with respect to the weights, ``(L, d, d)``: double
         backward (``create_graph=True``) through the same checkpointed layers."""
-        w = torch.tensor(weights, requires_grad=True)
-        (g,) = torch.autograd.grad(self._loss(w, torch.tensor(x)), w, create_graph=True)
-        (hv,) = torch.autograd.grad(g, w, grad_outputs=torch.tensor(v))
-        return hv.detach().numpy()
+        w = _tensor(weights, requires_grad=True)
+        (g,) = torch.autograd.grad(self._loss(w, _tensor(x)), w, create_graph=True)
+        (hv,) = torch.autograd.grad(g, w, grad_outputs=_tensor(v))
+        return _numpy(hv.detach())
 
     def _loss(self, w: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         y = self._forward(w, y) if self._checkpoint else _plain(w, y)
@@ -65,10 +69,10 @@ class TorchBackend:
     def activations(self, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
         """The forward activations ``y[1] .. y[L]``, shape ``(L, N, d)`` (for localizing a mismatch)."""
         with torch.no_grad():
-            y, out = torch.tensor(x), []
-            for w in torch.tensor(weights):
+            y, out = _tensor(x), []
+            for w in _tensor(weights):
                 y = _layer(y, w)
-                out.append(y.numpy())
+                out.append(_numpy(y))
         return np.stack(out)
 
     @contextlib.contextmanager

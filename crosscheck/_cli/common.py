@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from crosscheck._compare.constants import DTYPES
 from crosscheck._workloads.protocol import Knob
 from crosscheck._workloads.registry import case_knobs
 
@@ -91,7 +92,8 @@ def add_matrix_options(parser: Any, names: Iterable[str]) -> None:
             f"--{name}",
             action="append",
             type=option.type,
-            choices=option.choices,
+            # A sweep judges float32 and float64; a 16-bit case is one `crosscheck run` at a time.
+            choices=DTYPES if name == "dtype" else option.choices,
             metavar="N" if option.type is int else None,
             help=f"{option.help} (repeatable)",
         )

@@ -13,7 +13,15 @@ UNIT_ROUNDOFF = {"float32": 2.0**-24, "float64": 2.0**-53}
 #: The float dtypes crosscheck judges (the keys of ``UNIT_ROUNDOFF``).
 DTYPES = tuple(UNIT_ROUNDOFF)
 #: Bits of significand: integer arithmetic below ``2**p`` is exact.
-SIGNIFICAND_BITS = {"float32": 24, "float64": 53}
+SIGNIFICAND_BITS = {"float32": 24, "float64": 53, "bfloat16": 8, "float16": 11}
+#: The 16-bit dtypes the stack also judges: arrays stored (every product's result rounded) with this
+#: unit roundoff, while the products accumulate in ``ACCUMULATION``'s dtype (JAX and PyTorch on CPU:
+#: a bfloat16 or float16 matrix product sums in float32 and rounds its result once).
+STORAGE_ROUNDOFF = {"bfloat16": 2.0**-8, "float16": 2.0**-11}
+#: Where the products of each 16-bit dtype accumulate.
+ACCUMULATION = {"bfloat16": "float32", "float16": "float32"}
+#: Every dtype a ``--dtype`` choice may name (the stack judges all; a workload float32 and float64).
+ALL_DTYPES = (*DTYPES, *STORAGE_ROUNDOFF)
 #: The other precision of each dtype (a re-run there measures a candidate's rounding).
 OTHER_DTYPE = {"float32": "float64", "float64": "float32"}
 #: float64 rounding per float32 rounding, to first order (``2**-53 / 2**-24 = 2**-29``).

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._backends import in_use
+from crosscheck._compare.dtypes import is_float
 from crosscheck._errors import Interrupted, Interrupts, describe, reraise_user_interrupt
 
 
@@ -289,7 +290,7 @@ def to_array(
     except BaseException as exc:
         reraise_user_interrupt(exc, interrupts)
         return None, f"returned something that is not an array{where}: {describe(exc)}", {}
-    if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool):
+    if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool or is_float(array)):
         found = f"{type(value).__name__} of dtype {array.dtype.name}"
         return None, f"returned something that is not an array of numbers{where}: {found}", {}
     return array, None, notes

@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 
 from crosscheck._backends import BackendBroken, BackendUnavailable, backend_info
+from crosscheck._compare.constants import STORAGE_ROUNDOFF
+from crosscheck._compare.dtypes import numpy_dtype
 from crosscheck._engine.call import guarded, to_array, to_arrays, unique, walk_arrays
 from crosscheck._engine.quantity import QUANTITIES
 from crosscheck._errors import describe, one_line
@@ -49,6 +51,8 @@ def encode(message: Any) -> bytes:
     def strip(value: Any) -> Any:
         if isinstance(value, np.ndarray):
             arrays.append(value)
+            if value.dtype.name in STORAGE_ROUNDOFF:  # .npy says bfloat16 as raw bytes ("V2"): named
+                return {"__array__": len(arrays) - 1, "dtype": value.dtype.name}
             return {"__array__": len(arrays) - 1}
         if isinstance(value, Mapping):
             return {"__dict__": [[str(k), strip(v)] for k, v in value.items()]}
@@ -76,7 +80,9 @@ def decode(payload: bytes) -> Any:
 
     def build(value: Any) -> Any:
         if isinstance(value, dict) and "__array__" in value:
-            return arrays[value["__array__"]]
+            array = arrays[value["__array__"]]
+            dtype = value.get("dtype")
+            return array.view(numpy_dtype(dtype)) if dtype in STORAGE_ROUNDOFF else array
         if isinstance(value, dict) and "__dict__" in value:
             return {k: build(v) for k, v in value["__dict__"]}
         if isinstance(value, list):

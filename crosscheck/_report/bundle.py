@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare.constants import STORAGE_ROUNDOFF
+from crosscheck._compare.dtypes import numpy_dtype
 from crosscheck._errors import one_line
 from crosscheck._files import check_readable, member_names, read_member
 from crosscheck._report.bundle_meta import check_meta
@@ -68,6 +70,11 @@ def save_bundle(report: Report, path: str | Path, *, workload: str | None = None
     if pickled:  # an object array would be stored as a pickle, which a bundle never holds
         raise ValueError(f"cannot bundle object arrays (they would be pickled): {', '.join(pickled)}")
     meta["sha256"] = {key: sha256(a) for key, a in arrays.items()}
+    # .npy has no bfloat16: a 16-bit array is stored as its bits (uint16), its dtype named here.
+    sixteen = {key: a.dtype.name for key, a in arrays.items() if a.dtype.name in STORAGE_ROUNDOFF}
+    if sixteen:
+        meta["dtypes"] = sixteen
+        arrays.update({key: arrays[key].view(np.uint16) for key in sixteen})
     arrays["meta"] = np.array(json.dumps(meta))
     with open(path, "wb") as file:  # np.savez would append ".npz" to a path without it
         np.savez_compressed(file, **arrays)
@@ -127,6 +134,8 @@ def _meta(archive: zipfile.ZipFile, path: Path) -> dict[str, Any]:
 def _reader(archive: zipfile.ZipFile, path: Path, meta: dict[str, Any]) -> Callable[[str], np.ndarray]:
     """Read an entry of the archive: checked by its header first, then (``meta["sha256"]``) its hash."""
     hashes = meta.get("sha256")
+    dtypes = meta.get("dtypes")
+    sixteen: dict[str, Any] = dtypes if isinstance(dtypes, dict) else {}
 
     def numbers(shape: tuple[int, ...], dtype: np.dtype) -> None:
         if dtype.kind not in "fiub":
@@ -142,7 +151,12 @@ def _reader(archive: zipfile.ZipFile, path: Path, meta: dict[str, Any]) -> Calla
                 raise ValueError(
                     f"{path}: its entry `{entry}` is not the array the bundle recorded (SHA-256 differs)."
                 )
-        return array
+        dtype = sixteen.get(entry)
+        if dtype is None:
+            return array
+        if dtype not in STORAGE_ROUNDOFF or array.dtype != np.uint16:
+            raise ValueError(f"{path}: its entry `{entry}` claims dtype {one_line(str(dtype)):.20}.")
+        return array.view(numpy_dtype(dtype))
 
     return read
 

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from crosscheck._compare.compare import Comparison
-from crosscheck._compare.constants import DTYPES
+from crosscheck._compare.constants import ALL_DTYPES
 
 Progress = Callable[[str, int, int], None]
 
@@ -50,7 +50,13 @@ class Knob:
 
 #: The knobs of every workload's point (``point(dtype=..., seed=...)``), with the run's defaults.
 POINT_KNOBS = (
-    Knob("dtype", "float dtype of the inputs", str, "float32", DTYPES),
+    Knob(
+        "dtype",
+        "float dtype of the inputs (bfloat16 and float16: the stack only)",
+        str,
+        "float32",
+        ALL_DTYPES,
+    ),
     Knob("seed", "random seed", int, 0),
 )
 

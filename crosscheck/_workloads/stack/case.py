@@ -9,7 +9,9 @@ from typing import Any
 import numpy as np
 
 # The dtypes are everyone's (``crosscheck._compare.constants``); re-exported for the stack's users.
+from crosscheck._compare.constants import ALL_DTYPES
 from crosscheck._compare.constants import DTYPES as DTYPES
+from crosscheck._compare.dtypes import numpy_dtype
 from crosscheck._workloads.protocol import POINT_KNOBS, Knob
 
 INITS = ("gaussian", "identity", "integer", "nearzero")
@@ -38,7 +40,8 @@ class Case:
         layers: number of layers ``L`` (the leading axis of ``weights``).
         batch: rows ``N`` of ``x``.
         dim: width ``d``.
-        dtype: ``"float32"`` or ``"float64"``.
+        dtype: ``"float32"``, ``"float64"``, ``"bfloat16"`` or ``"float16"`` (16-bit arrays: computed in
+            that dtype by each framework, products accumulated in float32).
         seed: seed of the generator.
         init: ``"gaussian"`` (He-scaled normal weights, normal ``x``), ``"identity"`` (identity weights,
             ``x`` all ones: every gradient entry is ``2 * N``), ``"integer"`` (small integers, giving
@@ -66,8 +69,8 @@ class Case:
                 raise ValueError(f"`{name}` must be at least 1, found {getattr(self, name)}.")
         if self.seed < 0:
             raise ValueError(f"`seed` must be non-negative, found {self.seed}.")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"`dtype` must be one of {', '.join(DTYPES)}; found {self.dtype!r}.")
+        if self.dtype not in ALL_DTYPES:
+            raise ValueError(f"`dtype` must be one of {', '.join(ALL_DTYPES)}; found {self.dtype!r}.")
         if self.init not in INITS:
             raise ValueError(f"`init` must be one of {', '.join(INITS)}; found {self.init!r}.")
         if isinstance(self.scale, bool) or not isinstance(self.scale, (int, float, np.integer, np.floating)):
@@ -98,7 +101,8 @@ def make_inputs(case: Case) -> tuple[np.ndarray, np.ndarray]:
         if case.init == "nearzero":
             weights += rng.choice([-1.0, 1.0], size=shape_w) * 2.0**-23 * rng.random(shape_w)
     x = x * case.scale
-    return weights.astype(case.dtype), x.astype(case.dtype)
+    dtype = numpy_dtype(case.dtype)
+    return weights.astype(dtype), x.astype(dtype)
 
 
 def check_inputs(weights: Any, x: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare.compare import Comparison
+from crosscheck._compare.dtypes import accumulation
 from crosscheck._report.report import Report, Section
 from crosscheck._report.text import markup, plain
 from crosscheck._workloads.stack import rounding as _stack
@@ -25,10 +26,10 @@ def forward_layers(
     expected = (len(fwd.zs), *fwd.zs[0].shape)
     if activations.shape != expected:
         raise ValueError(f"activations must have shape {expected}; found {activations.shape}.")
-    u = _stack.UNIT_ROUNDOFF[model.dtype]
+    u = _stack.UNIT_ROUNDOFF[accumulation(model.dtype)]
     out = []
     for m, reference in enumerate(fwd.ys[1:]):
-        tol = model.z_bound(m) + _stack.SAFETY * u * float(np.max(np.abs(reference), initial=0.0))
+        tol = model.value_bound(m) + _stack.SAFETY * u * float(np.max(np.abs(reference), initial=0.0))
         diff = np.abs(activations[m] - reference)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(diff == 0, 0.0, diff / tol)

@@ -50,6 +50,8 @@ def kink_effects(
     kinks: np.ndarray,
     threshold: np.ndarray,
     bounds: list[np.ndarray] | None = None,
+    *,
+    last_layer_forward: bool = False,
 ) -> KinkEffects:
     """For each kink, the signed change of every gradient entry if that kink's ReLU flips.
 
@@ -59,7 +61,10 @@ def kink_effects(
     kink per entry can be judged on both sides; more cannot), smaller ones are summed into ``minor``.
     Its forward effect, a change of at most ``bounds[m][n, u]`` in ``y[m + 1][n, u]``, is bounded
     separately (``_forward_effect``): usually rounding-sized, it is all there is in a row whose output
-    is zero in float64, and an entry it can move beyond ``threshold`` is not judged.
+    is zero in float64, and an entry it can move beyond ``threshold`` is not judged. With
+    ``last_layer_forward`` (a 16-bit dtype) a row with a flip in the last layer is bounded too: there the
+    forward change is the upstream gradient itself (``2 * y``), at entries whose float64 value and
+    modelled rounding are 0, and 16 bits make it far larger than float32's floor, which covers it.
     """
     shape = fwd.weights.shape
     count = np.zeros(shape, np.int64)
@@ -83,11 +88,13 @@ def kink_effects(
         best[stronger], culprit[stronger], alternative[stronger] = size[stronger], index, moved[stronger]
     if bounds is not None:
         for n in np.unique(kinks[:, 1]):
-            _row_bound(fwd, deltas, kinks, bounds, int(n), threshold, count, culprit, minor)
+            _row_bound(
+                fwd, deltas, kinks, bounds, int(n), threshold, count, culprit, minor, last_layer_forward
+            )
     return KinkEffects(kinks, count, alternative, culprit, minor)
 
 
-def _row_bound(fwd, deltas, kinks, bounds, n, threshold, count, culprit, minor) -> None:
+def _row_bound(fwd, deltas, kinks, bounds, n, threshold, count, culprit, minor, last=False) -> None:
     """Bound what every possible flip in row ``n`` can do together, forward and backward.
 
     A flip changes ``y`` by at most its pre-activation's size plus its error; that change travels forward
@@ -111,7 +118,7 @@ def _row_bound(fwd, deltas, kinks, bounds, n, threshold, count, culprit, minor) 
         dy[k + 1] = np.where(may_flip[k], z + dz + bounds[k][n], np.where(fwd.masks[k][n], dz, 0.0))
     open_ = [fwd.masks[k][n] | may_flip[k] for k in range(n_layers)]
     interacting = len(np.unique(np.nonzero(may_flip)[0])) > 1
-    if not interacting and np.any(fwd.ys[-1][n]):
+    if not interacting and np.any(fwd.ys[-1][n]) and not (last and may_flip[-1].any()):
         # One layer of flips in a live row: each flip's effect is judged on its own (kink_effects); its
         # forward part is a change of rounding size in a row whose output is far from it.
         return

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -24,6 +24,7 @@ import numpy as np
 from crosscheck._compare.constants import SAFETY as SAFETY
 from crosscheck._compare.constants import SIGNIFICAND_BITS
 from crosscheck._compare.constants import UNIT_ROUNDOFF as UNIT_ROUNDOFF
+from crosscheck._compare.dtypes import roundoffs
 from crosscheck._workloads.stack.kinks import KinkEffects as KinkEffects
 from crosscheck._workloads.stack.kinks import ambiguous_kinks as ambiguous_kinks
 from crosscheck._workloads.stack.kinks import kink_effects as kink_effects
@@ -115,6 +116,9 @@ class RoundingModel:
         samples: how many Monte Carlo samples estimated them.
         direction_sigma: ``(L, S)``: standard deviation of the error of ``sum(grad[k] * directions[k, s])``
             (when directions were given): the sum's errors are correlated, so it is modelled directly.
+        z_stored: for a 16-bit dtype, the standard deviation of storing each pre-activation (L arrays):
+            a rounding that keeps the sign (so no ReLU flips by it, and ``z_sigma`` leaves it out) but
+            moves the stored value and travels on; ``None`` for float32 and float64.
     """
 
     dtype: str
@@ -122,13 +126,22 @@ class RoundingModel:
     grad_sigma: np.ndarray
     samples: int
     direction_sigma: np.ndarray | None = None
+    z_stored: list[np.ndarray] | None = None
 
     @property
     def grad_bound(self) -> np.ndarray:
         return SAFETY * self.grad_sigma
 
     def z_bound(self, layer: int) -> np.ndarray:
+        """What rounding can move a pre-activation's sign by (8 sigma)."""
         return SAFETY * self.z_sigma[layer]
+
+    def value_bound(self, layer: int) -> np.ndarray:
+        """What rounding can move a stored pre-activation (or activation) by: ``z_bound`` with the
+        storing's rounding (8 sigma of both)."""
+        if self.z_stored is None:
+            return self.z_bound(layer)
+        return SAFETY * np.sqrt(np.square(self.z_sigma[layer]) + np.square(self.z_stored[layer]))
 
 
 #: Monte Carlo samples of the rounding model. A gradient entry's variance is estimated from
@@ -190,7 +203,8 @@ def rounding_model(
     z_var, grad_var, direction_var = pooled
     direction_sigma = None if directions is None else np.sqrt(direction_var)
     grad_sigma = np.sqrt(grad_var) if entries else np.zeros(fwd.weights.shape)
-    return RoundingModel(dtype, list(np.sqrt(z_var)), grad_sigma, samples, direction_sigma)
+    stored = [scale.stored_z for scale in scales] if roundoffs(dtype)[1] else None
+    return RoundingModel(dtype, list(np.sqrt(z_var)), grad_sigma, samples, direction_sigma, stored)
 
 
 def rounding_flops(fwd: Forward, samples: int = MODEL_SAMPLES) -> float:
@@ -198,22 +212,51 @@ def rounding_flops(fwd: Forward, samples: int = MODEL_SAMPLES) -> float:
     return 6.0 * samples * fwd.ys[0].size * fwd.weights.shape[1] * len(fwd.weights)
 
 
-def _noise_scales(fwd: Forward, deltas: list[np.ndarray], dtype: str) -> list[tuple[Any, Any, float, Any]]:
-    """Per layer: the noise of the forward product ``y @ W``, of the backward ``delta @ W.T`` and the
-    variance factor of the gradient product ``y.T @ delta`` (each zero where the product is exact), and
-    ``W.T`` contiguous (for BLAS; shared by the parts)."""
-    u, bits = UNIT_ROUNDOFF[dtype], SIGNIFICAND_BITS[dtype]
+class _Scales(NamedTuple):
+    """One layer's noise: of the forward product ``y @ W`` (its sum), of the backward ``delta @ W.T``,
+    the variance factor of the gradient product ``y.T @ delta`` (each zero where the product is exact),
+    ``W.T`` contiguous (for BLAS; shared by the parts), and for a 16-bit dtype the rounding of storing
+    each pre-activation (a standard deviation) and each gradient entry (a variance)."""
+
+    forward: Any
+    backward: Any
+    fresh_var: float
+    w_t: np.ndarray
+    stored_z: Any = 0.0
+    stored_grad: Any = 0.0
+
+
+def _noise_scales(fwd: Forward, deltas: list[np.ndarray], dtype: str) -> list[_Scales]:
+    """Per layer, the noise of each product (``_Scales``).
+
+    A 16-bit dtype (``roundoffs``) sums each product in float32 (``u``) and rounds its result once to
+    its own ``s``: an error uniform within half a spacing, ``s * |value|`` at most, of standard
+    deviation ``s * |value| / sqrt(3)`` (0 for float32 and float64, whose results are their sums)."""
+    (u, s), bits = roundoffs(dtype), SIGNIFICAND_BITS[dtype]
     scales = []
     for m, w in enumerate(fwd.weights):
         w2 = fwd.squared_weights[m]
-        forward_sigma = fresh_sigma(fwd.ys[m], w, u, _is_exact(fwd.ys[m], w, bits), w2)
+        exact = _is_exact(fwd.ys[m], w, bits)
+        forward_sigma = fresh_sigma(fwd.ys[m], w, u, exact, w2)
+        stored_z = _stored(fwd.zs[m], s, exact)
         w_t = np.ascontiguousarray(w.T)
         exact = _is_exact(deltas[m], w_t, bits)
-        backward_sigma = fresh_sigma(deltas[m], w_t, u, exact, w2.T) if m else 0.0
+        backward_sigma: Any = 0.0
+        if m:
+            sigma = fresh_sigma(deltas[m], w_t, u, exact, w2.T)
+            stored = _stored(deltas[m] @ w_t, s, exact)
+            backward_sigma = np.sqrt(np.square(sigma) + np.square(stored)) if np.ndim(stored) else sigma
         # The fresh rounding of the product y.T @ delta itself: u * sqrt(N * (y**2).T @ delta**2).
-        fresh_var = 0.0 if _is_exact(fwd.ys[m].T, deltas[m], bits) else u * u * len(fwd.ys[m])
-        scales.append((forward_sigma, backward_sigma, fresh_var, w_t))
+        exact = _is_exact(fwd.ys[m].T, deltas[m], bits)
+        fresh_var = 0.0 if exact else u * u * len(fwd.ys[m])
+        stored_grad = np.square(_stored(fwd.ys[m].T @ deltas[m], s, exact)) if s and not exact else 0.0
+        scales.append(_Scales(forward_sigma, backward_sigma, fresh_var, w_t, stored_z, stored_grad))
     return scales
+
+
+def _stored(value: Any, s: float, exact: bool) -> Any:
+    """The standard deviation of storing ``value`` at unit roundoff ``s``: ``s * |value| / sqrt(3)``."""
+    return 0.0 if exact or not s else (s / np.sqrt(3.0)) * np.abs(value)
 
 
 def _sample(fwd, deltas, scales, samples, rng, directions, entries=True):
@@ -227,8 +270,10 @@ def _sample(fwd, deltas, scales, samples, rng, directions, entries=True):
         # x carries no error, so the first product is the float64 one; later ones go to BLAS as one
         # tall product (a broadcast or stacked operand would take a slow, non-BLAS path).
         exact_z = fwd.zs[m] if m == 0 else (y.reshape(-1, y.shape[-1]) @ w).reshape(y.shape)
-        z = exact_z + rng.standard_normal(y.shape) * scales[m][0]
+        z = exact_z + rng.standard_normal(y.shape) * scales[m].forward
         z_var.append(np.mean(np.square(z - fwd.zs[m]), axis=0))
+        if np.ndim(scales[m].stored_z):  # storing z keeps its sign: after the sign's variance
+            z = z + rng.standard_normal(y.shape) * scales[m].stored_z
         y = z * fwd.masks[m]
         noisy_ys.append(y)
     g = 2.0 * y  # d(sum(y**2))/dy = 2 * y: an exact multiplication
@@ -236,15 +281,15 @@ def _sample(fwd, deltas, scales, samples, rng, directions, entries=True):
     direction_var = None if directions is None else np.zeros((len(weights), len(directions[0][2])))
     for m in reversed(range(len(weights))):
         delta = g * fwd.masks[m]
-        fresh_var = scales[m][2]
+        fresh_var = scales[m].fresh_var
         errors = noisy_ys[m] - fwd.ys[m], delta - deltas[m]
         if entries:
-            grad_var[m] = _grad_variance(fwd.ys[m], deltas[m], *errors, fresh_var)
+            grad_var[m] = _grad_variance(fwd.ys[m], deltas[m], *errors, fresh_var) + scales[m].stored_grad
         if directions is not None and direction_var is not None:
             direction_var[m] = _direction_variance(*errors, directions[m])
         if m:
-            g = (delta.reshape(-1, delta.shape[-1]) @ scales[m][3]).reshape(delta.shape)
-            g = g + rng.standard_normal(delta.shape) * scales[m][1]
+            g = (delta.reshape(-1, delta.shape[-1]) @ scales[m].w_t).reshape(delta.shape)
+            g = g + rng.standard_normal(delta.shape) * scales[m].backward
     return np.stack(z_var), grad_var, 0.0 if direction_var is None else direction_var
 
 
@@ -276,7 +321,9 @@ def _direction_terms(fwd: Forward, deltas: list[np.ndarray], directions: np.ndar
     terms = []
     for m, (y, delta) in enumerate(zip(fwd.ys, deltas, strict=False)):
         np.square(directions[m], out=squares)
-        fresh = np.einsum("nj,knj->k", np.square(delta), np.square(y) @ squares) * scales[m][2]
+        fresh = np.einsum("nj,knj->k", np.square(delta), np.square(y) @ squares) * scales[m].fresh_var
+        if np.ndim(scales[m].stored_grad):  # a 16-bit dtype stores each gradient entry: its own rounding
+            fresh = fresh + np.einsum("ij,kij->k", scales[m].stored_grad, squares)
         terms.append((delta @ np.swapaxes(directions[m], 1, 2), y @ directions[m], fresh))
     return terms
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._compare.constants import DTYPES
+from crosscheck._compare.constants import ALL_DTYPES, DTYPES
 from crosscheck._errors import user_call
 
 Params = dict[str, np.ndarray]
@@ -99,7 +99,10 @@ class Workload:
                 included, in one line), or returned the wrong names, shapes or non-finite values.
         """
         if dtype not in DTYPES:
-            raise ValueError(f"`dtype` must be one of {', '.join(DTYPES)}; found {dtype!r}.")
+            low = (
+                " (bfloat16 and float16 are judged on the stack only, so far)" if dtype in ALL_DTYPES else ""
+            )
+            raise ValueError(f"`dtype` must be one of {', '.join(DTYPES)}{low}; found {dtype!r}.")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ValueError(f"`seed` must be a non-negative integer, found {seed!r}.")
         rng = np.random.default_rng(int(seed))

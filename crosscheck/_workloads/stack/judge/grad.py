@@ -12,10 +12,13 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
+from crosscheck._compare.constants import ALL_DTYPES, DTYPES
+from crosscheck._compare.dtypes import accumulation
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack import underflow as _underflow
 from crosscheck._workloads.stack.explain import SECTION, classify, forward_layers, verdict
+from crosscheck._workloads.stack.judge import low as _low
 from crosscheck._workloads.stack.judge import screen as _screen
 from crosscheck._workloads.stack.judge.terms import TERM_HELP
 
@@ -30,8 +33,10 @@ def declared_dtype(backend: Any, dtype: str) -> tuple[str, str | None]:
         declared = getattr(backend, "output_dtype", None) or dtype
     except Exception as exc:  # a property that raises: the backend's fault, said as such
         return dtype, f"its `output_dtype` raised {type(exc).__name__}: {exc}"
-    if declared not in _stack.UNIT_ROUNDOFF:
-        known = " and ".join(_stack.UNIT_ROUNDOFF)
+    # A 16-bit output is judged in a 16-bit case only: a float32 case's candidate never picks a
+    # coarser dtype's tolerance for itself.
+    if declared not in (*DTYPES, dtype if dtype in ALL_DTYPES else "float64"):
+        known = " and ".join(DTYPES)
         return dtype, f"declares `output_dtype` {declared!s:.40}; crosscheck judges {known} only"
     return str(declared), None
 
@@ -70,6 +75,8 @@ class StackGradJudge:
         #: The screening strategy, when the reference screened (``screen.Screening``).
         self.screening: _screen.Screening | None = None
         self.oracle_backend: Any = None
+        #: A verdict per candidate judged in a 16-bit dtype (``low.verdict``).
+        self.verdicts: dict[str, Any] = {}
 
     # -- the protocol -------------------------------------------------------------------------------
 
@@ -118,10 +125,16 @@ class StackGradJudge:
             comparison = self._localize(backend, comparison, dtype, call)
             if comparison.status == "mismatch" and self.screening is None:
                 comparison = self._classify(backend, comparison, candidate, reference, call)
+        if _low.is_low(dtype) and comparison.status == "ok":
+            # Only a full reference has every entry (a screened one: the noise is not known).
+            full = reference.data.value if isinstance(reference.data, Oracle) else None
+            relative = 0.0 if full is None else _low.noise(self.model(dtype).grad_bound, full)
+            self.verdicts[name] = _low.verdict(comparison, dtype, relative)
         return [comparison]
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
-        return {"quantity": "grad", **({"sections": (SECTION,)} if self.options.explain else {})}
+        extras: dict[str, Any] = {"quantity": "grad", "verdicts": dict(self.verdicts)}
+        return {**extras, **({"sections": (SECTION,)} if self.options.explain else {})}
 
     # -- the reference ------------------------------------------------------------------------------
 
@@ -149,7 +162,7 @@ class StackGradJudge:
                 f"found shape {value.shape}"
             )
             return dataclasses.replace(out, value=None, error=error)
-        dtype = value.dtype.name if value.dtype.name in _stack.UNIT_ROUNDOFF else "float64"
+        dtype = value.dtype.name if value.dtype.name in ALL_DTYPES else "float64"
         data = Oracle(value.astype(np.float64), self.model(dtype).grad_bound)
         return dataclasses.replace(out, value=Reference({"weights": value}, value.dtype.name, {}, data))
 
@@ -179,7 +192,7 @@ class StackGradJudge:
     def compare_full(self, value: np.ndarray, name: str, reference: Reference, dtype: str) -> Comparison:
         """Every entry against the reference's, within modelled rounding, its error bar and kinks."""
         oracle: Oracle = reference.data
-        u = _stack.UNIT_ROUNDOFF[dtype]
+        u = _stack.UNIT_ROUNDOFF[accumulation(dtype)]  # a 16-bit dtype's sums are float32's
         rounding = self.model(dtype).grad_bound
         floor = _stack.SAFETY * u * float(np.max(np.abs(np.nan_to_num(oracle.value)), initial=0.0))
         terms: dict[str, Any] = {
@@ -205,7 +218,14 @@ class StackGradJudge:
             term_help=TERM_HELP,
             split=_stack.INDEX_NAMES[0],
         )
-        return _with_rounding(found, rounding + floor + flow)
+        return _with_rounding(self.range_cause(found, value, dtype), rounding + floor + flow)
+
+    def range_cause(self, found: Comparison, value: np.ndarray, dtype: str) -> Comparison:
+        """A non-finite result's cause, when the case's values pass ``dtype``'s range (float16)."""
+        if found.status != "invalid" or np.all(np.isfinite(np.asarray(value, np.float64))):
+            return found
+        cause = _underflow.overflow(self.fwd, self.deltas, dtype)
+        return dataclasses.replace(found, message=f"{found.message} {cause}") if cause else found
 
     def _kinks(self, tol: np.ndarray, dtype: str, oracle: Oracle) -> tuple[Kinks, np.ndarray]:
         """Judge kink-ambiguous entries on both sides of one kink; more than one is unjudgeable."""
@@ -233,7 +253,8 @@ class StackGradJudge:
         cand, ref, flow = self.model(dtype), self.model("float64"), self.underflow(dtype).z
         bounds = [cand.z_bound(m) + ref.z_bound(m) + flow[m] for m in range(len(self.fwd.zs))]
         found = _stack.ambiguous_kinks(self.fwd, bounds)
-        effects = _stack.kink_effects(self.fwd, self.deltas, found, KINK_IMPACT_FRACTION * tol, bounds)
+        threshold, low = KINK_IMPACT_FRACTION * tol, _low.is_low(dtype)
+        effects = _stack.kink_effects(self.fwd, self.deltas, found, threshold, bounds, last_layer_forward=low)
         self._kinks_memo[dtype] = (np.array(tol, copy=True), (bounds, found, effects))
         return bounds, found, effects
 

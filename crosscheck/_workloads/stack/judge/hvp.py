@@ -49,6 +49,11 @@ class StackHvpJudge:
     def __init__(self, point: Point, options: Options) -> None:
         if options.explain:
             raise ValueError("`explain` is not available with quantity 'hvp'.")
+        if point.dtype not in _stack.UNIT_ROUNDOFF:  # its rerun term re-runs in the other of two
+            raise ValueError(
+                f"quantity 'hvp' is judged in float32 and float64; found dtype {point.dtype!r} "
+                "(a 16-bit case checks the gradient)."
+            )
         if options.oracle_mode not in ORACLE_MODES:
             raise ValueError(
                 f"`oracle_mode` must be one of {', '.join(ORACLE_MODES)}; found {options.oracle_mode!r}."

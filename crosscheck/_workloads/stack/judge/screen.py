@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from crosscheck._compare.compare import Comparison, mismatch_message, structural_problem
+from crosscheck._compare.dtypes import accumulation
 from crosscheck._workloads.protocol import Call, Reference
 from crosscheck._workloads.stack import rounding as _stack
 
@@ -100,7 +101,7 @@ def compare_screened(
     sc = screening.estimate
     problem = structural_problem(candidate, judge.weights.shape, dtype)
     if problem:
-        return Comparison(
+        invalid = Comparison(
             backend=name,
             reference=reference.name,
             passed=False,
@@ -109,10 +110,11 @@ def compare_screened(
             message=problem,
             index_names=list(_stack.INDEX_NAMES),
         )
+        return judge.range_cause(invalid, candidate, dtype)
     model = judge.model(dtype)
     assert model.direction_sigma is not None  # the model was made with the screening directions
     projected = np.einsum("kij,ksij->ks", candidate.astype(np.float64), sc.directions)
-    u, size = _stack.UNIT_ROUNDOFF[dtype], judge.weights.shape[1]
+    u, size = _stack.UNIT_ROUNDOFF[accumulation(dtype)], judge.weights.shape[1]
     options = judge.options
     slack = 0.0 if options.rtol is None else options.atol * size * size + options.rtol * np.abs(sc.value)
     # The floor term of every entry, summed in quadrature over the d * d entries of a direction.

@@ -1,0 +1,50 @@
+"""The dtypes a case may be in, as NumPy dtypes: float32 and float64 are NumPy's own; bfloat16 is
+``ml_dtypes``' (the NumPy extension type JAX uses, imported only when a case asks for it), float16
+NumPy's. A 16-bit case stores every array, and every product's result, in its dtype while products
+accumulate in float32 (``constants.ACCUMULATION``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from crosscheck._compare.constants import ACCUMULATION, ALL_DTYPES, STORAGE_ROUNDOFF, UNIT_ROUNDOFF
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The NumPy dtype of ``name`` (one of ``ALL_DTYPES``)."""
+    if name not in ALL_DTYPES:
+        raise ValueError(f"`dtype` must be one of {', '.join(ALL_DTYPES)}; found {name!r}.")
+    if name == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError as exc:  # pragma: no cover - installed with crosscheck (and with JAX)
+            raise ImportError("bfloat16 needs `ml_dtypes`: `pip install ml_dtypes`.") from exc
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def finfo(name: str) -> Any:
+    """``numpy.finfo`` of ``name`` (``ml_dtypes.finfo`` for bfloat16): ``max``, ``tiny``, ``eps``."""
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return ml_dtypes.finfo(ml_dtypes.bfloat16)
+    return np.finfo(name)
+
+
+def is_float(array: np.ndarray) -> bool:
+    """Whether ``array`` holds one of the floats crosscheck judges (bfloat16 is not a NumPy number)."""
+    return array.dtype.name in ALL_DTYPES
+
+
+def accumulation(name: str) -> str:
+    """The dtype products of ``name`` accumulate in: itself, or float32 for a 16-bit dtype."""
+    return ACCUMULATION.get(name, name)
+
+
+def roundoffs(name: str) -> tuple[float, float]:
+    """``(accumulation, storage)``: the unit roundoff a product of ``name`` sums in, and the one its
+    result is rounded to when stored (0 for float32 and float64: no rounding beyond the sum's)."""
+    return UNIT_ROUNDOFF[accumulation(name)], STORAGE_ROUNDOFF.get(name, 0.0)
