@@ -6,7 +6,9 @@ it receives. Named ``CALLABLE_BEHAVIOUR`` (``usercode:generate_exit``) and built
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import os
 import sys
 from typing import Any
 
@@ -14,14 +16,25 @@ import numpy as np
 
 import crosscheck
 
-BEHAVIOURS = ("exit", "raises", "kbint", "writes")
+BEHAVIOURS = ("exit", "raises", "kbint", "writes", "dies", "crashes", "hangs", "holds")
 
 
 def act(behaviour: str, arrays: Any = None) -> None:
-    """Do ``behaviour``: ``sys.exit(0)``, raise, raise ``KeyboardInterrupt`` (not a Ctrl-C), or write
-    to the first array of ``arrays`` (a dict, or one array)."""
+    """Do ``behaviour``: ``sys.exit(0)``, raise, raise ``KeyboardInterrupt`` (not a Ctrl-C), write
+    to the first array of ``arrays`` (a dict, or one array); or, for a contained run
+    (``tests/test_contain.py``), end the process with ``os._exit(0)``, crash it (a segfault), hang
+    in Python, or hang holding the GIL (C's ``sleep`` through ``ctypes.PyDLL``)."""
     if behaviour == "exit":
         sys.exit(0)
+    if behaviour == "dies":
+        os._exit(0)
+    if behaviour == "crashes":
+        ctypes.string_at(0)
+    if behaviour == "hangs":
+        while True:
+            pass
+    if behaviour == "holds":
+        ctypes.PyDLL(None).sleep(600)
     if behaviour == "raises":
         raise RuntimeError("boom")
     if behaviour == "kbint":
