@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import Any
 
-from crosscheck._backends import BUILTINS, DEFAULTS, install_hint
+from crosscheck._backends import BUILTINS, DEFAULTS, ORACLE, install_hint
 from crosscheck._cli.common import (
     UsageError,
     absolute_outputs,
@@ -271,6 +271,7 @@ def _execute(args: argparse.Namespace, workload: Any, progress: Any) -> Any:
             progress=progress,
         )
         _memory_note(planned.memory)
+        _cost_note(planned)
         return engine.drive(planned)
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from exc
@@ -291,6 +292,17 @@ def _memory_note(parts: dict[str, int]) -> None:
             f"({format_bytes(available_memory())} available)",
             file=sys.stderr,
         )
+
+
+def _cost_note(planned: Any) -> None:
+    """Say the oracle's cost (tensors, planned evaluations, rough time) before a run that will take
+    long, where the workload's judge estimates it and the oracle is the reference."""
+    cost = getattr(planned.judge, "cost", None)
+    if planned.reference != ORACLE or not callable(cost):
+        return
+    found = cost(len(planned.candidates))
+    if found.long:
+        print(f"crosscheck: {found.line()}", file=sys.stderr)
 
 
 def _arrays(args: argparse.Namespace) -> dict[str, Any]:
