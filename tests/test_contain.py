@@ -111,6 +111,15 @@ def test_a_hang_with_a_timeout_fails_and_names_the_workload(spec, says, capsys, 
     assert f"FAILED: workload `{spec}`: {says}" in out
 
 
+def test_a_ctrl_c_reaches_the_worker_and_the_run_says_so(capsys, tmp_path):
+    # The workload's generate presses Ctrl-C in this process (SIGINT to its parent), then hangs: this
+    # process forwards it to the worker, which stops; the report says interrupted, exit 130.
+    status, out, report = _failed(["run", "--workload", "usercode:generate_interrupts"], capsys, tmp_path)
+    assert status == 130
+    assert "workload `usercode:generate_interrupts`: interrupted (Ctrl-C) while loading the workload" in out
+    assert report["interrupted"] is True
+
+
 def _without_timings(value):
     """A JSON report without its timings, the note that says where a backend ran (in process with
     ``--no-isolate``, in a worker of its own otherwise) and the environment (the frameworks imported in

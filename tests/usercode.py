@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import signal
 import sys
 from typing import Any
 
@@ -16,14 +17,15 @@ import numpy as np
 
 import crosscheck
 
-BEHAVIOURS = ("exit", "raises", "kbint", "writes", "dies", "crashes", "hangs", "holds")
+BEHAVIOURS = ("exit", "raises", "kbint", "writes", "dies", "crashes", "hangs", "holds", "interrupts")
 
 
 def act(behaviour: str, arrays: Any = None) -> None:
     """Do ``behaviour``: ``sys.exit(0)``, raise, raise ``KeyboardInterrupt`` (not a Ctrl-C), write
     to the first array of ``arrays`` (a dict, or one array); or, for a contained run
     (``tests/test_contain.py``), end the process with ``os._exit(0)``, crash it (a segfault), hang
-    in Python, or hang holding the GIL (C's ``sleep`` through ``ctypes.PyDLL``)."""
+    in Python, hang holding the GIL (C's ``sleep`` through ``ctypes.PyDLL``), or press Ctrl-C in the
+    parent (SIGINT to it: only in a contained run's worker) and hang until that stops it."""
     if behaviour == "exit":
         sys.exit(0)
     if behaviour == "dies":
@@ -35,6 +37,12 @@ def act(behaviour: str, arrays: Any = None) -> None:
             pass
     if behaviour == "holds":
         ctypes.PyDLL(None).sleep(600)
+    if behaviour == "interrupts":
+        if "crosscheck._engine.contain_worker" not in sys.modules:  # never signal a process not ours
+            raise RuntimeError("`interrupts` runs only in a contained run's worker")
+        os.kill(os.getppid(), signal.SIGINT)
+        while True:
+            pass
     if behaviour == "raises":
         raise RuntimeError("boom")
     if behaviour == "kbint":

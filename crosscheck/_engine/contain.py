@@ -83,9 +83,9 @@ def contained(
         if reply["details"] is not None:
             raise DetailedError(reply["error"], reply["details"])
         raise (TypeError if reply["kind"] == "TypeError" else ValueError)(reply["error"])
-    raise WorkerStopped(
-        f"it raised {one_line(str(reply['error']))}", watch.doing, interrupted=watch.interrupted
-    )
+    if watch.interrupted:  # the forwarded Ctrl-C stopped it before it had a report
+        raise WorkerStopped("interrupted (Ctrl-C)", watch.doing, interrupted=True)
+    raise WorkerStopped(f"it raised {one_line(str(reply['error']))}", watch.doing)
 
 
 class _Watch:

@@ -42,7 +42,10 @@ def check(
 
     Args:
         workload: a ``Stack`` (default: ``Stack()``), a ``Workload``, a ``Port``, a built-in name or an
-            import string ``module:attribute`` naming one (loaded once).
+            import string ``module:attribute`` naming one (loaded once). An import string is code from
+            elsewhere: the whole check runs in one worker process, and its crash or hang is a failed
+            report naming it, unless ``execution.isolate`` is False or a backend is an object; a
+            workload given as an object runs in this process.
         backends: names, import strings, objects or functions (default: ``jax``, ``torch``,
             ``numpy-fd`` less the reference for the stack; a workload's implementations).
         reference: the backend the others are compared with (default: the ``numpy-fd`` oracle).
