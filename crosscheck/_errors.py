@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -76,6 +77,11 @@ class DetailedError(ValueError):
         self.details = details
 
 
+#: The user callables running now (``user_call``), outermost first, each with when it started: what a
+#: contained run's worker (``crosscheck._engine.contain_worker``) names when one runs past its timeout.
+RUNNING: list[tuple[str, float]] = []
+
+
 def user_call(where: str, what: str, fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)``, user code that runs before any backend exists, guarded like a backend's call.
 
@@ -87,6 +93,8 @@ def user_call(where: str, what: str, fn: Callable[..., T], *args: Any) -> T:
     thread under Python's default SIGINT handler, a Ctrl-C raises ``Interrupted``, so it is told apart
     from a ``KeyboardInterrupt`` that ``fn`` raises itself.
     """
+    running = (f"{where}: {what}", time.monotonic())
+    RUNNING.append(running)
     try:
         with _ctrl_c_interrupts():
             return fn(*args)
@@ -95,6 +103,8 @@ def user_call(where: str, what: str, fn: Callable[..., T], *args: Any) -> T:
     except BaseException as exc:
         reraise_user_interrupt(exc)
         raise UserCodeFailed(f"{where}: {what} failed: {describe(exc, what)}") from exc
+    finally:
+        RUNNING.remove(running)
 
 
 @contextlib.contextmanager

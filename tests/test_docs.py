@@ -175,6 +175,7 @@ def reports() -> list[dict]:
                        backends=[planted.correct]),
         crosscheck.run(layers=2, dim=6, batch=2, oracle_mode="screen", backends=[planted.correct]),
         crosscheck.run(**small, quantity="hvp", backends=["numpy-fd"]),
+        crosscheck.check("usercode:generate_dies"),  # its worker process dies: "halted"
     ]  # fmt: skip
     return [r.to_dict() for r in runs] + _numpy_workload_reports()
 

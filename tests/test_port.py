@@ -330,7 +330,8 @@ def test_an_unresolved_mapping_stops_the_run_before_any_numerics(convnet, monkey
         crosscheck.run(workload=unmapped)
     monkeypatch.setattr(convnet, "unmapped", unmapped, raising=False)
     monkeypatch.chdir(ROOT)
-    assert main(["run", "--workload", "examples.port.convnet:unmapped"]) == 2
+    # --no-isolate: the port is patched into the module in this process only.
+    assert main(["run", "--workload", "examples.port.convnet:unmapped", "--no-isolate"]) == 2
     err = capsys.readouterr().err
     assert "is unmatched" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 

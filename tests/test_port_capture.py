@@ -214,7 +214,8 @@ def test_the_cli_turns_a_bad_listing_into_exit_2(convnet_function, monkeypatch, 
                           jax_intermediates=["conv1", "bn"])  # fmt: skip
     monkeypatch.setattr(convnet_function, "bad", bad, raising=False)
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
-    assert main(["run", "--workload", "examples.port.convnet_function:bad"]) == 2
+    # --no-isolate: the port is patched into the module in this process only.
+    assert main(["run", "--workload", "examples.port.convnet_function:bad", "--no-isolate"]) == 2
     err = capsys.readouterr().err
     assert "names `bn`, which is not a PyTorch module (its modules: conv1, bn1, relu, pool, fc)" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -5,8 +5,6 @@ table a refused mapping prints on the command line."""
 from __future__ import annotations
 
 import importlib.util
-import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -199,12 +197,14 @@ def test_a_port_with_every_parameter_unmapped_is_refused():
 
 
 @needs_torch
-def test_the_command_line_prints_the_table_of_a_refused_mapping(monkeypatch, capsys):
+def test_the_command_line_prints_the_table_of_a_refused_mapping(monkeypatch, capsys, tmp_path):
     from crosscheck._cli.main import main
 
-    module = types.ModuleType("refused_port_module")
-    module.port = _port(None)
-    monkeypatch.setitem(sys.modules, module.__name__, module)
+    # A module on disk: the port runs in a worker process, which sends the table back with the error.
+    (tmp_path / "refused_port_module.py").write_text(
+        "from test_port_mapping import _port\nport = _port(None)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
     assert main(["run", "--workload", "refused_port_module:port", "--reference", "torch"]) == 2
     captured = capsys.readouterr()
     err, out = captured.err.strip().splitlines(), captured.out.splitlines()

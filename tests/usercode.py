@@ -6,7 +6,10 @@ it receives. Named ``CALLABLE_BEHAVIOUR`` (``usercode:generate_exit``) and built
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import os
+import signal
 import sys
 from typing import Any
 
@@ -14,14 +17,32 @@ import numpy as np
 
 import crosscheck
 
-BEHAVIOURS = ("exit", "raises", "kbint", "writes")
+BEHAVIOURS = ("exit", "raises", "kbint", "writes", "dies", "crashes", "hangs", "holds", "interrupts")
 
 
 def act(behaviour: str, arrays: Any = None) -> None:
-    """Do ``behaviour``: ``sys.exit(0)``, raise, raise ``KeyboardInterrupt`` (not a Ctrl-C), or write
-    to the first array of ``arrays`` (a dict, or one array)."""
+    """Do ``behaviour``: ``sys.exit(0)``, raise, raise ``KeyboardInterrupt`` (not a Ctrl-C), write
+    to the first array of ``arrays`` (a dict, or one array); or, for a contained run
+    (``tests/test_contain.py``), end the process with ``os._exit(0)``, crash it (a segfault), hang
+    in Python, hang holding the GIL (C's ``sleep`` through ``ctypes.PyDLL``), or press Ctrl-C in the
+    parent (SIGINT to it: only in a contained run's worker) and hang until that stops it."""
     if behaviour == "exit":
         sys.exit(0)
+    if behaviour == "dies":
+        os._exit(0)
+    if behaviour == "crashes":
+        ctypes.string_at(0)
+    if behaviour == "hangs":
+        while True:
+            pass
+    if behaviour == "holds":
+        ctypes.PyDLL(None).sleep(600)
+    if behaviour == "interrupts":
+        if "crosscheck._engine.contain_worker" not in sys.modules:  # never signal a process not ours
+            raise RuntimeError("`interrupts` runs only in a contained run's worker")
+        os.kill(os.getppid(), signal.SIGINT)
+        while True:
+            pass
     if behaviour == "raises":
         raise RuntimeError("boom")
     if behaviour == "kbint":

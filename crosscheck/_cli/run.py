@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import Any
 
-from crosscheck._backends import BUILTINS, DEFAULTS, install_hint
+from crosscheck._backends import BUILTINS, DEFAULTS, ORACLE, install_hint
 from crosscheck._cli.common import (
     UsageError,
     absolute_outputs,
@@ -106,14 +106,15 @@ def _add_containment(check: Any) -> None:
         default=None,
         help="run every backend in its own worker process, built-ins too: a crash, os._exit or hang is "
         "that backend's failure and the others are still compared (default: only import strings and "
-        "plugins; --no-isolate: none)",
+        "plugins, and a --workload given as an import string, whose whole check runs in one worker; "
+        "--no-isolate: none, all in this process)",
     )
     check.add_argument(
         "--timeout",
         type=float,
         metavar="SECONDS",
-        help="fail a backend call that takes longer than this (with --isolate its worker is stopped; "
-        "default: no limit)",
+        help="fail a backend call that takes longer than this (with --isolate its worker is stopped; a "
+        "contained workload's worker is stopped when its code runs longer; default: no limit)",
     )
 
 
@@ -163,10 +164,58 @@ def _add_output(out: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run one case of ``--workload`` (default: the stack), loaded once; the options it takes (the
-    stack's ``--layers``, ...) set on it, the others refused."""
-    from crosscheck._workloads.registry import load_workload
+    stack's ``--layers``, ...) set on it, the others refused. A workload given as an import string (code
+    from elsewhere) runs in a worker process (``crosscheck._engine.contain``) unless ``--no-isolate``."""
+    from crosscheck._engine import contain
 
     _check_plot_and_bundle(args)  # before the workload's code, or any backend's, runs
+    console = make_console()
+    with progress_display() as progress:
+        if contain.wanted(args.workload, _isolate(args)):
+            report = _contained(args, progress)
+        else:
+            report = _report(args, progress)
+    write_reports(args, report)
+    _write_plot_and_bundle(args, report)
+    return render_report(report, console, quiet=args.quiet)
+
+
+def _isolate(args: argparse.Namespace) -> bool | str:
+    return "auto" if args.isolate is None else bool(args.isolate)
+
+
+def _contained(args: argparse.Namespace, progress: Any) -> Any:
+    """The report of a run of ``--workload`` in a worker process (the worker runs ``job``); a worker
+    that died or hung is a failed report naming the workload."""
+    from crosscheck._engine import contain
+
+    request = {k: v for k, v in vars(args).items() if not callable(v)}
+    try:
+        return contain.contained(JOB, request, timeout=args.timeout, progress=progress)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from exc
+    except contain.WorkerStopped as stopped:
+        dtype, seed = args.dtype or "float32", 0 if args.seed is None else args.seed
+        return contain.halted(args.workload, stopped, reference=args.reference, dtype=dtype, seed=seed)
+
+
+#: What a contained run's worker runs: ``job``, below.
+JOB = "crosscheck._cli.run:job"
+
+
+def job(request: dict[str, Any], *, progress: Any) -> Any:
+    """In a contained run's worker: the report of the command line's options ``request``, as in
+    process (a usage error a ``ValueError``, the parent's exit 2)."""
+    try:
+        return _report(argparse.Namespace(**request), progress)
+    except UsageError as exc:
+        raise ValueError(str(exc)) from exc
+
+
+def _report(args: argparse.Namespace, progress: Any) -> Any:
+    """The report of the options ``args``: the workload loaded and configured, then planned and run."""
+    from crosscheck._workloads.registry import load_workload
+
     try:
         workload = load_workload(args.workload)
     except (ValueError, TypeError) as exc:
@@ -179,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
         workload = workload.configure(**given) if given else workload
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from exc
-    return _execute(args, workload)
+    return _execute(args, workload, progress)
 
 
 def _workload_options(args: argparse.Namespace, workload: Any) -> dict[str, Any]:
@@ -200,38 +249,32 @@ def _workload_options(args: argparse.Namespace, workload: Any) -> dict[str, Any]
     return given
 
 
-def _execute(args: argparse.Namespace, workload: Any) -> int:
-    """Plan the case (the one memory estimate: refused when too large, said when large), run it, write
-    and render its report."""
+def _execute(args: argparse.Namespace, workload: Any, progress: Any) -> Any:
+    """Plan the case (the one memory estimate: refused when too large, said when large) and run it."""
     from crosscheck._engine import run as engine
     from crosscheck._engine.records import Execution, Oracle, Slack
 
-    console = make_console()
     try:
         slack, oracle = Slack.of(args.rtol, args.atol), Oracle(args.oracle_mode, args.directions)
-        isolate = "auto" if args.isolate is None else args.isolate
-        execution = Execution(repeat=args.repeat, isolate=isolate, timeout=args.timeout)
-        with progress_display() as progress:
-            planned = engine.plan(
-                workload,
-                backends=args.backend,
-                reference=args.reference,
-                dtype=args.dtype or "float32",
-                seed=0 if args.seed is None else args.seed,
-                quantity=args.quantity,
-                slack=slack,
-                strict=args.strict,
-                oracle=oracle,
-                execution=execution,
-                progress=progress,
-            )
-            _memory_note(planned.memory)
-            report = engine.drive(planned)
+        execution = Execution(repeat=args.repeat, isolate=_isolate(args), timeout=args.timeout)
+        planned = engine.plan(
+            workload,
+            backends=args.backend,
+            reference=args.reference,
+            dtype=args.dtype or "float32",
+            seed=0 if args.seed is None else args.seed,
+            quantity=args.quantity,
+            slack=slack,
+            strict=args.strict,
+            oracle=oracle,
+            execution=execution,
+            progress=progress,
+        )
+        _memory_note(planned.memory)
+        _cost_note(planned)
+        return engine.drive(planned)
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from exc
-    write_reports(args, report)
-    _write_plot_and_bundle(args, report)
-    return render_report(report, console, quiet=args.quiet)
 
 
 #: A case estimated to need more than this says so on stderr before it starts.
@@ -249,6 +292,17 @@ def _memory_note(parts: dict[str, int]) -> None:
             f"({format_bytes(available_memory())} available)",
             file=sys.stderr,
         )
+
+
+def _cost_note(planned: Any) -> None:
+    """Say the oracle's cost (tensors, planned evaluations, rough time) before a run that will take
+    long, where the workload's judge estimates it and the oracle is the reference."""
+    cost = getattr(planned.judge, "cost", None)
+    if planned.reference != ORACLE or not callable(cost):
+        return
+    found = cost(len(planned.candidates))
+    if found.long:
+        print(f"crosscheck: {found.line()}", file=sys.stderr)
 
 
 def _arrays(args: argparse.Namespace) -> dict[str, Any]:
@@ -319,7 +373,9 @@ def _write_plot_and_bundle(args: argparse.Namespace, report: Any) -> None:
     as given, so that ``crosscheck replay`` loads the same workload again."""
     if args.plot:
         _write_plot(args.plot, report)
-    if args.save_bundle and not report.passed:
+    if args.save_bundle and not report.passed and report.inputs is None:  # a contained run that halted
+        print("crosscheck: --save-bundle: the run stopped before it had inputs: no bundle", file=sys.stderr)
+    elif args.save_bundle and not report.passed:
         from crosscheck._report.bundle import save_bundle
 
         write_file(

@@ -44,23 +44,12 @@ class Worker:
     """One worker process for one backend spec, started at once (it loads while the parent works)."""
 
     def __init__(self, workload: Any, spec: str) -> None:
-        from multiprocessing.connection import Connection
-
         self.spec = spec
         self.stopped: str | None = None  # why it no longer serves calls
-        self.process: subprocess.Popen[bytes] | None = None
-        ours, theirs = socket.socketpair()
-        self.conn = Connection(ours.detach())
-        with theirs:
-            try:
-                self.process = subprocess.Popen(
-                    [sys.executable, "-c", BOOT, str(theirs.fileno()), json.dumps(sys.path)],
-                    pass_fds=[theirs.fileno()],
-                    stdin=subprocess.DEVNULL,
-                )
-            except OSError as exc:  # no interpreter to start, too many processes, ...
-                self.stop(f"its worker process could not start: {exc.strerror or exc}")
-                return
+        self.conn, self.process, failed = spawn(BOOT)
+        if failed:
+            self.stop(failed)
+            return
         self.conn.send_bytes(encode({"op": "load", "workload": workload, "backend": spec}))
 
     def request(self, message: dict[str, Any] | None, timeout: float | None) -> dict[str, Any]:
@@ -85,19 +74,7 @@ class Worker:
             raise BackendFailure(self.stopped) from None
 
     def _death(self) -> str:
-        if self.process is None:
-            return "its worker process never started"
-        try:
-            code = self.process.wait(timeout=CLOSE_SECONDS)
-        except subprocess.TimeoutExpired:
-            return "its worker process stopped answering"
-        if code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
-            return f"its worker process was killed by {name} (a crash or an abort in the backend)"
-        return f"its worker process died with exit status {code} (os._exit or a crash in the backend)"
+        return death(self.process, "the backend")
 
     def stop(self, why: str) -> None:
         """Kill the worker (it may be stuck in the backend) and remember why."""
@@ -118,6 +95,44 @@ class Worker:
             except subprocess.TimeoutExpired:
                 pass
             self.stop("closed")
+
+
+def spawn(boot: str, *, session: bool = False) -> tuple[Any, subprocess.Popen[bytes] | None, str]:
+    """A worker process started as ``python -c boot FD SYS_PATH``: ``(connection, process, "")``, or
+    ``(connection, None, why)`` when it could not start. ``session``: in a session of its own, so that a
+    Ctrl-C at the terminal reaches only this process (which forwards it)."""
+    from multiprocessing.connection import Connection
+
+    ours, theirs = socket.socketpair()
+    conn = Connection(ours.detach())
+    with theirs:
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-c", boot, str(theirs.fileno()), json.dumps(sys.path)],
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
+                start_new_session=session,
+            )
+        except OSError as exc:  # no interpreter to start, too many processes, ...
+            return conn, None, f"its worker process could not start: {exc.strerror or exc}"
+    return conn, process, ""
+
+
+def death(process: subprocess.Popen[bytes] | None, inside: str) -> str:
+    """Why a worker process stopped answering, with whose code (``inside``) is to blame."""
+    if process is None:
+        return "its worker process never started"
+    try:
+        code = process.wait(timeout=CLOSE_SECONDS)
+    except subprocess.TimeoutExpired:
+        return "its worker process stopped answering"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"its worker process was killed by {name} (a crash or an abort in {inside})"
+    return f"its worker process died with exit status {code} (os._exit or a crash in {inside})"
 
 
 def start_workers(plan: Any) -> dict[Any, Worker]:

@@ -88,7 +88,8 @@ class Execution:
         repeat: calls per candidate: a second result that differs beyond its own rounding fails it
             (1: no repeat).
         isolate: a worker process per backend, so that its crash is its failure: ``True`` each one named
-            by a spec, ``"auto"`` import strings and plugins, ``False`` none.
+            by a spec, ``"auto"`` import strings and plugins, ``False`` none. Unless False, a workload
+            given as an import string runs its whole check in one worker process too.
         timeout: seconds a backend call may take before it is that backend's failure (None: no limit).
 
     Raises:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._backends import BUILTINS, ORACLE
+from crosscheck._engine import contain
 from crosscheck._engine.driver import Caller
 from crosscheck._engine.isolate import Worker, foreign, load_isolated
 from crosscheck._engine.load import load
@@ -85,6 +86,15 @@ def replay(
         ValueError: the bundle's case record does not make its arrays, or its user arrays are not
             valid (``replay_case.check_case``).
     """
+    if contain.wanted(bundle["workload"], isolate) and trusted(bundle["workload"], trust, workload=True):
+        return _contained(bundle, trust, timeout, isolate)
+    return _replay(bundle, trust, timeout, isolate)
+
+
+def _replay(
+    bundle: dict[str, Any], trust: bool | Collection[str], timeout: float | None, isolate: bool | str
+) -> list[dict[str, Any]]:
+    """``replay``, in this process."""
     records = bundle["meta"]["report"]["backends"]
     saved = bundle["gradients"]
     rerun = _replayer(bundle, trust, timeout, isolate)
@@ -95,6 +105,35 @@ def replay(
         now = rerun(spec, record, value)
         rows.append({"backend": name, "spec": spec, **_against_original(record, value, now)})
     return rows
+
+
+def _contained(
+    bundle: dict[str, Any], trust: bool | Collection[str], timeout: float | None, isolate: bool | str
+) -> list[dict[str, Any]]:
+    """The replay of a bundle whose workload is an import string (code from elsewhere), in a worker
+    process; a worker that died or hung fails every backend's row, naming the workload."""
+    request: dict[str, Any] = {"bundle": bundle, "trust": trust if isinstance(trust, bool) else list(trust)}
+    request.update(timeout=timeout, isolate=isolate)
+    try:
+        rows: list[dict[str, Any]] = contain.contained(JOB, request, timeout=timeout, progress=None)
+    except contain.WorkerStopped as stopped:
+        why = one_line(f"failed: workload `{bundle['workload']}`: {stopped} while {stopped.doing}")
+        records = bundle["meta"]["report"]["backends"]
+        names = [*bundle["gradients"], *(name for name in records if name not in bundle["gradients"])]
+        return [
+            {"backend": name, "spec": _spec(records.get(name)), "status": why, "detail": ""} for name in names
+        ]
+    return rows
+
+
+#: What a contained replay's worker runs: ``job``, below.
+JOB = "crosscheck._engine.replay:job"
+
+
+def job(request: dict[str, Any], *, progress: Any) -> list[dict[str, Any]]:
+    """In a contained replay's worker: the replay, in process there (a backend's import string in a
+    worker of its own, as ``isolate`` says)."""
+    return _replay(request["bundle"], request["trust"], request["timeout"], request["isolate"])
 
 
 def reproduced(rows: list[dict[str, Any]]) -> bool:

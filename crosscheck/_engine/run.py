@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from crosscheck._backends import ORACLE
+from crosscheck._engine import contained_run
 from crosscheck._engine.driver import drive
 from crosscheck._engine.plan import Plan
 from crosscheck._engine.quantity import QUANTITIES
@@ -41,7 +42,10 @@ def check(
 
     Args:
         workload: a ``Stack`` (default: ``Stack()``), a ``Workload``, a ``Port``, a built-in name or an
-            import string ``module:attribute`` naming one (loaded once).
+            import string ``module:attribute`` naming one (loaded once). An import string is code from
+            elsewhere: the whole check runs in one worker process, and its crash or hang is a failed
+            report naming it, unless ``execution.isolate`` is False or a backend is an object; a
+            workload given as an object runs in this process.
         backends: names, import strings, objects or functions (default: ``jax``, ``torch``,
             ``numpy-fd`` less the reference for the stack; a workload's implementations).
         reference: the backend the others are compared with (default: the ``numpy-fd`` oracle).
@@ -68,6 +72,13 @@ def check(
         >>> stack = crosscheck.Stack(layers=3, dim=4)
         >>> report = crosscheck.check(stack, oracle=crosscheck.Oracle("full"))  # doctest: +SKIP
     """
+    if contained_run.wanted(workload, backends, reference, execution):  # code from elsewhere
+        _check_records(slack, oracle, execution, backends)
+        given = {"backends": backends, "reference": reference, "dtype": dtype, "seed": seed}
+        given.update(quantity=quantity, strict=strict)
+        return contained_run.check(
+            workload, None, slack=slack, oracle=oracle, execution=execution, progress=progress, **given
+        )
     planned = plan(
         load_workload(workload),
         backends=backends,
@@ -223,8 +234,13 @@ def run(
     records = _records(rtol, atol, oracle_mode, directions, repeat, isolate, timeout, backends)
     knobs = {"weights": weights, "x": x, "layers": layers, "batch": batch, "dim": dim, "init": init}
     knobs.update(scale=scale, explain=explain)
-    chosen = configure(load_workload(workload), _changed(knobs), quantity=quantity)
     given = {"backends": backends, "reference": reference, "dtype": dtype, "seed": seed, "strict": strict}
+    if contained_run.wanted(workload, backends, reference, records["execution"]):  # code from elsewhere
+        changed = _changed(knobs)
+        return contained_run.check(
+            workload, changed, quantity=quantity, progress=progress, **given, **records
+        )
+    chosen = configure(load_workload(workload), _changed(knobs), quantity=quantity)
     return check(chosen, quantity=quantity, progress=progress, **given, **records)
 
 

@@ -96,6 +96,9 @@ class Report:
     oracle: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: What the workload prints besides the table (``Section``), in order; not part of the JSON.
     sections: tuple[Section, ...] = ()
+    #: Why the run stopped before it had a report of its own (a contained workload's worker process
+    #: died or hung): the first problem, and the JSON report's "halted".
+    halted: str | None = None
 
     @property
     def problems(self) -> list[str]:
@@ -103,8 +106,10 @@ class Report:
         out: list[str] = []
         if self.interrupted:
             out.append("interrupted (Ctrl-C): the backends listed as skipped did not run")
+        if self.halted:
+            out.append(self.halted)
         ref = self.backends.get(self.reference)
-        if ref is None or ref.status != "ok":
+        if not self.halted and (ref is None or ref.status != "ok"):
             detail = ref.error if ref is not None else "missing"
             out.append(f"the reference `{self.reference}` did not run: {detail}")
         for result in self.backends.values():
@@ -164,6 +169,7 @@ class Report:
                 "interrupted": self.interrupted,
                 **({"hvp_direction": self.direction} if self.quantity == "hvp" else {}),
                 **({"oracle": self.oracle} if self.oracle else {}),
+                **({"halted": self.halted} if self.halted else {}),
             }
         )
 
@@ -205,7 +211,8 @@ class Report:
         self._sections("before", console)
         if summarised(self.comparisons):  # a model of real size: its verdict first, then the summary
             self._verdict_line(console)
-        render_table(self, console)
+        if not self.halted:  # else there is nothing to show in a table
+            render_table(self, console)
         for text, heading in self.messages():
             if heading:
                 console.print(f"[bold]{markup(text)}[/bold]", highlight=False)

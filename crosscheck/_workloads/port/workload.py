@@ -82,6 +82,10 @@ class PortJudge:
         self.caveats = ""
         self.strict = options.strict
 
+    def cost(self, candidates: int) -> Any:
+        """The oracle's cost, estimated before it runs (the generic judge's)."""
+        return self.inner.cost(candidates)
+
     def reference(self, backend: Any, call: Call) -> Any:
         self._unreached(call)
         return self.inner.reference(backend, call)

@@ -1,0 +1,71 @@
+"""What the model oracle will cost, estimated before it runs: said on the command line before a long
+run (2 000 one-element tensors screened took 400 s with nothing printed).
+
+``estimate`` is the one place that turns the oracle's plan into a count of loss evaluations: update it
+with the oracle (``crosscheck._workloads.fd``) when that changes how many evaluations it makes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from crosscheck._workloads.fd.directions import EVALUATIONS_PER_DIRECTION
+from crosscheck._workloads.fd.entries import EVALUATIONS_PER_ENTRY
+
+#: A run estimated to take longer than this (or, with no time per evaluation, to make more
+#: evaluations than ``LONG_EVALUATIONS``) says its estimate before it starts.
+LONG_SECONDS = 30.0
+LONG_EVALUATIONS = 100_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Cost:
+    """The oracle's planned work: ``tensors`` and ``entries`` of the parameters, ``mode`` (full or
+    screen), ``evaluations`` of each function it differences, ``functions`` differenced, and
+    ``seconds`` roughly (None: no loss was timed)."""
+
+    tensors: int
+    entries: int
+    mode: str
+    evaluations: int
+    functions: int
+    seconds: float | None
+
+    @property
+    def long(self) -> bool:
+        if self.seconds is not None:
+            return self.seconds > LONG_SECONDS
+        return self.evaluations * self.functions > LONG_EVALUATIONS
+
+    def line(self) -> str:
+        """The estimate in a line: tensors, planned evaluations, rough time."""
+        how = "entry by entry" if self.mode == "full" else "along random directions"
+        time = "" if self.seconds is None else f", roughly {_duration(self.seconds)} here"
+        return (
+            f"the oracle differences {self.tensors} tensors ({self.entries} entries) {how}: about "
+            f"{self.evaluations:,} loss evaluations for each of {self.functions} functions{time} "
+            "(--reference torch or another backend compares without the oracle)"
+        )
+
+
+def estimate(plan: Any, params: dict[str, np.ndarray], functions: int, per_evaluation: float | None) -> Cost:
+    """The cost of differencing ``functions`` functions of ``params`` as ``plan`` (``fd.function.Plan``)
+    says, each evaluation taking about ``per_evaluation`` seconds (None: unknown)."""
+    entries = sum(int(v.size) for v in params.values())
+    if plan.mode == "full":
+        evaluations = EVALUATIONS_PER_ENTRY * entries
+    else:  # screening; entries a failing direction sends there come on top
+        evaluations = EVALUATIONS_PER_DIRECTION * plan.per_parameter * len(params)
+    total = None if per_evaluation is None else per_evaluation * evaluations * functions
+    return Cost(len(params), entries, plan.mode, evaluations, functions, total)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

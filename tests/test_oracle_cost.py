@@ -1,0 +1,58 @@
+"""The model oracle's cost is estimated before it runs (``_workloads/user/cost.py``) and said on the
+command line before a long run: 2 000 one-element tensors, screened, took 400 s with nothing printed."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import crosscheck
+from crosscheck._cli.run import _cost_note
+from crosscheck._engine.records import Execution, Oracle
+from crosscheck._engine.run import plan
+from crosscheck._workloads.registry import load_workload
+
+
+def _planned(n: int, reference: str = "numpy-fd", mode: str = "auto"):
+    """The plan of a workload of ``n`` one-element tensors, with one candidate (its gradient)."""
+    names = [f"w{i}" for i in range(n)]
+
+    def loss(p, i):
+        return float(sum(np.sum(p[k] * i["x"]) ** 2 for k in names))
+
+    def grad(p, i):
+        return {k: 2 * np.sum(p[k] * i["x"]) * i["x"] for k in names}
+
+    workload = crosscheck.Workload(
+        name="many", parameters={k: (1,) for k in names}, inputs={"x": (1,)}, reference=loss
+    )
+    given = {"dtype": "float64", "seed": 0, "quantity": "grad", "slack": None, "strict": False}
+    return plan(
+        load_workload(workload),
+        backends=[grad],
+        reference=reference,
+        oracle=Oracle(mode),
+        execution=Execution(),
+        progress=None,
+        **given,
+    )
+
+
+def test_a_long_oracle_run_says_its_estimate_before_it_starts(capsys):
+    planned = _planned(2000)
+    cost = planned.judge.cost(len(planned.candidates))
+    # Entry by entry (auto: fewer evaluations than 4 directions per tensor): 36 evaluations per entry,
+    # for the NumPy reference and the candidate's own loss.
+    assert (cost.tensors, cost.entries, cost.mode) == (2000, 2000, "full")
+    assert (cost.evaluations, cost.functions) == (36 * 2000, 2)
+    _cost_note(planned)
+    err = capsys.readouterr().err
+    assert err.startswith("crosscheck: the oracle differences 2000 tensors (2000 entries) entry by entry")
+    assert "about 72,000 loss evaluations for each of 2 functions, roughly " in err
+    screened = _planned(2000, mode="screen").judge.cost(1)
+    assert (screened.mode, screened.evaluations) == ("screen", 36 * 4 * 2000)
+
+
+def test_a_short_run_or_one_without_the_oracle_says_nothing(capsys):
+    _cost_note(_planned(3))
+    _cost_note(_planned(2000, reference="numpy-fd-none"))  # not the oracle: no estimate
+    assert capsys.readouterr().err == ""
