@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
 import importlib.util
 import inspect
@@ -235,6 +236,8 @@ def _import_attribute(target: str, *, spec: str | None = None, kind: str = "back
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
         raise ValueError(f"{kind} import string `{spec}` must look like `package.module:attribute`.")
+    if _looks_like_a_path(module_name):
+        raise ValueError(f"{kind} `{spec}` names a path: {_module_hint(module_name, attribute)}.")
     if os.getcwd() not in sys.path:
         # Like `python -m`, let users name a module in the current directory.
         sys.path.insert(0, os.getcwd())
@@ -251,13 +254,35 @@ def _import_attribute(target: str, *, spec: str | None = None, kind: str = "back
     value = module
     for part in attribute.split("."):
         if not hasattr(value, part):
-            names = [n for n in dir(module) if not n.startswith("_")]
+            names = [n for n in dir(value) if not n.startswith("_")]
+            close = difflib.get_close_matches(part, names, n=1)
+            guess = f"did you mean `{close[0]}`? " if close else ""
             raise ValueError(
                 f"{kind} `{spec}`: module `{module_name}` has no attribute `{attribute}` "
-                f"(found: {', '.join(names[:12]) or 'nothing public'})."
+                f"({guess}found: {', '.join(names[:12]) or 'nothing public'})."
             )
         value = getattr(value, part)
     return value
+
+
+def _looks_like_a_path(module_name: str) -> bool:
+    """Whether an import string's module part is a file or folder path (``./model.py``, ``a/b``)."""
+    return module_name.endswith(".py") or "/" in module_name or os.sep in module_name or module_name[0] == "."
+
+
+def _module_hint(path: str, attribute: str) -> str:
+    """How to name the file ``path`` as a module: its name from its folder, and its dotted path from
+    here where every folder on the way is a package (``examples/port/convnet.py`` ->
+    ``examples.port.convnet``)."""
+    file = Path(path.removesuffix(".py"))
+    if str(file.parent) == ".":
+        return f"use its module name, `{file.name.lstrip('.')}:{attribute}`"
+    hint = f"use `module:attribute` from the file's folder (e.g. `{file.name}:{attribute}`, run in {file.parent})"
+    parts = Path(os.path.normpath(file)).parts
+    packages = all((Path(*parts[: i + 1]) / "__init__.py").is_file() for i in range(len(parts) - 1))
+    if len(parts) > 1 and packages and ".." not in parts and not file.is_absolute():
+        hint += f" or its dotted name from here (`{'.'.join(parts)}:{attribute}`)"
+    return hint
 
 
 def _adapt(target: Any, spec: str) -> Backend:
