@@ -277,7 +277,8 @@ def _module_hint(path: str, attribute: str) -> str:
     file = Path(path.removesuffix(".py"))
     if str(file.parent) == ".":
         return f"use its module name, `{file.name.lstrip('.')}:{attribute}`"
-    hint = f"use `module:attribute` from the file's folder (e.g. `{file.name}:{attribute}`, run in {file.parent})"
+    example = f"`{file.name}:{attribute}`, run in {file.parent}"
+    hint = f"use `module:attribute` from the file's folder (e.g. {example})"
     parts = Path(os.path.normpath(file)).parts
     packages = all((Path(*parts[: i + 1]) / "__init__.py").is_file() for i in range(len(parts) - 1))
     if len(parts) > 1 and packages and ".." not in parts and not file.is_absolute():

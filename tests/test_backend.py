@@ -147,7 +147,7 @@ def test_objects_are_backends(spec, name, inputs):
         ("nosuchmodule:f", ["`nosuchmodule:f`", "cannot import module `nosuchmodule`"]),
         ("mymodule:nosuchattr", ["no attribute `nosuchattr`", "my_grad"]),
         ("mymodule:my_gard", ["no attribute `my_gard`", "did you mean `my_grad`?"]),
-        ("./mymodule.py:my_grad", ["`./mymodule.py:my_grad` names a path", "use its module name, `mymodule:my_grad`"]),
+        ("./mymodule.py:my_grad", ["names a path", "use its module name, `mymodule:my_grad`"]),
         ("mymodule:", ["`mymodule:`", "must look like `package.module:attribute`"]),
         (":my_grad", ["`:my_grad`", "must look like `package.module:attribute`"]),
         ("mymodule:not_a_backend", ["`mymodule:not_a_backend`", "grad(weights, x)", "found float"]),
