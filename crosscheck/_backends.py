@@ -121,6 +121,17 @@ class Backend(Protocol):
     ``crosscheck inspect``, a ``claims`` dict (``{"scan": bool, "checkpoint": "layer" | "scan" |
     "segment" | None}``) and, for a JAX backend, ``loss_fn()`` returning the scalar loss whose gradient
     ``grad`` computes.
+
+    Example:
+        >>> class Doubling:  # a name and ``grad``: a backend
+        ...     name = "doubling"
+        ...     def grad(self, weights, x):
+        ...         return 2 * weights
+        >>> isinstance(Doubling(), crosscheck.Backend)
+        True
+        >>> report = crosscheck.run(layers=2, dim=3, batch=2, backends=[Doubling()])
+        >>> report.comparisons[0].backend
+        'doubling'
     """
 
     name: str
@@ -129,14 +140,30 @@ class Backend(Protocol):
 
 
 class BackendUnavailable(ImportError):
-    """A backend whose framework is not installed."""
+    """A backend whose framework is not installed (its message says what to install).
+
+    Example:
+        >>> try:
+        ...     backend = crosscheck.load_backend("torch")
+        ... except crosscheck.BackendUnavailable as exc:  # PyTorch is not installed
+        ...     print(exc)  # doctest: +SKIP
+        backend `torch` is unavailable: torch is not installed (pip install '.[torch]' from a clone ...).
+    """
 
 
 class BackendBroken(ValueError):
     """A backend whose own code fails to load it: an installed ``crosscheck.backends`` plugin (import
     error, missing attribute, raising factory), or an import string or class whose module raises on
     import or whose factory raises. The backend's fault, not a mistake in its name, so a run reports
-    it as a failed backend and runs the others."""
+    it as a failed backend and runs the others.
+
+    Example:
+        >>> try:  # mymodule.py: ``def factory(): raise RuntimeError("cannot start")``
+        ...     crosscheck.load_backend("mymodule:factory")  # doctest: +SKIP
+        ... except crosscheck.BackendBroken as exc:
+        ...     print(exc)
+        backend `mymodule:factory`: calling the factory failed: RuntimeError: cannot start
+    """
 
 
 class FunctionBackend:

@@ -27,7 +27,12 @@ WORKLOADS: dict[str, tuple[str | None, str]] = {
 
 
 def available_workloads() -> dict[str, str]:
-    """Built-in workloads: name -> one-line description (``stack`` is the default)."""
+    """Built-in workloads: name -> one-line description (``stack`` is the default).
+
+    Example:
+        >>> sorted(crosscheck.available_workloads())
+        ['stack', 'ste-stack']
+    """
     return {name: description for name, (_, description) in WORKLOADS.items()}
 
 
