@@ -29,11 +29,11 @@ DISTRIBUTION = "crosscheck-gradients"
 def install_hint(extra: str | None = None) -> str:
     """What to install for ``extra`` (``None``: the package itself), as a message quotes it.
 
-    The name is not published on the package index yet, so the hint also gives the form that works in
-    a clone of the repository.
+    The name is not published on the package index yet: the hint gives the form that works today, in a
+    clone of the repository, and the index name as what works once published.
     """
     suffix = f"[{extra}]" if extra else ""
-    return f"pip install '{DISTRIBUTION}{suffix}'; from a clone: pip install '.{suffix}'"
+    return f"from a clone: pip install '.{suffix}'; once published: pip install '{DISTRIBUTION}{suffix}'"
 
 
 #: The frameworks, one line each: the folder ``backends/<name>/`` declares the rest in its
@@ -147,7 +147,7 @@ class BackendUnavailable(ImportError):
         ...     backend = crosscheck.load_backend("torch")
         ... except crosscheck.BackendUnavailable as exc:  # PyTorch is not installed
         ...     print(exc)  # doctest: +SKIP
-        backend `torch` is unavailable: torch is not installed (pip install '.[torch]' from a clone ...).
+        backend `torch` is unavailable: torch is not installed (from a clone: pip install '.[torch]'; ...).
     """
 
 

@@ -201,7 +201,10 @@ def test_missing_framework_names_the_extra(no_torch):
     message = str(exc.value)
     assert "\n" not in message
     assert "backend `torch` is unavailable" in message
-    assert "pip install 'crosscheck-gradients[torch]'; from a clone: pip install '.[torch]'" in message
+    assert (
+        "from a clone: pip install '.[torch]'; once published: pip install 'crosscheck-gradients[torch]'"
+        in message
+    )
     assert isinstance(exc.value.__cause__, ImportError)  # raised `from exc`
     assert isinstance(exc.value, ImportError)
 

@@ -49,7 +49,7 @@ def test_cli_plot_and_missing_matplotlib(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == (
         "crosscheck: error: `--plot` needs matplotlib, which is not installed: "
-        "pip install 'crosscheck-gradients[plot]'; from a clone: pip install '.[plot]'."
+        "from a clone: pip install '.[plot]'; once published: pip install 'crosscheck-gradients[plot]'."
     )
     assert not (tmp_path / "q.png").exists()
 
