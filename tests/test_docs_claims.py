@@ -102,7 +102,7 @@ def test_the_parser_reads_targets_and_skips_options(line, targets):
 # -- claims -----------------------------------------------------------------------------------------------
 
 FENCED = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
-CLAIM = re.compile(r"<!--\s*claim:\s*(?P<body>.*?)-->", re.DOTALL)
+CLAIM = re.compile(r"(?<!`)<!--\s*claim:\s*(?P<body>.*?)-->", re.DOTALL)
 FIELDS = re.compile(
     r"^(?P<command>.+?)\s+expect:\s+(?P<expect>.+?)(?:\s+exit:\s+(?P<exit>\d+))?(?P<slow>\s+slow)?$"
 )
@@ -127,7 +127,7 @@ def claims() -> list[Claim]:
     found = []
     for page in PAGES:
         text = page.read_text(encoding="utf-8")
-        # A claim shown in a code block is an example of one (line numbers kept).
+        # A claim shown in a code block or in backticks is an example of one (line numbers kept).
         text = FENCED.sub(lambda m: "\n" * m.group(0).count("\n"), text)
         for match in CLAIM.finditer(text):
             where = f"{page.relative_to(ROOT)}:{text.count(chr(10), 0, match.start()) + 1}"
@@ -214,10 +214,10 @@ def test_a_claim_holds_on_its_text_whitespace_aside(expect, output, found):
 def test_a_malformed_claim_is_an_error_and_one_in_a_code_block_an_example(tmp_path, monkeypatch):
     page = tmp_path / "page.md"
     page.write_text(
-        "```\n<!-- claim: crosscheck run expect: PASSED -->\n```\n"
+        "```\n<!-- claim: crosscheck run expect: PASSED -->\n```\n`<!-- claim: an example -->`\n"
         "text <!-- claim: crosscheck run PASSED -->\n"
     )
     monkeypatch.setattr(sys.modules[__name__], "PAGES", [page])
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
-    with pytest.raises(ValueError, match=r"page\.md:4: a claim must read"):
+    with pytest.raises(ValueError, match=r"page\.md:5: a claim must read"):
         claims()
