@@ -1,5 +1,5 @@
 """Sessions: ``nox -s tests``, ``nox -s crosscheck`` (the sweep), ``nox -s lint``, ``nox -s docs``,
-``nox -s bench``, ``nox -s bench_sweep``, ``nox -s memory``, ``nox -s zoo``.
+``nox -s bench``, ``nox -s bench_sweep``, ``nox -s memory``, ``nox -s zoo``, ``nox -s docs-claims``.
 
 Every session installs this project from the working tree (the distribution ``crosscheck-gradients``;
 the import package and the command are ``crosscheck``) with ``constraints.txt``.
@@ -69,6 +69,15 @@ def docs(session: nox.Session) -> None:
         session.run("mkdocs", "serve", *session.posargs[1:], env=quiet)
     else:
         session.run("mkdocs", "build", "--strict", *session.posargs, env=quiet)
+
+
+@nox.session(name="docs-claims")
+def docs_claims(session: nox.Session) -> None:
+    """Re-run every claim the docs mark (``<!-- claim: ... -->``), the slow ones too (benchmarks, GPT-2):
+    ``tests/test_docs_claims.py`` with ``CROSSCHECK_CLAIMS=all``; ``nox -s tests`` runs the cheap ones.
+    """
+    _install(session, "all,port,test")
+    session.run("pytest", "tests/test_docs_claims.py", *session.posargs, env={"CROSSCHECK_CLAIMS": "all"})
 
 
 @nox.session

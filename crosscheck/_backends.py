@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
 import importlib.util
 import inspect
@@ -28,11 +29,11 @@ DISTRIBUTION = "crosscheck-gradients"
 def install_hint(extra: str | None = None) -> str:
     """What to install for ``extra`` (``None``: the package itself), as a message quotes it.
 
-    The name is not published on the package index yet, so the hint also gives the form that works in
-    a clone of the repository.
+    The name is not published on the package index yet: the hint gives the form that works today, in a
+    clone of the repository, and the index name as what works once published.
     """
     suffix = f"[{extra}]" if extra else ""
-    return f"pip install '{DISTRIBUTION}{suffix}'; from a clone: pip install '.{suffix}'"
+    return f"from a clone: pip install '.{suffix}'; once published: pip install '{DISTRIBUTION}{suffix}'"
 
 
 #: The frameworks, one line each: the folder ``backends/<name>/`` declares the rest in its
@@ -120,6 +121,17 @@ class Backend(Protocol):
     ``crosscheck inspect``, a ``claims`` dict (``{"scan": bool, "checkpoint": "layer" | "scan" |
     "segment" | None}``) and, for a JAX backend, ``loss_fn()`` returning the scalar loss whose gradient
     ``grad`` computes.
+
+    Example:
+        >>> class Doubling:  # a name and ``grad``: a backend
+        ...     name = "doubling"
+        ...     def grad(self, weights, x):
+        ...         return 2 * weights
+        >>> isinstance(Doubling(), crosscheck.Backend)
+        True
+        >>> report = crosscheck.run(layers=2, dim=3, batch=2, backends=[Doubling()])
+        >>> report.comparisons[0].backend
+        'doubling'
     """
 
     name: str
@@ -128,14 +140,30 @@ class Backend(Protocol):
 
 
 class BackendUnavailable(ImportError):
-    """A backend whose framework is not installed."""
+    """A backend whose framework is not installed (its message says what to install).
+
+    Example:
+        >>> try:
+        ...     backend = crosscheck.load_backend("torch")
+        ... except crosscheck.BackendUnavailable as exc:  # PyTorch is not installed
+        ...     print(exc)  # doctest: +SKIP
+        backend `torch` is unavailable: torch is not installed (from a clone: pip install '.[torch]'; ...).
+    """
 
 
 class BackendBroken(ValueError):
     """A backend whose own code fails to load it: an installed ``crosscheck.backends`` plugin (import
     error, missing attribute, raising factory), or an import string or class whose module raises on
     import or whose factory raises. The backend's fault, not a mistake in its name, so a run reports
-    it as a failed backend and runs the others."""
+    it as a failed backend and runs the others.
+
+    Example:
+        >>> try:  # mymodule.py: ``def factory(): raise RuntimeError("cannot start")``
+        ...     crosscheck.load_backend("mymodule:factory")  # doctest: +SKIP
+        ... except crosscheck.BackendBroken as exc:
+        ...     print(exc)
+        backend `mymodule:factory`: calling the factory failed: RuntimeError: cannot start
+    """
 
 
 class FunctionBackend:
@@ -235,6 +263,8 @@ def _import_attribute(target: str, *, spec: str | None = None, kind: str = "back
     module_name, _, attribute = target.partition(":")
     if not module_name or not attribute:
         raise ValueError(f"{kind} import string `{spec}` must look like `package.module:attribute`.")
+    if _looks_like_a_path(module_name):
+        raise ValueError(f"{kind} `{spec}` names a path: {_module_hint(module_name, attribute)}.")
     if os.getcwd() not in sys.path:
         # Like `python -m`, let users name a module in the current directory.
         sys.path.insert(0, os.getcwd())
@@ -251,13 +281,36 @@ def _import_attribute(target: str, *, spec: str | None = None, kind: str = "back
     value = module
     for part in attribute.split("."):
         if not hasattr(value, part):
-            names = [n for n in dir(module) if not n.startswith("_")]
+            names = [n for n in dir(value) if not n.startswith("_")]
+            close = difflib.get_close_matches(part, names, n=1)
+            guess = f"did you mean `{close[0]}`? " if close else ""
             raise ValueError(
                 f"{kind} `{spec}`: module `{module_name}` has no attribute `{attribute}` "
-                f"(found: {', '.join(names[:12]) or 'nothing public'})."
+                f"({guess}found: {', '.join(names[:12]) or 'nothing public'})."
             )
         value = getattr(value, part)
     return value
+
+
+def _looks_like_a_path(module_name: str) -> bool:
+    """Whether an import string's module part is a file or folder path (``./model.py``, ``a/b``)."""
+    return module_name.endswith(".py") or "/" in module_name or os.sep in module_name or module_name[0] == "."
+
+
+def _module_hint(path: str, attribute: str) -> str:
+    """How to name the file ``path`` as a module: its name from its folder, and its dotted path from
+    here where every folder on the way is a package (``examples/port/convnet.py`` ->
+    ``examples.port.convnet``)."""
+    file = Path(path.removesuffix(".py"))
+    if str(file.parent) == ".":
+        return f"use its module name, `{file.name.lstrip('.')}:{attribute}`"
+    example = f"`{file.name}:{attribute}`, run in {file.parent}"
+    hint = f"use `module:attribute` from the file's folder (e.g. {example})"
+    parts = Path(os.path.normpath(file)).parts
+    packages = all((Path(*parts[: i + 1]) / "__init__.py").is_file() for i in range(len(parts) - 1))
+    if len(parts) > 1 and packages and ".." not in parts and not file.is_absolute():
+        hint += f" or its dotted name from here (`{'.'.join(parts)}:{attribute}`)"
+    return hint
 
 
 def _adapt(target: Any, spec: str) -> Backend:

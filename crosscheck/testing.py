@@ -40,6 +40,11 @@ def assert_gradients_close(
         AssertionError: the check failed; the message is what ``crosscheck run`` prints after its table
             (each mismatch message, naming the parameter and the worst entry, then the FAILED line).
         ValueError, TypeError: bad arguments, as ``crosscheck.run``.
+
+    Example:
+        >>> from crosscheck.testing import assert_gradients_close
+        >>> def test_my_grad():  # in your test suite; my_grad(weights, x) is yours
+        ...     assert_gradients_close(crosscheck.Stack(layers=4, dim=8), backends=[my_grad])
     """
     __tracebackhide__ = True  # pytest shows the caller's line, not this function's
     from crosscheck._engine.run import run
@@ -60,7 +65,16 @@ def assert_gradients_close(
 
 
 def failure_message(report: Report) -> str:
-    """What ``crosscheck run`` prints after its table, as plain text (the CLI may wrap long lines)."""
+    """What ``crosscheck run`` prints after its table, as plain text (the CLI may wrap long lines).
+
+    Example:
+        >>> from crosscheck.testing import failure_message
+        >>> def zeros(weights, x):  # a wrong gradient
+        ...     return np.zeros_like(weights)
+        >>> report = crosscheck.run(layers=2, dim=4, batch=3, seed=1, backends=[zeros])
+        >>> print(failure_message(report).splitlines()[-1])
+        FAILED: `zeros` disagrees with `numpy-fd`
+    """
     lines = [text for text, _ in report.messages()]
     lines += [f"{r.name}: {r.status}: {r.error}" for r in report.backends.values() if r.status in _FAILED]
     lines.append("FAILED: " + "; ".join(report.problems))

@@ -146,6 +146,8 @@ def test_objects_are_backends(spec, name, inputs):
         ("JAX", ["unknown backend `JAX`", "jax, torch, numpy-fd"]),
         ("nosuchmodule:f", ["`nosuchmodule:f`", "cannot import module `nosuchmodule`"]),
         ("mymodule:nosuchattr", ["no attribute `nosuchattr`", "my_grad"]),
+        ("mymodule:my_gard", ["no attribute `my_gard`", "did you mean `my_grad`?"]),
+        ("./mymodule.py:my_grad", ["names a path", "use its module name, `mymodule:my_grad`"]),
         ("mymodule:", ["`mymodule:`", "must look like `package.module:attribute`"]),
         (":my_grad", ["`:my_grad`", "must look like `package.module:attribute`"]),
         ("mymodule:not_a_backend", ["`mymodule:not_a_backend`", "grad(weights, x)", "found float"]),
@@ -158,6 +160,8 @@ def test_objects_are_backends(spec, name, inputs):
         "wrong-case",
         "no-module",
         "no-attribute",
+        "misspelled-attribute",
+        "a-file-path",
         "no-attribute-given",
         "no-module-given",
         "not-a-backend",
@@ -197,7 +201,10 @@ def test_missing_framework_names_the_extra(no_torch):
     message = str(exc.value)
     assert "\n" not in message
     assert "backend `torch` is unavailable" in message
-    assert "pip install 'crosscheck-gradients[torch]'; from a clone: pip install '.[torch]'" in message
+    assert (
+        "from a clone: pip install '.[torch]'; once published: pip install 'crosscheck-gradients[torch]'"
+        in message
+    )
     assert isinstance(exc.value.__cause__, ImportError)  # raised `from exc`
     assert isinstance(exc.value, ImportError)
 

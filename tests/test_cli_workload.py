@@ -87,6 +87,9 @@ def test_a_user_workload_with_a_user_backend(user_dir, capsys):
     [
         (["--workload", "no_such_module_q:w"], "cannot import module `no_such_module_q`"),
         (["--workload", "cli_workloads:missing"], "has no attribute `missing`"),
+        (["--workload", "cli_workloads:goood"], "has no attribute `goood` (did you mean `good`? found: "),
+        (["--workload", "./cli_workloads.py:good"], "a path: use its module name, `cli_workloads:good`."),
+        (["--workload", "models/cli.py:good"], "from the file's folder (e.g. `cli:good`, run in models)."),
         (["--workload", "cli_workloads:not_a_workload"], "must be a crosscheck.Workload"),
         (["--workload", "nope"], "unknown workload `nope`: expected one of stack"),
         (["--workload", "cli_workloads:bad_shapes"], "parameter `w` must have shape (3, 2); found (2, 3)"),
@@ -103,6 +106,9 @@ def test_a_user_workload_with_a_user_backend(user_dir, capsys):
     ids=[
         "module",
         "attribute",
+        "did-you-mean",
+        "a-file",
+        "a-file-in-a-folder",
         "not-a-workload",
         "unknown-name",
         "generate-shapes",

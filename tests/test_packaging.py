@@ -43,8 +43,11 @@ def test_the_installed_distribution_is_this_one():
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
-        ("torch", "pip install 'crosscheck-gradients[torch]'; from a clone: pip install '.[torch]'"),
-        (None, "pip install 'crosscheck-gradients'; from a clone: pip install '.'"),
+        (
+            "torch",
+            "from a clone: pip install '.[torch]'; once published: pip install 'crosscheck-gradients[torch]'",
+        ),
+        (None, "from a clone: pip install '.'; once published: pip install 'crosscheck-gradients'"),
     ],
     ids=["extra", "package"],
 )

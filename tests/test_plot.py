@@ -49,7 +49,7 @@ def test_cli_plot_and_missing_matplotlib(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == (
         "crosscheck: error: `--plot` needs matplotlib, which is not installed: "
-        "pip install 'crosscheck-gradients[plot]'; from a clone: pip install '.[plot]'."
+        "from a clone: pip install '.[plot]'; once published: pip install 'crosscheck-gradients[plot]'."
     )
     assert not (tmp_path / "q.png").exists()
 
@@ -93,3 +93,28 @@ def test_a_screened_run_draws_unchecked_layers_grey(tmp_path):
     image = imread(tmp_path / "p.png")[..., :3]
     grey = np.all(np.abs(image - np.array(to_rgba(plot.NOT_CHECKED[0])[:3])) < 0.02, axis=-1)
     assert grey.sum() > 2 * 5000  # layers 0 and 2, not checked entry by entry, drawn grey
+
+
+@pytest.mark.parametrize(
+    ("reference", "against"),
+    [
+        ("torch", "each candidate against `torch`; "),
+        ("numpy-fd", "each candidate against `numpy-fd` (the oracle); "),
+    ],
+    ids=["a-backend", "the-oracle"],
+)
+def test_the_title_is_one_line_naming_the_reference(reference, against):
+    from crosscheck._report.plot import _title
+    from crosscheck._report.report import Report
+
+    case = {
+        "workload": "convnet",
+        "dtype": "float32",
+        "seed": 0,
+        "parameters": ["conv1.weight", "conv1.bias"],
+        "loss": "projection of every output array: sum_i sum(R_i * output_i), R_i ~ N(0, 1) seed 0 + i",
+        "oracle_differentiates": "nothing: no oracle ran (a backend is the reference)",
+    }
+    line = _title(Report(case=case, backends={}, comparisons=[], reference=reference), [], [], chars=120)
+    assert line == f"{against}workload=convnet, dtype=float32, seed=0"
+    assert (reference == "torch") == ("oracle" not in line)  # the oracle only where it was the reference

@@ -219,3 +219,32 @@ def test_the_cli_turns_a_bad_listing_into_exit_2(convnet_function, monkeypatch, 
     err = capsys.readouterr().err
     assert "names `bn`, which is not a PyTorch module (its modules: conv1, bn1, relu, pool, fc)" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+# ---- The transformer block example in Equinox (vmapped over the batch and the sequence) ---------------
+
+
+@pytest.fixture(scope="module")
+def block_equinox():
+    pytest.importorskip("equinox")
+    from examples.port import block_equinox
+
+    return block_equinox
+
+
+def test_the_healthy_equinox_block_maps_by_name_and_passes(block_equinox):
+    rows = {r["torch"]: r for r in block_equinox.port.mapping.rows()}
+    assert (rows["attn.q.weight"]["jax"], rows["attn.q.weight"]["transform"]) == ("attn/q/weight", "identity")
+    assert "layout: Linear (out,in) -> Linear (out,in)" in rows["fc1.weight"]["how"]
+    report, verdict = _verdict(block_equinox.port)
+    assert report.passed, report.problems
+    assert verdict["text"].startswith("every listed module's output (ln1, attn, ln2, fc1, act, fc2)")
+    outputs = [c for c in report.comparisons if "(output)" in (c.parameter or "")]
+    assert len(outputs) == len(block_equinox.LISTED) + 1 and all(c.total > 0 for c in outputs)
+
+
+@pytest.mark.parametrize("bug", ["attention_scale", "gelu_tanh"])
+def test_each_planted_equinox_block_bug_is_located(block_equinox, bug):
+    report, verdict = _verdict(getattr(block_equinox, bug))
+    assert not report.passed
+    assert (verdict["starts_in"], verdict["module"]) == ("forward", block_equinox.BUGS[bug][1])

@@ -9,6 +9,7 @@ import pytest
 
 from crosscheck._compare.compare import Comparison
 from crosscheck._report.report import BackendResult, Report
+from crosscheck._report.table import summary
 from crosscheck._report.tree import SUMMARY_ROWS, Group, arrange
 
 #: 50 blocks of 4 tensors: a port of 200 parameter tensors.
@@ -68,6 +69,27 @@ def test_a_healthy_model_of_200_tensors_is_a_few_lines():
     assert any("blocks (200 rows)" in line for line in lines)
     assert not any("blocks.3.fc.weight" in line for line in lines)
     assert "parameters: 200 arrays" in "\n".join(lines[:3])  # the title counts them
+
+
+@pytest.mark.parametrize(
+    ("parameters", "outputs", "on"),
+    [
+        (
+            NAMES[:17],
+            NAMES[17:29],
+            "on all 17 parameters and 12 other rows (`blocks.4.fc.bias`, `blocks.4.norm.weight` and 10 more)",
+        ),
+        (NAMES[:1], NAMES[1:2], "on its 1 parameter and 1 other row (`blocks.0.fc.bias`)"),
+        (NAMES[:17], [], "on all 17 parameters"),
+    ],
+    ids=["a-port-s-module-outputs", "one-of-each", "parameters-only"],
+)
+def test_the_passed_line_counts_parameters_only(parameters, outputs, on):
+    # A port's module outputs are rows of the table, not parameters: "29 parameters" for a model of 17.
+    report = _report()
+    report.comparisons[:] = [_comparison(n) for n in [*parameters, *outputs]]
+    report.case["parameters"] = {n: [4] for n in parameters}
+    assert summary(report) == f"1 candidate(s) agree with `torch` {on}"
 
 
 def test_a_failing_row_comes_first_and_opens_its_module_only():

@@ -5,6 +5,7 @@ workload (with a NumPy reference, without one, a port), on small models of our o
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import io
 
@@ -17,7 +18,7 @@ from crosscheck._report import table
 from crosscheck._workloads.fd.function import Plan
 from crosscheck._workloads.user.rounding import Rounding
 from crosscheck._workloads.user.summary import Findings, Record
-from crosscheck._workloads.user.verdict import answers, verdict
+from crosscheck._workloads.user.verdict import answers, plural, verdict
 
 needs_frameworks = pytest.mark.skipif(
     importlib.util.find_spec("jax") is None or importlib.util.find_spec("torch") is None,
@@ -68,6 +69,31 @@ def test_with_the_oracle_an_own_loss_never_differenced_is_not_checked():
     findings = _findings(oracle=True)
     record = _record("jax", "numpy-fd", "derivative", "differences of `jax`'s own float64 loss")
     assert verdict(findings, record) == "`jax`: derivative not checked: its own loss was not differenced"
+
+
+def test_a_deep_model_s_verdict_names_a_few_parameters_and_counts_the_rest():
+    findings = _findings(oracle=False)
+    record = _record("jax", "torch", "same function", "`torch`'s gradient", passed=False)
+    first = record.comparisons[0]
+    record.comparisons[:] = [dataclasses.replace(first, parameter=f"h.{i}.w") for i in range(200)]
+    assert verdict(findings, record) == (
+        "`jax`: its gradient differs from `torch`'s at parameters `h.0.w`, `h.1.w`, `h.2.w` and 197 more "
+        "(`jax` vs `torch`: `torch`'s gradient); derivative not checked: no oracle ran "
+        "(`--reference torch`), so which of the two is wrong is unknown"
+    )
+
+
+@pytest.mark.parametrize(
+    ("count", "named"),
+    [
+        (1, "parameter `p0`"),
+        (4, "parameters `p0`, `p1`, `p2`, `p3`"),
+        (5, "parameters `p0`, `p1`, `p2` and 2 more"),
+    ],
+    ids=["one", "four", "five"],
+)
+def test_plural_lists_at_most_four_names(count, named):
+    assert plural([f"`p{i}`" for i in range(count)] * 2) == named
 
 
 # -- the table: reference x kind of workload ---------------------------------------------------------------

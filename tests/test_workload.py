@@ -103,6 +103,17 @@ def test_bad_workload_specs(spec, message):
         load_workload(spec)
 
 
+def test_a_file_path_in_a_package_gets_its_dotted_name(monkeypatch):
+    monkeypatch.chdir(ROOT)  # examples/ and examples/port/ are packages there
+    with pytest.raises(ValueError, match="names a path") as exc:
+        load_workload("./examples/port/convnet.py:port")
+    assert str(exc.value) == (
+        "workload `./examples/port/convnet.py:port` names a path: use `module:attribute` from the file's "
+        "folder (e.g. `convnet:port`, run in examples/port) or its dotted name from here "
+        "(`examples.port.convnet:port`)."
+    )
+
+
 # --- the driver on the GELU port example -------------------------------------------------------------
 
 

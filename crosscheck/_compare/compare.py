@@ -67,7 +67,19 @@ class Kinks:
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
-    """The record of one candidate against the reference (see README, "JSON report")."""
+    """The record of one candidate against the reference (see README, "JSON report"): one per candidate
+    (and per parameter and question, for a workload), in ``Report.comparisons``.
+
+    Example:
+        >>> def zeros(weights, x):  # a wrong gradient
+        ...     return np.zeros_like(weights)
+        >>> report = crosscheck.run(layers=2, dim=4, batch=3, seed=1, backends=[zeros])
+        >>> c = report.comparisons[0]
+        >>> c.backend, c.reference, c.passed, c.mismatched, c.total
+        ('zeros', 'numpy-fd', False, 23, 32)
+        >>> print(c.message.splitlines()[0])
+        Mismatched elements: 23 / 32 (71.9%)
+    """
 
     backend: str
     reference: str

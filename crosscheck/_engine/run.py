@@ -230,6 +230,14 @@ def run(
 
     Raises:
         ValueError, TypeError: bad arguments, said in one line (a mismatch is a record, never raised).
+
+    Example:
+        >>> def zeros(weights, x):  # a wrong gradient
+        ...     return np.zeros_like(weights)
+        >>> crosscheck.run(layers=2, dim=4, batch=3, seed=1, backends=[zeros]).passed
+        False
+        >>> crosscheck.run(dim=16, dtype="float32", backends=["jax", "torch"]).passed  # doctest: +SKIP
+        True
     """
     records = _records(rtol, atol, oracle_mode, directions, repeat, isolate, timeout, backends)
     knobs = {"weights": weights, "x": x, "layers": layers, "batch": batch, "dim": dim, "init": init}

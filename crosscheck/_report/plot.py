@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._backends import ORACLE
 from crosscheck._compare.compare import Comparison
 from crosscheck._report.report import Report
-from crosscheck._report.table import title
 from crosscheck._report.text import plain
 
 #: Colour range, in decades of difference / tolerance: 1e-4 (deep blue) to 1e4 (deep red); 1 is white.
@@ -165,16 +165,35 @@ def axis_names(c: Comparison) -> list[str]:
 
 
 def _title(report: Report, shown: list[Comparison], left_out: list[Comparison], *, chars: int) -> str:
-    """The case, the markers' legend, and what is not shown; lines of at most ``chars`` characters."""
-    lines = [
-        *textwrap.wrap(text(f"{title(report)} (against {report.reference})"), chars),
-    ]
+    """One line (the case's short values and the reference these differences are against), then a
+    line for what is not shown, if anything is; lines of at most ``chars`` characters."""
+    lines = [textwrap.shorten(text(plot_title(report)), chars, placeholder=" ...")]
     if any(_panels(c) > MAX_PANELS for c in shown):
         lines.append(f"the first {MAX_PANELS} panels of each comparison are shown")
     if left_out:
         names = ", ".join(text(f"{c.backend} {c.parameter or ''}".strip()) for c in left_out)
-        lines += textwrap.wrap(f"not shown (one axis, no image): {names}", chars)
+        left = f"not shown (one axis, no image), {len(left_out)}: {names}"
+        lines.append(textwrap.shorten(left, chars, placeholder=" ..."))
     return "\n".join(lines)
+
+
+#: A case value longer than this is left out of the plot's title (a port's loss in words: the JSON
+#: report and the terminal's title have it).
+SHORT = 24
+
+
+def plot_title(report: Report) -> str:
+    """``each candidate against `torch`; workload=convnet, dtype=float32, seed=0``: the
+    reference the differences are against first (the oracle only where it was the reference), then the
+    case's short values (a title too long for the figure loses them from the end)."""
+    values = [
+        f"{k}={v}"
+        for k, v in report.case.items()
+        if isinstance(v, (str, int, float)) and len(str(v)) <= SHORT and not k.endswith("sha256")
+    ]
+    ref = report.reference
+    against = f"`{ref}` (the oracle)" if ref == ORACLE else f"`{ref}`"
+    return f"each candidate against {against}; {', '.join(values)}"
 
 
 def text(value: Any) -> str:

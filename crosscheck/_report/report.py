@@ -73,7 +73,18 @@ class BackendResult:
 
 @dataclasses.dataclass(frozen=True)
 class Report:
-    """The outcome of one run; ``passed`` decides the exit status of the CLI."""
+    """The outcome of one run; ``passed`` decides the exit status of the CLI.
+
+    Example:
+        >>> oracle = crosscheck.load_backend("numpy-fd")
+        >>> def numpy_grad(weights, x):  # the oracle's gradient, rounded: a candidate that agrees
+        ...     return oracle.grad(weights, x).astype(weights.dtype)
+        >>> report = crosscheck.run(layers=2, dim=3, batch=2, backends=[numpy_grad])
+        >>> report.passed, [c.backend for c in report.comparisons]
+        (True, ['numpy_grad'])
+        >>> report.to_dict()["passed"]  # the JSON report
+        True
+    """
 
     case: dict[str, Any]
     backends: dict[str, BackendResult]

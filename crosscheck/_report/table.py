@@ -209,15 +209,33 @@ def _shape(shape: Any) -> str:
     return str(tuple(shape)) if isinstance(shape, (list, tuple)) else str(shape)
 
 
+def _parameters(report: Report) -> tuple[list[str], list[str]]:
+    """The parameters the comparisons are of, and their other named rows (a port's ``conv1 (output)``),
+    in the report's order: a parameter is one the case lists, where it lists them."""
+    named = list(dict.fromkeys(c.parameter for c in report.comparisons if c.parameter))
+    listed = report.case.get("parameters")
+    if not isinstance(listed, (list, dict)) or not listed:
+        return named, []
+    return [n for n in named if n in listed], [n for n in named if n not in listed]
+
+
+def _few(names: list[str], shown: int = 2) -> str:
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(f"`{n}`" for n in names[:shown]) + more
+
+
 def summary(report: Report) -> str:
     """The PASSED line: how many candidates agree (on how many parameters), and what was unjudgeable."""
     backends = {c.backend for c in report.comparisons}
-    parameters = {c.parameter for c in report.comparisons if c.parameter}
-    on = f" on all {len(parameters)} parameters" if parameters else ""
+    parameters, others = _parameters(report)
+    on = f" on all {len(parameters)} parameters" if len(parameters) > 1 else ""
+    on = " on its 1 parameter" if len(parameters) == 1 else on
     skipped = report.oracle.get("not_checked") or {}  # parameters a workload left out, and why
     if skipped:
         total = len(parameters) + len(skipped)
         on = f" on {len(parameters)} of {total} parameters ({len(skipped)} not checked)"
+    if others:  # rows that are not parameters (a port's module outputs) are not counted as parameters
+        on += f" and {len(others)} other row{'s' if len(others) > 1 else ''} ({_few(others)})"
     reasons: dict[str, int] = {}
     for c in report.comparisons:
         for reason, n in c.unjudgeable_reasons.items():

@@ -35,6 +35,9 @@ def projection_loss(outputs: Any, *, seed: int = 0) -> Any:
     theirs, differentiable), in the outputs' dtype.
 
     Example:
+        >>> outputs = np.ones((2, 3))
+        >>> crosscheck.projection_loss(outputs) == crosscheck.projection_loss(outputs)  # fixed R
+        True
         >>> def torch_loss(params, inputs):  # doctest: +SKIP
         ...     return crosscheck.projection_loss(model(params, inputs["x"]))
     """

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from crosscheck._backends import _import_attribute
+from crosscheck._backends import _import_attribute, install_hint
 from crosscheck._errors import user_call
 from crosscheck._workloads.port.declare import Port
 from crosscheck._workloads.port.workload import PortWorkload
@@ -27,7 +27,12 @@ WORKLOADS: dict[str, tuple[str | None, str]] = {
 
 
 def available_workloads() -> dict[str, str]:
-    """Built-in workloads: name -> one-line description (``stack`` is the default)."""
+    """Built-in workloads: name -> one-line description (``stack`` is the default).
+
+    Example:
+        >>> sorted(crosscheck.available_workloads())
+        ['stack', 'ste-stack']
+    """
     return {name: description for name, (_, description) in WORKLOADS.items()}
 
 
@@ -80,7 +85,7 @@ def _port(port: Port, spec: str | None) -> PortWorkload:
     try:
         return PortWorkload(port, spec=spec)
     except ImportError as exc:  # a framework a port needs is not installed
-        raise ValueError(f"port `{port.name}`: {exc}; pip install 'crosscheck-gradients[all,port]'") from exc
+        raise ValueError(f"port `{port.name}`: {exc}; {install_hint('all,port')}") from exc
 
 
 def _resolve(target: str, spec: str) -> Workload | Port:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._backends import install_hint
 from crosscheck._errors import DetailedError, describe, user_call
 from crosscheck._workloads.losses import floating_outputs, outputs_loss
 from crosscheck._workloads.port import mapping as mapping_module
@@ -120,9 +121,7 @@ def _import(module: str, framework: str) -> Any:
     try:
         return importlib.import_module(f"crosscheck._workloads.port.{module}")
     except ImportError as exc:
-        raise ValueError(
-            f"a Port needs {framework}: {describe(exc)}; pip install 'crosscheck-gradients[all,port]'"
-        ) from exc
+        raise ValueError(f"a Port needs {framework}: {describe(exc)}; {install_hint('all,port')}") from exc
 
 
 def make_inputs(port: Port, rng: np.random.Generator, dtype: str) -> dict[str, np.ndarray]:

@@ -48,6 +48,12 @@ class Case:
             exact zero pre-activations) or ``"nearzero"`` (integers nudged by ~1e-7, giving
             pre-activations too close to zero for float32 to get their sign right).
         scale: factor applied to ``x`` (tests the tolerances at other magnitudes).
+
+    Example:
+        >>> case = crosscheck.Case(layers=3, dim=2, batch=1, init="identity")
+        >>> oracle = crosscheck.load_backend("numpy-fd")
+        >>> oracle.grad(*crosscheck.make_inputs(case)).tolist()[0]  # 2 * N everywhere
+        [[2.0, 2.0], [2.0, 2.0]]
     """
 
     layers: int = 8
@@ -84,7 +90,13 @@ class Case:
 
 
 def make_inputs(case: Case) -> tuple[np.ndarray, np.ndarray]:
-    """Return ``(weights, x)`` for ``case``: shapes ``(L, d, d)`` and ``(N, d)``, dtype ``case.dtype``."""
+    """Return ``(weights, x)`` for ``case``: shapes ``(L, d, d)`` and ``(N, d)``, dtype ``case.dtype``.
+
+    Example:
+        >>> weights, x = crosscheck.make_inputs(crosscheck.Case(layers=3, dim=2, batch=1, init="identity"))
+        >>> weights.shape, x.shape, str(x.dtype)
+        ((3, 2, 2), (1, 2), 'float32')
+    """
     rng = np.random.default_rng(case.seed)
     shape_w, shape_x = (case.layers, case.dim, case.dim), (case.batch, case.dim)
     if case.init == "gaussian":

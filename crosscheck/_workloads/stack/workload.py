@@ -44,7 +44,7 @@ class Stack:
         >>> stack = crosscheck.Stack(layers=3, dim=4)
         >>> stack.knobs["layers"], stack.knobs["dim"]
         (3, 4)
-        >>> report = crosscheck.check(stack, backends=["numpy-fd-float32"])  # doctest: +SKIP
+        >>> report = crosscheck.check(stack, backends=["jax", "torch"])  # doctest: +SKIP
     """
 
     name = "stack"
