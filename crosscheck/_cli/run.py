@@ -131,8 +131,15 @@ def _add_oracle(check: Any) -> None:
         "--quantity",
         choices=tuple(QUANTITIES),
         default="grad",
-        help="what to cross-check: grad (default) or hvp, the Hessian-vector product along a direction "
-        "made from --seed (candidates need an hvp(weights, x, v) method)",
+        help="what to cross-check: grad (default), hvp, the Hessian-vector product along a direction "
+        "made from --seed (candidates need an hvp(weights, x, v) method), or update, the parameters after "
+        "each optimizer step of a crosscheck.Train workload",
+    )
+    check.add_argument(
+        "--steps",
+        type=int,
+        metavar="K",
+        help="optimizer steps per side with --quantity update (default: the Train workload's)",
     )
     check.add_argument(
         "--directions",
@@ -189,9 +196,16 @@ def _workload_options(args: argparse.Namespace, workload: Any) -> dict[str, Any]
     given.update({k: getattr(args, k) for k in ("weights", "x") if getattr(args, k) is not None})
     if args.explain:
         given["explain"] = True
+    if args.steps is not None:
+        given["steps"] = args.steps
     refused = [k for k in given if k not in workload.takes]
     if args.quantity not in workload.quantities:
         refused.append("quantity")
+    if "steps" in refused or (args.quantity == "update") != ("update" in workload.quantities):
+        raise UsageError(
+            f"`--quantity update` and `--steps` go together with a crosscheck.Train workload (a port and an "
+            f"optimizer on each side); workload `{workload.name}` checks {', '.join(workload.quantities)}."
+        )
     if refused:
         raise UsageError(
             f"`--{refused[0]}` applies to the stack workload only; workload `{workload.name}` defines "
