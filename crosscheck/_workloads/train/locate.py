@@ -119,4 +119,5 @@ def _part_text(part: str | None, tried: dict, step: int) -> str:
     values = ", ".join(f"{k}={v}" for k, v in tried[part]["values"].items())
     also = [n for n, t in tried.items() if t["agrees"] and n != part]
     more = f" (also removed by turning off: {', '.join(also)})" if also else ""
-    return f"with the {part} off ({values}) both sides agree through step {step}: the {part} differs{more}"
+    agree = f"with the {part} off ({values}) both sides agree through step {step}"
+    return f"{agree}: the part that differs is the {part}{more}"
