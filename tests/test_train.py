@@ -85,6 +85,16 @@ def test_a_model_bug_is_the_models_not_the_optimizers():
     assert "the model is at fault, not the optimizer" in report.verdicts()["jax"]
 
 
+def test_a_training_in_which_nothing_moves_is_no_check():
+    zero = optimizers.train(_port(), steps=2)
+    zero = crosscheck.Train(
+        zero.port, zero.torch_optimizer, zero.optax, hyper={**zero.hyper, "lr": 0.0}, steps=2
+    )
+    report = crosscheck.check(zero, quantity="update")
+    assert not report.passed
+    assert "no parameter of `torch` moved in 2 steps" in report.verdicts()["jax"]
+
+
 def test_run_takes_steps():
     report = crosscheck.run(workload=_train(), quantity="update", steps=1)
     assert report.passed and report.backends["jax"].notes["update"]["steps"] == 1
@@ -100,8 +110,12 @@ def test_run_takes_steps():
         (["--workload", "examples.port.gpt2:port", "--quantity", "update"], "crosscheck.Train workload"),
         (["--quantity", "update"], "crosscheck.Train workload"),
         (["--workload", "examples.port.gpt2:port", "--steps", "3"], "crosscheck.Train workload"),
+        (
+            ["--workload", "examples.port.gpt2:train", "--quantity", "update", "--plot", "x.png"],
+            "not available with `--quantity update`",
+        ),
     ],
-    ids=["steps-0", "port-without-optimizer", "stack", "steps-without-update"],
+    ids=["steps-0", "port-without-optimizer", "stack", "steps-without-update", "plot"],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message, capsys):
     assert main(["run", *args]) == 2

@@ -293,8 +293,10 @@ def _check_options(args: argparse.Namespace) -> None:
     """Options that contradict each other, and outputs that cannot be written, before any work."""
     check_tolerances(args)
     _check_directions(args)
-    if args.quantity == "hvp" and (args.save_bundle or args.plot):
-        raise UsageError("`--save-bundle` and `--plot` are not available with `--quantity hvp` yet.")
+    if args.quantity in ("hvp", "update") and (args.save_bundle or args.plot):
+        raise UsageError(
+            f"`--save-bundle` and `--plot` are not available with `--quantity {args.quantity}` yet."
+        )
 
 
 def _check_plot_and_bundle(args: argparse.Namespace) -> None:

@@ -96,8 +96,19 @@ class UpdateJudge:
             text = f"the update check did not happen: `{name}`'s float64 re-run failed: {again.error}"
             self.verdicts[name] = Verdict(text, fails=True)
             return [_failed(name, reference.name, text)]
+        still = unmoved(reference.data.main)
+        if len(still) == len(reference.data.main):
+            text = (
+                f"the update check did not happen: no parameter of `{reference.name}` moved in "
+                f"{self.workload.steps} steps, so nothing was compared (a learning rate of 0? an optimizer "
+                "given no parameters?)"
+            )
+            self.verdicts[name] = Verdict(text, fails=True)
+            return [_failed(name, reference.name, text)]
         found, capped = judged(Runs(value, again.value), reference.data, name, reference.name, self.options)
         self.notes[name] = {"rounding": "measured: each step re-run in float64" + _capped(capped)}
+        if still:  # compared, but said: a frozen parameter's "agreement" is only that both left it alone
+            self.notes[name]["unmoved"] = still
         verdict, record = locate.verdict(self, backend, found, reference, call)
         self.notes[name]["update"] = record
         self.verdicts[name] = Verdict(verdict, fails=any(not c.passed for c in found))
@@ -141,6 +152,11 @@ def judged(
         total = Tolerance(terms).total()
         out.append(dataclasses.replace(c, arrays={**c.arrays, "rounding": {k: total}}))
     return out, capped
+
+
+def unmoved(trajectories: Trajectories) -> list[str]:
+    """The parameters that no step changed (every row equal to the start, bit for bit)."""
+    return [k for k, rows in trajectories.items() if all(np.array_equal(r, rows[0]) for r in rows[1:])]
 
 
 def _step_rms(signed: np.ndarray) -> np.ndarray:
