@@ -76,6 +76,16 @@ def test_each_planted_optimizer_bug_is_located_to_its_part(bug):
     assert f"the part that differs is the {record['part']}" in text
 
 
+@pytest.mark.parametrize("bug", [None, *optimizers.SGD_BUGS])
+def test_sgd_with_momentum(bug):
+    report = crosscheck.check(optimizers.sgd(_port(), bug=bug, steps=STEPS), quantity="update")
+    record = report.backends["jax"].notes["update"]
+    assert report.passed == (bug is None), record
+    if bug is not None:
+        assert record["first_step"] == 1 and record["part"] == optimizers.SGD_BUGS[bug][1], record
+        assert list(record["controls"]) == ["momentum"]  # weight decay is off already: not tried
+
+
 def test_a_model_bug_is_the_models_not_the_optimizers():
     report = crosscheck.check(_train(gelu=True), quantity="update")
     assert not report.passed

@@ -129,6 +129,54 @@ BUGS = {
 }
 
 
+#: SGD with momentum on both sides: PyTorch's ``buf = momentum * buf + (1 - dampening) * g`` (the first
+#: step ``buf = g``) and Nesterov's ``g + momentum * buf``; optax's ``trace`` is the same with dampening 0.
+SGD_HYPER = {"lr": 1e-1, "momentum": 0.9, "nesterov": False, "weight_decay": 0.0}
+
+
+def torch_sgd(named, *, lr, momentum, nesterov, weight_decay):
+    import torch
+
+    return torch.optim.SGD(named, lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay)
+
+
+def optax_sgd(*, lr, momentum, nesterov, weight_decay, bug=None):
+    """``optax.sgd`` (weight decay added to the gradient, as PyTorch's SGD does); ``bug``: one of
+    ``SGD_BUGS``."""
+    import optax
+
+    if bug == "sgd_nesterov":  # the port turns Nesterov on where the original has plain momentum
+        nesterov = not nesterov
+    if bug == "sgd_dampening":  # an EMA of the gradient (dampening = momentum), not PyTorch's sum
+        trace = optax.ema(momentum, debias=False)
+        return optax.chain(optax.add_decayed_weights(weight_decay), trace, optax.scale(-lr))
+    sgd = optax.sgd(lr, momentum=momentum or None, nesterov=nesterov)
+    return optax.chain(optax.add_decayed_weights(weight_decay), sgd)
+
+
+#: The planted SGD bugs: name -> (what it is, the optimizer part the verdict must name).
+SGD_BUGS = {
+    "sgd_nesterov": ("Nesterov momentum on the port's side only", "momentum"),
+    "sgd_dampening": ("momentum as an average (dampening = momentum), not PyTorch's sum", "momentum"),
+}
+
+
+def sgd(port, *, bug=None, steps=20, name=None):
+    """``crosscheck.Train`` of ``port`` with SGD and momentum (``bug``: one of ``SGD_BUGS``)."""
+    import crosscheck
+
+    return crosscheck.Train(
+        port,
+        torch_optimizer=torch_sgd,
+        optax=functools.partial(optax_sgd, bug=bug),
+        hyper=SGD_HYPER,
+        steps=steps,
+        name=name or "",
+        description=f"{port.name} trained with SGD and momentum"
+        + (f", optax side with {bug}" if bug else ""),
+    )
+
+
 def train(port, *, bug=None, steps=20, name=None):
     """``crosscheck.Train`` of ``port`` with these optimizers (``bug``: one of ``BUGS`` in the optax side)."""
     import crosscheck

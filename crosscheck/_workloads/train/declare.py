@@ -20,6 +20,7 @@ DEFAULT_PARTS: dict[str, dict[str, Any]] = {
     "learning-rate schedule": {"warmup_steps": 0},
     "epsilon": {"eps": 1e-30},
     "weight decay": {"weight_decay": 0.0},
+    "momentum": {"momentum": 0.0, "nesterov": False},
     "gradient clipping": {"max_norm": None},
     "moments and bias correction": {"betas": (0.0, 0.0)},
 }
@@ -47,7 +48,7 @@ class Train:
         hyper: the hyper-parameters both factories receive (``lr``, ``weight_decay``, ``eps``, ...).
         steps: optimizer steps per side (``--steps`` overrides it).
         parts: optimizer part -> hyper-parameter values that turn it off, for the classification re-runs
-            (default ``DEFAULT_PARTS``, those whose keys ``hyper`` names).
+            (default ``DEFAULT_PARTS``, those whose keys ``hyper`` names; a part already off is not tried).
         name: shown in reports (default: the port's name with ``-train``).
         description: one line, shown by ``crosscheck list``.
     """
@@ -80,7 +81,11 @@ class Train:
     def controls(self) -> dict[str, dict[str, Any]]:
         """The classification re-runs: part -> the hyper-parameters that turn it off."""
         parts = DEFAULT_PARTS if self.parts is None else self.parts
-        return {k: dict(v) for k, v in parts.items() if v and all(name in self.hyper for name in v)}
+        return {
+            k: dict(v)
+            for k, v in parts.items()
+            if v and all(name in self.hyper for name in v) and any(self.hyper[n] != x for n, x in v.items())
+        }
 
 
 def check_steps(steps: Any) -> int:
