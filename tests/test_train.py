@@ -86,6 +86,12 @@ def test_sgd_with_momentum(bug):
         assert list(record["controls"]) == ["momentum"]  # weight decay is off already: not tried
 
 
+def test_with_jax_as_reference_pytorch_is_the_candidate():
+    report = crosscheck.check(_train("decay_all"), quantity="update", reference="jax")
+    record = report.backends["torch"].notes["update"]
+    assert not report.passed and record["part"] == "weight decay", record
+
+
 def test_a_model_bug_is_the_models_not_the_optimizers():
     report = crosscheck.check(_train(gelu=True), quantity="update")
     assert not report.passed

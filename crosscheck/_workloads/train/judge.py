@@ -63,6 +63,7 @@ class UpdateJudge:
         self.workload, self.point, self.options = workload, point, options
         self.notes: dict[str, dict[str, Any]] = {}
         self.verdicts: dict[str, Verdict] = {}
+        self.reference_backend: Any = None
 
     def train(self, backend: Any, call: Call, dtype: str, **how: Any) -> Any:
         """One guarded training run of ``backend`` from the point, in ``dtype``."""
@@ -82,6 +83,7 @@ class UpdateJudge:
         again = self.train(backend, call, "float64")
         if again.error is not None:
             return dataclasses.replace(out, value=None, error=f"its float64 re-run failed: {again.error}")
+        self.reference_backend = backend  # the classification re-runs train it again
         value = {k: np.asarray(v, np.float64) for k, v in out.value.items()}
         notes = {"rounding": "measured: each step re-run in float64", **getattr(backend, "notes", {})}
         return dataclasses.replace(

@@ -94,17 +94,16 @@ def classify(
     from crosscheck._workloads.train.judge import Runs, judged
 
     workload, tried, part = judge.workload, {}, None
-    torch = workload.resolve("torch")
     for name, values in workload.train.controls().items():
         hyper = {**workload.train.hyper, **values}
         runs = []
-        for side in (backend, torch):
+        for side in (backend, judge.reference_backend):
             main = judge.train(side, call, "float32", steps=step, hyper=hyper)
             wide = judge.train(side, call, "float64", steps=step, hyper=hyper)
             runs.append(None if main.error or wide.error else Runs(main.value, wide.value))
         agrees = None
         if runs[0] is not None and runs[1] is not None:
-            found, _ = judged(runs[0], runs[1], "jax", reference.name, judge.options)
+            found, _ = judged(runs[0], runs[1], "candidate", reference.name, judge.options)
             agrees = all(c.passed for c in found)
         tried[name] = {"values": {k: _plain(v) for k, v in values.items()}, "agrees": agrees}
         part = name if part is None and agrees else part
