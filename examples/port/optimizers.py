@@ -131,7 +131,7 @@ BUGS = {
 
 #: SGD with momentum on both sides: PyTorch's ``buf = momentum * buf + (1 - dampening) * g`` (the first
 #: step ``buf = g``) and Nesterov's ``g + momentum * buf``; optax's ``trace`` is the same with dampening 0.
-SGD_HYPER = {"lr": 1e-1, "momentum": 0.9, "nesterov": False, "weight_decay": 0.0}
+SGD_HYPER = {"lr": 1e-2, "momentum": 0.9, "nesterov": False, "weight_decay": 0.0}
 
 
 def torch_sgd(named, *, lr, momentum, nesterov, weight_decay):

@@ -132,7 +132,7 @@ def judged(
         terms: dict[str, np.ndarray] = {}
         for term, side in (("rounding", candidate), ("reference", reference)):
             signed = np.asarray(side.main[k], np.float64) - np.asarray(side.wide[k], np.float64)
-            signed, ratio = permit.cap(np.nan_to_num(signed), np.asarray(side.wide[k], np.float64))
+            signed, ratio = capped_rounding(np.nan_to_num(signed), np.asarray(side.wide[k], np.float64))
             capped += [f"{term} of `{k}`"] if ratio > 1.0 else []
             terms[term] = SAFETY * (np.abs(signed) + _step_rms(signed))
         wide = np.asarray(ref, np.float64)
@@ -154,6 +154,17 @@ def judged(
         total = Tolerance(terms).total()
         out.append(dataclasses.replace(c, arrays={**c.arrays, "rounding": {k: total}}))
     return out, capped
+
+
+def capped_rounding(signed: np.ndarray, wide: np.ndarray) -> tuple[np.ndarray, float]:
+    """A side's measured trajectory rounding ``signed``, clipped where its typical entry is beyond what
+    float32 permits of its float64 trajectory ``wide`` (and that median ratio). A trajectory's entry is
+    the sum of its start and every update added to it, each rounded in float32: its scale is its value
+    (``permit.bound``) plus the path it travelled, ``sum_s |wide[s] - wide[s - 1]|`` up to each step."""
+    path = np.cumsum(np.abs(np.diff(wide, axis=0, prepend=wide[:1])), axis=0)
+    limit = permit.bound(wide) + permit.PERMIT_ULPS * UNIT_ROUNDOFF["float32"] * path
+    ratio = permit.median_ratio(signed, limit, wide)
+    return (np.clip(signed, -limit, limit) if ratio > 1.0 else signed), ratio
 
 
 def unmoved(trajectories: Trajectories) -> list[str]:
