@@ -59,7 +59,10 @@ def check(name: str, *, seed: int, steps: int) -> dict:
 
 def earlier(folder: str, bug: str) -> dict:
     """What an earlier ``crosscheck run --json`` report of the case found (``check``'s keys)."""
-    report = json.loads((Path(folder) / f"{bug or 'healthy'}.json").read_text())
+    path = Path(folder) / f"{bug or 'healthy'}.json"
+    if not path.exists():
+        return {"update": {"first_step": None, "part": f"no report {path.name}"}}
+    report = json.loads(path.read_text())
     return {"passed": report["passed"], "update": report["backends"]["jax"]["notes"].get("update", {})}
 
 
@@ -137,7 +140,7 @@ def main() -> None:
             found = earlier(args.reports, bug) if args.reports else check(name, seed=0, steps=args.steps)
             update = found.get("update", {})
             step, part = update.get("first_step"), update.get("part")
-            seen = f"{step}, {part}" if step else "passes"
+            seen = f"{step}, {part}" if step else part or "passes"
             curve, largest = loss_curve_step(name, args.curve_steps)
             when = f"{curve if curve is not None else 'never'} (of {args.curve_steps})"
             print(f"| {bug or 'healthy'} | {seen} | {when} | {largest:.2g} |", flush=True)

@@ -112,6 +112,12 @@ class UpdateJudge:
         if still:  # compared, but said: a frozen parameter's "agreement" is only that both left it alone
             self.notes[name]["unmoved"] = still
         verdict, record = locate.verdict(self, backend, found, reference, call)
+        if capped and record["first_step"] is not None:  # the tolerance could not be what was measured
+            verdict += (
+                f"; the measured rounding of {len(capped)} trajector{'ies' * (len(capped) > 1) or 'y'} was "
+                "capped at what float32 permits (a training that diverges or is chaotic, or a side computing "
+                "below float32 precision: see the notes)"
+            )
         self.notes[name]["update"] = record
         self.verdicts[name] = Verdict(verdict, fails=any(not c.passed for c in found))
         return found
