@@ -20,6 +20,7 @@ from crosscheck._workloads.registry import available_workloads as available_work
 from crosscheck._workloads.stack.case import Case as Case
 from crosscheck._workloads.stack.case import make_inputs as make_inputs
 from crosscheck._workloads.stack.workload import Stack as Stack
+from crosscheck._workloads.train.declare import Train as Train
 from crosscheck._workloads.user.declare import Workload as Workload
 
 __version__ = "0.1.0"
@@ -36,6 +37,7 @@ __all__ = [
     "Report",
     "Slack",
     "Stack",
+    "Train",
     "check",
     "load_backend",
     "make_inputs",

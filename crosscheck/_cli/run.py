@@ -132,8 +132,15 @@ def _add_oracle(check: Any) -> None:
         "--quantity",
         choices=tuple(QUANTITIES),
         default="grad",
-        help="what to cross-check: grad (default) or hvp, the Hessian-vector product along a direction "
-        "made from --seed (candidates need an hvp(weights, x, v) method)",
+        help="what to cross-check: grad (default), hvp, the Hessian-vector product along a direction "
+        "made from --seed (candidates need an hvp(weights, x, v) method), or update, the parameters after "
+        "each optimizer step of a crosscheck.Train workload",
+    )
+    check.add_argument(
+        "--steps",
+        type=int,
+        metavar="K",
+        help="optimizer steps per side with --quantity update (default: the Train workload's)",
     )
     check.add_argument(
         "--directions",
@@ -238,9 +245,16 @@ def _workload_options(args: argparse.Namespace, workload: Any) -> dict[str, Any]
     given.update({k: getattr(args, k) for k in ("weights", "x") if getattr(args, k) is not None})
     if args.explain:
         given["explain"] = True
+    if args.steps is not None:
+        given["steps"] = args.steps
     refused = [k for k in given if k not in workload.takes]
     if args.quantity not in workload.quantities:
         refused.append("quantity")
+    if "steps" in refused or (args.quantity == "update") != ("update" in workload.quantities):
+        raise UsageError(
+            f"`--quantity update` and `--steps` go together with a crosscheck.Train workload (a port and an "
+            f"optimizer on each side); workload `{workload.name}` checks {', '.join(workload.quantities)}."
+        )
     if refused:
         raise UsageError(
             f"`--{refused[0]}` applies to the stack workload only; workload `{workload.name}` defines "
@@ -333,8 +347,10 @@ def _check_options(args: argparse.Namespace) -> None:
     """Options that contradict each other, and outputs that cannot be written, before any work."""
     check_tolerances(args)
     _check_directions(args)
-    if args.quantity == "hvp" and (args.save_bundle or args.plot):
-        raise UsageError("`--save-bundle` and `--plot` are not available with `--quantity hvp` yet.")
+    if args.quantity in ("hvp", "update") and (args.save_bundle or args.plot):
+        raise UsageError(
+            f"`--save-bundle` and `--plot` are not available with `--quantity {args.quantity}` yet."
+        )
 
 
 def _check_plot_and_bundle(args: argparse.Namespace) -> None:

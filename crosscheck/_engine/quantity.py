@@ -24,6 +24,7 @@ class Quantity:
 QUANTITIES = {
     "grad": Quantity("grad", "grad", "gradient", extras=("oracle",)),
     "hvp": Quantity("hvp", "hvp", "Hessian-vector product", extras=("direction",)),
+    "update": Quantity("update", "update", "optimizer update"),
 }
 
 

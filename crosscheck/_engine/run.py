@@ -207,6 +207,7 @@ def run(
     repeat: int = 2,
     isolate: bool | str = "auto",
     timeout: float | None = None,
+    steps: int | None = None,
 ) -> Report:
     """Run one case (generated, or the given arrays) and cross-check every backend's gradient: the flat
     form of ``check``, which it calls with the workload and the records it builds from these keywords.
@@ -224,6 +225,7 @@ def run(
         workload: a ``Stack``, a ``Workload``, a built-in name or an import string ``module:attribute``
             (default: the stack); another workload makes its own arrays (only ``dtype`` and ``seed`` apply).
         repeat: calls per candidate, with ``isolate`` and ``timeout`` (``Execution``).
+        steps: optimizer steps per side of a ``Train`` workload (``quantity="update"``; default: its own).
 
     Returns:
         A ``Report``: ``.passed`` and ``.to_dict()`` (the JSON report).
@@ -241,7 +243,7 @@ def run(
     """
     records = _records(rtol, atol, oracle_mode, directions, repeat, isolate, timeout, backends)
     knobs = {"weights": weights, "x": x, "layers": layers, "batch": batch, "dim": dim, "init": init}
-    knobs.update(scale=scale, explain=explain)
+    knobs.update(scale=scale, explain=explain, steps=steps)
     given = {"backends": backends, "reference": reference, "dtype": dtype, "seed": seed, "strict": strict}
     if contained_run.wanted(workload, backends, reference, records["execution"]):  # code from elsewhere
         changed = _changed(knobs)
@@ -269,8 +271,9 @@ def configure(workload: Any, given: dict[str, Any], *, quantity: str) -> Any:
     for name in [*given, "quantity"]:
         takes = name in workload.takes if name != "quantity" else _takes_quantity(workload, quantity)
         if not takes:
+            whose = "a Train workload" if name == "steps" or quantity == "update" else "the stack workload"
             raise ValueError(
-                f"`{name}` applies to the stack workload only; workload `{workload.name}` defines its own "
+                f"`{name}` applies to {whose} only; workload `{workload.name}` defines its own "
                 f"arrays (give `dtype` and `seed`)."
             )
     return workload.configure(**given) if given else workload

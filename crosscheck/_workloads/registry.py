@@ -12,6 +12,8 @@ from crosscheck._workloads.port.declare import Port
 from crosscheck._workloads.port.workload import PortWorkload
 from crosscheck._workloads.protocol import Knob
 from crosscheck._workloads.stack.workload import DEFAULT, Stack, from_spec
+from crosscheck._workloads.train.declare import Train
+from crosscheck._workloads.train.workload import TrainWorkload
 from crosscheck._workloads.user.declare import Workload
 from crosscheck._workloads.user.workload import GenericWorkload
 
@@ -53,8 +55,10 @@ def load_workload(spec: Any) -> Any:
     """
     if spec is None:
         return DEFAULT
-    if isinstance(spec, (Stack, GenericWorkload, PortWorkload)):
+    if isinstance(spec, (Stack, GenericWorkload, PortWorkload, TrainWorkload)):
         return spec
+    if isinstance(spec, Train):
+        return TrainWorkload(spec)
     if isinstance(spec, Mapping) and spec.get("workload") == Stack.name:
         return from_spec(spec)
     if isinstance(spec, Workload):
@@ -70,15 +74,19 @@ def load_workload(spec: Any) -> Any:
         target = WORKLOADS[spec][0]
         if target is None:
             return DEFAULT
-        built = _resolve(target, spec)
-        return _port(built, spec) if isinstance(built, Port) else GenericWorkload(built, spec=spec)
+        return _engine_view(_resolve(target, spec), spec)
     if ":" in spec:
-        found = _resolve(spec, spec)
-        return _port(found, spec) if isinstance(found, Port) else GenericWorkload(found, spec=spec)
+        return _engine_view(_resolve(spec, spec), spec)
     raise ValueError(
         f"unknown workload `{spec}`: expected one of {', '.join(WORKLOADS)}, or an import string "
         f"`package.module:attribute` naming a crosscheck.Workload."
     )
+
+
+def _engine_view(found: Workload | Port | Train, spec: str) -> Any:
+    if isinstance(found, Train):
+        return TrainWorkload(found, spec=spec)
+    return _port(found, spec) if isinstance(found, Port) else GenericWorkload(found, spec=spec)
 
 
 def _port(port: Port, spec: str | None) -> PortWorkload:
@@ -88,14 +96,14 @@ def _port(port: Port, spec: str | None) -> PortWorkload:
         raise ValueError(f"port `{port.name}`: {exc}; {install_hint('all,port')}") from exc
 
 
-def _resolve(target: str, spec: str) -> Workload | Port:
+def _resolve(target: str, spec: str) -> Workload | Port | Train:
     value = _import_attribute(target, spec=spec, kind="workload")
-    if callable(value) and not isinstance(value, (Workload, Port)):
+    if callable(value) and not isinstance(value, (Workload, Port, Train)):
         # A factory's sys.exit is a broken workload (one line, exit 2), not the end of the run.
         value = user_call(f"workload `{spec}`", "its factory", value)
-    if not isinstance(value, (Workload, Port)):
+    if not isinstance(value, (Workload, Port, Train)):
         raise ValueError(
-            f"workload `{spec}` must be a crosscheck.Workload or Port (or a function returning one), "
+            f"workload `{spec}` must be a crosscheck.Workload, Port or Train (or a function returning one), "
             f"found {type(value).__name__}."
         )
     return value

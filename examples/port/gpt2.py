@@ -96,4 +96,23 @@ def __getattr__(name):  # the ports are built when asked for: importing this mod
         return make_port()
     if name in BUGS:
         return make_port(f"gpt2-{name.replace('_', '-')}", **BUGS[name][2])
+    if name == "train" or name.startswith("train_"):
+        return make_train(name.removeprefix("train").removeprefix("_"))
     raise AttributeError(name)
+
+
+def make_train(bug=""):
+    """The port trained with AdamW on both sides (``examples.port.optimizers``): ``bug`` names an
+    optimizer bug planted in the optax side (``optimizers.BUGS``) or a model bug of the port (``BUGS``,
+    with the healthy optimizer); "" is the healthy pair; ``sgd`` the pair with SGD and momentum, and
+    ``optimizers.SGD_BUGS`` its planted bugs."""
+    from examples.port import optimizers
+
+    name = "gpt2-train" + (f"-{bug.replace('_', '-')}" if bug else "")
+    if bug == "sgd" or bug in optimizers.SGD_BUGS:
+        return optimizers.sgd(make_port(), bug=None if bug == "sgd" else bug, name=name)
+    if bug and bug not in optimizers.BUGS and bug not in BUGS:
+        raise AttributeError(f"train_{bug}")
+    port = make_port(f"gpt2-{bug.replace('_', '-')}", **BUGS[bug][2]) if bug in BUGS else make_port()
+    optimizer_bug = bug if bug in optimizers.BUGS else None
+    return optimizers.train(port, bug=optimizer_bug, name=name)

@@ -1,0 +1,1 @@
+"""Training-step parity: a ``Port`` trained K optimizer steps on each side (``crosscheck.Train``)."""

@@ -1,0 +1,95 @@
+"""``crosscheck.Train``: a ``Port`` plus the optimizer on each side, for the ``update`` quantity.
+
+Nothing here imports a framework: the optimizers are built, from the factories, each time a side trains.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from crosscheck._workloads.port.declare import Port
+
+#: The optimizer parts a classification re-run turns off, by the hyper-parameters that do it; a part is
+#: tried when the train's ``hyper`` names all its keys. Order matters: the first part whose re-run agrees
+#: is named, so the parts that change the training least come first. Turning clipping off makes the
+#: gradients larger, which hides an epsilon misplaced (it matters only where the second moment is
+#: small); turning Adam's moments off makes every update a sign, which hides clipping.
+DEFAULT_PARTS: dict[str, dict[str, Any]] = {
+    "learning-rate schedule": {"warmup_steps": 0},
+    "epsilon": {"eps": 1e-30},
+    "weight decay": {"weight_decay": 0.0},
+    "momentum": {"momentum": 0.0, "nesterov": False},
+    "gradient clipping": {"max_norm": None},
+    "moments and bias correction": {"betas": (0.0, 0.0)},
+}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)  # compared and hashed by identity (it holds models)
+class Train:
+    """A port trained ``steps`` optimizer steps in PyTorch and in JAX, from the same start.
+
+    Both sides start from the port's parameters and inputs (the case's), take ``steps`` steps on the
+    port's loss, and their parameters are compared after every step, parameter by parameter in
+    PyTorch's names (the JAX tree mapped back through the port's mapping, transforms undone), within
+    each side's measured rounding (its float32 trajectory against its float64 re-run, step by step).
+    Run it with ``crosscheck.check(train, quantity="update")`` or ``crosscheck run --workload
+    module:train --quantity update --steps K``.
+
+    Args:
+        port: the ``crosscheck.Port`` whose model is trained (its ``inputs`` are the batch of every step).
+        torch_optimizer: ``(named_params, **hyper) -> optimizer``: ``named_params`` is a list of
+            ``(PyTorch name, tensor)`` pairs (``torch.optim`` takes them as they are, or grouped by name);
+            the optimizer is anything with ``zero_grad()`` and ``step()`` (wrap one to clip gradients or
+            step a schedule after it).
+        optax: ``(**hyper) -> optax.GradientTransformation``, applied to the JAX model's parameter tree
+            (a linen module's ``params`` collection; an nnx, Equinox or function port's whole tree).
+        hyper: the hyper-parameters both factories receive (``lr``, ``weight_decay``, ``eps``, ...).
+        steps: optimizer steps per side (``--steps`` overrides it).
+        parts: optimizer part -> hyper-parameter values that turn it off, for the classification re-runs
+            (default ``DEFAULT_PARTS``, those whose keys ``hyper`` names; a part already off is not tried).
+        name: shown in reports (default: the port's name with ``-train``).
+        description: one line, shown by ``crosscheck list``.
+    """
+
+    port: Port
+    torch_optimizer: Callable[..., Any]
+    optax: Callable[..., Any]
+    hyper: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    steps: int = 10
+    parts: Mapping[str, Mapping[str, Any]] | None = None
+    name: str = ""
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.port, Port):
+            raise TypeError(f"`port` of a Train must be a crosscheck.Port, found {type(self.port).__name__}.")
+        if not self.name:
+            object.__setattr__(self, "name", f"{self.port.name}-train")
+        for field in ("torch_optimizer", "optax"):
+            if not callable(getattr(self, field)):
+                raise TypeError(f"train `{self.name}`: `{field}` must be a factory (callable).")
+        if not isinstance(self.hyper, Mapping) or not all(isinstance(k, str) for k in self.hyper):
+            raise TypeError(f"train `{self.name}`: `hyper` must be a dict of name -> value.")
+        check_steps(self.steps)
+        if self.parts is not None and not (
+            isinstance(self.parts, Mapping) and all(isinstance(v, Mapping) for v in self.parts.values())
+        ):
+            raise TypeError(f"train `{self.name}`: `parts` must be a dict of part -> {{hyper: value}}.")
+
+    def controls(self) -> dict[str, dict[str, Any]]:
+        """The classification re-runs: part -> the hyper-parameters that turn it off."""
+        parts = DEFAULT_PARTS if self.parts is None else self.parts
+        return {
+            k: dict(v)
+            for k, v in parts.items()
+            if v and all(name in self.hyper for name in v) and any(self.hyper[n] != x for n, x in v.items())
+        }
+
+
+def check_steps(steps: Any) -> int:
+    """``steps`` as optimizer steps (``ValueError``: not a positive integer)."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"`steps` must be a positive integer (optimizer steps per side), found {steps!r}.")
+    return steps

@@ -1,0 +1,218 @@
+"""The ``update`` judge: each side's parameters after every optimizer step, compared parameter by
+parameter within both sides' measured rounding.
+
+Each side trains twice from the same start: in the case's dtype (float32) and re-run in float64. Its
+rounding at step ``t`` is the difference of the two trajectories there, entry by entry: it grows with
+the steps as the rounding really does (Adam's update of an entry whose gradient is near zero is a
+sign, and float32 may flip it: that entry's tolerance grows, the others' do not). The measured
+difference is evidence, not a tolerance to take as it comes: where its typical entry is beyond what
+float32 permits of the float64 trajectory (``crosscheck._compare.permit``), it is capped there and
+the report says so. An entry passes when the two float32 trajectories differ by at most
+``SAFETY x (|its rounding| + RMS)`` of each side, plus a floor of a few unit roundoffs of the
+parameter at that step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from crosscheck._compare import permit
+from crosscheck._compare.compare import Comparison, Tolerance, compare
+from crosscheck._compare.constants import FLOOR_ULPS, SAFETY, UNIT_ROUNDOFF
+from crosscheck._report.report import Verdict
+from crosscheck._workloads.protocol import Call, Options, Point, Reference
+from crosscheck._workloads.train import locate
+from crosscheck._workloads.user.declare import as_dtype
+
+TERM_HELP = {
+    "rounding": (
+        f"the candidate's rounding, measured: {SAFETY:g} x (|its float32 trajectory - its float64 re-run| "
+        "at that step + that difference's RMS over the parameter at that step)"
+    ),
+    "reference": (
+        f"the reference's rounding, measured the same way ({SAFETY:g} x (|float32 - float64| + RMS))"
+    ),
+    "floor": f"{FLOOR_ULPS:g} unit roundoffs of the parameter's largest reference entry at that step",
+}
+
+Trajectories = dict[str, np.ndarray]
+
+
+@dataclasses.dataclass(frozen=True)
+class Runs:
+    """One side's trajectories: in the case's dtype and re-run in float64 (``name -> (steps + 1, ...)``)."""
+
+    main: Trajectories
+    wide: Trajectories
+
+
+class UpdateJudge:
+    """The ``update`` of a ``TrainWorkload`` at one point (the reference: PyTorch's optimizer)."""
+
+    signature = "update(params, inputs)"
+
+    def __init__(self, workload: Any, point: Point, options: Options) -> None:
+        if point.dtype != "float32":
+            raise ValueError(
+                "`dtype` of quantity 'update' must be float32 (each side's rounding is measured by a "
+                f"float64 re-run of its training), found {point.dtype!r}."
+            )
+        self.workload, self.point, self.options = workload, point, options
+        self.notes: dict[str, dict[str, Any]] = {}
+        self.verdicts: dict[str, Verdict] = {}
+        self.reference_backend: Any = None
+
+    def train(self, backend: Any, call: Call, dtype: str, **how: Any) -> Any:
+        """One guarded training run of ``backend`` from the point, in ``dtype``."""
+        params, inputs = as_dtype(self.point.params, dtype), as_dtype(self.point.inputs, dtype)
+        how = {"steps": self.workload.steps, "hyper": self.workload.train.hyper, **how}
+        out = call(backend.update, params, inputs, convert="arrays", **how)
+        problem = out.error is None and _problem(out.value, self.point.params, how["steps"])
+        return dataclasses.replace(out, value=None, error=problem) if problem else out
+
+    def evaluate(self, backend: Any, call: Call) -> Any:
+        return self.train(backend, call, self.point.dtype)
+
+    def reference(self, backend: Any, call: Call) -> Any:
+        out = self.evaluate(backend, call)
+        if out.error is not None:
+            return out
+        again = self.train(backend, call, "float64")
+        if again.error is not None:
+            return dataclasses.replace(out, value=None, error=f"its float64 re-run failed: {again.error}")
+        self.reference_backend = backend  # the classification re-runs train it again
+        value = {k: np.asarray(v, np.float64) for k, v in out.value.items()}
+        notes = {"rounding": "measured: each step re-run in float64", **getattr(backend, "notes", {})}
+        return dataclasses.replace(
+            out, value=Reference(value, "float32", notes, Runs(out.value, again.value))
+        )
+
+    def compare(
+        self, backend: Any, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
+    ) -> list[Comparison]:
+        again = self.train(backend, call, "float64")
+        if again.error is not None:
+            text = f"the update check did not happen: `{name}`'s float64 re-run failed: {again.error}"
+            self.verdicts[name] = Verdict(text, fails=True)
+            return [_failed(name, reference.name, text)]
+        still = unmoved(reference.data.main)
+        if len(still) == len(reference.data.main):
+            text = (
+                f"the update check did not happen: no parameter of `{reference.name}` moved in "
+                f"{self.workload.steps} steps, so nothing was compared (a learning rate of 0? an optimizer "
+                "given no parameters?)"
+            )
+            self.verdicts[name] = Verdict(text, fails=True)
+            return [_failed(name, reference.name, text)]
+        found, capped = judged(Runs(value, again.value), reference.data, name, reference.name, self.options)
+        self.notes[name] = {"rounding": "measured: each step re-run in float64" + _capped(capped)}
+        if still:  # compared, but said: a frozen parameter's "agreement" is only that both left it alone
+            self.notes[name]["unmoved"] = still
+        verdict, record = locate.verdict(self, backend, found, reference, call)
+        if capped and record["first_step"] is not None:  # the tolerance could not be what was measured
+            verdict += (
+                f"; the measured rounding of {len(capped)} trajector{'ies' * (len(capped) > 1) or 'y'} was "
+                "capped at what float32 permits (a training that diverges or is chaotic, or a side computing "
+                "below float32 precision: see the notes)"
+            )
+        self.notes[name]["update"] = record
+        self.verdicts[name] = Verdict(verdict, fails=any(not c.passed for c in found))
+        return found
+
+    def extras(self, reference: Reference | None) -> dict[str, Any]:
+        self.point.case["steps"] = self.workload.steps
+        return {"quantity": "update", "verdicts": dict(self.verdicts)}
+
+
+def judged(
+    candidate: Runs, reference: Runs, name: str, reference_name: str, options: Options
+) -> tuple[list[Comparison], list[str]]:
+    """One comparison per parameter over every step (``split="step"``: a row per step), and the
+    parameters whose measured rounding was capped at what float32 permits."""
+    out, capped = [], []
+    u = UNIT_ROUNDOFF["float32"]
+    for k, ref in reference.main.items():
+        terms: dict[str, np.ndarray] = {}
+        for term, side in (("rounding", candidate), ("reference", reference)):
+            signed = np.asarray(side.main[k], np.float64) - np.asarray(side.wide[k], np.float64)
+            signed, ratio = capped_rounding(np.nan_to_num(signed), np.asarray(side.wide[k], np.float64))
+            capped += [f"{term} of `{k}`"] if ratio > 1.0 else []
+            terms[term] = SAFETY * (np.abs(signed) + _step_rms(signed))
+        wide = np.asarray(ref, np.float64)
+        terms["floor"] = FLOOR_ULPS * u * np.max(np.abs(wide), axis=tuple(range(1, wide.ndim)), keepdims=True)
+        terms["floor"] = np.broadcast_to(terms["floor"], wide.shape)
+        if options.rtol is not None and options.atol is not None:
+            terms["slack"] = np.broadcast_to(options.slack(wide), wide.shape)
+        c = compare(
+            candidate.main.get(k, np.full(wide.shape, np.nan, np.float32)),
+            wide,
+            Tolerance(terms),
+            backend=name,
+            reference_name=reference_name,
+            dtype="float32",
+            parameter=k,
+            term_help=TERM_HELP,
+            split="step",
+        )
+        total = Tolerance(terms).total()
+        out.append(dataclasses.replace(c, arrays={**c.arrays, "rounding": {k: total}}))
+    return out, capped
+
+
+def capped_rounding(signed: np.ndarray, wide: np.ndarray) -> tuple[np.ndarray, float]:
+    """A side's measured trajectory rounding ``signed``, clipped where its typical entry is beyond what
+    float32 permits of its float64 trajectory ``wide`` (and that median ratio). A trajectory's entry is
+    the sum of its start and every update added to it, each rounded in float32: its scale is its value
+    (``permit.bound``) plus the path it travelled, ``sum_s |wide[s] - wide[s - 1]|`` up to each step."""
+    path = np.cumsum(np.abs(np.diff(wide, axis=0, prepend=wide[:1])), axis=0)
+    limit = permit.bound(wide) + permit.PERMIT_ULPS * UNIT_ROUNDOFF["float32"] * path
+    ratio = permit.median_ratio(signed, limit, wide)
+    return (np.clip(signed, -limit, limit) if ratio > 1.0 else signed), ratio
+
+
+def unmoved(trajectories: Trajectories) -> list[str]:
+    """The parameters that no step changed (every row equal to the start, bit for bit)."""
+    return [k for k, rows in trajectories.items() if all(np.array_equal(r, rows[0]) for r in rows[1:])]
+
+
+def _step_rms(signed: np.ndarray) -> np.ndarray:
+    axes = tuple(range(1, signed.ndim))
+    return np.sqrt(np.mean(np.square(signed), axis=axes, keepdims=True)) if axes else np.abs(signed)
+
+
+def _capped(capped: list[str]) -> str:
+    if not capped:
+        return ""
+    below = ", ".join(capped)
+    return f"; capped at what float32 permits (a float32 trajectory below float32 precision): {below}"
+
+
+def _problem(value: dict[str, np.ndarray], params: dict[str, np.ndarray], steps: int) -> str:
+    """Why a side's trajectories cannot be compared ("" when they can)."""
+    missing = [k for k in params if k not in value]
+    if missing:
+        return f"its trajectories lack parameter `{missing[0]}`"
+    rows = {v.shape[0] for v in value.values()}
+    if rows != {steps + 1}:
+        return f"its trajectories have {sorted(rows)} rows, expected {steps + 1}"
+    bad = next((k for k in params if value[k].shape[1:] != params[k].shape), None)
+    return (
+        f"its trajectory of `{bad}` has shape {value[bad].shape[1:]}, expected {params[bad].shape}"
+        if bad
+        else ""
+    )
+
+
+def _failed(name: str, reference: str, text: str) -> Comparison:
+    return Comparison(
+        backend=name,
+        reference=reference,
+        passed=False,
+        status="invalid",
+        total=1,
+        parameter="(update)",
+        message=text,
+    )

@@ -1,0 +1,130 @@
+"""Where a training run first differs, and why: the first step and parameter whose update differs,
+whether the gradients there agree (from the same parameters on both sides: then the optimizer is at
+fault) or not (then the model is), and which optimizer part, by controlled re-runs (each part turned
+off on both sides, both sides trained again through ``AFTER`` steps past that one: the first part whose
+re-run agrees is the one that differs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from crosscheck._compare.compare import Comparison
+from crosscheck._workloads.protocol import Call, Options, Point, Reference
+
+#: A classification re-run trains this many steps past the first that differs: at step 1 Adam's update
+#: is the gradient's sign, so a bug that only rescales the gradient (clipping per tensor) shows there
+#: only through epsilon, and turning epsilon off would seem to remove it; a step or two later it shows
+#: through the moments too.
+AFTER = 2
+
+
+def first_difference(found: list[Comparison]) -> tuple[int, str] | None:
+    """The first step at which a parameter differs, and the first such parameter (in the model's
+    order); None when no step differs (or none was compared)."""
+    first: tuple[int, str] | None = None
+    for c in found:
+        step = next((row["step"] for row in c.per_layer if row["mismatched"]), None)
+        if step is not None and (first is None or step < first[0]):
+            first = (int(step), str(c.parameter))
+    return first
+
+
+def verdict(
+    judge: Any, backend: Any, found: list[Comparison], reference: Reference, call: Call
+) -> tuple[str, dict]:
+    """The candidate's verdict in words, and the JSON record of it (``notes["update"]``)."""
+    steps = judge.workload.steps
+    record: dict[str, Any] = {"steps": steps, "first_step": None, "first_parameter": None}
+    invalid = next((c for c in found if c.status == "invalid"), None)
+    if invalid is not None:
+        return f"the update of `{invalid.parameter}` was not compared: {invalid.message}", record
+    first = first_difference(found)
+    if first is None:
+        said = f"every parameter agrees after each of the {steps} steps, within both sides' measured rounding"
+        return said, record
+    step, parameter = first
+    record.update(first_step=step, first_parameter=parameter)
+    text = f"the update differs first at step {step}, in `{parameter}`"
+    start = {k: v[step - 1].copy() for k, v in reference.data.main.items()}
+    agree, why = gradients_agree(judge.workload, start, judge.point, call)
+    record["gradients"] = {True: "agree", False: "differ", None: "unknown"}[agree]
+    if agree is None:
+        return f"{text}; the gradient check at step {step} did not happen: {why}", record
+    same = f"the gradients at step {step} (both sides at PyTorch's parameters after step {step - 1})"
+    if not agree:
+        record["gradient_differs_first"] = why
+        return (
+            f"{text}; {same} already differ, first in `{why}`: the model is at fault, not the optimizer "
+            "(`--quantity grad` on the port says where)"
+        ), record
+    through = min(step + AFTER, steps)
+    part, tried = classify(judge, backend, through, reference, call)
+    record.update(part=part, controls=tried)
+    return f"{text}; {same} agree: the optimizer is at fault; {_part_text(part, tried, through)}", record
+
+
+def gradients_agree(workload: Any, params: dict, point: Point, call: Call) -> tuple[bool | None, str]:
+    """Whether the port's JAX gradient agrees with PyTorch's at ``params`` (the generic judge, PyTorch
+    as reference, each side's rounding measured): ``(agree, first differing parameter)``, or
+    ``(None, why)`` when the check could not run."""
+    from crosscheck._workloads.user.judge import GenericJudge
+
+    inner = workload.port.inner
+    at = Point(params, dict(point.inputs), {}, point.dtype)
+    judge = GenericJudge(workload.port.prepared.workload, at, Options())
+    torch, jax = inner.resolve("torch"), inner.resolve("jax")
+    ref = judge.reference(torch, call)
+    if ref.error is not None:
+        return None, f"PyTorch's gradient: {ref.error}"
+    got = judge.evaluate(jax, call)
+    if got.error is not None:
+        return None, f"JAX's gradient: {got.error}"
+    found = judge.compare(jax, got.value, "jax", dataclasses.replace(ref.value, name="torch"), call)
+    bad = next((c for c in found if not c.passed), None)
+    return (True, "") if bad is None else (False, str(bad.parameter))
+
+
+def classify(
+    judge: Any, backend: Any, step: int, reference: Reference, call: Call
+) -> tuple[str | None, dict]:
+    """Each optimizer part turned off on both sides (``Train.controls``), trained through ``step``:
+    ``(the first part whose re-run agrees, {part: {"values": ..., "agrees": ...}})``."""
+    from crosscheck._workloads.train.judge import Runs, judged
+
+    workload, tried, part = judge.workload, {}, None
+    for name, values in workload.train.controls().items():
+        hyper = {**workload.train.hyper, **values}
+        runs = []
+        for side in (backend, judge.reference_backend):
+            main = judge.train(side, call, "float32", steps=step, hyper=hyper)
+            wide = judge.train(side, call, "float64", steps=step, hyper=hyper)
+            runs.append(None if main.error or wide.error else Runs(main.value, wide.value))
+        agrees = None
+        if runs[0] is not None and runs[1] is not None:
+            found, _ = judged(runs[0], runs[1], "candidate", reference.name, judge.options)
+            agrees = all(c.passed for c in found)
+        tried[name] = {"values": {k: _plain(v) for k, v in values.items()}, "agrees": agrees}
+        part = name if part is None and agrees else part
+    return part, tried
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _part_text(part: str | None, tried: dict, step: int) -> str:
+    if not tried:
+        return "no optimizer part could be turned off (give `Train(hyper=...)` the parts' hyper-parameters)"
+    if part is None:
+        names = ", ".join(tried)
+        return (
+            f"no single part turned off removes the difference (tried: {names}): the update rule itself "
+            "differs"
+        )
+    values = ", ".join(f"{k}={v}" for k, v in tried[part]["values"].items())
+    also = [n for n, t in tried.items() if t["agrees"] and n != part]
+    more = f" (also removed by turning off: {', '.join(also)})" if also else ""
+    agree = f"with the {part} off ({values}) both sides agree through step {step}"
+    return f"{agree}: the part that differs is the {part}{more}"

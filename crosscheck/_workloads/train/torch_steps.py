@@ -1,0 +1,49 @@
+"""The PyTorch side of a train: ``steps`` optimizer steps on the port's loss (imported only when used).
+
+The parameters are fresh leaf tensors made from the case's arrays; the module is called through the
+port (``torch.func.functional_call``), so the user's module is never changed. The optimizer is built
+by the user's factory from ``(PyTorch name, tensor)`` pairs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from crosscheck._workloads.port.build import Prepared, torch_implementation
+
+
+def trajectory(
+    prepared: Prepared,
+    factory: Callable[..., Any],
+    hyper: Mapping[str, Any],
+    params: dict[str, np.ndarray],
+    inputs: dict[str, np.ndarray],
+    steps: int,
+) -> dict[str, np.ndarray]:
+    """Every parameter after each step, stacked: ``name -> (steps + 1, *shape)`` (row 0: the start)."""
+    loss = torch_implementation(prepared)
+    leaves = {k: torch.tensor(np.array(v), requires_grad=True) for k, v in params.items()}
+    tensors = {k: torch.as_tensor(np.array(v)) for k, v in inputs.items()}
+    optimizer = factory(list(leaves.items()), **hyper)
+    for method in ("zero_grad", "step"):
+        if not callable(getattr(optimizer, method, None)):
+            raise TypeError(
+                f"`torch_optimizer` returned {type(optimizer).__name__}, which has no `{method}()`; "
+                "expected a torch.optim optimizer (or anything with zero_grad() and step())"
+            )
+    rows = [_snapshot(leaves)]
+    for _ in range(steps):
+        optimizer.zero_grad()
+        value = loss(leaves, tensors)
+        value.backward()
+        optimizer.step()
+        rows.append(_snapshot(leaves))
+    return {k: np.stack([row[k] for row in rows]) for k in leaves}
+
+
+def _snapshot(leaves: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    return {k: v.detach().cpu().numpy().copy() for k, v in leaves.items()}

@@ -1,0 +1,95 @@
+"""A ``crosscheck.Train`` as the engine runs it: its two sides as backends with an ``update`` method
+(``torch``, the reference, and ``jax``), its point (the port's), and the ``update`` judge."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from crosscheck._backends import ORACLE
+from crosscheck._workloads.port.workload import PortWorkload
+from crosscheck._workloads.protocol import POINT_KNOBS, Knob, Options, OwnArrays, Point
+from crosscheck._workloads.train.declare import Train, check_steps
+
+SIDES = ("torch", "jax")
+
+#: What the reference record says when the run's reference is the oracle (the default).
+NO_ORACLE = (
+    "an optimizer's update has no finite-difference oracle: the reference is the original's optimizer "
+    "(PyTorch)"
+)
+
+
+class Trainer:
+    """One side of a train as a backend: ``update(params, inputs, *, steps, hyper)`` -> each
+    parameter's trajectory ``(steps + 1, *shape)`` in PyTorch's names."""
+
+    def __init__(self, name: str, train: Train, notes: Mapping[str, str] | None = None) -> None:
+        self.name, self.train, self.notes = name, train, dict(notes or {})
+
+    def update(self, params: dict, inputs: dict, *, steps: int, hyper: Mapping[str, Any]) -> dict[str, Any]:
+        import importlib
+
+        module = importlib.import_module(f"crosscheck._workloads.train.{self.name}_steps")
+        factory = self.train.torch_optimizer if self.name == "torch" else self.train.optax
+        return module.trajectory(self.train.port.prepared, factory, hyper, params, inputs, steps)
+
+    def info(self) -> dict[str, str]:
+        optimizer = "the torch_optimizer factory" if self.name == "torch" else "the optax factory"
+        return {"framework": self.name, "version": "", "device": "cpu", "optimizer": optimizer}
+
+
+class TrainWorkload(OwnArrays):
+    """The engine's view of a ``crosscheck.Train`` (it takes ``steps``; its quantity is ``update``)."""
+
+    takes = frozenset({"steps"})
+    case_knobs: tuple[Knob, ...] = (
+        Knob("steps", "optimizer steps per side", int, 10),
+        *POINT_KNOBS,
+    )
+    quantities = ("update",)
+
+    def __init__(self, train: Train, *, spec: str | None = None, steps: int | None = None) -> None:
+        self.train, self.name, self.spec = train, train.name, spec
+        self.steps = train.steps if steps is None else check_steps(steps)
+        self.port = PortWorkload(train.port)
+
+    def configure(self, **given: Any) -> TrainWorkload:
+        unknown = [k for k in given if k != "steps"]
+        if unknown:
+            raise ValueError(f"`{unknown[0]}` does not apply to train `{self.name}` (it takes `steps`).")
+        return TrainWorkload(self.train, spec=self.spec, steps=given.get("steps", self.steps))
+
+    def defaults(self, reference: Any) -> list[Any]:
+        return [side for side in SIDES if side != (reference if reference in SIDES else "torch")]
+
+    def check_candidates(self, specs: Sequence[Any]) -> None:
+        wrong = next((s for s in specs if s not in SIDES), None)
+        if wrong is not None:
+            raise ValueError(
+                f"train `{self.name}` checks its sides `torch` and `jax`; found candidate {wrong!r}."
+            )
+
+    def resolve(self, spec: Any) -> Trainer:
+        if spec == ORACLE:
+            return Trainer("torch", self.train, {"reference": NO_ORACLE})
+        if spec not in SIDES:
+            raise ValueError(f"train `{self.name}` has sides `torch` and `jax`; found {spec!r}.")
+        return Trainer(spec, self.train)
+
+    def point(self, *, dtype: str, seed: int) -> Point:
+        point = self.port.point(dtype=dtype, seed=seed)
+        point.case.update(
+            workload=self.name, steps=self.steps, hyper={k: repr(v) for k, v in self.train.hyper.items()}
+        )
+        return point
+
+    def judge(self, quantity: Any, point: Point, options: Options) -> Any:
+        if quantity.name != "update":
+            raise ValueError(
+                f"train `{self.name}` has no quantity {quantity.name!r}; it checks 'update' (its port checks "
+                "'grad')."
+            )
+        from crosscheck._workloads.train.judge import UpdateJudge
+
+        return UpdateJudge(self, point, options)
