@@ -51,6 +51,17 @@ class Train:
             (default ``DEFAULT_PARTS``, those whose keys ``hyper`` names; a part already off is not tried).
         name: shown in reports (default: the port's name with ``-train``).
         description: one line, shown by ``crosscheck list``.
+
+    Example:
+        >>> train = crosscheck.Train(  # doctest: +SKIP
+        ...     port,  # a crosscheck.Port
+        ...     torch_optimizer=lambda named, lr, weight_decay: torch.optim.AdamW(
+        ...         [p for _, p in named], lr=lr, weight_decay=weight_decay),
+        ...     optax=lambda lr, weight_decay: optax.adamw(lr, weight_decay=weight_decay),
+        ...     hyper={"lr": 1e-3, "weight_decay": 0.01}, steps=20,
+        ... )
+        >>> crosscheck.check(train, quantity="update").passed  # doctest: +SKIP
+        True
     """
 
     port: Port
