@@ -37,9 +37,9 @@ INITIAL_STEP = 2.0**-4
 FLOAT32_STEP = 0.25
 #: Loss evaluations per entry of a smooth loss (before any refinement): the cost model.
 EVALUATIONS_PER_ENTRY = evaluations()
-#: A loss with float32 steps (``precision.probe``): it is differenced at two steps only (a smaller step
-#: only multiplies float32's noise), and an entry is unjudgeable when its error bar exceeds this
-#: fraction of |gradient entry| + the model's RMS gradient.
+#: A loss with float32 steps (``precision.probe``): it is differenced as before issue 25
+#: (``stencil.noisy``), and an entry is unjudgeable when its error bar exceeds this fraction of
+#: |gradient entry| + the model's RMS gradient.
 FLOAT32_FRACTION = 1e-2
 
 #: Runs one batch of evaluations: ``guard(thunk) -> thunk()``; the judge's guard goes through the
