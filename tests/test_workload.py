@@ -292,6 +292,8 @@ def test_the_oracle_error_bars_cover_the_true_error(seed):
         assert np.all(error <= est.error[name]), name
         assert not est.unjudgeable[name].any()
         assert np.max(error) <= 1e-8 * np.max(np.abs(value)) + 1e-12
+    # Richardson's tableau at 4 steps, 8 evaluations an entry, more where one is refined (36 before).
+    assert est.evaluations <= 16 * sum(v.size for v in params.values()) + 1
 
 
 @pytest.mark.parametrize(

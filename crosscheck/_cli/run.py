@@ -147,7 +147,7 @@ def _add_oracle(check: Any) -> None:
         type=int,
         default=4,
         metavar="K",
-        help="random directions per layer (per parameter tensor of a workload) when screening (default 4)",
+        help="random directions per layer (per group of tensors of a workload) when screening (default 4)",
     )
 
 

@@ -60,7 +60,7 @@ class Oracle:
         mode: ``"full"`` (every entry), ``"screen"`` (random directional derivatives per layer or
             parameter tensor, then every entry of one that fails them) or ``"auto"`` (screen when the
             full oracle is costly).
-        directions: random directions per layer or parameter tensor when screening.
+        directions: random directions per layer, or per group of a workload's tensors, when screening.
 
     Raises:
         ValueError: a mode not listed, or ``directions`` not a positive integer.

@@ -3,9 +3,9 @@
 Each parameter tensor gets ``per_parameter`` random directions of its own, ``v`` with entries
 ``+-s`` (``s`` the tensor's RMS), drawn from a fixed seed: every function and every candidate of a run
 is screened along the same directions. The oracle differentiates the one-dimensional function
-``t -> loss(theta + t v)`` at 0 with ``scipy.differentiate.derivative`` (central, then forward and
-backward, as entry by entry: a kink on the line widens the error bar), so each direction costs about
-as much as one entry (~36 evaluations), whatever the tensor's size. A candidate's gradient ``g`` is
+``t -> loss(theta + t v)`` at 0 with ``stencil.differentiate`` (as entry by entry: a kink on the line
+widens the error bar), so each direction costs as much as one entry (6 to 10 evaluations), whatever the
+tensor's size. A candidate's gradient ``g`` is
 projected on the same directions (``g . v``), and so is its measured rounding.
 
 Directions restricted to one tensor localize a failure to that tensor at no extra cost; failing
@@ -17,11 +17,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from crosscheck._workloads.fd.entries import (
     FLOAT32_FRACTION,
+    FLOAT32_STEP,
     INITIAL_STEP,
     UNJUDGEABLE_FRACTION,
     Evaluator,
@@ -29,12 +31,12 @@ from crosscheck._workloads.fd.entries import (
     Tick,
     _direct,
     base_steps,
-    differentiate,
     reasons,
 )
+from crosscheck._workloads.fd.stencil import differentiate, evaluations
 
-#: Loss evaluations per direction (three differentiations of a smooth 1-d function).
-EVALUATIONS_PER_DIRECTION = 36
+#: Loss evaluations per direction of a smooth loss (before any refinement): the cost model.
+EVALUATIONS_PER_DIRECTION = evaluations()
 #: Tensors whose directions fail are checked entry by entry, the smallest first, up to this many entries
 #: in all per function differenced (about as many evaluations as 256 directions).
 LOCALIZE_ENTRIES = 256
@@ -44,11 +46,12 @@ SEED = 0
 
 @dataclasses.dataclass(frozen=True)
 class Direction:
-    """One direction: ``signs * step`` in parameter ``parameter``, zero elsewhere."""
+    """One direction: ``signs * step`` in parameter ``parameter``, zero elsewhere (``step`` a number, or
+    one per entry: a group of tensors taken as one vector, each entry its tensor's RMS)."""
 
     parameter: str
     signs: np.ndarray  # int8, the parameter's shape
-    step: float
+    step: Any  # float, or an array of the parameter's shape
 
     def vector(self) -> np.ndarray:
         return self.signs.astype(np.float64) * self.step
@@ -109,14 +112,23 @@ def directional(
 
     loss0 = evaluator.at_base()
     count = len(directions)
+    norms = np.array([norm(d) for d in directions])
+
+    def magnitude(value: np.ndarray) -> np.ndarray:
+        return np.abs(np.nan_to_num(value)) + _scale(value, norms) * norms
+
     value, error, kink = differentiate(
-        evaluate, np.zeros(count), INITIAL_STEP, (np.arange(count),), loss0, noise, float32
+        evaluate,
+        np.zeros(count),
+        FLOAT32_STEP if float32 else INITIAL_STEP,
+        np.arange(count),
+        loss0,
+        noise,
+        float32,
+        magnitude,
     )
     finite = np.isfinite(value)
-    norms = np.array([norm(d) for d in directions])
-    total = float(np.sum(norms[finite] ** 2))
-    # E[(g . v)^2] = |g o v|^2 for random signs: the model's RMS gradient from the directions.
-    scale = math.sqrt(float(np.sum(value[finite] ** 2)) / total) if total > 0 else 0.0
+    scale = _scale(value, norms)
     fraction = FLOAT32_FRACTION if float32 else UNJUDGEABLE_FRACTION
     loose = ~finite | ~(error <= fraction * (np.abs(np.nan_to_num(value)) + scale * norms))
     return DirectionalEstimate(
@@ -129,15 +141,24 @@ def directional(
     )
 
 
+def _scale(value: np.ndarray, norms: np.ndarray) -> float:
+    """The model's RMS gradient from directional derivatives: E[(g . v)^2] = |g o v|^2 for random signs."""
+    finite = np.isfinite(value)
+    total = float(np.sum(norms[finite] ** 2))
+    return math.sqrt(float(np.sum(value[finite] ** 2)) / total) if total > 0 else 0.0
+
+
 def norm(d: Direction) -> float:
     """``|v|_2`` of a direction."""
-    return d.step * math.sqrt(d.signs.size)
+    if np.ndim(d.step) == 0:
+        return float(d.step) * math.sqrt(d.signs.size)
+    return math.sqrt(float(np.sum(np.square(d.step))))
 
 
 def project(gradient: dict[str, np.ndarray], directions: Sequence[Direction]) -> np.ndarray:
     """``g . v`` for every direction, in float64."""
     return np.array(
-        [float(np.sum(np.asarray(gradient[d.parameter], np.float64) * d.signs)) * d.step for d in directions]
+        [float(np.sum(np.asarray(gradient[d.parameter], np.float64) * d.signs * d.step)) for d in directions]
     )
 
 
@@ -145,7 +166,7 @@ def project_quadrature(term: dict[str, np.ndarray], directions: Sequence[Directi
     """``|t o v|_2`` for every direction: a per-entry bound ``t`` projected (random signs)."""
     return np.array(
         [
-            d.step * math.sqrt(float(np.sum(np.square(np.broadcast_to(term[d.parameter], d.signs.shape)))))
+            math.sqrt(float(np.sum(np.square(np.broadcast_to(term[d.parameter], d.signs.shape) * d.step))))
             for d in directions
         ]
     )

@@ -39,6 +39,7 @@ from crosscheck._workloads.fd.entries import (
     estimate,
     read_only,
 )
+from crosscheck._workloads.fd.groups import JOINT, Group
 from crosscheck._workloads.fd.precision import Precision, judge, probe
 from crosscheck._workloads.fd.threads import one_thread
 from crosscheck._workloads.protocol import Call, Point, Progress
@@ -95,13 +96,15 @@ class Differences:
     )
     evaluations: int = 0
     seconds: float = 0.0
+    #: Screen mode: each group of tensors screened so far, its directions and the oracle's answer.
+    groups: dict[Group, tuple[list[Direction], DirectionalEstimate]] = dataclasses.field(default_factory=dict)
 
 
 def plan(mode: str, params: dict[str, np.ndarray], per_parameter: int) -> Plan:
     """``mode`` as asked (``auto`` picks by the number of loss evaluations each would cost)."""
     entries = sum(int(v.size) for v in params.values())
     full = EVALUATIONS_PER_ENTRY * entries
-    screen = EVALUATIONS_PER_DIRECTION * per_parameter * len(params)
+    screen = EVALUATIONS_PER_DIRECTION * per_parameter  # one group of every tensor, if it agrees
     if mode == "auto":
         mode = "full" if full <= max(AUTO_EVALUATIONS, screen) else "screen"
         why = f"auto: {entries} entries, ~{full} evaluations entry by entry vs ~{screen} along directions"
@@ -109,10 +112,7 @@ def plan(mode: str, params: dict[str, np.ndarray], per_parameter: int) -> Plan:
         why = f"--oracle-mode {mode}"
     if mode not in ("full", "screen"):
         raise ValueError(f"`oracle_mode` must be one of auto, full, screen; found {mode!r}.")
-    from crosscheck._workloads.fd.directions import make_directions
-
-    directions = make_directions(params, per_parameter) if mode == "screen" else []
-    return Plan(mode, why, directions, per_parameter)
+    return Plan(mode, why, [], per_parameter)
 
 
 def batch_guard(call: Call) -> Callable[[Callable[[], Any]], Any]:
@@ -150,10 +150,43 @@ def _difference(function: Function, params: dict, chosen: Plan, guard: Any, tick
     if chosen.mode == "full":
         est = estimate(function.fn, params, guard=guard, progress=tick, **_noise(function))
         return Differences(function, entries=est, evaluations=est.evaluations)
-    along = directional(
-        function.fn, params, chosen.directions, guard=guard, progress=tick, **_noise(function)
-    )
-    return Differences(function, directions=along, evaluations=along.evaluations)
+    found = Differences(function)
+    every = Group.of(list(params), {k: v.shape for k, v in params.items()})
+    _, along = _group(found, every, params, chosen.per_parameter, guard, tick)
+    found.directions = along
+    return found
+
+
+def _group(diffs: Differences, group: Group, params: dict, count: int, guard: Any, tick: Any):
+    """The oracle along ``count`` directions of ``group`` (cached on ``diffs``)."""
+    if group not in diffs.groups:
+        dirs = group.directions(params, count)
+        fn = group.function(diffs.function.fn, params)
+        along = directional(
+            fn, {JOINT: group.flat(params)}, dirs, guard=guard, progress=tick, **_noise(diffs.function)
+        )
+        diffs.groups[group] = (dirs, along)
+        diffs.evaluations += along.evaluations
+    return diffs.groups[group]
+
+
+def screen_group(
+    diffs: Differences, group: Group, point: Point, count: int, call: Call, progress: Any
+) -> tuple[list[Direction], DirectionalEstimate] | str:
+    """The oracle along ``count`` directions of ``group`` (screen mode, cached), or why it failed."""
+    if group in diffs.groups:
+        return diffs.groups[group]
+    params = as_dtype(point.params, "float64")
+    label = f"oracle: {diffs.function.label}, {len(group.names)} tensor(s)"
+    tick = None if progress is None else (lambda done, total: progress(label, done, total))
+    start = time.perf_counter()
+    try:
+        with one_thread():
+            found = _group(diffs, group, params, count, batch_guard(call), tick)
+    except OracleFailed as exc:
+        return str(exc)
+    diffs.seconds += time.perf_counter() - start
+    return found
 
 
 def _noise(function: Function) -> dict[str, Any]:

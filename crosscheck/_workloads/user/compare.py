@@ -135,13 +135,15 @@ def directions(
     rounding: Rounding,
     est: DirectionalEstimate,
     dirs: list[Direction],
+    floors: dict[str, np.ndarray] | None = None,
 ) -> tuple[dict[str, dict], dict[str, bool]]:
-    """Per parameter, the candidate along its directions: ``{k: row}`` and whether zeros would pass.
+    """Per parameter, the candidate along its directions: ``{k: row}`` and whether zeros would pass
+    (``floors``: the floor per entry, when not each parameter's own: a group of tensors as one).
 
     A row: ``index`` (the directions of ``k``), ``projected``, ``reference``, ``terms``, ``failing``.
     """
     projected = project({k: v for k, v in value.items() if k in ctx.shapes}, dirs)
-    terms = projected_terms(ctx, value, rounding, dirs)
+    terms = projected_terms(ctx, value, rounding, dirs, floors)
     terms["reference"] = est.error
     tol = terms["rounding"] + terms["reference"] + terms["floor"] + terms["slack"]
     bound = tol - terms["slack"]
@@ -165,17 +167,17 @@ def directions(
 
 
 def projected_terms(
-    ctx: Context, value: dict, rounding: Rounding, dirs: list[Direction]
+    ctx: Context, value: dict, rounding: Rounding, dirs: list[Direction], floors: dict | None = None
 ) -> dict[str, np.ndarray]:
     """The tolerance's terms along every direction (``reference`` left to the caller: 0 here)."""
-    u = UNIT_ROUNDOFF[ctx.dtype]
     if rounding.delta is not None:
         signed = project(rounding.delta, dirs)
         scale = project_quadrature(rounding.delta, dirs)
         round_term = SAFETY * (np.abs(signed) + scale)
     else:
         round_term = project_quadrature(rounding.term, dirs)
-    floors = {k: FLOOR_ULPS * u * float(np.max(np.abs(value[k]), initial=0.0)) for k in ctx.shapes}
+    if floors is None:
+        floors = {k: floor_of(value[k], ctx.dtype) for k in ctx.shapes}
     floor = project_quadrature({k: np.asarray(f) for k, f in floors.items()}, dirs)
     slack = np.zeros(len(dirs))
     if ctx.options.rtol is not None and ctx.options.atol is not None:
@@ -183,8 +185,13 @@ def projected_terms(
             per_entry = ctx.options.atol + ctx.options.rtol * np.abs(
                 np.asarray(value[d.parameter], np.float64)
             )
-            slack[i] = d.step * float(np.sum(per_entry))
+            slack[i] = float(np.sum(per_entry * d.step))
     return {"rounding": round_term, "reference": np.zeros(len(dirs)), "floor": floor, "slack": slack}
+
+
+def floor_of(value: np.ndarray, dtype: str) -> float:
+    """The floor of a parameter: ``FLOOR_ULPS`` unit roundoffs of its largest entry."""
+    return FLOOR_ULPS * UNIT_ROUNDOFF[dtype] * float(np.max(np.abs(value), initial=0.0))
 
 
 def screened(

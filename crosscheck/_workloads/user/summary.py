@@ -24,9 +24,9 @@ import numpy as np
 
 from crosscheck._compare.compare import Comparison, Kinks, structural_problem
 from crosscheck._compare.constants import SAFETY, UNIT_ROUNDOFF
-from crosscheck._workloads.fd.directions import LOCALIZE_ENTRIES
 from crosscheck._workloads.fd.function import Differences, Function, Plan, Skip, localize
 from crosscheck._workloads.user import compare as model_compare
+from crosscheck._workloads.user import groups
 from crosscheck._workloads.user.rounding import Rounding
 from crosscheck._workloads.user.verdict import answers, loss_text, verdict
 from crosscheck._workloads.user.zeros import CONFIRMED, ZeroCheck, judged, reach, unreached_problem
@@ -170,11 +170,12 @@ def against_oracle(
     assert diffs.directions is not None
     bad = {k: _malformed(ctx, k, value) for k in ctx.shapes}
     filled = {k: np.zeros(s) if bad[k] else value[k] for k, s in ctx.shapes.items()}
-    rows, zeros = model_compare.directions(ctx, filled, rounding, diffs.directions, judge.plan.directions)
-    found = _screened(judge, ctx, {k: r for k, r in rows.items() if not bad[k]}, diffs, value, rounding, call)
+    good = [k for k in ctx.shapes if not bad[k]]
+    screens = groups.bisect(judge, ctx, good, filled, rounding, diffs, call)
+    found = _screened(judge, ctx, screens, diffs, value, rounding, call)
     by_name = {c.parameter: c for c in found}
     found = [bad[k] or by_name[k] for k in ctx.shapes]
-    record.add(found, {k: z for k, z in zeros.items() if not bad[k]}, question)
+    record.add(found, {k: screens[k].zero for k in good if screens[k].row is not None}, question)
     return found
 
 
@@ -198,14 +199,18 @@ def _malformed(ctx: model_compare.Context, k: str, value: dict) -> Comparison | 
     )
 
 
-def _screened(judge, ctx, rows, diffs: Differences, value, rounding, call) -> list[Comparison]:
+def _screened(judge, ctx, screens: dict, diffs: Differences, value, rounding, call) -> list[Comparison]:
     assert diffs.directions is not None
     per = judge.plan.per_parameter
-    coverage = f"screened: {per} random direction{'s' if per > 1 else ''}"
-    failing, notes = _localizable(diffs, rows, value)
+    rows = {k: s.row for k, s in screens.items() if s.alone and s.row is not None}
+    failing, notes = groups.localizable(diffs, rows, value)
     problem = localize(diffs, failing, judge.point, call, judge.progress) if failing else None
     out = []
-    for k, row in rows.items():
+    for k, screen in screens.items():
+        coverage = groups.coverage(screen, per)
+        if screen.row is None:
+            out.append(groups.not_screened(ctx, k, screen.problem))
+            continue
         if k in failing and problem is None:
             v, e, u, r = diffs.localized[k]
             answer = _answer({k: v}, {k: e}, {k: u}, {k: r})
@@ -215,25 +220,8 @@ def _screened(judge, ctx, rows, diffs: Differences, value, rounding, call) -> li
             out += found
             continue
         note = notes.get(k, "") if problem is None else f"not checked entry by entry: {problem}"
-        out.append(model_compare.screened(ctx, k, row, diffs.directions, value[k], coverage, note))
+        out.append(model_compare.screened(ctx, k, screen.row, screen.est, value[k], coverage, note))
     return out
-
-
-def _localizable(diffs: Differences, rows: dict, value: dict) -> tuple[list[str], dict[str, str]]:
-    """The failing tensors checked entry by entry (the smallest first, ``LOCALIZE_ENTRIES`` entries in
-    all per function, those already checked free), and why each other failing tensor is not."""
-    spent = sum(int(v[0].size) for v in diffs.localized.values())
-    chosen, notes = [], {}
-    for k in sorted((k for k, row in rows.items() if row["failing"].any()), key=lambda k: value[k].size):
-        size = int(np.size(value[k]))
-        if k in diffs.localized or spent + size <= LOCALIZE_ENTRIES:
-            chosen.append(k)
-            spent += 0 if k in diffs.localized else size
-        elif size > LOCALIZE_ENTRIES:
-            notes[k] = f"`{k}` has {size} entries, over {LOCALIZE_ENTRIES}: not checked entry by entry"
-        else:
-            notes[k] = f"not checked entry by entry: the budget of {LOCALIZE_ENTRIES} entries is spent"
-    return chosen, notes
 
 
 def _only(rounding: Rounding, k: str) -> Rounding:
@@ -315,6 +303,7 @@ def _evaluations(findings: Findings, *, seconds: bool = False) -> dict[str, Any]
 def _coverage(records: list[Record]) -> dict[str, list[str]]:
     entry: set[str] = set()
     directions: set[str] = set()
+    grouped: set[str] = set()
     for r in records:
         for c in r.comparisons:
             if c.status == "invalid" or c.parameter is None:
@@ -322,7 +311,10 @@ def _coverage(records: list[Record]) -> dict[str, list[str]]:
             (
                 directions if c.coverage.startswith("screened") and "every entry" not in c.coverage else entry
             ).add(c.parameter)
-    return {"entry by entry": sorted(entry), "along directions only": sorted(directions - entry)}
+            if "in a group of" in c.coverage:
+                grouped.add(c.parameter)
+    only = sorted(directions - entry)
+    return {"entry by entry": sorted(entry), "along directions only": only, "in a group": sorted(grouped)}
 
 
 def _own_state(own: Differences | Skip) -> str:
@@ -383,6 +375,11 @@ def _lines(out: dict[str, Any], zero: dict[str, list[str]]) -> list[str]:
             f"coverage: {len(cov['entry by entry'])} parameters entry by entry, "
             f"{len(cov['along directions only'])} along {out.get('directions_per_parameter')} random "
             f"directions each only ({out.get('why')})"
+        )
+    if cov["in a group"]:
+        lines.append(
+            f"screening by groups: {len(cov['in a group'])} parameters judged in a group of tensors (random "
+            "directions touching every tensor of the group; a group is halved where a direction disagrees)"
         )
     if zero["exactly"] or zero["within rounding"]:
         parts = [f"`{k}` (exactly)" for k in zero["exactly"]]

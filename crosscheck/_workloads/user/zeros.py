@@ -39,7 +39,7 @@ from crosscheck._workloads.user.rounding import Rounding
 if TYPE_CHECKING:
     from crosscheck._workloads.user.judge import GenericJudge
 
-#: Directions per zero tensor and side (each ~36 loss evaluations).
+#: Directions per zero tensor and side (each ~8 loss evaluations).
 PER_TENSOR = 2
 #: The name of every zero tensor of a side taken as one vector (checked at once, then one by one).
 JOINT = "(every zero tensor)"

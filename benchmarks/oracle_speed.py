@@ -1,0 +1,72 @@
+"""The model oracle's cost beside a backend as reference, run as a user runs it: the command line.
+
+Run from the repository root: ``python benchmarks/oracle_speed.py [--ports examples.port.convnet:port,...]``.
+
+Per port: the wall time of ``crosscheck run --workload PORT --quiet`` with the default reference (the
+model oracle) and with ``--reference torch``, each in a fresh process with every core (as a user runs
+it), the ratio, both exit statuses, and the oracle's loss evaluations per function (from ``--json``).
+Targets (issue 25): the default at most 3 x ``--reference torch``, the convnet in at most 30 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+PORTS = (
+    "examples.port.convnet:port",
+    "examples.port.gpt2:port",
+    "examples.port.deep:port",
+    "examples.port.zoo:bert",
+    "examples.port.zoo:llama",
+    "examples.port.zoo:resnet",
+)
+
+
+def run(port: str, reference: list[str]) -> tuple[float, int, dict]:
+    """Seconds, exit status and the JSON report's ``oracle`` section of one command-line run."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "report.json")
+        argv = [sys.executable, "-m", "crosscheck", "run", "--workload", port, "--quiet", "--json", path]
+        start = time.perf_counter()
+        done = subprocess.run([*argv, *reference], capture_output=True, text=True, check=False)
+        seconds = time.perf_counter() - start
+        try:
+            with open(path) as f:
+                oracle = json.load(f).get("oracle", {})
+        except (OSError, ValueError):
+            oracle = {"error": done.stderr.strip().splitlines()[-1:] or done.stdout.strip().splitlines()[-1:]}
+    return seconds, done.returncode, oracle
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ports", default=",".join(PORTS))
+    args = parser.parse_args()
+    print(
+        f"# model oracle speed: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}, "
+        f"{time.strftime('%Y-%m-%d %H:%M')}"
+    )
+    print("| port | default s | exit | `--reference torch` s | exit | ratio | oracle evaluations |")
+    print("|---|---|---|---|---|---|---|")
+    for port in args.ports.split(","):
+        slow, slow_rc, oracle = run(port, [])
+        fast, fast_rc, _ = run(port, ["--reference", "torch"])
+        evaluations = ", ".join(f"{v}" for v in (oracle.get("evaluations") or {}).values()) or oracle.get(
+            "error"
+        )
+        print(
+            f"| `{port}` | {slow:.1f} | {slow_rc} | {fast:.1f} | {fast_rc} | {slow / fast:.2f} | "
+            f"{evaluations} |",
+            flush=True,
+        )
+    print(f"# load after: {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

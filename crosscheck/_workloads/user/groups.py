@@ -1,0 +1,152 @@
+"""A candidate screened by groups of tensors: every tensor at once, halved where a direction disagrees.
+
+The oracle differences the loss along random directions that touch every tensor of a group
+(``fd.groups``); the candidate's gradient, its measured rounding and every term of its tolerance are
+projected on the same directions (``compare.directions``, the group taken as one vector, each tensor
+keeping its own floor). A group whose directions all agree (at least one judged) judges each of its
+tensors: "judged in a group of N". A group with a direction that disagrees, or none judged, is halved
+and each half screened, down to single tensors, which are judged along their own directions and
+localized entry by entry as before (``summary``). A healthy model costs one group's directions, however
+many tensors it has; each tensor that disagrees costs about ``2 log2(tensors)`` groups more.
+
+Cancellation: an error ``e`` (the candidate's gradient minus the truth, over the group) moves a
+direction's derivative by ``e . v``, a sum of ``+-s_i e_i`` over the group's entries with independent
+random signs. It is zero for every one of ``K`` directions only by chance: when the error is spread over
+many entries ``e . v`` is close to Gaussian with standard deviation ``|s o e|_2``, and falls below a
+fraction ``x`` of it with probability about ``0.8 x`` per direction, ``(0.8 x)^K`` for all ``K``; when it
+is confined to two entries of equal size it cancels exactly with probability ``1/2`` per direction,
+``2^-K`` for all. The same holds for a tensor's own directions; what a group changes is the tolerance
+the error is measured against, which sums (in quadrature) the rounding of every entry of the group.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from crosscheck._compare.compare import Comparison
+from crosscheck._workloads.fd.directions import LOCALIZE_ENTRIES, DirectionalEstimate
+from crosscheck._workloads.fd.function import Differences, screen_group
+from crosscheck._workloads.fd.groups import JOINT, Group
+from crosscheck._workloads.user import compare as model_compare
+from crosscheck._workloads.user.rounding import Rounding
+
+if TYPE_CHECKING:
+    from crosscheck._workloads.user.judge import GenericJudge
+
+
+@dataclasses.dataclass(frozen=True)
+class Screen:
+    """How one tensor was judged: its ``group`` (itself alone, or with others), the group's ``row``
+    and the oracle's ``est`` along its directions, whether zeros would pass, or why nothing was."""
+
+    group: Group
+    row: dict | None
+    est: DirectionalEstimate | None
+    zero: bool
+    problem: str = ""
+
+    @property
+    def alone(self) -> bool:
+        return len(self.group.names) == 1
+
+
+def bisect(
+    judge: GenericJudge,
+    ctx: model_compare.Context,
+    names: list[str],
+    value: dict[str, np.ndarray],
+    rounding: Rounding,
+    diffs: Differences,
+    call: Any,
+) -> dict[str, Screen]:
+    """Each of ``names`` screened: in the group of all of them, or in the halves of a failing group."""
+    out: dict[str, Screen] = {}
+    queue = [Group.of(names, ctx.shapes)] if names else []
+    while queue:
+        group = queue.pop(0)
+        found = screen_group(diffs, group, judge.point, judge.plan.per_parameter, call, judge.progress)
+        if isinstance(found, str):
+            out.update({k: Screen(group, None, None, False, found) for k in group.names})
+            continue
+        dirs, est = found
+        row = _compare(ctx, group, value, rounding, est, dirs)
+        if len(group.names) == 1 or (row["judged"].any() and not row["failing"].any()):
+            zeros = _zeros(group, value, row, dirs)
+            out.update({k: Screen(group, row, est, zeros[k]) for k in group.names})
+        else:
+            queue += [half for half in group.halves() if half.names]
+    return out
+
+
+def _compare(ctx, group: Group, value, rounding: Rounding, est, dirs) -> dict:
+    """The candidate along the group's directions, the group as one vector (each tensor its floor)."""
+    sub = dataclasses.replace(ctx, shapes={JOINT: (sum(group.sizes),)})
+    joined = dataclasses.replace(
+        rounding,
+        term={JOINT: group.flat(rounding.term)},
+        delta=None if rounding.delta is None else {JOINT: group.flat(rounding.delta)},
+    )
+    floors = {
+        JOINT: group.flat({k: np.asarray(model_compare.floor_of(value[k], ctx.dtype)) for k in group.names})
+    }
+    rows, _ = model_compare.directions(sub, {JOINT: group.flat(value)}, joined, est, dirs, floors)
+    return rows[JOINT]
+
+
+def _zeros(group: Group, value: dict, row: dict, dirs: list) -> dict[str, bool]:
+    """Per tensor of the group: whether a gradient of zeros there would pass too (its own part of the
+    candidate's projection within the group's bound along every judged direction)."""
+    terms = row["terms"]
+    bound = terms["rounding"] + terms["reference"] + terms["floor"]
+    judged = row["judged"]
+    parts = [group.pieces(d.signs * d.step) for d in dirs]
+    out = {}
+    for k in group.names:
+        own = np.array([float(np.sum(np.asarray(value[k], np.float64) * part[k])) for part in parts])
+        out[k] = bool(np.all(np.abs(own[judged]) <= bound[judged]))
+    return out
+
+
+def coverage(screen: Screen, per: int) -> str:
+    """What was done to judge a tensor, in words."""
+    directions = f"{per} random direction{'s' if per > 1 else ''}"
+    if screen.alone:
+        return f"screened: {directions}"
+    return (
+        f"screened: judged in a group of {len(screen.group.names)} tensors, {directions} touching every one"
+    )
+
+
+def not_screened(ctx: model_compare.Context, k: str, problem: str) -> Comparison:
+    """A tensor whose group the oracle could not difference: not checked, and failed."""
+    return Comparison(
+        backend=ctx.name,
+        reference=ctx.reference,
+        parameter=k,
+        passed=False,
+        status="invalid",
+        total=int(np.prod(ctx.shapes[k])),
+        message=f"parameter `{k}`: not checked: the oracle failed on its group of tensors: {problem}",
+        question=ctx.question,
+        against=ctx.against,
+    )
+
+
+def localizable(diffs: Differences, rows: dict, value: dict) -> tuple[list[str], dict[str, str]]:
+    """The failing tensors checked entry by entry (the smallest first, ``LOCALIZE_ENTRIES`` entries in
+    all per function, those already checked free), and why each other failing tensor is not."""
+    spent = sum(int(v[0].size) for v in diffs.localized.values())
+    chosen, notes = [], {}
+    for k in sorted((k for k, row in rows.items() if row["failing"].any()), key=lambda k: value[k].size):
+        size = int(np.size(value[k]))
+        if k in diffs.localized or spent + size <= LOCALIZE_ENTRIES:
+            chosen.append(k)
+            spent += 0 if k in diffs.localized else size
+        elif size > LOCALIZE_ENTRIES:
+            notes[k] = f"`{k}` has {size} entries, over {LOCALIZE_ENTRIES}: not checked entry by entry"
+        else:
+            notes[k] = f"not checked entry by entry: the budget of {LOCALIZE_ENTRIES} entries is spent"
+    return chosen, notes
