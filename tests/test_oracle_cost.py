@@ -38,18 +38,24 @@ def _planned(n: int, reference: str = "numpy-fd", mode: str = "auto"):
 
 
 def test_a_long_oracle_run_says_its_estimate_before_it_starts(capsys):
-    planned = _planned(2000)
+    planned = _planned(20000, mode="full")
     cost = planned.judge.cost(len(planned.candidates))
-    # Entry by entry (auto: fewer evaluations than 4 directions per tensor): 36 evaluations per entry,
-    # for the NumPy reference and the candidate's own loss.
-    assert (cost.tensors, cost.entries, cost.mode) == (2000, 2000, "full")
-    assert (cost.evaluations, cost.functions) == (36 * 2000, 2)
+    # Entry by entry: EVALUATIONS_PER_ENTRY (8) per entry, for the NumPy reference and the candidate's loss.
+    assert (cost.tensors, cost.entries, cost.mode) == (20000, 20000, "full")
+    assert (cost.evaluations, cost.functions) == (8 * 20000, 2)
     _cost_note(planned)
     err = capsys.readouterr().err
-    assert err.startswith("crosscheck: the oracle differences 2000 tensors (2000 entries) entry by entry")
-    assert "about 72,000 loss evaluations for each of 2 functions, roughly " in err
-    screened = _planned(2000, mode="screen").judge.cost(1)
-    assert (screened.mode, screened.evaluations) == ("screen", 36 * 4 * 2000)
+    assert err.startswith("crosscheck: the oracle differences 20000 tensors (20000 entries) entry by entry")
+    assert "about 160,000 loss evaluations for each of 2 functions, roughly " in err
+
+
+def test_screening_costs_the_same_whatever_the_number_of_tensors():
+    # Screening is one group of every tensor: 4 directions of 8 evaluations, whatever the number of
+    # tensors (halved groups come on top only where a direction disagrees); auto screens 2 000
+    # one-element tensors, the case that took 400 s, where entry by entry would cost 16 000.
+    for n in (50, 2000):
+        assert _planned(n, mode="screen").judge.cost(1).evaluations == 8 * 4
+    assert _planned(2000).judge.cost(1).mode == "screen"
 
 
 def test_a_short_run_or_one_without_the_oracle_says_nothing(capsys):

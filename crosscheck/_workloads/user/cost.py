@@ -57,8 +57,8 @@ def estimate(plan: Any, params: dict[str, np.ndarray], functions: int, per_evalu
     entries = sum(int(v.size) for v in params.values())
     if plan.mode == "full":
         evaluations = EVALUATIONS_PER_ENTRY * entries
-    else:  # screening; entries a failing direction sends there come on top
-        evaluations = EVALUATIONS_PER_DIRECTION * plan.per_parameter * len(params)
+    else:  # screening one group of every tensor (halved groups and entries where a direction fails on top)
+        evaluations = EVALUATIONS_PER_DIRECTION * plan.per_parameter
     total = None if per_evaluation is None else per_evaluation * evaluations * functions
     return Cost(len(params), entries, plan.mode, evaluations, functions, total)
 
