@@ -158,7 +158,7 @@ def test_a_backend_without_hvp_fails_when_asked_for():
 
 
 def test_bad_quantity_is_a_one_line_error():
-    with pytest.raises(ValueError, match="`quantity` must be one of grad, hvp; found 'hessian'"):
+    with pytest.raises(ValueError, match="`quantity` must be one of grad, hvp, update; found 'hessian'"):
         crosscheck.run(quantity="hessian")
 
 
