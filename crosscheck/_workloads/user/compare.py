@@ -69,11 +69,8 @@ class Context:
     shapes: Mapping[str, tuple[int, ...]]
 
 
-def missing(ctx: Context, k: str, value: dict) -> Comparison:
-    message = (
-        f"parameter `{k}`: missing from the gradients `{ctx.name}` returned "
-        f"(it returned: {', '.join(value) or 'nothing'})"
-    )
+def invalid(ctx: Context, k: str, message: str) -> Comparison:
+    """Parameter ``k`` not checked, and failed: ``message`` says why."""
     return Comparison(
         backend=ctx.name,
         reference=ctx.reference,
@@ -84,6 +81,13 @@ def missing(ctx: Context, k: str, value: dict) -> Comparison:
         message=message,
         question=ctx.question,
         against=ctx.against,
+    )
+
+
+def missing(ctx: Context, k: str, value: dict) -> Comparison:
+    returned = ", ".join(value) or "nothing"
+    return invalid(
+        ctx, k, f"parameter `{k}`: missing from the gradients `{ctx.name}` returned (it returned: {returned})"
     )
 
 

@@ -122,16 +122,8 @@ def coverage(screen: Screen, per: int) -> str:
 
 def not_screened(ctx: model_compare.Context, k: str, problem: str) -> Comparison:
     """A tensor whose group the oracle could not difference: not checked, and failed."""
-    return Comparison(
-        backend=ctx.name,
-        reference=ctx.reference,
-        parameter=k,
-        passed=False,
-        status="invalid",
-        total=int(np.prod(ctx.shapes[k])),
-        message=f"parameter `{k}`: not checked: the oracle failed on its group of tensors: {problem}",
-        question=ctx.question,
-        against=ctx.against,
+    return model_compare.invalid(
+        ctx, k, f"parameter `{k}`: not checked: the oracle failed on its group of tensors: {problem}"
     )
 
 

@@ -186,17 +186,7 @@ def _malformed(ctx: model_compare.Context, k: str, value: dict) -> Comparison | 
     problem = structural_problem(np.asarray(value[k]), ctx.shapes[k], ctx.dtype)
     if not problem:
         return None
-    return Comparison(
-        backend=ctx.name,
-        reference=ctx.reference,
-        parameter=k,
-        passed=False,
-        status="invalid",
-        total=int(np.prod(ctx.shapes[k])),
-        message=f"parameter `{k}`: {problem}",
-        question=ctx.question,
-        against=ctx.against,
-    )
+    return model_compare.invalid(ctx, k, f"parameter `{k}`: {problem}")
 
 
 def _screened(judge, ctx, screens: dict, diffs: Differences, value, rounding, call) -> list[Comparison]:
