@@ -186,3 +186,9 @@ def test_a_port_module_pinned_to_float32_is_named_in_a_float64_check(dtypes):
     assert "`param_dtype=jnp.float64`" in verdict["text"]
     # a float32 check of the same port has nothing to say about it
     assert crosscheck.run(workload=_embed_port(dtypes), reference="torch", backends=["jax"]).passed
+
+
+def test_float32_noise_stays_float32s_where_the_float32_loss_matches_by_chance():
+    # 17 float32 unit roundoffs of |loss|, with a float32 loss equal to the float64 one by chance
+    found = judge(1e-6, 1.0, 1.0, "torch")
+    assert found.float32 and "computes in float32 somewhere" in found.text

@@ -36,8 +36,9 @@ PROBE_STEP = 2.0**-20
 FLOAT32_NOISE = 2.0**-15
 #: ... and exceeds this many float64 unit roundoffs of |loss| (when the float32 loss is not known).
 FLOAT64_NOISE_ULPS = 2.0**12
-#: ... and stays under this many times that gap: float32 steps inside a float64 loss round at most about
-#: as much as the whole float32 loss does (Hugging Face's zoo: 0.04 to 1.2 times the gap); a residual far
+#: ... and stays under this many times that gap (or a float32 unit roundoff of |loss|, where the gap is
+#: small by chance): float32 steps inside a float64 loss round at most about as much as the whole float32
+#: loss does (Hugging Face's zoo: 0.04 to 1.2 times the gap); a residual far
 #: above it is the loss's own curvature on the probe's scale (BEiT's zero ``cls_token`` under a LayerNorm
 #: of epsilon 1e-12: 5.7e4 times the gap), not rounding.
 ROUNDING_CEILING = 2.0**8
@@ -89,7 +90,7 @@ def judge(noise: float, value: float, low: float | None, name: str) -> Precision
     """Whether ``noise`` is float32's: against the float32 loss ``low`` when known, else against |loss|."""
     gap = abs(low - value) if low is not None else 0.0
     float32 = bool(noise > FLOAT32_NOISE * gap and noise > FLOAT64_NOISE_ULPS * EPS64 * abs(value))
-    if float32 and low is not None and noise > ROUNDING_CEILING * gap:
+    if float32 and low is not None and noise > ROUNDING_CEILING * max(gap, 2.0**-24 * abs(value)):
         return Precision(noise, False, _curved(noise, gap, name))
     if not float32:
         return Precision(noise, False, "")
