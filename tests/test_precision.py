@@ -44,6 +44,24 @@ def test_the_probe_tells_a_float32_step_from_float64(float32):
     assert ("computes in float32 somewhere" in found.text) == float32
 
 
+def _steep(params, dtype=np.float64):
+    """BEiT's zero ``cls_token`` under a LayerNorm of epsilon 1e-12: ``c / sqrt(mean(c**2) + 1e-12)``
+    bends on the scale 1e-6 around ``c = 0``, far below the probe's span."""
+    c, w = (np.asarray(params[k], dtype) for k in ("c", "w"))
+    normed = c / np.sqrt(np.mean(c**2) + dtype(1e-12))
+    return float(np.sum(np.tanh(normed + w) * PROJECTION[0, :3]))
+
+
+def test_a_loss_that_bends_on_the_probes_scale_is_not_taken_for_float32_noise():
+    params = {"c": np.zeros(3), "w": RNG.standard_normal(3)}
+    value, low = _steep(params), float(np.float32(_steep(params, np.float32)))
+    noise = probe(_steep, params, _direct)
+    assert noise > 1e3 * abs(low - value)  # a residual no rounding makes
+    found = judge(noise, value, low, "torch")
+    assert not found.float32  # float32's error bars would let a zero gradient pass: "the check is empty"
+    assert "not smooth on the noise probe's scale" in found.text
+
+
 def test_a_float32_step_is_differenced_with_float32s_error_bar():
     truth = estimate(lambda p: loss(p, False), PARAMS)
     noise = probe(loss, PARAMS, _direct)
@@ -168,3 +186,9 @@ def test_a_port_module_pinned_to_float32_is_named_in_a_float64_check(dtypes):
     assert "`param_dtype=jnp.float64`" in verdict["text"]
     # a float32 check of the same port has nothing to say about it
     assert crosscheck.run(workload=_embed_port(dtypes), reference="torch", backends=["jax"]).passed
+
+
+def test_float32_noise_stays_float32s_where_the_float32_loss_matches_by_chance():
+    # 17 float32 unit roundoffs of |loss|, with a float32 loss equal to the float64 one by chance
+    found = judge(1e-6, 1.0, 1.0, "torch")
+    assert found.float32 and "computes in float32 somewhere" in found.text

@@ -358,7 +358,7 @@ def _problems(findings: Findings, records: list[Record], zero: dict[str, list[st
 
 def _lines(out: dict[str, Any], zero: dict[str, list[str]]) -> list[str]:
     lines = list(out["verdict"]) + list(out["notes"])
-    lines += [p["text"] for p in out["precision"].values() if p["float32"]]
+    lines += [p["text"] for p in out["precision"].values() if p["text"]]
     cov = out["coverage"]
     if cov["along directions only"]:
         lines.append(
