@@ -522,3 +522,34 @@ def test_a_plain_function_of_a_pytree():
     assert report.passed, report.problems
     with pytest.raises(ValueError, match="needs `jax_params`"):
         print(crosscheck.Port(name="fn", torch=_torch_mlp(), jax=fn, inputs=X).mapping)
+
+
+@needs["torch"]
+@pytest.mark.parametrize("reference", ["torch", "numpy-fd"])
+def test_a_float64_pass_makes_tensors_without_a_dtype_float64(reference):
+    # Hugging Face CLIP builds its causal mask as torch.full(shape, torch.finfo(dtype).min) with no
+    # dtype: in a float64 pass that is float64's minimum into a float32 tensor, which overflows.
+    import jax.numpy as jnp
+    import torch
+
+    class Masked(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = _torch_mlp().fc1, _torch_mlp().fc2
+
+        def forward(self, x):
+            h = self.fc1(x)
+            floor = torch.full(h.shape, torch.finfo(h.dtype).min)
+            return self.fc2(torch.tanh(torch.maximum(h, floor)))
+
+    def fn(params, x):
+        return jnp.tanh(x @ params["fc1"]["w"] + params["fc1"]["b"]) @ params["fc2"]["w"] + params["fc2"]["b"]
+
+    zeros = {"w": np.zeros((3, 4)), "b": np.zeros(4)}, {"w": np.zeros((4, 2)), "b": np.zeros(2)}
+    tree = dict(zip(("fc1", "fc2"), zeros, strict=True))
+    port = crosscheck.Port(name="masked", torch=Masked().eval(), jax=fn, jax_params=tree, inputs=X)
+    dtype = "float64" if reference == "torch" else "float32"  # the oracle differences float64 losses
+    report = crosscheck.run(workload=port, reference=reference, dtype=dtype)
+    assert report.passed, report.problems
+    assert "default dtype" in report.case["torch_float64"]
+    assert torch.get_default_dtype() == torch.float32  # restored after

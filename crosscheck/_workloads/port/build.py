@@ -234,8 +234,16 @@ def jax_implementation(prepared: Prepared) -> Callable[[dict, dict], Any]:
     return jax_loss
 
 
+#: What every float64 pass of the PyTorch side does beyond casting the tensors (``torch_side.call``).
+TORCH_FLOAT64 = (
+    "float64 passes run with float64 as PyTorch's default dtype (torch.set_default_dtype, restored after): "
+    "tensors the model creates without a dtype are float64 too"
+)
+
+
 def case_notes(prepared: Prepared, dtype: str | None = None) -> dict[str, Any]:
-    """What the report records of the port: the mapping table, the loss, and (``jax_dtype``) a linen
+    """What the report records of the port: the mapping table, the loss, how PyTorch's float64 passes
+    run (``torch_float64``), and (``jax_dtype``) a linen
     module's float ``dtype`` field (Hugging Face's Flax default, float32) that the check replaced by the
     case's ``dtype``: the port as written computes in the other precision (``jax_side._in_dtype``)."""
     port = prepared.port
@@ -244,7 +252,12 @@ def case_notes(prepared: Prepared, dtype: str | None = None) -> dict[str, Any]:
         if port.loss is not None
         else f"projection of every output array: sum_i sum(R_i * output_i), R_i ~ N(0, 1) seed {SEED} + i"
     )
-    notes = {"mapping": prepared.table.rows(), "loss": loss, "jax_kind": prepared.jax_side.kind}
+    notes = {
+        "mapping": prepared.table.rows(),
+        "loss": loss,
+        "jax_kind": prepared.jax_side.kind,
+        "torch_float64": TORCH_FLOAT64,
+    }
     current = getattr(prepared.jax_side.model, "dtype", None) if prepared.jax_side.kind == "linen" else None
     try:
         written = np.dtype(current).name if current is not None else None

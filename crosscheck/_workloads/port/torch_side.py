@@ -7,8 +7,9 @@ the case's dtype) replace the module's own for that call only: the user's module
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -77,8 +78,34 @@ class Wrapped(torch.nn.Module):
 
 
 def call(wrapped: Wrapped, state: dict[str, Any], inputs: dict[str, Any]) -> Any:
-    """The wrapped module's output with ``state`` (name -> tensor) in place of its own tensors."""
-    return torch.func.functional_call(wrapped, {f"m.{k}": v for k, v in state.items()}, (inputs,))
+    """The wrapped module's output with ``state`` (name -> tensor) in place of its own tensors.
+
+    A float64 pass runs with float64 as PyTorch's default dtype: a model that
+    builds a tensor without a dtype (Hugging Face CLIP's causal mask, ``torch.full(..., finfo(dtype).min)``)
+    would otherwise mix a float32 tensor into a float64 pass, or fail to build it at all. The report's case
+    says so (``torch_float64``)."""
+    with _default_dtype(_floating_dtype(state)):
+        return torch.func.functional_call(wrapped, {f"m.{k}": v for k, v in state.items()}, (inputs,))
+
+
+def _floating_dtype(state: dict[str, Any]) -> torch.dtype | None:
+    """The dtype of the first floating tensor in ``state`` (the case's dtype), None without one."""
+    floating = (v.dtype for v in state.values() if isinstance(v, torch.Tensor) and v.is_floating_point())
+    return next(floating, None)
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype | None) -> Iterator[None]:
+    """PyTorch's default dtype set to float64 for a float64 pass, restored after; anything else as is."""
+    before = torch.get_default_dtype()
+    if dtype != torch.float64 or before == dtype:
+        yield
+        return
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
 
 
 def flat(value: Any) -> list[torch.Tensor]:
