@@ -35,15 +35,40 @@ def trajectory(
                 f"`torch_optimizer` returned {type(optimizer).__name__}, which has no `{method}()`; "
                 "expected a torch.optim optimizer (or anything with zero_grad() and step())"
             )
-    rows = [_snapshot(leaves)]
-    for _ in range(steps):
+    rows, start = [_snapshot(leaves)], _state(optimizer, leaves)
+    for step in range(steps):
         optimizer.zero_grad()
         value = loss(leaves, tensors)
         value.backward()
         optimizer.step()
         rows.append(_snapshot(leaves))
-    return {k: np.stack([row[k] for row in rows]) for k in leaves}
+        if step == 0:  # a fresh optimizer makes its state here: read as zeros before it
+            start = {k: start.get(k, np.zeros_like(v)) for k, v in _state(optimizer, leaves).items()}
+    dtype = next(iter(params.values())).dtype
+    return {**{k: np.stack([row[k] for row in rows]) for k in leaves}, **_rows(start, dtype)}
 
 
 def _snapshot(leaves: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
     return {k: v.detach().cpu().numpy().copy() for k, v in leaves.items()}
+
+
+def _state(optimizer: Any, leaves: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """The optimizer's ``state`` (``torch.optim``'s: tensor -> {kind: value}) by ``"name (kind)"``;
+    empty when it has none (a wrapper exposes its optimizer's ``state``)."""
+    from crosscheck._workloads.train.state import key
+
+    state = getattr(optimizer, "state", None)
+    if not isinstance(state, Mapping):
+        return {}
+    out = {}
+    for name, leaf in leaves.items():
+        for kind, v in (state.get(leaf) or {}).items():
+            if isinstance(v, (torch.Tensor, int, float)) and not isinstance(v, bool):
+                array = v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
+                out[key(name, str(kind))] = array.copy()
+    return out
+
+
+def _rows(state: dict[str, np.ndarray], dtype: Any) -> dict[str, np.ndarray]:
+    """The start state as one-row trajectories in the run's dtype."""
+    return {k: np.asarray(v, dtype)[None] for k, v in state.items()}
