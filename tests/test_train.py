@@ -248,3 +248,52 @@ def test_a_sweep_checks_a_train_s_update(tmp_path):
     (record,) = json.loads(out.read_text())["cases"]
     assert record["report"]["quantity"] == "update", record["report"]["quantity"]
     assert record["report"]["case"]["steps"] == STEPS
+
+
+def _torch_sgd_step(params, grads, state, *, lr, momentum):
+    """A hand-written SGD with momentum: PyTorch's convention (the first buffer is the gradient)."""
+    for k, p in params.items():
+        kept = state.setdefault(k, {})
+        buf = kept.get("momentum_buffer")
+        buf = grads[k].clone() if buf is None else buf.mul_(momentum).add_(grads[k])
+        kept["momentum_buffer"] = buf
+        p.sub_(lr * buf)
+
+
+def _jax_sgd_step(params, grads, state, *, lr, momentum, dampening=0.0):
+    import jax
+
+    trace = grads if state is None else jax.tree_util.tree_map(lambda b, g: momentum * b + g, state, grads)
+    trace = jax.tree_util.tree_map(lambda b: (1 - dampening) * b, trace)
+    return jax.tree_util.tree_map(lambda p, b: p - lr * b, params, trace), trace
+
+
+@pytest.mark.parametrize("dampening", [0.0, 0.5], ids=["healthy", "dampened"])
+def test_a_step_function_on_each_side(dampening):
+    import functools
+
+    train = crosscheck.Train(
+        _port(),
+        torch_step=_torch_sgd_step,
+        jax_step=functools.partial(_jax_sgd_step, dampening=dampening),
+        hyper={"lr": 1e-2, "momentum": 0.9},
+        steps=STEPS,
+    )
+    report = crosscheck.check(train, quantity="update")
+    record = report.backends["jax"].notes["update"]
+    assert report.passed == (dampening == 0.0), record
+    if dampening:
+        assert record["first_step"] == 1 and record["gradients"] == "agree", record
+    assert report.case["optimizer_state"] == [{"torch": "momentum_buffer", "optax": None, "parameters": 0}]
+
+
+def test_a_train_takes_one_optimizer_or_step_function_a_side():
+    with pytest.raises(TypeError, match=r"give one of `optax` .* found neither"):
+        crosscheck.Train(_port(), torch_optimizer=optimizers.torch_adamw)
+    with pytest.raises(TypeError, match="found `torch_optimizer` and `torch_step`"):
+        crosscheck.Train(
+            _port(),
+            torch_optimizer=optimizers.torch_adamw,
+            torch_step=_torch_sgd_step,
+            jax_step=_jax_sgd_step,
+        )

@@ -53,6 +53,8 @@ def trajectory(
         start = _state(prepared, state, trained, (lambda part: {**tree, "params": part}) if linen else None)
 
         def step(part: Any, state: Any) -> tuple[Any, Any]:
+            if isinstance(transformation, Stepper):
+                return transformation.step(part, jax.grad(objective)(part), state)
             updates, state = transformation.update(jax.grad(objective)(part), state, part)
             return optax.apply_updates(part, updates), state
 
@@ -64,6 +66,28 @@ def trajectory(
             trained, state = step(trained, state)
             rows.append(_named(prepared, {**tree, "params": trained} if linen else trained))
     return {**{k: np.stack([row[k] for row in rows]) for k in rows[0]}, **start}
+
+
+class Stepper:
+    """A user's step function as the JAX side's optimizer: ``fn(params, grads, state, **hyper) ->
+    (params, state)``, ``state`` None at the first step."""
+
+    def __init__(self, fn: Callable[..., Any], hyper: Mapping[str, Any]) -> None:
+        self.fn, self.hyper = fn, dict(hyper)
+
+    def init(self, params: Any) -> None:
+        return None
+
+    def step(self, params: Any, grads: Any, state: Any) -> tuple[Any, Any]:
+        out = self.fn(params, grads, state, **self.hyper)
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise TypeError(f"`jax_step` returned {type(out).__name__}; expected a pair (params, state)")
+        return out
+
+
+def stepper(fn: Callable[..., Any], **hyper: Any) -> Stepper:
+    """The optimizer of a ``jax_step`` (``Train(jax_step=...)``)."""
+    return Stepper(fn, hyper)
 
 
 def _named(prepared: Prepared, tree: Any) -> dict[str, np.ndarray]:

@@ -72,3 +72,36 @@ def _state(optimizer: Any, leaves: dict[str, torch.Tensor]) -> dict[str, np.ndar
 def _rows(state: dict[str, np.ndarray], dtype: Any) -> dict[str, np.ndarray]:
     """The start state as one-row trajectories in the run's dtype."""
     return {k: np.asarray(v, dtype)[None] for k, v in state.items()}
+
+
+class Stepper:
+    """A user's step function as an optimizer: ``fn(params, grads, state, **hyper)`` updates ``params``
+    in place under ``torch.no_grad()``; ``state`` (a dict by parameter name) is shown as ``state``."""
+
+    def __init__(self, fn: Callable[..., Any], named: list, hyper: Mapping[str, Any]) -> None:
+        self.fn, self.params, self.hyper = fn, dict(named), dict(hyper)
+        self.kept: dict[str, Any] = {}
+
+    @property
+    def state(self) -> dict[torch.Tensor, Any]:
+        return {
+            self.params[k]: v for k, v in self.kept.items() if k in self.params and isinstance(v, Mapping)
+        }
+
+    def zero_grad(self) -> None:
+        for p in self.params.values():
+            p.grad = None
+
+    def step(self) -> None:
+        grads = {k: p.grad if p.grad is not None else torch.zeros_like(p) for k, p in self.params.items()}
+        with torch.no_grad():
+            out = self.fn(self.params, grads, self.kept, **self.hyper)
+        if out is not None:
+            raise TypeError(
+                f"`torch_step` returned {type(out).__name__}; expected None (it updates `params` in place)"
+            )
+
+
+def stepper(fn: Callable[..., Any], named: list, **hyper: Any) -> Stepper:
+    """The optimizer of a ``torch_step`` (``Train(torch_step=...)``)."""
+    return Stepper(fn, named, hyper)
