@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from examples.port.optimizers import BUGS  # noqa: E402  (imports no framework)
+from examples.port.optimizers import BUGS, SCHEDULE_BUGS, STATE_BUGS  # noqa: E402  (imports no framework)
 
 CURVE_RTOL = 1e-3
 
@@ -84,6 +84,7 @@ def loss_curve_step(name: str, steps: int) -> tuple[int | None, float]:
         ("jax", jax_steps, train.optax, _jax_loss(jax_implementation(prepared))),
     ):
         rows = module.trajectory(prepared, factory, train.hyper, params, inputs, steps)
+        rows = {k: v for k, v in rows.items() if k in prepared.parameters}  # the start state left out
         sides[side] = [loss({k: v[t] for k, v in rows.items()}, inputs) for t in range(steps + 1)]
     a, b = np.array(sides["torch"]), np.array(sides["jax"])
     rel = np.abs(a - b) / np.abs(a)
@@ -126,6 +127,7 @@ def main() -> None:
         help="with --bugs: take crosscheck's findings from DIR/<bug>.json (DIR/healthy.json), reports of "
         "earlier `crosscheck run --json` runs of the same cases, instead of running them again",
     )
+    parser.add_argument("--only", action="append", metavar="BUG", help="with --bugs: only these (repeatable)")
     args = parser.parse_args()
     print(f"# {platform.node()} {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, {time.ctime()}")
     for seed in range(args.seeds):
@@ -135,12 +137,15 @@ def main() -> None:
     if args.bugs:
         print("| case | crosscheck: first step, part | loss curve at 1e-3: first step | largest difference |")
         print("|---|---|---|---|")
-        for bug in ["", *BUGS]:
+        for bug in args.only or ["", *BUGS, *STATE_BUGS, *SCHEDULE_BUGS]:
+            bug = "" if bug == "healthy" else bug
             name = f"train_{bug}" if bug else "train"
             found = earlier(args.reports, bug) if args.reports else check(name, seed=0, steps=args.steps)
             update = found.get("update", {})
             step, part = update.get("first_step"), update.get("part")
             seen = f"{step}, {part}" if step else part or "passes"
+            if update.get("state"):  # the optimizers started apart: named before any step
+                seen = f"0 (the start), the optimizer state ({update['state']['kind']})"
             curve, largest = loss_curve_step(name, args.curve_steps)
             when = f"{curve if curve is not None else 'never'} (of {args.curve_steps})"
             print(f"| {bug or 'healthy'} | {seen} | {when} | {largest:.2g} |", flush=True)

@@ -49,16 +49,39 @@ def _train(bug=None, **kwargs):
     return optimizers.train(_port(**kwargs), bug=bug, steps=STEPS)
 
 
-def test_the_healthy_pair_agrees_at_every_step():
+def tiny_train():
+    """The healthy tiny train, for import strings (``tests.test_train:tiny_train``)."""
+    return _train()
+
+
+def tiny_train_decay_all():
+    """The tiny train with ``decay_all`` planted, for import strings."""
+    return _train("decay_all")
+
+
+def test_the_healthy_pair_agrees_at_every_step(capsys):
     report = crosscheck.check(_train(), quantity="update")
     assert report.passed, report.problems
     record = report.backends["jax"].notes["update"]
-    assert record == {"steps": STEPS, "first_step": None, "first_parameter": None}
+    assert record == {"steps": STEPS, "first_step": None, "first_parameter": None, "state": None}
     assert report.backends["torch"].role == "reference"
     assert "no finite-difference oracle" in report.backends["torch"].notes["reference"]
     rows = next(c for c in report.comparisons if c.parameter == "fc1.weight").per_layer
     assert [r["step"] for r in rows] == list(range(STEPS + 1))  # row 0: the start, the same on both sides
     assert report.to_dict()["case"]["steps"] == STEPS
+    # the optimizer state at the start, paired by kind and name, its table before the numbers
+    assert report.case["optimizer_state"] == [
+        {"torch": "step", "optax": "count", "parameters": 6},
+        {"torch": "exp_avg", "optax": "mu", "parameters": 6},
+        {"torch": "exp_avg_sq", "optax": "nu", "parameters": 6},
+    ]
+    names = [c.parameter for c in report.comparisons]
+    assert "fc1.weight (exp_avg)" in names and "fc2.bias (step)" in names
+    from rich.console import Console
+
+    report.render(Console(width=200, color_system=None))
+    out = capsys.readouterr().out
+    assert out.index("torch `exp_avg` <-> optax `mu`: 6 parameters") < out.index("fc1.weight")
 
 
 @pytest.mark.parametrize("bug", list(optimizers.BUGS))
@@ -130,8 +153,16 @@ def test_run_takes_steps():
             ["--workload", "examples.port.gpt2:train", "--quantity", "update", "--plot", "x.png"],
             "not available with `--quantity update`",
         ),
+        (
+            ["--workload", "examples.port.gpt2:train", "--quantity", "update", "--save-bundle", "b.npz"],
+            "`--save-bundle` is not available with `--quantity update`: a bundle holds arrays",
+        ),
+        (
+            ["--workload", "examples.port.gpt2:train", "--quantity", "update", "--dtype", "float64"],
+            "`dtype` of quantity 'update' must be float32",
+        ),
     ],
-    ids=["steps-0", "port-without-optimizer", "stack", "steps-without-update", "plot"],
+    ids=["steps-0", "port-without-optimizer", "stack", "steps-without-update", "plot", "bundle", "float64"],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message, capsys):
     assert main(["run", *args]) == 2
@@ -147,4 +178,122 @@ def test_a_train_checks_the_update_only():
     with pytest.raises(ValueError, match="`steps` must be a positive integer"):
         crosscheck.Train(
             _port(), torch_optimizer=optimizers.torch_adamw, optax=optimizers.optax_adamw, steps=0
+        )
+
+
+def test_a_resumed_state_agrees_when_both_sides_resume_alike():
+    report = crosscheck.check(optimizers.train(_port(), steps=STEPS, resume=True), quantity="update")
+    assert report.passed, report.verdicts()
+    start = next(c for c in report.comparisons if c.parameter == "fc1.weight (exp_avg)")
+    assert start.max_abs_diff is not None and start.total == 18  # resumed moments, not zeros
+
+
+@pytest.mark.parametrize("bug", list(optimizers.STATE_BUGS))
+def test_a_wrong_start_state_is_named(bug):
+    report = crosscheck.check(optimizers.train(_port(), bug=bug, steps=STEPS), quantity="update")
+    assert not report.passed
+    record = report.backends["jax"].notes["update"]
+    kind = optimizers.STATE_BUGS[bug][1].removeprefix("the optimizer state (").removesuffix(")")
+    assert record["state"] == {"parameter": "fc1.weight", "kind": kind}, record
+    assert f"the optimizer state differs at `fc1.weight` ({kind}) at the start" in report.verdicts()["jax"]
+    assert "controls" not in record  # the optimizers started apart: no controlled re-runs
+
+
+def test_a_warmup_off_by_one_is_the_schedule():
+    healthy = crosscheck.check(optimizers.train(_port(), steps=STEPS, warmup=True), quantity="update")
+    assert healthy.passed, healthy.verdicts()
+    report = crosscheck.check(
+        optimizers.train(_port(), bug="warmup_off_by_one", steps=STEPS), quantity="update"
+    )
+    record = report.backends["jax"].notes["update"]
+    assert not report.passed and record["first_step"] == 1, record
+    assert record["gradients"] == "agree" and record["part"] == "learning-rate schedule", record
+
+
+def test_the_optax_state_parts_are_named_by_field_a_second_one_by_its_path():
+    import jax.numpy as jnp
+    import optax
+
+    from crosscheck._workloads.train import jax_steps
+
+    params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(2)}
+    tx = optax.chain(optax.scale_by_adam(), optax.scale_by_learning_rate(optax.linear_schedule(0.0, 1.0, 3)))
+    import jax
+
+    parts = jax_steps._parts(tx.init(params), jax.tree_util.tree_structure(params))
+    assert [kind for kind, _ in parts] == ["count", "mu", "nu", "1.count"]
+
+
+def test_junit_has_a_case_per_parameter_and_the_verdict(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    path = tmp_path / "update.xml"
+    args = ["--workload", "tests.test_train:tiny_train_decay_all", "--quantity", "update", "--no-isolate"]
+    assert main(["run", *args, "--junit", str(path)]) == 1
+    suite = ET.parse(path).getroot().find("testsuite")
+    names = [case.get("name") for case in suite.findall("testcase")]
+    assert "jax vs torch [ln.weight]" in names and "jax vs torch [fc1.weight (exp_avg)]" in names
+    failed = [case.get("name") for case in suite.findall("testcase") if case.find("failure") is not None]
+    assert "jax vs torch [ln.weight]" in failed  # a norm's scale decayed: the planted bug
+    assert "the part that differs is the weight decay" in suite.find("system-out").text
+    assert int(suite.get("tests")) == len(names)
+
+
+def test_a_sweep_checks_a_train_s_update(tmp_path):
+    import json
+
+    out = tmp_path / "sweep.json"
+    args = ["--workload", "tests.test_train:tiny_train", "--jobs", "0", "--json", str(out)]
+    assert main(["sweep", *args]) == 0
+    (record,) = json.loads(out.read_text())["cases"]
+    assert record["report"]["quantity"] == "update", record["report"]["quantity"]
+    assert record["report"]["case"]["steps"] == STEPS
+
+
+def _torch_sgd_step(params, grads, state, *, lr, momentum):
+    """A hand-written SGD with momentum: PyTorch's convention (the first buffer is the gradient)."""
+    for k, p in params.items():
+        kept = state.setdefault(k, {})
+        buf = kept.get("momentum_buffer")
+        buf = grads[k].clone() if buf is None else buf.mul_(momentum).add_(grads[k])
+        kept["momentum_buffer"] = buf
+        p.sub_(lr * buf)
+
+
+def _jax_sgd_step(params, grads, state, *, lr, momentum, dampening=0.0):
+    import jax
+
+    trace = grads if state is None else jax.tree_util.tree_map(lambda b, g: momentum * b + g, state, grads)
+    trace = jax.tree_util.tree_map(lambda b: (1 - dampening) * b, trace)
+    return jax.tree_util.tree_map(lambda p, b: p - lr * b, params, trace), trace
+
+
+@pytest.mark.parametrize("dampening", [0.0, 0.5], ids=["healthy", "dampened"])
+def test_a_step_function_on_each_side(dampening):
+    import functools
+
+    train = crosscheck.Train(
+        _port(),
+        torch_step=_torch_sgd_step,
+        jax_step=functools.partial(_jax_sgd_step, dampening=dampening),
+        hyper={"lr": 1e-2, "momentum": 0.9},
+        steps=STEPS,
+    )
+    report = crosscheck.check(train, quantity="update")
+    record = report.backends["jax"].notes["update"]
+    assert report.passed == (dampening == 0.0), record
+    if dampening:
+        assert record["first_step"] == 1 and record["gradients"] == "agree", record
+    assert report.case["optimizer_state"] == [{"torch": "momentum_buffer", "optax": None, "parameters": 0}]
+
+
+def test_a_train_takes_one_optimizer_or_step_function_a_side():
+    with pytest.raises(TypeError, match=r"give one of `optax` .* found neither"):
+        crosscheck.Train(_port(), torch_optimizer=optimizers.torch_adamw)
+    with pytest.raises(TypeError, match="found `torch_optimizer` and `torch_step`"):
+        crosscheck.Train(
+            _port(),
+            torch_optimizer=optimizers.torch_adamw,
+            torch_step=_torch_sgd_step,
+            jax_step=_jax_sgd_step,
         )

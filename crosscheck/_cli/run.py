@@ -347,10 +347,22 @@ def _check_options(args: argparse.Namespace) -> None:
     """Options that contradict each other, and outputs that cannot be written, before any work."""
     check_tolerances(args)
     _check_directions(args)
-    if args.quantity in ("hvp", "update") and (args.save_bundle or args.plot):
+    if args.quantity == "update" and (args.save_bundle or args.plot):
+        raise UsageError(UPDATE_REFUSES["--save-bundle" if args.save_bundle else "--plot"])
+    if args.quantity == "hvp" and (args.save_bundle or args.plot):
         raise UsageError(
             f"`--save-bundle` and `--plot` are not available with `--quantity {args.quantity}` yet."
         )
+
+
+#: Why ``--quantity update`` refuses an output (one line each).
+UPDATE_REFUSES = {
+    "--save-bundle": "`--save-bundle` is not available with `--quantity update`: a bundle holds arrays, not "
+    "the optimizer factories a training needs; the command itself reproduces it (the workload, --seed "
+    "and --steps), and `--json` keeps every step's numbers.",
+    "--plot": "`--plot` is not available with `--quantity update`: its heatmaps have no step axis; "
+    "`--json` keeps every step's row.",
+}
 
 
 def _check_plot_and_bundle(args: argparse.Namespace) -> None:

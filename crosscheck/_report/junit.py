@@ -67,7 +67,17 @@ def junit_suite(report: Report, name: str) -> ET.Element:
     suite.set("failures", str(len(suite.findall("testcase/failure"))))
     suite.set("errors", str(len(suite.findall("testcase/error"))))
     suite.set("skipped", str(len(suite.findall("testcase/skipped"))))
+    _verdicts(suite, report)
     return suite
+
+
+def _verdicts(suite: ET.Element, report: Report) -> None:
+    """A workload's verdicts (where a port or a training first differs, and why) as the suite's
+    ``<system-out>``, so that CI shows them (a sweep's record view has none)."""
+    verdicts = report.verdicts() if callable(getattr(report, "verdicts", None)) else {}
+    if verdicts:
+        told = [plain(f"verdict of `{name}`: {text}") for name, text in verdicts.items()]
+        ET.SubElement(suite, "system-out").text = "\n".join(told)
 
 
 def write_junit(reports: Sequence[tuple[str, Report]], path: str | Path) -> None:

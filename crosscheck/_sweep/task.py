@@ -97,6 +97,7 @@ def _run_case(case: dict[str, Any], options: dict[str, Any]):
         workload = workload.configure(**knobs)
     report = check(
         workload,
+        quantity=workload.quantities[0],  # a Train's is the update (with its own steps), others' the gradient
         backends=options.get("backends"),
         reference=options.get("reference", "numpy-fd"),
         dtype=case.get("dtype", "float32"),

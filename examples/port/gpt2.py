@@ -103,16 +103,19 @@ def __getattr__(name):  # the ports are built when asked for: importing this mod
 
 def make_train(bug=""):
     """The port trained with AdamW on both sides (``examples.port.optimizers``): ``bug`` names an
-    optimizer bug planted in the optax side (``optimizers.BUGS``) or a model bug of the port (``BUGS``,
-    with the healthy optimizer); "" is the healthy pair; ``sgd`` the pair with SGD and momentum, and
-    ``optimizers.SGD_BUGS`` its planted bugs."""
+    optimizer bug planted in the optax side (``optimizers.BUGS``, a resumed state's ``STATE_BUGS``, a
+    warmup's ``SCHEDULE_BUGS``) or a model bug of the port (``BUGS``, with the healthy optimizer); "" is
+    the healthy pair, ``resume`` and ``warmup`` the healthy pairs that resume a run or warm up; ``sgd``
+    the pair with SGD and momentum, and ``optimizers.SGD_BUGS`` its planted bugs."""
     from examples.port import optimizers
 
     name = "gpt2-train" + (f"-{bug.replace('_', '-')}" if bug else "")
     if bug == "sgd" or bug in optimizers.SGD_BUGS:
         return optimizers.sgd(make_port(), bug=None if bug == "sgd" else bug, name=name)
-    if bug and bug not in optimizers.BUGS and bug not in BUGS:
+    if bug in ("resume", "warmup"):  # the healthy pairs that resume a run, or warm up
+        return optimizers.train(make_port(), name=name, **{bug: True})
+    planted = {**optimizers.BUGS, **optimizers.STATE_BUGS, **optimizers.SCHEDULE_BUGS}
+    if bug and bug not in planted and bug not in BUGS:
         raise AttributeError(f"train_{bug}")
     port = make_port(f"gpt2-{bug.replace('_', '-')}", **BUGS[bug][2]) if bug in BUGS else make_port()
-    optimizer_bug = bug if bug in optimizers.BUGS else None
-    return optimizers.train(port, bug=optimizer_bug, name=name)
+    return optimizers.train(port, bug=bug if bug in planted else None, name=name)

@@ -20,10 +20,17 @@ def decayed(shape) -> bool:
 
 
 class Clipped:
-    """A PyTorch optimizer with ``clip_grad_norm_`` before each step (``max_norm`` None: no clipping)."""
+    """A PyTorch optimizer with ``clip_grad_norm_`` before each step (``max_norm`` None: no clipping)
+    and its learning-rate ``scheduler`` stepped after it (None: a constant rate)."""
 
-    def __init__(self, optimizer, params, max_norm):
+    def __init__(self, optimizer, params, max_norm, scheduler=None):
         self.optimizer, self.params, self.max_norm = optimizer, params, max_norm
+        self.scheduler = scheduler
+
+    @property
+    def state(self):
+        """The optimizer's state (crosscheck pairs it with optax's, by parameter name)."""
+        return self.optimizer.state
 
     def zero_grad(self):
         self.optimizer.zero_grad()
@@ -34,10 +41,30 @@ class Clipped:
         if self.max_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.params, self.max_norm)
         self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
 
 
-def torch_adamw(named, *, lr, betas, eps, weight_decay, max_norm):
-    """``torch.optim.AdamW`` over ``(name, tensor)`` pairs: matrices decayed, the rest not."""
+#: A resumed run's optimizer state (``resume=True``): ``RESUME_STEP`` steps taken, and moments made
+#: from each parameter's value entry by entry (so that each side makes them in its own layout).
+RESUME_STEP = 3
+
+
+def resumed_moments(p, xp):
+    """``(exp_avg, exp_avg_sq)`` of a resumed run for parameter ``p`` (``xp``: torch or jax.numpy)."""
+    return 1e-2 * xp.tanh(p), 1e-4 * p * p + 1e-6
+
+
+def warmup(step, *, warmup_steps):
+    """The learning rate's factor at ``step`` (0 for the first optimizer step): linear warmup over
+    ``warmup_steps`` steps, ``(step + 1) / warmup_steps`` up to 1."""
+    return min(1.0, (step + 1) / warmup_steps)
+
+
+def torch_adamw(named, *, lr, betas, eps, weight_decay, max_norm, warmup_steps=0, resume=False):
+    """``torch.optim.AdamW`` over ``(name, tensor)`` pairs: matrices decayed, the rest not; a linear
+    warmup over ``warmup_steps`` (``LambdaLR``, stepped after each step); ``resume``: the state of a
+    resumed run (``RESUME_STEP``), put in ``optimizer.state`` as a checkpoint's ``load_state_dict`` does."""
     import torch
 
     groups = [
@@ -45,18 +72,52 @@ def torch_adamw(named, *, lr, betas, eps, weight_decay, max_norm):
         {"params": [(n, p) for n, p in named if not decayed(p.shape)], "weight_decay": 0.0},
     ]
     optimizer = torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=betas, eps=eps)
-    return Clipped(optimizer, [p for _, p in named], max_norm)
+    for _, p in named if resume else ():
+        exp_avg, exp_avg_sq = resumed_moments(p.detach(), torch)
+        step = torch.tensor(float(RESUME_STEP))
+        optimizer.state[p] = {"step": step, "exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
+    scheduler = None
+    if warmup_steps:
+        factor = functools.partial(warmup, warmup_steps=warmup_steps)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    return Clipped(optimizer, [p for _, p in named], max_norm, scheduler)
 
 
-def optax_adamw(*, lr, betas, eps, weight_decay, max_norm, bug=None):
-    """``clip_by_global_norm`` then ``optax.adamw`` with the same decay mask; ``bug`` plants one of
-    ``BUGS``."""
+def optax_adamw(*, lr, betas, eps, weight_decay, max_norm, warmup_steps=0, resume=False, bug=None):
+    """``clip_by_global_norm`` then ``optax.adamw`` with the same decay mask, the same warmup and
+    resumed state; ``bug`` plants one of ``BUGS``."""
+    tx = _optax_adamw(lr, betas, eps, weight_decay, max_norm, warmup_steps, bug)
+    return _resumed(tx, bug) if resume else tx
+
+
+def _resumed(tx, bug):
+    """``tx`` whose ``init`` gives a resumed run's state (``optax.tree_utils.tree_set``)."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    def init(params):
+        mu = jax.tree_util.tree_map(lambda p: resumed_moments(p, jnp)[0], params)
+        nu = jax.tree_util.tree_map(lambda p: resumed_moments(p, jnp)[1], params)
+        if bug == "resume_exp_avg":  # the converter forgot the first moment: a fresh one
+            mu = jax.tree_util.tree_map(jnp.zeros_like, params)
+        count = RESUME_STEP + (bug == "resume_count")  # the converter counts the step it resumes at
+        return optax.tree_utils.tree_set(tx.init(params), mu=mu, nu=nu, count=jnp.asarray(count, jnp.int32))
+
+    return optax.GradientTransformation(init, tx.update)
+
+
+def _optax_adamw(lr, betas, eps, weight_decay, max_norm, warmup_steps, bug):
     import jax
     import optax
 
     mask = functools.partial(jax.tree_util.tree_map, lambda x: decayed(x.shape))
     clip = optax.identity() if max_norm is None else optax.clip_by_global_norm(max_norm)
     b1, b2 = betas
+    if warmup_steps and bug == "warmup_off_by_one":  # the schedule's first step at count 1, not 0
+        lr = optax.linear_schedule(0.0, lr, warmup_steps)
+    elif warmup_steps:  # optax counts from 0 at the first update: (count + 1) / warmup_steps
+        lr = optax.linear_schedule(lr / warmup_steps, lr, warmup_steps - 1)
     if bug == "clip_per_tensor" and max_norm is not None:
         clip = _clip_per_tensor(max_norm)
     if bug == "eps_inside_sqrt":
@@ -74,7 +135,8 @@ def optax_adamw(*, lr, betas, eps, weight_decay, max_norm, bug=None):
         if bug == "no_bias_correction"
         else optax.scale_by_adam(b1, b2, eps)
     )
-    return optax.chain(clip, adam, optax.add_decayed_weights(weight_decay, mask), optax.scale(-lr))
+    decay = optax.add_decayed_weights(weight_decay, mask)
+    return optax.chain(clip, adam, decay, optax.scale_by_learning_rate(lr))
 
 
 def _clip_per_tensor(max_norm):
@@ -129,6 +191,29 @@ BUGS = {
 }
 
 
+#: Bugs of a resumed run's state (``resume=True`` on both sides), planted in the optax side: name -> (what
+#: it is, what the verdict names).
+STATE_BUGS = {
+    "resume_count": (
+        "the resumed optax state counts one step more than PyTorch's (`count` = step + 1)",
+        "the optimizer state (step)",
+    ),
+    "resume_exp_avg": (
+        "the resumed optax state's first moment left at zeros (a fresh `mu`), PyTorch's resumed",
+        "the optimizer state (exp_avg)",
+    ),
+}
+#: The warmup of the schedule bug's pair (``warmup_steps`` in ``hyper``).
+WARMUP_STEPS = 5
+#: A schedule bug (the pair with ``WARMUP_STEPS`` of warmup), planted in the optax side.
+SCHEDULE_BUGS = {
+    "warmup_off_by_one": (
+        "the port's warmup is `linear_schedule(0, lr, W)`: optax's count is 0 at the first update, so its "
+        "first step has a rate of 0 where PyTorch's LambdaLR (also 0 at the first step) gives lr / W",
+        "learning-rate schedule",
+    ),
+}
+
 #: SGD with momentum on both sides: PyTorch's ``buf = momentum * buf + (1 - dampening) * g`` (the first
 #: step ``buf = g``) and Nesterov's ``g + momentum * buf``; optax's ``trace`` is the same with dampening 0.
 SGD_HYPER = {"lr": 1e-2, "momentum": 0.9, "nesterov": False, "weight_decay": 0.0}
@@ -177,15 +262,18 @@ def sgd(port, *, bug=None, steps=20, name=None):
     )
 
 
-def train(port, *, bug=None, steps=20, name=None):
-    """``crosscheck.Train`` of ``port`` with these optimizers (``bug``: one of ``BUGS`` in the optax side)."""
+def train(port, *, bug=None, steps=20, name=None, resume=False, warmup=False):
+    """``crosscheck.Train`` of ``port`` with these optimizers (``bug``: one of ``BUGS``, ``STATE_BUGS`` or
+    ``SCHEDULE_BUGS`` in the optax side; ``resume``: both sides resume a run, ``RESUME_STEP``;
+    ``warmup``: both warm up over ``WARMUP_STEPS``). A state bug resumes, a schedule bug warms up."""
     import crosscheck
 
+    resume, warmup = resume or bug in STATE_BUGS, warmup or bug in SCHEDULE_BUGS
     return crosscheck.Train(
         port,
-        torch_optimizer=torch_adamw,
-        optax=functools.partial(optax_adamw, bug=bug),
-        hyper=HYPER,
+        torch_optimizer=functools.partial(torch_adamw, resume=resume),
+        optax=functools.partial(optax_adamw, bug=bug, resume=resume),
+        hyper={**HYPER, "warmup_steps": WARMUP_STEPS} if warmup else HYPER,
         steps=steps,
         name=name or "",
         description=f"{port.name} trained with AdamW" + (f", optax side with {bug}" if bug else ""),

@@ -51,6 +51,12 @@ class Train:
             (default ``DEFAULT_PARTS``, those whose keys ``hyper`` names; a part already off is not tried).
         name: shown in reports (default: the port's name with ``-train``).
         description: one line, shown by ``crosscheck list``.
+        torch_step: in place of ``torch_optimizer``, your own step: ``(params, grads, state, **hyper) ->
+            None`` updates ``params`` (PyTorch name -> tensor) in place, under ``torch.no_grad()``;
+            ``state`` is a dict it keeps between steps (empty at first; ``state[name][kind]``, a tensor,
+            is shown in the optimizer state's table).
+        jax_step: in place of ``optax``, your own step: ``(params, grads, state, **hyper) -> (params,
+            state)`` on the JAX model's trained tree; ``state`` is None at the first step.
 
     Example:
         >>> train = crosscheck.Train(  # doctest: +SKIP
@@ -65,22 +71,30 @@ class Train:
     """
 
     port: Port
-    torch_optimizer: Callable[..., Any]
-    optax: Callable[..., Any]
+    torch_optimizer: Callable[..., Any] | None = None
+    optax: Callable[..., Any] | None = None
     hyper: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     steps: int = 10
     parts: Mapping[str, Mapping[str, Any]] | None = None
     name: str = ""
     description: str = ""
+    torch_step: Callable[..., Any] | None = None
+    jax_step: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.port, Port):
             raise TypeError(f"`port` of a Train must be a crosscheck.Port, found {type(self.port).__name__}.")
         if not self.name:
             object.__setattr__(self, "name", f"{self.port.name}-train")
-        for field in ("torch_optimizer", "optax"):
-            if not callable(getattr(self, field)):
-                raise TypeError(f"train `{self.name}`: `{field}` must be a factory (callable).")
+        for field, step in (("torch_optimizer", "torch_step"), ("optax", "jax_step")):
+            given = [f for f in (field, step) if getattr(self, f) is not None]
+            if len(given) != 1:
+                raise TypeError(
+                    f"train `{self.name}`: give one of `{field}` (a factory) and `{step}` (a step function); "
+                    f"found {' and '.join(f'`{f}`' for f in given) or 'neither'}."
+                )
+            if not callable(getattr(self, given[0])):
+                raise TypeError(f"train `{self.name}`: `{given[0]}` must be callable.")
         if not isinstance(self.hyper, Mapping) or not all(isinstance(k, str) for k in self.hyper):
             raise TypeError(f"train `{self.name}`: `hyper` must be a dict of name -> value.")
         check_steps(self.steps)

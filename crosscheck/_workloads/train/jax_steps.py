@@ -50,8 +50,11 @@ def trajectory(
 
         transformation = factory(**hyper)
         state = transformation.init(trained)
+        start = _state(prepared, state, trained, (lambda part: {**tree, "params": part}) if linen else None)
 
         def step(part: Any, state: Any) -> tuple[Any, Any]:
+            if isinstance(transformation, Stepper):
+                return transformation.step(part, jax.grad(objective)(part), state)
             updates, state = transformation.update(jax.grad(objective)(part), state, part)
             return optax.apply_updates(part, updates), state
 
@@ -62,7 +65,29 @@ def trajectory(
         for _ in range(steps):
             trained, state = step(trained, state)
             rows.append(_named(prepared, {**tree, "params": trained} if linen else trained))
-    return {k: np.stack([row[k] for row in rows]) for k in rows[0]}
+    return {**{k: np.stack([row[k] for row in rows]) for k in rows[0]}, **start}
+
+
+class Stepper:
+    """A user's step function as the JAX side's optimizer: ``fn(params, grads, state, **hyper) ->
+    (params, state)``, ``state`` None at the first step."""
+
+    def __init__(self, fn: Callable[..., Any], hyper: Mapping[str, Any]) -> None:
+        self.fn, self.hyper = fn, dict(hyper)
+
+    def init(self, params: Any) -> None:
+        return None
+
+    def step(self, params: Any, grads: Any, state: Any) -> tuple[Any, Any]:
+        out = self.fn(params, grads, state, **self.hyper)
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise TypeError(f"`jax_step` returned {type(out).__name__}; expected a pair (params, state)")
+        return out
+
+
+def stepper(fn: Callable[..., Any], **hyper: Any) -> Stepper:
+    """The optimizer of a ``jax_step`` (``Train(jax_step=...)``)."""
+    return Stepper(fn, hyper)
 
 
 def _named(prepared: Prepared, tree: Any) -> dict[str, np.ndarray]:
@@ -72,4 +97,47 @@ def _named(prepared: Prepared, tree: Any) -> dict[str, np.ndarray]:
         if name in prepared.parameters and name not in out:
             value = np.asarray(leaf)
             out[name] = value if perm is None else np.transpose(value, np.argsort(perm))
+    return out
+
+
+def _state(prepared: Prepared, state: Any, trained: Any, whole: Callable[[Any], Any] | None) -> dict:
+    """The optax state's parts shaped like the trained tree (``mu``) or scalar (``count``), by
+    ``"name (kind)"`` in PyTorch's names and layouts, as one-row trajectories (a scalar repeated for
+    every parameter); ``whole`` makes the model's tree of a trained part (a linen module's)."""
+    from crosscheck._workloads.train.state import key
+
+    dtype = next(iter(jax.tree_util.tree_leaves(trained))).dtype
+    out: dict[str, np.ndarray] = {}
+    for kind, part in _parts(state, jax.tree_util.tree_structure(trained)):
+        if jax.tree_util.tree_structure(part).num_leaves == 1 and np.ndim(part) == 0:
+            named = {name: np.asarray(part) for name in prepared.parameters}
+        else:
+            named = _named(prepared, part if whole is None else whole(part))
+        out.update({key(name, kind): np.asarray(v, dtype)[None] for name, v in named.items()})
+    return out
+
+
+def _parts(state: Any, treedef: Any, path: tuple = ()) -> list[tuple[str, Any]]:
+    """``(kind, part)`` of every part of an optax state (nested tuples and named tuples) shaped like
+    the parameters or a scalar array: kind is its field's name (``mu``), the first of a name keeps it,
+    a later one its dotted path (``2.count``)."""
+    found: list[tuple[tuple, Any]] = []
+
+    def walk(node: Any, at: tuple) -> None:
+        fields = getattr(type(node), "_fields", None)
+        for name, child in zip(fields or range(len(node)), node, strict=True):
+            if jax.tree_util.tree_structure(child) == treedef or (
+                hasattr(child, "shape") and np.ndim(child) == 0
+            ):
+                found.append(((*at, str(name)), child))
+            elif isinstance(child, (tuple, list)):
+                walk(child, (*at, str(name)))
+
+    if isinstance(state, (tuple, list)):
+        walk(state, path)
+    out, seen = [], set()
+    for where, part in found:
+        kind = where[-1] if where[-1] not in seen else ".".join(where)
+        seen.add(where[-1])
+        out.append((kind, part))
     return out

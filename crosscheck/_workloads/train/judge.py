@@ -22,9 +22,9 @@ import numpy as np
 from crosscheck._compare import permit
 from crosscheck._compare.compare import Comparison, Tolerance, compare
 from crosscheck._compare.constants import FLOOR_ULPS, SAFETY, UNIT_ROUNDOFF
-from crosscheck._report.report import Verdict
+from crosscheck._report.report import Section, Verdict
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
-from crosscheck._workloads.train import locate
+from crosscheck._workloads.train import locate, state
 from crosscheck._workloads.user.declare import as_dtype
 
 TERM_HELP = {
@@ -39,6 +39,9 @@ TERM_HELP = {
 }
 
 Trajectories = dict[str, np.ndarray]
+
+#: The report's section of a train: the optimizer state's pairing, before the table.
+STATE = Section(state.render_section, place="before")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,14 +67,23 @@ class UpdateJudge:
         self.notes: dict[str, dict[str, Any]] = {}
         self.verdicts: dict[str, Verdict] = {}
         self.reference_backend: Any = None
+        #: Each side's optimizer state at the start, by ``(id(backend), dtype)`` (``state.split``).
+        self.starts: dict[tuple[int, str], dict] = {}
 
     def train(self, backend: Any, call: Call, dtype: str, **how: Any) -> Any:
-        """One guarded training run of ``backend`` from the point, in ``dtype``."""
+        """One guarded training run of ``backend`` from the point, in ``dtype``: its trajectories (its
+        start state kept aside when it trains as the run's case says, not a classification re-run)."""
         params, inputs = as_dtype(self.point.params, dtype), as_dtype(self.point.inputs, dtype)
+        main = not how
         how = {"steps": self.workload.steps, "hyper": self.workload.train.hyper, **how}
         out = call(backend.update, params, inputs, convert="arrays", **how)
         problem = out.error is None and _problem(out.value, self.point.params, how["steps"])
-        return dataclasses.replace(out, value=None, error=problem) if problem else out
+        if problem or out.error is not None:
+            return dataclasses.replace(out, value=None, error=problem) if problem else out
+        trajectories, start = state.split(out.value, self.point.params)
+        if main:
+            self.starts[(id(backend), dtype)] = start
+        return dataclasses.replace(out, value=trajectories)
 
     def evaluate(self, backend: Any, call: Call) -> Any:
         return self.train(backend, call, self.point.dtype)
@@ -108,10 +120,12 @@ class UpdateJudge:
             self.verdicts[name] = Verdict(text, fails=True)
             return [_failed(name, reference.name, text)]
         found, capped = judged(Runs(value, again.value), reference.data, name, reference.name, self.options)
+        rows, starts = state.compared(self, backend, name, reference.name)
+        self.point.case["optimizer_state"] = rows
         self.notes[name] = {"rounding": "measured: each step re-run in float64" + _capped(capped)}
         if still:  # compared, but said: a frozen parameter's "agreement" is only that both left it alone
             self.notes[name]["unmoved"] = still
-        verdict, record = locate.verdict(self, backend, found, reference, call)
+        verdict, record = locate.verdict(self, backend, found, reference, call, starts)
         if capped and record["first_step"] is not None:  # the tolerance could not be what was measured
             verdict += (
                 f"; the measured rounding of {len(capped)} trajector{'ies' * (len(capped) > 1) or 'y'} was "
@@ -119,12 +133,13 @@ class UpdateJudge:
                 "below float32 precision: see the notes)"
             )
         self.notes[name]["update"] = record
+        found += starts
         self.verdicts[name] = Verdict(verdict, fails=any(not c.passed for c in found))
         return found
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
         self.point.case["steps"] = self.workload.steps
-        return {"quantity": "update", "verdicts": dict(self.verdicts)}
+        return {"quantity": "update", "verdicts": dict(self.verdicts), "sections": (STATE,)}
 
 
 def judged(
@@ -195,7 +210,7 @@ def _problem(value: dict[str, np.ndarray], params: dict[str, np.ndarray], steps:
     missing = [k for k in params if k not in value]
     if missing:
         return f"its trajectories lack parameter `{missing[0]}`"
-    rows = {v.shape[0] for v in value.values()}
+    rows = {value[k].shape[0] for k in params}
     if rows != {steps + 1}:
         return f"its trajectories have {sorted(rows)} rows, expected {steps + 1}"
     bad = next((k for k in params if value[k].shape[1:] != params[k].shape), None)

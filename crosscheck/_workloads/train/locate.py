@@ -32,15 +32,19 @@ def first_difference(found: list[Comparison]) -> tuple[int, str] | None:
 
 
 def verdict(
-    judge: Any, backend: Any, found: list[Comparison], reference: Reference, call: Call
+    judge: Any, backend: Any, found: list[Comparison], reference: Reference, call: Call, starts: list
 ) -> tuple[str, dict]:
-    """The candidate's verdict in words, and the JSON record of it (``notes["update"]``)."""
+    """The candidate's verdict in words, and the JSON record of it (``notes["update"]``); ``starts``:
+    the comparisons of the optimizer state at the start."""
     steps = judge.workload.steps
-    record: dict[str, Any] = {"steps": steps, "first_step": None, "first_parameter": None}
+    record: dict[str, Any] = {"steps": steps, "first_step": None, "first_parameter": None, "state": None}
     invalid = next((c for c in found if c.status == "invalid"), None)
     if invalid is not None:
         return f"the update of `{invalid.parameter}` was not compared: {invalid.message}", record
     first = first_difference(found)
+    differs = next((c for c in starts if not c.passed), None)
+    if differs is not None:  # the optimizers started apart: what follows is no evidence of their rules
+        return _state_text(differs, first, record), record
     if first is None:
         said = f"every parameter agrees after each of the {steps} steps, within both sides' measured rounding"
         return said, record
@@ -108,6 +112,19 @@ def classify(
         tried[name] = {"values": {k: _plain(v) for k, v in values.items()}, "agrees": agrees}
         part = name if part is None and agrees else part
     return part, tried
+
+
+def _state_text(differs: Comparison, first: tuple[int, str] | None, record: dict) -> str:
+    name, _, kind = str(differs.parameter)[:-1].rpartition(" (")
+    record["state"] = {"parameter": name, "kind": kind}
+    if first is not None:
+        record.update(first_step=first[0], first_parameter=first[1])
+    then = f"; the parameters differ first at step {first[0]}, in `{first[1]}`" if first else ""
+    return (
+        f"the optimizer state differs at `{name}` ({kind}) at the start, before step 1: the two optimizers "
+        f"were given different states (a resumed state converted wrongly, or a fresh one initialised "
+        f"differently){then}"
+    )
 
 
 def _plain(value: Any) -> Any:

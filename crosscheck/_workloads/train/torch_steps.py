@@ -35,15 +35,73 @@ def trajectory(
                 f"`torch_optimizer` returned {type(optimizer).__name__}, which has no `{method}()`; "
                 "expected a torch.optim optimizer (or anything with zero_grad() and step())"
             )
-    rows = [_snapshot(leaves)]
-    for _ in range(steps):
+    rows, start = [_snapshot(leaves)], _state(optimizer, leaves)
+    for step in range(steps):
         optimizer.zero_grad()
         value = loss(leaves, tensors)
         value.backward()
         optimizer.step()
         rows.append(_snapshot(leaves))
-    return {k: np.stack([row[k] for row in rows]) for k in leaves}
+        if step == 0:  # a fresh optimizer makes its state here: read as zeros before it
+            start = {k: start.get(k, np.zeros_like(v)) for k, v in _state(optimizer, leaves).items()}
+    dtype = next(iter(params.values())).dtype
+    return {**{k: np.stack([row[k] for row in rows]) for k in leaves}, **_rows(start, dtype)}
 
 
 def _snapshot(leaves: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
     return {k: v.detach().cpu().numpy().copy() for k, v in leaves.items()}
+
+
+def _state(optimizer: Any, leaves: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """The optimizer's ``state`` (``torch.optim``'s: tensor -> {kind: value}) by ``"name (kind)"``;
+    empty when it has none (a wrapper exposes its optimizer's ``state``)."""
+    from crosscheck._workloads.train.state import key
+
+    state = getattr(optimizer, "state", None)
+    if not isinstance(state, Mapping):
+        return {}
+    out = {}
+    for name, leaf in leaves.items():
+        for kind, v in (state.get(leaf) or {}).items():
+            if isinstance(v, (torch.Tensor, int, float)) and not isinstance(v, bool):
+                array = v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
+                out[key(name, str(kind))] = array.copy()
+    return out
+
+
+def _rows(state: dict[str, np.ndarray], dtype: Any) -> dict[str, np.ndarray]:
+    """The start state as one-row trajectories in the run's dtype."""
+    return {k: np.asarray(v, dtype)[None] for k, v in state.items()}
+
+
+class Stepper:
+    """A user's step function as an optimizer: ``fn(params, grads, state, **hyper)`` updates ``params``
+    in place under ``torch.no_grad()``; ``state`` (a dict by parameter name) is shown as ``state``."""
+
+    def __init__(self, fn: Callable[..., Any], named: list, hyper: Mapping[str, Any]) -> None:
+        self.fn, self.params, self.hyper = fn, dict(named), dict(hyper)
+        self.kept: dict[str, Any] = {}
+
+    @property
+    def state(self) -> dict[torch.Tensor, Any]:
+        return {
+            self.params[k]: v for k, v in self.kept.items() if k in self.params and isinstance(v, Mapping)
+        }
+
+    def zero_grad(self) -> None:
+        for p in self.params.values():
+            p.grad = None
+
+    def step(self) -> None:
+        grads = {k: p.grad if p.grad is not None else torch.zeros_like(p) for k, p in self.params.items()}
+        with torch.no_grad():
+            out = self.fn(self.params, grads, self.kept, **self.hyper)
+        if out is not None:
+            raise TypeError(
+                f"`torch_step` returned {type(out).__name__}; expected None (it updates `params` in place)"
+            )
+
+
+def stepper(fn: Callable[..., Any], named: list, **hyper: Any) -> Stepper:
+    """The optimizer of a ``torch_step`` (``Train(torch_step=...)``)."""
+    return Stepper(fn, named, hyper)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,6 +33,9 @@ class Trainer:
 
         module = importlib.import_module(f"crosscheck._workloads.train.{self.name}_steps")
         factory = self.train.torch_optimizer if self.name == "torch" else self.train.optax
+        step = self.train.torch_step if self.name == "torch" else self.train.jax_step
+        if step is not None:  # a user's step function, made an optimizer of that side
+            factory = functools.partial(module.stepper, step)
         return module.trajectory(self.train.port.prepared, factory, hyper, params, inputs, steps)
 
     def info(self) -> dict[str, str]:
