@@ -112,8 +112,8 @@ class Evaluator:
     """Evaluations of ``loss`` at points near ``base``, in batches through ``guard``, counted.
 
     The loss sees read-only views of private float64 arrays, which ``batch`` edits for each point (the
-    tensors ``varying``, default all). A loss with ``evaluate`` (``fd.batched.Batched``) is given each
-    batch whole: it makes one call for many points where it can.
+    tensors ``varying``, default all). A ``fd.batched.Batched`` loss is given each batch whole: it makes
+    one call for many points where it can.
     """
 
     def __init__(
@@ -141,9 +141,10 @@ class Evaluator:
         what puts it back."""
 
         def run() -> np.ndarray:
-            many = getattr(self.loss, "evaluate", None)
-            if callable(many):  # fd.batched: one call for many points where it can
-                return many(shape, perturb, self.work, self.views, self.varying, self.expected)
+            from crosscheck._workloads.fd.batched import Batched  # it imports this module
+
+            if isinstance(self.loss, Batched):  # one call for many points where it can
+                return self.loss.evaluate(shape, perturb, self.work, self.views, self.varying, self.expected)
             out = np.empty(shape)
             for pos in np.ndindex(shape):
                 restore = perturb(pos)
