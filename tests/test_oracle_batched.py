@@ -174,3 +174,25 @@ def __getattr__(name):  # the command line loads the workload by import string
     if name == "HEALTHY":
         return _workload(item=False)
     raise AttributeError(name)
+
+
+def test_an_import_strings_attribute_is_built_once(tmp_path, monkeypatch):
+    # A module's __getattr__ that builds its attribute (the zoo's ports: a model each) ran twice: once
+    # for hasattr, once for getattr.
+    (tmp_path / "counted_ports.py").write_text(
+        "CALLS = []\n"
+        "def __getattr__(name):\n"
+        "    if name != 'thing':\n"
+        "        raise AttributeError(name)\n"
+        "    CALLS.append(name)\n"
+        "    return object()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from crosscheck._backends import _import_attribute
+
+    _import_attribute("counted_ports:thing", kind="workload")
+    import counted_ports
+
+    assert counted_ports.CALLS == ["thing"]
+    with pytest.raises(ValueError, match="has no attribute `other`"):
+        _import_attribute("counted_ports:other", kind="workload")

@@ -27,8 +27,7 @@ __all__ = ["SIZES", "port"]
 
 @functools.cache
 def port(name: str):
-    """The healthy BERT port of ``name`` (a key of ``SIZES``), built once (an import string's attribute
-    is looked up twice)."""
+    """The healthy BERT port of ``name`` (a key of ``SIZES``), built once a process."""
     from .zoo import ARCHS, make_port
     from .zoo.inputs import SEQUENCE, text
     from .zoo.spec import QUIET
