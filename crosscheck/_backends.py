@@ -278,7 +278,7 @@ def _import_attribute(target: str, *, spec: str | None = None, kind: str = "back
         error = BackendBroken if kind == "backend" else ValueError
         message = f"{kind} `{spec}`: importing `{module_name}` failed: {describe(exc, f'`{module_name}`')}"
         raise error(message) from exc
-    value = module
+    value: Any = module
     for part in attribute.split("."):
         found = getattr(value, part, _MISSING)  # once: a module's __getattr__ may build it (a zoo port)
         if found is _MISSING:
