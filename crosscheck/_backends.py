@@ -278,9 +278,10 @@ def _import_attribute(target: str, *, spec: str | None = None, kind: str = "back
         error = BackendBroken if kind == "backend" else ValueError
         message = f"{kind} `{spec}`: importing `{module_name}` failed: {describe(exc, f'`{module_name}`')}"
         raise error(message) from exc
-    value = module
+    value: Any = module
     for part in attribute.split("."):
-        if not hasattr(value, part):
+        found = getattr(value, part, _MISSING)  # once: a module's __getattr__ may build it (a zoo port)
+        if found is _MISSING:
             names = [n for n in dir(value) if not n.startswith("_")]
             close = difflib.get_close_matches(part, names, n=1)
             guess = f"did you mean `{close[0]}`? " if close else ""
@@ -288,8 +289,11 @@ def _import_attribute(target: str, *, spec: str | None = None, kind: str = "back
                 f"{kind} `{spec}`: module `{module_name}` has no attribute `{attribute}` "
                 f"({guess}found: {', '.join(names[:12]) or 'nothing public'})."
             )
-        value = getattr(value, part)
+        value = found
     return value
+
+
+_MISSING = object()
 
 
 def _looks_like_a_path(module_name: str) -> bool:

@@ -43,6 +43,21 @@ class TorchWorkloadBackend:
                 return np.asarray(out)
             return out.detach().cpu().numpy().copy()
 
+    def losses(
+        self, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray], batched: tuple[str, ...]
+    ) -> np.ndarray:
+        """The loss at ``k`` points in one call (the oracle's batched evaluations): the tensors named in
+        ``batched`` carry a leading axis of ``k``; ``torch.func.vmap`` over them, under
+        ``torch.no_grad()``. A model ``vmap`` cannot run raises (the oracle then evaluates one point a
+        call)."""
+        dims = {k: 0 if k in batched else None for k in params}
+        with torch.no_grad():
+            out = torch.func.vmap(self._loss, in_dims=(dims, None))(
+                {k: torch.tensor(v) for k, v in params.items()},
+                {k: torch.tensor(v) for k, v in inputs.items()},
+            )
+        return out.detach().cpu().numpy().copy()
+
     def info(self) -> dict[str, str]:
         return {
             "framework": "torch",

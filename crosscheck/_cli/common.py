@@ -335,19 +335,28 @@ def format_bytes(n: float) -> str:
 
 
 class progress_display:
-    """A rich progress bar on stderr, shown only once work is expected to take a couple of seconds."""
+    """A rich progress bar on stderr, shown only once work is expected to take a couple of seconds: what
+    is done of what is planned (the model oracle's loss evaluations, its plan growing where it refines)."""
 
     def __enter__(self) -> Callable[[str, int, int], None]:
         import time
 
         from rich.console import Console
-        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TaskProgressColumn,
+            TextColumn,
+            TimeRemainingColumn,
+        )
 
         self._time = time.perf_counter
         self._first: dict[str, tuple[float, int]] = {}
         self._bar = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
+            MofNCompleteColumn(),
             TaskProgressColumn(),
             TimeRemainingColumn(),
             console=Console(stderr=True),

@@ -149,6 +149,14 @@ def _add_oracle(check: Any) -> None:
         metavar="K",
         help="random directions per layer (per group of tensors of a workload) when screening (default 4)",
     )
+    check.add_argument(
+        "--budget",
+        type=float,
+        metavar="SECONDS",
+        help="seconds the model oracle (of a --workload that is a crosscheck.Workload or Port) may spend "
+        "differencing: the tensors it has not judged when they run out are not checked and the run fails; "
+        "the report says how much was judged and what finishing would cost (default: no limit)",
+    )
 
 
 def _add_output(out: Any) -> None:
@@ -176,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
     from crosscheck._engine import contain
 
     _check_plot_and_bundle(args)  # before the workload's code, or any backend's, runs
+    _check_budget(args)
     console = make_console()
     with progress_display() as progress:
         if contain.wanted(args.workload, _isolate(args)):
@@ -269,7 +278,7 @@ def _execute(args: argparse.Namespace, workload: Any, progress: Any) -> Any:
     from crosscheck._engine.records import Execution, Oracle, Slack
 
     try:
-        slack, oracle = Slack.of(args.rtol, args.atol), Oracle(args.oracle_mode, args.directions)
+        slack, oracle = Slack.of(args.rtol, args.atol), Oracle(args.oracle_mode, args.directions, args.budget)
         execution = Execution(repeat=args.repeat, isolate=_isolate(args), timeout=args.timeout)
         planned = engine.plan(
             workload,
@@ -386,6 +395,16 @@ def _check_plot_and_bundle(args: argparse.Namespace) -> None:
             ) from exc
         check_plot_path(args.plot)
     absolute_outputs(args, ("json", "junit", "plot", "save_bundle"))
+
+
+def _check_budget(args: argparse.Namespace) -> None:
+    """``--budget``: a positive, finite number of seconds (argparse refused what is not a number)."""
+    from crosscheck._engine.records import Oracle
+
+    try:
+        Oracle(budget=args.budget)
+    except ValueError as exc:
+        raise UsageError(str(exc).replace("`budget`", "`--budget`")) from exc
 
 
 def _check_directions(args: argparse.Namespace) -> None:

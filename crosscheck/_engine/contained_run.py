@@ -46,7 +46,7 @@ def check(
         "workload": workload,
         "knobs": knobs,
         "slack": None if slack is None else [slack.rtol, slack.atol],
-        "oracle": [oracle.mode, oracle.directions],
+        "oracle": [oracle.mode, oracle.directions, oracle.budget],
         "execution": [execution.repeat, execution.isolate, execution.timeout],
         **given,
     }

@@ -61,21 +61,31 @@ class Oracle:
             parameter tensor, then every entry of one that fails them) or ``"auto"`` (screen when the
             full oracle is costly).
         directions: random directions per layer, or per group of a workload's tensors, when screening.
+        budget: seconds the model oracle (of a ``Workload`` or a ``Port``) may spend differencing, at
+            most (None: no limit); the tensors it has not judged when they run out are not checked, and
+            the run fails.
 
     Raises:
-        ValueError: a mode not listed, or ``directions`` not a positive integer.
+        ValueError: a mode not listed, ``directions`` not a positive integer, ``budget`` not a positive
+            number of seconds.
 
     Example:
         >>> import crosscheck
         >>> crosscheck.Oracle(mode="screen", directions=8)
-        Oracle(mode='screen', directions=8)
+        Oracle(mode='screen', directions=8, budget=None)
     """
 
     mode: str = "auto"
     directions: int = 4
+    budget: float | None = None
 
     def __post_init__(self) -> None:
         _check_positive("directions", self.directions)
+        if self.budget is not None:
+            number = isinstance(self.budget, (int, float)) and not isinstance(self.budget, bool)
+            if not (number and np.isfinite(self.budget) and self.budget > 0):
+                raise ValueError(f"`budget` must be a positive number of seconds, found {self.budget!r:.60}.")
+            object.__setattr__(self, "budget", float(self.budget))
         if self.mode not in ORACLE_MODES:
             raise ValueError(f"`oracle_mode` must be one of {', '.join(ORACLE_MODES)}; found {self.mode!r}.")
 

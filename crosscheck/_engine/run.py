@@ -119,6 +119,7 @@ def plan(
         seed=seed,
         oracle_mode=oracle.mode,
         directions=oracle.directions,
+        budget=oracle.budget,
         explain=workload.explain,
         progress=progress,
     )
@@ -127,6 +128,11 @@ def plan(
     point = workload.point(dtype=dtype, seed=seed)
     what = _quantity(quantity)
     judge = workload.judge(what, point, options)
+    if oracle.budget is not None and not getattr(judge, "budgeted", False):
+        raise ValueError(
+            f"`budget` applies to the model oracle (a crosscheck.Workload or Port); workload "
+            f"`{workload.name}` is judged without it."
+        )
     candidates = list(backends) if backends is not None else workload.defaults(reference)
     workload.check_candidates(candidates)
     return Plan(
@@ -200,6 +206,7 @@ def run(
     strict: bool = False,
     oracle_mode: str = "auto",
     directions: int = 4,
+    budget: float | None = None,
     explain: bool = False,
     progress: Progress | None = None,
     quantity: str = "grad",
@@ -219,7 +226,8 @@ def run(
         dtype: as for ``check``, as are ``seed``, ``backends``, ``reference``, ``strict``, ``progress``.
         rtol: user slack, relative, added to every entry's tolerance; with ``atol`` or not at all (``Slack``).
         atol: user slack, absolute.
-        oracle_mode: ``"full"``, ``"screen"`` or ``"auto"``, with ``directions`` (``Oracle``).
+        oracle_mode: ``"full"``, ``"screen"`` or ``"auto"``, with ``directions`` and ``budget``, the model
+            oracle's seconds at most (``Oracle``).
         explain: also localize (forward activations layer by layer) and classify a disagreement (``Stack``).
         quantity: ``"grad"``, or ``"hvp"`` along a direction made from ``seed`` (``hvp(weights, x, v)``).
         workload: a ``Stack``, a ``Workload``, a built-in name or an import string ``module:attribute``
@@ -241,7 +249,7 @@ def run(
         >>> crosscheck.run(dim=16, dtype="float32", backends=["jax", "torch"]).passed  # doctest: +SKIP
         True
     """
-    records = _records(rtol, atol, oracle_mode, directions, repeat, isolate, timeout, backends)
+    records = _records(rtol, atol, (oracle_mode, directions, budget), repeat, isolate, timeout, backends)
     knobs = {"weights": weights, "x": x, "layers": layers, "batch": batch, "dim": dim, "init": init}
     knobs.update(scale=scale, explain=explain, steps=steps)
     given = {"backends": backends, "reference": reference, "dtype": dtype, "seed": seed, "strict": strict}
@@ -257,10 +265,10 @@ def run(
 def _records(*flat: Any) -> dict[str, Any]:
     """``check``'s records of ``run``'s flat keywords (validated in ``run``'s order: the tolerances, the
     worker processes and the timeout, the repeats, the directions, the backends)."""
-    rtol, atol, oracle_mode, directions, repeat, isolate, timeout, backends = flat
+    rtol, atol, (oracle_mode, directions, budget), repeat, isolate, timeout, backends = flat
     slack = Slack.of(rtol, atol)
     execution = Execution(repeat=repeat, isolate=isolate, timeout=timeout)
-    oracle = Oracle(mode=oracle_mode, directions=directions)
+    oracle = Oracle(mode=oracle_mode, directions=directions, budget=budget)
     _check_records(slack, oracle, execution, backends)
     return {"slack": slack, "oracle": oracle, "execution": execution}
 

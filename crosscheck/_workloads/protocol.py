@@ -108,6 +108,8 @@ class Options:
     seed: int = 0
     oracle_mode: str = "auto"
     directions: int = 4
+    #: The model oracle's seconds at most (``fd.budget``; None: no limit).
+    budget: float | None = None
     explain: bool = False
     progress: Progress | None = None
 

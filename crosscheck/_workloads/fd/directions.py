@@ -95,7 +95,12 @@ def directional(
     ``float32`` as ``entries.estimate``'s)."""
     base = {k: np.array(v, dtype=np.float64) for k, v in params.items()}
     evaluator = Evaluator(
-        loss, base, guard=guard, progress=progress, expected=EVALUATIONS_PER_DIRECTION * len(directions)
+        loss,
+        base,
+        guard=guard,
+        progress=progress,
+        expected=EVALUATIONS_PER_DIRECTION * len(directions),
+        varying=list(dict.fromkeys(d.parameter for d in directions)),
     )
 
     def evaluate(t: np.ndarray, which: np.ndarray) -> np.ndarray:

@@ -111,16 +111,26 @@ def evaluate_one(loss: Callable[[dict[str, np.ndarray]], Any], arrays: dict[str,
 class Evaluator:
     """Evaluations of ``loss`` at points near ``base``, in batches through ``guard``, counted.
 
-    The loss sees read-only views of private float64 arrays, which ``batch`` edits for each point.
+    The loss sees read-only views of private float64 arrays, which ``batch`` edits for each point (the
+    tensors ``varying``, default all). A ``fd.batched.Batched`` loss is given each batch whole: it makes
+    one call for many points where it can.
     """
 
     def __init__(
-        self, loss, base: dict[str, np.ndarray], *, guard: Guard, progress: Tick | None, expected: int
+        self,
+        loss,
+        base: dict[str, np.ndarray],
+        *,
+        guard: Guard,
+        progress: Tick | None,
+        expected: int,
+        varying: Sequence[str] | None = None,
     ) -> None:
         self.loss, self.base, self.guard, self.progress = loss, base, guard, progress
         self.work = {k: v.copy() for k, v in base.items()}
         self.views = read_only(self.work)
         self.expected, self.count = expected, 0
+        self.varying = list(base) if varying is None else list(varying)
 
     def at_base(self) -> float:
         self.count += 1
@@ -131,6 +141,10 @@ class Evaluator:
         what puts it back."""
 
         def run() -> np.ndarray:
+            from crosscheck._workloads.fd.batched import Batched  # it imports this module
+
+            if isinstance(self.loss, Batched):  # one call for many points where it can
+                return self.loss.evaluate(shape, perturb, self.work, self.views, self.varying, self.expected)
             out = np.empty(shape)
             for pos in np.ndindex(shape):
                 restore = perturb(pos)
@@ -180,7 +194,7 @@ def estimate(
     steps = base_steps(base)
     h0 = (FLOAT32_STEP if float32 else INITIAL_STEP) * np.array([steps[k] for k in chosen])[owner]
     evaluator = Evaluator(
-        loss, base, guard=guard, progress=progress, expected=EVALUATIONS_PER_ENTRY * flat.size
+        loss, base, guard=guard, progress=progress, expected=EVALUATIONS_PER_ENTRY * flat.size, varying=chosen
     )
 
     def evaluate(xi: np.ndarray, index: np.ndarray) -> np.ndarray:

@@ -26,6 +26,8 @@ import numpy as np
 
 from crosscheck._compare.constants import WIDEN
 from crosscheck._errors import describe, reraise_user_interrupt
+from crosscheck._workloads.fd.batched import Batched, joint
+from crosscheck._workloads.fd.budget import Clock
 from crosscheck._workloads.fd.directions import (
     EVALUATIONS_PER_DIRECTION,
     Direction,
@@ -75,12 +77,14 @@ class Skip:
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """How every function of the run is differenced: ``mode`` full or screen, and why."""
+    """How every function of the run is differenced: ``mode`` full or screen, and why; ``clock`` the
+    oracle's seconds and evaluations, and its budget (``fd.budget``)."""
 
     mode: str
     why: str
     directions: list[Direction]
     per_parameter: int
+    clock: Clock = dataclasses.field(default_factory=Clock)
 
 
 @dataclasses.dataclass
@@ -98,10 +102,13 @@ class Differences:
     seconds: float = 0.0
     #: Screen mode: each group of tensors screened so far, its directions and the oracle's answer.
     groups: dict[Group, tuple[list[Direction], DirectionalEstimate]] = dataclasses.field(default_factory=dict)
+    #: The run's clock (``fd.budget``): later groups and entries keep to its budget.
+    clock: Clock = dataclasses.field(default_factory=Clock)
 
 
-def plan(mode: str, params: dict[str, np.ndarray], per_parameter: int) -> Plan:
-    """``mode`` as asked (``auto`` picks by the number of loss evaluations each would cost)."""
+def plan(mode: str, params: dict[str, np.ndarray], per_parameter: int, budget: float | None = None) -> Plan:
+    """``mode`` as asked (``auto`` picks by the number of loss evaluations each would cost); ``budget``
+    the oracle's seconds at most (None: no limit)."""
     entries = sum(int(v.size) for v in params.values())
     full = EVALUATIONS_PER_ENTRY * entries
     screen = EVALUATIONS_PER_DIRECTION * per_parameter  # one group of every tensor, if it agrees
@@ -112,7 +119,7 @@ def plan(mode: str, params: dict[str, np.ndarray], per_parameter: int) -> Plan:
         why = f"--oracle-mode {mode}"
     if mode not in ("full", "screen"):
         raise ValueError(f"`oracle_mode` must be one of auto, full, screen; found {mode!r}.")
-    return Plan(mode, why, [], per_parameter)
+    return Plan(mode, why, [], per_parameter, Clock(budget))
 
 
 def batch_guard(call: Call) -> Callable[[Callable[[], Any]], Any]:
@@ -132,10 +139,17 @@ def difference(
 ) -> Differences | str:
     """The oracle on ``function`` at the point (``chosen.mode``), or why it failed."""
     params = as_dtype(point.params, "float64")
-    label = f"oracle: {function.label}"
+    label = f"oracle: {function.label}{chosen.clock.within()}"
     tick = None if progress is None else (lambda done, total: progress(label, done, total))
     start = time.perf_counter()
-    guard = batch_guard(call)
+    guard = chosen.clock.guard(batch_guard(call), function.label)
+    entries = sum(int(v.size) for v in params.values())
+    planned = (
+        EVALUATIONS_PER_ENTRY * entries
+        if chosen.mode == "full"
+        else EVALUATIONS_PER_DIRECTION * chosen.per_parameter
+    )
+    chosen.clock.plan(function.label, planned)
     try:
         with one_thread():
             found = _difference(function, params, chosen, guard, tick)
@@ -149,8 +163,8 @@ def _difference(function: Function, params: dict, chosen: Plan, guard: Any, tick
     """The oracle's differences of ``function``: entry by entry, or along the plan's directions."""
     if chosen.mode == "full":
         est = estimate(function.fn, params, guard=guard, progress=tick, **_noise(function))
-        return Differences(function, entries=est, evaluations=est.evaluations)
-    found = Differences(function)
+        return Differences(function, entries=est, evaluations=est.evaluations, clock=chosen.clock)
+    found = Differences(function, clock=chosen.clock)
     every = Group.of(list(params), {k: v.shape for k, v in params.items()})
     _, along = _group(found, every, params, chosen.per_parameter, guard, tick)
     found.directions = along
@@ -161,7 +175,8 @@ def _group(diffs: Differences, group: Group, params: dict, count: int, guard: An
     """The oracle along ``count`` directions of ``group`` (cached on ``diffs``)."""
     if group not in diffs.groups:
         dirs = group.directions(params, count)
-        fn = group.function(diffs.function.fn, params)
+        own = diffs.function.fn
+        fn = joint(own, group, params) if isinstance(own, Batched) else group.function(own, params)
         along = directional(
             fn, {JOINT: group.flat(params)}, dirs, guard=guard, progress=tick, **_noise(diffs.function)
         )
@@ -180,9 +195,11 @@ def screen_group(
     label = f"oracle: {diffs.function.label}, {len(group.names)} tensor(s)"
     tick = None if progress is None else (lambda done, total: progress(label, done, total))
     start = time.perf_counter()
+    diffs.clock.plan(diffs.function.label, EVALUATIONS_PER_DIRECTION * count)
+    guard = diffs.clock.guard(batch_guard(call), diffs.function.label)
     try:
         with one_thread():
-            found = _group(diffs, group, params, count, batch_guard(call), tick)
+            found = _group(diffs, group, params, count, guard, tick)
     except OracleFailed as exc:
         return str(exc)
     diffs.seconds += time.perf_counter() - start
@@ -205,12 +222,13 @@ def localize(diffs: Differences, names: list[str], point: Point, call: Call, pro
     tick = None if progress is None else (lambda done, total: progress(label, done, total))
     scale = diffs.directions.scale if diffs.directions is not None else None
     start = time.perf_counter()
+    diffs.clock.plan(diffs.function.label, EVALUATIONS_PER_ENTRY * sum(int(params[k].size) for k in missing))
     try:
         est = estimate(
             diffs.function.fn,
             params,
             names=missing,
-            guard=batch_guard(call),
+            guard=diffs.clock.guard(batch_guard(call), diffs.function.label),
             progress=tick,
             scale=scale,
             **_noise(diffs.function),
@@ -290,7 +308,7 @@ def own_loss(backend: Any, name: str, point: Point, call: Call) -> Function | Sk
                 "float64 (a module pinned to float32?), so its own loss is not differenced"
             )
         rounding = WIDEN * abs(low - number)
-    fn = lambda p: loss(p, i64)  # noqa: E731
+    fn = _batched(backend, loss, i64)
     try:
         with one_thread():
             precision = judge(probe(fn, p64, batch_guard(call)), number, low, name)
@@ -299,6 +317,20 @@ def own_loss(backend: Any, name: str, point: Point, call: Call) -> Function | Sk
     if precision.float32:  # float32's noise: the value's rounding and each evaluation's
         rounding = max(rounding, precision.noise)
     return Function(f"`{name}`'s own float64 loss", name, fn, number, rounding, precision)
+
+
+def _batched(backend: Any, loss: Callable[..., Any], i64: dict[str, np.ndarray]) -> Callable[[dict], Any]:
+    """``loss(params, inputs)`` of the parameters, batched (``fd.batched``) where the adapter has
+    ``losses(params, inputs, batched)``."""
+    one = lambda p: loss(p, i64)  # noqa: E731
+    try:
+        losses = getattr(backend, "losses", None)
+    except BaseException as exc:  # a property that raises
+        reraise_user_interrupt(exc)
+        losses = None
+    if not callable(losses):
+        return one
+    return Batched(one, lambda p, names: losses(p, i64, names))
 
 
 def _finite_loss(workload: Workload, what: str, call: Callable[[], Any]) -> float:

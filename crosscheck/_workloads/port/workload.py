@@ -70,6 +70,7 @@ class PortJudge:
     """The generic gradient judge, plus the port's module comparisons for its ``jax`` candidate."""
 
     signature = GenericJudge.signature
+    budgeted = GenericJudge.budgeted
 
     def __init__(self, workload: PortWorkload, point: Point, options: Options) -> None:
         self.workload, self.point, self.dtype = workload, point, point.dtype

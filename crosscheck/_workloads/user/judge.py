@@ -53,6 +53,8 @@ class GenericJudge:
     """Each parameter's gradient of a ``Workload`` at one point."""
 
     signature = "grad(params, inputs)"
+    #: It keeps to ``Options.budget`` (``fd.budget``).
+    budgeted = True
 
     def __init__(self, workload: Workload, point: Point, options: Options) -> None:
         self.workload, self.point, self.options = workload, point, options
@@ -61,7 +63,7 @@ class GenericJudge:
         self.numpy = numpy_function(workload, point)
         #: Seconds of one evaluation of the NumPy reference (None: there is none), for ``cost``.
         self.per_evaluation = time.perf_counter() - start if self.numpy is not None else None
-        self.plan = plan(options.oracle_mode, point.params, options.directions)
+        self.plan = plan(options.oracle_mode, point.params, options.directions, options.budget)
         point.case["oracle_differentiates"] = _differentiates(workload, self.numpy)
         self.shapes = {k: v.shape for k, v in point.params.items()}
         self.notes: dict[str, dict[str, Any]] = {}

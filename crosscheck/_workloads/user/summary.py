@@ -26,7 +26,7 @@ from crosscheck._compare.compare import Comparison, Kinks, structural_problem
 from crosscheck._compare.constants import SAFETY, UNIT_ROUNDOFF
 from crosscheck._workloads.fd.function import Differences, Function, Plan, Skip, localize
 from crosscheck._workloads.user import compare as model_compare
-from crosscheck._workloads.user import groups
+from crosscheck._workloads.user import groups, spending
 from crosscheck._workloads.user.rounding import Rounding
 from crosscheck._workloads.user.verdict import answers, loss_text, verdict
 from crosscheck._workloads.user.zeros import CONFIRMED, ZeroCheck, judged, reach, unreached_problem
@@ -249,6 +249,7 @@ def summarize(findings: Findings, reference: Any) -> dict[str, Any]:
         out["directions_per_parameter"] = findings.plan.per_parameter
     out["evaluations"] = _evaluations(findings)
     out["seconds"] = _evaluations(findings, seconds=True)
+    out.update(spending.section(findings, records))
     out["coverage"] = _coverage(records)
     out["own_loss"] = {r.name: _own_state(r.own) for r in records if r.own is not None}
     out["precision"] = _precision(records)
@@ -386,6 +387,7 @@ def _lines(out: dict[str, Any], zero: dict[str, list[str]]) -> list[str]:
     evaluations = out.get("evaluations") or {}
     if evaluations:
         lines.append("oracle evaluations: " + ", ".join(f"{k} {v}" for k, v in evaluations.items()))
+    lines += spending.lines(out)
     return lines
 
 

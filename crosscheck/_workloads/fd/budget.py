@@ -1,0 +1,110 @@
+"""The oracle's budget: ``--budget SECONDS`` (``crosscheck.run(budget=...)``).
+
+A ``Clock`` counts the seconds and loss evaluations the oracle spends differencing, batch by batch of
+evaluations (each through the engine's guarded call). Once the seconds reach the budget, the next batch
+is refused (``OracleFailed`` with ``Clock.message``): the function being differenced, and every one
+after it, is not differenced, so each tensor it would have judged is "not checked" and the run fails,
+never passes (a check that did not happen must fail). A batch already started finishes: the oracle
+overshoots its budget by at most one batch (a level of the stencil: a few evaluations per direction, or
+two per entry). The report says how much was judged and what finishing would cost (``Clock.summary``).
+Without a budget the clock only counts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from crosscheck._workloads.fd.entries import OracleFailed
+
+
+@dataclasses.dataclass
+class Clock:
+    """Seconds and evaluations the oracle spent (``budget``: the most seconds it may, None: no limit);
+    ``planned`` and ``done``: evaluations per function differenced, planned (the cost model) and made."""
+
+    budget: float | None = None
+    seconds: float = 0.0
+    planned: dict[str, int] = dataclasses.field(default_factory=dict)
+    done: dict[str, int] = dataclasses.field(default_factory=dict)
+    ran_out: bool = False
+
+    @property
+    def evaluations(self) -> int:
+        return sum(self.done.values())
+
+    def within(self) -> str:
+        """For a progress bar's label: the budget, when there is one."""
+        return "" if self.budget is None else f" (budget {self.budget:g} s)"
+
+    def message(self) -> str:
+        return (
+            f"the oracle's budget of {self.budget:g} s ran out ({self.seconds:.1f} s, {self.evaluations} "
+            "loss evaluations made): not differenced"
+        )
+
+    def guard(
+        self, guard: Callable[[Callable[[], Any]], Any], label: str
+    ) -> Callable[[Callable[[], Any]], Any]:
+        """``guard`` with the budget checked before each batch, and the batch's seconds counted."""
+
+        def timed(thunk: Callable[[], Any]) -> Any:
+            if self.budget is not None and self.seconds >= self.budget:
+                self.ran_out = True
+                raise OracleFailed(self.message())
+            start = time.perf_counter()
+            try:
+                out = guard(thunk)
+            finally:
+                self.seconds += time.perf_counter() - start
+            self.count(label, int(np.size(out)))  # a batch's losses, or the one at the point
+            return out
+
+        return timed
+
+    def plan(self, label: str, evaluations: int) -> None:
+        """``label``'s differences are planned to cost ``evaluations`` more."""
+        self.planned[label] = self.planned.get(label, 0) + evaluations
+
+    def count(self, label: str, evaluations: int) -> None:
+        self.done[label] = self.done.get(label, 0) + evaluations
+
+    def summary(self, judged: int, total: int) -> dict[str, Any]:
+        """The report's ``oracle.budget``: the budget, what it bought (``judged`` of ``total``
+        parameters), and what finishing would cost at the rate measured."""
+        left = sum(max(p - self.done.get(k, 0), 0) for k, p in self.planned.items())
+        rate = self.seconds / self.evaluations if self.evaluations else math.nan
+        out: dict[str, Any] = {
+            "seconds": self.budget,
+            "spent": round(self.seconds, 3),
+            "evaluations": self.evaluations,
+            "ran_out": self.ran_out,
+            "judged": judged,
+            "parameters": total,
+        }
+        if self.ran_out:
+            out["to_finish"] = {
+                "evaluations": left,
+                "seconds": None if math.isnan(rate) else round(left * rate, 1),
+            }
+        return out
+
+
+def line(budget: dict[str, Any]) -> str:
+    """The report's line on the budget."""
+    spent = f"{budget['spent']:.1f} s spent in {budget['evaluations']} evaluations"
+    head = f"oracle budget: {budget['seconds']:g} s, {spent}"
+    if not budget["ran_out"]:
+        return head + "; not exhausted"
+    finish = budget["to_finish"]
+    rough = "" if finish["seconds"] is None else f", roughly {finish['seconds']:.0f} s more at this rate"
+    return (
+        f"{head}; it ran out: {budget['judged']} of {budget['parameters']} parameters judged, the others "
+        f"not checked (failed); finishing needs at least {finish['evaluations']} more evaluations{rough} "
+        "(a larger --budget, or none)"
+    )

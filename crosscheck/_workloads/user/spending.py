@@ -1,0 +1,47 @@
+"""What the model oracle spent, for the report's ``oracle`` section: how each loss was evaluated
+(``fd.batched``: many points a call, or one, and why) and its budget (``fd.budget``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from crosscheck._workloads.fd.batched import Batched
+from crosscheck._workloads.fd.budget import line as budget_line
+from crosscheck._workloads.fd.function import Differences
+
+if TYPE_CHECKING:
+    from crosscheck._workloads.user.summary import Findings, Record
+
+
+def section(findings: Findings, records: list[Record]) -> dict[str, Any]:
+    """``batching`` (per function whose implementation can evaluate many points a call: how its
+    evaluations were made) and, with a budget, ``budget`` (``Clock.summary``)."""
+    found = [findings.anchor] + [r.own for r in records if isinstance(r.own, Differences)]
+    out: dict[str, Any] = {
+        "batching": {
+            d.function.label: d.function.fn.note()
+            for d in found
+            if d is not None and isinstance(d.function.fn, Batched)
+        }
+    }
+    if findings.plan.clock.budget is not None:
+        out["budget"] = findings.plan.clock.summary(*_judged(findings, records))
+    return out
+
+
+def _judged(findings: Findings, records: list[Record]) -> tuple[int, int]:
+    """Parameters every candidate's comparisons judged (none "not checked"), and parameters in all."""
+    invalid = {c.parameter for r in records for c in r.comparisons if c.status == "invalid"}
+    compared = {c.parameter for r in records for c in r.comparisons}
+    return len([k for k in findings.shapes if k in compared and k not in invalid]), len(findings.shapes)
+
+
+def lines(out: dict[str, Any]) -> list[str]:
+    """The lines after the table: the budget, and the losses batched or that could not be."""
+    said = [budget_line(out["budget"])] if "budget" in out else []
+    batching = {
+        k: v for k, v in (out.get("batching") or {}).items() if not v.startswith("one call a point (")
+    }
+    if batching:
+        said.append("oracle batching: " + "; ".join(f"{k}: {v}" for k, v in batching.items()))
+    return said
