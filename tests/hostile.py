@@ -30,7 +30,7 @@ import crosscheck
 
 #: The ways to misbehave. Those after "accumulates" are helpers: "witness" fails when the inputs it is
 #: given carry a hostile write (a 5.0 or a -0.0), "wrong" returns twice the gradient (a run that fails),
-#: "slow" sleeps 30 s in the call after touching the file named by $HOSTILE_MARKER; "os_exit" and
+#: "slow" sleeps 60 s in the call after touching the file named by $HOSTILE_MARKER; "os_exit" and
 #: "segfault" end their process (tests/test_isolate.py runs them in worker processes).
 KINDS = (
     "none",  # returns None
@@ -196,7 +196,7 @@ def _slow() -> None:
     if marker:
         with open(marker, "w") as file:
             file.write("started\n")
-    time.sleep(30)
+    time.sleep(60)
     if marker:  # a run that waited for this call: the test reads it
         with open(marker, "a") as file:
             file.write("finished\n")
