@@ -146,7 +146,7 @@ def measure(
         return Rounding(_fallback(value, shapes, unit_roundoff(dtype)), None, how)
     assert again is not None
     wide, narrow = (value, again) if dtype == "float64" else (again, value)
-    if dtype == "float64" and ran_in_float32(wide, narrow):
+    if not is_low(dtype) and ran_in_float32(wide, narrow):  # a 16-bit re-run is float32 by design
         how = (
             f"`{name}` did not compute in float64: its float64 run gave float32 numbers (a module pinned "
             f"to float32?); conservative bound, {FALLBACK_ULPS:g} float32 unit roundoffs of "
