@@ -16,8 +16,18 @@ this case; each bug is also judged in float32 (what "check in float32 too" finds
 gives the flags of every candidate by width ``d`` (2 to 32): where a bug is caught on every seed while
 the healthy ones pass, the smallest size at which it is caught.
 
-Usage: ``python benchmarks/mixed_precision.py [--seeds 20] [--dtype bfloat16]``, from the repository
-root. Quote the output with the machine, its load (``cat /proc/loadavg``) and the date.
+With ``--ports``, the same on the two example ports, GPT-2 (``examples.port.gpt2``) and the convnet
+(``examples.port.convnet``), healthy and with their planted bugs (``BUGS``): the JAX port's gradients
+against PyTorch's, both computed in the dtype, judged by crosscheck (``reference="torch"``: each
+side's rounding measured by its float32 re-run, capped by ``permit.LOW_PERMIT_ULPS``) and by
+``assert_close`` with the dtype's defaults; each bug in float32 too. It also prints, per case, the
+largest median rounding each side measured, in the dtype's unit roundoffs of the entry's scale (what
+the cap must allow), and how many healthy seeds pass with the default reference (the model oracle)
+over ``--oracle-seeds`` seeds (``--float32-seeds``: how many seeds of each bug in float32, default
+``--seeds``; the float32 column is the same for both 16-bit dtypes).
+
+Usage: ``python benchmarks/mixed_precision.py [--seeds 20] [--dtype bfloat16] [--ports]``, from the
+repository root. Quote the output with the machine, its load (``cat /proc/loadavg``) and the date.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import crosscheck
+from crosscheck._compare import permit
 from crosscheck._compare.dtypes import numpy_dtype
 
 #: torch.testing.assert_close's defaults (rtol, atol) by dtype.
@@ -116,12 +127,71 @@ def _flags(dtype: str, seeds: int, dim: int, candidates: list[Any]) -> dict[str,
     return flagged
 
 
+def _port_cases():
+    from examples.port import convnet, gpt2
+
+    for model, module in (("gpt2", gpt2), ("convnet", convnet)):
+        yield model, "healthy", module.port
+        for bug in module.BUGS:
+            yield model, bug, getattr(module, bug)
+
+
+def _port_flags(port: Any, dtype: str, seeds: int) -> tuple[int, int, float, int]:
+    """Over ``seeds`` seeds: crosscheck's flags, assert_close's flags, the largest median rounding of
+    either side in ``dtype``'s unit roundoffs (``rounding_of_permitted`` x the cap), and how many passes
+    carried the 16-bit verdict ("check in float32 too")."""
+    ours = theirs = said = 0
+    used = 0.0
+    for seed in range(seeds):
+        report = crosscheck.run(workload=port, reference="torch", backends=["jax"], dtype=dtype, seed=seed)
+        ours += not report.passed
+        torch_grads, jax_grads = report.gradients["torch"], report.gradients["jax"]
+        theirs += not all(_assert_close(jax_grads[k], torch_grads[k], dtype) for k in torch_grads)
+        for result in report.backends.values():
+            used = max(used, result.notes.get("rounding_of_permitted") or 0.0)
+        verdict = report.backends["jax"].verdict
+        said += bool(report.passed and verdict is not None and "check in float32 too" in verdict.text)
+    return ours, theirs, used * permit.permit_ulps(dtype), said
+
+
+def ports(dtype: str, seeds: int, oracle_seeds: int, float32_seeds: int) -> None:
+    """The GPT-2 and convnet columns: healthy and planted bugs, crosscheck against assert_close."""
+    print(f"# {platform.node()}: ports in {dtype}, seeds 0..{seeds - 1}, reference torch")
+    print(
+        f"\n| model | case | crosscheck flags ({dtype}) | assert_close flags | crosscheck flags (float32) "
+        f"| largest median rounding ({dtype} u) | passes saying 'check in float32 too' |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    healthy = {}
+    for model, case, port in _port_cases():
+        ours, theirs, used, said = _port_flags(port, dtype, seeds)
+        in32 = (
+            f"{_port_flags(port, 'float32', float32_seeds)[0]}/{float32_seeds}"
+            if case != "healthy" and float32_seeds
+            else ""
+        )
+        row = (case, f"{ours}/{seeds}", f"{theirs}/{seeds}", in32, f"{used:.2f}", f"{said}/{seeds}")
+        print(f"| {model} | " + " | ".join(row) + " |", flush=True)
+        if case == "healthy":
+            healthy[model] = port
+    for model, port in healthy.items():
+        passed = sum(crosscheck.run(workload=port, dtype=dtype, seed=s).passed for s in range(oracle_seeds))
+        print(f"\n{model} healthy, the model oracle as reference: {passed}/{oracle_seeds} pass", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
+    parser.add_argument("--ports", action="store_true", help="the GPT-2 and convnet ports instead")
+    parser.add_argument("--oracle-seeds", type=int, default=5, help="healthy ports with the model oracle")
+    parser.add_argument("--float32-seeds", type=int, default=None, help="bugs in float32 (default: --seeds)")
     args = parser.parse_args()
     numpy_dtype(args.dtype)  # ml_dtypes, before anything runs
+    if args.ports:
+        wide = args.seeds if args.float32_seeds is None else args.float32_seeds
+        ports(args.dtype, args.seeds, args.oracle_seeds, wide)
+        return
     n = args.seeds
     print(f"# {platform.node()}: {args.dtype}, seeds 0..{n - 1}, L=8 N=8 d=16, Gaussian")
     low = _flags(args.dtype, n, 16, HEALTHY + BUGS)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .arrays import numpy, tensor
+
 __all__ = ["TorchWorkloadBackend"]
 
 
@@ -21,11 +23,11 @@ class TorchWorkloadBackend:
         self._loss = loss
 
     def grad(self, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        leaves = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
-        loss = self._loss(leaves, {k: torch.tensor(v) for k, v in inputs.items()})
+        leaves = {k: tensor(v, requires_grad=True) for k, v in params.items()}
+        loss = self._loss(leaves, {k: tensor(v) for k, v in inputs.items()})
         loss.backward()
         return {
-            k: t.grad.numpy() if t.grad is not None else np.zeros_like(params[k]) for k, t in leaves.items()
+            k: numpy(t.grad) if t.grad is not None else np.zeros_like(params[k]) for k, t in leaves.items()
         }
 
     def loss(self, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> np.ndarray:
@@ -36,12 +38,12 @@ class TorchWorkloadBackend:
         """
         with torch.no_grad():
             out = self._loss(
-                {k: torch.tensor(v) for k, v in params.items()},
-                {k: torch.tensor(v) for k, v in inputs.items()},
+                {k: tensor(v) for k, v in params.items()},
+                {k: tensor(v) for k, v in inputs.items()},
             )
             if not isinstance(out, torch.Tensor):
                 return np.asarray(out)
-            return out.detach().cpu().numpy().copy()
+            return numpy(out.detach().cpu()).copy()
 
     def losses(
         self, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray], batched: tuple[str, ...]

@@ -22,8 +22,10 @@ STORAGE_ROUNDOFF = {"bfloat16": 2.0**-8, "float16": 2.0**-11}
 ACCUMULATION = {"bfloat16": "float32", "float16": "float32"}
 #: Every dtype a ``--dtype`` choice may name (the stack judges all; a workload float32 and float64).
 ALL_DTYPES = (*DTYPES, *STORAGE_ROUNDOFF)
-#: The other precision of each dtype (a re-run there measures a candidate's rounding).
-OTHER_DTYPE = {"float32": "float64", "float64": "float32"}
+#: The other precision of each dtype (a re-run there measures a candidate's rounding): a 16-bit case's
+#: candidates are re-run in float32, the precision they accumulate in (its float64 difference is 2**-16
+#: of the 16-bit rounding and smaller: nothing a tolerance could tell apart).
+OTHER_DTYPE = {"float32": "float64", "float64": "float32", "bfloat16": "float32", "float16": "float32"}
 #: float64 rounding per float32 rounding, to first order (``2**-53 / 2**-24 = 2**-29``).
 WIDEN = UNIT_ROUNDOFF["float64"] / UNIT_ROUNDOFF["float32"]
 #: Multiple of a rounding estimate an entry may differ by: of the modelled standard deviation (rounding

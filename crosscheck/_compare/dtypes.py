@@ -48,3 +48,13 @@ def roundoffs(name: str) -> tuple[float, float]:
     """``(accumulation, storage)``: the unit roundoff a product of ``name`` sums in, and the one its
     result is rounded to when stored (0 for float32 and float64: no rounding beyond the sum's)."""
     return UNIT_ROUNDOFF[accumulation(name)], STORAGE_ROUNDOFF.get(name, 0.0)
+
+
+def unit_roundoff(name: str) -> float:
+    """The unit roundoff of a stored result of ``name``: its own (a 16-bit dtype's storage roundoff)."""
+    return STORAGE_ROUNDOFF.get(name) or UNIT_ROUNDOFF[name]
+
+
+def is_low(name: str) -> bool:
+    """Whether ``name`` is a 16-bit dtype (stored in 16 bits, accumulated in float32)."""
+    return name in STORAGE_ROUNDOFF

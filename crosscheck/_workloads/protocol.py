@@ -52,7 +52,7 @@ class Knob:
 POINT_KNOBS = (
     Knob(
         "dtype",
-        "float dtype of the inputs (bfloat16 and float16: the stack only)",
+        "float dtype of the inputs (bfloat16 and float16: gradients, one run at a time)",
         str,
         "float32",
         ALL_DTYPES,

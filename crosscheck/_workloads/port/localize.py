@@ -33,7 +33,8 @@ import numpy as np
 
 from crosscheck._compare import permit
 from crosscheck._compare.compare import Comparison, Tolerance, compare
-from crosscheck._compare.constants import FLOOR_ULPS, OTHER_DTYPE, SAFETY, UNIT_ROUNDOFF, WIDEN
+from crosscheck._compare.constants import FLOOR_ULPS, OTHER_DTYPE, SAFETY, WIDEN
+from crosscheck._compare.dtypes import is_low, numpy_dtype, unit_roundoff
 from crosscheck._workloads.port.mapping import canonical
 
 TERM_HELP = {
@@ -144,11 +145,12 @@ def _vector(torch_arrays, jax_arrays, channels_last: bool) -> tuple[np.ndarray, 
 
 def _rounding(main: np.ndarray, other: np.ndarray | None, dtype: str) -> np.ndarray:
     if other is None or other.shape != main.shape:
-        return np.full(main.shape, 1024 * UNIT_ROUNDOFF[dtype]) * np.abs(main)
-    scale = 1.0 if dtype == "float32" else WIDEN
+        return np.full(main.shape, 1024 * unit_roundoff(dtype)) * np.abs(main)
+    scale = WIDEN if dtype == "float64" else 1.0
     with np.errstate(invalid="ignore"):
         d = np.nan_to_num(np.abs(main - other), nan=0.0, posinf=0.0)
-    d, _ = permit.cap(d, other if dtype == "float32" else main)  # beyond float32: never its own tolerance
+    # beyond what the dtype permits (float32's, or a 16-bit dtype's against float32): never its own tolerance
+    d, _ = permit.cap(d, main if dtype == "float64" else other, dtype=dtype if is_low(dtype) else "float32")
     d = scale * d
     return SAFETY * (d + (math.sqrt(float(np.mean(d**2))) if d.size else 0.0))
 
@@ -198,9 +200,9 @@ def compare_arrays(
             f"the {side} side's rounding could not be measured ({missing or 'no re-run'}): "
             "the other side's, measured"
         )
-    terms["floor"] = np.asarray(FLOOR_ULPS * UNIT_ROUNDOFF[precision] * float(np.max(np.abs(t), initial=0.0)))
+    terms["floor"] = np.asarray(FLOOR_ULPS * unit_roundoff(precision) * float(np.max(np.abs(t), initial=0.0)))
     found = compare(
-        j.astype(dtype),
+        j.astype(numpy_dtype(dtype)),
         t,
         Tolerance(terms),
         backend=backend,

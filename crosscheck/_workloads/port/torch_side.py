@@ -49,7 +49,15 @@ def tensors(module: torch.nn.Module) -> tuple[list[Tensor], dict[str, np.ndarray
 
 
 def to_torch(arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
-    return {k: torch.as_tensor(np.array(v)) for k, v in arrays.items()}
+    return {k: tensor(v) for k, v in arrays.items()}
+
+
+def tensor(array: np.ndarray, **options: Any) -> torch.Tensor:
+    """A new tensor of ``array``'s dtype (a bfloat16 one, which torch cannot read from NumPy, through
+    float32: exact)."""
+    if array.dtype.name == "bfloat16":
+        return torch.tensor(np.asarray(array, np.float32), dtype=torch.bfloat16, **options)
+    return torch.tensor(np.array(array), **options)
 
 
 def first_array(output: Any) -> Any:
@@ -178,7 +186,8 @@ def _narrow(tensors: Any) -> bool:
 
 
 def _numpy(t: torch.Tensor) -> np.ndarray:
-    out = t.detach().cpu().numpy()
+    t = t.detach().cpu()
+    out = (t.float() if t.dtype == torch.bfloat16 else t).numpy()
     return out.astype(np.float64) if np.issubdtype(out.dtype, np.floating) else out.copy()
 
 
@@ -187,8 +196,8 @@ def unreached(
 ) -> list[str]:
     """The parameters from which PyTorch's autograd has no path to the loss (``loss(params, inputs)``, as
     a workload's): their gradient is zero because the loss does not use them, not by construction."""
-    leaves = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
-    out = loss(leaves, {k: torch.tensor(v) for k, v in inputs.items()})
+    leaves = {k: tensor(v, requires_grad=True) for k, v in params.items()}
+    out = loss(leaves, to_torch(inputs))
     if not isinstance(out, torch.Tensor) or not out.requires_grad:
         return list(leaves)
     grads = torch.autograd.grad(out, list(leaves.values()), allow_unused=True)

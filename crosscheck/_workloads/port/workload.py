@@ -108,7 +108,7 @@ class PortJudge:
     def extras(self, reference: Reference | None) -> dict[str, Any]:
         extras = self.inner.extras(reference)
         extras["oracle"] = not_checked(extras.get("oracle", {}), self.workload.prepared, strict=self.strict)
-        return {**extras, "verdicts": dict(self.verdicts), "sections": (MAPPING,)}
+        return {**extras, "verdicts": {**extras.get("verdicts", {}), **self.verdicts}, "sections": (MAPPING,)}
 
     def compare(
         self, backend: Any, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
@@ -119,6 +119,8 @@ class PortJudge:
         modules, verdict = self.modules(name, call, found)
         said = compared(verdict, name, reference.name) + localize.broadcast_note(modules) + self.caveats
         verdict = dataclasses.replace(verdict, text=verdict.text + said)
+        if name in self.inner.verdicts and verdict.starts_in == "nowhere":  # a 16-bit pass: what it hides
+            verdict = dataclasses.replace(verdict, text=f"{verdict.text}; {self.inner.verdicts[name].text}")
         self.notes.setdefault(name, {})["port"] = verdict.to_dict()
         self.verdicts[name] = Verdict(verdict.text, fails=verdict.starts_in != "nowhere")
         return modules + found

@@ -26,7 +26,8 @@ import numpy as np
 
 from crosscheck._compare import constants
 from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
-from crosscheck._compare.constants import FLOOR_ULPS, SAFETY, UNIT_ROUNDOFF
+from crosscheck._compare.constants import FLOOR_ULPS, SAFETY
+from crosscheck._compare.dtypes import unit_roundoff
 from crosscheck._workloads.fd.directions import (
     Direction,
     DirectionalEstimate,
@@ -96,7 +97,7 @@ def entries(
 ) -> tuple[list[Comparison], dict[str, bool]]:
     """One comparison per parameter, entry by entry, and whether zeros would pass each."""
     out, zeros = [], {}
-    u = UNIT_ROUNDOFF[ctx.dtype]
+    u = unit_roundoff(ctx.dtype)
     for k, shape in ctx.shapes.items():
         if k not in value:
             out.append(missing(ctx, k, value))
@@ -126,6 +127,8 @@ def entries(
         zeros[k] = bool(np.all(np.abs(ref[judged]) <= bound[judged]))
         arrays = {**found.arrays, "rounding": {k: rounding.term[k] + floor}}
         found = dataclasses.replace(found, arrays=arrays, question=ctx.question, against=ctx.against)
+        if not found.passed and k in rounding.limits:  # a 16-bit range lost: said as what it is
+            found = dataclasses.replace(found, message=f"{found.message} ({rounding.limits[k]})")
         if k in coverage:
             message = f"{coverage[k]}\n{found.message}" if found.message else found.message
             found = dataclasses.replace(found, coverage=coverage[k], message=message)
@@ -195,7 +198,7 @@ def projected_terms(
 
 def floor_of(value: np.ndarray, dtype: str) -> float:
     """The floor of a parameter: ``FLOOR_ULPS`` unit roundoffs of its largest entry."""
-    return FLOOR_ULPS * UNIT_ROUNDOFF[dtype] * float(np.max(np.abs(value), initial=0.0))
+    return FLOOR_ULPS * unit_roundoff(dtype) * float(np.max(np.abs(value), initial=0.0))
 
 
 def screened(

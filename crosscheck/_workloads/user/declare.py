@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._compare.constants import ALL_DTYPES, DTYPES
+from crosscheck._compare.constants import ALL_DTYPES
+from crosscheck._compare.dtypes import is_float, is_low, numpy_dtype
 from crosscheck._errors import user_call
 
 Params = dict[str, np.ndarray]
@@ -98,19 +99,17 @@ class Workload:
             ValueError: ``generate`` failed (``UserCodeFailed``: whatever it raised, ``sys.exit``
                 included, in one line), or returned the wrong names, shapes or non-finite values.
         """
-        if dtype not in DTYPES:
-            low = (
-                " (bfloat16 and float16 are judged on the stack only, so far)" if dtype in ALL_DTYPES else ""
-            )
-            raise ValueError(f"`dtype` must be one of {', '.join(DTYPES)}{low}; found {dtype!r}.")
+        if dtype not in ALL_DTYPES:
+            raise ValueError(f"`dtype` must be one of {', '.join(ALL_DTYPES)}; found {dtype!r}.")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ValueError(f"`seed` must be a non-negative integer, found {seed!r}.")
         rng = np.random.default_rng(int(seed))
+        made_in = "float32" if is_low(dtype) else dtype  # made in float32, then rounded once to 16 bits
         if self.generate is None:
             params = {k: rng.standard_normal(s) / math.sqrt(_fan_in(s)) for k, s in self.parameters.items()}
             inputs = {k: rng.standard_normal(s) for k, s in self.inputs.items()}
         else:
-            made = user_call(f"workload `{self.name}`", "`generate(rng, dtype)`", self.generate, rng, dtype)
+            made = user_call(f"workload `{self.name}`", "`generate(rng, dtype)`", self.generate, rng, made_in)
             try:
                 params, inputs = made
             except (TypeError, ValueError) as exc:
@@ -144,20 +143,23 @@ class Workload:
             if exact:
                 out[key] = array.copy()  # labels, token ids, masks keep their dtype
                 continue
-            if not np.issubdtype(array.dtype, np.number) or not np.all(np.isfinite(array)):
+            numeric = np.issubdtype(array.dtype, np.number) or is_float(array)
+            if not numeric or not np.all(np.isfinite(array)):
                 raise ValueError(
                     f"workload `{self.name}`: {field[:-1]} `{key}` must hold finite numbers; "
                     f"found dtype {array.dtype.name} with non-finite or non-numeric values."
                 )
             # Rounded once to the case's dtype, and a private copy: generate's arrays are not shared.
-            out[key] = np.array(array, dtype=dtype)
+            out[key] = np.array(array, dtype=numpy_dtype(dtype))
         return out
 
 
 def as_dtype(arrays: Params, dtype: str) -> Params:
     """Copies with every floating-point array in ``dtype`` (integer and boolean arrays unchanged)."""
+    target = numpy_dtype(dtype)
     return {
-        k: v.astype(dtype) if np.issubdtype(v.dtype, np.floating) else v.copy() for k, v in arrays.items()
+        k: v.astype(target) if np.issubdtype(v.dtype, np.floating) or is_float(v) else v.copy()
+        for k, v in arrays.items()
     }
 
 

@@ -22,6 +22,8 @@ import numpy as np
 
 from crosscheck._compare.compare import Comparison, Kinks
 from crosscheck._compare.constants import OTHER_DTYPE, WIDEN
+from crosscheck._compare.dtypes import is_low
+from crosscheck._report.report import Verdict
 from crosscheck._workloads.fd.function import (
     Differences,
     Function,
@@ -33,6 +35,7 @@ from crosscheck._workloads.fd.function import (
 )
 from crosscheck._workloads.fd.threads import THREADS
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
+from crosscheck._workloads.user import low
 from crosscheck._workloads.user.compare import Answer, Context, entries
 from crosscheck._workloads.user.cost import Cost, estimate
 from crosscheck._workloads.user.declare import Workload, as_dtype
@@ -73,6 +76,8 @@ class GenericJudge:
         self.float32_steps: dict[str, bool] = {}
         #: The reference backend and its rounding (a backend as reference), for the zero checks.
         self.reference_side: tuple[Any, Rounding] | None = None
+        #: A 16-bit case: the verdict on each candidate that agrees ("check in float32 too").
+        self.verdicts: dict[str, Verdict] = {}
 
     def evaluate(self, backend: Any, call: Call) -> Any:
         return self._grad(backend, call, self.point.params, self.point.inputs)
@@ -128,6 +133,9 @@ class GenericJudge:
         ]
         if problems:
             error = f"reference gradient of `{problems[0]}` is missing, of the wrong shape or not finite"
+            if is_low(self.dtype) and problems[0] in value:  # a 16-bit range lost: said as what it is
+                lost = self.rounding(backend, value, "the reference", call).limits.get(problems[0])
+                error += f" ({lost})" if lost else ""
             return dataclasses.replace(out, value=None, error=error)
         rounding = self.rounding(backend, value, "the reference", call)
         if rounding.excess:  # a reference below float32 precision cannot judge anyone
@@ -141,7 +149,10 @@ class GenericJudge:
         self.findings.reference_gradient = ref_value
         kinks = {k: Kinks.none(s) for k, s in self.shapes.items()}
         answer = Answer(ref_value, rounding.term, kinks)
-        reference = Reference(ref_value, _dtypes(value), {"rounding": rounding.how}, answer)
+        notes: dict[str, Any] = {"rounding": rounding.how}
+        if rounding.used is not None:  # how much of what its dtype permits its rounding used
+            notes["rounding_of_permitted"] = round(rounding.used, 4)
+        reference = Reference(ref_value, _dtypes(value), notes, answer)
         return dataclasses.replace(out, value=reference)
 
     # -- a candidate -----------------------------------------------------------------------------------
@@ -160,7 +171,7 @@ class GenericJudge:
             found, zeros = entries(ctx, value, rounding, reference.data, {})
             record.add(found, zeros)
             self._confirm_zeros(backend, record, reference.name, call)
-            return record.finish(found)
+            return self._low(name, record.finish(found), rounding, value)
         own = self._own(backend, name, call)
         record.own = own
         if self.findings.anchor is None and isinstance(own, Differences):
@@ -174,7 +185,17 @@ class GenericJudge:
         if isinstance(own, Differences) and not anchor_is_own:
             found += against_oracle(self, record, own, "derivative", reference.name, call)
         record.loss_check(anchor.function, own)
-        return record.finish(found)
+        return self._low(name, record.finish(found), rounding, value)
+
+    def _low(
+        self, name: str, found: list[Comparison], rounding: Rounding, value: dict[str, np.ndarray]
+    ) -> list[Comparison]:
+        """In a 16-bit case, a candidate that agrees is told what its dtype hides (``low``)."""
+        if is_low(self.dtype):
+            said = low.verdict(found, self.dtype, low.noise(rounding.term, value))
+            if said is not None:
+                self.verdicts[name] = said
+        return found
 
     def _confirm_zeros(self, backend: Any, record: Record, reference: str, call: Call) -> None:
         """With a backend as reference: the oracle on the tensors whose gradient is zero in both
@@ -243,7 +264,8 @@ class GenericJudge:
     def extras(self, reference: Reference | None) -> dict[str, Any]:
         if not self.findings.oracle:  # the report claims no oracle's work: none ran
             self.point.case["oracle_differentiates"] = NO_ORACLE[self.findings.reference_gradient is not None]
-        return {"quantity": "grad", "oracle": summarize(self.findings, reference)}
+        extras: dict[str, Any] = {"quantity": "grad", "oracle": summarize(self.findings, reference)}
+        return {**extras, "verdicts": dict(self.verdicts)} if self.verdicts else extras
 
 
 def _dtypes(value: dict[str, np.ndarray]) -> str | None:

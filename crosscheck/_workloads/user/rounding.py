@@ -19,6 +19,12 @@ computes in float32 whatever it is given, so its "float64" result is the float32
 or at least float32 numbers in every entry); such a run gets the conservative bound
 (``FALLBACK_ULPS`` float32 unit roundoffs of ``|gradient|`` + RMS) and a note naming the
 implementation.
+
+A 16-bit case (bfloat16, float16) is re-run in float32, the precision its products accumulate in:
+``|g16 - g32|`` is the candidate's 16-bit rounding, judged against what the dtype permits
+(``permit.LOW_PERMIT_ULPS`` of its unit roundoff, calibrated on healthy ports). A float16 entry that
+is non-finite where the float32 one is finite overflowed; one flushed to zero underflowed: both are
+said as such (``limits``).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import numpy as np
 
 from crosscheck._compare import permit
 from crosscheck._compare.constants import OTHER_DTYPE, SAFETY, UNIT_ROUNDOFF, WIDEN
+from crosscheck._compare.dtypes import is_low, unit_roundoff
 
 #: Without a usable re-run in the other precision: this many unit roundoffs of |gradient| + its RMS.
 FALLBACK_ULPS = 1024.0
@@ -44,12 +51,22 @@ class Excess:
     parameter: str
     ratio: float
     relative: float
+    #: The case's dtype when it is a 16-bit one (measured against float32, not float64).
+    low: str | None = None
 
     @property
     def bits(self) -> float:
         return -math.log2(self.relative) if self.relative > 0 else math.inf
 
     def says(self, name: str, dtype: str) -> str:
+        if self.low is not None:
+            dtype = self.low
+            return (
+                f"`{name}` computes `{self.parameter}` below {dtype} precision: its {dtype} and float32 "
+                f"gradients differ by {self.relative:.2g} relative (RMS), {self.ratio:.3g} x what {dtype} "
+                f"rounding permits, about {max(self.bits, 0.0):.0f} significant bits; a step below {dtype} "
+                "(a narrower cast) or a nondeterministic gradient"
+            )
         bits = self.bits
         like = " (bfloat16 keeps 8)" if 5 <= bits < 10 else " (float16 keeps 11)" if 10 <= bits < 14 else ""
         what = (
@@ -79,6 +96,8 @@ class Rounding:
     #: The largest median entry's difference over what float32 permits, over the parameters (healthy:
     #: a few hundredths; > 1 is an excess); None when not measured.
     used: float | None = None
+    #: A 16-bit case: per parameter, the entries its dtype's range lost (overflow, underflow), said.
+    limits: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 rms = permit.rms
@@ -124,18 +143,18 @@ def measure(
         k in value and np.shape(value[k]) == s for k, s in shapes.items()
     ):
         how = f"no usable re-run in {other}: {FALLBACK_ULPS:g} unit roundoffs of |gradient| + RMS"
-        return Rounding(_fallback(value, shapes, UNIT_ROUNDOFF[dtype]), None, how)
+        return Rounding(_fallback(value, shapes, unit_roundoff(dtype)), None, how)
     assert again is not None
-    wide, narrow = (again, value) if dtype == "float32" else (value, again)
-    if ran_in_float32(wide, narrow):
+    wide, narrow = (value, again) if dtype == "float64" else (again, value)
+    if not is_low(dtype) and ran_in_float32(wide, narrow):  # a 16-bit re-run is float32 by design
         how = (
             f"`{name}` did not compute in float64: its float64 run gave float32 numbers (a module pinned "
             f"to float32?); conservative bound, {FALLBACK_ULPS:g} float32 unit roundoffs of "
             "|gradient| + RMS"
         )
         return Rounding(_fallback(value, shapes, UNIT_ROUNDOFF["float32"]), None, how, honest=False)
-    scale = 1.0 if dtype == "float32" else WIDEN
-    bounds = permitted(wide, shapes)
+    scale = WIDEN if dtype == "float64" else 1.0
+    bounds = permitted(wide, shapes, dtype if is_low(dtype) else "float32")
     term, delta, excess, used = {}, {}, [], 0.0
     for k in shapes:
         with np.errstate(invalid="ignore", over="ignore"):
@@ -143,7 +162,7 @@ def measure(
         signed = np.nan_to_num(signed, nan=0.0, posinf=0.0, neginf=0.0)
         ratio = permit.median_ratio(np.abs(signed), bounds[k], wide[k])
         used = max(used, ratio)
-        found = _excess(k, ratio, np.abs(signed), np.asarray(wide[k], np.float64))
+        found = _excess(k, ratio, np.abs(signed), np.asarray(wide[k], np.float64), dtype)
         if found is not None:
             excess.append(found)
             signed = np.clip(signed, -bounds[k], bounds[k])
@@ -151,28 +170,62 @@ def measure(
         term[k], delta[k] = SAFETY * (d + rms(d)), scale * signed
     how = f"measured: re-run in {other}"
     if excess:
-        how += f"; capped at what float32 permits for {', '.join(f'`{e.parameter}`' for e in excess)}"
-    if dtype != "float32":  # a float32 re-run off in a float64 check: said, and the check goes on
+        names = ", ".join(f"`{e.parameter}`" for e in excess)
+        how += f"; capped at what {dtype if is_low(dtype) else 'float32'} permits for {names}"
+    if dtype == "float64":  # a float32 re-run off in a float64 check: said, and the check goes on
         how += "".join(f"; {e.says(name, dtype)}" for e in excess)
         excess = []
-    return Rounding(term, delta, how, excess=tuple(excess), used=used)
+    lost = limits(value, again, shapes, dtype) if is_low(dtype) else {}
+    return Rounding(term, delta, how, excess=tuple(excess), used=used, limits=lost)
 
 
-def permitted(wide: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
-    """Per entry, the float32-vs-float64 difference float32 rounding permits (``permit.bound``), from
-    the float64 gradient ``wide`` with the whole gradient's RMS as shared scale: never from the
+def limits(
+    value: dict[str, np.ndarray], wide: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]], dtype: str
+) -> dict[str, str]:
+    """Per parameter, what the 16-bit ``dtype``'s range did to ``value`` against its float32 re-run
+    ``wide``: entries non-finite where float32's are finite (overflow), or zero where float32's are
+    not and below the dtype's smallest normal number (underflow)."""
+    from crosscheck._compare.dtypes import finfo
+
+    info, out = finfo(dtype), {}
+    for k in shapes:
+        low, high = np.asarray(value[k], np.float64), np.asarray(wide[k], np.float64)
+        over = int(np.count_nonzero(~np.isfinite(low) & np.isfinite(high)))
+        flushed = int(np.count_nonzero((low == 0) & (high != 0) & (np.abs(high) < float(info.tiny))))
+        said = []
+        if over:
+            said.append(
+                f"{dtype} overflow: {over} entries of `{k}` are infinite or NaN where its float32 re-run is "
+                f"finite ({dtype}'s largest number is {float(info.max):.6g}; its float32 gradient reaches "
+                f"{float(np.max(np.abs(high), initial=0.0)):.3g}): scale the loss, or check in float32"
+            )
+        if flushed:
+            said.append(
+                f"{dtype} underflow: {flushed} entries of `{k}` are zero where float32's are not (below "
+                f"{dtype}'s smallest normal number, {float(info.tiny):.3g})"
+            )
+        if said:
+            out[k] = "; ".join(said)
+    return out
+
+
+def permitted(
+    wide: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]], dtype: str = "float32"
+) -> dict[str, np.ndarray]:
+    """Per entry, the difference ``dtype``'s rounding permits against the wider run (``permit.bound``),
+    from the wider gradient ``wide`` with the whole gradient's RMS as shared scale: never from the
     difference measured."""
     every = rms(np.concatenate([np.ravel(np.nan_to_num(np.asarray(wide[k], np.float64))) for k in shapes]))
-    return {k: permit.bound(wide[k], every) for k in shapes}
+    return {k: permit.bound(wide[k], every, dtype) for k in shapes}
 
 
-def _excess(k: str, ratio: float, diff: np.ndarray, wide: np.ndarray) -> Excess | None:
+def _excess(k: str, ratio: float, diff: np.ndarray, wide: np.ndarray, dtype: str) -> Excess | None:
     """``k``'s excess when its median entry differs beyond the permitted bound (``ratio``; isolated
     entries, a kink flipped between the precisions, do not count)."""
     if not ratio > 1.0:
         return None
     scale = rms(np.asarray(wide, np.float64))
-    return Excess(k, ratio, rms(diff) / scale if scale else math.inf)
+    return Excess(k, ratio, rms(diff) / scale if scale else math.inf, dtype if is_low(dtype) else None)
 
 
 def _fallback(value: dict, shapes: dict[str, tuple[int, ...]], u: float) -> dict[str, np.ndarray]:

@@ -70,10 +70,13 @@ class Record:
         found = self._excess(found)
         if not (self.zeros and all(self.zeros.values())):
             return found
+        says = {e.parameter: f"{e.says(self.name, 'float32')}\n" for e in self.rounding.excess}
         marked = [
             c
-            if c.status == "invalid"
-            else dataclasses.replace(c, passed=False, status="empty", message=EMPTY_ENTRY)
+            if c.status == "invalid"  # an excess keeps its diagnosis: it is why zeros pass
+            else dataclasses.replace(
+                c, passed=False, status="empty", message=says.get(c.parameter or "", "") + EMPTY_ENTRY
+            )
             for c in found
         ]
         self.comparisons = [c for c in self.comparisons if all(c is not f for f in found)] + marked
