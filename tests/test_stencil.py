@@ -4,6 +4,7 @@ where the error bar is still large, the one-sided differences of the same evalua
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from crosscheck._workloads.fd.stencil import LEVELS, MAX_LEVELS, REFINE_TO, differentiate
 
@@ -47,10 +48,83 @@ def test_a_kink_near_the_point_leaves_the_stencil_as_it_is_refined():
     assert f.count > 2 * LEVELS  # refined
 
 
-def test_a_noisy_loss_is_differenced_as_before_and_covered():
+def test_a_noisy_loss_is_covered_with_few_evaluations():
     rng = np.random.default_rng(0)
     noise = 1e-7
-    f = Counted(lambda x, i: np.sin(x) + noise * rng.standard_normal(x.shape))
-    x0 = np.linspace(-1, 1, 20)
-    value, error, _ = differentiate(f, x0, 0.25, np.arange(20), 1.0, noise=noise, float32=True)
-    assert np.all(np.abs(value - np.cos(x0)) <= error)
+    a = np.linspace(-1, 1, 20)  # items share the point and its loss, as entries of one model do
+    f = Counted(lambda x, i: np.sin(a[i] * x) + np.cos(x) + noise * rng.standard_normal(x.shape))
+    value, error, _ = differentiate(f, np.zeros(20), 0.25, np.arange(20), 1.0, noise=noise, float32=True)
+    assert np.all(np.abs(value - a) <= error)
+    assert np.all(error <= 1e-3) and f.count <= 12 * 20  # judgeable; SciPy spent 36 an item
+
+
+def _relu_softmax32(seed=3):
+    """A ReLU layer, then a softmax computed in float32 (Hugging Face's upcast) in a float64 loss; the
+    exact gradient is autograd's of the same function in float64 throughout (``cast=False``), and
+    ``bug`` scales the logits (a planted bug of 1 %)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(seed)
+    params = {"w1": rng.standard_normal((16, 4)) / 2, "w2": rng.standard_normal((4, 16)) / 4}
+    x, r = torch.tensor(rng.standard_normal((8, 4))), torch.tensor(rng.standard_normal((8, 4)))
+
+    def f(p, cast=True, bug=1.0):
+        z = torch.relu(x @ p["w1"].T) @ p["w2"].T * bug
+        z = z.float() if cast else z
+        return torch.sum(r * torch.softmax(z, -1).to(torch.float64))
+
+    def loss(p):
+        with torch.no_grad():
+            return float(f({k: torch.tensor(v) for k, v in p.items()}))
+
+    def exact(bug=1.0):
+        t = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
+        grads = torch.autograd.grad(f(t, cast=False, bug=bug), list(t.values()))
+        return {k: g.numpy() for k, g in zip(params, grads, strict=True)}
+
+    return loss, params, exact(), exact(bug=1.01)
+
+
+def _scipy(evaluate, x0, h0, index, loss0, noise=0.0, float32=False, magnitude=None):
+    """The noisy path before: SciPy's ``derivative`` from a quarter of the RMS, halved at most once."""
+    from scipy.differentiate import derivative
+
+    found = {}
+    with np.errstate(all="ignore"):
+        for side in (0, 1, -1):
+            res = derivative(evaluate, x0, args=(index,), initial_step=h0, step_direction=side, maxiter=2)
+            last = h0 * 2.0 ** -np.maximum(res.nit, 1)
+            found[side] = (res.df, 4.0 * np.nan_to_num(res.error, nan=np.inf) + 128.0 * noise / last)
+    (value, error), (fwd, e_fwd), (bwd, e_bwd) = found[0], found[1], found[-1]
+    kink = ~(np.abs(fwd - bwd) <= e_fwd + e_bwd)
+    return value, error + np.where(kink, np.nan_to_num(np.abs(fwd - bwd), nan=np.inf), 0.0), kink
+
+
+def _judged(found, gradient):
+    """Per parameter: entries judged whose error bar does not cover ``gradient``, and entries unjudged."""
+    return {
+        k: (
+            int(np.sum((np.abs(found.value[k] - gradient[k]) > found.error[k]) & ~found.unjudgeable[k])),
+            int(found.unjudgeable[k].sum()),
+        )
+        for k in gradient
+    }
+
+
+def test_a_float32_step_over_relu_kinks_is_refined_to_honest_error_bars(monkeypatch):
+    # A ReLU's kinks inside every step of SciPy's noisy path: its error estimate missed them, and an
+    # entry's bar missed the exact gradient by 6 times. The tableau, refined while halving can still
+    # narrow the bar, covers every judged entry, judges more of them, and still catches a 1 % bug.
+    from crosscheck._workloads.fd import entries, precision
+
+    loss, params, exact, buggy = _relu_softmax32()
+    noise = precision.probe(loss, params, lambda thunk: thunk())
+    assert precision.judge(noise, loss(params), None, "torch").float32
+    found = entries.estimate(loss, params, noise=noise, float32=True)
+    mine = _judged(found, exact)
+    assert all(uncovered == 0 for uncovered, _ in mine.values()), mine
+    assert found.evaluations <= 10 * 128  # 8 an entry, a few refined
+    assert sum(_judged(found, buggy)[k][0] for k in params) >= 64  # the planted bug: most entries
+    monkeypatch.setattr(entries, "differentiate", _scipy)
+    before = _judged(entries.estimate(loss, params, noise=noise, float32=True), exact)
+    assert sum(uncovered for uncovered, _ in before.values()) >= 1, before  # SciPy's bar did not cover
+    assert sum(u for _, u in before.values()) > sum(u for _, u in mine.values())

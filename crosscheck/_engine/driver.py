@@ -2,7 +2,8 @@
 
 ``drive(plan)`` loads the reference and lets the workload's judge estimate the quantity with it; then
 for each candidate: load it, evaluate it (guarded), call it again (``repeat``) and fail it when the
-second result differs beyond its own rounding, compare it (the judge), and record it. A candidate that
+second result differs beyond its own rounding, compare it (the judge), and record it (a judge with a
+``prepare`` sees every loaded candidate before the first comparison). A candidate that
 produced no comparison is a failure, never a pass. A real Ctrl-C stops the loop: what finished is
 reported, the rest is recorded as not run, and the report says it was interrupted.
 """
@@ -92,8 +93,7 @@ def drive(plan: Plan) -> Report:
         try:
             run.workers = start_workers(plan)  # they load their backends while the reference runs
             _reference(run)
-            for index, spec in enumerate(plan.candidates):
-                _candidate(run, spec, index)
+            _candidates(run)
         except Interrupted:
             run.interrupted = True
         finally:  # after a Ctrl-C, at once: a worker may be stuck in its backend
@@ -135,17 +135,35 @@ def _reference(run: _Run) -> None:
     run.results[result.name] = result
 
 
-def _candidate(run: _Run, spec: Any, index: int) -> None:
+def _candidates(run: _Run) -> None:
+    """Each candidate in turn; a judge with a ``prepare(candidates, call)`` method (the model oracle's:
+    it picks which candidate's loss the others are judged against) gets every loaded candidate first."""
+    prepare = getattr(run.judge, "prepare", None)
+    if not callable(prepare):
+        for index, spec in enumerate(run.plan.candidates):
+            admitted = _admit(run, spec, index)
+            if admitted is not None:
+                _candidate(run, *admitted)
+        return
+    loaded = [_admit(run, spec, index) for index, spec in enumerate(run.plan.candidates)]
+    ready = [a for a in loaded if a is not None]
+    prepare([(name, backend) for name, backend, _ in ready], run.call)
+    for admitted in ready:
+        _candidate(run, *admitted)
+
+
+def _admit(run: _Run, spec: Any, index: int) -> tuple[str, Any, BackendResult] | None:
+    """Load candidate ``spec``: ``(name, backend, record)``, or None when it is not checked (recorded)."""
     backend, result = _load(run, index, spec, required=run.plan.explicit)
     name = unique(result.name, run.results)
     run.results[name] = result  # recorded first: an interrupt below still reports it
     if backend is None:
-        return
+        return None
     if run.reference is None:
         run.results[name] = dataclasses.replace(
             result, status="skipped", error="not run: the reference did not run"
         )
-        return
+        return None
     if not callable(getattr(backend, run.plan.quantity.method, None)):
         status = "failed" if result.required else "skipped"
         error = (
@@ -153,7 +171,11 @@ def _candidate(run: _Run, spec: Any, index: int) -> None:
             f"'{run.plan.quantity.name}'"
         )
         run.results[name] = dataclasses.replace(result, status=status, error=error)
-        return
+        return None
+    return name, backend, result
+
+
+def _candidate(run: _Run, name: str, backend: Any, result: BackendResult) -> None:
     out = run.judge.evaluate(backend, run.call)
     result = _record(result, out)
     run.results[name] = result

@@ -20,11 +20,13 @@ forward and backward estimates differ beyond their own error bars, a kink is sus
 to the error bar (it covers either slope), and the item is refined too (a kink near the point, not at it,
 leaves the stencil as the step shrinks). No evaluation is spent on one-sided differences of their own.
 
-A loss with float32 steps (``precision.probe``) has float32's noise: it is differenced as before
-issue 25 (``noisy``: SciPy's order-8 ``derivative``, central, forward and backward, the step halved at
-most once), about 36 evaluations an item: the tableau at few steps leaves such a loss's items
-unjudgeable (healthy Llama's RMSNorm in float32: every direction of 15 of its 87 tensors), and the
-screening by groups keeps those items few.
+A loss with float32 steps (``precision.probe``) has float32's noise, measured: its share of the error
+bar is ``NOISE_ROUNDING`` noises over the last step, the error bar always covers the one-sided
+estimates' gap (the noise inflates their own error estimates, under which a kink would hide: a ReLU
+crossed inside every step moves the central differences smoothly enough to fool the tableau), and an
+item is refined, one halving at a time, while its error bar exceeds the noise's share at the next step
+(``_worth_halving``): down to where the noise wins, and no further (SciPy's ``derivative``, from a
+quarter of the RMS and halved at most once, left entries of a ReLU model 14 times outside its bars).
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ import numpy as np
 ESTIMATE_SAFETY = 4.0
 #: The stencil's rounding: this many roundings of one evaluation per unit of the last step.
 STENCIL_ROUNDING = 128.0
+#: ... under float32's *measured* noise (``precision.probe``: the RMS noise of one evaluation): the
+#: tableau's estimate carries about one noise over the last step (weights (64, -20, 1) / 45 on central
+#: differences of noise / (sqrt(2) h) each), so this many is that many standard deviations; measured on a
+#: ReLU model with a float32 softmax (``tests/test_stencil.py``), the worst |error| / bar was 0.25.
+NOISE_ROUNDING = 32.0
 #: Steps differenced before any refinement (h to h/8).
 LEVELS = 4
 #: Steps in one tableau (h, h/2, h/4: an estimate of order h^6); the window before it must agree.
@@ -53,7 +60,7 @@ Evaluate = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 def evaluations(float32: bool = False) -> int:
     """Evaluations an item costs before any refinement (the cost model)."""
-    return 36 if float32 else 2 * LEVELS
+    return 2 * LEVELS
 
 
 def _tableau(columns: np.ndarray, factor: float) -> tuple[np.ndarray, np.ndarray]:
@@ -73,10 +80,11 @@ def _tableau(columns: np.ndarray, factor: float) -> tuple[np.ndarray, np.ndarray
     return diagonal[-1], np.abs(diagonal[-1] - diagonal[-2])
 
 
-def _estimates(store: np.ndarray, loss0: float, rounding: float):
+def _estimates(store: np.ndarray, loss0: float, rounding: float, float32: bool = False):
     """From ``store``: ``f(x0 + hp)``, ``f(x0 - hm)``, ``hp`` and ``hm`` at each level (4 x levels x
     items, the last ``WINDOW`` + 1 levels at most): the central estimate, its error bar, and whether the
-    one-sided estimates differ beyond their own error bars (a kink)."""
+    one-sided estimates differ beyond their own error bars (a kink). Under float32's noise (``float32``)
+    the error bar always covers the one-sided estimates' gap (``_estimates`` of ``noisy``)."""
     plus, minus, hp, hm = store
     slopes = (plus - minus) / (hp + hm)
     central, error = _tableau(slopes[-WINDOW:], 4.0)
@@ -86,12 +94,14 @@ def _estimates(store: np.ndarray, loss0: float, rounding: float):
     forward, e_fwd = _tableau(((plus - loss0) / hp)[-WINDOW:], 2.0)
     backward, e_bwd = _tableau(((loss0 - minus) / hm)[-WINDOW:], 2.0)
     last = np.minimum(hp[-1], hm[-1])
-    stencil = STENCIL_ROUNDING * rounding / last
+    stencil = (NOISE_ROUNDING if float32 else STENCIL_ROUNDING) * rounding / last
     error = ESTIMATE_SAFETY * np.nan_to_num(error, nan=np.inf) + stencil
     sided = ESTIMATE_SAFETY * (np.nan_to_num(e_fwd, nan=np.inf) + np.nan_to_num(e_bwd, nan=np.inf))
     gap = np.abs(forward - backward)
     with np.errstate(invalid="ignore"):
         kink = ~(gap <= sided + 2 * stencil)
+    if float32:  # noise inflates the one-sided error estimates: a kink hides under them
+        return central, error + np.nan_to_num(gap, nan=np.inf), kink
     return central, error + np.where(kink, np.nan_to_num(gap, nan=np.inf), 0.0), kink
 
 
@@ -109,9 +119,8 @@ def differentiate(
 
     ``noise`` is the rounding of one evaluation when it is known to exceed ``EPS64 * |loss0|``;
     ``magnitude(value)`` the size each item's error bar is refined against (default: ``|value|`` + the
-    values' RMS)."""
-    if float32:
-        return noisy(evaluate, x0, h0, index, loss0, noise)
+    values' RMS); ``float32``: the noise is float32's, and an item is refined only while halving the step
+    can still narrow its error bar (``_worth_halving``)."""
     x0 = np.asarray(x0, np.float64).ravel()
     n = x0.size
     h = np.broadcast_to(np.asarray(h0, np.float64), (n,)).copy()
@@ -132,44 +141,34 @@ def differentiate(
     for level in range(first):
         run(level, everything)
     with np.errstate(all="ignore"):
-        value, error, kink = _estimates(store[:, :first], loss0, rounding)
+        value, error, kink = _estimates(store[:, :first], loss0, rounding, float32)
         active = everything
         for level in range(first, most):
             size = _magnitude(value) if magnitude is None else magnitude(value)
-            active = active[~(error[active] <= REFINE_TO * size[active])]
+            wanted = ~(error[active] <= REFINE_TO * size[active])
+            if float32:
+                wanted &= _worth_halving(error[active], h[active] * 2.0 ** -(level - 1), rounding)
+            active = active[wanted]
             if not active.size:
                 break
             run(level, active)
-            v, e, k = _estimates(store[:, max(level - WINDOW, 0) : level + 1, active], loss0, rounding)
+            window = store[:, max(level - WINDOW, 0) : level + 1, active]
+            v, e, k = _estimates(window, loss0, rounding, float32)
             better = ~(e >= error[active])  # the smallest error bar of any window is kept
             chosen = active[better]
             value[chosen], error[chosen], kink[chosen] = v[better], e[better], k[better]
     return value, error, kink
 
 
+def _worth_halving(error: np.ndarray, last: np.ndarray, rounding: float) -> np.ndarray:
+    """Whether the next step (half of ``last``) can narrow an error bar under float32's noise: a window
+    ending there carries at least the noise's share ``NOISE_ROUNDING * rounding / step`` (twice the
+    last's), so the step is halved while the error bar exceeds that: the truncation estimate (with the
+    gap of a kink) still outweighs the noise's share."""
+    return ~(error <= 2.0 * NOISE_ROUNDING * rounding / last)
+
+
 def _magnitude(value: np.ndarray) -> np.ndarray:
     finite = value[np.isfinite(value)]
     scale = float(np.sqrt(np.mean(finite**2))) if finite.size else 0.0
     return np.abs(np.nan_to_num(value)) + scale
-
-
-def noisy(evaluate: Evaluate, x0, h0, index, loss0: float, noise: float):
-    """A loss with float32's noise: SciPy's ``derivative`` (order 8), central, forward and backward,
-    the step halved at most once after the first estimate; the one-sided gap added where they differ."""
-    from scipy.differentiate import derivative
-
-    found = {}
-    with np.errstate(all="ignore"):
-        for side in (0, 1, -1):
-            res = derivative(evaluate, x0, args=(index,), initial_step=h0, step_direction=side, maxiter=2)
-            h_final = h0 * 2.0 ** -np.maximum(res.nit, 1)
-            level = max(EPS64 * float(np.nan_to_num(abs(loss0), nan=0.0)), noise)
-            found[side] = (
-                res.df,
-                ESTIMATE_SAFETY * np.nan_to_num(res.error, nan=np.inf) + STENCIL_ROUNDING * level / h_final,
-            )
-        (value, error), (forward, e_fwd), (backward, e_bwd) = found[0], found[1], found[-1]
-        gap = np.abs(forward - backward)
-        kink = ~(gap <= e_fwd + e_bwd)
-    error = error + np.where(kink, np.nan_to_num(gap, nan=np.inf), 0.0)
-    return np.asarray(value, np.float64), error, kink

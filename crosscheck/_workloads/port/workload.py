@@ -91,6 +91,10 @@ class PortJudge:
         self._unreached(call)
         return self.inner.reference(backend, call)
 
+    def prepare(self, candidates: list[tuple[str, Any]], call: Call) -> None:
+        """Before the first comparison: the generic judge's (the anchor of "same function")."""
+        self.inner.prepare(candidates, call)
+
     def _unreached(self, call: Call) -> None:
         """The parameters the loss does not reach (PyTorch's autograd: no path), and those declared
         ``unused``, for the judge's summary (``zeros.unreached``)."""

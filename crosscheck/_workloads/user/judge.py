@@ -3,8 +3,9 @@
 - *Is each implementation's derivative right?* Its gradient against finite differences of its own
   float64 loss (``question="derivative"``).
 - *Do the implementations compute the same function?* Each gradient against the differences of the
-  workload's NumPy reference when it has one, else of the first implementation's own loss; and the
-  float64 losses at the point against each other (``question="same function"``).
+  workload's NumPy reference when it has one, else of the first implementation's own loss without
+  float32 steps (``prepare``, before the first comparison; else the first that can be differenced);
+  and the float64 losses at the point against each other (``question="same function"``).
 
 The oracle (``fd``) differences entry by entry or along random directions (``Plan``); the judge fills
 its ``Findings`` as it compares, and the report's ``oracle`` section (``summary``) says from them which
@@ -78,6 +79,11 @@ class GenericJudge:
         self.reference_side: tuple[Any, Rounding] | None = None
         #: A 16-bit case: the verdict on each candidate that agrees ("check in float32 too").
         self.verdicts: dict[str, Verdict] = {}
+        #: Each candidate's own float64 loss (checked and probed) and its differences, by name, once.
+        self.functions: dict[str, Function | Skip] = {}
+        self.differences: dict[str, Differences | Skip] = {}
+        #: The candidate whose own loss is the anchor of "same function" (``prepare``), and its backend.
+        self.anchor_candidate: tuple[str, Any] | None = None
 
     def evaluate(self, backend: Any, call: Call) -> Any:
         return self._grad(backend, call, self.point.params, self.point.inputs)
@@ -155,6 +161,27 @@ class GenericJudge:
         reference = Reference(ref_value, _dtypes(value), notes, answer)
         return dataclasses.replace(out, value=reference)
 
+    # -- the candidates, before the first comparison ---------------------------------------------------
+
+    def prepare(self, candidates: list[tuple[str, Any]], call: Call) -> None:
+        """Before the first comparison (every candidate loaded): without a NumPy reference, each
+        candidate's own float64 loss is checked and probed, and the anchor of "same function" is the
+        first whose loss has no float32 steps, else the first that can be differenced: a port's float64
+        gradient is then judged against clean differences, not against float32's noise (each side's own
+        derivative stays judged against its own loss)."""
+        if not self.findings.oracle or self.numpy is not None or self.workload.surrogate is not None:
+            return
+        usable = [(n, b) for n, b in candidates if isinstance(self._function(b, n, call), Function)]
+        clean = [(n, b) for n, b in usable if not _float32(self.functions[n])]
+        if clean or usable:
+            self.anchor_candidate = (clean or usable)[0]
+
+    def _function(self, backend: Any, name: str, call: Call) -> Function | Skip:
+        """``name``'s own float64 loss, checked and probed (``own_loss``), once."""
+        if name not in self.functions:
+            self.functions[name] = own_loss(backend, name, self.point, call)
+        return self.functions[name]
+
     # -- a candidate -----------------------------------------------------------------------------------
 
     def compare(
@@ -174,8 +201,8 @@ class GenericJudge:
             return self._low(name, record.finish(found), rounding, value)
         own = self._own(backend, name, call)
         record.own = own
-        if self.findings.anchor is None and isinstance(own, Differences):
-            self.findings.anchor = own
+        if self.findings.anchor is None:
+            self.findings.anchor = self._anchor(name, own, call)
         anchor = self.findings.anchor
         if anchor is None:
             return record.nothing(self.shapes, reference.name, _why_nothing(own))
@@ -211,20 +238,35 @@ class GenericJudge:
             sides.append(Side(record.name, backend, record.gradient, record.rounding))
             confirm(self, sides, names, call)
 
+    def _anchor(self, name: str, own: Differences | Skip, call: Call) -> Differences | None:
+        """The differences every candidate's "same function" is judged against, without a NumPy
+        reference: the chosen candidate's (``prepare``), else the first candidate's own."""
+        if self.anchor_candidate is not None and self.anchor_candidate[0] != name:
+            chosen, backend = self.anchor_candidate
+            found = self._own(backend, chosen, call)
+            if isinstance(found, Differences):
+                return found
+        return own if isinstance(own, Differences) else None
+
     def _own(self, backend: Any, name: str, call: Call) -> Differences | Skip:
-        """Differences of ``name``'s own float64 loss, or why there are none."""
+        """Differences of ``name``'s own float64 loss, or why there are none (once per candidate)."""
         if self.workload.surrogate is not None:
             return Skip(
                 "the workload has a surrogate: its implementations' gradients are not derivatives of their "
                 "losses, so their own losses are not differenced"
             )
-        function = own_loss(backend, name, self.point, call)
+        if name in self.differences:
+            return self.differences[name]
+        function = self._function(backend, name, call)
         if isinstance(function, Skip):
             return function
         found = difference(function, self.point, self.plan, call, self.progress)
         if isinstance(found, str):
-            return Skip(f"finite differences of `{name}`'s own loss failed: {found}", failure=True)
-        return found
+            why = f"finite differences of `{name}`'s own loss failed: {found}"
+            self.differences[name] = Skip(why, failure=True)
+        else:
+            self.differences[name] = found
+        return self.differences[name]
 
     def context(self, name: str, reference: str, question: str, function: Function) -> Context:
         return self._context(name, reference, question, f"differences of {function.label}")
@@ -238,10 +280,14 @@ class GenericJudge:
         params, inputs = as_dtype(self.point.params, other), as_dtype(self.point.inputs, other)
         again = self._grad(backend, call, params, inputs).value
         found = measure(value, again, shapes=self.shapes, dtype=self.dtype, name=name)
-        if self.findings.oracle or self.dtype != "float64" or found.delta is None:
-            return found  # the oracle judges a float64 loss with float32 steps by its noise (fd.precision)
+        if self.dtype != "float64" or found.delta is None:
+            return found
         side = getattr(backend, "name", name)
-        if not self._float32_steps(backend, side, call):
+        if self.findings.oracle:  # probed before the first comparison (``prepare``), where it was
+            # (its own loss's differences carry its noise; another's clean ones do not)
+            if not _float32(self.functions.get(name)):
+                return found
+        elif not self._float32_steps(backend, side, call):
             return found
         # Its float64 run keeps float32 steps: its rounding is float32's, |g64 - g32| unscaled.
         how = f"{found.how}; `{side}`'s float64 loss keeps float32 steps (noise probe): float32's rounding"
@@ -278,6 +324,11 @@ def _differentiates(workload: Workload, function: Function | None) -> str:
     if workload.surrogate is not None:
         return "surrogate (built at the base point: the gradient the implementations compute)"
     return "reference"
+
+
+def _float32(function: Function | Skip | None) -> bool:
+    """Whether ``function`` keeps float32 steps (the noise probe found float32's noise)."""
+    return isinstance(function, Function) and function.precision is not None and function.precision.float32
 
 
 def _why_nothing(own: Differences | Skip) -> str:
