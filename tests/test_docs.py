@@ -227,6 +227,27 @@ def test_the_cli_reference_names_every_command_and_option():
     assert "<!-- the command-line reference, generated from the parser -->" in page
 
 
+#: An option as ``--help`` prints it: ``--layers``, ``-h``.
+OPTION = re.compile(r"(?<![\w-])(--?[a-zA-Z][\w-]*)")
+
+
+def _reference_sections() -> dict[str, str]:
+    """The generated reference by command (``""``: the text before the first command)."""
+    parts = re.split(r"^## `crosscheck ", markdown(), flags=re.MULTILINE)
+    return {"": parts[0], **{part.split("`", 1)[0]: part for part in parts[1:]}}
+
+
+@pytest.mark.parametrize("name", ["", *subcommands()], ids=lambda n: n or "crosscheck")
+def test_each_command_s_help_and_its_reference_list_the_same_options(name):
+    # What a user reads in `crosscheck COMMAND --help` and on docs/reference/cli.md: one set of options.
+    parser = subcommands()[name] if name else build_parser()
+    shown = set(OPTION.findall(parser.format_help())) - {"-h", "--help"}
+    listed = set(OPTION.findall(_reference_sections()[name])) - {"-h", "--help"}
+    if not name:  # the page's intro also quotes the examples' options; the parser's own are what count
+        listed &= shown | {"--version"}
+    assert shown == listed
+
+
 # -- the site and the README -------------------------------------------------------------------------
 
 

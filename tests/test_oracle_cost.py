@@ -4,6 +4,7 @@ command line before a long run: 2 000 one-element tensors, screened, took 400 s 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import crosscheck
 from crosscheck._cli.run import _cost_note
@@ -62,3 +63,35 @@ def test_a_short_run_or_one_without_the_oracle_says_nothing(capsys):
     _cost_note(_planned(3))
     _cost_note(_planned(2000, reference="numpy-fd-none"))  # not the oracle: no estimate
     assert capsys.readouterr().err == ""
+
+
+def test_the_estimate_times_a_warm_evaluation_not_the_first_one(monkeypatch, capsys):
+    # The first call of a reference pays its imports (`from scipy.special import erf`: 0.6 s at load 14),
+    # which made a 23 s run of examples.gelu_port announce "roughly 12 min". A fake clock, no sleeping:
+    # the reference's first call takes "600 s", every later one "1 ms".
+    import time
+
+    clock, calls = [0.0], []
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+
+    def loss(p, i):
+        calls.append(1)
+        clock[0] += 600.0 if len(calls) == 1 else 0.001
+        return float(np.sum(p["w"] * i["x"]) ** 2)
+
+    workload = crosscheck.Workload(name="imports", parameters={"w": (3,)}, inputs={"x": (3,)}, reference=loss)
+    given = {"dtype": "float64", "seed": 0, "quantity": "grad", "slack": None, "strict": False}
+    planned = plan(
+        load_workload(workload),
+        backends=[lambda p, i: {"w": 2 * np.sum(p["w"] * i["x"]) * i["x"]}],
+        reference="numpy-fd",
+        oracle=Oracle("full"),
+        execution=Execution(),
+        progress=None,
+        **given,
+    )
+    cost = planned.judge.cost(len(planned.candidates))
+    assert len(calls) == 2  # the check at the point, then the timed one
+    assert cost.seconds == pytest.approx(0.001 * cost.evaluations * cost.functions)
+    _cost_note(planned)
+    assert capsys.readouterr().err == ""  # a short run says nothing

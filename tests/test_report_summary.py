@@ -20,8 +20,9 @@ NAMES = [
 ]
 
 
-def _comparison(name, *, passed=True):
+def _comparison(name, *, passed=True, module=None):
     return Comparison(
+        module=module,
         backend="jax",
         reference="torch",
         passed=passed,
@@ -82,7 +83,7 @@ def test_a_healthy_model_of_200_tensors_is_a_few_lines():
         (NAMES[:1], NAMES[1:2], "on its 1 parameter and 1 other row (`blocks.0.fc.bias`)"),
         (NAMES[:17], [], "on all 17 parameters"),
     ],
-    ids=["a-port-s-module-outputs", "one-of-each", "parameters-only"],
+    ids=["rows-the-case-does-not-list", "one-of-each", "parameters-only"],
 )
 def test_the_passed_line_counts_parameters_only(parameters, outputs, on):
     # A port's module outputs are rows of the table, not parameters: "29 parameters" for a model of 17.
@@ -90,6 +91,43 @@ def test_the_passed_line_counts_parameters_only(parameters, outputs, on):
     report.comparisons[:] = [_comparison(n) for n in [*parameters, *outputs]]
     report.case["parameters"] = {n: [4] for n in parameters}
     assert summary(report) == f"1 candidate(s) agree with `torch` {on}"
+
+
+def _outputs(modules, *, passed=True):
+    """A port's module-output rows (``conv1 (output)``; the model's own output: module "")."""
+    return [_comparison(f"{m or '(model)'} (output)", passed=passed, module=m) for m in modules]
+
+
+def test_the_passed_line_names_module_outputs_as_module_outputs():
+    report = _report()
+    report.comparisons[:] = [*_outputs(["conv1", "bn1", "fc", ""]), *map(_comparison, NAMES[:6])]
+    report.case["parameters"] = {n: [4] for n in NAMES[:6]}
+    assert summary(report) == (
+        "1 candidate(s) agree with `torch` on all 6 parameters "
+        "and 4 module outputs (`conv1`, `bn1` and 2 more)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("modules", "parameters", "where"),
+    [
+        (
+            ["conv1", "bn1", "fc", ""],
+            NAMES[:5],
+            "at module outputs `conv1`, `bn1`, `fc`, `(model)`, and at parameters `blocks.0.fc.weight`, "
+            "`blocks.0.fc.bias`, `blocks.0.norm.weight` and 2 more",
+        ),
+        (["h.0.ln_1"], [], "at module output `h.0.ln_1`"),
+        ([], NAMES[:2], "at parameters `blocks.0.fc.weight`, `blocks.0.fc.bias`"),
+    ],
+    ids=["both", "one-module-output", "parameters-only"],
+)
+def test_the_failed_line_names_module_outputs_apart_from_parameters(modules, parameters, where):
+    # A module's output is not a parameter: "at parameters `conv1 (output)`, ..." said it was.
+    report = _report()
+    failing = [*_outputs(modules, passed=False), *(_comparison(n, passed=False) for n in parameters)]
+    report.comparisons[:] = [*failing, _comparison(NAMES[-1])]
+    assert report.problems == [f"`jax` disagrees with `torch` {where}"]
 
 
 def test_a_failing_row_comes_first_and_opens_its_module_only():

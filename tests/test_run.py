@@ -121,6 +121,7 @@ def test_progress_bar_appears_only_for_long_work(monkeypatch):
     display = _cli.progress_display()
     update = display.__enter__()
     monkeypatch.setattr(display, "_time", lambda: next(clock))
+    display.terminal = True  # as on a terminal
     update("fast", 0, 100)
     update("fast", 90, 100)  # 90% in 0.1 s: ~0.01 s to go, no bar
     assert "fast" not in display._tasks
@@ -130,6 +131,22 @@ def test_progress_bar_appears_only_for_long_work(monkeypatch):
     update("slow", 50, 100)
     assert display._bar.tasks[0].completed == 50
     display.__exit__(None, None, None)
+
+
+def test_no_progress_bar_and_no_empty_line_outside_a_terminal(monkeypatch, capsys):
+    # A --quiet run piped or logged printed an empty line on stderr: the "transient" bar's stop.
+    from crosscheck._cli import common as _cli
+
+    clock = iter([0.0, 0.1, 10.0, 10.1])
+    display = _cli.progress_display()
+    update = display.__enter__()
+    monkeypatch.setattr(display, "_time", lambda: next(clock))
+    assert not display.terminal  # pytest captures stderr
+    update("slow", 0, 100)
+    update("slow", 1, 100)  # minutes to go: a bar on a terminal, nothing here
+    display.__exit__(None, None, None)
+    assert display._tasks == {}
+    assert capsys.readouterr().err == ""
 
 
 def test_a_backend_returning_a_ragged_list_is_a_failed_backend_not_a_crash():

@@ -310,3 +310,41 @@ def test_a_signal_stops_the_sweep_and_its_workers_within_seconds(tmp_path, signa
     assert not [p for p in children if processes.alive(p)], (
         "a worker (or the resource tracker) outlived the sweep"
     )
+
+
+class _PoolThatBreaksOnSubmit:
+    """A process pool whose worker running the second task dies just before the third is submitted:
+    ``submit`` then raises ``BrokenProcessPool`` (a race the by_dim sweep met at load 17)."""
+
+    def __init__(self, *args, **kwargs):
+        self.futures = []
+
+    def submit(self, fn, task):
+        from concurrent.futures import Future
+        from concurrent.futures.process import BrokenProcessPool
+
+        if len(self.futures) == 2:
+            self.futures[1].set_exception(BrokenProcessPool("a child process terminated abruptly"))
+            raise BrokenProcessPool("a child process terminated abruptly")
+        future = Future()
+        if not self.futures:
+            future.set_result({"index": task["index"], "status": "passed"})
+        self.futures.append(future)
+        return future
+
+    def shutdown(self, wait=True, cancel_futures=False):
+        pass
+
+
+def test_a_worker_dying_while_tasks_are_submitted_loses_only_the_running_case(monkeypatch):
+    import collections
+
+    from crosscheck._sweep import engine
+
+    monkeypatch.setattr(engine, "ProcessPoolExecutor", _PoolThatBreaksOnSubmit)
+    tasks = collections.deque({"index": i} for i in range(4))
+    records = []
+    lost = engine._pool_pass(tasks, records.append, jobs=2)
+    assert records == [{"index": 0, "status": "passed"}]
+    assert lost == [{"index": 1}]  # re-run alone by run_processes, where a crash is pinned on it
+    assert list(tasks) == [{"index": 2}, {"index": 3}]  # never started: still to run

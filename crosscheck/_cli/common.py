@@ -353,19 +353,24 @@ class progress_display:
 
         self._time = time.perf_counter
         self._first: dict[str, tuple[float, int]] = {}
+        console = Console(stderr=True)
+        #: Only a terminal shows a bar: in a pipe or a CI log a "transient" bar leaves an empty line.
+        self.terminal = console.is_terminal
         self._bar = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
             TaskProgressColumn(),
             TimeRemainingColumn(),
-            console=Console(stderr=True),
+            console=console,
             transient=True,
         )
         self._tasks: dict[str, Any] = {}
         return self.update
 
     def update(self, description: str, done: int, total: int) -> None:
+        if not self.terminal:
+            return
         now = self._time()
         if description not in self._tasks:
             # Show the bar only when the rate so far predicts more than ~2 s still to go.

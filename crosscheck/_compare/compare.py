@@ -95,6 +95,10 @@ class Comparison:
     question: str | None = None
     #: What the reference value is, in words ("differences of `torch`'s own float64 loss").
     against: str = ""
+    #: The module whose output the row compares, where it compares one rather than a parameter's
+    #: gradient (a port's ``conv1 (output)`` row: ``conv1``; ``""``: the model's own output); None for
+    #: a parameter's row.
+    module: str | None = None
     #: What each axis of an index means (the stack's ``["layer", "row", "col"]``); None: unnamed axes,
     #: an index is then written as a Python tuple (``(0, 7)``) and plotted as "axis 0", "axis 1".
     index_names: list[str] | None = None

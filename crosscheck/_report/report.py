@@ -16,7 +16,7 @@ from typing import Any
 from crosscheck._compare.compare import Comparison
 from crosscheck._errors import one_line
 from crosscheck._report.environment import framework_lines
-from crosscheck._report.text import markup, plain
+from crosscheck._report.text import markup, plain, plural
 
 SCHEMA_VERSION = 1
 #: Where a section is printed: before the table, or after it (and after the backends' failures).
@@ -269,21 +269,30 @@ def environment_line(env: dict[str, Any]) -> str:
 
 
 def _disagreements(disagree: list[Comparison]) -> list[str]:
-    """One line per backend and question: "`jax` disagrees with `numpy-fd`", "at parameters `w1`, `b1`"
-    where the comparisons name their parameters; "`torch`'s gradient disagrees with differences of its
-    own loss at parameter `w1`" for a workload's derivative question."""
-    grouped: dict[tuple[str, str, bool], list[str]] = {}
+    """One line per backend and question: "`jax` disagrees with `numpy-fd` at parameters `w1`, `b1`"
+    (where the comparisons name what they are of: ``_where``); "`torch`'s gradient disagrees with
+    differences of its own loss at parameter `w1`" for a workload's derivative question."""
+    grouped: dict[tuple[str, str, bool], list[Comparison]] = {}
     for c in disagree:
-        key = (c.backend, c.reference, c.question == "derivative")
-        grouped.setdefault(key, []).extend([f"`{c.parameter}`"] if c.parameter else [])
+        grouped.setdefault((c.backend, c.reference, c.question == "derivative"), []).append(c)
     out = []
-    for (b, r, own), p in grouped.items():
-        where = f" at parameter{'s' if len(p) > 1 else ''} {_some(p)}" if p else ""
+    for (b, r, own), found in grouped.items():
         if own:
-            out.append(f"`{b}`'s gradient disagrees with differences of its own loss{where}")
+            out.append(f"`{b}`'s gradient disagrees with differences of its own loss{_where(found)}")
         else:
-            out.append(f"`{b}` disagrees with `{r}`{where}")
+            out.append(f"`{b}` disagrees with `{r}`{_where(found)}")
     return out
+
+
+def _where(found: list[Comparison]) -> str:
+    """What the comparisons are of, e.g. `` at module outputs `conv1`, `(model)`, and at parameters `w1`,
+    `b1` ``: a port's module output is named as its module's output, not as a parameter (at most
+    ``SHOWN`` names of each)."""
+    modules = [f"`{c.module or '(model)'}`" for c in found if c.module is not None]
+    parameters = [f"`{c.parameter}`" for c in found if c.module is None and c.parameter]
+    parts = [plural(modules, "module output")] if modules else []
+    parts += [plural(parameters)] if parameters else []
+    return " at " + ", and at ".join(parts) if parts else ""
 
 
 def versus(c: Comparison) -> str:
@@ -293,12 +302,6 @@ def versus(c: Comparison) -> str:
     if c.against and c.against != "differences of the NumPy reference":
         return f"{head} ({c.against})"
     return head
-
-
-def _some(names: list[str], shown: int = 8) -> str:
-    """The first ``shown`` names, then how many more (a table may have a row per module)."""
-    more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return ", ".join(names[:shown]) + more
 
 
 def _at(c: Comparison, prefix: str = " at") -> str:

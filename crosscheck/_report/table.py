@@ -209,14 +209,17 @@ def _shape(shape: Any) -> str:
     return str(tuple(shape)) if isinstance(shape, (list, tuple)) else str(shape)
 
 
-def _parameters(report: Report) -> tuple[list[str], list[str]]:
-    """The parameters the comparisons are of, and their other named rows (a port's ``conv1 (output)``),
-    in the report's order: a parameter is one the case lists, where it lists them."""
-    named = list(dict.fromkeys(c.parameter for c in report.comparisons if c.parameter))
+def _parameters(report: Report) -> tuple[list[str], list[str], list[str]]:
+    """The parameters the comparisons are of, the modules whose outputs they compare (a port's row
+    ``conv1 (output)``: ``conv1``), and their other named rows, in the report's order: a parameter is
+    one the case lists, where it lists them."""
+    rows = [c for c in report.comparisons if c.parameter]
+    modules = list(dict.fromkeys(c.module or "(model)" for c in rows if c.module is not None))
+    named = list(dict.fromkeys(c.parameter or "" for c in rows if c.module is None))
     listed = report.case.get("parameters")
     if not isinstance(listed, (list, dict)) or not listed:
-        return named, []
-    return [n for n in named if n in listed], [n for n in named if n not in listed]
+        return named, modules, []
+    return [n for n in named if n in listed], modules, [n for n in named if n not in listed]
 
 
 def _few(names: list[str], shown: int = 2) -> str:
@@ -224,18 +227,22 @@ def _few(names: list[str], shown: int = 2) -> str:
     return ", ".join(f"`{n}`" for n in names[:shown]) + more
 
 
+def _counted(names: list[str], noun: str) -> str:
+    """E.g. `` and 4 module outputs (`conv1`, `bn1` and 2 more)``; "" where there are none."""
+    return f" and {len(names)} {noun}{'s' if len(names) > 1 else ''} ({_few(names)})" if names else ""
+
+
 def summary(report: Report) -> str:
     """The PASSED line: how many candidates agree (on how many parameters), and what was unjudgeable."""
     backends = {c.backend for c in report.comparisons}
-    parameters, others = _parameters(report)
+    parameters, modules, others = _parameters(report)
     on = f" on all {len(parameters)} parameters" if len(parameters) > 1 else ""
     on = " on its 1 parameter" if len(parameters) == 1 else on
     skipped = report.oracle.get("not_checked") or {}  # parameters a workload left out, and why
     if skipped:
         total = len(parameters) + len(skipped)
         on = f" on {len(parameters)} of {total} parameters ({len(skipped)} not checked)"
-    if others:  # rows that are not parameters (a port's module outputs) are not counted as parameters
-        on += f" and {len(others)} other row{'s' if len(others) > 1 else ''} ({_few(others)})"
+    on += _counted(modules, "module output") + _counted(others, "other row")  # neither counted as parameters
     reasons: dict[str, int] = {}
     for c in report.comparisons:
         for reason, n in c.unjudgeable_reasons.items():

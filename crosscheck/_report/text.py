@@ -30,3 +30,17 @@ def markup_lines(text: Any) -> str:
     from rich.markup import escape
 
     return escape(plain(text))
+
+
+#: A verdict names up to this many things; beyond, the first few and how many more (a deep model's
+#: line would otherwise list all 200 parameters; the table and the JSON report have each).
+SHOWN = 4
+
+
+def plural(names: list[str], noun: str = "parameter") -> str:
+    """``parameters `a`, `b`, `c` and 197 more``: ``noun`` (plural where there are several), then at
+    most ``SHOWN`` distinct names in a line."""
+    unique = list(dict.fromkeys(names))
+    shown = unique if len(unique) <= SHOWN else [*unique[: SHOWN - 1], f"{len(unique) - SHOWN + 1} more"]
+    listed = ", ".join(shown[:-1]) + " and " + shown[-1] if len(unique) > SHOWN else ", ".join(shown)
+    return f"{noun}{'' if len(unique) == 1 else 's'} {listed}"

@@ -78,13 +78,18 @@ def _pool_pass(pending: collections.deque[Task], done: Done, *, jobs: int) -> li
     context = multiprocessing.get_context("spawn")
     running: dict[Future, Task] = {}
     lost: list[Task] = []
+    broken = False  # a worker died: submit no more, collect what was running
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_ignore_sigint)
     try:
         while pending or running:
             # At most `jobs` cases in flight: a break then loses only cases that had really started.
-            while pending and len(running) < jobs and not lost:
+            while pending and len(running) < jobs and not (lost or broken):
                 task = pending.popleft()
-                running[pool.submit(run_task, task)] = task
+                try:
+                    running[pool.submit(run_task, task)] = task
+                except BrokenProcessPool:  # a worker died since the last wait: this task never started
+                    pending.appendleft(task)
+                    broken = True
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in finished:
                 task = running.pop(future)
@@ -92,7 +97,7 @@ def _pool_pass(pending: collections.deque[Task], done: Done, *, jobs: int) -> li
                     done(future.result())
                 except BrokenProcessPool:
                     lost.append(task)
-            if lost and not running:
+            if (lost or broken) and not running:
                 break
     except BaseException:
         _kill_workers(pool)

@@ -180,6 +180,7 @@ class PortJudge:
             sides = (r, t_other.get(r.name)), (j_main[paired[r.name]], j_other.get(paired[r.name]))
             label = localize.output_label(r.name)
             c = localize.compare_arrays(label, *(_arrays(s, "outputs") for s in sides), **common)
+            c = dataclasses.replace(c, module=r.name)
             out.append(c)
             outputs[r.name] = localize.outcome(c)
             if r.inputs and sides[1][0].inputs:  # the first input: the data (masks and caches may differ)

@@ -8,12 +8,15 @@ with the oracle (``crosscheck._workloads.fd``) when that changes how many evalua
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 import numpy as np
 
 from crosscheck._workloads.fd.directions import EVALUATIONS_PER_DIRECTION
-from crosscheck._workloads.fd.entries import EVALUATIONS_PER_ENTRY
+from crosscheck._workloads.fd.entries import EVALUATIONS_PER_ENTRY, read_only
+from crosscheck._workloads.fd.function import Function
+from crosscheck._workloads.user.declare import as_dtype
 
 #: A run estimated to take longer than this (or, with no time per evaluation, to make more
 #: evaluations than ``LONG_EVALUATIONS``) says its estimate before it starts.
@@ -61,6 +64,19 @@ def estimate(plan: Any, params: dict[str, np.ndarray], functions: int, per_evalu
         evaluations = EVALUATIONS_PER_DIRECTION * plan.per_parameter
     total = None if per_evaluation is None else per_evaluation * evaluations * functions
     return Cost(len(params), entries, plan.mode, evaluations, functions, total)
+
+
+def seconds_per_evaluation(function: Function, params: dict[str, np.ndarray]) -> float | None:
+    """One evaluation of ``function`` at ``params``, timed: a second one, after the first that built it
+    (a first call pays its imports, ``from scipy.special import erf``: 0.6 s at load 14, which made a
+    23 s run announce "roughly 12 min"). None where it raises this time."""
+    arrays = read_only(as_dtype(params, "float64"))
+    start = time.perf_counter()
+    try:
+        function.fn(arrays)
+    except Exception:  # it passed once; the oracle's own calls will say what is wrong
+        return None
+    return time.perf_counter() - start
 
 
 def _duration(seconds: float) -> str:

@@ -38,7 +38,7 @@ from crosscheck._workloads.fd.threads import THREADS
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.user import low
 from crosscheck._workloads.user.compare import Answer, Context, entries
-from crosscheck._workloads.user.cost import Cost, estimate
+from crosscheck._workloads.user.cost import Cost, estimate, seconds_per_evaluation
 from crosscheck._workloads.user.declare import Workload, as_dtype
 from crosscheck._workloads.user.rounding import Rounding, measure
 from crosscheck._workloads.user.summary import Findings, Record, against_oracle, summarize
@@ -63,10 +63,9 @@ class GenericJudge:
     def __init__(self, workload: Workload, point: Point, options: Options) -> None:
         self.workload, self.point, self.options = workload, point, options
         self.dtype = point.dtype
-        start = time.perf_counter()
         self.numpy = numpy_function(workload, point)
         #: Seconds of one evaluation of the NumPy reference (None: there is none), for ``cost``.
-        self.per_evaluation = time.perf_counter() - start if self.numpy is not None else None
+        self.per_evaluation = seconds_per_evaluation(self.numpy, point.params) if self.numpy else None
         self.plan = plan(options.oracle_mode, point.params, options.directions, options.budget)
         point.case["oracle_differentiates"] = _differentiates(workload, self.numpy)
         self.shapes = {k: v.shape for k, v in point.params.items()}

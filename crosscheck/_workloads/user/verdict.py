@@ -15,6 +15,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from crosscheck._compare.compare import Comparison
+from crosscheck._report.text import plural
 from crosscheck._workloads.fd.function import Differences, Skip
 
 if TYPE_CHECKING:
@@ -146,19 +147,6 @@ def _failing(r: Record, question: str) -> list[str]:
         for c in r.comparisons
         if c.question == question and not c.passed and c.status == "mismatch" and c.mismatched
     ]
-
-
-#: A verdict names up to this many parameters; beyond, the first few and how many more (a deep model's
-#: line would otherwise list all 200; the table and the JSON report have each).
-SHOWN = 4
-
-
-def plural(names: list[str]) -> str:
-    """``parameters `a`, `b`, `c` and 197 more``: at most ``SHOWN`` names in a line."""
-    unique = list(dict.fromkeys(names))
-    shown = unique if len(unique) <= SHOWN else [*unique[: SHOWN - 1], f"{len(unique) - SHOWN + 1} more"]
-    listed = ", ".join(shown[:-1]) + " and " + shown[-1] if len(unique) > SHOWN else ", ".join(shown)
-    return ("parameter " if len(unique) == 1 else "parameters ") + listed
 
 
 def loss_text(loss: dict[str, Any] | None) -> str:
