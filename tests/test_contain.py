@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import signal
 import textwrap
 
 import numpy as np
@@ -114,7 +115,13 @@ def test_a_hang_with_a_timeout_fails_and_names_the_workload(spec, says, capsys, 
 def test_a_ctrl_c_reaches_the_worker_and_the_run_says_so(capsys, tmp_path):
     # The workload's generate presses Ctrl-C in this process (SIGINT to its parent), then hangs: this
     # process forwards it to the worker, which stops; the report says interrupted, exit 130.
-    status, out, report = _failed(["run", "--workload", "usercode:generate_interrupts"], capsys, tmp_path)
+    # A shell without job control starts background commands with SIGINT ignored, and Python then
+    # keeps it so: the Ctrl-C would never reach this process (the run would wait forever).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        status, out, report = _failed(["run", "--workload", "usercode:generate_interrupts"], capsys, tmp_path)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert status == 130
     assert "workload `usercode:generate_interrupts`: interrupted (Ctrl-C) while loading the workload" in out
     assert report["interrupted"] is True
