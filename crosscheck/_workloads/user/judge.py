@@ -279,6 +279,9 @@ class GenericJudge:
         params, inputs = as_dtype(self.point.params, other), as_dtype(self.point.inputs, other)
         again = self._grad(backend, call, params, inputs).value
         found = measure(value, again, shapes=self.shapes, dtype=self.dtype, name=name)
+        if self.dtype == "float32" and found.excess and self._keeps_float32(backend, name, call):
+            # |g32 - g64| is then two float32 roundings, not the float32 run's alone (probed lazily)
+            found = measure(value, again, shapes=self.shapes, dtype=self.dtype, name=name, steps=True)
         if self.dtype != "float64" or found.delta is None:
             return found
         side = getattr(backend, "name", name)
@@ -296,6 +299,13 @@ class GenericJudge:
             delta={k: d / WIDEN for k, d in found.delta.items()},
             how=how,
         )
+
+    def _keeps_float32(self, backend: Any, name: str, call: Call) -> bool:
+        """Whether ``name``'s float64 loss keeps float32 steps: its own loss's probe (the oracle's,
+        shared), else the side's (``_float32_steps``)."""
+        if self.findings.oracle and name in self.functions:
+            return _float32(self.functions[name])
+        return self._float32_steps(backend, getattr(backend, "name", name), call)
 
     def _float32_steps(self, backend: Any, side: str, call: Call) -> bool:
         """Whether ``side``'s float64 loss keeps float32 steps (``fd.precision``'s noise probe: Hugging

@@ -12,6 +12,8 @@ differs by more than that does not compute in float32 precision (a bfloat16 step
 only in float32, a nondeterministic gradient): its term is capped at the permitted bound and the
 candidate fails with the measured ratio (``Excess``). Isolated entries beyond it (a kink flipped between
 the two precisions) keep their measured term.
+In a float32 case whose float64 re-run keeps float32 steps (Hugging Face's upcasts, found by the noise
+probe), ``|g32 - g64|`` is two float32 roundings, and each is permitted that bound (``TWO_ROUNDINGS``).
 
 The float64 run is checked, not trusted: it must come back in float64 and hold float64 numbers. A
 module pinned to float32 (a Flax module built with ``dtype=float32``, a PyTorch module that casts)
@@ -110,6 +112,10 @@ def usable(again: dict | None, shapes: dict[str, tuple[int, ...]], other: str) -
     )
 
 
+#: A float32 case whose float64 re-run keeps float32 steps (Hugging Face's upcasts): ``|g32 - g64|`` is
+#: the float32 run's rounding plus the float64 run's own float32 rounding, each permitted ``permit.bound``
+#: (``docs/measurements/zoo.md``: a 9-layer Llama's JAX side, 1.04 of one bound, 0.52 of two).
+TWO_ROUNDINGS = 2.0
 #: A float64 result with at least this many nonzero entries, every one a float32 number, was computed
 #: in float32 (a true float64 result has ~29 more significant bits, which are almost never all zero).
 FLOAT32_EXACT_ENTRIES = 8
@@ -136,8 +142,11 @@ def measure(
     shapes: dict[str, tuple[int, ...]],
     dtype: str,
     name: str,
+    steps: bool = False,
 ) -> Rounding:
-    """The rounding of the candidate ``name`` from its result ``value`` and its re-run ``again``."""
+    """The rounding of the candidate ``name`` from its result ``value`` and its re-run ``again``;
+    ``steps``: a float32 case whose float64 re-run keeps float32 steps (``fd.precision``'s noise probe),
+    so that ``|g32 - g64|`` is the difference of two float32 roundings, each permitted its bound."""
     other = OTHER_DTYPE[dtype]
     if not usable(again, shapes, other) or not all(
         k in value and np.shape(value[k]) == s for k, s in shapes.items()
@@ -155,6 +164,9 @@ def measure(
         return Rounding(_fallback(value, shapes, UNIT_ROUNDOFF["float32"]), None, how, honest=False)
     scale = WIDEN if dtype == "float64" else 1.0
     bounds = permitted(wide, shapes, dtype if is_low(dtype) else "float32")
+    steps = steps and dtype == "float32"
+    if steps:  # the float64 run rounds at float32 too: its rounding is permitted as the float32 run's
+        bounds = {k: TWO_ROUNDINGS * b for k, b in bounds.items()}
     term, delta, excess, used = {}, {}, [], 0.0
     for k in shapes:
         with np.errstate(invalid="ignore", over="ignore"):
@@ -169,6 +181,11 @@ def measure(
         d = scale * np.abs(signed)
         term[k], delta[k] = SAFETY * (d + rms(d)), scale * signed
     how = f"measured: re-run in {other}"
+    if steps:
+        how += (
+            f"; `{name}`'s float64 loss keeps float32 steps (noise probe): |g32 - g64| is two float32 "
+            "roundings, each permitted what float32 permits"
+        )
     if excess:
         names = ", ".join(f"`{e.parameter}`" for e in excess)
         how += f"; capped at what {dtype if is_low(dtype) else 'float32'} permits for {names}"
