@@ -275,13 +275,18 @@ def numpy_function(workload: Workload, point: Point) -> Function | None:
     return Function("the NumPy surrogate", None, built, value)
 
 
+def _attribute(backend: Any, name: str) -> Any:
+    """``backend.<name>``, or None where it is missing or raises (a property that raises)."""
+    try:
+        return getattr(backend, name, None)
+    except BaseException as exc:
+        reraise_user_interrupt(exc)
+        return None
+
+
 def own_loss(backend: Any, name: str, point: Point, call: Call) -> Function | Skip:
     """``name``'s own loss in float64, checked (see the module docstring), or why it cannot be used."""
-    try:
-        loss = getattr(backend, "loss", None)
-    except BaseException as exc:  # a property that raises
-        reraise_user_interrupt(exc)
-        loss = None
+    loss = _attribute(backend, "loss")
     if not callable(loss):
         return Skip(f"`{name}` has no `loss(params, inputs)` method: its own loss is not differenced")
     p64, i64 = as_dtype(point.params, "float64"), read_only(as_dtype(point.inputs, "float64"))
@@ -323,11 +328,7 @@ def _batched(backend: Any, loss: Callable[..., Any], i64: dict[str, np.ndarray])
     """``loss(params, inputs)`` of the parameters, batched (``fd.batched``) where the adapter has
     ``losses(params, inputs, batched)``."""
     one = lambda p: loss(p, i64)  # noqa: E731
-    try:
-        losses = getattr(backend, "losses", None)
-    except BaseException as exc:  # a property that raises
-        reraise_user_interrupt(exc)
-        losses = None
+    losses = _attribute(backend, "losses")
     if not callable(losses):
         return one
     return Batched(one, lambda p, names: losses(p, i64, names))
