@@ -1,13 +1,14 @@
 """The oracle's budget: ``--budget SECONDS`` (``crosscheck.run(budget=...)``).
 
-A ``Clock`` counts the seconds and loss evaluations the oracle spends differencing, batch by batch of
-evaluations (each through the engine's guarded call). Once the seconds reach the budget, the next batch
-is refused (``OracleFailed`` with ``Clock.message``): the function being differenced, and every one
-after it, is not differenced, so each tensor it would have judged is "not checked" and the run fails,
-never passes (a check that did not happen must fail). A batch already started finishes: the oracle
-overshoots its budget by at most one batch (a level of the stencil: a few evaluations per direction, or
-two per entry). The report says how much was judged and what finishing would cost (``Clock.summary``).
-Without a budget the clock only counts.
+A ``Clock`` counts the seconds and loss evaluations the oracle spends, batch by batch of evaluations (each
+through the engine's guarded call): differencing, and probing each implementation's own loss for its noise
+first (``fd.precision``, ``PROBE_EVALUATIONS`` a loss, under its own label). Once the seconds reach the
+budget, the next batch is refused (``OracleFailed`` with ``Clock.message``): the function being
+differenced, and every one after it, is not differenced, so each tensor it would have judged is "not
+checked" and the run fails, never passes (a check that did not happen must fail). A batch already started
+finishes: the oracle overshoots its budget by at most one batch (a level of the stencil: a few evaluations
+per direction, or two per entry). The report says how much was judged and what finishing would cost
+(``Clock.summary``). Without a budget the clock only counts.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ from crosscheck._workloads.fd.entries import (
     read_only,
 )
 from crosscheck._workloads.fd.groups import JOINT, Group
-from crosscheck._workloads.fd.precision import Precision, judge, probe
+from crosscheck._workloads.fd.precision import PROBE_EVALUATIONS, Precision, judge, probe
 from crosscheck._workloads.fd.threads import one_thread
 from crosscheck._workloads.protocol import Call, Point, Progress
 from crosscheck._workloads.user.declare import Workload, as_dtype
@@ -284,8 +284,14 @@ def _attribute(backend: Any, name: str) -> Any:
         return None
 
 
-def own_loss(backend: Any, name: str, point: Point, call: Call) -> Function | Skip:
-    """``name``'s own loss in float64, checked (see the module docstring), or why it cannot be used."""
+def own_loss(
+    backend: Any, name: str, point: Point, call: Call, clock: Clock | None = None
+) -> Function | Skip:
+    """``name``'s own loss in float64, checked (see the module docstring), or why it cannot be used.
+
+    With the oracle's ``clock`` the noise probe's evaluations count toward its budget (``fd.budget``),
+    under their own label: a budget spent before or during the probe leaves the loss not differenced.
+    """
     loss = _attribute(backend, "loss")
     if not callable(loss):
         return Skip(f"`{name}` has no `loss(params, inputs)` method: its own loss is not differenced")
@@ -314,14 +320,26 @@ def own_loss(backend: Any, name: str, point: Point, call: Call) -> Function | Sk
             )
         rounding = WIDEN * abs(low - number)
     fn = _batched(backend, loss, i64)
+    label = f"`{name}`'s own float64 loss"
+    guard = batch_guard(call)
+    if clock is not None:
+        clock.plan(probe_label(label), PROBE_EVALUATIONS)
+        guard = clock.guard(guard, probe_label(label))
     try:
         with one_thread():
-            precision = judge(probe(fn, p64, batch_guard(call)), number, low, name)
+            precision = judge(probe(fn, p64, guard), number, low, name)
     except OracleFailed as exc:
+        if clock is not None and clock.ran_out:
+            return Skip(f"`{name}`'s own loss is not differenced: {exc}", failure=True)
         return Skip(f"`{name}`'s loss failed near the point in float64: {exc}", failure=True)
     if precision.float32:  # float32's noise: the value's rounding and each evaluation's
         rounding = max(rounding, precision.noise)
-    return Function(f"`{name}`'s own float64 loss", name, fn, number, rounding, precision)
+    return Function(label, name, fn, number, rounding, precision)
+
+
+def probe_label(label: str) -> str:
+    """The budget's label for the noise probe of the function ``label``."""
+    return f"{label}: its noise probe"
 
 
 def _batched(backend: Any, loss: Callable[..., Any], i64: dict[str, np.ndarray]) -> Callable[[dict], Any]:

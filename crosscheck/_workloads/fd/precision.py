@@ -29,6 +29,8 @@ from crosscheck._workloads.fd.stencil import EPS64
 
 #: The probe's points on each side of the point.
 HALF = 8
+#: The probe's loss evaluations (counted toward the oracle's budget).
+PROBE_EVALUATIONS = 2 * HALF + 1
 #: Spacing of the probe's points, as a fraction of each tensor's RMS.
 PROBE_STEP = 2.0**-20
 #: A loss whose noise exceeds this fraction of |float32 loss - float64 loss| has float32 steps (a

@@ -178,7 +178,7 @@ class GenericJudge:
     def _function(self, backend: Any, name: str, call: Call) -> Function | Skip:
         """``name``'s own float64 loss, checked and probed (``own_loss``), once."""
         if name not in self.functions:
-            self.functions[name] = own_loss(backend, name, self.point, call)
+            self.functions[name] = own_loss(backend, name, self.point, call, self.plan.clock)
         return self.functions[name]
 
     # -- a candidate -----------------------------------------------------------------------------------
