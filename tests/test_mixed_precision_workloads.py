@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tanh_mlp import SHAPES, jax_loss, numpy_loss
 
 import crosscheck
 from crosscheck._cli.main import main
@@ -17,19 +18,6 @@ pytest.importorskip("jax")
 pytest.importorskip("torch")
 
 LOW = ("bfloat16", "float16")
-SHAPES = {"w1": (4, 6), "b1": (6,), "w2": (6, 3)}
-
-
-def _np(p, i):
-    h = np.tanh(i["x"] @ p["w1"] + p["b1"])
-    return float(np.sum((h @ p["w2"]) ** 2))
-
-
-def _jax(p, i):
-    import jax.numpy as jnp
-
-    h = jnp.tanh(i["x"] @ p["w1"] + p["b1"])
-    return jnp.sum((h @ p["w2"]) ** 2)
 
 
 def _torch(*, scale=1.0, low_scale=1.0, sign=1.0, loss_scale=1.0):
@@ -56,7 +44,7 @@ def _torch(*, scale=1.0, low_scale=1.0, sign=1.0, loss_scale=1.0):
     return loss
 
 
-def _workload(name, torch_loss, reference=_np, jax_loss=_jax):
+def _workload(name, torch_loss, reference=numpy_loss, jax_loss=jax_loss):
     return crosscheck.Workload(
         name=name,
         parameters=SHAPES,
@@ -102,7 +90,7 @@ def test_a_16_bit_case_is_made_in_float32_and_rounded_once():
         parameters=SHAPES,
         inputs={"x": (16, 4)},
         generate=generate,
-        implementations={"jax": _jax},
+        implementations={"jax": jax_loss},
     )
     params, inputs = workload.make(seed=3, dtype="bfloat16")
     wide, _ = workload.make(seed=3, dtype="float32")
@@ -149,8 +137,8 @@ def test_float16_overflow_is_named_as_overflow(reference):
     big = _workload(
         "big",
         _torch(loss_scale=3e4),
-        reference=lambda p, i: 3e4 * _np(p, i),
-        jax_loss=lambda p, i: 3e4 * _jax(p, i),
+        reference=lambda p, i: 3e4 * numpy_loss(p, i),
+        jax_loss=lambda p, i: 3e4 * jax_loss(p, i),
     )
     kwargs = {"reference": reference, "backends": ["jax"]} if reference else {}
     report = crosscheck.run(workload=big, dtype="float16", **kwargs)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tanh_mlp import SHAPES, jax_loss, numpy_loss
 
 import crosscheck
 from crosscheck._compare.permit import PERMIT_ULPS
@@ -17,20 +18,6 @@ from crosscheck._workloads.user.rounding import measure, permitted
 
 pytest.importorskip("jax")
 pytest.importorskip("torch")
-
-SHAPES = {"w1": (4, 6), "b1": (6,), "w2": (6, 3)}
-
-
-def _np(p, i):
-    h = np.tanh(i["x"] @ p["w1"] + p["b1"])
-    return float(np.sum((h @ p["w2"]) ** 2))
-
-
-def _jax(p, i):
-    import jax.numpy as jnp
-
-    h = jnp.tanh(i["x"] @ p["w1"] + p["b1"])
-    return jnp.sum((h @ p["w2"]) ** 2)
 
 
 def _gelu_np(p, i):
@@ -87,7 +74,7 @@ def _torch(*, noise=0.0, scale32=1.0, bfloat16=False, unstable=False):
     return loss
 
 
-def _workload(name, jax_loss, torch_loss=None, reference=_np):
+def _workload(name, jax_loss, torch_loss=None, reference=numpy_loss):
     implementations = {"jax": jax_loss} | ({"torch": torch_loss} if torch_loss else {})
     return crosscheck.Workload(
         name=name,
@@ -108,16 +95,24 @@ def _failed_with(report, backend, *needles):
         assert needle in text, text
 
 
-HEALTHY = _workload("healthy", _jax, _torch())
+HEALTHY = _workload("healthy", jax_loss, _torch())
 
 WRONG_IN_FLOAT32 = {
     # the false greens: what the side does, the words its failure must carry
-    "noisy-backward": (_workload("noisy", _jax, _torch(noise=0.01)), "torch", "nondeterministic"),
-    "activations-x1.03": (_workload("x1.03", _jax, _torch(scale32=1.03)), "torch", "below float32 precision"),
-    "bfloat16-gradient": (_workload("bf16", _jax, _torch(bfloat16=True)), "torch", "below float32 precision"),
+    "noisy-backward": (_workload("noisy", jax_loss, _torch(noise=0.01)), "torch", "nondeterministic"),
+    "activations-x1.03": (
+        _workload("x1.03", jax_loss, _torch(scale32=1.03)),
+        "torch",
+        "below float32 precision",
+    ),
+    "bfloat16-gradient": (
+        _workload("bf16", jax_loss, _torch(bfloat16=True)),
+        "torch",
+        "below float32 precision",
+    ),
     "gelu-x1.01": (_workload("gelu", _gelu_jax(scale32=1.01), reference=_gelu_np), "jax", "below float32"),
     "tanh-gelu": (_workload("tanh-gelu", _gelu_jax(tanh32=True), reference=_gelu_np), "jax", "below float32"),
-    "unstable-layer-norm": (_workload("ln", _jax, _torch(unstable=True)), "torch", "below float32"),
+    "unstable-layer-norm": (_workload("ln", jax_loss, _torch(unstable=True)), "torch", "below float32"),
 }
 
 
