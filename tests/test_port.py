@@ -504,6 +504,64 @@ def test_an_equinox_port(activation):
         assert "only the output is compared" in verdict["text"]
 
 
+@needs["equinox"]
+@pytest.mark.parametrize("activation", ["tanh", "sigmoid"])
+def test_an_equinox_convolution_port_maps_its_bias_by_unit_axes(activation):
+    """Equinox's ``Conv2d`` keeps its bias as ``(C, 1, 1)``, PyTorch's ``(C,)``: mapped with no override,
+    the gradient comes back in PyTorch's shape, and a wrong activation still fails."""
+    import equinox as eqx
+    import jax
+    import torch
+    from torch import nn
+
+    class TorchConv(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.fc = nn.Conv2d(2, 3, 3, padding=1), nn.Linear(3 * 4 * 4, 2)
+
+        def forward(self, x):
+            return self.fc(torch.tanh(self.conv(x)).flatten(1))
+
+    class EqxConv(eqx.Module):
+        conv: eqx.nn.Conv2d
+        fc: eqx.nn.Linear
+
+        def __init__(self, key):
+            k1, k2 = jax.random.split(key)
+            self.conv = eqx.nn.Conv2d(2, 3, 3, padding=1, key=k1)
+            self.fc = eqx.nn.Linear(3 * 4 * 4, 2, key=k2)
+
+        def __call__(self, x):
+            return self.fc(getattr(jax.nn, activation)(self.conv(x)).reshape(-1))
+
+    torch.manual_seed(0)
+    port = crosscheck.Port(
+        name="eqx-conv",
+        torch=TorchConv().eval(),
+        jax=EqxConv(jax.random.key(0)),
+        inputs={"x": np.random.default_rng(0).standard_normal((2, 2, 4, 4))},
+        jax_call=lambda m, i: jax.vmap(m)(i["x"]),
+    )
+    rows = {r["torch"]: r for r in port.mapping.rows()}
+    assert rows["conv.bias"]["transform"] == "unit axes", rows["conv.bias"]
+    report = crosscheck.run(workload=port, reference="torch")
+    assert report.passed == (activation == "tanh"), report.problems
+    bias = [c for c in report.comparisons if c.backend == "jax" and c.parameter == "conv.bias"]
+    assert bias and all(c.status != "invalid" for c in bias)  # judged, in PyTorch's shape
+    if activation == "tanh":  # the trained leaves come back in PyTorch's shape too
+        import optax
+
+        train = crosscheck.Train(
+            port,
+            torch_optimizer=lambda named, lr: torch.optim.Adam([p for _, p in named], lr=lr),
+            optax=lambda lr: optax.adam(lr),
+            hyper={"lr": 1e-2},
+            steps=3,
+        )
+        trained = crosscheck.check(train, quantity="update")
+        assert trained.passed, trained.problems
+
+
 @needs["torch"]
 def test_a_plain_function_of_a_pytree():
     import jax.numpy as jnp

@@ -28,6 +28,31 @@ def J(path, shape):
     return Tensor(tokens, shape, tokens[0], skip=1)
 
 
+# ---- Axes of length 1 (Equinox's convolution bias) --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("torch", "jax", "fits"),
+    [
+        ((3,), (3, 1, 1), ["unit axes"]),  # Equinox Conv2d's bias against nn.Conv2d's
+        ((1, 4), (4,), ["unit axes"]),
+        ((3,), (3,), ["identity"]),  # the same shape is the identity, never a reshape
+        ((2, 3), (3, 2, 1), []),  # the entries would move: not a reshape of axes of length 1
+        ((6,), (2, 3), []),
+    ],
+)
+def test_shapes_apart_by_axes_of_length_1_map_as_unit_axes(torch, jax, fits):
+    assert mapping.fits(T("conv.bias", torch), J("params/conv/bias", jax)) == fits
+
+
+def test_a_unit_axes_override_that_does_not_apply_is_one_line():
+    torch, jax = [T("conv.bias", (6,))], [J("params/conv/bias", (2, 3))]
+    with pytest.raises(ValueError, match="`unit axes` does not apply to \\(6,\\) against \\(2, 3\\)"):
+        mapping.build(torch, jax, {"conv.bias": ("params/conv/bias", "unit axes")})
+    with pytest.raises(ValueError, match="`transpose` does not apply"):  # a 1-D tensor: no traceback
+        mapping.build(torch, [J("params/conv/bias", (6,))], {"conv.bias": ("params/conv/bias", "transpose")})
+
+
 # ---- A list's nesting ----------------------------------------------------------------------------------
 
 NESTED = [

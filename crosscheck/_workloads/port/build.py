@@ -50,13 +50,15 @@ class Prepared:
             object.__setattr__(self, "_workload", cached)
         return cached
 
-    def sources(self) -> list[tuple[str, tuple[int, ...] | None]]:
-        """Per JAX leaf (in order): the PyTorch tensor it is made of and the permutation applied."""
+    def sources(self) -> list[tuple[str, tuple[int, ...] | None, tuple[int, ...] | None]]:
+        """Per JAX leaf (in order): the PyTorch tensor it is made of, the permutation applied, and the
+        shape it is then reshaped to (``unit axes``; None: none)."""
         by_leaf = {e.jax.path: e for e in self.table.mapped() if e.jax is not None and e.torch is not None}
         out = []
         for leaf in self.jax_side.leaves:
             entry = by_leaf[leaf.path]
-            out.append((entry.torch.name, mapping_module.permutation(entry.transform)))  # type: ignore[union-attr, arg-type]
+            reshape = leaf.shape if entry.transform == mapping_module.UNIT_AXES else None
+            out.append((entry.torch.name, mapping_module.permutation(entry.transform), reshape))  # type: ignore[union-attr, arg-type]
         return out
 
     def unmapped(self) -> dict[str, str]:
@@ -215,10 +217,11 @@ def jax_leaves(prepared: Prepared, params: Mapping[str, Any], inputs: Mapping[st
     import jax.numpy as jnp
 
     arrays = {**inputs, **params}
-    return [
-        arrays[name] if perm is None else jnp.transpose(arrays[name], perm)
-        for name, perm in prepared.sources()
-    ]
+    out = []
+    for name, perm, reshape in prepared.sources():
+        leaf = arrays[name] if perm is None else jnp.transpose(arrays[name], perm)
+        out.append(leaf if reshape is None else jnp.reshape(leaf, reshape))
+    return out
 
 
 def jax_implementation(prepared: Prepared) -> Callable[[dict, dict], Any]:

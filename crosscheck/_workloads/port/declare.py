@@ -55,11 +55,11 @@ class Port:
             (``sum_i sum(R_i * a_i)``, Hugging Face ``ModelOutput`` fields, tuples and dicts paired by
             position), so that every output (a pooler's too) reaches it.
         overrides: ``PyTorch name or glob pattern -> transform`` (``"transpose"``, ``"identity"``,
-            ``"OIHW->HWIO"``, a permutation tuple), ``-> "jax/path"``, ``-> ("jax/path", transform)`` or
-            ``-> None`` (leave it unmapped: the PyTorch model keeps its value, its gradient is not
-            checked, and the table and the report say so). A pattern's ``*`` are captured: each ``*``
-            of a target path takes the pattern's ``*`` at its position (``{1}``: the first), so
-            ``{"layer.*.w": "params/layer_*/kernel"}`` covers every layer.
+            ``"OIHW->HWIO"``, ``"unit axes"``, a permutation tuple), ``-> "jax/path"``, ``-> ("jax/path",
+            transform)`` or ``-> None`` (leave it unmapped: the PyTorch model keeps its value, its gradient is
+            not checked, and the table and the report say so). A pattern's ``*`` are captured: each ``*`` of a
+            target path takes the pattern's ``*`` at its position (``{1}``: the first), so ``{"layer.*.w":
+            "params/layer_*/kernel"}`` covers every layer.
         unused: PyTorch names or glob patterns (``("pooler.*",)``) of parameters declared out of scope:
             the loss does not reach them (no autograd path from them to it, their gradient zero in
             every implementation, confirmed by the oracle). Such a parameter that is not declared

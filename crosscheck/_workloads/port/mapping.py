@@ -7,10 +7,12 @@ shape, the type of the module that owns it, when known). A PyTorch tensor is mat
   against ``layers_0``), and the leaf's own name through ``LEAF_ALIASES`` (``weight`` against
   ``kernel``, ``scale``, ``embedding``; ``running_mean`` against ``mean``);
 - **by layout**: the transform that turns the PyTorch array into the JAX one (``TRANSFORMS``: the
-  transpose of a dense kernel, ``OIHW`` against ``HWIO``). When both modules' layouts are known
-  (``torch.nn.Linear`` against ``flax.linen.Dense``) the layout decides even for a square kernel;
-  otherwise the shapes do, and where several transforms fit (a square kernel fits as it is and
-  transposed) the entry is **ambiguous**: the table says so, and the user decides (``overrides``).
+  transpose of a dense kernel, ``OIHW`` against ``HWIO``; ``unit axes`` where the shapes differ only
+  by axes of length 1, as Equinox's convolution bias ``(C, 1, 1)`` against PyTorch's ``(C,)``). When
+  both modules' layouts are known (``torch.nn.Linear`` against ``flax.linen.Dense``) the layout
+  decides even for a square kernel; otherwise the shapes do, and where several transforms fit (a
+  square kernel fits as it is and transposed) the entry is **ambiguous**: the table says so, and the
+  user decides (``overrides``).
 
 Every row of the table says what was mapped to what, with which transform, and how it was decided.
 """
@@ -29,9 +31,13 @@ LEAF_ALIASES = {
     "running_mean": ("mean",),
     "running_var": ("var",),
 }
-#: Named transforms: name -> permutation of the PyTorch array's axes (None: as it is).
+#: The transform that adds or drops axes of length 1 (the same entries in the same order: a reshape).
+UNIT_AXES = "unit axes"
+#: Named transforms: name -> permutation of the PyTorch array's axes (None: as it is; ``UNIT_AXES``:
+#: as it is, reshaped to the JAX leaf's shape).
 TRANSFORMS: dict[str, tuple[int, ...] | None] = {
     "identity": None,
+    UNIT_AXES: None,
     "transpose": (1, 0),
     "OIW->WIO": (2, 1, 0),
     "OIHW->HWIO": (2, 3, 1, 0),
@@ -324,12 +330,23 @@ def _kind_fits(t: Tensor, j: Tensor) -> bool:
 
 def fits(t: Tensor, j: Tensor) -> list[str]:
     """The named transforms that turn ``t``'s shape into ``j``'s."""
-    return [
-        name
-        for name, perm in TRANSFORMS.items()
-        if (perm is None and t.shape == j.shape)
-        or (perm is not None and len(perm) == len(t.shape) and tuple(t.shape[i] for i in perm) == j.shape)
-    ]
+    return [name for name, perm in TRANSFORMS.items() if transformed(name, perm, t.shape, j.shape) == j.shape]
+
+
+def transformed(name: str, perm: tuple[int, ...] | None, shape: tuple, target: tuple) -> tuple | None:
+    """The shape transform ``name`` (axes ``perm``) makes of ``shape``, towards ``target`` (None: it
+    does not apply). ``UNIT_AXES`` applies only where the shapes differ, by axes of length 1 alone."""
+    if name == UNIT_AXES:
+        return target if shape != target and unit_axes_apart(shape, target) else None
+    if perm is None:
+        return tuple(shape)
+    return tuple(shape[i] for i in perm) if len(perm) == len(shape) else None
+
+
+def unit_axes_apart(a: tuple, b: tuple) -> bool:
+    """Whether shapes ``a`` and ``b`` hold the same entries in the same order, apart from axes of
+    length 1 (``(C,)`` and ``(C, 1, 1)``)."""
+    return [n for n in a if n != 1] == [n for n in b if n != 1]
 
 
 def layout_entry(t: Tensor, j: Tensor, matched: str) -> Entry:
@@ -346,6 +363,8 @@ def layout_entry(t: Tensor, j: Tensor, matched: str) -> Entry:
         )
     if len(fitting) == 1:
         how = "same shape" if len(t.shape) <= 1 else "the only layout that fits the shapes"
+        if fitting[0] == UNIT_AXES:
+            how = "the same entries, axes of length 1 apart"
         return Entry(t, j, fitting[0], f"{matched}; {how}")
     return Entry(t, j, None, f"{matched}; {' and '.join(fitting)} both fit the shapes", tuple(fitting))
 

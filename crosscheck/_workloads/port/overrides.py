@@ -25,6 +25,7 @@ from crosscheck._workloads.port.mapping import (
     Tensor,
     layout_entry,
     match,
+    transformed,
 )
 
 #: A reference to a captured wildcard in a target path: ``*`` (the next one) or ``{n}`` (the n-th).
@@ -124,7 +125,12 @@ def _override(t: Tensor, value: Any, leaves: dict, index: Index) -> Entry:
         return layout_entry(t, target, "by override")
     name = _transform_name(t, transform)
     perm = TRANSFORMS.get(name) if name in TRANSFORMS else tuple(transform)
-    shape = t.shape if perm is None else tuple(t.shape[i] for i in perm)
+    shape = transformed(name, perm, t.shape, target.shape)
+    if shape is None:
+        raise ValueError(
+            f"override of `{t.name}`: `{name}` does not apply to {t.shape} against {target.shape} of "
+            f"`{'/'.join(target.path)}`."
+        )
     if shape != target.shape:
         raise ValueError(
             f"override of `{t.name}`: `{name}` turns {t.shape} into {shape}, not {target.shape} of "

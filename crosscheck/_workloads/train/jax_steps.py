@@ -93,10 +93,11 @@ def stepper(fn: Callable[..., Any], **hyper: Any) -> Stepper:
 def _named(prepared: Prepared, tree: Any) -> dict[str, np.ndarray]:
     """The tree's leaves by PyTorch parameter name, in PyTorch's layout."""
     out = {}
-    for (name, perm), leaf in zip(prepared.sources(), jax.tree_util.tree_leaves(tree), strict=True):
+    for (name, perm, _), leaf in zip(prepared.sources(), jax.tree_util.tree_leaves(tree), strict=True):
         if name in prepared.parameters and name not in out:
             value = np.asarray(leaf)
-            out[name] = value if perm is None else np.transpose(value, np.argsort(perm))
+            value = value if perm is None else np.transpose(value, np.argsort(perm))
+            out[name] = value.reshape(prepared.parameters[name])  # ``unit axes``: PyTorch's shape again
     return out
 
 
