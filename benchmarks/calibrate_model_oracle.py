@@ -2,7 +2,7 @@
 
 Run from the repository root: ``python benchmarks/calibrate_model_oracle.py [--seeds 50] [--sizes
 1e3,1e4,1e5] [--dtypes float32]``. Every seed runs in this process, so each implementation is compiled
-once (``crosscheck._workloads.user.workload._framework_backend`` keeps its adapter).
+once (``crosscheck._workloads.model.workload._framework_backend`` keeps its adapter).
 
 The models are ``benchmarks/bench_model_oracle.py``'s (``examples.no_reference.mlp``, no NumPy
 reference, ``oracle_mode="auto"``). Per size and workload: the number of seeds, how many runs failed

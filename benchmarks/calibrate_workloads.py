@@ -21,7 +21,7 @@ sys.path.insert(0, os.getcwd())
 import numpy as np
 
 import crosscheck
-from crosscheck._workloads.user.workload import _framework_backend
+from crosscheck._workloads.model.workload import _framework_backend
 from examples import healthy
 from examples.gelu_port import mlp_buggy, mlp_fixed
 

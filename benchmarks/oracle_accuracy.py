@@ -17,7 +17,7 @@ tolerance see), and the share of items unjudgeable. The schemes:
   window h/2 to h/8, which must agree with it), no refinement;
 - ``L steps + refine``: refined one step at a time where the error bar is still large (the default:
   4 steps + refine);
-- ``, h H``: the first step, as a fraction of each tensor's RMS (default ``fd.entries.INITIAL_STEP``).
+- ``, h H``: the first step, as a fraction of each tensor's RMS (default ``oracle.entries.INITIAL_STEP``).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ sys.path.insert(0, os.getcwd())
 import numpy as np
 
 from crosscheck._compare.constants import WIDEN
-from crosscheck._workloads.fd import directions as fd_directions
-from crosscheck._workloads.fd import entries as fd_entries
-from crosscheck._workloads.fd import stencil
+from crosscheck._workloads.model.oracle import directions as fd_directions
+from crosscheck._workloads.model.oracle import entries as fd_entries
+from crosscheck._workloads.model.oracle import stencil
 from examples import healthy
 from examples.no_reference import mlp
 
@@ -121,7 +121,7 @@ def measure(workload, seed: int, mode: str) -> tuple[int, int, np.ndarray, np.nd
         x = {k: torch.tensor(v, dtype=dtype) for k, v in inputs.items()}
         return float(fn({k: torch.tensor(v, dtype=dtype) for k, v in p.items()}, x))
 
-    # The rounding of one evaluation, as the judge measures it (``fd.function.own_loss``).
+    # The rounding of one evaluation, as the judge measures it (``oracle.function.own_loss``).
     noise = WIDEN * abs(loss(params, torch.float32) - loss(params))
     if mode == "entries":
         est = fd_entries.estimate(loss, params, noise=noise)

@@ -15,13 +15,13 @@ from crosscheck._engine.run import check as check
 from crosscheck._engine.run import run as run
 from crosscheck._report.report import Report as Report
 from crosscheck._workloads.losses import projection_loss as projection_loss
+from crosscheck._workloads.model.declare import Workload as Workload
 from crosscheck._workloads.port.declare import Port as Port
 from crosscheck._workloads.registry import available_workloads as available_workloads
 from crosscheck._workloads.stack.case import Case as Case
 from crosscheck._workloads.stack.case import make_inputs as make_inputs
 from crosscheck._workloads.stack.workload import Stack as Stack
 from crosscheck._workloads.train.declare import Train as Train
-from crosscheck._workloads.user.declare import Workload as Workload
 
 __version__ = "0.1.0"
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from crosscheck._cli.main import main
-from crosscheck._tools import cost as _cost
+from crosscheck._evidence import cost as _cost
 
 SIZE = {"layers": 2, "batch": 4, "dim": 3}  # P = 18: the Hessian is quick to build
 

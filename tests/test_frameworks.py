@@ -135,9 +135,9 @@ CHILD = """
     import crosscheck
     from crosscheck import _backends
     from crosscheck._report.report import environment_line
-    from crosscheck._tools.inspect import inspect_backend, plain_sibling
+    from crosscheck._evidence.inspect import inspect_backend, plain_sibling
     from crosscheck._workloads.stack import size
-    from crosscheck._workloads.user.workload import GenericWorkload
+    from crosscheck._workloads.model.workload import GenericWorkload
 
     report = crosscheck.run(layers=2, batch=2, dim=3, dtype="float64", backends=["toy"])
     found = report.to_dict()

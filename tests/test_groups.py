@@ -1,4 +1,4 @@
-"""Screening by groups of tensors (``fd.groups``, ``user.groups``): every tensor at once, halved where a
+"""Screening by groups of tensors (``oracle.groups``, ``model.groups``): every tensor at once, halved where a
 direction disagrees; the cost of a healthy model does not grow with its number of tensors."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 import crosscheck
-from crosscheck._workloads.fd.entries import base_steps
-from crosscheck._workloads.fd.groups import Group
+from crosscheck._workloads.model.oracle.entries import base_steps
+from crosscheck._workloads.model.oracle.groups import Group
 
 WIDTH, BATCH = 3, 5
 

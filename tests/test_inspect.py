@@ -10,7 +10,7 @@ import pytest
 
 import crosscheck
 from crosscheck._cli.main import main
-from crosscheck._tools.inspect import grouped, inspect_backend, stack_inputs, ulp_difference
+from crosscheck._evidence.inspect import grouped, inspect_backend, stack_inputs, ulp_difference
 
 LAYERS, BATCH, DIM = 4, 2, 3
 WEIGHTS, X = crosscheck.make_inputs(crosscheck.Case(layers=LAYERS, batch=BATCH, dim=DIM))

@@ -11,7 +11,7 @@ from typing import ClassVar
 import pytest
 
 import crosscheck
-from crosscheck._tools.inspect import inspect_backend
+from crosscheck._evidence.inspect import inspect_backend
 
 LAYERS, BATCH, DIM = 3, 2, 3
 WEIGHTS, X = crosscheck.make_inputs(crosscheck.Case(layers=LAYERS, batch=BATCH, dim=DIM))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from crosscheck._cli.main import main
-from crosscheck._tools.memory import measure_peak, residual_table
+from crosscheck._evidence.memory import measure_peak, residual_table
 
 pytest.importorskip("jax")
 pytest.importorskip("torch")

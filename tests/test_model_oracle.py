@@ -12,10 +12,10 @@ import pytest
 
 import crosscheck
 from crosscheck._cli.main import main
-from crosscheck._workloads.fd.directions import directional, make_directions, project
-from crosscheck._workloads.fd.entries import EVALUATIONS_PER_ENTRY
-from crosscheck._workloads.fd.function import AUTO_EVALUATIONS, plan
-from crosscheck._workloads.user.rounding import ran_in_float32
+from crosscheck._workloads.model.oracle.directions import directional, make_directions, project
+from crosscheck._workloads.model.oracle.entries import EVALUATIONS_PER_ENTRY
+from crosscheck._workloads.model.oracle.function import AUTO_EVALUATIONS, plan
+from crosscheck._workloads.model.rounding import ran_in_float32
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the examples/ package of the repository
@@ -222,7 +222,7 @@ class Planted:
     """An implementation's adapter with one parameter's gradient off by a relative ``error``."""
 
     def __init__(self, workload, parameter: str, error: float, name: str = "torch") -> None:
-        from crosscheck._workloads.user.workload import _framework_backend
+        from crosscheck._workloads.model.workload import _framework_backend
 
         self.inner = _framework_backend(name, workload.implementations[name])
         self.parameter, self.error, self.name = parameter, error, f"planted-{name}"
@@ -343,8 +343,8 @@ def test_another_backend_as_reference_needs_no_numpy_reference():
 def test_the_adapters_evaluate_the_loss_in_float64_without_autodiff(framework):
     import jax
 
-    from crosscheck._workloads.user.declare import as_dtype
-    from crosscheck._workloads.user.workload import _framework_backend
+    from crosscheck._workloads.model.declare import as_dtype
+    from crosscheck._workloads.model.workload import _framework_backend
 
     workload = mlp(SMALL, 6)
     params, inputs = workload.make(seed=0, dtype="float32")

@@ -1,4 +1,4 @@
-"""The model oracle's batched evaluations (``fd.batched``) and its budget (``fd.budget``).
+"""The model oracle's batched evaluations (``oracle.batched``) and its budget (``oracle.budget``).
 
 Batched: the same points as one call a point, so the same derivatives and error bars (to the losses'
 rounding); a model ``vmap`` cannot run falls back to one call a point and the report says why. Budget:
@@ -15,11 +15,11 @@ import pytest
 
 import crosscheck
 from crosscheck._cli.main import main
-from crosscheck._workloads.fd import batched
-from crosscheck._workloads.fd.directions import directional, make_directions
-from crosscheck._workloads.fd.entries import estimate
-from crosscheck._workloads.fd.function import _batched
-from crosscheck._workloads.fd.precision import PROBE_EVALUATIONS
+from crosscheck._workloads.model.oracle import batched
+from crosscheck._workloads.model.oracle.directions import directional, make_directions
+from crosscheck._workloads.model.oracle.entries import estimate
+from crosscheck._workloads.model.oracle.function import _batched
+from crosscheck._workloads.model.oracle.precision import PROBE_EVALUATIONS
 
 needs = pytest.mark.skipif(
     importlib.util.find_spec("jax") is None or importlib.util.find_spec("torch") is None,
@@ -52,7 +52,7 @@ def _jax_loss(p, i):
 
 
 def _backend(name: str, loss):
-    from crosscheck._workloads.user.workload import _framework_backend
+    from crosscheck._workloads.model.workload import _framework_backend
 
     return _framework_backend(name, loss)
 

@@ -1,5 +1,5 @@
-"""The model oracle's cost is estimated before it runs (``_workloads/user/cost.py``) and said on the
-command line before a long run: 2 000 one-element tensors, screened, took 400 s with nothing printed."""
+"""The model oracle's cost is estimated before it runs (``_workloads/model/oracle/estimate.py``) and said on
+the command line before a long run: 2 000 one-element tensors, screened, took 400 s with nothing printed."""
 
 from __future__ import annotations
 

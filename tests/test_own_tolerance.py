@@ -14,7 +14,7 @@ from tanh_mlp import SHAPES, jax_loss, numpy_loss
 
 import crosscheck
 from crosscheck._compare.permit import PERMIT_ULPS
-from crosscheck._workloads.user.rounding import measure, permitted
+from crosscheck._workloads.model.rounding import measure, permitted
 
 pytest.importorskip("jax")
 pytest.importorskip("torch")

@@ -1,4 +1,4 @@
-"""The precision a "float64" loss really computes in (``fd.precision``): a loss with a float32 step
+"""The precision a "float64" loss really computes in (``oracle.precision``): a loss with a float32 step
 (Hugging Face's softmax upcast "to float32" in a float64 run) is found by its noise, differenced with
 float32's error bar, and a port whose one side keeps such a step passes a float64 check, saying so."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from crosscheck._workloads.fd.entries import estimate
-from crosscheck._workloads.fd.precision import judge, probe
+from crosscheck._workloads.model.oracle.entries import estimate
+from crosscheck._workloads.model.oracle.precision import judge, probe
 
 RNG = np.random.default_rng(1)
 PARAMS = {

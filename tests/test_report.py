@@ -377,7 +377,7 @@ def test_the_stack_hands_its_layer_table_only_with_explain():
 def test_comparison_and_reports_import_no_workload():
     root = Path(crosscheck.__file__).parent
     above = ("crosscheck._workloads", "crosscheck._engine", "crosscheck._cli", "crosscheck._sweep")
-    above += ("crosscheck._tools", "crosscheck.backends")
+    above += ("crosscheck._evidence", "crosscheck.backends")
     found = []
     for path in sorted([*(root / "_compare").rglob("*.py"), *(root / "_report").rglob("*.py")]):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

@@ -9,10 +9,10 @@ import pytest
 
 import crosscheck
 from crosscheck._cli.main import main
-from crosscheck._tools import ste as _ste_tool
+from crosscheck._evidence import ste as _ste_tool
 from crosscheck._workloads import ste as _ste
+from crosscheck._workloads.model.declare import Workload
 from crosscheck._workloads.registry import available_workloads, load_workload
-from crosscheck._workloads.user.declare import Workload
 
 SMALL = {"layers": 3, "batch": 4, "dim": 4}
 

@@ -1,4 +1,4 @@
-"""The model oracle's differencing (``fd.stencil``): Richardson's tableau over few steps, refined only
+"""The model oracle's differencing (``oracle.stencil``): Richardson's tableau over few steps, refined only
 where the error bar is still large, the one-sided differences of the same evaluations for kinks."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from crosscheck._workloads.fd.stencil import LEVELS, MAX_LEVELS, REFINE_TO, differentiate
+from crosscheck._workloads.model.oracle.stencil import LEVELS, MAX_LEVELS, REFINE_TO, differentiate
 
 
 class Counted:
@@ -114,7 +114,7 @@ def test_a_float32_step_over_relu_kinks_is_refined_to_honest_error_bars(monkeypa
     # A ReLU's kinks inside every step of SciPy's noisy path: its error estimate missed them, and an
     # entry's bar missed the exact gradient by 6 times. The tableau, refined while halving can still
     # narrow the bar, covers every judged entry, judges more of them, and still catches a 1 % bug.
-    from crosscheck._workloads.fd import entries, precision
+    from crosscheck._workloads.model.oracle import entries, precision
 
     loss, params, exact, buggy = _relu_softmax32()
     noise = precision.probe(loss, params, lambda thunk: thunk())

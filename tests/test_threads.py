@@ -195,7 +195,7 @@ def test_the_model_oracle_holds_every_pool_loaded_when_it_evaluates():
     # fd.threads.one_thread looks the libraries up at each call: PyTorch's OpenMP pool, loaded after
     # the stack's cached controller was made, is held to one thread too, and restored after.
     torch = pytest.importorskip("torch")
-    from crosscheck._workloads.fd.threads import one_thread
+    from crosscheck._workloads.model.oracle.threads import one_thread
 
     threads.threadpools()  # a controller cached before anything else is loaded changes nothing
     before = torch.get_num_threads()

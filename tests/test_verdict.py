@@ -15,10 +15,10 @@ import pytest
 import crosscheck
 from crosscheck._compare.compare import Comparison
 from crosscheck._report import table
-from crosscheck._workloads.fd.function import Plan
-from crosscheck._workloads.user.rounding import Rounding
-from crosscheck._workloads.user.summary import Findings, Record
-from crosscheck._workloads.user.verdict import answers, plural, verdict
+from crosscheck._workloads.model.oracle.function import Plan
+from crosscheck._workloads.model.rounding import Rounding
+from crosscheck._workloads.model.summary import Findings, Record
+from crosscheck._workloads.model.verdict import answers, plural, verdict
 
 needs_frameworks = pytest.mark.skipif(
     importlib.util.find_spec("jax") is None or importlib.util.find_spec("torch") is None,

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import crosscheck
-from crosscheck._workloads.fd.entries import estimate
+from crosscheck._workloads.model.oracle.entries import estimate
 from crosscheck._workloads.registry import load_workload
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -152,7 +152,7 @@ def test_a_bad_unused_declaration_is_refused_in_one_line(unused, message):
 def test_a_side_that_cannot_run_in_float64_leaves_the_zero_to_the_others():
     # CLIP's PyTorch model raises in float64 (a mask of float32's minimum overflows): JAX's own loss
     # confirms the zero, said; any other reason a side was not judged still fails the run.
-    from crosscheck._workloads.user.zeros import NO_FLOAT64, ZeroCheck, judged, problems
+    from crosscheck._workloads.model.zeros import NO_FLOAT64, ZeroCheck, judged, problems
 
     cannot = ZeroCheck("torch", "k.bias", "not judged", why=f"`torch`'s loss {NO_FLOAT64}: RuntimeError")
     confirmed = ZeroCheck("jax", "k.bias", "confirmed", 2, 0.0, 1e-9)

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._tools.inspect_records import Residual, Structure, ulp_difference
+from crosscheck._evidence.inspect_records import Residual, Structure, ulp_difference
 
 #: Primitives that carry a checkpointed sub-program (``jax.checkpoint`` / ``jax.remat``).
 REMAT_PRIMITIVES = frozenset({"remat2", "checkpoint", "remat"})

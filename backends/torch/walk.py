@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._tools.inspect_records import Residual, Structure
+from crosscheck._evidence.inspect_records import Residual, Structure
 
 
 def inspect_backend(

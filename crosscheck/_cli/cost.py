@@ -48,7 +48,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Compute and print the table (and write ``--json``)."""
-    from crosscheck._tools.cost import cost_table
+    from crosscheck._evidence.cost import cost_table
 
     for option in ("layers", "dim", "batch"):
         check_at_least(f"--{option}", getattr(args, option), expected="a positive integer")

@@ -1,7 +1,7 @@
 """``crosscheck inspect``: is it really checkpointed? How each backend differentiates (scan, checkpoint,
 where), the residuals it keeps from forward to backward, and its gradient against the plain variant's.
 
-Parse, call ``crosscheck._tools.inspect``, render. No numerics here.
+Parse, call ``crosscheck._evidence.inspect``, render. No numerics here.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     """``crosscheck inspect``: exit 1 when a backend's claims are contradicted."""
     from crosscheck._backends import BackendUnavailable, load_backend
     from crosscheck._engine.call import guarded
-    from crosscheck._tools.inspect import stack_inputs
+    from crosscheck._evidence.inspect import stack_inputs
 
     check_at_least("--layers", args.layers)
     check_at_least("--batch", args.batch)
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _inspect(backend: Any, weights: Any, x: Any, cache: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    from crosscheck._tools.inspect import inspect_backend
+    from crosscheck._evidence.inspect import inspect_backend
 
     structure = inspect_backend(backend, weights, x)
     record = structure.to_dict()
@@ -105,7 +105,7 @@ def _vs_plain(structure, backend, weights, x, cache) -> dict[str, Any] | None:
     import numpy as np
 
     from crosscheck._backends import BackendUnavailable, load_backend
-    from crosscheck._tools.inspect import plain_sibling, ulp_difference
+    from crosscheck._evidence.inspect import plain_sibling, ulp_difference
 
     sibling = plain_sibling(structure)
     if sibling is None or sibling == structure.backend:
@@ -122,7 +122,7 @@ def _vs_plain(structure, backend, weights, x, cache) -> dict[str, Any] | None:
 def _render_structure(console, structure, vs_plain) -> None:
     from rich.table import Table
 
-    from crosscheck._tools.inspect import grouped
+    from crosscheck._evidence.inspect import grouped
 
     verdict = "ok" if structure.ok else "NOT AS CLAIMED"
     claims = structure.claims if structure.claims is not None else "nothing"

@@ -1,7 +1,7 @@
 """``crosscheck memory``: what does it save? The bytes each variant keeps from forward to backward over
 depth and width, and the measured peak of one gradient.
 
-Parse, call ``crosscheck._tools.memory``, render. No numerics here.
+Parse, call ``crosscheck._evidence.memory``, render. No numerics here.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from crosscheck._cli.common import (
 
 def register(subparsers: Any) -> None:
     """Add ``memory`` to the ``crosscheck`` subparsers."""
-    from crosscheck._tools.memory import BATCH, DEPTHS, PEAK_SIZE, VARIANTS, WIDTHS
+    from crosscheck._evidence.memory import BATCH, DEPTHS, PEAK_SIZE, VARIANTS, WIDTHS
 
     parser = subparsers.add_parser(
         "memory",
@@ -56,7 +56,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """``crosscheck memory``: the residual table over depth and width, then the measured peaks."""
     from crosscheck._backends import BackendUnavailable
-    from crosscheck._tools.memory import VARIANTS, measure_peak, residual_table
+    from crosscheck._evidence.memory import VARIANTS, measure_peak, residual_table
 
     check_at_least("--depths", args.depths)
     check_at_least("--widths", args.widths)

@@ -40,7 +40,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the check, print it, write ``--json``; exit 0 when every backend agrees with the surrogate
     oracle."""
-    from crosscheck._tools.ste import check_ste
+    from crosscheck._evidence.ste import check_ste
 
     for option in ("layers", "batch", "dim"):
         check_at_least(f"--{option}", getattr(args, option), expected="a positive integer")

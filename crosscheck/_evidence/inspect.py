@@ -37,7 +37,7 @@ from crosscheck._backends import (
     import_adapter,
     install_hint,
 )
-from crosscheck._tools.inspect_records import Residual, Structure, grouped, ulp_difference
+from crosscheck._evidence.inspect_records import Residual, Structure, grouped, ulp_difference
 
 __all__ = ["Residual", "Structure", "grouped", "inspect_backend", "plain_sibling", "ulp_difference"]
 

@@ -3,7 +3,7 @@
 Two kinds of numbers, kept apart:
 
 - **Residual bytes** (deterministic): what each variant keeps from forward to backward, as listed by
-  ``crosscheck._tools.inspect`` (JAX: ``print_saved_residuals``; PyTorch: ``saved_tensors_hooks``), the
+  ``crosscheck._evidence.inspect`` (JAX: ``print_saved_residuals``; PyTorch: ``saved_tensors_hooks``), the
   weights excluded (they are alive anyway). Fitted against depth: the bytes per layer.
 - **Peak** of the actual differentiated computation, in a child process per variant: the growth of the
   resident set (``VmHWM`` after resetting it through ``/proc/self/clear_refs``, minus ``VmRSS`` before)
@@ -11,7 +11,7 @@ Two kinds of numbers, kept apart:
   (``compiled.memory_analysis().temp_size_in_bytes``). The resident-set numbers depend on the allocator
   and the machine; the XLA number does not.
 
-``python -m crosscheck._tools.memory VARIANT LAYERS BATCH DIM`` is the child: it prints one JSON line.
+``python -m crosscheck._evidence.memory VARIANT LAYERS BATCH DIM`` is the child: it prints one JSON line.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def residual_table(
         ValueError: an unknown variant, or one that is neither a JAX nor a PyTorch backend.
     """
     from crosscheck._backends import load_backend
-    from crosscheck._tools.inspect import inspect_backend, stack_inputs
+    from crosscheck._evidence.inspect import inspect_backend, stack_inputs
 
     rows = []
     for name in variants:
@@ -123,7 +123,8 @@ def _set_ratios(rows: list[MemoryRow], depth: int) -> None:
 
 def measure_peak(variant: str, *, layers: int, batch: int, dim: int, timeout: float = 600) -> dict[str, Any]:
     """Run one gradient of ``variant`` in a child process and return what it measured (see module doc)."""
-    command = [sys.executable, "-m", "crosscheck._tools.memory", variant, str(layers), str(batch), str(dim)]
+    command = [sys.executable, "-m", "crosscheck._evidence.memory", variant]
+    command += [str(layers), str(batch), str(dim)]
     # A fixed mmap threshold makes glibc map every large block afresh and unmap it when freed (its
     # default threshold adapts upwards, after which freed blocks stay resident and get reused unseen).
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
@@ -154,7 +155,7 @@ def _reset_peak() -> bool:
 
 def _child(variant: str, layers: int, batch: int, dim: int) -> dict[str, Any]:
     from crosscheck._backends import load_backend
-    from crosscheck._tools.inspect import stack_inputs
+    from crosscheck._evidence.inspect import stack_inputs
 
     backend = load_backend(variant)
     weights, x = stack_inputs(layers=layers, batch=batch, dim=dim)

@@ -108,7 +108,7 @@ class Options:
     seed: int = 0
     oracle_mode: str = "auto"
     directions: int = 4
-    #: The model oracle's seconds at most (``fd.budget``; None: no limit).
+    #: The model oracle's seconds at most (``oracle.budget``; None: no limit).
     budget: float | None = None
     explain: bool = False
     progress: Progress | None = None

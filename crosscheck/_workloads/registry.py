@@ -8,14 +8,14 @@ from typing import Any
 
 from crosscheck._backends import _import_attribute, install_hint
 from crosscheck._errors import user_call
+from crosscheck._workloads.model.declare import Workload
+from crosscheck._workloads.model.workload import GenericWorkload
 from crosscheck._workloads.port.declare import Port
 from crosscheck._workloads.port.workload import PortWorkload
 from crosscheck._workloads.protocol import Knob
 from crosscheck._workloads.stack.workload import DEFAULT, Stack, from_spec
 from crosscheck._workloads.train.declare import Train
 from crosscheck._workloads.train.workload import TrainWorkload
-from crosscheck._workloads.user.declare import Workload
-from crosscheck._workloads.user.workload import GenericWorkload
 
 #: Built-in workloads: name -> (import string ``module:attribute`` of the Workload, or None for the
 #: stack; a one-line description). Imported only when used.

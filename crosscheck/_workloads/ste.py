@@ -9,7 +9,7 @@ the rounded loss gives zeros (it is piecewise constant: every small step leaves 
 hence the loss, unchanged).
 
 ``STE_STACK`` is a ``crosscheck.Workload`` with ``surrogate=``, registered as ``ste-stack``:
-``crosscheck run --workload ste-stack`` checks it like any workload. ``crosscheck._tools.ste``
+``crosscheck run --workload ste-stack`` checks it like any workload. ``crosscheck._evidence.ste``
 (``crosscheck ste``) runs that check and puts the naive finite difference of the rounded loss beside it.
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from crosscheck._workloads.user.declare import Workload
+from crosscheck._workloads.model.declare import Workload
 
 #: Rounding grid of the activations: a power of two, so ``round(8 y) / 8`` is exact in binary.
 GRID = 8.0

@@ -28,14 +28,14 @@ from crosscheck._compare import constants
 from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
 from crosscheck._compare.constants import FLOOR_ULPS, SAFETY
 from crosscheck._compare.dtypes import unit_roundoff
-from crosscheck._workloads.fd.directions import (
+from crosscheck._workloads.model.oracle.directions import (
     Direction,
     DirectionalEstimate,
     project,
     project_quadrature,
 )
+from crosscheck._workloads.model.rounding import Rounding
 from crosscheck._workloads.protocol import Options
-from crosscheck._workloads.user.rounding import Rounding
 
 TERM_HELP = {
     "rounding": (

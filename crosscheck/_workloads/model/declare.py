@@ -1,5 +1,5 @@
 """A user's workload: named parameter arrays and inputs, one implementation per framework, and
-optionally a NumPy float64 reference loss (the engine runs it through ``user.workload``)."""
+optionally a NumPy float64 reference loss (the engine runs it through ``model.workload``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A candidate screened by groups of tensors: every tensor at once, halved where a direction disagrees.
 
 The oracle differences the loss along random directions that touch every tensor of a group
-(``fd.groups``); the candidate's gradient, its measured rounding and every term of its tolerance are
+(``oracle.groups``); the candidate's gradient, its measured rounding and every term of its tolerance are
 projected on the same directions (``compare.directions``, the group taken as one vector, each tensor
 keeping its own floor). A group whose directions all agree (at least one judged) judges each of its
 tensors: "judged in a group of N". A group with a direction that disagrees, or none judged, is halved
@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from crosscheck._compare.compare import Comparison
-from crosscheck._workloads.fd.directions import LOCALIZE_ENTRIES, DirectionalEstimate
-from crosscheck._workloads.fd.function import Differences, screen_group
-from crosscheck._workloads.fd.groups import JOINT, Group
-from crosscheck._workloads.user import compare as model_compare
-from crosscheck._workloads.user.rounding import Rounding
+from crosscheck._workloads.model import compare as model_compare
+from crosscheck._workloads.model.oracle.directions import LOCALIZE_ENTRIES, DirectionalEstimate
+from crosscheck._workloads.model.oracle.function import Differences, screen_group
+from crosscheck._workloads.model.oracle.groups import JOINT, Group
+from crosscheck._workloads.model.rounding import Rounding
 
 if TYPE_CHECKING:
-    from crosscheck._workloads.user.judge import GenericJudge
+    from crosscheck._workloads.model.judge import GenericJudge
 
 
 @dataclasses.dataclass(frozen=True)

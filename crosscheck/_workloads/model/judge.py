@@ -25,7 +25,11 @@ from crosscheck._compare.compare import Comparison, Kinks
 from crosscheck._compare.constants import OTHER_DTYPE, WIDEN
 from crosscheck._compare.dtypes import is_low
 from crosscheck._report.report import Verdict
-from crosscheck._workloads.fd.function import (
+from crosscheck._workloads.model import low
+from crosscheck._workloads.model.compare import Answer, Context, entries
+from crosscheck._workloads.model.declare import Workload, as_dtype
+from crosscheck._workloads.model.oracle.estimate import Cost, estimate, seconds_per_evaluation
+from crosscheck._workloads.model.oracle.function import (
     Differences,
     Function,
     Skip,
@@ -34,16 +38,12 @@ from crosscheck._workloads.fd.function import (
     own_loss,
     plan,
 )
-from crosscheck._workloads.fd.threads import THREADS
+from crosscheck._workloads.model.oracle.threads import THREADS
+from crosscheck._workloads.model.rounding import Rounding, measure
+from crosscheck._workloads.model.summary import Findings, Record, against_oracle, summarize
+from crosscheck._workloads.model.workload import WorkloadOracle
+from crosscheck._workloads.model.zeros import Side, confirm, zero_tensors
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
-from crosscheck._workloads.user import low
-from crosscheck._workloads.user.compare import Answer, Context, entries
-from crosscheck._workloads.user.cost import Cost, estimate, seconds_per_evaluation
-from crosscheck._workloads.user.declare import Workload, as_dtype
-from crosscheck._workloads.user.rounding import Rounding, measure
-from crosscheck._workloads.user.summary import Findings, Record, against_oracle, summarize
-from crosscheck._workloads.user.workload import WorkloadOracle
-from crosscheck._workloads.user.zeros import Side, confirm, zero_tensors
 
 #: The case's ``oracle_differentiates`` when no oracle ran: a backend is the reference, or the
 #: reference failed. The table's title says so instead of what an oracle would have differenced.
@@ -57,7 +57,7 @@ class GenericJudge:
     """Each parameter's gradient of a ``Workload`` at one point."""
 
     signature = "grad(params, inputs)"
-    #: It keeps to ``Options.budget`` (``fd.budget``).
+    #: It keeps to ``Options.budget`` (``oracle.budget``).
     budgeted = True
 
     def __init__(self, workload: Workload, point: Point, options: Options) -> None:
@@ -308,7 +308,7 @@ class GenericJudge:
         return self._float32_steps(backend, getattr(backend, "name", name), call)
 
     def _float32_steps(self, backend: Any, side: str, call: Call) -> bool:
-        """Whether ``side``'s float64 loss keeps float32 steps (``fd.precision``'s noise probe: Hugging
+        """Whether ``side``'s float64 loss keeps float32 steps (``oracle.precision``'s noise probe: Hugging
         Face's upcasts), once per side; said in the report's notes."""
         if side not in self.float32_steps:
             function = own_loss(backend, side, self.point, call)

@@ -145,7 +145,7 @@ def measure(
     steps: bool = False,
 ) -> Rounding:
     """The rounding of the candidate ``name`` from its result ``value`` and its re-run ``again``;
-    ``steps``: a float32 case whose float64 re-run keeps float32 steps (``fd.precision``'s noise probe),
+    ``steps``: a float32 case whose float64 re-run keeps float32 steps (``oracle.precision``'s noise probe),
     so that ``|g32 - g64|`` is the difference of two float32 roundings, each permitted its bound."""
     other = OTHER_DTYPE[dtype]
     if not usable(again, shapes, other) or not all(

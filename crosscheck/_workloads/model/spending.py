@@ -1,16 +1,16 @@
 """What the model oracle spent, for the report's ``oracle`` section: how each loss was evaluated
-(``fd.batched``: many points a call, or one, and why) and its budget (``fd.budget``)."""
+(``oracle.batched``: many points a call, or one, and why) and its budget (``oracle.budget``)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from crosscheck._workloads.fd.batched import Batched
-from crosscheck._workloads.fd.budget import line as budget_line
-from crosscheck._workloads.fd.function import Differences
+from crosscheck._workloads.model.oracle.batched import Batched
+from crosscheck._workloads.model.oracle.budget import line as budget_line
+from crosscheck._workloads.model.oracle.function import Differences
 
 if TYPE_CHECKING:
-    from crosscheck._workloads.user.summary import Findings, Record
+    from crosscheck._workloads.model.summary import Findings, Record
 
 
 def section(findings: Findings, records: list[Record]) -> dict[str, Any]:

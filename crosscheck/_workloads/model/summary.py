@@ -24,16 +24,16 @@ import numpy as np
 
 from crosscheck._compare.compare import Comparison, Kinks, structural_problem
 from crosscheck._compare.constants import SAFETY, UNIT_ROUNDOFF
-from crosscheck._workloads.fd.function import Differences, Function, Plan, Skip, localize
-from crosscheck._workloads.user import compare as model_compare
-from crosscheck._workloads.user import groups, spending
-from crosscheck._workloads.user.rounding import Rounding
-from crosscheck._workloads.user.verdict import answers, loss_text, verdict
-from crosscheck._workloads.user.zeros import CONFIRMED, ZeroCheck, judged, reach, unreached_problem
-from crosscheck._workloads.user.zeros import problems as zero_problems
+from crosscheck._workloads.model import compare as model_compare
+from crosscheck._workloads.model import groups, spending
+from crosscheck._workloads.model.oracle.function import Differences, Function, Plan, Skip, localize
+from crosscheck._workloads.model.rounding import Rounding
+from crosscheck._workloads.model.verdict import answers, loss_text, verdict
+from crosscheck._workloads.model.zeros import CONFIRMED, ZeroCheck, judged, reach, unreached_problem
+from crosscheck._workloads.model.zeros import problems as zero_problems
 
 if TYPE_CHECKING:
-    from crosscheck._workloads.user.judge import GenericJudge
+    from crosscheck._workloads.model.judge import GenericJudge
 
 #: The float64 losses at the point may differ by this many float64 unit roundoffs of |loss| beyond
 #: their measured rounding.

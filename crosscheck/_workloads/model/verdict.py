@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from crosscheck._compare.compare import Comparison
 from crosscheck._report.text import plural
-from crosscheck._workloads.fd.function import Differences, Skip
+from crosscheck._workloads.model.oracle.function import Differences, Skip
 
 if TYPE_CHECKING:
-    from crosscheck._workloads.user.summary import Findings, Record
+    from crosscheck._workloads.model.summary import Findings, Record
 
 FUNCTION, DERIVATIVE = "same function", "derivative"
 #: The order of a verdict's clauses: failed, then right, then not checked.

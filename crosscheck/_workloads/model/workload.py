@@ -18,8 +18,8 @@ from crosscheck._backends import (
     load_backend,
     plugin_entry_points,
 )
+from crosscheck._workloads.model.declare import Workload
 from crosscheck._workloads.protocol import Options, OwnArrays, Point
-from crosscheck._workloads.user.declare import Workload
 
 #: float64 copies of a workload's arrays alive at once (see ``GenericWorkload.memory``).
 MEMORY_ARRAYS = 24
@@ -95,7 +95,7 @@ class GenericWorkload(OwnArrays):
     def judge(self, quantity: Any, point: Point, options: Options) -> Any:
         if quantity.name != "grad":
             raise ValueError(f"workload `{self.name}` has no quantity {quantity.name!r}; it checks 'grad'.")
-        from crosscheck._workloads.user.judge import GenericJudge
+        from crosscheck._workloads.model.judge import GenericJudge
 
         return GenericJudge(self.workload, point, options)
 

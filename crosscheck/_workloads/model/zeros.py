@@ -5,7 +5,7 @@ bias moves no output, and both frameworks return zeros (exactly, or at rounding 
 agreeing on zero say nothing about the derivative: with ``--reference torch`` no oracle ran. So the
 judge runs the oracle on those tensors alone: ``PER_TENSOR`` directional differences of each side's own
 float64 loss (the reference backend's and the candidate's), along random directions supported on the
-zero tensors only (``fd.directions``), compared with the side's own gradient projected on them, within
+zero tensors only (``oracle.directions``), compared with the side's own gradient projected on them, within
 the oracle's error bar and the side's measured rounding (``compare.directions``). The directions span
 every zero tensor of a side at once (so the cost does not grow with the model); where they refute the
 zero, each tensor is checked along directions of its own, which names it.
@@ -16,7 +16,7 @@ when a direction disagrees (the loss does depend on it: the derivatives agree, a
 zero from a real derivative), which fails the run as before: a check that did not happen never passes.
 A direction's error bar must be under ``UNJUDGEABLE_FRACTION`` of what the model's RMS gradient would
 give along it (``FLOAT32_FRACTION`` for a loss whose float64 evaluation keeps float32 steps, as the
-oracle's own threshold: ``fd.precision``): a zero derivative has no scale of its own to be judged
+oracle's own threshold: ``oracle.precision``): a zero derivative has no scale of its own to be judged
 against.
 """
 
@@ -28,23 +28,23 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from crosscheck._workloads.fd.directions import directional, make_directions, norm
-from crosscheck._workloads.fd.entries import FLOAT32_FRACTION, UNJUDGEABLE_FRACTION, OracleFailed
-from crosscheck._workloads.fd.function import Skip, batch_guard, own_loss
-from crosscheck._workloads.fd.threads import one_thread
-from crosscheck._workloads.user import compare as model_compare
-from crosscheck._workloads.user.declare import as_dtype
-from crosscheck._workloads.user.rounding import Rounding
+from crosscheck._workloads.model import compare as model_compare
+from crosscheck._workloads.model.declare import as_dtype
+from crosscheck._workloads.model.oracle.directions import directional, make_directions, norm
+from crosscheck._workloads.model.oracle.entries import FLOAT32_FRACTION, UNJUDGEABLE_FRACTION, OracleFailed
+from crosscheck._workloads.model.oracle.function import Skip, batch_guard, own_loss
+from crosscheck._workloads.model.oracle.threads import one_thread
+from crosscheck._workloads.model.rounding import Rounding
 
 if TYPE_CHECKING:
-    from crosscheck._workloads.user.judge import GenericJudge
+    from crosscheck._workloads.model.judge import GenericJudge
 
 #: Directions per zero tensor and side (each ~8 loss evaluations).
 PER_TENSOR = 2
 #: The name of every zero tensor of a side taken as one vector (checked at once, then one by one).
 JOINT = "(every zero tensor)"
 CONFIRMED = "zero by construction: confirmed by differences of each side's own float64 loss"
-#: How ``fd.function.own_loss`` says a side's loss cannot be evaluated in float64 at all.
+#: How ``oracle.function.own_loss`` says a side's loss cannot be evaluated in float64 at all.
 NO_FLOAT64 = "failed in float64"
 
 

@@ -22,9 +22,9 @@ import numpy as np
 from crosscheck._backends import install_hint
 from crosscheck._errors import DetailedError, describe, user_call
 from crosscheck._workloads.losses import floating_outputs, outputs_loss
+from crosscheck._workloads.model.declare import Workload
 from crosscheck._workloads.port import mapping as mapping_module
 from crosscheck._workloads.port.declare import Port
-from crosscheck._workloads.user.declare import Workload
 
 #: The seed of the default loss's projection (``projection_loss``'s own default), recorded in the case.
 SEED = 0

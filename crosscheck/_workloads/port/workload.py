@@ -23,15 +23,15 @@ import numpy as np
 from crosscheck._compare.compare import Comparison
 from crosscheck._compare.constants import OTHER_DTYPE
 from crosscheck._report.report import Report, Section, Verdict
-from crosscheck._workloads.fd.function import Differences
+from crosscheck._workloads.model.declare import as_dtype
+from crosscheck._workloads.model.judge import GenericJudge
+from crosscheck._workloads.model.oracle.function import Differences
+from crosscheck._workloads.model.workload import GenericWorkload
 from crosscheck._workloads.port import localize
 from crosscheck._workloads.port.build import Prepared, case_notes, jax_leaves, torch_implementation
 from crosscheck._workloads.port.declare import Port
 from crosscheck._workloads.port.mapping import render_summary
 from crosscheck._workloads.protocol import Call, Options, OwnArrays, Point, Reference
-from crosscheck._workloads.user.declare import as_dtype
-from crosscheck._workloads.user.judge import GenericJudge
-from crosscheck._workloads.user.workload import GenericWorkload
 
 
 class PortWorkload(OwnArrays):
@@ -242,7 +242,7 @@ class PortJudge:
 
     def _float32_losses(self) -> list[str]:
         """The implementations whose own float64 loss has float32 steps (found by the oracle's noise
-        probe, ``fd.precision``) in a float64 case: their module outputs carry float32's rounding."""
+        probe, ``oracle.precision``) in a float64 case: their module outputs carry float32's rounding."""
         if self.dtype != "float64":
             return []
         findings = self.inner.findings

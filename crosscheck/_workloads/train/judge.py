@@ -23,9 +23,9 @@ from crosscheck._compare import permit
 from crosscheck._compare.compare import Comparison, Tolerance, compare
 from crosscheck._compare.constants import FLOOR_ULPS, SAFETY, UNIT_ROUNDOFF
 from crosscheck._report.report import Section, Verdict
+from crosscheck._workloads.model.declare import as_dtype
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.train import locate, state
-from crosscheck._workloads.user.declare import as_dtype
 
 TERM_HELP = {
     "rounding": (

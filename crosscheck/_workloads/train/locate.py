@@ -73,7 +73,7 @@ def gradients_agree(workload: Any, params: dict, point: Point, call: Call) -> tu
     """Whether the port's JAX gradient agrees with PyTorch's at ``params`` (the generic judge, PyTorch
     as reference, each side's rounding measured): ``(agree, first differing parameter)``, or
     ``(None, why)`` when the check could not run."""
-    from crosscheck._workloads.user.judge import GenericJudge
+    from crosscheck._workloads.model.judge import GenericJudge
 
     inner = workload.port.inner
     at = Point(params, dict(point.inputs), {}, point.dtype)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._errors import describe
-from crosscheck._workloads.fd.entries import evaluate_one
+from crosscheck._workloads.model.oracle.entries import evaluate_one
 
 #: Points in one batched call at most, and bytes of stacked tensors per call at most.
 POINTS = 8
@@ -122,9 +122,9 @@ def _read_only(array: np.ndarray) -> np.ndarray:
 
 
 def joint(batched: Batched, group: Any, params: dict[str, np.ndarray]) -> Batched:
-    """``batched`` as a function of a group's vector (``fd.groups``: ``{JOINT: vector}``), the other
+    """``batched`` as a function of a group's vector (``oracle.groups``: ``{JOINT: vector}``), the other
     tensors at ``params``: each point's vector cut back into the group's tensors."""
-    from crosscheck._workloads.fd.groups import JOINT
+    from crosscheck._workloads.model.oracle.groups import JOINT
 
     one = group.function(batched.one, params)
 

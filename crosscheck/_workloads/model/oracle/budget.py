@@ -2,7 +2,7 @@
 
 A ``Clock`` counts the seconds and loss evaluations the oracle spends, batch by batch of evaluations (each
 through the engine's guarded call): differencing, and probing each implementation's own loss for its noise
-first (``fd.precision``, ``PROBE_EVALUATIONS`` a loss, under its own label). Once the seconds reach the
+first (``oracle.precision``, ``PROBE_EVALUATIONS`` a loss, under its own label). Once the seconds reach the
 budget, the next batch is refused (``OracleFailed`` with ``Clock.message``): the function being
 differenced, and every one after it, is not differenced, so each tensor it would have judged is "not
 checked" and the run fails, never passes (a check that did not happen must fail). A batch already started
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._workloads.fd.entries import OracleFailed
+from crosscheck._workloads.model.oracle.entries import OracleFailed
 
 
 @dataclasses.dataclass

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._workloads.fd.entries import (
+from crosscheck._workloads.model.oracle.entries import (
     FLOAT32_FRACTION,
     FLOAT32_STEP,
     INITIAL_STEP,
@@ -33,7 +33,7 @@ from crosscheck._workloads.fd.entries import (
     base_steps,
     reasons,
 )
-from crosscheck._workloads.fd.stencil import differentiate, evaluations
+from crosscheck._workloads.model.oracle.stencil import differentiate, evaluations
 
 #: Loss evaluations per direction of a smooth loss (before any refinement): the cost model.
 EVALUATIONS_PER_DIRECTION = evaluations()

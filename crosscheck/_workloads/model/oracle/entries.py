@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._workloads.fd.stencil import differentiate, evaluations
+from crosscheck._workloads.model.oracle.stencil import differentiate, evaluations
 
 #: An entry is unjudgeable when its error bar exceeds this fraction of |gradient entry| + the model's
 #: RMS gradient: a relative error of 1e-4 could otherwise hide under it.
@@ -114,7 +114,7 @@ class Evaluator:
     """Evaluations of ``loss`` at points near ``base``, in batches through ``guard``, counted.
 
     The loss sees read-only views of private float64 arrays, which ``batch`` edits for each point (the
-    tensors ``varying``, default all). A ``fd.batched.Batched`` loss is given each batch whole: it makes
+    tensors ``varying``, default all). A ``oracle.batched.Batched`` loss is given each batch whole: it makes
     one call for many points where it can.
     """
 
@@ -143,7 +143,7 @@ class Evaluator:
         what puts it back."""
 
         def run() -> np.ndarray:
-            from crosscheck._workloads.fd.batched import Batched  # it imports this module
+            from crosscheck._workloads.model.oracle.batched import Batched  # it imports this module
 
             if isinstance(self.loss, Batched):  # one call for many points where it can
                 return self.loss.evaluate(shape, perturb, self.work, self.views, self.varying, self.expected)

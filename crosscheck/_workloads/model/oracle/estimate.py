@@ -2,7 +2,7 @@
 run (2 000 one-element tensors screened took 400 s with nothing printed).
 
 ``estimate`` is the one place that turns the oracle's plan into a count of loss evaluations: update it
-with the oracle (``crosscheck._workloads.fd``) when that changes how many evaluations it makes.
+with the oracle (``crosscheck._workloads.model.oracle``) when that changes how many evaluations it makes.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._workloads.fd.directions import EVALUATIONS_PER_DIRECTION
-from crosscheck._workloads.fd.entries import EVALUATIONS_PER_ENTRY, read_only
-from crosscheck._workloads.fd.function import Function
-from crosscheck._workloads.user.declare import as_dtype
+from crosscheck._workloads.model.declare import as_dtype
+from crosscheck._workloads.model.oracle.directions import EVALUATIONS_PER_DIRECTION
+from crosscheck._workloads.model.oracle.entries import EVALUATIONS_PER_ENTRY, read_only
+from crosscheck._workloads.model.oracle.function import Function
 
 #: A run estimated to take longer than this (or, with no time per evaluation, to make more
 #: evaluations than ``LONG_EVALUATIONS``) says its estimate before it starts.
@@ -55,7 +55,7 @@ class Cost:
 
 
 def estimate(plan: Any, params: dict[str, np.ndarray], functions: int, per_evaluation: float | None) -> Cost:
-    """The cost of differencing ``functions`` functions of ``params`` as ``plan`` (``fd.function.Plan``)
+    """The cost of differencing ``functions`` functions of ``params`` as ``plan`` (``oracle.function.Plan``)
     says, each evaluation taking about ``per_evaluation`` seconds (None: unknown)."""
     entries = sum(int(v.size) for v in params.values())
     if plan.mode == "full":

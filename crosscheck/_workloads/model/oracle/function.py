@@ -26,26 +26,26 @@ import numpy as np
 
 from crosscheck._compare.constants import WIDEN
 from crosscheck._errors import describe, reraise_user_interrupt
-from crosscheck._workloads.fd.batched import Batched, joint
-from crosscheck._workloads.fd.budget import Clock
-from crosscheck._workloads.fd.directions import (
+from crosscheck._workloads.model.declare import Workload, as_dtype
+from crosscheck._workloads.model.oracle.batched import Batched, joint
+from crosscheck._workloads.model.oracle.budget import Clock
+from crosscheck._workloads.model.oracle.directions import (
     EVALUATIONS_PER_DIRECTION,
     Direction,
     DirectionalEstimate,
     directional,
 )
-from crosscheck._workloads.fd.entries import (
+from crosscheck._workloads.model.oracle.entries import (
     EVALUATIONS_PER_ENTRY,
     OracleFailed,
     WorkloadEstimate,
     estimate,
     read_only,
 )
-from crosscheck._workloads.fd.groups import JOINT, Group
-from crosscheck._workloads.fd.precision import PROBE_EVALUATIONS, Precision, judge, probe
-from crosscheck._workloads.fd.threads import one_thread
+from crosscheck._workloads.model.oracle.groups import JOINT, Group
+from crosscheck._workloads.model.oracle.precision import PROBE_EVALUATIONS, Precision, judge, probe
+from crosscheck._workloads.model.oracle.threads import one_thread
 from crosscheck._workloads.protocol import Call, Point, Progress
-from crosscheck._workloads.user.declare import Workload, as_dtype
 
 #: ``auto`` differences entry by entry while that costs at most this many evaluations per function
 #: (512 entries), or no more than screening would.
@@ -78,7 +78,7 @@ class Skip:
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """How every function of the run is differenced: ``mode`` full or screen, and why; ``clock`` the
-    oracle's seconds and evaluations, and its budget (``fd.budget``)."""
+    oracle's seconds and evaluations, and its budget (``oracle.budget``)."""
 
     mode: str
     why: str
@@ -102,7 +102,7 @@ class Differences:
     seconds: float = 0.0
     #: Screen mode: each group of tensors screened so far, its directions and the oracle's answer.
     groups: dict[Group, tuple[list[Direction], DirectionalEstimate]] = dataclasses.field(default_factory=dict)
-    #: The run's clock (``fd.budget``): later groups and entries keep to its budget.
+    #: The run's clock (``oracle.budget``): later groups and entries keep to its budget.
     clock: Clock = dataclasses.field(default_factory=Clock)
 
 
@@ -289,7 +289,7 @@ def own_loss(
 ) -> Function | Skip:
     """``name``'s own loss in float64, checked (see the module docstring), or why it cannot be used.
 
-    With the oracle's ``clock`` the noise probe's evaluations count toward its budget (``fd.budget``),
+    With the oracle's ``clock`` the noise probe's evaluations count toward its budget (``oracle.budget``),
     under their own label: a budget spent before or during the probe leaves the loss not differenced.
     """
     loss = _attribute(backend, "loss")
@@ -343,7 +343,7 @@ def probe_label(label: str) -> str:
 
 
 def _batched(backend: Any, loss: Callable[..., Any], i64: dict[str, np.ndarray]) -> Callable[[dict], Any]:
-    """``loss(params, inputs)`` of the parameters, batched (``fd.batched``) where the adapter has
+    """``loss(params, inputs)`` of the parameters, batched (``oracle.batched``) where the adapter has
     ``losses(params, inputs, batched)``."""
     one = lambda p: loss(p, i64)  # noqa: E731
     losses = _attribute(backend, "losses")

@@ -9,7 +9,7 @@ what one tensor's does (``stencil.evaluations``), whatever the number of tensors
 
 The judge screens the group of every tensor first; where a direction disagrees it halves the group
 (``halves``: tensors in declaration order, neighbours together) and screens each half, down to single
-tensors, which are then localized as before (``user.groups``).
+tensors, which are then localized as before (``model.groups``).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._workloads.fd.directions import SEED, Direction
-from crosscheck._workloads.fd.entries import base_steps
+from crosscheck._workloads.model.oracle.directions import SEED, Direction
+from crosscheck._workloads.model.oracle.entries import base_steps
 
 #: The name of a group's tensors taken as one vector.
 JOINT = "(group)"

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._workloads.fd.entries import Evaluator, Guard, base_steps
-from crosscheck._workloads.fd.stencil import EPS64
+from crosscheck._workloads.model.oracle.entries import Evaluator, Guard, base_steps
+from crosscheck._workloads.model.oracle.stencil import EPS64
 
 #: The probe's points on each side of the point.
 HALF = 8
