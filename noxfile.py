@@ -74,10 +74,10 @@ def docs(session: nox.Session) -> None:
 @nox.session(name="docs-claims")
 def docs_claims(session: nox.Session) -> None:
     """Re-run every claim the docs mark (``<!-- claim: ... -->``), the slow ones too (benchmarks, GPT-2):
-    ``tests/test_docs_claims.py`` with ``CROSSCHECK_CLAIMS=all``; ``nox -s tests`` runs the cheap ones.
+    ``tests/docs/test_docs_claims.py`` with ``CROSSCHECK_CLAIMS=all``; ``nox -s tests`` runs the cheap ones.
     """
     _install(session, "all,port,test")
-    session.run("pytest", "tests/test_docs_claims.py", *session.posargs, env={"CROSSCHECK_CLAIMS": "all"})
+    session.run("pytest", "tests/docs/test_docs_claims.py", *session.posargs, env={"CROSSCHECK_CLAIMS": "all"})
 
 
 @nox.session

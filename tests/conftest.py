@@ -9,7 +9,7 @@ import pytest
 
 import crosscheck
 
-sys.path.insert(0, str(Path(__file__).parent))  # tests/exact.py and other helpers
+sys.path.insert(0, str(Path(__file__).parent / "support"))  # planted, hostile, ... (tests/support/)
 
 BUILTINS = ["jax", "torch", "numpy-fd"]
 

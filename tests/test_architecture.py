@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("crosscheck", "backends")
 MAX_MODULE_STATEMENTS = 250
 MAX_FUNCTION_STATEMENTS = 40

@@ -11,8 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
+from paths import ROOT
 
 FRAMEWORKS = ("jax", "jaxlib", "torch")
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 from importlib import metadata
-from pathlib import Path
 
 import pytest
+from paths import ROOT
 
 import crosscheck
 from crosscheck._backends import DISTRIBUTION, install_hint
@@ -16,7 +16,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-PYPROJECT = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
 def test_the_distribution_name_is_not_the_unrelated_crosscheck():

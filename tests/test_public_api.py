@@ -12,8 +12,8 @@ import re
 from pathlib import Path
 
 import pytest
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("crosscheck", "backends")
 #: Exact spellings that are private whatever follows them.
 PRIVATE_STRINGS = (

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from paths import ROOT
 
 import crosscheck
 from crosscheck._cli.main import main
 from crosscheck.testing import assert_gradients_close
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's examples/
+sys.path.insert(0, str(ROOT))  # the repository's examples/
 
 WORKLOAD = crosscheck.Workload(
     name="quadratic",

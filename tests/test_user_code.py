@@ -8,7 +8,7 @@ exit 2 on the command line, a ``ValueError`` from ``crosscheck.run``. One that r
 workload's implementation, a port's ``torch_call`` and ``loss``, a backend's factory) is that
 backend's failure record, exit 1, and the other backends still run. Never exit 0, never a traceback,
 never a ``SystemExit`` or ``KeyboardInterrupt`` out of crosscheck. The misbehaving callables are in
-``tests/usercode.py``.
+``tests/support/usercode.py``.
 """
 
 from __future__ import annotations

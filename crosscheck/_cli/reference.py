@@ -1,7 +1,7 @@
 """The command-line reference as Markdown, made from the parser itself (so it cannot drift from it).
 
 The documentation site's hook (``docs/_hooks/cli_reference.py``) puts ``markdown()`` into
-``docs/reference/cli.md``; ``tests/test_docs.py`` checks that it names every command and option.
+``docs/reference/cli.md``; ``tests/docs/test_docs.py`` checks that it names every command and option.
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 REGISTRY_LINE = 'FRAMEWORKS = ("jax", "torch")\n'
 
 #: The toy framework's folder: one module each, the same files as backends/jax/ and backends/torch/.

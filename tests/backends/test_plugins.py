@@ -15,14 +15,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from paths import PLUGINS, ROOT
 
 import crosscheck
 from crosscheck import BackendBroken
 from crosscheck._cli.main import main
 
-ROOT = Path(__file__).parent.parent
 DEMO = ROOT / "examples" / "crosscheck-plugin-demo"
-BROKEN = Path(__file__).parent / "plugins" / "crosscheck-plugin-broken"
+BROKEN = PLUGINS / "crosscheck-plugin-broken"
 SMALL = ["--layers", "3", "--batch", "2", "--dim", "4"]
 
 #: Each broken entry point and fragments its error must contain.

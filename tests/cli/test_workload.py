@@ -5,13 +5,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import textwrap
-from pathlib import Path
 
 import pytest
+from paths import ROOT
 
 from crosscheck._cli.main import main
 
-ROOT = Path(__file__).resolve().parents[1]
 BUGGY = "examples.gelu_port.mlp_buggy:workload"
 FIXED = "examples.gelu_port.mlp_fixed:workload"
 

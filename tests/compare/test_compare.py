@@ -8,11 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from paths import ROOT
 
 from crosscheck._compare import constants
 from crosscheck._compare.compare import Kinks, Tolerance, compare
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _kinked() -> tuple[np.ndarray, np.ndarray, Kinks]:

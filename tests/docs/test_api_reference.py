@@ -7,15 +7,15 @@ from __future__ import annotations
 import doctest
 import importlib
 import re
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from paths import ROOT
 
 import crosscheck
 
-API = Path(__file__).resolve().parents[1] / "docs" / "reference" / "api.md"
+API = ROOT / "docs" / "reference" / "api.md"
 ENTRIES = re.findall(r"^::: (\S+)$", API.read_text(encoding="utf-8"), flags=re.MULTILINE)
 
 

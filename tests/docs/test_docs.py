@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import planted
 import pytest
+from paths import ROOT
 
 import crosscheck
 from crosscheck._cli.common import UsageError
@@ -23,7 +24,6 @@ from crosscheck._cli.main import build_parser
 from crosscheck._cli.reference import markdown, subcommands
 from crosscheck._sweep.config import MATRIX_DEFAULTS, SCHEMA
 
-ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.rglob("*.md"))
 FENCE = re.compile(r"^```(\w*)\s*$")

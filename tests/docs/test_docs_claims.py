@@ -27,12 +27,11 @@ import re
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 #: Tools from the package index that the docs install by name (not crosscheck).
 TOOLS = {"nox", "pytest"}

@@ -5,7 +5,7 @@ and HVP, a user's workload, ``ste-stack``, a sweep case in process and in a work
 ``assert_gradients_close``, ``replay`` (a bundle saved before the backend misbehaves, and
 ``replay-failed``: one saved after it failed in the run), ``list``, an entry-point plugin, the default
 run with its import strings in worker processes); a behaviour is one hostile backend of
-``tests/hostile.py``. The
+``tests/support/hostile.py``. The
 documented outcome (README "Exit status", design.md "Contracts"): a behaviour in ``FAILS`` makes its
 backend ``failed`` with a one-line error containing the phrase, every other backend still runs and
 passes, the run fails (exit 1); one in ``NOT_FAILURES`` is no failure (status ``ok``, its comparison
@@ -30,13 +30,13 @@ import hostile
 import numpy as np
 import processes
 import pytest
+from paths import PLUGINS
 
 import crosscheck
 from crosscheck._cli.main import main
 from crosscheck.testing import assert_gradients_close
 
-TESTS = Path(__file__).parent
-PLUGINS = [TESTS / "plugins" / "crosscheck-plugin-broken", TESTS / "plugins" / "crosscheck-plugin-hostile"]
+PLUGIN_PACKAGES = [PLUGINS / "crosscheck-plugin-broken", PLUGINS / "crosscheck-plugin-hostile"]
 CASE = {"layers": 3, "batch": 4, "dim": 4, "seed": 1}
 SMALL = ["--layers", "3", "--batch", "4", "--dim", "4", "--seed", "1"]
 BROKEN = "broken-import"  # tests/plugins/crosscheck-plugin-broken: its module's import fails
@@ -154,7 +154,7 @@ def plugin_site(tmp_path_factory) -> Path:
     pytest.importorskip("hatchling", reason="the plugins' build backend (in the `test` extra)")
     site = tmp_path_factory.mktemp("site")
     command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation"]
-    command += ["--no-index", "--target", str(site), *map(str, PLUGINS)]
+    command += ["--no-index", "--target", str(site), *map(str, PLUGIN_PACKAGES)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr
     return site

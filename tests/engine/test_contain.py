@@ -2,7 +2,7 @@
 ``os._exit``, a segfault or a hang (with ``--timeout``) in its code is a failure that names it, exit 1,
 with the report printed; a healthy one passes with the report it has in process (timings aside).
 
-The misbehaving callables are ``tests/usercode.py``'s (``usercode:generate_dies``, ...).
+The misbehaving callables are ``tests/support/usercode.py``'s (``usercode:generate_dies``, ...).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A backend that ends its process (``os._exit``, a segfault) or hangs is that backend's failure record;
 the others are still compared and the run exits 1. Every other hostile behaviour is checked on the
-isolated path in ``tests/test_contract.py`` (path ``cli-isolate``).
+isolated path in ``tests/engine/test_call.py`` (path ``cli-isolate``).
 """
 
 from __future__ import annotations
@@ -18,17 +18,17 @@ from pathlib import Path
 import hostile
 import processes
 import pytest
+from paths import SUPPORT
 
 import crosscheck
 from crosscheck._cli.main import main
 from crosscheck._engine.isolate import decode, encode
 
-TESTS = Path(__file__).parent
 SMALL = ["--layers", "3", "--batch", "4", "--dim", "4", "--seed", "1"]
 
 
 def _env(**extra: str) -> dict[str, str]:
-    path = os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])
+    path = os.pathsep.join([str(SUPPORT), os.environ.get("PYTHONPATH", "")])
     return {**os.environ, "PYTHONPATH": path, **extra}
 
 

@@ -1,4 +1,4 @@
-"""Hostile backends for the contract tests (``tests/test_contract.py``): each misbehaves in one way.
+"""Hostile backends for the contract tests (``tests/engine/test_call.py``): each misbehaves in one way.
 
 A hostile backend computes the right answer by hand (NumPy, float64, rounded to its inputs' dtype) and
 then does one thing a backend must not do, or may do only because crosscheck guards the call. ``KINDS``
@@ -31,7 +31,7 @@ import crosscheck
 #: The ways to misbehave. Those after "accumulates" are helpers: "witness" fails when the inputs it is
 #: given carry a hostile write (a 5.0 or a -0.0), "wrong" returns twice the gradient (a run that fails),
 #: "slow" sleeps 60 s in the call after touching the file named by $HOSTILE_MARKER; "os_exit" and
-#: "segfault" end their process (tests/test_isolate.py runs them in worker processes).
+#: "segfault" end their process (tests/engine/test_isolate.py runs them in worker processes).
 KINDS = (
     "none",  # returns None
     "raises",  # raises ValueError("boom")
@@ -314,7 +314,7 @@ class _Hostile:
         self._acc = _Accumulator()
 
     def info(self) -> dict[str, str]:
-        return {"framework": "numpy (tests/hostile.py)", "version": "", "device": "cpu"}
+        return {"framework": "numpy (tests/support/hostile.py)", "version": "", "device": "cpu"}
 
 
 class StackGrad(_Hostile):

@@ -1,5 +1,5 @@
 """The tests that signal a real ``crosscheck`` process (Ctrl-C, SIGTERM): start it with the slow hostile
-backend (``tests/hostile.py``), wait until that backend has started, and find its worker processes and
+backend (``tests/support/hostile.py``), wait until that backend has started, and find its worker processes and
 whether they still live (Linux: from ``/proc``)."""
 
 from __future__ import annotations
@@ -11,14 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
-
-TESTS = Path(__file__).parent
+from paths import SUPPORT
 
 
 def start(command: list[str], cwd: Path, marker: Path) -> subprocess.Popen:
     """``command`` in a new process, ``tests/`` importable, the slow backend told to write ``marker``
     once it runs; stdout and stderr together, as text."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SUPPORT), os.environ.get("PYTHONPATH", "")])}
     env["HOSTILE_MARKER"] = str(marker)
     # A shell without job control starts background commands with SIGINT ignored, and a child inherits
     # that; a Python handler here is reset to the default in the child instead.

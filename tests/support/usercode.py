@@ -23,7 +23,7 @@ BEHAVIOURS = ("exit", "raises", "kbint", "writes", "dies", "crashes", "hangs", "
 def act(behaviour: str, arrays: Any = None) -> None:
     """Do ``behaviour``: ``sys.exit(0)``, raise, raise ``KeyboardInterrupt`` (not a Ctrl-C), write
     to the first array of ``arrays`` (a dict, or one array); or, for a contained run
-    (``tests/test_contain.py``), end the process with ``os._exit(0)``, crash it (a segfault), hang
+    (``tests/engine/test_contain.py``), end the process with ``os._exit(0)``, crash it (a segfault), hang
     in Python, hang holding the GIL (C's ``sleep`` through ``ctypes.PyDLL``), or press Ctrl-C in the
     parent (SIGINT to it: only in a contained run's worker) and hang until that stops it."""
     if behaviour == "exit":

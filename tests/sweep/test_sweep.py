@@ -10,18 +10,17 @@ import io
 import json
 import os
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import processes
 import pytest
+from paths import SUPPORT
 
 from crosscheck._cli.main import main
 from crosscheck._cli.sweep import render, write_junit
 from crosscheck._sweep.engine import CRASHED, STACK, sweep
 
-TESTS = Path(__file__).parent
 BACKEND = "sweep_planted:by_dim"
-#: d -> what the planted backend does there (see tests/sweep_planted.py).
+#: d -> what the planted backend does there (see tests/support/sweep_planted.py).
 EXPECTED = {2: "passed", 3: "crashed", 4: "failed", 5: "timeout"}
 TIMEOUT = 3.0
 
@@ -62,7 +61,7 @@ def cluster():
     settings = {"distributed.scheduler.allowed-failures": 0}
     with pytest.MonkeyPatch.context() as mp:
         # Worker processes find the planted backends (tests/) and this checkout like the test process.
-        mp.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+        mp.setenv("PYTHONPATH", os.pathsep.join([str(SUPPORT), os.environ.get("PYTHONPATH", "")]))
         with (
             dask.config.set(settings),
             distributed.LocalCluster(

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from paths import ROOT
 
 import crosscheck
 from crosscheck._cli.main import main
@@ -17,10 +17,9 @@ from crosscheck._workloads.model.oracle.entries import EVALUATIONS_PER_ENTRY
 from crosscheck._workloads.model.oracle.function import AUTO_EVALUATIONS, plan
 from crosscheck._workloads.model.rounding import ran_in_float32
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the examples/ package of the repository
 
-from examples.no_reference import ATTENTION, mlp  # noqa: E402
+from examples.no_reference import ATTENTION, mlp
 
 needs_frameworks = pytest.mark.skipif(
     importlib.util.find_spec("jax") is None or importlib.util.find_spec("torch") is None,

@@ -5,20 +5,19 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from paths import ROOT
 
 import crosscheck
 from crosscheck._workloads.model.oracle.entries import estimate
 from crosscheck._workloads.registry import load_workload
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the examples/ package of the repository
 
-from examples import healthy  # noqa: E402
-from examples.gelu_port import mlp_buggy, mlp_fixed  # noqa: E402
+from examples import healthy
+from examples.gelu_port import mlp_buggy, mlp_fixed
 
 
 def _linear(**overrides):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from paths import ROOT
 
 import crosscheck
 
@@ -205,7 +206,6 @@ def test_each_planted_function_convnet_bug_is_located(convnet_function, bug):
 
 
 def test_the_cli_turns_a_bad_listing_into_exit_2(convnet_function, monkeypatch, capsys):
-    from pathlib import Path
 
     from crosscheck._cli.main import main
 
@@ -213,7 +213,7 @@ def test_the_cli_turns_a_bad_listing_into_exit_2(convnet_function, monkeypatch, 
                           jax_params=convnet_function.parameters(), inputs=convnet_function.images,
                           jax_intermediates=["conv1", "bn"])  # fmt: skip
     monkeypatch.setattr(convnet_function, "bad", bad, raising=False)
-    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    monkeypatch.chdir(ROOT)
     # --no-isolate: the port is patched into the module in this process only.
     assert main(["run", "--workload", "examples.port.convnet_function:bad", "--no-isolate"]) == 2
     err = capsys.readouterr().err

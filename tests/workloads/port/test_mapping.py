@@ -5,7 +5,6 @@ table a refused mapping prints on the command line."""
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,7 +14,6 @@ from crosscheck._errors import DetailedError
 from crosscheck._workloads.port import mapping
 from crosscheck._workloads.port.mapping import Tensor
 
-ROOT = Path(__file__).resolve().parents[1]
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
 
 
@@ -227,7 +225,7 @@ def test_the_command_line_prints_the_table_of_a_refused_mapping(monkeypatch, cap
 
     # A module on disk: the port runs in a worker process, which sends the table back with the error.
     (tmp_path / "refused_port_module.py").write_text(
-        "from test_port_mapping import _port\nport = _port(None)\n"
+        "from tests.workloads.port.test_mapping import _port\nport = _port(None)\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     assert main(["run", "--workload", "refused_port_module:port", "--reference", "torch"]) == 2

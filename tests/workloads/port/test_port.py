@@ -6,16 +6,15 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
+from paths import ROOT
 
 import crosscheck
 from crosscheck._workloads.port import mapping
 from crosscheck._workloads.port.mapping import Tensor
 
-ROOT = Path(__file__).resolve().parents[1]
 needs = {
     name: pytest.mark.skipif(importlib.util.find_spec(name) is None, reason=f"needs {name}")
     for name in ("flax", "torch", "transformers", "equinox")

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import numpy as np
 import planted
 import pytest
+from paths import ROOT
 
 import crosscheck
 from crosscheck._cli.main import main
 from crosscheck._workloads.stack.explain import verdict
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's examples/
+sys.path.insert(0, str(ROOT))  # the repository's examples/
 from examples.planted_bugs import BackwardBugAtLayer5  # the guides' planted backend
 
 

@@ -168,7 +168,7 @@ def test_the_cli_runs_16_bits(capsys, dtype):
 
 
 def test_a_workload_runs_in_16_bits(capsys):
-    # Workloads and ports in 16 bits: tests/test_mixed_precision_workloads.py.
+    # Workloads and ports in 16 bits: tests/workloads/model/test_low_precision.py.
     status = main(["run", "--workload", "ste-stack", "--dtype", "bfloat16", "--no-isolate"])
     out = " ".join(capsys.readouterr().out.split())
     assert status == 0 and "verdict of `jax`: agrees in bfloat16" in out, out
@@ -178,7 +178,7 @@ def test_a_bfloat16_bundle_replays_bit_for_bit(tmp_path, capsys):
     # .npy has no bfloat16: the bundle stores its bits and names the dtype; replay gets bfloat16 back.
     path = str(tmp_path / "low.npz")
     options = ["--layers", "3", "--batch", "3", "--dim", "4", "--dtype", "bfloat16"]
-    status = main(["run", *options, "--backend", "tests.planted:no_last_relu", "--save-bundle", path])
+    status = main(["run", *options, "--backend", "planted:no_last_relu", "--save-bundle", path])
     assert status == 1
     capsys.readouterr()
     assert main(["replay", path, "--trust"]) == 0, capsys.readouterr().out

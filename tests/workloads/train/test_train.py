@@ -50,7 +50,7 @@ def _train(bug=None, **kwargs):
 
 
 def tiny_train():
-    """The healthy tiny train, for import strings (``tests.test_train:tiny_train``)."""
+    """The healthy tiny train, for import strings (``tests.workloads.train.test_train:tiny_train``)."""
     return _train()
 
 
@@ -228,7 +228,13 @@ def test_junit_has_a_case_per_parameter_and_the_verdict(tmp_path):
     import xml.etree.ElementTree as ET
 
     path = tmp_path / "update.xml"
-    args = ["--workload", "tests.test_train:tiny_train_decay_all", "--quantity", "update", "--no-isolate"]
+    args = [
+        "--workload",
+        "tests.workloads.train.test_train:tiny_train_decay_all",
+        "--quantity",
+        "update",
+        "--no-isolate",
+    ]
     assert main(["run", *args, "--junit", str(path)]) == 1
     suite = ET.parse(path).getroot().find("testsuite")
     names = [case.get("name") for case in suite.findall("testcase")]
@@ -243,7 +249,7 @@ def test_a_sweep_checks_a_train_s_update(tmp_path):
     import json
 
     out = tmp_path / "sweep.json"
-    args = ["--workload", "tests.test_train:tiny_train", "--jobs", "0", "--json", str(out)]
+    args = ["--workload", "tests.workloads.train.test_train:tiny_train", "--jobs", "0", "--json", str(out)]
     assert main(["sweep", *args]) == 0
     (record,) = json.loads(out.read_text())["cases"]
     assert record["report"]["quantity"] == "update", record["report"]["quantity"]

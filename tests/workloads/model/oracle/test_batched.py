@@ -150,7 +150,8 @@ def test_the_stack_refuses_a_budget():
 def test_a_budget_that_runs_out_fails_the_run_and_says_what_finishing_costs(tmp_path):
     path = tmp_path / "report.json"
     code = main(
-        ["run", "--workload", "tests.test_oracle_batched:HEALTHY", "--no-isolate", "--budget", "1e-9"]
+        ["run", "--workload", "tests.workloads.model.oracle.test_batched:HEALTHY", "--no-isolate"]
+        + ["--budget", "1e-9"]
         + ["--json", str(path)]
     )
     assert code == 1  # a check that did not happen fails
