@@ -45,8 +45,9 @@ def lint(session: nox.Session) -> None:
     Installs no framework: mypy reads the types of numpy, rich and tomli (Python 3.10's TOML reader)
     and skips JAX's and PyTorch's.
     """
-    # import-linter 2.17: "a | b" layers and the "protected" contract type (pyproject.toml).
-    session.install("ruff", "import-linter>=2.17", "mypy", "numpy", "rich", "tomli")
+    # import-linter 2.17: "a | b" layers and the "protected" contract type (pyproject.toml). The lint
+    # tools are pinned in constraints.txt: CI runs this session, and a new rule must not fail a clean clone.
+    session.install("ruff", "import-linter>=2.17", "mypy", "numpy", "rich", "tomli", *CONSTRAINTS)
     # The package itself, without its dependencies, so that both tools resolve `crosscheck`.
     session.install("-e", ".", "--no-deps")
     session.run("ruff", "check", ".", *session.posargs)
