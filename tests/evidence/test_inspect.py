@@ -232,10 +232,12 @@ def test_inspect_reports_a_backend_that_exits_and_goes_on(capsys):
     pytest.importorskip("torch")
     from crosscheck._cli.main import main
 
-    status = main(["inspect", "--backend", "test_inspect:ExitsWhenInspected", "--backend", "torch"])
+    status = main(
+        ["inspect", "--backend", "tests.evidence.test_inspect:ExitsWhenInspected", "--backend", "torch"]
+    )
     out = capsys.readouterr().out
     assert status == 1
-    assert "test_inspect:ExitsWhenInspected: failed: SystemExit: 0 (sys.exit was called" in out
+    assert "tests.evidence.test_inspect:ExitsWhenInspected: failed: SystemExit: 0 (sys.exit was called" in out
     assert "torch (torch): ok" in out  # the next backend was still inspected
 
 
