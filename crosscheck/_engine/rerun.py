@@ -1,4 +1,5 @@
-"""``crosscheck replay``: re-run a bundle's backends through the guarded call; bit for bit or not.
+"""``crosscheck replay`` in this process: re-run a bundle's backends through the guarded call; bit for bit
+or not (``replay.py`` is the front: it builds the request that ``execute`` runs here, or in a worker).
 
 A bundle is a file someone sent, and its import strings are code: by default only the built-in
 backends (and built-in workloads) are run again, and every import string is listed as not run;
@@ -9,22 +10,16 @@ each backend runs as the run ran it: a candidate through the judge's ``evaluate`
 through its ``reference`` (the oracle estimates again, every entry). An import string runs in its own
 worker process (``isolate``), as in ``crosscheck run``. Each value is compared with the saved one,
 parameter by parameter.
-
-Every backend the bundle records is a row, and only a row that came back bit for bit counts as
-reproduced (``reproduced``): one not run (an untrusted import string, no spec), one that failed or was
-skipped in the run (no value saved; re-run when it can be, to say what it does now) fails the replay.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import numpy as np
 
 from crosscheck._backends import BUILTINS, ORACLE
-from crosscheck._engine import contain
 from crosscheck._engine.driver import Caller
 from crosscheck._engine.isolate import Worker, foreign, load_isolated
 from crosscheck._engine.load import load
@@ -41,119 +36,23 @@ NOT_RUN = "not run"
 REPRODUCED = "bit for bit"
 #: The status of a backend the bundle names no spec for.
 NO_SPEC = "not replayable"
-#: What the verdict calls each status that is not ``REPRODUCED`` (by its start), in this order.
-_KINDS = (
-    ("differs", "differ"),
-    ("failed originally", "failed originally"),
-    ("skipped originally", "skipped originally"),
-    ("not ok originally", "were not ok originally"),
-    ("no value saved", "have no value saved"),
-    (NOT_RUN, "not run (import strings are code)"),
-    (NO_SPEC, "not replayable"),
-    ("failed", "failed in the replay"),
-)
-
 Rerun = Callable[[str | None, Any, Any], dict[str, Any]]
 
 
-def replay(
-    bundle: dict[str, Any],
-    *,
-    trust: bool | Collection[str] = False,
-    timeout: float | None = None,
-    isolate: bool | str = "auto",
-) -> list[dict[str, Any]]:
-    """Re-run every backend of the bundle that can be loaded again and is trusted; say whether each
-    reproduces bit for bit. Every backend the bundle records is a row: those with a saved value, and
-    those the run recorded without one (it failed, or was skipped).
-
-    Args:
-        trust: ``True`` runs every import string the bundle names (its workload's too); a collection
-            runs those it names; ``False`` only the built-ins.
-        timeout: seconds each backend call may take (None: no limit).
-        isolate: which backends run in a worker process, as for ``crosscheck.run`` (``"auto"``: import
-            strings and plugins; ``True``: every one but the oracle; ``False``: none).
-
-    Returns:
-        One row per backend of the bundle: ``backend``, ``spec`` (None: an object, which cannot be
-        loaded again), ``status`` (``bit for bit``, ``differs``, ``failed: ...``, ``failed
-        originally``, ``skipped originally``, ``no value saved``, ``not replayable ...``, ``not run``),
-        a ``detail`` (for a backend that was not ok originally: what it did then, and what it did now),
-        and ``untrusted`` (``"backend"`` or ``"workload"``) when an import string was not run. Only
-        ``bit for bit`` is reproduced (``reproduced(rows)``).
-
-    Raises:
-        ValueError: the bundle's case record does not make its arrays, or its user arrays are not
-            valid (``replay_case.check_case``).
-    """
-    if contain.wanted(bundle["workload"], isolate) and trusted(bundle["workload"], trust, workload=True):
-        return _contained(bundle, trust, timeout, isolate)
-    return _replay(bundle, trust, timeout, isolate)
-
-
-def _replay(
+def rerun(
     bundle: dict[str, Any], trust: bool | Collection[str], timeout: float | None, isolate: bool | str
 ) -> list[dict[str, Any]]:
-    """``replay``, in this process."""
+    """A row per backend of the bundle (``replay.replay`` says what each holds), in this process."""
     records = bundle["meta"]["report"]["backends"]
     saved = bundle["gradients"]
-    rerun = _replayer(bundle, trust, timeout, isolate)
+    again = _replayer(bundle, trust, timeout, isolate)
     rows = []
     for name in [*saved, *(name for name in records if name not in saved)]:
         record, value = records.get(name), saved.get(name)
         spec = _spec(record)
-        now = rerun(spec, record, value)
+        now = again(spec, record, value)
         rows.append({"backend": name, "spec": spec, **_against_original(record, value, now)})
     return rows
-
-
-def _contained(
-    bundle: dict[str, Any], trust: bool | Collection[str], timeout: float | None, isolate: bool | str
-) -> list[dict[str, Any]]:
-    """The replay of a bundle whose workload is an import string (code from elsewhere), in a worker
-    process; a worker that died or hung fails every backend's row, naming the workload."""
-    request: dict[str, Any] = {"bundle": bundle, "trust": trust if isinstance(trust, bool) else list(trust)}
-    request.update(timeout=timeout, isolate=isolate)
-    try:
-        rows: list[dict[str, Any]] = contain.contained(JOB, request, timeout=timeout, progress=None)
-    except contain.WorkerStopped as stopped:
-        why = one_line(f"failed: workload `{bundle['workload']}`: {stopped} while {stopped.doing}")
-        records = bundle["meta"]["report"]["backends"]
-        names = [*bundle["gradients"], *(name for name in records if name not in bundle["gradients"])]
-        return [
-            {"backend": name, "spec": _spec(records.get(name)), "status": why, "detail": ""} for name in names
-        ]
-    return rows
-
-
-#: What a contained replay's worker runs: ``job``, below.
-JOB = "crosscheck._engine.replay:job"
-
-
-def job(request: dict[str, Any], *, progress: Any) -> list[dict[str, Any]]:
-    """In a contained replay's worker: the replay, in process there (a backend's import string in a
-    worker of its own, as ``isolate`` says)."""
-    return _replay(request["bundle"], request["trust"], request["timeout"], request["isolate"])
-
-
-def reproduced(rows: list[dict[str, Any]]) -> bool:
-    """Whether a replay reproduced its bundle: some backend, and every one bit for bit."""
-    return bool(rows) and all(row["status"] == REPRODUCED for row in rows)
-
-
-def verdict(rows: list[dict[str, Any]]) -> str:
-    """One line: ``REPRODUCED bit for bit: ...``, or ``NOT REPRODUCED: `` and how many backends did not,
-    by kind (plain text: counts and fixed words only)."""
-    if reproduced(rows):
-        return f"REPRODUCED bit for bit: all {len(rows)} backends of the bundle"
-    if not rows:
-        return "NOT REPRODUCED: the bundle records no backend"
-    kinds = Counter(_kind(row["status"]) for row in rows if row["status"] != REPRODUCED)
-    return "NOT REPRODUCED: " + "; ".join(f"{n} of {len(rows)} backends {kind}" for kind, n in kinds.items())
-
-
-def _kind(status: str) -> str:
-    return next((label for start, label in _KINDS if status.startswith(start)), "did not reproduce")
 
 
 def _replayer(
@@ -177,7 +76,7 @@ def _replayer(
         return lambda *_: {"status": one_line(why), "detail": ""}
     names = _builtin_names(workload)
 
-    def rerun(spec: str | None, record: Any, value: Any) -> dict[str, Any]:
+    def run_again(spec: str | None, record: Any, value: Any) -> dict[str, Any]:
         if spec is None:
             detail = "the bundle names no backend to load for it (an object passed in Python cannot be)"
             return {"status": NO_SPEC, "detail": detail}
@@ -188,7 +87,16 @@ def _replayer(
         worker = Worker(bundle["workload"], spec) if isolated else None
         return _rerun(workload, judge, call, (spec, worker), reference, value)
 
-    return rerun
+    return run_again
+
+
+def halted(bundle: dict[str, Any], why: str) -> list[dict[str, Any]]:
+    """The rows of a replay whose worker stopped before it sent them: every backend failed, ``why``."""
+    records = bundle["meta"]["report"]["backends"]
+    names = [*bundle["gradients"], *(name for name in records if name not in bundle["gradients"])]
+    return [
+        {"backend": name, "spec": _spec(records.get(name)), "status": why, "detail": ""} for name in names
+    ]
 
 
 def _against_original(record: Any, value: Any, now: dict[str, Any]) -> dict[str, Any]:
