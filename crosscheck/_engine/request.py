@@ -14,7 +14,7 @@ from typing import Any
 
 from crosscheck._backends import ORACLE
 from crosscheck._engine.quantity import QUANTITIES
-from crosscheck._engine.records import Execution, Oracle, Slack
+from crosscheck._engine.records import Execution, Oracle, Slack, spell
 from crosscheck._workloads.protocol import Progress
 
 #: The front doors, for the spelling of an option in a message: a keyword, or a command-line option.
@@ -93,13 +93,6 @@ class Request:
             **callables,
         )
         return cls(**data)
-
-
-def spell(name: str, value: Any = None, *, front: str) -> str:
-    """``name`` as ``front`` spells it: the CLI's ``--oracle-mode full``, the API's ``oracle_mode='full'``."""
-    if front == "cli":
-        return f"--{name.replace('_', '-')}" + ("" if value is None else f" {value}")
-    return name if value is None else f"{name}={value!r}"
 
 
 def check_request(request: Request) -> None:

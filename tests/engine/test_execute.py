@@ -149,6 +149,12 @@ REFUSED = {
         "`quantity='update'` and `steps` go together with a crosscheck.Train workload (a port and an "
         "optimizer on each side); workload `stack` checks grad, hvp.",
     ),
+    "rtol-alone": (
+        ["--rtol", "1e-3"],
+        {"rtol": 1e-3},
+        "`--rtol` and `--atol` must be given together or not at all; found only `--rtol`.",
+        "`rtol` and `atol` must be given together or not at all; found only `rtol`.",
+    ),
     "weights-alone": (
         ["--weights", "w.npy"],
         {"weights": W},
