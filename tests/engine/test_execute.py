@@ -78,9 +78,10 @@ def test_replay_builds_one_request_and_calls_execute(requests, tmp_path, monkeyp
     assert len(requests) == 1 and requests[0].bundle is not None
 
 
-def test_a_contained_check_sends_its_request_to_the_engines_one_job(requests, tmp_path, monkeypatch):
+def test_a_contained_check_sends_its_request_to_the_engines_one_job(requests, tmp_path, monkeypatch, capsys):
     # The parent builds the request and calls execute, which hands the request, as data, to the engine's
-    # job (never the CLI's); the worker's job calls execute again, there (here: in this process).
+    # job (never the CLI's); the worker's job calls execute again, there (here: in this process), and
+    # sends the plan's outlook back as data for the CLI's note.
     (tmp_path / "small_workload.py").write_text(WORKLOAD)
     monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
     monkeypatch.delitem(sys.modules, "small_workload", raising=False)
@@ -91,8 +92,10 @@ def test_a_contained_check_sends_its_request_to_the_engines_one_job(requests, tm
         return execute.job(decode(encode(data)), progress=progress, announce=announce)
 
     monkeypatch.setattr(contain, "contained", worker)
+    monkeypatch.setattr("crosscheck._cli.run.MEMORY_NOTE_BYTES", 1)
     argv = ["run", "--workload", "small_workload:lin", "--backend", "small_workload:grad", "--quiet"]
     assert main(argv) == 0
+    assert "crosscheck: this case needs about " in capsys.readouterr().err
     report = crosscheck.run(workload="small_workload:lin", backends=["small_workload:grad"], repeat=1)
     assert report.passed
     assert jobs == [execute.JOB, execute.JOB] and execute.JOB == "crosscheck._engine.execute:job"
@@ -186,3 +189,15 @@ def test_the_api_and_the_cli_refuse_the_same_things(case, tmp_path, monkeypatch,
     assert capsys.readouterr().err == f"crosscheck: error: {cli_message}\n"
     with pytest.raises(ValueError, match=f"^{re.escape(api_message)}$"):
         crosscheck.run(**keywords, backends=["numpy-fd"], isolate=False)
+
+
+def test_a_contained_runs_note_comes_back_from_its_worker(tmp_path, monkeypatch, capsys):
+    # A real worker process: the outlook crosses the pipe as an "announce" message, and the parent's
+    # CLI prints the note (the worker prints nothing of its own).
+    (tmp_path / "small_workload.py").write_text(WORKLOAD)
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    monkeypatch.setattr("crosscheck._cli.run.MEMORY_NOTE_BYTES", 1)
+    argv = ["run", "--workload", "small_workload:lin", "--backend", "small_workload:grad", "--quiet"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert err.count("crosscheck: this case needs about ") == 1, err
