@@ -335,13 +335,15 @@ def _check_plot_and_bundle(args: argparse.Namespace) -> None:
 
 
 def _check_budget(args: argparse.Namespace) -> None:
-    """``--budget``: a positive, finite number of seconds (argparse refused what is not a number)."""
-    from crosscheck._engine.records import Oracle
+    """``--budget``: a positive, finite number of seconds (argparse refused what is not a number); the
+    rule of ``crosscheck.Oracle``, spelled as an option."""
+    from crosscheck._engine.records import check_budget
 
-    try:
-        Oracle(budget=args.budget)
-    except ValueError as exc:
-        raise UsageError(str(exc).replace("`budget`", "`--budget`")) from exc
+    if args.budget is not None:
+        try:
+            check_budget(args.budget, front="cli")
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
 
 
 def _write_plot_and_bundle(args: argparse.Namespace, report: Any) -> None:

@@ -83,9 +83,7 @@ class Oracle:
     def __post_init__(self) -> None:
         _check_positive("directions", self.directions)
         if self.budget is not None:
-            number = isinstance(self.budget, (int, float)) and not isinstance(self.budget, bool)
-            if not (number and np.isfinite(self.budget) and self.budget > 0):
-                raise ValueError(f"`budget` must be a positive number of seconds, found {self.budget!r:.60}.")
+            check_budget(self.budget)
             object.__setattr__(self, "budget", float(self.budget))
         if self.mode not in ORACLE_MODES:
             raise ValueError(f"`oracle_mode` must be one of {', '.join(ORACLE_MODES)}; found {self.mode!r}.")
@@ -163,6 +161,15 @@ def check_pair(rtol: float | None, atol: float | None, *, front: str = "api") ->
         raise ValueError(
             f"`{spell('rtol', front=front)}` and `{spell('atol', front=front)}` must be given together or "
             f"not at all; found only `{given}`."
+        )
+
+
+def check_budget(budget: Any, *, front: str = "api") -> None:
+    """A budget is a positive, finite number of seconds (``ValueError`` naming it)."""
+    number = isinstance(budget, (int, float)) and not isinstance(budget, bool)
+    if not (number and np.isfinite(budget) and budget > 0):
+        raise ValueError(
+            f"`{spell('budget', front=front)}` must be a positive number of seconds, found {budget!r:.60}."
         )
 
 

@@ -14,6 +14,7 @@ import pytest
 import crosscheck
 from crosscheck._cli.main import main
 from crosscheck._engine import contain, execute
+from crosscheck._engine.contain_worker import _job
 from crosscheck._engine.isolate_worker import decode, encode
 from crosscheck._engine.replay import replay
 from crosscheck._engine.request import Request
@@ -158,6 +159,12 @@ REFUSED = {
         "`--rtol` and `--atol` must be given together or not at all; found only `--rtol`.",
         "`rtol` and `atol` must be given together or not at all; found only `rtol`.",
     ),
+    "budget": (
+        ["--budget", "0"],
+        {"budget": 0.0},
+        "`--budget` must be a positive number of seconds, found 0.0.",
+        "`budget` must be a positive number of seconds, found 0.0.",
+    ),
     "weights-alone": (
         ["--weights", "w.npy"],
         {"weights": W},
@@ -201,3 +208,13 @@ def test_a_contained_runs_note_comes_back_from_its_worker(tmp_path, monkeypatch,
     assert main(argv) == 0
     err = capsys.readouterr().err
     assert err.count("crosscheck: this case needs about ") == 1, err
+
+
+@pytest.mark.parametrize(
+    "job", ["crosscheck._cli.run:run", "os:system", "crosscheck.testing:failure_message"]
+)
+def test_a_worker_runs_the_engines_job_only(job):
+    # The engine may not import the CLI (the layers): a worker loading it by string went past that.
+    with pytest.raises(RuntimeError, match="a contained run's job must be the engine's own"):
+        _job(job)
+    assert _job(execute.JOB) is execute.job
