@@ -113,7 +113,8 @@ def run(
     steps: int | None = None,
 ) -> Report:
     """Run one case (generated, or the given arrays) and cross-check every backend's gradient: the flat
-    form of ``check``, which it calls with the workload and the records it builds from these keywords.
+    form of ``check``, whose request it builds from these keywords (the workload's options: those
+    changed from their defaults, each one the workload takes).
 
     Args:
         weights: your own weights ``(L, d, d)`` (float32 or float64) with ``x`` (``Stack.from_arrays``);
