@@ -96,12 +96,17 @@ class Request:
 
 
 def check_request(request: Request) -> None:
-    """The rules of the records that need no workload, before any code runs.
+    """The rules that need no workload, before any code runs, in the CLI's order: the arrays' rules
+    (``check_arrays``; the CLI checks them before it reads either file), then ``directions`` with a full
+    oracle (it never screens).
 
     Raises:
-        ValueError: ``directions`` with a full oracle (it never screens).
+        ValueError: the first rule broken.
     """
     front = request.front
+    arrays = {k: v for k, v in (request.options or {}).items() if k in ("weights", "x")}
+    if arrays:
+        check_arrays(arrays, {**_case_given(request), **(request.options or {})}, front=front)
     if request.oracle.directions != Oracle().directions and request.oracle.mode == "full":
         screen, full = (spell("oracle_mode", mode, front=front) for mode in ("screen", "full"))
         raise ValueError(
@@ -144,8 +149,7 @@ def configure(workload: Any, request: Request) -> Any:
 
     Raises:
         ValueError: the first option it does not take (a ``Train``'s ``quantity='update'`` and ``steps``
-            go together, with it only), the arrays' rules (``check_arrays``), or what its ``configure``
-            refuses.
+            go together, with it only), or what its ``configure`` refuses.
     """
     if request.options is None:  # ``check``'s: the workload as given
         return workload
@@ -165,7 +169,4 @@ def configure(workload: Any, request: Request) -> Any:
             f"`{workload.name}` defines its own arrays (it takes {spell('dtype', front=front)} and "
             f"{spell('seed', front=front)})."
         )
-    arrays = {k: v for k, v in request.options.items() if k in ("weights", "x")}
-    if arrays:
-        check_arrays(arrays, {**_case_given(request), **request.options}, front=front)
     return workload.configure(**request.options) if request.options else workload

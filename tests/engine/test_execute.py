@@ -153,6 +153,12 @@ REFUSED = {
         "`quantity='update'` and `steps` go together with a crosscheck.Train workload (a port and an "
         "optimizer on each side); workload `stack` checks grad, hvp.",
     ),
+    "weights-alone-elsewhere": (  # the arrays' rule first, before the workload is loaded, on both
+        ["--workload", "ste-stack", "--weights", "w.npy"],
+        {"workload": "ste-stack", "weights": W},
+        "`--weights` and `--x` must be given together; found only `--weights`.",
+        "`weights` and `x` must be given together; found only `weights`.",
+    ),
     "rtol-alone": (
         ["--rtol", "1e-3"],
         {"rtol": 1e-3},
