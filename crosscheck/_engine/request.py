@@ -25,7 +25,8 @@ DTYPE, SEED = "float32", 0
 
 @dataclasses.dataclass(frozen=True)
 class Request:
-    """One check: the workload, the options that configure it, and the records of ``crosscheck.check``.
+    """One check (or one replay): the workload, the options that configure it, and the records of
+    ``crosscheck.check``.
 
     Attributes:
         workload: a workload object, a built-in name or an import string (None: the stack).
@@ -104,6 +105,8 @@ def check_request(request: Request) -> None:
         ValueError: the first rule broken.
     """
     front = request.front
+    if front not in FRONTS:  # a programming error: every front door sets its own
+        raise ValueError(f"`front` must be one of {', '.join(FRONTS)}, found {front!r:.40}.")
     arrays = {k: v for k, v in (request.options or {}).items() if k in ("weights", "x")}
     if arrays:
         check_arrays(arrays, {**_case_given(request), **(request.options or {})}, front=front)
