@@ -239,7 +239,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_run(inputs, caps
     pytest.importorskip("matplotlib")
     argv, phrase = OUTPUTS[kind]
     ran = []
-    monkeypatch.setattr("crosscheck._engine.run.drive", ran.append)
+    monkeypatch.setattr("crosscheck._engine.execute.drive", ran.append)
     before = {name: Path(name).read_bytes() for name in ("w.npy", "x.npy")}
     assert main([*inputs, *argv]) == 2
     assert phrase in _err(capsys)
@@ -260,7 +260,7 @@ def test_a_special_output_is_refused_in_one_line(inputs, capsys, kind, monkeypat
     make, phrase = SPECIAL[kind]
     make()
     ran = []
-    monkeypatch.setattr("crosscheck._engine.run.drive", ran.append)
+    monkeypatch.setattr("crosscheck._engine.execute.drive", ran.append)
     assert main([*inputs, "--json", "loop"]) == 2
     assert phrase in _err(capsys)
     assert not ran, "the run started"

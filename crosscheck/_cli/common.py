@@ -119,12 +119,14 @@ def add_tolerance_options(parser: Any) -> None:
 
 
 def check_tolerances(args: argparse.Namespace) -> None:
-    """``--rtol`` and ``--atol`` come together or not at all (torch's ``get_tolerances`` says why)."""
-    if (args.rtol is None) != (args.atol is None):
-        raise UsageError(
-            "`--rtol` and `--atol` must be given together or not at all; found only "
-            f"`--{'rtol' if args.atol is None else 'atol'}`."
-        )
+    """``--rtol`` and ``--atol`` come together or not at all (torch's ``get_tolerances`` says why): the
+    rule of ``crosscheck.Slack``, spelled as options."""
+    from crosscheck._engine.records import check_pair
+
+    try:
+        check_pair(args.rtol, args.atol, front="cli")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
 
 
 def check_at_least(option: str, values: Any, *, least: int = 1, expected: str | None = None) -> None:

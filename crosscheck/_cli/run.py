@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import Any
 
-from crosscheck._backends import BUILTINS, DEFAULTS, ORACLE, install_hint
+from crosscheck._backends import BUILTINS, DEFAULTS, install_hint
 from crosscheck._cli.common import (
     UsageError,
     absolute_outputs,
@@ -178,135 +178,90 @@ def _add_output(out: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run one case of ``--workload`` (default: the stack), loaded once; the options it takes (the
-    stack's ``--layers``, ...) set on it, the others refused. A workload given as an import string (code
-    from elsewhere) runs in a worker process (``crosscheck._engine.contain``) unless ``--no-isolate``."""
-    from crosscheck._engine import contain
+    """Run one case of ``--workload`` (default: the stack): the options parsed into one request for the
+    engine's ``execute`` (which loads the workload once, sets the options it takes and refuses the
+    others, and runs a workload given as an import string in a worker process unless ``--no-isolate``),
+    then the report rendered and written."""
+    from crosscheck._engine.execute import execute
 
     _check_plot_and_bundle(args)  # before the workload's code, or any backend's, runs
     _check_budget(args)
     console = make_console()
     with progress_display() as progress:
-        if contain.wanted(args.workload, _isolate(args)):
-            report = _contained(args, progress)
-        else:
-            report = _report(args, progress)
+        request = _request(args, progress)
+        try:
+            report = execute(request)
+        except (ValueError, TypeError) as exc:
+            raise UsageError(str(exc)) from exc
     write_reports(args, report)
     _write_plot_and_bundle(args, report)
     return render_report(report, console, quiet=args.quiet)
 
 
-def _isolate(args: argparse.Namespace) -> bool | str:
-    return "auto" if args.isolate is None else bool(args.isolate)
+def _request(args: argparse.Namespace, progress: Any) -> Any:
+    """The request of the command line's options (those the user gave set on the workload; ``--weights``
+    and ``--x`` read here), its notes on stderr before the run starts."""
+    from crosscheck._engine.records import Execution, Oracle, Slack
+    from crosscheck._engine.request import Request
 
-
-def _contained(args: argparse.Namespace, progress: Any) -> Any:
-    """The report of a run of ``--workload`` in a worker process (the worker runs ``job``); a worker
-    that died or hung is a failed report naming the workload."""
-    from crosscheck._engine import contain
-
-    request = {k: v for k, v in vars(args).items() if not callable(v)}
+    check_tolerances(args)
+    _check_outputs_of_quantity(args)
+    options = _workload_options(args)
     try:
-        return contain.contained(JOB, request, timeout=args.timeout, progress=progress)
+        isolate = "auto" if args.isolate is None else bool(args.isolate)
+        return Request(
+            workload=args.workload,
+            options=options,
+            backends=args.backend,
+            reference=args.reference,
+            dtype=args.dtype,
+            seed=args.seed,
+            quantity=args.quantity,
+            slack=Slack.of(args.rtol, args.atol),
+            strict=args.strict,
+            oracle=Oracle(args.oracle_mode, args.directions, args.budget),
+            execution=Execution(repeat=args.repeat, isolate=isolate, timeout=args.timeout),
+            progress=progress,
+            front="cli",
+            announce=_announce,
+        )
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from exc
-    except contain.WorkerStopped as stopped:
-        dtype, seed = args.dtype or "float32", 0 if args.seed is None else args.seed
-        return contain.halted(args.workload, stopped, reference=args.reference, dtype=dtype, seed=seed)
 
 
-#: What a contained run's worker runs: ``job``, below.
-JOB = "crosscheck._cli.run:job"
+def _workload_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The options the user gave that set the workload (the stack's knobs, ``--weights/--x`` read,
+    ``--explain``, ``--steps``); the engine refuses those the workload does not take."""
+    from crosscheck._engine.request import check_arrays
 
-
-def job(request: dict[str, Any], *, progress: Any) -> Any:
-    """In a contained run's worker: the report of the command line's options ``request``, as in
-    process (a usage error a ``ValueError``, the parent's exit 2)."""
-    try:
-        return _report(argparse.Namespace(**request), progress)
-    except UsageError as exc:
-        raise ValueError(str(exc)) from exc
-
-
-def _report(args: argparse.Namespace, progress: Any) -> Any:
-    """The report of the options ``args``: the workload loaded and configured, then planned and run."""
-    from crosscheck._workloads.registry import load_workload
-
-    try:
-        workload = load_workload(args.workload)
-    except (ValueError, TypeError) as exc:
-        raise UsageError(str(exc)) from exc
-    given = _workload_options(args, workload)
-    _check_options(args)
-    if "weights" in given or "x" in given:
-        given.update(_arrays(args))
-    try:
-        workload = workload.configure(**given) if given else workload
-    except (ValueError, TypeError) as exc:
-        raise UsageError(str(exc)) from exc
-    return _execute(args, workload, progress)
-
-
-def _workload_options(args: argparse.Namespace, workload: Any) -> dict[str, Any]:
-    """The options the user gave that set the workload (the stack's knobs, ``--weights/--x``,
-    ``--explain``), each one the workload takes; ``--quantity`` one it has a judge for."""
     given = {k: v for k, v in case_options_given(args).items() if k not in ("dtype", "seed")}
-    given.update({k: getattr(args, k) for k in ("weights", "x") if getattr(args, k) is not None})
+    arrays = {k: getattr(args, k) for k in ("weights", "x") if getattr(args, k) is not None}
+    given.update(arrays)
     if args.explain:
         given["explain"] = True
     if args.steps is not None:
         given["steps"] = args.steps
-    refused = [k for k in given if k not in workload.takes]
-    if args.quantity not in workload.quantities:
-        refused.append("quantity")
-    if "steps" in refused or (args.quantity == "update") != ("update" in workload.quantities):
-        raise UsageError(
-            f"`--quantity update` and `--steps` go together with a crosscheck.Train workload (a port and an "
-            f"optimizer on each side); workload `{workload.name}` checks {', '.join(workload.quantities)}."
-        )
-    if refused:
-        raise UsageError(
-            f"`--{refused[0]}` applies to the stack workload only; workload `{workload.name}` defines "
-            f"its own arrays (it takes --dtype and --seed)."
-        )
+    if arrays:
+        try:  # the rule the API's arrays follow, before either file is read
+            check_arrays(arrays, case_options_given(args), front="cli")
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
+        given.update(_arrays(args))
     return given
-
-
-def _execute(args: argparse.Namespace, workload: Any, progress: Any) -> Any:
-    """Plan the case (the one memory estimate: refused when too large, said when large) and run it."""
-    from crosscheck._engine import run as engine
-    from crosscheck._engine.records import Execution, Oracle, Slack
-
-    try:
-        slack, oracle = Slack.of(args.rtol, args.atol), Oracle(args.oracle_mode, args.directions, args.budget)
-        execution = Execution(repeat=args.repeat, isolate=_isolate(args), timeout=args.timeout)
-        planned = engine.plan(
-            workload,
-            backends=args.backend,
-            reference=args.reference,
-            dtype=args.dtype or "float32",
-            seed=0 if args.seed is None else args.seed,
-            quantity=args.quantity,
-            slack=slack,
-            strict=args.strict,
-            oracle=oracle,
-            execution=execution,
-            progress=progress,
-        )
-        _memory_note(planned.memory)
-        _cost_note(planned)
-        return engine.drive(planned)
-    except (ValueError, TypeError) as exc:
-        raise UsageError(str(exc)) from exc
 
 
 #: A case estimated to need more than this says so on stderr before it starts.
 MEMORY_NOTE_BYTES = 2**30
 
 
+def _announce(outlook: Any) -> None:
+    """Before a run starts: how much memory a large case needs (the estimate that refuses one that
+    cannot fit), and the oracle's cost of a run that will take long."""
+    _memory_note(outlook.memory)
+    _cost_note(outlook)
+
+
 def _memory_note(parts: dict[str, int]) -> None:
-    """Say how much memory a large case needs before it starts (the estimate that refuses one that
-    cannot fit)."""
     from crosscheck._files import available_memory, format_bytes
 
     if sum(parts.values()) > MEMORY_NOTE_BYTES:
@@ -317,30 +272,14 @@ def _memory_note(parts: dict[str, int]) -> None:
         )
 
 
-def _cost_note(planned: Any) -> None:
-    """Say the oracle's cost (tensors, planned evaluations, rough time) before a run that will take
-    long, where the workload's judge estimates it and the oracle is the reference."""
-    cost = getattr(planned.judge, "cost", None)
-    if planned.reference != ORACLE or not callable(cost):
-        return
-    found = cost(len(planned.candidates))
-    if found.long:
-        print(f"crosscheck: {found.line()}", file=sys.stderr)
+def _cost_note(outlook: Any) -> None:
+    """The oracle's cost (tensors, planned evaluations, rough time), when its estimate says it is long."""
+    if outlook.cost is not None:
+        print(f"crosscheck: {outlook.cost}", file=sys.stderr)
 
 
 def _arrays(args: argparse.Namespace) -> dict[str, Any]:
-    """The arrays of ``--weights`` and ``--x`` (which determine the case: no case option with them)."""
-    kwargs = case_options_given(args)
-    if (args.weights is None) != (args.x is None):
-        raise UsageError(
-            "`--weights` and `--x` must be given together; found only "
-            f"`--{'weights' if args.x is None else 'x'}`."
-        )
-    if kwargs:
-        first = next(iter(kwargs))
-        raise UsageError(
-            f"`--{first}` cannot be combined with `--weights/--x`: the arrays determine the case."
-        )
+    """The arrays of ``--weights`` and ``--x``."""
     from crosscheck._files import load_array
 
     try:
@@ -352,10 +291,8 @@ def _arrays(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(str(exc)) from exc
 
 
-def _check_options(args: argparse.Namespace) -> None:
-    """Options that contradict each other, and outputs that cannot be written, before any work."""
-    check_tolerances(args)
-    _check_directions(args)
+def _check_outputs_of_quantity(args: argparse.Namespace) -> None:
+    """Outputs a quantity cannot make. The CLI's only: the API writes no plot and no bundle."""
     if args.quantity == "update" and (args.save_bundle or args.plot):
         raise UsageError(UPDATE_REFUSES["--save-bundle" if args.save_bundle else "--plot"])
     if args.quantity == "hvp" and (args.save_bundle or args.plot):
@@ -398,21 +335,15 @@ def _check_plot_and_bundle(args: argparse.Namespace) -> None:
 
 
 def _check_budget(args: argparse.Namespace) -> None:
-    """``--budget``: a positive, finite number of seconds (argparse refused what is not a number)."""
-    from crosscheck._engine.records import Oracle
+    """``--budget``: a positive, finite number of seconds (argparse refused what is not a number); the
+    rule of ``crosscheck.Oracle``, spelled as an option."""
+    from crosscheck._engine.records import check_budget
 
-    try:
-        Oracle(budget=args.budget)
-    except ValueError as exc:
-        raise UsageError(str(exc).replace("`budget`", "`--budget`")) from exc
-
-
-def _check_directions(args: argparse.Namespace) -> None:
-    if args.directions != 4 and args.oracle_mode == "full":
-        raise UsageError(
-            "`--directions` applies to screening (`--oracle-mode screen` or `auto`); "
-            "`--oracle-mode full` never screens."
-        )
+    if args.budget is not None:
+        try:
+            check_budget(args.budget, front="cli")
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
 
 
 def _write_plot_and_bundle(args: argparse.Namespace, report: Any) -> None:

@@ -3,10 +3,11 @@ so that nothing its code does (``os._exit``, a segfault, a hang past the timeout
 nothing said.
 
 The parent starts a fresh Python (``crosscheck._engine.contain_worker``) and sends it a job (a function
-of crosscheck's own, ``module:function``) and the job's request as plain data (the command line's
-options, a bundle's path); the worker loads the workload, runs the same code as in process, and sends
-back what the job returns as data (``crosscheck._report.wire``, never a pickle), with its progress on
-the way. The parent builds the report from that data and writes and prints it as for any run.
+of the engine's, ``module:function``: ``crosscheck._engine.execute:job``, the one job of every contained
+run) and the job's request as plain data (``Request.to_data``); the worker loads the workload, runs
+the same code as in process, and sends back what the job returns as data (``crosscheck._report.wire``,
+never a pickle), with its progress on the way (and the plan's outlook, for the CLI's notes). The
+parent builds the report from that data and writes and prints it as for any run.
 
 When the worker dies, or (with a timeout) says nothing for longer than the timeout plus ``GRACE``
 seconds (a hang holding the GIL), or says a user callable has run longer than the timeout, the parent
@@ -61,8 +62,10 @@ def contained(
     *,
     timeout: float | None,
     progress: Callable[[str, int, int], None] | None,
+    announce: Callable[[Any], None] | None = None,
 ) -> Any:
-    """What ``job(request, progress=...)`` returns, run in a worker process.
+    """What ``job(request, progress=..., announce=...)`` returns, run in a worker process (what the job
+    announces, plain data, passed on to ``announce`` as it comes).
 
     Raises:
         ValueError, TypeError: the job's usage error (a ``DetailedError`` keeps its details).
@@ -72,6 +75,7 @@ def contained(
     if failed:
         raise WorkerStopped(failed, "starting")
     watch = _Watch(conn, process, timeout, progress)
+    watch.announce = announce
     try:
         conn.send_bytes(encode({"job": job, "request": request, "timeout": timeout}))
         reply = watch.result()
@@ -100,6 +104,7 @@ class _Watch:
         self.doing = "loading the workload"
         self.interrupted = False
         self.started = False  # it said something: its imports are done
+        self.announce: Callable[[Any], None] | None = None
 
     def result(self) -> dict[str, Any]:
         """The worker's last message (result, usage or error).
@@ -114,6 +119,9 @@ class _Watch:
                 self.doing = f"{message['description']} ({message['done']} of {message['total']})"
                 if self.progress is not None:
                     self.progress(message["description"], message["done"], message["total"])
+            elif op == "announce":
+                if self.announce is not None:
+                    self.announce(message["value"])
             elif op == "stuck":
                 self._stop(f"{message['what']} did not finish within {self.timeout:g} s (the timeout)")
             elif op != "alive":

@@ -1,5 +1,5 @@
-"""The worker process of a contained run (``crosscheck._engine.contain``): it runs one job (a function
-of crosscheck's own, named by the parent, on the parent's plain-data request) and sends back what the
+"""The worker process of a contained run (``crosscheck._engine.contain``): it runs one job (the
+engine's ``execute:job``, named by the parent, on the parent's plain-data request) and sends back what the
 job returns, as data (``crosscheck._report.wire``), with progress on the way.
 
 Started as ``python -c BOOT FD SYS_PATH``, in a session of its own (the parent forwards a Ctrl-C). With
@@ -57,7 +57,8 @@ def _reply(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> d
     else it raised (``op`` error)."""
     try:
         job = _job(request["job"])
-        value = job(request["request"], progress=_progress(send))
+        announce = lambda value: send({"op": "announce", "value": value})  # noqa: E731
+        value = job(request["request"], progress=_progress(send), announce=announce)
         return {"op": "result", "value": to_wire(value)}
     except (ValueError, TypeError) as exc:
         cause: BaseException | None = exc
@@ -71,10 +72,11 @@ def _reply(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> d
 
 
 def _job(name: str) -> Callable[..., Any]:
-    """The job ``module:function``, crosscheck's own."""
+    """The job ``module:function``, the engine's own (``execute:job``): never a module above the engine,
+    which the engine may not import."""
     module, _, attribute = name.partition(":")
-    if not module.startswith("crosscheck."):
-        raise RuntimeError(f"a contained run's job must be crosscheck's own, found `{one_line(name)}`")
+    if not module.startswith("crosscheck._engine."):
+        raise RuntimeError(f"a contained run's job must be the engine's own, found `{one_line(name)}`")
     job: Callable[..., Any] = getattr(importlib.import_module(module), attribute)
     return job
 

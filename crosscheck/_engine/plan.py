@@ -1,12 +1,18 @@
-"""A plan: everything one run needs, decided before any backend runs."""
+"""A plan: everything one run needs, decided before any backend runs (``plan``), and what it says before
+it starts (``Outlook``: the memory it needs, the oracle's cost)."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
+from crosscheck._backends import ORACLE
 from crosscheck._engine.quantity import Quantity
-from crosscheck._workloads.protocol import EngineWorkload, Judge, Options, Point
+from crosscheck._engine.quantity import quantity as _quantity
+from crosscheck._engine.records import Execution, Oracle, Slack
+from crosscheck._files import available_memory, format_bytes
+from crosscheck._workloads.protocol import EngineWorkload, Judge, Options, Point, Progress
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,3 +37,117 @@ class Plan:
     timeout: float | None = None
     workload_spec: Any = None
     memory: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outlook:
+    """What a plan can say before it runs, as plain data (a contained run's worker sends it): the bytes
+    the case needs, by part, and the oracle's cost line when its estimate says the run will be long
+    (None: short, not the oracle, or a judge that does not estimate)."""
+
+    memory: dict[str, int]
+    cost: str | None = None
+
+    @classmethod
+    def of(cls, planned: Plan) -> Outlook:
+        """The outlook of ``planned`` (the oracle's estimate made here, only when asked for: it may time
+        one evaluation)."""
+        cost = getattr(planned.judge, "cost", None)
+        if planned.reference != ORACLE or not callable(cost):
+            return cls(dict(planned.memory))
+        found = cost(len(planned.candidates))
+        return cls(dict(planned.memory), found.line() if found.long else None)
+
+
+def plan(
+    workload: EngineWorkload,
+    *,
+    backends: Sequence[Any] | None,
+    reference: Any,
+    dtype: str,
+    seed: int,
+    quantity: str,
+    slack: Slack | None,
+    strict: bool,
+    oracle: Oracle,
+    execution: Execution,
+    progress: Progress | None,
+) -> Plan:
+    """The plan of a loaded workload and the records (``check``'s arguments): its memory estimated (and
+    refused when too large) before anything is allocated, then its point, its judge, the candidates."""
+    check_records(slack, oracle, execution, backends)
+    options = Options(
+        rtol=None if slack is None else slack.rtol,
+        atol=None if slack is None else slack.atol,
+        strict=strict,
+        seed=seed,
+        oracle_mode=oracle.mode,
+        directions=oracle.directions,
+        budget=oracle.budget,
+        explain=workload.explain,
+        progress=progress,
+    )
+    specs = list(backends or ())
+    memory = check_memory(workload, dtype=dtype, quantity=quantity, options=options, candidates=specs)
+    point = workload.point(dtype=dtype, seed=seed)
+    what = _quantity(quantity)
+    judge = workload.judge(what, point, options)
+    if oracle.budget is not None and not getattr(judge, "budgeted", False):
+        raise ValueError(
+            f"`budget` applies to the model oracle (a crosscheck.Workload or Port); workload "
+            f"`{workload.name}` is judged without it."
+        )
+    candidates = list(backends) if backends is not None else workload.defaults(reference)
+    workload.check_candidates(candidates)
+    return Plan(
+        workload,
+        what,
+        point,
+        judge,
+        candidates,
+        reference,
+        backends is not None,
+        options,
+        execution.repeat,
+        isolate=execution.isolate,
+        timeout=execution.timeout,
+        workload_spec=workload.spec,
+        memory=memory,
+    )
+
+
+def check_records(slack: Any, oracle: Any, execution: Any, backends: Any) -> None:
+    """Each record of its kind, and ``backends`` a list (``TypeError`` naming the keyword)."""
+    for name, value, kind in (
+        ("slack", slack, Slack),
+        ("oracle", oracle, Oracle),
+        ("execution", execution, Execution),
+    ):
+        if not isinstance(value, kind) and not (name == "slack" and value is None):
+            raise TypeError(f"`{name}` must be a crosscheck.{kind.__name__}, found {type(value).__name__}.")
+    if backends is not None and (isinstance(backends, (str, bytes)) or not isinstance(backends, Sequence)):
+        found = f"{type(backends).__name__} {backends!r:.60}"
+        raise TypeError(f"`backends` must be a list of backends, found {found}.")
+
+
+def check_memory(workload: Any, **case: Any) -> dict[str, int]:
+    """The bytes the case needs, by part (``workload.memory(**case)``, when it estimates), before
+    anything is allocated.
+
+    Raises:
+        MemoryTooLarge: more than this machine has available (the message gives the estimate).
+    """
+    memory = getattr(workload, "memory", None)
+    parts = memory(**case) if callable(memory) else {}
+    total, available = sum(parts.values()), available_memory()
+    if total > available:
+        shown = ", ".join(f"{name} {format_bytes(n)}" for name, n in parts.items() if n)
+        raise MemoryTooLarge(
+            f"this case needs about {format_bytes(total)} of memory ({shown}), more than the "
+            f"{format_bytes(available)} this machine has available; make it smaller."
+        )
+    return parts
+
+
+class MemoryTooLarge(ValueError):
+    """A case that cannot fit in this machine's memory (refused before anything is allocated)."""

@@ -2,7 +2,8 @@
 
 ``Slack`` (the user's tolerance pair, both or none), ``Oracle`` (how the reference judges) and
 ``Execution`` (how each backend is run). ``crosscheck.run`` builds them from its flat keywords, the CLI
-from its options, ``sweep`` from its configuration; the messages name ``run``'s keywords.
+from its options, ``sweep`` from its configuration; the messages name ``run``'s keywords (``spell``
+names an option as the CLI does, for a rule the CLI checks before it builds a record).
 """
 
 from __future__ import annotations
@@ -82,9 +83,7 @@ class Oracle:
     def __post_init__(self) -> None:
         _check_positive("directions", self.directions)
         if self.budget is not None:
-            number = isinstance(self.budget, (int, float)) and not isinstance(self.budget, bool)
-            if not (number and np.isfinite(self.budget) and self.budget > 0):
-                raise ValueError(f"`budget` must be a positive number of seconds, found {self.budget!r:.60}.")
+            check_budget(self.budget)
             object.__setattr__(self, "budget", float(self.budget))
         if self.mode not in ORACLE_MODES:
             raise ValueError(f"`oracle_mode` must be one of {', '.join(ORACLE_MODES)}; found {self.mode!r}.")
@@ -147,12 +146,35 @@ def _check_isolation(isolate: Any, timeout: Any) -> None:
         )
 
 
-def _check_tolerances(rtol: float | None, atol: float | None) -> None:
+def spell(name: str, value: Any = None, *, front: str) -> str:
+    """``name`` as ``front`` spells it: the CLI's ``--oracle-mode full``, the API's ``oracle_mode='full'``
+    (one rule, one message, the option named as the user gave it)."""
+    if front == "cli":
+        return f"--{name.replace('_', '-')}" + ("" if value is None else f" {value}")
+    return name if value is None else f"{name}={value!r}"
+
+
+def check_pair(rtol: float | None, atol: float | None, *, front: str = "api") -> None:
+    """``rtol`` and ``atol`` come together or not at all (``ValueError`` naming the one given)."""
     if (rtol is None) != (atol is None):
+        given = spell("rtol" if atol is None else "atol", front=front)
         raise ValueError(
-            "`rtol` and `atol` must be given together or not at all; found only "
-            f"`{'rtol' if atol is None else 'atol'}`."
+            f"`{spell('rtol', front=front)}` and `{spell('atol', front=front)}` must be given together or "
+            f"not at all; found only `{given}`."
         )
+
+
+def check_budget(budget: Any, *, front: str = "api") -> None:
+    """A budget is a positive, finite number of seconds (``ValueError`` naming it)."""
+    number = isinstance(budget, (int, float)) and not isinstance(budget, bool)
+    if not (number and np.isfinite(budget) and budget > 0):
+        raise ValueError(
+            f"`{spell('budget', front=front)}` must be a positive number of seconds, found {budget!r:.60}."
+        )
+
+
+def _check_tolerances(rtol: float | None, atol: float | None) -> None:
+    check_pair(rtol, atol)
     for name, value in (("rtol", rtol), ("atol", atol)):
         if value is not None and not (np.isfinite(value) and value >= 0):
             raise ValueError(f"`{name}` must be a non-negative finite number, found {value!r}.")

@@ -1,7 +1,6 @@
-"""The front door: ``crosscheck.check`` (a workload and option records in, a ``Report`` out) and
-``crosscheck.run``, the flat adapter of earlier releases, which builds the records and the workload and
-calls ``check``. ``plan`` decides everything before any backend runs (the CLI calls it and ``drive``
-itself, to say how much memory the case needs from the same estimate that refuses one too large).
+"""The front door of the API: ``crosscheck.check`` (a workload and option records in, a ``Report`` out)
+and ``crosscheck.run``, the flat adapter of earlier releases. Each builds one ``Request`` and hands it
+to ``execute`` (``_engine/execute.py``), the path the CLI, a sweep's case and ``replay`` take too.
 """
 
 from __future__ import annotations
@@ -12,16 +11,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from crosscheck._backends import ORACLE
-from crosscheck._engine import contained_run
-from crosscheck._engine.driver import drive
-from crosscheck._engine.plan import Plan
-from crosscheck._engine.quantity import QUANTITIES
-from crosscheck._engine.quantity import quantity as _quantity
+from crosscheck._engine.execute import execute
+from crosscheck._engine.plan import check_records
 from crosscheck._engine.records import Execution, Oracle, Slack
-from crosscheck._files import available_memory, format_bytes
+from crosscheck._engine.request import Request
 from crosscheck._report.report import Report
-from crosscheck._workloads.protocol import EngineWorkload, Options, Progress
-from crosscheck._workloads.registry import load_workload
+from crosscheck._workloads.protocol import Progress
 
 
 def check(
@@ -72,15 +67,8 @@ def check(
         >>> stack = crosscheck.Stack(layers=3, dim=4)
         >>> report = crosscheck.check(stack, oracle=crosscheck.Oracle("full"))  # doctest: +SKIP
     """
-    if contained_run.wanted(workload, backends, reference, execution):  # code from elsewhere
-        _check_records(slack, oracle, execution, backends)
-        given = {"backends": backends, "reference": reference, "dtype": dtype, "seed": seed}
-        given.update(quantity=quantity, strict=strict)
-        return contained_run.check(
-            workload, None, slack=slack, oracle=oracle, execution=execution, progress=progress, **given
-        )
-    planned = plan(
-        load_workload(workload),
+    request = Request(
+        workload=workload,
         backends=backends,
         reference=reference,
         dtype=dtype,
@@ -92,100 +80,8 @@ def check(
         execution=execution,
         progress=progress,
     )
-    return drive(planned)
-
-
-def plan(
-    workload: EngineWorkload,
-    *,
-    backends: Sequence[Any] | None,
-    reference: Any,
-    dtype: str,
-    seed: int,
-    quantity: str,
-    slack: Slack | None,
-    strict: bool,
-    oracle: Oracle,
-    execution: Execution,
-    progress: Progress | None,
-) -> Plan:
-    """The plan of a loaded workload and the records (``check``'s arguments): its memory estimated (and
-    refused when too large) before anything is allocated, then its point, its judge, the candidates."""
-    _check_records(slack, oracle, execution, backends)
-    options = Options(
-        rtol=None if slack is None else slack.rtol,
-        atol=None if slack is None else slack.atol,
-        strict=strict,
-        seed=seed,
-        oracle_mode=oracle.mode,
-        directions=oracle.directions,
-        budget=oracle.budget,
-        explain=workload.explain,
-        progress=progress,
-    )
-    specs = list(backends or ())
-    memory = check_memory(workload, dtype=dtype, quantity=quantity, options=options, candidates=specs)
-    point = workload.point(dtype=dtype, seed=seed)
-    what = _quantity(quantity)
-    judge = workload.judge(what, point, options)
-    if oracle.budget is not None and not getattr(judge, "budgeted", False):
-        raise ValueError(
-            f"`budget` applies to the model oracle (a crosscheck.Workload or Port); workload "
-            f"`{workload.name}` is judged without it."
-        )
-    candidates = list(backends) if backends is not None else workload.defaults(reference)
-    workload.check_candidates(candidates)
-    return Plan(
-        workload,
-        what,
-        point,
-        judge,
-        candidates,
-        reference,
-        backends is not None,
-        options,
-        execution.repeat,
-        isolate=execution.isolate,
-        timeout=execution.timeout,
-        workload_spec=workload.spec,
-        memory=memory,
-    )
-
-
-def _check_records(slack: Any, oracle: Any, execution: Any, backends: Any) -> None:
-    for name, value, kind in (
-        ("slack", slack, Slack),
-        ("oracle", oracle, Oracle),
-        ("execution", execution, Execution),
-    ):
-        if not isinstance(value, kind) and not (name == "slack" and value is None):
-            raise TypeError(f"`{name}` must be a crosscheck.{kind.__name__}, found {type(value).__name__}.")
-    if backends is not None and (isinstance(backends, (str, bytes)) or not isinstance(backends, Sequence)):
-        found = f"{type(backends).__name__} {backends!r:.60}"
-        raise TypeError(f"`backends` must be a list of backends, found {found}.")
-
-
-def check_memory(workload: Any, **case: Any) -> dict[str, int]:
-    """The bytes the case needs, by part (``workload.memory(**case)``, when it estimates), before
-    anything is allocated.
-
-    Raises:
-        MemoryTooLarge: more than this machine has available (the message gives the estimate).
-    """
-    memory = getattr(workload, "memory", None)
-    parts = memory(**case) if callable(memory) else {}
-    total, available = sum(parts.values()), available_memory()
-    if total > available:
-        shown = ", ".join(f"{name} {format_bytes(n)}" for name, n in parts.items() if n)
-        raise MemoryTooLarge(
-            f"this case needs about {format_bytes(total)} of memory ({shown}), more than the "
-            f"{format_bytes(available)} this machine has available; make it smaller."
-        )
-    return parts
-
-
-class MemoryTooLarge(ValueError):
-    """A case that cannot fit in this machine's memory (refused before anything is allocated)."""
+    report: Report = execute(request)
+    return report
 
 
 def run(
@@ -217,7 +113,8 @@ def run(
     steps: int | None = None,
 ) -> Report:
     """Run one case (generated, or the given arrays) and cross-check every backend's gradient: the flat
-    form of ``check``, which it calls with the workload and the records it builds from these keywords.
+    form of ``check``, whose request it builds from these keywords (the workload's options: those
+    changed from their defaults, each one the workload takes).
 
     Args:
         weights: your own weights ``(L, d, d)`` (float32 or float64) with ``x`` (``Stack.from_arrays``);
@@ -252,14 +149,20 @@ def run(
     records = _records(rtol, atol, (oracle_mode, directions, budget), repeat, isolate, timeout, backends)
     knobs = {"weights": weights, "x": x, "layers": layers, "batch": batch, "dim": dim, "init": init}
     knobs.update(scale=scale, explain=explain, steps=steps)
-    given = {"backends": backends, "reference": reference, "dtype": dtype, "seed": seed, "strict": strict}
-    if contained_run.wanted(workload, backends, reference, records["execution"]):  # code from elsewhere
-        changed = _changed(knobs)
-        return contained_run.check(
-            workload, changed, quantity=quantity, progress=progress, **given, **records
-        )
-    chosen = configure(load_workload(workload), _changed(knobs), quantity=quantity)
-    return check(chosen, quantity=quantity, progress=progress, **given, **records)
+    case = _changed({"dtype": dtype, "seed": seed})  # given: the arrays' rules refuse them beside `weights`
+    request = Request(
+        workload=workload,
+        options=_changed(knobs),
+        backends=backends,
+        reference=reference,
+        quantity=quantity,
+        strict=strict,
+        progress=progress,
+        **case,
+        **records,
+    )
+    report: Report = execute(request)
+    return report
 
 
 def _records(*flat: Any) -> dict[str, Any]:
@@ -269,27 +172,8 @@ def _records(*flat: Any) -> dict[str, Any]:
     slack = Slack.of(rtol, atol)
     execution = Execution(repeat=repeat, isolate=isolate, timeout=timeout)
     oracle = Oracle(mode=oracle_mode, directions=directions, budget=budget)
-    _check_records(slack, oracle, execution, backends)
+    check_records(slack, oracle, execution, backends)
     return {"slack": slack, "oracle": oracle, "execution": execution}
-
-
-def configure(workload: Any, given: dict[str, Any], *, quantity: str) -> Any:
-    """``workload`` with the options ``given`` to ``run`` (those left at their defaults omitted) set:
-    ``ValueError`` for the first it does not take, or a quantity it has no judge for."""
-    for name in [*given, "quantity"]:
-        takes = name in workload.takes if name != "quantity" else _takes_quantity(workload, quantity)
-        if not takes:
-            whose = "a Train workload" if name == "steps" or quantity == "update" else "the stack workload"
-            raise ValueError(
-                f"`{name}` applies to {whose} only; workload `{workload.name}` defines its own "
-                f"arrays (give `dtype` and `seed`)."
-            )
-    return workload.configure(**given) if given else workload
-
-
-def _takes_quantity(workload: Any, quantity: str) -> bool:
-    """A quantity the workload has no judge for does not apply to it (an unknown one is ``check``'s)."""
-    return quantity not in QUANTITIES or quantity in workload.quantities
 
 
 def _changed(given: dict[str, Any]) -> dict[str, Any]:

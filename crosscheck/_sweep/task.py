@@ -85,9 +85,11 @@ def _execute(task: Task, interrupts: Interrupts | None) -> Record:
 
 def _run_case(case: dict[str, Any], options: dict[str, Any]):
     """Run one case: its workload loaded once and given the options of the case it takes (the stack's
-    shape), the records built once from the sweep's options; then the known answer, when it has one."""
+    shape), one request of it and the sweep's options for the engine's ``execute``; then the known
+    answer, when it has one."""
+    from crosscheck._engine.execute import execute
     from crosscheck._engine.records import Execution, Slack
-    from crosscheck._engine.run import check
+    from crosscheck._engine.request import Request
     from crosscheck._workloads.registry import load_workload
 
     case = dict(case)
@@ -95,8 +97,8 @@ def _run_case(case: dict[str, Any], options: dict[str, Any]):
     knobs = {k: v for k, v in case.items() if k not in ("dtype", "seed")}
     if knobs:
         workload = workload.configure(**knobs)
-    report = check(
-        workload,
+    request = Request(
+        workload=workload,  # loaded here: its known answer judges the report
         quantity=workload.quantities[0],  # a Train's is the update (with its own steps), others' the gradient
         backends=options.get("backends"),
         reference=options.get("reference", "numpy-fd"),
@@ -108,6 +110,7 @@ def _run_case(case: dict[str, Any], options: dict[str, Any]):
         # worker per backend inside a case.
         execution=Execution(isolate=options.get("isolate", False)),
     )
+    report = execute(request)
     return report, workload.known_answer(report)
 
 

@@ -1,5 +1,5 @@
 """Sizes that cannot fit are refused before anything is allocated (``_workloads/stack/size.py``,
-``crosscheck._engine.run.check_memory``), and the rounding model's memory does not
+``crosscheck._engine.plan.check_memory``), and the rounding model's memory does not
 grow with its samples times a layer's entries."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 import crosscheck
 from crosscheck._cli.main import main
-from crosscheck._engine.run import MemoryTooLarge
+from crosscheck._engine.plan import MemoryTooLarge
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack.case import Case, make_inputs
 from crosscheck._workloads.stack.judge.screen import full_oracle_flops

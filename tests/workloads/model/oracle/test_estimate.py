@@ -8,8 +8,8 @@ import pytest
 
 import crosscheck
 from crosscheck._cli.run import _cost_note
+from crosscheck._engine.plan import Outlook, plan
 from crosscheck._engine.records import Execution, Oracle
-from crosscheck._engine.run import plan
 from crosscheck._workloads.registry import load_workload
 
 
@@ -44,7 +44,7 @@ def test_a_long_oracle_run_says_its_estimate_before_it_starts(capsys):
     # Entry by entry: EVALUATIONS_PER_ENTRY (8) per entry, for the NumPy reference and the candidate's loss.
     assert (cost.tensors, cost.entries, cost.mode) == (20000, 20000, "full")
     assert (cost.evaluations, cost.functions) == (8 * 20000, 2)
-    _cost_note(planned)
+    _cost_note(Outlook.of(planned))
     err = capsys.readouterr().err
     assert err.startswith("crosscheck: the oracle differences 20000 tensors (20000 entries) entry by entry")
     assert "about 160,000 loss evaluations for each of 2 functions, roughly " in err
@@ -60,8 +60,8 @@ def test_screening_costs_the_same_whatever_the_number_of_tensors():
 
 
 def test_a_short_run_or_one_without_the_oracle_says_nothing(capsys):
-    _cost_note(_planned(3))
-    _cost_note(_planned(2000, reference="numpy-fd-none"))  # not the oracle: no estimate
+    _cost_note(Outlook.of(_planned(3)))
+    _cost_note(Outlook.of(_planned(2000, reference="numpy-fd-none")))  # not the oracle: no estimate
     assert capsys.readouterr().err == ""
 
 
@@ -93,5 +93,5 @@ def test_the_estimate_times_a_warm_evaluation_not_the_first_one(monkeypatch, cap
     cost = planned.judge.cost(len(planned.candidates))
     assert len(calls) == 2  # the check at the point, then the timed one
     assert cost.seconds == pytest.approx(0.001 * cost.evaluations * cost.functions)
-    _cost_note(planned)
+    _cost_note(Outlook.of(planned))
     assert capsys.readouterr().err == ""  # a short run says nothing

@@ -1,0 +1,175 @@
+"""A request: everything one check (or one replay) needs, from whichever front door made it.
+
+``crosscheck.check``, ``crosscheck.run``, the CLI's ``run`` and ``explain``, a sweep's case, ``replay``
+and the pytest helper each build one ``Request`` and hand it to ``execute`` (``_engine/execute.py``).
+The option rules live here, once: the API and the CLI refuse the same things with the same words, each
+option spelled as its front door spells it (``layers`` for the API, ``--layers`` for the CLI).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from crosscheck._backends import ORACLE
+from crosscheck._engine.quantity import QUANTITIES
+from crosscheck._engine.records import Execution, Oracle, Slack, spell
+from crosscheck._workloads.protocol import Progress
+
+#: The front doors, for the spelling of an option in a message: a keyword, or a command-line option.
+FRONTS = ("api", "cli")
+#: The case's dtype and seed when the request leaves them out (None: not given).
+DTYPE, SEED = "float32", 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """One check (or one replay): the workload, the options that configure it, and the records of
+    ``crosscheck.check``.
+
+    Attributes:
+        workload: a workload object, a built-in name or an import string (None: the stack).
+        options: what the user gave of ``run``'s knobs (``layers``, ``batch``, ``dim``, ``init``,
+            ``scale``, ``weights`` with ``x``, ``explain``, ``steps``): set on the workload, each one it
+            takes, and the quantity one it has a judge for (``run``, the CLI). None: the workload as it
+            is, whose judge refuses a quantity it does not have in its own words (``check``).
+        dtype: the case's dtype (None: not given, ``float32``); ``seed`` likewise (0).
+        front: who asked (``"api"`` or ``"cli"``): how a refused option is spelled.
+        announce: called with the plan's ``Outlook`` (memory, the oracle's cost) before a run starts;
+            the CLI's notes on stderr (the engine prints nothing).
+        bundle: a repro bundle to replay (``crosscheck replay``) instead of a check, with ``trust``.
+        contained: this request already runs in its worker process (``execute.job``): it runs here.
+    """
+
+    workload: Any = None
+    options: Mapping[str, Any] | None = None
+    backends: Sequence[Any] | None = None
+    reference: Any = ORACLE
+    dtype: str | None = None
+    seed: int | None = None
+    quantity: str = "grad"
+    slack: Slack | None = None
+    strict: bool = False
+    oracle: Oracle = Oracle()  # noqa: RUF009 (frozen: one instance serves every request)
+    execution: Execution = Execution()  # noqa: RUF009
+    progress: Progress | None = None
+    front: str = "api"
+    announce: Callable[[Any], None] | None = None
+    bundle: dict[str, Any] | None = None
+    trust: bool | Sequence[str] = False
+    contained: bool = False
+
+    @property
+    def case(self) -> dict[str, Any]:
+        """The case's ``dtype`` and ``seed``, their defaults where not given."""
+        return {"dtype": self.dtype or DTYPE, "seed": SEED if self.seed is None else self.seed}
+
+    def to_data(self) -> dict[str, Any]:
+        """The request as plain data (arrays allowed) for a worker process: its callables left out
+        (``announce`` said as whether there is one)."""
+        slack, oracle, execution = self.slack, self.oracle, self.execution
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data.update(
+            options=None if self.options is None else dict(self.options),
+            backends=None if self.backends is None else list(self.backends),
+            slack=None if slack is None else [slack.rtol, slack.atol],
+            oracle=[oracle.mode, oracle.directions, oracle.budget],
+            execution=[execution.repeat, execution.isolate, execution.timeout],
+            progress=None,
+            announce=self.announce is not None,
+            trust=self.trust if isinstance(self.trust, bool) else list(self.trust),
+        )
+        return data
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any], **callables: Any) -> Request:
+        """The request ``to_data`` made, with its callables (``progress``, ``announce``) given again."""
+        data = dict(data)
+        slack, (repeat, isolate, timeout) = data.pop("slack"), data.pop("execution")
+        data.update(
+            slack=None if slack is None else Slack(*slack),
+            oracle=Oracle(*data.pop("oracle")),
+            execution=Execution(repeat=repeat, isolate=isolate, timeout=timeout),
+            **callables,
+        )
+        return cls(**data)
+
+
+def check_request(request: Request) -> None:
+    """The rules that need no workload, before any code runs, in the CLI's order: the arrays' rules
+    (``check_arrays``; the CLI checks them before it reads either file), then ``directions`` with a full
+    oracle (it never screens).
+
+    Raises:
+        ValueError: the first rule broken.
+    """
+    front = request.front
+    if front not in FRONTS:  # a programming error: every front door sets its own
+        raise ValueError(f"`front` must be one of {', '.join(FRONTS)}, found {front!r:.40}.")
+    arrays = {k: v for k, v in (request.options or {}).items() if k in ("weights", "x")}
+    if arrays:
+        check_arrays(arrays, {**_case_given(request), **(request.options or {})}, front=front)
+    if request.oracle.directions != Oracle().directions and request.oracle.mode == "full":
+        screen, full = (spell("oracle_mode", mode, front=front) for mode in ("screen", "full"))
+        raise ValueError(
+            f"`{spell('directions', front=front)}` applies to screening (`{screen}` or `auto`); "
+            f"`{full}` never screens."
+        )
+
+
+def check_arrays(arrays: Mapping[str, Any], given: Mapping[str, Any], *, front: str) -> None:
+    """Your own ``weights`` come with ``x``, and no option of the case with them (they determine it).
+
+    Args:
+        arrays: ``weights`` and ``x`` as given (an array, or the CLI's file name).
+        given: every option of the case given, in order (``weights`` and ``x`` among them, skipped).
+
+    Raises:
+        ValueError: one of the two alone, or an option of the case beside them.
+    """
+    if len(arrays) == 1:
+        raise ValueError(
+            f"`{spell('weights', front=front)}` and `{spell('x', front=front)}` must be given together; "
+            f"found only `{spell(next(iter(arrays)), front=front)}`."
+        )
+    shaped = [k for k in given if k not in ("weights", "x", "explain", "steps")]
+    if shaped:
+        raise ValueError(
+            f"`{spell(shaped[0], front=front)}` cannot be combined with "
+            f"`{spell('weights', front=front)}/{spell('x', front=front)}`: the arrays "
+            "determine the case."
+        )
+
+
+def _case_given(request: Request) -> dict[str, Any]:
+    return {k: v for k, v in (("dtype", request.dtype), ("seed", request.seed)) if v is not None}
+
+
+def configure(workload: Any, request: Request) -> Any:
+    """``workload`` with the request's ``options`` set, each one it takes, and the quantity one it has a
+    judge for (options None: ``workload`` as it is).
+
+    Raises:
+        ValueError: the first option it does not take (a ``Train``'s ``quantity='update'`` and ``steps``
+            go together, with it only), or what its ``configure`` refuses.
+    """
+    if request.options is None:  # ``check``'s: the workload as given
+        return workload
+    front, quantity = request.front, request.quantity
+    refused = [k for k in request.options if k not in workload.takes]
+    if quantity in QUANTITIES and quantity not in workload.quantities:  # an unknown one is the plan's
+        refused.append("quantity")
+    if "steps" in refused or (quantity == "update") != ("update" in workload.quantities):
+        raise ValueError(
+            f"`{spell('quantity', 'update', front=front)}` and `{spell('steps', front=front)}` go together "
+            "with a crosscheck.Train workload (a port and an optimizer on each side); workload "
+            f"`{workload.name}` checks {', '.join(workload.quantities)}."
+        )
+    if refused:
+        raise ValueError(
+            f"`{spell(refused[0], front=front)}` applies to the stack workload only; workload "
+            f"`{workload.name}` defines its own arrays (it takes {spell('dtype', front=front)} and "
+            f"{spell('seed', front=front)})."
+        )
+    return workload.configure(**request.options) if request.options else workload
