@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._compare.constants import TERM_HELP
+from crosscheck._compare.terms import TERM_HELP
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,7 +162,7 @@ def compare(
     and non-finite values make the comparison fail with a message; nothing raises. ``parameter`` names
     the parameter compared and ``index_names`` its axes (the stack's ``("layer", "row", "col")``);
     messages say both where given. ``term_help`` explains the workload's tolerance terms (the terms
-    every workload shares, ``constants.TERM_HELP``, need none). ``split`` names the leading axis when
+    every workload shares, ``terms.TERM_HELP``, need none). ``split`` names the leading axis when
     the workload wants a row per index along it (``per_layer``: judged, mismatched, worst ratio).
     """
     names = list(index_names) if index_names is not None else None

@@ -1,6 +1,7 @@
 """A candidate's gradient against one answer of the oracle (or a reference backend), per parameter.
 
-The tolerance of an entry is a sum of named terms (see ``docs/explanations/model-oracle.md``):
+The tolerance of an entry is a sum of named terms (see ``docs/explanations/model-oracle.md``), each
+built by ``crosscheck._compare.terms``:
 
 - ``rounding``: the candidate's own rounding, measured (``rounding.measure``);
 - ``reference``: the oracle's error bar (or, for another backend as reference, its rounding term);
@@ -24,9 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._compare import constants
+from crosscheck._compare import terms as _terms
 from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
-from crosscheck._compare.constants import FLOOR_ULPS, SAFETY
 from crosscheck._compare.dtypes import unit_roundoff
 from crosscheck._workloads.model.oracle.directions import (
     Direction,
@@ -38,13 +38,14 @@ from crosscheck._workloads.model.rounding import Rounding
 from crosscheck._workloads.protocol import Options
 
 TERM_HELP = {
-    "rounding": (
-        f"the candidate's own rounding, measured: {SAFETY:g} x (|its gradient - its re-run in the other "
-        "precision| (x 2**-29 for float64) + that difference's RMS over the parameter)"
+    "rounding": _terms.measured_help(
+        "the candidate's own rounding",
+        "|its gradient - its re-run in the other precision| (x 2**-29 for float64)",
+        "that difference's RMS over the parameter",
     ),
     "reference": "the reference's own error (the oracle's finite-difference error bar, or its rounding)",
-    "floor": f"{FLOOR_ULPS:g} unit roundoffs of the parameter's largest reference entry",
-    **constants.TERM_HELP,  # slack
+    "floor": _terms.floor_help("the parameter's largest reference entry"),
+    **_terms.TERM_HELP,  # slack
 }
 
 
@@ -103,7 +104,7 @@ def entries(
             out.append(missing(ctx, k, value))
             continue
         ref = answer.value[k]
-        floor = np.asarray(FLOOR_ULPS * u * float(np.max(np.abs(ref), initial=0.0)))
+        floor = np.asarray(_terms.floor(_terms.largest(ref), u))
         terms = {
             "rounding": rounding.term[k],
             "reference": answer.error[k],
@@ -180,7 +181,7 @@ def projected_terms(
     if rounding.delta is not None:
         signed = project(rounding.delta, dirs)
         scale = project_quadrature(rounding.delta, dirs)
-        round_term = SAFETY * (np.abs(signed) + scale)
+        round_term = _terms.measured(np.abs(signed), scale)
     else:
         round_term = project_quadrature(rounding.term, dirs)
     if floors is None:
@@ -198,7 +199,7 @@ def projected_terms(
 
 def floor_of(value: np.ndarray, dtype: str) -> float:
     """The floor of a parameter: ``FLOOR_ULPS`` unit roundoffs of its largest entry."""
-    return FLOOR_ULPS * unit_roundoff(dtype) * float(np.max(np.abs(value), initial=0.0))
+    return _terms.floor(_terms.largest(value), unit_roundoff(dtype))
 
 
 def screened(

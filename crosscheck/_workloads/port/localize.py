@@ -6,12 +6,12 @@ without parameters: dropout, activations); user-listed intermediates (``jax_inte
 PyTorch's names and pair as named, without their inputs (``listed_verdict``). Each pair's output is
 compared entry by entry; its tolerance is the sum of both sides' rounding, *measured* by re-running
 each side in the other precision (``SAFETY`` x (the difference + its RMS), scaled by ``2**-29`` for a
-float64 case; capped at what float32 permits, ``_compare.permit``, when the typical entry is beyond
-it), plus a floor of ``FLOOR_ULPS`` unit roundoffs of the largest entry. Outputs whose
-shapes broadcast one into the other (a ``(1, S, H)`` position embedding against a ``(B, S, H)`` one)
-are compared after broadcasting, and the row and the verdict say so. A side whose re-run failed takes
-the other side's measured rounding for both; with neither, the output is "not judged" (``NOT_JUDGED``:
-it fails, and the verdict blames no module for it).
+float64 case; capped at what float32 permits, ``_compare.terms.cap``, when the typical entry is beyond
+it), plus a floor of ``FLOOR_ULPS`` unit roundoffs of the largest entry (``_compare.terms`` builds
+each). Outputs whose shapes broadcast one into the other (a ``(1, S, H)`` position embedding against a
+``(B, S, H)`` one) are compared after broadcasting, and the row and the verdict say so. A side whose
+re-run failed takes the other side's measured rounding for both; with neither, the output is "not
+judged" (``NOT_JUDGED``: it fails, and the verdict blames no module for it).
 
 The verdict names the first paired module, in the order the PyTorch calls finished, whose output
 differs. When its input already differs, the difference was made before it, between the last module
@@ -25,23 +25,25 @@ order, whose parameters' gradients differ, and the modules between it and the ne
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from crosscheck._compare import permit
+from crosscheck._compare import terms as _terms
 from crosscheck._compare.compare import Comparison, Tolerance, compare
-from crosscheck._compare.constants import FLOOR_ULPS, OTHER_DTYPE, SAFETY, WIDEN
-from crosscheck._compare.dtypes import is_low, numpy_dtype, unit_roundoff
+from crosscheck._compare.constants import OTHER_DTYPE
+from crosscheck._compare.dtypes import numpy_dtype, unit_roundoff
 from crosscheck._workloads.port.mapping import canonical
 
 TERM_HELP = {
-    "rounding": f"the JAX port's own rounding of this output, measured: {SAFETY:g} x (|its output - its "
-    "re-run in the other precision| (x 2**-29 for float64) + that difference's RMS)",
+    "rounding": _terms.measured_help(
+        "the JAX port's own rounding of this output",
+        "|its output - its re-run in the other precision| (x 2**-29 for float64)",
+        "that difference's RMS",
+    ),
     "reference": "the PyTorch module's own rounding of this output, measured the same way",
-    "floor": f"{FLOOR_ULPS:g} unit roundoffs of the output's largest entry",
+    "floor": _terms.floor_help("the output's largest entry"),
 }
 
 
@@ -146,13 +148,12 @@ def _vector(torch_arrays, jax_arrays, channels_last: bool) -> tuple[np.ndarray, 
 def _rounding(main: np.ndarray, other: np.ndarray | None, dtype: str) -> np.ndarray:
     if other is None or other.shape != main.shape:
         return np.full(main.shape, 1024 * unit_roundoff(dtype)) * np.abs(main)
-    scale = WIDEN if dtype == "float64" else 1.0
+    scale = _terms.widening(dtype)
     with np.errstate(invalid="ignore"):
         d = np.nan_to_num(np.abs(main - other), nan=0.0, posinf=0.0)
     # beyond what the dtype permits (float32's, or a 16-bit dtype's against float32): never its own tolerance
-    d, _ = permit.cap(d, main if dtype == "float64" else other, dtype=dtype if is_low(dtype) else "float32")
-    d = scale * d
-    return SAFETY * (d + (math.sqrt(float(np.mean(d**2))) if d.size else 0.0))
+    d, _ = _terms.cap(d, main if dtype == "float64" else other, dtype=_terms.permit_dtype(dtype))
+    return _terms.measured(scale * d)
 
 
 def compare_arrays(
@@ -200,7 +201,7 @@ def compare_arrays(
             f"the {side} side's rounding could not be measured ({missing or 'no re-run'}): "
             "the other side's, measured"
         )
-    terms["floor"] = np.asarray(FLOOR_ULPS * unit_roundoff(precision) * float(np.max(np.abs(t), initial=0.0)))
+    terms["floor"] = np.asarray(_terms.floor(_terms.largest(t), unit_roundoff(precision)))
     found = compare(
         j.astype(numpy_dtype(dtype)),
         t,

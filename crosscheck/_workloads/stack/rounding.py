@@ -19,9 +19,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-# The unit roundoffs and the safety factor are everyone's (``crosscheck._compare.constants``); the stack's
-# modules read them here, as ``_stack.UNIT_ROUNDOFF`` and ``_stack.SAFETY``.
-from crosscheck._compare.constants import SAFETY as SAFETY
+from crosscheck._compare import terms
+
+# The unit roundoffs are everyone's (``crosscheck._compare.constants``); the stack's modules read them
+# here, as ``_stack.UNIT_ROUNDOFF``. Its terms are built by ``crosscheck._compare.terms``.
 from crosscheck._compare.constants import SIGNIFICAND_BITS
 from crosscheck._compare.constants import UNIT_ROUNDOFF as UNIT_ROUNDOFF
 from crosscheck._compare.dtypes import roundoffs
@@ -130,18 +131,18 @@ class RoundingModel:
 
     @property
     def grad_bound(self) -> np.ndarray:
-        return SAFETY * self.grad_sigma
+        return terms.modelled(self.grad_sigma)
 
     def z_bound(self, layer: int) -> np.ndarray:
         """What rounding can move a pre-activation's sign by (8 sigma)."""
-        return SAFETY * self.z_sigma[layer]
+        return terms.modelled(self.z_sigma[layer])
 
     def value_bound(self, layer: int) -> np.ndarray:
         """What rounding can move a stored pre-activation (or activation) by: ``z_bound`` with the
         storing's rounding (8 sigma of both)."""
         if self.z_stored is None:
             return self.z_bound(layer)
-        return SAFETY * np.sqrt(np.square(self.z_sigma[layer]) + np.square(self.z_stored[layer]))
+        return terms.modelled(np.sqrt(np.square(self.z_sigma[layer]) + np.square(self.z_stored[layer])))
 
 
 #: Monte Carlo samples of the rounding model. A gradient entry's variance is estimated from

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare import terms as _terms
 from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
 from crosscheck._compare.constants import ALL_DTYPES, DTYPES
 from crosscheck._compare.dtypes import accumulation
@@ -194,7 +195,7 @@ class StackGradJudge:
         oracle: Oracle = reference.data
         u = _stack.UNIT_ROUNDOFF[accumulation(dtype)]  # a 16-bit dtype's sums are float32's
         rounding = self.model(dtype).grad_bound
-        floor = _stack.SAFETY * u * float(np.max(np.abs(np.nan_to_num(oracle.value)), initial=0.0))
+        floor = _terms.floor(_terms.largest(np.nan_to_num(oracle.value)), u, ulps=_terms.SAFETY_FLOOR_ULPS)
         terms: dict[str, Any] = {
             "rounding": rounding,
             "reference": oracle.error,

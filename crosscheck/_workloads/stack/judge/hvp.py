@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare import terms as _terms
 from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.stack import rounding as _stack
@@ -145,7 +146,7 @@ class StackHvpJudge:
         answer: Answer = reference.data
         u = _stack.UNIT_ROUNDOFF[self.dtype]
         finite = answer.value[np.isfinite(answer.value)]
-        floor = _stack.SAFETY * u * float(np.max(np.abs(finite), initial=0.0))
+        floor = _terms.floor(_terms.largest(finite), u, ulps=_terms.SAFETY_FLOOR_ULPS)
         terms: dict[str, Any] = {
             "rerun": rerun,
             "reference": answer.error,

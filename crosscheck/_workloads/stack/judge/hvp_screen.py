@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from crosscheck._compare import terms
 from crosscheck._compare.compare import Comparison, Kinks, mismatch_message, structural_problem
 from crosscheck._workloads.protocol import Call, Reference
 from crosscheck._workloads.stack import rounding as _stack
@@ -36,9 +37,11 @@ if TYPE_CHECKING:
     from crosscheck._workloads.stack.judge.hvp import StackHvpJudge
 
 #: Help text of the screening's ``rerun`` term.
-RERUN_HELP = (
-    "the candidate's own rounding along each direction, measured: 8 x (|D . (its HVP - its HVP re-run in "
-    "the other precision)| + ||D|| x that difference's RMS over the layer), scaled as for the full check"
+RERUN_HELP = terms.measured_help(
+    "the candidate's own rounding along each direction",
+    "|D . (its HVP - its HVP re-run in the other precision)|",
+    "||D|| x that difference's RMS over the layer",
+    then=", scaled as for the full check",
 )
 
 
@@ -122,7 +125,8 @@ def compare_screened(
     else:
         comparison = _record(name, reference, candidate, True, "ok", "")
         message = coverage + ": every direction agrees"
-    floor = _stack.SAFETY * _stack.UNIT_ROUNDOFF[judge.dtype] * float(np.max(np.abs(candidate), initial=0))
+    u = _stack.UNIT_ROUNDOFF[judge.dtype]
+    floor = terms.floor(terms.largest(candidate), u, ulps=terms.SAFETY_FLOOR_ULPS)
     sources = {**comparison.tolerance_sources, "rerun": f"{RERUN_HELP} ({note})"}
     return dataclasses.replace(
         comparison,
@@ -155,9 +159,8 @@ def _rerun_along(candidate: np.ndarray, again: np.ndarray | None, directions: np
     delta, _ = _hvp.measured_delta(candidate, again, dtype)
     rms = np.sqrt(np.mean(delta**2, axis=(1, 2)))
     norm = np.sqrt(np.einsum("ksij,ksij->ks", directions, directions))
-    ratio = _stack.UNIT_ROUNDOFF[dtype] / _stack.UNIT_ROUNDOFF["float32"]
     along = np.abs(np.einsum("kij,ksij->ks", delta, directions))
-    return _stack.SAFETY * ratio * (along + norm * rms[:, None])
+    return terms.measured(along, norm * rms[:, None], widen=terms.widening(dtype))
 
 
 def _floor_and_slack(judge: StackHvpJudge, sc: Any, candidate: np.ndarray) -> np.ndarray:
@@ -165,7 +168,7 @@ def _floor_and_slack(judge: StackHvpJudge, sc: Any, candidate: np.ndarray) -> np
     slack summed over its entries (``sc``: the oracle's screened estimate)."""
     u, size = _stack.UNIT_ROUNDOFF[judge.dtype], judge.weights.shape[1]
     norm = np.sqrt(np.einsum("ksij,ksij->ks", sc.directions, sc.directions))
-    floor = _stack.SAFETY * u * norm * float(np.max(np.abs(candidate), initial=0.0))
+    floor = terms.floor(terms.largest(candidate), u, ulps=terms.SAFETY_FLOOR_ULPS, across=norm)
     options = judge.options
     slack = 0.0 if options.rtol is None else options.atol * size * size + options.rtol * np.abs(sc.value)
     return floor + slack

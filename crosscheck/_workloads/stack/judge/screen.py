@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from crosscheck._compare import terms
 from crosscheck._compare.compare import Comparison, mismatch_message, structural_problem
 from crosscheck._compare.dtypes import accumulation
 from crosscheck._workloads.protocol import Call, Reference
@@ -118,12 +119,12 @@ def compare_screened(
     options = judge.options
     slack = 0.0 if options.rtol is None else options.atol * size * size + options.rtol * np.abs(sc.value)
     # The floor term of every entry, summed in quadrature over the d * d entries of a direction.
-    floor = _stack.SAFETY * u * size * float(np.max(np.abs(candidate), initial=0.0))
+    floor = terms.floor(terms.largest(candidate), u, ulps=terms.SAFETY_FLOOR_ULPS, across=size)
     kinks, several = _kink_slack(judge, screening, dtype)
     # The underflow bounds summed over each direction's entries (every entry of a direction is +-1).
     bound = judge.underflow(dtype).grad
     flow = bound.sum(axis=(1, 2))[:, None] if bound.any() else 0.0
-    tol = _stack.SAFETY * model.direction_sigma + sc.error + floor + slack + kinks + flow
+    tol = terms.modelled(model.direction_sigma) + sc.error + floor + slack + kinks + flow
     diff = np.abs(projected - sc.value)
     failing = sorted({int(k) for k in np.nonzero(diff > tol)[0]} | several)
     coverage = (
@@ -155,7 +156,8 @@ def compare_screened(
             index_names=list(_stack.INDEX_NAMES),
         )
         message = coverage + ": every direction agrees"
-    rounding = {"weights": model.grad_bound + _stack.SAFETY * u * float(np.max(np.abs(candidate), initial=0))}
+    own_floor = terms.floor(terms.largest(candidate), u, ulps=terms.SAFETY_FLOOR_ULPS)
+    rounding = {"weights": model.grad_bound + own_floor}
     return dataclasses.replace(
         comparison,
         coverage=coverage,
