@@ -11,15 +11,16 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare import low as _low
 from crosscheck._compare import terms as _terms
 from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
 from crosscheck._compare.constants import ALL_DTYPES, DTYPES
-from crosscheck._compare.dtypes import accumulation
+from crosscheck._compare.dtypes import accumulation, is_low
+from crosscheck._report.report import Verdict
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack import underflow as _underflow
 from crosscheck._workloads.stack.explain import SECTION, classify, forward_layers, verdict
-from crosscheck._workloads.stack.judge import low as _low
 from crosscheck._workloads.stack.judge import screen as _screen
 from crosscheck._workloads.stack.judge.terms import TERM_HELP
 
@@ -76,7 +77,7 @@ class StackGradJudge:
         #: The screening strategy, when the reference screened (``screen.Screening``).
         self.screening: _screen.Screening | None = None
         self.oracle_backend: Any = None
-        #: A verdict per candidate judged in a 16-bit dtype (``low.verdict``).
+        #: A verdict per candidate that agrees in a 16-bit dtype (``_compare.low``).
         self.verdicts: dict[str, Any] = {}
 
     # -- the protocol -------------------------------------------------------------------------------
@@ -126,11 +127,13 @@ class StackGradJudge:
             comparison = self._localize(backend, comparison, dtype, call)
             if comparison.status == "mismatch" and self.screening is None:
                 comparison = self._classify(backend, comparison, candidate, reference, call)
-        if _low.is_low(dtype) and comparison.status == "ok":
+        if is_low(dtype) and comparison.status == "ok":
             # Only a full reference has every entry (a screened one: the noise is not known).
             full = reference.data.value if isinstance(reference.data, Oracle) else None
-            relative = 0.0 if full is None else _low.noise(self.model(dtype).grad_bound, full)
-            self.verdicts[name] = _low.verdict(comparison, dtype, relative)
+            bound = {"weights": self.model(dtype).grad_bound}
+            relative = 0.0 if full is None else _low.noise(bound, {"weights": full})
+            said = _low.text(dtype, relative, moves="entries", aside=_unjudged(comparison, dtype))
+            self.verdicts[name] = Verdict(said)
         return [comparison]
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
@@ -254,7 +257,7 @@ class StackGradJudge:
         cand, ref, flow = self.model(dtype), self.model("float64"), self.underflow(dtype).z
         bounds = [cand.z_bound(m) + ref.z_bound(m) + flow[m] for m in range(len(self.fwd.zs))]
         found = _stack.ambiguous_kinks(self.fwd, bounds)
-        threshold, low = KINK_IMPACT_FRACTION * tol, _low.is_low(dtype)
+        threshold, low = KINK_IMPACT_FRACTION * tol, is_low(dtype)
         effects = _stack.kink_effects(self.fwd, self.deltas, found, threshold, bounds, last_layer_forward=low)
         self._kinks_memo[dtype] = (np.array(tol, copy=True), (bounds, found, effects))
         return bounds, found, effects
@@ -329,6 +332,14 @@ class StackGradJudge:
         if progress is None:
             return None
         return lambda done, total: progress(description, done, total)
+
+
+def _unjudged(comparison: Comparison, dtype: str) -> str:
+    """What a 16-bit verdict says of the entries ReLU flips left unjudged ("" when none)."""
+    if not comparison.unjudgeable:
+        return ""
+    share = comparison.unjudgeable / max(comparison.total, 1)
+    return f", {share:.0%} of entries unjudgeable (ReLUs {dtype} rounding may flip)"
 
 
 def _with_rounding(comparison: Comparison, rounding: np.ndarray) -> Comparison:
