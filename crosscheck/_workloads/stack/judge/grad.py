@@ -22,6 +22,7 @@ from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack import underflow as _underflow
 from crosscheck._workloads.stack.explain import SECTION, classify, forward_layers, verdict
 from crosscheck._workloads.stack.judge import screen as _screen
+from crosscheck._workloads.stack.judge.answers import GradAnswer
 from crosscheck._workloads.stack.judge.terms import TERM_HELP
 
 #: Fraction of an entry's tolerance that a possible ReLU flip may move it before it is unjudgeable.
@@ -41,16 +42,6 @@ def declared_dtype(backend: Any, dtype: str) -> tuple[str, str | None]:
         known = " and ".join(DTYPES)
         return dtype, f"declares `output_dtype` {declared!s:.40}; crosscheck judges {known} only"
     return str(declared), None
-
-
-@dataclasses.dataclass(frozen=True)
-class Oracle:
-    """The reference's arrays: value and error bar (``(L, d, d)``), and the oracle's kink flags."""
-
-    value: np.ndarray
-    error: np.ndarray
-    kink: np.ndarray | None = None
-    kink_at: np.ndarray | None = None
 
 
 class StackGradJudge:
@@ -108,7 +99,7 @@ class StackGradJudge:
             est = out.value
             self.reuse_model(getattr(est, "rounding", None))
             notes = {"evaluations": est.evaluations, "kink_entries": int(est.kink.sum())}
-            data = Oracle(est.value, est.error, est.kink, est.kink_at)
+            data = GradAnswer(est.value, est.error, est.kink, est.kink_at)
             return dataclasses.replace(out, value=Reference({"weights": est.value}, "float64", notes, data))
         return self._backend_reference(backend, call)
 
@@ -129,7 +120,7 @@ class StackGradJudge:
                 comparison = self._classify(backend, comparison, candidate, reference, call)
         if is_low(dtype) and comparison.status == "ok":
             # Only a full reference has every entry (a screened one: the noise is not known).
-            full = reference.data.value if isinstance(reference.data, Oracle) else None
+            full = reference.data.value if isinstance(reference.data, GradAnswer) else None
             bound = {"weights": self.model(dtype).grad_bound}
             relative = 0.0 if full is None else _low.noise(bound, {"weights": full})
             said = _low.text(dtype, relative, moves="entries", aside=_unjudged(comparison, dtype))
@@ -167,7 +158,7 @@ class StackGradJudge:
             )
             return dataclasses.replace(out, value=None, error=error)
         dtype = value.dtype.name if value.dtype.name in ALL_DTYPES else "float64"
-        data = Oracle(value.astype(np.float64), self.model(dtype).grad_bound)
+        data = GradAnswer(value.astype(np.float64), self.model(dtype).grad_bound)
         return dataclasses.replace(out, value=Reference({"weights": value}, value.dtype.name, {}, data))
 
     # -- comparing ----------------------------------------------------------------------------------
@@ -195,7 +186,7 @@ class StackGradJudge:
 
     def compare_full(self, value: np.ndarray, name: str, reference: Reference, dtype: str) -> Comparison:
         """Every entry against the reference's, within modelled rounding, its error bar and kinks."""
-        oracle: Oracle = reference.data
+        oracle: GradAnswer = reference.data
         u = _stack.UNIT_ROUNDOFF[accumulation(dtype)]  # a 16-bit dtype's sums are float32's
         rounding = self.model(dtype).grad_bound
         floor = _terms.floor(_terms.largest(np.nan_to_num(oracle.value)), u, ulps=_terms.SAFETY_FLOOR_ULPS)
@@ -231,7 +222,7 @@ class StackGradJudge:
         cause = _underflow.overflow(self.fwd, self.deltas, dtype)
         return dataclasses.replace(found, message=f"{found.message} {cause}") if cause else found
 
-    def _kinks(self, tol: np.ndarray, dtype: str, oracle: Oracle) -> tuple[Kinks, np.ndarray]:
+    def _kinks(self, tol: np.ndarray, dtype: str, oracle: GradAnswer) -> tuple[Kinks, np.ndarray]:
         """Judge kink-ambiguous entries on both sides of one kink; more than one is unjudgeable."""
         bounds, found, effects = self.kink_effects(dtype, tol)
         unjudgeable = effects.count > 1
@@ -262,7 +253,7 @@ class StackGradJudge:
         self._kinks_memo[dtype] = (np.array(tol, copy=True), (bounds, found, effects))
         return bounds, found, effects
 
-    def _exact_zero_kinks(self, bounds: list[np.ndarray], oracle: Oracle) -> np.ndarray:
+    def _exact_zero_kinks(self, bounds: list[np.ndarray], oracle: GradAnswer) -> np.ndarray:
         """Oracle kink entries whose kink is an exact zero that the candidate also computes exactly."""
         at, kink = oracle.kink_at, oracle.kink
         assert at is not None and kink is not None

@@ -3,25 +3,40 @@ entry of each layer that fails them (see README, "Screening").
 
 The gradient judge owns a ``Screening`` (what the oracle screened, and what every candidate shares) and
 hands it, with itself, to ``compare_screened``; this module uses the judge's public surface only
-(``weights``, ``x``, ``options``, ``model``, ``underflow``, ``kink_effects``, ``compare_full``,
-``progress``).
+(``GradJudge``: ``weights``, ``x``, ``options``, ``model``, ``underflow``, ``kink_effects``,
+``compare_full``, ``range_cause``, ``progress``), and imports neither the judge nor its module.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from crosscheck._compare import terms
 from crosscheck._compare.compare import Comparison, mismatch_message, structural_problem
 from crosscheck._compare.dtypes import accumulation
-from crosscheck._workloads.protocol import Call, Reference
+from crosscheck._workloads.protocol import Call, Options, Reference
 from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack import underflow as _underflow
+from crosscheck._workloads.stack.judge.answers import GradAnswer
 
-if TYPE_CHECKING:
-    from crosscheck._workloads.stack.judge.grad import StackGradJudge
+
+class GradJudge(Protocol):
+    """What screening uses of the gradient judge (``grad.StackGradJudge``)."""
+
+    weights: np.ndarray
+    x: np.ndarray
+    options: Options
+
+    def model(self, dtype: str) -> _stack.RoundingModel: ...
+    def underflow(self, dtype: str) -> _underflow.Underflow: ...
+    def kink_effects(self, dtype: str, tol: np.ndarray) -> Any: ...
+    def compare_full(self, value: np.ndarray, name: str, reference: Reference, dtype: str) -> Comparison: ...
+    def range_cause(self, found: Comparison, value: np.ndarray, dtype: str) -> Comparison: ...
+    def progress(self, description: str) -> Any: ...
+
 
 #: Above this many floating-point operations of matrix products "auto" screens. The count is the dense
 #: one (every row of the batch, ``full_oracle_flops``); the oracle now evaluates only the rows a
@@ -70,7 +85,7 @@ class Screening:
         return self.estimate.directions
 
 
-def screen_reference(judge: StackGradJudge, backend: Any, call: Call) -> tuple[Any, Screening | None]:
+def screen_reference(judge: GradJudge, backend: Any, call: Call) -> tuple[Any, Screening | None]:
     """The oracle's directional derivatives along ``directions`` random +-1 directions per layer: the
     reference's outcome, and the judge's ``Screening`` (None when the oracle failed)."""
     shape = judge.weights.shape
@@ -90,7 +105,7 @@ def screen_reference(judge: StackGradJudge, backend: Any, call: Call) -> tuple[A
 
 
 def compare_screened(
-    judge: StackGradJudge,
+    judge: GradJudge,
     screening: Screening,
     candidate: np.ndarray,
     name: str,
@@ -184,11 +199,9 @@ def screening_rows(diff: np.ndarray, tol: np.ndarray, directions: int, failing: 
 
 
 def _full_layers(
-    judge: StackGradJudge, screening: Screening, layers: list[int], reference: Reference, call: Call
+    judge: GradJudge, screening: Screening, layers: list[int], reference: Reference, call: Call
 ) -> Any:
     """The oracle on every entry of ``layers`` (cached across candidates; NaN elsewhere), or why not."""
-    from crosscheck._workloads.stack.judge.grad import Oracle  # the judge's module imports this one
-
     missing = [k for k in layers if k not in screening.full_layers]
     if missing:
         progress = judge.progress("oracle (full check)")
@@ -203,10 +216,10 @@ def _full_layers(
     kink, kink_at = np.zeros(shape, bool), np.full((*shape, 3), -1, np.int64)
     for k in layers:
         value[k], error[k], kink[k], kink_at[k] = screening.full_layers[k]
-    return dataclasses.replace(reference, data=Oracle(value, error, kink, kink_at))
+    return dataclasses.replace(reference, data=GradAnswer(value, error, kink, kink_at))
 
 
-def _kink_slack(judge: StackGradJudge, screening: Screening, dtype: str) -> tuple[np.ndarray, set[int]]:
+def _kink_slack(judge: GradJudge, screening: Screening, dtype: str) -> tuple[np.ndarray, set[int]]:
     """How far ReLU flips the candidate may see can move each directional derivative, and the
     layers where several flips can move one entry (those are always checked entry by entry).
     The same for every candidate of ``dtype``: computed once."""
