@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare import screening
 from crosscheck._compare import terms as _terms
 from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
 from crosscheck._compare.dtypes import unit_roundoff
@@ -160,7 +161,7 @@ def directions(
         index = np.array([i for i, d in enumerate(dirs) if d.parameter == k], dtype=int)
         judged = ~est.unjudgeable[index]
         diff = np.abs(projected[index] - est.value[index])
-        failing = judged & ~(diff <= tol[index])
+        failing = screening.failing(diff, tol[index], judged)
         zeros[k] = bool(np.all(np.abs(est.value[index][judged]) <= bound[index][judged]))
         rows[k] = {
             "index": index,
@@ -212,9 +213,9 @@ def screened(
     note: str = "",
 ) -> Comparison:
     """The comparison of parameter ``k`` along its directions only."""
-    n, failing, judged = len(row["index"]), row["failing"], row["judged"]
-    bad = int(np.count_nonzero(failing))
-    unjudgeable = int(n - np.count_nonzero(judged))
+    found = screening.Directions.of(row)
+    n, judged = len(row["index"]), found.judged
+    bad, unjudgeable = found.mismatched, found.unjudgeable
     reasons = est.reason[row["index"]][~judged]
     record: dict[str, Any] = {
         "backend": ctx.name,
@@ -236,11 +237,10 @@ def screened(
     if not np.any(judged):
         message = f"{coverage}: every direction is unjudgeable: nothing was compared!"
         return Comparison(passed=False, status="unjudgeable", message=message, **record)
-    ratio = np.where(row["diff"] == 0, 0.0, row["diff"] / row["tol"])
-    worst = int(np.argmax(np.where(judged, ratio, -1.0)))
+    ratio, worst = found.ratio, found.worst
     terms = {name: float(t[worst]) for name, t in row["terms"].items()}
     shown = " + ".join(f"{name} {v:.3g}" for name, v in terms.items())
-    verdict = f"{bad} of {n} directions disagree" if bad else "every direction agrees"
+    verdict = f"{bad} of {n} directions disagree" if bad else screening.AGREES
     if unjudgeable:
         verdict += f", {unjudgeable} unjudgeable"
     message = (

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from crosscheck._compare import screening as _screening
 from crosscheck._compare import terms
 from crosscheck._compare.compare import Comparison, Kinks, mismatch_message, structural_problem
 from crosscheck._workloads.protocol import Call, Options, Reference
@@ -131,11 +132,8 @@ def compare_screened(
     diff = np.abs(np.einsum("kij,ksij->ks", candidate.astype(np.float64), sc.directions) - sc.value)
     # A direction the oracle cannot judge sends its layer to the full check (which says why).
     diff, tol = np.where(sc.kink, 0.0, diff), np.where(sc.kink, np.inf, tol)
-    failing = sorted({int(k) for k in np.nonzero((diff > tol) | sc.kink)[0]})
-    coverage = (
-        f"screened: {sc.value.shape[0]} layers x {sc.value.shape[1]} random directions; "
-        f"layers checked entry by entry: {failing or 'none'}"
-    )
+    failing = _screening.escalated((diff > tol) | sc.kink)
+    coverage = _screening.coverage(sc.value.shape[0], "layer", sc.value.shape[1], failing)
     rerun = np.broadcast_to(rerun, candidate.shape)
     full = _full_layers(judge, screening, failing, reference, call) if failing else None
     if isinstance(full, str):
@@ -145,14 +143,14 @@ def compare_screened(
         message = coverage + "\n" + mismatch_message(comparison)
     else:
         comparison = _record(name, reference, candidate, True, "ok", "")
-        message = coverage + ": every direction agrees"
+        message = f"{coverage}: {_screening.AGREES}"
     u = _stack.UNIT_ROUNDOFF[judge.dtype]
     floor = terms.floor(terms.largest(candidate), u, ulps=terms.SAFETY_FLOOR_ULPS)
     sources = {**comparison.tolerance_sources, "rerun": f"{RERUN_HELP} ({note})"}
     return dataclasses.replace(
         comparison,
         coverage=coverage,
-        screening=screening_rows(diff, tol, sc.value.shape[1], failing),
+        screening=screening_rows(diff, tol, failing, ~sc.kink),
         message=message,
         tolerance_sources=sources,
         arrays={**comparison.arrays, "rounding": {"weights": rerun + floor}},

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from crosscheck._compare import screening as _screening
 from crosscheck._compare import terms
 from crosscheck._compare.compare import Comparison, mismatch_message, structural_problem
 from crosscheck._compare.dtypes import accumulation
@@ -141,11 +142,8 @@ def compare_screened(
     flow = bound.sum(axis=(1, 2))[:, None] if bound.any() else 0.0
     tol = terms.modelled(model.direction_sigma) + sc.error + floor + slack + kinks + flow
     diff = np.abs(projected - sc.value)
-    failing = sorted({int(k) for k in np.nonzero(diff > tol)[0]} | several)
-    coverage = (
-        f"screened: {sc.value.shape[0]} layers x {sc.value.shape[1]} random directions; "
-        f"layers checked entry by entry: {failing or 'none'}"
-    )
+    failing = _screening.escalated(diff > tol, several)
+    coverage = _screening.coverage(sc.value.shape[0], "layer", sc.value.shape[1], failing)
     full = _full_layers(judge, screening, failing, reference, call) if failing else None
     if isinstance(full, str):
         comparison = Comparison(
@@ -170,32 +168,33 @@ def compare_screened(
             total=candidate.size,
             index_names=list(_stack.INDEX_NAMES),
         )
-        message = coverage + ": every direction agrees"
+        message = f"{coverage}: {_screening.AGREES}"
     own_floor = terms.floor(terms.largest(candidate), u, ulps=terms.SAFETY_FLOOR_ULPS)
     rounding = {"weights": model.grad_bound + own_floor}
     return dataclasses.replace(
         comparison,
         coverage=coverage,
-        screening=screening_rows(diff, tol, sc.value.shape[1], failing),
+        screening=screening_rows(diff, tol, failing),
         message=message,
         arrays={**comparison.arrays, "rounding": rounding},
     )
 
 
-def screening_rows(diff: np.ndarray, tol: np.ndarray, directions: int, failing: list[int]) -> list[dict]:
-    """One row per layer for the report: its directions, how many failed, the worst diff / tol."""
-    with np.errstate(divide="ignore", invalid="ignore"):  # 0 / 0 is taken as 0 (np.where below)
-        ratio = np.where(diff == 0, 0.0, diff / tol)
-    return [
-        {
-            "layer": k,
-            "directions": int(directions),
-            "mismatched": int(np.count_nonzero(diff[k] > tol[k])),
-            "worst_ratio": float(np.max(ratio[k])),
-            "full_check": k in failing,
-        }
-        for k in range(diff.shape[0])
-    ]
+def layer_directions(diff: np.ndarray, tol: np.ndarray, judged: np.ndarray | None = None) -> list:
+    """Each layer's verdict along its directions (``diff``, ``tol``: layers x directions; ``judged``:
+    the directions the oracle judged, every one unless given). A direction fails beyond its tolerance
+    (``diff > tol``: a NaN tolerance fails none, as screening always has)."""
+    judged = np.ones(diff.shape, bool) if judged is None else judged
+    return [_screening.Directions(diff[k], tol[k], judged[k], diff[k] > tol[k]) for k in range(len(diff))]
+
+
+def screening_rows(
+    diff: np.ndarray, tol: np.ndarray, failing: list[int], judged: np.ndarray | None = None
+) -> list[dict]:
+    """One row per layer for the report (``screening.row``): its directions, how many failed, the
+    worst diff / tol, whether it was checked entry by entry."""
+    layers = layer_directions(diff, tol, judged)
+    return [_screening.row("layer", k, found, k in failing) for k, found in enumerate(layers)]
 
 
 def _full_layers(
