@@ -2,7 +2,7 @@
 dtype's rounding (modelled, or measured by its float32 re-run), which hides any error smaller than it.
 Its verdict says how large that rounding is on this case and to check in float32 too, so that a pass in
 16 bits is never read as a pass in float32. Every workload says it with these words; what differs (what
-a bug moves, whether the rounding was measured, the stack's unjudgeable entries) is handed in.
+a bug moves, whether the rounding was measured, how many entries were unjudgeable) is handed in.
 Whether a dtype is a 16-bit one: ``dtypes.is_low``."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def agrees(found: Sequence[Comparison]) -> bool:
 def text(dtype: str, relative: float, *, moves: str, measured: bool = False, aside: str = "") -> str:
     """What a pass in ``dtype`` says: the rounding it agrees within (``relative``, 0: not known; said
     as ``measured`` where it was), a bug that ``moves`` so much less is not seen; ``aside``: what else
-    the workload says there (the stack: how many entries were unjudgeable)."""
+    the workload says there (how many entries were unjudgeable)."""
     size = ""
     if relative > 0:
         of = f"a median {relative:.2%} of an entry"

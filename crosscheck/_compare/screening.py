@@ -1,18 +1,18 @@
-"""Screening's one vocabulary, spoken by its three algorithms: the stack's gradient
-(``stack/judge/screen.py``), the stack's HVP (``stack/judge/hvp_screen.py``) and a workload's tensors
-(``model/groups.py``, ``model/compare.py``).
+"""Screening's one vocabulary, spoken by its three algorithms (a gradient screened layer by layer, an
+HVP screened the same way, a workload's tensors screened alone or in groups): each workload's judge
+imports it, it imports none.
 
 Like torch's ``gradcheck``, one comparison has two modes: fast, along random directions (the candidate's
 gradient and every tolerance term projected on them, against the oracle's directional derivatives), and
-slow, every entry. Each algorithm screens *blocks* (a stack's layer; a workload's tensor, or a group of
-tensors taken as one), and a block whose directions do not all agree is *escalated* to its entries
-(checked entry by entry). The words:
+slow, every entry. Each algorithm screens *blocks* (a layer; a tensor, or a group of tensors taken as
+one), and a block whose directions do not all agree is *escalated* to its entries (checked entry by
+entry). The words:
 
 - ``Directions``: a block's verdict direction by direction: ``diff`` (the candidate's projection less
   the oracle's, in magnitude), ``tol`` (its tolerance), ``judged`` (the oracle could judge it),
   ``failing`` (judged, and beyond its tolerance); the counts a report shows (``mismatched``,
   ``unjudgeable``), each direction's ``ratio`` to its tolerance and the ``worst`` judged one, whether
-  the block ``agrees``;
+  the block ``agrees`` (``of``: from a record with the same field names);
 - ``escalated``: the blocks checked entry by entry (``ESCALATED``);
 - the coverage (what was done to judge a block, in words): ``SCREENED``, ``coverage``, ``AGREES``;
 - ``row``: a block's row of a report's ``screening`` table.

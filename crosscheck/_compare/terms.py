@@ -7,8 +7,8 @@ and localizer builds its terms here, each one a small pure function beside its h
 - ``floor``: so many unit roundoffs of the largest reference entry (``FLOOR_ULPS``, or
   ``SAFETY_FLOOR_ULPS`` where a judge's floor is the safety factor of its rounding, the same 8),
   summed over a direction's entries with ``across``; ``floor_help``.
-- ``modelled``: ``SAFETY`` standard deviations of a rounding error that is modelled (the stack's Monte
-  Carlo arithmetic) or estimated; ``modelled_help``.
+- ``modelled``: ``SAFETY`` standard deviations of a rounding error that is modelled (Monte Carlo
+  arithmetic on the case) or estimated; ``modelled_help``.
 - ``measured``: a rounding measured by a re-run in the other precision, ``SAFETY x (|difference| + its
   RMS)``, the difference widened to a float64 case's by ``WIDEN`` (``widening``); ``measured_help``.
 - the permit (``bound``, ``median_ratio``, ``cap``): what a dtype's rounding permits a re-run's
@@ -47,8 +47,8 @@ TERM_HELP = {
 
 # -- the floor --------------------------------------------------------------------------------------
 
-#: A floor of ``SAFETY`` unit roundoffs: the floor of the judges whose rounding term is ``SAFETY`` of
-#: a rounding estimate (the stack's gradient, forward and HVP), the safety factor applied to one unit
+#: A floor of ``SAFETY`` unit roundoffs: the floor of the judges whose rounding term is ``SAFETY`` times
+#: a rounding estimate (a modelled one, or the HVP's re-run), the safety factor applied to one unit
 #: roundoff of the largest entry. The same 8 as ``FLOOR_ULPS``; named so that neither moves the other.
 SAFETY_FLOOR_ULPS = SAFETY
 
