@@ -18,10 +18,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+# The stack's tolerance terms are built by ``crosscheck._compare.terms``; the unit roundoffs are
+# everyone's (``crosscheck._compare.constants``), and the stack's modules read them here, as
+# ``_stack.UNIT_ROUNDOFF``.
 from crosscheck._compare import terms
-
-# The unit roundoffs are everyone's (``crosscheck._compare.constants``); the stack's modules read them
-# here, as ``_stack.UNIT_ROUNDOFF``. Its terms are built by ``crosscheck._compare.terms``.
 from crosscheck._compare.constants import SIGNIFICAND_BITS
 from crosscheck._compare.constants import UNIT_ROUNDOFF as UNIT_ROUNDOFF
 from crosscheck._compare.dtypes import roundoffs

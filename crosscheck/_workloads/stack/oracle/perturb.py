@@ -364,6 +364,7 @@ def _finish(fwd, change, h, sigma, crossed, where):
     base = fwd.loss
     losses = np.maximum(base + change, 0.0)
     grow = np.sqrt(np.maximum(losses / base, 1.0)) if base > 0 else 1.0
+    # SAFETY sigmas of 2 sqrt(loss) ||error||, multiplied in the order it always was (bit for bit).
     loss_error = terms.modelled(2 * np.sqrt(losses)) * sigma * grow + u * n_terms * (losses + base)
     error = (loss_error[:s] + loss_error[s:]) / (2 * h) + 4 * u * np.abs(value)
     kinked = crossed[:s] | crossed[s:]
