@@ -1,4 +1,8 @@
-"""Entry-by-entry comparison of a candidate with a reference, into records; never raises on a mismatch."""
+"""Entry-by-entry comparison of a candidate with a reference, into records; never raises on a mismatch.
+
+The records (``Tolerance``, ``Kinks``, ``Comparison``) live in ``record``, the one message format in
+``message``; both are re-exported here, where every judge imports them from.
+"""
 
 from __future__ import annotations
 
@@ -8,135 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._compare.constants import TERM_HELP
-
-
-@dataclasses.dataclass(frozen=True)
-class Tolerance:
-    """Per-entry tolerance as a sum of named terms (each an array broadcastable to the gradient)."""
-
-    terms: dict[str, np.ndarray]
-
-    def total(self) -> np.ndarray:
-        total = np.zeros(())
-        for term in self.terms.values():
-            total = total + np.asarray(term, dtype=np.float64)
-        return total
-
-    def at(self, index: tuple[int, ...]) -> dict[str, float]:
-        return {name: float(np.broadcast_to(t, self.shape)[index]) for name, t in self.terms.items()}
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return np.broadcast_shapes(*(np.shape(t) for t in self.terms.values()))
-
-
-@dataclasses.dataclass(frozen=True)
-class Kinks:
-    """How kinks (points where the function is not differentiable) bear on each entry.
-
-    Attributes:
-        unjudgeable: bool array, True where the entry cannot be judged.
-        reason: object array of reason strings ("" where judgeable).
-        kink: int array ``shape + (width,)``: the index of the kink responsible (-1 where none); the
-            workload says what it indexes and how wide it is (the stack's ``(layer, row, unit)``).
-        alternative: where one kink may legitimately flip, the reference on its other side (NaN
-            elsewhere): such an entry passes when it matches either side.
-    """
-
-    unjudgeable: np.ndarray
-    reason: np.ndarray
-    kink: np.ndarray
-    alternative: np.ndarray
-
-    @classmethod
-    def none(cls, shape: tuple[int, ...], width: int = 1) -> Kinks:
-        """No kink bears on any entry (``width``: how wide a kink's index would be)."""
-        return cls(
-            np.zeros(shape, bool),
-            np.full(shape, "", object),
-            np.full(shape + (width,), -1),
-            np.full(shape, np.nan),
-        )
-
-    @property
-    def width(self) -> int:
-        """How many numbers index one kink."""
-        return int(self.kink.shape[-1])
-
-
-@dataclasses.dataclass(frozen=True)
-class Comparison:
-    """The record of one candidate against the reference (see README, "JSON report"): one per candidate
-    (and per parameter and question, for a workload), in ``Report.comparisons``.
-
-    Example:
-        >>> def zeros(weights, x):  # a wrong gradient
-        ...     return np.zeros_like(weights)
-        >>> report = crosscheck.run(layers=2, dim=4, batch=3, seed=1, backends=[zeros])
-        >>> c = report.comparisons[0]
-        >>> c.backend, c.reference, c.passed, c.mismatched, c.total
-        ('zeros', 'numpy-fd', False, 23, 32)
-        >>> print(c.message.splitlines()[0])
-        Mismatched elements: 23 / 32 (71.9%)
-    """
-
-    backend: str
-    reference: str
-    passed: bool
-    status: str
-    total: int
-    #: The parameter compared, when the workload names it in messages (a workload's ``w1``; a workload
-    #: of one parameter may leave it unnamed).
-    parameter: str | None = None
-    #: Which question a comparison answers, where its workload asks two: "derivative" (the
-    #: candidate's gradient against differences of its own loss) or "same function" (against another
-    #: function's answer); None where there is one question.
-    question: str | None = None
-    #: What the reference value is, in words ("differences of `torch`'s own float64 loss").
-    against: str = ""
-    #: The module whose output the row compares, where it compares one rather than a parameter's
-    #: gradient (a port's ``conv1 (output)`` row: ``conv1``; ``""``: the model's own output); None for
-    #: a parameter's row.
-    module: str | None = None
-    #: What each axis of an index means (the stack's ``["layer", "row", "col"]``); None: unnamed axes,
-    #: an index is then written as a Python tuple (``(0, 7)``) and plotted as "axis 0", "axis 1".
-    index_names: list[str] | None = None
-    mismatched: int = 0
-    judged: int = 0
-    unjudgeable: int = 0
-    two_sided: int = 0
-    coverage: str = "every entry"
-    screening: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    #: One row per index of the leading axis, where the workload asks for that split (``compare``'s
-    #: ``split``, the name of that axis: the stack's ``"layer"``, whose JSON key this is).
-    per_layer: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    worst_entries: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    forward: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    classification: dict[str, Any] = dataclasses.field(default_factory=dict)
-    #: Per-entry arrays for plots (``ratio``, ``unjudgeable``, ``two_sided``); not part of the JSON.
-    arrays: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
-    unjudgeable_reasons: dict[str, int] = dataclasses.field(default_factory=dict)
-    kinks: list[list[int]] = dataclasses.field(default_factory=list)
-    max_abs_diff: float | None = None
-    max_abs_diff_index: tuple[int, ...] | None = None
-    max_rel_diff: float | None = None
-    max_rel_diff_index: tuple[int, ...] | None = None
-    worst_index: tuple[int, ...] | None = None
-    worst_ratio: float | None = None
-    worst_terms: dict[str, float] | None = None
-    worst_values: dict[str, float] | None = None
-    decided_by: str | None = None
-    tolerance_sources: dict[str, str] = dataclasses.field(default_factory=dict)
-    message: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(dataclasses.replace(self, arrays={}))
-        del out["arrays"]
-        for key, value in out.items():
-            if isinstance(value, tuple):
-                out[key] = list(value)
-        return out
+from crosscheck._compare.message import index_text as index_text
+from crosscheck._compare.message import mismatch_message as mismatch_message
+from crosscheck._compare.record import Comparison as Comparison
+from crosscheck._compare.record import Kinks as Kinks
+from crosscheck._compare.record import Tolerance as Tolerance
+from crosscheck._compare.terms import TERM_HELP
 
 
 def compare(
@@ -162,7 +43,7 @@ def compare(
     and non-finite values make the comparison fail with a message; nothing raises. ``parameter`` names
     the parameter compared and ``index_names`` its axes (the stack's ``("layer", "row", "col")``);
     messages say both where given. ``term_help`` explains the workload's tolerance terms (the terms
-    every workload shares, ``constants.TERM_HELP``, need none). ``split`` names the leading axis when
+    every workload shares, ``terms.TERM_HELP``, need none). ``split`` names the leading axis when
     the workload wants a row per index along it (``per_layer``: judged, mismatched, worst ratio).
     """
     names = list(index_names) if index_names is not None else None
@@ -364,50 +245,3 @@ def _worst_entries(
             }
         )
     return out
-
-
-def mismatch_message(c: Comparison) -> str:
-    """The one fixed message format for a comparison (see README for an example).
-
-    An index is said with the axes' names where the comparison has them ("(layer, row, col) (0, 1,
-    2)"), else as "index (0, 7)"; the parameter is named where the comparison names one.
-    """
-    if c.status == "invalid":
-        return c.message
-    if c.status == "unjudgeable":
-        of = f" of parameter `{c.parameter}`" if c.parameter else ""
-        return f"All {c.total} entries{of} are unjudgeable: nothing was compared! ({_reasons(c)})"
-    pct = 100.0 * c.mismatched / max(c.judged, 1)
-    lines = [
-        f"Mismatched elements: {c.mismatched} / {c.judged} ({pct:.1f}%)"
-        + (f" in parameter `{c.parameter}`" if c.parameter else "")
-        + (f", {c.unjudgeable} unjudgeable ({_reasons(c)})" if c.unjudgeable else ""),
-        f"Greatest absolute difference: {c.max_abs_diff:.6g} at {_where(c, c.max_abs_diff_index)}",
-        f"Greatest relative difference: {c.max_rel_diff:.6g} at {_where(c, c.max_rel_diff_index)}",
-    ]
-    terms = c.worst_terms or {}
-    values = c.worst_values or {}
-    shown = " + ".join(f"{name} {value:.3g}" for name, value in terms.items())
-    worst = (f"`{c.parameter}` " if c.parameter else "") + index_text(c.worst_index)
-    lines.append(
-        f"Worst entry {worst}: {c.backend} {values.get('candidate', np.nan):.9g} vs "
-        f"{c.reference} {values.get('reference', np.nan):.9g}, difference "
-        f"{c.worst_ratio or 0.0:.3g} x the tolerance {sum(terms.values()):.3g} = {shown}; "
-        f"decided by {c.decided_by}"
-    )
-    return "\n".join(lines)
-
-
-def _where(c: Comparison, index: Sequence[int] | None) -> str:
-    """``parameter `w1` index (7,)``, ``(layer, row, col) (0, 1, 2)``: an entry as messages name it."""
-    axes = f"({', '.join(c.index_names)})" if c.index_names else "index"
-    return (f"parameter `{c.parameter}` " if c.parameter else "") + f"{axes} {index_text(index)}"
-
-
-def index_text(index: Sequence[int] | None) -> str:
-    """An index as Python writes a tuple: ``(0, 1, 2)``, ``(7,)``, ``()``; ``-`` for none."""
-    return str(tuple(int(i) for i in index)) if index is not None else "-"
-
-
-def _reasons(c: Comparison) -> str:
-    return ", ".join(f"{n} {r}" for r, n in c.unjudgeable_reasons.items()) or "none"

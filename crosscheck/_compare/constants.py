@@ -1,9 +1,5 @@
-"""Numbers every tolerance is built from, defined once: unit roundoffs per dtype, the safety factor, the
-floor, and the help text of the tolerance terms every workload shares.
-
-A workload's own terms (the stack's modelled ``rounding``, a port's measured one) are explained by the
-workload, through its judge (``compare(..., term_help=...)``); only what means the same everywhere is
-here.
+"""Numbers every tolerance is built from, defined once: unit roundoffs per dtype, the safety factor and
+the floor. The terms themselves, and their help text, are built in ``crosscheck._compare.terms``.
 """
 
 from __future__ import annotations
@@ -36,7 +32,3 @@ SAFETY = 8.0
 #: The floor: this many unit roundoffs of the largest reference entry, the precision no entry is asked
 #: to beat.
 FLOOR_ULPS = 8.0
-#: What the tolerance terms that mean the same for every workload are (a report's ``tolerance_sources``).
-TERM_HELP = {
-    "slack": "user slack: atol + rtol * |reference|",
-}

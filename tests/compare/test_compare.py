@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from paths import ROOT
 
-from crosscheck._compare import constants
+from crosscheck._compare import constants, terms
 from crosscheck._compare.compare import Kinks, Tolerance, compare
 
 
@@ -48,10 +48,10 @@ def _compare(candidate, reference, kinks=None, **keywords):
 def test_a_judge_hands_its_own_term_help_and_shared_terms_need_none():
     reference = np.ones((2, 2))
     c = _compare(reference.copy(), reference, term_help={"mine": "what my rounding can do"})
-    assert c.tolerance_sources == {"mine": "what my rounding can do", "slack": constants.TERM_HELP["slack"]}
+    assert c.tolerance_sources == {"mine": "what my rounding can do", "slack": terms.TERM_HELP["slack"]}
     assert _compare(reference.copy(), reference).tolerance_sources == {
         "mine": "",
-        "slack": constants.TERM_HELP["slack"],
+        "slack": terms.TERM_HELP["slack"],
     }
 
 

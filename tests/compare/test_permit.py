@@ -13,7 +13,7 @@ import pytest
 from tanh_mlp import SHAPES, jax_loss, numpy_loss
 
 import crosscheck
-from crosscheck._compare.permit import PERMIT_ULPS
+from crosscheck._compare.terms import PERMIT_ULPS
 from crosscheck._workloads.model.rounding import measure, permitted
 
 pytest.importorskip("jax")

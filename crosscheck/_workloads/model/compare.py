@@ -1,6 +1,7 @@
 """A candidate's gradient against one answer of the oracle (or a reference backend), per parameter.
 
-The tolerance of an entry is a sum of named terms (see ``docs/explanations/model-oracle.md``):
+The tolerance of an entry is a sum of named terms (see ``docs/explanations/model-oracle.md``), each
+built by ``crosscheck._compare.terms``:
 
 - ``rounding``: the candidate's own rounding, measured (``rounding.measure``);
 - ``reference``: the oracle's error bar (or, for another backend as reference, its rounding term);
@@ -24,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._compare import constants
+from crosscheck._compare import screening
+from crosscheck._compare import terms as _terms
 from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
-from crosscheck._compare.constants import FLOOR_ULPS, SAFETY
 from crosscheck._compare.dtypes import unit_roundoff
 from crosscheck._workloads.model.oracle.directions import (
     Direction,
@@ -38,13 +39,14 @@ from crosscheck._workloads.model.rounding import Rounding
 from crosscheck._workloads.protocol import Options
 
 TERM_HELP = {
-    "rounding": (
-        f"the candidate's own rounding, measured: {SAFETY:g} x (|its gradient - its re-run in the other "
-        "precision| (x 2**-29 for float64) + that difference's RMS over the parameter)"
+    "rounding": _terms.measured_help(
+        "the candidate's own rounding",
+        "|its gradient - its re-run in the other precision| (x 2**-29 for float64)",
+        "that difference's RMS over the parameter",
     ),
     "reference": "the reference's own error (the oracle's finite-difference error bar, or its rounding)",
-    "floor": f"{FLOOR_ULPS:g} unit roundoffs of the parameter's largest reference entry",
-    **constants.TERM_HELP,  # slack
+    "floor": _terms.floor_help("the parameter's largest reference entry"),
+    **_terms.TERM_HELP,  # slack
 }
 
 
@@ -103,7 +105,7 @@ def entries(
             out.append(missing(ctx, k, value))
             continue
         ref = answer.value[k]
-        floor = np.asarray(FLOOR_ULPS * u * float(np.max(np.abs(ref), initial=0.0)))
+        floor = np.asarray(_terms.floor(_terms.largest(ref), u))
         terms = {
             "rounding": rounding.term[k],
             "reference": answer.error[k],
@@ -159,7 +161,7 @@ def directions(
         index = np.array([i for i, d in enumerate(dirs) if d.parameter == k], dtype=int)
         judged = ~est.unjudgeable[index]
         diff = np.abs(projected[index] - est.value[index])
-        failing = judged & ~(diff <= tol[index])
+        failing = screening.failing(diff, tol[index], judged)
         zeros[k] = bool(np.all(np.abs(est.value[index][judged]) <= bound[index][judged]))
         rows[k] = {
             "index": index,
@@ -180,7 +182,7 @@ def projected_terms(
     if rounding.delta is not None:
         signed = project(rounding.delta, dirs)
         scale = project_quadrature(rounding.delta, dirs)
-        round_term = SAFETY * (np.abs(signed) + scale)
+        round_term = _terms.measured(np.abs(signed), scale)
     else:
         round_term = project_quadrature(rounding.term, dirs)
     if floors is None:
@@ -198,7 +200,7 @@ def projected_terms(
 
 def floor_of(value: np.ndarray, dtype: str) -> float:
     """The floor of a parameter: ``FLOOR_ULPS`` unit roundoffs of its largest entry."""
-    return FLOOR_ULPS * unit_roundoff(dtype) * float(np.max(np.abs(value), initial=0.0))
+    return _terms.floor(_terms.largest(value), unit_roundoff(dtype))
 
 
 def screened(
@@ -211,9 +213,9 @@ def screened(
     note: str = "",
 ) -> Comparison:
     """The comparison of parameter ``k`` along its directions only."""
-    n, failing, judged = len(row["index"]), row["failing"], row["judged"]
-    bad = int(np.count_nonzero(failing))
-    unjudgeable = int(n - np.count_nonzero(judged))
+    found = screening.Directions.of(row)
+    n, judged = len(row["index"]), found.judged
+    bad, unjudgeable = found.mismatched, found.unjudgeable
     reasons = est.reason[row["index"]][~judged]
     record: dict[str, Any] = {
         "backend": ctx.name,
@@ -235,11 +237,10 @@ def screened(
     if not np.any(judged):
         message = f"{coverage}: every direction is unjudgeable: nothing was compared!"
         return Comparison(passed=False, status="unjudgeable", message=message, **record)
-    ratio = np.where(row["diff"] == 0, 0.0, row["diff"] / row["tol"])
-    worst = int(np.argmax(np.where(judged, ratio, -1.0)))
+    ratio, worst = found.ratio, found.worst
     terms = {name: float(t[worst]) for name, t in row["terms"].items()}
     shown = " + ".join(f"{name} {v:.3g}" for name, v in terms.items())
-    verdict = f"{bad} of {n} directions disagree" if bad else "every direction agrees"
+    verdict = f"{bad} of {n} directions disagree" if bad else screening.AGREES
     if unjudgeable:
         verdict += f", {unjudgeable} unjudgeable"
     message = (

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from crosscheck._compare import screening
 from crosscheck._compare.compare import Comparison
 from crosscheck._workloads.model import compare as model_compare
 from crosscheck._workloads.model.oracle.directions import LOCALIZE_ENTRIES, DirectionalEstimate
@@ -73,7 +74,7 @@ def bisect(
             continue
         dirs, est = found
         row = _compare(ctx, group, value, rounding, est, dirs)
-        if len(group.names) == 1 or (row["judged"].any() and not row["failing"].any()):
+        if len(group.names) == 1 or screening.Directions.of(row).agrees:
             zeros = _zeros(group, value, row, dirs)
             out.update({k: Screen(group, row, est, zeros[k]) for k in group.names})
         else:
@@ -114,10 +115,9 @@ def coverage(screen: Screen, per: int) -> str:
     """What was done to judge a tensor, in words."""
     directions = f"{per} random direction{'s' if per > 1 else ''}"
     if screen.alone:
-        return f"screened: {directions}"
-    return (
-        f"screened: judged in a group of {len(screen.group.names)} tensors, {directions} touching every one"
-    )
+        return f"{screening.SCREENED}: {directions}"
+    group = len(screen.group.names)
+    return f"{screening.SCREENED}: judged in a group of {group} tensors, {directions} touching every one"
 
 
 def not_screened(ctx: model_compare.Context, k: str, problem: str) -> Comparison:
@@ -132,13 +132,14 @@ def localizable(diffs: Differences, rows: dict, value: dict) -> tuple[list[str],
     all per function, those already checked free), and why each other failing tensor is not."""
     spent = sum(int(v[0].size) for v in diffs.localized.values())
     chosen, notes = [], {}
-    for k in sorted((k for k, row in rows.items() if row["failing"].any()), key=lambda k: value[k].size):
+    failing = (k for k, row in rows.items() if screening.Directions.of(row).mismatched)
+    for k in sorted(failing, key=lambda k: value[k].size):
         size = int(np.size(value[k]))
         if k in diffs.localized or spent + size <= LOCALIZE_ENTRIES:
             chosen.append(k)
             spent += 0 if k in diffs.localized else size
         elif size > LOCALIZE_ENTRIES:
-            notes[k] = f"`{k}` has {size} entries, over {LOCALIZE_ENTRIES}: not checked entry by entry"
+            notes[k] = f"`{k}` has {size} entries, over {LOCALIZE_ENTRIES}: not {screening.ESCALATED}"
         else:
-            notes[k] = f"not checked entry by entry: the budget of {LOCALIZE_ENTRIES} entries is spent"
+            notes[k] = f"not {screening.ESCALATED}: the budget of {LOCALIZE_ENTRIES} entries is spent"
     return chosen, notes

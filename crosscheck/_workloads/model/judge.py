@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare import low
 from crosscheck._compare.compare import Comparison, Kinks
 from crosscheck._compare.constants import OTHER_DTYPE, WIDEN
 from crosscheck._compare.dtypes import is_low
 from crosscheck._report.report import Verdict
-from crosscheck._workloads.model import low
 from crosscheck._workloads.model.compare import Answer, Context, entries
 from crosscheck._workloads.model.declare import Workload, as_dtype
 from crosscheck._workloads.model.oracle.estimate import Cost, estimate, seconds_per_evaluation
@@ -217,10 +217,10 @@ class GenericJudge:
         self, name: str, found: list[Comparison], rounding: Rounding, value: dict[str, np.ndarray]
     ) -> list[Comparison]:
         """In a 16-bit case, a candidate that agrees is told what its dtype hides (``low``)."""
-        if is_low(self.dtype):
-            said = low.verdict(found, self.dtype, low.noise(rounding.term, value))
-            if said is not None:
-                self.verdicts[name] = said
+        if is_low(self.dtype) and low.agrees(found):
+            relative = low.noise(rounding.term, value)
+            said = low.text(self.dtype, relative, moves="the gradients", measured=True)
+            self.verdicts[name] = Verdict(said)
         return found
 
     def _confirm_zeros(self, backend: Any, record: Record, reference: str, call: Call) -> None:

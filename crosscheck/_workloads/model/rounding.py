@@ -6,7 +6,7 @@ plus its RMS over the parameter (one re-run is one sample of the rounding), time
 signed difference is kept too, so that screening can project it on its directions.
 
 A candidate cannot set its own tolerance with this: the measured difference is evidence, judged against
-what float32 rounding permits (``permitted``, ``crosscheck._compare.permit``: ``PERMIT_ULPS`` unit
+what float32 rounding permits (``permitted``, ``crosscheck._compare.terms``: ``PERMIT_ULPS`` unit
 roundoffs of the entry's scale, from its float64 gradient). A parameter whose typical (median) entry
 differs by more than that does not compute in float32 precision (a bfloat16 step, an approximation taken
 only in float32, a nondeterministic gradient): its term is capped at the permitted bound and the
@@ -24,7 +24,7 @@ implementation.
 
 A 16-bit case (bfloat16, float16) is re-run in float32, the precision its products accumulate in:
 ``|g16 - g32|`` is the candidate's 16-bit rounding, judged against what the dtype permits
-(``permit.LOW_PERMIT_ULPS`` of its unit roundoff, calibrated on healthy ports). A float16 entry that
+(``terms.LOW_PERMIT_ULPS`` of its unit roundoff, calibrated on healthy ports). A float16 entry that
 is non-finite where the float32 one is finite overflowed; one flushed to zero underflowed: both are
 said as such (``limits``).
 """
@@ -36,8 +36,8 @@ import math
 
 import numpy as np
 
-from crosscheck._compare import permit
-from crosscheck._compare.constants import OTHER_DTYPE, SAFETY, UNIT_ROUNDOFF, WIDEN
+from crosscheck._compare import terms
+from crosscheck._compare.constants import OTHER_DTYPE, UNIT_ROUNDOFF
 from crosscheck._compare.dtypes import is_low, unit_roundoff
 
 #: Without a usable re-run in the other precision: this many unit roundoffs of |gradient| + its RMS.
@@ -102,7 +102,7 @@ class Rounding:
     limits: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-rms = permit.rms
+rms = terms.rms
 
 
 def usable(again: dict | None, shapes: dict[str, tuple[int, ...]], other: str) -> bool:
@@ -113,7 +113,7 @@ def usable(again: dict | None, shapes: dict[str, tuple[int, ...]], other: str) -
 
 
 #: A float32 case whose float64 re-run keeps float32 steps (Hugging Face's upcasts): ``|g32 - g64|`` is
-#: the float32 run's rounding plus the float64 run's own float32 rounding, each permitted ``permit.bound``
+#: the float32 run's rounding plus the float64 run's own float32 rounding, each permitted ``terms.bound``
 #: (``docs/measurements/zoo.md``: a 9-layer Llama's JAX side, 1.04 of one bound, 0.52 of two).
 TWO_ROUNDINGS = 2.0
 #: A float64 result with at least this many nonzero entries, every one a float32 number, was computed
@@ -162,8 +162,8 @@ def measure(
             "|gradient| + RMS"
         )
         return Rounding(_fallback(value, shapes, UNIT_ROUNDOFF["float32"]), None, how, honest=False)
-    scale = WIDEN if dtype == "float64" else 1.0
-    bounds = permitted(wide, shapes, dtype if is_low(dtype) else "float32")
+    scale = terms.widening(dtype)
+    bounds = permitted(wide, shapes, terms.permit_dtype(dtype))
     steps = steps and dtype == "float32"
     if steps:  # the float64 run rounds at float32 too: its rounding is permitted as the float32 run's
         bounds = {k: TWO_ROUNDINGS * b for k, b in bounds.items()}
@@ -172,14 +172,14 @@ def measure(
         with np.errstate(invalid="ignore", over="ignore"):
             signed = np.asarray(value[k], np.float64) - np.asarray(again[k], np.float64)
         signed = np.nan_to_num(signed, nan=0.0, posinf=0.0, neginf=0.0)
-        ratio = permit.median_ratio(np.abs(signed), bounds[k], wide[k])
+        ratio = terms.median_ratio(np.abs(signed), bounds[k], wide[k])
         used = max(used, ratio)
         found = _excess(k, ratio, np.abs(signed), np.asarray(wide[k], np.float64), dtype)
         if found is not None:
             excess.append(found)
             signed = np.clip(signed, -bounds[k], bounds[k])
         d = scale * np.abs(signed)
-        term[k], delta[k] = SAFETY * (d + rms(d)), scale * signed
+        term[k], delta[k] = terms.measured(d), scale * signed
     how = f"measured: re-run in {other}"
     if steps:
         how += (
@@ -188,7 +188,7 @@ def measure(
         )
     if excess:
         names = ", ".join(f"`{e.parameter}`" for e in excess)
-        how += f"; capped at what {dtype if is_low(dtype) else 'float32'} permits for {names}"
+        how += f"; capped at what {terms.permit_dtype(dtype)} permits for {names}"
     if dtype == "float64":  # a float32 re-run off in a float64 check: said, and the check goes on
         how += "".join(f"; {e.says(name, dtype)}" for e in excess)
         excess = []
@@ -229,11 +229,11 @@ def limits(
 def permitted(
     wide: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]], dtype: str = "float32"
 ) -> dict[str, np.ndarray]:
-    """Per entry, the difference ``dtype``'s rounding permits against the wider run (``permit.bound``),
+    """Per entry, the difference ``dtype``'s rounding permits against the wider run (``terms.bound``),
     from the wider gradient ``wide`` with the whole gradient's RMS as shared scale: never from the
     difference measured."""
     every = rms(np.concatenate([np.ravel(np.nan_to_num(np.asarray(wide[k], np.float64))) for k in shapes]))
-    return {k: permit.bound(wide[k], every, dtype) for k in shapes}
+    return {k: terms.bound(wide[k], every, dtype) for k in shapes}
 
 
 def _excess(k: str, ratio: float, diff: np.ndarray, wide: np.ndarray, dtype: str) -> Excess | None:
@@ -252,5 +252,5 @@ def _fallback(value: dict, shapes: dict[str, tuple[int, ...]], u: float) -> dict
         if mine.shape != shape:
             mine = np.zeros(shape)
         d = np.nan_to_num(FALLBACK_ULPS * u * mine, nan=0.0, posinf=0.0)
-        out[k] = SAFETY * (d + rms(d))
+        out[k] = terms.measured(d)
     return out

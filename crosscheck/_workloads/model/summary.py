@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from crosscheck._compare import terms
 from crosscheck._compare.compare import Comparison, Kinks, structural_problem
-from crosscheck._compare.constants import SAFETY, UNIT_ROUNDOFF
+from crosscheck._compare.constants import UNIT_ROUNDOFF
 from crosscheck._workloads.model import compare as model_compare
 from crosscheck._workloads.model import groups, spending
 from crosscheck._workloads.model.oracle.function import Differences, Function, Plan, Skip, localize
@@ -124,7 +125,8 @@ class Record:
         difference = abs(mine.value - anchor.value)
         rounding = mine.rounding + (anchor.rounding if anchor.owner is not None else mine.rounding)
         scale = max(abs(mine.value), abs(anchor.value))
-        tolerance = SAFETY * rounding + LOSS_FLOOR_ULPS * UNIT_ROUNDOFF["float64"] * scale
+        floor = terms.floor(scale, UNIT_ROUNDOFF["float64"], ulps=LOSS_FLOOR_ULPS)
+        tolerance = terms.modelled(rounding) + floor
         self.loss = {
             "value": mine.value,
             "against": anchor.label,

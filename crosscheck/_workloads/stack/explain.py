@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare import terms
 from crosscheck._compare.compare import Comparison
 from crosscheck._compare.dtypes import accumulation
 from crosscheck._report.report import Report, Section
@@ -29,7 +30,7 @@ def forward_layers(
     u = _stack.UNIT_ROUNDOFF[accumulation(model.dtype)]
     out = []
     for m, reference in enumerate(fwd.ys[1:]):
-        tol = model.value_bound(m) + _stack.SAFETY * u * float(np.max(np.abs(reference), initial=0.0))
+        tol = model.value_bound(m) + terms.floor(terms.largest(reference), u, ulps=terms.SAFETY_FLOOR_ULPS)
         diff = np.abs(activations[m] - reference)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(diff == 0, 0.0, diff / tol)

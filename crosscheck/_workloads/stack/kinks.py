@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from crosscheck._workloads.stack.rounding import Forward
+    from crosscheck._workloads.stack.forward import Forward
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Everything specific to the ReLU stack: its float64 forward pass, rounding-error model and kinks (the
-kink judgements live in ``kinks`` and are re-exported here).
+passes live in ``forward``, the kink judgements in ``kinks``; both are re-exported here).
 
 The stack is ``y[0] = x``, ``z[m] = y[m] @ W[m]``, ``y[m + 1] = relu(z[m])`` for ``m < L``, and
 ``loss = sum(y[L] ** 2)``. Index conventions used throughout: a *kink* ``(layer, row, unit)`` is the
@@ -14,17 +14,20 @@ the loss alone.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, NamedTuple
 
 import numpy as np
 
-# The unit roundoffs and the safety factor are everyone's (``crosscheck._compare.constants``); the stack's
-# modules read them here, as ``_stack.UNIT_ROUNDOFF`` and ``_stack.SAFETY``.
-from crosscheck._compare.constants import SAFETY as SAFETY
+# The stack's tolerance terms are built by ``crosscheck._compare.terms``; the unit roundoffs are
+# everyone's (``crosscheck._compare.constants``), and the stack's modules read them here, as
+# ``_stack.UNIT_ROUNDOFF``.
+from crosscheck._compare import terms
 from crosscheck._compare.constants import SIGNIFICAND_BITS
 from crosscheck._compare.constants import UNIT_ROUNDOFF as UNIT_ROUNDOFF
 from crosscheck._compare.dtypes import roundoffs
+from crosscheck._workloads.stack.forward import Forward as Forward
+from crosscheck._workloads.stack.forward import backward as backward
+from crosscheck._workloads.stack.forward import forward as forward
 from crosscheck._workloads.stack.kinks import KinkEffects as KinkEffects
 from crosscheck._workloads.stack.kinks import ambiguous_kinks as ambiguous_kinks
 from crosscheck._workloads.stack.kinks import kink_effects as kink_effects
@@ -34,54 +37,6 @@ from crosscheck._workloads.stack.oracle import threads as _threads
 INDEX_NAMES = ("layer", "row", "col")
 #: What a kink's index means: the pre-activation ``z[layer][row, unit]`` (a comparison's ``kinks``).
 KINK_NAMES = ("layer", "row", "unit")
-
-
-@dataclasses.dataclass(frozen=True)
-class Forward:
-    """The float64 forward pass: ``ys`` (L + 1 arrays ``(N, d)``), ``zs`` and ``masks`` (L arrays)."""
-
-    weights: np.ndarray
-    ys: list[np.ndarray]
-    zs: list[np.ndarray]
-    masks: list[np.ndarray]
-
-    @property
-    def loss(self) -> float:
-        return float(np.sum(self.ys[-1] ** 2))
-
-    @functools.cached_property
-    def squared_weights(self) -> np.ndarray:
-        """``weights ** 2``, made once: every rounding bound of this pass needs it."""
-        return np.square(self.weights)
-
-
-@_threads.blas_on_one_thread
-def forward(weights: np.ndarray, x: np.ndarray) -> Forward:
-    """Run the stack in float64 (the inputs' values are kept exactly)."""
-    weights = np.asarray(weights, dtype=np.float64)
-    y = np.asarray(x, dtype=np.float64)
-    ys, zs, masks = [y], [], []
-    for w in weights:
-        z = y @ w
-        mask = z > 0  # derivative 0 at an exact zero, as jax.nn.relu
-        y = np.where(mask, z, 0.0)
-        ys.append(y)
-        zs.append(z)
-        masks.append(mask)
-    return Forward(weights, ys, zs, masks)
-
-
-@_threads.blas_on_one_thread
-def backward(fwd: Forward) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Return ``(deltas, grads)``: ``deltas[m] = dloss/dz[m]`` and ``grads[m] = dloss/dW[m]``."""
-    g = 2.0 * fwd.ys[-1]
-    deltas: list[np.ndarray] = [np.empty(0)] * len(fwd.zs)  # every entry is set below
-    grads: list[np.ndarray] = [np.empty(0)] * len(fwd.zs)
-    for m in reversed(range(len(fwd.zs))):
-        delta = g * fwd.masks[m]
-        deltas[m], grads[m] = delta, fwd.ys[m].T @ delta
-        g = delta @ fwd.weights[m].T
-    return deltas, grads
 
 
 def _is_exact(a: np.ndarray, b: np.ndarray, bits: int) -> bool:
@@ -130,18 +85,18 @@ class RoundingModel:
 
     @property
     def grad_bound(self) -> np.ndarray:
-        return SAFETY * self.grad_sigma
+        return terms.modelled(self.grad_sigma)
 
     def z_bound(self, layer: int) -> np.ndarray:
         """What rounding can move a pre-activation's sign by (8 sigma)."""
-        return SAFETY * self.z_sigma[layer]
+        return terms.modelled(self.z_sigma[layer])
 
     def value_bound(self, layer: int) -> np.ndarray:
         """What rounding can move a stored pre-activation (or activation) by: ``z_bound`` with the
         storing's rounding (8 sigma of both)."""
         if self.z_stored is None:
             return self.z_bound(layer)
-        return SAFETY * np.sqrt(np.square(self.z_sigma[layer]) + np.square(self.z_stored[layer]))
+        return terms.modelled(np.sqrt(np.square(self.z_sigma[layer]) + np.square(self.z_stored[layer])))
 
 
 #: Monte Carlo samples of the rounding model. A gradient entry's variance is estimated from

@@ -6,7 +6,7 @@ rounding at step ``t`` is the difference of the two trajectories there, entry by
 the steps as the rounding really does (Adam's update of an entry whose gradient is near zero is a
 sign, and float32 may flip it: that entry's tolerance grows, the others' do not). The measured
 difference is evidence, not a tolerance to take as it comes: where its typical entry is beyond what
-float32 permits of the float64 trajectory (``crosscheck._compare.permit``), it is capped there and
+float32 permits of the float64 trajectory (``crosscheck._compare.terms``), it is capped there and
 the report says so. An entry passes when the two float32 trajectories differ by at most
 ``SAFETY x (|its rounding| + RMS)`` of each side, plus a floor of a few unit roundoffs of the
 parameter at that step.
@@ -19,23 +19,22 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._compare import permit
+from crosscheck._compare import terms as _terms
 from crosscheck._compare.compare import Comparison, Tolerance, compare
-from crosscheck._compare.constants import FLOOR_ULPS, SAFETY, UNIT_ROUNDOFF
+from crosscheck._compare.constants import UNIT_ROUNDOFF
 from crosscheck._report.report import Section, Verdict
 from crosscheck._workloads.model.declare import as_dtype
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.train import locate, state
 
 TERM_HELP = {
-    "rounding": (
-        f"the candidate's rounding, measured: {SAFETY:g} x (|its float32 trajectory - its float64 re-run| "
-        "at that step + that difference's RMS over the parameter at that step)"
+    "rounding": _terms.measured_help(
+        "the candidate's rounding",
+        "|its float32 trajectory - its float64 re-run| at that step",
+        "that difference's RMS over the parameter at that step",
     ),
-    "reference": (
-        f"the reference's rounding, measured the same way ({SAFETY:g} x (|float32 - float64| + RMS))"
-    ),
-    "floor": f"{FLOOR_ULPS:g} unit roundoffs of the parameter's largest reference entry at that step",
+    "reference": _terms.measured_help("the reference's rounding", "|float32 - float64|", "RMS", again=True),
+    "floor": _terms.floor_help("the parameter's largest reference entry at that step"),
 }
 
 Trajectories = dict[str, np.ndarray]
@@ -155,9 +154,9 @@ def judged(
             signed = np.asarray(side.main[k], np.float64) - np.asarray(side.wide[k], np.float64)
             signed, ratio = capped_rounding(np.nan_to_num(signed), np.asarray(side.wide[k], np.float64))
             capped += [f"{term} of `{k}`"] if ratio > 1.0 else []
-            terms[term] = SAFETY * (np.abs(signed) + _step_rms(signed))
+            terms[term] = _terms.measured(np.abs(signed), _step_rms(signed))
         wide = np.asarray(ref, np.float64)
-        terms["floor"] = FLOOR_ULPS * u * np.max(np.abs(wide), axis=tuple(range(1, wide.ndim)), keepdims=True)
+        terms["floor"] = _terms.floor(np.max(np.abs(wide), axis=tuple(range(1, wide.ndim)), keepdims=True), u)
         terms["floor"] = np.broadcast_to(terms["floor"], wide.shape)
         if options.rtol is not None and options.atol is not None:
             terms["slack"] = np.broadcast_to(options.slack(wide), wide.shape)
@@ -181,10 +180,10 @@ def capped_rounding(signed: np.ndarray, wide: np.ndarray) -> tuple[np.ndarray, f
     """A side's measured trajectory rounding ``signed``, clipped where its typical entry is beyond what
     float32 permits of its float64 trajectory ``wide`` (and that median ratio). A trajectory's entry is
     the sum of its start and every update added to it, each rounded in float32: its scale is its value
-    (``permit.bound``) plus the path it travelled, ``sum_s |wide[s] - wide[s - 1]|`` up to each step."""
+    (``terms.bound``) plus the path it travelled, ``sum_s |wide[s] - wide[s - 1]|`` up to each step."""
     path = np.cumsum(np.abs(np.diff(wide, axis=0, prepend=wide[:1])), axis=0)
-    limit = permit.bound(wide) + permit.PERMIT_ULPS * UNIT_ROUNDOFF["float32"] * path
-    ratio = permit.median_ratio(signed, limit, wide)
+    limit = _terms.bound(wide) + _terms.travelled(path)
+    ratio = _terms.median_ratio(signed, limit, wide)
     return (np.clip(signed, -limit, limit) if ratio > 1.0 else signed), ratio
 
 

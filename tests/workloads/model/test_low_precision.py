@@ -1,6 +1,6 @@
 """Workloads and ports in bfloat16 and float16: parameters and inputs rounded once to the dtype, each
 side computing in it, its rounding measured by its own float32 re-run and capped by what the dtype
-permits (``permit.LOW_PERMIT_ULPS``), the oracle in float64; a pass says what 16 bits cannot see, a
+permits (``terms.LOW_PERMIT_ULPS``), the oracle in float64; a pass says what 16 bits cannot see, a
 float16 overflow is named as one."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from tanh_mlp import SHAPES, jax_loss, numpy_loss
 
 import crosscheck
 from crosscheck._cli.main import main
-from crosscheck._compare import permit
+from crosscheck._compare import terms
 from crosscheck._compare.dtypes import numpy_dtype, unit_roundoff
 
 pytest.importorskip("jax")
@@ -124,11 +124,11 @@ def test_a_side_wrong_in_16_bits_only_cannot_set_its_own_tolerance():
 
 
 def test_the_cap_is_the_dtypes_own_and_never_float32s():
-    assert permit.permit_ulps("float32") == permit.PERMIT_ULPS
+    assert terms.permit_ulps("float32") == terms.PERMIT_ULPS
     for dtype in LOW:  # a 16-bit cap of 256 u would permit 100 % of an entry in bfloat16
-        assert permit.permit_ulps(dtype) * unit_roundoff(dtype) < 0.1
+        assert terms.permit_ulps(dtype) * unit_roundoff(dtype) < 0.1
     wide = np.ones(4)
-    assert np.allclose(permit.bound(wide, dtype="bfloat16"), 2 * permit.permit_ulps("bfloat16") * 2.0**-8)
+    assert np.allclose(terms.bound(wide, dtype="bfloat16"), 2 * terms.permit_ulps("bfloat16") * 2.0**-8)
 
 
 @pytest.mark.parametrize("reference", [None, "torch"])

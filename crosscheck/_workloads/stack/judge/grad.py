@@ -11,15 +11,18 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare import low as _low
+from crosscheck._compare import terms as _terms
 from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
 from crosscheck._compare.constants import ALL_DTYPES, DTYPES
-from crosscheck._compare.dtypes import accumulation
+from crosscheck._compare.dtypes import accumulation, is_low
+from crosscheck._report.report import Verdict
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack import underflow as _underflow
 from crosscheck._workloads.stack.explain import SECTION, classify, forward_layers, verdict
-from crosscheck._workloads.stack.judge import low as _low
 from crosscheck._workloads.stack.judge import screen as _screen
+from crosscheck._workloads.stack.judge.answers import GradAnswer
 from crosscheck._workloads.stack.judge.terms import TERM_HELP
 
 #: Fraction of an entry's tolerance that a possible ReLU flip may move it before it is unjudgeable.
@@ -39,16 +42,6 @@ def declared_dtype(backend: Any, dtype: str) -> tuple[str, str | None]:
         known = " and ".join(DTYPES)
         return dtype, f"declares `output_dtype` {declared!s:.40}; crosscheck judges {known} only"
     return str(declared), None
-
-
-@dataclasses.dataclass(frozen=True)
-class Oracle:
-    """The reference's arrays: value and error bar (``(L, d, d)``), and the oracle's kink flags."""
-
-    value: np.ndarray
-    error: np.ndarray
-    kink: np.ndarray | None = None
-    kink_at: np.ndarray | None = None
 
 
 class StackGradJudge:
@@ -75,7 +68,7 @@ class StackGradJudge:
         #: The screening strategy, when the reference screened (``screen.Screening``).
         self.screening: _screen.Screening | None = None
         self.oracle_backend: Any = None
-        #: A verdict per candidate judged in a 16-bit dtype (``low.verdict``).
+        #: A verdict per candidate that agrees in a 16-bit dtype (``_compare.low``).
         self.verdicts: dict[str, Any] = {}
 
     # -- the protocol -------------------------------------------------------------------------------
@@ -106,7 +99,7 @@ class StackGradJudge:
             est = out.value
             self.reuse_model(getattr(est, "rounding", None))
             notes = {"evaluations": est.evaluations, "kink_entries": int(est.kink.sum())}
-            data = Oracle(est.value, est.error, est.kink, est.kink_at)
+            data = GradAnswer(est.value, est.error, est.kink, est.kink_at)
             return dataclasses.replace(out, value=Reference({"weights": est.value}, "float64", notes, data))
         return self._backend_reference(backend, call)
 
@@ -125,11 +118,13 @@ class StackGradJudge:
             comparison = self._localize(backend, comparison, dtype, call)
             if comparison.status == "mismatch" and self.screening is None:
                 comparison = self._classify(backend, comparison, candidate, reference, call)
-        if _low.is_low(dtype) and comparison.status == "ok":
+        if is_low(dtype) and comparison.status == "ok":
             # Only a full reference has every entry (a screened one: the noise is not known).
-            full = reference.data.value if isinstance(reference.data, Oracle) else None
-            relative = 0.0 if full is None else _low.noise(self.model(dtype).grad_bound, full)
-            self.verdicts[name] = _low.verdict(comparison, dtype, relative)
+            full = reference.data.value if isinstance(reference.data, GradAnswer) else None
+            bound = {"weights": self.model(dtype).grad_bound}
+            relative = 0.0 if full is None else _low.noise(bound, {"weights": full})
+            said = _low.text(dtype, relative, moves="entries", aside=_unjudged(comparison, dtype))
+            self.verdicts[name] = Verdict(said)
         return [comparison]
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
@@ -163,7 +158,7 @@ class StackGradJudge:
             )
             return dataclasses.replace(out, value=None, error=error)
         dtype = value.dtype.name if value.dtype.name in ALL_DTYPES else "float64"
-        data = Oracle(value.astype(np.float64), self.model(dtype).grad_bound)
+        data = GradAnswer(value.astype(np.float64), self.model(dtype).grad_bound)
         return dataclasses.replace(out, value=Reference({"weights": value}, value.dtype.name, {}, data))
 
     # -- comparing ----------------------------------------------------------------------------------
@@ -191,10 +186,10 @@ class StackGradJudge:
 
     def compare_full(self, value: np.ndarray, name: str, reference: Reference, dtype: str) -> Comparison:
         """Every entry against the reference's, within modelled rounding, its error bar and kinks."""
-        oracle: Oracle = reference.data
+        oracle: GradAnswer = reference.data
         u = _stack.UNIT_ROUNDOFF[accumulation(dtype)]  # a 16-bit dtype's sums are float32's
         rounding = self.model(dtype).grad_bound
-        floor = _stack.SAFETY * u * float(np.max(np.abs(np.nan_to_num(oracle.value)), initial=0.0))
+        floor = _terms.floor(_terms.largest(np.nan_to_num(oracle.value)), u, ulps=_terms.SAFETY_FLOOR_ULPS)
         terms: dict[str, Any] = {
             "rounding": rounding,
             "reference": oracle.error,
@@ -227,7 +222,7 @@ class StackGradJudge:
         cause = _underflow.overflow(self.fwd, self.deltas, dtype)
         return dataclasses.replace(found, message=f"{found.message} {cause}") if cause else found
 
-    def _kinks(self, tol: np.ndarray, dtype: str, oracle: Oracle) -> tuple[Kinks, np.ndarray]:
+    def _kinks(self, tol: np.ndarray, dtype: str, oracle: GradAnswer) -> tuple[Kinks, np.ndarray]:
         """Judge kink-ambiguous entries on both sides of one kink; more than one is unjudgeable."""
         bounds, found, effects = self.kink_effects(dtype, tol)
         unjudgeable = effects.count > 1
@@ -253,12 +248,12 @@ class StackGradJudge:
         cand, ref, flow = self.model(dtype), self.model("float64"), self.underflow(dtype).z
         bounds = [cand.z_bound(m) + ref.z_bound(m) + flow[m] for m in range(len(self.fwd.zs))]
         found = _stack.ambiguous_kinks(self.fwd, bounds)
-        threshold, low = KINK_IMPACT_FRACTION * tol, _low.is_low(dtype)
+        threshold, low = KINK_IMPACT_FRACTION * tol, is_low(dtype)
         effects = _stack.kink_effects(self.fwd, self.deltas, found, threshold, bounds, last_layer_forward=low)
         self._kinks_memo[dtype] = (np.array(tol, copy=True), (bounds, found, effects))
         return bounds, found, effects
 
-    def _exact_zero_kinks(self, bounds: list[np.ndarray], oracle: Oracle) -> np.ndarray:
+    def _exact_zero_kinks(self, bounds: list[np.ndarray], oracle: GradAnswer) -> np.ndarray:
         """Oracle kink entries whose kink is an exact zero that the candidate also computes exactly."""
         at, kink = oracle.kink_at, oracle.kink
         assert at is not None and kink is not None
@@ -328,6 +323,14 @@ class StackGradJudge:
         if progress is None:
             return None
         return lambda done, total: progress(description, done, total)
+
+
+def _unjudged(comparison: Comparison, dtype: str) -> str:
+    """What a 16-bit verdict says of the entries ReLU flips left unjudged ("" when none)."""
+    if not comparison.unjudgeable:
+        return ""
+    share = comparison.unjudgeable / max(comparison.total, 1)
+    return f", {share:.0%} of entries unjudgeable (ReLUs {dtype} rounding may flip)"
 
 
 def _with_rounding(comparison: Comparison, rounding: np.ndarray) -> Comparison:

@@ -10,35 +10,16 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare import terms as _terms
 from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack.judge import hvp_screen as _screen
+from crosscheck._workloads.stack.judge.answers import HvpAnswer, oracle_answer
 from crosscheck._workloads.stack.judge.grad import ORACLE_MODES, declared_dtype
 from crosscheck._workloads.stack.judge.screen import Screening
 from crosscheck._workloads.stack.judge.terms import TERM_HELP
 from crosscheck._workloads.stack.oracle import hvp as _hvp
-
-
-@dataclasses.dataclass(frozen=True)
-class Answer:
-    """The reference's arrays: value and error bar (``(L, d, d)``), and its kink judgements."""
-
-    value: np.ndarray
-    error: np.ndarray
-    kinks: Kinks
-
-
-def oracle_answer(est: Any) -> Answer:
-    """The oracle's ``HvpEstimate`` as the judge's answer: value (NaN where not estimated), error bars
-    and kink flags."""
-    kinks = Kinks(
-        est.kink,
-        np.where(est.kink, est.reason, "").astype(object),
-        np.broadcast_to(np.array(est.kink_at), (*est.kink.shape, len(_stack.KINK_NAMES))).copy(),
-        np.full(est.kink.shape, np.nan),
-    )
-    return Answer(est.value, est.error, kinks)
 
 
 class StackHvpJudge:
@@ -95,7 +76,7 @@ class StackHvpJudge:
             return out
         value = out.value["weights"]
         error, _ = self._rerun(backend, call, value)
-        answer = Answer(value.astype(np.float64), error, Kinks.none(value.shape, len(_stack.KINK_NAMES)))
+        answer = HvpAnswer(value.astype(np.float64), error, Kinks.none(value.shape, len(_stack.KINK_NAMES)))
         return dataclasses.replace(out, value=Reference({"weights": value}, value.dtype.name, {}, answer))
 
     def _oracle_reference(self, est: Any) -> Reference:
@@ -142,10 +123,10 @@ class StackHvpJudge:
     ) -> Comparison:
         """Every entry (NaN reference entries are not checked) within the re-run's measured rounding,
         the oracle's error bar, the floor and the user's slack."""
-        answer: Answer = reference.data
+        answer: HvpAnswer = reference.data
         u = _stack.UNIT_ROUNDOFF[self.dtype]
         finite = answer.value[np.isfinite(answer.value)]
-        floor = _stack.SAFETY * u * float(np.max(np.abs(finite), initial=0.0))
+        floor = _terms.floor(_terms.largest(finite), u, ulps=_terms.SAFETY_FLOOR_ULPS)
         terms: dict[str, Any] = {
             "rerun": rerun,
             "reference": answer.error,

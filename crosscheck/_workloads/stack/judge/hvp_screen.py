@@ -8,20 +8,24 @@ tolerance, or one the oracle cannot judge, is checked entry by entry with the fu
 
 The HVP judge owns a ``Screening`` (the gradient's: what the oracle screened, and the full checks every
 candidate shares) and hands it, with itself, to ``compare_screened``; this module uses the judge's
-public surface only (``weights``, ``x``, ``v``, ``dtype``, ``options``, ``rerun``, ``compare_full``).
+public surface only (``HvpJudge``: ``weights``, ``x``, ``v``, ``dtype``, ``options``, ``rerun``,
+``compare_full``), and imports neither the judge nor its module.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
+from crosscheck._compare import screening as _screening
+from crosscheck._compare import terms
 from crosscheck._compare.compare import Comparison, Kinks, mismatch_message, structural_problem
-from crosscheck._workloads.protocol import Call, Reference
+from crosscheck._workloads.protocol import Call, Options, Reference
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack.judge import screen as _grad_screen
+from crosscheck._workloads.stack.judge.answers import HvpAnswer, oracle_answer
 from crosscheck._workloads.stack.judge.grad import declared_dtype
 from crosscheck._workloads.stack.judge.screen import (
     DIRECTIONS_GENERATOR,
@@ -32,13 +36,34 @@ from crosscheck._workloads.stack.judge.screen import (
 )
 from crosscheck._workloads.stack.oracle import hvp as _hvp
 
-if TYPE_CHECKING:
-    from crosscheck._workloads.stack.judge.hvp import StackHvpJudge
+
+class HvpJudge(Protocol):
+    """What screening uses of the HVP judge (``hvp.StackHvpJudge``)."""
+
+    weights: np.ndarray
+    x: np.ndarray
+    v: np.ndarray
+    dtype: str
+    options: Options
+
+    def rerun(self, backend: Any, call: Call) -> tuple[np.ndarray | None, str]: ...
+    def compare_full(
+        self,
+        backend: Any,
+        candidate: np.ndarray,
+        name: str,
+        reference: Reference,
+        rerun: np.ndarray,
+        note: str,
+    ) -> Comparison: ...
+
 
 #: Help text of the screening's ``rerun`` term.
-RERUN_HELP = (
-    "the candidate's own rounding along each direction, measured: 8 x (|D . (its HVP - its HVP re-run in "
-    "the other precision)| + ||D|| x that difference's RMS over the layer), scaled as for the full check"
+RERUN_HELP = terms.measured_help(
+    "the candidate's own rounding along each direction",
+    "|D . (its HVP - its HVP re-run in the other precision)|",
+    "||D|| x that difference's RMS over the layer",
+    then=", scaled as for the full check",
 )
 
 
@@ -47,7 +72,7 @@ def hvp_oracle_flops(layers: int, batch: int, dim: int) -> float:
     return 2 * layers * full_oracle_flops(layers, batch, dim)
 
 
-def mode(judge: StackHvpJudge, backend: Any) -> str:
+def mode(judge: HvpJudge, backend: Any) -> str:
     """``full`` or ``screen``: what ``oracle_mode`` asks for, given what the reference can do."""
     can_screen = callable(getattr(backend, "hvp_screen", None))
     asked = judge.options.oracle_mode
@@ -60,7 +85,7 @@ def mode(judge: StackHvpJudge, backend: Any) -> str:
     return asked
 
 
-def screen_reference(judge: StackHvpJudge, backend: Any, call: Call) -> tuple[Any, Screening | None]:
+def screen_reference(judge: HvpJudge, backend: Any, call: Call) -> tuple[Any, Screening | None]:
     """The oracle's ``D . H v`` along ``directions`` random +-1 directions per layer: the reference's
     outcome, and the judge's ``Screening`` (None when the oracle failed)."""
     shape = judge.weights.shape
@@ -83,7 +108,7 @@ def screen_reference(judge: StackHvpJudge, backend: Any, call: Call) -> tuple[An
 
 
 def compare_screened(
-    judge: StackHvpJudge,
+    judge: HvpJudge,
     screening: Screening,
     backend: Any,
     candidate: np.ndarray,
@@ -107,11 +132,8 @@ def compare_screened(
     diff = np.abs(np.einsum("kij,ksij->ks", candidate.astype(np.float64), sc.directions) - sc.value)
     # A direction the oracle cannot judge sends its layer to the full check (which says why).
     diff, tol = np.where(sc.kink, 0.0, diff), np.where(sc.kink, np.inf, tol)
-    failing = sorted({int(k) for k in np.nonzero((diff > tol) | sc.kink)[0]})
-    coverage = (
-        f"screened: {sc.value.shape[0]} layers x {sc.value.shape[1]} random directions; "
-        f"layers checked entry by entry: {failing or 'none'}"
-    )
+    failing = _screening.escalated((diff > tol) | sc.kink)
+    coverage = _screening.coverage(sc.value.shape[0], "layer", sc.value.shape[1], failing)
     rerun = np.broadcast_to(rerun, candidate.shape)
     full = _full_layers(judge, screening, failing, reference, call) if failing else None
     if isinstance(full, str):
@@ -121,13 +143,14 @@ def compare_screened(
         message = coverage + "\n" + mismatch_message(comparison)
     else:
         comparison = _record(name, reference, candidate, True, "ok", "")
-        message = coverage + ": every direction agrees"
-    floor = _stack.SAFETY * _stack.UNIT_ROUNDOFF[judge.dtype] * float(np.max(np.abs(candidate), initial=0))
+        message = f"{coverage}: {_screening.AGREES}"
+    u = _stack.UNIT_ROUNDOFF[judge.dtype]
+    floor = terms.floor(terms.largest(candidate), u, ulps=terms.SAFETY_FLOOR_ULPS)
     sources = {**comparison.tolerance_sources, "rerun": f"{RERUN_HELP} ({note})"}
     return dataclasses.replace(
         comparison,
         coverage=coverage,
-        screening=screening_rows(diff, tol, sc.value.shape[1], failing),
+        screening=screening_rows(diff, tol, failing, ~sc.kink),
         message=message,
         tolerance_sources=sources,
         arrays={**comparison.arrays, "rounding": {"weights": rerun + floor}},
@@ -155,29 +178,26 @@ def _rerun_along(candidate: np.ndarray, again: np.ndarray | None, directions: np
     delta, _ = _hvp.measured_delta(candidate, again, dtype)
     rms = np.sqrt(np.mean(delta**2, axis=(1, 2)))
     norm = np.sqrt(np.einsum("ksij,ksij->ks", directions, directions))
-    ratio = _stack.UNIT_ROUNDOFF[dtype] / _stack.UNIT_ROUNDOFF["float32"]
     along = np.abs(np.einsum("kij,ksij->ks", delta, directions))
-    return _stack.SAFETY * ratio * (along + norm * rms[:, None])
+    return terms.measured(along, norm * rms[:, None], widen=terms.widening(dtype))
 
 
-def _floor_and_slack(judge: StackHvpJudge, sc: Any, candidate: np.ndarray) -> np.ndarray:
+def _floor_and_slack(judge: HvpJudge, sc: Any, candidate: np.ndarray) -> np.ndarray:
     """The floor term of every entry summed in quadrature over a direction (``||D||``), and the user's
     slack summed over its entries (``sc``: the oracle's screened estimate)."""
     u, size = _stack.UNIT_ROUNDOFF[judge.dtype], judge.weights.shape[1]
     norm = np.sqrt(np.einsum("ksij,ksij->ks", sc.directions, sc.directions))
-    floor = _stack.SAFETY * u * norm * float(np.max(np.abs(candidate), initial=0.0))
+    floor = terms.floor(terms.largest(candidate), u, ulps=terms.SAFETY_FLOOR_ULPS, across=norm)
     options = judge.options
     slack = 0.0 if options.rtol is None else options.atol * size * size + options.rtol * np.abs(sc.value)
     return floor + slack
 
 
 def _full_layers(
-    judge: StackHvpJudge, screening: Screening, layers: list[int], reference: Reference, call: Call
+    judge: HvpJudge, screening: Screening, layers: list[int], reference: Reference, call: Call
 ) -> Any:
     """The full HVP oracle on every entry of ``layers`` (cached across candidates; NaN elsewhere), or
     why it failed."""
-    from crosscheck._workloads.stack.judge.hvp import Answer, oracle_answer  # hvp imports this module
-
     missing = [k for k in layers if k not in screening.full_layers]
     if missing:
         out = call(screening.oracle.hvp_estimate, judge.weights, judge.x, judge.v, layers=missing)
@@ -200,4 +220,4 @@ def _full_layers(
     for k in layers:
         value[k], error[k], unjudgeable[k], reason[k], kink[k] = screening.full_layers[k]
     kinks = Kinks(unjudgeable, reason, kink, np.full(shape, np.nan))
-    return dataclasses.replace(reference, data=Answer(value, error, kinks))
+    return dataclasses.replace(reference, data=HvpAnswer(value, error, kinks))

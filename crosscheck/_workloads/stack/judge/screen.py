@@ -3,24 +3,41 @@ entry of each layer that fails them (see README, "Screening").
 
 The gradient judge owns a ``Screening`` (what the oracle screened, and what every candidate shares) and
 hands it, with itself, to ``compare_screened``; this module uses the judge's public surface only
-(``weights``, ``x``, ``options``, ``model``, ``underflow``, ``kink_effects``, ``compare_full``,
-``progress``).
+(``GradJudge``: ``weights``, ``x``, ``options``, ``model``, ``underflow``, ``kink_effects``,
+``compare_full``, ``range_cause``, ``progress``), and imports neither the judge nor its module.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
+from crosscheck._compare import screening as _screening
+from crosscheck._compare import terms
 from crosscheck._compare.compare import Comparison, mismatch_message, structural_problem
 from crosscheck._compare.dtypes import accumulation
-from crosscheck._workloads.protocol import Call, Reference
+from crosscheck._workloads.protocol import Call, Options, Reference
 from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack import underflow as _underflow
+from crosscheck._workloads.stack.judge.answers import GradAnswer
 
-if TYPE_CHECKING:
-    from crosscheck._workloads.stack.judge.grad import StackGradJudge
+
+class GradJudge(Protocol):
+    """What screening uses of the gradient judge (``grad.StackGradJudge``)."""
+
+    weights: np.ndarray
+    x: np.ndarray
+    options: Options
+
+    def model(self, dtype: str) -> _stack.RoundingModel: ...
+    def underflow(self, dtype: str) -> _underflow.Underflow: ...
+    def kink_effects(self, dtype: str, tol: np.ndarray) -> Any: ...
+    def compare_full(self, value: np.ndarray, name: str, reference: Reference, dtype: str) -> Comparison: ...
+    def range_cause(self, found: Comparison, value: np.ndarray, dtype: str) -> Comparison: ...
+    def progress(self, description: str) -> Any: ...
+
 
 #: Above this many floating-point operations of matrix products "auto" screens. The count is the dense
 #: one (every row of the batch, ``full_oracle_flops``); the oracle now evaluates only the rows a
@@ -69,7 +86,7 @@ class Screening:
         return self.estimate.directions
 
 
-def screen_reference(judge: StackGradJudge, backend: Any, call: Call) -> tuple[Any, Screening | None]:
+def screen_reference(judge: GradJudge, backend: Any, call: Call) -> tuple[Any, Screening | None]:
     """The oracle's directional derivatives along ``directions`` random +-1 directions per layer: the
     reference's outcome, and the judge's ``Screening`` (None when the oracle failed)."""
     shape = judge.weights.shape
@@ -89,7 +106,7 @@ def screen_reference(judge: StackGradJudge, backend: Any, call: Call) -> tuple[A
 
 
 def compare_screened(
-    judge: StackGradJudge,
+    judge: GradJudge,
     screening: Screening,
     candidate: np.ndarray,
     name: str,
@@ -118,18 +135,15 @@ def compare_screened(
     options = judge.options
     slack = 0.0 if options.rtol is None else options.atol * size * size + options.rtol * np.abs(sc.value)
     # The floor term of every entry, summed in quadrature over the d * d entries of a direction.
-    floor = _stack.SAFETY * u * size * float(np.max(np.abs(candidate), initial=0.0))
+    floor = terms.floor(terms.largest(candidate), u, ulps=terms.SAFETY_FLOOR_ULPS, across=size)
     kinks, several = _kink_slack(judge, screening, dtype)
     # The underflow bounds summed over each direction's entries (every entry of a direction is +-1).
     bound = judge.underflow(dtype).grad
     flow = bound.sum(axis=(1, 2))[:, None] if bound.any() else 0.0
-    tol = _stack.SAFETY * model.direction_sigma + sc.error + floor + slack + kinks + flow
+    tol = terms.modelled(model.direction_sigma) + sc.error + floor + slack + kinks + flow
     diff = np.abs(projected - sc.value)
-    failing = sorted({int(k) for k in np.nonzero(diff > tol)[0]} | several)
-    coverage = (
-        f"screened: {sc.value.shape[0]} layers x {sc.value.shape[1]} random directions; "
-        f"layers checked entry by entry: {failing or 'none'}"
-    )
+    failing = _screening.escalated(diff > tol, several)
+    coverage = _screening.coverage(sc.value.shape[0], "layer", sc.value.shape[1], failing)
     full = _full_layers(judge, screening, failing, reference, call) if failing else None
     if isinstance(full, str):
         comparison = Comparison(
@@ -154,39 +168,39 @@ def compare_screened(
             total=candidate.size,
             index_names=list(_stack.INDEX_NAMES),
         )
-        message = coverage + ": every direction agrees"
-    rounding = {"weights": model.grad_bound + _stack.SAFETY * u * float(np.max(np.abs(candidate), initial=0))}
+        message = f"{coverage}: {_screening.AGREES}"
+    own_floor = terms.floor(terms.largest(candidate), u, ulps=terms.SAFETY_FLOOR_ULPS)
+    rounding = {"weights": model.grad_bound + own_floor}
     return dataclasses.replace(
         comparison,
         coverage=coverage,
-        screening=screening_rows(diff, tol, sc.value.shape[1], failing),
+        screening=screening_rows(diff, tol, failing),
         message=message,
         arrays={**comparison.arrays, "rounding": rounding},
     )
 
 
-def screening_rows(diff: np.ndarray, tol: np.ndarray, directions: int, failing: list[int]) -> list[dict]:
-    """One row per layer for the report: its directions, how many failed, the worst diff / tol."""
-    with np.errstate(divide="ignore", invalid="ignore"):  # 0 / 0 is taken as 0 (np.where below)
-        ratio = np.where(diff == 0, 0.0, diff / tol)
-    return [
-        {
-            "layer": k,
-            "directions": int(directions),
-            "mismatched": int(np.count_nonzero(diff[k] > tol[k])),
-            "worst_ratio": float(np.max(ratio[k])),
-            "full_check": k in failing,
-        }
-        for k in range(diff.shape[0])
-    ]
+def layer_directions(diff: np.ndarray, tol: np.ndarray, judged: np.ndarray | None = None) -> list:
+    """Each layer's verdict along its directions (``diff``, ``tol``: layers x directions; ``judged``:
+    the directions the oracle judged, every one unless given). A direction fails beyond its tolerance
+    (``diff > tol``: a NaN tolerance fails none, as screening always has)."""
+    judged = np.ones(diff.shape, bool) if judged is None else judged
+    return [_screening.Directions(diff[k], tol[k], judged[k], diff[k] > tol[k]) for k in range(len(diff))]
+
+
+def screening_rows(
+    diff: np.ndarray, tol: np.ndarray, failing: list[int], judged: np.ndarray | None = None
+) -> list[dict]:
+    """One row per layer for the report (``screening.row``): its directions, how many failed, the
+    worst diff / tol, whether it was checked entry by entry."""
+    layers = layer_directions(diff, tol, judged)
+    return [_screening.row("layer", k, found, k in failing) for k, found in enumerate(layers)]
 
 
 def _full_layers(
-    judge: StackGradJudge, screening: Screening, layers: list[int], reference: Reference, call: Call
+    judge: GradJudge, screening: Screening, layers: list[int], reference: Reference, call: Call
 ) -> Any:
     """The oracle on every entry of ``layers`` (cached across candidates; NaN elsewhere), or why not."""
-    from crosscheck._workloads.stack.judge.grad import Oracle  # the judge's module imports this one
-
     missing = [k for k in layers if k not in screening.full_layers]
     if missing:
         progress = judge.progress("oracle (full check)")
@@ -201,10 +215,10 @@ def _full_layers(
     kink, kink_at = np.zeros(shape, bool), np.full((*shape, 3), -1, np.int64)
     for k in layers:
         value[k], error[k], kink[k], kink_at[k] = screening.full_layers[k]
-    return dataclasses.replace(reference, data=Oracle(value, error, kink, kink_at))
+    return dataclasses.replace(reference, data=GradAnswer(value, error, kink, kink_at))
 
 
-def _kink_slack(judge: StackGradJudge, screening: Screening, dtype: str) -> tuple[np.ndarray, set[int]]:
+def _kink_slack(judge: GradJudge, screening: Screening, dtype: str) -> tuple[np.ndarray, set[int]]:
     """How far ReLU flips the candidate may see can move each directional derivative, and the
     layers where several flips can move one entry (those are always checked entry by entry).
     The same for every candidate of ``dtype``: computed once."""

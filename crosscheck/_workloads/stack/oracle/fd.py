@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare import terms
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack.oracle import perturb as _perturb
 from crosscheck._workloads.stack.oracle import threads as _threads
@@ -190,7 +191,7 @@ def screen(
     deltas, _ = _stack.backward(fwd)
     model = _stack.rounding_model(fwd, deltas, "float64", directions=directions, entries=keep_model)
     assert model.direction_sigma is not None  # the model was given the directions
-    error += _stack.SAFETY * model.direction_sigma
+    error += terms.modelled(model.direction_sigma)
     return ScreenEstimate(directions, value, error, kink, evaluations, model if keep_model else None)
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._compare import permit
+from crosscheck._compare import terms
 from crosscheck._compare.constants import OTHER_DTYPE as OTHER_DTYPE
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack.oracle import threads as _threads
@@ -269,9 +269,11 @@ def _along_v(w64, x, v64, radii, at_node, flops):
 
 
 #: How the candidate's own rounding is measured: its HVP re-run in the other precision.
-RERUN_HELP = (
-    "the candidate's own rounding, measured: 8 x (|its HVP - its HVP re-run in the other precision| "
-    "+ that difference's RMS over the layer), scaled by the unit-roundoff ratio for a float64 case"
+RERUN_HELP = terms.measured_help(
+    "the candidate's own rounding",
+    "|its HVP - its HVP re-run in the other precision|",
+    "that difference's RMS over the layer",
+    then=", scaled by the unit-roundoff ratio for a float64 case",
 )
 
 
@@ -288,7 +290,7 @@ def rerun_fallback(value: np.ndarray, dtype: str) -> np.ndarray:
     """Without a re-run: a bound of 2L unit roundoffs of each layer's largest entry."""
     u = _stack.UNIT_ROUNDOFF[dtype]
     scale = np.max(np.abs(value.astype(np.float64)), axis=(1, 2), keepdims=True)
-    return _stack.SAFETY * 2 * len(value) * u * np.broadcast_to(scale, value.shape)
+    return terms.modelled(2 * len(value) * u) * np.broadcast_to(scale, value.shape)
 
 
 #: Said with the ``rerun`` term of a candidate whose two precisions differ beyond float32 rounding.
@@ -296,10 +298,10 @@ CAPPED = ", capped at what float32 permits: its two precisions differ beyond flo
 
 
 def measured_delta(value: np.ndarray, again: np.ndarray, dtype: str) -> tuple[np.ndarray, bool]:
-    """``value - again``, capped at what float32 permits (``_compare.permit``, from the float64 one) when
+    """``value - again``, capped at what float32 permits (``_compare.terms.cap``, from the float64 one) when
     the typical entry is beyond it, so that no candidate sets its own tolerance; and whether it was."""
     wide = again if dtype == "float32" else value
-    delta, ratio = permit.cap(value.astype(np.float64) - again.astype(np.float64), wide, permit.rms(wide))
+    delta, ratio = terms.cap(value.astype(np.float64) - again.astype(np.float64), wide, terms.rms(wide))
     return delta, ratio > 1.0
 
 
@@ -320,5 +322,4 @@ def rerun_term(value: np.ndarray, again: np.ndarray, dtype: str) -> tuple[np.nda
     delta = np.abs(signed)
     note = f"re-run in {other}" + (CAPPED if capped else "")
     rms = np.sqrt(np.mean(delta**2, axis=(1, 2), keepdims=True))
-    ratio = _stack.UNIT_ROUNDOFF[dtype] / _stack.UNIT_ROUNDOFF["float32"]
-    return _stack.SAFETY * ratio * (delta + rms), note
+    return terms.measured(delta, rms, widen=terms.widening(dtype)), note

@@ -20,6 +20,7 @@ import dataclasses
 
 import numpy as np
 
+from crosscheck._compare import terms
 from crosscheck._workloads.stack import rounding as _stack
 
 #: Values of one propagated block (rows * d float64 values), sized to stay cache-friendly, and at most
@@ -363,7 +364,8 @@ def _finish(fwd, change, h, sigma, crossed, where):
     base = fwd.loss
     losses = np.maximum(base + change, 0.0)
     grow = np.sqrt(np.maximum(losses / base, 1.0)) if base > 0 else 1.0
-    loss_error = _stack.SAFETY * 2 * np.sqrt(losses) * sigma * grow + u * n_terms * (losses + base)
+    # SAFETY sigmas of 2 sqrt(loss) ||error||, multiplied in the order it always was (bit for bit).
+    loss_error = terms.modelled(2 * np.sqrt(losses)) * sigma * grow + u * n_terms * (losses + base)
     error = (loss_error[:s] + loss_error[s:]) / (2 * h) + 4 * u * np.abs(value)
     kinked = crossed[:s] | crossed[s:]
     where_first = np.where(crossed[:s, None], where[:s], where[s:])

@@ -1,0 +1,45 @@
+"""What a 16-bit case cannot see: a candidate that agrees in bfloat16 or float16 agrees within that
+dtype's rounding (modelled, or measured by its float32 re-run), which hides any error smaller than it.
+Its verdict says how large that rounding is on this case and to check in float32 too, so that a pass in
+16 bits is never read as a pass in float32. Every workload says it with these words; what differs (what
+a bug moves, whether the rounding was measured, how many entries were unjudgeable) is handed in.
+Whether a dtype is a 16-bit one: ``dtypes.is_low``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from crosscheck._compare.compare import Comparison
+
+
+def noise(term: Mapping[str, np.ndarray], value: Mapping[str, np.ndarray]) -> float:
+    """The typical entry's rounding term relative to the entry (the median over nonzero entries of
+    every array): below it, a difference is rounding as far as this dtype can tell."""
+    ratios = []
+    for k, t in term.items():
+        entry = np.abs(np.asarray(value[k], np.float64))
+        informative = np.isfinite(entry) & (entry > 0)
+        ratios.append(np.broadcast_to(t, entry.shape)[informative] / entry[informative])
+    joined = np.concatenate(ratios) if ratios else np.zeros(0)
+    return float(np.median(joined)) if joined.size else 0.0
+
+
+def agrees(found: Sequence[Comparison]) -> bool:
+    """Whether every comparison of a candidate passed (one that did not: its mismatch says enough)."""
+    return bool(found) and all(c.passed for c in found)
+
+
+def text(dtype: str, relative: float, *, moves: str, measured: bool = False, aside: str = "") -> str:
+    """What a pass in ``dtype`` says: the rounding it agrees within (``relative``, 0: not known; said
+    as ``measured`` where it was), a bug that ``moves`` so much less is not seen; ``aside``: what else
+    the workload says there (how many entries were unjudgeable)."""
+    size = ""
+    if relative > 0:
+        of = f"a median {relative:.2%} of an entry"
+        size = f" (measured: {of})" if measured else f": {of}"
+    return (
+        f"agrees in {dtype}, within its rounding{size}{aside}; a bug that moves {moves} by less is not "
+        f"seen in {dtype}: check in float32 too (--dtype float32)"
+    )

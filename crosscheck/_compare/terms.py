@@ -1,0 +1,175 @@
+"""Every tolerance term, built in one place with the words a report says about it.
+
+An entry passes when its difference is within a sum of named terms (``compare.Tolerance``); each judge
+and localizer builds its terms here, each one a small pure function beside its help text (a report's
+``tolerance_sources``), and hands the workload's own nouns in (what was re-run, over what):
+
+- ``floor``: so many unit roundoffs of the largest reference entry (``FLOOR_ULPS``, or
+  ``SAFETY_FLOOR_ULPS`` where a judge's floor is the safety factor of its rounding, the same 8),
+  summed over a direction's entries with ``across``; ``floor_help``.
+- ``modelled``: ``SAFETY`` standard deviations of a rounding error that is modelled (Monte Carlo
+  arithmetic on the case) or estimated; ``modelled_help``.
+- ``measured``: a rounding measured by a re-run in the other precision, ``SAFETY x (|difference| + its
+  RMS)``, the difference widened to a float64 case's by ``WIDEN`` (``widening``); ``measured_help``.
+- the permit (``bound``, ``median_ratio``, ``cap``): what a dtype's rounding permits a re-run's
+  difference, so that no candidate sets its own tolerance: float32's (``PERMIT_ULPS``) or, the 16-bit
+  cap, a 16-bit dtype's own (``LOW_PERMIT_ULPS``); ``permit_dtype`` says which.
+- ``slack``'s help (``TERM_HELP``): the same for every workload.
+
+The permit. A side's rounding is measured by re-running it in the other precision; that difference is
+evidence, not a tolerance to take as it comes: an error that exists only in a side's float32 run (a
+bfloat16 step, an approximation taken only in float32, a nondeterministic result) would otherwise be
+its own tolerance. ``bound`` says, from the float64 result alone, what float32 rounding may do to each
+entry: ``PERMIT_ULPS`` float32 unit roundoffs of the entry's scale (``|value|`` + the RMS of its array
++ an optional scale shared by all arrays). ``median_ratio`` judges a measured difference against it by
+its typical entry, so that isolated entries (a kink decided differently in the two precisions) do not
+count.
+
+A 16-bit case (bfloat16, float16) re-runs each side in float32; what its rounding permits is
+``LOW_PERMIT_ULPS`` of the dtype's own unit roundoff, a number calibrated on healthy ports, not 256 u
+(which is 100 % of an entry in bfloat16): ``docs/measurements/mixed-precision.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from crosscheck._compare.constants import FLOOR_ULPS, SAFETY, WIDEN
+from crosscheck._compare.dtypes import is_low, unit_roundoff
+
+#: What the tolerance terms that mean the same for every workload are (a report's ``tolerance_sources``).
+TERM_HELP = {
+    "slack": "user slack: atol + rtol * |reference|",
+}
+
+# -- the floor --------------------------------------------------------------------------------------
+
+#: A floor of ``SAFETY`` unit roundoffs: the floor of the judges whose rounding term is ``SAFETY`` times
+#: a rounding estimate (a modelled one, or the HVP's re-run), the safety factor applied to one unit
+#: roundoff of the largest entry. The same 8 as ``FLOOR_ULPS``; named so that neither moves the other.
+SAFETY_FLOOR_ULPS = SAFETY
+
+
+def largest(values: Any) -> float:
+    """The largest magnitude of ``values`` (0 for none): what a floor is a number of unit roundoffs of."""
+    return float(np.max(np.abs(values), initial=0.0))
+
+
+def floor(largest: Any, u: float, *, ulps: float = FLOOR_ULPS, across: Any = 1.0) -> Any:
+    """``ulps`` unit roundoffs ``u`` of the largest reference entry ``largest`` (a number, or an array
+    of them: one per step), the precision no entry is asked to beat; ``across``: the entries of a
+    direction it is summed over (their count, or the direction's norm: in quadrature)."""
+    return ulps * u * across * largest
+
+
+def floor_help(of: str, *, ulps: float = FLOOR_ULPS, then: str = "") -> str:
+    """What a floor of ``ulps`` unit roundoffs ``of`` the largest entry is (``then``: what it means)."""
+    return f"{ulps:g} unit roundoffs of {of}{then}"
+
+
+# -- the rounding, modelled or measured --------------------------------------------------------------
+
+
+def modelled(sigma: Any) -> Any:
+    """``SAFETY`` standard deviations of a rounding error ``sigma`` (modelled, or estimated): never
+    reached by chance, p < 1e-15 for a Gaussian error."""
+    return SAFETY * sigma
+
+
+def modelled_help(what: str) -> str:
+    """What a modelled rounding term is: ``what`` the rounding can produce, and how many sigma."""
+    return f"{what} (modelled, x{SAFETY:g} sigma)"
+
+
+def rms(values: np.ndarray) -> float:
+    """The root mean square of ``values`` (0 for none)."""
+    return math.sqrt(float(np.mean(np.square(values)))) if np.size(values) else 0.0
+
+
+def widening(dtype: str) -> float:
+    """What a re-run's difference is multiplied by to be ``dtype``'s rounding: float64's per float32's
+    (``WIDEN``, ``2**-29``) in a float64 case, whose re-run is in float32; 1 otherwise."""
+    return WIDEN if dtype == "float64" else 1.0
+
+
+def measured(difference: Any, spread: Any = None, *, widen: float = 1.0) -> Any:
+    """The rounding measured by a re-run in the other precision: ``SAFETY x widen x (|difference| +
+    spread)``, ``spread`` the difference's RMS (over the array unless given: over a layer, a step),
+    which guards entries where the two precisions agree by chance; ``widen``: ``widening``, where the
+    difference is not already scaled (one re-run is one sample of the rounding)."""
+    spread = rms(difference) if spread is None else spread
+    return SAFETY * widen * (difference + spread)
+
+
+def measured_help(whose: str, difference: str, spread: str, *, then: str = "", again: bool = False) -> str:
+    """What a measured rounding term is: ``whose`` rounding, ``SAFETY x (difference + spread)``, and
+    ``then`` how it was scaled; ``again``: measured as the term before it was."""
+    if again:
+        return f"{whose}, measured the same way ({SAFETY:g} x ({difference} + {spread}))"
+    return f"{whose}, measured: {SAFETY:g} x ({difference} + {spread}){then}"
+
+
+# -- the permit: what a dtype's rounding permits ------------------------------------------------------
+
+#: Healthy workloads and ports measure a median of at most ~5 and a largest entry of ~30 float32 unit
+#: roundoffs of this scale (``docs/explanations/reliability.md``); bfloat16 rounding is ~10,000 and a
+#: 1 % error ~100,000.
+PERMIT_ULPS = 256.0
+#: A 16-bit dtype's: its unit roundoffs of the same scale, against its float32 re-run. Healthy GPT-2
+#: measures a median of at most 5.1 (bfloat16, 20 seeds) and 6.2 (float16, 20 seeds), the convnet 0.5:
+#: 16 leaves a factor 2.6. Planted porting bugs change both runs alike and are caught against the
+#: reference, not by this; a side far off its own float32 run is (``docs/measurements/mixed-precision.md``).
+LOW_PERMIT_ULPS = {"bfloat16": 16.0, "float16": 16.0}
+
+
+def permit_ulps(dtype: str) -> float:
+    """How many of ``dtype``'s unit roundoffs its rounding may cost an entry's scale."""
+    return LOW_PERMIT_ULPS.get(dtype, PERMIT_ULPS)
+
+
+def permit_dtype(dtype: str) -> str:
+    """Whose permit caps a re-run's difference in a ``dtype`` case: a 16-bit dtype's own (the 16-bit
+    cap, against its float32 re-run), else float32's (float32 against float64)."""
+    return dtype if is_low(dtype) else "float32"
+
+
+def bound(wide: np.ndarray, shared: float = 0.0, dtype: str = "float32") -> np.ndarray:
+    """Per entry, the difference ``dtype``'s rounding permits against the wider precision, from the wide
+    result ``wide`` (and ``shared``, a scale common to several arrays: the RMS of a whole gradient):
+    float32 against float64, or a 16-bit dtype against float32."""
+    value = np.nan_to_num(np.abs(np.asarray(wide, np.float64)), nan=0.0, posinf=0.0)
+    return permit_ulps(dtype) * unit_roundoff(dtype) * (value + rms(value) + shared)
+
+
+def travelled(path: np.ndarray, dtype: str = "float32") -> np.ndarray:
+    """What ``dtype``'s rounding permits a sum for the ``path`` it travelled (``sum |steps|``), beside
+    ``bound`` of its value: a trajectory's entry is its start plus every update, each rounded."""
+    return permit_ulps(dtype) * unit_roundoff(dtype) * path
+
+
+def median_ratio(diff: np.ndarray, permit: np.ndarray, wide: np.ndarray | None = None) -> float:
+    """The typical entry's measured difference over what is permitted (> 1: beyond float32). Entries
+    zero in both precisions (a dead ReLU unit's, an unused parameter's) say nothing and are left out
+    when ``wide`` is given."""
+    diff = np.abs(np.asarray(diff, np.float64))
+    if wide is not None:
+        informative = (diff != 0) | (np.asarray(wide) != 0)
+        diff, permit = diff[informative], np.broadcast_to(permit, informative.shape)[informative]
+    if np.size(diff) == 0:
+        return 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.where(diff == 0, 0.0, diff / permit)
+    return float(np.median(np.nan_to_num(ratios, nan=np.inf)))
+
+
+def cap(
+    signed: np.ndarray, wide: np.ndarray, shared: float = 0.0, dtype: str = "float32"
+) -> tuple[np.ndarray, float]:
+    """A measured difference ``signed`` (the ``dtype`` result minus the wider ``wide``), clipped at
+    ``bound`` where its typical entry is beyond it, and that ``median_ratio``: never its own tolerance."""
+    limit = bound(wide, shared, dtype)
+    ratio = median_ratio(signed, limit, wide)
+    return (np.clip(signed, -limit, limit) if ratio > 1.0 else signed), ratio

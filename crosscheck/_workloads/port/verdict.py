@@ -1,0 +1,175 @@
+"""Where a port differs, from its module comparisons (``localize``): the verdict.
+
+The verdict names the first paired module, in the order the PyTorch calls finished, whose output
+differs. When its input already differs, the difference was made before it, between the last module
+that agreed and this one: a PyTorch module there without a JAX counterpart whose input and output
+link the two (an activation the port computes as a plain function) is named; otherwise the module
+whose own code runs between them (an attention's scaling between its projections). When every output
+agrees and a gradient does not, the difference is in the backward pass: the last module, in forward
+order, whose parameters' gradients differ, and the modules between it and the next that agrees.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """``starts_in``: ``"forward"``, ``"gradient"`` or ``"nowhere"``; ``module`` where the difference
+    starts ("" is the top module's own code), ``first`` the first paired module that differs,
+    ``suspects`` PyTorch modules without a JAX counterpart in between; ``text`` says it in a line."""
+
+    starts_in: str
+    module: str | None
+    first: str | None
+    suspects: tuple[str, ...]
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "suspects": list(self.suspects)}
+
+
+def forward_verdict(
+    order: Sequence[Any],
+    paired: dict[str, str],
+    outputs: dict[str, bool | None],
+    inputs: dict[str, bool | None],
+    top: str,
+) -> Verdict | None:
+    """The verdict of the forward pass (None when every paired output agrees). ``order`` is the
+    PyTorch records in the order their calls finished; ``outputs``/``inputs`` say which agree."""
+    index = {r.name: i for i, r in enumerate(order)}
+    first = next((r for r in order if r.name in paired and outputs.get(r.name) is False), None)
+    if first is None:
+        return None
+    kind = first.module_type
+    if inputs.get(first.name) is not False:
+        why = "its input agrees" if inputs.get(first.name) else "its input could not be compared"
+        return Verdict(
+            "forward",
+            first.name,
+            first.name,
+            (),
+            f"the forward pass differs first at "
+            f"{_shown(first.name, top)} ({kind}): {why}, so the difference starts inside it",
+        )
+    before = [r for r in order[: index[first.name]] if r.name in paired and outputs.get(r.name)]
+    prev = before[-1] if before else None
+    gap = [
+        r for r in order[(index[prev.name] + 1 if prev else 0) : index[first.name]] if r.name not in paired
+    ]
+    linked = [
+        r for r in gap if _same(r.outputs, first.inputs) and (prev is None or _same(r.inputs, prev.outputs))
+    ]
+    suspects = tuple(r.name for r in gap if not first.name.startswith(r.name + ".") and r.name)
+    where = (
+        f"between {_shown(prev.name, top)} and {_shown(first.name, top)}"
+        if prev
+        else f"before `{first.name}`"
+    )
+    if linked:
+        return Verdict(
+            "forward",
+            linked[0].name,
+            first.name,
+            suspects,
+            f"the forward pass differs first at `{linked[0].name}` ({linked[0].module_type}, a PyTorch "
+            f"module the port computes without a module): {where} its input agrees and the "
+            f"input of `{first.name}` it feeds differs",
+        )
+    parent = _common_parent(prev.name if prev else "", first.name)
+    also = f"; PyTorch modules run there without a JAX counterpart: {', '.join(suspects)}" if suspects else ""
+    return Verdict(
+        "forward",
+        parent,
+        first.name,
+        suspects,
+        f"the forward pass differs first in the code of {_shown(parent, top)} {where}: "
+        f"`{first.name}` ({kind}) is the first module whose output differs, and its input "
+        f"already differs{also}",
+    )
+
+
+def listed_verdict(
+    order: Sequence[Any], paired: dict[str, str], outputs: dict[str, bool | None], top: str
+) -> Verdict | None:
+    """The forward verdict of user-listed intermediates (``jax_intermediates``; None when every one
+    agrees): the JAX side's inputs are not captured, so the difference lies in the first listed
+    module that differs or in the code since the last listed output that agrees."""
+    first = next((r for r in order if r.name in paired and outputs.get(r.name) is False), None)
+    if first is None:
+        return None
+    index = {r.name: i for i, r in enumerate(order)}
+    before = [r for r in order[: index[first.name]] if r.name in paired and outputs.get(r.name)]
+    prev = before[-1] if before else None
+    start = index[prev.name] + 1 if prev else 0
+    gap = tuple(r.name for r in order[start : index[first.name]] if r.name and r.name not in paired)
+    there = f" (PyTorch modules there: {', '.join(gap)})" if gap else ""
+    if not first.name:
+        after = f" after `{prev.name}`" if prev else ""
+        text = (
+            f"the forward pass differs first at the top module ({top}): every listed output agrees and "
+            f"the JAX side's inputs are not captured, so the difference is in its code{after}{there}"
+        )
+    else:
+        agrees = (
+            f"`{prev.name}`, the listed module before it, agrees" if prev else "no module before it is listed"
+        )
+        since = f"between `{prev.name}` and it" if prev else "before it"
+        text = (
+            f"the forward pass differs first at `{first.name}` ({first.module_type}), the first listed "
+            f"module whose output differs: {agrees} and the JAX side's inputs are not captured, so the "
+            f"difference is in `{first.name}` or in the code {since}{there}"
+        )
+    return Verdict("forward", first.name, first.name, gap, text)
+
+
+def gradient_verdict(
+    order: Sequence[Any], paired: dict[str, str], differs: set[str], owners: set[str], top: str
+) -> Verdict:
+    """The verdict when every output agrees and the gradients of ``differs`` (modules) do not."""
+    with_params = [r for r in order if r.name.split("#")[0] in owners]
+    bad = [i for i, r in enumerate(with_params) if r.name.split("#")[0] in differs]
+    last = with_params[bad[-1]]
+    after = next((r for r in with_params[bad[-1] + 1 :] if r.name.split("#")[0] not in differs), None)
+    index = {r.name: i for i, r in enumerate(order)}
+    stop = index[after.name] if after else len(order)
+    gap = tuple(
+        r.name
+        for r in order[index[last.name] + 1 : stop]
+        if r.name and not r.name.startswith(last.name + ".")
+    )
+    gap = tuple(n for n in gap if not (after and after.name.startswith(n + ".")))
+    nxt = f"those of `{after.name}` agree" if after else "no module after it has parameters"
+    there = f" (modules there: {', '.join(gap)})" if gap else ""
+    return Verdict(
+        "gradient",
+        last.name,
+        last.name,
+        gap,
+        f"forward agrees (every module's output within its rounding); the gradient differs first, "
+        f"in backward order, at {_shown(last.name, top)}: its parameters' gradients differ and "
+        f"{nxt}, so the backward pass of what runs between them differs{there}",
+    )
+
+
+def _same(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> bool:
+    return bool(a) and bool(b) and a[0].shape == b[0].shape and np.array_equal(a[0], b[0])
+
+
+def _common_parent(a: str, b: str) -> str:
+    common = []
+    for x, y in zip(a.split("#")[0].split("."), b.split("#")[0].split(".")[:-1], strict=False):
+        if x != y:
+            break
+        common.append(x)
+    return ".".join(common)
+
+
+def _shown(name: str, top: str) -> str:
+    return f"`{name}`" if name else f"the top module ({top})"

@@ -1,0 +1,60 @@
+"""The ReLU stack's float64 passes: ``forward`` (every activation and pre-activation) and ``backward``
+(``dloss/dz`` and ``dloss/dW``), used to size tolerances and error bars and to judge which entries a
+ReLU sign flip can move, never as the oracle's values (see ``rounding``, which re-exports them)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+
+from crosscheck._workloads.stack.oracle import threads as _threads
+
+
+@dataclasses.dataclass(frozen=True)
+class Forward:
+    """The float64 forward pass: ``ys`` (L + 1 arrays ``(N, d)``), ``zs`` and ``masks`` (L arrays)."""
+
+    weights: np.ndarray
+    ys: list[np.ndarray]
+    zs: list[np.ndarray]
+    masks: list[np.ndarray]
+
+    @property
+    def loss(self) -> float:
+        return float(np.sum(self.ys[-1] ** 2))
+
+    @functools.cached_property
+    def squared_weights(self) -> np.ndarray:
+        """``weights ** 2``, made once: every rounding bound of this pass needs it."""
+        return np.square(self.weights)
+
+
+@_threads.blas_on_one_thread
+def forward(weights: np.ndarray, x: np.ndarray) -> Forward:
+    """Run the stack in float64 (the inputs' values are kept exactly)."""
+    weights = np.asarray(weights, dtype=np.float64)
+    y = np.asarray(x, dtype=np.float64)
+    ys, zs, masks = [y], [], []
+    for w in weights:
+        z = y @ w
+        mask = z > 0  # derivative 0 at an exact zero, as jax.nn.relu
+        y = np.where(mask, z, 0.0)
+        ys.append(y)
+        zs.append(z)
+        masks.append(mask)
+    return Forward(weights, ys, zs, masks)
+
+
+@_threads.blas_on_one_thread
+def backward(fwd: Forward) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Return ``(deltas, grads)``: ``deltas[m] = dloss/dz[m]`` and ``grads[m] = dloss/dW[m]``."""
+    g = 2.0 * fwd.ys[-1]
+    deltas: list[np.ndarray] = [np.empty(0)] * len(fwd.zs)  # every entry is set below
+    grads: list[np.ndarray] = [np.empty(0)] * len(fwd.zs)
+    for m in reversed(range(len(fwd.zs))):
+        delta = g * fwd.masks[m]
+        deltas[m], grads[m] = delta, fwd.ys[m].T @ delta
+        g = delta @ fwd.weights[m].T
+    return deltas, grads
