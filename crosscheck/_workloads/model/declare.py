@@ -154,15 +154,6 @@ class Workload:
         return out
 
 
-def as_dtype(arrays: Params, dtype: str) -> Params:
-    """Copies with every floating-point array in ``dtype`` (integer and boolean arrays unchanged)."""
-    target = numpy_dtype(dtype)
-    return {
-        k: v.astype(target) if np.issubdtype(v.dtype, np.floating) or is_float(v) else v.copy()
-        for k, v in arrays.items()
-    }
-
-
 def _shapes(name: str, field: str, value: Any) -> dict[str, tuple[int, ...]]:
     if not isinstance(value, Mapping):
         raise TypeError(

@@ -23,15 +23,16 @@ import numpy as np
 
 from crosscheck._compare.compare import Comparison, Kinks
 from crosscheck._compare.constants import OTHER_DTYPE, WIDEN
-from crosscheck._compare.dtypes import is_low
+from crosscheck._compare.dtypes import as_dtype, is_low
 from crosscheck._report.report import Verdict
 from crosscheck._workloads.model import low
 from crosscheck._workloads.model.compare import Answer, Context, entries
-from crosscheck._workloads.model.declare import Workload, as_dtype
+from crosscheck._workloads.model.declare import Workload
 from crosscheck._workloads.model.oracle.estimate import Cost, estimate, seconds_per_evaluation
 from crosscheck._workloads.model.oracle.function import (
     Differences,
     Function,
+    Losses,
     Skip,
     difference,
     numpy_function,
@@ -63,7 +64,7 @@ class GenericJudge:
     def __init__(self, workload: Workload, point: Point, options: Options) -> None:
         self.workload, self.point, self.options = workload, point, options
         self.dtype = point.dtype
-        self.numpy = numpy_function(workload, point)
+        self.numpy = numpy_function(Losses(workload.name, workload.reference, workload.surrogate), point)
         #: Seconds of one evaluation of the NumPy reference (None: there is none), for ``cost``.
         self.per_evaluation = seconds_per_evaluation(self.numpy, point.params) if self.numpy else None
         self.plan = plan(options.oracle_mode, point.params, options.directions, options.budget)

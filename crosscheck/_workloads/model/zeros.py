@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from crosscheck._compare.dtypes import as_dtype
 from crosscheck._workloads.model import compare as model_compare
-from crosscheck._workloads.model.declare import as_dtype
 from crosscheck._workloads.model.oracle.directions import directional, make_directions, norm
 from crosscheck._workloads.model.oracle.entries import FLOAT32_FRACTION, UNJUDGEABLE_FRACTION, OracleFailed
 from crosscheck._workloads.model.oracle.function import Skip, batch_guard, own_loss

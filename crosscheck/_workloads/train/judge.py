@@ -22,8 +22,8 @@ import numpy as np
 from crosscheck._compare import permit
 from crosscheck._compare.compare import Comparison, Tolerance, compare
 from crosscheck._compare.constants import FLOOR_ULPS, SAFETY, UNIT_ROUNDOFF
+from crosscheck._compare.dtypes import as_dtype
 from crosscheck._report.report import Section, Verdict
-from crosscheck._workloads.model.declare import as_dtype
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.train import locate, state
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._workloads.model.oracle.batched import Batched, evaluate_one
 from crosscheck._workloads.model.oracle.stencil import differentiate, evaluations
 
 #: An entry is unjudgeable when its error bar exceeds this fraction of |gradient entry| + the model's
@@ -98,18 +99,6 @@ def read_only(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
-def evaluate_one(loss: Callable[[dict[str, np.ndarray]], Any], arrays: dict[str, np.ndarray]) -> float:
-    """``float(loss(arrays))``; NaN where the loss is not defined (an arithmetic or domain error)."""
-    try:
-        return float(loss(arrays))
-    except ValueError as exc:
-        if "read-only" in str(exc):  # it wrote to its inputs: a failure, not a point off the domain
-            raise
-        return math.nan
-    except ArithmeticError:
-        return math.nan
-
-
 class Evaluator:
     """Evaluations of ``loss`` at points near ``base``, in batches through ``guard``, counted.
 
@@ -143,8 +132,6 @@ class Evaluator:
         what puts it back."""
 
         def run() -> np.ndarray:
-            from crosscheck._workloads.model.oracle.batched import Batched  # it imports this module
-
             if isinstance(self.loss, Batched):  # one call for many points where it can
                 return self.loss.evaluate(shape, perturb, self.work, self.views, self.varying, self.expected)
             out = np.empty(shape)
