@@ -26,6 +26,7 @@ from crosscheck._compare.dtypes import as_dtype
 from crosscheck._report.report import Section, Verdict
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.train import locate, state
+from crosscheck._workloads.train.runs import Runs, Trajectories
 
 TERM_HELP = {
     "rounding": (
@@ -38,18 +39,8 @@ TERM_HELP = {
     "floor": f"{FLOOR_ULPS:g} unit roundoffs of the parameter's largest reference entry at that step",
 }
 
-Trajectories = dict[str, np.ndarray]
-
 #: The report's section of a train: the optimizer state's pairing, before the table.
 STATE = Section(state.render_section, place="before")
-
-
-@dataclasses.dataclass(frozen=True)
-class Runs:
-    """One side's trajectories: in the case's dtype and re-run in float64 (``name -> (steps + 1, ...)``)."""
-
-    main: Trajectories
-    wide: Trajectories
 
 
 class UpdateJudge:
@@ -136,6 +127,11 @@ class UpdateJudge:
         found += starts
         self.verdicts[name] = Verdict(verdict, fails=any(not c.passed for c in found))
         return found
+
+    def judged(self, candidate: Runs, reference: Runs, name: str, reference_name: str) -> list[Comparison]:
+        """``candidate``'s trajectories against ``reference``'s with this run's options (``judged``), for
+        ``locate`` and ``state``, which are handed the judge and never import this module."""
+        return judged(candidate, reference, name, reference_name, self.options)[0]
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
         self.point.case["steps"] = self.workload.steps
