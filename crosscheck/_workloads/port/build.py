@@ -25,6 +25,7 @@ from crosscheck._workloads.losses import floating_outputs, outputs_loss
 from crosscheck._workloads.model.declare import Workload
 from crosscheck._workloads.port import mapping as mapping_module
 from crosscheck._workloads.port.declare import Port
+from crosscheck._workloads.port.matching import UNIT_AXES, permutation
 
 #: The seed of the default loss's projection (``projection_loss``'s own default), recorded in the case.
 SEED = 0
@@ -57,8 +58,8 @@ class Prepared:
         out = []
         for leaf in self.jax_side.leaves:
             entry = by_leaf[leaf.path]
-            reshape = leaf.shape if entry.transform == mapping_module.UNIT_AXES else None
-            out.append((entry.torch.name, mapping_module.permutation(entry.transform), reshape))  # type: ignore[union-attr, arg-type]
+            reshape = leaf.shape if entry.transform == UNIT_AXES else None
+            out.append((entry.torch.name, permutation(entry.transform), reshape))  # type: ignore[union-attr, arg-type]
         return out
 
     def unmapped(self) -> dict[str, str]:

@@ -35,7 +35,7 @@ from crosscheck._compare import permit
 from crosscheck._compare.compare import Comparison, Tolerance, compare
 from crosscheck._compare.constants import FLOOR_ULPS, OTHER_DTYPE, SAFETY, WIDEN
 from crosscheck._compare.dtypes import is_low, numpy_dtype, unit_roundoff
-from crosscheck._workloads.port.mapping import canonical
+from crosscheck._workloads.port.matching import canonical
 
 TERM_HELP = {
     "rounding": f"the JAX port's own rounding of this output, measured: {SAFETY:g} x (|its output - its "
