@@ -24,7 +24,7 @@ from crosscheck._errors import DetailedError, describe, user_call
 from crosscheck._workloads.losses import floating_outputs, outputs_loss
 from crosscheck._workloads.model.declare import Workload
 from crosscheck._workloads.port import mapping as mapping_module
-from crosscheck._workloads.port.declare import Port
+from crosscheck._workloads.port.fields import PortFields
 from crosscheck._workloads.port.matching import UNIT_AXES, permutation
 
 #: The seed of the default loss's projection (``projection_loss``'s own default), recorded in the case.
@@ -35,7 +35,7 @@ SEED = 0
 class Prepared:
     """What a port is made of once prepared (see the module docstring)."""
 
-    port: Port
+    port: PortFields
     torch_side: Any  # torch_side.Wrapped
     jax_side: Any  # jax_side.JaxSide
     table: mapping_module.Table
@@ -77,7 +77,7 @@ class Prepared:
         return {k: arrays[k] for k in self.input_names}
 
 
-def prepare(port: Port) -> Prepared:
+def prepare(port: PortFields) -> Prepared:
     """Describe both sides and build the mapping (ambiguities are kept in the table, not raised).
 
     Raises:
@@ -127,7 +127,7 @@ def _import(module: str, framework: str) -> Any:
         raise ValueError(f"a Port needs {framework}: {describe(exc)}; {install_hint('all,port')}") from exc
 
 
-def make_inputs(port: Port, rng: np.random.Generator, dtype: str) -> dict[str, np.ndarray]:
+def make_inputs(port: PortFields, rng: np.random.Generator, dtype: str) -> dict[str, np.ndarray]:
     """The port's inputs as NumPy arrays (floating-point ones in ``dtype``)."""
     where = f"port `{port.name}`"
     made = (
@@ -144,11 +144,11 @@ def make_inputs(port: Port, rng: np.random.Generator, dtype: str) -> dict[str, n
     return out
 
 
-def _jax_inputs(port: Port, inputs: dict[str, Any]) -> dict[str, Any]:
+def _jax_inputs(port: PortFields, inputs: dict[str, Any]) -> dict[str, Any]:
     return dict(port.jax_inputs(inputs)) if port.jax_inputs is not None else dict(inputs)
 
 
-def _loss(port: Port) -> Callable[[Any], Any]:
+def _loss(port: PortFields) -> Callable[[Any], Any]:
     """The port's loss of the model's output: ``loss(output(out))`` as given; by default
     ``outputs_loss``, a fixed random projection of every floating-point array of the output (or of what
     ``output`` picks), so that every output reaches the loss (a custom ``loss`` alone gets the first)."""
