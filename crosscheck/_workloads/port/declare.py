@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from crosscheck._backends import install_hint
 from crosscheck._workloads.port.fields import PortFields
+from crosscheck._workloads.protocol import named
+
+#: How a Port runs: the engine's view of it, named (``protocol.named``) because it imports this module.
+ENGINE = "crosscheck._workloads.port.workload:PortWorkload"
 
 
 class Port(PortFields):
@@ -71,6 +76,18 @@ class Port(PortFields):
         ... )
         >>> print(port.mapping)  # doctest: +SKIP
     """
+
+    def engine(self, spec: str | None = None) -> Any:
+        """How it runs: the engine's view of it (``spec``: the name or import string it was loaded by).
+
+        Raises:
+            ValueError: a framework the port needs is not installed (the message says what to install).
+        """
+        view = named(ENGINE)
+        try:
+            return view(self, spec=spec)
+        except ImportError as exc:  # a framework a port needs is not installed
+            raise ValueError(f"port `{self.name}`: {exc}; {install_hint('all,port')}") from exc
 
     @property
     def prepared(self) -> Any:
