@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from crosscheck._backends import _import_attribute
+from crosscheck._backends.strings import import_attribute
 from crosscheck._errors import user_call
 from crosscheck._workloads.model.declare import Workload
 from crosscheck._workloads.port.declare import Port
@@ -78,7 +78,7 @@ def load_workload(spec: Any) -> Any:
 
 
 def _resolve(target: str, spec: str) -> Workload | Port | Train:
-    value = _import_attribute(target, spec=spec, kind="workload")
+    value = import_attribute(target, spec=spec, kind="workload")
     if callable(value) and not isinstance(value, DECLARATIONS):
         # A factory's sys.exit is a broken workload (one line, exit 2), not the end of the run.
         value = user_call(f"workload `{spec}`", "its factory", value)
