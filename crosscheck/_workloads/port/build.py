@@ -95,7 +95,7 @@ def prepare(port: PortFields) -> Prepared:
     wrapped = torch_side.Wrapped(port.torch, how)
     example = make_inputs(port, np.random.default_rng(0), "float32")
     jax_example = jax_side.to_jax(example)
-    jax_in = user_call(where, "`jax_inputs(inputs)`", _jax_inputs, port, jax_example)
+    jax_in = user_call(where, "`jax_inputs(inputs)`", jax_side_inputs, port, jax_example)
     side = jax_side.JaxSide(
         port.jax, port.jax_params, port.jax_call, jax_in, port.jax_intermediates or (), where=where
     )
@@ -144,11 +144,12 @@ def make_inputs(port: PortFields, rng: np.random.Generator, dtype: str) -> dict[
     return out
 
 
-def _jax_inputs(port: PortFields, inputs: dict[str, Any]) -> dict[str, Any]:
+def jax_side_inputs(port: PortFields, inputs: dict[str, Any]) -> dict[str, Any]:
+    """The JAX side's inputs: ``port.jax_inputs(inputs)`` (a layout change), or the same inputs."""
     return dict(port.jax_inputs(inputs)) if port.jax_inputs is not None else dict(inputs)
 
 
-def _loss(port: PortFields) -> Callable[[Any], Any]:
+def port_loss(port: PortFields) -> Callable[[Any], Any]:
     """The port's loss of the model's output: ``loss(output(out))`` as given; by default
     ``outputs_loss``, a fixed random projection of every floating-point array of the output (or of what
     ``output`` picks), so that every output reaches the loss (a custom ``loss`` alone gets the first)."""
@@ -204,7 +205,7 @@ def torch_implementation(prepared: Prepared) -> Callable[[dict, dict], Any]:
     """``(tensors, inputs) -> loss`` of the PyTorch module, its tensors replaced by the case's."""
     from crosscheck._workloads.port import torch_side
 
-    loss = _loss(prepared.port)
+    loss = port_loss(prepared.port)
 
     def torch_loss(params: dict, inputs: dict) -> Any:
         state = {**params, **prepared.torch_state(inputs)}
@@ -227,12 +228,12 @@ def jax_leaves(prepared: Prepared, params: Mapping[str, Any], inputs: Mapping[st
 
 def jax_implementation(prepared: Prepared) -> Callable[[dict, dict], Any]:
     """``(params, inputs) -> loss`` of the JAX port, its leaves made from the PyTorch tensors."""
-    loss = _loss(prepared.port)
+    loss = port_loss(prepared.port)
 
     def jax_loss(params: dict, inputs: dict) -> Any:
         dtype = next(iter(params.values())).dtype
         leaves = jax_leaves(prepared, params, inputs)
-        jax_in = _jax_inputs(prepared.port, prepared.user_inputs(inputs))
+        jax_in = jax_side_inputs(prepared.port, prepared.user_inputs(inputs))
         return loss(prepared.jax_side.forward(leaves, jax_in, dtype))
 
     return jax_loss
