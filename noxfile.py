@@ -78,7 +78,8 @@ def docs_claims(session: nox.Session) -> None:
     ``tests/docs/test_docs_claims.py`` with ``CROSSCHECK_CLAIMS=all``; ``nox -s tests`` runs the cheap ones.
     """
     _install(session, "all,port,test")
-    session.run("pytest", "tests/docs/test_docs_claims.py", *session.posargs, env={"CROSSCHECK_CLAIMS": "all"})
+    claims = "tests/docs/test_docs_claims.py"
+    session.run("pytest", claims, *session.posargs, env={"CROSSCHECK_CLAIMS": "all"})
 
 
 @nox.session

@@ -2,8 +2,8 @@
 
 Run: ``PYTHONPATH=. python benchmarks/calibrate_hvp.py [--seeds 10] [--oracle-mode screen]`` (prints one
 table; ``--oracle-mode screen`` calibrates the HVP's screening: docs/explanations/hvp-screening.md). Healthy
-candidates are jax, torch and a hand-written NumPy HVP (tests/support/planted_hvp.py); the planted bugs are the
-ones in that file. For each, the largest "difference / tolerance" over the cases (healthy: must stay
+candidates are jax, torch and a hand-written NumPy HVP (tests/support/planted_hvp.py); the planted bugs
+are the ones in that file. For each, the largest "difference / tolerance" over the cases (healthy: must stay
 below 1) or the smallest worst ratio (planted: must stay above 1), and how many cases failed. A planted
 bug is counted only on cases where it changes the HVP by more than 1e-4 of its largest entry.
 """

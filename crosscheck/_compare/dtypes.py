@@ -39,6 +39,15 @@ def is_float(array: np.ndarray) -> bool:
     return array.dtype.name in ALL_DTYPES
 
 
+def as_dtype(arrays: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
+    """Copies with every floating-point array in ``dtype`` (integer and boolean arrays unchanged)."""
+    target = numpy_dtype(dtype)
+    return {
+        k: v.astype(target) if np.issubdtype(v.dtype, np.floating) or is_float(v) else v.copy()
+        for k, v in arrays.items()
+    }
+
+
 def accumulation(name: str) -> str:
     """The dtype products of ``name`` accumulate in: itself, or float32 for a 16-bit dtype."""
     return ACCUMULATION.get(name, name)

@@ -10,8 +10,10 @@ from typing import Any
 import numpy as np
 
 from crosscheck._report.report import Report
-from crosscheck._workloads.ste import _BATCH, DEFAULT_SHAPE, GRID, WHY_SURROGATE, _forward, offsets, ste_stack
+from crosscheck._workloads.ste import DEFAULT_SHAPE, GRID, WHY_SURROGATE, offsets, rounded_losses, ste_stack
 
+#: Perturbed weight sets the naive check evaluates at once (bounds its memory).
+BATCH = 256
 WHY_NAIVE = (
     "a finite difference of the rounded loss itself gives zeros: the loss is piecewise constant (a small "
     "step leaves every rounded activation, hence the loss, unchanged), so it is the exact derivative of "
@@ -23,7 +25,7 @@ def naive_gradient(loss_batch: Callable[[np.ndarray], np.ndarray], weights: np.n
     """What a naive check does: one central difference per entry with a small step."""
     base = np.asarray(weights, np.float64)
     eye = np.eye(base.size).reshape(base.size, *base.shape) * step
-    pieces = np.array_split(eye, max(1, base.size // _BATCH))
+    pieces = np.array_split(eye, max(1, base.size // BATCH))
     plus = np.concatenate([loss_batch(base + e) for e in pieces])
     minus = np.concatenate([loss_batch(base - e) for e in pieces])
     return ((plus - minus) / (2 * step)).reshape(base.shape)
@@ -71,7 +73,7 @@ def check_ste(
     params, inputs = workload.make(seed=seed, dtype=dtype)
     weights, x = params["weights"], inputs["x"]
     rms = float(np.sqrt(np.mean(weights.astype(np.float64) ** 2)))
-    naive = naive_gradient(lambda w: _forward(w, x, None), weights, step=NAIVE_STEP * rms)
+    naive = naive_gradient(lambda w: rounded_losses(w, x), weights, step=NAIVE_STEP * rms)
     record = {
         "method": "one central difference of the rounded loss per entry, step 2**-20 x the weights' RMS",
         "max_abs": float(np.max(np.abs(naive))),

@@ -7,20 +7,53 @@ string that comes from a backend or a workload is shown as text, never read as m
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from crosscheck._compare.compare import Comparison, index_text
-from crosscheck._report.report import BackendResult, Report
 from crosscheck._report.text import markup, markup_lines
 from crosscheck._report.tree import Group, arrange, summarised
+
+
+class Row(Protocol):
+    """What the table reads of a backend's result (``report.BackendResult``)."""
+
+    @property
+    def role(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def required(self) -> bool: ...
+    @property
+    def dtype(self) -> str | None: ...
+    @property
+    def seconds(self) -> float | None: ...
+
+
+class Tabled(Protocol):
+    """What the table reads of a report: ``report.Report``, which prints its table (``render``) and so
+    is named here by what it offers, not imported."""
+
+    @property
+    def case(self) -> dict[str, Any]: ...
+    @property
+    def backends(self) -> Mapping[str, Row]: ...
+    @property
+    def comparisons(self) -> list[Comparison]: ...
+    @property
+    def reference(self) -> str: ...
+    @property
+    def quantity(self) -> str: ...
+    @property
+    def oracle(self) -> dict[str, Any]: ...
+
 
 FAIL, OK = "[red]FAIL[/red]", "[green]ok[/green]"
 #: Columns after backend (and parameter); the worst entry's header is made from the index names.
 NUMBERS = ("max abs diff", "max rel diff", None, "tolerance there", "decided by")
 
 
-def table(report: Report) -> Any:
+def table(report: Tabled) -> Any:
     """A rich table of ``report``: a row for the reference, then one per candidate and comparison."""
     from rich.table import Table
 
@@ -40,7 +73,7 @@ def table(report: Report) -> Any:
     return t
 
 
-def render_table(report: Report, console: Any) -> None:
+def render_table(report: Tabled, console: Any) -> None:
     """Print the table where it fits the console's width whole; on a narrower terminal (or for names
     too long for a table) the same cells as one paragraph per row (``records``): no name or number is
     ever cut short or folded."""
@@ -56,7 +89,7 @@ def render_table(report: Report, console: Any) -> None:
         console.print(line, highlight=False)
 
 
-def records(report: Report) -> list[str]:
+def records(report: Tabled) -> list[str]:
     """The table's rows as lines (markup): ``backend parameter: verdict (header value, ...)``."""
     headers, rows = _headers_and_rows(report)
     lines, backend = [], ""
@@ -74,7 +107,7 @@ def records(report: Report) -> list[str]:
 NAMES = ("backend", "parameter", "check")
 
 
-def _headers_and_rows(report: Report) -> tuple[list[str], list[list[str]]]:
+def _headers_and_rows(report: Tabled) -> tuple[list[str], list[list[str]]]:
     named = any(c.parameter for c in report.comparisons)
     checks = any(c.question for c in report.comparisons)  # a model oracle's two questions
     head = ["backend", *(["parameter"] if named else []), *(["check"] if checks else []), "dtype", "time"]
@@ -95,7 +128,7 @@ CHECK = {"derivative": "derivative", "same function": "function"}
 
 def _rows(
     name: str,
-    r: BackendResult,
+    r: Row,
     comparisons: list[Comparison],
     *,
     named: bool,
@@ -166,7 +199,7 @@ def worst_header(comparisons: Sequence[Comparison]) -> str:
     return "worst (" + ",".join(markup(n[:1]) for n in next(iter(names))) + ")"
 
 
-def title(report: Report) -> str:
+def title(report: Tabled) -> str:
     """``crosscheck: layers=8, ...`` or ``crosscheck: workload=mlp, dtype=float32, seed=0; parameters w1
     (4, 8), b1 (8,); inputs x (5, 4)``: the case's values, then its named shapes."""
     case = report.case
@@ -209,7 +242,7 @@ def _shape(shape: Any) -> str:
     return str(tuple(shape)) if isinstance(shape, (list, tuple)) else str(shape)
 
 
-def _parameters(report: Report) -> tuple[list[str], list[str], list[str]]:
+def _parameters(report: Tabled) -> tuple[list[str], list[str], list[str]]:
     """The parameters the comparisons are of, the modules whose outputs they compare (a port's row
     ``conv1 (output)``: ``conv1``), and their other named rows, in the report's order: a parameter is
     one the case lists, where it lists them."""
@@ -232,7 +265,7 @@ def _counted(names: list[str], noun: str) -> str:
     return f" and {len(names)} {noun}{'s' if len(names) > 1 else ''} ({_few(names)})" if names else ""
 
 
-def summary(report: Report) -> str:
+def summary(report: Tabled) -> str:
     """The PASSED line: how many candidates agree (on how many parameters), and what was unjudgeable."""
     backends = {c.backend for c in report.comparisons}
     parameters, modules, others = _parameters(report)

@@ -18,8 +18,9 @@ first call.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -199,6 +200,28 @@ class EngineWorkload(Protocol):
         """``"exact"`` when the gradients of ``report`` (a run of this workload) are its case's known
         answer exactly, else what is not; ``""`` when the case has none."""
 
+    def engine(self, spec: str | None = None) -> EngineWorkload:
+        """Itself: the engine's view of a workload is its own (``Declared``)."""
+
+
+@runtime_checkable
+class Declared(Protocol):
+    """A workload that says how it runs, which is all the registry asks of it: a declaration
+    (``crosscheck.Workload``, ``Port``, ``Train``), whose ``engine`` builds the engine's view of it, or
+    an engine's view (``Stack``, ``OwnArrays``), whose ``engine`` is itself."""
+
+    def engine(self, spec: str | None = None) -> EngineWorkload:
+        """The engine's view of this workload; ``spec``: the name or import string it was loaded by (a
+        worker process loads it again by it), None for an object given as such."""
+
+
+def named(path: str) -> Any:
+    """The attribute ``module:attribute`` of crosscheck names, imported when asked: how a declaration
+    names the engine's view that runs it (the view imports the declaration, so the declaration cannot
+    import the view without an import circle)."""
+    module, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
 
 class OwnArrays:
     """What a workload that defines its own arrays (a user's ``Workload``, a ``Port``) says to the
@@ -216,4 +239,8 @@ class OwnArrays:
     def configure(self, **given: Any) -> Any:
         if given:  # the caller checks ``takes`` first and says which option does not apply
             raise ValueError(f"`{next(iter(given))}` does not apply to this workload.")
+        return self
+
+    def engine(self, spec: str | None = None) -> Any:
+        """Itself: it is the engine's view already (``Declared``)."""
         return self

@@ -6,16 +6,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from crosscheck._backends import _import_attribute, install_hint
+from crosscheck._backends.strings import import_attribute
 from crosscheck._errors import user_call
 from crosscheck._workloads.model.declare import Workload
-from crosscheck._workloads.model.workload import GenericWorkload
 from crosscheck._workloads.port.declare import Port
-from crosscheck._workloads.port.workload import PortWorkload
-from crosscheck._workloads.protocol import Knob
+from crosscheck._workloads.protocol import Declared, Knob
 from crosscheck._workloads.stack.workload import DEFAULT, Stack, from_spec
 from crosscheck._workloads.train.declare import Train
-from crosscheck._workloads.train.workload import TrainWorkload
+
+#: What an import string may name (the stack is a built-in name, or an object given as such).
+DECLARATIONS = (Workload, Port, Train)
 
 #: Built-in workloads: name -> (import string ``module:attribute`` of the Workload, or None for the
 #: stack; a one-line description). Imported only when used.
@@ -55,16 +55,10 @@ def load_workload(spec: Any) -> Any:
     """
     if spec is None:
         return DEFAULT
-    if isinstance(spec, (Stack, GenericWorkload, PortWorkload, TrainWorkload)):
-        return spec
-    if isinstance(spec, Train):
-        return TrainWorkload(spec)
+    if isinstance(spec, Declared):  # each says how it runs: a declaration's engine view, or itself
+        return spec.engine()
     if isinstance(spec, Mapping) and spec.get("workload") == Stack.name:
         return from_spec(spec)
-    if isinstance(spec, Workload):
-        return GenericWorkload(spec)
-    if isinstance(spec, Port):
-        return _port(spec, None)
     if not isinstance(spec, str):
         raise TypeError(
             f"`workload` must be a Workload, a built-in name or an import string, found "
@@ -74,34 +68,21 @@ def load_workload(spec: Any) -> Any:
         target = WORKLOADS[spec][0]
         if target is None:
             return DEFAULT
-        return _engine_view(_resolve(target, spec), spec)
+        return _resolve(target, spec).engine(spec)
     if ":" in spec:
-        return _engine_view(_resolve(spec, spec), spec)
+        return _resolve(spec, spec).engine(spec)
     raise ValueError(
         f"unknown workload `{spec}`: expected one of {', '.join(WORKLOADS)}, or an import string "
         f"`package.module:attribute` naming a crosscheck.Workload."
     )
 
 
-def _engine_view(found: Workload | Port | Train, spec: str) -> Any:
-    if isinstance(found, Train):
-        return TrainWorkload(found, spec=spec)
-    return _port(found, spec) if isinstance(found, Port) else GenericWorkload(found, spec=spec)
-
-
-def _port(port: Port, spec: str | None) -> PortWorkload:
-    try:
-        return PortWorkload(port, spec=spec)
-    except ImportError as exc:  # a framework a port needs is not installed
-        raise ValueError(f"port `{port.name}`: {exc}; {install_hint('all,port')}") from exc
-
-
 def _resolve(target: str, spec: str) -> Workload | Port | Train:
-    value = _import_attribute(target, spec=spec, kind="workload")
-    if callable(value) and not isinstance(value, (Workload, Port, Train)):
+    value = import_attribute(target, spec=spec, kind="workload")
+    if callable(value) and not isinstance(value, DECLARATIONS):
         # A factory's sys.exit is a broken workload (one line, exit 2), not the end of the run.
         value = user_call(f"workload `{spec}`", "its factory", value)
-    if not isinstance(value, (Workload, Port, Train)):
+    if not isinstance(value, DECLARATIONS):
         raise ValueError(
             f"workload `{spec}` must be a crosscheck.Workload, Port or Train (or a function returning one), "
             f"found {type(value).__name__}."

@@ -25,8 +25,6 @@ from crosscheck._workloads.model.declare import Workload
 #: Rounding grid of the activations: a power of two, so ``round(8 y) / 8`` is exact in binary.
 GRID = 8.0
 DEFAULT_SHAPE = {"layers": 4, "batch": 8, "dim": 8}
-#: Perturbed weight sets evaluated at once by the oracle (bounds its memory).
-_BATCH = 256
 
 WHY_SURROGATE = (
     "the AD backends compute the gradient of the surrogate, the stack with round(8y)/8 replaced by "
@@ -46,6 +44,12 @@ def _forward(weights: np.ndarray, x: np.ndarray, offsets: np.ndarray | None) -> 
         y = np.maximum(y @ weights[:, k], 0.0)
         y = _quantize(y) if offsets is None else y + offsets[k]
     return np.einsum("bnd,bnd->b", y, y)
+
+
+def rounded_losses(weights: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The rounded loss of each of a batch of weight sets ``(B, L, d, d)`` at inputs ``x``, in float64:
+    what a naive finite difference evaluates (``crosscheck._evidence.ste``)."""
+    return _forward(weights, x, None)
 
 
 def rounded_loss(params: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> float:

@@ -171,7 +171,7 @@ def _copy_with_toy(where: Path) -> None:
     ignore = shutil.ignore_patterns("__pycache__")
     shutil.copytree(ROOT / "crosscheck", where / "crosscheck", ignore=ignore)
     shutil.copytree(ROOT / "backends", where / "backends", ignore=ignore)
-    registry = where / "crosscheck" / "_backends.py"
+    registry = where / "crosscheck" / "_backends" / "__init__.py"
     source = registry.read_text(encoding="utf-8")
     assert source.count(REGISTRY_LINE) == 1, "the registry line moved: update REGISTRY_LINE"
     registry.write_text(source.replace(REGISTRY_LINE, REGISTRY_LINE.replace(")", ', "toy")')), "utf-8")

@@ -13,8 +13,11 @@ import numpy as np
 from crosscheck._compare.constants import ALL_DTYPES
 from crosscheck._compare.dtypes import is_float, is_low, numpy_dtype
 from crosscheck._errors import user_call
+from crosscheck._workloads.protocol import named
 
 Params = dict[str, np.ndarray]
+#: How a Workload runs: the engine's view of it, named (``protocol.named``) because it imports this module.
+ENGINE = "crosscheck._workloads.model.workload:GenericWorkload"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)  # compared and hashed by identity (it holds functions)
@@ -92,6 +95,10 @@ class Workload:
                 )
         object.__setattr__(self, "implementations", dict(self.implementations))
 
+    def engine(self, spec: str | None = None) -> Any:
+        """How it runs: the engine's view of it (``spec``: the name or import string it was loaded by)."""
+        return named(ENGINE)(self, spec=spec)
+
     def make(self, *, seed: int = 0, dtype: str = "float32") -> tuple[Params, Params]:
         """The case's ``(params, inputs)``: the same seed and dtype give the same arrays, bit for bit.
 
@@ -152,15 +159,6 @@ class Workload:
             # Rounded once to the case's dtype, and a private copy: generate's arrays are not shared.
             out[key] = np.array(array, dtype=numpy_dtype(dtype))
         return out
-
-
-def as_dtype(arrays: Params, dtype: str) -> Params:
-    """Copies with every floating-point array in ``dtype`` (integer and boolean arrays unchanged)."""
-    target = numpy_dtype(dtype)
-    return {
-        k: v.astype(target) if np.issubdtype(v.dtype, np.floating) or is_float(v) else v.copy()
-        for k, v in arrays.items()
-    }
 
 
 def _shapes(name: str, field: str, value: Any) -> dict[str, tuple[int, ...]]:

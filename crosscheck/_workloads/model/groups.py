@@ -22,20 +22,18 @@ the error is measured against, which sums (in quadrature) the rounding of every 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from crosscheck._compare import screening
 from crosscheck._compare.compare import Comparison
 from crosscheck._workloads.model import compare as model_compare
+from crosscheck._workloads.model.findings import Judging
 from crosscheck._workloads.model.oracle.directions import LOCALIZE_ENTRIES, DirectionalEstimate
 from crosscheck._workloads.model.oracle.function import Differences, screen_group
 from crosscheck._workloads.model.oracle.groups import JOINT, Group
 from crosscheck._workloads.model.rounding import Rounding
-
-if TYPE_CHECKING:
-    from crosscheck._workloads.model.judge import GenericJudge
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +53,7 @@ class Screen:
 
 
 def bisect(
-    judge: GenericJudge,
+    judge: Judging,
     ctx: model_compare.Context,
     names: list[str],
     value: dict[str, np.ndarray],

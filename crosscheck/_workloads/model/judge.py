@@ -21,17 +21,20 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._backends import ORACLE
 from crosscheck._compare import low
 from crosscheck._compare.compare import Comparison, Kinks
 from crosscheck._compare.constants import OTHER_DTYPE, WIDEN
-from crosscheck._compare.dtypes import is_low
+from crosscheck._compare.dtypes import as_dtype, is_low
 from crosscheck._report.report import Verdict
 from crosscheck._workloads.model.compare import Answer, Context, entries
-from crosscheck._workloads.model.declare import Workload, as_dtype
+from crosscheck._workloads.model.declare import Workload
+from crosscheck._workloads.model.findings import Findings, Record
 from crosscheck._workloads.model.oracle.estimate import Cost, estimate, seconds_per_evaluation
 from crosscheck._workloads.model.oracle.function import (
     Differences,
     Function,
+    Losses,
     Skip,
     difference,
     numpy_function,
@@ -40,8 +43,7 @@ from crosscheck._workloads.model.oracle.function import (
 )
 from crosscheck._workloads.model.oracle.threads import THREADS
 from crosscheck._workloads.model.rounding import Rounding, measure
-from crosscheck._workloads.model.summary import Findings, Record, against_oracle, summarize
-from crosscheck._workloads.model.workload import WorkloadOracle
+from crosscheck._workloads.model.summary import against_oracle, summarize
 from crosscheck._workloads.model.zeros import Side, confirm, zero_tensors
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 
@@ -51,6 +53,15 @@ NO_ORACLE = {
     True: "nothing: no oracle ran (the reference is a backend)",
     False: "nothing: the reference failed or did not run",
 }
+
+
+class WorkloadOracle:
+    """The reference ``numpy-fd`` of a workload: finite differences of its float64 loss."""
+
+    name = ORACLE
+
+    def info(self) -> dict[str, str]:
+        return {"framework": "numpy + scipy.differentiate", "version": "", "device": "cpu"}
 
 
 class GenericJudge:
@@ -63,7 +74,7 @@ class GenericJudge:
     def __init__(self, workload: Workload, point: Point, options: Options) -> None:
         self.workload, self.point, self.options = workload, point, options
         self.dtype = point.dtype
-        self.numpy = numpy_function(workload, point)
+        self.numpy = numpy_function(Losses(workload.name, workload.reference, workload.surrogate), point)
         #: Seconds of one evaluation of the NumPy reference (None: there is none), for ``cost``.
         self.per_evaluation = seconds_per_evaluation(self.numpy, point.params) if self.numpy else None
         self.plan = plan(options.oracle_mode, point.params, options.directions, options.budget)

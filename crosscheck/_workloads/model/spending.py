@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from crosscheck._workloads.model.findings import Findings, Record
 from crosscheck._workloads.model.oracle.batched import Batched
 from crosscheck._workloads.model.oracle.budget import line as budget_line
 from crosscheck._workloads.model.oracle.function import Differences
-
-if TYPE_CHECKING:
-    from crosscheck._workloads.model.summary import Findings, Record
 
 
 def section(findings: Findings, records: list[Record]) -> dict[str, Any]:

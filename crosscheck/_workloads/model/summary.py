@@ -9,36 +9,29 @@ check; the parameters whose gradient is zero in every implementation (the report
   (the oracle differences the loss, which sees whether it is really flat); with another backend as
   reference nothing independent looked at it, and the run fails.
 
-The judge owns a ``Findings`` (a ``Record`` per candidate, the differences every candidate is compared
-with, whether the reference is the oracle) and fills it as it compares; ``summarize`` reads that alone.
-``against_oracle`` compares one candidate for the judge through its public surface (``context``,
-``plan``, ``point``, ``progress``).
+The judge owns a ``Findings`` (``findings``: a ``Record`` per candidate, the differences every candidate
+is compared with, whether the reference is the oracle) and fills it as it compares; ``summarize`` reads
+that alone. ``against_oracle`` compares one candidate for the judge through its public surface
+(``findings.Judging``: ``context``, ``plan``, ``point``, ``progress``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from crosscheck._compare import terms
 from crosscheck._compare.compare import Comparison, Kinks, structural_problem
-from crosscheck._compare.constants import UNIT_ROUNDOFF
 from crosscheck._workloads.model import compare as model_compare
 from crosscheck._workloads.model import groups, spending
-from crosscheck._workloads.model.oracle.function import Differences, Function, Plan, Skip, localize
+from crosscheck._workloads.model.findings import Findings, Judging, Record
+from crosscheck._workloads.model.oracle.function import Differences, Skip, localize
 from crosscheck._workloads.model.rounding import Rounding
 from crosscheck._workloads.model.verdict import answers, loss_text, verdict
-from crosscheck._workloads.model.zeros import CONFIRMED, ZeroCheck, judged, reach, unreached_problem
+from crosscheck._workloads.model.zeros import CONFIRMED, judged, reach, unreached_problem
 from crosscheck._workloads.model.zeros import problems as zero_problems
 
-if TYPE_CHECKING:
-    from crosscheck._workloads.model.judge import GenericJudge
-
-#: The float64 losses at the point may differ by this many float64 unit roundoffs of |loss| beyond
-#: their measured rounding.
-LOSS_FLOOR_ULPS = 64.0
 EMPTY = (
     "the check is empty: the gradient of the loss is at rounding level in every parameter (a gradient "
     "of zeros would pass for {who}), so nothing was checked; the loss is flat in the parameters (e.g. "
@@ -46,121 +39,9 @@ EMPTY = (
     "crosscheck.projection_loss(outputs), a fixed random projection"
 )
 
-EMPTY_ENTRY = "the check is empty: a gradient of zeros would pass every entry (the loss is flat)"
-
-
-@dataclasses.dataclass
-class Record:
-    """What the judge found for one candidate."""
-
-    name: str
-    gradient: dict[str, np.ndarray]
-    rounding: Rounding
-    own: Differences | Skip | None = None
-    comparisons: list[Comparison] = dataclasses.field(default_factory=list)
-    zeros: dict[str, bool] = dataclasses.field(default_factory=dict)  # "question/parameter" -> passes
-    loss: dict[str, Any] | None = None
-
-    def add(self, found: list[Comparison], zeros: dict[str, bool], question: str = "same function") -> None:
-        self.comparisons += found
-        self.zeros.update({f"{question}/{k}": v for k, v in zeros.items()})
-
-    def finish(self, found: list[Comparison]) -> list[Comparison]:
-        """``found``, each marked ``empty`` (failed) when a gradient of zeros passes all of them, and
-        failed with the diagnosis where the candidate computes below float32 precision."""
-        found = self._excess(found)
-        if not (self.zeros and all(self.zeros.values())):
-            return found
-        says = {e.parameter: f"{e.says(self.name, 'float32')}\n" for e in self.rounding.excess}
-        marked = [
-            c
-            if c.status == "invalid"  # an excess keeps its diagnosis: it is why zeros pass
-            else dataclasses.replace(
-                c, passed=False, status="empty", message=says.get(c.parameter or "", "") + EMPTY_ENTRY
-            )
-            for c in found
-        ]
-        self.comparisons = [c for c in self.comparisons if all(c is not f for f in found)] + marked
-        return marked
-
-    def _excess(self, found: list[Comparison]) -> list[Comparison]:
-        """A parameter computed below float32 precision fails, whatever its comparison found: its
-        tolerance cannot be its own error (``rounding.Excess``)."""
-        says = {e.parameter: e.says(self.name, "float32") for e in self.rounding.excess}
-        if not says:
-            return found
-        marked = [
-            dataclasses.replace(
-                c, passed=False, status="mismatch", message=f"{says[c.parameter]}\n{c.message}"
-            )
-            if c.parameter in says and c.status != "invalid"
-            else c
-            for c in found
-        ]
-        self.comparisons = [c for c in self.comparisons if all(c is not f for f in found)] + marked
-        return marked
-
-    def nothing(self, shapes: dict, reference: str, why: str) -> list[Comparison]:
-        found = [
-            Comparison(
-                backend=self.name,
-                reference=reference,
-                parameter=k,
-                passed=False,
-                status="invalid",
-                total=int(np.prod(s)),
-                message=f"parameter `{k}`: {why}",
-                question="derivative",
-            )
-            for k, s in shapes.items()
-        ]
-        self.comparisons += found
-        return found
-
-    def loss_check(self, anchor: Function, own: Differences | Skip | None) -> None:
-        """The float64 losses at the point, this candidate's against the anchor's."""
-        if not isinstance(own, Differences) or own.function is anchor:
-            return
-        mine = own.function
-        difference = abs(mine.value - anchor.value)
-        rounding = mine.rounding + (anchor.rounding if anchor.owner is not None else mine.rounding)
-        scale = max(abs(mine.value), abs(anchor.value))
-        floor = terms.floor(scale, UNIT_ROUNDOFF["float64"], ulps=LOSS_FLOOR_ULPS)
-        tolerance = terms.modelled(rounding) + floor
-        self.loss = {
-            "value": mine.value,
-            "against": anchor.label,
-            "reference": anchor.value,
-            "difference": difference,
-            "tolerance": tolerance,
-            "passed": bool(difference <= tolerance),
-        }
-
-
-@dataclasses.dataclass
-class Findings:
-    """What a judge found in a run, for the report's ``oracle`` section: how the oracle differenced
-    (``plan``, ``differentiates``), the parameters' shapes, a ``Record`` per candidate, the differences
-    every candidate is compared with (``anchor``), whether the reference is the oracle (else a backend,
-    whose gradient is ``reference_gradient``)."""
-
-    plan: Plan
-    differentiates: str
-    shapes: dict[str, tuple[int, ...]]
-    records: dict[str, Record] = dataclasses.field(default_factory=dict)
-    anchor: Differences | None = None
-    oracle: bool = False
-    reference_gradient: dict[str, np.ndarray] | None = None
-    #: A backend as reference: its name, and the oracle's zero checks (``zeros``), parameter -> side.
-    reference_name: str = ""
-    zero_checks: dict[str, dict[str, ZeroCheck]] = dataclasses.field(default_factory=dict)
-    #: A port's parameters the loss does not reach (None: not known), and the ``unused`` patterns.
-    unreached: list[str] | None = None
-    unused: tuple[str, ...] = ()
-
 
 def against_oracle(
-    judge: GenericJudge, record: Record, diffs: Differences, question: str, reference: str, call: Any
+    judge: Judging, record: Record, diffs: Differences, question: str, reference: str, call: Any
 ) -> list[Comparison]:
     """``record``'s gradient against one function's differences (entry by entry or along directions)."""
     ctx = judge.context(record.name, reference, question, diffs.function)

@@ -12,14 +12,12 @@ derivative was checked and the line says so; the candidate passes on its compari
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from crosscheck._compare.compare import Comparison
 from crosscheck._report.text import plural
+from crosscheck._workloads.model.findings import Findings, Record
 from crosscheck._workloads.model.oracle.function import Differences, Skip
-
-if TYPE_CHECKING:
-    from crosscheck._workloads.model.summary import Findings, Record
 
 FUNCTION, DERIVATIVE = "same function", "derivative"
 #: The order of a verdict's clauses: failed, then right, then not checked.

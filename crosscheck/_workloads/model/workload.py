@@ -19,19 +19,11 @@ from crosscheck._backends import (
     plugin_entry_points,
 )
 from crosscheck._workloads.model.declare import Workload
+from crosscheck._workloads.model.judge import GenericJudge, WorkloadOracle
 from crosscheck._workloads.protocol import Options, OwnArrays, Point
 
 #: float64 copies of a workload's arrays alive at once (see ``GenericWorkload.memory``).
 MEMORY_ARRAYS = 24
-
-
-class WorkloadOracle:
-    """The reference ``numpy-fd`` of a workload: finite differences of its float64 loss."""
-
-    name = ORACLE
-
-    def info(self) -> dict[str, str]:
-        return {"framework": "numpy + scipy.differentiate", "version": "", "device": "cpu"}
 
 
 class GenericWorkload(OwnArrays):
@@ -95,8 +87,6 @@ class GenericWorkload(OwnArrays):
     def judge(self, quantity: Any, point: Point, options: Options) -> Any:
         if quantity.name != "grad":
             raise ValueError(f"workload `{self.name}` has no quantity {quantity.name!r}; it checks 'grad'.")
-        from crosscheck._workloads.model.judge import GenericJudge
-
         return GenericJudge(self.workload, point, options)
 
 

@@ -24,20 +24,18 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from crosscheck._compare.dtypes import as_dtype
 from crosscheck._workloads.model import compare as model_compare
-from crosscheck._workloads.model.declare import as_dtype
+from crosscheck._workloads.model.findings import Judging, ZeroCheck
 from crosscheck._workloads.model.oracle.directions import directional, make_directions, norm
 from crosscheck._workloads.model.oracle.entries import FLOAT32_FRACTION, UNJUDGEABLE_FRACTION, OracleFailed
 from crosscheck._workloads.model.oracle.function import Skip, batch_guard, own_loss
 from crosscheck._workloads.model.oracle.threads import one_thread
 from crosscheck._workloads.model.rounding import Rounding
-
-if TYPE_CHECKING:
-    from crosscheck._workloads.model.judge import GenericJudge
 
 #: Directions per zero tensor and side (each ~8 loss evaluations).
 PER_TENSOR = 2
@@ -58,24 +56,6 @@ class Side:
     rounding: Rounding
 
 
-@dataclasses.dataclass(frozen=True)
-class ZeroCheck:
-    """One zero tensor along its directions of one side's own loss: ``status`` confirmed, refuted or
-    not judged; ``derivative`` and ``error`` the oracle's largest directional derivative and its error
-    bar; ``why`` for a tensor not judged."""
-
-    side: str
-    parameter: str
-    status: str
-    directions: int = 0
-    derivative: float = 0.0
-    error: float = 0.0
-    why: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
 def zero_tensors(shapes: dict, gradients: list[dict], zeros: dict[str, bool]) -> list[str]:
     """The tensors whose gradient is exactly zero in every one of ``gradients``, or within rounding
     (a gradient of zeros passed the comparison: ``zeros``, ``"question/name" -> passes``)."""
@@ -91,7 +71,7 @@ def zero_tensors(shapes: dict, gradients: list[dict], zeros: dict[str, bool]) ->
     return out
 
 
-def confirm(judge: GenericJudge, sides: list[Side], names: list[str], call: Any) -> None:
+def confirm(judge: Judging, sides: list[Side], names: list[str], call: Any) -> None:
     """Each side's zero check of ``names`` (those not yet checked), into ``judge.findings.zero_checks``."""
     checks = judge.findings.zero_checks
     for side in sides:
@@ -101,7 +81,7 @@ def confirm(judge: GenericJudge, sides: list[Side], names: list[str], call: Any)
                 checks.setdefault(check.parameter, {})[check.side] = check
 
 
-def _side(judge: GenericJudge, side: Side, names: list[str], call: Any) -> list[ZeroCheck]:
+def _side(judge: Judging, side: Side, names: list[str], call: Any) -> list[ZeroCheck]:
     """One side: first along directions supported on every zero tensor at once (a fixed cost, however
     many); where that refutes the zero, along directions of each tensor alone, to name it."""
     function = own_loss(side.backend, side.name, judge.point, call)

@@ -24,7 +24,8 @@ from crosscheck._errors import DetailedError, describe, user_call
 from crosscheck._workloads.losses import floating_outputs, outputs_loss
 from crosscheck._workloads.model.declare import Workload
 from crosscheck._workloads.port import mapping as mapping_module
-from crosscheck._workloads.port.declare import Port
+from crosscheck._workloads.port.fields import PortFields
+from crosscheck._workloads.port.matching import UNIT_AXES, permutation
 
 #: The seed of the default loss's projection (``projection_loss``'s own default), recorded in the case.
 SEED = 0
@@ -34,7 +35,7 @@ SEED = 0
 class Prepared:
     """What a port is made of once prepared (see the module docstring)."""
 
-    port: Port
+    port: PortFields
     torch_side: Any  # torch_side.Wrapped
     jax_side: Any  # jax_side.JaxSide
     table: mapping_module.Table
@@ -57,8 +58,8 @@ class Prepared:
         out = []
         for leaf in self.jax_side.leaves:
             entry = by_leaf[leaf.path]
-            reshape = leaf.shape if entry.transform == mapping_module.UNIT_AXES else None
-            out.append((entry.torch.name, mapping_module.permutation(entry.transform), reshape))  # type: ignore[union-attr, arg-type]
+            reshape = leaf.shape if entry.transform == UNIT_AXES else None
+            out.append((entry.torch.name, permutation(entry.transform), reshape))  # type: ignore[union-attr, arg-type]
         return out
 
     def unmapped(self) -> dict[str, str]:
@@ -76,7 +77,7 @@ class Prepared:
         return {k: arrays[k] for k in self.input_names}
 
 
-def prepare(port: Port) -> Prepared:
+def prepare(port: PortFields) -> Prepared:
     """Describe both sides and build the mapping (ambiguities are kept in the table, not raised).
 
     Raises:
@@ -94,7 +95,7 @@ def prepare(port: Port) -> Prepared:
     wrapped = torch_side.Wrapped(port.torch, how)
     example = make_inputs(port, np.random.default_rng(0), "float32")
     jax_example = jax_side.to_jax(example)
-    jax_in = user_call(where, "`jax_inputs(inputs)`", _jax_inputs, port, jax_example)
+    jax_in = user_call(where, "`jax_inputs(inputs)`", jax_side_inputs, port, jax_example)
     side = jax_side.JaxSide(
         port.jax, port.jax_params, port.jax_call, jax_in, port.jax_intermediates or (), where=where
     )
@@ -126,7 +127,7 @@ def _import(module: str, framework: str) -> Any:
         raise ValueError(f"a Port needs {framework}: {describe(exc)}; {install_hint('all,port')}") from exc
 
 
-def make_inputs(port: Port, rng: np.random.Generator, dtype: str) -> dict[str, np.ndarray]:
+def make_inputs(port: PortFields, rng: np.random.Generator, dtype: str) -> dict[str, np.ndarray]:
     """The port's inputs as NumPy arrays (floating-point ones in ``dtype``)."""
     where = f"port `{port.name}`"
     made = (
@@ -143,11 +144,12 @@ def make_inputs(port: Port, rng: np.random.Generator, dtype: str) -> dict[str, n
     return out
 
 
-def _jax_inputs(port: Port, inputs: dict[str, Any]) -> dict[str, Any]:
+def jax_side_inputs(port: PortFields, inputs: dict[str, Any]) -> dict[str, Any]:
+    """The JAX side's inputs: ``port.jax_inputs(inputs)`` (a layout change), or the same inputs."""
     return dict(port.jax_inputs(inputs)) if port.jax_inputs is not None else dict(inputs)
 
 
-def _loss(port: Port) -> Callable[[Any], Any]:
+def port_loss(port: PortFields) -> Callable[[Any], Any]:
     """The port's loss of the model's output: ``loss(output(out))`` as given; by default
     ``outputs_loss``, a fixed random projection of every floating-point array of the output (or of what
     ``output`` picks), so that every output reaches the loss (a custom ``loss`` alone gets the first)."""
@@ -203,7 +205,7 @@ def torch_implementation(prepared: Prepared) -> Callable[[dict, dict], Any]:
     """``(tensors, inputs) -> loss`` of the PyTorch module, its tensors replaced by the case's."""
     from crosscheck._workloads.port import torch_side
 
-    loss = _loss(prepared.port)
+    loss = port_loss(prepared.port)
 
     def torch_loss(params: dict, inputs: dict) -> Any:
         state = {**params, **prepared.torch_state(inputs)}
@@ -226,12 +228,12 @@ def jax_leaves(prepared: Prepared, params: Mapping[str, Any], inputs: Mapping[st
 
 def jax_implementation(prepared: Prepared) -> Callable[[dict, dict], Any]:
     """``(params, inputs) -> loss`` of the JAX port, its leaves made from the PyTorch tensors."""
-    loss = _loss(prepared.port)
+    loss = port_loss(prepared.port)
 
     def jax_loss(params: dict, inputs: dict) -> Any:
         dtype = next(iter(params.values())).dtype
         leaves = jax_leaves(prepared, params, inputs)
-        jax_in = _jax_inputs(prepared.port, prepared.user_inputs(inputs))
+        jax_in = jax_side_inputs(prepared.port, prepared.user_inputs(inputs))
         return loss(prepared.jax_side.forward(leaves, jax_in, dtype))
 
     return jax_loss

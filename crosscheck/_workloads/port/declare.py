@@ -6,15 +6,17 @@ first time it is used, by ``crosscheck._workloads.port.build``.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-Arrays = Mapping[str, Any]
+from crosscheck._backends import install_hint
+from crosscheck._workloads.port.fields import PortFields
+from crosscheck._workloads.protocol import named
+
+#: How a Port runs: the engine's view of it, named (``protocol.named``) because it imports this module.
+ENGINE = "crosscheck._workloads.port.workload:PortWorkload"
 
 
-@dataclasses.dataclass(frozen=True, eq=False)  # compared and hashed by identity (it holds models)
-class Port:
+class Port(PortFields):
     """A PyTorch model and its JAX port, checked module by module and gradient by gradient.
 
     The PyTorch ``state_dict`` is mapped onto the JAX model's parameters by name and layout (see
@@ -75,76 +77,17 @@ class Port:
         >>> print(port.mapping)  # doctest: +SKIP
     """
 
-    name: str
-    torch: Any
-    jax: Any
-    inputs: Arrays | Callable[..., Arrays]
-    jax_params: Any = None
-    jax_inputs: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-    torch_call: Callable[[Any, dict[str, Any]], Any] | None = None
-    jax_call: Callable[[Any, dict[str, Any]], Any] | None = None
-    jax_intermediates: Sequence[str] | None = None
-    output: Callable[[Any], Any] | None = None
-    loss: Callable[[Any], Any] | None = None
-    overrides: Mapping[str, Any] | None = None
-    description: str = ""
-    unused: Sequence[str] = ()
+    def engine(self, spec: str | None = None) -> Any:
+        """How it runs: the engine's view of it (``spec``: the name or import string it was loaded by).
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise TypeError(f"`name` of a Port must be a non-empty string, found {self.name!r}.")
-        if not all(callable(getattr(self.torch, a, None)) for a in ("state_dict", "named_modules")):
-            raise TypeError(
-                f"port `{self.name}`: `torch` must be a torch.nn.Module, found {type(self.torch).__name__}."
-            )
-        if getattr(self.torch, "training", False):
-            raise ValueError(
-                f"port `{self.name}`: the PyTorch module is in training mode (dropout and batch "
-                f"statistics change every call); call `.eval()` on it first."
-            )
-        if not (isinstance(self.inputs, Mapping) or callable(self.inputs)):
-            raise TypeError(
-                f"port `{self.name}`: `inputs` must be a dict of arrays or a function (rng, dtype) -> dict."
-            )
-        for field in ("jax_inputs", "torch_call", "jax_call", "output", "loss"):
-            value = getattr(self, field)
-            if value is not None and not callable(value):
-                raise TypeError(
-                    f"port `{self.name}`: `{field}` must be callable, found {type(value).__name__}."
-                )
-        self._check_intermediates()
-        unused = self.unused
-        if (
-            isinstance(unused, (str, bytes))
-            or not isinstance(unused, Sequence)
-            or not all(isinstance(u, str) and u for u in unused)
-        ):
-            raise TypeError(
-                f"port `{self.name}`: `unused` must be a list of PyTorch names or glob patterns "
-                f"(non-empty strings), found {unused!r:.60}."
-            )
-        if self.overrides is not None and not isinstance(self.overrides, Mapping):
-            raise TypeError(f"port `{self.name}`: `overrides` must be a dict of PyTorch name -> transform.")
-
-    def _check_intermediates(self) -> None:
-        names = self.jax_intermediates
-        if names is None:
-            return
-        if isinstance(names, (str, bytes, Mapping)) or not isinstance(names, Sequence):
-            raise TypeError(
-                f"port `{self.name}`: `jax_intermediates` must be a list of PyTorch module names, "
-                f"found {type(names).__name__}."
-            )
-        bad = next((n for n in names if not isinstance(n, str) or not n), None)
-        if bad is not None or not names:
-            found = f"{bad!r} ({type(bad).__name__})" if bad is not None else "an empty list"
-            raise TypeError(
-                f"port `{self.name}`: `jax_intermediates` must be a non-empty list of PyTorch module "
-                f"names (non-empty strings), found {found}."
-            )
-        twice = next((n for n in names if list(names).count(n) > 1), None)
-        if twice is not None:
-            raise ValueError(f"port `{self.name}`: `jax_intermediates` lists `{twice}` twice.")
+        Raises:
+            ValueError: a framework the port needs is not installed (the message says what to install).
+        """
+        view = named(ENGINE)
+        try:
+            return view(self, spec=spec)
+        except ImportError as exc:  # a framework a port needs is not installed
+            raise ValueError(f"port `{self.name}`: {exc}; {install_hint('all,port')}") from exc
 
     @property
     def prepared(self) -> Any:

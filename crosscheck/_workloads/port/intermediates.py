@@ -23,10 +23,10 @@ import numpy as np
 from crosscheck._errors import UserCodeFailed, describe, reraise_user_interrupt
 from crosscheck._workloads.port import jax_side as jax_side_module
 from crosscheck._workloads.port import torch_side as torch_side_module
-from crosscheck._workloads.port.declare import Port
+from crosscheck._workloads.port.fields import PortFields
 
 
-def check(port: Port, side: Any, wrapped: Any, values: dict, example: dict, jax_example: dict) -> None:
+def check(port: PortFields, side: Any, wrapped: Any, values: dict, example: dict, jax_example: dict) -> None:
     """Raise a one-line ``ValueError``/``TypeError`` unless the listed intermediates are sound."""
     names = tuple(port.jax_intermediates or ())
     if not names:
@@ -49,7 +49,7 @@ def check(port: Port, side: Any, wrapped: Any, values: dict, example: dict, jax_
 
 
 def _torch_shapes(
-    port: Port, wrapped: Any, values: dict, example: dict, names: tuple[str, ...]
+    port: PortFields, wrapped: Any, values: dict, example: dict, names: tuple[str, ...]
 ) -> dict[str, tuple[str, tuple[int, ...]]]:
     """Listed name -> (module class, shape of its first output array) from one PyTorch forward pass."""
     where = f"port `{port.name}`: `jax_intermediates`"
@@ -90,7 +90,7 @@ def _torch_shapes(
     return out
 
 
-def _jax_shapes(port: Port, side: Any, jax_example: dict) -> dict[str, tuple[int, ...]]:
+def _jax_shapes(port: PortFields, side: Any, jax_example: dict) -> dict[str, tuple[int, ...]]:
     """Listed name -> the shape of the array the JAX call returns for it (traced, not computed)."""
     where = f"port `{port.name}`: `jax_intermediates`"
     seen: dict[str, Any] = {}

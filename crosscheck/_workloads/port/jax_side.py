@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from crosscheck._errors import user_call
-from crosscheck._workloads.port.mapping import EQUINOX_LAYOUTS, JAX_LAYOUTS, Tensor
+from crosscheck._workloads.port.matching import EQUINOX_LAYOUTS, JAX_LAYOUTS, Tensor
 from crosscheck._workloads.port.torch_side import Record
 
 Call = Callable[[Any, dict], Any]

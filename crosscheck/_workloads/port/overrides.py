@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from crosscheck._workloads.port.mapping import (
+from crosscheck._workloads.port.matching import (
     TRANSFORMS,
     UNMAPPED,
     Entry,

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from crosscheck._workloads.port.mapping import TORCH_LAYOUTS, Tensor
+from crosscheck._workloads.port.matching import TORCH_LAYOUTS, Tensor
 
 
 @dataclasses.dataclass(frozen=True)

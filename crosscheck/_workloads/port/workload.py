@@ -22,8 +22,8 @@ import numpy as np
 
 from crosscheck._compare.compare import Comparison
 from crosscheck._compare.constants import OTHER_DTYPE
+from crosscheck._compare.dtypes import as_dtype
 from crosscheck._report.report import Report, Section, Verdict
-from crosscheck._workloads.model.declare import as_dtype
 from crosscheck._workloads.model.judge import GenericJudge
 from crosscheck._workloads.model.oracle.function import Differences
 from crosscheck._workloads.model.workload import GenericWorkload

@@ -8,8 +8,8 @@ N = 8, d = 256, full oracle: 160 MiB measured, 275 MiB estimated; L = 3, N = 64,
 measured, 18.9 MiB estimated; a screened case is estimated as if every layer were checked entry by
 entry, as it may be: L = 4, N = 4, d = 128, 12.0 MiB measured, 46.1 MiB estimated). A run of
 ``crosscheck run --dim 3000 --backend torch`` grew past 22 GiB (its screen checked layers entry by
-entry) and is now refused at 39 GiB estimated; ``tests/workloads/stack/test_size.py`` checks it on small
-cases.
+entry) and is now refused at 39 GiB estimated; ``tests/workloads/stack/test_size.py`` checks it on
+small cases.
 """
 
 from __future__ import annotations

@@ -177,6 +177,10 @@ class Stack:
 
         return check_known(report)
 
+    def engine(self, spec: str | None = None) -> Stack:
+        """Itself: the stack is the engine's view of itself."""
+        return self
+
     @staticmethod
     def ci_cases() -> list[dict[str, Any]]:
         """The built-in CI matrix (``crosscheck sweep`` without a matrix of its own): case records of

@@ -15,7 +15,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from crosscheck._workloads.port.build import Prepared, _jax_inputs, _loss, jax_leaves
+from crosscheck._workloads.port.build import Prepared, jax_leaves, jax_side_inputs, port_loss
 from crosscheck._workloads.port.jax_side import to_jax
 
 #: Up to this many steps run eagerly: compiling the step costs more than it saves (the classification's
@@ -35,11 +35,11 @@ def trajectory(
     *shape)`` (row 0: the start)."""
     import optax
 
-    side, loss = prepared.jax_side, _loss(prepared.port)
+    side, loss = prepared.jax_side, port_loss(prepared.port)
     with jax.enable_x64(any(v.dtype == np.float64 for v in params.values())):
         arrays = to_jax(inputs)
         tree = jax.tree_util.tree_unflatten(side.treedef, jax_leaves(prepared, to_jax(params), arrays))
-        given = _jax_inputs(prepared.port, prepared.user_inputs(arrays))
+        given = jax_side_inputs(prepared.port, prepared.user_inputs(arrays))
         dtype = next(iter(jax.tree_util.tree_leaves(tree))).dtype
         linen = side.kind == "linen"
         trained = tree["params"] if linen else tree

@@ -22,10 +22,11 @@ import numpy as np
 from crosscheck._compare import terms as _terms
 from crosscheck._compare.compare import Comparison, Tolerance, compare
 from crosscheck._compare.constants import UNIT_ROUNDOFF
+from crosscheck._compare.dtypes import as_dtype
 from crosscheck._report.report import Section, Verdict
-from crosscheck._workloads.model.declare import as_dtype
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.train import locate, state
+from crosscheck._workloads.train.runs import Runs, Trajectories
 
 TERM_HELP = {
     "rounding": _terms.measured_help(
@@ -37,18 +38,8 @@ TERM_HELP = {
     "floor": _terms.floor_help("the parameter's largest reference entry at that step"),
 }
 
-Trajectories = dict[str, np.ndarray]
-
 #: The report's section of a train: the optimizer state's pairing, before the table.
 STATE = Section(state.render_section, place="before")
-
-
-@dataclasses.dataclass(frozen=True)
-class Runs:
-    """One side's trajectories: in the case's dtype and re-run in float64 (``name -> (steps + 1, ...)``)."""
-
-    main: Trajectories
-    wide: Trajectories
 
 
 class UpdateJudge:
@@ -135,6 +126,11 @@ class UpdateJudge:
         found += starts
         self.verdicts[name] = Verdict(verdict, fails=any(not c.passed for c in found))
         return found
+
+    def judged(self, candidate: Runs, reference: Runs, name: str, reference_name: str) -> list[Comparison]:
+        """``candidate``'s trajectories against ``reference``'s with this run's options (``judged``), for
+        ``locate`` and ``state``, which are handed the judge and never import this module."""
+        return judged(candidate, reference, name, reference_name, self.options)[0]
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
         self.point.case["steps"] = self.workload.steps

@@ -12,6 +12,7 @@ from typing import Any
 
 from crosscheck._compare.compare import Comparison
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
+from crosscheck._workloads.train.runs import Runs
 
 #: A classification re-run trains this many steps past the first that differs: at step 1 Adam's update
 #: is the gradient's sign, so a bug that only rescales the gradient (clipping per tensor) shows there
@@ -95,8 +96,6 @@ def classify(
 ) -> tuple[str | None, dict]:
     """Each optimizer part turned off on both sides (``Train.controls``), trained through ``step``:
     ``(the first part whose re-run agrees, {part: {"values": ..., "agrees": ...}})``."""
-    from crosscheck._workloads.train.judge import Runs, judged
-
     workload, tried, part = judge.workload, {}, None
     for name, values in workload.train.controls().items():
         hyper = {**workload.train.hyper, **values}
@@ -107,7 +106,7 @@ def classify(
             runs.append(None if main.error or wide.error else Runs(main.value, wide.value))
         agrees = None
         if runs[0] is not None and runs[1] is not None:
-            found, _ = judged(runs[0], runs[1], "candidate", reference.name, judge.options)
+            found = judge.judged(runs[0], runs[1], "candidate", reference.name)
             agrees = all(c.passed for c in found)
         tried[name] = {"values": {k: _plain(v) for k, v in values.items()}, "agrees": agrees}
         part = name if part is None and agrees else part

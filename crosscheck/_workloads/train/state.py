@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._workloads.train.runs import Runs
+
 #: PyTorch's state kind -> optax's (``torch.optim``'s Adam, AdamW and SGD; optax's ``scale_by_adam``,
 #: ``scale_by_amsgrad`` and ``trace``).
 PAIRS = {
@@ -91,8 +93,6 @@ def compared(judge: Any, backend: Any, name: str, reference_name: str) -> tuple[
     """The state's table and one comparison per paired parameter and kind (its start state, step 0),
     ``backend`` (a candidate) against the judge's reference backend, each side's float32 start state
     within its measured rounding (its float64 re-run's)."""
-    from crosscheck._workloads.train.judge import Runs, judged
-
     sides = (backend, judge.reference_backend)
     starts = [[judge.starts.get((id(b), dtype), {}) for dtype in ("float32", "float64")] for b in sides]
     kinds = {b.name: list(s[0]) for b, s in zip(sides, starts, strict=True)}
@@ -105,7 +105,7 @@ def compared(judge: Any, backend: Any, name: str, reference_name: str) -> tuple[
     for row in rows:
         row["parameters"] = sum(k.endswith(f" ({row['torch']})") for k in common) if row["optax"] else 0
     keep = [Runs({k: r.main[k] for k in common}, {k: r.wide[k] for k in common}) for r in runs]
-    found, _ = judged(keep[0], keep[1], name, reference_name, judge.options)
+    found = judge.judged(keep[0], keep[1], name, reference_name)
     return rows, found
 
 

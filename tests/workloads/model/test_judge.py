@@ -342,7 +342,7 @@ def test_another_backend_as_reference_needs_no_numpy_reference():
 def test_the_adapters_evaluate_the_loss_in_float64_without_autodiff(framework):
     import jax
 
-    from crosscheck._workloads.model.declare import as_dtype
+    from crosscheck._compare.dtypes import as_dtype
     from crosscheck._workloads.model.workload import _framework_backend
 
     workload = mlp(SMALL, 6)

@@ -15,9 +15,9 @@ import pytest
 import crosscheck
 from crosscheck._compare.compare import Comparison
 from crosscheck._report import table
+from crosscheck._workloads.model.findings import Findings, Record
 from crosscheck._workloads.model.oracle.function import Plan
 from crosscheck._workloads.model.rounding import Rounding
-from crosscheck._workloads.model.summary import Findings, Record
 from crosscheck._workloads.model.verdict import answers, plural, verdict
 
 needs_frameworks = pytest.mark.skipif(

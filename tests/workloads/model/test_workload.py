@@ -87,6 +87,20 @@ def test_registry_lists_the_stack():
     assert point.params["weights"].shape == (3, 4, 4) and point.inputs["x"].shape == (2, 4)
 
 
+def test_each_workload_says_how_it_runs():
+    # The registry asks a workload for its engine view (``engine``), never its class: a declaration
+    # builds its view, a view is its own, and a spec loaded by name keeps that name for worker processes.
+    from crosscheck._workloads.model.workload import GenericWorkload
+
+    workload = healthy.WORKLOADS[0]
+    view = load_workload(workload)
+    assert isinstance(view, GenericWorkload) and view.workload is workload and view.spec is None
+    assert load_workload(view) is view
+    stack = crosscheck.Stack(layers=2)
+    assert load_workload(stack) is stack and stack.engine("stack") is stack
+    assert load_workload("ste-stack").spec == "ste-stack"
+
+
 @pytest.mark.parametrize(
     ("spec", "message"),
     [

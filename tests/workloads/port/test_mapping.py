@@ -11,8 +11,8 @@ import pytest
 
 import crosscheck
 from crosscheck._errors import DetailedError
-from crosscheck._workloads.port import mapping
-from crosscheck._workloads.port.mapping import Tensor
+from crosscheck._workloads.port import mapping, matching
+from crosscheck._workloads.port.matching import Tensor
 
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
 
@@ -40,7 +40,7 @@ def J(path, shape):
     ],
 )
 def test_shapes_apart_by_axes_of_length_1_map_as_unit_axes(torch, jax, fits):
-    assert mapping.fits(T("conv.bias", torch), J("params/conv/bias", jax)) == fits
+    assert matching.fits(T("conv.bias", torch), J("params/conv/bias", jax)) == fits
 
 
 def test_a_unit_axes_override_that_does_not_apply_is_one_line():

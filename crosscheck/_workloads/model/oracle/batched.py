@@ -17,13 +17,13 @@ in-place write) falls back to one call a point, for the rest of the run, and the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from crosscheck._errors import describe
-from crosscheck._workloads.model.oracle.entries import evaluate_one
 
 #: Points in one batched call at most, and bytes of stacked tensors per call at most.
 POINTS = 8
@@ -121,41 +121,13 @@ def _read_only(array: np.ndarray) -> np.ndarray:
     return array
 
 
-def joint(batched: Batched, group: Any, params: dict[str, np.ndarray]) -> Batched:
-    """``batched`` as a function of a group's vector (``oracle.groups``: ``{JOINT: vector}``), the other
-    tensors at ``params``: each point's vector cut back into the group's tensors."""
-    from crosscheck._workloads.model.oracle.groups import JOINT
-
-    one = group.function(batched.one, params)
-
-    def many(p: dict[str, np.ndarray], _: tuple[str, ...]) -> Any:
-        vectors = p[JOINT]
-        ends = np.cumsum(group.sizes)[:-1]
-        pieces = {
-            k: part.reshape(len(vectors), *s)
-            for k, part, s in zip(group.names, np.split(vectors, ends, axis=1), group.shapes, strict=True)
-        }
-        return batched.many({**params, **pieces}, group.names)
-
-    return _Shared(Batched(one, many), batched)
-
-
-class _Shared(Batched):
-    """A view of another ``Batched`` (a group's function of an implementation's loss) that shares its
-    fallback and counts: a model found not batchable stays so for every group."""
-
-    def __init__(self, own: Batched, parent: Batched) -> None:
-        super().__init__(own.one, own.many)
-        self.parent = parent
-        self.fallback = parent.fallback
-
-    def _batch(self, part, perturb, work, views, varying):
-        self.fallback = self.parent.fallback
-        if self.fallback is not None:
-            return None
-        values = super()._batch(part, perturb, work, views, varying)
-        self.parent.fallback = self.fallback
-        if values is not None:
-            self.parent.calls += 1
-            self.parent.points += len(part)
-        return values
+def evaluate_one(loss: Callable[[dict[str, np.ndarray]], Any], arrays: dict[str, np.ndarray]) -> float:
+    """``float(loss(arrays))``; NaN where the loss is not defined (an arithmetic or domain error)."""
+    try:
+        return float(loss(arrays))
+    except ValueError as exc:
+        if "read-only" in str(exc):  # it wrote to its inputs: a failure, not a point off the domain
+            raise
+        return math.nan
+    except ArithmeticError:
+        return math.nan

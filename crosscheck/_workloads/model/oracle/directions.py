@@ -29,8 +29,8 @@ from crosscheck._workloads.model.oracle.entries import (
     Evaluator,
     Guard,
     Tick,
-    _direct,
     base_steps,
+    direct,
     reasons,
 )
 from crosscheck._workloads.model.oracle.stencil import differentiate, evaluations
@@ -86,7 +86,7 @@ def directional(
     params: dict[str, np.ndarray],
     directions: Sequence[Direction],
     *,
-    guard: Guard = _direct,
+    guard: Guard = direct,
     progress: Tick | None = None,
     noise: float = 0.0,
     float32: bool = False,

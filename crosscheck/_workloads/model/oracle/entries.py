@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._workloads.model.oracle.batched import Batched, evaluate_one
 from crosscheck._workloads.model.oracle.stencil import differentiate, evaluations
 
 #: An entry is unjudgeable when its error bar exceeds this fraction of |gradient entry| + the model's
@@ -76,7 +77,8 @@ class WorkloadEstimate:
     scale: float = 0.0
 
 
-def _direct(thunk: Callable[[], Any]) -> Any:
+def direct(thunk: Callable[[], Any]) -> Any:
+    """The guard of a batch run as it is, outside the engine's guarded call (the oracle on its own)."""
     return thunk()
 
 
@@ -96,18 +98,6 @@ def read_only(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         view.flags.writeable = False
         out[k] = view
     return out
-
-
-def evaluate_one(loss: Callable[[dict[str, np.ndarray]], Any], arrays: dict[str, np.ndarray]) -> float:
-    """``float(loss(arrays))``; NaN where the loss is not defined (an arithmetic or domain error)."""
-    try:
-        return float(loss(arrays))
-    except ValueError as exc:
-        if "read-only" in str(exc):  # it wrote to its inputs: a failure, not a point off the domain
-            raise
-        return math.nan
-    except ArithmeticError:
-        return math.nan
 
 
 class Evaluator:
@@ -143,8 +133,6 @@ class Evaluator:
         what puts it back."""
 
         def run() -> np.ndarray:
-            from crosscheck._workloads.model.oracle.batched import Batched  # it imports this module
-
             if isinstance(self.loss, Batched):  # one call for many points where it can
                 return self.loss.evaluate(shape, perturb, self.work, self.views, self.varying, self.expected)
             out = np.empty(shape)
@@ -170,7 +158,7 @@ def estimate(
     params: dict[str, np.ndarray],
     *,
     names: Sequence[str] | None = None,
-    guard: Guard = _direct,
+    guard: Guard = direct,
     progress: Tick | None = None,
     scale: float | None = None,
     noise: float = 0.0,

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._workloads.model.declare import as_dtype
+from crosscheck._compare.dtypes import as_dtype
 from crosscheck._workloads.model.oracle.directions import EVALUATIONS_PER_DIRECTION
 from crosscheck._workloads.model.oracle.entries import EVALUATIONS_PER_ENTRY, read_only
 from crosscheck._workloads.model.oracle.function import Function

@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare.constants import WIDEN
+from crosscheck._compare.dtypes import as_dtype
 from crosscheck._errors import describe, reraise_user_interrupt
-from crosscheck._workloads.model.declare import Workload, as_dtype
-from crosscheck._workloads.model.oracle.batched import Batched, joint
+from crosscheck._workloads.model.oracle.batched import Batched
 from crosscheck._workloads.model.oracle.budget import Clock
 from crosscheck._workloads.model.oracle.directions import (
     EVALUATIONS_PER_DIRECTION,
@@ -42,7 +42,7 @@ from crosscheck._workloads.model.oracle.entries import (
     estimate,
     read_only,
 )
-from crosscheck._workloads.model.oracle.groups import JOINT, Group
+from crosscheck._workloads.model.oracle.groups import JOINT, Group, joint
 from crosscheck._workloads.model.oracle.precision import PROBE_EVALUATIONS, Precision, judge, probe
 from crosscheck._workloads.model.oracle.threads import one_thread
 from crosscheck._workloads.protocol import Call, Point, Progress
@@ -65,6 +65,18 @@ class Function:
     value: float
     rounding: float = 0.0
     precision: Precision | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Losses:
+    """What the oracle needs of a workload's own NumPy losses, and no more: its ``name`` (for the
+    messages), its float64 ``reference(params, inputs)`` and its ``surrogate(params, inputs)`` (each
+    None when it has none). The judge makes it from a ``crosscheck.Workload``, which the oracle never
+    imports."""
+
+    name: str
+    reference: Callable[[dict[str, np.ndarray], dict[str, np.ndarray]], Any] | None
+    surrogate: Callable[[dict[str, np.ndarray], dict[str, np.ndarray]], Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -245,7 +257,7 @@ def localize(diffs: Differences, names: list[str], point: Point, call: Call, pro
 # -- the functions ---------------------------------------------------------------------------------------
 
 
-def numpy_function(workload: Workload, point: Point) -> Function | None:
+def numpy_function(workload: Losses, point: Point) -> Function | None:
     """The workload's NumPy ``reference`` (or ``surrogate``) at the point; None without a reference.
 
     Raises:
@@ -352,7 +364,7 @@ def _batched(backend: Any, loss: Callable[..., Any], i64: dict[str, np.ndarray])
     return Batched(one, lambda p, names: losses(p, i64, names))
 
 
-def _finite_loss(workload: Workload, what: str, call: Callable[[], Any]) -> float:
+def _finite_loss(workload: Losses, what: str, call: Callable[[], Any]) -> float:
     """The user's loss at the case's point, which must be a finite float (else a ``ValueError``)."""
     try:
         value = call()

@@ -9,7 +9,8 @@ what one tensor's does (``stencil.evaluations``), whatever the number of tensors
 
 The judge screens the group of every tensor first; where a direction disagrees it halves the group
 (``halves``: tensors in declaration order, neighbours together) and screens each half, down to single
-tensors, which are then localized as before (``model.groups``).
+tensors, which are then localized as before (``model.groups``). ``joint`` makes a group's function of an
+implementation's batched loss (``oracle.batched``) batched too.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._workloads.model.oracle.batched import Batched
 from crosscheck._workloads.model.oracle.directions import SEED, Direction
 from crosscheck._workloads.model.oracle.entries import base_steps
 
@@ -88,3 +90,41 @@ class Group:
         return Group(self.names[:middle], self.shapes[:middle]), Group(
             self.names[middle:], self.shapes[middle:]
         )
+
+
+def joint(batched: Batched, group: Group, params: dict[str, np.ndarray]) -> Batched:
+    """``batched`` as a function of a group's vector (``{JOINT: vector}``), the other tensors at
+    ``params``: each point's vector cut back into the group's tensors (``oracle.batched``)."""
+    one = group.function(batched.one, params)
+
+    def many(p: dict[str, np.ndarray], _: tuple[str, ...]) -> Any:
+        vectors = p[JOINT]
+        ends = np.cumsum(group.sizes)[:-1]
+        pieces = {
+            k: part.reshape(len(vectors), *s)
+            for k, part, s in zip(group.names, np.split(vectors, ends, axis=1), group.shapes, strict=True)
+        }
+        return batched.many({**params, **pieces}, group.names)
+
+    return _Shared(Batched(one, many), batched)
+
+
+class _Shared(Batched):
+    """A view of another ``Batched`` (a group's function of an implementation's loss) that shares its
+    fallback and counts: a model found not batchable stays so for every group."""
+
+    def __init__(self, own: Batched, parent: Batched) -> None:
+        super().__init__(own.one, own.many)
+        self.parent = parent
+        self.fallback = parent.fallback
+
+    def _batch(self, part, perturb, work, views, varying):
+        self.fallback = self.parent.fallback
+        if self.fallback is not None:
+            return None
+        values = super()._batch(part, perturb, work, views, varying)
+        self.parent.fallback = self.fallback
+        if values is not None:
+            self.parent.calls += 1
+            self.parent.points += len(part)
+        return values

@@ -42,7 +42,8 @@ STENCIL_ROUNDING = 128.0
 #: ... under float32's *measured* noise (``precision.probe``: the RMS noise of one evaluation): the
 #: tableau's estimate carries about one noise over the last step (weights (64, -20, 1) / 45 on central
 #: differences of noise / (sqrt(2) h) each), so this many is that many standard deviations; measured on a
-#: ReLU model with a float32 softmax (``tests/workloads/model/oracle/test_stencil.py``), the worst |error| / bar was 0.25.
+#: ReLU model with a float32 softmax (``tests/workloads/model/oracle/test_stencil.py``), the worst
+#: |error| / bar was 0.25.
 NOISE_ROUNDING = 32.0
 #: Steps differenced before any refinement (h to h/8).
 LEVELS = 4

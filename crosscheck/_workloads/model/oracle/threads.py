@@ -13,22 +13,10 @@ changes nothing. The oracle's notes say so (``THREADS``).
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Iterator
-from typing import Any
 
 #: What the oracle's notes say of its threads.
 THREADS = "one OpenMP and BLAS thread per evaluation (threadpoolctl): no oversubscription"
-
-
-@functools.cache
-def threadpools() -> Any:
-    """``threadpoolctl``'s controller of this process's thread pools (one, cached), or None without it."""
-    try:
-        from threadpoolctl import ThreadpoolController
-    except ImportError:
-        return None
-    return ThreadpoolController()
 
 
 @contextlib.contextmanager

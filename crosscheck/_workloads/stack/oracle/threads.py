@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from crosscheck._workloads.model.oracle.threads import threadpools
+from crosscheck._workloads.threads import threadpools
 
 T = TypeVar("T")
 R = TypeVar("R")

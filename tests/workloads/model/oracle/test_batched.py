@@ -192,11 +192,11 @@ def test_an_import_strings_attribute_is_built_once(tmp_path, monkeypatch):
         "    return object()\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    from crosscheck._backends import _import_attribute
+    from crosscheck._backends.strings import import_attribute
 
-    _import_attribute("counted_ports:thing", kind="workload")
+    import_attribute("counted_ports:thing", kind="workload")
     import counted_ports
 
     assert counted_ports.CALLS == ["thing"]
     with pytest.raises(ValueError, match="has no attribute `other`"):
-        _import_attribute("counted_ports:other", kind="workload")
+        import_attribute("counted_ports:other", kind="workload")

@@ -1,21 +1,22 @@
-"""The backend protocol and the registry: built-in names, import strings and entry points, all lazy."""
+"""The backend registry: built-in names, import strings and entry points, all lazy; the frameworks'
+declarations (``FRAMEWORKS``, ``BUILTINS``, ``DEFAULTS``) and ``load_backend``. The backend contract is
+in ``protocol`` and the import strings in ``strings``; the contract's names are imported here, so that
+``from crosscheck._backends import Backend, BackendBroken, ...`` names them as before."""
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib
 import importlib.util
 import inspect
-import os
 import sys
 from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple
 
-import numpy as np
-
+from crosscheck._backends.protocol import Backend, BackendBroken, BackendUnavailable, FunctionBackend
+from crosscheck._backends.strings import import_attribute
 from crosscheck._errors import describe, reraise_user_interrupt
 
 ENTRY_POINT_GROUP = "crosscheck.backends"
@@ -108,79 +109,6 @@ def framework_named(name: str) -> Framework | None:
     return next((framework for framework in DECLARED if framework.name == name), None)
 
 
-@runtime_checkable
-class Backend(Protocol):
-    """What crosscheck needs of a backend: a name and ``grad(weights, x) -> (L, d, d) array``.
-
-    ``grad`` receives NumPy arrays (``weights`` ``(L, d, d)``, ``x`` ``(N, d)``, the case's float dtype)
-    and must not modify them; it returns the case's dtype, unless the backend declares another in an
-    ``output_dtype`` attribute (the oracle: ``"float64"``). Optional methods, discovered when present:
-    ``info() -> dict`` (framework, version, device, precision settings), ``hvp(weights, x, v)`` (the
-    Hessian-vector product, ``(L, d, d)``, for ``quantity="hvp"``); for an oracle,
-    ``estimate(weights, x)`` and ``hvp_estimate(weights, x, v)`` with error bars; for
-    ``crosscheck inspect``, a ``claims`` dict (``{"scan": bool, "checkpoint": "layer" | "scan" |
-    "segment" | None}``) and, for a JAX backend, ``loss_fn()`` returning the scalar loss whose gradient
-    ``grad`` computes.
-
-    Example:
-        >>> class Doubling:  # a name and ``grad``: a backend
-        ...     name = "doubling"
-        ...     def grad(self, weights, x):
-        ...         return 2 * weights
-        >>> isinstance(Doubling(), crosscheck.Backend)
-        True
-        >>> report = crosscheck.run(layers=2, dim=3, batch=2, backends=[Doubling()])
-        >>> report.comparisons[0].backend
-        'doubling'
-    """
-
-    name: str
-
-    def grad(self, weights: np.ndarray, x: np.ndarray) -> Any: ...
-
-
-class BackendUnavailable(ImportError):
-    """A backend whose framework is not installed (its message says what to install).
-
-    Example:
-        >>> try:
-        ...     backend = crosscheck.load_backend("torch")
-        ... except crosscheck.BackendUnavailable as exc:  # PyTorch is not installed
-        ...     print(exc)  # doctest: +SKIP
-        backend `torch` is unavailable: torch is not installed (from a clone: pip install '.[torch]'; ...).
-    """
-
-
-class BackendBroken(ValueError):
-    """A backend whose own code fails to load it: an installed ``crosscheck.backends`` plugin (import
-    error, missing attribute, raising factory), or an import string or class whose module raises on
-    import or whose factory raises. The backend's fault, not a mistake in its name, so a run reports
-    it as a failed backend and runs the others.
-
-    Example:
-        >>> try:  # mymodule.py: ``def factory(): raise RuntimeError("cannot start")``
-        ...     crosscheck.load_backend("mymodule:factory")  # doctest: +SKIP
-        ... except crosscheck.BackendBroken as exc:
-        ...     print(exc)
-        backend `mymodule:factory`: calling the factory failed: RuntimeError: cannot start
-    """
-
-
-class FunctionBackend:
-    """Adapter for a plain function ``grad(weights, x)``; its name is the function's name."""
-
-    def __init__(self, fn: Any, name: str | None = None) -> None:
-        self.fn = fn
-        self.name: str = str(name or getattr(fn, "__name__", None) or repr(fn))
-
-    def grad(self, weights: np.ndarray, x: np.ndarray) -> Any:
-        return self.fn(weights, x)
-
-    def info(self) -> dict[str, str]:
-        module = getattr(self.fn, "__module__", "?")
-        return {"framework": "user function", "version": "", "device": "", "source": module}
-
-
 def load_backend(spec: Any) -> Backend:
     """Return the backend for a built-in name, an import string, an entry-point name or an object.
 
@@ -205,7 +133,7 @@ def load_backend(spec: Any) -> Backend:
     if spec in BUILTINS:
         return _load_builtin(spec)
     if ":" in spec:
-        return _adapt(_import_attribute(spec), spec)
+        return _adapt(import_attribute(spec), spec)
     entry_points = plugin_entry_points()
     if spec in entry_points:
         return _load_entry_point(entry_points[spec])
@@ -254,67 +182,6 @@ def import_adapter(module_name: str, name: str, install: str) -> Any:
         raise BackendUnavailable(
             f"backend `{name}` is unavailable: {exc.name or exc} is not installed ({install})."
         ) from exc
-
-
-def _import_attribute(target: str, *, spec: str | None = None, kind: str = "backend") -> Any:
-    """The attribute an import string ``package.module:attribute`` names (``spec``: what the user
-    wrote, for messages; ``kind``: what is being loaded, ``backend`` or ``workload``)."""
-    spec = spec or target
-    module_name, _, attribute = target.partition(":")
-    if not module_name or not attribute:
-        raise ValueError(f"{kind} import string `{spec}` must look like `package.module:attribute`.")
-    if _looks_like_a_path(module_name):
-        raise ValueError(f"{kind} `{spec}` names a path: {_module_hint(module_name, attribute)}.")
-    if os.getcwd() not in sys.path:
-        # Like `python -m`, let users name a module in the current directory.
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        raise ValueError(f"{kind} `{spec}`: cannot import module `{module_name}` ({exc}).") from exc
-    except BaseException as exc:  # its sys.exit too: importing it failed, the run goes on to say so
-        reraise_user_interrupt(exc)
-        # A backend's module that raises is that backend's failure (as a plugin's), not the user's mistake.
-        error = BackendBroken if kind == "backend" else ValueError
-        message = f"{kind} `{spec}`: importing `{module_name}` failed: {describe(exc, f'`{module_name}`')}"
-        raise error(message) from exc
-    value: Any = module
-    for part in attribute.split("."):
-        found = getattr(value, part, _MISSING)  # once: a module's __getattr__ may build it (a zoo port)
-        if found is _MISSING:
-            names = [n for n in dir(value) if not n.startswith("_")]
-            close = difflib.get_close_matches(part, names, n=1)
-            guess = f"did you mean `{close[0]}`? " if close else ""
-            raise ValueError(
-                f"{kind} `{spec}`: module `{module_name}` has no attribute `{attribute}` "
-                f"({guess}found: {', '.join(names[:12]) or 'nothing public'})."
-            )
-        value = found
-    return value
-
-
-_MISSING = object()
-
-
-def _looks_like_a_path(module_name: str) -> bool:
-    """Whether an import string's module part is a file or folder path (``./model.py``, ``a/b``)."""
-    return module_name.endswith(".py") or "/" in module_name or os.sep in module_name or module_name[0] == "."
-
-
-def _module_hint(path: str, attribute: str) -> str:
-    """How to name the file ``path`` as a module: its name from its folder, and its dotted path from
-    here where every folder on the way is a package (``examples/port/convnet.py`` ->
-    ``examples.port.convnet``)."""
-    file = Path(path.removesuffix(".py"))
-    if str(file.parent) == ".":
-        return f"use its module name, `{file.name.lstrip('.')}:{attribute}`"
-    example = f"`{file.name}:{attribute}`, run in {file.parent}"
-    hint = f"use `module:attribute` from the file's folder (e.g. {example})"
-    parts = Path(os.path.normpath(file)).parts
-    packages = all((Path(*parts[: i + 1]) / "__init__.py").is_file() for i in range(len(parts) - 1))
-    if len(parts) > 1 and packages and ".." not in parts and not file.is_absolute():
-        hint += f" or its dotted name from here (`{'.'.join(parts)}:{attribute}`)"
-    return hint
 
 
 def _adapt(target: Any, spec: str) -> Backend:
@@ -385,7 +252,7 @@ def _adapters_package() -> None:
     except ModuleNotFoundError as exc:
         if exc.name != PACKAGE:
             raise
-    folder = Path(__file__).parent.parent / "backends"
+    folder = Path(__file__).parents[2] / "backends"  # beside the package (this is crosscheck/_backends/)
     spec = importlib.util.spec_from_file_location(
         PACKAGE, folder / "__init__.py", submodule_search_locations=[str(folder)]
     )

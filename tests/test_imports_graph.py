@@ -1,0 +1,151 @@
+"""No import circle in ``crosscheck/``: every module's imports, function-level ones too, form no cycle.
+
+A circle between two modules means neither can be read, tested or moved without the other; hiding one
+of its imports inside a function (or under ``TYPE_CHECKING``) leaves the circle in the design. So the
+graph is built from the source with ``ast``, every ``import`` and ``from ... import`` wherever it sits
+(a function, a method, an ``if TYPE_CHECKING:`` block), relative imports resolved, and an import of a
+package's submodule (``from crosscheck._workloads.port import mapping``) counted as an import of both
+the package and the submodule. Its strongly connected components (Tarjan's algorithm) must all be single
+modules. import-linter's contracts (``pyproject.toml``) keep the layers between folders; this keeps the
+rooms inside them.
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from pathlib import Path
+
+from paths import ROOT
+
+PACKAGE = "crosscheck"
+
+
+def modules(root: Path, package: str = PACKAGE) -> dict[str, Path]:
+    """Every module of ``package`` under ``root`` by dotted name (a package by its own name)."""
+    found = {}
+    for path in sorted((root / package).rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def _imported(name: str, path: Path, node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The dotted names ``node`` (in module ``name`` at ``path``) may import: a ``from`` import's module,
+    and each of its names as a submodule."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:  # relative: from the module's package (a package's own __init__ is its package)
+        parts = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        parts = parts[: len(parts) - (node.level - 1)]
+        base = ".".join([*parts, base] if base else parts)
+    return [base, *(f"{base}.{alias.name}" for alias in node.names)]
+
+
+def graph(root: Path, package: str = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the modules of ``package`` it imports, anywhere in its source."""
+    found = modules(root, package)
+    edges: dict[str, set[str]] = {name: set() for name in found}
+    for name, path in found.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                edges[name].update(t for t in _imported(name, path, node) if t in found and t != name)
+    return edges
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module, each sorted (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    for start in sorted(edges):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(edges[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    out.append(sorted(component))
+    return sorted(out)
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    for name, source in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(source), encoding="utf-8")
+    return tmp_path
+
+
+def test_the_guard_finds_a_circle_through_a_function_level_and_a_relative_import(tmp_path):
+    root = _package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/a.py": "from pkg.b import f\n",
+            "pkg/b.py": "def f():\n    from . import c\n",
+            "pkg/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import x\n",
+            "pkg/d.py": "import pkg.a\n",  # imports the circle, is not part of it
+        },
+    )
+    assert circles(graph(root, "pkg")) == [["pkg.a", "pkg.b", "pkg.c"]]
+
+
+def test_the_guard_counts_a_package_and_its_submodule(tmp_path):
+    root = _package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/sub/__init__.py": "",
+            "pkg/sub/mod.py": "import os\n",  # outside the package: no edge
+            "pkg/other.py": "from .sub import mod\n",  # the package's __init__ and its submodule
+            "pkg/top.py": "from pkg import other\n",
+        },
+    )
+    edges = graph(root, "pkg")
+    assert edges["pkg.other"] == {"pkg.sub", "pkg.sub.mod"}
+    assert edges["pkg.top"] == {"pkg", "pkg.other"}
+    assert edges["pkg.sub.mod"] == set()
+    assert circles(edges) == []
+
+
+def test_the_guard_sees_the_package():
+    edges = graph(ROOT)
+    assert "crosscheck._workloads.registry" in edges
+    assert "crosscheck._workloads.model.declare" in edges["crosscheck._workloads.registry"]
+
+
+def test_the_package_has_no_import_circle():
+    found = circles(graph(ROOT))
+    assert not found, "import circles (strongly connected components):\n" + "\n".join(
+        " <-> ".join(component) for component in found
+    )
