@@ -117,8 +117,10 @@ def run(
     changed from their defaults, each one the workload takes).
 
     Args:
-        weights: your own weights ``(L, d, d)`` (float32 or float64) with ``x`` (``Stack.from_arrays``);
-            else ``layers``, ``batch``, ``dim``, ``init`` and ``scale`` make the ``Stack``.
+        weights: your own weights ``(L, d, d)`` (float32 or float64) with ``x`` (``Stack.from_arrays``),
+            which determine the case: ``dtype``, ``seed`` and the stack's knobs are refused beside them,
+            as on the command line; else ``layers``, ``batch``, ``dim``, ``init`` and ``scale`` make the
+            ``Stack``.
         x: your own inputs ``(N, d)``, with ``weights``.
         dtype: as for ``check``, as are ``seed``, ``backends``, ``reference``, ``strict``, ``progress``.
         rtol: user slack, relative, added to every entry's tolerance; with ``atol`` or not at all (``Slack``).
