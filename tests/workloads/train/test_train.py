@@ -303,3 +303,34 @@ def test_a_train_takes_one_optimizer_or_step_function_a_side():
             torch_step=_torch_sgd_step,
             jax_step=_jax_sgd_step,
         )
+
+
+def _jax_sgd_step_float32_rows(params, grads, state, *, lr, momentum):
+    """``_jax_sgd_step`` with a step 5 % larger on 2 of the 6 rows of ``fc1.weight`` (PyTorch's rows:
+    the kernel's columns), in float32 only: the float64 re-run is healthy."""
+    import jax.numpy as jnp
+
+    new, trace = _jax_sgd_step(params, grads, state, lr=lr, momentum=momentum)
+    kernel = params["fc1"]["kernel"]
+    if kernel.dtype == jnp.float32:
+        scale = jnp.ones(kernel.shape[-1], kernel.dtype).at[:2].set(1.05)
+        new = {**new, "fc1": {**new["fc1"], "kernel": kernel + (new["fc1"]["kernel"] - kernel) * scale}}
+    return new, trace
+
+
+def test_a_float32_error_on_a_minority_of_entries_does_not_set_its_own_tolerance():
+    train = crosscheck.Train(
+        _port(),
+        torch_step=_torch_sgd_step,
+        jax_step=_jax_sgd_step_float32_rows,
+        hyper={"lr": 1e-2, "momentum": 0.9},
+        steps=STEPS,
+    )
+    report = crosscheck.check(train, quantity="update")
+    record = report.backends["jax"].notes["update"]
+    assert not report.passed, report.verdicts()
+    assert record["first_step"] == 1 and record["first_parameter"] == "fc1.weight", record
+    fc1 = next(c for c in report.comparisons if c.parameter == "fc1.weight")
+    assert fc1.max_rel_diff > 1e-2  # 5 % of a step: no rounding
+    assert "rounding of `fc1.weight`" in report.backends["jax"].notes["rounding"]
+    assert "an error of that float32 run alone" in report.verdicts()["jax"]
