@@ -111,6 +111,7 @@ class UpdateJudge:
             )
             self.verdicts[name] = Verdict(text, fails=True)
             return [_failed(name, reference.name, text)]
+        grads, at_start, said = locate.start(self, name, reference.name, call)
         found, capped, lone = judged(
             Runs(value, again.value), reference.data, name, reference.name, self.options
         )
@@ -122,8 +123,10 @@ class UpdateJudge:
         verdict, record = locate.verdict(self, backend, found, reference, call, starts)
         if record["first_step"] is not None:  # the tolerance could not be what was measured
             verdict += _capped_verdict(capped, lone)
+        record.update(at_start)  # added keys: the gradients at the start point, before any step
+        verdict = f"{said}; {verdict}" if at_start["start_gradients"] != "agree" else f"{verdict}; {said}"
         self.notes[name]["update"] = record
-        found += starts
+        found += starts + grads
         self.verdicts[name] = Verdict(verdict, fails=any(not c.passed for c in found))
         return found
 
