@@ -7,7 +7,9 @@ the steps as the rounding really does (Adam's update of an entry whose gradient 
 sign, and float32 may flip it: that entry's tolerance grows, the others' do not). The measured
 difference is evidence, not a tolerance to take as it comes: where its typical entry is beyond what
 float32 permits of the float64 trajectory (``crosscheck._compare.terms``), it is capped there and
-the report says so. An entry passes when the two float32 trajectories differ by at most
+the report says so; an entry beyond it is capped there too unless the other side's float32 run or
+the float64 trajectories show as much (``capped_rounding``): a float32-only error on a minority of
+entries does not set its own tolerance. An entry passes when the two float32 trajectories differ by at most
 ``SAFETY x (|its rounding| + RMS)`` of each side, plus a floor of a few unit roundoffs of the
 parameter at that step.
 """
@@ -109,21 +111,22 @@ class UpdateJudge:
             )
             self.verdicts[name] = Verdict(text, fails=True)
             return [_failed(name, reference.name, text)]
-        found, capped = judged(Runs(value, again.value), reference.data, name, reference.name, self.options)
+        grads, at_start, said = locate.start(self, name, reference.name, call)
+        found, capped, lone = judged(
+            Runs(value, again.value), reference.data, name, reference.name, self.options
+        )
         rows, starts = state.compared(self, backend, name, reference.name)
         self.point.case["optimizer_state"] = rows
-        self.notes[name] = {"rounding": "measured: each step re-run in float64" + _capped(capped)}
+        self.notes[name] = {"rounding": "measured: each step re-run in float64" + _capped(capped, lone)}
         if still:  # compared, but said: a frozen parameter's "agreement" is only that both left it alone
             self.notes[name]["unmoved"] = still
         verdict, record = locate.verdict(self, backend, found, reference, call, starts)
-        if capped and record["first_step"] is not None:  # the tolerance could not be what was measured
-            verdict += (
-                f"; the measured rounding of {len(capped)} trajector{'ies' * (len(capped) > 1) or 'y'} was "
-                "capped at what float32 permits (a training that diverges or is chaotic, or a side computing "
-                "below float32 precision: see the notes)"
-            )
+        if record["first_step"] is not None:  # the tolerance could not be what was measured
+            verdict += _capped_verdict(capped, lone)
+        record.update(at_start)  # added keys: the gradients at the start point, before any step
+        verdict = f"{said}; {verdict}" if at_start["start_gradients"] != "agree" else f"{verdict}; {said}"
         self.notes[name]["update"] = record
-        found += starts
+        found += starts + grads
         self.verdicts[name] = Verdict(verdict, fails=any(not c.passed for c in found))
         return found
 
@@ -139,18 +142,24 @@ class UpdateJudge:
 
 def judged(
     candidate: Runs, reference: Runs, name: str, reference_name: str, options: Options
-) -> tuple[list[Comparison], list[str]]:
-    """One comparison per parameter over every step (``split="step"``: a row per step), and the
-    parameters whose measured rounding was capped at what float32 permits."""
-    out, capped = [], []
+) -> tuple[list[Comparison], list[str], list[str]]:
+    """One comparison per parameter over every step (``split="step"``: a row per step), the
+    trajectories whose measured rounding was capped at what float32 permits (their typical entry beyond
+    it), and those with entries capped alone (beyond it where neither the other side's float32 run nor
+    the float64 trajectories show anything: ``capped_rounding``)."""
+    out, capped, lone = [], [], []
     u = UNIT_ROUNDOFF["float32"]
     for k, ref in reference.main.items():
         terms: dict[str, np.ndarray] = {}
-        for term, side in (("rounding", candidate), ("reference", reference)):
-            signed = np.asarray(side.main[k], np.float64) - np.asarray(side.wide[k], np.float64)
-            signed, ratio = capped_rounding(np.nan_to_num(signed), np.asarray(side.wide[k], np.float64))
+        sides = {"rounding": candidate, "reference": reference}
+        signed = {t: _signed(side.main.get(k), side.wide.get(k), ref) for t, side in sides.items()}
+        apart = np.abs(_wide(candidate.wide.get(k), ref) - _wide(reference.wide.get(k), ref))
+        for (term, side), other in zip(sides.items(), ("reference", "rounding"), strict=True):
+            seen = np.maximum(_step_max(signed[other]), apart)
+            mine, ratio, alone = capped_rounding(signed[term], _wide(side.wide.get(k), ref), seen)
             capped += [f"{term} of `{k}`"] if ratio > 1.0 else []
-            terms[term] = _terms.measured(np.abs(signed), _step_rms(signed))
+            lone += [f"{term} of `{k}` ({alone} entr{'ies' if alone > 1 else 'y'})"] if alone else []
+            terms[term] = _terms.measured(np.abs(mine), _step_rms(mine))
         wide = np.asarray(ref, np.float64)
         terms["floor"] = _terms.floor(np.max(np.abs(wide), axis=tuple(range(1, wide.ndim)), keepdims=True), u)
         terms["floor"] = np.broadcast_to(terms["floor"], wide.shape)
@@ -169,18 +178,44 @@ def judged(
         )
         total = Tolerance(terms).total()
         out.append(dataclasses.replace(c, arrays={**c.arrays, "rounding": {k: total}}))
-    return out, capped
+    return out, capped, lone
 
 
-def capped_rounding(signed: np.ndarray, wide: np.ndarray) -> tuple[np.ndarray, float]:
-    """A side's measured trajectory rounding ``signed``, clipped where its typical entry is beyond what
-    float32 permits of its float64 trajectory ``wide`` (and that median ratio). A trajectory's entry is
-    the sum of its start and every update added to it, each rounded in float32: its scale is its value
-    (``terms.bound``) plus the path it travelled, ``sum_s |wide[s] - wide[s - 1]|`` up to each step."""
+def capped_rounding(
+    signed: np.ndarray, wide: np.ndarray, seen: np.ndarray | None = None
+) -> tuple[np.ndarray, float, int]:
+    """A side's measured trajectory rounding ``signed``, capped entry by entry at what float32 permits
+    of its float64 trajectory ``wide``, the median ratio of the two, and how many entries were capped
+    alone. A trajectory's entry is the sum of its start and every update added to it, each rounded in
+    float32: its scale is its value (``terms.bound``) plus the path it travelled, ``sum_s |wide[s] -
+    wide[s - 1]|`` up to each step. An entry beyond it keeps its measured rounding only as far as
+    ``seen`` goes: the largest rounding the other side's float32 run measured in the same parameter at
+    that step, or how far the two float64 trajectories are apart at that entry (an update made of
+    rounding, Adam's sign of a gradient near zero, moves on both sides, or in float64 too); an error of
+    one side's float32 run alone, on a minority of entries, is never its own tolerance. Where the
+    typical entry is beyond the permit (a training that diverges, a side below float32 precision),
+    every entry is capped there."""
     path = np.cumsum(np.abs(np.diff(wide, axis=0, prepend=wide[:1])), axis=0)
     limit = _terms.bound(wide) + _terms.travelled(path)
     ratio = _terms.median_ratio(signed, limit, wide)
-    return (np.clip(signed, -limit, limit) if ratio > 1.0 else signed), ratio
+    if ratio <= 1.0 and seen is not None:
+        limit = np.maximum(limit, seen)
+    alone = int(np.count_nonzero(np.abs(signed) > limit)) if ratio <= 1.0 else 0
+    return np.clip(signed, -limit, limit), ratio, alone
+
+
+def _wide(value: Any, like: np.ndarray) -> np.ndarray:
+    """A trajectory in float64, NaN-free (a missing one: zeros shaped like ``like``)."""
+    if value is None:
+        return np.zeros(np.shape(like))
+    return np.nan_to_num(np.asarray(value, np.float64))
+
+
+def _signed(main: Any, wide: Any, like: np.ndarray) -> np.ndarray:
+    """A side's float32 trajectory minus its float64 re-run, NaN-free."""
+    if main is None or wide is None:
+        return np.zeros(np.shape(like))
+    return np.nan_to_num(np.asarray(main, np.float64) - np.asarray(wide, np.float64))
 
 
 def unmoved(trajectories: Trajectories) -> list[str]:
@@ -188,16 +223,46 @@ def unmoved(trajectories: Trajectories) -> list[str]:
     return [k for k, rows in trajectories.items() if all(np.array_equal(r, rows[0]) for r in rows[1:])]
 
 
+def _step_max(signed: np.ndarray) -> np.ndarray:
+    axes = tuple(range(1, signed.ndim))
+    return np.max(np.abs(signed), axis=axes, keepdims=True) if axes else np.abs(signed)
+
+
 def _step_rms(signed: np.ndarray) -> np.ndarray:
     axes = tuple(range(1, signed.ndim))
     return np.sqrt(np.mean(np.square(signed), axis=axes, keepdims=True)) if axes else np.abs(signed)
 
 
-def _capped(capped: list[str]) -> str:
-    if not capped:
-        return ""
-    below = ", ".join(capped)
-    return f"; capped at what float32 permits (a float32 trajectory below float32 precision): {below}"
+def _capped_verdict(capped: list[str], lone: list[str]) -> str:
+    said = ""
+    if capped:
+        said += (
+            f"; the measured rounding of {len(capped)} trajector{'ies' * (len(capped) > 1) or 'y'} was "
+            "capped at what float32 permits (a training that diverges or is chaotic, or a side computing "
+            "below float32 precision: see the notes)"
+        )
+    if lone:
+        said += (
+            f"; {len(lone)} trajector{'ies' * (len(lone) > 1) or 'y'} had entries whose float32 run left "
+            "its float64 re-run by more than float32 permits and than the other side's float32 run or "
+            "the float64 trajectories show (an error of that float32 run alone), their rounding capped "
+            "there: see the notes"
+        )
+    return said
+
+
+def _capped(capped: list[str], lone: list[str]) -> str:
+    said = ""
+    if capped:
+        below = ", ".join(capped)
+        said += f"; capped at what float32 permits (a float32 trajectory below float32 precision): {below}"
+    if lone:
+        said += (
+            "; entries capped at what float32 permits, their float32 run off its float64 re-run by more than "
+            "the other side's float32 run is anywhere in that parameter at that step, and the float64 "
+            f"trajectories at that entry: {', '.join(lone)}"
+        )
+    return said
 
 
 def _problem(value: dict[str, np.ndarray], params: dict[str, np.ndarray], steps: int) -> str:

@@ -19,6 +19,8 @@ from crosscheck._workloads.train.runs import Runs
 #: only through epsilon, and turning epsilon off would seem to remove it; a step or two later it shows
 #: through the moments too.
 AFTER = 2
+#: How a gradient row at the start point is named: ``"fc1.weight (gradient at step 0)"``.
+AT_START = "(gradient at step 0)"
 
 
 def first_difference(found: list[Comparison]) -> tuple[int, str] | None:
@@ -74,6 +76,50 @@ def gradients_agree(workload: Any, params: dict, point: Point, call: Call) -> tu
     """Whether the port's JAX gradient agrees with PyTorch's at ``params`` (the generic judge, PyTorch
     as reference, each side's rounding measured): ``(agree, first differing parameter)``, or
     ``(None, why)`` when the check could not run."""
+    found, why = gradients(workload, params, point, call)
+    if found is None:
+        return None, why
+    bad = next((c for c in found if not c.passed), None)
+    return (True, "") if bad is None else (False, str(bad.parameter))
+
+
+def start(judge: Any, name: str, reference_name: str, call: Call) -> tuple[list[Comparison], dict, str]:
+    """The port's gradients at the start point, before any step (``gradients``): the rows named
+    ``"<parameter> (gradient at step 0)"``, the record's keys (``start_gradients``: agree, differ or
+    unknown; ``start_gradient_differs_first``) and what the verdict says of them. A gradient bug is
+    seen here at once, whatever the optimizer makes of it in the steps checked; a check that could not
+    run is a failing row."""
+    found, why = gradients(judge.workload, dict(judge.point.params), judge.point, call)
+    if found is None:
+        text = f"the gradient check at the start (step 0) did not happen: {why}"
+        row = Comparison(
+            backend=name,
+            reference=reference_name,
+            passed=False,
+            status="invalid",
+            total=1,
+            parameter="(gradient at step 0)",
+            message=text,
+        )
+        return [row], {"start_gradients": "unknown"}, text
+    rows = [
+        dataclasses.replace(c, backend=name, reference=reference_name, parameter=f"{c.parameter} {AT_START}")
+        for c in found
+    ]
+    bad = next((c for c in found if not c.passed), None)
+    if bad is None:
+        return rows, {"start_gradients": "agree"}, "the port's gradients agree at the start (step 0)"
+    text = (
+        f"the port's gradients at the start (step 0, before any step) differ, first in `{bad.parameter}`: "
+        "the model is at fault, not the optimizer (`--quantity grad` on the port says where)"
+    )
+    return rows, {"start_gradients": "differ", "start_gradient_differs_first": str(bad.parameter)}, text
+
+
+def gradients(workload: Any, params: dict, point: Point, call: Call) -> tuple[list[Comparison] | None, str]:
+    """The port's JAX gradient against PyTorch's at ``params``, one comparison per parameter (the
+    generic judge, PyTorch as reference, each side's rounding measured), or ``(None, why)`` when the
+    check could not run."""
     from crosscheck._workloads.model.judge import GenericJudge
 
     inner = workload.port.inner
@@ -86,9 +132,7 @@ def gradients_agree(workload: Any, params: dict, point: Point, call: Call) -> tu
     got = judge.evaluate(jax, call)
     if got.error is not None:
         return None, f"JAX's gradient: {got.error}"
-    found = judge.compare(jax, got.value, "jax", dataclasses.replace(ref.value, name="torch"), call)
-    bad = next((c for c in found if not c.passed), None)
-    return (True, "") if bad is None else (False, str(bad.parameter))
+    return judge.compare(jax, got.value, "jax", dataclasses.replace(ref.value, name="torch"), call), ""
 
 
 def classify(

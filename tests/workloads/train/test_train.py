@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(
 STEPS = 3
 
 
-def _port(name="tiny", *, gelu=False):
+def _port(name="tiny", *, gelu=False, ln_eps=1e-5):
     import flax.linen as nn
     import jax
     import torch
@@ -37,7 +37,7 @@ def _port(name="tiny", *, gelu=False):
     class FlaxNet(nn.Module):
         @nn.compact
         def __call__(self, x):
-            h = nn.LayerNorm(epsilon=1e-5, name="ln")(nn.Dense(6, name="fc1")(x))
+            h = nn.LayerNorm(epsilon=ln_eps, name="ln")(nn.Dense(6, name="fc1")(x))
             return nn.Dense(2, name="fc2")(jax.nn.gelu(h, approximate=not gelu))
 
     torch.manual_seed(0)
@@ -63,7 +63,15 @@ def test_the_healthy_pair_agrees_at_every_step(capsys):
     report = crosscheck.check(_train(), quantity="update")
     assert report.passed, report.problems
     record = report.backends["jax"].notes["update"]
-    assert record == {"steps": STEPS, "first_step": None, "first_parameter": None, "state": None}
+    assert record == {
+        "steps": STEPS,
+        "first_step": None,
+        "first_parameter": None,
+        "state": None,
+        "start_gradients": "agree",
+    }
+    assert "the port's gradients agree at the start (step 0)" in report.verdicts()["jax"]
+    assert next(c for c in report.comparisons if c.parameter == "ln.weight (gradient at step 0)").passed
     assert report.backends["torch"].role == "reference"
     assert "no finite-difference oracle" in report.backends["torch"].notes["reference"]
     rows = next(c for c in report.comparisons if c.parameter == "fc1.weight").per_layer
@@ -122,6 +130,23 @@ def test_a_model_bug_is_the_models_not_the_optimizers():
     assert record["first_step"] == 2 and record["gradients"] == "differ", record  # step 1: signs
     assert "part" not in record
     assert "the model is at fault, not the optimizer" in report.verdicts()["jax"]
+
+
+def test_a_gradient_bug_fails_at_the_start_whatever_the_steps_make_of_it():
+    # Adam's first update is the gradient's sign: one step of a LayerNorm whose epsilon is off (1e-3
+    # against PyTorch's 1e-5) agrees, and only the gradients at the start show the bug
+    report = crosscheck.check(optimizers.train(_port(ln_eps=1e-3), steps=1), quantity="update")
+    record = report.backends["jax"].notes["update"]
+    assert not report.passed, report.verdicts()
+    assert record["first_step"] is None, record  # the one update agrees
+    assert record["start_gradients"] == "differ", record
+    assert record["start_gradient_differs_first"] == "fc1.weight", record
+    text = report.verdicts()["jax"]
+    assert text.startswith(
+        "the port's gradients at the start (step 0, before any step) differ, first in `fc1.weight`"
+    )
+    failed = {c.parameter for c in report.comparisons if not c.passed}
+    assert "ln.weight (gradient at step 0)" in failed, failed
 
 
 def test_a_training_in_which_nothing_moves_is_no_check():
@@ -303,3 +328,34 @@ def test_a_train_takes_one_optimizer_or_step_function_a_side():
             torch_step=_torch_sgd_step,
             jax_step=_jax_sgd_step,
         )
+
+
+def _jax_sgd_step_float32_rows(params, grads, state, *, lr, momentum):
+    """``_jax_sgd_step`` with a step 5 % larger on 2 of the 6 rows of ``fc1.weight`` (PyTorch's rows:
+    the kernel's columns), in float32 only: the float64 re-run is healthy."""
+    import jax.numpy as jnp
+
+    new, trace = _jax_sgd_step(params, grads, state, lr=lr, momentum=momentum)
+    kernel = params["fc1"]["kernel"]
+    if kernel.dtype == jnp.float32:
+        scale = jnp.ones(kernel.shape[-1], kernel.dtype).at[:2].set(1.05)
+        new = {**new, "fc1": {**new["fc1"], "kernel": kernel + (new["fc1"]["kernel"] - kernel) * scale}}
+    return new, trace
+
+
+def test_a_float32_error_on_a_minority_of_entries_does_not_set_its_own_tolerance():
+    train = crosscheck.Train(
+        _port(),
+        torch_step=_torch_sgd_step,
+        jax_step=_jax_sgd_step_float32_rows,
+        hyper={"lr": 1e-2, "momentum": 0.9},
+        steps=STEPS,
+    )
+    report = crosscheck.check(train, quantity="update")
+    record = report.backends["jax"].notes["update"]
+    assert not report.passed, report.verdicts()
+    assert record["first_step"] == 1 and record["first_parameter"] == "fc1.weight", record
+    fc1 = next(c for c in report.comparisons if c.parameter == "fc1.weight")
+    assert fc1.max_rel_diff > 1e-2  # 5 % of a step: no rounding
+    assert "rounding of `fc1.weight`" in report.backends["jax"].notes["rounding"]
+    assert "an error of that float32 run alone" in report.verdicts()["jax"]
