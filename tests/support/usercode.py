@@ -184,3 +184,49 @@ def __getattr__(name: str) -> Any:
     if callable_ not in BUILDERS or behaviour not in BEHAVIOURS:
         raise AttributeError(name)
     return BUILDERS[callable_](behaviour)
+
+
+# -- a Port whose PyTorch forward misbehaves -----------------------------------------------------------
+
+#: What ``misbehaving_port``'s PyTorch forward does, and the words its failure says.
+FORWARDS = {
+    "writes-input": "writes to its input `x`",
+    "mutates-weights": "changes its parameter `fc.weight`",
+    "updates-buffer": "updates its buffer `count` in place",
+    "second-call": "gives another result on its second call",
+}
+
+
+def misbehaving_port(forward: str) -> crosscheck.Port:
+    """A port of a Linear (plus a buffer it adds) to a linen ``Dense``, whose PyTorch forward does
+    ``forward`` (a key of ``FORWARDS``; ``"none"``: nothing wrong, the healthy pair)."""
+    import flax.linen as nn
+    import torch
+
+    class TorchNet(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(3, 2)
+            self.register_buffer("count", torch.zeros(2))
+            self.calls = 0
+
+        def forward(self, x: Any) -> Any:
+            self.calls += 1
+            if forward == "writes-input":
+                x.mul_(1.5)
+            if forward == "mutates-weights":
+                with torch.no_grad():
+                    self.fc.weight.mul_(1.01)
+            if forward == "updates-buffer":
+                self.count.add_(1.0)
+            scale = 1 + 0.01 * self.calls if forward == "second-call" else 1.0
+            return self.fc(x) * scale + self.count
+
+    class FlaxNet(nn.Module):
+        @nn.compact
+        def __call__(self, x: Any) -> Any:
+            return nn.Dense(2, name="fc")(x)
+
+    torch.manual_seed(0)
+    inputs = {"x": np.random.default_rng(0).standard_normal((4, 3))}
+    return crosscheck.Port(name="p", torch=TorchNet().eval(), jax=FlaxNet(), inputs=inputs)

@@ -271,3 +271,20 @@ def case_notes(prepared: Prepared, dtype: str | None = None) -> dict[str, Any]:
     if dtype is not None and written in ("float16", "bfloat16", "float32", "float64") and written != dtype:
         notes["jax_dtype"] = f"{written}, cloned to {dtype} for this check"
     return notes
+
+
+def not_checked(oracle: dict[str, Any], prepared: Prepared, *, strict: bool) -> dict[str, Any]:
+    """The judge's findings with the PyTorch parameters left unmapped by an override: ``not_checked``
+    (name -> why), a line said with the findings, and under ``--strict`` a problem that fails the run."""
+    unmapped = prepared.unmapped()
+    if not unmapped:
+        return oracle
+    names = ", ".join(f"`{k}`" for k in unmapped)
+    line = (
+        f"not checked: {len(unmapped)} PyTorch parameter{'s' * (len(unmapped) > 1)} left unmapped by an "
+        f"override (their values are constants of the check): {names}"
+    )
+    out = {**oracle, "not_checked": unmapped, "lines": [*oracle.get("lines", []), line]}
+    if strict:
+        out["problems"] = [*oracle.get("problems", []), f"{line} (--strict)"]
+    return out

@@ -92,8 +92,74 @@ def call(wrapped: Wrapped, state: dict[str, Any], inputs: dict[str, Any]) -> Any
     builds a tensor without a dtype (Hugging Face CLIP's causal mask, ``torch.full(..., finfo(dtype).min)``)
     would otherwise mix a float32 tensor into a float64 pass, or fail to build it at all. The report's case
     says so (``torch_float64``)."""
+    watched = _watch(wrapped.m, state, inputs)
     with _default_dtype(_floating_dtype(state)):
-        return torch.func.functional_call(wrapped, {f"m.{k}": v for k, v in state.items()}, (inputs,))
+        out = torch.func.functional_call(wrapped, {f"m.{k}": v for k, v in state.items()}, (inputs,))
+    _unchanged(watched)
+    return out
+
+
+class Misbehaved(RuntimeError):
+    """The PyTorch module changed what it was given (its input, a parameter, a buffer) or gave another
+    result on a second call: the PyTorch side's own failure, never the port's."""
+
+
+#: What a PyTorch forward must not do, and what it did: the end of a ``Misbehaved`` message.
+RULE = "a forward must leave its inputs, parameters and buffers as they were (compared bit for bit)"
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _watch(module: torch.nn.Module, state: dict[str, Any], inputs: dict[str, Any]) -> list[tuple]:
+    """``(what, tensor, copy)`` of every tensor handed to the module: its inputs, parameters and buffers.
+    A tensor batched by ``torch.func.vmap`` (the oracle's batched losses) is left out: its bits cannot
+    be compared there, and its unbatched calls are checked."""
+    params = {name for name, _ in module.named_parameters()}
+    whats = [(f"writes to its input `{k}`", v) for k, v in inputs.items()]
+    whats += [
+        (f"changes its parameter `{k}`" if k in params else f"updates its buffer `{k}` in place", v)
+        for k, v in state.items()
+    ]
+    return [(what, t, t.detach().clone()) for what, value in whats for t in flat(value) if not _batched(t)]
+
+
+def _unchanged(watched: list[tuple]) -> None:
+    for what, tensor_, before in watched:
+        if not torch.equal(_bits(before), _bits(tensor_.detach())):
+            raise Misbehaved(f"the PyTorch module (`torch`) {what} during its forward; {RULE}")
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as integers of its width (floating point): -0.0 differs from 0.0, and NaN equals itself."""
+    return t.view(_BITS[t.element_size()]) if t.is_floating_point() else t
+
+
+def _batched(t: torch.Tensor) -> bool:
+    functorch = getattr(torch._C, "_functorch", None)
+    check = getattr(functorch, "is_batchedtensor", None)
+    return bool(check(t)) if check is not None else False
+
+
+def proof(loss: Callable[..., Any], params: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> None:
+    """The PyTorch side's loss, called twice at the point (fresh tensors each time, without autograd):
+    ``call`` finds a write to what it was given, and the two losses must be the same bit for bit (a CPU
+    forward is deterministic): a module that keeps state between calls (a counter, a cache, a buffer it
+    updates, dropout in training mode) raises ``Misbehaved``."""
+    with torch.no_grad():
+        first, second = (_scalar(loss(to_torch(params), to_torch(inputs))) for _ in range(2))
+    if first.tobytes() != second.tobytes():
+        raise Misbehaved(
+            f"the PyTorch module (`torch`) gives another result on its second call (loss {_show(first)}, "
+            f"then {_show(second)}): it keeps state between calls (a counter, a cache, a buffer it updates, "
+            "dropout in training mode); a forward must give the same result every call (compared bit for bit)"
+        )
+
+
+def _scalar(value: Any) -> np.ndarray:
+    return np.asarray(value.detach().cpu().double() if isinstance(value, torch.Tensor) else value)
+
+
+def _show(value: np.ndarray) -> str:
+    return f"{float(value.ravel()[0]):.9g}" if value.size else "empty"
 
 
 def _floating_dtype(state: dict[str, Any]) -> torch.dtype | None:

@@ -27,8 +27,14 @@ from crosscheck._report.report import Report, Section, Verdict
 from crosscheck._workloads.model.judge import GenericJudge
 from crosscheck._workloads.model.oracle.function import Differences
 from crosscheck._workloads.model.workload import GenericWorkload
-from crosscheck._workloads.port import localize
-from crosscheck._workloads.port.build import Prepared, case_notes, jax_leaves, torch_implementation
+from crosscheck._workloads.port import localize, own
+from crosscheck._workloads.port.build import (
+    Prepared,
+    case_notes,
+    jax_leaves,
+    not_checked,
+    torch_implementation,
+)
 from crosscheck._workloads.port.declare import Port
 from crosscheck._workloads.port.mapping import render_summary
 from crosscheck._workloads.protocol import Call, Options, OwnArrays, Point, Reference
@@ -42,6 +48,7 @@ class PortWorkload(OwnArrays):
         self.prepared: Prepared = port.prepared
         self.inner = GenericWorkload(self.prepared.workload)  # raises on an unresolved mapping
         self.ports: set[int] = set()
+        self.torches: set[int] = set()  # the PyTorch side's backends (``own``: its proof)
 
     def defaults(self, reference: Any) -> list[Any]:
         return self.inner.defaults(reference)
@@ -53,6 +60,8 @@ class PortWorkload(OwnArrays):
         backend = self.inner.resolve(spec)
         if spec == "jax":
             self.ports.add(id(backend))
+        if spec == "torch":
+            self.torches.add(id(backend))
         return backend
 
     def point(self, *, dtype: str, seed: int) -> Point:
@@ -82,18 +91,23 @@ class PortJudge:
         #: The verdict's notes on a side not re-run in the other precision and on modules left out.
         self.caveats = ""
         self.strict = options.strict
+        #: What the PyTorch module did wrong (``own.prove``), found before anything is judged.
+        self.torch_problem: str | None = None
 
     def cost(self, candidates: int) -> Any:
         """The oracle's cost, estimated before it runs (the generic judge's)."""
         return self.inner.cost(candidates)
 
     def reference(self, backend: Any, call: Call) -> Any:
+        self.torch_problem = own.prove(self.workload.prepared, self.point, call)
+        if self.torch_problem is not None and id(backend) in self.workload.torches:
+            return call.failure(self.torch_problem)
         self._unreached(call)
         return self.inner.reference(backend, call)
 
     def prepare(self, candidates: list[tuple[str, Any]], call: Call) -> None:
         """Before the first comparison: the generic judge's (the anchor of "same function")."""
-        self.inner.prepare(candidates, call)
+        self.inner.prepare(own.candidates(candidates, self.workload.torches, self.torch_problem), call)
 
     def _unreached(self, call: Call) -> None:
         """The parameters the loss does not reach (PyTorch's autograd: no path), and those declared
@@ -107,6 +121,8 @@ class PortJudge:
         findings.unused = tuple(self.workload.port.unused)
 
     def evaluate(self, backend: Any, call: Call) -> Any:
+        if self.torch_problem is not None and id(backend) in self.workload.torches:
+            return call.failure(self.torch_problem)
         return self.inner.evaluate(backend, call)
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
@@ -131,21 +147,13 @@ class PortJudge:
 
     def modules(self, name: str, call: Call, gradients: list[Comparison]) -> tuple[list[Comparison], Any]:
         """The module comparisons of candidate ``name`` and the verdict (see ``localize``)."""
+        if self.torch_problem is not None:
+            return own.not_compared(name, own.blame(name, self.torch_problem))
         torch_runs, jax_runs = self._runs(call, torch=True), self._runs(call, torch=False)
         self.caveats = ""
         if isinstance(torch_runs, str) or isinstance(jax_runs, str):
             problem = torch_runs if isinstance(torch_runs, str) else jax_runs
-            text = f"the module by module comparison did not happen: {problem}"
-            failed = Comparison(
-                backend=name,
-                reference="torch",
-                passed=False,
-                status="invalid",
-                total=1,
-                parameter="(modules)",
-                message=text,
-            )
-            return [failed], localize.Verdict("unknown", None, None, (), text)
+            return own.not_compared(name, f"the module by module comparison did not happen: {problem}")
         from crosscheck._workloads.port.torch_side import left_out_note
 
         self.caveats = localize.rerun_note(torch_runs, jax_runs) + left_out_note(self.workload.port.torch)
@@ -328,23 +336,6 @@ def compared(verdict: Any, name: str, reference: str) -> str:
     if reference == "torch":
         return f" (`{name}` vs `torch`: module outputs and gradients)"
     return f" (`{name}` vs `torch`: module outputs; `{name}` vs `{reference}`: gradients)"
-
-
-def not_checked(oracle: dict[str, Any], prepared: Prepared, *, strict: bool) -> dict[str, Any]:
-    """The judge's findings with the PyTorch parameters left unmapped by an override: ``not_checked``
-    (name -> why), a line said with the findings, and under ``--strict`` a problem that fails the run."""
-    unmapped = prepared.unmapped()
-    if not unmapped:
-        return oracle
-    names = ", ".join(f"`{k}`" for k in unmapped)
-    line = (
-        f"not checked: {len(unmapped)} PyTorch parameter{'s' * (len(unmapped) > 1)} left unmapped by an "
-        f"override (their values are constants of the check): {names}"
-    )
-    out = {**oracle, "not_checked": unmapped, "lines": [*oracle.get("lines", []), line]}
-    if strict:
-        out["problems"] = [*oracle.get("problems", []), f"{line} (--strict)"]
-    return out
 
 
 def render_mapping(report: Report, console: Any) -> None:

@@ -1,0 +1,42 @@
+"""The PyTorch side's own proof (``port/own.py``): a PyTorch forward that writes to its input, changes its
+weights, updates a buffer in place or gives another result on a second call fails as the PyTorch side's
+failure, named `torch`, and the JAX port is not blamed for it."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import usercode
+
+import crosscheck
+
+pytestmark = [
+    pytest.mark.skipif(importlib.util.find_spec(name) is None, reason=f"needs {name}")
+    for name in ("flax", "torch")
+]
+
+
+@pytest.mark.parametrize("reference", [None, "torch"], ids=["oracle", "torch-reference"])
+@pytest.mark.parametrize("forward", list(usercode.FORWARDS), ids=list(usercode.FORWARDS))
+def test_a_misbehaving_pytorch_forward_names_torch_and_never_blames_jax(forward, reference):
+    port = usercode.misbehaving_port(forward)
+    options = {"reference": reference, "backends": ["jax"]} if reference else {}
+    report = crosscheck.check(port, **options)
+    assert not report.passed
+    torch_ = report.to_dict()["backends"]["torch"]
+    assert torch_["status"] == "failed"
+    assert usercode.FORWARDS[forward] in torch_["error"]
+    assert torch_["error"].startswith("the PyTorch module (`torch`)")
+    jax = report.to_dict()["backends"]["jax"]
+    said = (jax.get("notes", {}).get("port") or {}).get("text", "")
+    assert "differs" not in said  # the port is not where a difference starts
+    if reference is None:  # the port ran: its module comparison says why it did not happen
+        assert "the PyTorch side failed its own check" in said
+        assert "`jax` is not judged against it" in said
+    else:
+        assert jax["status"] == "skipped"
+
+
+def test_the_healthy_pair_passes_the_proof():
+    assert crosscheck.check(usercode.misbehaving_port("none")).passed
