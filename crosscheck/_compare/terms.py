@@ -6,7 +6,8 @@ and localizer builds its terms here, each one a small pure function beside its h
 
 - ``floor``: so many unit roundoffs of the largest reference entry (``FLOOR_ULPS``, or
   ``SAFETY_FLOOR_ULPS`` where a judge's floor is the safety factor of its rounding, the same 8),
-  summed over a direction's entries with ``across``; ``floor_help``.
+  summed over a direction's entries with ``across``; ``floor_help``; in a float64 case, where both
+  values lie within float64 rounding of the gradient's scale, twice that (``saturated``).
 - ``modelled``: ``SAFETY`` standard deviations of a rounding error that is modelled (Monte Carlo
   arithmetic on the case) or estimated; ``modelled_help``.
 - ``measured``: a rounding measured by a re-run in the other precision, ``SAFETY x (|difference| + its
@@ -63,6 +64,20 @@ def floor(largest: Any, u: float, *, ulps: float = FLOOR_ULPS, across: Any = 1.0
     of them: one per step), the precision no entry is asked to beat; ``across``: the entries of a
     direction it is summed over (their count, or the direction's norm: in quadrature)."""
     return ulps * u * across * largest
+
+
+def saturated(candidate: Any, reference: Any, shared: float, dtype: str) -> np.ndarray:
+    """Per entry, a floor where both values lie within ``dtype``'s rounding of the gradient's scale
+    (``bound`` of the reference, ``shared`` the whole gradient's RMS): twice that bound there, 0
+    elsewhere. In a float64 case the measured rounding comes from a float32 re-run, which is blind where
+    float32 saturates before float64 does (a tanh GELU far in its tail: float32's derivative exactly 0,
+    float64's a cancellation, a few times 1e-14 of the gradient's scale): two values that float64
+    rounding cannot tell from zero are not a difference. A value beyond the bound (any real error of
+    more than ``PERMIT_ULPS`` float64 unit roundoffs of the scale) keeps the plain floor."""
+    limit = bound(np.asarray(reference, np.float64), shared, dtype)
+    cand = np.abs(np.nan_to_num(np.asarray(candidate, np.float64), nan=np.inf))
+    both = (cand <= limit) & (np.abs(np.asarray(reference, np.float64)) <= limit)
+    return np.where(both, 2.0 * limit, 0.0)
 
 
 def floor_help(of: str, *, ulps: float = FLOOR_ULPS, then: str = "") -> str:
