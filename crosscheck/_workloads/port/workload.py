@@ -121,7 +121,8 @@ class PortJudge:
         if id(backend) not in self.workload.ports:
             return found
         modules, verdict = self.modules(name, call, found)
-        said = compared(verdict, name, reference.name) + localize.broadcast_note(modules) + self.caveats
+        said = compared(verdict, name, reference.name) + localize.broadcast_note(modules)
+        said += localize.redrawn_note(modules) + self.caveats
         verdict = dataclasses.replace(verdict, text=verdict.text + said)
         if name in self.inner.verdicts and verdict.starts_in == "nowhere":  # a 16-bit pass: what it hides
             verdict = dataclasses.replace(verdict, text=f"{verdict.text}; {self.inner.verdicts[name].text}")
