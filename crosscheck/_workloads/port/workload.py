@@ -27,7 +27,7 @@ from crosscheck._report.report import Report, Section, Verdict
 from crosscheck._workloads.model.judge import GenericJudge
 from crosscheck._workloads.model.oracle.function import Differences
 from crosscheck._workloads.model.workload import GenericWorkload
-from crosscheck._workloads.port import localize
+from crosscheck._workloads.port import constants, localize
 from crosscheck._workloads.port.build import Prepared, case_notes, jax_leaves, torch_implementation
 from crosscheck._workloads.port.declare import Port
 from crosscheck._workloads.port.mapping import render_summary
@@ -150,7 +150,8 @@ class PortJudge:
         from crosscheck._workloads.port.torch_side import left_out_note
 
         self.caveats = localize.rerun_note(torch_runs, jax_runs) + left_out_note(self.workload.port.torch)
-        return self._compare(name, torch_runs, jax_runs, gradients)
+        out, verdict = self._compare(name, torch_runs, jax_runs, gradients)
+        return out, constants.named(verdict, self.workload, self.dtype, out, torch_runs.main)
 
     def _compare(
         self, name: str, torch_runs: Any, jax_runs: Any, gradients: list[Comparison]
