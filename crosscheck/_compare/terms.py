@@ -6,14 +6,16 @@ and localizer builds its terms here, each one a small pure function beside its h
 
 - ``floor``: so many unit roundoffs of the largest reference entry (``FLOOR_ULPS``, or
   ``SAFETY_FLOOR_ULPS`` where a judge's floor is the safety factor of its rounding, the same 8),
-  summed over a direction's entries with ``across``; ``floor_help``.
+  summed over a direction's entries with ``across``; ``floor_help``; in a float64 case, where both
+  values lie within float64 rounding of the gradient's scale, twice that (``saturated``).
 - ``modelled``: ``SAFETY`` standard deviations of a rounding error that is modelled (Monte Carlo
   arithmetic on the case) or estimated; ``modelled_help``.
 - ``measured``: a rounding measured by a re-run in the other precision, ``SAFETY x (|difference| + its
   RMS)``, the difference widened to a float64 case's by ``WIDEN`` (``widening``); ``measured_help``.
 - the permit (``bound``, ``median_ratio``, ``cap``): what a dtype's rounding permits a re-run's
   difference, so that no candidate sets its own tolerance: float32's (``PERMIT_ULPS``) or, the 16-bit
-  cap, a 16-bit dtype's own (``LOW_PERMIT_ULPS``); ``permit_dtype`` says which.
+  cap, a 16-bit dtype's own (``LOW_PERMIT_ULPS``); ``permit_dtype`` says which; ``capped``, entry by
+  entry (a module's output), says a re-run that is no re-rounding (``Redrawn``: a random draw).
 - ``slack``'s help (``TERM_HELP``): the same for every workload.
 
 The permit. A side's rounding is measured by re-running it in the other precision; that difference is
@@ -32,6 +34,7 @@ A 16-bit case (bfloat16, float16) re-runs each side in float32; what its roundin
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -63,6 +66,20 @@ def floor(largest: Any, u: float, *, ulps: float = FLOOR_ULPS, across: Any = 1.0
     of them: one per step), the precision no entry is asked to beat; ``across``: the entries of a
     direction it is summed over (their count, or the direction's norm: in quadrature)."""
     return ulps * u * across * largest
+
+
+def saturated(candidate: Any, reference: Any, shared: float, dtype: str) -> np.ndarray:
+    """Per entry, a floor where both values lie within ``dtype``'s rounding of the gradient's scale
+    (``bound`` of the reference, ``shared`` the whole gradient's RMS): twice that bound there, 0
+    elsewhere. In a float64 case the measured rounding comes from a float32 re-run, which is blind where
+    float32 saturates before float64 does (a tanh GELU far in its tail: float32's derivative exactly 0,
+    float64's a cancellation, a few times 1e-14 of the gradient's scale): two values that float64
+    rounding cannot tell from zero are not a difference. A value beyond the bound (any real error of
+    more than ``PERMIT_ULPS`` float64 unit roundoffs of the scale) keeps the plain floor."""
+    limit = bound(np.asarray(reference, np.float64), shared, dtype)
+    cand = np.abs(np.nan_to_num(np.asarray(candidate, np.float64), nan=np.inf))
+    both = (cand <= limit) & (np.abs(np.asarray(reference, np.float64)) <= limit)
+    return np.where(both, 2.0 * limit, 0.0)
 
 
 def floor_help(of: str, *, ulps: float = FLOOR_ULPS, then: str = "") -> str:
@@ -173,3 +190,40 @@ def cap(
     limit = bound(wide, shared, dtype)
     ratio = median_ratio(signed, limit, wide)
     return (np.clip(signed, -limit, limit) if ratio > 1.0 else signed), ratio
+
+
+#: A re-run whose difference is beyond ``bound`` in more than this share of an array's entries (and in
+#: ``REDRAWN_ENTRIES`` at least) is not a re-rounding of the same computation: a random draw made again
+#: (a dropout's mask: JAX draws its uniforms in the default float dtype, so its float64 re-run draws
+#: another mask). A healthy output's entries stay within the bound (the gradients' largest entry measures
+#: ~30 of its 256 unit roundoffs); a kink decided differently in the two precisions moves no output
+#: entry past it (an output is continuous there).
+REDRAWN_SHARE = 0.01
+REDRAWN_ENTRIES = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Redrawn:
+    """A re-run that is not the same computation: ``entries`` of ``total`` beyond what ``dtype``'s
+    rounding permits, the worst by ``ratio`` times it."""
+
+    entries: int
+    total: int
+    ratio: float
+    dtype: str
+
+
+def capped(diff: np.ndarray, wide: np.ndarray, dtype: str = "float32") -> tuple[np.ndarray, Redrawn | None]:
+    """A measured difference ``diff`` (``|narrow - wide|``) capped entry by entry at ``bound`` of the
+    wider result ``wide``, so that no entry sets its own tolerance; and, where too many entries are
+    beyond it (``REDRAWN_SHARE``), the ``Redrawn`` that says the re-run is another computation."""
+    diff = np.abs(np.asarray(diff, np.float64))
+    limit = bound(wide, 0.0, dtype)
+    over = diff > limit
+    count = int(np.count_nonzero(over))
+    redrawn = None
+    if count >= REDRAWN_ENTRIES and count > REDRAWN_SHARE * diff.size:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            worst = float(np.max(np.where(over, diff / limit, 0.0)))
+        redrawn = Redrawn(count, int(diff.size), worst, dtype)
+    return np.minimum(diff, limit), redrawn

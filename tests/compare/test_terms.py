@@ -121,7 +121,12 @@ SAID = {
         "the candidate's own rounding, measured: 8 x (|its gradient - its re-run in the other precision| "
         "(x 2**-29 for float64) + that difference's RMS over the parameter)"
     ),
-    ("model", "floor"): "8 unit roundoffs of the parameter's largest reference entry",
+    ("model", "floor"): (
+        "8 unit roundoffs of the parameter's largest reference entry; in a float64 case, where both "
+        "values lie within float64 rounding of the gradient's scale (256 u x (|reference| + its RMS + the "
+        "whole gradient's RMS)), twice that: not a difference (a float32 re-run, saturated first, cannot "
+        "measure it)"
+    ),
     ("model", "slack"): "user slack: atol + rtol * |reference|",
     ("port", "rounding"): (
         "the JAX port's own rounding of this output, measured: 8 x (|its output - its re-run in the other "

@@ -5,7 +5,9 @@ built by ``crosscheck._compare.terms``:
 
 - ``rounding``: the candidate's own rounding, measured (``rounding.measure``);
 - ``reference``: the oracle's error bar (or, for another backend as reference, its rounding term);
-- ``floor``: ``FLOOR_ULPS`` unit roundoffs of the parameter's largest reference entry;
+- ``floor``: ``FLOOR_ULPS`` unit roundoffs of the parameter's largest reference entry; in a float64
+  case, where both values lie within float64 rounding of the gradient's scale, twice that rounding
+  (``terms.saturated``: the float32 re-run that measures a float64 rounding saturates first);
 - ``slack``: the user's ``atol + rtol * |reference|``.
 
 Along a direction ``v`` (screening) each term is projected: the measured rounding as
@@ -45,7 +47,14 @@ TERM_HELP = {
         "that difference's RMS over the parameter",
     ),
     "reference": "the reference's own error (the oracle's finite-difference error bar, or its rounding)",
-    "floor": _terms.floor_help("the parameter's largest reference entry"),
+    "floor": _terms.floor_help(
+        "the parameter's largest reference entry",
+        then=(
+            "; in a float64 case, where both values lie within float64 rounding of the gradient's scale "
+            f"({_terms.PERMIT_ULPS:g} u x (|reference| + its RMS + the whole gradient's RMS)), twice that: "
+            "not a difference (a float32 re-run, saturated first, cannot measure it)"
+        ),
+    ),
     **_terms.TERM_HELP,  # slack
 }
 
@@ -100,12 +109,15 @@ def entries(
     """One comparison per parameter, entry by entry, and whether zeros would pass each."""
     out, zeros = [], {}
     u = unit_roundoff(ctx.dtype)
+    every = _whole_rms(answer.value, ctx.shapes)
     for k, shape in ctx.shapes.items():
         if k not in value:
             out.append(missing(ctx, k, value))
             continue
         ref = answer.value[k]
         floor = np.asarray(_terms.floor(_terms.largest(ref), u))
+        if ctx.dtype == "float64" and np.shape(value[k]) == shape:  # float32's re-run saturates first
+            floor = np.maximum(floor, _terms.saturated(value[k], ref, every, "float64"))
         terms = {
             "rounding": rounding.term[k],
             "reference": answer.error[k],
@@ -196,6 +208,12 @@ def projected_terms(
             )
             slack[i] = float(np.sum(per_entry * d.step))
     return {"rounding": round_term, "reference": np.zeros(len(dirs)), "floor": floor, "slack": slack}
+
+
+def _whole_rms(value: Mapping[str, np.ndarray], shapes: Mapping[str, tuple[int, ...]]) -> float:
+    """The RMS of a whole gradient (every parameter's entries): the scale shared by its arrays."""
+    parts = [np.ravel(np.nan_to_num(np.asarray(value[k], np.float64))) for k in shapes if k in value]
+    return _terms.rms(np.concatenate(parts)) if parts else 0.0
 
 
 def floor_of(value: np.ndarray, dtype: str) -> float:

@@ -23,8 +23,8 @@ from crosscheck._workloads.model.oracle.function import Differences, Function, P
 from crosscheck._workloads.model.rounding import Rounding
 from crosscheck._workloads.protocol import Options, Point
 
-#: The float64 losses at the point may differ by this many float64 unit roundoffs of |loss| beyond
-#: their measured rounding.
+#: The float64 losses at the point may differ by this many unit roundoffs of |loss| beyond their
+#: measured rounding: float64's in a float64 check, float32's in a float32 (or 16-bit) one.
 LOSS_FLOOR_ULPS = 64.0
 EMPTY_ENTRY = "the check is empty: a gradient of zeros would pass every entry (the loss is flat)"
 
@@ -115,16 +115,21 @@ class Record:
         self.comparisons += found
         return found
 
-    def loss_check(self, anchor: Function, own: Differences | Skip | None) -> None:
-        """The float64 losses at the point, this candidate's against the anchor's."""
+    def loss_check(self, anchor: Function, own: Differences | Skip | None, dtype: str = "float64") -> None:
+        """The float64 losses at the point, this candidate's against the anchor's, at the resolution of
+        the check's ``dtype`` (``resolution``): a float32 check asks whether the two compute the same
+        function to float32's precision, so a constant one side keeps in float32 and the other builds in
+        float64 (a sinusoidal position table) is no difference there; a float64 check asks float64's."""
         if not isinstance(own, Differences) or own.function is anchor:
             return
         mine = own.function
         difference = abs(mine.value - anchor.value)
         rounding = mine.rounding + (anchor.rounding if anchor.owner is not None else mine.rounding)
         scale = max(abs(mine.value), abs(anchor.value))
-        floor = terms.floor(scale, UNIT_ROUNDOFF["float64"], ulps=LOSS_FLOOR_ULPS)
-        tolerance = terms.modelled(rounding) + floor
+        fine = terms.modelled(rounding) + terms.floor(scale, UNIT_ROUNDOFF["float64"], ulps=LOSS_FLOOR_ULPS)
+        at = resolution(dtype)
+        coarser = UNIT_ROUNDOFF[at] / UNIT_ROUNDOFF["float64"]  # a float64 rounding, as the dtype's
+        tolerance = fine * coarser
         self.loss = {
             "value": mine.value,
             "against": anchor.label,
@@ -132,7 +137,17 @@ class Record:
             "difference": difference,
             "tolerance": tolerance,
             "passed": bool(difference <= tolerance),
+            "resolution": at,
+            #: Whether they agree at float64's resolution too (a float32 constant on one side: not).
+            "float64_passed": bool(difference <= fine),
+            "float64_tolerance": fine,
         }
+
+
+def resolution(dtype: str) -> str:
+    """At which precision a ``dtype`` check compares the float64 losses: float64's in a float64 check,
+    float32's otherwise (a 16-bit check's float32 re-run is its finest)."""
+    return "float64" if dtype == "float64" else "float32"
 
 
 @dataclasses.dataclass

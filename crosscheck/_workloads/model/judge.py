@@ -221,7 +221,7 @@ class GenericJudge:
         found = against_oracle(self, record, anchor, question, reference.name, call)
         if isinstance(own, Differences) and not anchor_is_own:
             found += against_oracle(self, record, own, "derivative", reference.name, call)
-        record.loss_check(anchor.function, own)
+        record.loss_check(anchor.function, own, self.dtype)
         return self._low(name, record.finish(found), rounding, value)
 
     def _low(

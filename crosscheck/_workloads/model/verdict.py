@@ -75,6 +75,11 @@ def _function(findings: Findings, r: Record, *, derivative_wrong: bool) -> Answe
         return Answer(FUNCTION, True, True, vs, f"same function as {other} ({vs})")
     loss_differs = r.loss is not None and not r.loss["passed"]
     losses = "; the float64 losses agree" if r.loss is not None and not loss_differs else ""
+    if r.loss is not None and losses and not r.loss.get("float64_passed", True):  # said where it mattered
+        losses += (
+            f" at float32's resolution, the check's (they differ by {r.loss['difference']:.3g}, beyond "
+            f"float64's {r.loss['float64_tolerance']:.3g}: a constant one side keeps in float32?)"
+        )
     if not (failing or loss_differs):
         # The surrogate is not the implementations' loss: its derivative is what they compute.
         same = "agrees with" if findings.differentiates.startswith("surrogate") else "same function as"
@@ -149,7 +154,8 @@ def _failing(r: Record, question: str) -> list[str]:
 
 def loss_text(loss: dict[str, Any] | None) -> str:
     assert loss is not None
+    at = " (at float32's resolution: a float32 check)" if loss.get("resolution") == "float32" else ""
     return (
         f"{loss['value']:.12g} vs {loss['reference']:.12g} of {loss['against']}, difference "
-        f"{loss['difference']:.3g}, tolerance {loss['tolerance']:.3g}"
+        f"{loss['difference']:.3g}, tolerance {loss['tolerance']:.3g}{at}"
     )

@@ -4,14 +4,17 @@ The PyTorch side's module calls (forward hooks) and the JAX side's (Flax ``inter
 paired through the parameter mapping (the module that owns a mapped parameter) and by name (modules
 without parameters: dropout, activations); user-listed intermediates (``jax_intermediates``) carry
 PyTorch's names and pair as named, without their inputs (``listed_verdict``). Each pair's output is
-compared entry by entry; its tolerance is the sum of both sides' rounding, *measured* by re-running
-each side in the other precision (``SAFETY`` x (the difference + its RMS), scaled by ``2**-29`` for a
-float64 case; capped at what float32 permits, ``_compare.terms.cap``, when the typical entry is beyond
-it), plus a floor of ``FLOOR_ULPS`` unit roundoffs of the largest entry (``_compare.terms`` builds
-each). Outputs whose shapes broadcast one into the other (a ``(1, S, H)`` position embedding against a
-``(B, S, H)`` one) are compared after broadcasting, and the row and the verdict say so. A side whose
-re-run failed takes the other side's measured rounding for both; with neither, the output is "not
-judged" (``NOT_JUDGED``: it fails, and the verdict blames no module for it).
+compared entry by entry; its tolerance is the sum of both sides' rounding, *measured* by re-running each
+side in the other precision (``SAFETY`` x (the difference + its RMS), scaled by ``2**-29`` for a float64
+case; capped entry by entry at what float32 permits, ``_compare.terms.capped``, a 16-bit dtype's re-run
+by its typical entry, ``cap``), plus a floor of ``FLOOR_ULPS`` unit roundoffs of the largest entry
+(``_compare.terms`` builds each). Outputs whose shapes broadcast one into the other (a ``(1, S, H)``
+position embedding against a ``(B, S, H)`` one) are compared after broadcasting, and the row and the
+verdict say so. A side whose re-run failed takes the other side's measured rounding for both; with
+neither, the output is "not judged" (``NOT_JUDGED``: it fails, and the verdict blames no module for it).
+A side whose re-run differs beyond what float32 permits in many entries (``terms.Redrawn``: a random
+draw made again, a dropout left on) did not re-round the same computation: the output fails, said as
+such (``REDRAWN``).
 
 The verdict (where the difference starts, from these comparisons) is ``port.verdict``'s, re-exported
 here.
@@ -28,7 +31,7 @@ import numpy as np
 from crosscheck._compare import terms as _terms
 from crosscheck._compare.compare import Comparison, Tolerance, compare
 from crosscheck._compare.constants import OTHER_DTYPE
-from crosscheck._compare.dtypes import numpy_dtype, unit_roundoff
+from crosscheck._compare.dtypes import is_low, numpy_dtype, unit_roundoff
 from crosscheck._workloads.port.matching import canonical
 from crosscheck._workloads.port.verdict import Verdict as Verdict
 from crosscheck._workloads.port.verdict import forward_verdict as forward_verdict
@@ -128,15 +131,37 @@ def _vector(torch_arrays, jax_arrays, channels_last: bool) -> tuple[np.ndarray, 
     return np.concatenate(t_parts), np.concatenate(j_parts), "; ".join(notes)
 
 
-def _rounding(main: np.ndarray, other: np.ndarray | None, dtype: str) -> np.ndarray:
+def _rounding(
+    main: np.ndarray, other: np.ndarray | None, dtype: str
+) -> tuple[np.ndarray, _terms.Redrawn | None]:
+    """A side's measured rounding of one output, capped at what its dtype permits, and whether its
+    re-run was another computation (``terms.Redrawn``; float32 and float64 cases)."""
     if other is None or other.shape != main.shape:
-        return np.full(main.shape, 1024 * unit_roundoff(dtype)) * np.abs(main)
+        return np.full(main.shape, 1024 * unit_roundoff(dtype)) * np.abs(main), None
     scale = _terms.widening(dtype)
     with np.errstate(invalid="ignore"):
         d = np.nan_to_num(np.abs(main - other), nan=0.0, posinf=0.0)
-    # beyond what the dtype permits (float32's, or a 16-bit dtype's against float32): never its own tolerance
-    d, _ = _terms.cap(d, main if dtype == "float64" else other, dtype=_terms.permit_dtype(dtype))
-    return _terms.measured(scale * d)
+    wide = main if dtype == "float64" else other
+    if is_low(dtype):  # a 16-bit dtype's permit, against float32, judged by the typical entry
+        d, _ = _terms.cap(d, wide, dtype=_terms.permit_dtype(dtype))
+        return _terms.measured(scale * d), None
+    # float32's permit, entry by entry: no entry of a re-run sets its own tolerance
+    d, redrawn = _terms.capped(d, wide)
+    return _terms.measured(scale * d), redrawn
+
+
+#: What a comparison's message starts with when a side's re-run was not the same computation.
+REDRAWN = "is not the same computation"
+
+
+def _redrawn_text(label: str, side: str, dtype: str, redrawn: _terms.Redrawn) -> str:
+    return (
+        f"{label}: the {OTHER_DTYPE[dtype]} re-run of `{side}` {REDRAWN}: {redrawn.entries} of "
+        f"{redrawn.total} entries differ from its {dtype} run by more than {redrawn.dtype} rounding "
+        f"permits (up to {redrawn.ratio:.3g} x), which no re-rounding does: a random draw made again "
+        "(random? a dropout left on, a key drawn in the default float dtype); no rounding can be "
+        "measured from such a re-run, and this output fails"
+    )
 
 
 def compare_arrays(
@@ -173,7 +198,12 @@ def compare_arrays(
     other = _vector(torch_runs[1] or torch_runs[0], jax_runs[1] or jax_runs[0], channels_last)
     t_other, j_other = (None, None) if isinstance(other, str) else other[:2]
     precision = precision or dtype
-    terms = {"rounding": _rounding(j, j_other, precision), "reference": _rounding(t, t_other, precision)}
+    (j_term, j_new), (t_term, t_new) = _rounding(j, j_other, precision), _rounding(t, t_other, precision)
+    for side, redrawn, missed in ((backend, j_new, j_miss), (reference, t_new, t_miss)):
+        if redrawn is not None and not missed:
+            text = _redrawn_text(label, side, dtype, redrawn)
+            return _failed(label, text, backend=backend, reference=reference)
+    terms = {"rounding": j_term, "reference": t_term}
     helps = dict(TERM_HELP)
     if t_miss or j_miss:  # the side that ran twice measures the rounding of both
         gone, kept, side = (
@@ -258,6 +288,13 @@ def broadcast_note(comparisons: Sequence[Comparison]) -> str:
         f"; compared after broadcasting one side's output to the other's shape (same values, e.g. a "
         f"(1, S, H) position embedding against a (B, S, H) one): {', '.join(shown)}"
     )
+
+
+def redrawn_note(comparisons: Sequence[Comparison]) -> str:
+    """The verdict's note on outputs whose re-run in the other precision was another computation
+    ("" when none was): the first one's words, which name the side."""
+    said = next((c.message for c in comparisons if REDRAWN in (c.message or "")), "")
+    return f"; {said}" if said else ""
 
 
 def shape_note(torch_top: Any, jax_top: Any, channels_last: bool) -> str:

@@ -27,7 +27,7 @@ from crosscheck._report.report import Report, Section, Verdict
 from crosscheck._workloads.model.judge import GenericJudge
 from crosscheck._workloads.model.oracle.function import Differences
 from crosscheck._workloads.model.workload import GenericWorkload
-from crosscheck._workloads.port import localize, own
+from crosscheck._workloads.port import constants, localize, own
 from crosscheck._workloads.port.build import (
     Prepared,
     case_notes,
@@ -137,7 +137,8 @@ class PortJudge:
         if id(backend) not in self.workload.ports:
             return found
         modules, verdict = self.modules(name, call, found)
-        said = compared(verdict, name, reference.name) + localize.broadcast_note(modules) + self.caveats
+        said = compared(verdict, name, reference.name) + localize.broadcast_note(modules)
+        said += localize.redrawn_note(modules) + self.caveats
         verdict = dataclasses.replace(verdict, text=verdict.text + said)
         if name in self.inner.verdicts and verdict.starts_in == "nowhere":  # a 16-bit pass: what it hides
             verdict = dataclasses.replace(verdict, text=f"{verdict.text}; {self.inner.verdicts[name].text}")
@@ -157,7 +158,8 @@ class PortJudge:
         from crosscheck._workloads.port.torch_side import left_out_note
 
         self.caveats = localize.rerun_note(torch_runs, jax_runs) + left_out_note(self.workload.port.torch)
-        return self._compare(name, torch_runs, jax_runs, gradients)
+        out, verdict = self._compare(name, torch_runs, jax_runs, gradients)
+        return out, constants.named(verdict, self.workload, self.dtype, out, torch_runs.main)
 
     def _compare(
         self, name: str, torch_runs: Any, jax_runs: Any, gradients: list[Comparison]

@@ -116,6 +116,65 @@ def test_a_forward_bug_in_the_middle_layer_is_located_to_it(kind, bug):
     assert "fc1 (output)" not in failed and {"fc2 (output)", "fc3 (output)"} <= failed
 
 
+def dropout_port(rate):
+    """The MLP with a dropout after fc1's tanh: PyTorch's in eval mode (off), the Equinox port's left
+    on at ``rate`` with a fixed key (JAX draws its uniforms in the default float dtype: its float64
+    re-run draws another mask)."""
+    eqx = pytest.importorskip("equinox")
+    import torch
+
+    class TorchDrop(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(3, 8), torch.nn.Linear(8, 5)
+            self.drop, self.fc3 = torch.nn.Dropout(0.1), torch.nn.Linear(5, 2)
+
+        def forward(self, x):
+            return self.fc3(torch.tanh(self.fc2(self.drop(torch.tanh(self.fc1(x))))))
+
+    class EqxDrop(eqx.Module):
+        fc1: eqx.nn.Linear
+        fc2: eqx.nn.Linear
+        fc3: eqx.nn.Linear
+        drop: eqx.nn.Dropout
+
+        def __init__(self, key):
+            k1, k2, k3 = jax.random.split(key, 3)
+            self.fc1, self.fc2 = eqx.nn.Linear(3, 8, key=k1), eqx.nn.Linear(8, 5, key=k2)
+            self.fc3, self.drop = eqx.nn.Linear(5, 2, key=k3), eqx.nn.Dropout(rate, inference=rate == 0.0)
+
+        def __call__(self, x):
+            a = self.fc1(x)
+            d = self.drop(jnp.tanh(a), key=jax.random.key(1))
+            b = self.fc2(d)
+            c = self.fc3(jnp.tanh(b))
+            return c, {"fc1": a, "drop": d, "fc2": b, "fc3": c}
+
+    torch.manual_seed(0)
+    inputs = {"x": np.random.default_rng(0).standard_normal((16, 3))}
+    return crosscheck.Port(name="eqx-dropout", torch=TorchDrop().eval(), jax=EqxDrop(jax.random.key(0)),
+                           inputs=inputs, jax_call=lambda m, i: jax.vmap(m)(i["x"]),
+                           jax_intermediates=["fc1", "drop", "fc2", "fc3"])  # fmt: skip
+
+
+def test_a_dropout_left_on_is_a_rerun_that_is_not_the_same_computation_and_fails_at_it():
+    # before: its float64 re-run's other mask was its own "rounding" (0.945 against a 0.22 difference),
+    # `drop` agreed and the verdict named `fc2`
+    report, verdict = _verdict(dropout_port(0.1))
+    assert not report.passed
+    assert (verdict["starts_in"], verdict["module"]) == ("forward", "drop")
+    assert "the float64 re-run of `jax` is not the same computation" in verdict["text"]
+    assert "random?" in verdict["text"]
+    (drop,) = [c for c in report.comparisons if c.parameter == "drop (output)"]
+    assert not drop.passed and "not the same computation" in drop.message
+
+
+def test_the_same_port_with_its_dropout_off_passes():
+    report, verdict = _verdict(dropout_port(0.0))
+    assert report.passed, report.problems
+    assert "not the same computation" not in verdict["text"]
+
+
 @pytest.mark.parametrize("kind", list(PORTS))
 def test_a_gradient_only_bug_says_the_forward_agrees(kind):
     report, verdict = _verdict(PORTS[kind]("straight_through"))

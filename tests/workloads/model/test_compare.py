@@ -1,0 +1,57 @@
+"""A candidate's gradient against a reference backend's, entry by entry (``model/compare.py``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from crosscheck._compare.record import Kinks
+from crosscheck._workloads.model.compare import Answer, Context, entries
+from crosscheck._workloads.model.rounding import measure
+from crosscheck._workloads.protocol import Options
+
+SHAPES = {"w": (8, 16)}
+SATURATED = (3, 5)
+
+
+def _bigbird_like(error: tuple[tuple[int, int], float] | None = None):
+    """A float64 gradient of O(1) entries (with its float32 re-run) and one entry saturated as
+    BigBird's tanh GELU (``--dtype float64``, seed 0): the candidate -4.8e-14 there, the reference
+    exactly 0 (the true value ~-5e-16), both float32 re-runs exactly 0 (float32 saturates first).
+    ``error``: a planted error (entry, relative to the gradient's RMS)."""
+    rng = np.random.default_rng(0)
+    cand64 = rng.normal(0.0, 1.0, SHAPES["w"])
+    cand32 = cand64.astype(np.float32)
+    cand64[SATURATED], cand32[SATURATED] = -4.8e-14, 0.0
+    ref64, ref32 = cand64.copy(), cand32.copy()
+    ref64[SATURATED] = 0.0
+    if error is not None:
+        index, relative = error
+        cand64[index] += relative * np.sqrt(np.mean(ref64**2))
+    return {"w": cand64}, {"w": cand32}, {"w": ref64}, {"w": ref32}
+
+
+def _compare(cand64, cand32, ref64, ref32):
+    ctx = Context("jax", "torch", "same function", "`torch`'s gradient", "float64", Options(), SHAPES)
+    mine = measure(cand64, cand32, shapes=SHAPES, dtype="float64", name="jax")
+    theirs = measure(ref64, ref32, shapes=SHAPES, dtype="float64", name="torch")
+    answer = Answer(ref64, theirs.term, {"w": Kinks.none(SHAPES["w"])})
+    (found,), _ = entries(ctx, cand64, mine, answer, {})
+    return found
+
+
+def test_a_float64_entry_saturated_in_both_implementations_is_not_a_difference():
+    found = _compare(*_bigbird_like())
+    assert found.passed, found.message
+
+
+@pytest.mark.parametrize(
+    "error",
+    [((0, 0), 1e-3), (SATURATED, 1e-3), (SATURATED, 1e-10)],
+    ids=["an-O(1)-entry", "the-saturated-entry", "the-saturated-entry-1e-10"],
+)
+def test_a_planted_error_still_fails_with_a_margin(error):
+    found = _compare(*_bigbird_like(error))
+    assert not found.passed
+    worst = found.worst_entries[0]
+    assert worst["ratio"] > (1e4 if error[1] >= 1e-3 else 10), worst
