@@ -17,10 +17,7 @@ import numpy as np
 
 from crosscheck._workloads.port.build import Prepared, jax_leaves, jax_side_inputs, port_loss
 from crosscheck._workloads.port.jax_side import to_jax
-
-#: Up to this many steps run eagerly: compiling the step costs more than it saves (the classification's
-#: short re-runs); longer runs are compiled.
-EAGER_STEPS = 3
+from crosscheck._workloads.train.runs import EAGER_STEPS
 
 
 def trajectory(
@@ -52,14 +49,15 @@ def trajectory(
         state = transformation.init(trained)
         start = _state(prepared, state, trained, (lambda part: {**tree, "params": part}) if linen else None)
 
-        def step(part: Any, state: Any) -> tuple[Any, Any]:
-            if isinstance(transformation, Stepper):
-                return transformation.step(part, jax.grad(objective)(part), state)
-            updates, state = transformation.update(jax.grad(objective)(part), state, part)
-            return optax.apply_updates(part, updates), state
+        gradient = jax.grad(objective)
+        if steps > EAGER_STEPS:  # the model's gradient compiled once, when the steps repay it
+            gradient = jax.jit(gradient)
 
-        if steps > EAGER_STEPS:  # compiled once, when the steps repay it
-            step = jax.jit(step)
+        def step(part: Any, state: Any) -> tuple[Any, Any]:  # eager: the user's Python runs every step
+            if isinstance(transformation, Stepper):
+                return transformation.step(part, gradient(part), state)
+            updates, state = transformation.update(gradient(part), state, part)
+            return optax.apply_updates(part, updates), state
 
         rows = [_named(prepared, tree)]
         for _ in range(steps):

@@ -28,7 +28,7 @@ from crosscheck._compare.dtypes import as_dtype
 from crosscheck._report.report import Section, Verdict
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.train import locate, state
-from crosscheck._workloads.train.runs import Runs, Trajectories
+from crosscheck._workloads.train.runs import HOW, Runs, Trajectories
 
 TERM_HELP = {
     "rounding": _terms.measured_help(
@@ -118,6 +118,7 @@ class UpdateJudge:
         rows, starts = state.compared(self, backend, name, reference.name)
         self.point.case["optimizer_state"] = rows
         self.notes[name] = {"rounding": "measured: each step re-run in float64" + _capped(capped, lone)}
+        self.notes[name]["step"] = HOW  # which step was checked: the one the user wrote, uncompiled
         if still:  # compared, but said: a frozen parameter's "agreement" is only that both left it alone
             self.notes[name]["unmoved"] = still
         verdict, record = locate.verdict(self, backend, found, reference, call, starts)

@@ -8,6 +8,19 @@ import dataclasses
 
 import numpy as np
 
+#: Up to this many steps the port's gradient runs eagerly: compiling it costs more than it saves (the
+#: classification's short re-runs); longer runs compile it. The optimizer's step (optax's ``update``, a
+#: ``jax_step``) is never compiled: it runs as written at every step, so that Python in it (a step count
+#: kept in Python, a branch on it) runs every time, as it does in the user's own eager loop, not only
+#: while a trace is made.
+EAGER_STEPS = 3
+
+#: What the report says of how each side's step ran (``notes["step"]``).
+HOW = (
+    "the optimizer step (optax's update, or the jax_step given) is run as written at every step, never "
+    f"compiled; the port's gradient is compiled above {EAGER_STEPS} steps"
+)
+
 #: A side's parameters after every step: ``name -> (steps + 1, ...)``.
 Trajectories = dict[str, np.ndarray]
 

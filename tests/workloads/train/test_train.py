@@ -359,3 +359,32 @@ def test_a_float32_error_on_a_minority_of_entries_does_not_set_its_own_tolerance
     assert fc1.max_rel_diff > 1e-2  # 5 % of a step: no rounding
     assert "rounding of `fc1.weight`" in report.backends["jax"].notes["rounding"]
     assert "an error of that float32 run alone" in report.verdicts()["jax"]
+
+
+class _PythonCountStep:
+    """SGD with momentum whose step count is kept in Python (reset at the first step, ``state`` None)
+    and whose learning rate is 1.5x from step 3: compiled, it runs only while tracing, and the count
+    stops where the trace was made."""
+
+    count = 0
+
+    def __call__(self, params, grads, state, *, lr, momentum):
+        self.count = 1 if state is None else self.count + 1
+        rate = 1.5 * lr if self.count >= 3 else lr
+        return _jax_sgd_step(params, grads, state, lr=rate, momentum=momentum)
+
+
+@pytest.mark.parametrize("steps", [3, 5])
+def test_the_step_function_runs_as_written_at_every_step(steps):
+    train = crosscheck.Train(
+        _port(),
+        torch_step=_torch_sgd_step,
+        jax_step=_PythonCountStep(),
+        hyper={"lr": 1e-2, "momentum": 0.9},
+        steps=steps,
+    )
+    report = crosscheck.check(train, quantity="update")
+    record = report.backends["jax"].notes["update"]
+    assert not report.passed, report.verdicts()
+    assert record["first_step"] == 3, record
+    assert "run as written at every step" in report.backends["jax"].notes["step"]
