@@ -43,3 +43,21 @@ def text(dtype: str, relative: float, *, moves: str, measured: bool = False, asi
         f"agrees in {dtype}, within its rounding{size}{aside}; a bug that moves {moves} by less is not "
         f"seen in {dtype}: check in float32 too (--dtype float32)"
     )
+
+
+def wide_only(name: str, dtype: str) -> str:
+    """What a side whose 16-bit result shows no 16-bit rounding is said to do."""
+    return (
+        f"`{name}` computes in float32, not {dtype} (its {dtype} result is its float32 re-run rounded once: "
+        f"an upcast, or a module pinned to float32): none of its {dtype} arithmetic was checked"
+    )
+
+
+def not_checked(names: Sequence[str], dtype: str) -> str:
+    """The problem of a 16-bit check in which no side computed in the dtype asked: it did not happen."""
+    who = " and ".join(f"`{n}`" for n in names)
+    return (
+        f"no {dtype} arithmetic was checked: {who} compute{'s' * (len(names) == 1)} in float32, not {dtype} "
+        f"(each {dtype} result is its float32 re-run rounded once), so the {dtype} check did not happen; "
+        "check in float32, or build the sides in the dtype asked"
+    )

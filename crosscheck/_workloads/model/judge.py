@@ -94,6 +94,8 @@ class GenericJudge:
         self.differences: dict[str, Differences | Skip] = {}
         #: The candidate whose own loss is the anchor of "same function" (``prepare``), and its backend.
         self.anchor_candidate: tuple[str, Any] | None = None
+        #: A 16-bit case: per side measured, whether it computed in float32 (``rounding.unrounded``).
+        self.wide_only: dict[str, bool] = {}
 
     def evaluate(self, backend: Any, call: Call) -> Any:
         return self._grad(backend, call, self.point.params, self.point.inputs)
@@ -161,11 +163,14 @@ class GenericJudge:
                 error=rounding.excess[0].says(getattr(backend, "name", "the reference"), self.dtype),
             )
         self.reference_side = (backend, rounding)
+        self._wide_only(getattr(backend, "name", "the reference"), rounding)
         ref_value = {k: np.asarray(value[k], dtype=np.float64) for k in self.shapes}
         self.findings.reference_gradient = ref_value
         kinks = {k: Kinks.none(s) for k, s in self.shapes.items()}
         answer = Answer(ref_value, rounding.term, kinks)
         notes: dict[str, Any] = {"rounding": rounding.how}
+        if rounding.wide_only:  # a 16-bit reference that computed in float32, named
+            notes["rounding"] += f"; {low.wide_only(getattr(backend, 'name', 'the reference'), self.dtype)}"
         if rounding.used is not None:  # how much of what its dtype permits its rounding used
             notes["rounding_of_permitted"] = round(rounding.used, 4)
         reference = Reference(ref_value, _dtypes(value), notes, answer)
@@ -227,12 +232,19 @@ class GenericJudge:
     def _low(
         self, name: str, found: list[Comparison], rounding: Rounding, value: dict[str, np.ndarray]
     ) -> list[Comparison]:
-        """In a 16-bit case, a candidate that agrees is told what its dtype hides (``low``)."""
+        """In a 16-bit case, a candidate that agrees is told what its dtype hides (``low``), and one that
+        computed in float32 is named."""
         if is_low(self.dtype) and low.agrees(found):
             relative = low.noise(rounding.term, value)
             said = low.text(self.dtype, relative, moves="the gradients", measured=True)
-            self.verdicts[name] = Verdict(said)
+            wide = f"{low.wide_only(name, self.dtype)}; " if rounding.wide_only else ""
+            self.verdicts[name] = Verdict(wide + said)
+        self._wide_only(name, rounding)
         return found
+
+    def _wide_only(self, name: str, rounding: Rounding) -> None:
+        if is_low(self.dtype) and rounding.delta is not None:  # measured against its float32 re-run
+            self.wide_only[name] = rounding.wide_only
 
     def _confirm_zeros(self, backend: Any, record: Record, reference: str, call: Call) -> None:
         """With a backend as reference: the oracle on the tensors whose gradient is zero in both
@@ -331,6 +343,10 @@ class GenericJudge:
         if not self.findings.oracle:  # the report claims no oracle's work: none ran
             self.point.case["oracle_differentiates"] = NO_ORACLE[self.findings.reference_gradient is not None]
         extras: dict[str, Any] = {"quantity": "grad", "oracle": summarize(self.findings, reference)}
+        if self.wide_only and all(self.wide_only.values()):  # no side computed in the 16-bit dtype
+            said = low.not_checked(list(self.wide_only), self.dtype)
+            oracle = extras["oracle"]
+            extras["oracle"] = {**oracle, "problems": [*oracle.get("problems", []), said]}
         return {**extras, "verdicts": dict(self.verdicts)} if self.verdicts else extras
 
 

@@ -100,6 +100,8 @@ class Rounding:
     used: float | None = None
     #: A 16-bit case: per parameter, the entries its dtype's range lost (overflow, underflow), said.
     limits: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: A 16-bit case whose result shows no 16-bit rounding: it computed in float32 (``unrounded``).
+    wide_only: bool = False
 
 
 rms = terms.rms
@@ -193,7 +195,28 @@ def measure(
         how += "".join(f"; {e.says(name, dtype)}" for e in excess)
         excess = []
     lost = limits(value, again, shapes, dtype) if is_low(dtype) else {}
-    return Rounding(term, delta, how, excess=tuple(excess), used=used, limits=lost)
+    wide_only = is_low(dtype) and unrounded(value, again, shapes, dtype)
+    return Rounding(term, delta, how, excess=tuple(excess), used=used, limits=lost, wide_only=wide_only)
+
+
+def unrounded(
+    value: dict[str, np.ndarray], wide: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]], dtype: str
+) -> bool:
+    """Whether a 16-bit result shows no 16-bit rounding: every entry is its float32 re-run ``wide``
+    rounded once to ``dtype``, within what float32 rounding permits (``terms.bound``). A side that
+    upcasts to float32 (or a module pinned to float32) computes exactly its float32 re-run and rounds
+    only its result; one computing in ``dtype`` rounds at every step, and some entry shows it."""
+    from crosscheck._compare.dtypes import numpy_dtype
+
+    every = rms(np.concatenate([np.ravel(np.nan_to_num(np.asarray(wide[k], np.float64))) for k in shapes]))
+    for k in shapes:
+        high = np.asarray(wide[k], np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):  # beyond float16's range: inf, not a warning
+            once = high.astype(np.float32).astype(numpy_dtype(dtype)).astype(np.float64)
+            diff = np.nan_to_num(np.abs(np.asarray(value[k], np.float64) - once), nan=np.inf)
+        if not np.all(diff <= terms.bound(high, every, "float32")):
+            return False
+    return True
 
 
 def limits(

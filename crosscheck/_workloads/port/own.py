@@ -55,5 +55,28 @@ def blame(name: str, problem: str) -> str:
 
 
 def candidates(pairs: list[tuple[str, Any]], torches: set[int], problem: str | None) -> list[tuple[str, Any]]:
-    """The candidates whose loss may anchor "same function": not a PyTorch side that failed its proof."""
-    return [(n, b) for n, b in pairs if problem is None or id(b) not in torches]
+    """The candidates whose loss may anchor "same function", the PyTorch side first: not one that failed
+    its proof. The original defines the function a port must compute: between two losses the oracle
+    finds equally clean (both with float32 steps, or neither), the anchor is the original's, never the
+    port's by the order the backends were named in. Otherwise the port's own rounding (its measured
+    float32 noise, its two-roundings permit) would be the yardstick the original is failed against: a
+    permit that widens the port's own tolerance would make the original the culprit."""
+    kept = [(n, b) for n, b in pairs if problem is None or id(b) not in torches]
+    return sorted(kept, key=lambda pair: id(pair[1]) not in torches)
+
+
+def losses_differ(verdict: Verdict, findings: Any, name: str) -> Verdict:
+    """A verdict that found no module output and no gradient differing, for candidate ``name`` whose
+    float64 loss differs from the anchor's: the port computes another function, within what its
+    rounding hides in the comparisons, and fails (the words of the loss check)."""
+    record = findings.records.get(name)
+    loss = getattr(record, "loss", None)
+    if verdict.starts_in != "nowhere" or loss is None or loss["passed"]:
+        return verdict
+    text = (
+        f"the float64 losses differ: `{name}`'s {loss['value']:.12g} vs {loss['reference']:.12g} of "
+        f"{loss['against']} (difference {loss['difference']:.3g}, tolerance {loss['tolerance']:.3g}), "
+        "though no module output or gradient differs beyond its rounding: the port computes another "
+        "function, by less than its float32 rounding shows"
+    )
+    return Verdict("loss", None, None, (), text)

@@ -211,7 +211,7 @@ class PortJudge:
                 common["channels_last"],
             )
             verdict = dataclasses.replace(verdict, text=verdict.text + top_note)
-        verdict = self._nowhere(verdict, len(out), gradients)
+        verdict = own.losses_differ(self._nowhere(verdict, len(out), gradients), self.inner.findings, name)
         if coarse:
             starts = _float32_start(torch_runs, jax_runs, paired, outputs, common)
             verdict = dataclasses.replace(verdict, text=verdict.text + _float32_note(coarse, starts))

@@ -166,3 +166,44 @@ def test_16_bit_sweeps_and_training_steps_are_refused_in_one_line(capsys):
     assert main(["run", "--workload", "examples.port.gpt2:train", *args]) == 2
     err = capsys.readouterr().err
     assert "of quantity 'update' must be float32" in err and "Traceback" not in err
+
+
+def _upcasting(framework):
+    """A side that computes in float32 whatever it is given: its parameters and inputs upcast."""
+    import importlib
+
+    def loss(p, i):
+        if framework == "jax":
+            import jax.numpy as jnp
+
+            p, i = ({k: v.astype(jnp.float32) for k, v in d.items()} for d in (p, i))
+            return jax_loss(p, i)
+        torch = importlib.import_module("torch")
+        p, i = ({k: v.to(torch.float32) for k, v in d.items()} for d in (p, i))
+        return _torch()(p, i)
+
+    return loss
+
+
+#: Which side computes in float32 under a 16-bit dtype (an upcast, a module pinned to float32).
+WIDE = {"jax": ("jax",), "torch": ("torch",), "both": ("jax", "torch")}
+
+
+@pytest.mark.parametrize("dtype", LOW)
+@pytest.mark.parametrize("wide", list(WIDE), ids=list(WIDE))
+def test_a_side_that_computes_in_float32_is_named_and_with_no_16_bit_side_the_check_fails(wide, dtype):
+    sides = WIDE[wide]
+    workload = _workload(
+        f"wide-{wide}",
+        _upcasting("torch") if "torch" in sides else _torch(),
+        jax_loss=_upcasting("jax") if "jax" in sides else jax_loss,
+    )
+    report = crosscheck.run(workload=workload, dtype=dtype)
+    for name in ("jax", "torch"):
+        said = f"`{name}` computes in float32, not {dtype}"
+        assert (said in _text(report, name)) == (name in sides), _text(report, name)
+    if len(sides) == 2:  # neither side computed in the dtype asked: the check did not happen
+        assert not report.passed
+        assert any(f"no {dtype} arithmetic was checked" in p for p in report.problems), report.problems
+    else:
+        assert report.passed, report.problems

@@ -40,3 +40,33 @@ def test_a_misbehaving_pytorch_forward_names_torch_and_never_blames_jax(forward,
 
 def test_the_healthy_pair_passes_the_proof():
     assert crosscheck.check(usercode.misbehaving_port("none")).passed
+
+
+#: Both float64 losses keep a float32 step; the JAX port has a real 3e-4 error plus float32-only noise
+#: of ~450 float32 unit roundoffs (within what one rounding permits), or of ~1000 (where the permit of
+#: two roundings, ``TWO_ROUNDINGS``, widens its rounding term).
+PERTURBED = {"noise-450u": 2.7e-5, "noise-1000u-two-roundings": 6e-5}
+ORDERS = {"jax-first": ["jax", "torch"], "torch-first": ["torch", "jax"]}
+
+
+@pytest.mark.parametrize("order", list(ORDERS), ids=list(ORDERS))
+@pytest.mark.parametrize("noise", list(PERTURBED), ids=list(PERTURBED))
+def test_the_ports_own_rounding_never_makes_the_original_the_culprit(noise, order):
+    import tanh_mlp
+
+    port = tanh_mlp.float32_steps_port(error=3e-4, float32_only=PERTURBED[noise])
+    report = crosscheck.check(port, dtype="float32", backends=ORDERS[order])
+    assert not report.passed
+    assert not [c.parameter for c in report.comparisons if c.backend == "torch" and not c.passed]
+    assert report.backends["torch"].status == "ok"
+    said = report.to_dict()["backends"]["jax"]["notes"]["port"]["text"]
+    assert "agree" not in said.split("(")[0], said  # its verdict is not "every gradient agrees"
+    assert any(p.startswith("`jax`") for p in report.problems), report.problems
+
+
+@pytest.mark.parametrize("order", list(ORDERS), ids=list(ORDERS))
+def test_the_healthy_float32_steps_port_passes(order):
+    import tanh_mlp
+
+    report = crosscheck.check(tanh_mlp.float32_steps_port(), dtype="float32", backends=ORDERS[order])
+    assert report.passed, report.problems
