@@ -258,3 +258,22 @@ def test_every_judge_takes_its_terms_from_the_one_module(module):
 def test_the_permit_has_no_second_home():
     assert not (ROOT / "crosscheck" / "_compare" / "permit.py").exists()
     assert math.isclose(terms.PERMIT_ULPS * U32, 2.0**-16)
+
+
+# -- a re-run that is another computation ----------------------------------------------------------------
+
+
+def test_a_redrawn_mask_is_another_computation_and_a_mask_at_the_dtypes_minimum_is_not():
+    from crosscheck._compare import terms
+
+    rng = np.random.default_rng(0)
+    wide = rng.standard_normal(240)
+    narrow = wide.astype(np.float32).astype(np.float64)
+    redrawn = narrow * (rng.random(240) > 0.1)  # another dropout mask on ~10 % of the entries
+    capped, found = terms.capped(np.abs(redrawn - wide), wide)
+    assert found is not None and found.entries > 0.05 * 240
+    assert np.all(capped <= terms.bound(wide, 0.0, "float32"))
+    # T5's causal mask, finfo(dtype).min in each precision (a float64 check with float32 steps measures
+    # against the float32 run's -3.4e38): a range constant, not a redrawn draw
+    wide[:60], narrow[:60] = np.finfo(np.float32).min, np.finfo(np.float64).min
+    assert terms.capped(np.abs(narrow - wide), wide)[1] is None
