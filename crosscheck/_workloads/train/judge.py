@@ -28,7 +28,7 @@ from crosscheck._compare.dtypes import as_dtype
 from crosscheck._report.report import Section, Verdict
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.train import locate, state
-from crosscheck._workloads.train.runs import HOW, Runs, Trajectories
+from crosscheck._workloads.train.runs import HOW, Runs, Trajectories, failed
 
 TERM_HELP = {
     "rounding": _terms.measured_help(
@@ -101,7 +101,7 @@ class UpdateJudge:
         if again.error is not None:
             text = f"the update check did not happen: `{name}`'s float64 re-run failed: {again.error}"
             self.verdicts[name] = Verdict(text, fails=True)
-            return [_failed(name, reference.name, text)]
+            return [failed(name, reference.name, text)]
         still = unmoved(reference.data.main)
         if len(still) == len(reference.data.main):
             text = (
@@ -110,7 +110,7 @@ class UpdateJudge:
                 "given no parameters?)"
             )
             self.verdicts[name] = Verdict(text, fails=True)
-            return [_failed(name, reference.name, text)]
+            return [failed(name, reference.name, text)]
         grads, at_start, said = locate.start(self, name, reference.name, call)
         found, capped, lone = judged(
             Runs(value, again.value), reference.data, name, reference.name, self.options
@@ -279,16 +279,4 @@ def _problem(value: dict[str, np.ndarray], params: dict[str, np.ndarray], steps:
         f"its trajectory of `{bad}` has shape {value[bad].shape[1:]}, expected {params[bad].shape}"
         if bad
         else ""
-    )
-
-
-def _failed(name: str, reference: str, text: str) -> Comparison:
-    return Comparison(
-        backend=name,
-        reference=reference,
-        passed=False,
-        status="invalid",
-        total=1,
-        parameter="(update)",
-        message=text,
     )

@@ -12,7 +12,7 @@ from typing import Any
 
 from crosscheck._compare.compare import Comparison
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
-from crosscheck._workloads.train.runs import Runs
+from crosscheck._workloads.train.runs import Runs, failed
 
 #: A classification re-run trains this many steps past the first that differs: at step 1 Adam's update
 #: is the gradient's sign, so a bug that only rescales the gradient (clipping per tensor) shows there
@@ -92,15 +92,7 @@ def start(judge: Any, name: str, reference_name: str, call: Call) -> tuple[list[
     found, why = gradients(judge.workload, dict(judge.point.params), judge.point, call)
     if found is None:
         text = f"the gradient check at the start (step 0) did not happen: {why}"
-        row = Comparison(
-            backend=name,
-            reference=reference_name,
-            passed=False,
-            status="invalid",
-            total=1,
-            parameter="(gradient at step 0)",
-            message=text,
-        )
+        row = failed(name, reference_name, text, parameter="(gradient at step 0)")
         return [row], {"start_gradients": "unknown"}, text
     rows = [
         dataclasses.replace(c, backend=name, reference=reference_name, parameter=f"{c.parameter} {AT_START}")

@@ -8,6 +8,8 @@ import dataclasses
 
 import numpy as np
 
+from crosscheck._compare.compare import Comparison
+
 #: Up to this many steps the port's gradient runs eagerly: compiling it costs more than it saves (the
 #: classification's short re-runs); longer runs compile it. The optimizer's step (optax's ``update``, a
 #: ``jax_step``) is never compiled: it runs as written at every step, so that Python in it (a step count
@@ -31,3 +33,17 @@ class Runs:
 
     main: Trajectories
     wide: Trajectories
+
+
+def failed(name: str, reference: str, text: str, *, parameter: str = "(update)") -> Comparison:
+    """A row that was not checked, and failed: ``text`` says why (the update's, or the gradient check's
+    at the start)."""
+    return Comparison(
+        backend=name,
+        reference=reference,
+        passed=False,
+        status="invalid",
+        total=1,
+        parameter=parameter,
+        message=text,
+    )
