@@ -23,9 +23,9 @@ from crosscheck._backends import install_hint
 from crosscheck._errors import DetailedError, describe, user_call
 from crosscheck._workloads.losses import floating_outputs, outputs_loss
 from crosscheck._workloads.model.declare import Workload
+from crosscheck._workloads.port import assemble
 from crosscheck._workloads.port import mapping as mapping_module
 from crosscheck._workloads.port.fields import PortFields
-from crosscheck._workloads.port.matching import UNIT_AXES, permutation
 
 #: The seed of the default loss's projection (``projection_loss``'s own default), recorded in the case.
 SEED = 0
@@ -51,16 +51,13 @@ class Prepared:
             object.__setattr__(self, "_workload", cached)
         return cached
 
-    def sources(self) -> list[tuple[str, tuple[int, ...] | None, tuple[int, ...] | None]]:
-        """Per JAX leaf (in order): the PyTorch tensor it is made of, the permutation applied, and the
-        shape it is then reshaped to (``unit axes``; None: none)."""
-        by_leaf = {e.jax.path: e for e in self.table.mapped() if e.jax is not None and e.torch is not None}
-        out = []
-        for leaf in self.jax_side.leaves:
-            entry = by_leaf[leaf.path]
-            reshape = leaf.shape if entry.transform == UNIT_AXES else None
-            out.append((entry.torch.name, permutation(entry.transform), reshape))  # type: ignore[union-attr, arg-type]
-        return out
+    def pieces(self) -> list[list[assemble.Piece]]:
+        """Per JAX leaf (in order): the pieces of PyTorch tensors it is made of (``assemble``)."""
+        by_leaf: dict[tuple[str, ...], list[assemble.Piece]] = {}
+        for e in self.table.mapped():
+            if e.jax is not None and e.torch is not None:
+                by_leaf.setdefault(e.jax.path, []).append(assemble.Piece.of(e))
+        return [by_leaf[leaf.path] for leaf in self.jax_side.leaves]
 
     def unmapped(self) -> dict[str, str]:
         """The PyTorch parameters left unmapped by an override: not checked, and why."""
@@ -219,11 +216,8 @@ def jax_leaves(prepared: Prepared, params: Mapping[str, Any], inputs: Mapping[st
     import jax.numpy as jnp
 
     arrays = {**inputs, **params}
-    out = []
-    for name, perm, reshape in prepared.sources():
-        leaf = arrays[name] if perm is None else jnp.transpose(arrays[name], perm)
-        out.append(leaf if reshape is None else jnp.reshape(leaf, reshape))
-    return out
+    leaves = prepared.jax_side.leaves
+    return [assemble.leaf(jnp, p, j.shape, arrays) for p, j in zip(prepared.pieces(), leaves, strict=True)]
 
 
 def jax_implementation(prepared: Prepared) -> Callable[[dict, dict], Any]:

@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from crosscheck._workloads.port.assemble import tiling, where
 from crosscheck._workloads.port.matching import (
     UNUSED_BUFFER,
     Entry,
@@ -33,17 +34,42 @@ class Table:
         return [e for e in self.entries if e.status == "mapped"]
 
     def problems(self) -> list[str]:
-        """One line per entry that stops the port (an unmatched parameter or leaf, an ambiguity)."""
-        return [line for line in map(_problem, self.entries) if line is not None]
+        """One line per entry that stops the port (an unmatched parameter or leaf, an ambiguity), then
+        one per JAX leaf whose pieces do not cover it exactly once, and per PyTorch tensor mapped only
+        in part (``assemble.tiling``)."""
+        lines = [line for line in map(_problem, self.entries) if line is not None]
+        return lines + self.pieces_problems()
+
+    def pieces_problems(self) -> list[str]:
+        """The leaves made of pieces that do not cover them exactly once, and the PyTorch tensors of
+        which only some parts are mapped (a fused tensor with a slice left over)."""
+        leaves: dict[tuple[str, ...], tuple[Tensor, list]] = {}
+        takes: dict[str, tuple[Tensor, list]] = {}
+        for e in self.mapped():
+            assert e.torch is not None and e.jax is not None
+            leaves.setdefault(e.jax.path, (e.jax, []))[1].append(e.box)
+            if e.take is not None:
+                takes.setdefault(e.torch.name, (e.torch, []))[1].append(((e.take),))
+        out = []
+        for leaf, boxes in leaves.values():
+            wrong = tiling(leaf, boxes)
+            if wrong is not None:
+                out.append(f"JAX leaf `{'/'.join(leaf.path)}` {leaf.shape} is not made whole: {wrong}")
+        for tensor, boxes in takes.values():
+            wrong = tiling(tensor, list(dict.fromkeys(boxes)))
+            if wrong is not None and tensor.kind == "parameter":
+                out.append(f"PyTorch parameter `{tensor.name}` {tensor.shape} is mapped in part: {wrong}")
+        return out
 
     def refused(self, others: int = 40) -> str:
         """The table of a refused mapping: the rows with a problem first, then those left unmapped,
         then the others (at most ``others`` of them, then how many more)."""
-        problems = [e for e in self.entries if _problem(e) is not None]
+        problems = [e for e in self.entries if _problem(e) is not None or _pieced(e)]
         unmapped = [e for e in self.entries if e.status == "unmapped"]
         rest = [e for e in self.entries if _problem(e) is None and e.status != "unmapped"]
         shown = Table(tuple(problems + unmapped + rest[:others]))
-        head = f"the mapping has {len(problems)} problem{'s' * (len(problems) != 1)} (their rows first):"
+        n = len([e for e in self.entries if _problem(e) is not None]) + len(self.pieces_problems())
+        head = f"the mapping has {n} problem{'s' * (n != 1)} (their rows first):"
         more = f"\n... and {len(rest) - others} rows more without a problem" if len(rest) > others else ""
         return f"{head}\n{shown}{more}"
 
@@ -58,12 +84,19 @@ class Table:
                 "transform": e.transform,
                 "status": e.status,
                 "how": e.how,
+                **({"take": list(e.take)} if e.take is not None else {}),
+                **({"box": [list(b) for b in e.box]} if e.box else {}),
             }
             for e in self.entries
         ]
 
     def __str__(self) -> str:
         return render(self.rows())
+
+
+def _pieced(e: Entry) -> bool:
+    """Whether a mapped row is a piece (of a fused tensor, of a stacked or fused leaf)."""
+    return e.status == "mapped" and (e.take is not None or bool(e.box))
 
 
 def _problem(e: Entry) -> str | None:
@@ -87,8 +120,10 @@ def render(rows: Sequence[Mapping[str, Any]]) -> str:
 
     cells = []
     for r in rows:
-        left = f"{r['torch']} {tuple(r['torch_shape'])}" if r["torch"] else "-"
-        right = f"{r['jax']} {tuple(r['jax_shape'])}" if r["jax"] else "-"
+        taken = where(r["torch_shape"], (tuple(r["take"]),)) if r.get("take") else ""
+        boxed = where(r["jax_shape"], tuple(tuple(b) for b in r["box"])) if r.get("box") else ""
+        left = f"{r['torch']}{taken} {tuple(r['torch_shape'])}" if r["torch"] else "-"
+        right = f"{r['jax']}{boxed} {tuple(r['jax_shape'])}" if r["jax"] else "-"
         what = r["transform"] or r["status"].upper()
         cells.append((one_line(left), one_line(right), one_line(str(what)), one_line(str(r["how"]))))
     widths = [

@@ -87,6 +87,13 @@ class Entry:
     choices: tuple[str, ...] = ()
     #: Left unmapped on purpose (``overrides={name: None}``): not a problem, but not checked either.
     unmapped: bool = False
+    #: The part of the PyTorch tensor this row maps, ``(axis, start, stop)`` (one slice of a fused
+    #: tensor), or None: all of it. It is taken before ``transform``.
+    take: tuple[int, int, int] | None = None
+    #: Where the (taken, transformed) tensor lands in the JAX leaf: ``((axis, start, stop), ...)`` (a
+    #: layer of a stacked leaf, a slice of a fused one); empty: the whole leaf. The piece is reshaped to
+    #: the box's shape (so a stacked layer gains its unit axis, a head axis splits).
+    box: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def status(self) -> str:

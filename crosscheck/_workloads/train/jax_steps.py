@@ -15,6 +15,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from crosscheck._workloads.port import assemble
 from crosscheck._workloads.port.build import Prepared, jax_leaves, jax_side_inputs, port_loss
 from crosscheck._workloads.port.jax_side import to_jax
 from crosscheck._workloads.train.runs import EAGER_STEPS
@@ -89,14 +90,8 @@ def stepper(fn: Callable[..., Any], **hyper: Any) -> Stepper:
 
 
 def _named(prepared: Prepared, tree: Any) -> dict[str, np.ndarray]:
-    """The tree's leaves by PyTorch parameter name, in PyTorch's layout."""
-    out = {}
-    for (name, perm, _), leaf in zip(prepared.sources(), jax.tree_util.tree_leaves(tree), strict=True):
-        if name in prepared.parameters and name not in out:
-            value = np.asarray(leaf)
-            value = value if perm is None else np.transpose(value, np.argsort(perm))
-            out[name] = value.reshape(prepared.parameters[name])  # ``unit axes``: PyTorch's shape again
-    return out
+    """The tree's leaves by PyTorch parameter name, in PyTorch's layout (``assemble.back``)."""
+    return assemble.back(prepared.pieces(), jax.tree_util.tree_leaves(tree), prepared.parameters)
 
 
 def _state(prepared: Prepared, state: Any, trained: Any, whole: Callable[[Any], Any] | None) -> dict:
