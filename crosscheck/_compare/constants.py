@@ -32,3 +32,8 @@ SAFETY = 8.0
 #: The floor: this many unit roundoffs of the largest reference entry, the precision no entry is asked
 #: to beat.
 FLOOR_ULPS = 8.0
+
+#: The status of a port's module output row that differs while the model's output and every gradient
+#: agree: the two implementations cut their modules differently there (``port.boundaries``); not a
+#: failure, shown as such in the table.
+BOUNDARY = "boundary"

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from crosscheck._compare.compare import Comparison, index_text
+from crosscheck._compare.constants import BOUNDARY
 from crosscheck._report.text import markup, markup_lines
 from crosscheck._report.tree import Group, arrange, summarised
 
@@ -49,6 +50,8 @@ class Tabled(Protocol):
 
 
 FAIL, OK = "[red]FAIL[/red]", "[green]ok[/green]"
+#: A port's module output that differs where the model's output and every gradient agree.
+EDGE = "[yellow]boundary[/yellow]"
 #: Columns after backend (and parameter); the worst entry's header is made from the index names.
 NUMBERS = ("max abs diff", "max rel diff", None, "tolerance there", "decided by")
 
@@ -154,14 +157,16 @@ def _rows(
             n = len(c.comparisons)
             label = f"{c.label} ({n} row{'s' * (n != 1)})"
             unjudged = f"{c.unjudgeable}/{c.total}" if c.unjudgeable else "0"
-            verdict = FAIL if c.failed else OK
+            edge = any(m.status == BOUNDARY for m in c.comparisons)
+            verdict = FAIL if c.failed else EDGE if edge else OK
             rows.append(
                 _cells(shown, [markup(label)] * named + [""] * checks, _greatest(c), unjudged, verdict)
             )
             continue
         unjudged = f"{c.unjudgeable}/{c.total}" if c.unjudgeable else "0"
         names = [markup(c.parameter or "")] * named + [CHECK.get(c.question or "", "")] * checks
-        rows.append(_cells(shown, names, _numbers(c), unjudged, OK if c.passed else FAIL))
+        verdict = EDGE if c.status == BOUNDARY else OK if c.passed else FAIL
+        rows.append(_cells(shown, names, _numbers(c), unjudged, verdict))
     return rows
 
 

@@ -27,7 +27,7 @@ from crosscheck._report.report import Report, Section, Verdict
 from crosscheck._workloads.model.judge import GenericJudge
 from crosscheck._workloads.model.oracle.function import Differences
 from crosscheck._workloads.model.workload import GenericWorkload
-from crosscheck._workloads.port import constants, localize, own
+from crosscheck._workloads.port import boundaries, constants, localize, own
 from crosscheck._workloads.port.build import (
     Prepared,
     case_notes,
@@ -184,6 +184,7 @@ class PortJudge:
         out: list[Comparison] = []
         outputs: dict[str, bool | None] = {}
         inputs: dict[str, bool | None] = {}
+        firsts: dict[str, Any] = {}
         for r in torch_runs.main:
             if r.name not in paired:
                 continue
@@ -192,10 +193,13 @@ class PortJudge:
             c = localize.compare_arrays(label, *(_arrays(s, "outputs") for s in sides), **common)
             c = dataclasses.replace(c, module=r.name)
             out.append(c)
+            both = r.outputs and sides[1][0].outputs
+            firsts[r.name] = (r.outputs[0], sides[1][0].outputs[0]) if both else None
             outputs[r.name] = localize.outcome(c)
             if r.inputs and sides[1][0].inputs:  # the first input: the data (masks and caches may differ)
                 ci = localize.compare_arrays("input", *(_arrays(s, "inputs", 1) for s in sides), **common)
                 inputs[r.name] = localize.outcome(ci)
+        out, edges = boundaries.apart(out, outputs, firsts, gradients)  # modules cut differently
         top = type(self.workload.port.torch).__name__
         verdict = (
             localize.listed_verdict(torch_runs.main, paired, outputs, top)
@@ -212,6 +216,7 @@ class PortJudge:
             )
             verdict = dataclasses.replace(verdict, text=verdict.text + top_note)
         verdict = own.losses_differ(self._nowhere(verdict, len(out), gradients), self.inner.findings, name)
+        verdict = boundaries.verdict(verdict, edges)
         if coarse:
             starts = _float32_start(torch_runs, jax_runs, paired, outputs, common)
             verdict = dataclasses.replace(verdict, text=verdict.text + _float32_note(coarse, starts))
