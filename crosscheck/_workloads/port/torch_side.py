@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from crosscheck._workloads.port.matching import TORCH_LAYOUTS, Tensor
+from crosscheck._workloads.port.matching import TORCH_LAYOUTS, Tensor, layout_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,8 +41,8 @@ def tensors(module: torch.nn.Module) -> tuple[list[Tensor], dict[str, np.ndarray
             continue  # a tied alias of a tensor already listed
         owner = module.get_submodule(name.rsplit(".", 1)[0]) if "." in name else module
         kind = "parameter" if name in params and params[name].requires_grad else "buffer"
-        type_name = type(owner).__name__
-        layout = TORCH_LAYOUTS.get(type_name) if name.endswith("weight") else None
+        type_name, layout = layout_of([c.__name__ for c in type(owner).__mro__], TORCH_LAYOUTS)
+        layout = layout if name.endswith("weight") else None
         described.append(Tensor(tuple(name.split(".")), tuple(value.shape), kind, type_name, layout))
         values[name] = value.detach().cpu().numpy().copy()
     return described, values
