@@ -72,7 +72,9 @@ class Tensor:
     ``kind`` is ``"parameter"`` or ``"buffer"`` on the PyTorch side, the collection (``"params"``,
     ``"batch_stats"``) or ``""`` on the JAX side; ``module_type`` the owning module's class name
     (``"Linear"``), ``layout`` its weight layout when known (``"out,in"``); ``skip`` how many leading
-    tokens of ``path`` are not part of the module path (a Flax collection's name).
+    tokens of ``path`` are not part of the module path (a Flax collection's name); ``tied`` the name of
+    the PyTorch tensor this one is (``lm_head.weight`` is ``transformer.wte.weight``: ``state_dict``
+    lists both, ``named_parameters`` one), empty for any other.
     """
 
     path: tuple[str, ...]
@@ -81,6 +83,7 @@ class Tensor:
     module_type: str = ""
     layout: str | None = None
     skip: int = 0
+    tied: str = ""
 
     @property
     def name(self) -> str:
