@@ -182,10 +182,11 @@ def build(
     entries: list[Entry] = []
     used: set[tuple[str, ...]] = set()
     for t in torch:
-        entry = chosen[t.name] if t.name in chosen else match(t, index, used)
-        if entry.jax is not None:
-            used.add(entry.jax.path)
-        entries.append(entry)
+        found = chosen[t.name] if t.name in chosen else match(t, index, used)
+        for entry in found if isinstance(found, list) else [found]:  # a split by override: several
+            if entry.jax is not None:
+                used.add(entry.jax.path)
+            entries.append(entry)
     entries = fused.complete(entries, aliases, jax, index, used)  # fused, split, renamed, tied
     modules: dict[tuple[str, ...], list[str]] = {}
     for t in torch:

@@ -178,6 +178,12 @@ def test_a_square_split_with_unknown_layouts_is_ambiguous_and_says_the_override(
         "decide with overrides={'attn.in_proj_weight': [('attn/q', TRANSFORM), ('attn/k', TRANSFORM), "
         "('attn/v', TRANSFORM)]}, TRANSFORM one of 'identity', 'transpose'"
     ) in problems[0]
+    override = {
+        "attn.in_proj_weight": [("attn/q", "transpose"), ("attn/k", "transpose"), ("attn/v", "transpose")]
+    }
+    decided = mapping.build([T("attn.in_proj_weight", (3 * E, E), "MultiheadAttention")], leaves, override)
+    assert decided.problems() == [] and [r[3] for r in rows(decided)] == [(0, 0, 8), (0, 8, 16), (0, 16, 24)]
+    assert "by override: part 2 of `attn.in_proj_weight` [8:16]" in str(decided)
 
 
 def test_a_square_fuse_with_unknown_layouts_is_ambiguous_and_says_the_box_to_write():
@@ -186,6 +192,16 @@ def test_a_square_fuse_with_unknown_layouts_is_ambiguous_and_says_the_box_to_wri
     problems = table.problems()
     assert len(problems) == 3
     assert "overrides={'attn.k_proj.weight': ('attn/wqkv', TRANSFORM, ((1, 8, 16),))}" in problems[1]
+    override = {
+        f"attn.{n}_proj.weight": ("attn/wqkv", "transpose", ((1, 8 * i, 8 * i + 8),))
+        for i, n in enumerate("qkv")
+    }
+    decided = mapping.build(torch, [P("attn/wqkv", (E, 3 * E))], override)
+    assert decided.problems() == [] and [r[4] for r in rows(decided)] == [
+        ((1, 0, 8),),
+        ((1, 8, 16),),
+        ((1, 16, 24),),
+    ]
 
 
 def test_a_split_whose_sizes_do_not_add_up_is_refused_with_the_override():
@@ -205,6 +221,43 @@ def test_a_fused_tensor_whose_parts_the_port_lacks_stays_unmatched():
     leaves = [P("attn/q", (E, E)), P("attn/k", (E, E))]
     table = mapping.build([T("attn.in_proj_weight", (3 * E, E), "MultiheadAttention")], leaves)
     assert table.mapped() == [] and len(table.problems()) == 3
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"a.in_proj_weight": {"axis": 2, "parts": ["a/q"]}}, "a split is a list of JAX leaves, or {'axis'"),
+        ({"a.in_proj_weight": ["a/q", "a/nope", "a/v"]}, "no JAX leaf `a/nope`"),
+        ({"a.in_proj_weight": ["a/q", "a/k"]}, "do not split its axis 0 (24) into parts"),
+        ({"a.in_proj_weight": [("a/q", "transpose"), "a/k", ("a/v", (1, 0, 2))]}, "does not turn (8, 8)"),
+        (
+            {"a.in_proj_weight": ("a/q", "identity", ((0, 0, 9),))},
+            "is not ((AXIS, START, STOP), ...) inside (8, 8)",
+        ),
+    ],
+    ids=["bad-axis", "no-leaf", "sizes", "bad-transform", "box-outside"],
+)
+def test_a_bad_split_or_box_override_is_one_line(override, message):
+    leaves = [P(f"a/{n}", (E, E)) for n in "qkv"]
+    with pytest.raises(ValueError, match=r"override of `a\.in_proj_weight`") as info:
+        mapping.build([T("a.in_proj_weight", (3 * E, E))], leaves, override)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_split_override_along_a_given_axis_with_wildcards():
+    torch = [T(f"h.{i}.c_attn.weight", (E, 3 * E), "Conv1D") for i in range(2)]
+    leaves = [P(f"h_{i}/{n}", (E, E)) for i in range(2) for n in "qkv"]
+    parts = [("h_*/q", "identity"), ("h_{1}/k", "identity"), ("h_*/v", "identity")]
+    table = mapping.build(torch, leaves, {"h.*.c_attn.weight": {"axis": 1, "parts": parts}})
+    assert table.problems() == []
+    assert [r[1] for r in rows(table)][3:] == ["h_1/q", "h_1/k", "h_1/v"]
+    assert [r[3] for r in rows(table)][3:] == [(1, 0, 8), (1, 8, 16), (1, 16, 24)]
+    # a part without its transform, square, the layouts unknown: ambiguous, and the line says what to write
+    table = mapping.build(
+        torch, leaves, {"h.*.c_attn.weight": {"axis": 1, "parts": ["h_*/q", "h_*/k", "h_*/v"]}}
+    )
+    assert "is ambiguous: by override: part 1 of `h.0.c_attn.weight` axis 1 [0:8]" in table.problems()[0]
+    assert "say it: ('h_0/q', TRANSFORM), TRANSFORM one of 'identity', 'transpose'" in table.problems()[0]
 
 
 # ---- Tied parameters --------------------------------------------------------------------------------
