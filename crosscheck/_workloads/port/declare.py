@@ -61,7 +61,14 @@ class Port(PortFields):
             transform)`` or ``-> None`` (leave it unmapped: the PyTorch model keeps its value, its gradient is
             not checked, and the table and the report say so). A pattern's ``*`` are captured: each ``*`` of a
             target path takes the pattern's ``*`` at its position (``{1}``: the first), so ``{"layer.*.w":
-            "params/layer_*/kernel"}`` covers every layer.
+            "params/layer_*/kernel"}`` covers every layer. A list splits a fused PyTorch tensor, in
+            order, along its first axis, each part a path or ``(path, transform)``:
+            ``{"attn.in_proj_weight": [("params/attn/query/kernel", "transpose"),
+            ("params/attn/key/kernel", "transpose"), ("params/attn/value/kernel", "transpose")]}``;
+            ``{"axis": 1, "parts": [...]}`` splits along another axis; ``("jax/path", transform,
+            ((axis, start, stop), ...))`` puts a tensor into that box of a leaf (a part of a fused
+            ``qkv``). Fused and split projections, head axes and tied weights are mostly mapped with
+            no override (the port guide's "When your port is not one-to-one").
         unused: PyTorch names or glob patterns (``("pooler.*",)``) of parameters declared out of scope:
             the loss does not reach them (no autograd path from them to it, their gradient zero in
             every implementation, confirmed by the oracle). Such a parameter that is not declared

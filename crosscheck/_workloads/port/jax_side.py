@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from crosscheck._errors import user_call
-from crosscheck._workloads.port.matching import EQUINOX_LAYOUTS, JAX_LAYOUTS, Tensor
+from crosscheck._workloads.port.matching import EQUINOX_LAYOUTS, JAX_LAYOUTS, Tensor, layout_of
 from crosscheck._workloads.port.torch_side import Record
 
 Call = Callable[[Any, dict], Any]
@@ -70,7 +70,7 @@ class JaxSide:
         self.kind = kind_of(model)
         self.model, self.call = model, call or (lambda m, inputs: m(**inputs))
         self.listed = tuple(listed)  # the user-listed intermediates the call returns beside its output
-        self.types: dict[tuple[str, ...], str] = {}
+        self.types: dict[tuple[str, ...], tuple[str, ...]] = {}  # module path -> its class's bases' names
         self.kinds: dict[tuple[str, ...], str] = {}
         if self.kind == "linen":  # Flax runs the user's `setup` and `__call__` (traced) here
             tree = user_call(
@@ -97,7 +97,7 @@ class JaxSide:
         import flax.linen as nn
 
         def record(next_fun: Callable, args: Any, kwargs: Any, context: Any) -> Any:
-            self.types.setdefault(tuple(context.module.path), type(context.module).__name__)
+            self.types.setdefault(tuple(context.module.path), bases(type(context.module)))
             return next_fun(*args, **kwargs)
 
         def init() -> Any:
@@ -110,17 +110,18 @@ class JaxSide:
         tokens = tuple(key_name(k) for k in path)
         shape = tuple(int(d) for d in np.shape(leaf))
         if self.kind == "linen":
-            owner = self.types.get(tokens[1:-1], "")
-            layout = JAX_LAYOUTS.get(owner) if tokens[-1] in ("kernel", "embedding") else None
+            owner, layout = layout_of(self.types.get(tokens[1:-1], ()), JAX_LAYOUTS)
+            layout = layout if tokens[-1] in ("kernel", "embedding") else None
             return Tensor(tokens, shape, tokens[0], owner, layout, skip=1)
         if self.kind == "nnx":  # an nnx.State leaf: its path, then the variable's `value`
             tokens = tokens[:-1] if len(tokens) > 1 and tokens[-1] == "value" else tokens
-            owner = self.types.get(tokens[:-1], "")
-            layout = JAX_LAYOUTS.get(owner) if tokens[-1] in ("kernel", "embedding") else None
+            owner, layout = layout_of(self.types.get(tokens[:-1], ()), JAX_LAYOUTS)
+            layout = layout if tokens[-1] in ("kernel", "embedding") else None
             return Tensor(tokens, shape, self.kinds.get(tokens, ""), owner, layout)
-        owner = _owner(self.model, path) if self.kind == "equinox" else ""
-        layout = EQUINOX_LAYOUTS.get(owner) if self.kind == "equinox" and tokens[-1] == "weight" else None
-        return Tensor(tokens, shape, "", owner, layout)
+        if self.kind != "equinox":
+            return Tensor(tokens, shape, "", "", None)
+        owner, layout = layout_of(bases(_owner(self.model, path)), EQUINOX_LAYOUTS)
+        return Tensor(tokens, shape, "", owner, layout if tokens[-1] == "weight" else None)
 
     def rebuild(self, values: Sequence[Any], dtype: Any) -> Any:
         """The model (a bound-ready linen module and its variables, an Equinox module, or the function
@@ -243,8 +244,14 @@ def _in_dtype(module: Any, dtype: Any) -> Any:
     return module.clone(dtype=dtype)
 
 
-def _owner(model: Any, path: Sequence[Any]) -> str:
-    """The class name of the object holding the leaf at ``path`` inside ``model`` (Equinox)."""
+def bases(cls: type) -> tuple[str, ...]:
+    """The names of a class's method resolution order, the class first (layouts are looked up along
+    it: a subclass of Flax's ``Dense`` has ``Dense``'s layout)."""
+    return tuple(c.__name__ for c in cls.__mro__)
+
+
+def _owner(model: Any, path: Sequence[Any]) -> type:
+    """The class of the object holding the leaf at ``path`` inside ``model`` (Equinox)."""
     node = model
     for key in path[:-1]:
         if hasattr(key, "name"):
@@ -253,7 +260,7 @@ def _owner(model: Any, path: Sequence[Any]) -> str:
             node = node[key.idx]
         elif hasattr(key, "key"):
             node = node[key.key]
-    return type(node).__name__
+    return type(node)
 
 
 def shape_of(value: Any) -> str:

@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from crosscheck._workloads.port import fused
 from crosscheck._workloads.port.assemble import tiling, where
 from crosscheck._workloads.port.matching import (
     UNUSED_BUFFER,
@@ -101,6 +102,9 @@ def _pieced(e: Entry) -> bool:
 
 def _problem(e: Entry) -> str | None:
     """The line of an entry that stops the port (an unmatched parameter or leaf, an ambiguity), or None."""
+    if e.status == "ambiguous" and e.torch is not None and e.jax is not None and (e.take or e.box):
+        path = "/".join(e.jax.path)
+        return f"`{e.torch.name}` {e.torch.shape} -> `{path}` {e.jax.shape} is ambiguous: {e.how}"
     if e.status == "ambiguous" and e.torch is not None and e.jax is not None:
         return (
             f"`{e.torch.name}` {e.torch.shape} -> `{'/'.join(e.jax.path)}` {e.jax.shape} is "
@@ -169,6 +173,8 @@ def build(
         ValueError: an override that names no PyTorch tensor, names a JAX leaf that does not exist, or
             asks for a transform that does not fit the shapes (one line each, with the fix).
     """
+    aliases = [t for t in torch if t.tied]  # tied: mapped only where the port has a leaf of their own
+    torch = [t for t in torch if not t.tied]
     by_name = {".".join(t.path): t for t in torch}
     leaves = {"/".join(j.path): j for j in jax}
     index = index_leaves(jax)  # by module and leaf name: a lookup per tensor, not a scan (10 000 tensors)
@@ -176,10 +182,12 @@ def build(
     entries: list[Entry] = []
     used: set[tuple[str, ...]] = set()
     for t in torch:
-        entry = chosen[t.name] if t.name in chosen else match(t, index, used)
-        if entry.jax is not None:
-            used.add(entry.jax.path)
-        entries.append(entry)
+        found = chosen[t.name] if t.name in chosen else match(t, index, used)
+        for entry in found if isinstance(found, list) else [found]:  # a split by override: several
+            if entry.jax is not None:
+                used.add(entry.jax.path)
+            entries.append(entry)
+    entries = fused.complete(entries, aliases, jax, index, used)  # fused, split, renamed, tied
     modules: dict[tuple[str, ...], list[str]] = {}
     for t in torch:
         modules.setdefault(canonical(t.module), []).append(t.name)

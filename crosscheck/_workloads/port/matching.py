@@ -44,9 +44,25 @@ TRANSFORMS: dict[str, tuple[int, ...] | None] = {
 }
 #: Layouts of known modules' weights. PyTorch: ``nn.Linear`` (out, in), ``nn.ConvNd`` (O, I, spatial).
 TORCH_LAYOUTS = {"Linear": "out,in", "Embedding": "rows", **{f"Conv{n}d": "OI.." for n in (1, 2, 3)}}
-#: JAX: Flax `Dense` (in, out), `Conv` (spatial, I, O); Equinox `Linear` (out, in), `Conv` (O, I, ..).
-JAX_LAYOUTS = {"Dense": "in,out", "Linear": "in,out", "Conv": "..IO", "Embed": "rows"}
+#: JAX: Flax `Dense` (in, out), `DenseGeneral` (its input axes, then its output axes: ``(E, H, D)`` for
+#: a query's heads, ``(H, D, E)`` for an output projection), `Conv` (spatial, I, O); Equinox `Linear`
+#: (out, in), `Conv` (O, I, ..).
+JAX_LAYOUTS = {
+    **{name: "in,out" for name in ("Dense", "DenseGeneral", "Linear", "LinearGeneral")},
+    **{"Conv": "..IO", "Embed": "rows"},
+}
 EQUINOX_LAYOUTS = {"Linear": "out,in", "Embedding": "rows", **{f"Conv{n}d": "OI.." for n in (1, 2, 3)}}
+
+
+def layout_of(bases: Sequence[str], table: dict[str, str]) -> tuple[str, str | None]:
+    """The owner's type as the table shows it, and its layout, looked up along the class's bases
+    (``bases``: the names of its method resolution order, the class first): PyTorch's
+    ``NonDynamicallyQuantizableLinear`` (``nn.MultiheadAttention.out_proj``) is a ``Linear``, and
+    shows as ``NonDynamicallyQuantizableLinear (a Linear)``."""
+    for name in bases:
+        if name in table:
+            return (name if name == bases[0] else f"{bases[0]} (a {name})"), table[name]
+    return (bases[0] if bases else ""), None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +72,9 @@ class Tensor:
     ``kind`` is ``"parameter"`` or ``"buffer"`` on the PyTorch side, the collection (``"params"``,
     ``"batch_stats"``) or ``""`` on the JAX side; ``module_type`` the owning module's class name
     (``"Linear"``), ``layout`` its weight layout when known (``"out,in"``); ``skip`` how many leading
-    tokens of ``path`` are not part of the module path (a Flax collection's name).
+    tokens of ``path`` are not part of the module path (a Flax collection's name); ``tied`` the name of
+    the PyTorch tensor this one is (``lm_head.weight`` is ``transformer.wte.weight``: ``state_dict``
+    lists both, ``named_parameters`` one), empty for any other.
     """
 
     path: tuple[str, ...]
@@ -65,6 +83,7 @@ class Tensor:
     module_type: str = ""
     layout: str | None = None
     skip: int = 0
+    tied: str = ""
 
     @property
     def name(self) -> str:

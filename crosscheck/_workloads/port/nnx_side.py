@@ -69,10 +69,10 @@ def kinds(state: Any) -> dict[tuple[str, ...], str]:
     return out
 
 
-def owners(model: Any) -> dict[tuple[str, ...], str]:
-    """Module path -> the class name of the submodule there (``()`` is the top module)."""
+def owners(model: Any) -> dict[tuple[str, ...], tuple[str, ...]]:
+    """Module path -> the names of the submodule's class and its bases (``()`` is the top module)."""
     return {
-        tuple(map(str, path)): type(node).__name__
+        tuple(map(str, path)): tuple(c.__name__ for c in type(node).__mro__)
         for path, node in nnx.iter_graph(model)
         if isinstance(node, nnx.Module)
     }

@@ -13,10 +13,12 @@ gradient is not checked, and the mapping table and the report say so.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
 
+from crosscheck._workloads.port import fused
 from crosscheck._workloads.port.matching import (
     TRANSFORMS,
     UNMAPPED,
@@ -32,14 +34,16 @@ from crosscheck._workloads.port.matching import (
 REFERENCE = re.compile(r"\*|\{(\d+)\}")
 
 
-def decide(overrides: Mapping[str, Any], by_name: dict, leaves: dict, index: Index) -> dict[str, Entry]:
+def decide(
+    overrides: Mapping[str, Any], by_name: dict, leaves: dict, index: Index
+) -> dict[str, Entry | list[Entry]]:
     """The entries the overrides decide, by PyTorch name (a later pattern wins over an earlier one).
 
     Raises:
         ValueError: a pattern that matches no PyTorch tensor, a target with more wildcards than its
             pattern, or an override that does not fit (see ``_override``): one line each, with the fix.
     """
-    out: dict[str, Entry] = {}
+    out: dict[str, Entry | list[Entry]] = {}
     for pattern, value in overrides.items():
         regex = _regex(str(pattern))
         found = [(n, m.groups()) for n in by_name if (m := regex.fullmatch(n)) is not None]
@@ -77,9 +81,14 @@ def _regex(pattern: str) -> re.Pattern[str]:
 
 
 def _substitute(value: Any, groups: tuple[str, ...], pattern: str) -> Any:
-    """``value`` with the captured wildcards put into its target path (a string, or a tuple's first)."""
-    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
-        return (_fill(value[0], groups, pattern), value[1])
+    """``value`` with the captured wildcards put into its target path (a string, or a tuple's first;
+    each part of a split)."""
+    if isinstance(value, list):
+        return [_substitute(v, groups, pattern) for v in value]
+    if isinstance(value, dict) and isinstance(value.get("parts"), list):
+        return {**value, "parts": _substitute(value["parts"], groups, pattern)}
+    if isinstance(value, tuple) and len(value) in (2, 3) and isinstance(value[0], str):
+        return (_fill(value[0], groups, pattern), *value[1:])
     return _fill(value, groups, pattern) if isinstance(value, str) else value
 
 
@@ -100,9 +109,13 @@ def _fill(path: str, groups: tuple[str, ...], pattern: str) -> str:
     return REFERENCE.sub(one, path)
 
 
-def _override(t: Tensor, value: Any, leaves: dict, index: Index) -> Entry:
+def _override(t: Tensor, value: Any, leaves: dict, index: Index) -> Entry | list[Entry]:
     if value is None:
         return Entry(t, None, None, UNMAPPED, unmapped=True)
+    if isinstance(value, (list, dict)):  # a fused tensor split into leaves, in order
+        return _split(t, value, leaves)
+    if isinstance(value, tuple) and len(value) == 3 and isinstance(value[0], str):  # a box of a leaf
+        return _boxed(t, value, leaves)
     path, transform = (value, None) if isinstance(value, str) and value in leaves else (None, value)
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
         path, transform = value
@@ -155,3 +168,101 @@ def _transform_name(t: Tensor, transform: Any) -> str:
         )
     named = [k for k, v in TRANSFORMS.items() if v == perm or (v is None and perm == tuple(range(len(perm))))]
     return named[0] if named else str(perm)
+
+
+def _split(t: Tensor, value: object, leaves: dict[str, Tensor]) -> list[Entry]:
+    """The rows of an override that splits ``t`` in order into JAX leaves: ``[PATH or (PATH,
+    TRANSFORM), ...]`` along its first axis, ``{"axis": AXIS, "parts": [...]}`` along another.
+
+    Raises:
+        ValueError: an axis ``t`` has not, a leaf that does not exist, sizes that do not add up to the
+            axis, a transform that does not fit a part (one line, with the fix).
+    """
+    axis, parts = (value.get("axis", 0), value.get("parts")) if isinstance(value, dict) else (0, value)
+    if not isinstance(parts, list) or not parts or not isinstance(axis, int) or not 0 <= axis < len(t.shape):
+        raise ValueError(
+            f"override of `{t.name}` {t.shape}: a split is a list of JAX leaves, or {{'axis': AXIS, "
+            f"'parts': [...]}} with AXIS one of {list(range(len(t.shape)))}; found {value!r}."
+        )
+    targets = [(p, None) if isinstance(p, str) else tuple(p) for p in parts]
+    missing = [p for p, *_ in targets if p not in leaves]
+    if missing:
+        raise ValueError(
+            f"override of `{t.name}`: no JAX leaf `{missing[0]}`; leaves look like `{_one(leaves)}`."
+        )
+    chosen = [leaves[p] for p, *_ in targets]
+    sizes = fused.part_sizes(t.shape[axis], math.prod(t.shape), chosen, t.shape[axis])
+    if sizes is None:
+        raise ValueError(
+            f"override of `{t.name}` {t.shape}: the leaves {[j.shape for j in chosen]} do not split its axis "
+            f"{axis} ({t.shape[axis]}) into parts; name the axis: {{'axis': AXIS, 'parts': [...]}}."
+        )
+    rows: list[Entry] = []
+    start = 0
+    for (_, *rest), j, size in zip(targets, chosen, sizes, strict=True):
+        take = (axis, start, start + size)
+        shape = tuple(size if a == axis else d for a, d in enumerate(t.shape))
+        transform, how, choices = _chosen(t, j, shape, j.shape, 1, rest[0] if rest else None)
+        said = f"by override: part {len(rows) + 1} of `{t.name}` {fused.span(take)}; {how}"
+        said += fused.heads(shape, transform, j.shape)
+        if transform is None:
+            listed = ", ".join(map(repr, choices))
+            said += f"; say it: ('{'/'.join(j.path)}', TRANSFORM), TRANSFORM one of {listed}"
+        rows.append(Entry(t, j, transform, said, choices, take=take))
+        start += size
+    return rows
+
+
+def _boxed(t: Tensor, value: tuple, leaves: dict[str, Tensor]) -> Entry:
+    """The row of an override ``(PATH, TRANSFORM, ((AXIS, START, STOP), ...))``: ``t`` fills that box
+    of the leaf (a part of a fused ``qkv`` leaf).
+
+    Raises:
+        ValueError: a leaf that does not exist, a box outside it, a transform that does not fit.
+    """
+    from crosscheck._workloads.port.assemble import box_shape
+
+    path, transform, box = value
+    if path not in leaves:
+        raise ValueError(
+            f"override of `{t.name}`: no JAX leaf `{path}`; leaves look like `{next(iter(leaves), '')}`."
+        )
+    j = leaves[path]
+    try:
+        box = tuple((int(a), int(s), int(e)) for a, s, e in box)
+        inside = all(0 <= a < len(j.shape) and 0 <= s < e <= j.shape[a] for a, s, e in box)
+    except (TypeError, ValueError):
+        inside = False
+    if not inside:
+        raise ValueError(
+            f"override of `{t.name}`: the box {value[2]!r} is not ((AXIS, START, STOP), ...) inside "
+            f"{j.shape} of `{path}`."
+        )
+    shape = box_shape(j.shape, box)
+    start = math.prod(j.shape[: box[0][0]]) if len(box) == 1 else 1
+    chosen, how, choices = _chosen(t, j, t.shape, shape, start, transform)
+    return Entry(
+        t,
+        j,
+        chosen,
+        f"by override: at {fused.span(box[0])}; {how}{fused.heads(t.shape, chosen, shape)}",
+        choices,
+        box=box,
+    )
+
+
+def _chosen(t: Tensor, j: Tensor, shape: tuple, box: tuple, start: int, transform: str | None) -> tuple:
+    """The transform an override says (checked against the shapes), else the one the layouts decide."""
+    if transform is None:
+        return fused.decide([(t, j, shape, box, start)])
+    fits = fused.fitting(shape, box, start)
+    if transform not in fits:
+        raise ValueError(
+            f"override of `{t.name}`: `{transform}` does not turn {shape} into {box} of "
+            f"`{'/'.join(j.path)}` (a reshape may only split or join axes); fitting: {fits or 'none'}."
+        )
+    return transform, "the transform it says", ()
+
+
+def _one(leaves: dict[str, Tensor]) -> str:
+    return next(iter(leaves), "")

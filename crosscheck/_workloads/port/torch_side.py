@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from crosscheck._workloads.port.matching import TORCH_LAYOUTS, Tensor
+from crosscheck._workloads.port.matching import TORCH_LAYOUTS, Tensor, layout_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,15 +36,20 @@ def tensors(module: torch.nn.Module) -> tuple[list[Tensor], dict[str, np.ndarray
     params = dict(module.named_parameters())
     buffers = dict(module.named_buffers())
     described, values = [], {}
+    listed = {id(v): k for k, v in (*params.items(), *buffers.items())}
     for name, value in module.state_dict(keep_vars=True).items():
-        if name not in params and name not in buffers:
-            continue  # a tied alias of a tensor already listed
+        tied = "" if name in params or name in buffers else listed.get(id(value), "")
+        if (name not in params and name not in buffers) and not tied:
+            continue
         owner = module.get_submodule(name.rsplit(".", 1)[0]) if "." in name else module
-        kind = "parameter" if name in params and params[name].requires_grad else "buffer"
-        type_name = type(owner).__name__
-        layout = TORCH_LAYOUTS.get(type_name) if name.endswith("weight") else None
-        described.append(Tensor(tuple(name.split(".")), tuple(value.shape), kind, type_name, layout))
-        values[name] = value.detach().cpu().numpy().copy()
+        kind = "parameter" if tied in params or (name in params and params[name].requires_grad) else "buffer"
+        type_name, layout = layout_of([c.__name__ for c in type(owner).__mro__], TORCH_LAYOUTS)
+        layout = layout if name.endswith("weight") else None
+        described.append(
+            Tensor(tuple(name.split(".")), tuple(value.shape), kind, type_name, layout, tied=tied)
+        )
+        if not tied:  # a tied alias (``lm_head.weight`` is ``wte.weight``): its tensor's values
+            values[name] = value.detach().cpu().numpy().copy()
     return described, values
 
 
