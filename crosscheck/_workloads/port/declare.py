@@ -61,7 +61,12 @@ class Port(PortFields):
             transform)`` or ``-> None`` (leave it unmapped: the PyTorch model keeps its value, its gradient is
             not checked, and the table and the report say so). A pattern's ``*`` are captured: each ``*`` of a
             target path takes the pattern's ``*`` at its position (``{1}``: the first), so ``{"layer.*.w":
-            "params/layer_*/kernel"}`` covers every layer.
+            "params/layer_*/kernel"}`` covers every layer. ``-> ("jax/path", transform, "stacked")`` (or
+            ``("jax/path", "stacked")``: the layouts decide the transform) maps each tensor onto one layer of
+            a stacked leaf ``(L, ...)``, the pattern's first ``*`` its index: ``{"layers.*.linear.weight":
+            ("params/layers/linear/kernel", "transpose", "stacked")}``. A scanned port's stacked leaves are
+            found without it where the names tell (``layers/linear/kernel`` ``(L, ...)`` for
+            ``layers.{i}.linear.weight``); the override decides where they do not or are ambiguous.
         unused: PyTorch names or glob patterns (``("pooler.*",)``) of parameters declared out of scope:
             the loss does not reach them (no autograd path from them to it, their gradient zero in
             every implementation, confirmed by the oracle). Such a parameter that is not declared

@@ -2,8 +2,9 @@
 table.
 
 Each PyTorch tensor is matched to a JAX leaf by name and by layout (``matching``), after the user's
-``overrides`` decided theirs (``overrides``); ``build`` makes the table of every entry, and every row says
-what was mapped to what, with which transform, and how it was decided.
+``overrides`` decided theirs (``overrides``); what is left is matched onto stacked leaves, one layer of a
+leaf ``(L, ...)`` per tensor (``stacked``: a scanned port). ``build`` makes the table of every entry, and
+every row says what was mapped to what, with which transform, and how it was decided.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from crosscheck._workloads.port.matching import (
     match,
 )
 from crosscheck._workloads.port.overrides import decide
+from crosscheck._workloads.port.stacked import STACKED, is_stacked, pattern, stack
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +103,12 @@ def _pieced(e: Entry) -> bool:
 
 def _problem(e: Entry) -> str | None:
     """The line of an entry that stops the port (an unmatched parameter or leaf, an ambiguity), or None."""
+    if e.status == "ambiguous" and e.torch is not None and e.jax is not None and is_stacked(e):
+        return (
+            f"`{e.torch.name}` {e.torch.shape} -> `{'/'.join(e.jax.path)}` {e.jax.shape} is ambiguous: "
+            f"{e.how}; decide with overrides={{'{pattern(e)}': ('{'/'.join(e.jax.path)}', TRANSFORM, "
+            f"'{STACKED}')}}, TRANSFORM one of {', '.join(repr(c) for c in e.choices)}"
+        )
     if e.status == "ambiguous" and e.torch is not None and e.jax is not None:
         return (
             f"`{e.torch.name}` {e.torch.shape} -> `{'/'.join(e.jax.path)}` {e.jax.shape} is "
@@ -160,6 +168,16 @@ def _unusual(row: Mapping[str, Any]) -> bool:
     return row["status"] != "mapped" and row["how"] != UNUSED_BUFFER
 
 
+def _by_name(torch: Sequence[Tensor], jax: Sequence[Tensor]) -> list[Entry]:
+    """The ordinary matching of ``torch`` onto ``jax`` (by name and layout), one entry per tensor."""
+    index, used, out = index_leaves(jax), set[tuple[str, ...]](), list[Entry]()
+    for t in torch:
+        out.append(match(t, index, used))
+        if out[-1].jax is not None:
+            used.add(out[-1].jax.path)
+    return out
+
+
 def build(
     torch: Sequence[Tensor], jax: Sequence[Tensor], overrides: Mapping[str, Any] | None = None
 ) -> Table:
@@ -180,6 +198,7 @@ def build(
         if entry.jax is not None:
             used.add(entry.jax.path)
         entries.append(entry)
+    entries = stack(entries, jax, used, _by_name)  # what is left: one leaf (L, ...) for L layers' tensors
     modules: dict[tuple[str, ...], list[str]] = {}
     for t in torch:
         modules.setdefault(canonical(t.module), []).append(t.name)
