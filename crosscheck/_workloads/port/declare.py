@@ -49,7 +49,9 @@ class Port(PortFields):
             differs. The values come from the very forward pass whose gradient is checked (a separate
             function could compute them right while the forward is wrong) and need no tracing trick,
             so ``jax.vmap`` and ``jax.jit`` inside work; the names are checked when the port is
-            prepared, against the PyTorch modules and the shapes of their outputs.
+            prepared, against the PyTorch modules and the shapes of their outputs. A name with one ``*``
+            (``layers.*.linear``) stands for ``layers.0.linear`` to ``layers.{L-1}.linear``: the call returns
+            one array ``(L, ...)`` for it (a scan's per-step outputs, stacked), split into one per layer.
         output: ``output -> array`` (or a pytree of arrays) on both sides, what the loss sees (default:
             the whole output).
         loss: ``array -> scalar`` on both sides, given ``output``'s pick (default: the first array). The

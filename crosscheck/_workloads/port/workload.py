@@ -357,12 +357,11 @@ def _arrays(side: tuple[Any, Any], attr: str, limit: int | None = None) -> tuple
 
 
 def _module_pairs(prepared: Prepared) -> dict[str, str]:
-    """PyTorch module -> JAX module of every mapped tensor (dotted names, without Flax's collection)."""
-    return {
-        ".".join(e.torch.module): ".".join(e.jax.module)
-        for e in prepared.table.mapped()
-        if e.torch is not None and e.jax is not None
-    }
+    """PyTorch module -> JAX module of every mapped tensor (dotted names, without Flax's collection; a
+    stacked layer ``i``: the module's ``i + 1``-th call, ``stacked.module_pairs``)."""
+    from crosscheck._workloads.port.stacked import module_pairs
+
+    return module_pairs(prepared.table.mapped())
 
 
 def _torch_capture(prepared: Prepared, params: dict, inputs: dict) -> list:

@@ -1,5 +1,7 @@
 """Stacked layers: one JAX leaf ``(L, ...)`` for the ``L`` PyTorch tensors ``layers.{i}.X`` (a scanned
-port), mapped without an override, refused where it is ambiguous, named by overrides."""
+port), mapped without an override, refused where it is ambiguous, named by overrides; and a scanned
+port's verdict naming the layer and module that differs (linen ``nn.scan`` + ``nn.remat``, ``nnx.scan``,
+Equinox ``filter_vmap`` + ``lax.scan`` with stacked ``jax_intermediates``)."""
 
 from __future__ import annotations
 
@@ -181,3 +183,91 @@ def test_a_stacked_intermediate_is_spread_into_one_record_per_layer():
     assert [name for name, _ in spread] == ["layers.0.linear", "layers.1.linear", "layers.2.linear"]
     np.testing.assert_array_equal(spread[2][1], [8, 9, 10, 11])
     assert stacked.spread("fc1", 5) == [("fc1", 5)]
+
+
+# ---- Scanned ports, end to end ---------------------------------------------------------------------------
+
+KINDS = {"linen": "flax", "nnx": "flax", "equinox": "equinox"}
+
+
+@pytest.fixture(params=list(KINDS))
+def kind(request):
+    pytest.importorskip("torch")
+    pytest.importorskip(KINDS[request.param])
+    return request.param
+
+
+def test_a_healthy_scanned_port_maps_without_override_and_passes_module_by_module(kind):
+    import scanned
+
+    port = scanned.port(kind)
+    rows = port.mapping.rows()
+    assert len(rows) == 2 * scanned.L and all(r["status"] == "mapped" and r["box"] for r in rows)
+    report, verdict = scanned.verdict(port)
+    assert report.passed, report.problems
+    assert verdict["starts_in"] == "nowhere"
+    outputs = {c.parameter for c in report.comparisons if "(output)" in (c.parameter or "")}
+    assert {f"layers.{i}.linear (output)" for i in range(scanned.L)} <= outputs  # each layer compared
+
+
+@pytest.mark.parametrize(
+    ("bug", "module"),
+    [({"bug_layer": 2}, "layers.2.linear"), ({"reverse": True}, "layers.0.linear")],
+    ids=["a-bug-in-layer-2", "layers-in-the-wrong-order"],
+)
+def test_a_planted_bug_in_a_scanned_port_names_its_layer(kind, bug, module):
+    import scanned
+
+    report, verdict = scanned.verdict(scanned.port(kind, **bug))
+    assert not report.passed
+    assert (verdict["starts_in"], verdict["module"]) == ("forward", module), verdict["text"]
+
+
+@pytest.mark.parametrize("kind_", ["linen", "nnx"])
+def test_a_stacked_kernel_not_transposed_names_the_first_layer(kind_):
+    pytest.importorskip("flax")
+    import scanned
+
+    path = {"linen": "params/layers/linear/kernel", "nnx": "layers/linear/kernel"}[kind_]
+    port = scanned.port(kind_, overrides={"layers.*.linear.weight": (path, "identity", "stacked")})
+    report, verdict = scanned.verdict(port)
+    assert not report.passed
+    assert (verdict["starts_in"], verdict["module"]) == ("forward", "layers.0.linear"), verdict["text"]
+
+
+def test_a_scanned_linen_port_passes_against_the_oracle_in_float64():
+    pytest.importorskip("flax")
+    import scanned
+
+    report, verdict = scanned.verdict(scanned.port("linen"), dtype="float64", reference="numpy-fd")
+    assert report.passed, report.problems
+    assert verdict["starts_in"] == "nowhere"
+
+
+@pytest.mark.parametrize(
+    ("listed", "returned", "message"),
+    [
+        (("layers.*.linear",), lambda a: a[:3],
+         r"`layers.\*.linear` has shape \(3, 3, 6\) on the JAX side, its leading axis the layers; "
+         r"PyTorch has 4 modules `layers.0.linear` to `layers.3.linear`\.$"),
+        (("layers.*.linear",), lambda a: a[:, :, :2],
+         r"`layers.\*.linear` has shape \(4, 3, 2\) on the JAX side, layer layers.0.linear: \(3, 2\); "
+         r"PyTorch's `layers.0.linear` \(Linear\) outputs \(3, 6\)\.$"),
+        (("blocks.*.linear",), lambda a: a,
+         r"`blocks.\*.linear` stands for PyTorch modules numbered 0 to L-1"),
+        (("layers.*.*",), lambda a: a, r"`layers.\*.\*` has 2 `\*`"),
+    ],
+    ids=["leading-length", "layer-shape", "no-module", "two-wildcards"],
+)  # fmt: skip
+def test_a_wrong_stacked_intermediate_is_one_line(listed, returned, message):
+    pytest.importorskip("equinox")
+    import scanned
+
+    def call(model, inputs):
+        out, found = scanned._batched(model, inputs)
+        return out, {listed[0]: returned(found["layers.*.linear"])}
+
+    port = scanned.port("equinox", jax_call=call, jax_intermediates=listed)
+    with pytest.raises(ValueError, match=message) as raised:
+        print(port.mapping)
+    assert "\n" not in str(raised.value)
