@@ -123,7 +123,7 @@ def _recording(
             record = functools.partial(done, name, type(self).__name__, narrow(out))
             if steps.traced((args, kwargs, out)):
                 steps.later((args, kwargs), out, record)
-            else:
+            elif not steps.traced_at_all((args, kwargs, out)):  # `nnx.vmap`'s tracers: not recorded
                 record((args, kwargs), out)
             return out
 

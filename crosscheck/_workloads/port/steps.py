@@ -18,7 +18,16 @@ import numpy as np
 
 
 def traced(value: Any) -> bool:
-    """Whether any array of ``value`` is a tracer (the call runs inside a transform)."""
+    """Whether ``value``'s arrays are those of a traced body (a scan's step, a checkpointed or jitted
+    function): a tracer, and none of ``jax.vmap``'s, whose call back would run once per batch element,
+    not once per call (such a call is left as before: not recorded by nnx, a failed capture in linen)."""
+    tracers = [leaf for leaf in jax.tree_util.tree_leaves(value) if isinstance(leaf, jax.core.Tracer)]
+    # JAX exports no name for vmap's tracer class (jax.interpreters.batching.BatchTracer is gone)
+    return bool(tracers) and not any(type(leaf).__name__ == "BatchTracer" for leaf in tracers)
+
+
+def traced_at_all(value: Any) -> bool:
+    """Whether any array of ``value`` is a tracer (of any transform)."""
     return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(value))
 
 

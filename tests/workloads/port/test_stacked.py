@@ -271,3 +271,37 @@ def test_a_wrong_stacked_intermediate_is_one_line(listed, returned, message):
     with pytest.raises(ValueError, match=message) as raised:
         print(port.mapping)
     assert "\n" not in str(raised.value)
+
+
+def test_a_module_called_under_nnx_vmap_is_left_out_as_before():
+    """``jax.debug.callback`` under ``vmap`` runs once per batch element: such calls are not shipped out
+    per step (they would be misread as several calls), and the port passes on its output as before."""
+    pytest.importorskip("flax")
+    import torch
+    from flax import nnx
+
+    import crosscheck
+
+    class Original(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.fc(x)
+
+    class Mapped(nnx.Module):
+        def __init__(self, rngs):
+            self.fc = nnx.Linear(4, 3, rngs=rngs)
+
+        def __call__(self, x):
+            return nnx.vmap(lambda m, v: m(v), in_axes=(None, 0))(self.fc, x)
+
+    torch.manual_seed(0)
+    x = {"x": np.random.default_rng(0).standard_normal((5, 4))}
+    port = crosscheck.Port(name="vmapped", torch=Original().eval(), jax=Mapped(nnx.Rngs(0)), inputs=x)
+    report = crosscheck.run(workload=port, reference="torch", backends=["jax"])
+    assert report.passed, report.problems
+    assert [c.parameter for c in report.comparisons if "(output)" in (c.parameter or "")] == [
+        "(model) (output)"
+    ]
