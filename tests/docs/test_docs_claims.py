@@ -110,6 +110,7 @@ NEEDS = {
     "examples.port.convnet:": ("flax",),
     "examples.port.gpt2": ("flax", "transformers"),
     "examples.port.block_equinox": ("equinox",),
+    "examples.port.scanned_linen": ("flax",),
 }
 
 

@@ -305,3 +305,33 @@ def test_a_module_called_under_nnx_vmap_is_left_out_as_before():
     assert [c.parameter for c in report.comparisons if "(output)" in (c.parameter or "")] == [
         "(model) (output)"
     ]
+
+
+# ---- The example: examples/port/scanned_linen.py ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def scanned_linen():
+    pytest.importorskip("torch")
+    pytest.importorskip("flax")
+    from examples.port import scanned_linen
+
+    return scanned_linen
+
+
+def test_the_scanned_linen_example_maps_every_layer_without_an_override(scanned_linen):
+    rows = scanned_linen.port.mapping.rows()
+    layers = [r for r in rows if r["torch"].startswith("layers.")]
+    assert len(layers) == 6 * scanned_linen.L and all(
+        r["box"] and "stacked: layer" in r["how"] for r in layers
+    )
+    assert all(r["status"] == "mapped" for r in rows)
+
+
+@pytest.mark.parametrize("bug", ["layer_order", "epsilon"])
+def test_each_planted_scanned_linen_bug_names_its_layer_and_module(scanned_linen, bug):
+    import scanned
+
+    report, verdict = scanned.verdict(getattr(scanned_linen, bug))
+    assert not report.passed
+    assert (verdict["starts_in"], verdict["module"]) == ("forward", scanned_linen.BUGS[bug][1])
