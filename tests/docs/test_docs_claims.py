@@ -111,6 +111,7 @@ NEEDS = {
     "examples.port.gpt2": ("flax", "transformers"),
     "examples.port.block_equinox": ("equinox",),
     "examples.port.transformer_linen": ("flax",),
+    "examples.port.scanned_linen": ("flax",),
 }
 
 

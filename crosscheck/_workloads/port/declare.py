@@ -49,7 +49,9 @@ class Port(PortFields):
             differs. The values come from the very forward pass whose gradient is checked (a separate
             function could compute them right while the forward is wrong) and need no tracing trick,
             so ``jax.vmap`` and ``jax.jit`` inside work; the names are checked when the port is
-            prepared, against the PyTorch modules and the shapes of their outputs.
+            prepared, against the PyTorch modules and the shapes of their outputs. A name with one ``*``
+            (``layers.*.linear``) stands for ``layers.0.linear`` to ``layers.{L-1}.linear``: the call returns
+            one array ``(L, ...)`` for it (a scan's per-step outputs, stacked), split into one per layer.
         output: ``output -> array`` (or a pytree of arrays) on both sides, what the loss sees (default:
             the whole output).
         loss: ``array -> scalar`` on both sides, given ``output``'s pick (default: the first array). The
@@ -69,6 +71,12 @@ class Port(PortFields):
             ((axis, start, stop), ...))`` puts a tensor into that box of a leaf (a part of a fused
             ``qkv``). Fused and split projections, head axes and tied weights are mostly mapped with
             no override (the port guide's "When your port is not one-to-one").
+            ``-> ("jax/path", transform, "stacked")`` (or
+            ``("jax/path", "stacked")``: the layouts decide the transform) maps each tensor onto one layer of
+            a stacked leaf ``(L, ...)``, the pattern's first ``*`` its index: ``{"layers.*.linear.weight":
+            ("params/layers/linear/kernel", "transpose", "stacked")}``. A scanned port's stacked leaves are
+            found without it where the names tell (``layers/linear/kernel`` ``(L, ...)`` for
+            ``layers.{i}.linear.weight``); the override decides where they do not or are ambiguous.
         unused: PyTorch names or glob patterns (``("pooler.*",)``) of parameters declared out of scope:
             the loss does not reach them (no autograd path from them to it, their gradient zero in
             every implementation, confirmed by the oracle). Such a parameter that is not declared

@@ -7,12 +7,15 @@ leave the transform), so the user lists which PyTorch modules' outputs the JAX f
 beside its own. Each listed name must be a PyTorch module that the forward pass calls (``name#2``: its
 second call); the JAX call, traced once with ``jax.eval_shape`` on the example inputs, must return
 ``(output, {name: array})`` with exactly the listed names, and each array must have the shape of the
-PyTorch module's output (or its channels-last layout). Every failure is one line: a ``ValueError``, or
-a ``TypeError`` for a value of the wrong type.
+PyTorch module's output (or its channels-last layout). A name with one ``*`` (``layers.*.linear``)
+stands for the modules ``layers.0.linear`` to ``layers.{L-1}.linear``: the JAX call returns ONE array
+``(L, ...)`` for it (a scan's per-step outputs), its leading axis the layers, split into one record per
+layer. Every failure is one line: a ``ValueError``, or a ``TypeError`` for a value of the wrong type.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,15 +40,51 @@ def check(port: PortFields, side: Any, wrapped: Any, values: dict, example: dict
             f"{where} is for an Equinox module or a function; a Flax {side.kind} module's submodule "
             f"outputs are captured without it."
         )
-    torch_shapes = _torch_shapes(port, wrapped, values, example, names)
+    layers = {n: _layers(port, n) for n in names}
+    torch_shapes = _torch_shapes(port, wrapped, values, example, tuple(k for n in names for k in layers[n]))
     jax_shapes = _jax_shapes(port, side, jax_example)
     for name in names:
-        t, j = torch_shapes[name], jax_shapes[name]
-        if not (j == t[1] or (len(j) >= 3 and (j[0], j[-1], *j[1:-1]) == t[1])):  # or channels-last
+        j = jax_shapes[name]
+        if "*" in name and (not j or j[0] != len(layers[name])):
             raise ValueError(
-                f"{where}: `{name}` has shape {j} on the JAX side; PyTorch's `{name}` ({t[0]}) "
-                f"outputs {t[1]}."
+                f"{where}: `{name}` has shape {j} on the JAX side, its leading axis the layers; PyTorch "
+                f"has {len(layers[name])} modules `{layers[name][0]}` to `{layers[name][-1]}`."
             )
+        for layer in layers[name]:  # a stacked array (L, ...): each layer's part against its module
+            t, shape = torch_shapes[layer], j[1:] if "*" in name else j
+            if not (shape == t[1] or (len(shape) >= 3 and (shape[0], shape[-1], *shape[1:-1]) == t[1])):
+                said = f"`{name}` has shape {j} on the JAX side" + (
+                    f", layer {layer}: {shape}" * ("*" in name)
+                )
+                raise ValueError(f"{where}: {said}; PyTorch's `{layer}` ({t[0]}) outputs {t[1]}.")
+
+
+def _layers(port: PortFields, name: str) -> list[str]:
+    """The PyTorch modules a listed name stands for: itself, or for a pattern ``layers.*.linear`` (one
+    ``*``, a layer index) the modules ``layers.0.linear`` to ``layers.{L-1}.linear``, in order.
+
+    Raises:
+        ValueError: a pattern with several ``*``, or whose modules are not numbered ``0 .. L-1``.
+    """
+    if "*" not in name:
+        return [name]
+    where = f"port `{port.name}`: `jax_intermediates`"
+    if name.count("*") != 1:
+        raise ValueError(
+            f"{where}: `{name}` has {name.count('*')} `*`; a stacked name has one, the layer index."
+        )
+    before, after = (re.escape(part) for part in name.split("*"))
+    found = {}
+    for module, _ in port.torch.named_modules():
+        matched = re.fullmatch(f"{before}(\\d+){after}", module)
+        if matched is not None:
+            found[int(matched.group(1))] = module
+    if not found or sorted(found) != list(range(len(found))):
+        raise ValueError(
+            f"{where}: `{name}` stands for PyTorch modules numbered 0 to L-1 where `*` is, found "
+            f"{[found[k] for k in sorted(found)] or 'none'}."
+        )
+    return [found[k] for k in sorted(found)]
 
 
 def _torch_shapes(

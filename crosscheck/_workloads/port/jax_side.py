@@ -6,7 +6,9 @@ from leaf values, and how to call it; a linen module also reports every submodul
 and outputs, through ``flax.linen.intercept_methods``) for the module-by-module comparison, an nnx
 module too (its submodules' ``__call__`` wrapped for the capture pass: ``nnx_side``); an Equinox
 module or a function reports the intermediates its call returns for the PyTorch modules listed in
-``Port(jax_intermediates=...)`` (checked by ``intermediates``).
+``Port(jax_intermediates=...)`` (checked by ``intermediates``; a stacked ``layers.*.X`` split per layer).
+A linen submodule called inside ``nn.scan`` (or ``nn.remat``) sees tracers: each step's values are
+recorded when the step runs (``steps``), the k-th call of a module path named ``path#k``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from crosscheck._errors import user_call
+from crosscheck._workloads.port import steps
 from crosscheck._workloads.port.matching import EQUINOX_LAYOUTS, JAX_LAYOUTS, Tensor, layout_of
+from crosscheck._workloads.port.stacked import spread
 from crosscheck._workloads.port.torch_side import Record
 
 Call = Callable[[Any, dict], Any]
@@ -179,7 +183,9 @@ class JaxSide:
             return nnx_side.capture(self.rebuild(values, dtype)[0], self.call, inputs, _numpy, narrow)
         if self.kind != "linen":
             out, found = self.split(self.run(values, inputs, dtype))
-            listed = [Record(n, "", (), _numpy(found[n]), narrow(found[n])) for n in self.listed]
+            listed = [
+                Record(k, "", (), _numpy(v), narrow(v)) for n in self.listed for k, v in spread(n, found[n])
+            ]
             return [*listed, Record("", type(self.model).__name__, (), _numpy(out), narrow(out))]
         import flax.linen as nn
 
@@ -203,17 +209,26 @@ class JaxSide:
                 depth["calls"] -= 1
                 depth["inner"] -= inner
             if context.method_name == "__call__" and not inner and not depth["inner"]:
-                name = ".".join(context.module.path)
-                seen[name] = seen.get(name, 0) + 1
-                label = name if seen[name] == 1 else f"{name}#{seen[name]}"
-                arrays = (_numpy((args, kwargs)), _numpy(out))
-                records.append(Record(label, type(context.module).__name__, *arrays, narrow(out)))
+                name, kind = ".".join(context.module.path), type(context.module).__name__
+                done = functools.partial(_recorded, records, seen, name, kind, narrow(out))
+                if steps.traced((args, kwargs, out)):  # inside a scan: each step's values, when it runs
+                    steps.later((args, kwargs), out, done)
+                else:
+                    done((args, kwargs), out)
             return out
 
         model, variables = self.rebuild(values, dtype)
         with nn.intercept_methods(record):
             nn.apply(self.call, model)(variables, inputs)
+        steps.settle()
         return records
+
+
+def _recorded(records: list, seen: dict, name: str, kind: str, low: bool, inputs: Any, out: Any) -> None:
+    """One module call's record (its ``k``-th call of that path named ``name#k``), appended."""
+    seen[name] = seen.get(name, 0) + 1
+    label = name if seen[name] == 1 else f"{name}#{seen[name]}"
+    records.append(Record(label, kind, _numpy(inputs), _numpy(out), low))
 
 
 def _numpy(value: Any) -> tuple[np.ndarray, ...]:

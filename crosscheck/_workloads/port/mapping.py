@@ -2,8 +2,9 @@
 table.
 
 Each PyTorch tensor is matched to a JAX leaf by name and by layout (``matching``), after the user's
-``overrides`` decided theirs (``overrides``); ``build`` makes the table of every entry, and every row says
-what was mapped to what, with which transform, and how it was decided.
+``overrides`` decided theirs (``overrides``); what is left is matched onto stacked leaves, one layer of a
+leaf ``(L, ...)`` per tensor (``stacked``: a scanned port). ``build`` makes the table of every entry, and
+every row says what was mapped to what, with which transform, and how it was decided.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from crosscheck._workloads.port.matching import (
     match,
 )
 from crosscheck._workloads.port.overrides import decide
+from crosscheck._workloads.port.stacked import STACKED, is_stacked, pattern, stack
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +104,12 @@ def _pieced(e: Entry) -> bool:
 
 def _problem(e: Entry) -> str | None:
     """The line of an entry that stops the port (an unmatched parameter or leaf, an ambiguity), or None."""
+    if e.status == "ambiguous" and e.torch is not None and e.jax is not None and is_stacked(e):
+        return (
+            f"`{e.torch.name}` {e.torch.shape} -> `{'/'.join(e.jax.path)}` {e.jax.shape} is ambiguous: "
+            f"{e.how}; decide with overrides={{'{pattern(e)}': ('{'/'.join(e.jax.path)}', TRANSFORM, "
+            f"'{STACKED}')}}, TRANSFORM one of {', '.join(repr(c) for c in e.choices)}"
+        )
     if e.status == "ambiguous" and e.torch is not None and e.jax is not None and (e.take or e.box):
         path = "/".join(e.jax.path)
         return f"`{e.torch.name}` {e.torch.shape} -> `{path}` {e.jax.shape} is ambiguous: {e.how}"
@@ -164,6 +172,18 @@ def _unusual(row: Mapping[str, Any]) -> bool:
     return row["status"] != "mapped" and row["how"] != UNUSED_BUFFER
 
 
+def _ordinary(torch: Sequence[Tensor], jax: Sequence[Tensor]) -> list[Entry]:
+    """The matching of ``torch`` onto ``jax`` a stacked leaf's layers get (``stacked.stack``): by name and
+    layout, then the fused, split and renamed patterns (``fused``) on what is left; several rows for a
+    fused tensor split."""
+    index, used, out = index_leaves(jax), set[tuple[str, ...]](), list[Entry]()
+    for t in torch:
+        out.append(match(t, index, used))
+        if out[-1].jax is not None:
+            used.add(out[-1].jax.path)
+    return fused.complete(out, (), jax, index, used)
+
+
 def build(
     torch: Sequence[Tensor], jax: Sequence[Tensor], overrides: Mapping[str, Any] | None = None
 ) -> Table:
@@ -188,6 +208,7 @@ def build(
                 used.add(entry.jax.path)
             entries.append(entry)
     entries = fused.complete(entries, aliases, jax, index, used)  # fused, split, renamed, tied
+    entries = stack(entries, jax, used, _ordinary)  # what is left: one leaf (L, ...) for L layers' tensors
     modules: dict[tuple[str, ...], list[str]] = {}
     for t in torch:
         modules.setdefault(canonical(t.module), []).append(t.name)

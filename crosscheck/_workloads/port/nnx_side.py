@@ -7,7 +7,9 @@ and the rest (random-number state, integer counters), kept as it is. ``nnx.merge
 module from mapped leaves inside the differentiated function, so ``jax.grad`` sees them. For the
 forward-only capture pass the merged module's submodules are plain Python objects: their classes'
 ``__call__`` is wrapped for that call only (restored after), recording each submodule call of that
-module graph, by its attribute path, with its inputs and output.
+module graph, by its attribute path, with its inputs and output. Inside ``nnx.scan`` the calls are made on
+copies of the modules (each carries its path as an attribute, which the copies keep) and see tracers:
+each step's values are recorded when the step runs (``steps``), the k-th call of a path named ``#k``.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from crosscheck._workloads.port import steps
 from crosscheck._workloads.port.torch_side import Record
 
 #: Module attributes that say a module is in training mode when False (``module.eval()`` sets them).
@@ -83,35 +85,46 @@ def merge(static: tuple[Any, Any], state: Any) -> Any:
     return nnx.merge(graphdef, state, rest)
 
 
+#: The attribute that carries a module's path in the capture's model: nnx's transforms (``nnx.scan``,
+#: ``nnx.vmap``) call copies of the modules, made from the graph with their static attributes.
+PATH = "_crosscheck_path"
+
+
 @contextlib.contextmanager
 def _recording(
     model: Any, records: list[Record], numpy: Callable[[Any], Any], narrow: Callable[[Any], bool]
 ) -> Iterator[None]:
     """Every ``__call__`` of a module of ``model``'s graph recorded while inside (outermost calls of
-    each object only: a subclass's ``super().__call__`` is one call)."""
+    each object only: a subclass's ``super().__call__`` is one call); inside a transform (a scan's
+    step), each step's values when it runs (``steps``)."""
     graph = [(path, node) for path, node in nnx.iter_graph(model) if isinstance(node, nnx.Module)]
-    names = {id(node): ".".join(map(str, path)) for path, node in graph}
+    for path, node in graph:  # the capture's own merged model: its copies in a transform keep the path
+        object.__setattr__(node, PATH, ".".join(map(str, path)))
     modules = [node for _, node in graph]
     active: set[int] = set()
     seen: dict[str, int] = {}
 
+    def done(name: str, kind: str, low: bool, inputs: Any, out: Any) -> None:
+        seen[name] = seen.get(name, 0) + 1
+        label = name if seen[name] == 1 else f"{name}#{seen[name]}"
+        records.append(Record(label, kind, numpy(inputs), numpy(out), low))
+
     def wrap(original: Callable) -> Callable:
         @functools.wraps(original)
         def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-            key = id(self)
-            if key not in names or key in active:
+            key, name = id(self), getattr(self, PATH, None)
+            if not isinstance(name, str) or key in active:
                 return original(self, *args, **kwargs)
             active.add(key)
             try:
                 out = original(self, *args, **kwargs)
             finally:
                 active.discard(key)
-            arrays = numpy((args, kwargs)), numpy(out)
-            if arrays[1] is not None and arrays[0] is not None:  # None: traced (inside an nnx transform)
-                name = names[key]
-                seen[name] = seen.get(name, 0) + 1
-                label = name if seen[name] == 1 else f"{name}#{seen[name]}"
-                records.append(Record(label, type(self).__name__, *arrays, narrow(out)))
+            record = functools.partial(done, name, type(self).__name__, narrow(out))
+            if steps.traced((args, kwargs, out)):
+                steps.later((args, kwargs), out, record)
+            elif not steps.traced_at_all((args, kwargs, out)):  # `nnx.vmap`'s tracers: not recorded
+                record((args, kwargs), out)
             return out
 
         return call
@@ -140,17 +153,12 @@ def capture(
 ) -> list[Record]:
     """Every submodule call of one forward pass of ``model`` (a merged, concrete module), in the
     order the calls finished; the top module's output last (recorded from the call when its
-    ``__call__`` is not what ``call`` runs). A call inside an nnx transform sees tracers and is not
-    recorded."""
+    ``__call__`` is not what ``call`` runs). A call inside an nnx transform sees tracers: its values
+    are recorded when each step runs (``steps``)."""
     records: list[Record] = []
-
-    def concrete(value: Any) -> tuple | None:
-        if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(value)):
-            return None
-        return numpy(value)
-
-    with _recording(model, records, concrete, narrow):
+    with _recording(model, records, numpy, narrow):
         out = call(model, inputs)
+    steps.settle()
     if not any(r.name == "" for r in records):
         records.append(Record("", type(model).__name__, (), numpy(out), narrow(out)))
     return records

@@ -7,6 +7,11 @@ line then covers every layer::
     {"layer.*.conv.weight": "params/layer/layer_*/conv/kernel"}
     {"blocks.*.attn.*.weight": ("params/blocks_{1}/{2}/kernel", "transpose")}
 
+``(path, [transform,] "stacked")`` maps the tensor onto one layer of a stacked leaf ``(L, ...)``, the
+pattern's first ``*`` its index (``stacked.override``)::
+
+    {"layers.*.linear.weight": ("params/layers/linear/kernel", "transpose", "stacked")}
+
 ``None`` leaves the tensor unmapped: the PyTorch model keeps its value (a constant of the check), its
 gradient is not checked, and the mapping table and the report say so.
 """
@@ -29,6 +34,8 @@ from crosscheck._workloads.port.matching import (
     match,
     transformed,
 )
+from crosscheck._workloads.port.stacked import override as stacked_override
+from crosscheck._workloads.port.stacked import wanted as stacked_wanted
 
 #: A reference to a captured wildcard in a target path: ``*`` (the next one) or ``{n}`` (the n-th).
 REFERENCE = re.compile(r"\*|\{(\d+)\}")
@@ -44,6 +51,7 @@ def decide(
             pattern, or an override that does not fit (see ``_override``): one line each, with the fix.
     """
     out: dict[str, Entry | list[Entry]] = {}
+    decide_one = lambda t, v, ls: _override(t, v, ls, index)  # noqa: E731  (one leaf, for `stacked`)
     for pattern, value in overrides.items():
         regex = _regex(str(pattern))
         found = [(n, m.groups()) for n in by_name if (m := regex.fullmatch(n)) is not None]
@@ -53,6 +61,12 @@ def decide(
                 f"`{next(iter(by_name), '')}`."
             )
         for name, groups in found:
+            if stacked_wanted(value):  # one layer of a stacked leaf, the pattern's first `*`
+                value_filled = (_fill(value[0], groups, str(pattern)), *value[1:])
+                out[name] = stacked_override(
+                    by_name[name], value_filled, groups, str(pattern), leaves, decide_one
+                )
+                continue
             target = _substitute(value, groups, str(pattern))
             out[name] = _override(by_name[name], target, leaves, index)
     return out

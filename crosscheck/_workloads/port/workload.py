@@ -362,23 +362,30 @@ def _arrays(side: tuple[Any, Any], attr: str, limit: int | None = None) -> tuple
 
 
 def _module_pairs(prepared: Prepared) -> dict[str, str]:
-    """PyTorch module -> JAX module of every mapped tensor (dotted names, without Flax's collection);
-    not a fused tensor's parts (``in_proj_weight``'s module holds the JAX ``query``, ``key``, ``value``)
-    nor the tensors of several modules fused into one leaf (``q_proj``, ``k_proj`` into ``qkv``):
-    their modules pair by name, or not at all; nor a tied tensor's second use (``wte.weight`` as the
-    head's kernel: ``lm_head`` pairs by name)."""
-    rows = [(e.torch, e.jax, e) for e in prepared.table.mapped() if e.torch is not None and e.jax is not None]
-    fused: dict[tuple[str, ...], set] = {}
-    for t, j, e in rows:
+    """PyTorch module -> JAX module of every mapped tensor (dotted names, without Flax's collection; a
+    stacked layer ``i``: the module's ``i + 1``-th call, ``stacked.module_pairs``); not a fused tensor's
+    parts (``in_proj_weight``'s module holds the JAX ``query``, ``key``, ``value``) nor the tensors of
+    several modules fused into one leaf (``q_proj``, ``k_proj`` into ``qkv``; per layer of a stacked
+    leaf): their modules pair by name, or not at all; nor a tied tensor's second use (``wte.weight`` as
+    the head's kernel: ``lm_head`` pairs by name)."""
+    from crosscheck._workloads.port.stacked import is_stacked, module_pairs
+
+    rows = [e for e in prepared.table.mapped() if e.torch is not None and e.jax is not None]
+    fused: dict[tuple, set] = {}
+    for e in rows:
         if e.box:
-            fused.setdefault(j.path, set()).add(t.module)
-    out: dict[str, str] = {}
-    seen: set[str] = set()
-    for t, j, e in rows:
-        if e.take is None and len(fused.get(j.path, ())) <= 1 and t.name not in seen:
-            out[".".join(t.module)] = ".".join(j.module)
-        seen.add(t.name)
-    return out
+            fused.setdefault(_part(e, is_stacked(e)), set()).add(e.torch.module)  # type: ignore[union-attr]
+    kept, seen = [], set()
+    for e in rows:
+        if e.take is None and len(fused.get(_part(e, is_stacked(e)), ())) <= 1 and e.torch.name not in seen:  # type: ignore[union-attr]
+            kept.append(e)
+        seen.add(e.torch.name)  # type: ignore[union-attr]
+    return module_pairs(kept)
+
+
+def _part(e: Any, stacked: bool) -> tuple:
+    """The part of a JAX leaf a row's tensor shares with others: the leaf, or its layer when stacked."""
+    return (e.jax.path, e.box[0][1] if stacked else None)
 
 
 def _torch_capture(prepared: Prepared, params: dict, inputs: dict) -> list:

@@ -1,0 +1,254 @@
+"""Stacked layers: one JAX leaf ``(L, ...)`` for the ``L`` PyTorch tensors ``layers.{i}.X``.
+
+A port that scans over its layers (Flax linen ``nn.scan(..., variable_axes={"params": 0})``, ``nnx.scan``
+over ``nnx.vmap``-made layers, Equinox ``eqx.filter_vmap`` + ``jax.lax.scan``) keeps each parameter of
+its layers once, with the layers on a leading axis: ``params/layers/linear/kernel`` ``(4, 8, 8)`` where
+PyTorch has ``layers.0.linear.weight`` to ``layers.3.linear.weight``. A JAX leaf that name matching
+left over, whose module path reads as a PyTorch module list of length ``L`` (the leaf's leading axis)
+once a layer index is put in it (``layers/linear`` as ``layers/{i}/linear``) or put in place of one of
+its names (``encoder/ScanBlock_0/linear`` as ``encoder/{i}/linear``), is seen as ``L`` **views**: virtual
+leaves of shape ``leaf.shape[1:]`` whose paths carry the index. The ordinary matching (name, layout)
+runs on the views; each row found is mapped back to the real leaf as a piece, ``box=((0, i, i + 1),)``
+(``assemble`` reshapes it to its unit axis), its ``how`` ending ``stacked: layer i of L on axis 0``.
+
+A leaf that reads as more than one module list (an encoder's and a decoder's ``layers`` of the same
+length) is refused as ambiguous, with the override to write: ``{"encoder.layers.*.linear.weight":
+("params/layers/linear/kernel", "transpose", "stacked")}`` (the pattern's first ``*`` is the layer
+index; the transform may be left out: the layouts decide). Pure Python (no framework), like
+``matching``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from crosscheck._workloads.port.matching import Entry, Tensor, canonical
+
+#: The word an override's value carries to map a tensor onto one layer of a stacked leaf.
+STACKED = "stacked"
+
+Matcher = Callable[[Sequence[Tensor], Sequence[Tensor]], list[Entry]]
+
+
+def said(i: int, length: int) -> str:
+    """What a stacked row's ``how`` ends with."""
+    return f"stacked: layer {i} of {length} on axis 0"
+
+
+def is_stacked(entry: Entry) -> bool:
+    """Whether a mapped row is one layer of a stacked leaf."""
+    return len(entry.box) >= 1 and entry.box[0][0] == 0 and "stacked: layer " in entry.how
+
+
+def module_lists(torch: Iterable[Tensor]) -> dict[tuple[str, ...], int]:
+    """PyTorch's module lists: the module path before an index (read as ``canonical``) -> its length,
+    for the lists whose indices are exactly ``0 .. L-1``."""
+    found: dict[tuple[str, ...], set[int]] = {}
+    for t in torch:
+        module = canonical(t.module)
+        for k, token in enumerate(module):
+            if token.isdigit():
+                found.setdefault(module[:k], set()).add(int(token))
+    return {prefix: len(ix) for prefix, ix in found.items() if ix == set(range(len(ix)))}
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    """One way to read a stacked leaf: the index goes at raw path position ``at`` (``replace``: in place
+    of the name there); ``prefix`` is the PyTorch module list it then names."""
+
+    leaf: Tensor
+    at: int
+    replace: bool
+    prefix: tuple[str, ...]
+
+    def view(self, i: int) -> Tensor:
+        path = self.leaf.path
+        rest = path[self.at + 1 :] if self.replace else path[self.at :]
+        return dataclasses.replace(
+            self.leaf, path=(*path[: self.at], str(i), *rest), shape=self.leaf.shape[1:]
+        )
+
+    def views(self) -> list[Tensor]:
+        return [self.view(i) for i in range(self.leaf.shape[0])]
+
+    @property
+    def shown(self) -> str:
+        return ".".join(self.prefix)
+
+
+def readings(leaf: Tensor, lists: dict[tuple[str, ...], int]) -> list[Reading]:
+    """The ways ``leaf``'s module path reads as a PyTorch module list of its leading axis's length."""
+    if not leaf.shape or leaf.shape[0] < 1:
+        return []
+    out = []
+    for at in range(leaf.skip, len(leaf.path)):
+        prefix = canonical(leaf.path[leaf.skip : at])
+        if lists.get(prefix) != leaf.shape[0]:
+            continue
+        out.append(Reading(leaf, at, False, prefix))
+        if at < len(leaf.path) - 1 and not re.fullmatch(r"\d+", leaf.path[at]):
+            out.append(Reading(leaf, at, True, prefix))
+    return out
+
+
+def stack(entries: list[Entry], jax: Sequence[Tensor], used: set, matcher: Matcher) -> list[Entry]:
+    """``entries`` (one per PyTorch tensor) with those left unmatched mapped onto the stacked leaves
+    among ``jax`` not ``used`` yet (``used`` gains them); ``matcher(tensors, views)`` is the ordinary
+    matching (one row per tensor, or several for a fused tensor split)."""
+    left = [e.torch for e in entries if e.status == "unmatched" and e.torch is not None]
+    lists = module_lists(e.torch for e in entries if e.torch is not None)
+    if not left or not lists:
+        return entries
+    decided: dict[str, list[Entry]] = {}
+    for leaf in jax:
+        if leaf.path in used:
+            continue
+        fitting = []
+        for reading in readings(leaf, lists):
+            views = {v.path: (i, v) for i, v in enumerate(reading.views())}
+            rows = matcher([t for t in left if t.name not in decided], [v for _, v in views.values()])
+            rows = [e for e in rows if e.jax is not None and e.jax.path in views]
+            if rows:
+                fitting.append((reading, [_back(e, reading, views[e.jax.path][0]) for e in rows]))  # type: ignore[union-attr]
+        if len(fitting) == 1:
+            used.add(leaf.path)
+            for e in fitting[0][1]:  # a fused tensor split: several rows
+                if e.torch is not None:
+                    decided.setdefault(e.torch.name, []).append(e)
+        elif len(fitting) > 1:
+            decided.update({k: [v] for k, v in _ambiguous(leaf, fitting).items()})
+    return [row for e in entries for row in (decided.get(e.torch.name, [e]) if e.torch is not None else [e])]
+
+
+def _back(entry: Entry, reading: Reading, i: int) -> Entry:
+    """A row found on view ``i`` as the piece of the real leaf (its layer ``i``)."""
+    how = f"{entry.how}; {said(i, reading.leaf.shape[0])}"
+    box = ((0, i, i + 1), *((axis + 1, s, e) for axis, s, e in entry.box))
+    return dataclasses.replace(entry, jax=reading.leaf, how=how, box=box)
+
+
+def _ambiguous(leaf: Tensor, fitting: list[tuple[Reading, list[Entry]]]) -> dict[str, Entry]:
+    """Every tensor that one of several readings of ``leaf`` maps, refused with the override to write."""
+    patterns = [sorted({pattern(e) for e in rows}) for _, rows in fitting]
+    shown = " or as ".join(", ".join(f"`{p}`" for p in group) for group in patterns)
+    path = "/".join(leaf.path)
+    out = {}
+    for _, rows in fitting:
+        for e in rows:
+            assert e.torch is not None
+            how = (
+                f"ambiguous: `{path}` {leaf.shape} reads as the {leaf.shape[0]} layers of {shown}; "
+                f"choose with overrides={{'{pattern(e)}': ('{path}', '{STACKED}')}}"
+            )
+            out[e.torch.name] = Entry(e.torch, None, None, how)
+    return out
+
+
+def index_at(entry: Entry) -> int:
+    """Where the layer index is in a stacked row's PyTorch name: the token of the box's layer after
+    which the module path reads as the JAX module's end (``layers.1.mlp.1`` against ``layers/mlp/1``:
+    the first ``1``), else its first such token."""
+    assert entry.torch is not None and entry.jax is not None
+    i, tokens = str(entry.box[0][1]), entry.torch.path
+    found = [k for k, token in enumerate(tokens[:-1]) if token == i]
+    jax_module = canonical(entry.jax.module)
+    for k in found:
+        after = canonical(tokens[k + 1 : -1])
+        if not after or jax_module[len(jax_module) - len(after) :] == after:
+            return k
+    return found[0] if found else len(tokens) - 1
+
+
+def _pattern(name: str, at: int) -> str:
+    tokens = name.split(".")
+    return ".".join([*tokens[:at], "*", *tokens[at + 1 :]])
+
+
+def pattern(entry: Entry) -> str:
+    """A stacked row's PyTorch name with its layer index as ``*`` (an override's pattern)."""
+    assert entry.torch is not None
+    return _pattern(entry.torch.name, index_at(entry))
+
+
+# ---- Overrides ------------------------------------------------------------------------------------------
+
+
+def wanted(value: Any) -> bool:
+    """Whether an override's value asks for a stacked leaf: ``(path, "stacked")`` or ``(path,
+    transform, "stacked")``."""
+    return isinstance(value, tuple) and len(value) in (2, 3) and value[-1] == STACKED
+
+
+def override(
+    t: Tensor, value: tuple, groups: tuple[str, ...], pattern: str, leaves: dict, decide: Callable
+) -> Entry:
+    """The row an override ``(path, [transform,] "stacked")`` decides for ``t``: layer ``i`` of the leaf
+    at ``path``, ``i`` the pattern's first ``*``; ``decide(t, value, leaves)`` is the override of one
+    leaf (``overrides``), run on the layer's view.
+
+    Raises:
+        ValueError: no wildcard, one that is not a layer index, no such leaf, an index past the leaf's
+            leading axis, a transform that does not fit the layer (one line each, with the fix).
+    """
+    where = f"override `{pattern}` -> {value!r}"
+    if not groups or not groups[0].isdigit():
+        found = repr(groups[0]) if groups else "none"
+        raise ValueError(
+            f"{where}: `{STACKED}` takes the layer index from the pattern's first `*`, found {found}; "
+            "write the layer's index as `*` (`layers.*.linear.weight`)."
+        )
+    path, i = value[0], int(groups[0])
+    if path not in leaves:
+        raise ValueError(f"{where}: no JAX leaf `{path}`; leaves look like `{next(iter(leaves), '')}`.")
+    leaf = leaves[path]
+    if not leaf.shape or i >= leaf.shape[0]:
+        raise ValueError(f"{where}: `{path}` {leaf.shape} has no layer {i} on its leading axis.")
+    view = Reading(leaf, len(leaf.path) - 1, False, ()).view(i)
+    named = "/".join(view.path)
+    try:
+        entry = decide(t, (named, value[1]) if len(value) == 3 else named, {named: view})
+    except ValueError as exc:
+        raise ValueError(f"{str(exc).rstrip('.')} (layer {i} of `{path}` {leaf.shape}).") from exc
+    if entry.jax is None:
+        raise ValueError(
+            f"{where}: no transform turns {t.shape} into {view.shape}, layer {i} of `{path}` {leaf.shape}."
+        )
+    return _back(entry, Reading(leaf, len(leaf.path) - 1, False, ()), i)
+
+
+# ---- Localisation ----------------------------------------------------------------------------------------
+
+
+def module_pairs(entries: Iterable[Entry]) -> dict[str, str]:
+    """PyTorch module -> JAX module of every mapped row (dotted names, without Flax's collection). A
+    stacked row's layer ``i`` is the JAX module's ``i + 1``-th call (``layers.linear#3`` for
+    ``layers.2.linear``), and so is every PyTorch module between the list's index and the parameter's
+    module (``layers.2`` -> ``layers#3``)."""
+    out = {}
+    for e in entries:
+        if e.torch is None or e.jax is None:
+            continue
+        if not is_stacked(e):
+            out[".".join(e.torch.module)] = ".".join(e.jax.module)
+            continue
+        i, k = e.box[0][1], index_at(e)
+        before, after = e.torch.path[:k], e.torch.path[k + 1 : -1]
+        call = f"#{i + 1}" if i else ""
+        jax_module = e.jax.module
+        for k in range(len(after) + 1):
+            torch_name = ".".join((*before, str(i), *after[:k]))
+            jax_name = ".".join(jax_module[: len(jax_module) - (len(after) - k)])
+            out.setdefault(torch_name, jax_name + call)
+    return out
+
+
+def spread(name: str, value: Any) -> list[tuple[str, Any]]:
+    """A listed intermediate as records: ``layers.*.linear`` with a stacked array ``(L, ...)`` (a scan's
+    per-step outputs) as ``layers.0.linear`` to ``layers.{L-1}.linear``; any other name as it is."""
+    if "*" not in name:
+        return [(name, value)]
+    return [(name.replace("*", str(i)), value[i]) for i in range(value.shape[0])]

@@ -1,0 +1,50 @@
+"""Module outputs from inside a scan: each step's values shipped out of the trace, in step order.
+
+Inside ``nn.scan``, ``nnx.scan``, ``jax.lax.scan`` (and ``jax.checkpoint``) a submodule's inputs and
+outputs are tracers, even under ``jax.disable_jit``: the capture cannot read them where the call
+returns. ``jax.debug.callback(..., ordered=True)`` (public API) calls back once per step, with
+concrete values, in the order the steps run; the k-th call back of a module path is its k-th call,
+which a stacked port's layer ``k - 1`` is (``stacked.module_pairs`` pairs ``layers.2.linear`` with
+``layers.linear#3``). Imported only by the JAX side (it imports jax).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+
+def traced(value: Any) -> bool:
+    """Whether ``value``'s arrays are those of a traced body (a scan's step, a checkpointed or jitted
+    function): a tracer, and none of ``jax.vmap``'s, whose call back would run once per batch element,
+    not once per call (such a call is left as before: not recorded by nnx, a failed capture in linen)."""
+    tracers = [leaf for leaf in jax.tree_util.tree_leaves(value) if isinstance(leaf, jax.core.Tracer)]
+    # JAX exports no name for vmap's tracer class (jax.interpreters.batching.BatchTracer is gone)
+    return bool(tracers) and not any(type(leaf).__name__ == "BatchTracer" for leaf in tracers)
+
+
+def traced_at_all(value: Any) -> bool:
+    """Whether any array of ``value`` is a tracer (of any transform)."""
+    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(value))
+
+
+def _arrays(value: Any) -> list[Any]:
+    return [leaf for leaf in jax.tree_util.tree_leaves(value) if isinstance(leaf, (jax.Array, np.ndarray))]
+
+
+def later(inputs: Any, output: Any, done: Callable[[Any, Any], None]) -> None:
+    """Call ``done(inputs, output)`` with the concrete arrays of each step, when the step runs (the
+    arrays of ``inputs`` and ``output`` as lists; ``numpy`` of them reads them as the capture does)."""
+
+    def back(ins: list, outs: list) -> None:
+        done(list(ins), list(outs))
+
+    jax.debug.callback(back, _arrays(inputs), _arrays(output), ordered=True)
+
+
+def settle() -> None:
+    """Wait until every call back of the computations run so far has happened."""
+    jax.effects_barrier()

@@ -1,0 +1,180 @@
+"""Tiny scanned ports for the stacked-layer tests: a PyTorch ``ModuleList`` of four ``Linear`` + ReLU
+layers against a Flax linen ``nn.scan`` over ``nn.Dense`` (with ``nn.remat`` inside), an nnx
+``nnx.scan`` over ``nnx.vmap``-made layers, and an Equinox ``eqx.filter_vmap`` + ``jax.lax.scan``
+that returns its per-step outputs stacked (``jax_intermediates=("layers.*.linear",)``).
+
+The keywords plant bugs: ``bug_layer=2`` (layer 2's linear adds ``0.01``: a bug in one layer's
+computation), ``reverse=True`` (the scan runs the layers last to first: the layers stacked in the wrong
+order), and ``overrides`` (a stacked kernel not transposed).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import crosscheck
+
+L, D, BATCH = 4, 6, 3
+
+
+def torch_model():
+    import torch
+    from torch import nn
+
+    class Layer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(D, D)
+            self.act = nn.ReLU()
+
+        def forward(self, x):
+            return self.act(self.linear(x))
+
+    class Stack(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = nn.ModuleList(Layer() for _ in range(L))
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    torch.manual_seed(0)
+    return Stack().eval()
+
+
+def inputs(rng, dtype):
+    return {"x": rng.standard_normal((BATCH, D)).astype(dtype)}
+
+
+def _planted(x, step, bug_layer):
+    """``x`` with the bug of layer ``bug_layer`` (``+ 0.01``) where ``step`` is that layer."""
+    import jax.numpy as jnp
+
+    return x if bug_layer is None else x + jnp.where(step == bug_layer, 0.01, 0.0).astype(x.dtype)
+
+
+def linen_model(bug_layer=None, reverse=False):
+    import flax.linen as nn
+    import jax.numpy as jnp
+
+    class Linear(nn.Module):  # Flax's Dense, with the step it runs at (for the planted bug)
+        @nn.compact
+        def __call__(self, x, step):
+            kernel = self.param("kernel", nn.initializers.lecun_normal(), (D, D))
+            bias = self.param("bias", nn.initializers.normal(), (D,))
+            return _planted(x @ kernel + bias, step, bug_layer)
+
+    class Layer(nn.Module):
+        @nn.compact
+        def __call__(self, carry, _):
+            x, step = carry
+            return (nn.relu(Linear(name="linear")(x, step)), step + 1), None
+
+    class Stack(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            body = nn.remat(Layer)  # the scan + checkpoint pattern
+            scanned = nn.scan(
+                body, variable_axes={"params": 0}, split_rngs={"params": True}, length=L, reverse=reverse
+            )
+            (x, _), _ = scanned(name="layers")((x, jnp.zeros((), jnp.int32)), None)
+            return x
+
+    return Stack()
+
+
+def nnx_model(bug_layer=None, reverse=False):
+    import jax.numpy as jnp
+    from flax import nnx
+
+    class Linear(nnx.Linear):  # with the step it runs at (for the planted bug)
+        def __call__(self, x, step):
+            return _planted(super().__call__(x), step, bug_layer)
+
+    class Layer(nnx.Module):
+        def __init__(self, rngs):
+            self.linear = Linear(D, D, rngs=rngs)
+
+        def __call__(self, x, step):
+            return nnx.relu(self.linear(x, step))
+
+    class Stack(nnx.Module):
+        def __init__(self, rngs):
+            @nnx.split_rngs(splits=L)
+            @nnx.vmap(in_axes=(0,), out_axes=0)
+            def make(rngs):
+                return Layer(rngs)
+
+            self.layers = make(rngs)
+
+        def __call__(self, x):
+            @nnx.scan(in_axes=(nnx.Carry, 0), out_axes=nnx.Carry, reverse=reverse)
+            def step(carry, layer):
+                x, i = carry
+                return layer(x, i), i + 1
+
+            return step((x, jnp.zeros((), jnp.int32)), self.layers)[0]
+
+    model = Stack(nnx.Rngs(0))
+    model.eval()
+    return model
+
+
+def equinox_model(bug_layer=None, reverse=False):
+    import equinox as eqx
+    import jax
+
+    class Layer(eqx.Module):
+        linear: eqx.nn.Linear
+
+        def __init__(self, key):
+            self.linear = eqx.nn.Linear(D, D, key=key)
+
+    class Stack(eqx.Module):
+        layers: Layer
+
+        def __init__(self, key):
+            self.layers = eqx.filter_vmap(Layer)(jax.random.split(key, L))
+
+        def __call__(self, x):  # one example (D,)
+            params, static = eqx.partition(self.layers, eqx.is_array)
+
+            def step(carry, layer_params):
+                h, i = carry
+                layer = eqx.combine(layer_params, static)
+                y = _planted(layer.linear(h), i, bug_layer)
+                return (jax.nn.relu(y), i + 1), y
+
+            (h, _), linear = jax.lax.scan(step, (x, 0), params, reverse=reverse)
+            return h, {"layers.*.linear": linear}
+
+    return Stack(jax.random.key(0))
+
+
+def _batched(model, inputs):
+    import jax
+
+    out, found = jax.vmap(model)(inputs["x"])
+    return out, {k: v.swapaxes(0, 1) for k, v in found.items()}  # (B, L, D) -> (L, B, D)
+
+
+def port(kind="linen", bug_layer=None, reverse=False, **kwargs):
+    make = {"linen": linen_model, "nnx": nnx_model, "equinox": equinox_model}[kind]
+    extra = {"jax_call": _batched, "jax_intermediates": ("layers.*.linear",)} if kind == "equinox" else {}
+    return crosscheck.Port(
+        name=f"scanned-{kind}",
+        torch=torch_model(),
+        jax=make(bug_layer=bug_layer, reverse=reverse),
+        inputs=inputs,
+        **{**extra, **kwargs},
+    )
+
+
+def verdict(p, dtype="float32", reference="torch"):
+    report = crosscheck.run(workload=p, reference=reference, backends=["jax"], dtype=dtype)
+    return report, report.backends["jax"].notes["port"]
+
+
+__all__ = ["L", "np", "port", "verdict"]
