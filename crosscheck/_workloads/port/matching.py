@@ -43,7 +43,11 @@ TRANSFORMS: dict[str, tuple[int, ...] | None] = {
     "OIDHW->DHWIO": (2, 3, 4, 1, 0),
 }
 #: Layouts of known modules' weights. PyTorch: ``nn.Linear`` (out, in), ``nn.ConvNd`` (O, I, spatial).
-TORCH_LAYOUTS = {"Linear": "out,in", "Embedding": "rows", **{f"Conv{n}d": "OI.." for n in (1, 2, 3)}}
+#: Hugging Face's ``Conv1D`` (GPT-2's projections, ``transformers.pytorch_utils``) keeps (in, out).
+TORCH_LAYOUTS = {
+    **{"Linear": "out,in", "Embedding": "rows", "Conv1D": "in,out"},
+    **{f"Conv{n}d": "OI.." for n in (1, 2, 3)},
+}
 #: JAX: Flax `Dense` (in, out), `DenseGeneral` (its input axes, then its output axes: ``(E, H, D)`` for
 #: a query's heads, ``(H, D, E)`` for an output projection), `Conv` (spatial, I, O); Equinox `Linear`
 #: (out, in), `Conv` (O, I, ..).
@@ -262,7 +266,7 @@ def _known_transform(t: Tensor, j: Tensor) -> str | None:
     if pair[0] == pair[1]:
         return "identity"
     rank = len(t.shape)
-    if pair == ("out,in", "in,out"):
+    if pair in (("out,in", "in,out"), ("in,out", "out,in")):
         return "transpose"
     if pair == ("OI..", "..IO"):
         return {3: "OIW->WIO", 4: "OIHW->HWIO", 5: "OIDHW->DHWIO"}.get(rank)
