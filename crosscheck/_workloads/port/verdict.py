@@ -84,6 +84,9 @@ def forward_verdict(
         )
     parent = _common_parent(prev.name if prev else "", first.name)
     also = f"; PyTorch modules run there without a JAX counterpart: {', '.join(suspects)}" if suspects else ""
+    inner = _running(first.name, suspects, parent)
+    if inner is not None:  # the modules run in between are inside one module `first` is part of
+        parent, where = inner, f"(or just before it, in {_shown(parent, top)}) {where}"
     return Verdict(
         "forward",
         parent,
@@ -160,6 +163,21 @@ def gradient_verdict(
 
 def _same(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> bool:
     return bool(a) and bool(b) and a[0].shape == b[0].shape and np.array_equal(a[0], b[0])
+
+
+def _running(first: str, between: Sequence[str], parent: str) -> str | None:
+    """The innermost module that holds ``first`` and every PyTorch module run ``between`` the last
+    output that agrees and ``first``'s (so it was running there: Llama's ``self_attn``, whose ``q_proj``,
+    ``k_proj``, ``v_proj`` a fused port has no counterpart of), when deeper than ``parent``; else None."""
+    if not between:
+        return None
+    tokens = first.split("#")[0].split(".")[:-1]
+    depth = len(parent.split(".")) if parent else 0
+    for n in range(len(tokens), depth, -1):
+        owner = ".".join(tokens[:n])
+        if all(b.split("#")[0].startswith(owner + ".") for b in between):
+            return owner
+    return None
 
 
 def _common_parent(a: str, b: str) -> str:
