@@ -36,7 +36,7 @@ from crosscheck._workloads.port.build import (
     torch_implementation,
 )
 from crosscheck._workloads.port.declare import Port
-from crosscheck._workloads.port.mapping import render_summary
+from crosscheck._workloads.port.mapping import one_to_one, render_summary
 from crosscheck._workloads.protocol import Call, Options, OwnArrays, Point, Reference
 
 
@@ -357,12 +357,14 @@ def _arrays(side: tuple[Any, Any], attr: str, limit: int | None = None) -> tuple
 
 
 def _module_pairs(prepared: Prepared) -> dict[str, str]:
-    """PyTorch module -> JAX module of every mapped tensor (dotted names, without Flax's collection)."""
-    return {
-        ".".join(e.torch.module): ".".join(e.jax.module)
+    """PyTorch module -> JAX module of every mapped tensor (dotted names, without Flax's collection);
+    with ``convert=``, the one-to-one pairs only (``mapping.one_to_one``)."""
+    pairs = [
+        (".".join(e.torch.module), ".".join(e.jax.module))
         for e in prepared.table.mapped()
         if e.torch is not None and e.jax is not None
-    }
+    ]
+    return one_to_one(pairs) if prepared.port.convert is not None else dict(pairs)
 
 
 def _torch_capture(prepared: Prepared, params: dict, inputs: dict) -> list:

@@ -90,6 +90,12 @@ class Train:
             raise TypeError(f"`port` of a Train must be a crosscheck.Port, found {type(self.port).__name__}.")
         if not self.name:
             object.__setattr__(self, "name", f"{self.port.name}-train")
+        if self.port.convert is not None:
+            raise ValueError(
+                f"train `{self.name}`: a port with `convert=` cannot be trained yet: the trained JAX leaves "
+                f"would need your conversion's inverse to come back to PyTorch's names; check the port's "
+                f"gradients with crosscheck.check(port), or train a port mapped without `convert=`."
+            )
         for field, step in (("torch_optimizer", "torch_step"), ("optax", "jax_step")):
             given = [f for f in (field, step) if getattr(self, f) is not None]
             if len(given) != 1:

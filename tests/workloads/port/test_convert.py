@@ -1,0 +1,195 @@
+"""``Port(convert=fn)``: the team's own conversion, fitted to the JAX model, proved linear, traced tensor
+by tensor into the mapping table, and called inside the differentiated function (gradients back in
+PyTorch's names); every refusal in one line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from paths import ROOT
+
+import crosscheck
+from crosscheck._errors import UserCodeFailed
+from crosscheck._workloads.port.mapping import one_to_one
+
+pytest.importorskip("torch")
+pytest.importorskip("jax")
+
+
+def linear_port(convert, *, jax=None, **kwargs):
+    """PyTorch ``nn.Linear(2, 3)`` against ``x @ w + b`` (a function port), through ``convert``."""
+    import torch
+
+    torch.manual_seed(0)
+    module = torch.nn.Linear(2, 3).eval()
+    return crosscheck.Port(
+        name="linear",
+        torch=module,
+        jax=jax or (lambda p, x: x @ p["w"] + p["b"]),
+        jax_params={"w": np.zeros((2, 3), np.float32), "b": np.zeros(3, np.float32)},
+        inputs={"x": np.random.default_rng(0).standard_normal((4, 2))},
+        torch_call=lambda m, inputs: m(inputs["x"]),
+        convert=convert,
+        **kwargs,
+    )
+
+
+def healthy(sd):
+    return {"w": sd["weight"].T, "b": sd["bias"]}
+
+
+# ---- Declaring it ---------------------------------------------------------------------------------
+
+
+def test_convert_must_be_callable():
+    with pytest.raises(TypeError, match=r"port `linear`: `convert` must be callable, found dict\.$"):
+        linear_port({"w": "weight"})
+
+
+def test_convert_and_overrides_are_not_given_together():
+    with pytest.raises(ValueError, match=r"give `convert` or `overrides`, not both") as info:
+        linear_port(healthy, overrides={"weight": "transpose"})
+    assert "\n" not in str(info.value)
+
+
+# ---- The refusals at preparation, one line each ----------------------------------------------------
+
+FIT = "port `linear`: `convert`'s result does not fit the JAX model at leaf"
+NOT_LINEAR = "port `linear`: `convert` is not linear in the weights at leaf"
+
+
+def _refused(convert):
+    import jax.numpy as jnp
+
+    return {
+        "missing": lambda sd: {"w": sd["weight"].T},
+        "extra": lambda sd: {**healthy(sd), "c": sd["bias"]},
+        "shape": lambda sd: {"w": sd["weight"], "b": sd["bias"]},
+        "integer": lambda sd: {"w": sd["weight"].T, "b": sd["bias"].astype(jnp.int32)},
+        "cast": lambda sd: {"w": sd["weight"].T, "b": sd["bias"].astype(jnp.float16)},
+        "affine": lambda sd: {"w": sd["weight"].T, "b": sd["bias"] + 1.0},
+        "square": lambda sd: {"w": sd["weight"].T ** 2, "b": sd["bias"]},
+        "rounded": lambda sd: {"w": sd["weight"].T, "b": jnp.round(sd["bias"])},
+    }[convert]
+
+
+@pytest.mark.parametrize(
+    ("convert", "message"),
+    [
+        ("missing", f"{FIT} `b`: expected an array of shape (3,), found no such leaf."),
+        (
+            "extra",
+            f"{FIT} `c`: expected none (the JAX model has no such leaf), found an array of shape (3,).",
+        ),
+        ("shape", f"{FIT} `w`: expected shape (2, 3), found (3, 2)."),
+        ("integer", f"{FIT} `b`: expected a floating-point array, found int32."),
+        ("cast", f"{FIT} `b`: expected float32 (the weights' dtype), found float16: a conversion keeps"),
+        ("affine", f"{NOT_LINEAR} `b`: convert(a + 2b) differs from convert(a) + 2 convert(b) by 2 "),
+        ("square", f"{NOT_LINEAR} `w`: convert(a + 2b) differs"),
+        ("rounded", f"{NOT_LINEAR} `b`: convert(a + 2b) differs"),
+    ],
+    ids=["missing", "extra", "shape", "integer", "cast", "affine", "square", "rounded"],
+)
+def test_a_conversion_that_does_not_fit_or_is_not_linear_is_refused_in_one_line(convert, message):
+    port = linear_port(_refused(convert))
+    with pytest.raises(ValueError, match=r"^port `linear`: `convert`") as info:
+        port.mapping  # noqa: B018 (preparing the port is what is checked)
+    assert str(info.value).startswith(message), str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_a_conversion_that_raises_is_user_code_that_failed():
+    port = linear_port(lambda sd: {"w": sd["kernel"], "b": sd["bias"]})
+    with pytest.raises(UserCodeFailed, match=r"^port `linear`: `convert\(torch_arrays\)` failed: KeyError"):
+        port.mapping  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    ("convert", "message"),
+    [
+        (
+            lambda sd: {"w": sd["weight"].T + sd["bias"], "b": sd["bias"] * 0},
+            r"JAX leaf `b` \(3,\) is unmatched: made of no PyTorch tensor: a constant of the conversion",
+        ),
+        (
+            lambda sd: {"w": sd["weight"].T, "b": sd["weight"][:, 0] + sd["weight"][:, 1]},
+            r"PyTorch parameter `bias` \(3,\) is unmatched: by convert=: it reaches no JAX leaf",
+        ),
+    ],
+    ids=["a-leaf-of-no-tensor", "a-parameter-of-no-leaf"],
+)
+def test_a_leaf_made_of_no_tensor_and_a_parameter_that_reaches_none_stop_the_port(convert, message):
+    port = linear_port(convert)
+    with pytest.raises(ValueError, match=message):
+        crosscheck.run(workload=port, reference="torch")
+
+
+def test_the_command_line_refuses_a_conversion_with_exit_2_and_one_line(monkeypatch, capsys):
+    import paths
+
+    from crosscheck._cli.main import main
+
+    monkeypatch.setattr(paths, "not_linear", linear_port(_refused("affine")), raising=False)
+    monkeypatch.chdir(ROOT)
+    # --no-isolate: the port is patched into the module in this process only.
+    status = main(["run", "--workload", "paths:not_linear", "--no-isolate"])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert NOT_LINEAR in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_train_refuses_a_port_with_convert():
+    with pytest.raises(ValueError, match=r"a port with `convert=` cannot be trained yet") as info:
+        crosscheck.Train(linear_port(healthy), optax=lambda: None, torch_optimizer=lambda named: None)
+    assert "\n" not in str(info.value)
+
+
+# ---- Checked through the conversion ---------------------------------------------------------------
+
+
+def test_a_healthy_conversion_maps_each_tensor_to_the_leaves_it_reaches_and_passes():
+    port = linear_port(healthy)
+    rows = port.mapping.rows()
+    assert [(r["torch"], r["jax"], r["transform"]) for r in rows] == [
+        ("weight", "w", "convert"),
+        ("bias", "b", "convert"),
+    ]
+    assert rows[0]["how"] == "by convert=: reaches 1 of 2 leaves"
+    assert port.prepared.parameters == {"weight": (3, 2), "bias": (3,)}
+    report = crosscheck.run(workload=port, reference="torch")
+    assert report.passed, report.problems
+
+
+def test_a_scaling_is_linear_and_its_transpose_brings_the_gradient_back():
+    # The conversion doubles the bias, the port halves it: the same function, and the bias's gradient
+    # comes back through the conversion's transpose (2 x the leaf's), not as the leaf's.
+    port = linear_port(
+        lambda sd: {"w": sd["weight"].T, "b": 2.0 * sd["bias"]}, jax=lambda p, x: x @ p["w"] + p["b"] / 2
+    )
+    report = crosscheck.run(workload=port, reference="torch")
+    assert report.passed, report.problems
+
+
+def test_a_function_port_takes_its_parameter_tree_from_the_conversion():
+    import torch
+
+    port = crosscheck.Port(
+        name="linear",
+        torch=torch.nn.Linear(2, 3).eval(),
+        jax=lambda p, x: x @ p["layer"]["w"] + p["layer"]["b"],
+        inputs={"x": np.ones((4, 2))},
+        torch_call=lambda m, inputs: m(inputs["x"]),
+        convert=lambda sd: {"layer": {"w": sd["weight"].T, "b": sd["bias"]}},
+    )
+    assert [r["jax"] for r in port.mapping.rows()] == ["layer/w", "layer/b"]
+
+
+def test_only_one_to_one_module_pairs_localise_a_conversion():
+    pairs = [
+        ("embed", "embed"),
+        ("embed", "head"),  # tied: the embedding reaches the head too
+        ("layers.0.attn", "layers_0.attn.query"),  # a fused projection reaches three
+        ("layers.0.attn", "layers_0.attn.key"),
+        ("layers.0.fc", "layers_0.fc"),
+    ]
+    assert one_to_one(pairs) == {"layers.0.fc": "layers_0.fc"}
