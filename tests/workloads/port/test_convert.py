@@ -1,6 +1,7 @@
 """``Port(convert=fn)``: the team's own conversion, fitted to the JAX model, proved linear, traced tensor
 by tensor into the mapping table, and called inside the differentiated function (gradients back in
-PyTorch's names); every refusal in one line."""
+PyTorch's names); every refusal in one line; the planted conversion bugs of
+``examples/port/convert_script.py`` located to their layer and module."""
 
 from __future__ import annotations
 
@@ -193,3 +194,60 @@ def test_only_one_to_one_module_pairs_localise_a_conversion():
         ("layers.0.fc", "layers_0.fc"),
     ]
     assert one_to_one(pairs) == {"layers.0.fc": "layers_0.fc"}
+
+
+# ---- The example: a real conversion, healthy and with planted bugs ----------------------------------
+
+
+@pytest.fixture(scope="module")
+def script():
+    pytest.importorskip("flax")
+    from examples.port import convert_script
+
+    return convert_script
+
+
+def test_the_example_mapping_shows_what_each_tensor_reaches(script):
+    rows = script.untied.mapping.rows()
+    embed = [r["jax"] for r in rows if r["torch"] == "embed.weight"]
+    assert embed == ["params/embed/embedding", "params/head/kernel"]  # tied: through `head.weight`
+    fused = [r for r in rows if r["torch"] == "layers.0.attn.in_proj_weight"]
+    assert [r["jax"] for r in fused] == [
+        f"params/layers_0/attn/{n}/kernel" for n in ("key", "query", "value")
+    ]
+    assert {r["transform"] for r in rows} == {"convert"}
+    assert fused[0]["how"] == "by convert=: reaches 3 of 23 leaves"
+    assert "head.weight" not in script.untied.prepared.parameters  # a tied alias, not a parameter
+
+
+@pytest.mark.parametrize("port", ["port", "untied", "scanned_port"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_healthy_conversions_pass(script, port, dtype):
+    report = crosscheck.run(workload=getattr(script, port), dtype=dtype, reference="torch")
+    assert report.passed, report.problems
+    assert report.backends["jax"].notes["port"]["starts_in"] == "nowhere"
+    modules = [c.parameter for c in report.comparisons if c.backend == "jax" and "(output)" in c.parameter]
+    assert "layers.1.attn (output)" in modules and "layers.1 (output)" in modules
+
+
+def test_the_healthy_conversion_passes_against_the_oracle(script):
+    report = crosscheck.run(workload=script.port)
+    assert report.passed, report.problems
+
+
+@pytest.mark.parametrize(
+    "bug", ["qk_swapped", "heads_dh", "head_untied", "layers_reversed", "kernel_not_transposed"]
+)
+def test_each_planted_conversion_bug_fails_at_its_layer_and_module(script, bug):
+    report = crosscheck.run(workload=getattr(script, bug), reference="torch", backends=["jax"])
+    verdict = report.backends["jax"].notes["port"]
+    assert not report.passed
+    module = script.BUGS[bug][1]
+    assert (verdict["starts_in"], verdict["module"]) == ("forward", module)
+    assert f"the forward pass differs first at `{module}`" in report.problems[0]
+
+
+def test_a_head_left_as_zeros_is_a_constant_of_the_conversion(script):
+    port = script.make_port("zeros-head", tied=False, head="zeros")
+    with pytest.raises(ValueError, match=r"JAX leaf `params/head/kernel` \(8, 12\) is unmatched: made of no"):
+        crosscheck.run(workload=port, reference="torch")
