@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from crosscheck._errors import user_call
@@ -71,6 +72,41 @@ class Conversion:
         """The JAX leaves, in the model's order, of ``fn`` on ``arrays`` (differentiable: jax ops)."""
         found = self.found(self.fn(self.arguments(arrays)))
         return [found[p] for p in self.paths]
+
+    def back(self, leaves: Sequence[Any], shapes: Mapping[str, Sequence[int]], arrays: Mapping) -> dict:
+        """The PyTorch tensors ``shapes`` (name -> shape) read back from JAX ``leaves`` (a trained model's)
+        as NumPy arrays: ``fn``'s transpose of the leaves over its transpose of ones, exact for a
+        selection (each entry of a tensor copied into the leaves, as it is); a tensor copied twice (a
+        tied one) reads back as the mean of its copies. ``arrays``: the other tensors (zeroed: floating
+        buffers make no part of the parameters)."""
+        rest = {
+            k: (v if not jnp.issubdtype(v.dtype, jnp.floating) else jnp.zeros_like(v))
+            for k, v in arrays.items()
+        }
+        dtype = leaves[0].dtype
+        primal = {k: jnp.zeros(tuple(shape), dtype) for k, shape in shapes.items()}
+        transpose = jax.linear_transpose(lambda params: self.leaves({**rest, **params}), primal)
+        (total,) = transpose(list(leaves))
+        (copies,) = transpose([jnp.ones_like(v) for v in leaves])
+        return {k: np.asarray(total[k] / copies[k]) for k in shapes}
+
+    def invertible(self, shapes: Mapping[str, Sequence[int]], arrays: Mapping[str, Any]) -> str | None:
+        """Why ``back`` does not give random float64 weights back from their leaves (None: it does):
+        a conversion that scales or sums tensors is not a selection."""
+        rng = np.random.default_rng(1)
+        with jax.enable_x64(True):
+            weights = {k: jnp.asarray(rng.standard_normal(tuple(v))) for k, v in shapes.items()}
+            others = {k: jnp.asarray(v) for k, v in arrays.items() if k not in shapes}
+            rest = {
+                k: jnp.zeros_like(v) if jnp.issubdtype(v.dtype, jnp.floating) else v
+                for k, v in others.items()
+            }
+            read = self.back(self.leaves({**rest, **weights}), shapes, others)
+        for name, w in weights.items():
+            gap = float(np.max(np.abs(read[name] - np.asarray(w)), initial=0.0))
+            if not gap <= 1e-12 * float(np.max(np.abs(w), initial=1.0)):
+                return f"`{name}` read back from its leaves differs from it by {gap:.3g}"
+        return None
 
 
 def aliases(module: Any, listed: Sequence[str]) -> dict[str, str]:

@@ -36,7 +36,8 @@ class Train:
 
     Both sides start from the port's parameters and inputs (the case's), take ``steps`` steps on the
     port's loss, and their parameters are compared after every step, parameter by parameter in
-    PyTorch's names (the JAX tree mapped back through the port's mapping, transforms undone), within
+    PyTorch's names (the JAX tree mapped back through the port's mapping, transforms undone; a
+    ``convert=``'s through its transpose over the transpose of ones, exact for a selection), within
     each side's measured rounding (its float32 trajectory against its float64 re-run, step by step).
     Run it with ``crosscheck.check(train, quantity="update")`` or ``crosscheck run --workload
     module:train --quantity update --steps K``.
@@ -90,12 +91,6 @@ class Train:
             raise TypeError(f"`port` of a Train must be a crosscheck.Port, found {type(self.port).__name__}.")
         if not self.name:
             object.__setattr__(self, "name", f"{self.port.name}-train")
-        if self.port.convert is not None:
-            raise ValueError(
-                f"train `{self.name}`: a port with `convert=` cannot be trained yet: the trained JAX leaves "
-                f"would need your conversion's inverse to come back to PyTorch's names; check the port's "
-                f"gradients with crosscheck.check(port), or train a port mapped without `convert=`."
-            )
         for field, step in (("torch_optimizer", "torch_step"), ("optax", "jax_step")):
             given = [f for f in (field, step) if getattr(self, f) is not None]
             if len(given) != 1:

@@ -5,6 +5,8 @@ PyTorch's names); every refusal in one line; the planted conversion bugs of
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from paths import ROOT
@@ -139,10 +141,23 @@ def test_the_command_line_refuses_a_conversion_with_exit_2_and_one_line(monkeypa
     assert NOT_LINEAR in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-def test_a_train_refuses_a_port_with_convert():
-    with pytest.raises(ValueError, match=r"a port with `convert=` cannot be trained yet") as info:
-        crosscheck.Train(linear_port(healthy), optax=lambda: None, torch_optimizer=lambda named: None)
+def test_a_train_refuses_a_conversion_it_cannot_read_back():
+    pytest.importorskip("optax")
+    from examples.port import optimizers
+
+    scaled = linear_port(lambda sd: {"w": sd["weight"].T, "b": 2.0 * sd["bias"]})
+    with pytest.raises(ValueError, match=r"the port's `convert` cannot be read back after training") as info:
+        crosscheck.check(optimizers.train(scaled, steps=2), quantity="update")
+    assert "`bias` read back from its leaves differs from it by" in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_a_train_reads_trained_leaves_back_through_the_conversion():
+    pytest.importorskip("optax")
+    from examples.port import optimizers
+
+    report = crosscheck.check(optimizers.train(linear_port(healthy), steps=3), quantity="update")
+    assert report.passed, report.problems
 
 
 # ---- Checked through the conversion ---------------------------------------------------------------
@@ -235,6 +250,19 @@ def test_the_healthy_conversion_passes_against_the_oracle(script):
     assert report.passed, report.problems
 
 
+def test_a_train_of_the_example_through_its_conversion_agrees(script):
+    pytest.importorskip("optax")
+    from examples.port import optimizers
+
+    # Without weight decay: the example optimizers decay by shape (matrices), and Flax's q/k/v biases are
+    # (H, D) where PyTorch's in_proj_bias is a vector: decayed on one side only, a true difference that
+    # the check names ("the part that differs is the weight decay").
+    train = optimizers.train(script.port, steps=2)
+    train = dataclasses.replace(train, hyper={**train.hyper, "weight_decay": 0.0})
+    report = crosscheck.check(train, quantity="update")
+    assert report.passed, report.problems
+
+
 @pytest.mark.parametrize(
     "bug", ["qk_swapped", "heads_dh", "head_untied", "layers_reversed", "kernel_not_transposed"]
 )
@@ -251,3 +279,36 @@ def test_a_head_left_as_zeros_is_a_constant_of_the_conversion(script):
     port = script.make_port("zeros-head", tied=False, head="zeros")
     with pytest.raises(ValueError, match=r"JAX leaf `params/head/kernel` \(8, 12\) is unmatched: made of no"):
         crosscheck.run(workload=port, reference="torch")
+
+
+def test_an_nnx_port_through_a_conversion_is_compared_module_by_module():
+    pytest.importorskip("flax")
+    from examples.port import convnet_nnx
+
+    def convert(sd):
+        return {
+            "conv1": {"kernel": sd["conv1.weight"].transpose(2, 3, 1, 0), "bias": sd["conv1.bias"]},
+            "bn1": {
+                "scale": sd["bn1.weight"],
+                "bias": sd["bn1.bias"],
+                "mean": sd["bn1.running_mean"],
+                "var": sd["bn1.running_var"],
+            },
+            "fc": {"kernel": sd["fc.weight"].T, "bias": sd["fc.bias"]},
+        }
+
+    port = crosscheck.Port(
+        name="convnet-nnx-convert",
+        torch=convnet_nnx.torch_model(),
+        jax=convnet_nnx.nnx_model(),
+        inputs=convnet_nnx.images,
+        jax_inputs=lambda inputs: {"x": inputs["x"].transpose(0, 2, 3, 1)},
+        convert=convert,
+    )
+    rows = {r["torch"]: r for r in port.mapping.rows()}
+    assert rows["bn1.running_var"]["jax"] == "bn1/var" and rows["conv1.weight"]["transform"] == "convert"
+    assert rows["bn1.num_batches_tracked"]["status"] == "unmatched"  # a buffer the JAX model does not use
+    report = crosscheck.run(workload=port, reference="torch", backends=["jax"])
+    assert report.passed, report.problems
+    modules = [c.parameter for c in report.comparisons if "(output)" in c.parameter]
+    assert modules == ["conv1 (output)", "bn1 (output)", "fc (output)", "(model) (output)"]
