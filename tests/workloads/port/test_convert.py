@@ -245,9 +245,26 @@ def test_the_healthy_conversions_pass(script, port, dtype):
     assert "layers.1.attn (output)" in modules and "layers.1 (output)" in modules
 
 
-def test_the_healthy_conversion_passes_against_the_oracle(script):
-    report = crosscheck.run(workload=script.port)
-    assert report.passed, report.problems
+def test_the_script_prints_the_mapping_then_passes_against_the_oracle(script):
+    # `python examples/port/convert_script.py`, as a user runs it: the default reference (the oracle).
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "port" / "convert_script.py")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["PyTorch", "JAX", "transform", "how"]
+    assert "`jax` vs `numpy-fd`: gradients" in lines[-2] and lines[-1] == "PASSED"
 
 
 def test_a_train_of_the_example_through_its_conversion_agrees(script):
