@@ -133,11 +133,9 @@ def prepare(
         tuple(j.path for j in side.leaves),
         side.kind == "nnx",
     )
-    shapes = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in values.items()}
     what = WHAT
-    out = user_call(where, what, jax.eval_shape, conversion.fn, conversion.arguments(shapes))
-    floating = _floating(values)
-    fit(where, side.leaves, conversion.found(out), np.result_type(*floating.values(), np.float16))
+    out = user_call(where, what, jax.eval_shape, conversion.fn, conversion.arguments(_shapes(values)))
+    fit(where, side.leaves, conversion.found(out), np.float32)
     with jax.enable_x64(True):
         run = jax.jit(conversion.leaves)
         reached = _linear_and_reached(
@@ -149,9 +147,18 @@ def prepare(
 def structure(port: Any, values: Mapping[str, np.ndarray]) -> Any:
     """``fn``'s result, as shapes (``jax.eval_shape``): a function port's parameter pytree."""
     names = aliases(port.torch, tuple(values))
-    shapes = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in values.items()}
+    shapes = _shapes(values)
     arguments = {**shapes, **{alias: shapes[name] for alias, name in names.items()}}
     return user_call(f"port `{port.name}`", WHAT, jax.eval_shape, port.convert, arguments)
+
+
+def _shapes(values: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """The tensors as ``jax.eval_shape`` takes them, floating ones in float32 (a case's default dtype,
+    whatever the PyTorch model stores: the check casts its weights to the case's)."""
+    return {
+        k: jax.ShapeDtypeStruct(v.shape, np.float32 if np.issubdtype(v.dtype, np.floating) else v.dtype)
+        for k, v in values.items()
+    }
 
 
 def _floating(values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

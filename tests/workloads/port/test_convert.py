@@ -329,3 +329,11 @@ def test_an_nnx_port_through_a_conversion_is_compared_module_by_module():
     assert report.passed, report.problems
     modules = [c.parameter for c in report.comparisons if "(output)" in c.parameter]
     assert modules == ["conv1 (output)", "bn1 (output)", "fc (output)", "(model) (output)"]
+
+
+def test_a_float64_pytorch_model_is_converted_as_the_case_s_dtype():
+    # The check casts the weights to the case's dtype: the conversion is fitted in float32 whatever the
+    # PyTorch model stores, and proved linear in float64.
+    port = linear_port(healthy)
+    port.torch.double()
+    assert [r["transform"] for r in port.mapping.rows()] == ["convert", "convert"]
