@@ -108,6 +108,7 @@ FIELDS = re.compile(
 #: What a claim's command needs installed (checked before it runs; a missing one skips it).
 NEEDS = {
     "examples.port.convnet:": ("flax",),
+    "examples.port.convert_script": ("flax",),
     "examples.port.gpt2": ("flax", "transformers"),
     "examples.port.block_equinox": ("equinox",),
     "examples.port.transformer_linen": ("flax",),

@@ -42,6 +42,7 @@ class Prepared:
     values: dict[str, np.ndarray]  # every PyTorch tensor, by state_dict name
     parameters: dict[str, tuple[int, ...]]  # the differentiated ones
     input_names: tuple[str, ...]  # the port's own inputs (the rest of the workload's are tensors)
+    conversion: Any = None  # convert.Conversion of ``Port(convert=fn)``: it makes the JAX leaves
 
     @property
     def workload(self) -> Workload:
@@ -80,8 +81,9 @@ def prepare(port: PortFields) -> Prepared:
     Raises:
         ValueError: a framework is missing, the inputs are not arrays, an override does not fit; the
             user code it runs failed (``UserCodeFailed``: ``inputs``, ``jax_inputs``, the PyTorch
-            module's ``state_dict()``, the Flax module's ``init``, whatever they raised, ``sys.exit``
-            included).
+            module's ``state_dict()``, the Flax module's ``init``, ``convert``, whatever they raised,
+            ``sys.exit`` included); a ``convert`` whose result does not fit the JAX model or that is
+            not linear in the weights (``convert.prepare``).
     """
     torch_side, jax_side = _import("torch_side", "torch"), _import("jax_side", "jax")
     where = f"port `{port.name}`"
@@ -93,10 +95,18 @@ def prepare(port: PortFields) -> Prepared:
     example = make_inputs(port, np.random.default_rng(0), "float32")
     jax_example = jax_side.to_jax(example)
     jax_in = user_call(where, "`jax_inputs(inputs)`", jax_side_inputs, port, jax_example)
+    convert, conversion = (_import("convert", "jax"), None) if port.convert is not None else (None, None)
+    params = port.jax_params
+    if convert is not None and params is None and jax_side.kind_of(port.jax) == "function":
+        params = convert.structure(port, values)  # the conversion's result is the parameter pytree
     side = jax_side.JaxSide(
-        port.jax, port.jax_params, port.jax_call, jax_in, port.jax_intermediates or (), where=where
+        port.jax, params, port.jax_call, jax_in, port.jax_intermediates or (), where=where
     )
-    table = mapping_module.build(described, side.leaves, port.overrides)
+    if convert is not None:
+        conversion, rows = convert.prepare(port, described, values, side)
+        table = mapping_module.Table(tuple(rows))
+    else:
+        table = mapping_module.build(described, side.leaves, port.overrides)
     _import("intermediates", "jax and torch").check(port, side, wrapped, values, example, jax_in)
     names = tuple(example)
     clash = sorted(set(names) & set(values))
@@ -112,7 +122,7 @@ def prepare(port: PortFields) -> Prepared:
             f"port `{port.name}`: `unused` pattern {stray[0]!r} matches no parameter of the PyTorch "
             "module (a name from its `named_parameters()`, or a glob pattern such as 'pooler.*')."
         )
-    return Prepared(port, wrapped, side, table, values, parameters, names)
+    return Prepared(port, wrapped, side, table, values, parameters, names, conversion)
 
 
 def _import(module: str, framework: str) -> Any:
@@ -212,10 +222,13 @@ def torch_implementation(prepared: Prepared) -> Callable[[dict, dict], Any]:
 
 
 def jax_leaves(prepared: Prepared, params: Mapping[str, Any], inputs: Mapping[str, Any]) -> list[Any]:
-    """Every JAX leaf made from the PyTorch tensors through the mapping (``jnp`` ops: differentiable)."""
+    """Every JAX leaf made from the PyTorch tensors through the mapping (``jnp`` ops: differentiable), or
+    through the port's own conversion (``convert.Conversion.leaves``)."""
     import jax.numpy as jnp
 
     arrays = {**inputs, **params}
+    if prepared.conversion is not None:
+        return prepared.conversion.leaves(arrays)
     leaves = prepared.jax_side.leaves
     return [assemble.leaf(jnp, p, j.shape, arrays) for p, j in zip(prepared.pieces(), leaves, strict=True)]
 

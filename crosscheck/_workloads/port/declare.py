@@ -77,6 +77,18 @@ class Port(PortFields):
             ("params/layers/linear/kernel", "transpose", "stacked")}``. A scanned port's stacked leaves are
             found without it where the names tell (``layers/linear/kernel`` ``(L, ...)`` for
             ``layers.{i}.linear.weight``); the override decides where they do not or are ambiguous.
+        convert: your own conversion, ``fn(torch_arrays) -> JAX parameter pytree``, in place of the
+            automatic mapping (not with ``overrides``): ``torch_arrays`` is the ``state_dict``, PyTorch
+            name -> array (a tied alias such as ``lm_head.weight`` included), and ``fn`` is written with
+            ``jax.numpy`` (NumPy where it is traceable). When the port is prepared, ``fn``'s result is
+            checked against the JAX model's leaves (structure, shapes, floating dtype: one line naming the
+            first that does not fit) and ``fn`` must be linear in the weights (``fn(a + 2b) == fn(a) + 2
+            fn(b)``: stacking, splitting, concatenating, reshaping, transposing, scaling, permuting rows),
+            else it is refused naming the first leaf that is not. The check calls ``fn`` inside the
+            differentiated function, so the gradients come back in PyTorch's names through its
+            transpose (a tensor used twice: the sum of both uses). The mapping table shows, for each
+            PyTorch tensor, the JAX leaves it reaches (transform ``convert``). For a function ``jax``,
+            ``jax_params`` may be left out: ``fn``'s result is the parameter pytree.
         unused: PyTorch names or glob patterns (``("pooler.*",)``) of parameters declared out of scope:
             the loss does not reach them (no autograd path from them to it, their gradient zero in
             every implementation, confirmed by the oracle). Such a parameter that is not declared

@@ -32,6 +32,7 @@ class PortFields:
     overrides: Mapping[str, Any] | None = None
     description: str = ""
     unused: Sequence[str] = ()
+    convert: Callable[[dict[str, Any]], Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -49,7 +50,7 @@ class PortFields:
             raise TypeError(
                 f"port `{self.name}`: `inputs` must be a dict of arrays or a function (rng, dtype) -> dict."
             )
-        for field in ("jax_inputs", "torch_call", "jax_call", "output", "loss"):
+        for field in ("jax_inputs", "torch_call", "jax_call", "output", "loss", "convert"):
             value = getattr(self, field)
             if value is not None and not callable(value):
                 raise TypeError(
@@ -68,6 +69,11 @@ class PortFields:
             )
         if self.overrides is not None and not isinstance(self.overrides, Mapping):
             raise TypeError(f"port `{self.name}`: `overrides` must be a dict of PyTorch name -> transform.")
+        if self.convert is not None and self.overrides is not None:
+            raise ValueError(
+                f"port `{self.name}`: give `convert` or `overrides`, not both: with `convert` your function "
+                f"makes every JAX leaf, so there is no automatic mapping to override."
+            )
 
     def _check_intermediates(self) -> None:
         names = self.jax_intermediates

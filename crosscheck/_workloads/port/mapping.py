@@ -16,6 +16,7 @@ from typing import Any
 from crosscheck._workloads.port import fused
 from crosscheck._workloads.port.assemble import tiling, where
 from crosscheck._workloads.port.matching import (
+    CONVERT,
     UNUSED_BUFFER,
     Entry,
     Tensor,
@@ -50,6 +51,8 @@ class Table:
         takes: dict[str, tuple[Tensor, list]] = {}
         for e in self.mapped():
             assert e.torch is not None and e.jax is not None
+            if e.transform == CONVERT:  # the user's conversion makes the leaf: no pieces to tile
+                continue
             leaves.setdefault(e.jax.path, (e.jax, []))[1].append(e.box)
             if e.take is not None:
                 takes.setdefault(e.torch.name, (e.torch, []))[1].append(((e.take),))
@@ -124,6 +127,18 @@ def _problem(e: Entry) -> str | None:
     if e.torch is None and e.jax is not None:
         return f"JAX leaf `{'/'.join(e.jax.path)}` {e.jax.shape} is unmatched: {e.how}"
     return None
+
+
+def one_to_one(pairs: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """The module pairs (PyTorch module, JAX module) in which each side's module has one partner only:
+    a conversion's rows pair a tensor with every leaf it reaches (a tied embedding reaches the head,
+    a fused projection three), and only a one-to-one pair names the same module on both sides."""
+    jax_of: dict[str, set[str]] = {}
+    torch_of: dict[str, set[str]] = {}
+    for t, j in pairs:
+        jax_of.setdefault(t, set()).add(j)
+        torch_of.setdefault(j, set()).add(t)
+    return {t: j for t, j in pairs if len(jax_of[t]) == 1 and len(torch_of[j]) == 1}
 
 
 def render(rows: Sequence[Mapping[str, Any]]) -> str:

@@ -149,6 +149,10 @@ def loose(tokens: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+#: The transform of a row made by the port's own conversion (``Port(convert=fn)``: ``convert``).
+CONVERT = "convert"
+
+
 #: A buffer the JAX model does not use (``num_batches_tracked``): listed, allowed, and counted.
 UNUSED_BUFFER = "a buffer the JAX model does not use"
 

@@ -37,6 +37,7 @@ from crosscheck._workloads.port.build import (
 )
 from crosscheck._workloads.port.declare import Port
 from crosscheck._workloads.port.mapping import render_summary
+from crosscheck._workloads.port.pairs import module_pairs
 from crosscheck._workloads.protocol import Call, Options, OwnArrays, Point, Reference
 
 
@@ -165,13 +166,12 @@ class PortJudge:
         self, name: str, torch_runs: Any, jax_runs: Any, gradients: list[Comparison]
     ) -> tuple[list, Any]:
         prepared = self.workload.prepared
-        t_other = {r.name: r for r in torch_runs.other}
-        j_main, j_other = {r.name: r for r in jax_runs.main}, {r.name: r for r in jax_runs.other}
+        j_main = {r.name: r for r in jax_runs.main}
         listed = bool(prepared.jax_side.listed)
         if listed:  # named by the user in PyTorch's names: paired as named
             paired = {r.name: r.name for r in torch_runs.main if r.name in j_main}
         else:
-            paired = localize.pairs([r.name for r in torch_runs.main], list(j_main), _module_pairs(prepared))
+            paired = localize.pairs([r.name for r in torch_runs.main], list(j_main), module_pairs(prepared))
         coarse = self._float32_losses()
         common: dict[str, Any] = {
             "dtype": self.dtype,
@@ -181,24 +181,7 @@ class PortJudge:
             "precision": "float32" if coarse else None,
         }
         common["missing"] = "; ".join(p for p in (torch_runs.problem, jax_runs.problem) if p)
-        out: list[Comparison] = []
-        outputs: dict[str, bool | None] = {}
-        inputs: dict[str, bool | None] = {}
-        firsts: dict[str, Any] = {}
-        for r in torch_runs.main:
-            if r.name not in paired:
-                continue
-            sides = (r, t_other.get(r.name)), (j_main[paired[r.name]], j_other.get(paired[r.name]))
-            label = localize.output_label(r.name)
-            c = localize.compare_arrays(label, *(_arrays(s, "outputs") for s in sides), **common)
-            c = dataclasses.replace(c, module=r.name)
-            out.append(c)
-            both = r.outputs and sides[1][0].outputs
-            firsts[r.name] = (r.outputs[0], sides[1][0].outputs[0]) if both else None
-            outputs[r.name] = localize.outcome(c)
-            if r.inputs and sides[1][0].inputs:  # the first input: the data (masks and caches may differ)
-                ci = localize.compare_arrays("input", *(_arrays(s, "inputs", 1) for s in sides), **common)
-                inputs[r.name] = localize.outcome(ci)
+        out, outputs, inputs, firsts = _each_module(torch_runs, jax_runs, paired, common)
         out, edges = boundaries.apart(out, outputs, firsts, gradients)  # modules cut differently
         top = type(self.workload.port.torch).__name__
         verdict = (
@@ -296,6 +279,31 @@ class PortJudge:
         return localize.Runs(*runs)
 
 
+def _each_module(torch_runs: Any, jax_runs: Any, paired: dict, common: dict) -> tuple[list, dict, dict, dict]:
+    """Each paired module's output comparison, whether its output and its input agree (module ->
+    ``localize.outcome``), and its first output on each side (for ``boundaries``)."""
+    t_other = {r.name: r for r in torch_runs.other}
+    j_main, j_other = {r.name: r for r in jax_runs.main}, {r.name: r for r in jax_runs.other}
+    out: list[Comparison] = []
+    outputs: dict[str, bool | None] = {}
+    inputs: dict[str, bool | None] = {}
+    firsts: dict[str, Any] = {}
+    for r in torch_runs.main:
+        if r.name not in paired:
+            continue
+        sides = (r, t_other.get(r.name)), (j_main[paired[r.name]], j_other.get(paired[r.name]))
+        label = localize.output_label(r.name)
+        c = localize.compare_arrays(label, *(_arrays(s, "outputs") for s in sides), **common)
+        out.append(dataclasses.replace(c, module=r.name))
+        both = r.outputs and sides[1][0].outputs
+        firsts[r.name] = (r.outputs[0], sides[1][0].outputs[0]) if both else None
+        outputs[r.name] = localize.outcome(c)
+        if r.inputs and sides[1][0].inputs:  # the first input: the data (masks and caches may differ)
+            ci = localize.compare_arrays("input", *(_arrays(s, "inputs", 1) for s in sides), **common)
+            inputs[r.name] = localize.outcome(ci)
+    return out, outputs, inputs, firsts
+
+
 def _float32_start(torch_runs: Any, jax_runs: Any, paired: dict, outputs: dict, common: dict) -> str | None:
     """The first module whose output agrees within float32's rounding but not within float64's."""
     t_other = {r.name: r for r in torch_runs.other}
@@ -359,33 +367,6 @@ def _arrays(side: tuple[Any, Any], attr: str, limit: int | None = None) -> tuple
     """A record's arrays (``inputs`` or ``outputs``) and its re-run's (empty when there is none)."""
     main, other = side
     return getattr(main, attr)[:limit], (getattr(other, attr) if other is not None else ())[:limit]
-
-
-def _module_pairs(prepared: Prepared) -> dict[str, str]:
-    """PyTorch module -> JAX module of every mapped tensor (dotted names, without Flax's collection; a
-    stacked layer ``i``: the module's ``i + 1``-th call, ``stacked.module_pairs``); not a fused tensor's
-    parts (``in_proj_weight``'s module holds the JAX ``query``, ``key``, ``value``) nor the tensors of
-    several modules fused into one leaf (``q_proj``, ``k_proj`` into ``qkv``; per layer of a stacked
-    leaf): their modules pair by name, or not at all; nor a tied tensor's second use (``wte.weight`` as
-    the head's kernel: ``lm_head`` pairs by name)."""
-    from crosscheck._workloads.port.stacked import is_stacked, module_pairs
-
-    rows = [e for e in prepared.table.mapped() if e.torch is not None and e.jax is not None]
-    fused: dict[tuple, set] = {}
-    for e in rows:
-        if e.box:
-            fused.setdefault(_part(e, is_stacked(e)), set()).add(e.torch.module)  # type: ignore[union-attr]
-    kept, seen = [], set()
-    for e in rows:
-        if e.take is None and len(fused.get(_part(e, is_stacked(e)), ())) <= 1 and e.torch.name not in seen:  # type: ignore[union-attr]
-            kept.append(e)
-        seen.add(e.torch.name)  # type: ignore[union-attr]
-    return module_pairs(kept)
-
-
-def _part(e: Any, stacked: bool) -> tuple:
-    """The part of a JAX leaf a row's tensor shares with others: the leaf, or its layer when stacked."""
-    return (e.jax.path, e.box[0][1] if stacked else None)
 
 
 def _torch_capture(prepared: Prepared, params: dict, inputs: dict) -> list:

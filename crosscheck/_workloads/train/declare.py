@@ -36,7 +36,8 @@ class Train:
 
     Both sides start from the port's parameters and inputs (the case's), take ``steps`` steps on the
     port's loss, and their parameters are compared after every step, parameter by parameter in
-    PyTorch's names (the JAX tree mapped back through the port's mapping, transforms undone), within
+    PyTorch's names (the JAX tree mapped back through the port's mapping, transforms undone; a
+    ``convert=``'s through its transpose over the transpose of ones, exact for a selection), within
     each side's measured rounding (its float32 trajectory against its float64 re-run, step by step).
     Run it with ``crosscheck.check(train, quantity="update")`` or ``crosscheck run --workload
     module:train --quantity update --steps K``.

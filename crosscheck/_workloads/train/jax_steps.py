@@ -90,8 +90,13 @@ def stepper(fn: Callable[..., Any], **hyper: Any) -> Stepper:
 
 
 def _named(prepared: Prepared, tree: Any) -> dict[str, np.ndarray]:
-    """The tree's leaves by PyTorch parameter name, in PyTorch's layout (``assemble.back``)."""
-    return assemble.back(prepared.pieces(), jax.tree_util.tree_leaves(tree), prepared.parameters)
+    """The tree's leaves by PyTorch parameter name, in PyTorch's layout (``assemble.back``; through a
+    ``convert=``'s transpose, ``convert.Conversion.back``)."""
+    leaves = jax.tree_util.tree_leaves(tree)
+    if prepared.conversion is not None:
+        others = {k: v for k, v in prepared.values.items() if k not in prepared.parameters}
+        return prepared.conversion.back(leaves, prepared.parameters, to_jax(others))
+    return assemble.back(prepared.pieces(), leaves, prepared.parameters)
 
 
 def _state(prepared: Prepared, state: Any, trained: Any, whole: Callable[[Any], Any] | None) -> dict:

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from crosscheck._backends import ORACLE
+from crosscheck._errors import user_call
 from crosscheck._workloads.port.workload import PortWorkload
 from crosscheck._workloads.protocol import POINT_KNOBS, Knob, Options, OwnArrays, Point
 from crosscheck._workloads.train.declare import Train, check_steps
@@ -57,6 +58,23 @@ class TrainWorkload(OwnArrays):
         self.train, self.name, self.spec = train, train.name, spec
         self.steps = train.steps if steps is None else check_steps(steps)
         self.port = PortWorkload(train.port)
+        conversion = self.port.prepared.conversion
+        if conversion is not None:
+            prepared = self.port.prepared
+            others = {k: v for k, v in prepared.values.items() if k not in prepared.parameters}
+            why = user_call(
+                f"train `{self.name}`",
+                "reading `convert` back through its transpose",
+                conversion.invertible,
+                prepared.parameters,
+                others,
+            )
+            if why is not None:
+                raise ValueError(
+                    f"train `{self.name}`: the port's `convert` cannot be read back after training ({why}): "
+                    f"trained leaves come back through the conversion's transpose, exact for a selection "
+                    f"(stacking, splitting, reshaping, transposing), not for a scaled or summed conversion."
+                )
 
     def configure(self, **given: Any) -> TrainWorkload:
         unknown = [k for k in given if k != "steps"]

@@ -1,0 +1,74 @@
+"""The scanned ports of ``examples/port`` as real projects write them (issue 36): Hugging Face's Llama
+against an nnx port with ``nnx.scan`` over stacked layers and a fused, grouped-query ``qkv_proj``;
+GPT-2's language model against an Equinox port with ``lax.scan`` over stacked blocks and a tied head.
+Each healthy port maps with no override and passes; each planted bug fails and names its module."""
+
+from __future__ import annotations
+
+import pytest
+
+import crosscheck
+
+pytest.importorskip("torch")
+pytest.importorskip("flax")
+pytest.importorskip("equinox")
+pytest.importorskip("transformers")
+
+
+def _run(port, **options):
+    return crosscheck.run(workload=port, backends=["jax"], **{"reference": "torch", **options})
+
+
+@pytest.fixture(scope="module")
+def llama():
+    from examples.port import llama_nnx
+
+    return llama_nnx
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    from examples.port import gpt2_equinox
+
+    return gpt2_equinox
+
+
+def test_llama_nnx_maps_stacked_fused_grouped_query_layers_with_no_override_and_passes(llama):
+    port = llama.port
+    rows = {r["torch"]: r for r in port.mapping.rows()}
+    assert not port.prepared.table.problems()
+    k = rows["layers.2.self_attn.k_proj.weight"]  # one key/value head of 8 for two query heads of 8
+    assert (k["jax"], k["box"], k["transform"]) == (
+        "layers/self_attn/qkv_proj/kernel",
+        [[0, 2, 3], [2, 16, 24]],
+        "transpose",
+    )
+    report = _run(port)
+    assert report.passed, report.problems
+
+
+@pytest.mark.parametrize("name", ["rope_interleaved", "qkv_order", "no_causal_mask"])
+def test_a_planted_llama_bug_fails_in_its_layers_attention(llama, name):
+    report = _run(getattr(llama, name))
+    verdict = report.backends["jax"].notes["port"]
+    assert not report.passed
+    assert verdict["module"] == llama.BUGS[name][1], verdict["text"]
+
+
+def test_gpt2_equinox_maps_stacked_blocks_and_a_tied_head_with_no_override_and_passes(gpt2):
+    port = gpt2.port
+    rows = port.mapping.rows()
+    assert not port.prepared.table.problems()
+    head = [r for r in rows if r["jax"] == "transformer/wte/weight"]
+    assert [r["torch"] for r in head] == ["transformer.wte.weight"]  # one leaf: the head is the table
+    proj = next(r for r in rows if r["torch"] == "transformer.h.1.attn.c_proj.weight")
+    assert (proj["transform"], proj["box"]) == ("transpose", [[0, 1, 2]])  # Conv1D (in, out) by layout
+    report = _run(port)
+    assert report.passed, report.problems
+
+
+def test_a_planted_gpt2_bug_fails_at_its_block(gpt2):
+    report = _run(gpt2.layer_norm_epsilon)
+    verdict = report.backends["jax"].notes["port"]
+    assert not report.passed
+    assert verdict["module"] == gpt2.BUGS["layer_norm_epsilon"][1], verdict["text"]
