@@ -240,6 +240,8 @@ def entries(
             made[i] = made.get(i, 0) + 1
     out, alone = [], []
     for t in described:
+        if t.tied:  # a tied alias (``head.weight``): the conversion sees it, its tensor's rows say it
+            continue
         positions = reached.get(t.name, [])
         if not positions:
             how = UNUSED_BUFFER if t.kind == "buffer" else "by convert=: it reaches no JAX leaf"
