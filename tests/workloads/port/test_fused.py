@@ -12,7 +12,7 @@ import importlib.util
 import pytest
 
 import crosscheck
-from crosscheck._workloads.port import mapping
+from crosscheck._workloads.port import fused, mapping
 from crosscheck._workloads.port.matching import Tensor
 
 needs = {
@@ -157,6 +157,20 @@ def test_equinox_multihead_attention_keeps_pytorchs_layout():
         (f"mha/{n}_proj/weight", "identity", (0, 8 * i, 8 * i + 8)) for i, n in enumerate(names[:3])
     ]
     assert "renamed: `mha.out_proj` is `mha/output_proj`" in str(table)
+
+
+@pytest.mark.parametrize(
+    ("shape", "target", "fits"),
+    [
+        ((E, E), (E, H, D), ["identity", "transpose"]),  # square: both regroup, the layouts decide
+        ((EKV, E), (E, H // 2, D), ["transpose"]),  # a grouped-query key: only its transpose
+        ((E,), (H, D), ["identity"]),  # a bias onto the heads
+        ((E, E), (H * D * E,), ["identity", "transpose"]),  # flattened: a join, still a regroup
+        ((6, 4), (3, 8), []),  # the entries would mix: not a regroup
+    ],
+)
+def test_head_axes_are_a_regrouping_of_axes(shape, target, fits):
+    assert fused.fitting(shape, target) == fits
 
 
 def test_head_axes_by_name_are_decided_by_the_layouts():
