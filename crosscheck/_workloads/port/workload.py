@@ -357,16 +357,13 @@ def _arrays(side: tuple[Any, Any], attr: str, limit: int | None = None) -> tuple
 
 
 def _module_pairs(prepared: Prepared) -> dict[str, str]:
-    """PyTorch module -> JAX module of every mapped tensor (dotted names, without Flax's collection);
-    not a fused tensor's parts (``in_proj_weight``'s module holds the JAX ``query``, ``key``, ``value``)
-    nor the tensors of several modules fused into one leaf (``q_proj``, ``k_proj`` into ``qkv``):
-    their modules pair by name, or not at all; nor a tied tensor's second use (``wte.weight`` as the
-    head's kernel: ``lm_head`` pairs by name)."""
+    """PyTorch module -> JAX module of every mapped tensor (dotted names, without Flax's collection),
+    but not of a fused tensor's parts (``in_proj_weight``'s module holds ``query``, ``key``, ``value``),
+    of several modules' tensors fused into one leaf, or of a tied tensor's second use: those pair by name."""
     rows = [(e.torch, e.jax, e) for e in prepared.table.mapped() if e.torch is not None and e.jax is not None]
     fused: dict[tuple[str, ...], set] = {}
     for t, j, e in rows:
-        if e.box:
-            fused.setdefault(j.path, set()).add(t.module)
+        fused.setdefault(j.path, set()).update([t.module] if e.box else [])
     out: dict[str, str] = {}
     seen: set[str] = set()
     for t, j, e in rows:
