@@ -94,7 +94,7 @@ def moved(name: str, shape: Sequence[int]) -> tuple[int, ...] | None:
     return tuple(shape[i] for i in perm) if len(perm) == len(shape) else None
 
 
-def fitting(shape: Sequence[int], target: Sequence[int], start: int = 0) -> list[str]:
+def fitting(shape: Sequence[int], target: Sequence[int], start: int = 1) -> list[str]:
     """The transforms (identity, transpose) that make ``shape`` regroup into ``target``, the box
     starting at ``start``'s product of ``target``'s leading axes on a boundary of the piece."""
     out = []

@@ -82,7 +82,7 @@ def forward_verdict(
             f"module the port computes without a module): {where} its input agrees and the "
             f"input of `{first.name}` it feeds differs",
         )
-    parent = _common_parent(prev.name if prev else "", first.name)
+    parent = _entered(first.name, _common_parent(prev.name if prev else "", first.name), paired, inputs)
     also = f"; PyTorch modules run there without a JAX counterpart: {', '.join(suspects)}" if suspects else ""
     inner = _running(first.name, suspects, parent)
     if inner is not None:  # the modules run in between are inside one module `first` is part of
@@ -187,6 +187,22 @@ def _common_parent(a: str, b: str) -> str:
             break
         common.append(x)
     return ".".join(common)
+
+
+def _entered(first: str, parent: str, paired: dict[str, str], inputs: dict[str, bool | None]) -> str:
+    """The innermost module around ``first``, inside ``parent``, whose input agrees (a paired one): the
+    difference starts in its code before ``first`` (an attention whose q, k, v projections the port
+    fused into one leaf has no JAX counterpart for them, and ``first`` is its output projection)."""
+    if "#" in first:
+        return parent
+    tokens = first.split(".")
+    for k in range(len(tokens) - 1, 0, -1):
+        name = ".".join(tokens[:k])
+        if len(name) <= len(parent):
+            break
+        if name in paired and inputs.get(name):
+            return name
+    return parent
 
 
 def _shown(name: str, top: str) -> str:

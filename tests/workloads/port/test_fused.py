@@ -12,7 +12,7 @@ import importlib.util
 import pytest
 
 import crosscheck
-from crosscheck._workloads.port import mapping
+from crosscheck._workloads.port import fused, mapping
 from crosscheck._workloads.port.matching import Tensor
 
 needs = {
@@ -157,6 +157,20 @@ def test_equinox_multihead_attention_keeps_pytorchs_layout():
         (f"mha/{n}_proj/weight", "identity", (0, 8 * i, 8 * i + 8)) for i, n in enumerate(names[:3])
     ]
     assert "renamed: `mha.out_proj` is `mha/output_proj`" in str(table)
+
+
+@pytest.mark.parametrize(
+    ("shape", "target", "fits"),
+    [
+        ((E, E), (E, H, D), ["identity", "transpose"]),  # square: both regroup, the layouts decide
+        ((EKV, E), (E, H // 2, D), ["transpose"]),  # a grouped-query key: only its transpose
+        ((E,), (H, D), ["identity"]),  # a bias onto the heads
+        ((E, E), (H * D * E,), ["identity", "transpose"]),  # flattened: a join, still a regroup
+        ((6, 4), (3, 8), []),  # the entries would mix: not a regroup
+    ],
+)
+def test_head_axes_are_a_regrouping_of_axes(shape, target, fits):
+    assert fused.fitting(shape, target) == fits
 
 
 def test_head_axes_by_name_are_decided_by_the_layouts():
@@ -340,6 +354,29 @@ def test_a_subclass_of_flax_dense_has_denses_layout():
     assert (kernel.module_type, kernel.layout) == ("MyDense (a Dense)", "in,out")
 
 
+def test_the_verdict_names_the_module_around_projections_without_a_counterpart():
+    import numpy as np
+
+    from crosscheck._workloads.port.torch_side import Record
+    from crosscheck._workloads.port.verdict import forward_verdict
+
+    def record(name, i):
+        return Record(name, "Linear", (np.full(2, i),), (np.full(2, i + 0.5),))
+
+    names = ("attn.q_proj", "attn.k_proj", "attn.v_proj", "attn.o_proj", "attn", "")
+    order = [record(n, i) for i, n in enumerate(names)]
+    paired = {n: n for n in names[3:]}
+    outputs = dict.fromkeys(names[3:], False)
+    inputs = {"attn.o_proj": False, "attn": True, "": True}
+    verdict = forward_verdict(order, paired, outputs, inputs, "Net")
+    assert (verdict.module, verdict.first, verdict.suspects) == ("attn", "attn.o_proj", names[:3])
+    assert verdict.text.startswith(
+        "the forward pass differs first in the code of `attn` before `attn.o_proj`"
+    )
+    inputs["attn"] = False  # the attention's input differs too: the top module's code, as before
+    assert forward_verdict(order, paired, outputs, inputs, "Net").module == ""
+
+
 # ---- End to end -----------------------------------------------------------------------------------------
 
 
@@ -415,3 +452,73 @@ def test_a_tied_head_passes_its_gradient_the_sum_of_both_uses(own_head):
     report = crosscheck.run(workload=port, reference="torch", backends=["jax"], dtype="float64")
     assert report.passed, report.problems
     assert [c.parameter for c in report.comparisons if "output" not in c.parameter] == ["wte.weight"]
+
+
+HQ, HKV = 2, 1  # grouped-query attention: one key and value head for two query heads
+
+
+def _gqa_torch():
+    import torch
+    from torch import nn
+
+    class Attention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q_proj = nn.Linear(E, HQ * D, bias=False)
+            self.k_proj, self.v_proj = (nn.Linear(E, HKV * D, bias=False) for _ in range(2))
+            self.o_proj = nn.Linear(HQ * D, E, bias=False)
+
+        def forward(self, x):
+            b, s, _ = x.shape
+            q = self.q_proj(x).view(b, s, HQ, D).transpose(1, 2)
+            k, v = (
+                f(x).view(b, s, HKV, D).transpose(1, 2).repeat_interleave(HQ // HKV, 1)
+                for f in (self.k_proj, self.v_proj)
+            )
+            y = torch.softmax(q @ k.transpose(-1, -2) / D**0.5, -1) @ v
+            return self.o_proj(y.transpose(1, 2).reshape(b, s, HQ * D))
+
+    torch.manual_seed(0)
+    return nn.ModuleDict({"self_attn": Attention()}).eval()
+
+
+def _gqa_flax(swap_kv=False):
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+
+    class Attention(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            qkv = nn.DenseGeneral((HQ + 2 * HKV, D), use_bias=False, name="qkv")(x)
+            q, k, v = qkv[..., :HQ, :], qkv[..., HQ : HQ + HKV, :], qkv[..., HQ + HKV :, :]
+            k, v = (v, k) if swap_kv else (k, v)  # a planted bug: the fused leaf read in the wrong order
+            k, v = jnp.repeat(k, HQ // HKV, axis=-2), jnp.repeat(v, HQ // HKV, axis=-2)
+            weights = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k) / D**0.5, -1)
+            y = jnp.einsum("bhqk,bkhd->bqhd", weights, v)
+            return nn.DenseGeneral(E, axis=(-2, -1), use_bias=False, name="o_proj")(y)
+
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return Attention(name="self_attn")(x)
+
+    return Net()
+
+
+@needs["flax"]
+@pytest.mark.parametrize("swap_kv", [False, True], ids=["healthy", "keys-and-values-swapped"])
+def test_grouped_query_projections_fused_into_one_leaf(swap_kv):
+    port = crosscheck.Port(
+        name="gqa-fused",
+        torch=_gqa_torch(),
+        jax=_gqa_flax(swap_kv),
+        inputs=lambda rng, dtype: {"x": rng.standard_normal((2, 3, E)).astype(dtype)},
+        torch_call=lambda module, inputs: module["self_attn"](inputs["x"]),
+    )
+    assert port.mapping.problems() == []
+    assert [e.box for e in port.mapping.mapped()][:3] == [((1, 0, 2),), ((1, 2, 3),), ((1, 3, 4),)]
+    report = crosscheck.run(workload=port, reference="torch", backends=["jax"], dtype="float64")
+    assert report.passed is not swap_kv, report.problems
+    if swap_kv:
+        assert report.backends["jax"].notes["port"]["module"] == "self_attn"
