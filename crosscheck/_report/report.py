@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from crosscheck._compare.compare import Comparison
+from crosscheck._compare.low import caveat
 from crosscheck._errors import one_line
 from crosscheck._report.environment import framework_lines
 from crosscheck._report.text import markup, plain, plural
@@ -158,6 +159,15 @@ class Report:
     def verdicts(self) -> dict[str, str]:
         """The workload's verdict per candidate that has one (a port's: where the JAX port first differs)."""
         return {name: r.verdict.text for name, r in self.backends.items() if r.verdict is not None}
+
+    def caveats(self) -> list[str]:
+        """What the verdicts say the check could not see (a 16-bit pass: "check in float32 too"), a line
+        per caveat, with the candidates it holds for: what ``--quiet`` keeps besides the verdict line."""
+        found: dict[str, list[str]] = {}
+        for name, text in self.verdicts().items():
+            if caveat(text):
+                found.setdefault(caveat(text), []).append(f"`{name}`")
+        return [f"{', '.join(names)}: {text}" for text, names in found.items()]
 
     @property
     def passed(self) -> bool:
