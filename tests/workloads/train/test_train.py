@@ -5,6 +5,7 @@ model bug (the gradients already differ), and the bad inputs (one line, exit 2).
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 import numpy as np
 import pytest
@@ -193,6 +194,33 @@ def test_bad_input_is_one_line_and_exit_2(args, message, capsys):
     assert main(["run", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err and "Traceback" not in err
+
+
+#: A user's module holding a port and the train of it, as a port's module usually does.
+TRAIN_MODULE = """
+from examples.port import optimizers
+from examples.port.convnet import port
+
+train = optimizers.train(port, steps=2)
+"""
+
+
+def test_the_gradient_of_a_train_is_refused_with_how_to_check_its_port(tmp_path, monkeypatch, capsys):
+    # It said "`--quantity update` and `--steps` go together with a crosscheck.Train workload": not what
+    # the user asked, nor how to check the gradients they asked for.
+    (tmp_path / "trainmod.py").write_text(TRAIN_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "trainmod", raising=False)
+    assert main(["run", "--workload", "trainmod:train", "--quantity", "grad"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(
+        "`--quantity grad` does not apply to workload `convnet-train`: it checks `--quantity update`; the "
+        "gradients of the port it trains are checked with `--workload trainmod:port` (`--quantity grad`)."
+    ), err
+    with pytest.raises(ValueError, match=r"with `workload='trainmod:port'` \(`quantity='grad'`\)\.$"):
+        crosscheck.run(workload="trainmod:train", quantity="grad")
+    with pytest.raises(ValueError, match=r"crosscheck\.check\(train\.port, quantity='grad'\)"):
+        crosscheck.check(_train(), quantity="grad")
 
 
 def test_a_train_checks_the_update_only():
