@@ -270,6 +270,33 @@ def test_every_page_is_in_the_nav_and_every_nav_entry_exists():
     assert set(nav) == pages
 
 
+def test_the_readme_and_the_install_page_name_every_extra():
+    # README's list said `port` (Flax, Equinox, transformers) but not the `flax`, `equinox` and
+    # `transformers` extras a user installs alone.
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    readme = (ROOT / "README.md").read_text()
+    said = " ".join(readme[readme.index("Extras:") :].split("[installing]")[0].split())
+    table = (DOCS / "install.md").read_text()
+    for extra in extras:
+        assert f"`{extra}`" in said, f"README's extras list lacks `{extra}`: {said}"
+        assert f"| `{extra}` |" in table, f"docs/install.md's table of extras lacks `{extra}`"
+
+
+def test_the_port_guide_says_what_the_port_does_now():
+    # It said an Equinox Conv2d's (C, 1, 1) bias does not map (it maps as `unit axes`), and had no word
+    # of --budget, what a port of real size needs without --reference torch.
+    guide = " ".join((DOCS / "guides" / "port-model.md").read_text().split())
+    for stale in ("does not map yet", "stays unmatched"):
+        assert stale not in guide, stale
+    said = [m.start() for m in re.finditer(r"An Equinox `Conv2d` keeps its bias as `\(C, 1, 1\)`", guide)]
+    assert said and all("`unit axes`" in guide[i : i + 200] for i in said)
+    assert "`--budget SECONDS`" in guide and "#a-budget-budget-seconds" in guide
+
+
 def test_the_readme_is_short_and_links_to_pages_that_exist():
     readme = (ROOT / "README.md").read_text()
     # A front page: the uses, the install, the commands, exit status, reliability and the three tables
