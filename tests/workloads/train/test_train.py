@@ -196,6 +196,35 @@ def test_bad_input_is_one_line_and_exit_2(args, message, capsys):
     assert message in err and "\n" not in err and "Traceback" not in err
 
 
+def _ignores_weight_decay(*, weight_decay, **hyper):
+    """The optax side of a newcomer's port: its factory drops `weight_decay`, so optax's default (1e-4)
+    applies where PyTorch's AdamW was given more."""
+    return optimizers.optax_adamw(**hyper, weight_decay=1e-4)
+
+
+def test_a_setting_the_jax_factory_ignores_is_named_by_the_rerun_that_changed_only_the_other_side():
+    # The verdict said which part differs (or "the update rule itself differs"), never that turning it
+    # off changed nothing on one side: the factory ignored the setting.
+    hyper = {**optimizers.HYPER, "weight_decay": 0.5}
+    train = crosscheck.Train(
+        _port(), torch_optimizer=optimizers.torch_adamw, optax=_ignores_weight_decay, hyper=hyper, steps=STEPS
+    )
+    report = crosscheck.check(train, quantity="update")
+    assert not report.passed
+    controls = report.backends["jax"].notes["update"]["controls"]
+    assert {part: c["unchanged"] for part, c in controls.items()} == {
+        "epsilon": [],  # a part at float32's rounding changes both sides a little: no claim either way
+        "weight decay": ["jax"],
+        "gradient clipping": [],
+        "moments and bias correction": [],
+    }
+    assert (
+        "turning the weight decay off (weight_decay=0.0) changed nothing on `jax`'s side and changed the "
+        "other's: `jax`'s optimizer ignores `weight_decay` (does its factory pass `weight_decay` on? "
+        "otherwise the optimizer's own default applies)"
+    ) in report.verdicts()["jax"]
+
+
 #: A user's module holding a port and the train of it, as a port's module usually does.
 TRAIN_MODULE = """
 from examples.port import optimizers
