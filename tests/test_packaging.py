@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import shutil
+import subprocess
 import sys
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 from paths import ROOT
@@ -53,3 +58,71 @@ def test_the_installed_distribution_is_this_one():
 )
 def test_install_hints_name_the_distribution_and_the_clone(extra, expected):
     assert install_hint(extra) == expected
+
+
+# -- installed as users install it ----------------------------------------------------------------------
+
+
+def _run(command: list, cwd: Path, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+@pytest.mark.slow
+def test_the_wheel_installed_in_a_fresh_environment_runs_from_outside_the_clone(tmp_path):
+    """The wheel, not the clone: built from the working tree, installed with ``pip --no-deps`` into a new
+    virtual environment that sees this one's packages (a ``.pth``: no network), and its console script
+    run from a folder outside the clone on the stack and on a port example copied there (the examples are
+    not in the wheel)."""
+    pytest.importorskip("hatchling", reason="the build backend (in the `test` extra)")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    dist = tmp_path / "dist"
+    pip = [sys.executable, "-m", "pip"]
+    offline = ["--no-deps", "--no-index"]
+    built = _run([*pip, "wheel", *offline, "--no-build-isolation", "-w", str(dist), str(ROOT)], tmp_path, env)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = dist.glob("crosscheck_gradients-*.whl")
+    venv = tmp_path / "venv"
+    made = _run(
+        [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], tmp_path, env
+    )
+    assert made.returncode == 0, made.stderr
+    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    where = _run([str(python), "-c", "import site, sys; print(site.getsitepackages()[0])"], tmp_path, env)
+    site_packages = Path(where.stdout.strip())
+    # This environment's packages (NumPy, JAX, PyTorch, ...) after the new one's own: its crosscheck, if
+    # installed here too, is shadowed by the wheel's.
+    (site_packages / "tests_environment.pth").write_text("\n".join(sysconfig_paths()) + "\n")
+    into = ["--python", str(python), "install", *offline, "--force-reinstall", "--quiet"]
+    installed = _run([*pip, *into, str(wheel)], tmp_path, env)
+    assert installed.returncode == 0, installed.stderr
+    outside = tmp_path / "work"
+    outside.mkdir()
+    found = _run(
+        [str(python), "-c", "import crosscheck, crosscheck.backends; print(crosscheck.__file__)"],
+        outside,
+        env,
+    )
+    assert found.returncode == 0, found.stderr
+    assert Path(found.stdout.strip()).is_relative_to(venv), found.stdout  # the wheel's, not the clone's
+    script = venv / ("Scripts/crosscheck.exe" if os.name == "nt" else "bin/crosscheck")
+    stack = _run([str(script), "run", "--quiet", "--layers", "2", "--dim", "3", "--batch", "2"], outside, env)
+    assert (stack.returncode, stack.stdout) == (0, "PASSED\n"), stack.stdout + stack.stderr
+    if importlib.util.find_spec("flax") is None:
+        pytest.skip("the port example needs flax (the `port` extra)")
+    shutil.copy(ROOT / "examples" / "port" / "convnet.py", outside / "my_convnet.py")
+    port = _run(
+        [str(script), "run", "--workload", "my_convnet:port", "--reference", "torch", "--quiet"], outside, env
+    )
+    assert (port.returncode, port.stdout) == (0, "PASSED\n"), port.stdout + port.stderr
+    planted = ["--workload", "my_convnet:same_padding", "--reference", "torch", "--quiet"]
+    bug = _run([str(script), "run", *planted], outside, env)
+    assert bug.returncode == 1 and "the forward pass differs first at `conv1`" in " ".join(bug.stdout.split())
+
+
+def sysconfig_paths() -> list[str]:
+    """This interpreter's site-packages folders (where the tests' dependencies are installed)."""
+    import site
+
+    return [p for p in site.getsitepackages() if Path(p).is_dir()]

@@ -295,10 +295,11 @@ def write_reports(args: argparse.Namespace, report: Any) -> None:
 
 
 def render_report(report: Any, console: Any, *, quiet: bool) -> int:
-    """Print a run's report (or, ``quiet``, only its verdict line); return the exit status."""
+    """Print a run's report (or, ``quiet``, only its verdict line and caveats); return the exit status."""
     if quiet:
-        verdict = "PASSED" if report.passed else "FAILED: " + "; ".join(report.problems)
-        console.print(verdict, markup=False, highlight=False)
+        from crosscheck._cli.quiet import render
+
+        render(report, console)
     else:
         report.render(console)
     if getattr(report, "interrupted", False):

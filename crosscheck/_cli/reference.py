@@ -1,15 +1,26 @@
 """The command-line reference as Markdown, made from the parser itself (so it cannot drift from it).
 
-The documentation site's hook (``docs/_hooks/cli_reference.py``) puts ``markdown()`` into
-``docs/reference/cli.md``; ``tests/docs/test_docs.py`` checks that it names every command and option.
+``docs/reference/cli.md`` holds it, after ``MARKER``, in the repository (a page read on GitHub or in
+the clone is the reference, not an empty page): ``python -m crosscheck._cli.reference`` (``REGENERATE``)
+writes it there again; ``tests/docs/test_docs.py`` fails when the page is not what the parser makes, and
+checks that it names every command and option. The documentation site's hook
+(``docs/_hooks/cli_reference.py``) regenerates it too when the site is built.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Any
 
 from crosscheck._cli.main import EPILOG, build_parser
+
+#: Where the generated reference starts in ``docs/reference/cli.md``: what follows it is ``markdown()``.
+MARKER = "<!-- the command-line reference, generated from the parser -->"
+#: The page, from the repository's root, and the command that writes it again.
+PAGE = "docs/reference/cli.md"
+REGENERATE = "python -m crosscheck._cli.reference"
 
 #: Options every subcommand has; the reference states them once.
 _COMMON = {"-h", "--help"}
@@ -88,3 +99,17 @@ def markdown() -> str:
     for name, sub in subcommands(parser).items():
         lines += _command(name, sub, summaries.get(name, ""))
     return "\n".join(lines)
+
+
+def page(text: str) -> str:
+    """The page ``text`` with what follows ``MARKER`` made again from the parser (``ValueError``: the
+    page has no marker)."""
+    head, found, _ = text.partition(MARKER)
+    if not found:
+        raise ValueError(f"the page has no `{MARKER}`: nothing marks where the reference goes.")
+    return f"{head}{MARKER}\n\n{markdown()}\n"
+
+
+if __name__ == "__main__":  # python -m crosscheck._cli.reference [PATH]: the page written again
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else PAGE)
+    target.write_text(page(target.read_text()))

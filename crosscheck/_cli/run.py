@@ -28,6 +28,7 @@ from crosscheck._cli.common import (
     write_file,
     write_reports,
 )
+from crosscheck._cli.quiet import no_warnings
 from crosscheck._engine.quantity import QUANTITIES
 from crosscheck._errors import one_line
 
@@ -174,7 +175,12 @@ def _add_output(out: Any) -> None:
         help="when the run fails, write a .npz that reproduces it (inputs, every gradient, the case, "
         "the environment); `crosscheck replay PATH` re-runs it",
     )
-    out.add_argument("--quiet", action="store_true", help="print only the verdict line")
+    out.add_argument(
+        "--quiet",
+        action="store_true",
+        help='print only the verdict line and the verdict\'s caveats ("check in float32 too"); other '
+        "libraries' warnings are not shown",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -187,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
     _check_plot_and_bundle(args)  # before the workload's code, or any backend's, runs
     _check_budget(args)
     console = make_console()
-    with progress_display() as progress:
+    with progress_display() as progress, no_warnings(args.quiet):
         request = _request(args, progress)
         try:
             report = execute(request)

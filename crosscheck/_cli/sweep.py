@@ -259,11 +259,25 @@ def _cells(record: dict[str, Any], names: list[str]) -> list[str]:
             judged = sum(c["judged"] for c in failing)
             cells.append(f"[red]{escape(failing[0]['status'])} {mismatched}/{judged}[/red]")
         else:
-            near = sum(c["unjudgeable"] + c["two_sided"] for c in comps)
-            extra = f" ({near} kink)" if near else ""
-            rels = [c["max_rel_diff"] for c in comps if c["max_rel_diff"] is not None]
-            cells.append(f"ok rel {max(rels):.1e}{extra}" if rels else "ok")
+            cells.append(_passed(comps))
     return cells
+
+
+def _passed(comps: list[dict[str, Any]]) -> str:
+    """A passing cell: what decided it, the worst ratio of a difference to its tolerance and the term
+    that made the tolerance (``ok 3.4% of tol (rounding)``), not the greatest relative difference,
+    which an entry near zero or at a kink makes large though the floor or the kink judged it (or
+    infinite, where the reference is exactly zero)."""
+    near = sum(c.get("unjudgeable", 0) + c.get("two_sided", 0) for c in comps)
+    kinks = f"{near} kink" if near else ""
+    judged = [c for c in comps if c.get("worst_ratio") is not None and c.get("judged", 0) > 0]
+    if judged:
+        worst = max(judged, key=lambda c: c["worst_ratio"])
+        why = "; ".join(x for x in (escape(worst.get("decided_by") or ""), kinks) if x)
+        return f"ok {100 * worst['worst_ratio']:.2g}% of tol" + (f" ({why})" if why else "")
+    if any(c.get("judged", 0) > 0 for c in comps):  # a screened comparison: no entry's ratio to show
+        return "ok" + (f" ({kinks})" if kinks else "")
+    return f"ok, none judged ({kinks})" if kinks else "ok"
 
 
 def write_junit(result, path: str | Path) -> None:

@@ -39,10 +39,23 @@ def text(dtype: str, relative: float, *, moves: str, measured: bool = False, asi
     if relative > 0:
         of = f"a median {relative:.2%} of an entry"
         size = f" (measured: {of})" if measured else f": {of}"
-    return (
-        f"agrees in {dtype}, within its rounding{size}{aside}; a bug that moves {moves} by less is not "
-        f"seen in {dtype}: check in float32 too (--dtype float32)"
-    )
+    return f"agrees in {dtype}, within its rounding{size}{aside}; {_caveat(dtype, moves)}"
+
+
+def _caveat(dtype: str, moves: str) -> str:
+    return f"a bug that moves {moves} by less is not seen in {dtype}: {CHECK_WIDER}"
+
+
+#: How a caveat of ``text`` ends: what a reader must do about it.
+CHECK_WIDER = "check in float32 too (--dtype float32)"
+
+
+def caveat(verdict: str) -> str:
+    """The caveat of a verdict that says ``text`` (what the 16-bit check could not see, and to check in
+    float32 too), or ``""``: what ``--quiet`` keeps of the verdict."""
+    end = verdict.find(CHECK_WIDER)
+    start = verdict.rfind("a bug that moves ", 0, end)
+    return verdict[start : end + len(CHECK_WIDER)] if end >= 0 and start >= 0 else ""
 
 
 def wide_only(name: str, dtype: str) -> str:

@@ -142,6 +142,23 @@ def check_arrays(arrays: Mapping[str, Any], given: Mapping[str, Any], *, front: 
         )
 
 
+def _instead(workload: Any, quantity: str, front: str) -> str:
+    """Why ``workload`` does not check ``quantity``, and what does (a train's port checks the gradient)."""
+    checks = ", ".join(f"`{spell('quantity', q, front=front)}`" for q in workload.quantities)
+    asked = spell("quantity", quantity, front=front)
+    said = f"`{asked}` does not apply to workload `{workload.name}`: it checks {checks}"
+    found = workload.instead(quantity)
+    if found is None:
+        return said + "."
+    what, spec = found
+    where = (
+        f"`{spell('workload', spec, front=front)}`"
+        if spec
+        else "the import string of its port as the workload"
+    )
+    return f"{said}; {what} are checked with {where} (`{asked}`)."
+
+
 def _case_given(request: Request) -> dict[str, Any]:
     return {k: v for k, v in (("dtype", request.dtype), ("seed", request.seed)) if v is not None}
 
@@ -160,6 +177,8 @@ def configure(workload: Any, request: Request) -> Any:
     refused = [k for k in request.options if k not in workload.takes]
     if quantity in QUANTITIES and quantity not in workload.quantities:  # an unknown one is the plan's
         refused.append("quantity")
+    if quantity != "update" and "update" in workload.quantities and getattr(workload, "instead", None):
+        raise ValueError(_instead(workload, quantity, front))
     if "steps" in refused or (quantity == "update") != ("update" in workload.quantities):
         raise ValueError(
             f"`{spell('quantity', 'update', front=front)}` and `{spell('steps', front=front)}` go together "

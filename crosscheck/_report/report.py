@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from crosscheck._compare.compare import Comparison
+from crosscheck._compare.low import caveat
 from crosscheck._errors import one_line
 from crosscheck._report.environment import framework_lines
 from crosscheck._report.text import markup, plain, plural
@@ -139,7 +140,7 @@ class Report:
             if not c.passed and c.status == "mismatch" and not (self.strict and c.mismatched == 0)
         ]
         out += _disagreements(disagree)
-        out += [f"`{c.backend}`: {c.message}" for c in self.comparisons if c.status == "invalid"]
+        out += [f"`{group[0].backend}`: {text}" for group, text in _said_once(self.comparisons).values()]
         out += [
             f"`{c.backend}`: every entry{_at(c, ' of')} is unjudgeable"
             for c in self.comparisons
@@ -158,6 +159,15 @@ class Report:
     def verdicts(self) -> dict[str, str]:
         """The workload's verdict per candidate that has one (a port's: where the JAX port first differs)."""
         return {name: r.verdict.text for name, r in self.backends.items() if r.verdict is not None}
+
+    def caveats(self) -> list[str]:
+        """What the verdicts say the check could not see (a 16-bit pass: "check in float32 too"), a line
+        per caveat, with the candidates it holds for: what ``--quiet`` keeps besides the verdict line."""
+        found: dict[str, list[str]] = {}
+        for name, text in self.verdicts().items():
+            if caveat(text):
+                found.setdefault(caveat(text), []).append(f"`{name}`")
+        return [f"{', '.join(names)}: {text}" for text, names in found.items()]
 
     @property
     def passed(self) -> bool:
@@ -193,11 +203,19 @@ class Report:
 
         out: list[tuple[str, bool]] = []
         told = 0  # a summarised report tells the first few failing rows' messages, then counts them
+        once = {id(group[0]): (group, text) for group, text in _said_once(self.comparisons).values()}
+        later = {id(c) for group, _ in once.values() for c in group[1:]}
         for c in self.comparisons:
+            if id(c) in later:
+                continue  # said once, with the first parameter of its cause
             if summarised(self.comparisons) and not c.passed and c.status != "empty":
                 told += 1
                 if told > SUMMARY_MESSAGES:
                     continue
+            if id(c) in once:
+                group, text = once[id(c)]
+                out += [(_versus_all(group), True), (text, False)]
+                continue
             if c.coverage != "every entry" and c.passed:
                 if not self.oracle.get("lines"):  # a model oracle sums coverage up in its own lines
                     out.append((f"{c.backend}: {c.message}", False))
@@ -293,6 +311,40 @@ def _where(found: list[Comparison]) -> str:
     parts = [plural(modules, "module output")] if modules else []
     parts += [plural(parameters)] if parameters else []
     return " at " + ", and at ".join(parts) if parts else ""
+
+
+def _said_once(comparisons: list[Comparison]) -> dict[tuple[str, ...], tuple[list[Comparison], str]]:
+    """The parameters not checked, by candidate and cause (``parameter `w`: the oracle's budget ran
+    out``): each cause once, with every parameter it holds for, not a line per parameter."""
+    found: dict[tuple[str, ...], tuple[list[Comparison], str]] = {}
+    for c in comparisons:
+        if c.status != "invalid":
+            continue
+        prefix = f"parameter `{c.parameter}`: "
+        cause = c.message[len(prefix) :] if c.parameter and c.message.startswith(prefix) else c.message
+        key = (c.backend, c.reference, c.against, cause if cause != c.message else str(id(c)))
+        found.setdefault(key, ([], cause))[0].append(c)
+    return {
+        key: (
+            group,
+            group[0].message
+            if len(group) == 1
+            else f"{plural([f'`{c.parameter}`' for c in group])}: {cause}",
+        )
+        for key, (group, cause) in found.items()
+    }
+
+
+def _versus_all(group: list[Comparison]) -> str:
+    """``versus`` of comparisons that differ only in their parameter."""
+    if len(group) == 1:
+        return versus(group[0])
+    head = versus(dataclasses.replace(group[0], parameter=None))
+    return (
+        head.replace(" (", f", {len(group)} parameters (", 1)
+        if "(" in head
+        else f"{head}, {len(group)} parameters"
+    )
 
 
 def versus(c: Comparison) -> str:

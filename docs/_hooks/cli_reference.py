@@ -1,17 +1,15 @@
-"""MkDocs hook: the command-line reference, generated from crosscheck's parser when the site builds.
+"""MkDocs hook: the command-line reference, made again from crosscheck's parser when the site builds.
 
-``docs/reference/cli.md`` holds the marker below; this hook replaces it with
-``crosscheck._cli.reference.markdown()``, so the page always says what the installed parser accepts.
+``docs/reference/cli.md`` holds the reference after a marker, committed (``python -m
+crosscheck._cli.reference`` writes it; a test keeps it in sync); this hook replaces what follows the
+marker with ``crosscheck._cli.reference.markdown()``, so the site says what the installed parser accepts.
 """
 
 from __future__ import annotations
 
-MARKER = "<!-- the command-line reference, generated from the parser -->"
-
 
 def on_page_markdown(markdown: str, page, config, files) -> str:  # MkDocs' hook signature
-    if MARKER not in markdown:
-        return markdown
-    from crosscheck._cli.reference import markdown as reference
+    from crosscheck._cli.reference import MARKER
+    from crosscheck._cli.reference import page as generated
 
-    return markdown.replace(MARKER, reference())
+    return generated(markdown) if MARKER in markdown else markdown

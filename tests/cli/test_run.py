@@ -156,6 +156,65 @@ def test_quiet_prints_only_the_verdict(user_module, capsys, backend, expected_st
     assert out.startswith(expected_line)
 
 
+def test_quiet_keeps_the_verdicts_caveat_said_once_for_every_candidate(capsys):
+    # A bfloat16 pass says what bfloat16 cannot see; --quiet printed "PASSED" alone, the caveat lost.
+    pytest.importorskip("jax")
+    pytest.importorskip("torch")
+    status = main(["run", *SMALL, "--dtype", "bfloat16", "--backend", "jax", "--backend", "torch", "--quiet"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert out.splitlines() == [
+        "PASSED",
+        "caveat of `jax`, `torch`: a bug that moves entries by less is not seen in bfloat16: check in "
+        "float32 too (--dtype float32)",
+    ]
+
+
+#: A user's workload whose module, loss and gradient each warn, as frameworks do while a model is built.
+NOISY = """
+import warnings
+
+import numpy as np
+
+import crosscheck
+
+warnings.warn("noisy: imported", UserWarning)
+
+
+def _loss(p, i):
+    warnings.warn("noisy: loss called", UserWarning)
+    return float(np.sum((i["x"] @ p["w"]) ** 2))
+
+
+def grad(p, i):
+    warnings.warn("noisy: grad called", UserWarning)
+    return {"w": 2 * i["x"].T @ (i["x"] @ p["w"])}
+
+
+lin = crosscheck.Workload(name="lin", parameters={"w": (3, 2)}, inputs={"x": (4, 3)}, reference=_loss)
+"""
+
+
+def test_quiet_drops_other_libraries_warnings_also_from_the_worker_process(tmp_path):
+    (tmp_path / "noisy.py").write_text(NOISY)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(crosscheck.__file__).parents[1]), str(tmp_path)]),
+    }
+    argv = [sys.executable, "-m", "crosscheck", "run", "--workload", "noisy:lin", "--backend", "noisy:grad"]
+    loud = subprocess.run(
+        argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert loud.returncode == 0, loud.stdout + loud.stderr
+    assert "noisy: imported" in loud.stderr  # the warnings do reach the terminal without --quiet
+    quiet = subprocess.run(
+        [*argv, "--quiet"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+    assert quiet.stdout == "PASSED\n"
+    assert "noisy" not in quiet.stderr, quiet.stderr
+
+
 def test_json_report_has_the_contract_keys(tmp_path, capsys):
     path = tmp_path / "report.json"
     status = main(["run", "--layers", "2", "--dim", "3", "--batch", "2", "--seed", "1", "--json", str(path)])

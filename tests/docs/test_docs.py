@@ -21,7 +21,7 @@ from paths import ROOT
 import crosscheck
 from crosscheck._cli.common import UsageError
 from crosscheck._cli.main import build_parser
-from crosscheck._cli.reference import markdown, subcommands
+from crosscheck._cli.reference import PAGE, REGENERATE, markdown, page, subcommands
 from crosscheck._sweep.config import MATRIX_DEFAULTS, SCHEMA
 
 DOCS = ROOT / "docs"
@@ -227,6 +227,17 @@ def test_the_cli_reference_names_every_command_and_option():
     assert "<!-- the command-line reference, generated from the parser -->" in page
 
 
+def test_the_committed_cli_reference_is_what_the_parser_makes():
+    # The page was an empty marker in the repository, filled only when the site was built: the
+    # reference is committed, and kept what the parser makes.
+    path = ROOT / PAGE
+    found = path.read_text()
+    assert len(found) > 10_000 and "## `crosscheck run`" in found
+    assert found == page(found), (
+        f"{PAGE} differs from the parser's options: run `{REGENERATE}` to write it again"
+    )
+
+
 #: An option as ``--help`` prints it: ``--layers``, ``-h``.
 OPTION = re.compile(r"(?<![\w-])(--?[a-zA-Z][\w-]*)")
 
@@ -257,6 +268,33 @@ def test_every_page_is_in_the_nav_and_every_nav_entry_exists():
     nav += re.findall(r"^  - [^:#]+: ([\w/.-]+\.md)\s*$", config, flags=re.MULTILINE)
     pages = {str(p.relative_to(DOCS)) for p in PAGES}
     assert set(nav) == pages
+
+
+def test_the_readme_and_the_install_page_name_every_extra():
+    # README's list said `port` (Flax, Equinox, transformers) but not the `flax`, `equinox` and
+    # `transformers` extras a user installs alone.
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    readme = (ROOT / "README.md").read_text()
+    said = " ".join(readme[readme.index("Extras:") :].split("[installing]")[0].split())
+    table = (DOCS / "install.md").read_text()
+    for extra in extras:
+        assert f"`{extra}`" in said, f"README's extras list lacks `{extra}`: {said}"
+        assert f"| `{extra}` |" in table, f"docs/install.md's table of extras lacks `{extra}`"
+
+
+def test_the_port_guide_says_what_the_port_does_now():
+    # It said an Equinox Conv2d's (C, 1, 1) bias does not map (it maps as `unit axes`), and had no word
+    # of --budget, what a port of real size needs without --reference torch.
+    guide = " ".join((DOCS / "guides" / "port-model.md").read_text().split())
+    for stale in ("does not map yet", "stays unmatched"):
+        assert stale not in guide, stale
+    said = [m.start() for m in re.finditer(r"An Equinox `Conv2d` keeps its bias as `\(C, 1, 1\)`", guide)]
+    assert said and all("`unit axes`" in guide[i : i + 200] for i in said)
+    assert "`--budget SECONDS`" in guide and "#a-budget-budget-seconds" in guide
 
 
 def test_the_readme_is_short_and_links_to_pages_that_exist():

@@ -176,7 +176,9 @@ def test_cli_reads_the_config_and_writes_reports(tmp_path, monkeypatch, capsys):
     assert suites[1].find("testcase/failure").get("message").startswith("Mismatched elements")
 
 
-def _comparison(backend: str, parameter: str, passed: bool, mismatched: int, judged: int, rel: float) -> dict:
+def _comparison(
+    backend: str, parameter: str, passed: bool, mismatched: int, judged: int, rel: float | str, **more
+) -> dict:
     return {
         "backend": backend,
         "parameter": parameter,
@@ -185,8 +187,11 @@ def _comparison(backend: str, parameter: str, passed: bool, mismatched: int, jud
         "mismatched": mismatched,
         "judged": judged,
         "max_rel_diff": rel,
+        "worst_ratio": 0.5 if rel == "inf" else float(rel) * 1e3,
+        "decided_by": "rounding",
         "unjudgeable": 0,
         "two_sided": 0,
+        **more,
     }
 
 
@@ -200,7 +205,41 @@ def test_a_cell_sums_a_workloads_comparisons_per_parameter():
         _comparison("torch", "b", True, 0, 2, 5e-7),
     ]
     record = {"report": {"comparisons": comparisons, "backends": {}}}
-    assert _cells(record, ["jax", "torch", "other"]) == ["[red]mismatch 4/10[/red]", "ok rel 5.0e-07", "-"]
+    assert _cells(record, ["jax", "torch", "other"]) == [
+        "[red]mismatch 4/10[/red]",
+        "ok 0.05% of tol (rounding)",
+        "-",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("comparisons", "cell"),
+    [
+        # The nearzero case: an entry whose reference is exactly zero has an infinite relative difference
+        # (the JSON's "inf"), an entry at a kink one of 1.2: neither decided; the ratio and its term did.
+        (
+            [
+                _comparison(
+                    "torch", "w", True, 0, 840, "inf", worst_ratio=0.034, unjudgeable=1208, two_sided=19
+                ),
+                _comparison("torch", "b", True, 0, 8, 1.2, worst_ratio=0.002, decided_by="floor"),
+            ],
+            "ok 3.4% of tol (rounding; 1227 kink)",
+        ),
+        # A zero by construction judged by the floor: a relative difference of 13 that decided nothing.
+        (
+            [_comparison("torch", "b", True, 0, 4, 13.0, worst_ratio=0.25, decided_by="floor")],
+            "ok 25% of tol (floor)",
+        ),
+        # Screened along directions: no entry's ratio, nothing invented.
+        ([_comparison("torch", "w", True, 0, 4, 1e-3, worst_ratio=None)], "ok"),
+    ],
+    ids=["infinite-rel-and-kinks", "zero-by-construction", "screened"],
+)
+def test_a_passing_cell_shows_its_ratio_to_the_tolerance_and_the_term_that_decided(comparisons, cell):
+    from crosscheck._cli.sweep import _cells
+
+    assert _cells({"report": {"comparisons": comparisons, "backends": {}}}, ["torch"]) == [cell]
 
 
 def test_a_workload_sweep_has_one_column_per_backend_not_per_parameter():

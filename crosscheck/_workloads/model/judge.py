@@ -342,7 +342,10 @@ class GenericJudge:
     def extras(self, reference: Reference | None) -> dict[str, Any]:
         if not self.findings.oracle:  # the report claims no oracle's work: none ran
             self.point.case["oracle_differentiates"] = NO_ORACLE[self.findings.reference_gradient is not None]
-        extras: dict[str, Any] = {"quantity": "grad", "oracle": summarize(self.findings, reference)}
+        extras: dict[str, Any] = {
+            "quantity": "grad",
+            "oracle": summarize(self.findings, reference, self.dtype),
+        }
         if self.wide_only and all(self.wide_only.values()):  # no side computed in the 16-bit dtype
             said = low.not_checked(list(self.wide_only), self.dtype)
             oracle = extras["oracle"]

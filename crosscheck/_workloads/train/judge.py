@@ -61,6 +61,9 @@ class UpdateJudge:
         self.reference_backend: Any = None
         #: Each side's optimizer state at the start, by ``(id(backend), dtype)`` (``state.split``).
         self.starts: dict[tuple[int, str], dict] = {}
+        #: Each candidate's trajectories with the train's own hyper-parameters, by ``id(backend)``: what
+        #: a controlled re-run is held against to see whether turning a part off changed its side.
+        self.ran: dict[int, Runs] = {}
 
     def train(self, backend: Any, call: Call, dtype: str, **how: Any) -> Any:
         """One guarded training run of ``backend`` from the point, in ``dtype``: its trajectories (its
@@ -121,6 +124,7 @@ class UpdateJudge:
         self.notes[name]["step"] = HOW  # which step was checked: the one the user wrote, uncompiled
         if still:  # compared, but said: a frozen parameter's "agreement" is only that both left it alone
             self.notes[name]["unmoved"] = still
+        self.ran[id(backend)] = Runs(value, again.value)
         verdict, record = locate.verdict(self, backend, found, reference, call, starts)
         if record["first_step"] is not None:  # the tolerance could not be what was measured
             verdict += _capped_verdict(capped, lone)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
+
 from crosscheck._compare.compare import Comparison
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.train.runs import Runs, failed
@@ -133,10 +135,12 @@ def classify(
     """Each optimizer part turned off on both sides (``Train.controls``), trained through ``step``:
     ``(the first part whose re-run agrees, {part: {"values": ..., "agrees": ...}})``."""
     workload, tried, part = judge.workload, {}, None
+    sides = (backend, judge.reference_backend)
+    before = (judge.ran.get(id(backend)), reference.data)
     for name, values in workload.train.controls().items():
         hyper = {**workload.train.hyper, **values}
         runs = []
-        for side in (backend, judge.reference_backend):
+        for side in sides:
             main = judge.train(side, call, "float32", steps=step, hyper=hyper)
             wide = judge.train(side, call, "float64", steps=step, hyper=hyper)
             runs.append(None if main.error or wide.error else Runs(main.value, wide.value))
@@ -144,9 +148,46 @@ def classify(
         if runs[0] is not None and runs[1] is not None:
             found = judge.judged(runs[0], runs[1], "candidate", reference.name)
             agrees = all(c.passed for c in found)
-        tried[name] = {"values": {k: _plain(v) for k, v in values.items()}, "agrees": agrees}
+        tried[name] = {
+            "values": {k: _plain(v) for k, v in values.items()},
+            "agrees": agrees,
+            "unchanged": _unchanged(sides, runs, before, step),
+        }
         part = name if part is None and agrees else part
     return part, tried
+
+
+def _unchanged(sides: tuple, runs: list, before: tuple, step: int) -> list[str]:
+    """The side whose float64 re-run with a part off is its float64 run with the part on, to float64's
+    rounding (``SAME``), while the other side's moved by more than ``MOVED``: that side ignores the
+    setting (a factory that does not pass it on, so that the library's own default applies). The float64
+    runs, not the float32 ones: a part whose effect is at float32's rounding (epsilon) would look
+    unchanged on one side by chance. Both unchanged: the part does not act by then (clipping that never
+    clips), which says nothing; ``[]`` then, and where a run is missing."""
+    if any(r is None for r in (*runs, *before)):
+        return []
+    moved = [_moved(run.wide, original.wide, step) for run, original in zip(runs, before, strict=True)]
+    still = [m <= SAME for m in moved]
+    if still.count(True) != 1 or max(moved) <= MOVED:
+        return []
+    return [str(getattr(sides[still.index(True)], "name", "?"))]
+
+
+#: A float64 re-run within this much (relative to the trajectory's largest entry) of the original is
+#: unchanged: float64's rounding of a few steps, an eager re-run of a compiled gradient included.
+SAME = 1e-12
+#: A float64 re-run moved by more than this did change.
+MOVED = 1e-9
+
+
+def _moved(rerun: dict, original: dict, step: int) -> float:
+    """How far a float64 re-run went from the original through ``step``, relative to its largest entry."""
+    out = 0.0
+    for k, value in rerun.items():
+        was = np.asarray(original[k][: step + 1], np.float64)
+        scale = max(float(np.max(np.abs(was), initial=0.0)), np.finfo(np.float64).tiny)
+        out = max(out, float(np.max(np.abs(np.asarray(value, np.float64) - was), initial=0.0)) / scale)
+    return out
 
 
 def _state_text(differs: Comparison, first: tuple[int, str] | None, record: dict) -> str:
@@ -169,6 +210,24 @@ def _plain(value: Any) -> Any:
 def _part_text(part: str | None, tried: dict, step: int) -> str:
     if not tried:
         return "no optimizer part could be turned off (give `Train(hyper=...)` the parts' hyper-parameters)"
+    return _found_text(part, tried, step) + "".join(_ignored(name, t) for name, t in tried.items())
+
+
+def _ignored(part: str, tried: dict) -> str:
+    """What a re-run that changed only one side says: that side ignores the part's setting."""
+    if not tried.get("unchanged"):
+        return ""
+    side = tried["unchanged"][0]
+    values = ", ".join(f"{k}={v}" for k, v in tried["values"].items())
+    keys = ", ".join(f"`{k}`" for k in tried["values"])
+    return (
+        f"; turning the {part} off ({values}) changed nothing on `{side}`'s side and changed the other's: "
+        f"`{side}`'s optimizer ignores {keys} (does its factory pass {keys} on? otherwise the optimizer's "
+        "own default applies)"
+    )
+
+
+def _found_text(part: str | None, tried: dict, step: int) -> str:
     if part is None:
         names = ", ".join(tried)
         return (

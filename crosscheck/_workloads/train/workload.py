@@ -106,12 +106,29 @@ class TrainWorkload(OwnArrays):
         )
         return point
 
+    def instead(self, quantity: str) -> tuple[str, str | None] | None:
+        """What checks ``quantity`` where this train does not: its port's gradients, and the port's
+        import string when the train's module holds it under a name (None: not found)."""
+        if quantity != "grad":
+            return None
+        return "the gradients of the port it trains", _spec_of(self.train.port, self.spec)
+
     def judge(self, quantity: Any, point: Point, options: Options) -> Any:
         if quantity.name != "update":
             raise ValueError(
                 f"train `{self.name}` has no quantity {quantity.name!r}; it checks 'update' (its port checks "
-                "'grad')."
+                f"'grad': crosscheck.check(train.port, quantity={quantity.name!r}))."
             )
         from crosscheck._workloads.train.judge import UpdateJudge
 
         return UpdateJudge(self, point, options)
+
+
+def _spec_of(port: Any, spec: str | None) -> str | None:
+    """``module:name`` of ``port`` in the module of the train's import string ``spec`` (None: no such
+    name, or the train was not given by an import string)."""
+    import sys
+
+    module = sys.modules.get((spec or "").partition(":")[0]) if spec and ":" in spec else None
+    name = next((k for k, v in vars(module).items() if v is port), None) if module is not None else None
+    return f"{module.__name__}:{name}" if module is not None and name else None

@@ -107,6 +107,25 @@ def test_a_zero_by_construction_bias_is_judged_against_zero(dtype):
 
 
 @needs_frameworks
+def test_in_bfloat16_a_gradient_within_rounding_of_zero_is_not_called_zero():
+    # In bfloat16 a bias whose gradient is 1e-2 is within the rounding of zero: "zero gradient in every
+    # implementation" would claim what bfloat16 cannot see. An exact zero is still a zero.
+    report = crosscheck.run(workload=ATTENTION, dtype="bfloat16", seed=2)
+    assert report.passed, report.problems
+    assert report.oracle["zero_in_every_implementation"] == {"exactly": ["unused"], "within rounding": ["bk"]}
+    lines = report.oracle["lines"]
+    assert (
+        "zero gradient in every implementation: `unused` (exactly); judged against zero by the oracle"
+        in lines
+    )
+    assert (
+        "indistinguishable from zero at bfloat16's rounding in every implementation: `bk` (a gradient of "
+        "zeros would pass; whether it is zero is not seen in bfloat16: check in float32 too)"
+    ) in lines
+    assert not any("`bk` (within rounding)" in line for line in lines)
+
+
+@needs_frameworks
 def test_a_parameter_zero_everywhere_is_confirmed_by_the_oracle_with_a_backend_as_reference():
     report = crosscheck.run(workload=ATTENTION, dtype="float64", seed=2, reference="torch")
     assert report.passed, report.problems

@@ -5,6 +5,7 @@ model bug (the gradients already differ), and the bad inputs (one line, exit 2).
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 import numpy as np
 import pytest
@@ -193,6 +194,62 @@ def test_bad_input_is_one_line_and_exit_2(args, message, capsys):
     assert main(["run", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err and "Traceback" not in err
+
+
+def _ignores_weight_decay(*, weight_decay, **hyper):
+    """The optax side of a newcomer's port: its factory drops `weight_decay`, so optax's default (1e-4)
+    applies where PyTorch's AdamW was given more."""
+    return optimizers.optax_adamw(**hyper, weight_decay=1e-4)
+
+
+def test_a_setting_the_jax_factory_ignores_is_named_by_the_rerun_that_changed_only_the_other_side():
+    # The verdict said which part differs (or "the update rule itself differs"), never that turning it
+    # off changed nothing on one side: the factory ignored the setting.
+    hyper = {**optimizers.HYPER, "weight_decay": 0.5}
+    train = crosscheck.Train(
+        _port(), torch_optimizer=optimizers.torch_adamw, optax=_ignores_weight_decay, hyper=hyper, steps=STEPS
+    )
+    report = crosscheck.check(train, quantity="update")
+    assert not report.passed
+    controls = report.backends["jax"].notes["update"]["controls"]
+    assert {part: c["unchanged"] for part, c in controls.items()} == {
+        "epsilon": [],  # a part at float32's rounding changes both sides a little: no claim either way
+        "weight decay": ["jax"],
+        "gradient clipping": [],
+        "moments and bias correction": [],
+    }
+    assert (
+        "turning the weight decay off (weight_decay=0.0) changed nothing on `jax`'s side and changed the "
+        "other's: `jax`'s optimizer ignores `weight_decay` (does its factory pass `weight_decay` on? "
+        "otherwise the optimizer's own default applies)"
+    ) in report.verdicts()["jax"]
+
+
+#: A user's module holding a port and the train of it, as a port's module usually does.
+TRAIN_MODULE = """
+from examples.port import optimizers
+from examples.port.convnet import port
+
+train = optimizers.train(port, steps=2)
+"""
+
+
+def test_the_gradient_of_a_train_is_refused_with_how_to_check_its_port(tmp_path, monkeypatch, capsys):
+    # It said "`--quantity update` and `--steps` go together with a crosscheck.Train workload": not what
+    # the user asked, nor how to check the gradients they asked for.
+    (tmp_path / "trainmod.py").write_text(TRAIN_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "trainmod", raising=False)
+    assert main(["run", "--workload", "trainmod:train", "--quantity", "grad"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(
+        "`--quantity grad` does not apply to workload `convnet-train`: it checks `--quantity update`; the "
+        "gradients of the port it trains are checked with `--workload trainmod:port` (`--quantity grad`)."
+    ), err
+    with pytest.raises(ValueError, match=r"with `workload='trainmod:port'` \(`quantity='grad'`\)\.$"):
+        crosscheck.run(workload="trainmod:train", quantity="grad")
+    with pytest.raises(ValueError, match=r"crosscheck\.check\(train\.port, quantity='grad'\)"):
+        crosscheck.check(_train(), quantity="grad")
 
 
 def test_a_train_checks_the_update_only():

@@ -45,7 +45,7 @@ class Clock:
 
     def message(self) -> str:
         return (
-            f"the oracle's budget of {self.budget:g} s ran out ({self.seconds:.1f} s, {self.evaluations} "
+            f"the oracle's budget of {self.budget:g} s ran out ({_seconds(self.seconds)}, {self.evaluations} "
             "loss evaluations made): not differenced"
         )
 
@@ -98,14 +98,25 @@ class Clock:
 
 def line(budget: dict[str, Any]) -> str:
     """The report's line on the budget."""
-    spent = f"{budget['spent']:.1f} s spent in {budget['evaluations']} evaluations"
+    spent = f"{_seconds(budget['spent'])} spent in {budget['evaluations']} evaluations"
     head = f"oracle budget: {budget['seconds']:g} s, {spent}"
     if not budget["ran_out"]:
         return head + "; not exhausted"
     finish = budget["to_finish"]
-    rough = "" if finish["seconds"] is None else f", roughly {finish['seconds']:.0f} s more at this rate"
+    rough = "" if finish["seconds"] is None else f", {_more(finish['seconds'])} at this rate"
     return (
         f"{head}; it ran out: {budget['judged']} of {budget['parameters']} parameters judged, the others "
         f"not checked (failed); finishing needs at least {finish['evaluations']} more evaluations{rough} "
         "(a larger --budget, or none)"
     )
+
+
+def _seconds(seconds: float) -> str:
+    """``0.012 s``, ``2.5 s``, ``41 s``: two significant digits, never a ``0.0 s`` that was spent."""
+    return f"{seconds:.2g} s" if seconds < 10 else f"{seconds:.0f} s"
+
+
+def _more(seconds: float) -> str:
+    """How much longer finishing takes, in words a reader can use: ``under a second more`` rather than
+    ``roughly 0 s more``."""
+    return "under a second more" if seconds < 1 else f"roughly {_seconds(seconds)} more"

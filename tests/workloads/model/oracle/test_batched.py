@@ -164,6 +164,64 @@ def test_a_budget_that_runs_out_fails_the_run_and_says_what_finishing_costs(tmp_
 
 
 @needs
+def test_a_budget_that_runs_out_says_its_cause_once_per_candidate_not_once_per_parameter(capsys):
+    # --budget 0.01 on an 18-tensor port said "the oracle's budget of 0.01 s ran out" for each of the 18
+    # parameters of each candidate, and again as each candidate's own-loss problem.
+    report = crosscheck.run(workload=_workload(item=False), seed=1, budget=1e-9)
+    assert not report.passed  # a check that did not happen fails
+    assert {c.status for c in report.comparisons} == {"invalid"} and len(report.comparisons) == 4
+    said = [p for p in report.problems if "ran out" in p]
+    assert len(said) == 2, report.problems  # one per candidate
+    for name in ("torch", "jax"):
+        (line,) = [p for p in said if p.startswith(f"`{name}`: ")]
+        assert line.startswith(f"`{name}`: parameters `w`, `b`: nothing to difference: "), line
+        assert line.count("ran out") == 1, line
+    # After the table too: one heading and one message per candidate (then the FAILED line's two).
+    report.render(_console())
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.count("torch vs numpy-fd, 2 parameters parameters `w`, `b`: nothing to difference") == 1, out
+    assert out.count("nothing to difference") == 4, out
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(width=200, highlight=False)
+
+
+@pytest.mark.parametrize(
+    ("spent", "left", "said"),
+    [
+        (
+            0.012,
+            0.3,
+            "0.012 s spent in 17 evaluations; ... finishing needs at least 99 more evaluations, under a "
+            "second more at this rate",
+        ),
+        (0.3, 2.46, "0.3 s spent in 17 evaluations; ... evaluations, roughly 2.5 s more at this rate"),
+        (12.0, 95.0, "12 s spent in 17 evaluations; ... evaluations, roughly 95 s more at this rate"),
+    ],
+    ids=["under-a-second", "seconds", "tens-of-seconds"],
+)
+def test_the_budget_line_says_a_short_time_in_words_not_roughly_0_s(spent, left, said):
+    from crosscheck._workloads.model.oracle.budget import line
+
+    budget = {
+        "seconds": 0.01,
+        "spent": spent,
+        "evaluations": 17,
+        "ran_out": True,
+        "judged": 0,
+        "parameters": 2,
+        "to_finish": {"evaluations": 99, "seconds": left},
+    }
+    text = line(budget)
+    head, tail = said.split(" ... ")
+    assert head in text and tail in text, text
+    assert "roughly 0 s" not in text and "0.0 s" not in text
+
+
+@needs
 def test_a_budget_that_does_not_run_out_changes_nothing():
     report = crosscheck.run(workload=_workload(item=False), seed=1, budget=1e6)
     assert report.passed, report.problems
