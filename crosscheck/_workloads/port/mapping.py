@@ -122,6 +122,14 @@ def _problem(e: Entry) -> str | None:
             f"ambiguous: {e.how}; decide with overrides={{'{e.torch.name}': TRANSFORM}}, "
             f"TRANSFORM one of {', '.join(repr(c) for c in e.choices)}"
         )
+    if e.status == "mapped" and e.how.startswith(TIED) and ACCEPTED not in e.how and e.jax is not None:
+        alias = e.how.split("`")[1]
+        return (
+            f"PyTorch ties `{alias}` to `{e.torch.name}` (one tensor) and the port gives it a leaf of its "  # type: ignore[union-attr]
+            f"own, `{'/'.join(e.jax.path)}`: the port unties them (the same function and gradient here, "
+            "but a training step updates the two apart); tie them in the port (use the tensor's leaf), "
+            f"or accept it with overrides={{'{alias}': '{'/'.join(e.jax.path)}'}}"
+        )
     if e.status == "unmatched" and e.torch is not None and e.torch.kind == "parameter":
         return f"PyTorch parameter `{e.torch.name}` {e.torch.shape} is unmatched: {e.how}"
     if e.torch is None and e.jax is not None:
@@ -199,6 +207,19 @@ def _ordinary(torch: Sequence[Tensor], jax: Sequence[Tensor]) -> list[Entry]:
     return fused.complete(out, (), jax, index, used)
 
 
+#: The start of a tied alias's row (``fused.tied``), and what an override of it adds.
+TIED = "tied:"
+ACCEPTED = "the port unties them, accepted by override"
+
+
+def _listed(found: Entry | list[Entry]) -> list[Entry]:
+    return found if isinstance(found, list) else [found]
+
+
+def _decided(alias: Tensor, entries: Sequence[Entry]) -> bool:
+    return any(e.how.startswith(f"{TIED} `{alias.name}`") for e in entries)
+
+
 def build(
     torch: Sequence[Tensor], jax: Sequence[Tensor], overrides: Mapping[str, Any] | None = None
 ) -> Table:
@@ -213,9 +234,16 @@ def build(
     by_name = {".".join(t.path): t for t in torch}
     leaves = {"/".join(j.path): j for j in jax}
     index = index_leaves(jax)  # by module and leaf name: a lookup per tensor, not a scan (10 000 tensors)
-    chosen = decide(overrides or {}, by_name, leaves, index)
+    chosen = decide(overrides or {}, {**by_name, **{a.name: a for a in aliases}}, leaves, index)
     entries: list[Entry] = []
     used: set[tuple[str, ...]] = set()
+    for alias in [a for a in aliases if a.name in chosen]:  # an untied leaf the user accepts
+        for entry in _listed(chosen.pop(alias.name)):
+            if entry.jax is not None and alias.tied in by_name:
+                used.add(entry.jax.path)
+                how = f"{TIED} `{alias.name}` is `{alias.tied}`; {ACCEPTED}; {entry.how}"
+                entries.append(dataclasses.replace(entry, torch=by_name[alias.tied], how=how))
+    aliases = [a for a in aliases if not _decided(a, entries)]
     for t in torch:
         found = chosen[t.name] if t.name in chosen else match(t, index, used)
         for entry in found if isinstance(found, list) else [found]:  # a split by override: several

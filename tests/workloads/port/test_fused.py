@@ -282,13 +282,29 @@ TIED = [
 ]
 
 
+def test_a_tied_head_on_a_leaf_of_its_own_is_refused_as_untied_with_the_override_to_accept_it():
+    jax = [
+        J("params/wte/embedding", (16, E), "Embed", "rows"),
+        J("params/lm_head/kernel", (E, 16), "Dense", "in,out"),
+    ]
+    (problem,) = mapping.build(TIED, jax).problems()
+    assert problem.startswith(
+        "PyTorch ties `lm_head.weight` to `wte.weight` (one tensor) and the port gives it a leaf of its "
+        "own, `params/lm_head/kernel`: the port unties them"
+    )
+    assert problem.endswith("accept it with overrides={'lm_head.weight': 'params/lm_head/kernel'}")
+    table = mapping.build(TIED, jax, {"lm_head.weight": "params/lm_head/kernel"})
+    assert table.problems() == []
+    assert "tied: `lm_head.weight` is `wte.weight`; the port unties them, accepted by override" in str(table)
+
+
 def test_a_tied_head_reaches_its_own_leaf_as_a_second_row():
     jax = [
         J("params/wte/embedding", (16, E), "Embed", "rows"),
         J("params/lm_head/kernel", (E, 16), "Dense", "in,out"),
     ]
     table = mapping.build(TIED, jax)
-    assert table.problems() == []
+    assert len(table.problems()) == 1  # untied: refused (above), the rows still shown
     assert rows(table) == [
         ("wte.weight", "params/wte/embedding", "identity", None, ()),
         ("wte.weight", "params/lm_head/kernel", "transpose", None, ()),
@@ -446,6 +462,7 @@ def test_a_tied_head_passes_its_gradient_the_sum_of_both_uses(own_head):
         torch=_tied_torch(),
         jax=_tied_flax(own_head),
         inputs=lambda rng, dtype: {"x": rng.integers(0, 16, (2, 5))},
+        overrides={"lm_head.weight": "params/lm_head/kernel"} if own_head else None,  # untied: accepted
     )
     assert port.mapping.problems() == []
     assert len(port.mapping.mapped()) == (2 if own_head else 1)

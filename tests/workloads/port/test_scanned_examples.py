@@ -72,3 +72,10 @@ def test_a_planted_gpt2_bug_fails_at_its_block(gpt2):
     verdict = report.backends["jax"].notes["port"]
     assert not report.passed
     assert verdict["module"] == gpt2.BUGS["layer_norm_epsilon"][1], verdict["text"]
+
+
+def test_an_untied_head_is_refused_naming_it_and_the_override_that_accepts_it(gpt2):
+    with pytest.raises(ValueError, match=r"the port unties them") as refused:
+        _run(gpt2.untied_head)
+    assert "`lm_head.weight` to `transformer.wte.weight`" in str(refused.value)
+    assert "overrides={'lm_head.weight': 'lm_head/weight'}" in str(refused.value)
