@@ -290,7 +290,7 @@ def test_the_port_guide_says_what_the_port_does_now():
     # It said an Equinox Conv2d's (C, 1, 1) bias does not map (it maps as `unit axes`), and had no word
     # of --budget, what a port of real size needs without --reference torch.
     guide = " ".join((DOCS / "guides" / "port-model.md").read_text().split())
-    for stale in ("does not map yet", "stays unmatched"):
+    for stale in ("does not map yet", "`(C,)`, stays unmatched"):
         assert stale not in guide, stale
     said = [m.start() for m in re.finditer(r"An Equinox `Conv2d` keeps its bias as `\(C, 1, 1\)`", guide)]
     assert said and all("`unit axes`" in guide[i : i + 200] for i in said)

@@ -84,7 +84,7 @@ def forward_verdict(
         )
     parent = _entered(first.name, _common_parent(prev.name if prev else "", first.name), paired, inputs)
     also = f"; PyTorch modules run there without a JAX counterpart: {', '.join(suspects)}" if suspects else ""
-    inner = _running(first.name, suspects, parent)
+    inner = _running(first.name, suspects, parent, inputs)
     if inner is not None:  # the modules run in between are inside one module `first` is part of
         parent, where = inner, f"(or just before it, in {_shown(parent, top)}) {where}"
     return Verdict(
@@ -165,10 +165,11 @@ def _same(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> bool:
     return bool(a) and bool(b) and a[0].shape == b[0].shape and np.array_equal(a[0], b[0])
 
 
-def _running(first: str, between: Sequence[str], parent: str) -> str | None:
+def _running(first: str, between: Sequence[str], parent: str, inputs: dict[str, bool | None]) -> str | None:
     """The innermost module that holds ``first`` and every PyTorch module run ``between`` the last
     output that agrees and ``first``'s (so it was running there: Llama's ``self_attn``, whose ``q_proj``,
-    ``k_proj``, ``v_proj`` a fused port has no counterpart of), when deeper than ``parent``; else None."""
+    ``k_proj``, ``v_proj`` a fused port has no counterpart of), when deeper than ``parent`` and its input
+    is not known to differ (then the difference was made before it); else None."""
     if not between:
         return None
     tokens = first.split("#")[0].split(".")[:-1]
@@ -176,7 +177,7 @@ def _running(first: str, between: Sequence[str], parent: str) -> str | None:
     for n in range(len(tokens), depth, -1):
         owner = ".".join(tokens[:n])
         if all(b.split("#")[0].startswith(owner + ".") for b in between):
-            return owner
+            return owner if inputs.get(owner) is not False else None
     return None
 
 
