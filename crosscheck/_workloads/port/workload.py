@@ -233,7 +233,8 @@ class PortJudge:
             f"`{mine.name or '(model)'}` ({mine.module_type}) computes in float32 in a float64 check (its "
             "output is float32, so the port's float64 gradients carry float32's rounding from there): build "
             "it in the case's dtype (Flax: `dtype=None` follows the inputs in most modules; `nnx.Embed` "
-            "computes in its `param_dtype` when `dtype=None`: build it with `param_dtype=jnp.float64`), or "
+            "keeps the dtype its table had when it was built: build it with `param_dtype=jnp.float64` "
+            "under x64, or look its table up yourself, `jnp.take(embed.embedding[...], ids, axis=0)`), or "
             f"check in float32; {verdict.text}"
         )
         return localize.Verdict("forward", mine.name, mine.name, (), text)
