@@ -124,9 +124,12 @@ def stack(entries: list[Entry], jax: Sequence[Tensor], used: set, matcher: Match
     for leaf in jax:
         if leaf.path in used:
             continue
-        fitting = []
+        fitting, seen = [], set()
         for reading in readings(leaf, lists):
             views = {v.path: (i, v) for i, v in enumerate(reading.views())}
+            if tuple(views) in seen:  # two readings, the same views: one reading
+                continue
+            seen.add(tuple(views))
             rows = matcher([t for t in left if t.name not in decided], [v for _, v in views.values()])
             rows = [e for e in rows if e.jax is not None and e.jax.path in views]
             if rows:
