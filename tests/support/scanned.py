@@ -72,6 +72,8 @@ def linen_model(bug_layer=None, reverse=False, name="layers"):
         @nn.compact
         def __call__(self, carry, _):
             x, step = carry
+            if bug_layer is None:  # the healthy port scans Flax's own nn.Dense
+                return (nn.relu(nn.Dense(D, name="linear")(x)), step + 1), None
             return (nn.relu(Linear(name="linear")(x, step)), step + 1), None
 
     class Stack(nn.Module):

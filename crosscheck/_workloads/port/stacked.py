@@ -183,6 +183,19 @@ def index_at(entry: Entry) -> int:
     return found[0] if found else len(tokens) - 1
 
 
+def hint(leaf: Tensor, torch: Iterable[Tensor]) -> str | None:
+    """The override to write for a leaf left unmatched whose leading axis is the length of a PyTorch
+    module list (one, said with its name), or None."""
+    lists = [p for p, n in module_lists(torch).items() if leaf.shape and n == leaf.shape[0] and p]
+    if len(lists) != 1:
+        return None
+    path = "/".join(leaf.path)
+    return (
+        f"its leading axis {leaf.shape[0]} is the length of PyTorch's `{'.'.join(lists[0])}`: map its layers "
+        f"with overrides={{'{'.'.join(lists[0])}.*.NAME': ('{path}', '{STACKED}')}}"
+    )
+
+
 def _pattern(name: str, at: int) -> str:
     tokens = name.split(".")
     return ".".join([*tokens[:at], "*", *tokens[at + 1 :]])

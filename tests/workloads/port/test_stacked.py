@@ -364,3 +364,16 @@ def test_each_planted_scanned_linen_bug_names_its_layer_and_module(scanned_linen
     report, verdict = scanned.verdict(getattr(scanned_linen, bug))
     assert not report.passed
     assert (verdict["starts_in"], verdict["module"]) == ("forward", scanned_linen.BUGS[bug][1])
+
+
+def test_a_leaf_left_over_with_a_lists_length_says_the_stacked_override_to_write():
+    torch = [T(f"layers.{i}.linear.bias", (6,)) for i in range(4)]
+    table = mapping.build(torch, [J("params/layers/b", (4, 6))])  # no `linear` on the JAX side
+    assert table.entries[-1].how == (
+        "no PyTorch module of that name; its leading axis 4 is the length of PyTorch's `layers`: map its "
+        "layers with overrides={'layers.*.NAME': ('params/layers/b', 'stacked')}"
+    )
+    chosen = mapping.build(
+        torch, [J("params/layers/b", (4, 6))], {"layers.*.linear.bias": ("params/layers/b", "stacked")}
+    )
+    assert chosen.problems() == []
