@@ -377,3 +377,19 @@ def test_a_leaf_left_over_with_a_lists_length_says_the_stacked_override_to_write
         torch, [J("params/layers/b", (4, 6))], {"layers.*.linear.bias": ("params/layers/b", "stacked")}
     )
     assert chosen.problems() == []
+
+
+def test_a_jitted_call_traced_in_an_earlier_capture_is_recorded_in_this_one():
+    """A jitted forward pass (``nnx.jit``, cached across captures) calls back into the capture running
+    now, not into the one it was traced in: a second run compares every layer again."""
+    pytest.importorskip("flax")
+    import scanned
+    from flax import nnx
+
+    jitted = nnx.jit(lambda model, x: model(x))
+    port = scanned.port("nnx", jax_call=lambda model, inputs: jitted(model, inputs["x"]))
+    for _ in range(2):
+        report, verdict = scanned.verdict(port)
+        assert report.passed and verdict["starts_in"] == "nowhere", verdict["text"]
+        outputs = {c.parameter for c in report.comparisons if "(output)" in (c.parameter or "")}
+        assert {f"layers.{i}.linear (output)" for i in range(scanned.L)} <= outputs
