@@ -10,6 +10,8 @@ order), and ``overrides`` (a stacked kernel not transposed).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 import crosscheck
@@ -55,7 +57,7 @@ def _planted(x, step, bug_layer):
     return x if bug_layer is None else x + jnp.where(step == bug_layer, 0.01, 0.0).astype(x.dtype)
 
 
-def linen_model(bug_layer=None, reverse=False):
+def linen_model(bug_layer=None, reverse=False, name="layers"):
     import flax.linen as nn
     import jax.numpy as jnp
 
@@ -70,6 +72,8 @@ def linen_model(bug_layer=None, reverse=False):
         @nn.compact
         def __call__(self, carry, _):
             x, step = carry
+            if bug_layer is None:  # the healthy port scans Flax's own nn.Dense
+                return (nn.relu(nn.Dense(D, name="linear")(x)), step + 1), None
             return (nn.relu(Linear(name="linear")(x, step)), step + 1), None
 
     class Stack(nn.Module):
@@ -79,7 +83,7 @@ def linen_model(bug_layer=None, reverse=False):
             scanned = nn.scan(
                 body, variable_axes={"params": 0}, split_rngs={"params": True}, length=L, reverse=reverse
             )
-            (x, _), _ = scanned(name="layers")((x, jnp.zeros((), jnp.int32)), None)
+            (x, _), _ = scanned(name=name)((x, jnp.zeros((), jnp.int32)), None)  # None: ScanCheckpointLayer_0
             return x
 
     return Stack()
@@ -161,7 +165,8 @@ def _batched(model, inputs):
 
 
 def port(kind="linen", bug_layer=None, reverse=False, **kwargs):
-    make = {"linen": linen_model, "nnx": nnx_model, "equinox": equinox_model}[kind]
+    unnamed = functools.partial(linen_model, name=None)  # the scan left unnamed, as Flax's docs write it
+    make = {"linen": linen_model, "linen-unnamed": unnamed, "nnx": nnx_model, "equinox": equinox_model}[kind]
     extra = {"jax_call": _batched, "jax_intermediates": ("layers.*.linear",)} if kind == "equinox" else {}
     return crosscheck.Port(
         name=f"scanned-{kind}",

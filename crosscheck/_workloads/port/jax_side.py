@@ -210,17 +210,15 @@ class JaxSide:
                 depth["inner"] -= inner
             if context.method_name == "__call__" and not inner and not depth["inner"]:
                 name, kind = ".".join(context.module.path), type(context.module).__name__
-                done = functools.partial(_recorded, records, seen, name, kind, narrow(out))
                 if steps.traced((args, kwargs, out)):  # inside a scan: each step's values, when it runs
-                    steps.later((args, kwargs), out, done)
+                    steps.later(name, kind, narrow(out), (args, kwargs), out)
                 else:
-                    done((args, kwargs), out)
+                    _recorded(records, seen, name, kind, narrow(out), (args, kwargs), out)
             return out
 
         model, variables = self.rebuild(values, dtype)
-        with nn.intercept_methods(record):
+        with nn.intercept_methods(record), steps.sink(functools.partial(_recorded, records, seen)):
             nn.apply(self.call, model)(variables, inputs)
-        steps.settle()
         return records
 
 

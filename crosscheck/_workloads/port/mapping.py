@@ -26,6 +26,7 @@ from crosscheck._workloads.port.matching import (
 )
 from crosscheck._workloads.port.overrides import decide
 from crosscheck._workloads.port.stacked import STACKED, is_stacked, pattern, stack
+from crosscheck._workloads.port.stacked import hint as stacked_hint
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,7 +264,8 @@ def build(
                 if near
                 else "no PyTorch module of that name"
             )
-            entries.append(
-                Entry(None, j, None, f"{hint}; map one with overrides={{NAME: '{'/'.join(j.path)}'}}")
-            )
+            fix = (
+                None if near else stacked_hint(j, torch)
+            ) or f"map one with overrides={{NAME: '{'/'.join(j.path)}'}}"
+            entries.append(Entry(None, j, None, f"{hint}; {fix}"))
     return Table(tuple(entries))

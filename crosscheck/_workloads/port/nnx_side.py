@@ -120,11 +120,10 @@ def _recording(
                 out = original(self, *args, **kwargs)
             finally:
                 active.discard(key)
-            record = functools.partial(done, name, type(self).__name__, narrow(out))
             if steps.traced((args, kwargs, out)):
-                steps.later((args, kwargs), out, record)
+                steps.later(name, type(self).__name__, narrow(out), (args, kwargs), out)
             elif not steps.traced_at_all((args, kwargs, out)):  # `nnx.vmap`'s tracers: not recorded
-                record((args, kwargs), out)
+                done(name, type(self).__name__, narrow(out), (args, kwargs), out)
             return out
 
         return call
@@ -135,7 +134,8 @@ def _recording(
             original = cls.__call__
             patched.append((cls, "__call__" in cls.__dict__, cls.__dict__.get("__call__")))
             cls.__call__ = wrap(original)
-        yield
+        with steps.sink(done):  # a scan's steps (a cached jitted call's too) are recorded here
+            yield
     finally:
         for cls, owned, original in reversed(patched):
             if owned:
@@ -158,7 +158,6 @@ def capture(
     records: list[Record] = []
     with _recording(model, records, numpy, narrow):
         out = call(model, inputs)
-    steps.settle()
     if not any(r.name == "" for r in records):
         records.append(Record("", type(model).__name__, (), numpy(out), narrow(out)))
     return records

@@ -5,8 +5,10 @@ over ``nnx.vmap``-made layers, Equinox ``eqx.filter_vmap`` + ``jax.lax.scan``) k
 its layers once, with the layers on a leading axis: ``params/layers/linear/kernel`` ``(4, 8, 8)`` where
 PyTorch has ``layers.0.linear.weight`` to ``layers.3.linear.weight``. A JAX leaf that name matching
 left over, whose module path reads as a PyTorch module list of length ``L`` (the leaf's leading axis)
-once a layer index is put in it (``layers/linear`` as ``layers/{i}/linear``) or put in place of one of
-its names (``encoder/ScanBlock_0/linear`` as ``encoder/{i}/linear``), is seen as ``L`` **views**: virtual
+once a layer index is put in it (``layers/linear`` as ``layers/{i}/linear``), put in place of one of
+its names (``encoder/ScanBlock_0/linear`` as ``encoder/{i}/linear``), or the list's name and index put
+in place of Flax's own name of an unnamed scan (``ScanLayer_0/linear`` as ``layers/{i}/linear``), is
+seen as ``L`` **views**: virtual
 leaves of shape ``leaf.shape[1:]`` whose paths carry the index. The ordinary matching (name, layout)
 runs on the views; each row found is mapped back to the real leaf as a piece, ``box=((0, i, i + 1),)``
 (``assemble`` reshapes it to its unit axis), its ``how`` ending ``stacked: layer i of L on axis 0``.
@@ -64,12 +66,15 @@ class Reading:
     at: int
     replace: bool
     prefix: tuple[str, ...]
+    #: The PyTorch list's name put before the index, in place of Flax's own name of an unnamed scan.
+    name: str | None = None
 
     def view(self, i: int) -> Tensor:
         path = self.leaf.path
         rest = path[self.at + 1 :] if self.replace else path[self.at :]
+        index = (str(i),) if self.name is None else (self.name, str(i))
         return dataclasses.replace(
-            self.leaf, path=(*path[: self.at], str(i), *rest), shape=self.leaf.shape[1:]
+            self.leaf, path=(*path[: self.at], *index, *rest), shape=self.leaf.shape[1:]
         )
 
     def views(self) -> list[Tensor]:
@@ -78,6 +83,11 @@ class Reading:
     @property
     def shown(self) -> str:
         return ".".join(self.prefix)
+
+
+#: Flax's own name of an unnamed ``nn.scan`` module (``ScanLayer_0``, ``ScanCheckpointLayer_0``), which
+#: stands for whichever PyTorch module list of its parent fits.
+UNNAMED_SCAN = re.compile(r"Scan\w*_\d+")
 
 
 def readings(leaf: Tensor, lists: dict[tuple[str, ...], int]) -> list[Reading]:
@@ -92,6 +102,13 @@ def readings(leaf: Tensor, lists: dict[tuple[str, ...], int]) -> list[Reading]:
         out.append(Reading(leaf, at, False, prefix))
         if at < len(leaf.path) - 1 and not re.fullmatch(r"\d+", leaf.path[at]):
             out.append(Reading(leaf, at, True, prefix))
+    for at in range(leaf.skip, len(leaf.path) - 1):  # `ScanLayer_0`: a list of PyTorch's, by its name
+        if not UNNAMED_SCAN.fullmatch(leaf.path[at]):
+            continue
+        parent = canonical(leaf.path[leaf.skip : at])
+        for prefix, length in lists.items():
+            if prefix and prefix[:-1] == parent and length == leaf.shape[0]:
+                out.append(Reading(leaf, at, True, prefix, prefix[-1]))
     return out
 
 
@@ -107,9 +124,12 @@ def stack(entries: list[Entry], jax: Sequence[Tensor], used: set, matcher: Match
     for leaf in jax:
         if leaf.path in used:
             continue
-        fitting = []
+        fitting, seen = [], set()
         for reading in readings(leaf, lists):
             views = {v.path: (i, v) for i, v in enumerate(reading.views())}
+            if tuple(views) in seen:  # two readings, the same views: one reading
+                continue
+            seen.add(tuple(views))
             rows = matcher([t for t in left if t.name not in decided], [v for _, v in views.values()])
             rows = [e for e in rows if e.jax is not None and e.jax.path in views]
             if rows:
@@ -127,6 +147,8 @@ def stack(entries: list[Entry], jax: Sequence[Tensor], used: set, matcher: Match
 def _back(entry: Entry, reading: Reading, i: int) -> Entry:
     """A row found on view ``i`` as the piece of the real leaf (its layer ``i``)."""
     how = f"{entry.how}; {said(i, reading.leaf.shape[0])}"
+    if reading.name is not None:
+        how += f" (`{reading.leaf.path[reading.at]}` read as `{reading.shown}`)"
     box = ((0, i, i + 1), *((axis + 1, s, e) for axis, s, e in entry.box))
     return dataclasses.replace(entry, jax=reading.leaf, how=how, box=box)
 
@@ -161,6 +183,19 @@ def index_at(entry: Entry) -> int:
         if not after or jax_module[len(jax_module) - len(after) :] == after:
             return k
     return found[0] if found else len(tokens) - 1
+
+
+def hint(leaf: Tensor, torch: Iterable[Tensor]) -> str | None:
+    """The override to write for a leaf left unmatched whose leading axis is the length of a PyTorch
+    module list (one, said with its name), or None."""
+    lists = [p for p, n in module_lists(torch).items() if leaf.shape and n == leaf.shape[0] and p]
+    if len(lists) != 1:
+        return None
+    path = "/".join(leaf.path)
+    return (
+        f"its leading axis {leaf.shape[0]} is the length of PyTorch's `{'.'.join(lists[0])}`: map its layers "
+        f"with overrides={{'{'.'.join(lists[0])}.*.NAME': ('{path}', '{STACKED}')}}"
+    )
 
 
 def _pattern(name: str, at: int) -> str:

@@ -10,7 +10,8 @@ which a stacked port's layer ``k - 1`` is (``stacked.module_pairs`` pairs ``laye
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -35,16 +36,31 @@ def _arrays(value: Any) -> list[Any]:
     return [leaf for leaf in jax.tree_util.tree_leaves(value) if isinstance(leaf, (jax.Array, np.ndarray))]
 
 
-def later(inputs: Any, output: Any, done: Callable[[Any, Any], None]) -> None:
-    """Call ``done(inputs, output)`` with the concrete arrays of each step, when the step runs (the
-    arrays of ``inputs`` and ``output`` as lists; ``numpy`` of them reads them as the capture does)."""
+#: The capture running now: where the call backs go. A call back belongs to the computation it was
+#: traced into, which ``jax.jit`` caches: a jitted call traced in an earlier capture calls back again in
+#: this one, and its values are this capture's.
+_SINKS: list[Callable[[str, str, bool, Any, Any], None]] = []
+
+
+@contextlib.contextmanager
+def sink(record: Callable[[str, str, bool, Any, Any], None]) -> Iterator[None]:
+    """While inside, each step's values go to ``record(name, kind, narrow, inputs, output)``; on leaving,
+    every call back of the computations run has happened (``jax.effects_barrier``)."""
+    _SINKS.append(record)
+    try:
+        yield
+        jax.effects_barrier()
+    finally:
+        _SINKS.pop()
+
+
+def later(name: str, kind: str, low: bool, inputs: Any, output: Any) -> None:
+    """Record module ``name``'s call (class ``kind``, ``low``: narrower than float64) when it runs, once
+    per step, with its concrete arrays (of ``inputs`` and ``output``, as lists), in the capture running
+    then (none: a forward pass outside a capture, nothing is recorded)."""
 
     def back(ins: list, outs: list) -> None:
-        done(list(ins), list(outs))
+        if _SINKS:
+            _SINKS[-1](name, kind, low, list(ins), list(outs))
 
     jax.debug.callback(back, _arrays(inputs), _arrays(output), ordered=True)
-
-
-def settle() -> None:
-    """Wait until every call back of the computations run so far has happened."""
-    jax.effects_barrier()

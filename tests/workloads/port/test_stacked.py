@@ -90,6 +90,35 @@ def test_the_index_goes_where_the_pytorch_list_has_it(jax, transform):
     assert [e.box for e in table.entries] == [((0, i, i + 1),) for i in range(4)]
 
 
+def test_an_unnamed_linen_scan_reads_as_the_pytorch_list_of_its_parent():
+    table = mapping.build(LINEAR(), DENSE(path="params/ScanCheckpointLayer_0/linear"))
+    assert table.problems() == []
+    assert table.entries[4].how == (
+        "by name; layout: Linear (out,in) -> Dense (in,out); stacked: layer 2 of 4 on axis 0 "
+        "(`ScanCheckpointLayer_0` read as `layers`)"
+    )
+    pairs = stacked.module_pairs(table.mapped())
+    assert (pairs["layers.2"], pairs["layers.2.linear"]) == (
+        "ScanCheckpointLayer_0#3",
+        "ScanCheckpointLayer_0.linear#3",
+    )
+
+
+def test_an_unnamed_scan_that_fits_two_lists_of_its_parent_is_refused_with_the_override_to_write():
+    torch = LINEAR() + [T(f"blocks.{i}.linear.bias", (6,)) for i in range(4)]
+    table = mapping.build(torch, DENSE(path="params/ScanLayer_0/linear"))
+    assert table.problems()[0] == (
+        "PyTorch parameter `layers.0.linear.bias` (6,) is unmatched: ambiguous: "
+        "`params/ScanLayer_0/linear/bias` (4, 6) reads as the 4 layers of `layers.*.linear.bias` or as "
+        "`blocks.*.linear.bias`; choose with "
+        "overrides={'layers.*.linear.bias': ('params/ScanLayer_0/linear/bias', 'stacked')}"
+    )
+    chosen = {"blocks.*.linear.bias": ("params/ScanLayer_0/linear/bias", "stacked")}
+    table = mapping.build(torch, DENSE(path="params/ScanLayer_0/linear"), chosen)
+    rows = {e.torch.name: e for e in table.entries if e.torch is not None}
+    assert rows["blocks.1.linear.bias"].box == ((0, 1, 2),) and rows["layers.1.linear.bias"].jax is None
+
+
 def test_a_one_to_one_list_maps_as_before():
     jax = [J(f"params/layers_{i}/linear/kernel", (6, 6), "Dense", "in,out") for i in range(4)]
     jax += [J(f"params/layers_{i}/linear/bias", (6,)) for i in range(4)]
@@ -187,7 +216,7 @@ def test_a_stacked_intermediate_is_spread_into_one_record_per_layer():
 
 # ---- Scanned ports, end to end ---------------------------------------------------------------------------
 
-KINDS = {"linen": "flax", "nnx": "flax", "equinox": "equinox"}
+KINDS = {"linen": "flax", "linen-unnamed": "flax", "nnx": "flax", "equinox": "equinox"}
 
 
 @pytest.fixture(params=list(KINDS))
@@ -335,3 +364,32 @@ def test_each_planted_scanned_linen_bug_names_its_layer_and_module(scanned_linen
     report, verdict = scanned.verdict(getattr(scanned_linen, bug))
     assert not report.passed
     assert (verdict["starts_in"], verdict["module"]) == ("forward", scanned_linen.BUGS[bug][1])
+
+
+def test_a_leaf_left_over_with_a_lists_length_says_the_stacked_override_to_write():
+    torch = [T(f"layers.{i}.linear.bias", (6,)) for i in range(4)]
+    table = mapping.build(torch, [J("params/layers/b", (4, 6))])  # no `linear` on the JAX side
+    assert table.entries[-1].how == (
+        "no PyTorch module of that name; its leading axis 4 is the length of PyTorch's `layers`: map its "
+        "layers with overrides={'layers.*.NAME': ('params/layers/b', 'stacked')}"
+    )
+    chosen = mapping.build(
+        torch, [J("params/layers/b", (4, 6))], {"layers.*.linear.bias": ("params/layers/b", "stacked")}
+    )
+    assert chosen.problems() == []
+
+
+def test_a_jitted_call_traced_in_an_earlier_capture_is_recorded_in_this_one():
+    """A jitted forward pass (``nnx.jit``, cached across captures) calls back into the capture running
+    now, not into the one it was traced in: a second run compares every layer again."""
+    pytest.importorskip("flax")
+    import scanned
+    from flax import nnx
+
+    jitted = nnx.jit(lambda model, x: model(x))
+    port = scanned.port("nnx", jax_call=lambda model, inputs: jitted(model, inputs["x"]))
+    for _ in range(2):
+        report, verdict = scanned.verdict(port)
+        assert report.passed and verdict["starts_in"] == "nowhere", verdict["text"]
+        outputs = {c.parameter for c in report.comparisons if "(output)" in (c.parameter or "")}
+        assert {f"layers.{i}.linear (output)" for i in range(scanned.L)} <= outputs
