@@ -16,6 +16,11 @@ Run from the repository root::
     crosscheck run --workload examples.port.transformer_linen:port --reference torch
     crosscheck run --workload examples.port.transformer_linen:port
     crosscheck run --workload examples.port.transformer_linen:swapped_qk --reference torch
+    crosscheck run --workload examples.port.transformer_linen:scanned --reference torch
+
+``scanned`` is the same port written with ``nn.scan`` over ``nn.remat`` of its layer: each PyTorch
+``layers.{i}.X`` lands on layer ``i`` of a stacked leaf, ``in_proj_weight``'s q, k, v on their stacked
+``query``, ``key``, ``value`` kernels; a difference inside the scan is still named by layer and module.
 """
 
 from __future__ import annotations
@@ -43,9 +48,11 @@ def torch_model():
     return model.eval()
 
 
-def flax_model(*, swap_qk=False):
+def flax_model(*, swap_qk=False, scan=False):
     """The port in Flax linen. ``swap_qk=True`` plants a bug: the attention reads the key projection
-    for the queries and the query projection for the keys (the weights of each in the right place)."""
+    for the queries and the query projection for the keys (the weights of each in the right place).
+    ``scan=True`` writes it as JAX projects do: ``nn.scan`` over ``nn.remat(layer)``, every parameter
+    stacked on a leading axis of ``LAYERS`` (``params/layers/self_attn/query/kernel`` ``(2, 8, 2, 4)``)."""
     import flax.linen as nn
 
     class SwappedAttention(nn.Module):
@@ -69,6 +76,10 @@ def flax_model(*, swap_qk=False):
             x = self.norm1(x + self.self_attn(x))
             return self.norm2(x + self.linear2(nn.relu(self.linear1(x))))
 
+    class ScannedLayer(EncoderLayer):
+        def __call__(self, x, _):  # nn.scan's signature: (carry, per-step input) -> (carry, output)
+            return super().__call__(x), None
+
     class Encoder(nn.Module):
         def setup(self):
             self.layers = [EncoderLayer() for _ in range(LAYERS)]
@@ -78,7 +89,20 @@ def flax_model(*, swap_qk=False):
                 src = layer(src)
             return src
 
-    return Encoder()
+    class ScannedEncoder(nn.Module):
+        def setup(self):
+            stack = nn.scan(
+                nn.remat(ScannedLayer),
+                variable_axes={"params": 0},
+                split_rngs={"params": True},
+                length=LAYERS,
+            )
+            self.layers = stack()
+
+        def __call__(self, src):
+            return self.layers(src, None)[0]
+
+    return ScannedEncoder() if scan else Encoder()
 
 
 def tokens(rng, dtype):
@@ -97,12 +121,21 @@ def make_port(name="transformer-linen", **bugs):
 
 
 #: The planted bugs: name -> (what it is, the module the verdict must name, the bug's keywords).
-BUGS = {"swapped_qk": ("queries and keys swapped in the attention", "layers.0.self_attn", {"swap_qk": True})}
+BUGS = {
+    "swapped_qk": ("queries and keys swapped in the attention", "layers.0.self_attn", {"swap_qk": True}),
+    "scanned_swapped_qk": (
+        "the same bug in the scanned port",
+        "layers.0.self_attn",
+        {"swap_qk": True, "scan": True},
+    ),
+}
 
 
 def __getattr__(name):  # the ports are built when asked for: importing this module imports no framework
     if name == "port":
         return make_port()
+    if name == "scanned":  # the port written with nn.scan over its layers
+        return make_port("transformer-linen-scanned", scan=True)
     if name in BUGS:
         return make_port(f"transformer-linen-{name.replace('_', '-')}", **BUGS[name][2])
     raise AttributeError(name)

@@ -193,6 +193,7 @@ class JaxSide:
         seen: dict[str, int] = {}
         depth = {"calls": 0, "inner": 0}  # methods running; of them, separate applies inside the model
         roots: list[Any] = []  # the model's own scope (its methods call one another at path ())
+        calling: list[int | None] = []  # the modules whose `__call__` is running (others: None)
 
         def record(next_fun: Callable, args: Any, kwargs: Any, context: Any) -> Any:
             # a module at path () of another scope, inside the model's call, is applied on its own (Hugging
@@ -201,6 +202,10 @@ class JaxSide:
             if not context.module.path and depth["calls"] == 0:
                 roots.append(scope)
             inner = int(not context.module.path and depth["calls"] > 0 and all(scope is not r for r in roots))
+            # a `__call__` inside the same module's own `__call__` (a subclass's `super().__call__`) is
+            # one call of the module: the outermost is recorded (a scan's step counts its calls)
+            again = context.method_name == "__call__" and id(context.module) in calling
+            calling.append(id(context.module) if context.method_name == "__call__" else None)
             depth["calls"] += 1
             depth["inner"] += inner
             try:
@@ -208,7 +213,8 @@ class JaxSide:
             finally:
                 depth["calls"] -= 1
                 depth["inner"] -= inner
-            if context.method_name == "__call__" and not inner and not depth["inner"]:
+                calling.pop()
+            if context.method_name == "__call__" and not inner and not depth["inner"] and not again:
                 name, kind = ".".join(context.module.path), type(context.module).__name__
                 if steps.traced((args, kwargs, out)):  # inside a scan: each step's values, when it runs
                     steps.later(name, kind, narrow(out), (args, kwargs), out)

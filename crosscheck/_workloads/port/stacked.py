@@ -115,32 +115,40 @@ def readings(leaf: Tensor, lists: dict[tuple[str, ...], int]) -> list[Reading]:
 def stack(entries: list[Entry], jax: Sequence[Tensor], used: set, matcher: Matcher) -> list[Entry]:
     """``entries`` (one per PyTorch tensor) with those left unmatched mapped onto the stacked leaves
     among ``jax`` not ``used`` yet (``used`` gains them); ``matcher(tensors, views)`` is the ordinary
-    matching (one row per tensor, or several for a fused tensor split)."""
+    matching (one row per tensor, or several for a fused tensor split).
+
+    Every reading of every such leaf offers its views at once (a fused PyTorch tensor split onto
+    several stacked leaves, ``in_proj_weight`` onto a scan's ``query``, ``key``, ``value``, needs every
+    part's views together); a leaf whose rows come from one reading takes them, a leaf that several
+    readings fill is refused as ambiguous (``_ambiguous``), with the override to write."""
     left = [e.torch for e in entries if e.status == "unmatched" and e.torch is not None]
     lists = module_lists(e.torch for e in entries if e.torch is not None)
     if not left or not lists:
         return entries
-    decided: dict[str, list[Entry]] = {}
+    pool: dict[tuple[str, ...], tuple[Reading, int]] = {}
     for leaf in jax:
         if leaf.path in used:
             continue
-        fitting, seen = [], set()
-        for reading in readings(leaf, lists):
-            views = {v.path: (i, v) for i, v in enumerate(reading.views())}
-            if tuple(views) in seen:  # two readings, the same views: one reading
-                continue
-            seen.add(tuple(views))
-            rows = matcher([t for t in left if t.name not in decided], [v for _, v in views.values()])
-            rows = [e for e in rows if e.jax is not None and e.jax.path in views]
-            if rows:
-                fitting.append((reading, [_back(e, reading, views[e.jax.path][0]) for e in rows]))  # type: ignore[union-attr]
+        distinct = {tuple(v.path for v in r.views()): r for r in readings(leaf, lists)}  # same views: one
+        for reading in distinct.values():
+            pool.update({v.path: (reading, i) for i, v in enumerate(reading.views())})
+    found: dict[tuple[str, ...], dict[int, tuple[Reading, list[Entry]]]] = {}
+    views = [reading.views()[i] for reading, i in pool.values()]
+    for e in matcher(left, views) if pool else []:
+        if e.torch is None or e.jax is None or e.jax.path not in pool:
+            continue
+        reading, i = pool[e.jax.path]
+        mine = found.setdefault(reading.leaf.path, {}).setdefault(id(reading), (reading, []))
+        mine[1].append(_back(e, reading, i))
+    decided: dict[str, list[Entry]] = {}
+    for path, fitting in found.items():
         if len(fitting) == 1:
-            used.add(leaf.path)
-            for e in fitting[0][1]:  # a fused tensor split: several rows
-                if e.torch is not None:
-                    decided.setdefault(e.torch.name, []).append(e)
-        elif len(fitting) > 1:
-            decided.update({k: [v] for k, v in _ambiguous(leaf, fitting).items()})
+            used.add(path)
+            for e in next(iter(fitting.values()))[1]:  # a fused tensor split: several rows
+                decided.setdefault(e.torch.name, []).append(e)  # type: ignore[union-attr]
+        else:
+            leaf = next(iter(fitting.values()))[0].leaf
+            decided.update({k: [v] for k, v in _ambiguous(leaf, list(fitting.values())).items()})
     return [row for e in entries for row in (decided.get(e.torch.name, [e]) if e.torch is not None else [e])]
 
 

@@ -79,3 +79,33 @@ def test_an_untied_head_is_refused_naming_it_and_the_override_that_accepts_it(gp
         _run(gpt2.untied_head)
     assert "`lm_head.weight` to `transformer.wte.weight`" in str(refused.value)
     assert "overrides={'lm_head.weight': 'lm_head/weight'}" in str(refused.value)
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    from examples.port import transformer_linen
+
+    return transformer_linen
+
+
+def test_the_scanned_encoder_splits_in_proj_onto_stacked_query_key_value_and_passes(encoder):
+    port = encoder.scanned
+    assert not port.prepared.table.problems()
+    rows = [r for r in port.mapping.rows() if r["torch"] == "layers.1.self_attn.in_proj_weight"]
+    assert [(r["jax"], r["take"], r["box"]) for r in rows] == [
+        (f"params/layers/self_attn/{n}/kernel", [0, 8 * k, 8 * k + 8], [[0, 1, 2]])
+        for k, n in enumerate(("query", "key", "value"))
+    ]
+    report = _run(port)
+    assert report.passed, report.problems
+    # each layer's output is its own step's (a subclass's `super().__call__` is one call of the module,
+    # not two, which would pair `layers.1` with step 0's second record): no module cut apart
+    assert not [c for c in report.comparisons if c.status == "boundary"]
+    assert report.verdicts()["jax"].startswith("every module's output and every gradient agree")
+
+
+def test_queries_and_keys_swapped_in_the_scanned_encoder_fail_at_the_first_layers_attention(encoder):
+    report = _run(encoder.scanned_swapped_qk)
+    verdict = report.backends["jax"].notes["port"]
+    assert not report.passed
+    assert verdict["module"] == "layers.0.self_attn", verdict["text"]
