@@ -29,7 +29,8 @@ class Port(PortFields):
 
     Args:
         name: a short name, shown in reports.
-        torch: the original, a ``torch.nn.Module`` in eval mode; its parameters are the point checked.
+        torch: the original, a ``torch.nn.Module`` in eval mode (checked each time the port is used, not
+            when it is made); its parameters are the point checked.
         jax: the port: a Flax linen or nnx module (nnx: in eval mode), an Equinox module, or a
             function ``fn(params, **inputs)``.
         inputs: the PyTorch side's inputs, ``name -> array`` (NumPy arrays or tensors), or a function
@@ -118,7 +119,13 @@ class Port(PortFields):
 
     @property
     def prepared(self) -> Any:
-        """The port prepared (``build.Prepared``): its sides, mapping and workload; built once."""
+        """The port prepared (``build.Prepared``): its sides, mapping and workload; built once. The
+        PyTorch module's training mode is checked at each use (``PortFields.check_in_use``).
+
+        Raises:
+            ValueError: the PyTorch module is in training mode; whatever ``build.prepare`` raises.
+        """
+        self.check_in_use()
         cached = self.__dict__.get("_prepared")
         if cached is None:
             from crosscheck._workloads.port.build import prepare

@@ -1,4 +1,5 @@
-"""What a ``crosscheck.Port`` holds, checked when it is made: its fields and their validation.
+"""What a ``crosscheck.Port`` holds, checked when it is made: its fields and their types; what depends on
+the objects' state (the PyTorch module's training mode) is checked each time the port is used.
 
 Below ``build`` (which prepares a port from these fields), ``intermediates`` and the engine's view
 (``workload``), none of which needs more; ``declare.Port`` adds the preparation, built on first use, and
@@ -41,11 +42,6 @@ class PortFields:
             raise TypeError(
                 f"port `{self.name}`: `torch` must be a torch.nn.Module, found {type(self.torch).__name__}."
             )
-        if getattr(self.torch, "training", False):
-            raise ValueError(
-                f"port `{self.name}`: the PyTorch module is in training mode (dropout and batch "
-                f"statistics change every call); call `.eval()` on it first."
-            )
         if not (isinstance(self.inputs, Mapping) or callable(self.inputs)):
             raise TypeError(
                 f"port `{self.name}`: `inputs` must be a dict of arrays or a function (rng, dtype) -> dict."
@@ -73,6 +69,17 @@ class PortFields:
             raise ValueError(
                 f"port `{self.name}`: give `convert` or `overrides`, not both: with `convert` your function "
                 f"makes every JAX leaf, so there is no automatic mapping to override."
+            )
+
+    def check_in_use(self) -> None:
+        """Raise a one-line ``ValueError`` where the port cannot be used as its objects are now: the
+        PyTorch module in training mode. Checked each time the port is used (``declare.Port.prepared``),
+        not when it is made, so that one bad port does not break the module that declares it, and a
+        module put back into training mode after the port was made is refused."""
+        if getattr(self.torch, "training", False):
+            raise ValueError(
+                f"port `{self.name}`: the PyTorch module is in training mode (dropout and batch "
+                f"statistics change every call); call `.eval()` on it first."
             )
 
     def _check_intermediates(self) -> None:

@@ -220,20 +220,90 @@ def test_a_shape_that_no_transform_fits_is_refused():
     ("kwargs", "error", "message"),
     [
         ({"torch": 3}, TypeError, "must be a torch.nn.Module"),
-        ({"training": True}, ValueError, "training mode"),
         ({"inputs": 3}, TypeError, "`inputs` must be a dict"),
         ({"loss": 3}, TypeError, "`loss` must be callable"),
     ],
-    ids=["not-a-module", "training-mode", "inputs", "loss"],
+    ids=["not-a-module", "inputs", "loss"],
 )
 def test_a_bad_port_is_refused_with_one_line(kwargs, error, message):
     import torch
 
-    module = torch.nn.Linear(2, 2)
-    module.train(kwargs.pop("training", False))
+    module = torch.nn.Linear(2, 2).eval()
     given = {"name": "p", "torch": module, "jax": lambda p, x: x, "inputs": {"x": np.zeros((1, 2))}, **kwargs}
     with pytest.raises(error, match=message):
         crosscheck.Port(**given)
+
+
+PORTS_FILE = """
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+import crosscheck
+
+
+def _port(name, training):
+    torch.manual_seed(0)
+    module = torch.nn.Linear(3, 2).train(training)
+    tree = {"w": np.zeros((3, 2)), "b": np.zeros(2)}
+    x = {"input": np.random.default_rng(0).standard_normal((4, 3))}  # torch.nn.Linear.forward(input)
+    return crosscheck.Port(name=name, torch=module, jax=lambda p, input: input @ p["w"] + p["b"],
+                           jax_params=tree, overrides={"weight": ("w", "transpose"), "bias": "b"}, inputs=x)
+
+
+good = _port("good", training=False)
+bad = _port("bad", training=True)
+"""
+
+TRAINING = r"^port `bad`: the PyTorch module is in training mode \(.*\); call `\.eval\(\)` on it first\.$"
+
+
+@needs["torch"]
+def test_a_port_in_training_mode_does_not_break_its_module(tmp_path, monkeypatch, capsys):
+    (tmp_path / "two_ports.py").write_text(PORTS_FILE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    import two_ports  # the bad port is made: nothing is refused before it is used
+
+    from crosscheck._cli.main import main
+
+    report = crosscheck.run(workload=two_ports.good, reference="torch", backends=["jax"])
+    assert report.passed, report.problems
+    argv = ["run", "--workload", "two_ports:good", "--reference", "torch", "--no-isolate", "--quiet"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    with pytest.raises(ValueError, match=TRAINING):
+        crosscheck.run(workload=two_ports.bad, reference="torch", backends=["jax"])
+    with pytest.raises(ValueError, match=TRAINING):
+        print(two_ports.bad.mapping)
+    assert main(["run", "--workload", "two_ports:bad", "--no-isolate"]) == 2
+    err = capsys.readouterr().err
+    assert "port `bad`: the PyTorch module is in training mode" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@needs["torch"]
+def test_a_module_put_back_into_training_mode_is_refused_at_use():
+    import torch
+
+    module = torch.nn.Linear(2, 2).eval()
+    port = crosscheck.Port(name="p", torch=module, jax=lambda p, x: x, inputs={"x": np.zeros((1, 2))})
+    module.train()  # after the port was made
+    with pytest.raises(ValueError, match=r"^port `p`: the PyTorch module is in training mode"):
+        print(port.mapping)
+
+
+@needs["torch"]
+def test_a_prepared_port_whose_module_goes_back_into_training_mode_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "two_ports_again.py").write_text(PORTS_FILE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import two_ports_again
+
+    good = two_ports_again.good
+    print(good.mapping)  # prepared once, in eval mode
+    good.torch.train()
+    with pytest.raises(ValueError, match=r"^port `good`: the PyTorch module is in training mode"):
+        crosscheck.run(workload=good, reference="torch", backends=["jax"])
 
 
 # ---- The convolutional example -----------------------------------------------------------------------
