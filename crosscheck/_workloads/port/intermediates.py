@@ -7,10 +7,12 @@ leave the transform), so the user lists which PyTorch modules' outputs the JAX f
 beside its own. Each listed name must be a PyTorch module that the forward pass calls (``name#2``: its
 second call); the JAX call, traced once with ``jax.eval_shape`` on the example inputs, must return
 ``(output, {name: array})`` with exactly the listed names, and each array must have the shape of the
-PyTorch module's output (or its channels-last layout). A name with one ``*`` (``layers.*.linear``)
-stands for the modules ``layers.0.linear`` to ``layers.{L-1}.linear``: the JAX call returns ONE array
-``(L, ...)`` for it (a scan's per-step outputs), its leading axis the layers, split into one record per
-layer. Every failure is one line: a ``ValueError``, or a ``TypeError`` for a value of the wrong type.
+PyTorch module's output (or its channels-last layout), or a shape that broadcasts one into the other
+(compared after broadcasting, as a linen or nnx module's outputs are). A name with one ``*``
+(``layers.*.linear``) stands for the modules ``layers.0.linear`` to ``layers.{L-1}.linear``: the JAX
+call returns ONE array ``(L, ...)`` for it (a scan's per-step outputs), its leading axis the layers,
+split into one record per layer. Every failure is one line: a ``ValueError``, or a ``TypeError`` for a
+value of the wrong type.
 """
 
 from __future__ import annotations
@@ -52,11 +54,27 @@ def check(port: PortFields, side: Any, wrapped: Any, values: dict, example: dict
             )
         for layer in layers[name]:  # a stacked array (L, ...): each layer's part against its module
             t, shape = torch_shapes[layer], j[1:] if "*" in name else j
-            if not (shape == t[1] or (len(shape) >= 3 and (shape[0], shape[-1], *shape[1:-1]) == t[1])):
+            if not _fits(shape, t[1]):
                 said = f"`{name}` has shape {j} on the JAX side" + (
                     f", layer {layer}: {shape}" * ("*" in name)
                 )
                 raise ValueError(f"{where}: {said}; PyTorch's `{layer}` ({t[0]}) outputs {t[1]}.")
+
+
+def _fits(shape: tuple[int, ...], torch_shape: tuple[int, ...]) -> bool:
+    """Whether a JAX array of ``shape`` is compared with PyTorch's ``torch_shape`` (as
+    ``localize.compare_arrays`` compares module outputs): the same shape or its channels-last layout, or
+    either of them broadcasting one into the other (``(1, S, H)`` against ``(B, S, H)``, ``(4, 6, 8)``
+    against ``(6, 8)``); not shapes whose common shape is neither (``(B, 1)`` against ``(B,)``)."""
+    moved = (shape[0], shape[-1], *shape[1:-1]) if len(shape) >= 3 else shape
+    for candidate in (shape, moved):
+        try:
+            common = np.broadcast_shapes(candidate, torch_shape)
+        except ValueError:
+            continue
+        if common in (candidate, torch_shape):
+            return True
+    return False
 
 
 def _layers(port: PortFields, name: str) -> list[str]:

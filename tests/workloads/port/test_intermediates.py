@@ -210,6 +210,8 @@ BAD = [
      r"the JAX call returned `fc4`, which is not listed"),
     ("wrong-shape", dict(returns=lambda a, b, c: {"fc1": a, "fc2": b[:, :3], "fc3": c}), ValueError,
      r"`fc2` has shape \(5, 3\) on the JAX side; PyTorch's `fc2` \(Linear\) outputs \(5, 5\)\.$"),
+    ("no-broadcast", dict(returns=lambda a, b, c: {"fc1": a, "fc2": b[:, None, :], "fc3": c}), ValueError,
+     r"`fc2` has shape \(5, 1, 5\) on the JAX side; PyTorch's `fc2` \(Linear\) outputs \(5, 5\)\.$"),
     ("not-an-array", dict(returns=lambda a, b, c: {"fc1": a, "fc2": [b], "fc3": c}), TypeError,
      r"`fc2` must be an array, found list\.$"),
     ("not-a-pair", dict(returns=None, jax_call=lambda f, i: f(**i)[0]), TypeError,
@@ -226,6 +228,28 @@ def test_a_bad_listing_is_a_one_line_error_before_any_numerics(kwargs, error, me
     with pytest.raises(error, match=message) as raised:
         print(function_port(**kwargs).mapping)
     assert "\n" not in str(raised.value)
+
+
+def test_a_listed_output_whose_shape_broadcasts_is_compared_after_broadcasting():
+    """JAX's ``(2, 5, 4)`` against PyTorch's ``(5, 4)`` (a linen or nnx capture's broadcast): compared."""
+    port = function_port(
+        returns=lambda a, b, c: {"fc1": jnp.broadcast_to(a, (2, *a.shape)), "fc2": b, "fc3": c}
+    )
+    report, _ = _verdict(port)
+    assert report.passed, report.problems
+    row = next(c for c in report.comparisons if c.parameter == "fc1 (output)" and c.backend == "jax")
+    assert row.coverage.startswith("every entry, after broadcasting"), row.coverage
+    assert "(5, 4)" in row.coverage and "(2, 5, 4)" in row.coverage
+
+
+def test_a_listed_output_broadcast_from_one_row_is_compared_and_differs():
+    """JAX's ``(1, 4)`` against PyTorch's ``(5, 4)``: accepted, compared after broadcasting, and the
+    other rows differ (said as a module boundary: the forward itself and every gradient agree)."""
+    report, verdict = _verdict(function_port(returns=lambda a, b, c: {"fc1": a[:1], "fc2": b, "fc3": c}))
+    row = next(c for c in report.comparisons if c.parameter == "fc1 (output)" and c.backend == "jax")
+    assert row.status == "boundary" and "fc1 (output): differs" in row.message, row.message
+    assert row.coverage.startswith("every entry, after broadcasting"), row.coverage
+    assert "`fc1`" in verdict["text"] and "compared after broadcasting" in verdict["text"]
 
 
 def test_a_linen_port_refuses_a_listing():
