@@ -172,13 +172,17 @@ def _running(first: str, between: Sequence[str], parent: str, inputs: dict[str, 
     is not known to differ (then the difference was made before it); else None."""
     if not between:
         return None
-    tokens = first.split("#")[0].split(".")[:-1]
-    depth = len(parent.split(".")) if parent else 0
-    for n in range(len(tokens), depth, -1):
-        owner = ".".join(tokens[:n])
+    for owner in _around(first.split("#")[0], parent):
         if all(b.split("#")[0].startswith(owner + ".") for b in between):
             return owner if inputs.get(owner) is not False else None
     return None
+
+
+def _around(first: str, parent: str) -> list[str]:
+    """The modules that hold ``first`` and are deeper than ``parent``, innermost first."""
+    tokens = first.split(".")[:-1]
+    depth = len(parent.split(".")) if parent else 0
+    return [".".join(tokens[:n]) for n in range(len(tokens), depth, -1)]
 
 
 def _common_parent(a: str, b: str) -> str:
@@ -196,14 +200,7 @@ def _entered(first: str, parent: str, paired: dict[str, str], inputs: dict[str, 
     fused into one leaf has no JAX counterpart for them, and ``first`` is its output projection)."""
     if "#" in first:
         return parent
-    tokens = first.split(".")
-    for k in range(len(tokens) - 1, 0, -1):
-        name = ".".join(tokens[:k])
-        if len(name) <= len(parent):
-            break
-        if name in paired and inputs.get(name):
-            return name
-    return parent
+    return next((name for name in _around(first, parent) if name in paired and inputs.get(name)), parent)
 
 
 def _shown(name: str, top: str) -> str:
