@@ -16,6 +16,7 @@ from crosscheck._engine.run import run as run
 from crosscheck._report.report import Report as Report
 from crosscheck._workloads.losses import projection_loss as projection_loss
 from crosscheck._workloads.model.declare import Workload as Workload
+from crosscheck._workloads.port.blocks import Blocks as Blocks
 from crosscheck._workloads.port.declare import Port as Port
 from crosscheck._workloads.registry import available_workloads as available_workloads
 from crosscheck._workloads.stack.case import Case as Case
@@ -25,8 +26,23 @@ from crosscheck._workloads.train.declare import Train as Train
 
 __version__ = "0.1.0"
 
+#: Public names of the layer above the engine (the blockwise check runs on the sweep's executors),
+#: imported when first asked for: ``crosscheck.testing`` imports this package and may not reach it.
+_SWEEP = {"check_blocks": "crosscheck._sweep.blocks", "BlocksResult": "crosscheck._sweep.blocks"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _SWEEP:
+        import importlib
+
+        return getattr(importlib.import_module(_SWEEP[name]), name)
+    raise AttributeError(f"module 'crosscheck' has no attribute {name!r}")
+
+
 __all__ = [
     "Backend",
+    "Blocks",
+    "BlocksResult",
     "BackendBroken",
     "BackendUnavailable",
     "Case",
@@ -39,6 +55,7 @@ __all__ = [
     "Stack",
     "Train",
     "check",
+    "check_blocks",
     "load_backend",
     "make_inputs",
     "projection_loss",

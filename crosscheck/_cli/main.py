@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from crosscheck._cli import blocks as _cli_blocks
 from crosscheck._cli import cost as _cli_cost
 from crosscheck._cli import inspect as _cli_inspect
 from crosscheck._cli import list as _cli_list
@@ -29,6 +30,7 @@ from crosscheck._errors import DetailedError, describe, one_line
 SUBCOMMANDS = (
     _cli_run,  # run and explain
     _cli_sweep,
+    _cli_blocks,
     _cli_replay,
     _cli_list,
     _cli_inspect,

@@ -122,8 +122,11 @@ def _kill_workers(pool: ProcessPoolExecutor) -> None:
             process.join(timeout=5)
 
 
-def run_dask(tasks: Iterable[Task], done: Done, *, scheduler: str) -> None:
-    """The tasks on the Dask cluster at ``scheduler``; each is a plain-data task, run by ``run_task``.
+def run_dask(
+    tasks: Iterable[Task], done: Done, *, scheduler: str, fn: Callable[[Task], Record] = run_task
+) -> None:
+    """The tasks on the Dask cluster at ``scheduler``; each is a plain-data task, run by ``fn`` (a
+    module-level function a worker imports: ``run_task``, or a blockwise check's ``run_block_task``).
 
     At most as many cases are in flight as the cluster has threads. When a worker dies, Dask fails the
     cases it held (``KilledWorker``, after its own ``distributed.scheduler.allowed-failures`` retries);
@@ -151,7 +154,7 @@ def run_dask(tasks: Iterable[Task], done: Done, *, scheduler: str) -> None:
         completed = as_completed(loop=client.loop)
 
         def submit(task: Task) -> None:
-            future = client.submit(run_task, task, pure=False)
+            future = client.submit(fn, task, pure=False)
             running[future] = task
             completed.add(future)
 

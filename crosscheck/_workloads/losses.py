@@ -41,7 +41,13 @@ def projection_loss(outputs: Any, *, seed: int = 0) -> Any:
         >>> def torch_loss(params, inputs):  # doctest: +SKIP
         ...     return crosscheck.projection_loss(model(params, inputs["x"]))
     """
-    r = projection(tuple(int(d) for d in np.shape(outputs)), int(seed))
+    return dot(outputs, projection(tuple(int(d) for d in np.shape(outputs)), int(seed)))
+
+
+def dot(outputs: Any, r: np.ndarray) -> Any:
+    """``sum(r * outputs)`` for a NumPy ``r`` of the outputs' shape: a float for NumPy outputs, a 0-d
+    array of the outputs' framework and dtype (differentiable) for PyTorch tensors and JAX arrays (a
+    blockwise check's cotangent, ``projection_loss``'s ``R``)."""
     module = type(outputs).__module__.split(".", 1)[0]
     for framework in DECLARED:
         if module in framework.modules:  # its folder's arrays.py: the sum in its own arrays

@@ -9,13 +9,14 @@ from typing import Any
 from crosscheck._backends.strings import import_attribute
 from crosscheck._errors import user_call
 from crosscheck._workloads.model.declare import Workload
+from crosscheck._workloads.port.blocks import Blocks
 from crosscheck._workloads.port.declare import Port
 from crosscheck._workloads.protocol import Declared, Knob
 from crosscheck._workloads.stack.workload import DEFAULT, Stack, from_spec
 from crosscheck._workloads.train.declare import Train
 
 #: What an import string may name (the stack is a built-in name, or an object given as such).
-DECLARATIONS = (Workload, Port, Train)
+DECLARATIONS = (Workload, Port, Train, Blocks)
 
 #: Built-in workloads: name -> (import string ``module:attribute`` of the Workload, or None for the
 #: stack; a one-line description). Imported only when used.
@@ -77,7 +78,7 @@ def load_workload(spec: Any) -> Any:
     )
 
 
-def _resolve(target: str, spec: str) -> Workload | Port | Train:
+def _resolve(target: str, spec: str) -> Workload | Port | Train | Blocks:
     value = import_attribute(target, spec=spec, kind="workload")
     if callable(value) and not isinstance(value, DECLARATIONS):
         # A factory's sys.exit is a broken workload (one line, exit 2), not the end of the run.

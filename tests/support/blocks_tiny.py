@@ -1,0 +1,94 @@
+"""A tiny residual model for the blockwise check's tests: an input layer, three residual tanh blocks
+(``blocks.0`` to ``blocks.2``: ``x + fc2(tanh(fc1(ln(x))))``) and a head, in PyTorch, and the block's
+Flax linen port. ``make(bug=...)`` plants a bug in one block's port; the attributes below are what a
+Dask worker imports by name (``tests.support.blocks_tiny:healthy``)."""
+
+from __future__ import annotations
+
+import functools
+
+WIDTH, BLOCKS = 4, 3
+
+
+def make(
+    name="tiny-blocks", *, bug_in=None, bug="scale", pattern="blocks.*", port_error=None, unmapped=False
+):
+    """The blockwise check; ``bug_in``: the block whose port has ``bug`` (``scale``: its hidden layer
+    scaled by 1.01, in ``fc1``'s output; ``epsilon``: its LayerNorm's epsilon 1e-3); ``port_error``: the
+    block whose ``port`` factory raises; ``unmapped``: every port leaves ``fc2.weight`` out of its pytree."""
+    import crosscheck
+
+    def model():
+        import torch
+
+        torch.manual_seed(0)
+        return _classes()[1]().eval()
+
+    def port(index, block_name, module):
+        import flax.linen as nn
+        import jax.numpy as jnp
+
+        if block_name == port_error:
+            raise RuntimeError("the port of this block cannot be built")
+        broken = block_name == bug_in
+
+        class FlaxBlock(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                eps = 1e-3 if broken and bug == "epsilon" else 1e-5
+                h = nn.Dense(6, name="fc1")(nn.LayerNorm(epsilon=eps, name="ln")(x))
+                if broken and bug == "scale":
+                    h = h * 1.01
+                return x + nn.Dense(WIDTH, name="fc2")(jnp.tanh(h))
+
+        extra = {"overrides": {"fc2.weight": None}} if unmapped else {}
+        return dict(jax=FlaxBlock(), **extra)
+
+    def inputs(rng, dtype):
+        return {"x": rng.standard_normal((5, 3)).astype(dtype)}
+
+    def torch_block(index, block_name):  # the block alone (its weights: the recording's)
+        return _classes()[0]()
+
+    return crosscheck.Blocks(
+        name=name, torch=model, inputs=inputs, blocks=pattern, port=port, torch_block=torch_block
+    )
+
+
+@functools.cache
+def _classes():
+    """The PyTorch block and model classes (defined when first asked for: importing this module imports
+    no framework)."""
+    import torch
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln = torch.nn.LayerNorm(WIDTH)
+            self.fc1, self.fc2 = torch.nn.Linear(WIDTH, 6), torch.nn.Linear(6, WIDTH)
+
+        def forward(self, x, scale=None):
+            return x + self.fc2(torch.tanh(self.fc1(self.ln(x))))
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Linear(3, WIDTH)
+            self.blocks = torch.nn.ModuleList([Block() for _ in range(BLOCKS)])
+            self.head = torch.nn.Linear(WIDTH, 2)
+
+        def forward(self, x):
+            h = self.embed(x)
+            for block in self.blocks:
+                h = block(h, scale=None)
+            return self.head(h)
+
+    return Block, Model
+
+
+def __getattr__(name):
+    if name == "healthy":
+        return make()
+    if name == "planted":
+        return make("tiny-blocks-planted", bug_in="blocks.1")
+    raise AttributeError(name)

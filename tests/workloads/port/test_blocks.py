@@ -1,0 +1,232 @@
+"""The blockwise check (``crosscheck.Blocks``, ``crosscheck.check_blocks``, ``crosscheck blocks``): each
+block checked as a port on its recorded inputs and cotangent, the first block that differs named with
+the module inside it; a block whose check did not happen fails the whole check; a Dask LocalCluster
+gives the same verdicts as this process; bad input is one line."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import blocks_tiny  # tests/support/: imports no framework until a model is asked for
+import numpy as np
+import pytest
+from paths import ROOT
+
+import crosscheck
+from crosscheck._cli.main import main
+
+pytest.importorskip("torch")
+pytest.importorskip("flax")
+
+SUPPORT = ROOT / "tests" / "support"
+
+
+def _verdicts(result):
+    return [(r["block"], r["status"], r["module"]) for r in result.records]
+
+
+@pytest.fixture(scope="module")
+def planted():
+    """The tiny model with its block ``blocks.1``'s port scaling a hidden layer, checked here."""
+    return crosscheck.check_blocks("blocks_tiny:planted", reference="torch")
+
+
+def test_healthy_blocks_pass_each_checked_as_a_port():
+    result = crosscheck.check_blocks(blocks_tiny.make(), reference="torch")
+    assert result.passed, result.lines()
+    assert [r["block"] for r in result.records] == ["blocks.0", "blocks.1", "blocks.2"]
+    assert all(r["status"] == "passed" for r in result.records)
+    # each block ran as the port `name[block]`, its own report in its record
+    assert result.records[1]["report"]["case"]["workload"] == "tiny-blocks[blocks.1]"
+    assert result.first is None and result.verdict().startswith("PASSED")
+    assert "wiring between blocks" in result.lines()[-1]  # what a blockwise check cannot see, said
+
+
+def test_a_bug_in_one_block_fails_naming_that_block_and_the_others_pass(planted):
+    assert not planted.passed
+    assert [(b, s) for b, s, _ in _verdicts(planted)] == [
+        ("blocks.0", "passed"),
+        ("blocks.1", "failed"),
+        ("blocks.2", "passed"),
+    ]
+    assert planted.first["block"] == "blocks.1"
+    # the scale sits in the block's own code between fc1 and fc2: the port verdict says so
+    assert planted.first["module"] == "blocks.1"
+    assert "between `fc1` and `fc2`" in planted.first["verdict"]
+    assert planted.verdict().startswith("FAILED: the first block that differs is `blocks.1`")
+
+
+def test_a_bug_in_a_module_of_a_block_names_the_module_in_the_models_names():
+    blocks = blocks_tiny.make(bug_in="blocks.2", bug="epsilon")
+    result = crosscheck.check_blocks(blocks, reference="torch")
+    assert not result.passed
+    assert result.first["block"] == "blocks.2"
+    assert result.first["module"] == "blocks.2.ln"
+    assert [r["passed"] for r in result.records] == [True, True, False]
+
+
+def test_random_cotangents_catch_the_bug_too():
+    blocks = blocks_tiny.make(bug_in="blocks.1")
+    random = crosscheck.Blocks(**{**_fields(blocks), "cotangent": "random"})
+    result = crosscheck.check_blocks(random, reference="torch")
+    assert [r["passed"] for r in result.records] == [True, False, True]
+
+
+def _fields(blocks):
+    import dataclasses
+
+    return {f.name: getattr(blocks, f.name) for f in dataclasses.fields(blocks)}
+
+
+def test_a_block_whose_port_cannot_be_built_fails_the_check_and_the_rest_run():
+    result = crosscheck.check_blocks(blocks_tiny.make(port_error="blocks.0"), reference="torch")
+    assert not result.passed
+    first = result.first
+    assert (first["block"], first["status"]) == ("blocks.0", "error")
+    assert "RuntimeError: the port of this block cannot be built" in first["error"]
+    assert [r["status"] for r in result.records[1:]] == ["passed", "passed"]
+    assert "was not checked is `blocks.0`" in result.verdict()
+
+
+def test_a_block_with_an_unmapped_weight_never_passes():
+    result = crosscheck.check_blocks(blocks_tiny.make(unmapped=True), reference="torch")
+    assert not result.passed
+    assert all(not r["passed"] for r in result.records)
+
+
+def test_a_matched_module_the_forward_never_calls_is_not_checked_and_fails():
+    # `*` matches the top modules: `embed`, `blocks` (a ModuleList, never called) and `head`
+    result = crosscheck.check_blocks(blocks_tiny.make(pattern="*"), reference="torch")
+    assert not result.passed
+    never = next(r for r in result.records if r["block"] == "blocks")
+    assert never["status"] == "error"
+    assert "never called" in never["error"]
+
+
+def test_the_recorded_cotangent_is_the_models_loss_gradient_at_the_block(tmp_path):
+    import torch
+
+    from crosscheck._workloads.losses import outputs_loss
+    from crosscheck._workloads.port.blocks_record import load, record
+
+    blocks = blocks_tiny.make()
+    model = blocks.model()
+    entries = record(blocks, model, str(tmp_path), seed=0, weights=False)
+    x = torch.as_tensor(np.random.default_rng(0).standard_normal((5, 3)).astype("float32"))
+    h = model.embed(x)
+    outs = []
+    for block in model.blocks:
+        h = block(h)
+        outs.append(h)
+    want = torch.autograd.grad(outputs_loss(model.head(h)), outs)
+    for entry, grad in zip(entries, want, strict=True):
+        got = load(entry["path"])
+        np.testing.assert_array_equal(got.cotangents[0], grad.numpy())
+        assert got.constants == {"scale": None} and list(got.inputs) == ["x"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A Dask LocalCluster, 2 worker processes of 1 thread each, that imports tests/support/."""
+    distributed = pytest.importorskip("distributed")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", os.pathsep.join([str(SUPPORT), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+        with distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as local:
+            yield local
+
+
+def test_a_dask_cluster_gives_the_same_verdicts_each_worker_a_block(planted, cluster, tmp_path):
+    result = crosscheck.check_blocks(
+        "blocks_tiny:planted", reference="torch", scheduler=cluster.scheduler_address, directory=str(tmp_path)
+    )
+    assert result.engine["kind"] == "dask"
+    assert _verdicts(result) == _verdicts(planted)
+    assert result.first["block"] == "blocks.1" and not result.passed
+    # the workers built their blocks alone from the recorded weights (saved only for a cluster)
+    from crosscheck._workloads.port.blocks_record import load
+
+    assert set(load(str(tmp_path / "block-00001.npz")).weights) == {
+        "ln.weight",
+        "ln.bias",
+        "fc1.weight",
+        "fc1.bias",
+        "fc2.weight",
+        "fc2.bias",
+    }
+
+
+def test_a_cluster_needs_the_blocks_by_import_string():
+    with pytest.raises(ValueError, match="import string"):
+        crosscheck.check_blocks(blocks_tiny.make(), scheduler="tcp://127.0.0.1:1")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"pattern": "layers.*"}, "no module of the model matches `blocks` 'layers.*'"),
+        ({"pattern": "blocks.9"}, "no module of the model matches `blocks` 'blocks.9'"),
+    ],
+    ids=["no-match", "no-such-block"],
+)
+def test_a_pattern_that_matches_no_module_is_one_line(change, message):
+    with pytest.raises(ValueError, match=message) as info:
+        crosscheck.check_blocks(blocks_tiny.make(**change))
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"blocks": ""}, "`blocks` must be a pattern"),
+        ({"port": 3}, "`port` must be callable"),
+        ({"cotangent": "mean"}, "`cotangent` must be one of model, random"),
+        ({"torch": 3}, "`torch` must be a torch.nn.Module or a function"),
+    ],
+    ids=["empty-pattern", "port", "cotangent", "torch"],
+)
+def test_bad_fields_are_refused_in_one_line(fields, message):
+    with pytest.raises((TypeError, ValueError), match=message):
+        crosscheck.Blocks(**{**_fields(blocks_tiny.make()), **fields})
+
+
+def test_a_port_factory_may_not_set_what_the_check_sets():
+    blocks = crosscheck.Blocks(**{**_fields(blocks_tiny.make()), "port": lambda i, n, b: {"loss": abs}})
+    result = crosscheck.check_blocks(blocks, reference="torch")
+    assert not result.passed
+    assert "may not set `loss`" in result.first["error"]
+
+
+def test_blocks_given_where_one_workload_is_expected_say_how_to_run_them():
+    with pytest.raises(ValueError, match=r"crosscheck.Blocks, checked block by block: run it with"):
+        crosscheck.check(blocks_tiny.make())
+
+
+def test_the_command_names_the_block_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "blocks.json"
+    status = main(["blocks", "--workload", "blocks_tiny:planted", "--reference", "torch", "--json", str(out)])
+    assert status == 1
+    printed = capsys.readouterr().out
+    assert "verdict: FAILED: the first block that differs is `blocks.1`" in printed
+    data = json.loads(out.read_text())
+    assert data["passed"] is False and data["first"] == "blocks.1"
+    assert [b["status"] for b in data["blocks"]] == ["passed", "failed", "passed"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["blocks", "--workload", "stack"], "must be an import string"),
+        (["blocks", "--workload", "blocks_tiny:nothing"], "blocks_tiny:nothing"),
+        (["run", "--workload", "blocks_tiny:healthy", "--no-isolate"], "crosscheck blocks --workload"),
+        (["blocks", "--workload", "blocks_tiny:healthy", "--scheduler", "nowhere"], "--scheduler"),
+    ],
+    ids=["not-an-import-string", "missing-attribute", "run-a-blocks", "bad-scheduler"],
+)
+def test_usage_errors_are_one_line(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
