@@ -19,7 +19,6 @@ from crosscheck._cli.common import (
     make_console,
     write_json,
 )
-from crosscheck._report.text import plain
 
 
 def register(subparsers: Any) -> None:
@@ -87,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     write_json(args.json, result.to_dict())
     console = make_console()
-    for line in result.lines():
-        console.print(plain(line), highlight=False, markup=False)
+    for line in result.lines():  # the columns' spaces kept, control characters not; long lines unwrapped
+        console.print(
+            "".join(c for c in line if c.isprintable()), highlight=False, markup=False, soft_wrap=True
+        )
     return EXIT_OK if result.passed else EXIT_FAIL

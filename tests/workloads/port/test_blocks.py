@@ -210,6 +210,7 @@ def test_the_command_names_the_block_and_writes_json(tmp_path, capsys):
     assert status == 1
     printed = capsys.readouterr().out
     assert "verdict: FAILED: the first block that differs is `blocks.1`" in printed
+    assert "\n  blocks.1  FAILED   `jax`: the forward pass differs first" in printed  # one line a block
     data = json.loads(out.read_text())
     assert data["passed"] is False and data["first"] == "blocks.1"
     assert [b["status"] for b in data["blocks"]] == ["passed", "failed", "passed"]
