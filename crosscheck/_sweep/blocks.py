@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import gc
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -252,14 +253,16 @@ def run_block_task(task: Task) -> Record:
 def check_block(blocks: Any, task: Task, *, model: Any = None) -> Record:
     """Check one block from its recording as a ``crosscheck.Port`` (the block taken from ``model``, or
     built alone: ``blocks_record.block_module``); its record (never raises but for the user's Ctrl-C)."""
-    entry = task["entry"]
+    entry, start = task["entry"], time.perf_counter()
     if entry["problem"] is not None:
         return _block_record(task, "error", error=f"not checked: {entry['problem']}")
     try:
-        return _check(blocks, task, model)
+        found = _check(blocks, task, model)
     except BaseException as exc:  # a record, not a crash: the other blocks go on, and this one fails
         reraise_user_interrupt(exc)
-        return _block_record(task, "error", error=f"not checked: {describe(exc)}")
+        found = _block_record(task, "error", error=f"not checked: {describe(exc)}")
+    found["seconds"] = time.perf_counter() - start
+    return found
 
 
 def _check(blocks: Any, task: Task, model: Any) -> Record:
