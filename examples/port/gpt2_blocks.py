@@ -6,6 +6,7 @@ Run from the repository root::
     crosscheck blocks --workload examples.port.gpt2_blocks:blocks --reference torch      # healthy
     crosscheck blocks --workload examples.port.gpt2_blocks:gelu_exact --reference torch  # block h.1 differs
     crosscheck blocks --workload examples.port.gpt2_blocks:small --reference torch       # GPT-2 small, 124M
+    crosscheck blocks --workload examples.port.gpt2_blocks:small_gelu_exact --reference torch
 
 ``blocks`` and the planted bug are tiny (3 layers, width 8, drawn with std 0.5 as in ``gpt2``); ``small``
 is GPT-2 small at its real config (random weights, one sequence of 32 tokens). The models are built when
@@ -107,4 +108,9 @@ def __getattr__(name):  # built when asked for: importing this module imports no
         return make_blocks("gpt2-small-blocks", config=SMALL, size="small")
     if name in BUGS:
         return make_blocks(f"gpt2-blocks-{name.replace('_', '-')}", **BUGS[name][2])
+    if name.startswith("small_") and name.removeprefix("small_") in BUGS:  # a planted bug at real size
+        bug = name.removeprefix("small_")
+        return make_blocks(
+            f"gpt2-small-blocks-{bug.replace('_', '-')}", config=SMALL, size="small", **BUGS[bug][2]
+        )
     raise AttributeError(name)

@@ -231,3 +231,13 @@ def test_usage_errors_are_one_line(argv, message, capsys):
     err = capsys.readouterr().err
     assert message in err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_the_gpt2_example_names_the_block_and_module_of_its_planted_bug():
+    pytest.importorskip("transformers")
+    from examples.port import gpt2_blocks
+
+    result = crosscheck.check_blocks("examples.port.gpt2_blocks:gelu_exact", reference="torch")
+    what, module, _ = gpt2_blocks.BUGS["gelu_exact"]
+    assert [r["passed"] for r in result.records] == [True, False, True], what
+    assert result.first["module"] == module
