@@ -45,7 +45,7 @@ def make(
         return dict(jax=FlaxBlock(), **extra)
 
     def inputs(rng, dtype):
-        return {"x": rng.standard_normal((5, 3)).astype(dtype)}
+        return {"x": rng.standard_normal((5, 3))}  # float64: the recording casts it to the model's dtype
 
     def torch_block(index, block_name):  # the block alone (its weights: the recording's)
         return _classes()[0]()

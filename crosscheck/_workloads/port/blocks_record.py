@@ -15,6 +15,7 @@ import dataclasses
 import inspect
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -54,7 +55,7 @@ def record(blocks: Blocks, model: Any, directory: str, *, seed: int, weights: bo
     """
     names = blocks.matching([n for n, _ in model.named_modules()])
     where = f"blocks `{blocks.name}`"
-    inputs = _model_inputs(blocks, seed)
+    inputs = _model_inputs(blocks, model, seed)
     seen: dict[str, dict[str, Any]] = {}
     order: list[str] = []
     handles = []
@@ -84,19 +85,24 @@ def record(blocks: Blocks, model: Any, directory: str, *, seed: int, weights: bo
     return entries
 
 
-def _model_inputs(blocks: Blocks, seed: int) -> dict[str, Any]:
-    """The model's inputs as tensors (a function's made with ``seed``, floating-point ones float32)."""
+def _model_inputs(blocks: Blocks, model: Any, seed: int) -> dict[str, Any]:
+    """The model's inputs as tensors (a function's made with ``seed``), floating-point ones in the dtype
+    of the model's floating-point parameters (float32 when it has none)."""
     where = f"blocks `{blocks.name}`"
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    name = str(dtype).removeprefix("torch.")
     made = (
-        user_call(where, "`inputs(rng, dtype)`", blocks.inputs, np.random.default_rng(seed), "float32")
+        user_call(where, "`inputs(rng, dtype)`", blocks.inputs, np.random.default_rng(seed), name)
         if callable(blocks.inputs)
         else blocks.inputs
     )
-    if not isinstance(made, dict) or not made:
+    if not isinstance(made, Mapping) or not made:
         raise ValueError(f"{where}: `inputs` must give a non-empty dict of name -> array.")
-    return {
-        str(k): v if isinstance(v, torch.Tensor) else torch.as_tensor(np.asarray(v)) for k, v in made.items()
-    }
+    out = {}
+    for key, value in made.items():
+        tensor = value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
+        out[str(key)] = tensor.to(dtype) if tensor.is_floating_point() else tensor
+    return out
 
 
 def _pre_hook(name: str, seen: dict[str, dict[str, Any]], order: list[str]) -> Any:

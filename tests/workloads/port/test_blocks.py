@@ -66,6 +66,13 @@ def test_a_bug_in_a_module_of_a_block_names_the_module_in_the_models_names():
     assert [r["passed"] for r in result.records] == [True, True, False]
 
 
+def test_a_float64_check_of_the_blocks_passes_and_catches_the_bug():
+    result = crosscheck.check_blocks(blocks_tiny.make(bug_in="blocks.1"), reference="torch", dtype="float64")
+    assert [r["passed"] for r in result.records] == [True, False, True]
+    assert result.options["dtype"] == "float64"
+    assert result.records[0]["report"]["backends"]["jax"]["dtype"] == "float64"
+
+
 def test_random_cotangents_catch_the_bug_too():
     blocks = blocks_tiny.make(bug_in="blocks.1")
     random = crosscheck.Blocks(**{**_fields(blocks), "cotangent": "random"})
