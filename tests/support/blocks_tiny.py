@@ -21,6 +21,7 @@ def make(
     def model():
         import torch
 
+        _not_on_a_worker()
         torch.manual_seed(0)
         return _classes()[1]().eval()
 
@@ -53,6 +54,17 @@ def make(
     return crosscheck.Blocks(
         name=name, torch=model, inputs=inputs, blocks=pattern, port=port, torch_block=torch_block
     )
+
+
+def _not_on_a_worker():
+    """A Dask worker holds one block, never the model: building the model in one is an error."""
+    try:
+        from distributed import get_worker
+
+        get_worker()
+    except (ImportError, ValueError):  # not inside a Dask task
+        return
+    raise RuntimeError("a Dask worker built the whole model")
 
 
 @functools.cache

@@ -150,6 +150,7 @@ def test_a_dask_cluster_gives_the_same_verdicts_each_worker_a_block(planted, clu
         "blocks_tiny:planted", reference="torch", scheduler=cluster.scheduler_address, directory=str(tmp_path)
     )
     assert result.engine["kind"] == "dask"
+    # a worker that built the whole model would fail its block (blocks_tiny's model refuses a worker)
     assert _verdicts(result) == _verdicts(planted)
     assert result.first["block"] == "blocks.1" and not result.passed
     # the workers built their blocks alone from the recorded weights (saved only for a cluster)
