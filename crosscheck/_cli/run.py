@@ -79,9 +79,9 @@ def _add_checking(check: Any) -> None:
     )
     check.add_argument(
         "--reference",
-        default="numpy-fd",
         metavar="NAME",
-        help="backend the others are compared with (default numpy-fd, the oracle)",
+        help="backend the others are compared with (default numpy-fd, the oracle; with --quantity output, "
+        "torch: PyTorch's forward, the only reference a forward check takes)",
     )
     add_tolerance_options(check)
     check.add_argument(
@@ -134,8 +134,11 @@ def _add_oracle(check: Any) -> None:
         choices=tuple(QUANTITIES),
         default="grad",
         help="what to cross-check: grad (default), hvp, the Hessian-vector product along a direction "
-        "made from --seed (candidates need an hvp(weights, x, v) method), or update, the parameters after "
-        "each optimizer step of a crosscheck.Train workload",
+        "made from --seed (candidates need an hvp(weights, x, v) method), update, the parameters after "
+        "each optimizer step of a crosscheck.Train workload, or output, the forward check of a "
+        "crosscheck.Port: the model's and every module's output against PyTorch's, with the same measured "
+        "tolerances and localisation, no gradient and no oracle (seconds; a bug only in the backward pass "
+        "is not seen)",
     )
     check.add_argument(
         "--steps",
@@ -301,7 +304,7 @@ def _check_outputs_of_quantity(args: argparse.Namespace) -> None:
     """Outputs a quantity cannot make. The CLI's only: the API writes no plot and no bundle."""
     if args.quantity == "update" and (args.save_bundle or args.plot):
         raise UsageError(UPDATE_REFUSES["--save-bundle" if args.save_bundle else "--plot"])
-    if args.quantity == "hvp" and (args.save_bundle or args.plot):
+    if args.quantity in ("hvp", "output") and (args.save_bundle or args.plot):
         raise UsageError(
             f"`--save-bundle` and `--plot` are not available with `--quantity {args.quantity}` yet."
         )

@@ -164,7 +164,8 @@ def _admit(run: _Run, spec: Any, index: int) -> tuple[str, Any, BackendResult] |
             result, status="skipped", error="not run: the reference did not run"
         )
         return None
-    if not callable(getattr(backend, run.plan.quantity.method, None)):
+    method = run.plan.quantity.method  # None: the judge computes the quantity, no backend method
+    if method is not None and not callable(getattr(backend, method, None)):
         status = "failed" if result.required else "skipped"
         error = (
             f"has no `{run.judge.signature}` method, so it cannot be checked with quantity "

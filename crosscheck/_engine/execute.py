@@ -17,7 +17,7 @@ from typing import Any
 from crosscheck._engine import contain, rerun
 from crosscheck._engine.driver import drive
 from crosscheck._engine.plan import Outlook, check_records, plan
-from crosscheck._engine.request import Request, check_request, configure
+from crosscheck._engine.request import Request, check_request, configure, with_reference
 from crosscheck._errors import one_line
 from crosscheck._report.report import Report
 from crosscheck._workloads.registry import load_workload
@@ -61,6 +61,7 @@ def _checked(request: Request) -> Request:
         raise TypeError(f"`request` must be a Request, found {type(request).__name__}.")
     if request.bundle is None:
         check_records(request.slack, request.oracle, request.execution, request.backends)
+        request = with_reference(request)
         check_request(request)
     return request
 

@@ -32,7 +32,7 @@ from crosscheck._errors import describe, one_line
 #: Backend methods a worker serves: each quantity's (``QUANTITIES``), ``activations`` (localization) and
 #: ``loss`` (a workload implementation's own loss, which the model oracle differences); and the optional
 #: contexts (classification re-runs) it enters.
-METHODS = (*(q.method for q in QUANTITIES.values()), "activations", "loss")
+METHODS = (*(q.method for q in QUANTITIES.values() if q.method), "activations", "loss")
 CONTEXTS = ("highest_precision", "without_checkpointing")
 #: How the parent starts a worker: ``sys.argv`` is the connection's file descriptor and ``sys.path``.
 BOOT = (

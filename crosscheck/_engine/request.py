@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from crosscheck._backends import ORACLE
-from crosscheck._engine.quantity import QUANTITIES
+from crosscheck._engine.quantity import QUANTITIES, default_reference
 from crosscheck._engine.records import Execution, Oracle, Slack, spell
 from crosscheck._workloads.protocol import Progress
 
@@ -45,7 +45,8 @@ class Request:
     workload: Any = None
     options: Mapping[str, Any] | None = None
     backends: Sequence[Any] | None = None
-    reference: Any = ORACLE
+    #: None: the quantity's (``default_reference``: the oracle; PyTorch's forward for ``output``).
+    reference: Any = None
     dtype: str | None = None
     seed: int | None = None
     quantity: str = "grad"
@@ -96,10 +97,17 @@ class Request:
         return cls(**data)
 
 
+def with_reference(request: Request) -> Request:
+    """``request`` with its reference decided: the one given, else its quantity's."""
+    if request.reference is not None:
+        return request
+    return dataclasses.replace(request, reference=default_reference(request.quantity))
+
+
 def check_request(request: Request) -> None:
     """The rules that need no workload, before any code runs, in the CLI's order: the arrays' rules
-    (``check_arrays``; the CLI checks them before it reads either file), then ``directions`` with a full
-    oracle (it never screens).
+    (``check_arrays``; the CLI checks them before it reads either file), ``directions`` with a full
+    oracle (it never screens), then the reference of a forward check (``output``: PyTorch's forward).
 
     Raises:
         ValueError: the first rule broken.
@@ -116,6 +124,26 @@ def check_request(request: Request) -> None:
             f"`{spell('directions', front=front)}` applies to screening (`{screen}` or `auto`); "
             f"`{full}` never screens."
         )
+    check_output_reference(request.quantity, request.reference, front=front)
+
+
+def check_output_reference(quantity: str, reference: Any, *, front: str) -> None:
+    """The forward check (``output``) compares a port's module outputs with PyTorch's forward: its
+    reference is ``torch`` (its default), never the oracle, which differentiates, nor another backend."""
+    if quantity != "output" or reference is None or reference == "torch":
+        return
+    asked, given = spell("quantity", "output", front=front), spell("reference", reference, front=front)
+    why = (
+        "the oracle differentiates losses, and a forward check computes no gradient"
+        if reference == ORACLE
+        else f"`{reference}` is no PyTorch forward"
+        if isinstance(reference, str)
+        else "an object is none"
+    )
+    raise ValueError(
+        f"`{given}` does not apply to `{asked}`: the forward check compares the port's module outputs with "
+        f"PyTorch's forward, `{spell('reference', 'torch', front=front)}` (its default); {why}."
+    )
 
 
 def check_arrays(arrays: Mapping[str, Any], given: Mapping[str, Any], *, front: str) -> None:
@@ -146,8 +174,18 @@ def _instead(workload: Any, quantity: str, front: str) -> str:
     """Why ``workload`` does not check ``quantity``, and what does (a train's port checks the gradient)."""
     checks = ", ".join(f"`{spell('quantity', q, front=front)}`" for q in workload.quantities)
     asked = spell("quantity", quantity, front=front)
-    said = f"`{asked}` does not apply to workload `{workload.name}`: it checks {checks}"
-    found = workload.instead(quantity)
+    return _elsewhere(
+        workload,
+        quantity,
+        f"`{asked}` does not apply to workload `{workload.name}`: it checks {checks}",
+        front,
+    )
+
+
+def _elsewhere(workload: Any, quantity: str, said: str, front: str) -> str:
+    """``said``, and where what ``workload`` does not check is checked (a train's port), when it says."""
+    instead = getattr(workload, "instead", None)
+    found = instead(quantity) if callable(instead) else None
     if found is None:
         return said + "."
     what, spec = found
@@ -156,7 +194,16 @@ def _instead(workload: Any, quantity: str, front: str) -> str:
         if spec
         else "the import string of its port as the workload"
     )
-    return f"{said}; {what} are checked with {where} (`{asked}`)."
+    return f"{said}; {what} are checked with {where} (`{spell('quantity', quantity, front=front)}`)."
+
+
+def _not_owned(workload: Any, quantity: str, owners: str, front: str) -> str:
+    """Why ``workload`` does not check ``quantity``, which only ``owners`` have (and, for a train, where
+    its port's is checked)."""
+    checks = ", ".join(f"`{spell('quantity', q, front=front)}`" for q in workload.quantities)
+    asked = spell("quantity", quantity, front=front)
+    said = f"`{asked}` is the check of {owners}; workload `{workload.name}` is not one: it checks {checks}"
+    return _elsewhere(workload, quantity, said, front)
 
 
 def _case_given(request: Request) -> dict[str, Any]:
@@ -171,9 +218,12 @@ def configure(workload: Any, request: Request) -> Any:
         ValueError: the first option it does not take (a ``Train``'s ``quantity='update'`` and ``steps``
             go together, with it only), or what its ``configure`` refuses.
     """
+    front, quantity = request.front, request.quantity
+    what = QUANTITIES.get(quantity)
+    if what is not None and what.owners and quantity not in workload.quantities:
+        raise ValueError(_not_owned(workload, quantity, what.owners, front))
     if request.options is None:  # ``check``'s: the workload as given
         return workload
-    front, quantity = request.front, request.quantity
     refused = [k for k in request.options if k not in workload.takes]
     if quantity in QUANTITIES and quantity not in workload.quantities:  # an unknown one is the plan's
         refused.append("quantity")

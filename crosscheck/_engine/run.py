@@ -10,7 +10,6 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
-from crosscheck._backends import ORACLE
 from crosscheck._engine.execute import execute
 from crosscheck._engine.plan import check_records
 from crosscheck._engine.records import Execution, Oracle, Slack
@@ -23,7 +22,7 @@ def check(
     workload: Any = None,
     *,
     backends: Sequence[Any] | None = None,
-    reference: Any = ORACLE,
+    reference: Any = None,
     dtype: str = "float32",
     seed: int = 0,
     quantity: str = "grad",
@@ -43,10 +42,15 @@ def check(
             workload given as an object runs in this process.
         backends: names, import strings, objects or functions (default: ``jax``, ``torch``,
             ``numpy-fd`` less the reference for the stack; a workload's implementations).
-        reference: the backend the others are compared with (default: the ``numpy-fd`` oracle).
+        reference: the backend the others are compared with (default: the ``numpy-fd`` oracle; for
+            ``quantity="output"``, ``torch``, PyTorch's forward, the only reference it takes).
         dtype: ``"float32"`` or ``"float64"``, of the arrays the workload makes (yours keep theirs).
         seed: seed of the arrays the workload makes (and of the HVP's direction).
-        quantity: ``"grad"``, or ``"hvp"`` along a direction made from ``seed`` (``hvp(weights, x, v)``).
+        quantity: ``"grad"``, ``"hvp"`` along a direction made from ``seed`` (``hvp(weights, x, v)``),
+            ``"update"`` (a ``Train``), or ``"output"``, the forward check of a ``Port``: the model's and
+            every module's output against PyTorch's, with measured tolerances and the verdict naming the
+            first module that differs, no gradient and no oracle (a bug only in the backward pass is not
+            seen by it).
         slack: your ``Slack`` added to every entry's tolerance (None: none).
         strict: fail when any entry is unjudgeable (a ReLU kink makes it ambiguous).
         oracle: how the reference judges (``Oracle``: full, screened or chosen by cost).
@@ -96,7 +100,7 @@ def run(
     init: str = "gaussian",
     scale: float = 1.0,
     backends: Sequence[Any] | None = None,
-    reference: Any = ORACLE,
+    reference: Any = None,
     rtol: float | None = None,
     atol: float | None = None,
     strict: bool = False,

@@ -23,6 +23,13 @@ SCHEMA_VERSION = 1
 #: Where a section is printed: before the table, or after it (and after the backends' failures).
 PLACES = ("before", "after")
 
+#: What a forward check's verdict that found no difference does not say (``--quantity output``: a port's
+#: module outputs, no gradient); ``--quiet`` keeps it, as it keeps a 16-bit pass's caveat.
+FORWARD_ONLY = (
+    "a forward check: no gradient was computed, so a bug only in the backward pass is not seen; the full "
+    "check (quantity `grad`) judges the gradients"
+)
+
 
 @dataclasses.dataclass(frozen=True)
 class Section:
@@ -161,12 +168,14 @@ class Report:
         return {name: r.verdict.text for name, r in self.backends.items() if r.verdict is not None}
 
     def caveats(self) -> list[str]:
-        """What the verdicts say the check could not see (a 16-bit pass: "check in float32 too"), a line
+        """What the verdicts say the check could not see (a 16-bit pass: "check in float32 too"; a forward
+        check that found no difference: the backward pass, ``FORWARD_ONLY``), a line
         per caveat, with the candidates it holds for: what ``--quiet`` keeps besides the verdict line."""
         found: dict[str, list[str]] = {}
         for name, text in self.verdicts().items():
-            if caveat(text):
-                found.setdefault(caveat(text), []).append(f"`{name}`")
+            for said in (caveat(text), FORWARD_ONLY if FORWARD_ONLY in text else ""):
+                if said:
+                    found.setdefault(said, []).append(f"`{name}`")
         return [f"{', '.join(names)}: {text}" for text, names in found.items()]
 
     @property

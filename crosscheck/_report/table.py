@@ -224,7 +224,12 @@ def title(report: Tabled) -> str:
     ]
     line = "crosscheck: " + "; ".join([", ".join(scalars), *shapes])
     source = str(case.get("oracle_differentiates", "reference"))
-    if source.startswith("surrogate"):
+    if report.quantity == "output":  # the forward check: no gradient, so no oracle, by design
+        line += (
+            f"\na forward check: each module's output is compared with `{report.reference}`'s; no gradient "
+            "is computed and no oracle runs"
+        )
+    elif source.startswith("surrogate"):
         line += "\nthe oracle differentiates the workload's surrogate, built at this point"
     elif source.startswith("nothing"):  # no oracle ran: name the one comparison made, if any
         ref = report.reference  # the title is escaped where it is printed (``markup_lines``)

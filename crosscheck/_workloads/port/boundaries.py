@@ -22,16 +22,29 @@ import numpy as np
 
 from crosscheck._compare.compare import Comparison
 from crosscheck._compare.constants import BOUNDARY
+from crosscheck._report.report import FORWARD_ONLY
 
 #: How close two outputs must be to one multiple of each other to be said to differ by a factor
 #: (relative to the larger output's largest entry): a description, not a tolerance of any verdict.
 FACTOR_FIT = 1e-4
 
 
-def agree_elsewhere(outputs: dict[str, bool | None], gradients: Sequence[Comparison]) -> bool:
-    """Whether the model's output agrees and every gradient was judged and agrees (there is one)."""
+def agree_elsewhere(
+    outputs: dict[str, bool | None], gradients: Sequence[Comparison], *, forward: bool = False
+) -> bool:
+    """Whether the model's output agrees and every gradient was judged and agrees (there is one); in a
+    forward check (``forward``: no gradient computed), whether the model's output agrees."""
     agree = all(c.passed and c.status == "ok" for c in gradients)
-    return outputs.get("") is True and bool(gradients) and agree
+    return outputs.get("") is True and (forward or (bool(gradients) and agree))
+
+
+def _elsewhere(forward: bool) -> str:
+    """What agrees where a module output that differs is an edge, in words."""
+    return (
+        "the model's output agrees (a forward check)"
+        if forward
+        else "the model's output and every gradient agree"
+    )
 
 
 def factor(torch: np.ndarray, jax: np.ndarray) -> float | None:
@@ -52,7 +65,7 @@ def said(f: float) -> str:
 
 
 def mark(
-    comparisons: list[Comparison], arrays: dict[str, tuple[np.ndarray, np.ndarray]]
+    comparisons: list[Comparison], arrays: dict[str, tuple[np.ndarray, np.ndarray]], *, forward: bool = False
 ) -> tuple[list[Comparison], list[str]]:
     """The module rows with each failed output row turned into a ``boundary`` row (not a failure), and
     one phrase per such module for the verdict. ``arrays`` is each module's first output, PyTorch's
@@ -67,7 +80,7 @@ def mark(
         by = f" by a factor: PyTorch's = the port's x {said(f)}" if f is not None else ""
         edge = f"`{c.module}`{by}"
         text = (
-            f"{c.parameter}: differs{by}, while the model's output and every gradient agree: the two "
+            f"{c.parameter}: differs{by}, while {_elsewhere(forward)}: the two "
             "implementations cut their modules differently here (a step inside one side's module is "
             "outside the other's); not a difference of the function\n" + c.message
         )
@@ -76,12 +89,12 @@ def mark(
     return out, edges
 
 
-def note(edges: Sequence[str]) -> str:
+def note(edges: Sequence[str], *, forward: bool = False) -> str:
     """The verdict's words on the modules cut differently ("" when none)."""
     if not edges:
         return ""
     return (
-        f"; module outputs that differ while the model's output and every gradient agree: "
+        f"; module outputs that differ while {_elsewhere(forward)}: "
         f"{', '.join(edges)}: the two implementations cut their modules differently there (a step on "
         "the other side of a module's edge), not a difference of the function"
     )
@@ -92,20 +105,25 @@ def apart(
     outputs: dict[str, bool | None],
     firsts: dict[str, Any],
     gradients: Sequence[Comparison],
+    *,
+    forward: bool = False,
 ) -> tuple[list[Comparison], list[str]]:
     """The module rows with the edges marked (``mark``) where the model's output and every gradient
     agree (``agree_elsewhere``), ``outputs`` updated to say they agree; the rows as they were and no edge
     otherwise. ``firsts``: each module's first output, PyTorch's and the port's (None: none)."""
-    if not agree_elsewhere(outputs, gradients):
+    if not agree_elsewhere(outputs, gradients, forward=forward):
         return comparisons, []
-    out, edges = mark(comparisons, {k: v for k, v in firsts.items() if v is not None})
+    out, edges = mark(comparisons, {k: v for k, v in firsts.items() if v is not None}, forward=forward)
     outputs.update({c.module: True for c in out if c.status == BOUNDARY and c.module})
     return out, edges
 
 
-def verdict(found: Any, edges: Sequence[str]) -> Any:
+def verdict(found: Any, edges: Sequence[str], *, forward: bool = False) -> Any:
     """A verdict that found no difference, with the edges said (``found`` as it is without edges)."""
     if not edges or found.starts_in != "nowhere":
         return found
-    text = "the model's output, every other module's output and every gradient agree"
-    return dataclasses.replace(found, text=text + note(edges))
+    if forward:
+        text = f"the model's output and every other module's output agree ({FORWARD_ONLY})"
+    else:
+        text = "the model's output, every other module's output and every gradient agree"
+    return dataclasses.replace(found, text=text + note(edges, forward=forward))

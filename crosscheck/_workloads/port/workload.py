@@ -9,7 +9,9 @@ the verdict: a ``Verdict`` on the candidate's record (it fails the run when the 
 somewhere), written in the JSON report as the candidate's ``notes["port"]``. A capture that fails at
 the case's dtype is a comparison that fails: the module check did not happen; a side whose re-run in
 the other precision fails takes the other side's measured rounding, and the verdict says so. The
-parameter mapping is printed before the table (a section of the report).
+parameter mapping is printed before the table (a section of the report). The forward check
+(``quantity="output"``, ``forward.OutputJudge``) is this module comparison on its own, without the
+gradients.
 """
 
 from __future__ import annotations
@@ -23,15 +25,14 @@ import numpy as np
 from crosscheck._compare.compare import Comparison
 from crosscheck._compare.constants import OTHER_DTYPE
 from crosscheck._compare.dtypes import as_dtype
-from crosscheck._report.report import Report, Section, Verdict
+from crosscheck._report.report import FORWARD_ONLY, Report, Section, Verdict
 from crosscheck._workloads.model.judge import GenericJudge
 from crosscheck._workloads.model.oracle.function import Differences
 from crosscheck._workloads.model.workload import GenericWorkload
-from crosscheck._workloads.port import boundaries, constants, localize, own
+from crosscheck._workloads.port import boundaries, capture, constants, localize, own
 from crosscheck._workloads.port.build import (
     Prepared,
     case_notes,
-    jax_leaves,
     not_checked,
     torch_implementation,
 )
@@ -70,9 +71,16 @@ class PortWorkload(OwnArrays):
         point.case.update(case_notes(self.prepared, dtype))
         return point
 
+    quantities: tuple[str, ...] = ("grad", "output")
+
     def judge(self, quantity: Any, point: Point, options: Options) -> Any:
+        if quantity.name == "output":  # the forward check: module outputs only (``forward``)
+            from crosscheck._workloads.port.forward import OutputJudge
+
+            return OutputJudge(self, point, options)
         if quantity.name != "grad":
-            raise ValueError(f"port `{self.name}` has no quantity {quantity.name!r}; it checks 'grad'.")
+            checks = ", ".join(self.quantities)
+            raise ValueError(f"port `{self.name}` has no quantity {quantity.name!r}; it checks {checks}.")
         return PortJudge(self, point, options)
 
 
@@ -81,6 +89,8 @@ class PortJudge:
 
     signature = GenericJudge.signature
     budgeted = GenericJudge.budgeted
+    #: A forward check (``quantity="output"``, ``forward.OutputJudge``): no gradient to agree or differ.
+    forward = False
 
     def __init__(self, workload: PortWorkload, point: Point, options: Options) -> None:
         self.workload, self.point, self.dtype = workload, point, point.dtype
@@ -138,20 +148,27 @@ class PortJudge:
         if id(backend) not in self.workload.ports:
             return found
         modules, verdict = self.modules(name, call, found)
-        said = compared(verdict, name, reference.name) + localize.broadcast_note(modules)
+        self.record(name, modules, verdict, reference.name)
+        return modules + found
+
+    def record(self, name: str, modules: list[Comparison], verdict: Any, reference: str) -> None:
+        """Candidate ``name``'s verdict, with its notes, on its record (``notes["port"]``) and the run's."""
+        said = compared(verdict, name, reference, forward=self.forward) + localize.broadcast_note(modules)
         said += localize.redrawn_note(modules) + self.caveats
         verdict = dataclasses.replace(verdict, text=verdict.text + said)
         if name in self.inner.verdicts and verdict.starts_in == "nowhere":  # a 16-bit pass: what it hides
             verdict = dataclasses.replace(verdict, text=f"{verdict.text}; {self.inner.verdicts[name].text}")
         self.notes.setdefault(name, {})["port"] = verdict.to_dict()
         self.verdicts[name] = Verdict(verdict.text, fails=verdict.starts_in != "nowhere")
-        return modules + found
 
-    def modules(self, name: str, call: Call, gradients: list[Comparison]) -> tuple[list[Comparison], Any]:
-        """The module comparisons of candidate ``name`` and the verdict (see ``localize``)."""
+    def modules(
+        self, name: str, call: Call, gradients: list[Comparison], runs: tuple[Any, Any] | None = None
+    ) -> tuple[list[Comparison], Any]:
+        """The module comparisons of candidate ``name`` and the verdict (see ``localize``); ``runs``: the
+        two sides' records (``_runs``) when the caller has them already."""
         if self.torch_problem is not None:
             return own.not_compared(name, own.blame(name, self.torch_problem))
-        torch_runs, jax_runs = self._runs(call, torch=True), self._runs(call, torch=False)
+        torch_runs, jax_runs = runs or (self._runs(call, torch=True), self._runs(call, torch=False))
         self.caveats = ""
         if isinstance(torch_runs, str) or isinstance(jax_runs, str):
             problem = torch_runs if isinstance(torch_runs, str) else jax_runs
@@ -182,7 +199,8 @@ class PortJudge:
         }
         common["missing"] = "; ".join(p for p in (torch_runs.problem, jax_runs.problem) if p)
         out, outputs, inputs, firsts = _each_module(torch_runs, jax_runs, paired, common)
-        out, edges = boundaries.apart(out, outputs, firsts, gradients)  # modules cut differently
+        # modules cut differently
+        out, edges = boundaries.apart(out, outputs, firsts, gradients, forward=self.forward)
         top = type(self.workload.port.torch).__name__
         verdict = (
             localize.listed_verdict(torch_runs.main, paired, outputs, top)
@@ -199,7 +217,7 @@ class PortJudge:
             )
             verdict = dataclasses.replace(verdict, text=verdict.text + top_note)
         verdict = own.losses_differ(self._nowhere(verdict, len(out), gradients), self.inner.findings, name)
-        verdict = boundaries.verdict(verdict, edges)
+        verdict = boundaries.verdict(verdict, edges, forward=self.forward)
         if coarse:
             starts = _float32_start(torch_runs, jax_runs, paired, outputs, common)
             verdict = dataclasses.replace(verdict, text=verdict.text + _float32_note(coarse, starts))
@@ -210,10 +228,12 @@ class PortJudge:
         listed = self.workload.prepared.jax_side.listed
         if verdict.starts_in == "nowhere" and listed:
             text = f"every listed module's output ({', '.join(listed)}), the model's "
-            return localize.Verdict("nowhere", None, None, (), text + "output " + _agree(gradients))
+            return localize.Verdict(
+                "nowhere", None, None, (), text + "output " + _agree(gradients, self.forward)
+            )
         if verdict.starts_in == "nowhere" and outputs == 1:  # Equinox, a function: no submodule calls
-            text = f"the output {_agree(gradients)} (only the output is compared: module by module "
-            text += "needs Flax linen or nnx, or the modules listed in `jax_intermediates`)"
+            text = f"the output {_agree(gradients, self.forward)} (only the output is compared: module by "
+            text += "module needs Flax linen or nnx, or the modules listed in `jax_intermediates`)"
             return localize.Verdict("nowhere", None, None, (), text)
         return verdict
 
@@ -261,16 +281,18 @@ class PortJudge:
             if not c.passed and c.status == "mismatch"
         }
         if not differs:
-            return localize.Verdict("nowhere", None, None, (), f"every module's output {_agree(gradients)}")
+            agree = _agree(gradients, self.forward)
+            return localize.Verdict("nowhere", None, None, (), f"every module's output {agree}")
         return localize.gradient_verdict(order, paired, differs, owners, top)
 
-    def _runs(self, call: Call, *, torch: bool) -> Any:
+    def _runs(self, call: Call, *, torch: bool, main: Any = None) -> Any:
         """One side's module records at the case's dtype and in the other: a ``str`` when the call at the
-        case's dtype failed; a failed re-run leaves ``other`` empty and says why (``Runs.problem``)."""
-        runs: list[Any] = []
-        for dtype in (self.dtype, OTHER_DTYPE[self.dtype]):
+        case's dtype failed; a failed re-run leaves ``other`` empty and says why (``Runs.problem``).
+        ``main``: the records at the case's dtype, captured already (then only the re-run is made)."""
+        runs: list[Any] = [] if main is None else [main]
+        for dtype in (self.dtype, OTHER_DTYPE[self.dtype])[len(runs) :]:
             params, inputs = as_dtype(self.point.params, dtype), as_dtype(self.point.inputs, dtype)
-            fn = _torch_capture if torch else _jax_capture
+            fn = capture.torch_capture if torch else capture.jax_capture
             got = call(fn, self.workload.prepared, params, inputs)
             if got.error is not None:
                 problem = f"{'PyTorch' if torch else 'JAX'} forward in {dtype}: {got.error}"
@@ -334,21 +356,25 @@ def _float32_note(coarse: list[str], starts: str | None) -> str:
     )
 
 
-def _agree(gradients: list[Comparison]) -> str:
+def _agree(gradients: list[Comparison], forward: bool = False) -> str:
     """What agrees besides the outputs: every gradient, unless a gradient no comparison judged (missing,
-    empty, unjudgeable), which does not "agree"."""
+    empty, unjudgeable), which does not "agree"; in a forward check, none was computed (said)."""
+    if forward:
+        return f"agrees ({FORWARD_ONLY})"
     if any(c.status not in ("ok", "mismatch") for c in gradients):
         return "agrees; not every gradient was checked (see its comparisons)"
     return "and every gradient agree"
 
 
-def compared(verdict: Any, name: str, reference: str) -> str:
+def compared(verdict: Any, name: str, reference: str, *, forward: bool = False) -> str:
     """The comparisons behind a port's verdict where it judges the gradients too (they are compared with
     the run's reference, which need not be PyTorch); a verdict on the forward pass alone says which
     comparison it is ("the forward pass differs first at ...": the port's module outputs against
-    PyTorch's), and one that could not compare says why."""
+    PyTorch's), and one that could not compare says why. A forward check compares module outputs only."""
     if verdict.starts_in in ("unknown", "forward"):
         return ""
+    if forward:
+        return f" (`{name}` vs `torch`: module outputs)"
     if reference == "torch":
         return f" (`{name}` vs `torch`: module outputs and gradients)"
     return f" (`{name}` vs `torch`: module outputs; `{name}` vs `{reference}`: gradients)"
@@ -368,28 +394,3 @@ def _arrays(side: tuple[Any, Any], attr: str, limit: int | None = None) -> tuple
     """A record's arrays (``inputs`` or ``outputs``) and its re-run's (empty when there is none)."""
     main, other = side
     return getattr(main, attr)[:limit], (getattr(other, attr) if other is not None else ())[:limit]
-
-
-def _torch_capture(prepared: Prepared, params: dict, inputs: dict) -> list:
-    from crosscheck._workloads.port import torch_side
-
-    state = torch_side.to_torch({**params, **prepared.torch_state(inputs)})
-    return torch_side.capture(prepared.torch_side, state, torch_side.to_torch(prepared.user_inputs(inputs)))
-
-
-def _jax_capture(prepared: Prepared, params: dict, inputs: dict) -> list:
-    import jax
-
-    from crosscheck._workloads.port import jax_side
-
-    wide = any(v.dtype == np.float64 for v in params.values())
-    with jax.enable_x64(wide):
-        p, i = jax_side.to_jax(params), jax_side.to_jax(inputs)
-        leaves = jax_leaves(prepared, p, i)
-        jax_in = (
-            prepared.port.jax_inputs(prepared.user_inputs(i))
-            if prepared.port.jax_inputs
-            else prepared.user_inputs(i)
-        )
-        dtype = next(iter(p.values())).dtype
-        return prepared.jax_side.capture(leaves, dict(jax_in), dtype)

@@ -109,9 +109,10 @@ class TrainWorkload(OwnArrays):
     def instead(self, quantity: str) -> tuple[str, str | None] | None:
         """What checks ``quantity`` where this train does not: its port's gradients, and the port's
         import string when the train's module holds it under a name (None: not found)."""
-        if quantity != "grad":
+        said = {"grad": "the gradients", "output": "the module outputs"}.get(quantity)
+        if said is None:
             return None
-        return "the gradients of the port it trains", _spec_of(self.train.port, self.spec)
+        return f"{said} of the port it trains", _spec_of(self.train.port, self.spec)
 
     def judge(self, quantity: Any, point: Point, options: Options) -> Any:
         if quantity.name != "update":

@@ -19,6 +19,10 @@ class Bug:
     #: The dtypes in which the bug changes the port's function (a module pinned to float32 does not in
     #: a float32 check).
     seen_in: tuple[str, ...] = ("float32", "float64")
+    #: Whether the bug changes the forward pass (every bug planted here does): a bug only in the
+    #: backward pass (a custom VJP, a misplaced ``stop_gradient``) is invisible to the forward check
+    #: (``--quantity output``), which ``benchmarks/zoo.py`` says instead of counting it as missed.
+    in_forward: bool = True
 
 
 def _batch_norm_epsilon(model) -> None:

@@ -1,0 +1,138 @@
+"""The forward check of a port (``quantity="output"``): the model's output and every module's output of
+the JAX port against PyTorch's forward, with the gradient check's measured tolerances and its verdict
+(the first module that differs), and no gradient and no oracle: seconds where the full check takes
+minutes.
+
+It is the port's module comparison (``workload.PortJudge.modules``) on its own. The reference is
+PyTorch's forward (``torch``): its own proof first (``own.prove``: a module that keeps state between
+calls is the PyTorch side's failure), then its module records at the case's dtype and re-run in the
+other (``PortJudge._runs``). The candidate is the port (``jax``): its records at the case's dtype are
+its value (each module's outputs, by row label, which ``repeat`` calls again and compares within the
+port's measured rounding), its re-run in the other dtype is made when it is compared. In a float64 case
+each side's float64 loss is probed for float32 steps (the noise probe the gradient check uses), so that
+module outputs carrying float32's rounding are compared within it, as there. A run in which nothing was
+compared fails: a side whose capture fails is a failed backend, and the port's verdict is the run's.
+
+What it cannot see: a bug only in the backward pass (a custom VJP, a wrong ``stop_gradient``, a
+straight-through estimator); its verdict that finds no difference says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import numpy as np
+
+from crosscheck._compare.compare import Comparison
+from crosscheck._compare.dtypes import numpy_dtype
+from crosscheck._workloads.port import capture, localize, own
+from crosscheck._workloads.port.workload import MAPPING, PortJudge
+from crosscheck._workloads.protocol import Call, Reference
+
+#: The case's ``oracle_differentiates`` of a forward check (the table's title says it).
+NO_ORACLE = "nothing: a forward check (quantity output) computes no gradient"
+
+
+class OutputJudge(PortJudge):
+    """The module outputs of a port's ``jax`` candidate against PyTorch's forward (see the module)."""
+
+    signature = "the port's module outputs, captured from its two models"
+    budgeted = False
+    forward = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: The reference's module records (``localize.Runs``), once it ran.
+        self.torch_runs: Any = None
+        #: Each port candidate's records at the case's dtype, by backend id, until it is compared.
+        self.captured: dict[int, Any] = {}
+
+    def prepare(self, candidates: list[tuple[str, Any]], call: Call) -> None:
+        """Nothing to prepare: no oracle, so no anchor of "same function"."""
+
+    def reference(self, backend: Any, call: Call) -> Any:
+        if id(backend) not in self.workload.torches:
+            return call.failure("the forward check's reference is PyTorch's forward, `torch`")
+        start = time.perf_counter()
+        self.torch_problem = own.prove(self.workload.prepared, self.point, call)
+        if self.torch_problem is not None:
+            return call.failure(self.torch_problem)
+        runs = self._runs(call, torch=True)
+        if isinstance(runs, str):
+            return call.failure(f"the module outputs were not captured: {runs}")
+        self.torch_runs = runs
+        self._probe(backend, "torch", call)
+        notes = {"compares": "module outputs, captured at the case's dtype and re-run in the other"}
+        reference = Reference(None, self.dtype, notes, runs)
+        return _done(call, reference, time.perf_counter() - start)
+
+    def evaluate(self, backend: Any, call: Call) -> Any:
+        if id(backend) not in self.workload.ports:
+            return call.failure(
+                "the forward check compares the port (`jax`) with PyTorch's forward; this backend is "
+                "neither, and crosscheck captures module outputs only from the port's own two models"
+            )
+        prepared, point = self.workload.prepared, self.point
+        got = call(capture.jax_capture, prepared, dict(point.params), dict(point.inputs))
+        if got.error is not None:
+            return dataclasses.replace(got, error=f"JAX forward in {self.dtype}: {got.error}")
+        self.captured[id(backend)] = got.value
+        return dataclasses.replace(got, value=_outputs(got.value, self.dtype))
+
+    def compare(
+        self, backend: Any, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
+    ) -> list[Comparison]:
+        runs = (reference.data, self._runs(call, torch=False, main=self.captured.pop(id(backend))))
+        self._probe(backend, name, call)
+        modules, verdict = self.modules(name, call, [], runs=runs)
+        self.record(name, modules, verdict, reference.name)
+        return _with_rounding(modules, runs[1])
+
+    def _probe(self, backend: Any, name: str, call: Call) -> None:
+        """In a float64 case, whether the side's float64 loss keeps float32 steps (the gradient check's
+        noise probe, ``float32_steps``): its module outputs are then compared within float32's rounding."""
+        if self.dtype == "float64":
+            self.inner._float32_steps(backend, getattr(backend, "name", name), call)
+
+    def extras(self, reference: Reference | None) -> dict[str, Any]:
+        self.point.case["oracle_differentiates"] = NO_ORACLE
+        return {"quantity": "output", "verdicts": dict(self.verdicts), "sections": (MAPPING,)}
+
+
+def _done(call: Call, value: Any, seconds: float) -> Any:
+    """An outcome of ``value`` that took ``seconds`` (several guarded calls made it; each was guarded)."""
+    return dataclasses.replace(call.failure(""), value=value, error=None, seconds=seconds)
+
+
+def _outputs(records: Any, dtype: str | None = None) -> dict[str, np.ndarray]:
+    """Each module's outputs by row label (``h.0 (output)``, then ``h.0 (output) #1`` for a second); the
+    records' float64 copies back in ``dtype`` where that is exact (they were computed in it; an output
+    that is not, float32 in a 16-bit case, keeps its float64 copy)."""
+    out = {}
+    for r in records:
+        for i, array in enumerate(r.outputs):
+            value = np.asarray(array)
+            if dtype is not None and np.issubdtype(value.dtype, np.floating):
+                narrow = value.astype(numpy_dtype(dtype))
+                value = narrow if np.array_equal(narrow.astype(value.dtype), value, equal_nan=True) else value
+            out[localize.output_label(r.name) + (f" #{i}" if i else "")] = value
+    return out
+
+
+def _with_rounding(modules: list[Comparison], jax_runs: Any) -> list[Comparison]:
+    """The comparisons, the first carrying the port's measured rounding of each output (``arrays
+    ["rounding"]``: what a repeated call may differ by, ``driver._repeats``): the difference between
+    its outputs at the case's dtype and re-run in the other (none measured: 0, bit for bit)."""
+    if not modules or isinstance(jax_runs, str):
+        return modules
+    main, other = _outputs(jax_runs.main), _outputs(jax_runs.other)
+    rounding = {}
+    for label, a in main.items():
+        b = other.get(label)
+        if b is not None and b.shape == a.shape and np.issubdtype(a.dtype, np.floating):
+            with np.errstate(invalid="ignore", over="ignore"):
+                rounding[label] = np.abs(a.astype(np.float64) - b.astype(np.float64))
+    first = modules[0]
+    return [dataclasses.replace(first, arrays={**first.arrays, "rounding": rounding}), *modules[1:]]
