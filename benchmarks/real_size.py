@@ -18,6 +18,8 @@ Modes:
   in float32 and float64, each in its own process (first call, JIT compile included, and the best of
   two more), and their peak memory.
 - ``own``: only the models' own forward+backward.
+- ``evaluations``: the cost of one of the oracle's evaluations of each side's own float64 loss (every
+  tensor in turn written in place, as the oracle does), and JAX's with every array sent each call.
 - ``stages``: one check in this process (``crosscheck.check(port, execution=Execution(isolate=False))``)
   with its stages timed and its resident memory sampled every 10 ms (``/proc/self/status`` through
   psutil): building both sides, the reference, the candidates' gradients, the module captures, the
@@ -416,6 +418,39 @@ def run_stages(model: str, reference: str, layers: int | None, seq: int, limit: 
     }
 
 
+# --- the oracle's evaluations, in this process ----------------------------------------------------------
+
+
+def run_evaluations(model: str, layers: int | None, seq: int) -> dict[str, dict[str, float]]:
+    """Seconds (process CPU and wall) of one evaluation of each side's own float64 loss, as the oracle
+    makes them: every parameter tensor in turn written in place, the loss evaluated, the tensor put
+    back. For JAX also with every array sent on each call (``resident.clear()`` first: what each
+    evaluation cost before the adapter kept what it had sent)."""
+    import numpy as np
+
+    from crosscheck._compare.dtypes import as_dtype
+    from crosscheck._workloads.model.workload import GenericWorkload
+
+    workload = GenericWorkload(make_port(model, layers, seq).prepared.workload)
+    point = workload.point(dtype="float64", seed=0)
+    params = {k: np.array(v, np.float64) for k, v in point.params.items()}
+    inputs = as_dtype(point.inputs, "float64")
+    out = {}
+    for side, fresh in (("jax", False), ("jax, every array sent", True), ("torch", False)):
+        backend = workload.resolve(side.split(",")[0])
+        backend.loss(params, inputs)  # compiled, and the arrays sent once
+        cpu, wall = time.process_time(), time.perf_counter()
+        for name in params:
+            if fresh:
+                backend.resident.clear()
+            params[name].flat[0] += 1e-6
+            backend.loss(params, inputs)
+            params[name].flat[0] -= 1e-6
+        count = len(params)
+        out[side] = {"cpu": (time.process_time() - cpu) / count, "wall": (time.perf_counter() - wall) / count}
+    return out
+
+
 # --- output -------------------------------------------------------------------------------------------
 
 
@@ -443,7 +478,7 @@ def main() -> None:
     parser.add_argument(
         "--references", default="torch,numpy-fd", help="comma-separated (default torch,numpy-fd)"
     )
-    parser.add_argument("--mode", choices=("check", "own", "stages"), default="check")
+    parser.add_argument("--mode", choices=("check", "own", "stages", "evaluations"), default="check")
     parser.add_argument("--no-own", dest="own", action="store_false", help="check mode: skip the own fwd+bwd")
     parser.add_argument("--layers", type=int, default=None, help="depth instead of the model's own")
     parser.add_argument("--seq", type=int, default=32, help="tokens of the one sequence (default 32)")
@@ -500,6 +535,10 @@ def main() -> None:
                     f"({got['peak'] / count:.0f} bytes a parameter), {got['verdict']}, JSON "
                     f"{got['json_bytes'] / 2**20:.1f} MiB"
                 )
+        if args.mode == "evaluations":
+            row["evaluations"] = run_evaluations(model, args.layers, args.seq)
+            for side, got in row["evaluations"].items():
+                print(f"  one evaluation, {side}: {got['cpu']:.3f} s CPU, {got['wall']:.3f} s wall")
         if args.mode == "stages":
             row["stages"] = {}
             for reference in references:
