@@ -20,6 +20,60 @@ def _device(arrays: dict[str, np.ndarray]) -> dict[str, jax.Array]:
     return {k: jnp.asarray(v) for k, v in arrays.items()}
 
 
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays of one shape and dtype hold the same bits (NaNs and signed zeros included)."""
+    if a.dtype.itemsize in (1, 2, 4, 8) and not a.dtype.hasobject and a.dtype.fields is None:
+        kind = np.dtype(f"u{a.dtype.itemsize}")
+        return bool(np.array_equal(a.view(kind), b.view(kind)))
+    return a.tobytes() == b.tobytes()
+
+
+class Resident:
+    """The device arrays of the last call's arrays, reused where a call passes the same bits again.
+
+    The oracle evaluates the loss many times at points that differ in one tensor (a direction, an entry):
+    copying every parameter array to the device on each call cost more than the forward pass itself
+    (issue 38). An array whose bits equal those of the device array made from it last time (compared,
+    never assumed: the caller may have written into it; on the CPU the device array is read in place,
+    no copy) is not sent again. ``sent`` counts the arrays sent to the device.
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[str, jax.Array] = {}
+        self._wide: bool | None = None
+        self.sent = 0
+
+    def __call__(self, arrays: dict[str, np.ndarray], wide: bool) -> dict[str, jax.Array]:
+        """The device arrays of ``arrays``, made under x64 ``wide`` (a call under the other flag sends
+        every array: an integer array is converted differently there)."""
+        if wide != self._wide:
+            self._held, self._wide = {}, wide
+        held: dict[str, jax.Array] = {}
+        for k, v in arrays.items():
+            value = np.asarray(v)
+            old = self._held.get(k)
+            seen = np.asarray(old) if old is not None else None
+            if seen is not None and seen.shape == value.shape and seen.dtype == value.dtype:
+                if _same_bits(seen, value):
+                    held[k] = old
+                    continue
+            held[k] = jnp.array(value, copy=True)
+            self.sent += 1
+        self._held = held  # the arrays of this call only: never more than one model's
+        return held
+
+    def clear(self) -> None:
+        self._held, self._wide = {}, None
+
+
+def _keyed(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {f"i:{k}": v for k, v in inputs.items()}
+
+
+def _unkeyed(arrays: dict[str, Any], prefix: str) -> dict[str, Any]:
+    return {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
+
+
 class JaxWorkloadBackend:
     """The gradient of ``loss(params, inputs)`` with ``jax.jit(jax.grad(loss))``; the loss with
     ``jax.jit(loss)`` (compiled, never differentiated: what the oracle differences).
@@ -34,16 +88,22 @@ class JaxWorkloadBackend:
         self._grad = jax.jit(jax.grad(loss))
         self._loss = jax.jit(loss)
         self._many: dict[tuple, Any] = {}
+        #: The oracle's evaluations (``loss``, ``losses``): arrays sent once, while their bits stay.
+        self.resident = Resident()
 
     def grad(self, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.resident.clear()  # the evaluations are over: their device copies are not kept
         with jax.enable_x64(_wide(params, inputs)):
             grads = self._grad(_device(params), _device(inputs))
             return {k: np.asarray(v) for k, v in grads.items()}
 
     def loss(self, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> np.ndarray:
-        """The loss as a 0-d NumPy array of the dtype it was computed in (float64 arrays: x64 on)."""
-        with jax.enable_x64(_wide(params, inputs)):
-            return np.asarray(self._loss(_device(params), _device(inputs)))
+        """The loss as a 0-d NumPy array of the dtype it was computed in (float64 arrays: x64 on); the
+        arrays whose bits the last call sent already are not sent again (``Resident``)."""
+        wide = _wide(params, inputs)
+        with jax.enable_x64(wide):
+            arrays = self.resident({**{f"p:{k}": v for k, v in params.items()}, **_keyed(inputs)}, wide)
+            return np.asarray(self._loss(_unkeyed(arrays, "p:"), _unkeyed(arrays, "i:")))
 
     def losses(
         self, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray], batched: tuple[str, ...]
@@ -62,8 +122,13 @@ class JaxWorkloadBackend:
             k: np.concatenate([v, np.repeat(v[:1], size - count, axis=0)]) if k in batched else v
             for k, v in params.items()
         }
-        with jax.enable_x64(_wide(params, inputs)):
-            return np.asarray(self._many[key](_device(padded), _device(inputs)))[:count]
+        shared = {f"p:{k}": v for k, v in padded.items() if k not in batched}
+        wide = _wide(params, inputs)
+        with jax.enable_x64(wide):
+            arrays = self.resident({**shared, **_keyed(inputs)}, wide)
+            moving = {k: jnp.asarray(v) for k, v in padded.items() if k in batched}
+            device = {k: moving[k] if k in moving else arrays[f"p:{k}"] for k in padded}
+            return np.asarray(self._many[key](device, _unkeyed(arrays, "i:")))[:count]
 
     def info(self) -> dict[str, str]:
         return {

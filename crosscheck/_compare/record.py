@@ -49,12 +49,16 @@ class Kinks:
 
     @classmethod
     def none(cls, shape: tuple[int, ...], width: int = 1) -> Kinks:
-        """No kink bears on any entry (``width``: how wide a kink's index would be)."""
+        """No kink bears on any entry (``width``: how wide a kink's index would be).
+
+        The arrays are read-only views of one value each (``np.broadcast_to``): they hold no memory per
+        entry, so "no kinks" for a model's every parameter costs nothing (a copy of them writes).
+        """
         return cls(
-            np.zeros(shape, bool),
-            np.full(shape, "", object),
-            np.full(shape + (width,), -1),
-            np.full(shape, np.nan),
+            np.broadcast_to(np.zeros((), bool), shape),
+            np.broadcast_to(np.array("", object), shape),
+            np.broadcast_to(np.array(-1), shape + (width,)),
+            np.broadcast_to(np.array(np.nan), shape),
         )
 
     @property

@@ -190,7 +190,19 @@ def _candidate(run: _Run, name: str, backend: Any, result: BackendResult) -> Non
     if problem:
         run.results[name] = dataclasses.replace(run.results[name], status="failed", error=problem)
         return
-    run.comparisons.extend(found)
+    run.comparisons.extend(_spent(found))
+
+
+def _spent(found: list[Comparison]) -> list[Comparison]:
+    """The comparisons as the report keeps them: without ``arrays["rounding"]``, the per-entry bounds that
+    only the repeat check reads (an array as large as the gradient per candidate, issue 38); the arrays a
+    plot draws stay."""
+    return [
+        dataclasses.replace(c, arrays={k: v for k, v in c.arrays.items() if k != "rounding"})
+        if "rounding" in c.arrays
+        else c
+        for c in found
+    ]
 
 
 def _record(result: BackendResult, out: Outcome) -> BackendResult:

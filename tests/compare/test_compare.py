@@ -73,6 +73,27 @@ def test_no_kinks_of_any_width(width):
     assert all(entry["kink"] is None for entry in c.worst_entries)
 
 
+def test_no_kinks_hold_no_memory_per_entry_and_compare_as_explicit_arrays():
+    """``Kinks.none`` for a model's every parameter is views of one value each (issue 38: they were 25
+    bytes an entry, kept for the whole run), read-only; a comparison with them is the one with the same
+    kinks written out entry by entry."""
+    shape = (300, 400)
+    none = Kinks.none(shape)
+    for array in (none.unjudgeable, none.reason, none.kink, none.alternative):
+        assert array.base is not None and array.base.nbytes <= 16 and not array.flags.writeable
+        assert 0 in array.strides
+    assert none.kink.shape == (*shape, 1) and none.reason[3, 4] == "" and np.isnan(none.alternative[0, 0])
+    explicit = Kinks(
+        np.zeros(shape, bool), np.full(shape, "", object), np.full((*shape, 1), -1), np.full(shape, np.nan)
+    )
+    rng = np.random.default_rng(0)
+    reference = rng.standard_normal(shape)
+    candidate = reference + 1e-3 * rng.standard_normal(shape) * (rng.random(shape) < 0.01)
+    views, arrays = _compare(candidate, reference, none), _compare(candidate, reference, explicit)
+    assert views.to_dict() == arrays.to_dict() and views.mismatched > 0
+    assert views.unjudgeable_reasons == {} and views.kinks == []
+
+
 def test_the_split_along_the_leading_axis_is_asked_for_and_named_by_the_judge():
     candidate, reference, kinks = _kinked()
     assert _compare(candidate, reference, kinks).per_layer == []

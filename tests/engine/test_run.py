@@ -273,3 +273,23 @@ def test_the_quantity_table_drives_the_cli_choices_and_the_worker_methods():
     assert tuple(action.choices) == tuple(QUANTITIES)
     assert {q.method for q in QUANTITIES.values() if q.method is not None} <= set(METHODS)
     assert None not in METHODS  # a quantity a judge computes itself (`output`) asks no backend method
+
+
+def test_the_report_keeps_no_rounding_bounds_once_the_repeat_check_has_read_them():
+    """Each comparison's per-entry bounds (``arrays["rounding"]``) serve the repeat check alone: the report
+    keeps the arrays a plot draws, not those (issue 38: one more copy of the gradient per candidate);
+    an accumulating backend still fails its second call."""
+    stack = crosscheck.Stack(layers=2, batch=3, dim=4)
+    report = crosscheck.check(stack, backends=[stack_grad], dtype="float64", oracle=crosscheck.Oracle("full"))
+    assert report.passed and report.comparisons
+    assert all("rounding" not in c.arrays and "ratio" in c.arrays for c in report.comparisons)
+    calls = []
+
+    def accumulates(weights, x):
+        calls.append(1)
+        return stack_grad(weights, x) * len(calls)
+
+    failed = crosscheck.check(
+        stack, backends=[accumulates], dtype="float64", oracle=crosscheck.Oracle("full")
+    )
+    assert not failed.passed and "second call differs" in failed.backends["accumulates"].error

@@ -165,21 +165,22 @@ def measure(
         )
         return Rounding(_fallback(value, shapes, UNIT_ROUNDOFF["float32"]), None, how, honest=False)
     scale = terms.widening(dtype)
-    bounds = permitted(wide, shapes, terms.permit_dtype(dtype))
+    every, permit = shared_scale(wide, shapes), terms.permit_dtype(dtype)
     steps = steps and dtype == "float32"
-    if steps:  # the float64 run rounds at float32 too: its rounding is permitted as the float32 run's
-        bounds = {k: TWO_ROUNDINGS * b for k, b in bounds.items()}
     term, delta, excess, used = {}, {}, [], 0.0
-    for k in shapes:
+    for k in shapes:  # one parameter's bound at a time (``permitted``'s, never all of them at once)
+        bound = terms.bound(wide[k], every, permit)
+        if steps:  # the float64 run rounds at float32 too: its rounding is permitted as the float32 run's
+            bound = TWO_ROUNDINGS * bound
         with np.errstate(invalid="ignore", over="ignore"):
             signed = np.asarray(value[k], np.float64) - np.asarray(again[k], np.float64)
         signed = np.nan_to_num(signed, nan=0.0, posinf=0.0, neginf=0.0)
-        ratio = terms.median_ratio(np.abs(signed), bounds[k], wide[k])
+        ratio = terms.median_ratio(np.abs(signed), bound, wide[k])
         used = max(used, ratio)
         found = _excess(k, ratio, np.abs(signed), np.asarray(wide[k], np.float64), dtype)
         if found is not None:
             excess.append(found)
-            signed = np.clip(signed, -bounds[k], bounds[k])
+            signed = np.clip(signed, -bound, bound)
         d = scale * np.abs(signed)
         term[k], delta[k] = terms.measured(d), scale * signed
     how = f"measured: re-run in {other}"
@@ -255,8 +256,14 @@ def permitted(
     """Per entry, the difference ``dtype``'s rounding permits against the wider run (``terms.bound``),
     from the wider gradient ``wide`` with the whole gradient's RMS as shared scale: never from the
     difference measured."""
-    every = rms(np.concatenate([np.ravel(np.nan_to_num(np.asarray(wide[k], np.float64))) for k in shapes]))
+    every = shared_scale(wide, shapes)
     return {k: terms.bound(wide[k], every, dtype) for k in shapes}
+
+
+def shared_scale(wide: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> float:
+    """The RMS of the whole wider gradient, every parameter's entries together (``permitted``'s shared
+    scale)."""
+    return rms(np.concatenate([np.ravel(np.nan_to_num(np.asarray(wide[k], np.float64))) for k in shapes]))
 
 
 def _excess(k: str, ratio: float, diff: np.ndarray, wide: np.ndarray, dtype: str) -> Excess | None:

@@ -1,0 +1,104 @@
+"""The JAX and PyTorch adapters' oracle evaluations send (copy) a parameter array once while its bits stay
+(issue 38: every call converted every array, which cost more than the forward pass): structural, by
+the count of arrays sent, and never stale: an array written between two calls, by the caller or by
+the model, is sent again."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+
+from backends.jax.workload import JaxWorkloadBackend  # noqa: E402
+
+
+def _loss(params, inputs):
+    import jax.numpy as jnp
+
+    return jnp.sum(jnp.tanh(inputs["x"] @ params["w"]) * params["b"]) + jnp.sum(inputs["ids"] * 0.5)
+
+
+def _arrays():
+    rng = np.random.default_rng(0)
+    params = {"w": rng.standard_normal((3, 4)), "b": rng.standard_normal(4)}
+    inputs = {"x": rng.standard_normal((2, 3)), "ids": np.arange(4, dtype=np.int64)}
+    return params, inputs
+
+
+def test_an_array_whose_bits_stay_is_sent_once_and_a_written_one_again():
+    backend = JaxWorkloadBackend("jax", _loss)
+    params, inputs = _arrays()
+    first = backend.loss(params, inputs)
+    assert backend.resident.sent == 4
+    assert backend.loss(dict(params), dict(inputs)) == first and backend.resident.sent == 4
+    params["w"][1, 2] += 1e-3  # written in place, as the oracle's evaluator does
+    moved = backend.loss(params, inputs)
+    assert backend.resident.sent == 5 and moved != first
+    assert moved == JaxWorkloadBackend("jax", _loss).loss(params, inputs)  # what a fresh backend gives
+    params["w"][1, 2] -= 1e-3
+    assert backend.loss(params, inputs) == first and backend.resident.sent == 6
+
+
+def test_a_float32_call_and_a_gradient_clear_what_is_held():
+    backend = JaxWorkloadBackend("jax", _loss)
+    params, inputs = _arrays()
+    wide = backend.loss(params, inputs)
+    narrow = {k: v.astype(np.float32) for k, v in params.items()}
+    low = backend.loss(narrow, {**inputs, "x": inputs["x"].astype(np.float32)})
+    assert low.dtype == np.float32 and wide.dtype == np.float64 and backend.resident.sent == 8
+    backend.grad(params, inputs)
+    assert backend.resident._held == {}
+    assert backend.loss(params, inputs) == wide and backend.resident.sent == 12
+
+
+def test_the_batched_losses_share_the_arrays_that_do_not_move():
+    backend = JaxWorkloadBackend("jax", _loss)
+    params, inputs = _arrays()
+    stacked = {**params, "w": np.stack([params["w"], params["w"] + 1e-3])}
+    first = backend.losses(stacked, inputs, ("w",))
+    sent = backend.resident.sent
+    again = backend.losses(stacked, inputs, ("w",))
+    assert backend.resident.sent == sent == 3 and np.array_equal(first, again)
+    assert first[0] == backend.loss(params, inputs)
+
+
+def _torch_loss(params, inputs):
+    import torch
+
+    return torch.sum(torch.tanh(inputs["x"] @ params["w"]) * params["b"]) + torch.sum(inputs["ids"] * 0.5)
+
+
+def test_the_torch_adapter_copies_an_array_once_while_its_bits_stay():
+    pytest.importorskip("torch")
+    from backends.torch.workload import TorchWorkloadBackend
+
+    backend = TorchWorkloadBackend("torch", _torch_loss)
+    params, inputs = _arrays()
+    first = backend.loss(params, inputs)
+    assert backend.resident.copied == 4
+    assert backend.loss(dict(params), dict(inputs)) == first and backend.resident.copied == 4
+    params["b"][0] += 1e-3
+    moved = backend.loss(params, inputs)
+    assert backend.resident.copied == 5 and moved == TorchWorkloadBackend("torch", _torch_loss).loss(
+        params, inputs
+    )
+    params["b"][0] -= 1e-3
+    assert backend.loss(params, inputs) == first and backend.resident.copied == 6
+    backend.grad(params, inputs)
+    assert backend.resident._held == {}
+
+
+def test_a_model_that_writes_into_its_parameter_is_given_a_fresh_copy_next_call():
+    pytest.importorskip("torch")
+    from backends.torch.workload import TorchWorkloadBackend
+
+    def writes(params, inputs):
+        out = _torch_loss(params, inputs)
+        params["b"].mul_(2.0)  # a model that changes its own tensor in place
+        return out
+
+    backend = TorchWorkloadBackend("torch", writes)
+    params, inputs = _arrays()
+    first = backend.loss(params, inputs)
+    assert backend.loss(params, inputs) == first and backend.resident.copied == 5  # `b` copied again
