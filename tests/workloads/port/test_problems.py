@@ -179,8 +179,14 @@ def test_several_problems_are_one_line_each_whatever_their_text():
 
 def test_the_command_line_says_every_problem_on_its_line(monkeypatch, capsys, tmp_path):
     from crosscheck._cli.main import main
+    from crosscheck._engine import contain
 
     square_port()  # skips without torch or jax
+    waits = []  # how long the parent waits for the worker to exit once it has the refusal
+    close = contain._Watch.close
+    monkeypatch.setattr(
+        contain._Watch, "close", lambda self, wait=0.0: waits.append(wait) or close(self, wait)
+    )
     # A module on disk: the port runs in a worker process, which sends the refusal back.
     (tmp_path / "square_port_module.py").write_text(
         "from tests.workloads.port.test_problems import square_port\nport = square_port()\n"
@@ -197,6 +203,7 @@ def test_the_command_line_says_every_problem_on_its_line(monkeypatch, capsys, tm
         f"  - {AMBIGUOUS}",
     ]
     assert "Traceback" not in captured.err + captured.out
+    assert waits == [0.0]  # said at once, not after the worker's PyTorch and JAX teardown
     out = captured.out.splitlines()
     assert out[0] == "the mapping has 1 problem (their rows first):"
     assert out[2].startswith("fc2.weight (4, 4)") and "AMBIGUOUS" in out[2]
