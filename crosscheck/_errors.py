@@ -10,7 +10,7 @@ import contextlib
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -69,12 +69,26 @@ class UserCodeFailed(ValueError):
 
 
 class DetailedError(ValueError):
-    """A bad input said in one line (``str``), with ``details`` the command line prints before that line
-    on standard output (a port's mapping table: the rows a refused mapping needs fixed, first)."""
+    """A bad input said in one line (``str``; a ``Refused``: one line per problem), with ``details`` the
+    command line prints before it on standard output (a port's mapping table: the rows a refused
+    mapping needs fixed, first)."""
 
     def __init__(self, message: str, details: str) -> None:
         super().__init__(message)
         self.details = details
+
+
+class Refused(DetailedError):
+    """Every problem of one declaration, found together and said together (a port whose mapping and
+    listed intermediates are both wrong): a head line naming it (``where``) and the count, then one
+    line per problem (``problems``), each a finding of its own; ``details`` as for ``DetailedError``
+    (the command line prints the message line by line, each as text)."""
+
+    def __init__(self, where: str, problems: Sequence[str], details: str = "", *, hint: str = "") -> None:
+        self.problems = tuple(one_line(p) for p in problems)
+        said = f" ({hint})" if hint else ""
+        head = f"{where}: {len(self.problems)} problems, each to fix before it is checked{said}:"
+        super().__init__("\n".join([head, *(f"  - {p}" for p in self.problems)]), details)
 
 
 #: The user callables running now (``user_call``), outermost first, each with when it started: what a

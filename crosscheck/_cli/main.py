@@ -94,25 +94,32 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
         return _handle(args)
     except UsageError as exc:
-        _details(exc)
+        lines = _details(exc)
         # One line, whatever the message (a user's factory may raise a multi-line error; a file's text
-        # may hold control characters).
-        print("crosscheck: error: " + one_line(str(exc)), file=sys.stderr)
+        # may hold control characters); crosscheck's own refusal of several problems: one line each.
+        print("crosscheck: error: " + "\n".join(lines), file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("crosscheck: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 
-def _details(exc: BaseException) -> None:
+def _details(exc: BaseException) -> list[str]:
     """Print on standard output the details an error carries (``DetailedError``: a refused port
-    mapping's table), each line as text."""
+    mapping's table), each line as text; return the lines of its message: one, or, for crosscheck's
+    own ``DetailedError`` (a ``Refused`` of several problems: a head line, then a line each), each of
+    its lines as text."""
     cause: BaseException | None = exc
     while cause is not None and not isinstance(cause, DetailedError):
         cause = cause.__cause__
-    if cause is not None:
+    if cause is None:
+        return [one_line(str(exc))]
+    if cause.details:
         # Its cells are one line each already; the columns' spaces are kept, control characters not.
         print("\n".join("".join(c for c in line if c.isprintable()) for line in cause.details.splitlines()))
+    lines = [one_line(line) for line in str(exc).splitlines()]
+    indented = [line if i == 0 else f"  {line}" for i, line in enumerate(lines) if line]
+    return indented or [""]
 
 
 def _handle(args: argparse.Namespace) -> int:

@@ -10,7 +10,9 @@ holding the GIL says nothing at all, which the parent notices just the same.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -46,6 +48,9 @@ def main(fd: int) -> None:
     beat = Heartbeat(send, request["timeout"])
     reply = _reply(request, send)
     beat.stop()
+    for stream in (sys.stdout, sys.stderr):  # what the job printed, written before its result is sent
+        with contextlib.suppress(Exception):
+            stream.flush()
     try:
         send(reply)
     except (TypeError, ValueError) as exc:  # an array that cannot be sent, ...

@@ -20,11 +20,12 @@ from typing import Any
 import numpy as np
 
 from crosscheck._backends import install_hint
-from crosscheck._errors import DetailedError, describe, user_call
+from crosscheck._errors import describe, user_call
 from crosscheck._workloads.losses import floating_outputs, outputs_loss
 from crosscheck._workloads.model.declare import Workload
 from crosscheck._workloads.port import assemble
 from crosscheck._workloads.port import mapping as mapping_module
+from crosscheck._workloads.port import problems as problems_module
 from crosscheck._workloads.port.fields import PortFields
 
 #: The seed of the default loss's projection (``projection_loss``'s own default), recorded in the case.
@@ -78,12 +79,17 @@ class Prepared:
 def prepare(port: PortFields) -> Prepared:
     """Describe both sides and build the mapping (ambiguities are kept in the table, not raised).
 
+    Every problem of the declaration is found before any is raised (``problems``): each override that
+    does not fit, each of the listed intermediates (``intermediates``), an input named as a tensor, an
+    ``unused`` pattern that matches nothing, a ``convert`` that does not fit; where one is found, the
+    refusal says them all, the mapping table's too. A mapping whose only problems are the table's is
+    returned (``print(port.mapping)`` shows it) and refused when its workload is made.
+
     Raises:
-        ValueError: a framework is missing, the inputs are not arrays, an override does not fit; the
-            user code it runs failed (``UserCodeFailed``: ``inputs``, ``jax_inputs``, the PyTorch
-            module's ``state_dict()``, the Flax module's ``init``, ``convert``, whatever they raised,
-            ``sys.exit`` included); a ``convert`` whose result does not fit the JAX model or that is
-            not linear in the weights (``convert.prepare``).
+        ValueError: a framework is missing, the inputs are not arrays; the user code it runs failed
+            (``UserCodeFailed``: ``inputs``, ``jax_inputs``, the PyTorch module's ``state_dict()``, the
+            Flax module's ``init``, whatever they raised, ``sys.exit`` included); the problems above:
+            one as it was found, several one ``Refused`` (a line each).
     """
     torch_side, jax_side = _import("torch_side", "torch"), _import("jax_side", "jax")
     where = f"port `{port.name}`"
@@ -95,34 +101,82 @@ def prepare(port: PortFields) -> Prepared:
     example = make_inputs(port, np.random.default_rng(0), "float32")
     jax_example = jax_side.to_jax(example)
     jax_in = user_call(where, "`jax_inputs(inputs)`", jax_side_inputs, port, jax_example)
-    convert, conversion = (_import("convert", "jax"), None) if port.convert is not None else (None, None)
     params = port.jax_params
-    if convert is not None and params is None and jax_side.kind_of(port.jax) == "function":
-        params = convert.structure(port, values)  # the conversion's result is the parameter pytree
+    if port.convert is not None and params is None and jax_side.kind_of(port.jax) == "function":
+        # the conversion's result is the parameter pytree
+        params = _import("convert", "jax").structure(port, values)
     side = jax_side.JaxSide(
         port.jax, params, port.jax_call, jax_in, port.jax_intermediates or (), where=where
     )
-    if convert is not None:
-        conversion, rows = convert.prepare(port, described, values, side)
-        table = mapping_module.Table(tuple(rows))
-    else:
-        table = mapping_module.build(described, side.leaves, port.overrides)
-    _import("intermediates", "jax and torch").check(port, side, wrapped, values, example, jax_in)
+    found = problems_module.Problems(where)
+    table, conversion = _table(port, described, values, side, found)
+    found.extend(
+        _import("intermediates", "jax and torch").check(port, side, wrapped, values, example, jax_in)
+    )
     names = tuple(example)
     clash = sorted(set(names) & set(values))
     if clash:
-        raise ValueError(
-            f"port `{port.name}`: input `{clash[0]}` has the name of a PyTorch tensor; rename it."
-        )
-    mapped = {e.torch.name for e in table.mapped() if e.torch is not None}
+        found.add(ValueError(f"input `{clash[0]}` has the name of a PyTorch tensor; rename it."))
+    mapped = {e.torch.name for e in table.mapped() if e.torch is not None} if table is not None else ()
     parameters = {t.name: t.shape for t in described if t.kind == "parameter" and t.name in mapped}
-    stray = [p for p in port.unused if not any(fnmatch.fnmatchcase(k, p) for k in parameters)]
-    if stray:
-        raise ValueError(
-            f"port `{port.name}`: `unused` pattern {stray[0]!r} matches no parameter of the PyTorch "
-            "module (a name from its `named_parameters()`, or a glob pattern such as 'pooler.*')."
-        )
+    if table is not None:
+        _stray(port, described, table, found)
+    if found:  # refused now, with the table's problems (alone, they wait for the workload: `_workload`)
+        said = (mapping_problems(table, parameters), refused_table(table)) if table is not None else ()
+        found.refuse(*said)
+    assert table is not None  # a `convert` that does not fit is a problem found: refused above
     return Prepared(port, wrapped, side, table, values, parameters, names, conversion)
+
+
+def _table(
+    port: PortFields, described: Any, values: dict, side: Any, found: problems_module.Problems
+) -> tuple[mapping_module.Table | None, Any]:
+    """The mapping table and the conversion (``Port(convert=fn)``; else None), every override that
+    does not fit, or a conversion that does not fit (no table then), recorded in ``found``."""
+    if port.convert is None:
+        overrides: list[ValueError] = []
+        table = mapping_module.build(described, side.leaves, port.overrides, overrides)
+        found.extend(overrides)
+        return table, None
+    made = found.run(_import("convert", "jax").prepare, port, described, values, side)
+    if made is None:
+        return None, None
+    conversion, rows = made
+    return mapping_module.Table(tuple(rows)), conversion
+
+
+def _stray(
+    port: PortFields, described: Any, table: mapping_module.Table, found: problems_module.Problems
+) -> None:
+    """An ``unused`` pattern that matches no PyTorch parameter the port maps, or would map once the
+    table's problems are fixed (not one left unmapped by an override), is a problem of ``found``."""
+    unmapped = {e.torch.name for e in table.entries if e.status == "unmapped" and e.torch is not None}
+    names = [t.name for t in described if t.kind == "parameter" and t.name not in unmapped]
+    stray = [p for p in port.unused if not any(fnmatch.fnmatchcase(k, p) for k in names)]
+    if stray:
+        found.add(
+            ValueError(
+                f"`unused` pattern {stray[0]!r} matches no parameter of the PyTorch module (a name from "
+                "its `named_parameters()`, or a glob pattern such as 'pooler.*')."
+            )
+        )
+
+
+def refused_table(table: mapping_module.Table) -> str:
+    """The table a refusal prints (its rows with a problem first), or nothing where it has none."""
+    return table.refused() if table.problems() else ""
+
+
+def mapping_problems(table: mapping_module.Table, parameters: Mapping[str, Any]) -> list[str]:
+    """The mapping's problems, one line each: the table's, or, where it has none, a port with no
+    PyTorch parameter mapped (nothing would be checked)."""
+    lines = table.problems()
+    if not lines and not parameters:
+        lines = [
+            "no PyTorch parameter is mapped, so nothing would be checked; print(port.mapping) shows the "
+            "table."
+        ]
+    return lines
 
 
 def _import(module: str, framework: str) -> Any:
@@ -176,19 +230,8 @@ def _first(output: Any) -> Any:
 
 def _workload(prepared: Prepared) -> Workload:
     port = prepared.port
-    problems = prepared.table.problems()
-    if problems:
-        more = (
-            f" (and {len(problems) - 1} more; print(port.mapping) shows the table)"
-            if len(problems) > 1
-            else ""
-        )
-        raise DetailedError(f"port `{port.name}`: {problems[0]}{more}", prepared.table.refused())
-    if not prepared.parameters:
-        raise ValueError(
-            f"port `{port.name}`: no PyTorch parameter is mapped, so nothing would be checked; "
-            f"print(port.mapping) shows the table."
-        )
+    found = problems_module.Problems(f"port `{port.name}`")
+    found.refuse(mapping_problems(prepared.table, prepared.parameters), refused_table(prepared.table))
     shapes = {k: tuple(v.shape) for k, v in prepared.values.items() if k not in prepared.parameters}
     example = make_inputs(port, np.random.default_rng(0), "float32")
     torch_loss, jax_loss = torch_implementation(prepared), jax_implementation(prepared)

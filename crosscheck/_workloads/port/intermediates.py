@@ -11,7 +11,8 @@ PyTorch module's output (or its channels-last layout), or a shape that broadcast
 (compared after broadcasting, as a linen or nnx module's outputs are). A name with one ``*``
 (``layers.*.linear``) stands for the modules ``layers.0.linear`` to ``layers.{L-1}.linear``: the JAX
 call returns ONE array ``(L, ...)`` for it (a scan's per-step outputs), its leading axis the layers,
-split into one record per layer. Every failure is one line: a ``ValueError``, or a ``TypeError`` for a
+split into one record per layer. Every problem is found, not only the first (the port's refusal says
+them all, with the mapping's: ``problems``), each one line: a ``ValueError``, or a ``TypeError`` for a
 value of the wrong type.
 """
 
@@ -30,35 +31,61 @@ from crosscheck._workloads.port import jax_side as jax_side_module
 from crosscheck._workloads.port import torch_side as torch_side_module
 from crosscheck._workloads.port.fields import PortFields
 
+#: How a problem of the listing starts (``problems.Problems`` puts the port's name before it).
+WHERE = "`jax_intermediates`"
 
-def check(port: PortFields, side: Any, wrapped: Any, values: dict, example: dict, jax_example: dict) -> None:
-    """Raise a one-line ``ValueError``/``TypeError`` unless the listed intermediates are sound."""
+
+def check(
+    port: PortFields, side: Any, wrapped: Any, values: dict, example: dict, jax_example: dict
+) -> list[ValueError | TypeError]:
+    """The problems of the listed intermediates, every one found (none: they are sound), each a
+    ``ValueError`` (a ``TypeError`` for a value of the wrong type) of one line that does not name the
+    port (``problems.Problems`` does); a forward pass that fails on the example inputs is a
+    ``UserCodeFailed``. Each side is checked as far as it can be: a name PyTorch does not know is
+    said, and the JAX side's names and the other shapes are still checked."""
     names = tuple(port.jax_intermediates or ())
     if not names:
-        return
-    where = f"port `{port.name}`: `jax_intermediates`"
+        return []
     if side.kind in ("linen", "nnx"):
-        raise ValueError(
-            f"{where} is for an Equinox module or a function; a Flax {side.kind} module's submodule "
-            f"outputs are captured without it."
-        )
-    layers = {n: _layers(port, n) for n in names}
-    torch_shapes = _torch_shapes(port, wrapped, values, example, tuple(k for n in names for k in layers[n]))
-    jax_shapes = _jax_shapes(port, side, jax_example)
-    for name in names:
-        j = jax_shapes[name]
-        if "*" in name and (not j or j[0] != len(layers[name])):
-            raise ValueError(
-                f"{where}: `{name}` has shape {j} on the JAX side, its leading axis the layers; PyTorch "
-                f"has {len(layers[name])} modules `{layers[name][0]}` to `{layers[name][-1]}`."
+        return [
+            ValueError(
+                f"{WHERE} is for an Equinox module or a function; a Flax {side.kind} module's submodule "
+                f"outputs are captured without it."
             )
-        for layer in layers[name]:  # a stacked array (L, ...): each layer's part against its module
-            t, shape = torch_shapes[layer], j[1:] if "*" in name else j
-            if not _fits(shape, t[1]):
-                said = f"`{name}` has shape {j} on the JAX side" + (
-                    f", layer {layer}: {shape}" * ("*" in name)
-                )
-                raise ValueError(f"{where}: {said}; PyTorch's `{layer}` ({t[0]}) outputs {t[1]}.")
+        ]
+    problems: list[ValueError | TypeError] = []
+    layers = {}
+    for name in names:
+        try:
+            layers[name] = _layers(port, name)
+        except ValueError as exc:
+            problems.append(exc)
+    wanted = tuple(k for n in names if n in layers for k in layers[n])
+    torch_shapes = _torch_shapes(port, wrapped, values, example, wanted, problems)
+    jax_shapes = _jax_shapes(port, side, jax_example, problems)
+    for name in (n for n in names if n in layers and n in jax_shapes):
+        problems += _compared(name, layers[name], jax_shapes[name], torch_shapes)
+    return problems
+
+
+def _compared(
+    name: str, layers: list[str], j: tuple[int, ...], torch_shapes: dict[str, tuple[str, tuple[int, ...]]]
+) -> list[ValueError | TypeError]:
+    """The problems of one listed name's JAX shape against its PyTorch modules' outputs (a stacked
+    array ``(L, ...)``: each layer's part against its module)."""
+    if "*" in name and (not j or j[0] != len(layers)):
+        return [
+            ValueError(
+                f"{WHERE}: `{name}` has shape {j} on the JAX side, its leading axis the layers; PyTorch "
+                f"has {len(layers)} modules `{layers[0]}` to `{layers[-1]}`."
+            )
+        ]
+    for layer in (k for k in layers if k in torch_shapes):
+        t, shape = torch_shapes[layer], j[1:] if "*" in name else j
+        if not _fits(shape, t[1]):
+            said = f"`{name}` has shape {j} on the JAX side" + (f", layer {layer}: {shape}" * ("*" in name))
+            return [ValueError(f"{WHERE}: {said}; PyTorch's `{layer}` ({t[0]}) outputs {t[1]}.")]
+    return []
 
 
 def _fits(shape: tuple[int, ...], torch_shape: tuple[int, ...]) -> bool:
@@ -86,10 +113,9 @@ def _layers(port: PortFields, name: str) -> list[str]:
     """
     if "*" not in name:
         return [name]
-    where = f"port `{port.name}`: `jax_intermediates`"
     if name.count("*") != 1:
         raise ValueError(
-            f"{where}: `{name}` has {name.count('*')} `*`; a stacked name has one, the layer index."
+            f"{WHERE}: `{name}` has {name.count('*')} `*`; a stacked name has one, the layer index."
         )
     before, after = (re.escape(part) for part in name.split("*"))
     found = {}
@@ -99,26 +125,33 @@ def _layers(port: PortFields, name: str) -> list[str]:
             found[int(matched.group(1))] = module
     if not found or sorted(found) != list(range(len(found))):
         raise ValueError(
-            f"{where}: `{name}` stands for PyTorch modules numbered 0 to L-1 where `*` is, found "
+            f"{WHERE}: `{name}` stands for PyTorch modules numbered 0 to L-1 where `*` is, found "
             f"{[found[k] for k in sorted(found)] or 'none'}."
         )
     return [found[k] for k in sorted(found)]
 
 
 def _torch_shapes(
-    port: PortFields, wrapped: Any, values: dict, example: dict, names: tuple[str, ...]
+    port: PortFields,
+    wrapped: Any,
+    values: dict,
+    example: dict,
+    names: tuple[str, ...],
+    problems: list[ValueError | TypeError],
 ) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """Listed name -> (module class, shape of its first output array) from one PyTorch forward pass."""
-    where = f"port `{port.name}`: `jax_intermediates`"
+    """Listed name -> (module class, shape of its first output array) from one PyTorch forward pass,
+    for the names that have one (what stops one name is appended to ``problems``)."""
     modules = {n: type(m).__name__ for n, m in port.torch.named_modules() if n}
-    unknown = next((n for n in names if n.split("#")[0] not in modules), None)
-    if unknown is not None:
-        known = ", ".join(list(modules)[:12]) + (
-            f" and {len(modules) - 12} more" if len(modules) > 12 else ""
+    known = ", ".join(list(modules)[:12]) + (f" and {len(modules) - 12} more" if len(modules) > 12 else "")
+    for unknown in (n for n in names if n.split("#")[0] not in modules):
+        problems.append(
+            ValueError(
+                f"{WHERE} names `{unknown}`, which is not a PyTorch module (its modules: {known or 'none'})."
+            )
         )
-        raise ValueError(
-            f"{where} names `{unknown}`, which is not a PyTorch module (its modules: {known or 'none'})."
-        )
+    names = tuple(n for n in names if n.split("#")[0] in modules)
+    if not names:
+        return {}
     floats = {
         k: v.astype(np.float32) if np.issubdtype(v.dtype, np.floating) else v for k, v in values.items()
     }
@@ -127,29 +160,37 @@ def _torch_shapes(
         records = torch_side_module.capture(wrapped, state, torch_side_module.to_torch(example))
     except BaseException as exc:  # the user's module (its sys.exit too): one line, not a traceback
         reraise_user_interrupt(exc)
-        raise UserCodeFailed(
+        failed = UserCodeFailed(
             f"port `{port.name}`: the PyTorch forward pass failed on the example inputs: "
             f"{describe(exc, 'the PyTorch forward pass')}"
-        ) from exc
+        )
+        failed.__cause__ = exc
+        problems.append(failed)
+        return {}
     found = {r.name: r for r in records}
     out = {}
     for name in names:
         record = found.get(name)
         if record is None:
             calls = sum(1 for r in records if r.name.split("#")[0] == name.split("#")[0])
-            raise ValueError(
-                f"{where} names `{name}`, but the PyTorch forward pass calls "
-                f"`{name.split('#')[0]}` {calls} time(s)."
+            problems.append(
+                ValueError(
+                    f"{WHERE} names `{name}`, but the PyTorch forward pass calls "
+                    f"`{name.split('#')[0]}` {calls} time(s)."
+                )
             )
-        if not record.outputs:
-            raise ValueError(f"{where} names `{name}`, whose PyTorch output holds no tensor.")
-        out[name] = (record.module_type, tuple(record.outputs[0].shape))
+        elif not record.outputs:
+            problems.append(ValueError(f"{WHERE} names `{name}`, whose PyTorch output holds no tensor."))
+        else:
+            out[name] = (record.module_type, tuple(record.outputs[0].shape))
     return out
 
 
-def _jax_shapes(port: PortFields, side: Any, jax_example: dict) -> dict[str, tuple[int, ...]]:
-    """Listed name -> the shape of the array the JAX call returns for it (traced, not computed)."""
-    where = f"port `{port.name}`: `jax_intermediates`"
+def _jax_shapes(
+    port: PortFields, side: Any, jax_example: dict, problems: list[ValueError | TypeError]
+) -> dict[str, tuple[int, ...]]:
+    """Listed name -> the shape of the array the JAX call returns for it (traced, not computed), for
+    the names it returns as arrays (what is wrong is appended to ``problems``)."""
     seen: dict[str, Any] = {}
 
     def forward(leaves: list) -> dict:
@@ -166,24 +207,39 @@ def _jax_shapes(port: PortFields, side: Any, jax_example: dict) -> dict[str, tup
         shapes = jax.eval_shape(forward, structs)
     except BaseException as exc:  # the user's code, traced (its sys.exit too): one line, not a traceback
         reraise_user_interrupt(exc)
-        raise UserCodeFailed(
+        failed = UserCodeFailed(
             f"port `{port.name}`: the JAX forward pass failed on the example inputs: "
             f"{describe(exc, 'the JAX forward pass')}"
-        ) from exc
+        )
+        failed.__cause__ = exc
+        problems.append(failed)
+        return {}
     if "names" not in seen:
-        raise TypeError(
-            f"{where}: the JAX call must return (output, {{PyTorch module name: array}}), found "
-            f"{seen.get('got', 'nothing')}."
+        problems.append(
+            TypeError(
+                f"{WHERE}: the JAX call must return (output, {{PyTorch module name: array}}), found "
+                f"{seen.get('got', 'nothing')}."
+            )
         )
+        return {}
     listed = tuple(port.jax_intermediates or ())
-    missing = next((n for n in listed if n not in seen["names"]), None)
-    extra = next((n for n in seen["names"] if n not in listed), None)
-    if missing is not None or extra is not None:
-        what = f"no `{missing}`" if missing is not None else f"`{extra}`, which is not listed"
-        raise ValueError(
-            f"{where} lists {list(listed)}; the JAX call returned {what} (its names: {seen['names']})."
+    missing = [n for n in listed if n not in seen["names"]]
+    extra = [n for n in seen["names"] if n not in listed]
+    if missing or extra:
+        what = [f"no {_names(missing)}"] if missing else []
+        what += [f"{_names(extra)}, which {'is' if len(extra) == 1 else 'are'} not listed"] if extra else []
+        problems.append(
+            ValueError(
+                f"{WHERE} lists {list(listed)}; the JAX call returned {' but '.join(what)} (its names: "
+                f"{seen['names']})."
+            )
         )
-    bad = next((n for n in listed if n not in shapes), None)
-    if bad is not None:
-        raise TypeError(f"{where}: `{bad}` must be an array, found {seen['types'][bad]}.")
-    return {n: tuple(int(d) for d in shapes[n].shape) for n in listed}
+    for bad in (n for n in listed if n in seen["names"] and n not in shapes):
+        problems.append(TypeError(f"{WHERE}: `{bad}` must be an array, found {seen['types'][bad]}."))
+    return {n: tuple(int(d) for d in shapes[n].shape) for n in listed if n in shapes}
+
+
+def _names(names: list[str]) -> str:
+    """Names in backticks, said as a list: ``a``; ``a`` and ``b``; ``a``, ``b`` and ``c``."""
+    quoted = [f"`{n}`" for n in names]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"

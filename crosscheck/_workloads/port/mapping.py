@@ -222,20 +222,25 @@ def _decided(alias: Tensor, entries: Sequence[Entry]) -> bool:
 
 
 def build(
-    torch: Sequence[Tensor], jax: Sequence[Tensor], overrides: Mapping[str, Any] | None = None
+    torch: Sequence[Tensor],
+    jax: Sequence[Tensor],
+    overrides: Mapping[str, Any] | None = None,
+    problems: list[ValueError] | None = None,
 ) -> Table:
-    """The mapping table of ``torch`` onto ``jax`` (see the module docstring), ``overrides`` applied.
+    """The mapping table of ``torch`` onto ``jax`` (see the module docstring), ``overrides`` applied;
+    with ``problems``, the overrides that do not fit are appended to it and left out (``decide``).
 
     Raises:
-        ValueError: an override that names no PyTorch tensor, names a JAX leaf that does not exist, or
-            asks for a transform that does not fit the shapes (one line each, with the fix).
+        ValueError: without ``problems``: an override that names no PyTorch tensor, names a JAX leaf
+            that does not exist, or asks for a transform that does not fit the shapes (one line each,
+            with the fix).
     """
     aliases = [t for t in torch if t.tied]  # tied: mapped only where the port has a leaf of their own
     torch = [t for t in torch if not t.tied]
     by_name = {".".join(t.path): t for t in torch}
     leaves = {"/".join(j.path): j for j in jax}
     index = index_leaves(jax)  # by module and leaf name: a lookup per tensor, not a scan (10 000 tensors)
-    chosen = decide(overrides or {}, {**by_name, **{a.name: a for a in aliases}}, leaves, index)
+    chosen = decide(overrides or {}, {**by_name, **{a.name: a for a in aliases}}, leaves, index, problems)
     entries: list[Entry] = []
     used: set[tuple[str, ...]] = set()
     for alias in [a for a in aliases if a.name in chosen]:  # an untied leaf the user accepts

@@ -42,13 +42,20 @@ REFERENCE = re.compile(r"\*|\{(\d+)\}")
 
 
 def decide(
-    overrides: Mapping[str, Any], by_name: dict, leaves: dict, index: Index
+    overrides: Mapping[str, Any],
+    by_name: dict,
+    leaves: dict,
+    index: Index,
+    problems: list[ValueError] | None = None,
 ) -> dict[str, Entry | list[Entry]]:
     """The entries the overrides decide, by PyTorch name (a later pattern wins over an earlier one).
+    With ``problems``, each override that does not fit is appended to it and left out (the tensor is
+    matched as if it had none), so that every bad override is said at once.
 
     Raises:
-        ValueError: a pattern that matches no PyTorch tensor, a target with more wildcards than its
-            pattern, or an override that does not fit (see ``_override``): one line each, with the fix.
+        ValueError: without ``problems``: a pattern that matches no PyTorch tensor, a target with more
+            wildcards than its pattern, or an override that does not fit (see ``_override``): one line
+            each, with the fix.
     """
     out: dict[str, Entry | list[Entry]] = {}
     decide_one = lambda t, v, ls: _override(t, v, ls, index)  # noqa: E731  (one leaf, for `stacked`)
@@ -56,20 +63,34 @@ def decide(
         regex = _regex(str(pattern))
         found = [(n, m.groups()) for n in by_name if (m := regex.fullmatch(n)) is not None]
         if not found:
-            raise ValueError(
-                f"override `{pattern}` matches no PyTorch tensor; names look like "
-                f"`{next(iter(by_name), '')}`."
+            _refuse(
+                ValueError(
+                    f"override `{pattern}` matches no PyTorch tensor; names look like "
+                    f"`{next(iter(by_name), '')}`."
+                ),
+                problems,
             )
         for name, groups in found:
-            if stacked_wanted(value):  # one layer of a stacked leaf, the pattern's first `*`
-                value_filled = (_fill(value[0], groups, str(pattern)), *value[1:])
-                out[name] = stacked_override(
-                    by_name[name], value_filled, groups, str(pattern), leaves, decide_one
-                )
-                continue
-            target = _substitute(value, groups, str(pattern))
-            out[name] = _override(by_name[name], target, leaves, index)
+            try:
+                if stacked_wanted(value):  # one layer of a stacked leaf, the pattern's first `*`
+                    value_filled = (_fill(value[0], groups, str(pattern)), *value[1:])
+                    out[name] = stacked_override(
+                        by_name[name], value_filled, groups, str(pattern), leaves, decide_one
+                    )
+                    continue
+                target = _substitute(value, groups, str(pattern))
+                out[name] = _override(by_name[name], target, leaves, index)
+            except ValueError as exc:
+                _refuse(exc, problems)
     return out
+
+
+def _refuse(exc: ValueError, problems: list[ValueError] | None) -> None:
+    """Raise ``exc``, or, collecting (``problems`` a list), append it."""
+    if problems is None:
+        raise exc
+    if str(exc) not in map(str, problems):  # a pattern's same mistake for each tensor it matches: once
+        problems.append(exc)
 
 
 def _regex(pattern: str) -> re.Pattern[str]:

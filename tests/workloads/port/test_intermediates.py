@@ -199,7 +199,7 @@ def test_the_finite_difference_oracle_takes_a_listed_port():
 
 
 BAD = [
-    ("unknown-module", dict(listed=["fc1", "fc9"]), ValueError,
+    ("unknown-module", dict(listed=["fc1", "fc9"], returns=lambda a, b, c: {"fc1": a, "fc9": b}), ValueError,
      r"^port `fn`: `jax_intermediates` names `fc9`, which is not a PyTorch module "
      r"\(its modules: fc1, fc2, fc3\)\.$"),
     ("second-call", dict(listed=["fc1#2"], returns=lambda a, b, c: {"fc1#2": a}), ValueError,
@@ -299,9 +299,16 @@ def test_the_cli_turns_a_bad_listing_into_exit_2(convnet_function, monkeypatch, 
     monkeypatch.chdir(ROOT)
     # --no-isolate: the port is patched into the module in this process only.
     assert main(["run", "--workload", "examples.port.convnet_function:bad", "--no-isolate"]) == 2
-    err = capsys.readouterr().err
-    assert "names `bn`, which is not a PyTorch module (its modules: conv1, bn1, relu, pool, fc)" in err
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    # Both sides' problems of the one mistake, each on its line: PyTorch has no `bn`, the JAX call
+    # returns `bn1` and `fc`, which are not listed.
+    assert err[0] == "crosscheck: error: port `bad`: 2 problems, each to fix before it is checked:"
+    assert err[1] == (
+        "  - `jax_intermediates` names `bn`, which is not a PyTorch module (its modules: conv1, bn1, "
+        "relu, pool, fc)."
+    )
+    assert err[2].startswith("  - `jax_intermediates` lists ['conv1', 'bn']; the JAX call returned no `bn`")
+    assert "Traceback" not in "\n".join(err) and len(err) == 3
 
 
 # ---- The transformer block example in Equinox (vmapped over the batch and the sequence) ---------------

@@ -231,11 +231,12 @@ def test_the_command_line_prints_the_table_of_a_refused_mapping(monkeypatch, cap
     assert main(["run", "--workload", "refused_port_module:port", "--reference", "torch"]) == 2
     captured = capsys.readouterr()
     err, out = captured.err.strip().splitlines(), captured.out.splitlines()
-    assert (
-        len(err) == 1
-        and "`extra.weight` (2, 2) is unmatched" in err[0]
-        and "(and 1 more; print(port.mapping) shows the table)" in err[0]
+    assert len(err) == 3 and err[0] == (
+        "crosscheck: error: port `extra`: 2 problems, each to fix before it is checked "
+        "(print(port.mapping) shows the table):"
     )
+    assert err[1].startswith("  - PyTorch parameter `extra.weight` (2, 2) is unmatched")
+    assert err[2].startswith("  - PyTorch parameter `extra.bias` (2,) is unmatched")
     assert out[0] == "the mapping has 2 problems (their rows first):"
     assert out[2].startswith("extra.weight (2, 2)") and "UNMATCHED" in out[2]
     assert out[3].startswith("extra.bias (2,)")
