@@ -81,11 +81,10 @@ def contained(
         conn.send_bytes(encode({"job": job, "request": request, "timeout": timeout}))
         reply = watch.result()
     finally:
-        # A refusal is the worker's last word, its output flushed before it (``contain_worker.main``):
-        # it is said at once, not after the worker's interpreter exits (PyTorch's and JAX's teardown,
-        # 1 to 2 s on a loaded machine).
-        refused = reply is not None and reply["op"] == "usage"
-        watch.close(0.0 if refused else CLOSE_SECONDS)
+        # A reply (a report or a refusal) is the worker's last word, its output flushed before it
+        # (``contain_worker.main``): it is said at once, not after the worker's interpreter exits
+        # (PyTorch's and JAX's teardown, 1 to 2 s on a loaded machine).
+        watch.close(0.0 if reply is not None else CLOSE_SECONDS)
     if reply["op"] == "result":
         return from_wire(reply["value"])
     if reply["op"] == "usage":

@@ -139,9 +139,19 @@ def _without_timings(value):
     return value
 
 
-def test_a_healthy_workload_passes_in_its_worker_with_the_report_it_has_in_process(user_dir, capsys):
+def test_a_healthy_workload_passes_in_its_worker_with_the_report_it_has_in_process(
+    user_dir, capsys, monkeypatch
+):
+    from crosscheck._engine import contain
+
+    waits = []  # how long the parent waits for the worker to exit once it has the report: not at all
+    close = contain._Watch.close
+    monkeypatch.setattr(
+        contain._Watch, "close", lambda self, wait=0.0: waits.append(wait) or close(self, wait)
+    )
     argv = ["run", "--workload", "contained_mod:good", "--backend", "contained_mod:grad"]
     assert main([*argv, "--json", "contained.json"]) == 0
+    assert waits == [0.0]
     contained_out = capsys.readouterr().out
     assert main([*argv, "--json", "here.json", "--no-isolate"]) == 0
     here_out = capsys.readouterr().out
