@@ -272,14 +272,16 @@ def _direction_terms(fwd: Forward, deltas: list[np.ndarray], directions: np.ndar
     """What the directional errors need that no sample changes, per layer: ``delta @ D.T`` and
     ``y @ D`` (``(S_dirs, N, d)``) and the variance of the fresh rounding along each direction,
     ``fresh_var * sum((y**2).T @ delta**2 * D**2) = fresh_var * sum_n (y[n]**2) @ D**2 @ delta[n]**2``."""
-    squares = np.empty(directions.shape[1:])  # one buffer for every layer's D**2
+    along = np.empty(directions.shape[1:])  # one buffer for every layer's D (in float64), then D**2
     terms = []
     for m, (y, delta) in enumerate(zip(fwd.ys, deltas, strict=False)):
-        np.square(directions[m], out=squares)
-        fresh = np.einsum("nj,knj->k", np.square(delta), np.square(y) @ squares) * scales[m].fresh_var
+        along[...] = directions[m]  # int8 signs are taken in float64 here, a layer at a time
+        moved = delta @ np.swapaxes(along, 1, 2), y @ along
+        np.square(along, out=along)
+        fresh = np.einsum("nj,knj->k", np.square(delta), np.square(y) @ along) * scales[m].fresh_var
         if np.ndim(scales[m].stored_grad):  # a 16-bit dtype stores each gradient entry: its own rounding
-            fresh = fresh + np.einsum("ij,kij->k", scales[m].stored_grad, squares)
-        terms.append((delta @ np.swapaxes(directions[m], 1, 2), y @ directions[m], fresh))
+            fresh = fresh + np.einsum("ij,kij->k", scales[m].stored_grad, along)
+        terms.append((*moved, fresh))
     return terms
 
 

@@ -1,0 +1,90 @@
+"""Screening costs what the directions cost (issue 38, the stack's cliff): entries that several ReLU
+flips may move are left out of the directions and said to be unjudgeable, never a reason to check
+their layer entry by entry (``d**2`` perturbed evaluations a layer, each ``O(N d**2)``: the ``d**4``
+that made ``--dim 1280`` run for hours)."""
+
+from __future__ import annotations
+
+import numpy as np
+import planted
+import pytest
+
+import crosscheck
+from crosscheck._workloads.protocol import Options
+from crosscheck._workloads.stack.judge.grad import StackGradJudge
+from crosscheck._workloads.stack.oracle import fd as _fd
+from crosscheck._workloads.stack.workload import Stack
+
+#: Near-zero inputs: float32 rounding may flip several ReLUs for most entries of every layer, and
+#: one flip for a few (``_unjudgeable`` counts them).
+CASE = {"layers": 3, "batch": 4, "dim": 6, "init": "nearzero", "seed": 2}
+
+
+def _unjudgeable(dtype: str = "float32") -> np.ndarray:
+    knobs = {k: v for k, v in CASE.items() if k != "seed"}
+    point = Stack(**knobs).point(dtype=dtype, seed=CASE["seed"])
+    judge = StackGradJudge(point, Options(oracle_mode="screen"))
+    *_, effects = judge.kink_effects(dtype, judge.model(dtype).grad_bound)
+    return effects.count > 1
+
+
+@pytest.fixture
+def entry_by_entry(monkeypatch):
+    """The layers the oracle checked entry by entry (each call's ``layers``)."""
+    calls: list[list[int]] = []
+    estimate = _fd.estimate
+
+    def counted(weights, x, *, layers=None, progress=None):
+        calls.append(sorted(layers) if layers is not None else list(range(len(weights))))
+        return estimate(weights, x, layers=layers, progress=progress)
+
+    monkeypatch.setattr(_fd, "estimate", counted)
+    return calls
+
+
+def test_the_case_has_entries_several_flips_may_move_in_every_layer():
+    several = _unjudgeable()
+    assert several.any(axis=(1, 2)).all() and not several.all(), several.sum(axis=(1, 2))
+
+
+def test_entries_several_flips_may_move_are_unjudgeable_not_checked_entry_by_entry(entry_by_entry):
+    report = crosscheck.run(**CASE, oracle_mode="screen", backends=[planted.correct])
+    assert report.passed, report.problems
+    assert entry_by_entry == []  # no layer's every entry: the cost of the directions only
+    (c,) = report.comparisons
+    several = int(_unjudgeable().sum())
+    assert c.unjudgeable == several
+    assert c.unjudgeable_reasons == {"float32 rounding may flip several ReLUs": several}
+    assert "layers checked entry by entry: none" in c.message
+    assert f"{several} entries left out of the directions, unjudgeable" in c.message
+
+
+def test_strict_fails_them_as_the_full_check_does(entry_by_entry):
+    report = crosscheck.run(**CASE, oracle_mode="screen", strict=True, backends=[planted.correct])
+    (c,) = report.comparisons
+    assert not report.passed and not c.passed
+    assert "--strict fails them" in c.message
+    full = crosscheck.run(**CASE, oracle_mode="full", strict=True, backends=[planted.correct])
+    assert not full.passed
+
+
+@pytest.mark.parametrize("bug", ["mean_not_sum", "transposed", "no_last_relu"])
+def test_a_wrong_gradient_still_fails_where_entries_are_left_out(bug):
+    report = crosscheck.run(**CASE, oracle_mode="screen", backends=[getattr(planted, bug)])
+    (c,) = report.comparisons
+    assert not report.passed and c.status == "mismatch", c.message
+
+
+def test_a_wrong_judgeable_entry_is_found():
+    judgeable = np.argwhere(~_unjudgeable())
+    layer, row, col = (int(i) for i in judgeable[len(judgeable) // 2])
+
+    def off(weights, x):
+        g = planted.correct(weights, x)
+        g[layer, row, col] += 0.25 * (abs(g[layer, row, col]) + np.abs(g).max())
+        return g
+
+    report = crosscheck.run(**CASE, oracle_mode="screen", backends=[off])
+    (c,) = report.comparisons
+    assert not report.passed, c.message
+    assert f"layers checked entry by entry: [{layer}]" in c.message
