@@ -26,6 +26,13 @@ from crosscheck._workloads.stack.oracle import threads as _threads
 #: float64 ``(L, d, d)`` arrays alive at the peak: the tolerance's terms and totals, the kink judgement,
 #: the oracle's value, error bar and flags, each candidate's results (kept for the report), the inputs.
 GRADIENT_ARRAYS = 20
+#: float64 ``(L, d, d)`` arrays alive at the peak of a screen that checks no layer entry by entry (the
+#: candidates' results and rounding, the rounding models, the kink judgement, the unjudgeable entries;
+#: measured: 16.5 at d = 384, 20.2 at d = 768 where float32 rounding leaves entries unjudgeable).
+SCREEN_ARRAYS = 18
+#: int8 copies of the screening directions: the screen's, those less the unjudgeable entries, and
+#: the private copy of each handed to the oracle.
+DIRECTION_COPIES = 4
 #: float64 ``(L, d, d)`` arrays the full oracle holds at its peak (measured: 17 to 40 at d = 64 to 128).
 ORACLE_ARRAYS = 40
 #: Blocks of changed rows (``perturb._CHUNK_VALUES`` float64 values each) per core the oracle runs on.
@@ -74,16 +81,31 @@ def estimate(
         "frameworks": frameworks * FRAMEWORK_COPIES * item * (entries + rows)
         + (RUNTIME if frameworks else 0),
     }
-    if quantity == "grad" and screens:
+    screened = _screened(layers, batch, dim, quantity, oracle_mode, screens)
+    if screened and not _screen.escalates(layers, batch, dim):
+        # A screen that never checks a layer entry by entry (too costly at this size: a disagreeing
+        # direction fails the candidate on its own): the screen's arrays, its int8 directions (the
+        # screen's, those less the unjudgeable entries, and the copies handed to the oracle), two
+        # float64 layers of them at a time, and the oracle's chunks of changed rows.
+        parts["inputs and results"] = f64 * (
+            (SCREEN_ARRAYS + 2 * max(candidates - 1, 0)) * entries + ACTIVATION_ARRAYS * rows
+        )
+        parts["oracle"] = (
+            DIRECTION_COPIES * layers * directions * dim * dim
+            + 2 * f64 * directions * dim * dim
+            + f64 * CHUNK_BUFFERS * _perturb._CHUNK_VALUES * _threads.workers()
+        )
+    elif quantity == "grad" and screens:
         # The full oracle: per entry, its perturbations' steps, values, errors and flags at each
         # refinement, and the changed rows it carries in bounded chunks. Screening needs it too, for
-        # the layers it checks entry by entry (a failing direction, or several kinks near an entry):
-        # which they are is known only after the screen, so the estimate counts every layer.
+        # the layers it checks entry by entry (those with a failing direction), where it may
+        # (``screen.escalates``): which they are is known only after the screen, so the estimate
+        # counts every layer.
         parts["oracle"] = f64 * (
             ORACLE_ARRAYS * entries + CHUNK_BUFFERS * _perturb._CHUNK_VALUES * _threads.workers()
         ) + _paths(layers, batch, dim)
-        if _screened(layers, batch, dim, quantity, oracle_mode, screens):
-            parts["oracle"] += 2 * f64 * layers * directions * dim * dim  # the directions, and a copy
+        if screened:
+            parts["oracle"] += DIRECTION_COPIES * layers * directions * dim * dim  # int8 directions
     if explain or quantity == "hvp":
         parts["inputs and results"] += 4 * f64 * entries  # float64 re-runs; the HVP's direction
     return parts

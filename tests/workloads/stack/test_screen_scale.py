@@ -11,6 +11,7 @@ import pytest
 
 import crosscheck
 from crosscheck._workloads.protocol import Options
+from crosscheck._workloads.stack.judge import screen as _screen
 from crosscheck._workloads.stack.judge.grad import StackGradJudge
 from crosscheck._workloads.stack.oracle import fd as _fd
 from crosscheck._workloads.stack.workload import Stack
@@ -88,3 +89,25 @@ def test_a_wrong_judgeable_entry_is_found():
     (c,) = report.comparisons
     assert not report.passed, c.message
     assert f"layers checked entry by entry: [{layer}]" in c.message
+
+
+def test_above_the_escalation_limit_a_disagreeing_direction_fails_without_checking_entries(
+    entry_by_entry, monkeypatch
+):
+    monkeypatch.setattr(_screen, "ESCALATE_FLOPS", 0.0)
+    report = crosscheck.run(**CASE, oracle_mode="screen", backends=[planted.mean_not_sum])
+    (c,) = report.comparisons
+    assert not report.passed and not c.passed and c.status == "mismatch"
+    assert entry_by_entry == []
+    assert "layers checked entry by entry: none; the directions of layers [" in c.message
+    assert "so the candidate fails on its directions; --oracle-mode full checks every entry" in c.message
+    assert not any(row["full_check"] for row in c.screening)
+    # A healthy candidate is unaffected: every direction agrees.
+    assert crosscheck.run(**CASE, oracle_mode="screen", backends=[planted.correct]).passed
+
+
+@pytest.mark.parametrize(("dim", "escalates"), [(128, True), (500, True), (512, False), (4096, False)])
+def test_a_screen_escalates_where_a_layers_every_entry_is_affordable(dim, escalates):
+    assert _screen.escalates(8, 8, dim) is escalates
+    # The costliest layer is the first: every layer after it is evaluated again for each entry.
+    assert _screen.escalation_flops(8, 8, dim, [0]) == 4 * 8 * dim**4 * 7

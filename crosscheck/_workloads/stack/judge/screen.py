@@ -10,6 +10,7 @@ hands it, with itself, to ``compare_screened``; this module uses the judge's pub
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -52,6 +53,25 @@ def full_oracle_flops(layers: int, batch: int, dim: int) -> float:
     """Matrix-product flops of the full oracle: per entry, two evaluations of the layers after it."""
     # sum over k of 2 d^2 (L - 1 - k) 2 N d^2, in closed form (the sum of L - 1 - k is L (L - 1) / 2)
     return float(4 * batch * dim**4 * (layers * (layers - 1) // 2))
+
+
+#: Above this many flops (``escalation_flops``) the layers whose directions disagree are not checked
+#: entry by entry: the candidate fails on its directions alone, and the message says so (a check of
+#: every entry of one layer costs ``O(N d**4)``: at ``d = 1024`` most of an hour on 2 cores, days at
+#: 4096). At the limit a check takes a few minutes; ``--oracle-mode full`` checks every entry.
+ESCALATE_FLOPS = 100 * SCREEN_FLOPS
+
+
+def escalation_flops(layers: int, batch: int, dim: int, which: Sequence[int]) -> float:
+    """Matrix-product flops of the full oracle on the layers ``which`` (``full_oracle_flops``'s terms,
+    each at least one layer's worth)."""
+    return float(sum(4 * batch * dim**4 * max(layers - 1 - k, 1) for k in which))
+
+
+def escalates(layers: int, batch: int, dim: int) -> bool:
+    """Whether a screen of this size may check a layer entry by entry (its costliest one within
+    ``ESCALATE_FLOPS``); the memory estimate counts the full oracle only then."""
+    return escalation_flops(layers, batch, dim, [0]) <= ESCALATE_FLOPS
 
 
 #: How the screening directions are drawn (a note of the report says so).
@@ -187,6 +207,10 @@ def compare_screened(
     tol = terms.modelled(along.sigma) + along.error + floor + slack + along.slack + flow
     diff = np.abs(projected - along.value)
     failing = _screening.escalated(diff > tol)
+    layers, batch, dim = len(judge.weights), len(judge.x), judge.weights.shape[1]
+    flops = escalation_flops(layers, batch, dim, failing)
+    if failing and flops > ESCALATE_FLOPS:  # the candidate fails on its directions alone
+        return _on_directions(candidate, name, reference, (diff, tol), failing, flops, model, u)
     coverage = _screening.coverage(sc.value.shape[0], "layer", sc.value.shape[1], failing)
     full = _full_layers(judge, screening, failing, reference, call) if failing else None
     if isinstance(full, str):
@@ -230,6 +254,44 @@ def compare_screened(
         screening=screening_rows(diff, tol, failing),
         message=message,
         arrays={**comparison.arrays, "rounding": rounding},
+    )
+
+
+def _on_directions(
+    candidate: np.ndarray,
+    name: str,
+    reference: Reference,
+    found: tuple[np.ndarray, np.ndarray],
+    failing: list[int],
+    flops: float,
+    model: _stack.RoundingModel,
+    u: float,
+) -> Comparison:
+    """A candidate whose directions disagree where checking their layers entry by entry would cost
+    ``flops`` (over ``ESCALATE_FLOPS``): a mismatch on its directions, with the worst one."""
+    diff, tol = found
+    count = diff.shape[1]
+    coverage = _screening.coverage(len(diff), "layer", count, [])
+    ratio = _screening.ratio(diff, tol)
+    k, s = (int(i) for i in np.unravel_index(np.nanargmax(np.where(diff > tol, ratio, -1.0)), diff.shape))
+    worst = f"worst: layer {k}, direction {s}, off by {diff[k, s]:.3g}, {ratio[k, s]:.3g} x its tolerance"
+    message = (
+        f"{coverage}; the directions of layers {failing} disagree ({worst}); checking those layers "
+        f"entry by entry would take about {flops:.1e} flops (more than {ESCALATE_FLOPS:.1e}), so the "
+        "candidate fails on its directions; --oracle-mode full checks every entry"
+    )
+    own_floor = terms.floor(terms.largest(candidate), u, ulps=terms.SAFETY_FLOOR_ULPS)
+    return Comparison(
+        backend=name,
+        reference=reference.name,
+        passed=False,
+        status="mismatch",
+        total=candidate.size,
+        index_names=list(_stack.INDEX_NAMES),
+        coverage=coverage,
+        screening=screening_rows(diff, tol, []),
+        message=message,
+        arrays={"rounding": {"weights": model.grad_bound + own_floor}},
     )
 
 
