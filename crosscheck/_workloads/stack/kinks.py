@@ -67,6 +67,7 @@ def kink_effects(
     modelled rounding are 0, and 16 bits make it far larger than float32's floor, which covers it.
     """
     shape = fwd.weights.shape
+    threshold = np.broadcast_to(threshold, shape)
     count = np.zeros(shape, np.int64)
     alternative, best, minor = np.zeros(shape), np.zeros(shape), np.zeros(shape)
     culprit = np.full(shape, -1, dtype=np.int64)
@@ -75,26 +76,38 @@ def kink_effects(
         upstream = deltas[m][n, unit] if on else _upstream(fwd, deltas, m, n, unit)
         change = np.zeros(shape[1])
         change[unit] = -upstream if on else upstream
-        moved = np.zeros(shape)
+        # Layers after m are not moved (their entries change by 0): only layers m, m - 1, ..., 0 are
+        # visited, each a (d, d) layer at a time (the whole (L, d, d) array per kink cost K * L * d**2
+        # a pass, most of a --dim 2048 run's judging).
         for k in range(m, -1, -1):
             if k < m:
                 change = (change @ fwd.weights[k + 1].T) * fwd.masks[k][n]
-            moved[k] = np.outer(fwd.ys[k][n], change)
-        size = np.abs(moved)
-        large = size > threshold
-        count += large
-        minor += np.where(large, 0.0, size)
-        stronger = large & (size > best)
-        best[stronger], culprit[stronger], alternative[stronger] = size[stronger], index, moved[stronger]
+            moved = np.outer(fwd.ys[k][n], change)
+            size = np.abs(moved)
+            large = size > threshold[k]
+            count[k] += large
+            np.add(minor[k], size, out=minor[k], where=~large)
+            stronger = large & (size > best[k])
+            best[k][stronger], culprit[k][stronger] = size[stronger], index
+            alternative[k][stronger] = moved[stronger]
     if bounds is not None:
+        weights = np.abs(fwd.weights)  # once for every row (each row's bound reads all of it)
         for n in np.unique(kinks[:, 1]):
             _row_bound(
-                fwd, deltas, kinks, bounds, int(n), threshold, count, culprit, minor, last_layer_forward
+                fwd,
+                deltas,
+                kinks,
+                bounds,
+                int(n),
+                threshold,
+                (count, culprit, minor),
+                last_layer_forward,
+                weights,
             )
     return KinkEffects(kinks, count, alternative, culprit, minor)
 
 
-def _row_bound(fwd, deltas, kinks, bounds, n, threshold, count, culprit, minor, last=False) -> None:
+def _row_bound(fwd, deltas, kinks, bounds, n, threshold, found, last=False, weights=None) -> None:
     """Bound what every possible flip in row ``n`` can do together, forward and backward.
 
     A flip changes ``y`` by at most its pre-activation's size plus its error; that change travels forward
@@ -105,8 +118,10 @@ def _row_bound(fwd, deltas, kinks, bounds, n, threshold, count, culprit, minor, 
     unjudgeable. In a row whose output is zero in float64, a flip's forward change is all the signal
     there is: that part is bounded too, added to ``minor`` or, beyond ``threshold``, made unjudgeable.
     The bounds propagate absolute values, so they are safe and loose; they apply only to such rows.
+    ``found``: ``(count, culprit, minor)``, updated in place; ``weights``: ``|W|`` when the caller has it.
     """
-    weights = np.abs(fwd.weights)
+    count, culprit, minor = found
+    weights = np.abs(fwd.weights) if weights is None else weights
     n_layers, d = weights.shape[:2]
     in_row = np.flatnonzero(kinks[:, 1] == n)
     may_flip = np.zeros((n_layers, d), bool)

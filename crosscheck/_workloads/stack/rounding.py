@@ -149,17 +149,33 @@ def rounding_model(
         return index, _sample(fwd, deltas, scales, sizes[index], rng, along, entries)
 
     flops = rounding_flops(fwd, samples)
-    pooled: list[Any] = [0.0, 0.0, 0.0]
+    pooled: list[Any] = []
     for index, found in sorted(
         _threads.in_parallel(part, range(len(sizes)), flops=flops), key=lambda r: r[0]
     ):
         share = sizes[index] / sum(sizes)
-        pooled = [total + share * np.asarray(more) for total, more in zip(pooled, found, strict=True)]
+        # In place, in the same order (0 + a == a exactly): no temporary of a gradient's size.
+        weighted = [
+            np.multiply(more, share, out=more) if _own(more) else share * np.asarray(more) for more in found
+        ]
+        if not pooled:
+            pooled = weighted
+            continue
+        for i, more in enumerate(weighted):
+            if _own(pooled[i]):
+                pooled[i] += more
+            else:
+                pooled[i] = pooled[i] + more
     z_var, grad_var, direction_var = pooled
     direction_sigma = None if directions is None else np.sqrt(direction_var)
     grad_sigma = np.sqrt(grad_var) if entries else np.zeros(fwd.weights.shape)
     stored = [scale.stored_z for scale in scales] if roundoffs(dtype)[1] else None
     return RoundingModel(dtype, list(np.sqrt(z_var)), grad_sigma, samples, direction_sigma, stored)
+
+
+def _own(value: Any) -> bool:
+    """Whether ``value`` is a float64 array a part made (and may be scaled in place)."""
+    return isinstance(value, np.ndarray) and value.dtype == np.float64 and value.ndim > 0
 
 
 def rounding_flops(fwd: Forward, samples: int = MODEL_SAMPLES) -> float:
