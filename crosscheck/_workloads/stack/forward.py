@@ -48,13 +48,16 @@ def forward(weights: np.ndarray, x: np.ndarray) -> Forward:
 
 
 @_threads.blas_on_one_thread
-def backward(fwd: Forward) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Return ``(deltas, grads)``: ``deltas[m] = dloss/dz[m]`` and ``grads[m] = dloss/dW[m]``."""
+def backward(fwd: Forward, *, grads: bool = True) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Return ``(deltas, grads)``: ``deltas[m] = dloss/dz[m]`` and ``grads[m] = dloss/dW[m]`` (empty
+    arrays with ``grads=False``, for a caller that needs the deltas only: a ``(L, d, d)`` array less)."""
     g = 2.0 * fwd.ys[-1]
     deltas: list[np.ndarray] = [np.empty(0)] * len(fwd.zs)  # every entry is set below
-    grads: list[np.ndarray] = [np.empty(0)] * len(fwd.zs)
+    found: list[np.ndarray] = [np.empty(0)] * len(fwd.zs)
     for m in reversed(range(len(fwd.zs))):
         delta = g * fwd.masks[m]
-        deltas[m], grads[m] = delta, fwd.ys[m].T @ delta
+        deltas[m] = delta
+        if grads:
+            found[m] = fwd.ys[m].T @ delta
         g = delta @ fwd.weights[m].T
-    return deltas, grads
+    return deltas, found

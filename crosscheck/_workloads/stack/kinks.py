@@ -68,9 +68,9 @@ def kink_effects(
     """
     shape = fwd.weights.shape
     threshold = np.broadcast_to(threshold, shape)
-    count = np.zeros(shape, np.int64)
+    count = np.zeros(shape, np.int32)  # int32: half an (L, d, d) float64 array each, not one
     alternative, best, minor = np.zeros(shape), np.zeros(shape), np.zeros(shape)
-    culprit = np.full(shape, -1, dtype=np.int64)
+    culprit = np.full(shape, -1, dtype=np.int32)
     for index, (m, n, unit) in enumerate(kinks):
         on = fwd.masks[m][n, unit]
         upstream = deltas[m][n, unit] if on else _upstream(fwd, deltas, m, n, unit)

@@ -27,9 +27,11 @@ from crosscheck._workloads.stack.oracle import threads as _threads
 #: the oracle's value, error bar and flags, each candidate's results (kept for the report), the inputs.
 GRADIENT_ARRAYS = 20
 #: float64 ``(L, d, d)`` arrays alive at the peak of a screen that checks no layer entry by entry (the
-#: candidates' results and rounding, the rounding models, the kink judgement, the unjudgeable entries;
-#: measured: 16.5 at d = 384, 20.2 at d = 768 where float32 rounding leaves entries unjudgeable).
-SCREEN_ARRAYS = 18
+#: inputs in float64 and squared, the candidates' results and rounding, two rounding models, the kink
+#: judgement, the underflow bounds, the oracle's forward pass; measured with ``tracemalloc``, L = N = 8,
+#: one candidate, the rounding model's part included: 15.5 at d = 384, 18.2 at d = 768, where float32
+#: rounding leaves entries unjudgeable and the oracle screens a second time; the peak is there).
+SCREEN_ARRAYS = 16
 #: int8 copies of the screening directions: the screen's, those less the unjudgeable entries, and
 #: the private copy of each handed to the oracle.
 DIRECTION_COPIES = 4

@@ -59,7 +59,7 @@ class StackGradJudge:
         self.dtype = point.dtype
         self.notes: dict[str, dict[str, Any]] = {}
         self.fwd = _stack.forward(self.weights, self.x)
-        self.deltas, _ = _stack.backward(self.fwd)
+        self.deltas, _ = _stack.backward(self.fwd, grads=False)
         self._models: dict[str, _stack.RoundingModel] = {}
         self._underflows: dict[str, _underflow.Underflow] = {}
         #: Kink judgements by dtype, with the tolerance they were made for (the same for every

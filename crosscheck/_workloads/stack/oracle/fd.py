@@ -125,7 +125,7 @@ def estimate(
     # The loss evaluations share the rounded prefix of the stack, so the estimate is the derivative
     # at a point moved by float64 rounding; that error is sized by the stack's rounding model, made on
     # the other core while the layers run serially.
-    deltas, _ = _stack.backward(fwd)
+    deltas, _ = _stack.backward(fwd, grads=False)
 
     def layer(block):
         return _layer(fwd, *block, out, sigmas[block[0]])
@@ -189,7 +189,7 @@ def screen(
         evaluations += result["evaluations"]
         if progress is not None:
             progress((k + 1) * count, n_layers * count)
-    deltas, _ = _stack.backward(fwd)
+    deltas, _ = _stack.backward(fwd, grads=False)
     model = _stack.rounding_model(fwd, deltas, "float64", directions=directions, entries=keep_model)
     assert model.direction_sigma is not None  # the model was given the directions
     error += terms.modelled(model.direction_sigma)
