@@ -5,11 +5,14 @@ this machine has available and refuses, with the estimate, a case that cannot fi
 count the arrays the code makes (in units of one float64 ``(L, d, d)`` array, ``E``; one float64
 ``(N, d)`` activation, ``A``) and were checked against ``tracemalloc`` peaks of whole runs (L = 8,
 N = 8, d = 256, full oracle: 160 MiB measured, 275 MiB estimated; L = 3, N = 64, d = 32: 14.1 MiB
-measured, 18.9 MiB estimated; a screened case is estimated as if every layer were checked entry by
-entry, as it may be: L = 4, N = 4, d = 128, 12.0 MiB measured, 46.1 MiB estimated). A run of
-``crosscheck run --dim 3000 --backend torch`` grew past 22 GiB (its screen checked layers entry by
-entry) and is now refused at 39 GiB estimated; ``tests/workloads/stack/test_size.py`` checks it on
-small cases.
+measured, 18.9 MiB estimated; a screened case that may check a layer entry by entry
+(``screen.escalates``) is estimated as if every layer were: L = 4, N = 4, d = 128, 12.0 MiB measured,
+46.1 MiB estimated; past that, a screen is estimated with its own arrays: L = N = 8, d = 768, 18.2 E
+measured, 23.5 E estimated). A run of ``crosscheck run --dim 3000 --backend torch`` grew past 22 GiB
+(its screen checked layers entry by entry, which it no longer does at that size);
+``tests/workloads/stack/test_size.py`` checks the estimates on small cases. Against the resident
+peak of ``crosscheck run --dim D --batch 8`` (jax and torch) the estimate is about 1.5 times it at
+d = 1024 to 2048 (``benchmarks/stack_sizes.py``).
 """
 
 from __future__ import annotations
@@ -43,8 +46,10 @@ CHUNK_BUFFERS = 4
 ACTIVATION_ARRAYS = 6
 #: Per framework candidate: its copies of the inputs, its activations and its gradient, in its dtype.
 FRAMEWORK_COPIES = 3
-#: What the frameworks' runtimes and allocators hold beyond the arrays (a measured order of magnitude).
-RUNTIME = 256 * 2**20
+#: What each framework's runtime and allocator holds beyond the arrays: ``crosscheck run --dim 16``
+#: peaks at 570 MiB resident with JAX and PyTorch, 359 MiB with PyTorch alone, 268 MiB with JAX alone
+#: (2026-12-05).
+RUNTIME = 288 * 2**20
 # FRAMEWORKS (from the backend registry): the prefixes of built-in names that run a framework here.
 
 
@@ -80,8 +85,7 @@ def estimate(
         # each part's gradient variances and their pooled total (never a sample's whole gradient).
         "rounding model": f64 * (samples * (rows + 5 * batch * dim) + 3 * entries),
         "oracle": 0,
-        "frameworks": frameworks * FRAMEWORK_COPIES * item * (entries + rows)
-        + (RUNTIME if frameworks else 0),
+        "frameworks": frameworks * FRAMEWORK_COPIES * item * (entries + rows) + frameworks * RUNTIME,
     }
     screened = _screened(layers, batch, dim, quantity, oracle_mode, screens)
     if screened and not _screen.escalates(layers, batch, dim):
