@@ -5,7 +5,6 @@ ReLU sign flip can move, never as the oracle's values (see ``rounding``, which r
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import numpy as np
 
@@ -25,10 +24,10 @@ class Forward:
     def loss(self) -> float:
         return float(np.sum(self.ys[-1] ** 2))
 
-    @functools.cached_property
-    def squared_weights(self) -> np.ndarray:
-        """``weights ** 2``, made once: every rounding bound of this pass needs it."""
-        return np.square(self.weights)
+    def squared_weight(self, layer: int) -> np.ndarray:
+        """``weights[layer] ** 2``, a ``(d, d)`` layer at a time: never the whole ``(L, d, d)`` square
+        (one float64 array of the weights' size less, for as long as the pass is kept)."""
+        return np.square(self.weights[layer])
 
 
 @_threads.blas_on_one_thread

@@ -52,6 +52,7 @@ def kink_effects(
     bounds: list[np.ndarray] | None = None,
     *,
     last_layer_forward: bool = False,
+    fraction: float = 1.0,
 ) -> KinkEffects:
     """For each kink, the signed change of every gradient entry if that kink's ReLU flips.
 
@@ -65,11 +66,14 @@ def kink_effects(
     ``last_layer_forward`` (a 16-bit dtype) a row with a flip in the last layer is bounded too: there the
     forward change is the upstream gradient itself (``2 * y``), at entries whose float64 value and
     modelled rounding are 0, and 16 bits make it far larger than float32's floor, which covers it.
+    The threshold is ``fraction * threshold``, taken a ``(d, d)`` layer at a time (never a second
+    array of the gradient's size).
     """
     shape = fwd.weights.shape
-    threshold = np.broadcast_to(threshold, shape)
+    limit = _Threshold(np.broadcast_to(threshold, shape), fraction)
     count = np.zeros(shape, np.int32)  # int32: half an (L, d, d) float64 array each, not one
-    alternative, best, minor = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+    # The strongest change so far is |alternative| (``best``, taken a layer at a time: abs is exact).
+    alternative, minor = np.zeros(shape), np.zeros(shape)
     culprit = np.full(shape, -1, dtype=np.int32)
     for index, (m, n, unit) in enumerate(kinks):
         on = fwd.masks[m][n, unit]
@@ -84,11 +88,11 @@ def kink_effects(
                 change = (change @ fwd.weights[k + 1].T) * fwd.masks[k][n]
             moved = np.outer(fwd.ys[k][n], change)
             size = np.abs(moved)
-            large = size > threshold[k]
+            large = size > limit.layer(k)
             count[k] += large
             np.add(minor[k], size, out=minor[k], where=~large)
-            stronger = large & (size > best[k])
-            best[k][stronger], culprit[k][stronger] = size[stronger], index
+            stronger = large & (size > np.abs(alternative[k]))
+            culprit[k][stronger] = index
             alternative[k][stronger] = moved[stronger]
     if bounds is not None:
         weights = np.abs(fwd.weights)  # once for every row (each row's bound reads all of it)
@@ -99,7 +103,7 @@ def kink_effects(
                 kinks,
                 bounds,
                 int(n),
-                threshold,
+                limit,
                 (count, culprit, minor),
                 last_layer_forward,
                 weights,
@@ -107,7 +111,7 @@ def kink_effects(
     return KinkEffects(kinks, count, alternative, culprit, minor)
 
 
-def _row_bound(fwd, deltas, kinks, bounds, n, threshold, found, last=False, weights=None) -> None:
+def _row_bound(fwd, deltas, kinks, bounds, n, threshold: _Threshold, found, last=False, weights=None) -> None:
     """Bound what every possible flip in row ``n`` can do together, forward and backward.
 
     A flip changes ``y`` by at most its pre-activation's size plus its error; that change travels forward
@@ -148,11 +152,25 @@ def _row_bound(fwd, deltas, kinks, bounds, n, threshold, found, last=False, weig
         else:
             d_delta = d_g * open_[k]
             bound = np.outer(y + dy[k], d_delta) + np.outer(dy[k], delta)
-        beyond = bound > threshold[k]
+        beyond = bound > threshold.layer(k)
         count[k][beyond] = np.maximum(count[k][beyond], 2)
         culprit[k][beyond & (culprit[k] < 0)] = in_row[0]
         minor[k] += np.where(beyond, 0.0, bound)
         g, d_g = (g * open_[k]) @ weights[k].T, d_delta @ weights[k].T
+
+
+class _Threshold:
+    """``fraction * threshold``, a layer at a time: the last layer asked for is kept (a kink's change
+    visits layers m, m - 1, ..., 0, and the next kink starts again at its own m)."""
+
+    def __init__(self, threshold: np.ndarray, fraction: float) -> None:
+        self.threshold, self.fraction = threshold, fraction
+        self._layer, self._value = -1, np.empty(0)
+
+    def layer(self, k: int) -> np.ndarray:
+        if k != self._layer:
+            self._layer, self._value = k, self.fraction * self.threshold[k]
+        return self._value
 
 
 def _upstream(fwd: Forward, deltas: list[np.ndarray], m: int, n: int, unit: int) -> float:

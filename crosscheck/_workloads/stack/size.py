@@ -29,12 +29,16 @@ from crosscheck._workloads.stack.oracle import threads as _threads
 #: float64 ``(L, d, d)`` arrays alive at the peak: the tolerance's terms and totals, the kink judgement,
 #: the oracle's value, error bar and flags, each candidate's results (kept for the report), the inputs.
 GRADIENT_ARRAYS = 20
-#: float64 ``(L, d, d)`` arrays alive at the peak of a screen that checks no layer entry by entry (the
-#: inputs in float64 and squared, the candidates' results and rounding, two rounding models, the kink
-#: judgement, the underflow bounds, the oracle's forward pass; measured with ``tracemalloc``, L = N = 8,
-#: one candidate, the rounding model's part included: 15.5 at d = 384, 18.2 at d = 768, where float32
-#: rounding leaves entries unjudgeable and the oracle screens a second time; the peak is there).
-SCREEN_ARRAYS = 16
+#: float64 ``(L, d, d)`` arrays alive at the peak of a screen that checks no layer entry by entry, beyond
+#: the rounding model's part: the inputs in float64, two rounding models' entries, the kink judgement
+#: (its count and culprit, changes and minor sums) while it is made, the oracle's forward pass. Every
+#: square of the weights, transposed copy, threshold, ``|W|`` of a whole pass and zero underflow bound
+#: is taken a ``(d, d)`` layer at a time, and the kink judgement is dropped once the screen has its
+#: slack. Measured with ``tracemalloc`` (L = N = 8, one candidate, float32 rounding leaving entries
+#: unjudgeable so that the oracle screens a second time): 8.9 E in all at d = 768 (it was 14.9 E
+#: before, 18.2 E before that); with the rounding model's 3 E and the directions' 2 E the estimate is
+#: 11 E there.
+SCREEN_ARRAYS = 6
 #: int8 copies of the screening directions: the screen's, those less the unjudgeable entries, and
 #: the private copy of each handed to the oracle.
 DIRECTION_COPIES = 4

@@ -4,7 +4,8 @@ entry of each layer that fails them (see README, "Screening").
 The gradient judge owns a ``Screening`` (what the oracle screened, and what every candidate shares) and
 hands it, with itself, to ``compare_screened``; this module uses the judge's public surface only
 (``GradJudge``: ``weights``, ``x``, ``options``, ``model``, ``underflow``, ``kink_effects``,
-``compare_full``, ``range_cause``, ``progress``), and imports neither the judge nor its module.
+``forget_kinks``, ``compare_full``, ``range_cause``, ``progress``), and imports neither the judge nor
+its module.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class GradJudge(Protocol):
     def model(self, dtype: str) -> _stack.RoundingModel: ...
     def underflow(self, dtype: str) -> _underflow.Underflow: ...
     def kink_effects(self, dtype: str, tol: np.ndarray) -> Any: ...
+    def forget_kinks(self, dtype: str) -> None: ...
     def compare_full(self, value: np.ndarray, name: str, reference: Reference, dtype: str) -> Comparison: ...
     def range_cause(self, found: Comparison, value: np.ndarray, dtype: str) -> Comparison: ...
     def progress(self, description: str) -> Any: ...
@@ -353,6 +355,17 @@ def _along(judge: GradJudge, screening: Screening, dtype: str, call: Call) -> Al
         directions, value, error, sigma = sc.directions, sc.value, sc.error, model.direction_sigma
         if unjudgeable.any():
             directions = directions * ~unjudgeable[:, None]
+        slack = np.zeros(directions.shape[:2])
+        for k in range(len(slack)):  # a layer at a time; most layers have no kink at all
+            moved = np.abs(effects.alternative[k]) * (effects.count[k] > 0)
+            moved += effects.minor[k]  # 0 where left out
+            if moved.any():
+                slack[k] = project(moved[None], np.abs(directions[k : k + 1]))[0]
+        del effects, moved
+        layers, batch, dim = len(judge.weights), len(judge.x), judge.weights.shape[1]
+        if not escalates(layers, batch, dim):  # no full check will judge these kinks again
+            judge.forget_kinks(dtype)
+        if unjudgeable.any():
             progress = judge.progress("oracle (screening judgeable entries)")
             oracle = screening.oracle.screen
             out = call(oracle, judge.weights, judge.x, directions, progress=progress, keep_model=False)
@@ -365,9 +378,5 @@ def _along(judge: GradJudge, screening: Screening, dtype: str, call: Call) -> Al
             masked = _stack.rounding_model(fwd, deltas, dtype, directions=directions, entries=False)
             assert masked.direction_sigma is not None  # the model was given the directions
             sigma = masked.direction_sigma
-        moved = np.abs(effects.alternative) * (effects.count > 0) + effects.minor  # 0 where left out
-        slack = np.zeros(directions.shape[:2])
-        for k in np.flatnonzero(moved.any(axis=(1, 2))):  # most layers have no kink at all
-            slack[k] = project(moved[k : k + 1], np.abs(directions[k : k + 1]))[0]
         screening.along[dtype] = Along(directions, value, error, sigma, slack, unjudgeable)
     return screening.along[dtype]
