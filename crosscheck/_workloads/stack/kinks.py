@@ -95,24 +95,13 @@ def kink_effects(
             culprit[k][stronger] = index
             alternative[k][stronger] = moved[stronger]
     if bounds is not None:
-        weights = np.abs(fwd.weights)  # once for every row (each row's bound reads all of it)
-        for n in np.unique(kinks[:, 1]):
-            _row_bound(
-                fwd,
-                deltas,
-                kinks,
-                bounds,
-                int(n),
-                limit,
-                (count, culprit, minor),
-                last_layer_forward,
-                weights,
-            )
+        rows = [int(n) for n in np.unique(kinks[:, 1])]
+        _rows_bound(fwd, deltas, kinks, bounds, rows, limit, (count, culprit, minor), last_layer_forward)
     return KinkEffects(kinks, count, alternative, culprit, minor)
 
 
-def _row_bound(fwd, deltas, kinks, bounds, n, threshold: _Threshold, found, last=False, weights=None) -> None:
-    """Bound what every possible flip in row ``n`` can do together, forward and backward.
+def _rows_bound(fwd, deltas, kinks, bounds, rows, threshold: _Threshold, found, last=False) -> None:
+    """Bound what every possible flip in each row of ``rows`` can do together, forward and backward.
 
     A flip changes ``y`` by at most its pre-activation's size plus its error; that change travels forward
     (through ``|W|``) and may flip further units whose pre-activations are smaller than it. With every
@@ -122,41 +111,53 @@ def _row_bound(fwd, deltas, kinks, bounds, n, threshold: _Threshold, found, last
     unjudgeable. In a row whose output is zero in float64, a flip's forward change is all the signal
     there is: that part is bounded too, added to ``minor`` or, beyond ``threshold``, made unjudgeable.
     The bounds propagate absolute values, so they are safe and loose; they apply only to such rows.
-    ``found``: ``(count, culprit, minor)``, updated in place; ``weights``: ``|W|`` when the caller has it.
+    ``found``: ``(count, culprit, minor)``, updated in place. The rows are taken together a layer at a
+    time, each row's products as its own (the same sums as one row at a time): ``|W|`` is made a
+    ``(d, d)`` layer at a time, never for the whole stack.
     """
     count, culprit, minor = found
-    weights = np.abs(fwd.weights) if weights is None else weights
-    n_layers, d = weights.shape[:2]
-    in_row = np.flatnonzero(kinks[:, 1] == n)
-    may_flip = np.zeros((n_layers, d), bool)
-    may_flip[kinks[in_row, 0], kinks[in_row, 2]] = True
-    dy = [np.zeros(d) for _ in range(n_layers + 1)]  # bound of the change of y[k][n]
+    n_layers, d = fwd.weights.shape[:2]
+    states = []
+    for n in rows:
+        in_row = np.flatnonzero(kinks[:, 1] == n)
+        may_flip = np.zeros((n_layers, d), bool)
+        may_flip[kinks[in_row, 0], kinks[in_row, 2]] = True
+        dy = [np.zeros(d) for _ in range(n_layers + 1)]  # bound of the change of y[k][n]
+        states.append((n, in_row, may_flip, dy))
     for k in range(n_layers):
-        z, dz = np.abs(fwd.zs[k][n]), dy[k] @ weights[k]
-        may_flip[k] |= (dz > 0) & (z <= dz + bounds[k][n])
-        dy[k + 1] = np.where(may_flip[k], z + dz + bounds[k][n], np.where(fwd.masks[k][n], dz, 0.0))
-    open_ = [fwd.masks[k][n] | may_flip[k] for k in range(n_layers)]
-    interacting = len(np.unique(np.nonzero(may_flip)[0])) > 1
-    if not interacting and np.any(fwd.ys[-1][n]) and not (last and may_flip[-1].any()):
-        # One layer of flips in a live row: each flip's effect is judged on its own (kink_effects); its
-        # forward part is a change of rounding size in a row whose output is far from it.
-        return
-    top = int(np.nonzero(may_flip)[0].max())
-    g, d_g = 2.0 * np.abs(fwd.ys[-1][n]), 2.0 * dy[n_layers]
-    for k in reversed(range(n_layers)):
-        y, delta = np.abs(fwd.ys[k][n]), np.abs(deltas[k][n])
-        if interacting and k <= top:
-            # Every path may be open: the whole contribution of the row is uncertain.
-            d_delta = (g + d_g) * open_[k]
-            bound = np.outer(y + dy[k], d_delta) + np.outer(y, delta)
-        else:
-            d_delta = d_g * open_[k]
-            bound = np.outer(y + dy[k], d_delta) + np.outer(dy[k], delta)
-        beyond = bound > threshold.layer(k)
-        count[k][beyond] = np.maximum(count[k][beyond], 2)
-        culprit[k][beyond & (culprit[k] < 0)] = in_row[0]
-        minor[k] += np.where(beyond, 0.0, bound)
-        g, d_g = (g * open_[k]) @ weights[k].T, d_delta @ weights[k].T
+        weight = np.abs(fwd.weights[k])
+        for n, _, may_flip, dy in states:
+            z, dz = np.abs(fwd.zs[k][n]), dy[k] @ weight
+            may_flip[k] |= (dz > 0) & (z <= dz + bounds[k][n])
+            dy[k + 1] = np.where(may_flip[k], z + dz + bounds[k][n], np.where(fwd.masks[k][n], dz, 0.0))
+    live = []
+    for n, in_row, may_flip, dy in states:
+        interacting = len(np.unique(np.nonzero(may_flip)[0])) > 1
+        if not interacting and np.any(fwd.ys[-1][n]) and not (last and may_flip[-1].any()):
+            # One layer of flips in a live row: each flip's effect is judged on its own (kink_effects);
+            # its forward part is a change of rounding size in a row whose output is far from it.
+            continue
+        open_ = [fwd.masks[k][n] | may_flip[k] for k in range(n_layers)]
+        top = int(np.nonzero(may_flip)[0].max())
+        carried = [2.0 * np.abs(fwd.ys[-1][n]), 2.0 * dy[n_layers]]  # g, d_g
+        live.append((n, in_row, dy, open_, interacting, top, carried))
+    for k in reversed(range(n_layers)) if live else ():
+        weight = np.abs(fwd.weights[k])
+        for n, in_row, dy, open_, interacting, top, carried in live:
+            g, d_g = carried
+            y, delta = np.abs(fwd.ys[k][n]), np.abs(deltas[k][n])
+            if interacting and k <= top:
+                # Every path may be open: the whole contribution of the row is uncertain.
+                d_delta = (g + d_g) * open_[k]
+                bound = np.outer(y + dy[k], d_delta) + np.outer(y, delta)
+            else:
+                d_delta = d_g * open_[k]
+                bound = np.outer(y + dy[k], d_delta) + np.outer(dy[k], delta)
+            beyond = bound > threshold.layer(k)
+            count[k][beyond] = np.maximum(count[k][beyond], 2)
+            culprit[k][beyond & (culprit[k] < 0)] = in_row[0]
+            minor[k] += np.where(beyond, 0.0, bound)
+            carried[:] = (g * open_[k]) @ weight.T, d_delta @ weight.T
 
 
 class _Threshold:

@@ -30,14 +30,13 @@ from crosscheck._workloads.stack.oracle import threads as _threads
 #: the oracle's value, error bar and flags, each candidate's results (kept for the report), the inputs.
 GRADIENT_ARRAYS = 20
 #: float64 ``(L, d, d)`` arrays alive at the peak of a screen that checks no layer entry by entry, beyond
-#: the rounding model's part: the inputs in float64, two rounding models' entries, the kink judgement
-#: (its count and culprit, changes and minor sums) while it is made, the oracle's forward pass. Every
-#: square of the weights, transposed copy, threshold, ``|W|`` of a whole pass and zero underflow bound
-#: is taken a ``(d, d)`` layer at a time, and the kink judgement is dropped once the screen has its
-#: slack. Measured with ``tracemalloc`` (L = N = 8, one candidate, float32 rounding leaving entries
-#: unjudgeable so that the oracle screens a second time): 8.9 E in all at d = 768 (it was 14.9 E
-#: before, 18.2 E before that); with the rounding model's 3 E and the directions' 2 E the estimate is
-#: 11 E there.
+#: the rounding model's part and the directions: the inputs in float64, two rounding models' entries,
+#: the candidates' results, the kink judgement (its count and culprit, changes and minor sums) while it
+#: is made. Every square of the weights, transposed copy, ``|W|``, kink threshold or bound and zero
+#: underflow bound is taken a ``(d, d)`` layer at a time, and the kink judgement is dropped once the
+#: screen has its slack. Measured with ``tracemalloc`` (L = N = 8, one candidate, float32 rounding
+#: leaving entries unjudgeable so that the oracle screens a second time), d = 768: 9.6 E at the peak,
+#: the kink judgement's (it was 17.6 E, at the oracle's second screen); estimated 13.5 E there.
 SCREEN_ARRAYS = 6
 #: int8 copies of the screening directions: the screen's, those less the unjudgeable entries, and
 #: the private copy of each handed to the oracle.

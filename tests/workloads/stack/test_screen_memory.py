@@ -9,6 +9,7 @@ import tracemalloc
 
 import numpy as np
 
+from crosscheck._compare.constants import SAFETY
 from crosscheck._workloads.protocol import Options
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack import underflow as _underflow
@@ -61,8 +62,11 @@ def test_the_kink_judgement_is_memoised_by_digest_and_forgotten_on_request():
     judge.forget_kinks("float32")
     again = judge.kink_effects("float32", tol)
     assert again[2] is not first[2]
+    scaled = judge.kink_effects("float32", judge.model("float32").grad_sigma, SAFETY)
+    assert scaled[2] is not again[2]  # another key: judged again, alike
     for name in ("count", "alternative", "culprit", "minor"):
         assert np.array_equal(getattr(again[2], name), getattr(first[2], name)), name
+        assert np.array_equal(getattr(scaled[2], name), getattr(first[2], name)), name
 
 
 def test_the_rounding_model_holds_no_square_or_transposed_copy_of_every_layer():

@@ -241,17 +241,19 @@ class StackGradJudge:
             alternative[stuck] = np.nan
         return Kinks(unjudgeable, reason, kink, alternative), effects.minor
 
-    def kink_effects(self, dtype: str, tol: np.ndarray):
-        """The ambiguous pre-activations for ``dtype`` (with their bounds) and what flipping them does."""
-        memo, key = self._kinks_memo.get(dtype), _digest(tol)
+    def kink_effects(self, dtype: str, tol: np.ndarray, scale: float = 1.0):
+        """The ambiguous pre-activations for ``dtype`` (with their bounds) and what flipping them does,
+        for the tolerance ``scale * tol`` (a screen passes the rounding model's sigma and ``SAFETY``:
+        the same products, a layer at a time, with no gradient-sized ``grad_bound`` made for it)."""
+        memo, key = self._kinks_memo.get(dtype), (_digest(tol), scale)
         if memo is not None and memo[0] == key:
             return memo[1]
         cand, ref, flow = self.model(dtype), self.model("float64"), self.underflow(dtype).z
         bounds = [cand.z_bound(m) + ref.z_bound(m) + flow[m] for m in range(len(self.fwd.zs))]
         found = _stack.ambiguous_kinks(self.fwd, bounds)
-        low = is_low(dtype)
+        low, fraction = is_low(dtype), KINK_IMPACT_FRACTION * scale
         effects = _stack.kink_effects(
-            self.fwd, self.deltas, found, tol, bounds, last_layer_forward=low, fraction=KINK_IMPACT_FRACTION
+            self.fwd, self.deltas, found, tol, bounds, last_layer_forward=low, fraction=fraction
         )
         self._kinks_memo[dtype] = (key, (bounds, found, effects))
         return bounds, found, effects

@@ -19,6 +19,7 @@ import numpy as np
 from crosscheck._compare import screening as _screening
 from crosscheck._compare import terms
 from crosscheck._compare.compare import Comparison, mismatch_message, structural_problem
+from crosscheck._compare.constants import SAFETY
 from crosscheck._compare.dtypes import accumulation
 from crosscheck._workloads.protocol import Call, Options, Reference
 from crosscheck._workloads.stack import rounding as _stack
@@ -37,7 +38,7 @@ class GradJudge(Protocol):
 
     def model(self, dtype: str) -> _stack.RoundingModel: ...
     def underflow(self, dtype: str) -> _underflow.Underflow: ...
-    def kink_effects(self, dtype: str, tol: np.ndarray) -> Any: ...
+    def kink_effects(self, dtype: str, tol: np.ndarray, scale: float = 1.0) -> Any: ...
     def forget_kinks(self, dtype: str) -> None: ...
     def compare_full(self, value: np.ndarray, name: str, reference: Reference, dtype: str) -> Comparison: ...
     def range_cause(self, found: Comparison, value: np.ndarray, dtype: str) -> Comparison: ...
@@ -348,7 +349,8 @@ def _along(judge: GradJudge, screening: Screening, dtype: str, call: Call) -> Al
     layer (its sign set to 0), and the oracle's derivatives, and the rounding's spread, are taken along
     those directions instead. That costs one more screen, never a layer's entries one by one."""
     if dtype not in screening.along:
-        *_, effects = judge.kink_effects(dtype, judge.model(dtype).grad_bound)
+        # The model's bound is SAFETY sigma: passed as sigma and its scale (no (L, d, d) bound made).
+        *_, effects = judge.kink_effects(dtype, judge.model(dtype).grad_sigma, SAFETY)
         unjudgeable = effects.count > 1
         sc, model = screening.estimate, judge.model(dtype)
         assert model.direction_sigma is not None  # the model was made with the screening directions
