@@ -99,7 +99,11 @@ def test_above_the_escalation_limit_a_disagreeing_direction_fails_without_checki
     (c,) = report.comparisons
     assert not report.passed and not c.passed and c.status == "mismatch"
     assert entry_by_entry == []
-    assert "layers checked entry by entry: none; the directions of layers [" in c.message
+    assert "layers checked entry by entry: none; " in c.message
+    assert (
+        "entries left out of the directions, unjudgeable (float32 rounding may flip several ReLUs); "
+        "the directions of layers [" in c.message
+    )
     assert "so the candidate fails on its directions; --oracle-mode full checks every entry" in c.message
     assert not any(row["full_check"] for row in c.screening)
     # A healthy candidate is unaffected: every direction agrees.
@@ -111,3 +115,29 @@ def test_a_screen_escalates_where_a_layers_every_entry_is_affordable(dim, escala
     assert _screen.escalates(8, 8, dim) is escalates
     # The costliest layer is the first: every layer after it is evaluated again for each entry.
     assert _screen.escalation_flops(8, 8, dim, [0]) == 4 * 8 * dim**4 * 7
+
+
+def test_the_reference_counts_every_screens_evaluations_and_the_coverage_the_left_out_entries(
+    monkeypatch,
+):
+    """The oracle screens twice here (its directions, then those less the unjudgeable entries): the
+    reference's ``evaluations`` note counts both, and the coverage says what was left out."""
+    counted: list[int] = []
+    screen = _fd.screen
+
+    def counting(*args, **kwargs):
+        out = screen(*args, **kwargs)
+        counted.append(out.evaluations)
+        return out
+
+    monkeypatch.setattr(_fd, "screen", counting)
+    report = crosscheck.run(**CASE, oracle_mode="screen", backends=[planted.correct])
+    assert report.passed, report.problems
+    assert len(counted) == 2 and min(counted) > 0  # the directions, then the judgeable entries
+    assert report.backends[report.reference].notes["evaluations"] == sum(counted)
+    (c,) = report.comparisons
+    several = int(_unjudgeable().sum())
+    assert c.coverage.endswith(
+        f"; {several} entries left out of the directions, unjudgeable "
+        "(float32 rounding may flip several ReLUs)"
+    ), c.coverage

@@ -136,6 +136,8 @@ class Screening:
     full_layers: dict[int, tuple[np.ndarray, ...]] = dataclasses.field(default_factory=dict)
     #: What each dtype is screened along (``Along``), or why the oracle could not screen it.
     along: dict[str, Along | str] = dataclasses.field(default_factory=dict)
+    #: The oracle's evaluations after its first screen (its screens of the judgeable entries).
+    more_evaluations: int = 0
 
     @property
     def directions(self) -> np.ndarray:
@@ -185,6 +187,9 @@ def compare_screened(
         )
         return judge.range_cause(invalid, candidate, dtype)
     along = _along(judge, screening, dtype, call)
+    # The reference's record counts every screen's evaluations (the engine reads its notes once more
+    # for the report).
+    reference.notes["evaluations"] = sc.evaluations + screening.more_evaluations
     if isinstance(along, str):
         invalid = Comparison(
             backend=name,
@@ -213,8 +218,11 @@ def compare_screened(
     layers, batch, dim = len(judge.weights), len(judge.x), judge.weights.shape[1]
     flops = escalation_flops(layers, batch, dim, failing)
     if failing and flops > ESCALATE_FLOPS:  # the candidate fails on its directions alone
-        return _on_directions(candidate, name, reference, (diff, tol), failing, flops, model, u)
+        left = _left_out(int(np.count_nonzero(along.unjudgeable)), dtype)
+        return _on_directions(candidate, name, reference, (diff, tol), failing, flops, model, u, left)
     coverage = _screening.coverage(sc.value.shape[0], "layer", sc.value.shape[1], failing)
+    unjudged = int(np.count_nonzero(along.unjudgeable))
+    coverage += _left_out(unjudged, dtype)
     full = _full_layers(judge, screening, failing, reference, call) if failing else None
     if isinstance(full, str):
         comparison = Comparison(
@@ -233,7 +241,6 @@ def compare_screened(
     else:
         # Every direction agrees; the entries several flips may move were left out of them, and are
         # unjudgeable, as a full check says of them (``--strict`` fails them).
-        unjudged = int(np.count_nonzero(along.unjudgeable))
         strict = bool(options.strict and unjudged)
         comparison = Comparison(
             backend=name,
@@ -245,10 +252,7 @@ def compare_screened(
             unjudgeable=unjudged,
             unjudgeable_reasons={_several(dtype): unjudged} if unjudged else {},
         )
-        message = f"{coverage}: {_screening.AGREES}"
-        if unjudged:
-            left = f"{unjudged} entries left out of the directions, unjudgeable ({_several(dtype)})"
-            message += f"; {left}" + ("; --strict fails them" if strict else "")
+        message = f"{coverage}: {_screening.AGREES}" + ("; --strict fails them" if strict else "")
     own_floor = terms.floor(terms.largest(candidate), u, ulps=terms.SAFETY_FLOOR_ULPS)
     rounding = {"weights": model.grad_bound + own_floor}
     return dataclasses.replace(
@@ -269,12 +273,13 @@ def _on_directions(
     flops: float,
     model: _stack.RoundingModel,
     u: float,
+    left: str = "",
 ) -> Comparison:
     """A candidate whose directions disagree where checking their layers entry by entry would cost
     ``flops`` (over ``ESCALATE_FLOPS``): a mismatch on its directions, with the worst one."""
     diff, tol = found
     count = diff.shape[1]
-    coverage = _screening.coverage(len(diff), "layer", count, [])
+    coverage = _screening.coverage(len(diff), "layer", count, []) + left
     ratio = _screening.ratio(diff, tol)
     k, s = (int(i) for i in np.unravel_index(np.nanargmax(np.where(diff > tol, ratio, -1.0)), diff.shape))
     worst = f"worst: layer {k}, direction {s}, off by {diff[k, s]:.3g}, {ratio[k, s]:.3g} x its tolerance"
@@ -336,6 +341,13 @@ def _full_layers(
     return dataclasses.replace(reference, data=GradAnswer(value, error, kink, kink_at))
 
 
+def _left_out(unjudged: int, dtype: str) -> str:
+    """What a screen's coverage adds for the entries left out of its directions ("" when none)."""
+    if not unjudged:
+        return ""
+    return f"; {unjudged} entries left out of the directions, unjudgeable ({_several(dtype)})"
+
+
 def _several(dtype: str) -> str:
     """Why an entry several ReLU flips may move is unjudgeable (as the full check says it)."""
     return f"{dtype} rounding may flip several ReLUs"
@@ -376,6 +388,7 @@ def _along(judge: GradJudge, screening: Screening, dtype: str, call: Call) -> Al
                 screening.along[dtype] = f"{why}: {out.error}"
                 return screening.along[dtype]
             value, error = out.value.value, out.value.error
+            screening.more_evaluations += out.value.evaluations
             fwd, deltas = judge.fwd, judge.deltas
             masked = _stack.rounding_model(fwd, deltas, dtype, directions=directions, entries=False)
             assert masked.direction_sigma is not None  # the model was given the directions
