@@ -291,6 +291,9 @@ def _report(run: _Run) -> Report:
         for spec in run.plan.candidates[max(0, len(results) - 1) :]:
             name = unique(spec_name(spec), results)
             results[name] = BackendResult(name=name, status="skipped", error="not run: interrupted (Ctrl-C)")
+    if run.reference is not None and run.reference.name in results:  # notes the judge added since
+        ref = results[run.reference.name]
+        results[run.reference.name] = dataclasses.replace(ref, notes={**ref.notes, **run.reference.notes})
     extras = run.judge.extras(run.reference)
     for name, verdict in extras.get("verdicts", {}).items():  # a workload's verdict on a candidate
         results[name] = dataclasses.replace(results[name], verdict=verdict)

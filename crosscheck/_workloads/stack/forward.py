@@ -5,7 +5,6 @@ ReLU sign flip can move, never as the oracle's values (see ``rounding``, which r
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import numpy as np
 
@@ -25,10 +24,10 @@ class Forward:
     def loss(self) -> float:
         return float(np.sum(self.ys[-1] ** 2))
 
-    @functools.cached_property
-    def squared_weights(self) -> np.ndarray:
-        """``weights ** 2``, made once: every rounding bound of this pass needs it."""
-        return np.square(self.weights)
+    def squared_weight(self, layer: int) -> np.ndarray:
+        """``weights[layer] ** 2``, a ``(d, d)`` layer at a time: never the whole ``(L, d, d)`` square
+        (one float64 array of the weights' size less, for as long as the pass is kept)."""
+        return np.square(self.weights[layer])
 
 
 @_threads.blas_on_one_thread
@@ -48,13 +47,16 @@ def forward(weights: np.ndarray, x: np.ndarray) -> Forward:
 
 
 @_threads.blas_on_one_thread
-def backward(fwd: Forward) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Return ``(deltas, grads)``: ``deltas[m] = dloss/dz[m]`` and ``grads[m] = dloss/dW[m]``."""
+def backward(fwd: Forward, *, grads: bool = True) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Return ``(deltas, grads)``: ``deltas[m] = dloss/dz[m]`` and ``grads[m] = dloss/dW[m]`` (empty
+    arrays with ``grads=False``, for a caller that needs the deltas only: a ``(L, d, d)`` array less)."""
     g = 2.0 * fwd.ys[-1]
     deltas: list[np.ndarray] = [np.empty(0)] * len(fwd.zs)  # every entry is set below
-    grads: list[np.ndarray] = [np.empty(0)] * len(fwd.zs)
+    found: list[np.ndarray] = [np.empty(0)] * len(fwd.zs)
     for m in reversed(range(len(fwd.zs))):
         delta = g * fwd.masks[m]
-        deltas[m], grads[m] = delta, fwd.ys[m].T @ delta
+        deltas[m] = delta
+        if grads:
+            found[m] = fwd.ys[m].T @ delta
         g = delta @ fwd.weights[m].T
-    return deltas, grads
+    return deltas, found

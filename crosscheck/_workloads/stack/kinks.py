@@ -52,6 +52,7 @@ def kink_effects(
     bounds: list[np.ndarray] | None = None,
     *,
     last_layer_forward: bool = False,
+    fraction: float = 1.0,
 ) -> KinkEffects:
     """For each kink, the signed change of every gradient entry if that kink's ReLU flips.
 
@@ -65,37 +66,42 @@ def kink_effects(
     ``last_layer_forward`` (a 16-bit dtype) a row with a flip in the last layer is bounded too: there the
     forward change is the upstream gradient itself (``2 * y``), at entries whose float64 value and
     modelled rounding are 0, and 16 bits make it far larger than float32's floor, which covers it.
+    The threshold is ``fraction * threshold``, taken a ``(d, d)`` layer at a time (never a second
+    array of the gradient's size).
     """
     shape = fwd.weights.shape
-    count = np.zeros(shape, np.int64)
-    alternative, best, minor = np.zeros(shape), np.zeros(shape), np.zeros(shape)
-    culprit = np.full(shape, -1, dtype=np.int64)
+    limit = _Threshold(np.broadcast_to(threshold, shape), fraction)
+    count = np.zeros(shape, np.int32)  # int32: half an (L, d, d) float64 array each, not one
+    # The strongest change so far is |alternative| (``best``, taken a layer at a time: abs is exact).
+    alternative, minor = np.zeros(shape), np.zeros(shape)
+    culprit = np.full(shape, -1, dtype=np.int32)
     for index, (m, n, unit) in enumerate(kinks):
         on = fwd.masks[m][n, unit]
         upstream = deltas[m][n, unit] if on else _upstream(fwd, deltas, m, n, unit)
         change = np.zeros(shape[1])
         change[unit] = -upstream if on else upstream
-        moved = np.zeros(shape)
+        # Layers after m are not moved (their entries change by 0): only layers m, m - 1, ..., 0 are
+        # visited, each a (d, d) layer at a time (the whole (L, d, d) array per kink cost K * L * d**2
+        # a pass, most of a --dim 2048 run's judging).
         for k in range(m, -1, -1):
             if k < m:
                 change = (change @ fwd.weights[k + 1].T) * fwd.masks[k][n]
-            moved[k] = np.outer(fwd.ys[k][n], change)
-        size = np.abs(moved)
-        large = size > threshold
-        count += large
-        minor += np.where(large, 0.0, size)
-        stronger = large & (size > best)
-        best[stronger], culprit[stronger], alternative[stronger] = size[stronger], index, moved[stronger]
+            moved = np.outer(fwd.ys[k][n], change)
+            size = np.abs(moved)
+            large = size > limit.layer(k)
+            count[k] += large
+            np.add(minor[k], size, out=minor[k], where=~large)
+            stronger = large & (size > np.abs(alternative[k]))
+            culprit[k][stronger] = index
+            alternative[k][stronger] = moved[stronger]
     if bounds is not None:
-        for n in np.unique(kinks[:, 1]):
-            _row_bound(
-                fwd, deltas, kinks, bounds, int(n), threshold, count, culprit, minor, last_layer_forward
-            )
+        rows = [int(n) for n in np.unique(kinks[:, 1])]
+        _rows_bound(fwd, deltas, kinks, bounds, rows, limit, (count, culprit, minor), last_layer_forward)
     return KinkEffects(kinks, count, alternative, culprit, minor)
 
 
-def _row_bound(fwd, deltas, kinks, bounds, n, threshold, count, culprit, minor, last=False) -> None:
-    """Bound what every possible flip in row ``n`` can do together, forward and backward.
+def _rows_bound(fwd, deltas, kinks, bounds, rows, threshold: _Threshold, found, last=False) -> None:
+    """Bound what every possible flip in each row of ``rows`` can do together, forward and backward.
 
     A flip changes ``y`` by at most its pre-activation's size plus its error; that change travels forward
     (through ``|W|``) and may flip further units whose pre-activations are smaller than it. With every
@@ -105,39 +111,67 @@ def _row_bound(fwd, deltas, kinks, bounds, n, threshold, count, culprit, minor, 
     unjudgeable. In a row whose output is zero in float64, a flip's forward change is all the signal
     there is: that part is bounded too, added to ``minor`` or, beyond ``threshold``, made unjudgeable.
     The bounds propagate absolute values, so they are safe and loose; they apply only to such rows.
+    ``found``: ``(count, culprit, minor)``, updated in place. The rows are taken together a layer at a
+    time, each row's products as its own (the same sums as one row at a time): ``|W|`` is made a
+    ``(d, d)`` layer at a time, never for the whole stack.
     """
-    weights = np.abs(fwd.weights)
-    n_layers, d = weights.shape[:2]
-    in_row = np.flatnonzero(kinks[:, 1] == n)
-    may_flip = np.zeros((n_layers, d), bool)
-    may_flip[kinks[in_row, 0], kinks[in_row, 2]] = True
-    dy = [np.zeros(d) for _ in range(n_layers + 1)]  # bound of the change of y[k][n]
+    count, culprit, minor = found
+    n_layers, d = fwd.weights.shape[:2]
+    states = []
+    for n in rows:
+        in_row = np.flatnonzero(kinks[:, 1] == n)
+        may_flip = np.zeros((n_layers, d), bool)
+        may_flip[kinks[in_row, 0], kinks[in_row, 2]] = True
+        dy = [np.zeros(d) for _ in range(n_layers + 1)]  # bound of the change of y[k][n]
+        states.append((n, in_row, may_flip, dy))
     for k in range(n_layers):
-        z, dz = np.abs(fwd.zs[k][n]), dy[k] @ weights[k]
-        may_flip[k] |= (dz > 0) & (z <= dz + bounds[k][n])
-        dy[k + 1] = np.where(may_flip[k], z + dz + bounds[k][n], np.where(fwd.masks[k][n], dz, 0.0))
-    open_ = [fwd.masks[k][n] | may_flip[k] for k in range(n_layers)]
-    interacting = len(np.unique(np.nonzero(may_flip)[0])) > 1
-    if not interacting and np.any(fwd.ys[-1][n]) and not (last and may_flip[-1].any()):
-        # One layer of flips in a live row: each flip's effect is judged on its own (kink_effects); its
-        # forward part is a change of rounding size in a row whose output is far from it.
-        return
-    top = int(np.nonzero(may_flip)[0].max())
-    g, d_g = 2.0 * np.abs(fwd.ys[-1][n]), 2.0 * dy[n_layers]
-    for k in reversed(range(n_layers)):
-        y, delta = np.abs(fwd.ys[k][n]), np.abs(deltas[k][n])
-        if interacting and k <= top:
-            # Every path may be open: the whole contribution of the row is uncertain.
-            d_delta = (g + d_g) * open_[k]
-            bound = np.outer(y + dy[k], d_delta) + np.outer(y, delta)
-        else:
-            d_delta = d_g * open_[k]
-            bound = np.outer(y + dy[k], d_delta) + np.outer(dy[k], delta)
-        beyond = bound > threshold[k]
-        count[k][beyond] = np.maximum(count[k][beyond], 2)
-        culprit[k][beyond & (culprit[k] < 0)] = in_row[0]
-        minor[k] += np.where(beyond, 0.0, bound)
-        g, d_g = (g * open_[k]) @ weights[k].T, d_delta @ weights[k].T
+        weight = np.abs(fwd.weights[k])
+        for n, _, may_flip, dy in states:
+            z, dz = np.abs(fwd.zs[k][n]), dy[k] @ weight
+            may_flip[k] |= (dz > 0) & (z <= dz + bounds[k][n])
+            dy[k + 1] = np.where(may_flip[k], z + dz + bounds[k][n], np.where(fwd.masks[k][n], dz, 0.0))
+    live = []
+    for n, in_row, may_flip, dy in states:
+        interacting = len(np.unique(np.nonzero(may_flip)[0])) > 1
+        if not interacting and np.any(fwd.ys[-1][n]) and not (last and may_flip[-1].any()):
+            # One layer of flips in a live row: each flip's effect is judged on its own (kink_effects);
+            # its forward part is a change of rounding size in a row whose output is far from it.
+            continue
+        open_ = [fwd.masks[k][n] | may_flip[k] for k in range(n_layers)]
+        top = int(np.nonzero(may_flip)[0].max())
+        carried = [2.0 * np.abs(fwd.ys[-1][n]), 2.0 * dy[n_layers]]  # g, d_g
+        live.append((n, in_row, dy, open_, interacting, top, carried))
+    for k in reversed(range(n_layers)) if live else ():
+        weight = np.abs(fwd.weights[k])
+        for n, in_row, dy, open_, interacting, top, carried in live:
+            g, d_g = carried
+            y, delta = np.abs(fwd.ys[k][n]), np.abs(deltas[k][n])
+            if interacting and k <= top:
+                # Every path may be open: the whole contribution of the row is uncertain.
+                d_delta = (g + d_g) * open_[k]
+                bound = np.outer(y + dy[k], d_delta) + np.outer(y, delta)
+            else:
+                d_delta = d_g * open_[k]
+                bound = np.outer(y + dy[k], d_delta) + np.outer(dy[k], delta)
+            beyond = bound > threshold.layer(k)
+            count[k][beyond] = np.maximum(count[k][beyond], 2)
+            culprit[k][beyond & (culprit[k] < 0)] = in_row[0]
+            minor[k] += np.where(beyond, 0.0, bound)
+            carried[:] = (g * open_[k]) @ weight.T, d_delta @ weight.T
+
+
+class _Threshold:
+    """``fraction * threshold``, a layer at a time: the last layer asked for is kept (a kink's change
+    visits layers m, m - 1, ..., 0, and the next kink starts again at its own m)."""
+
+    def __init__(self, threshold: np.ndarray, fraction: float) -> None:
+        self.threshold, self.fraction = threshold, fraction
+        self._layer, self._value = -1, np.empty(0)
+
+    def layer(self, k: int) -> np.ndarray:
+        if k != self._layer:
+            self._layer, self._value = k, self.fraction * self.threshold[k]
+        return self._value
 
 
 def _upstream(fwd: Forward, deltas: list[np.ndarray], m: int, n: int, unit: int) -> float:

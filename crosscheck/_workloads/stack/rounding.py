@@ -149,17 +149,33 @@ def rounding_model(
         return index, _sample(fwd, deltas, scales, sizes[index], rng, along, entries)
 
     flops = rounding_flops(fwd, samples)
-    pooled: list[Any] = [0.0, 0.0, 0.0]
+    pooled: list[Any] = []
     for index, found in sorted(
         _threads.in_parallel(part, range(len(sizes)), flops=flops), key=lambda r: r[0]
     ):
         share = sizes[index] / sum(sizes)
-        pooled = [total + share * np.asarray(more) for total, more in zip(pooled, found, strict=True)]
+        # In place, in the same order (0 + a == a exactly): no temporary of a gradient's size.
+        weighted = [
+            np.multiply(more, share, out=more) if _own(more) else share * np.asarray(more) for more in found
+        ]
+        if not pooled:
+            pooled = weighted
+            continue
+        for i, more in enumerate(weighted):
+            if _own(pooled[i]):
+                pooled[i] += more
+            else:
+                pooled[i] = pooled[i] + more
     z_var, grad_var, direction_var = pooled
     direction_sigma = None if directions is None else np.sqrt(direction_var)
-    grad_sigma = np.sqrt(grad_var) if entries else np.zeros(fwd.weights.shape)
+    grad_sigma = np.sqrt(grad_var, out=grad_var) if entries else np.zeros(fwd.weights.shape)
     stored = [scale.stored_z for scale in scales] if roundoffs(dtype)[1] else None
     return RoundingModel(dtype, list(np.sqrt(z_var)), grad_sigma, samples, direction_sigma, stored)
+
+
+def _own(value: Any) -> bool:
+    """Whether ``value`` is a float64 array a part made (and may be scaled in place)."""
+    return isinstance(value, np.ndarray) and value.dtype == np.float64 and value.ndim > 0
 
 
 def rounding_flops(fwd: Forward, samples: int = MODEL_SAMPLES) -> float:
@@ -170,13 +186,12 @@ def rounding_flops(fwd: Forward, samples: int = MODEL_SAMPLES) -> float:
 class _Scales(NamedTuple):
     """One layer's noise: of the forward product ``y @ W`` (its sum), of the backward ``delta @ W.T``,
     the variance factor of the gradient product ``y.T @ delta`` (each zero where the product is exact),
-    ``W.T`` contiguous (for BLAS; shared by the parts), and for a 16-bit dtype the rounding of storing
+    and for a 16-bit dtype the rounding of storing
     each pre-activation (a standard deviation) and each gradient entry (a variance)."""
 
     forward: Any
     backward: Any
     fresh_var: float
-    w_t: np.ndarray
     stored_z: Any = 0.0
     stored_grad: Any = 0.0
 
@@ -190,11 +205,11 @@ def _noise_scales(fwd: Forward, deltas: list[np.ndarray], dtype: str) -> list[_S
     (u, s), bits = roundoffs(dtype), SIGNIFICAND_BITS[dtype]
     scales = []
     for m, w in enumerate(fwd.weights):
-        w2 = fwd.squared_weights[m]
+        w2 = fwd.squared_weight(m)
         exact = _is_exact(fwd.ys[m], w, bits)
         forward_sigma = fresh_sigma(fwd.ys[m], w, u, exact, w2)
         stored_z = _stored(fwd.zs[m], s, exact)
-        w_t = np.ascontiguousarray(w.T)
+        w_t = np.ascontiguousarray(w.T)  # a layer at a time, not kept
         exact = _is_exact(deltas[m], w_t, bits)
         backward_sigma: Any = 0.0
         if m:
@@ -205,7 +220,7 @@ def _noise_scales(fwd: Forward, deltas: list[np.ndarray], dtype: str) -> list[_S
         exact = _is_exact(fwd.ys[m].T, deltas[m], bits)
         fresh_var = 0.0 if exact else u * u * len(fwd.ys[m])
         stored_grad = np.square(_stored(fwd.ys[m].T @ deltas[m], s, exact)) if s and not exact else 0.0
-        scales.append(_Scales(forward_sigma, backward_sigma, fresh_var, w_t, stored_z, stored_grad))
+        scales.append(_Scales(forward_sigma, backward_sigma, fresh_var, stored_z, stored_grad))
     return scales
 
 
@@ -243,7 +258,10 @@ def _sample(fwd, deltas, scales, samples, rng, directions, entries=True):
         if directions is not None and direction_var is not None:
             direction_var[m] = _direction_variance(*errors, directions[m])
         if m:
-            g = (delta.reshape(-1, delta.shape[-1]) @ scales[m].w_t).reshape(delta.shape)
+            # W.T contiguous for BLAS, made a layer at a time (never a transposed copy of every layer)
+            w_t = np.ascontiguousarray(weights[m].T)
+            g = (delta.reshape(-1, delta.shape[-1]) @ w_t).reshape(delta.shape)
+            del w_t
             g = g + rng.standard_normal(delta.shape) * scales[m].backward
     return np.stack(z_var), grad_var, 0.0 if direction_var is None else direction_var
 
@@ -272,14 +290,16 @@ def _direction_terms(fwd: Forward, deltas: list[np.ndarray], directions: np.ndar
     """What the directional errors need that no sample changes, per layer: ``delta @ D.T`` and
     ``y @ D`` (``(S_dirs, N, d)``) and the variance of the fresh rounding along each direction,
     ``fresh_var * sum((y**2).T @ delta**2 * D**2) = fresh_var * sum_n (y[n]**2) @ D**2 @ delta[n]**2``."""
-    squares = np.empty(directions.shape[1:])  # one buffer for every layer's D**2
+    along = np.empty(directions.shape[1:])  # one buffer for every layer's D (in float64), then D**2
     terms = []
     for m, (y, delta) in enumerate(zip(fwd.ys, deltas, strict=False)):
-        np.square(directions[m], out=squares)
-        fresh = np.einsum("nj,knj->k", np.square(delta), np.square(y) @ squares) * scales[m].fresh_var
+        along[...] = directions[m]  # int8 signs are taken in float64 here, a layer at a time
+        moved = delta @ np.swapaxes(along, 1, 2), y @ along
+        np.square(along, out=along)
+        fresh = np.einsum("nj,knj->k", np.square(delta), np.square(y) @ along) * scales[m].fresh_var
         if np.ndim(scales[m].stored_grad):  # a 16-bit dtype stores each gradient entry: its own rounding
-            fresh = fresh + np.einsum("ij,kij->k", scales[m].stored_grad, squares)
-        terms.append((delta @ np.swapaxes(directions[m], 1, 2), y @ directions[m], fresh))
+            fresh = fresh + np.einsum("ij,kij->k", scales[m].stored_grad, along)
+        terms.append((*moved, fresh))
     return terms
 
 

@@ -5,11 +5,14 @@ this machine has available and refuses, with the estimate, a case that cannot fi
 count the arrays the code makes (in units of one float64 ``(L, d, d)`` array, ``E``; one float64
 ``(N, d)`` activation, ``A``) and were checked against ``tracemalloc`` peaks of whole runs (L = 8,
 N = 8, d = 256, full oracle: 160 MiB measured, 275 MiB estimated; L = 3, N = 64, d = 32: 14.1 MiB
-measured, 18.9 MiB estimated; a screened case is estimated as if every layer were checked entry by
-entry, as it may be: L = 4, N = 4, d = 128, 12.0 MiB measured, 46.1 MiB estimated). A run of
-``crosscheck run --dim 3000 --backend torch`` grew past 22 GiB (its screen checked layers entry by
-entry) and is now refused at 39 GiB estimated; ``tests/workloads/stack/test_size.py`` checks it on
-small cases.
+measured, 18.9 MiB estimated; a screened case that may check a layer entry by entry
+(``screen.escalates``) is estimated as if every layer were: L = 4, N = 4, d = 128, 12.0 MiB measured,
+46.1 MiB estimated; past that, a screen is estimated with its own arrays: L = N = 8, d = 768, 18.2 E
+measured, 23.5 E estimated). A run of ``crosscheck run --dim 3000 --backend torch`` grew past 22 GiB
+(its screen checked layers entry by entry, which it no longer does at that size);
+``tests/workloads/stack/test_size.py`` checks the estimates on small cases. Against the resident
+peak of ``crosscheck run --dim D --batch 8`` (jax and torch) the estimate is about 1.5 times it at
+d = 1024 to 2048 (``benchmarks/stack_sizes.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,18 @@ from crosscheck._workloads.stack.oracle import threads as _threads
 #: float64 ``(L, d, d)`` arrays alive at the peak: the tolerance's terms and totals, the kink judgement,
 #: the oracle's value, error bar and flags, each candidate's results (kept for the report), the inputs.
 GRADIENT_ARRAYS = 20
+#: float64 ``(L, d, d)`` arrays alive at the peak of a screen that checks no layer entry by entry, beyond
+#: the rounding model's part and the directions: the inputs in float64, two rounding models' entries,
+#: the candidates' results, the kink judgement (its count and culprit, changes and minor sums) while it
+#: is made. Every square of the weights, transposed copy, ``|W|``, kink threshold or bound and zero
+#: underflow bound is taken a ``(d, d)`` layer at a time, and the kink judgement is dropped once the
+#: screen has its slack. Measured with ``tracemalloc`` (L = N = 8, one candidate, float32 rounding
+#: leaving entries unjudgeable so that the oracle screens a second time), d = 768: 9.6 E at the peak,
+#: the kink judgement's (it was 17.6 E, at the oracle's second screen); estimated 13.5 E there.
+SCREEN_ARRAYS = 6
+#: int8 copies of the screening directions: the screen's, those less the unjudgeable entries, and
+#: the private copy of each handed to the oracle.
+DIRECTION_COPIES = 4
 #: float64 ``(L, d, d)`` arrays the full oracle holds at its peak (measured: 17 to 40 at d = 64 to 128).
 ORACLE_ARRAYS = 40
 #: Blocks of changed rows (``perturb._CHUNK_VALUES`` float64 values each) per core the oracle runs on.
@@ -34,8 +49,10 @@ CHUNK_BUFFERS = 4
 ACTIVATION_ARRAYS = 6
 #: Per framework candidate: its copies of the inputs, its activations and its gradient, in its dtype.
 FRAMEWORK_COPIES = 3
-#: What the frameworks' runtimes and allocators hold beyond the arrays (a measured order of magnitude).
-RUNTIME = 256 * 2**20
+#: What each framework's runtime and allocator holds beyond the arrays: ``crosscheck run --dim 16``
+#: peaks at 570 MiB resident with JAX and PyTorch, 359 MiB with PyTorch alone, 268 MiB with JAX alone
+#: (2026-12-05).
+RUNTIME = 288 * 2**20
 # FRAMEWORKS (from the backend registry): the prefixes of built-in names that run a framework here.
 
 
@@ -71,19 +88,33 @@ def estimate(
         # each part's gradient variances and their pooled total (never a sample's whole gradient).
         "rounding model": f64 * (samples * (rows + 5 * batch * dim) + 3 * entries),
         "oracle": 0,
-        "frameworks": frameworks * FRAMEWORK_COPIES * item * (entries + rows)
-        + (RUNTIME if frameworks else 0),
+        "frameworks": frameworks * FRAMEWORK_COPIES * item * (entries + rows) + frameworks * RUNTIME,
     }
-    if quantity == "grad" and screens:
+    screened = _screened(layers, batch, dim, quantity, oracle_mode, screens)
+    if screened and not _screen.escalates(layers, batch, dim):
+        # A screen that never checks a layer entry by entry (too costly at this size: a disagreeing
+        # direction fails the candidate on its own): the screen's arrays, its int8 directions (the
+        # screen's, those less the unjudgeable entries, and the copies handed to the oracle), two
+        # float64 layers of them at a time, and the oracle's chunks of changed rows.
+        parts["inputs and results"] = f64 * (
+            (SCREEN_ARRAYS + 2 * max(candidates - 1, 0)) * entries + ACTIVATION_ARRAYS * rows
+        )
+        parts["oracle"] = (
+            DIRECTION_COPIES * layers * directions * dim * dim
+            + 2 * f64 * directions * dim * dim
+            + f64 * CHUNK_BUFFERS * _perturb._CHUNK_VALUES * _threads.workers()
+        )
+    elif quantity == "grad" and screens:
         # The full oracle: per entry, its perturbations' steps, values, errors and flags at each
         # refinement, and the changed rows it carries in bounded chunks. Screening needs it too, for
-        # the layers it checks entry by entry (a failing direction, or several kinks near an entry):
-        # which they are is known only after the screen, so the estimate counts every layer.
+        # the layers it checks entry by entry (those with a failing direction), where it may
+        # (``screen.escalates``): which they are is known only after the screen, so the estimate
+        # counts every layer.
         parts["oracle"] = f64 * (
             ORACLE_ARRAYS * entries + CHUNK_BUFFERS * _perturb._CHUNK_VALUES * _threads.workers()
         ) + _paths(layers, batch, dim)
-        if _screened(layers, batch, dim, quantity, oracle_mode, screens):
-            parts["oracle"] += 2 * f64 * layers * directions * dim * dim  # the directions, and a copy
+        if screened:
+            parts["oracle"] += DIRECTION_COPIES * layers * directions * dim * dim  # int8 directions
     if explain or quantity == "hvp":
         parts["inputs and results"] += 4 * f64 * entries  # float64 re-runs; the HVP's direction
     return parts

@@ -52,8 +52,12 @@ def underflow(fwd: Forward, deltas: list[np.ndarray], dtype: str) -> Underflow:
     else:
         inputs, small = [fwd.weights, *fwd.ys, *deltas], float(np.sqrt(2.0**bits * tiny))
         local = functools.partial(_local, small=small, tiny=tiny)
-    if not any(np.any((a != 0) & (np.abs(a) < small)) for a in inputs):
-        return Underflow(np.zeros((len(fwd.zs), *fwd.zs[0].shape)), np.zeros_like(fwd.weights))
+    if not any(_has_small(a, small) for a in inputs):
+        # Read-only zeros of the right shapes: no gradient-sized array for a bound that is 0.
+        zero = np.zeros(())
+        return Underflow(
+            np.broadcast_to(zero, (len(fwd.zs), *fwd.zs[0].shape)), np.broadcast_to(zero, fwd.weights.shape)
+        )
     return _propagate(fwd, deltas, tiny, local)
 
 
@@ -78,6 +82,15 @@ def _propagate(fwd: Forward, deltas: list[np.ndarray], tiny: float, local: Any) 
         if m:
             e_g = e_delta @ weights[m].T + delta @ e_w[m].T + local(deltas[m], fwd.weights[m].T)
     return Underflow(np.stack(e_zs), grad)
+
+
+def _has_small(values: np.ndarray, small: float) -> bool:
+    """Whether any value is nonzero and below ``small`` in size, looked at a layer (or row) at a time:
+    never a temporary of the weights' size."""
+    return any(
+        np.any((part != 0) & (np.abs(part) < small))
+        for part in np.asarray(values).reshape(-1, values.shape[-1])
+    )
 
 
 def _stored(a: np.ndarray, b: np.ndarray, tiny: float) -> np.ndarray:

@@ -128,3 +128,35 @@ def test_a_wide_layer_never_has_all_its_samples_in_memory():
 def test_the_full_oracles_flops_in_closed_form(layers, batch, dim):
     summed = sum(2 * dim * dim * (layers - 1 - k) * 2 * batch * dim * dim for k in range(layers))
     assert full_oracle_flops(layers, batch, dim) == float(summed)
+
+
+@pytest.mark.parametrize(
+    ("layers", "batch", "dim", "init"),
+    [(8, 8, 192, "gaussian"), (8, 8, 256, "nearzero")],
+    ids=["no-kinks", "unjudgeable-entries"],
+)
+def test_a_screen_that_checks_no_layer_entry_by_entry_is_estimated_as_what_it_allocates(
+    layers, batch, dim, init, monkeypatch
+):
+    """Past ``screen.ESCALATE_FLOPS`` (here: always) a screen never runs the full oracle: its estimate
+    is the screen's arrays, above the run's peak and within twice it (it counted the full oracle's
+    ~60 arrays of ``(L, d, d)`` float64: 20 GiB printed at d = 2048, where a run peaks at 7.2 GiB)."""
+    from crosscheck._workloads.stack.judge import screen as _screen
+
+    monkeypatch.setattr(_screen, "ESCALATE_FLOPS", 0.0)
+
+    def mine(weights, x):
+        return hostile.stack_grad(weights, x).astype(weights.dtype)
+
+    tracemalloc.start()
+    try:
+        report = crosscheck.run(
+            layers=layers, batch=batch, dim=dim, init=init, backends=[mine], oracle_mode="screen"
+        )
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert report.passed, report.problems
+    assert (report.comparisons[0].unjudgeable > 0) is (init == "nearzero")
+    parts = estimate(layers=layers, batch=batch, dim=dim, dtype="float32", oracle_mode="screen", frameworks=0)
+    assert peak < sum(parts.values()) < 2 * peak, (peak, parts)

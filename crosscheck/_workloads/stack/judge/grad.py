@@ -7,6 +7,7 @@ Every backend call goes through the engine's guarded ``call``; the numerics are 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import Any
 
 import numpy as np
@@ -59,12 +60,12 @@ class StackGradJudge:
         self.dtype = point.dtype
         self.notes: dict[str, dict[str, Any]] = {}
         self.fwd = _stack.forward(self.weights, self.x)
-        self.deltas, _ = _stack.backward(self.fwd)
+        self.deltas, _ = _stack.backward(self.fwd, grads=False)
         self._models: dict[str, _stack.RoundingModel] = {}
         self._underflows: dict[str, _underflow.Underflow] = {}
-        #: Kink judgements by dtype, with the tolerance they were made for (the same for every
-        #: candidate of a dtype: computed once).
-        self._kinks_memo: dict[str, tuple[np.ndarray, Any]] = {}
+        #: Kink judgements by dtype, with the digest of the tolerance they were made for (the same for
+        #: every candidate of a dtype: computed once; a digest, not a copy of a gradient-sized array).
+        self._kinks_memo: dict[str, tuple[tuple, Any]] = {}
         #: The screening strategy, when the reference screened (``screen.Screening``).
         self.screening: _screen.Screening | None = None
         self.oracle_backend: Any = None
@@ -240,18 +241,27 @@ class StackGradJudge:
             alternative[stuck] = np.nan
         return Kinks(unjudgeable, reason, kink, alternative), effects.minor
 
-    def kink_effects(self, dtype: str, tol: np.ndarray):
-        """The ambiguous pre-activations for ``dtype`` (with their bounds) and what flipping them does."""
-        memo = self._kinks_memo.get(dtype)
-        if memo is not None and np.array_equal(memo[0], tol):
+    def kink_effects(self, dtype: str, tol: np.ndarray, scale: float = 1.0):
+        """The ambiguous pre-activations for ``dtype`` (with their bounds) and what flipping them does,
+        for the tolerance ``scale * tol`` (a screen passes the rounding model's sigma and ``SAFETY``:
+        the same products, a layer at a time, with no gradient-sized ``grad_bound`` made for it)."""
+        memo, key = self._kinks_memo.get(dtype), (_digest(tol), scale)
+        if memo is not None and memo[0] == key:
             return memo[1]
         cand, ref, flow = self.model(dtype), self.model("float64"), self.underflow(dtype).z
         bounds = [cand.z_bound(m) + ref.z_bound(m) + flow[m] for m in range(len(self.fwd.zs))]
         found = _stack.ambiguous_kinks(self.fwd, bounds)
-        threshold, low = KINK_IMPACT_FRACTION * tol, is_low(dtype)
-        effects = _stack.kink_effects(self.fwd, self.deltas, found, threshold, bounds, last_layer_forward=low)
-        self._kinks_memo[dtype] = (np.array(tol, copy=True), (bounds, found, effects))
+        low, fraction = is_low(dtype), KINK_IMPACT_FRACTION * scale
+        effects = _stack.kink_effects(
+            self.fwd, self.deltas, found, tol, bounds, last_layer_forward=low, fraction=fraction
+        )
+        self._kinks_memo[dtype] = (key, (bounds, found, effects))
         return bounds, found, effects
+
+    def forget_kinks(self, dtype: str) -> None:
+        """Drop ``dtype``'s kink judgement (a screen that has taken what it needs of it: three
+        gradient-sized arrays less for the rest of the run)."""
+        self._kinks_memo.pop(dtype, None)
 
     def _exact_zero_kinks(self, bounds: list[np.ndarray], oracle: GradAnswer) -> np.ndarray:
         """Oracle kink entries whose kink is an exact zero that the candidate also computes exactly."""
@@ -323,6 +333,13 @@ class StackGradJudge:
         if progress is None:
             return None
         return lambda done, total: progress(description, done, total)
+
+
+def _digest(values: np.ndarray) -> tuple:
+    """What identifies a tolerance array for the kink memo: its shape, dtype and a BLAKE2b digest of
+    its bytes (read in place, never copied)."""
+    values = np.ascontiguousarray(values)
+    return values.shape, values.dtype.str, hashlib.blake2b(values.data.cast("B")).hexdigest()
 
 
 def _unjudged(comparison: Comparison, dtype: str) -> str:

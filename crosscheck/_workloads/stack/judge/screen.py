@@ -4,12 +4,14 @@ entry of each layer that fails them (see README, "Screening").
 The gradient judge owns a ``Screening`` (what the oracle screened, and what every candidate shares) and
 hands it, with itself, to ``compare_screened``; this module uses the judge's public surface only
 (``GradJudge``: ``weights``, ``x``, ``options``, ``model``, ``underflow``, ``kink_effects``,
-``compare_full``, ``range_cause``, ``progress``), and imports neither the judge nor its module.
+``forget_kinks``, ``compare_full``, ``range_cause``, ``progress``), and imports neither the judge nor
+its module.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -17,6 +19,7 @@ import numpy as np
 from crosscheck._compare import screening as _screening
 from crosscheck._compare import terms
 from crosscheck._compare.compare import Comparison, mismatch_message, structural_problem
+from crosscheck._compare.constants import SAFETY
 from crosscheck._compare.dtypes import accumulation
 from crosscheck._workloads.protocol import Call, Options, Reference
 from crosscheck._workloads.stack import rounding as _stack
@@ -30,10 +33,13 @@ class GradJudge(Protocol):
     weights: np.ndarray
     x: np.ndarray
     options: Options
+    fwd: _stack.Forward
+    deltas: list[np.ndarray]
 
     def model(self, dtype: str) -> _stack.RoundingModel: ...
     def underflow(self, dtype: str) -> _underflow.Underflow: ...
-    def kink_effects(self, dtype: str, tol: np.ndarray) -> Any: ...
+    def kink_effects(self, dtype: str, tol: np.ndarray, scale: float = 1.0) -> Any: ...
+    def forget_kinks(self, dtype: str) -> None: ...
     def compare_full(self, value: np.ndarray, name: str, reference: Reference, dtype: str) -> Comparison: ...
     def range_cause(self, found: Comparison, value: np.ndarray, dtype: str) -> Comparison: ...
     def progress(self, description: str) -> Any: ...
@@ -52,34 +58,86 @@ def full_oracle_flops(layers: int, batch: int, dim: int) -> float:
     return float(4 * batch * dim**4 * (layers * (layers - 1) // 2))
 
 
+#: Above this many flops (``escalation_flops``) the layers whose directions disagree are not checked
+#: entry by entry: the candidate fails on its directions alone, and the message says so (a check of
+#: every entry of one layer costs ``O(N d**4)``: at ``d = 1024`` most of an hour on 2 cores, days at
+#: 4096). At the limit a check takes a few minutes; ``--oracle-mode full`` checks every entry.
+ESCALATE_FLOPS = 100 * SCREEN_FLOPS
+
+
+def escalation_flops(layers: int, batch: int, dim: int, which: Sequence[int]) -> float:
+    """Matrix-product flops of the full oracle on the layers ``which`` (``full_oracle_flops``'s terms,
+    each at least one layer's worth)."""
+    return float(sum(4 * batch * dim**4 * max(layers - 1 - k, 1) for k in which))
+
+
+def escalates(layers: int, batch: int, dim: int) -> bool:
+    """Whether a screen of this size may check a layer entry by entry (its costliest one within
+    ``ESCALATE_FLOPS``); the memory estimate counts the full oracle only then."""
+    return escalation_flops(layers, batch, dim, [0]) <= ESCALATE_FLOPS
+
+
 #: How the screening directions are drawn (a note of the report says so).
 DIRECTIONS_GENERATOR = "numpy.random.default_rng(0).integers(0, 2, (L, S, d, d), dtype=int8) * 2 - 1"
 
 
-def sign_directions(layers: int, count: int, dim: int) -> np.ndarray:
-    """``count`` random +-1 directions per layer, ``(layers, count, dim, dim)`` float64.
+def sign_directions(layers: int, count: int, dim: int, dtype: Any = np.float64) -> np.ndarray:
+    """``count`` random +-1 directions per layer, ``(layers, count, dim, dim)`` of ``dtype``.
 
     The seed is fixed: the same case is screened along the same directions. Drawn as int8 (a fraction
-    of the cost of drawing float64 values at d = 1024).
+    of the cost of drawing float64 values at d = 1024). The gradient's screening keeps them as int8
+    (``SIGNS``): one byte an entry instead of eight (4 GiB less at d = 4096), every product with them
+    taken in float64 a layer at a time (``project``), so the sums are the same.
     """
     signs = np.random.default_rng(0).integers(0, 2, size=(layers, count, dim, dim), dtype=np.int8)
-    directions = np.multiply(signs, 2.0, dtype=np.float64)
-    directions -= 1.0
+    directions = np.multiply(signs, 2, dtype=dtype)
+    directions -= 1
     return directions
+
+
+#: What the gradient's screening directions are stored as: their entries are -1, 0 or +1.
+SIGNS = np.int8
+
+
+def project(values: np.ndarray, directions: np.ndarray) -> np.ndarray:
+    """``sum(values[k] * directions[k, s])`` as ``(L, S)`` float64, a layer at a time (``directions``
+    of any dtype, converted to float64 one layer at a time: never a float64 copy of them all)."""
+    out = np.empty(directions.shape[:2])
+    for k in range(len(directions)):
+        layer = directions[k].reshape(directions.shape[1], -1).astype(np.float64)
+        out[k] = layer @ np.asarray(values[k], np.float64).ravel()
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Along:
+    """What one dtype's candidates are screened along: the directions (the screen's, less the entries
+    that several ReLU flips may move, which are unjudgeable), the oracle's derivatives along them and
+    their error, the modelled spread of the dtype's rounding along them, the kink slack, and the
+    unjudgeable entries (``(L, d, d)`` bool)."""
+
+    directions: np.ndarray
+    value: np.ndarray
+    error: np.ndarray
+    sigma: np.ndarray
+    slack: np.ndarray
+    unjudgeable: np.ndarray
 
 
 @dataclasses.dataclass
 class Screening:
     """A judge's screening: the oracle's directional derivatives (``estimate``: value, error, directions),
-    the oracle that checks failing layers entry by entry, those checks by layer and the kink slack by
-    dtype (each computed once, shared by every candidate)."""
+    the oracle that checks failing layers entry by entry, those checks by layer and what each dtype is
+    screened along (each computed once, shared by every candidate)."""
 
     estimate: Any
     oracle: Any
     #: The full checks by layer: (value, error, kink, kink_at).
     full_layers: dict[int, tuple[np.ndarray, ...]] = dataclasses.field(default_factory=dict)
-    #: The kink slack by dtype, and the layers where several flips can move one entry.
-    slack: dict[str, tuple[np.ndarray, set[int]]] = dataclasses.field(default_factory=dict)
+    #: What each dtype is screened along (``Along``), or why the oracle could not screen it.
+    along: dict[str, Along | str] = dataclasses.field(default_factory=dict)
+    #: The oracle's evaluations after its first screen (its screens of the judgeable entries).
+    more_evaluations: int = 0
 
     @property
     def directions(self) -> np.ndarray:
@@ -90,7 +148,7 @@ def screen_reference(judge: GradJudge, backend: Any, call: Call) -> tuple[Any, S
     """The oracle's directional derivatives along ``directions`` random +-1 directions per layer: the
     reference's outcome, and the judge's ``Screening`` (None when the oracle failed)."""
     shape = judge.weights.shape
-    directions = sign_directions(shape[0], judge.options.directions, shape[1])
+    directions = sign_directions(shape[0], judge.options.directions, shape[1], SIGNS)
     progress = judge.progress("oracle (screening)")
     out = call(backend.screen, judge.weights, judge.x, directions, progress=progress)
     if out.error:
@@ -128,22 +186,43 @@ def compare_screened(
             index_names=list(_stack.INDEX_NAMES),
         )
         return judge.range_cause(invalid, candidate, dtype)
+    along = _along(judge, screening, dtype, call)
+    # The reference's record counts every screen's evaluations (the engine reads its notes once more
+    # for the report).
+    reference.notes["evaluations"] = sc.evaluations + screening.more_evaluations
+    if isinstance(along, str):
+        invalid = Comparison(
+            backend=name,
+            reference=reference.name,
+            passed=False,
+            status="invalid",
+            total=candidate.size,
+            message=along,
+            index_names=list(_stack.INDEX_NAMES),
+        )
+        return invalid
     model = judge.model(dtype)
-    assert model.direction_sigma is not None  # the model was made with the screening directions
-    projected = np.einsum("kij,ksij->ks", candidate.astype(np.float64), sc.directions)
+    projected = project(candidate, along.directions)
     u, size = _stack.UNIT_ROUNDOFF[accumulation(dtype)], judge.weights.shape[1]
     options = judge.options
-    slack = 0.0 if options.rtol is None else options.atol * size * size + options.rtol * np.abs(sc.value)
+    slack = 0.0 if options.rtol is None else options.atol * size * size + options.rtol * np.abs(along.value)
     # The floor term of every entry, summed in quadrature over the d * d entries of a direction.
     floor = terms.floor(terms.largest(candidate), u, ulps=terms.SAFETY_FLOOR_ULPS, across=size)
-    kinks, several = _kink_slack(judge, screening, dtype)
-    # The underflow bounds summed over each direction's entries (every entry of a direction is +-1).
+    # The underflow bounds summed over each direction's entries (every entry of a direction is +-1,
+    # or 0 where it is left out as unjudgeable).
     bound = judge.underflow(dtype).grad
-    flow = bound.sum(axis=(1, 2))[:, None] if bound.any() else 0.0
-    tol = terms.modelled(model.direction_sigma) + sc.error + floor + slack + kinks + flow
-    diff = np.abs(projected - sc.value)
-    failing = _screening.escalated(diff > tol, several)
+    flow = (bound * ~along.unjudgeable).sum(axis=(1, 2))[:, None] if bound.any() else 0.0
+    tol = terms.modelled(along.sigma) + along.error + floor + slack + along.slack + flow
+    diff = np.abs(projected - along.value)
+    failing = _screening.escalated(diff > tol)
+    layers, batch, dim = len(judge.weights), len(judge.x), judge.weights.shape[1]
+    flops = escalation_flops(layers, batch, dim, failing)
+    if failing and flops > ESCALATE_FLOPS:  # the candidate fails on its directions alone
+        left = _left_out(int(np.count_nonzero(along.unjudgeable)), dtype)
+        return _on_directions(candidate, name, reference, (diff, tol), failing, flops, model, u, left)
     coverage = _screening.coverage(sc.value.shape[0], "layer", sc.value.shape[1], failing)
+    unjudged = int(np.count_nonzero(along.unjudgeable))
+    coverage += _left_out(unjudged, dtype)
     full = _full_layers(judge, screening, failing, reference, call) if failing else None
     if isinstance(full, str):
         comparison = Comparison(
@@ -160,15 +239,20 @@ def compare_screened(
         comparison = judge.compare_full(candidate, name, full, dtype)
         message = coverage + "\n" + mismatch_message(comparison)
     else:
+        # Every direction agrees; the entries several flips may move were left out of them, and are
+        # unjudgeable, as a full check says of them (``--strict`` fails them).
+        strict = bool(options.strict and unjudged)
         comparison = Comparison(
             backend=name,
             reference=reference.name,
-            passed=True,
-            status="ok",
+            passed=not strict,
+            status="mismatch" if strict else "ok",
             total=candidate.size,
             index_names=list(_stack.INDEX_NAMES),
+            unjudgeable=unjudged,
+            unjudgeable_reasons={_several(dtype): unjudged} if unjudged else {},
         )
-        message = f"{coverage}: {_screening.AGREES}"
+        message = f"{coverage}: {_screening.AGREES}" + ("; --strict fails them" if strict else "")
     own_floor = terms.floor(terms.largest(candidate), u, ulps=terms.SAFETY_FLOOR_ULPS)
     rounding = {"weights": model.grad_bound + own_floor}
     return dataclasses.replace(
@@ -177,6 +261,45 @@ def compare_screened(
         screening=screening_rows(diff, tol, failing),
         message=message,
         arrays={**comparison.arrays, "rounding": rounding},
+    )
+
+
+def _on_directions(
+    candidate: np.ndarray,
+    name: str,
+    reference: Reference,
+    found: tuple[np.ndarray, np.ndarray],
+    failing: list[int],
+    flops: float,
+    model: _stack.RoundingModel,
+    u: float,
+    left: str = "",
+) -> Comparison:
+    """A candidate whose directions disagree where checking their layers entry by entry would cost
+    ``flops`` (over ``ESCALATE_FLOPS``): a mismatch on its directions, with the worst one."""
+    diff, tol = found
+    count = diff.shape[1]
+    coverage = _screening.coverage(len(diff), "layer", count, []) + left
+    ratio = _screening.ratio(diff, tol)
+    k, s = (int(i) for i in np.unravel_index(np.nanargmax(np.where(diff > tol, ratio, -1.0)), diff.shape))
+    worst = f"worst: layer {k}, direction {s}, off by {diff[k, s]:.3g}, {ratio[k, s]:.3g} x its tolerance"
+    message = (
+        f"{coverage}; the directions of layers {failing} disagree ({worst}); checking those layers "
+        f"entry by entry would take about {flops:.1e} flops (more than {ESCALATE_FLOPS:.1e}), so the "
+        "candidate fails on its directions; --oracle-mode full checks every entry"
+    )
+    own_floor = terms.floor(terms.largest(candidate), u, ulps=terms.SAFETY_FLOOR_ULPS)
+    return Comparison(
+        backend=name,
+        reference=reference.name,
+        passed=False,
+        status="mismatch",
+        total=candidate.size,
+        index_names=list(_stack.INDEX_NAMES),
+        coverage=coverage,
+        screening=screening_rows(diff, tol, []),
+        message=message,
+        arrays={"rounding": {"weights": model.grad_bound + own_floor}},
     )
 
 
@@ -218,18 +341,57 @@ def _full_layers(
     return dataclasses.replace(reference, data=GradAnswer(value, error, kink, kink_at))
 
 
-def _kink_slack(judge: GradJudge, screening: Screening, dtype: str) -> tuple[np.ndarray, set[int]]:
-    """How far ReLU flips the candidate may see can move each directional derivative, and the
-    layers where several flips can move one entry (those are always checked entry by entry).
-    The same for every candidate of ``dtype``: computed once."""
-    if dtype not in screening.slack:
-        *_, effects = judge.kink_effects(dtype, judge.model(dtype).grad_bound)
-        moved = np.abs(effects.alternative) * (effects.count > 0) + effects.minor
-        several = {int(k) for k in np.nonzero(effects.count > 1)[0]}
-        directions = screening.directions
+def _left_out(unjudged: int, dtype: str) -> str:
+    """What a screen's coverage adds for the entries left out of its directions ("" when none)."""
+    if not unjudged:
+        return ""
+    return f"; {unjudged} entries left out of the directions, unjudgeable ({_several(dtype)})"
+
+
+def _several(dtype: str) -> str:
+    """Why an entry several ReLU flips may move is unjudgeable (as the full check says it)."""
+    return f"{dtype} rounding may flip several ReLUs"
+
+
+def _along(judge: GradJudge, screening: Screening, dtype: str, call: Call) -> Along | str:
+    """What ``dtype``'s candidates are screened along (computed once per dtype), or why not.
+
+    An entry that several ReLU flips may move is unjudgeable (the full check says so of it too), and
+    its possible moves have no bound a direction could carry: it is left out of every direction of its
+    layer (its sign set to 0), and the oracle's derivatives, and the rounding's spread, are taken along
+    those directions instead. That costs one more screen, never a layer's entries one by one."""
+    if dtype not in screening.along:
+        # The model's bound is SAFETY sigma: passed as sigma and its scale (no (L, d, d) bound made).
+        *_, effects = judge.kink_effects(dtype, judge.model(dtype).grad_sigma, SAFETY)
+        unjudgeable = effects.count > 1
+        sc, model = screening.estimate, judge.model(dtype)
+        assert model.direction_sigma is not None  # the model was made with the screening directions
+        directions, value, error, sigma = sc.directions, sc.value, sc.error, model.direction_sigma
+        if unjudgeable.any():
+            directions = directions * ~unjudgeable[:, None]
         slack = np.zeros(directions.shape[:2])
-        for k in np.flatnonzero(moved.any(axis=(1, 2))):  # most layers have no kink at all
-            slack[k] = np.abs(directions[k]).reshape(len(directions[k]), -1) @ moved[k].ravel()
-        screening.slack[dtype] = slack, several
-    slack, several = screening.slack[dtype]
-    return slack, set(several)
+        for k in range(len(slack)):  # a layer at a time; most layers have no kink at all
+            moved = np.abs(effects.alternative[k]) * (effects.count[k] > 0)
+            moved += effects.minor[k]  # 0 where left out
+            if moved.any():
+                slack[k] = project(moved[None], np.abs(directions[k : k + 1]))[0]
+        del effects, moved
+        layers, batch, dim = len(judge.weights), len(judge.x), judge.weights.shape[1]
+        if not escalates(layers, batch, dim):  # no full check will judge these kinks again
+            judge.forget_kinks(dtype)
+        if unjudgeable.any():
+            progress = judge.progress("oracle (screening judgeable entries)")
+            oracle = screening.oracle.screen
+            out = call(oracle, judge.weights, judge.x, directions, progress=progress, keep_model=False)
+            if out.error:
+                why = f"the reference failed to screen the entries {dtype} rounding leaves judgeable"
+                screening.along[dtype] = f"{why}: {out.error}"
+                return screening.along[dtype]
+            value, error = out.value.value, out.value.error
+            screening.more_evaluations += out.value.evaluations
+            fwd, deltas = judge.fwd, judge.deltas
+            masked = _stack.rounding_model(fwd, deltas, dtype, directions=directions, entries=False)
+            assert masked.direction_sigma is not None  # the model was given the directions
+            sigma = masked.direction_sigma
+        screening.along[dtype] = Along(directions, value, error, sigma, slack, unjudgeable)
+    return screening.along[dtype]

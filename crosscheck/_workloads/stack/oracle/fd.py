@@ -125,7 +125,7 @@ def estimate(
     # The loss evaluations share the rounded prefix of the stack, so the estimate is the derivative
     # at a point moved by float64 rounding; that error is sized by the stack's rounding model, made on
     # the other core while the layers run serially.
-    deltas, _ = _stack.backward(fwd)
+    deltas, _ = _stack.backward(fwd, grads=False)
 
     def layer(block):
         return _layer(fwd, *block, out, sigmas[block[0]])
@@ -161,7 +161,8 @@ def screen(
 
     Args:
         weights: ``(L, d, d)``; x: ``(N, d)`` (not modified).
-        directions: ``(L, S, d, d)``: ``S`` directions per layer.
+        directions: ``(L, S, d, d)``: ``S`` directions per layer (any real dtype: int8 signs are
+            taken in float64 a layer at a time).
         progress: called as ``progress(done, total)`` in units of directions.
         keep_model: also model every entry's rounding (and return the model, for a judge to reuse);
             False when only these derivatives are needed (the HVP's screening, at each of its nodes).
@@ -175,7 +176,7 @@ def screen(
     )
     evaluations, sigmas = 0, _perturb.output_sigmas(fwd)
     for k in range(n_layers):
-        moved = fwd.ys[k] @ directions[k]  # how each z[k] moves per unit step along each direction
+        moved = fwd.ys[k] @ directions[k].astype(np.float64)  # how each z[k] moves per unit step
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(moved != 0, np.abs(fwd.zs[k]) / np.abs(moved), np.inf)
         distance = ratio.reshape(count, -1).min(axis=1)
@@ -188,7 +189,7 @@ def screen(
         evaluations += result["evaluations"]
         if progress is not None:
             progress((k + 1) * count, n_layers * count)
-    deltas, _ = _stack.backward(fwd)
+    deltas, _ = _stack.backward(fwd, grads=False)
     model = _stack.rounding_model(fwd, deltas, "float64", directions=directions, entries=keep_model)
     assert model.direction_sigma is not None  # the model was given the directions
     error += terms.modelled(model.direction_sigma)

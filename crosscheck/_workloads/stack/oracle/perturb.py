@@ -47,10 +47,12 @@ def output_sigmas(fwd: _stack.Forward) -> list[float]:
     n_layers = len(fwd.zs)
     adjoint = np.ones_like(fwd.zs[-1])
     total, sums = 0.0, [0.0] * n_layers
+    above: np.ndarray | None = None  # W[m + 1] ** 2, a layer at a time
     for m in reversed(range(n_layers)):
-        if m < n_layers - 1:
-            adjoint = (adjoint * fwd.masks[m + 1]) @ fwd.squared_weights[m + 1].T
-        sigma = _stack.fresh_sigma(fwd.ys[m], fwd.weights[m], u, False, fwd.squared_weights[m])
+        if above is not None:
+            adjoint = (adjoint * fwd.masks[m + 1]) @ above.T
+        above = fwd.squared_weight(m)
+        sigma = _stack.fresh_sigma(fwd.ys[m], fwd.weights[m], u, False, above)
         fresh = np.square(sigma) * fwd.masks[m]
         total += float(np.sum(fresh * adjoint))
         sums[m] = total
