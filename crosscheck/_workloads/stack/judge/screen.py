@@ -176,31 +176,14 @@ def compare_screened(
     sc = screening.estimate
     problem = structural_problem(candidate, judge.weights.shape, dtype)
     if problem:
-        invalid = Comparison(
-            backend=name,
-            reference=reference.name,
-            passed=False,
-            status="invalid",
-            total=candidate.size,
-            message=problem,
-            index_names=list(_stack.INDEX_NAMES),
-        )
+        invalid = _invalid(candidate, name, reference, problem)
         return judge.range_cause(invalid, candidate, dtype)
     along = _along(judge, screening, dtype, call)
     # The reference's record counts every screen's evaluations (the engine reads its notes once more
     # for the report).
     reference.notes["evaluations"] = sc.evaluations + screening.more_evaluations
     if isinstance(along, str):
-        invalid = Comparison(
-            backend=name,
-            reference=reference.name,
-            passed=False,
-            status="invalid",
-            total=candidate.size,
-            message=along,
-            index_names=list(_stack.INDEX_NAMES),
-        )
-        return invalid
+        return _invalid(candidate, name, reference, along)
     model = judge.model(dtype)
     projected = project(candidate, along.directions)
     u, size = _stack.UNIT_ROUNDOFF[accumulation(dtype)], judge.weights.shape[1]
@@ -225,15 +208,7 @@ def compare_screened(
     coverage += _left_out(unjudged, dtype)
     full = _full_layers(judge, screening, failing, reference, call) if failing else None
     if isinstance(full, str):
-        comparison = Comparison(
-            backend=name,
-            reference=reference.name,
-            passed=False,
-            status="invalid",
-            total=candidate.size,
-            message=full,
-            index_names=list(_stack.INDEX_NAMES),
-        )
+        comparison = _invalid(candidate, name, reference, full)
         message = full
     elif full is not None:
         comparison = judge.compare_full(candidate, name, full, dtype)
@@ -261,6 +236,20 @@ def compare_screened(
         screening=screening_rows(diff, tol, failing),
         message=message,
         arrays={**comparison.arrays, "rounding": rounding},
+    )
+
+
+def _invalid(candidate: np.ndarray, name: str, reference: Reference, message: str) -> Comparison:
+    """A candidate the screen could not judge (its shape, its directions or its layers' full check
+    failed): an invalid comparison saying why."""
+    return Comparison(
+        backend=name,
+        reference=reference.name,
+        passed=False,
+        status="invalid",
+        total=candidate.size,
+        message=message,
+        index_names=list(_stack.INDEX_NAMES),
     )
 
 
