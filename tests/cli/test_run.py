@@ -606,7 +606,8 @@ def test_bare_command_lists_the_commands_and_an_example(capsys):
     assert captured.err.startswith("usage: crosscheck [-h] [--version] COMMAND ...")
     commands = captured.err.split("commands:")[1].split("examples:")[0].splitlines()
     listed = [line.split()[0] for line in commands if line.startswith("    ") and line[4] != " "]
-    assert listed == ["run", "explain", "sweep", "replay", "list", "inspect", "memory", "cost", "ste"]
+    commands = ["run", "explain", "sweep", "blocks", "replay", "list", "inspect", "memory", "cost", "ste"]
+    assert listed == commands
     assert len(SUBCOMMANDS) == len(listed) - 1  # run and explain share a module
     assert "  crosscheck run  " in captured.err
     assert max(len(line) for line in captured.err.split("examples:")[1].splitlines()) <= 80

@@ -183,7 +183,16 @@ def measure(
             signed = np.clip(signed, -bound, bound)
         d = scale * np.abs(signed)
         term[k], delta[k] = terms.measured(d), scale * signed
-    how = f"measured: re-run in {other}"
+    how, excess = _measured_how(name, dtype, steps, excess)
+    lost = limits(value, again, shapes, dtype) if is_low(dtype) else {}
+    wide_only = is_low(dtype) and unrounded(value, again, shapes, dtype)
+    return Rounding(term, delta, how, excess=tuple(excess), used=used, limits=lost, wide_only=wide_only)
+
+
+def _measured_how(name: str, dtype: str, steps: bool, excess: list) -> tuple[str, list]:
+    """How a measured rounding was made, in words, and the excesses that fail the check (in a float64
+    check, a float32 re-run that is off is said, and the check goes on)."""
+    how = f"measured: re-run in {OTHER_DTYPE[dtype]}"
     if steps:
         how += (
             f"; `{name}`'s float64 loss keeps float32 steps (noise probe): |g32 - g64| is two float32 "
@@ -192,12 +201,10 @@ def measure(
     if excess:
         names = ", ".join(f"`{e.parameter}`" for e in excess)
         how += f"; capped at what {terms.permit_dtype(dtype)} permits for {names}"
-    if dtype == "float64":  # a float32 re-run off in a float64 check: said, and the check goes on
+    if dtype == "float64":
         how += "".join(f"; {e.says(name, dtype)}" for e in excess)
         excess = []
-    lost = limits(value, again, shapes, dtype) if is_low(dtype) else {}
-    wide_only = is_low(dtype) and unrounded(value, again, shapes, dtype)
-    return Rounding(term, delta, how, excess=tuple(excess), used=used, limits=lost, wide_only=wide_only)
+    return how, excess
 
 
 def unrounded(

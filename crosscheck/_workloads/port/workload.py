@@ -39,7 +39,10 @@ from crosscheck._workloads.port.build import (
 from crosscheck._workloads.port.declare import Port
 from crosscheck._workloads.port.mapping import render_summary
 from crosscheck._workloads.port.pairs import module_pairs
-from crosscheck._workloads.protocol import Call, Options, OwnArrays, Point, Reference
+from crosscheck._workloads.protocol import Call, Options, OwnArrays, Point, Reference, named
+
+#: The forward check's judge (``quantity="output"``), named: it subclasses ``PortJudge``.
+FORWARD = "crosscheck._workloads.port.forward:OutputJudge"
 
 
 class PortWorkload(OwnArrays):
@@ -74,10 +77,8 @@ class PortWorkload(OwnArrays):
     quantities: tuple[str, ...] = ("grad", "output")
 
     def judge(self, quantity: Any, point: Point, options: Options) -> Any:
-        if quantity.name == "output":  # the forward check: module outputs only (``forward``)
-            from crosscheck._workloads.port.forward import OutputJudge
-
-            return OutputJudge(self, point, options)
+        if quantity.name == "output":  # the forward check: module outputs only (``forward``, named:
+            return named(FORWARD)(self, point, options)  # it builds on this module's judge)
         if quantity.name != "grad":
             checks = ", ".join(self.quantities)
             raise ValueError(f"port `{self.name}` has no quantity {quantity.name!r}; it checks {checks}.")

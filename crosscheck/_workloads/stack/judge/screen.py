@@ -19,7 +19,6 @@ import numpy as np
 from crosscheck._compare import screening as _screening
 from crosscheck._compare import terms
 from crosscheck._compare.compare import Comparison, mismatch_message, structural_problem
-from crosscheck._compare.constants import SAFETY
 from crosscheck._compare.dtypes import accumulation
 from crosscheck._workloads.protocol import Call, Options, Reference
 from crosscheck._workloads.stack import rounding as _stack
@@ -186,16 +185,8 @@ def compare_screened(
         return _invalid(candidate, name, reference, along)
     model = judge.model(dtype)
     projected = project(candidate, along.directions)
-    u, size = _stack.UNIT_ROUNDOFF[accumulation(dtype)], judge.weights.shape[1]
-    options = judge.options
-    slack = 0.0 if options.rtol is None else options.atol * size * size + options.rtol * np.abs(along.value)
-    # The floor term of every entry, summed in quadrature over the d * d entries of a direction.
-    floor = terms.floor(terms.largest(candidate), u, ulps=terms.SAFETY_FLOOR_ULPS, across=size)
-    # The underflow bounds summed over each direction's entries (every entry of a direction is +-1,
-    # or 0 where it is left out as unjudgeable).
-    bound = judge.underflow(dtype).grad
-    flow = (bound * ~along.unjudgeable).sum(axis=(1, 2))[:, None] if bound.any() else 0.0
-    tol = terms.modelled(along.sigma) + along.error + floor + slack + along.slack + flow
+    u = _stack.UNIT_ROUNDOFF[accumulation(dtype)]
+    tol = _tolerance(judge, candidate, along, dtype)
     diff = np.abs(projected - along.value)
     failing = _screening.escalated(diff > tol)
     layers, batch, dim = len(judge.weights), len(judge.x), judge.weights.shape[1]
@@ -216,7 +207,7 @@ def compare_screened(
     else:
         # Every direction agrees; the entries several flips may move were left out of them, and are
         # unjudgeable, as a full check says of them (``--strict`` fails them).
-        strict = bool(options.strict and unjudged)
+        strict = bool(judge.options.strict and unjudged)
         comparison = Comparison(
             backend=name,
             reference=reference.name,
@@ -237,6 +228,21 @@ def compare_screened(
         message=message,
         arrays={**comparison.arrays, "rounding": rounding},
     )
+
+
+def _tolerance(judge: GradJudge, candidate: np.ndarray, along: Along, dtype: str) -> np.ndarray:
+    """Each direction's tolerance: the modelled rounding along it, the oracle's error, the candidate's
+    floor, the user's slack, the kinks' slack and the underflow bounds."""
+    u, size = _stack.UNIT_ROUNDOFF[accumulation(dtype)], judge.weights.shape[1]
+    options = judge.options
+    slack = 0.0 if options.rtol is None else options.atol * size * size + options.rtol * np.abs(along.value)
+    # The floor term of every entry, summed in quadrature over the d * d entries of a direction.
+    floor = terms.floor(terms.largest(candidate), u, ulps=terms.SAFETY_FLOOR_ULPS, across=size)
+    # The underflow bounds summed over each direction's entries (every entry of a direction is +-1,
+    # or 0 where it is left out as unjudgeable).
+    bound = judge.underflow(dtype).grad
+    flow = (bound * ~along.unjudgeable).sum(axis=(1, 2))[:, None] if bound.any() else 0.0
+    return terms.modelled(along.sigma) + along.error + floor + slack + along.slack + flow
 
 
 def _invalid(candidate: np.ndarray, name: str, reference: Reference, message: str) -> Comparison:
@@ -350,8 +356,9 @@ def _along(judge: GradJudge, screening: Screening, dtype: str, call: Call) -> Al
     layer (its sign set to 0), and the oracle's derivatives, and the rounding's spread, are taken along
     those directions instead. That costs one more screen, never a layer's entries one by one."""
     if dtype not in screening.along:
-        # The model's bound is SAFETY sigma: passed as sigma and its scale (no (L, d, d) bound made).
-        *_, effects = judge.kink_effects(dtype, judge.model(dtype).grad_sigma, SAFETY)
+        # The model's bound is its modelled term of sigma: passed as sigma and the term's scale
+        # (``terms.modelled(1.0)``; no (L, d, d) bound made).
+        *_, effects = judge.kink_effects(dtype, judge.model(dtype).grad_sigma, terms.modelled(1.0))
         unjudgeable = effects.count > 1
         sc, model = screening.estimate, judge.model(dtype)
         assert model.direction_sigma is not None  # the model was made with the screening directions
