@@ -7,6 +7,7 @@ Run from the repository root::
     crosscheck blocks --workload examples.port.llama_blocks:blocks --reference torch       # healthy
     crosscheck blocks --workload examples.port.llama_blocks:rms_norm_eps --reference torch # layers.1 differs
     crosscheck blocks --workload examples.port.llama_blocks:one_b --reference torch        # ~1B parameters
+    crosscheck blocks --workload examples.port.llama_blocks:one_b_gelu --reference torch   # layers.1 differs
 
 ``blocks`` and the planted bug are tiny (3 layers, width 16, 4 query heads sharing 2 key/value heads:
 grouped-query attention, Llama's own initialisation); ``one_b`` is TinyLlama's shape (22 layers, width
@@ -139,4 +140,6 @@ def __getattr__(name):  # built when asked for: importing this module imports no
         return make_blocks("llama-1b-blocks", config=ONE_B, size="one_b")
     if name in BUGS:
         return make_blocks(f"llama-blocks-{name.replace('_', '-')}", **BUGS[name][2])
+    if name == "one_b_gelu":  # a planted bug at 1B (its RMSNorm epsilon is already 1e-5: not that one)
+        return make_blocks("llama-1b-blocks-gelu", config=ONE_B, size="one_b", **BUGS["gelu"][2])
     raise AttributeError(name)
