@@ -174,9 +174,13 @@ class Blocks:
         if taken is not None:
             raise ValueError(f"{where}: `port` may not set `{taken}`: the blockwise check sets it.")
         constants = dict(recorded.constants)
+        tuples = dict(getattr(recorded, "tuples", {}))  # name -> how many: inputs `name[0]`, ...
+        members = {f"{k}[{i}]" for k, n in tuples.items() for i in range(n)}
 
         def torch_call(module: Any, inputs: dict[str, Any]) -> Any:
-            return module(**inputs, **constants)
+            plain = {k: v for k, v in inputs.items() if k not in members}
+            grouped = {k: tuple(inputs[f"{k}[{i}]"] for i in range(n)) for k, n in tuples.items()}
+            return module(**plain, **grouped, **constants)
 
         extra: dict[str, Any] = {}
         if self.cotangent == "model":

@@ -6,7 +6,9 @@ here, one after the other, or on a Dask worker that holds that block only.
 A block's file holds its array inputs (``input/NAME``), its output's cotangents (``cotangent/I``, one
 per floating-point array of its output, ``losses.floating_outputs``), its weights when a worker builds
 the block itself (``weight/NAME``, its ``state_dict``), and ``meta``: JSON text of what else it was
-called with (``None``, booleans, numbers, strings) and how often it was called.
+called with (``None``, booleans, numbers, strings) and how often it was called. An argument that is a
+tuple or list of arrays (Llama's ``position_embeddings=(cos, sin)``) is kept as one array input a member,
+``NAME[0]``, ``NAME[1]``, ... (``meta`` keeps how many), and given back to the PyTorch block as a tuple.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class Recorded:
     cotangents: list[np.ndarray]
     weights: dict[str, np.ndarray]
     calls: int
+    #: The arguments that were tuples of arrays: name -> how many (kept as inputs ``NAME[0]``, ...).
+    tuples: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 def record(blocks: Blocks, model: Any, directory: str, *, seed: int, weights: bool) -> list[dict[str, Any]]:
@@ -134,6 +138,7 @@ def _arguments(module: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
         return {"problem": f"its arguments cannot be named by its signature: {describe(exc)}"}
     arrays: dict[str, np.ndarray] = {}
     constants: dict[str, Any] = {}
+    tuples: dict[str, int] = {}
     parameters = inspect.signature(module.forward).parameters
     for key, value in bound.arguments.items():
         kind = parameters[key].kind
@@ -145,10 +150,18 @@ def _arguments(module: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
                 arrays[k] = v.detach().cpu().numpy().copy()
             elif isinstance(v, PLAIN):
                 constants[k] = v
+            elif isinstance(v, (tuple, list)) and v and all(isinstance(t, torch.Tensor) for t in v):
+                tuples[k] = len(v)
+                arrays.update({member(k, i): t.detach().cpu().numpy().copy() for i, t in enumerate(v)})
             else:
                 problem = f"its argument `{k}` is a {type(v).__name__}, neither an array nor a plain value"
                 return {"problem": problem + " (a cache? build the model with use_cache=False)"}
-    return {"inputs": arrays, "constants": constants}
+    return {"inputs": arrays, "constants": constants, "tuples": tuples}
+
+
+def member(name: str, i: int) -> str:
+    """The input name of member ``i`` of a tuple argument ``name``: ``name[i]``."""
+    return f"{name}[{i}]"
 
 
 def _cotangents(output: Any, seen: dict[str, dict[str, Any]]) -> None:
@@ -177,7 +190,13 @@ def _save(directory: str, index: int, name: str, got: dict[str, Any], module: An
     arrays.update({f"cotangent/{i}": c for i, c in enumerate(cotangents)})
     if module is not None:
         arrays.update({f"weight/{k}": v.detach().cpu().numpy() for k, v in module.state_dict().items()})
-    meta = {"block": name, "index": index, "constants": got["constants"], "calls": got["calls"]}
+    meta = {
+        "block": name,
+        "index": index,
+        "constants": got["constants"],
+        "tuples": got.get("tuples", {}),
+        "calls": got["calls"],
+    }
     path = os.path.join(directory, f"block-{index:05d}.npz")
     np.savez(path, meta=np.array(json.dumps(meta)), **arrays)
     return path
@@ -201,6 +220,7 @@ def load(path: str) -> Recorded:
         cotangents,
         part["weight"],
         meta["calls"],
+        meta.get("tuples", {}),
     )
 
 

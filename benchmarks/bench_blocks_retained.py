@@ -1,0 +1,73 @@
+"""What a blockwise check keeps from block to block: ``crosscheck.check_blocks`` on a Llama of TinyLlama's
+shape at half its width (width 1024, 16 query heads over 4 key/value heads, SwiGLU width 2816, six
+layers, vocabulary 1000: ``examples/port/llama_blocks.py``'s blocks), ``--reference torch``, one block
+at a time in this process, printing after each block the resident memory, the live JAX arrays and the
+PyTorch tensors Python still reaches.
+
+``--trim`` returns the C allocator's free memory to the system after each block (glibc's
+``malloc_trim(0)``, Linux only); ``--clear`` empties JAX's compilation caches after each block. Together
+they tell memory that is only held by the allocator or the caches from memory something still holds.
+
+Usage: ``python benchmarks/bench_blocks_retained.py [--trim] [--clear]``, from the repository root.
+Quote the output with the machine, its load (``uptime``) and the date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import sys
+import time
+
+
+def _rss_gib() -> float:
+    with open("/proc/self/status") as status:
+        line = next(x for x in status if x.startswith("VmRSS:"))
+    return int(line.split()[1]) / 2**20
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trim", action="store_true", help="malloc_trim(0) after each block")
+    parser.add_argument("--clear", action="store_true", help="jax.clear_caches() after each block")
+    args = parser.parse_args()
+    sys.path.insert(0, ".")
+    import jax
+    import torch
+
+    import crosscheck
+    from examples.port import llama_blocks
+
+    config = {
+        **llama_blocks.ONE_B,
+        "hidden_size": 1024,
+        "intermediate_size": 2816,
+        "num_hidden_layers": 6,
+        "num_attention_heads": 16,
+        "vocab_size": 1000,
+    }
+    llama_blocks.TOKENS["half"] = (1, 32)
+    blocks = llama_blocks.make_blocks("llama-half-blocks", config=config, size="half")
+
+    def progress(done: int, total: int) -> None:
+        gc.collect()
+        if args.trim:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        if args.clear:
+            jax.clear_caches()
+        tensors = [o for o in gc.get_objects() if isinstance(o, torch.Tensor)]
+        held = sum(t.numel() * t.element_size() for t in tensors) / 2**20
+        live = jax.live_arrays()
+        print(
+            f"{time.strftime('%H:%M:%S')} block {done}/{total}: resident {_rss_gib():.2f} GiB, "
+            f"{len(live)} live JAX arrays, {len(tensors)} PyTorch tensors ({held:.0f} MiB)",
+            flush=True,
+        )
+
+    result = crosscheck.check_blocks(blocks, reference="torch", progress=progress)
+    print(result.verdict()[:100])
+
+
+if __name__ == "__main__":
+    main()
