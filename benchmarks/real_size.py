@@ -48,6 +48,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+# ``--mode stages`` and ``evaluations`` run the check in this process: this tree's crosscheck, not the
+# copy installed in the environment (the other modes' processes get it through ``PYTHONPATH``).
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
 
 #: The models, from their published configs (no dropout, no cache; the weights' std is the model's own).
 MODELS: dict[str, dict[str, Any]] = {
