@@ -16,14 +16,14 @@ from crosscheck._workloads.model.rounding import Divided, Measured, measure, ran
 SHAPES = {"w": (40, 30), "b": (30,), "e": (0,), "v": (7, 3, 5), "s": ()}
 
 
-def _old(value, again, dtype, steps=False):
+def _old(value, again, dtype, steps=False, shapes=SHAPES):
     """The formula the rounding kept before (every term and every delta, materialized)."""
     wide = value if dtype == "float64" else again
     every = terms.rms(
-        np.concatenate([np.ravel(np.nan_to_num(np.asarray(wide[k], np.float64))) for k in SHAPES])
+        np.concatenate([np.ravel(np.nan_to_num(np.asarray(wide[k], np.float64))) for k in shapes])
     )
     scale, term, delta = terms.widening(dtype), {}, {}
-    for k in SHAPES:
+    for k in shapes:
         bound = terms.bound(wide[k], every, terms.permit_dtype(dtype))
         bound = 2.0 * bound if steps else bound
         with np.errstate(invalid="ignore", over="ignore"):
@@ -153,3 +153,42 @@ def _permit_and_ratio(seed):
         assert terms.median_ratio(np.array(diff[3, 3]), terms.bound(scalar), w) == _old_median_ratio(
             np.array(diff[3, 3]), _old_bound(scalar), w
         )
+
+
+def _timeless(found):
+    if isinstance(found, dict):
+        return {k: _timeless(v) for k, v in found.items() if "second" not in k and k != "environment"}
+    return [_timeless(v) for v in found] if isinstance(found, list) else found
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_port_check_reports_the_same_as_with_every_term_kept(dtype, monkeypatch):
+    """End to end: the check with the terms made when read, and with the old formula's terms and
+    differences kept as dicts (the float64 case: its float64 loss keeps float32 steps, ``term / WIDEN``)."""
+    pytest.importorskip("flax")
+    pytest.importorskip("torch")
+    import dataclasses
+
+    import tanh_mlp
+
+    import crosscheck
+    from crosscheck._workloads.model import judge
+
+    def run():
+        port = tanh_mlp.float32_steps_port(float32_only=3e-3 if dtype == "float32" else 0.0)
+        report = crosscheck.run(workload=port, reference="torch", backends=["jax"], dtype=dtype)
+        return _timeless(report.to_dict())
+
+    made = run()
+
+    def kept(value, again, *, shapes, dtype, name, steps=False):
+        found = measure(value, again, shapes=shapes, dtype=dtype, name=name, steps=steps)
+        if found.delta is None:
+            return found
+        term, delta = _old(value, again, dtype, steps=steps and dtype == "float32", shapes=shapes)
+        return dataclasses.replace(found, term=term, delta=delta)
+
+    monkeypatch.setattr(judge, "measure", kept)
+    assert run() == made
+    notes = str(made)
+    assert ("capped at" in notes) if dtype == "float32" else ("keeps float32 steps" in notes)
