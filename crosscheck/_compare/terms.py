@@ -112,12 +112,17 @@ def widening(dtype: str) -> float:
     return WIDEN if dtype == "float64" else 1.0
 
 
-def measured(difference: Any, spread: Any = None, *, widen: float = 1.0) -> Any:
+def measured(difference: Any, spread: Any = None, *, widen: float = 1.0, own: bool = False) -> Any:
     """The rounding measured by a re-run in the other precision: ``SAFETY x widen x (|difference| +
     spread)``, ``spread`` the difference's RMS (over the array unless given: over a layer, a step),
     which guards entries where the two precisions agree by chance; ``widen``: ``widening``, where the
-    difference is not already scaled (one re-run is one sample of the rounding)."""
+    difference is not already scaled (one re-run is one sample of the rounding); ``own``: the array
+    ``difference`` is the caller's to overwrite (the term is made in it, the same numbers)."""
     spread = rms(difference) if spread is None else spread
+    if own and isinstance(difference, np.ndarray) and np.shape(spread) == ():
+        difference += spread
+        difference *= SAFETY * widen
+        return difference
     return SAFETY * widen * (difference + spread)
 
 
@@ -157,8 +162,16 @@ def bound(wide: np.ndarray, shared: float = 0.0, dtype: str = "float32") -> np.n
     """Per entry, the difference ``dtype``'s rounding permits against the wider precision, from the wide
     result ``wide`` (and ``shared``, a scale common to several arrays: the RMS of a whole gradient):
     float32 against float64, or a 16-bit dtype against float32."""
-    value = np.nan_to_num(np.abs(np.asarray(wide, np.float64)), nan=0.0, posinf=0.0)
-    return permit_ulps(dtype) * unit_roundoff(dtype) * (value + rms(value) + shared)
+    value = np.abs(np.asarray(wide, np.float64))  # its own array: the rest in place, the same numbers
+    if not isinstance(value, np.ndarray):  # a 0-d array's: a NumPy scalar, as it always was
+        value = np.nan_to_num(value, nan=0.0, posinf=0.0)
+        return permit_ulps(dtype) * unit_roundoff(dtype) * (value + rms(value) + shared)
+    np.nan_to_num(value, copy=False, nan=0.0, posinf=0.0)
+    spread = rms(value)
+    value += spread
+    value += shared
+    value *= permit_ulps(dtype) * unit_roundoff(dtype)
+    return value
 
 
 def travelled(path: np.ndarray, dtype: str = "float32") -> np.ndarray:
@@ -170,16 +183,20 @@ def travelled(path: np.ndarray, dtype: str = "float32") -> np.ndarray:
 def median_ratio(diff: np.ndarray, permit: np.ndarray, wide: np.ndarray | None = None) -> float:
     """The typical entry's measured difference over what is permitted (> 1: beyond float32). Entries
     zero in both precisions (a dead ReLU unit's, an unused parameter's) say nothing and are left out
-    when ``wide`` is given."""
-    diff = np.abs(np.asarray(diff, np.float64))
-    if wide is not None:
-        informative = (diff != 0) | (np.asarray(wide) != 0)
-        diff, permit = diff[informative], np.broadcast_to(permit, informative.shape)[informative]
-    if np.size(diff) == 0:
-        return 0.0
+    when ``wide`` is given. In place on its own copy of ``diff``: the ratios, then the informative ones."""
+    ratios = np.atleast_1d(np.abs(np.asarray(diff, np.float64)))  # its own array (a 0-d one's: 1 entry)
+    zero = ratios == 0
+    informative = None if wide is None else ~zero | (np.asarray(wide) != 0)
+    inside = np.broadcast_shapes(ratios.shape, np.shape(permit)) == ratios.shape
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = np.where(diff == 0, 0.0, diff / permit)
-    return float(np.median(np.nan_to_num(ratios, nan=np.inf)))
+        ratios = np.divide(ratios, permit, out=ratios if inside else None)
+    ratios[np.broadcast_to(zero, ratios.shape)] = 0.0
+    if informative is not None:
+        ratios = ratios[np.broadcast_to(informative, ratios.shape)]
+    if np.size(ratios) == 0:
+        return 0.0
+    np.nan_to_num(ratios, copy=False, nan=np.inf)
+    return float(np.median(ratios, overwrite_input=True))
 
 
 def cap(

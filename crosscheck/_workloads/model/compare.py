@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._compare import screening
+from crosscheck._compare import screening, whole
 from crosscheck._compare import terms as _terms
 from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
 from crosscheck._compare.dtypes import unit_roundoff
@@ -63,8 +63,8 @@ TERM_HELP = {
 class Answer:
     """What a candidate is compared with, per parameter: value, error bar, and what cannot be judged."""
 
-    value: dict[str, np.ndarray]
-    error: dict[str, np.ndarray]
+    value: Mapping[str, np.ndarray]
+    error: Mapping[str, np.ndarray]
     kinks: dict[str, Kinks]
 
 
@@ -109,18 +109,19 @@ def entries(
     """One comparison per parameter, entry by entry, and whether zeros would pass each."""
     out, zeros = [], {}
     u = unit_roundoff(ctx.dtype)
-    every = _whole_rms(answer.value, ctx.shapes)
+    every = _whole_rms(answer.value, ctx.shapes) if ctx.dtype == "float64" else 0.0  # saturated's only
     for k, shape in ctx.shapes.items():
         if k not in value:
             out.append(missing(ctx, k, value))
             continue
-        ref = answer.value[k]
+        ref = np.asarray(answer.value[k], np.float64)  # widened a tensor at a time (a backend's own array)
+        term, error = rounding.term[k], answer.error[k]  # each made once (``rounding.Measured``)
         floor = np.asarray(_terms.floor(_terms.largest(ref), u))
         if ctx.dtype == "float64" and np.shape(value[k]) == shape:  # float32's re-run saturates first
             floor = np.maximum(floor, _terms.saturated(value[k], ref, every, "float64"))
         terms = {
-            "rounding": rounding.term[k],
-            "reference": answer.error[k],
+            "rounding": term,
+            "reference": error,
             "floor": floor,
             "slack": np.broadcast_to(ctx.options.slack(ref), shape),
         }
@@ -137,9 +138,9 @@ def entries(
             term_help=TERM_HELP,
         )
         judged = ~answer.kinks[k].unjudgeable
-        bound = np.broadcast_to(rounding.term[k] + answer.error[k] + floor, shape)
+        bound = np.broadcast_to(term + error + floor, shape)
         zeros[k] = bool(np.all(np.abs(ref[judged]) <= bound[judged]))
-        arrays = {**found.arrays, "rounding": {k: rounding.term[k] + floor}}
+        arrays = {**found.arrays, "rounding": {k: term + floor}}
         found = dataclasses.replace(found, arrays=arrays, question=ctx.question, against=ctx.against)
         if not found.passed and k in rounding.limits:  # a 16-bit range lost: said as what it is
             found = dataclasses.replace(found, message=f"{found.message} ({rounding.limits[k]})")
@@ -192,11 +193,11 @@ def projected_terms(
 ) -> dict[str, np.ndarray]:
     """The tolerance's terms along every direction (``reference`` left to the caller: 0 here)."""
     if rounding.delta is not None:
-        signed = project(rounding.delta, dirs)
-        scale = project_quadrature(rounding.delta, dirs)
+        signed = _per_parameter(project, rounding.delta, dirs)
+        scale = _per_parameter(project_quadrature, rounding.delta, dirs)
         round_term = _terms.measured(np.abs(signed), scale)
     else:
-        round_term = project_quadrature(rounding.term, dirs)
+        round_term = _per_parameter(project_quadrature, rounding.term, dirs)
     if floors is None:
         floors = {k: floor_of(value[k], ctx.dtype) for k in ctx.shapes}
     floor = project_quadrature({k: np.asarray(f) for k, f in floors.items()}, dirs)
@@ -210,10 +211,19 @@ def projected_terms(
     return {"rounding": round_term, "reference": np.zeros(len(dirs)), "floor": floor, "slack": slack}
 
 
+def _per_parameter(along: Any, arrays: Mapping[str, np.ndarray], dirs: list[Direction]) -> np.ndarray:
+    """``along(arrays, dirs)`` (``project``, ``project_quadrature``) with each parameter's array read once:
+    a measured term or a rescaled difference is made when read (``rounding.Measured``)."""
+    out = np.zeros(len(dirs))
+    for k in dict.fromkeys(d.parameter for d in dirs):
+        index = [i for i, d in enumerate(dirs) if d.parameter == k]
+        out[index] = along({k: arrays[k]}, [dirs[i] for i in index])
+    return out
+
+
 def _whole_rms(value: Mapping[str, np.ndarray], shapes: Mapping[str, tuple[int, ...]]) -> float:
     """The RMS of a whole gradient (every parameter's entries): the scale shared by its arrays."""
-    parts = [np.ravel(np.nan_to_num(np.asarray(value[k], np.float64))) for k in shapes if k in value]
-    return _terms.rms(np.concatenate(parts)) if parts else 0.0
+    return whole.rms([value[k] for k in shapes if k in value])  # bit for bit the concatenation's
 
 
 def floor_of(value: np.ndarray, dtype: str) -> float:

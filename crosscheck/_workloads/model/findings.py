@@ -155,7 +155,7 @@ class Findings:
     """What a judge found in a run, for the report's ``oracle`` section: how the oracle differenced
     (``plan``, ``differentiates``), the parameters' shapes, a ``Record`` per candidate, the differences
     every candidate is compared with (``anchor``), whether the reference is the oracle (else a backend,
-    whose gradient is ``reference_gradient``)."""
+    whose gradient is ``reference_gradient``: the backend's own arrays, in its dtype, widened where used)."""
 
     plan: Plan
     differentiates: str

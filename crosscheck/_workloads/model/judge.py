@@ -42,7 +42,7 @@ from crosscheck._workloads.model.oracle.function import (
     plan,
 )
 from crosscheck._workloads.model.oracle.threads import THREADS
-from crosscheck._workloads.model.rounding import Rounding, measure
+from crosscheck._workloads.model.rounding import Divided, Rounding, measure
 from crosscheck._workloads.model.summary import against_oracle, summarize
 from crosscheck._workloads.model.zeros import Side, confirm, zero_tensors
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
@@ -164,7 +164,9 @@ class GenericJudge:
             )
         self.reference_side = (backend, rounding)
         self._wide_only(getattr(backend, "name", "the reference"), rounding)
-        ref_value = {k: np.asarray(value[k], dtype=np.float64) for k in self.shapes}
+        # The backend's own arrays, kept as they came (a float32 gradient stays 4 bytes an entry): each
+        # use widens one tensor at a time (``compare.entries``, ``zeros``), exactly.
+        ref_value = {k: value[k] for k in self.shapes}
         self.findings.reference_gradient = ref_value
         kinks = {k: Kinks.none(s) for k, s in self.shapes.items()}
         answer = Answer(ref_value, rounding.term, kinks)
@@ -316,12 +318,8 @@ class GenericJudge:
             return found
         # Its float64 run keeps float32 steps: its rounding is float32's, |g64 - g32| unscaled.
         how = f"{found.how}; `{side}`'s float64 loss keeps float32 steps (noise probe): float32's rounding"
-        return dataclasses.replace(
-            found,
-            term={k: t / WIDEN for k, t in found.term.items()},
-            delta={k: d / WIDEN for k, d in found.delta.items()},
-            how=how,
-        )
+        term, delta = Divided(found.term, WIDEN), Divided(found.delta, WIDEN)  # each made when read
+        return dataclasses.replace(found, term=term, delta=delta, how=how)
 
     def _keeps_float32(self, backend: Any, name: str, call: Call) -> bool:
         """Whether ``name``'s float64 loss keeps float32 steps: its own loss's probe (the oracle's,

@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 
-from crosscheck._compare import terms
+from crosscheck._compare import terms, whole
 from crosscheck._compare.constants import OTHER_DTYPE, UNIT_ROUNDOFF
 from crosscheck._compare.dtypes import is_low, unit_roundoff
 
@@ -83,14 +84,50 @@ class Excess:
         )
 
 
+class Measured(Mapping[str, np.ndarray]):
+    """A measured ``term`` per parameter, made when read and never kept: ``terms.measured`` of
+    ``|delta|`` and its RMS ``spread`` (taken once, when measured). Only the signed difference is kept,
+    8 bytes a parameter, not the term beside it."""
+
+    def __init__(self, delta: Mapping[str, np.ndarray], spread: Mapping[str, float]):
+        self.delta, self.spread = delta, spread
+
+    def __getitem__(self, k: str) -> np.ndarray:
+        return terms.measured(np.abs(self.delta[k]), self.spread[k], own=True)  # made in |delta|'s array
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.delta)
+
+    def __len__(self) -> int:
+        return len(self.delta)
+
+
+class Divided(Mapping[str, np.ndarray]):
+    """Each of ``arrays`` over ``divide``, made when read and never kept (a float64 case whose float64 run
+    keeps float32 steps: its measured rounding unscaled, ``judge.rounding``)."""
+
+    def __init__(self, arrays: Mapping[str, np.ndarray], divide: float):
+        self.arrays, self.divide = arrays, divide
+
+    def __getitem__(self, k: str) -> np.ndarray:
+        return self.arrays[k] / self.divide
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.arrays)
+
+    def __len__(self) -> int:
+        return len(self.arrays)
+
+
 @dataclasses.dataclass(frozen=True)
 class Rounding:
     """A candidate's rounding: ``term`` per entry (the tolerance's ``rounding``), ``delta`` the signed
     measured difference (None when not measured), ``how`` it was obtained, ``honest`` False when its
-    float64 run did not compute in float64."""
+    float64 run did not compute in float64. Measured, ``term`` is made from ``delta`` when read
+    (``Measured``): read it once per use."""
 
-    term: dict[str, np.ndarray]
-    delta: dict[str, np.ndarray] | None
+    term: Mapping[str, np.ndarray]
+    delta: Mapping[str, np.ndarray] | None
     how: str
     honest: bool = True
     #: Parameters whose measured difference is beyond what float32 permits (their term is capped).
@@ -125,16 +162,24 @@ FLOAT32_EXACT_ENTRIES = 8
 
 def ran_in_float32(wide: dict[str, np.ndarray], narrow: dict[str, np.ndarray]) -> bool:
     """Whether the "float64" run computed in float32: it equals the float32 run bit for bit (and is not
-    all zero), or every entry of it is a float32 number (``FLOAT32_EXACT_ENTRIES`` nonzero at least)."""
-    wide64 = {k: np.asarray(w, np.float64) for k, w in wide.items()}
-    nonzero = sum(int(np.count_nonzero(w)) for w in wide64.values())
+    all zero), or every entry of it is a float32 number (``FLOAT32_EXACT_ENTRIES`` nonzero at least).
+    A parameter at a time: never a float64 copy of them all."""
+    nonzero = sum(int(np.count_nonzero(w)) for w in wide.values())
     if nonzero == 0:
         return False
-    if all(np.array_equal(w, np.asarray(narrow[k]).astype(np.float64)) for k, w in wide64.items()):
+    if all(_same(w, narrow[k]) for k, w in wide.items()):
         return True
+    return all(_float32_numbers(w) for w in wide.values()) and nonzero >= FLOAT32_EXACT_ENTRIES
+
+
+def _same(wide: np.ndarray, narrow: np.ndarray) -> bool:
+    return np.array_equal(np.asarray(wide, np.float64), np.asarray(narrow).astype(np.float64))
+
+
+def _float32_numbers(wide: np.ndarray) -> bool:
+    w = np.asarray(wide, np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
-        exact = all(np.array_equal(w.astype(np.float32).astype(np.float64), w) for w in wide64.values())
-    return exact and nonzero >= FLOAT32_EXACT_ENTRIES
+        return np.array_equal(w.astype(np.float32).astype(np.float64), w)
 
 
 def measure(
@@ -164,29 +209,44 @@ def measure(
             "|gradient| + RMS"
         )
         return Rounding(_fallback(value, shapes, UNIT_ROUNDOFF["float32"]), None, how, honest=False)
-    scale = terms.widening(dtype)
-    every, permit = shared_scale(wide, shapes), terms.permit_dtype(dtype)
     steps = steps and dtype == "float32"
-    term, delta, excess, used = {}, {}, [], 0.0
-    for k in shapes:  # one parameter's bound at a time (``permitted``'s, never all of them at once)
-        bound = terms.bound(wide[k], every, permit)
-        if steps:  # the float64 run rounds at float32 too: its rounding is permitted as the float32 run's
-            bound = TWO_ROUNDINGS * bound
-        with np.errstate(invalid="ignore", over="ignore"):
-            signed = np.asarray(value[k], np.float64) - np.asarray(again[k], np.float64)
-        signed = np.nan_to_num(signed, nan=0.0, posinf=0.0, neginf=0.0)
-        ratio = terms.median_ratio(np.abs(signed), bound, wide[k])
+    delta, spread, excess, used = {}, {}, [], 0.0
+    every = shared_scale(wide, shapes)
+    for k in shapes:  # one parameter at a time (its bound, its difference), never all of them at once
+        delta[k], ratio, found = _one(k, value[k], again[k], wide[k], every, dtype, steps)
+        spread[k] = terms.rms(delta[k])  # the RMS of |delta|: the term's spread, made when read
         used = max(used, ratio)
-        found = _excess(k, ratio, np.abs(signed), np.asarray(wide[k], np.float64), dtype)
         if found is not None:
             excess.append(found)
-            signed = np.clip(signed, -bound, bound)
-        d = scale * np.abs(signed)
-        term[k], delta[k] = terms.measured(d), scale * signed
     how, excess = _measured_how(name, dtype, steps, excess)
     lost = limits(value, again, shapes, dtype) if is_low(dtype) else {}
     wide_only = is_low(dtype) and unrounded(value, again, shapes, dtype)
+    term = Measured(delta, spread)
     return Rounding(term, delta, how, excess=tuple(excess), used=used, limits=lost, wide_only=wide_only)
+
+
+def _one(
+    k: str, value: np.ndarray, again: np.ndarray, wide: np.ndarray, every: float, dtype: str, steps: bool
+) -> tuple[np.ndarray, float, Excess | None]:
+    """Parameter ``k``'s signed difference (scaled by ``terms.widening``, capped where its median entry
+    is beyond the permit), its median ratio to the permit, and its excess (None: within). In place on
+    the arrays it makes: a few of the tensor's size at once, not one per step."""
+    bound = terms.bound(wide, every, terms.permit_dtype(dtype))
+    if steps:  # the float64 run rounds at float32 too: its rounding is permitted as the float32 run's
+        bound *= TWO_ROUNDINGS
+    signed = np.array(value, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        np.subtract(signed, np.asarray(again, np.float64), out=signed)
+    np.nan_to_num(signed, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+    ratio = terms.median_ratio(signed, bound, wide)  # of |signed|, on its own copy
+    found = _excess(k, ratio, signed, wide, dtype)
+    if found is not None:
+        np.clip(signed, -bound, bound, out=signed)
+    del bound
+    scale = terms.widening(dtype)
+    if scale != 1.0:
+        signed *= scale
+    return signed, ratio, found
 
 
 def _measured_how(name: str, dtype: str, steps: bool, excess: list) -> tuple[str, list]:
@@ -216,7 +276,7 @@ def unrounded(
     only its result; one computing in ``dtype`` rounds at every step, and some entry shows it."""
     from crosscheck._compare.dtypes import numpy_dtype
 
-    every = rms(np.concatenate([np.ravel(np.nan_to_num(np.asarray(wide[k], np.float64))) for k in shapes]))
+    every = shared_scale(wide, shapes)
     for k in shapes:
         high = np.asarray(wide[k], np.float64)
         with np.errstate(invalid="ignore", over="ignore"):  # beyond float16's range: inf, not a warning
@@ -269,13 +329,13 @@ def permitted(
 
 def shared_scale(wide: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> float:
     """The RMS of the whole wider gradient, every parameter's entries together (``permitted``'s shared
-    scale)."""
-    return rms(np.concatenate([np.ravel(np.nan_to_num(np.asarray(wide[k], np.float64))) for k in shapes]))
+    scale), a parameter at a time (``whole.rms``: the same number as over their concatenation)."""
+    return whole.rms([wide[k] for k in shapes])
 
 
 def _excess(k: str, ratio: float, diff: np.ndarray, wide: np.ndarray, dtype: str) -> Excess | None:
     """``k``'s excess when its median entry differs beyond the permitted bound (``ratio``; isolated
-    entries, a kink flipped between the precisions, do not count)."""
+    entries, a kink flipped between the precisions, do not count); ``diff`` signed or not (its RMS)."""
     if not ratio > 1.0:
         return None
     scale = rms(np.asarray(wide, np.float64))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -106,7 +107,7 @@ def _joint(judge, side: Side, function: Any, params: dict, names: list[str], sca
         parts = np.split(p[JOINT], ends[:-1])
         return function.fn({**params, **{k: parts[i].reshape(judge.shapes[k]) for i, k in enumerate(names)}})
 
-    def flat(arrays: dict[str, Any]) -> np.ndarray:
+    def flat(arrays: Mapping[str, Any]) -> np.ndarray:
         return np.concatenate(
             [np.broadcast_to(np.asarray(arrays[k], np.float64), judge.shapes[k]).ravel() for k in names]
         )

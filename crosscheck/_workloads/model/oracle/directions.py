@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -160,14 +160,14 @@ def norm(d: Direction) -> float:
     return math.sqrt(float(np.sum(np.square(d.step))))
 
 
-def project(gradient: dict[str, np.ndarray], directions: Sequence[Direction]) -> np.ndarray:
+def project(gradient: Mapping[str, np.ndarray], directions: Sequence[Direction]) -> np.ndarray:
     """``g . v`` for every direction, in float64."""
     return np.array(
         [float(np.sum(np.asarray(gradient[d.parameter], np.float64) * d.signs * d.step)) for d in directions]
     )
 
 
-def project_quadrature(term: dict[str, np.ndarray], directions: Sequence[Direction]) -> np.ndarray:
+def project_quadrature(term: Mapping[str, np.ndarray], directions: Sequence[Direction]) -> np.ndarray:
     """``|t o v|_2`` for every direction: a per-entry bound ``t`` projected (random signs)."""
     return np.array(
         [

@@ -45,7 +45,7 @@ class Group:
     def sizes(self) -> list[int]:
         return [int(np.prod(s)) for s in self.shapes]
 
-    def flat(self, arrays: dict[str, Any]) -> np.ndarray:
+    def flat(self, arrays: Mapping[str, Any]) -> np.ndarray:
         """The group's pieces of ``arrays`` (each broadcast to its tensor's shape) as one float64 vector."""
         if not self.names:
             return np.zeros(0)
