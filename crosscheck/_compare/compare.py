@@ -47,6 +47,10 @@ def compare(
     messages say both where given. ``term_help`` explains the workload's tolerance terms (the terms
     every workload shares, ``terms.TERM_HELP``, need none). ``split`` names the leading axis when
     the workload wants a row per index along it (``per_layer``: judged, mismatched, worst ratio).
+
+    The entries are judged a block of rows at a time (``entries``: a tensor of any size costs a few
+    blocks of temporaries); the per-entry arrays a plot draws (``arrays``) are kept only within
+    ``record.plot_arrays``. The worst entries are the largest ratios, the last index first on ties.
     """
     names = list(index_names) if index_names is not None else None
     common = Comparison(
