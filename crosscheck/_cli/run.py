@@ -233,6 +233,7 @@ def _request(args: argparse.Namespace, progress: Any) -> Any:
             progress=progress,
             front="cli",
             announce=_announce,
+            plot=bool(args.plot),
         )
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from exc

@@ -12,11 +12,13 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare.entries import Scan, scan
 from crosscheck._compare.message import index_text as index_text
 from crosscheck._compare.message import mismatch_message as mismatch_message
 from crosscheck._compare.record import Comparison as Comparison
 from crosscheck._compare.record import Kinks as Kinks
 from crosscheck._compare.record import Tolerance as Tolerance
+from crosscheck._compare.record import keeps_plot_arrays
 from crosscheck._compare.terms import TERM_HELP
 
 
@@ -45,6 +47,10 @@ def compare(
     messages say both where given. ``term_help`` explains the workload's tolerance terms (the terms
     every workload shares, ``terms.TERM_HELP``, need none). ``split`` names the leading axis when
     the workload wants a row per index along it (``per_layer``: judged, mismatched, worst ratio).
+
+    The entries are judged a block of rows at a time (``entries``: a tensor of any size costs a few
+    blocks of temporaries); the per-entry arrays a plot draws (``arrays``) are kept only within
+    ``record.plot_arrays``. The worst entries are the largest ratios, the last index first on ties.
     """
     names = list(index_names) if index_names is not None else None
     common = Comparison(
@@ -62,66 +68,35 @@ def compare(
         where = f"parameter `{parameter}`: " if parameter else ""
         return dataclasses.replace(common, message=where + problem)
     kinks = kinks or Kinks.none(reference.shape)
-    entries = _Entries.of(candidate, reference, tolerance, kinks)
+    splits = split is not None and reference.ndim > 0
+    found = scan(candidate, reference, tolerance, kinks, split=splits, keep=keeps_plot_arrays())
     helps = {**TERM_HELP, **(term_help or {})}
     comparison = dataclasses.replace(
-        _counted(common, entries, kinks, strict=strict),
+        _counted(common, found, kinks, strict=strict),
         tolerance_sources={name: helps.get(name, "") for name in tolerance.terms},
     )
-    if np.any(entries.judged):
-        comparison = _with_extremes(comparison, entries, candidate, reference, tolerance, kinks)
+    if found.judged:
+        comparison = _with_extremes(comparison, found, candidate, reference, tolerance, kinks)
         if split is not None:
-            comparison = dataclasses.replace(comparison, per_layer=_split(split, entries))
+            comparison = dataclasses.replace(comparison, per_layer=_split(split, found))
     return dataclasses.replace(comparison, message=mismatch_message(comparison))
 
 
-@dataclasses.dataclass(frozen=True)
-class _Entries:
-    """Per entry: the difference (the nearer side of a kink where two sides count), its relative size,
-    difference / tolerance, and which entries are judged, two-sided and over their tolerance."""
-
-    diff: np.ndarray
-    rel: np.ndarray
-    ratio: np.ndarray
-    judged: np.ndarray
-    two_sided: np.ndarray
-    over: np.ndarray
-
-    @classmethod
-    def of(cls, candidate: np.ndarray, reference: np.ndarray, tolerance: Tolerance, kinks: Kinks) -> _Entries:
-        # NaN in the reference marks entries not checked (what a screening did not send to a full check).
-        judged = ~kinks.unjudgeable & np.isfinite(reference)
-        with np.errstate(invalid="ignore"):
-            diff = np.abs(candidate.astype(np.float64) - reference)
-        two_sided = judged & ~np.isnan(kinks.alternative)
-        if np.any(two_sided):
-            other = np.abs(candidate.astype(np.float64) - kinks.alternative)
-            diff = np.where(two_sided, np.fmin(diff, other), diff)
-        tol = np.broadcast_to(tolerance.total(), reference.shape)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rel = diff / np.abs(reference)
-            ratio = np.where(diff == 0, 0.0, diff / tol)
-            over = diff > tol
-        return cls(diff, rel, ratio, judged, two_sided, over)
-
-
-def _counted(c: Comparison, entries: _Entries, kinks: Kinks, *, strict: bool) -> Comparison:
+def _counted(c: Comparison, found: Scan, kinks: Kinks, *, strict: bool) -> Comparison:
     """``c`` with its verdict and its counts: mismatched, judged, unjudgeable (and why), two-sided, and
     the kinks involved."""
-    judged = entries.judged
-    mismatched = int(np.count_nonzero(judged & entries.over))
     n_unjudgeable = int(np.count_nonzero(kinks.unjudgeable))
-    passed = mismatched == 0 and not (strict and n_unjudgeable) and bool(np.any(judged))
+    passed = found.mismatched == 0 and not (strict and n_unjudgeable) and found.judged > 0
     return dataclasses.replace(
         c,
         passed=passed,
-        status="ok" if passed else "mismatch" if np.any(judged) else "unjudgeable",
-        mismatched=mismatched,
-        judged=int(np.count_nonzero(judged)),
+        status="ok" if passed else "mismatch" if found.judged else "unjudgeable",
+        mismatched=found.mismatched,
+        judged=found.judged,
         unjudgeable=n_unjudgeable,
-        two_sided=int(np.count_nonzero(entries.two_sided)),
+        two_sided=found.two_sided,
         unjudgeable_reasons=_reason_counts(kinks),
-        kinks=_kink_locations(kinks, entries.two_sided),
+        kinks=found.kink_locations(kinks.width),
     )
 
 
@@ -130,30 +105,21 @@ def _reason_counts(kinks: Kinks) -> dict[str, int]:
     return {str(r): int(n) for r, n in zip(reasons, counts, strict=True)}
 
 
-def _kink_locations(kinks: Kinks, two_sided: np.ndarray) -> list[list[int]]:
-    """The kinks behind unjudgeable and two-sided entries, each once (each its index, as wide as the
-    workload's)."""
-    involved = kinks.unjudgeable | two_sided
-    if not kinks.width:
-        return []
-    locations = np.unique(kinks.kink[involved].reshape(-1, kinks.width), axis=0)
-    return [[int(i) for i in k] for k in locations if k[0] >= 0]
-
-
 def _with_extremes(
     c: Comparison,
-    entries: _Entries,
+    found: Scan,
     candidate: np.ndarray,
     reference: np.ndarray,
     tolerance: Tolerance,
     kinks: Kinks,
 ) -> Comparison:
-    """``c`` with its greatest differences, worst entries and per-entry arrays."""
-    judged = entries.judged
-    abs_index, abs_value = _argmax(entries.diff, judged)
-    rel_index, rel_value = _argmax(np.where(entries.diff == 0, 0.0, entries.rel), judged)
-    worst_index, worst_ratio = _argmax(entries.ratio, judged)
+    """``c`` with its greatest differences, worst entries and (for a plot) per-entry arrays."""
+    shape = reference.shape
+    (abs_index, abs_value), (rel_index, rel_value), (worst_index, worst_ratio) = (
+        (_index(flat, shape), value) for flat, value in (found.abs_diff, found.rel_diff, found.worst)
+    )
     terms = tolerance.at(worst_index)
+    arrays = found.arrays and {**found.arrays, "unjudgeable": kinks.unjudgeable}
     return dataclasses.replace(
         c,
         max_abs_diff=abs_value,
@@ -165,20 +131,13 @@ def _with_extremes(
         worst_terms=terms,
         worst_values={"candidate": float(candidate[worst_index]), "reference": float(reference[worst_index])},
         decided_by=max(terms, key=lambda name: terms[name]),
-        worst_entries=_worst_entries(entries.ratio, judged, candidate, reference, tolerance, kinks),
-        arrays={
-            "ratio": np.where(judged, entries.ratio, np.nan),
-            "unjudgeable": kinks.unjudgeable,
-            "two_sided": entries.two_sided,
-        },
+        worst_entries=_worst_entries(found, candidate, reference, tolerance, kinks),
+        arrays=arrays,
     )
 
 
-def _argmax(values: np.ndarray, judged: np.ndarray) -> tuple[tuple[int, ...], float]:
-    """The judged entry with the largest value (NaN counts as 0), and that value."""
-    masked = np.where(judged, np.nan_to_num(values, nan=0.0, posinf=np.inf), -1.0)
-    index = tuple(int(i) for i in np.unravel_index(int(np.argmax(masked)), masked.shape))
-    return index, float(masked[index])
+def _index(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.unravel_index(flat, shape))
 
 
 def structural_problem(candidate: np.ndarray, shape: tuple[int, ...], dtype: str) -> str:
@@ -197,49 +156,38 @@ def structural_problem(candidate: np.ndarray, shape: tuple[int, ...], dtype: str
     return ""
 
 
-def _split(axis: str, entries: _Entries) -> list[dict[str, Any]]:
+def _split(axis: str, found: Scan) -> list[dict[str, Any]]:
     """Per index ``i`` of the leading axis (named ``axis``): judged entries, mismatches and the largest
     difference / tolerance."""
-    ratio, judged, over = entries.ratio, entries.judged, entries.over
-    out = []
-    for i in range(ratio.shape[0] if ratio.ndim else 0):
-        seen = judged[i]
-        worst = float(np.max(np.where(seen, ratio[i], 0.0), initial=0.0))
-        out.append(
-            {
-                axis: i,
-                "judged": int(np.count_nonzero(seen)),
-                "mismatched": int(np.count_nonzero(seen & over[i])),
-                "worst_ratio": worst,
-            }
+    if not found.split:
+        return []
+    rows = {key: np.concatenate([part[key] for part in found.split]) for key in found.split[0]}
+    return [
+        {axis: i, "judged": int(judged), "mismatched": int(mismatched), "worst_ratio": float(worst)}
+        for i, (judged, mismatched, worst) in enumerate(
+            zip(rows["judged"], rows["mismatched"], rows["worst_ratio"], strict=True)
         )
-    return out
+    ]
 
 
 def _worst_entries(
-    ratio: np.ndarray,
-    judged: np.ndarray,
+    found: Scan,
     candidate: np.ndarray,
     reference: np.ndarray,
     tolerance: Tolerance,
     kinks: Kinks,
-    count: int = 5,
 ) -> list[dict[str, Any]]:
     """The judged entries furthest past (or closest to) their tolerance, with everything about them."""
-    flat = np.where(judged, ratio, -1.0).ravel()
-    order = np.argsort(flat)[::-1][:count]
     out = []
-    for position in order:
-        if flat[position] < 0:
-            break
-        index = tuple(int(i) for i in np.unravel_index(int(position), ratio.shape))
+    for ratio, position in zip(*found.top, strict=True):
+        index = _index(int(position), reference.shape)
         kink = [int(v) for v in kinks.kink[index]]
         out.append(
             {
                 "index": list(index),
                 "candidate": float(candidate[index]),
                 "reference": float(reference[index]),
-                "ratio": float(ratio[index]),
+                "ratio": float(ratio),
                 "terms": tolerance.at(index),
                 "kink": kink if kink and kink[0] >= 0 else None,
             }

@@ -12,8 +12,10 @@ run, which rebuilds the request and calls ``execute`` there.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from crosscheck._compare.record import keeps_plot_arrays, plot_arrays
 from crosscheck._engine import contain, rerun
 from crosscheck._engine.driver import drive
 from crosscheck._engine.plan import Outlook, check_records, plan
@@ -34,6 +36,8 @@ def execute(request: Request) -> Any:
         ValueError, TypeError: a bad request, in one line (a mismatch is a record, never raised).
     """
     request = _checked(request)
+    if keeps_plot_arrays():  # a caller's ``with plot_arrays():`` asks as ``plot`` does (a worker too)
+        request = dataclasses.replace(request, plot=True)
     if request.bundle is not None:
         return _replay(request)
     if _contained(request):
@@ -53,7 +57,8 @@ def execute(request: Request) -> Any:
     )
     if request.announce is not None:
         request.announce(Outlook.of(planned))
-    return drive(planned)
+    with plot_arrays(request.plot):
+        return drive(planned)
 
 
 def _checked(request: Request) -> Request:

@@ -40,6 +40,8 @@ class Request:
             the CLI's notes on stderr (the engine prints nothing).
         bundle: a repro bundle to replay (``crosscheck replay``) instead of a check, with ``trust``.
         contained: this request already runs in its worker process (``execute.job``): it runs here.
+        plot: keep each comparison's per-entry arrays (``Comparison.arrays``), which a plot draws (the
+            CLI's ``--plot``); without it no comparison keeps an array per entry (issue 38).
     """
 
     workload: Any = None
@@ -60,6 +62,7 @@ class Request:
     bundle: dict[str, Any] | None = None
     trust: bool | Sequence[str] = False
     contained: bool = False
+    plot: bool = False
 
     @property
     def case(self) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import pytest
 
 import crosscheck
 from crosscheck._cli.main import build_parser, main
+from crosscheck._compare.record import plot_arrays
 from crosscheck._engine.isolate_worker import METHODS, decode, encode
 from crosscheck._engine.quantity import QUANTITIES
 from crosscheck._workloads.registry import load_workload
@@ -277,12 +278,18 @@ def test_the_quantity_table_drives_the_cli_choices_and_the_worker_methods():
 
 def test_the_report_keeps_no_rounding_bounds_once_the_repeat_check_has_read_them():
     """Each comparison's per-entry bounds (``arrays["rounding"]``) serve the repeat check alone: the report
-    keeps the arrays a plot draws, not those (issue 38: one more copy of the gradient per candidate);
-    an accumulating backend still fails its second call."""
+    keeps the arrays a plot draws, and only when a plot is asked, not those (issue 38: one more copy of
+    the gradient per candidate); an accumulating backend still fails its second call."""
     stack = crosscheck.Stack(layers=2, batch=3, dim=4)
     report = crosscheck.check(stack, backends=[stack_grad], dtype="float64", oracle=crosscheck.Oracle("full"))
     assert report.passed and report.comparisons
-    assert all("rounding" not in c.arrays and "ratio" in c.arrays for c in report.comparisons)
+    assert all(c.arrays == {} for c in report.comparisons)  # no plot asked: nothing kept per entry
+    with plot_arrays():
+        plotted = crosscheck.check(
+            stack, backends=[stack_grad], dtype="float64", oracle=crosscheck.Oracle("full")
+        )
+    assert [c.to_dict() for c in plotted.comparisons] == [c.to_dict() for c in report.comparisons]
+    assert all("rounding" not in c.arrays and "ratio" in c.arrays for c in plotted.comparisons)
     calls = []
 
     def accumulates(weights, x):

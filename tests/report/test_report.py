@@ -234,9 +234,11 @@ def test_a_workload_plot_draws_its_2d_parameters_and_leaves_out_1d_ones(wlmod, c
     pytest.importorskip("matplotlib")
     from matplotlib.image import imread
 
+    from crosscheck._compare.record import plot_arrays
     from crosscheck._report.plot import axis_names, plottable, write_plot
 
-    report = crosscheck.run(workload="wlmod:workload", backends=["wlmod:grad", "wlmod:half_grad"])
+    with plot_arrays():  # as --plot asks (the run is contained: the request carries it to the worker)
+        report = crosscheck.run(workload="wlmod:workload", backends=["wlmod:grad", "wlmod:half_grad"])
     shown, left_out = plottable(report)
     assert [(c.backend, c.parameter) for c in shown] == [("grad", "w"), ("half_grad", "w")]
     assert {c.parameter for c in left_out} == {"b"}
@@ -254,12 +256,14 @@ def test_a_workload_plot_draws_its_2d_parameters_and_leaves_out_1d_ones(wlmod, c
 
 def test_a_plot_of_only_1d_parameters_writes_nothing(tmp_path):
     pytest.importorskip("matplotlib")
+    from crosscheck._compare.record import plot_arrays
     from crosscheck._report.plot import write_plot
 
-    report = crosscheck.run(workload=crosscheck.Workload(
-        name="v", parameters={"b": (3,)}, inputs={"x": (3,)},
-        reference=lambda p, i: float(np.sum((p["b"] * i["x"]) ** 2))),
-        backends=[lambda p, i: {"b": 2 * p["b"] * i["x"] ** 2}], dtype="float64")  # fmt: skip
+    with plot_arrays():
+        report = crosscheck.run(workload=crosscheck.Workload(
+            name="v", parameters={"b": (3,)}, inputs={"x": (3,)},
+            reference=lambda p, i: float(np.sum((p["b"] * i["x"]) ** 2))),
+            backends=[lambda p, i: {"b": 2 * p["b"] * i["x"] ** 2}], dtype="float64")  # fmt: skip
     assert write_plot(report, tmp_path / "p.png") == 0
     assert not (tmp_path / "p.png").exists()
 

@@ -1,0 +1,141 @@
+"""The per-entry comparison, a block of rows at a time (issue 38): the same record whatever the block
+size, hand-computed extremes (the first index on ties, as ``np.argmax``; the worst entries the last
+index first on ties, as a stable ``argsort`` reversed), a memory bound of a few blocks, and per-entry
+arrays kept only when a plot asks for them."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from crosscheck._compare import entries
+from crosscheck._compare.compare import Kinks, Tolerance, compare
+from crosscheck._compare.record import plot_arrays
+
+
+def _hand() -> tuple[np.ndarray, np.ndarray, Tolerance, Kinks]:
+    """A (2, 3) parameter, every number exact in binary: tolerance 0.25; (0, 1) unjudgeable (kink
+    (1, 4)); (1, 1) two-sided (kink (0, 7)), off by 1 on one side and 0 on the other; (1, 2) not
+    checked (NaN reference); (0, 0) and (0, 2) tie at half the tolerance, (1, 0) is twice it."""
+    reference = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, np.nan]])
+    candidate = np.array([[1.125, 2.0, 3.125], [4.5, 6.0, 7.0]])
+    unjudgeable = np.zeros((2, 3), bool)
+    unjudgeable[0, 1] = True
+    kink = np.full((2, 3, 2), -1)
+    kink[0, 1], kink[1, 1] = (1, 4), (0, 7)
+    alternative = np.full((2, 3), np.nan)
+    alternative[1, 1] = 6.0
+    reason = np.where(unjudgeable, "a kink in reach", "").astype(object)
+    tolerance = Tolerance({"t": np.full((2, 3), 0.25)})
+    return candidate, reference, tolerance, Kinks(unjudgeable, reason, kink, alternative)
+
+
+def _compare(candidate, reference, tolerance, kinks=None, **keywords):
+    return compare(
+        candidate,
+        reference,
+        tolerance,
+        backend="b",
+        reference_name="r",
+        dtype="float64",
+        kinks=kinks,
+        **keywords,
+    )
+
+
+@pytest.mark.parametrize("chunk", [entries.CHUNK, 1])
+def test_hand_computed_counts_extremes_worst_entries_and_rows(monkeypatch, chunk):
+    monkeypatch.setattr(entries, "CHUNK", chunk)  # 1: a block per row
+    c = _compare(*_hand(), split="layer")
+    assert (c.status, c.judged, c.mismatched, c.unjudgeable, c.two_sided) == ("mismatch", 4, 1, 1, 1)
+    assert c.unjudgeable_reasons == {"a kink in reach": 1}
+    assert c.kinks == [[0, 7], [1, 4]]
+    assert (c.max_abs_diff, c.max_abs_diff_index) == (0.5, (1, 0))
+    assert (c.max_rel_diff, c.max_rel_diff_index) == (0.125, (0, 0))  # (1, 0) ties: the first
+    assert (c.worst_ratio, c.worst_index, c.worst_values) == (
+        2.0,
+        (1, 0),
+        {"candidate": 4.5, "reference": 4.0},
+    )
+    worst = [(w["index"], w["ratio"], w["kink"]) for w in c.worst_entries]
+    assert worst == [([1, 0], 2.0, None), ([0, 2], 0.5, None), ([0, 0], 0.5, None), ([1, 1], 0.0, [0, 7])]
+    assert c.per_layer == [
+        {"layer": 0, "judged": 2, "mismatched": 0, "worst_ratio": 0.5},
+        {"layer": 1, "judged": 2, "mismatched": 1, "worst_ratio": 2.0},
+    ]
+
+
+def _random(
+    rng: np.random.Generator, shape: tuple[int, ...]
+) -> tuple[np.ndarray, np.ndarray, Tolerance, Kinks]:
+    """Entries equal, near, past and far past a tolerance of three terms (one broadcast along the last
+    axis, one NaN here and there), NaN reference entries, unjudgeable and two-sided ones."""
+    reference = np.where(rng.random(shape) < 0.05, np.nan, rng.standard_normal(shape))
+    candidate = np.where(rng.random(shape) < 0.2, reference, reference + 1e-7 * rng.standard_normal(shape))
+    candidate = np.nan_to_num(candidate, nan=1.0)
+    unjudgeable = rng.random(shape) < 0.05
+    two = (rng.random(shape) < 0.05) & ~unjudgeable
+    kink = np.where((unjudgeable | two)[..., None], rng.integers(0, 3, (*shape, 2)), -1)
+    reason = np.where(unjudgeable, np.where(rng.random(shape) < 0.5, "x", "y"), "").astype(object)
+    alternative = np.where(two, reference + 1e-7 * rng.standard_normal(shape), np.nan)
+    terms = {
+        "a": np.where(rng.random(shape) < 0.02, np.nan, np.abs(rng.standard_normal(shape)) * 1e-7),
+        "b": np.float64(1e-8),
+        "c": np.broadcast_to(np.abs(rng.standard_normal(shape[-1:])) * 1e-8, shape),
+    }
+    return candidate, reference, Tolerance(terms), Kinks(unjudgeable, reason, kink, alternative)
+
+
+@pytest.mark.parametrize("shape", [(7,), (40, 33), (5, 6, 7), (1, 50)])
+@pytest.mark.parametrize("keywords", [{}, {"strict": True}, {"split": "layer"}])
+def test_the_record_is_the_same_whatever_the_block_size(monkeypatch, shape, keywords):
+    case = _random(np.random.default_rng(sum(shape)), shape)
+    with plot_arrays():
+        whole = _compare(*case, **keywords)
+        records = []
+        for chunk in (1, 7, 64):
+            monkeypatch.setattr(entries, "CHUNK", chunk)
+            records.append(_compare(*case, **keywords))
+    assert whole.judged and whole.mismatched and whole.two_sided and whole.unjudgeable
+    assert len(whole.worst_entries) == 5
+    for found in records:
+        assert repr(found.to_dict()) == repr(whole.to_dict())  # NaN ratios (a NaN term) included
+        assert found.arrays.keys() == whole.arrays.keys() == {"ratio", "unjudgeable", "two_sided"}
+        for key, array in whole.arrays.items():
+            np.testing.assert_array_equal(found.arrays[key], array)
+
+
+def test_a_0d_parameter_is_one_block_without_rows():
+    c = _compare(np.float64(1.5), np.asarray(1.0), Tolerance({"t": np.float64(0.25)}), split="layer")
+    assert (c.judged, c.mismatched, c.worst_index, c.worst_ratio, c.per_layer) == (1, 1, (), 2.0, [])
+    assert [w["index"] for w in c.worst_entries] == [[]]
+
+
+def test_per_entry_arrays_are_kept_only_for_a_plot():
+    candidate, reference, tolerance, kinks = _hand()
+    assert _compare(candidate, reference, tolerance, kinks).arrays == {}
+    with plot_arrays():
+        arrays = _compare(candidate, reference, tolerance, kinks).arrays
+    np.testing.assert_array_equal(arrays["ratio"], [[0.5, np.nan, 0.5], [2.0, 0.0, np.nan]])
+    np.testing.assert_array_equal(arrays["two_sided"], [[False, False, False], [False, True, False]])
+    assert arrays["unjudgeable"] is kinks.unjudgeable
+
+
+def test_comparing_a_4m_entry_tensor_allocates_a_few_blocks_not_the_tensor_ten_times():
+    """Issue 38: the whole-tensor code made about ten float64 arrays of the tensor's size (205 MiB
+    traced here); a block at a time, its temporaries are a few blocks' (15 MiB)."""
+    rng = np.random.default_rng(0)
+    reference = rng.standard_normal((8192, 512))
+    candidate = (reference + 1e-9 * rng.standard_normal(reference.shape)).astype(np.float32)
+    terms = {"rounding": np.full(reference.shape, 1e-7, np.float32), "floor": np.float64(1e-8)}
+    tracemalloc.start()
+    try:
+        c = compare(candidate, reference, Tolerance(terms), backend="b", reference_name="r", dtype="float32")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert c.judged == reference.size and c.mismatched > 0
+    block = entries.CHUNK * 8
+    assert peak <= 10 * block < reference.nbytes, (peak, block)
