@@ -65,6 +65,11 @@ class Resident:
     def clear(self) -> None:
         self._held, self._wide = {}, None
 
+    @property
+    def held(self) -> int:
+        """The number of device arrays held (0 after ``clear``)."""
+        return len(self._held)
+
 
 def _keyed(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {f"i:{k}": v for k, v in inputs.items()}
@@ -129,6 +134,12 @@ class JaxWorkloadBackend:
             moving = {k: jnp.asarray(v) for k, v in padded.items() if k in batched}
             device = {k: moving[k] if k in moving else arrays[f"p:{k}"] for k in padded}
             return np.asarray(self._many[key](device, _unkeyed(arrays, "i:")))[:count]
+
+    def release_evaluations(self) -> None:
+        """Drop the device arrays the last ``loss``/``losses`` calls hold (``Resident``): the oracle calls it
+        when it is done with this side's differences, so that this side's float64 copy of the model is
+        not held while the other side's loss is differenced (issue 38)."""
+        self.resident.clear()
 
     def info(self) -> dict[str, str]:
         return {
