@@ -51,6 +51,11 @@ class Resident:
     def clear(self) -> None:
         self._held = {}
 
+    @property
+    def held(self) -> int:
+        """The number of tensors held (0 after ``clear``)."""
+        return len(self._held)
+
 
 class TorchWorkloadBackend:
     """The gradient of ``loss(params, inputs)`` (a 0-d tensor) with ``backward()``.
@@ -107,6 +112,11 @@ class TorchWorkloadBackend:
                 {k: torch.tensor(v) for k, v in inputs.items()},
             )
         return out.detach().cpu().numpy().copy()
+
+    def release_evaluations(self) -> None:
+        """Drop the tensors the last ``loss`` calls hold (``Resident``): the oracle calls it when it is done
+        with this side's differences (issue 38)."""
+        self.resident.clear()
 
     def info(self) -> dict[str, str]:
         return {

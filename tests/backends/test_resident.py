@@ -108,3 +108,23 @@ def test_a_model_that_writes_into_its_parameter_is_given_a_fresh_copy_next_call(
     params, inputs = _arrays()
     first = backend.loss(params, inputs)
     assert backend.loss(params, inputs) == first and backend.resident.copied == 5  # `b` copied again
+
+
+def test_an_entry_written_past_the_first_chunk_is_seen():
+    from crosscheck._workloads.model.workload import _framework_backend as make
+
+    module = __import__(type(make("jax", _loss)).__module__, fromlist=["CHUNK"])
+    backend = JaxWorkloadBackend("jax", _loss)
+    params, inputs = _arrays()
+    params["w"] = np.zeros((3, module.CHUNK + 5))  # the comparison's chunks: the last one is short
+    inputs["x"] = np.ones((2, 3))
+    params["b"] = np.ones(module.CHUNK + 5)
+    first = backend.loss(params, inputs)
+    for where in (0, module.CHUNK - 1, module.CHUNK, -1):
+        params["b"][where] = 2.0
+        sent = backend.resident.sent
+        moved = backend.loss(params, inputs)
+        assert backend.resident.sent == sent + 1, where
+        assert moved == JaxWorkloadBackend("jax", _loss).loss(params, inputs)
+        params["b"][where] = 1.0
+        assert backend.loss(params, inputs) == first

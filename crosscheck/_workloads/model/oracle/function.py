@@ -65,6 +65,8 @@ class Function:
     value: float
     rounding: float = 0.0
     precision: Precision | None = None
+    #: Drops what the owner's adapter holds of its last evaluations (``releaser``; None: nothing to drop).
+    release: Callable[[], Any] | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,6 +169,8 @@ def difference(
             found = _difference(function, params, chosen, guard, tick)
     except OracleFailed as exc:
         return str(exc)
+    finally:
+        release(function.release)
     found.seconds = time.perf_counter() - start
     return found
 
@@ -214,6 +218,8 @@ def screen_group(
             found = _group(diffs, group, params, count, guard, tick)
     except OracleFailed as exc:
         return str(exc)
+    finally:
+        release(diffs.function.release)
     diffs.seconds += time.perf_counter() - start
     return found
 
@@ -247,6 +253,8 @@ def localize(diffs: Differences, names: list[str], point: Point, call: Call, pro
         )
     except OracleFailed as exc:
         return str(exc)
+    finally:
+        release(diffs.function.release)
     diffs.evaluations += est.evaluations
     diffs.seconds += time.perf_counter() - start
     for k in missing:
@@ -303,7 +311,19 @@ def own_loss(
 
     With the oracle's ``clock`` the noise probe's evaluations count toward its budget (``oracle.budget``),
     under their own label: a budget spent before or during the probe leaves the loss not differenced.
+    What the adapter holds of these evaluations is released after them (``releaser``), and by the
+    oracle after each of its differences of the function (``Function.release``).
     """
+    let_go = releaser(backend, call)
+    try:
+        return _own_loss(backend, name, point, call, clock, let_go)
+    finally:
+        release(let_go)
+
+
+def _own_loss(
+    backend: Any, name: str, point: Point, call: Call, clock: Clock | None, let_go: Callable[[], Any] | None
+) -> Function | Skip:
     loss = _attribute(backend, "loss")
     if not callable(loss):
         return Skip(f"`{name}` has no `loss(params, inputs)` method: its own loss is not differenced")
@@ -346,7 +366,22 @@ def own_loss(
         return Skip(f"`{name}`'s loss failed near the point in float64: {exc}", failure=True)
     if precision.float32:  # float32's noise: the value's rounding and each evaluation's
         rounding = max(rounding, precision.noise)
-    return Function(label, name, fn, number, rounding, precision)
+    return Function(label, name, fn, number, rounding, precision, let_go)
+
+
+def releaser(backend: Any, call: Call) -> Callable[[], Any] | None:
+    """What drops the arrays ``backend`` holds of its last loss evaluations (its optional
+    ``release_evaluations()``, through the guarded call), or None where it has none: a backend in a
+    worker process (``--isolate``) serves no such method, and keeps its arrays until its next ``grad``."""
+    method = _attribute(backend, "release_evaluations")
+    return (lambda: call(method)) if callable(method) else None
+
+
+def release(let_go: Callable[[], Any] | None) -> None:
+    """``let_go()`` where there is one. What it returns is not read: the arrays are only memory (a
+    release that failed leaves them held), and an adapter compares their bits before reusing any."""
+    if let_go is not None:
+        let_go()
 
 
 def probe_label(label: str) -> str:

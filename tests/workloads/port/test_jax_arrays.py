@@ -1,0 +1,37 @@
+"""What the JAX side of a port keeps after a check (issue 38): no device array. Its gradient and loss
+functions take the parameters as arguments (never constants of a compiled function), the adapter's
+resident arrays are released after the oracle's differences and cleared by a gradient, and the module
+captures return NumPy records. Counted with ``jax.live_arrays()``, no memory timed."""
+
+from __future__ import annotations
+
+import gc
+import sys
+
+import pytest
+from paths import ROOT
+
+jax = pytest.importorskip("jax")
+pytest.importorskip("torch")
+pytest.importorskip("flax")
+
+sys.path.insert(0, str(ROOT))  # the examples/ package of the repository
+
+import crosscheck  # noqa: E402
+
+
+def _live() -> set[int]:
+    gc.collect()
+    return {id(a) for a in jax.live_arrays()}
+
+
+@pytest.mark.parametrize("reference", ["numpy-fd", "torch"])
+def test_a_port_check_leaves_no_jax_array_behind(reference):
+    from examples.port import transformer_linen
+
+    port = transformer_linen.make_port()
+    before = _live()
+    report = crosscheck.check(port, reference=reference, execution=crosscheck.Execution(isolate=False))
+    assert report.passed, report.problems
+    left = [a for a in jax.live_arrays() if id(a) in _live() - before]
+    assert left == [], [(a.shape, a.dtype) for a in left]
