@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .arrays import numpy, tensor
+from .arrays import numpy, share, tensor
 
 __all__ = ["TorchWorkloadBackend"]
 
@@ -55,8 +55,10 @@ class Resident:
 class TorchWorkloadBackend:
     """The gradient of ``loss(params, inputs)`` (a 0-d tensor) with ``backward()``.
 
-    Every parameter is a fresh leaf tensor (``torch.tensor`` copies, so the caller's arrays are never
-    shared with autograd); a parameter the loss does not use gets a zero gradient.
+    Every parameter is a new leaf tensor over the memory of the array handed (``share``: the engine
+    hands a backend private copies and compares each bit for bit after the call with what it was copied
+    from, so the model is not copied once more, and a loss that writes into a parameter fails the call);
+    the inputs are copied; a parameter the loss does not use gets a zero gradient.
     """
 
     def __init__(self, name: str, loss) -> None:
@@ -67,7 +69,7 @@ class TorchWorkloadBackend:
 
     def grad(self, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         self.resident.clear()  # the evaluations are over: their copies are not kept
-        leaves = {k: tensor(v, requires_grad=True) for k, v in params.items()}
+        leaves = {k: share(v, requires_grad=True) for k, v in params.items()}
         loss = self._loss(leaves, {k: tensor(v) for k, v in inputs.items()})
         loss.backward()
         return {
