@@ -101,11 +101,11 @@ class TorchWorkloadBackend:
         """The loss at ``k`` points in one call (the oracle's batched evaluations): the tensors named in
         ``batched`` carry a leading axis of ``k``; ``torch.func.vmap`` over them, under
         ``torch.no_grad()``. A model ``vmap`` cannot run raises (the oracle then evaluates one point a
-        call)."""
+        call). The parameters are the engine's private copies, shared (``share``), not copied again."""
         dims = {k: 0 if k in batched else None for k in params}
         with torch.no_grad():
             out = torch.func.vmap(self._loss, in_dims=(dims, None))(
-                {k: torch.tensor(v) for k, v in params.items()},
+                {k: share(v) for k, v in params.items()},
                 {k: torch.tensor(v) for k, v in inputs.items()},
             )
         return out.detach().cpu().numpy().copy()

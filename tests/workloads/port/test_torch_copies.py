@@ -150,3 +150,20 @@ def test_the_gradient_leaves_are_the_arrays_handed_and_a_write_into_one_fails_th
     got = Caller({**params, **inputs})(writer.grad, params, inputs)
     assert got.error is not None and "modified its inputs" in got.error and "`w`" in got.error
     assert not np.signbit(params["w"]).any()  # the point's own array is never handed
+
+
+def test_the_batched_losses_share_the_parameters_handed():
+    seen = {}
+
+    def loss(p, i):
+        seen["b"] = p["b"].data_ptr()  # not batched: the tensor itself
+        return torch.sum(torch.tanh(i["x"] @ p["w"]) * p["b"])
+
+    rng = np.random.default_rng(0)
+    params = {"w": rng.standard_normal((2, 3, 2)), "b": rng.standard_normal(2)}
+    inputs = {"x": rng.standard_normal((4, 3))}
+    backend = type(_framework_backend("torch", loss))("torch", loss)
+    both = backend.losses(params, inputs, ("w",))
+    assert seen["b"] == params["b"].ctypes.data
+    one = backend.loss({"w": params["w"][0], "b": params["b"]}, inputs)
+    assert both.shape == (2,) and np.isclose(both[0], one, rtol=1e-12, atol=0)
