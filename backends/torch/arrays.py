@@ -39,6 +39,26 @@ def tensor(array: np.ndarray, **options: Any) -> Any:
     return torch.tensor(array, **options)
 
 
+def share(array: np.ndarray, **options: Any) -> Any:
+    """A tensor over ``array``'s own memory (``torch.from_numpy``: no copy), or a new one (``tensor``)
+    where torch cannot wrap it (bfloat16, a read-only array, another byte order, a negative stride).
+
+    Only for an array nobody else holds: the engine's guarded call hands a backend private copies and
+    compares each bit for bit after the call with what it was copied from, so a write into the shared
+    memory fails the call as a write into a copy would not (issue 38: a copy of every parameter saved
+    on each gradient)."""
+    import torch
+
+    if isinstance(array, np.ndarray) and array.flags.writeable and array.dtype.name != "bfloat16":
+        try:
+            out = torch.from_numpy(array)
+        except (TypeError, ValueError):  # a dtype torch lacks, another byte order, a negative stride
+            pass
+        else:
+            return out.requires_grad_() if options.get("requires_grad") else out
+    return tensor(array, **options)
+
+
 def projection_loss(outputs: Any, r: np.ndarray) -> Any:
     """``sum(r * outputs)`` as a 0-d tensor of the outputs' dtype and device (differentiable)."""
     import torch

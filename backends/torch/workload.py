@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .arrays import numpy, tensor
+from .arrays import numpy, share, tensor
 
 __all__ = ["TorchWorkloadBackend"]
 
@@ -60,8 +60,10 @@ class Resident:
 class TorchWorkloadBackend:
     """The gradient of ``loss(params, inputs)`` (a 0-d tensor) with ``backward()``.
 
-    Every parameter is a fresh leaf tensor (``torch.tensor`` copies, so the caller's arrays are never
-    shared with autograd); a parameter the loss does not use gets a zero gradient.
+    Every parameter is a new leaf tensor over the memory of the array handed (``share``: the engine
+    hands a backend private copies and compares each bit for bit after the call with what it was copied
+    from, so the model is not copied once more, and a loss that writes into a parameter fails the call);
+    the inputs are copied; a parameter the loss does not use gets a zero gradient.
     """
 
     def __init__(self, name: str, loss) -> None:
@@ -72,7 +74,7 @@ class TorchWorkloadBackend:
 
     def grad(self, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         self.resident.clear()  # the evaluations are over: their copies are not kept
-        leaves = {k: tensor(v, requires_grad=True) for k, v in params.items()}
+        leaves = {k: share(v, requires_grad=True) for k, v in params.items()}
         loss = self._loss(leaves, {k: tensor(v) for k, v in inputs.items()})
         loss.backward()
         return {
@@ -104,11 +106,11 @@ class TorchWorkloadBackend:
         """The loss at ``k`` points in one call (the oracle's batched evaluations): the tensors named in
         ``batched`` carry a leading axis of ``k``; ``torch.func.vmap`` over them, under
         ``torch.no_grad()``. A model ``vmap`` cannot run raises (the oracle then evaluates one point a
-        call)."""
+        call). The parameters are the engine's private copies, shared (``share``), not copied again."""
         dims = {k: 0 if k in batched else None for k in params}
         with torch.no_grad():
             out = torch.func.vmap(self._loss, in_dims=(dims, None))(
-                {k: torch.tensor(v) for k, v in params.items()},
+                {k: share(v) for k, v in params.items()},
                 {k: torch.tensor(v) for k, v in inputs.items()},
             )
         return out.detach().cpu().numpy().copy()

@@ -11,11 +11,14 @@ from crosscheck._workloads.port.build import Prepared, jax_leaves
 
 
 def torch_capture(prepared: Prepared, params: dict, inputs: dict) -> list:
-    """The PyTorch module's records of one forward pass at ``params`` and ``inputs`` (PyTorch's names)."""
+    """The PyTorch module's records of one forward pass at ``params`` and ``inputs`` (PyTorch's names).
+
+    The arrays are the engine's private copies (a guarded call's arguments): the tensors share their
+    memory (``torch_side.shared``) rather than copy the model once more."""
     from crosscheck._workloads.port import torch_side
 
-    state = torch_side.to_torch({**params, **prepared.torch_state(inputs)})
-    return torch_side.capture(prepared.torch_side, state, torch_side.to_torch(prepared.user_inputs(inputs)))
+    state = torch_side.shared({**params, **prepared.torch_state(inputs)})
+    return torch_side.capture(prepared.torch_side, state, torch_side.shared(prepared.user_inputs(inputs)))
 
 
 def jax_capture(prepared: Prepared, params: dict, inputs: dict) -> list:
