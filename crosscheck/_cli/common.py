@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
 import os
 import stat
 import sys
@@ -263,8 +262,10 @@ def write_json(path: str | None, data: Any, option: str = "--json") -> None:
     """Write ``data`` as indented JSON, when a path was given."""
     if path is None:
         return
+    from crosscheck._report.report import dump_json
+
     try:
-        Path(path).write_text(json.dumps(data, indent=2) + "\n")
+        dump_json(data, path)
     except OSError as exc:
         raise _cannot_write(option, path, exc) from exc
 

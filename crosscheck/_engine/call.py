@@ -7,7 +7,9 @@ Modelled on pytest's ``CallInfo.from_call``: whatever the backend does is record
   still propagates, so the run can stop and report what finished: the Ctrl-C policy (``interrupts``,
   made by ``user_interrupts``) is a parameter of the call.
 - Its inputs are compared bit for bit with a private copy taken before the call (``-0.0`` over ``0.0``
-  and NaN payloads included) and put back when it wrote to them.
+  and NaN payloads included) and put back when it wrote to them. Arrays made for one call only
+  (``Fresh``: the point's arrays cast to the other dtype for a re-run) are handed without a second
+  copy and compared afterwards with their source cast the same way, a block at a time (``Cast``).
 - Framework state it may change (NumPy's error state; each imported framework's, as its folder's
   ``state.py`` reads it: JAX's matmul precision and x64 flag, PyTorch's default dtype, float32 matmul
   precision and grad mode) is read before and restored after; what it changed is noted, not failed.
@@ -27,13 +29,14 @@ import dataclasses
 import signal
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from crosscheck._backends import in_use
-from crosscheck._compare.dtypes import is_float
+from crosscheck._compare.dtypes import as_dtype, is_float
 from crosscheck._errors import Interrupted, Interrupts, describe, reraise_user_interrupt
 
 
@@ -87,19 +90,22 @@ def guarded(
     args: tuple[Any, ...],
     *,
     inputs: Mapping[str, np.ndarray],
-    pristine: Mapping[str, np.ndarray] | None = None,
+    pristine: Mapping[str, np.ndarray | Cast] | None = None,
     timeout: float | None = None,
     interrupts: Interrupts | None = None,
 ) -> Outcome:
     """Call ``fn(*args)``; never raises, except for the user's own Ctrl-C (``Interrupted``).
 
     ``inputs`` are the arrays the backend may see, by name: compared bit for bit after the call with
-    ``pristine`` (the arrays they were copied from, which no backend holds), or, without it, with
-    copies taken here (and put back when written). ``timeout``: seconds before the call is given up.
+    ``pristine`` (the arrays they were copied from, which no backend holds, or a ``Cast`` of one: an
+    input made from it for this call only, put back when written), or, without it, with copies taken
+    here (and put back when written). A write is the call's error and noted (``notes["wrote"]``).
+    ``timeout``: seconds before the call is given up.
     ``interrupts``: the run's Ctrl-C policy (``user_interrupts``); None, with no engine above: only an
     ``Interrupted`` is the user's, any other ``KeyboardInterrupt`` the backend's failure.
     """
     names, live = list(inputs), list(inputs.values())
+    before: list[np.ndarray | Cast]
     if pristine is None:
         before, restore = [np.array(a, copy=True) for a in live], True
     else:
@@ -120,34 +126,104 @@ def guarded(
     if changed:
         notes["state_changed"] = changed
     written = _written(live, before, restore=restore)
-    if written and error is None:
-        which = _listed([names[i] for i in written])
-        error = f"modified its inputs ({which}); backends must not write to them"
+    if written:
+        notes["wrote"] = wrote = f"modified its inputs ({_listed([names[i] for i in written])})"
+        error = error or f"{wrote}; backends must not write to them"
     return Outcome(None if error else value, error, seconds, notes)
 
 
 def hand(
-    args: tuple[Any, ...], kwargs: dict[str, Any], known: Mapping[int, str], *, copy: bool = True
-) -> tuple[tuple[Any, ...], dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    known: Mapping[int, str],
+    *,
+    copy: bool = True,
+    fresh: Fresh | None = None,
+) -> tuple[tuple[Any, ...], dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray | Cast]]:
     """What a backend is handed: ``(args, kwargs, handed, pristine)``.
 
     Every array among the arguments (at the top, or a value of a dict argument) becomes a private copy
     (``copy``), so a backend never holds an array anyone else uses: it cannot change them by writing
-    now or later (from a thread it left running, say). ``handed`` names the copies (``known``: names
-    of arrays by ``id``, the point's; else the dict key or ``argument N``), ``pristine`` the arrays
-    they were copied from, by the same names.
+    now or later (from a thread it left running, say); an array ``fresh`` made for this call only is
+    handed as it is (once: a later call copies it). ``handed`` names what is handed (``known``: names
+    of arrays by ``id``, the point's; else the dict key or ``argument N``), ``pristine`` what each is
+    compared with after the call, by the same names: the array it was copied from, or the ``Cast`` of
+    the source a fresh one was made from.
     """
     handed: dict[str, np.ndarray] = {}
-    pristine: dict[str, np.ndarray] = {}
+    pristine: dict[str, np.ndarray | Cast] = {}
 
     def give(array: np.ndarray, name: str) -> np.ndarray:
-        name = unique(known.get(id(array), name), handed)
+        source = fresh.take(array) if fresh is not None else None
+        name = unique(known.get(id(array if source is None else source), name), handed)
+        if source is not None:
+            handed[name], pristine[name] = array, Cast(source, array.dtype)
+            return array
         handed[name] = np.array(array, copy=True) if copy else array
         pristine[name] = array
         return handed[name]
 
     new_args, kwargs = walk_arrays(list(args), kwargs, give)
     return tuple(new_args), kwargs, handed, pristine
+
+
+@dataclasses.dataclass(frozen=True)
+class Cast:
+    """What an input made for one call (``Fresh``) is compared with after it: ``source`` cast to
+    ``dtype``, a block of ``BLOCK`` entries at a time (no copy of the whole array is kept or made)."""
+
+    source: np.ndarray
+    dtype: np.dtype
+
+    #: Entries cast at once to compare (8 MiB of float64).
+    BLOCK = 1 << 20
+
+    def same(self, array: np.ndarray) -> bool:
+        """Whether ``array`` holds the bits of ``source`` cast to ``dtype``."""
+        if array.shape != self.source.shape or array.dtype != self.dtype:
+            return False
+        if not (array.flags.c_contiguous and self.source.flags.c_contiguous):
+            return _same_bits(array, self.source.astype(self.dtype))
+        a, s = array.reshape(-1), self.source.reshape(-1)
+        step = self.BLOCK
+        return all(
+            _same_bits(a[i : i + step], s[i : i + step].astype(self.dtype)) for i in range(0, a.size, step)
+        )
+
+    def restore(self, array: np.ndarray) -> None:
+        with contextlib.suppress(ValueError, TypeError):
+            array[...] = self.source
+
+
+class Fresh:
+    """Arrays made for one call only (``make``: the point's arrays cast to a dtype, as ``as_dtype``
+    casts them), each remembered with its source until a call is handed it (``take``): that call gets
+    it without a second copy, and is checked against the source cast the same way (``Cast``). Held by
+    weak reference: an array dropped unhanded is forgotten, and an ``id`` reused is never mistaken."""
+
+    def __init__(self) -> None:
+        self._made: dict[int, tuple[weakref.ref[np.ndarray], np.ndarray]] = {}
+
+    def make(self, arrays: Mapping[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
+        made = as_dtype(dict(arrays), dtype)
+        for name, array in made.items():
+            self._made[id(array)] = (weakref.ref(array, self._forget), arrays[name])
+        return made
+
+    def take(self, array: np.ndarray) -> np.ndarray | None:
+        """The source ``array`` was made from, when it was made here and not handed yet (then never
+        again: a second call copies it, as any array)."""
+        entry = self._made.get(id(array))
+        if entry is None or entry[0]() is not array:
+            return None
+        del self._made[id(array)]
+        return entry[1]
+
+    def _forget(self, ref: weakref.ref[np.ndarray]) -> None:
+        """An array made here was dropped unhanded: its entry goes (the one its ``weakref`` keys)."""
+        for key, entry in list(self._made.items()):
+            if entry[0] is ref:
+                del self._made[key]
 
 
 def walk_arrays(
@@ -209,11 +285,16 @@ def _listed(names: list[str]) -> str:
     return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
 
 
-def _written(live: list[np.ndarray], before: list[np.ndarray], *, restore: bool) -> list[int]:
-    """Which inputs were written (compared as bits, not values); with ``restore``, put back."""
+def _written(live: list[np.ndarray], before: list[np.ndarray | Cast], *, restore: bool) -> list[int]:
+    """Which inputs were written (compared as bits, not values); with ``restore``, put back (an input
+    made for the call, ``Cast``, always: its maker may still hold it)."""
     written = []
     for i, (a, p) in enumerate(zip(live, before, strict=True)):
-        if not _same_bits(a, p):
+        if isinstance(p, Cast):
+            if not p.same(a):
+                written.append(i)
+                p.restore(a)
+        elif not _same_bits(a, p):
             written.append(i)
             if restore:
                 with contextlib.suppress(ValueError, TypeError):
@@ -305,8 +386,13 @@ def to_arrays(
         return None, f"returned {found}; expected a dict of gradients keyed by parameter name", {}
     out: dict[str, np.ndarray] = {}
     notes: dict[str, str] = {}
-    for key, item in value.items():
-        array, error, more = to_array(item, f"parameter `{key}`", interrupts=interrupts)
+    # A copy of the mapping, emptied as it is converted: a result the backend no longer holds (a torch
+    # gradient) is freed a tensor at a time, not kept until every copy is made (issue 38).
+    items = dict(value.items())
+    del value
+    while items:
+        key = next(iter(items))
+        array, error, more = to_array(items.pop(key), f"parameter `{key}`", interrupts=interrupts)
         if error or array is None:
             return None, error, {}
         out[str(key)], notes = array, {**notes, **more}

@@ -17,7 +17,16 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare.compare import Comparison
-from crosscheck._engine.call import Outcome, guarded, hand, to_array, to_arrays, unique, user_interrupts
+from crosscheck._engine.call import (
+    Fresh,
+    Outcome,
+    guarded,
+    hand,
+    to_array,
+    to_arrays,
+    unique,
+    user_interrupts,
+)
 from crosscheck._engine.isolate import RemoteMethod, Worker, in_process_reason, load_isolated, start_workers
 from crosscheck._engine.load import load, spec_name
 from crosscheck._engine.plan import Plan
@@ -36,9 +45,12 @@ class Caller:
     """The guarded call bound to a point's arrays: ``call(fn, *args, convert=None, **kwargs)``.
 
     A backend is handed private copies of the arrays (``hand``) and never the point's own, which are
-    what each copy is compared with after the call; ``timeout`` bounds each call. A method of a backend
-    in a worker process (``isolate``) is sent there, guarded by the worker alike. ``interrupts``: the
-    run's Ctrl-C policy (``user_interrupts``), handed to each call.
+    what each copy is compared with after the call; ``timeout`` bounds each call. Arrays made for one
+    call (``cast``) are handed without a second copy. A method of a backend in a worker process
+    (``isolate``) is sent there, guarded by the worker alike. ``interrupts``: the run's Ctrl-C policy
+    (``user_interrupts``), handed to each call. Every call that wrote to its inputs is kept in
+    ``wrote`` (``(the backend whose method it called, or None; phase; error)``): the driver fails that
+    backend even where a judge set the call's outcome aside (a re-run that only measures rounding).
     """
 
     def __init__(
@@ -50,21 +62,42 @@ class Caller:
     ) -> None:
         self.arrays, self.timeout, self.interrupts = arrays, timeout, interrupts
         self._names = {id(a): name for name, a in arrays.items()}
+        self._fresh = Fresh()
+        #: The record the driver is filling (a backend's name), to which a write of no backend's is owed.
+        self.phase: str | None = None
+        self.wrote: list[tuple[Any, str | None, str]] = []
 
     def __call__(self, fn: Any, *args: Any, convert: str | None = None, **kwargs: Any) -> Outcome:
-        remote = getattr(fn, "remote", None) if isinstance(fn, RemoteMethod) else None
-        args, kwargs, handed, pristine = hand(args, kwargs, self._names, copy=remote is None)
-        if remote is not None:
-            out = remote(args, kwargs, names=list(handed), timeout=self.timeout, interrupts=self.interrupts)
-        else:
-            call = lambda: fn(*args, **kwargs)  # noqa: E731
-            out = guarded(
-                call, (), inputs=handed, pristine=pristine, timeout=self.timeout, interrupts=self.interrupts
-            )
+        out = self._guarded(fn, args, kwargs)  # what it handed is freed with its frame
+        notes = dict(out.notes)
+        if "wrote" in notes:
+            owner = fn.backend if isinstance(fn, RemoteMethod) else getattr(fn, "__self__", None)
+            self.wrote.append((owner, self.phase, f"{notes.pop('wrote')}; backends must not write to them"))
         if out.error or convert is None:
-            return out
-        value, error, notes = _CONVERTERS[convert](out.value, interrupts=self.interrupts)
-        return Outcome(value, error, out.seconds, {**out.notes, **notes})
+            return dataclasses.replace(out, notes=notes)
+        box = [out.value]  # the result is converted without a second reference held here
+        out = dataclasses.replace(out, value=None)
+        value, error, more = _CONVERTERS[convert](box.pop(), interrupts=self.interrupts)
+        return Outcome(value, error, out.seconds, {**notes, **more})
+
+    def _guarded(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Outcome:
+        remote = getattr(fn, "remote", None) if isinstance(fn, RemoteMethod) else None
+        args, kwargs, handed, pristine = hand(
+            args, kwargs, self._names, copy=remote is None, fresh=self._fresh
+        )
+        if remote is not None:
+            return remote(args, kwargs, names=list(handed), timeout=self.timeout, interrupts=self.interrupts)
+        call = lambda: fn(*args, **kwargs)  # noqa: E731
+        return guarded(
+            call, (), inputs=handed, pristine=pristine, timeout=self.timeout, interrupts=self.interrupts
+        )
+
+    def cast(self, arrays: Mapping[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
+        """Fresh arrays for one call: ``arrays`` (the point's) with every float in ``dtype`` (as
+        ``as_dtype``). The next call they are passed to gets them without a second copy (the caller
+        drops them after it; a later call copies them), and a backend that writes to one is caught:
+        after the call each is compared with its source cast the same way, a block at a time."""
+        return self._fresh.make(arrays, dtype)
 
     @staticmethod
     def failure(error: str) -> Outcome:
@@ -83,6 +116,8 @@ class _Run:
     interrupted: bool = False
     #: Worker processes by position (``"reference"``, or a candidate's index), with ``isolate``.
     workers: dict[Any, Worker] = dataclasses.field(default_factory=dict)
+    #: Each loaded backend and its record's name (whose record a write to its inputs fails).
+    loaded: list[tuple[Any, str]] = dataclasses.field(default_factory=list)
 
 
 def drive(plan: Plan) -> Report:
@@ -102,6 +137,7 @@ def drive(plan: Plan) -> Report:
                     worker.stop("interrupted")
                 else:
                     worker.close()
+    _writers(run)
     return _report(run)
 
 
@@ -123,6 +159,8 @@ def _reference(run: _Run) -> None:
     result = dataclasses.replace(result, role="reference")
     run.results[result.name] = result  # recorded first: an interrupt below still reports it
     if backend is not None:
+        run.loaded.append((backend, result.name))
+        run.call.phase = result.name
         out = run.judge.reference(backend, run.call)
         result = _record(result, out)
         if out.error is None:
@@ -159,6 +197,7 @@ def _admit(run: _Run, spec: Any, index: int) -> tuple[str, Any, BackendResult] |
     run.results[name] = result  # recorded first: an interrupt below still reports it
     if backend is None:
         return None
+    run.loaded.append((backend, name))
     if run.reference is None:
         run.results[name] = dataclasses.replace(
             result, status="skipped", error="not run: the reference did not run"
@@ -177,6 +216,7 @@ def _admit(run: _Run, spec: Any, index: int) -> tuple[str, Any, BackendResult] |
 
 
 def _candidate(run: _Run, name: str, backend: Any, result: BackendResult) -> None:
+    run.call.phase = name
     out = run.judge.evaluate(backend, run.call)
     result = _record(result, out)
     run.results[name] = result
@@ -191,6 +231,18 @@ def _candidate(run: _Run, name: str, backend: Any, result: BackendResult) -> Non
         run.results[name] = dataclasses.replace(run.results[name], status="failed", error=problem)
         return
     run.comparisons.extend(_spent(found))
+
+
+def _writers(run: _Run) -> None:
+    """Each backend that wrote to its inputs in any call fails, with the first such call's error, even
+    where its judge set that call's outcome aside (a re-run that only measures rounding): a write to
+    an input is never passed. A write in a call of no backend's method is owed to the record being
+    filled then (``Caller.phase``)."""
+    for owner, phase, error in run.call.wrote:
+        name = next((n for b, n in run.loaded if b is owner), phase) if owner is not None else phase
+        result = run.results.get(name) if name is not None else None
+        if name is not None and result is not None and result.status not in ("failed", "skipped"):
+            run.results[name] = dataclasses.replace(result, status="failed", error=error)
 
 
 def _spent(found: list[Comparison]) -> list[Comparison]:

@@ -204,7 +204,8 @@ class Report:
         )
 
     def write_json(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        """The JSON report (``to_dict``), indented, streamed to ``path`` (no string of it all is made)."""
+        dump_json(self.to_dict(), path)
 
     def messages(self) -> list[tuple[str, bool]]:
         """What is printed after the table, before the backends' failures: ``(text, is_heading)``."""
@@ -368,6 +369,14 @@ def versus(c: Comparison) -> str:
 def _at(c: Comparison, prefix: str = " at") -> str:
     """Which parameter a comparison is of, e.g. " at parameter `w1`" (nothing where it names none)."""
     return f"{prefix} parameter `{c.parameter}`" if c.parameter else ""
+
+
+def dump_json(data: Any, path: str | Path) -> None:
+    """``data`` as indented JSON in ``path``, written as it is encoded (``json.dump``: a real model's
+    report is never one string in memory as well, issue 38), with a final newline."""
+    with Path(path).open("w") as out:
+        json.dump(data, out, indent=2)
+        out.write("\n")
 
 
 def _finite(value: Any) -> Any:

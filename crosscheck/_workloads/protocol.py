@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -79,6 +79,10 @@ class Call(Protocol):
 
     def failure(self, error: str) -> Any:
         """An outcome that failed with ``error`` before any call."""
+
+    def cast(self, arrays: Mapping[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
+        """Fresh arrays for one call (``arrays`` with every float in ``dtype``): the next call handed them
+        gets them without a second copy, and is checked against ``arrays`` cast the same way."""
 
 
 @dataclasses.dataclass

@@ -389,3 +389,34 @@ def test_comparison_and_reports_import_no_workload():
             names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             found += [f"{path.name}: {n}" for n in names if n.startswith(above)]
     assert found == []
+
+
+def test_the_json_report_is_streamed_to_its_file_never_one_string(tmp_path, monkeypatch):
+    """``crosscheck run --json`` and ``Report.write_json`` encode as they write (issue 38): the same
+    text as ``json.dumps`` of ``to_dict``, with no call that returns the whole text."""
+    report = crosscheck.run(workload="stack", backends=["numpy-fd"], layers=2, dim=3, batch=2, seed=1)
+    expected = json.dumps(report.to_dict(), indent=2) + "\n"
+
+    def whole(*args, **kwargs):
+        raise AssertionError("the JSON report was made as one string")
+
+    monkeypatch.setattr(json, "dumps", whole)
+    report.write_json(tmp_path / "api.json")
+    assert (tmp_path / "api.json").read_text() == expected
+    status = main(
+        [
+            "run",
+            "--layers",
+            "2",
+            "--dim",
+            "3",
+            "--batch",
+            "2",
+            "--seed",
+            "1",
+            "--json",
+            str(tmp_path / "cli.json"),
+        ]
+    )
+    assert status == 0
+    assert json.loads((tmp_path / "cli.json").read_text())["passed"] is True

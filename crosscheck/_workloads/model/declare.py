@@ -156,9 +156,19 @@ class Workload:
                     f"workload `{self.name}`: {field[:-1]} `{key}` must hold finite numbers; "
                     f"found dtype {array.dtype.name} with non-finite or non-numeric values."
                 )
-            # Rounded once to the case's dtype, and a private copy: generate's arrays are not shared.
-            out[key] = np.array(array, dtype=numpy_dtype(dtype))
+            # Rounded once to the case's dtype, and a private copy: generate's arrays are not shared. One
+            # that nobody can write (``frozen``: a port's own copies of its tensors) is kept as it is.
+            target = numpy_dtype(dtype)
+            out[key] = array if array.dtype == target and frozen(array) else np.array(array, dtype=target)
         return out
+
+
+def frozen(array: np.ndarray) -> bool:
+    """Whether no one can write to ``array``: read-only, and owning its memory (not a view, whose base
+    may be written, nor an array over another object's buffer, a tensor's say). Such an array is taken
+    as it is by ``Workload.make``: a port's own copies of its tensors, made read-only when prepared,
+    are the case's arrays without a copy of the model (issue 38)."""
+    return not array.flags.writeable and array.flags.owndata and array.base is None
 
 
 def _shapes(name: str, field: str, value: Any) -> dict[str, tuple[int, ...]]:

@@ -22,8 +22,13 @@ from crosscheck._workloads.model.declare import Workload
 from crosscheck._workloads.model.judge import GenericJudge, WorkloadOracle
 from crosscheck._workloads.protocol import Options, OwnArrays, Point
 
-#: float64 copies of a workload's arrays alive at once (see ``GenericWorkload.memory``).
-MEMORY_ARRAYS = 24
+#: float64 copies of a workload's arrays alive at once, besides two per candidate (see
+#: ``GenericWorkload.memory``), measured (issue 38, 2026-12-05) as the most a check adds to the resident
+#: memory it starts from, in float64 copies of its arrays: 14.9 with PyTorch as the reference and one
+#: candidate, 17.6 with the oracle and two (a Workload of 16.8M parameters, PyTorch and JAX); traced
+#: NumPy with NumPy backends, 15.1 and 18.3 (``tests/workloads/model/test_memory.py``).
+#: The estimate, 19 and 21, covers them. It was 24 (26 and 28).
+MEMORY_ARRAYS = 17
 
 
 class GenericWorkload(OwnArrays):
@@ -67,8 +72,9 @@ class GenericWorkload(OwnArrays):
     def memory(
         self, *, dtype: str, quantity: str, options: Options, candidates: Sequence[Any]
     ) -> dict[str, int]:
-        """Bytes a case needs, by part: ``MEMORY_ARRAYS`` float64 copies of every parameter and input
-        (the arrays, each candidate's gradients and re-run, the oracle's, the tolerance's terms)."""
+        """Bytes a case needs, by part: ``MEMORY_ARRAYS`` float64 copies of every parameter and input, and
+        two more per candidate (the arrays, each side's gradients and re-run, the oracle's, the
+        tolerance's terms): what a check was measured to add at its peak, rounded up."""
         sizes = [*self.workload.parameters.values(), *self.workload.inputs.values()]
         entries = sum(math.prod(shape) for shape in sizes)
         return {"arrays": 8 * entries * (MEMORY_ARRAYS + 2 * len(candidates))}

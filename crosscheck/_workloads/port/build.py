@@ -125,6 +125,8 @@ def prepare(port: PortFields) -> Prepared:
         said = (mapping_problems(table, parameters), refused_table(table)) if table is not None else ()
         found.refuse(*said)
     assert table is not None  # a `convert` that does not fit is a problem found: refused above
+    for array in values.values():  # crosscheck's own copies, never written: the case's arrays as they are
+        array.flags.writeable = False  # (``declare.frozen``), not copied again for each run
     return Prepared(port, wrapped, side, table, values, parameters, names, conversion)
 
 
