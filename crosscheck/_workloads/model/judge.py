@@ -25,7 +25,7 @@ from crosscheck._backends import ORACLE
 from crosscheck._compare import low
 from crosscheck._compare.compare import Comparison, Kinks
 from crosscheck._compare.constants import OTHER_DTYPE, WIDEN
-from crosscheck._compare.dtypes import as_dtype, is_low
+from crosscheck._compare.dtypes import is_low
 from crosscheck._report.report import Verdict
 from crosscheck._workloads.model.compare import Answer, Context, entries
 from crosscheck._workloads.model.declare import Workload
@@ -301,8 +301,9 @@ class GenericJudge:
     def rounding(self, backend: Any, value: dict[str, np.ndarray], name: str, call: Call) -> Rounding:
         """The ``rounding`` term of every parameter, and how it was obtained (``rounding.measure``)."""
         other = OTHER_DTYPE[self.dtype]
-        params, inputs = as_dtype(self.point.params, other), as_dtype(self.point.inputs, other)
+        params, inputs = call.cast(self.point.params, other), call.cast(self.point.inputs, other)
         again = self._grad(backend, call, params, inputs).value
+        del params, inputs
         found = measure(value, again, shapes=self.shapes, dtype=self.dtype, name=name)
         if self.dtype == "float32" and found.excess and self._keeps_float32(backend, name, call):
             # |g32 - g64| is then two float32 roundings, not the float32 run's alone (probed lazily)

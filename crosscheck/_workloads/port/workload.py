@@ -24,7 +24,6 @@ import numpy as np
 
 from crosscheck._compare.compare import Comparison
 from crosscheck._compare.constants import OTHER_DTYPE
-from crosscheck._compare.dtypes import as_dtype
 from crosscheck._report.report import FORWARD_ONLY, Report, Section, Verdict
 from crosscheck._workloads.model.judge import GenericJudge
 from crosscheck._workloads.model.oracle.function import Differences
@@ -292,9 +291,10 @@ class PortJudge:
         ``main``: the records at the case's dtype, captured already (then only the re-run is made)."""
         runs: list[Any] = [] if main is None else [main]
         for dtype in (self.dtype, OTHER_DTYPE[self.dtype])[len(runs) :]:
-            params, inputs = as_dtype(self.point.params, dtype), as_dtype(self.point.inputs, dtype)
+            params, inputs = call.cast(self.point.params, dtype), call.cast(self.point.inputs, dtype)
             fn = capture.torch_capture if torch else capture.jax_capture
             got = call(fn, self.workload.prepared, params, inputs)
+            del params, inputs
             if got.error is not None:
                 problem = f"{'PyTorch' if torch else 'JAX'} forward in {dtype}: {got.error}"
                 # the re-run only measures rounding: without it the other side's measures both
