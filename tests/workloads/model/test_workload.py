@@ -468,7 +468,7 @@ def test_the_oracle_is_not_a_candidate():
         crosscheck.run(workload=_linear(), backends=["numpy-fd"])
 
 
-def _tanh_grad(p, i):
+def _layer_grad(p, i):
     h = np.tanh(i["x"] @ p["w"])
     return {"w": i["x"].T @ (1 - h * h)}
 
@@ -486,20 +486,20 @@ def test_the_repeat_check_reads_each_bound_a_parameter_at_a_time():
 
     def accumulates(p, i):
         calls.append(1)
-        return {"w": _tanh_grad(p, i)["w"] * len(calls)}
+        return {"w": _layer_grad(p, i)["w"] * len(calls)}
 
     def flickers(p, i):
         calls.append(p["w"].dtype == np.float32)  # the case's calls, not the re-run in float64
-        g = _tanh_grad(p, i)["w"]
+        g = _layer_grad(p, i)["w"]
         if sum(calls) == 2 and calls[-1]:  # one entry one unit in the last place away on the second call
             g[0, 0] = np.nextafter(g[0, 0], np.inf, dtype=g.dtype)
         return {"w": g}
 
-    report = crosscheck.run(workload=workload, backends=[accumulates], reference=_tanh_grad)
+    report = crosscheck.run(workload=workload, backends=[accumulates], reference=_layer_grad)
     assert report.backends["accumulates"].status == "failed"
     assert "the second call differs: stateful or nondeterministic" in report.backends["accumulates"].error
     calls.clear()
-    report = crosscheck.run(workload=workload, backends=[flickers], reference=_tanh_grad)
+    report = crosscheck.run(workload=workload, backends=[flickers], reference=_layer_grad)
     assert report.passed, report.problems
     assert "within rounding" in report.backends["flickers"].notes["nondeterministic"]
     assert all("rounding" not in c.arrays for c in report.comparisons)
