@@ -279,7 +279,7 @@ def _repeats(run: _Run, backend: Any, first: dict[str, np.ndarray], found: list[
     stateful or nondeterministic backend, e.g. a port that never zeroes ``.grad``; bitwise differences
     within rounding are noted as nondeterminism.
     """
-    bounds: dict[str, np.ndarray] = {}
+    bounds: dict[str, Any] = {}  # an array, or what `np.asarray` makes one of when read (`rounding.Bound`)
     for c in found:
         bounds.update(c.arrays.get("rounding", {}))
     notes: dict[str, Any] = {}
@@ -315,7 +315,7 @@ def _differences(first: dict, again: Any, bounds: dict) -> tuple[bool, int, str]
         with np.errstate(invalid="ignore", over="ignore"):
             diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
         changed += int(np.count_nonzero(diff))
-        over = ~(diff <= np.broadcast_to(bounds.get(key, 0.0), diff.shape))
+        over = ~(diff <= np.broadcast_to(np.asarray(bounds.get(key, 0.0)), diff.shape))  # one at a time
         if over.any() and not beyond:
             beyond, where = True, _where(key, over, diff, a, b)
     return (beyond, changed, where) if changed or beyond else None

@@ -29,10 +29,11 @@ from crosscheck._engine.call import guarded, to_array, to_arrays, unique, walk_a
 from crosscheck._engine.quantity import QUANTITIES
 from crosscheck._errors import describe, one_line
 
-#: Backend methods a worker serves: each quantity's (``QUANTITIES``), ``activations`` (localization) and
-#: ``loss`` (a workload implementation's own loss, which the model oracle differences); and the optional
-#: contexts (classification re-runs) it enters.
-METHODS = (*(q.method for q in QUANTITIES.values() if q.method), "activations", "loss")
+#: Backend methods a worker serves: each quantity's (``QUANTITIES``), ``activations`` (localization),
+#: ``loss`` (a workload implementation's own loss, which the model oracle differences) and
+#: ``release_evaluations`` (what drops the arrays its last losses hold, called after them); and the
+#: optional contexts (classification re-runs) it enters.
+METHODS = (*(q.method for q in QUANTITIES.values() if q.method), "activations", "loss", "release_evaluations")
 CONTEXTS = ("highest_precision", "without_checkpointing")
 #: How the parent starts a worker: ``sys.argv`` is the connection's file descriptor and ``sys.path``.
 BOOT = (
@@ -189,24 +190,30 @@ def _serve(backend: Any, request: dict[str, Any]) -> dict[str, Any]:
             return fn(*args, **kwargs)
 
     out = guarded(call, (), inputs=inputs)
-    value, error, notes = out.value, out.error, dict(out.notes)
+    error, notes, seconds = out.error, dict(out.notes), out.seconds
+    box, value = [out.value], None  # converted with no other reference held here (issue 38)
+    del out
     if error is None:
-        value, error, more = _plain(value)
+        value, error, more = _plain(box)
         notes.update(more)
-    return {"value": value, "error": error, "seconds": out.seconds, "notes": notes}
+    return {"value": value, "error": error, "seconds": seconds, "notes": notes}
 
 
-def _plain(value: Any) -> tuple[Any, str | None, dict[str, str]]:
-    """A backend's result as arrays (a dict or a list of them kept as such), or why it is not; None
-    crosses as None (the parent says what it expected instead, as in process)."""
-    if value is None:
+def _plain(box: list[Any]) -> tuple[Any, str | None, dict[str, str]]:
+    """A backend's result (``box``'s one item, taken out of it) as arrays (a dict or a list of them kept
+    as such), or why it is not; None crosses as None (the parent says what it expected instead, as in
+    process). No reference to the result is kept here while it is converted: a result the backend no
+    longer holds is freed a tensor at a time, not kept beside its copies until the last is made."""
+    if box[0] is None:
         return None, None, {}
-    if isinstance(value, Mapping):
-        return to_arrays(value)
-    if isinstance(value, (list, tuple)):
-        items = [to_array(item) for item in value]
-        errors = [error for _, error, _ in items if error is not None]
-        if errors:
-            return None, errors[0], {}
-        return [array for array, _, _ in items], None, {}
-    return to_array(value)
+    if isinstance(box[0], Mapping):
+        return to_arrays(box.pop())
+    if isinstance(box[0], (list, tuple)):
+        items, arrays = list(box.pop())[::-1], []
+        while items:
+            array, error, _ = to_array(items.pop())
+            if error is not None:
+                return None, error, {}
+            arrays.append(array)
+        return arrays, None, {}
+    return to_array(box.pop())

@@ -156,7 +156,8 @@ class Judge(Protocol):
         self, backend: Any, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
     ) -> list[Comparison]:
         """One ``Comparison`` per parameter; ``arrays["rounding"]`` bounds the candidate's own rounding
-        (what a repeated call may differ by)."""
+        (what a repeated call may differ by), ``{parameter: bound}``: an array, or an object that
+        ``np.asarray`` makes one of when read (``rounding.Bound``: nothing of a parameter's size kept)."""
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
         """Report fields of this quantity (``{"quantity": ..., "direction": ...}``), and what the

@@ -37,7 +37,7 @@ from crosscheck._workloads.model.oracle.directions import (
     project,
     project_quadrature,
 )
-from crosscheck._workloads.model.rounding import Rounding
+from crosscheck._workloads.model.rounding import Bound, Rounding
 from crosscheck._workloads.protocol import Options
 
 TERM_HELP = {
@@ -140,7 +140,7 @@ def entries(
         judged = ~answer.kinks[k].unjudgeable
         bound = np.broadcast_to(term + error + floor, shape)
         zeros[k] = bool(np.all(np.abs(ref[judged]) <= bound[judged]))
-        arrays = {**found.arrays, "rounding": {k: term + floor}}
+        arrays = {**found.arrays, "rounding": {k: Bound(rounding.term, k, floor)}}  # made when read
         found = dataclasses.replace(found, arrays=arrays, question=ctx.question, against=ctx.against)
         if not found.passed and k in rounding.limits:  # a 16-bit range lost: said as what it is
             found = dataclasses.replace(found, message=f"{found.message} ({rounding.limits[k]})")

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -117,6 +118,22 @@ class Divided(Mapping[str, np.ndarray]):
 
     def __len__(self) -> int:
         return len(self.arrays)
+
+
+class Bound:
+    """``term[key] + floor``, one parameter's bound on what a repeated call may differ by (a comparison's
+    ``arrays["rounding"]``, read by the engine's repeat check), made when read (``np.asarray``) and never
+    kept: it holds only ``term`` (itself made when read, ``Measured``) and the floor (a scalar, or the
+    per-entry array the comparison made), not an array of the parameter's size per comparison."""
+
+    __slots__ = ("floor", "key", "term")
+
+    def __init__(self, term: Mapping[str, np.ndarray], key: str, floor: np.ndarray):
+        self.term, self.key, self.floor = term, key, floor
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = np.asarray(self.term[self.key] + self.floor)  # an array of its own each read
+        return out if dtype is None else out.astype(dtype, copy=False)
 
 
 @dataclasses.dataclass(frozen=True)

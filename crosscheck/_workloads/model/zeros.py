@@ -34,7 +34,7 @@ from crosscheck._workloads.model import compare as model_compare
 from crosscheck._workloads.model.findings import Judging, ZeroCheck
 from crosscheck._workloads.model.oracle.directions import directional, make_directions, norm
 from crosscheck._workloads.model.oracle.entries import FLOAT32_FRACTION, UNJUDGEABLE_FRACTION, OracleFailed
-from crosscheck._workloads.model.oracle.function import Skip, batch_guard, own_loss
+from crosscheck._workloads.model.oracle.function import Skip, batch_guard, own_loss, release
 from crosscheck._workloads.model.oracle.threads import one_thread
 from crosscheck._workloads.model.rounding import Rounding
 
@@ -90,12 +90,15 @@ def _side(judge: Judging, side: Side, names: list[str], call: Any) -> list[ZeroC
         return [ZeroCheck(side.name, k, "not judged", why=function.reason) for k in names]
     params = as_dtype(judge.point.params, "float64")
     scale = _rms(side.gradient)
-    if len(names) > 1:
-        joint = _joint(judge, side, function, params, names, scale, call)
-        if joint.status != "refuted":
-            return [dataclasses.replace(joint, parameter=k) for k in names]
-    found = _along(judge, side, function, params, {k: judge.shapes[k] for k in names}, scale, call)
-    return [found[k] for k in names]
+    try:
+        if len(names) > 1:
+            joint = _joint(judge, side, function, params, names, scale, call)
+            if joint.status != "refuted":
+                return [dataclasses.replace(joint, parameter=k) for k in names]
+        found = _along(judge, side, function, params, {k: judge.shapes[k] for k in names}, scale, call)
+        return [found[k] for k in names]
+    finally:  # what the side's adapter holds of these evaluations, dropped (as the oracle's differences)
+        release(function.release)
 
 
 def _joint(judge, side: Side, function: Any, params: dict, names: list[str], scale: float, call) -> ZeroCheck:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
 
+from crosscheck._compare import terms
+from crosscheck._compare.dtypes import unit_roundoff
 from crosscheck._compare.record import Kinks
 from crosscheck._workloads.model.compare import Answer, Context, entries
-from crosscheck._workloads.model.rounding import measure
+from crosscheck._workloads.model.rounding import Bound, measure
 from crosscheck._workloads.protocol import Options
 
 SHAPES = {"w": (8, 16)}
@@ -55,3 +59,42 @@ def test_a_planted_error_still_fails_with_a_margin(error):
     assert not found.passed
     worst = found.worst_entries[0]
     assert worst["ratio"] > (1e4 if error[1] >= 1e-3 else 10), worst
+
+
+def _reference_case(n: int, dtype: str):
+    rng = np.random.default_rng(1)
+    wide = {"w": rng.normal(0.0, 1.0, (n, n))}
+    narrow = {"w": wide["w"].astype(np.float32)}
+    return (narrow, wide) if dtype == "float32" else (wide, narrow)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_repeat_bound_is_made_when_read_bit_for_bit_the_one_kept_before(dtype):
+    """Each comparison's ``arrays["rounding"]`` (what a repeated call may differ by) is made when the
+    repeat check reads it (issue 38): bit for bit ``term + floor``, nothing of the parameter's size kept
+    beyond a float64 case's per-entry floor."""
+    n = 400
+    shapes = {"w": (n, n)}
+    value, again = _reference_case(n, dtype)
+    ctx = Context("jax", "torch", "same function", "`torch`'s gradient", dtype, Options(), shapes)
+    mine = measure(value, again, shapes=shapes, dtype=dtype, name="jax")
+    answer = Answer(value, mine.term, {"w": Kinks.none(shapes["w"])})
+    ref = np.asarray(value["w"], np.float64)
+    floor = np.asarray(terms.floor(terms.largest(ref), unit_roundoff(dtype)))
+    if dtype == "float64":
+        floor = np.maximum(floor, terms.saturated(value["w"], ref, terms.rms(ref), "float64"))
+    old = mine.term["w"] + floor  # what each comparison kept before
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    (found,), _ = entries(ctx, value, mine, answer, {})
+    kept = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    bound = found.arrays["rounding"]["w"]
+    assert isinstance(bound, Bound) and found.passed, found.message
+    read = np.asarray(bound)
+    assert read.dtype == old.dtype and read.shape == old.shape and read.tobytes() == old.tobytes()
+    assert np.asarray(bound) is not read  # made again each read, never kept
+    # a float32 case's floor is a scalar: nothing of the parameter's size kept (measured before: 1.0 x
+    # its float64 size); a float64 case keeps its per-entry floor (as it did, inside the bound)
+    limit = 1.05 * ref.nbytes if dtype == "float64" else ref.nbytes / 8
+    assert kept < limit, kept / ref.nbytes

@@ -466,3 +466,40 @@ def test_integer_inputs_keep_their_dtype():
 def test_the_oracle_is_not_a_candidate():
     with pytest.raises(ValueError, match="can be the reference only"):
         crosscheck.run(workload=_linear(), backends=["numpy-fd"])
+
+
+def _layer_grad(p, i):
+    h = np.tanh(i["x"] @ p["w"])
+    return {"w": i["x"].T @ (1 - h * h)}
+
+
+def test_the_repeat_check_reads_each_bound_a_parameter_at_a_time():
+    """The repeat check of a model workload reads each comparison's bound when it needs it
+    (``rounding.Bound``): a second call beyond rounding fails, one within it is noted."""
+    workload = crosscheck.Workload(
+        name="tanh",
+        parameters={"w": (6, 4)},
+        inputs={"x": (3, 6)},
+        reference=lambda p, i: float(np.sum(np.tanh(i["x"] @ p["w"]))),
+    )
+    calls: list[int] = []
+
+    def accumulates(p, i):
+        calls.append(1)
+        return {"w": _layer_grad(p, i)["w"] * len(calls)}
+
+    def flickers(p, i):
+        calls.append(p["w"].dtype == np.float32)  # the case's calls, not the re-run in float64
+        g = _layer_grad(p, i)["w"]
+        if sum(calls) == 2 and calls[-1]:  # one entry one unit in the last place away on the second call
+            g[0, 0] = np.nextafter(g[0, 0], np.inf, dtype=g.dtype)
+        return {"w": g}
+
+    report = crosscheck.run(workload=workload, backends=[accumulates], reference=_layer_grad)
+    assert report.backends["accumulates"].status == "failed"
+    assert "the second call differs: stateful or nondeterministic" in report.backends["accumulates"].error
+    calls.clear()
+    report = crosscheck.run(workload=workload, backends=[flickers], reference=_layer_grad)
+    assert report.passed, report.problems
+    assert "within rounding" in report.backends["flickers"].notes["nondeterministic"]
+    assert all("rounding" not in c.arrays for c in report.comparisons)

@@ -163,3 +163,62 @@ def test_a_side_that_cannot_run_in_float64_leaves_the_zero_to_the_others():
     assert outcome["confirmed"] == [] and "could not confirm" in problems(outcome)[0]
     alone = judged({"k.bias": {"torch": cannot}}, ["k.bias"], ["torch", "jax"])
     assert alone["confirmed"] == [] and problems(alone)
+
+
+def _recorded(events, original, event):
+    def wrapped(self, *args, **kwargs):
+        events.append(event)
+        return original(self, *args, **kwargs)
+
+    return wrapped
+
+
+def test_each_side_releases_what_its_losses_hold_after_its_zero_check(monkeypatch):
+    """Each side's adapter drops the arrays its last loss evaluations hold once its zero check's
+    evaluations along directions are done (``release_evaluations``, as after the oracle's differences):
+    after each side's last ``loss``/``losses`` call comes a release (issue 38)."""
+    from crosscheck._workloads.model.workload import _framework_backend
+
+    events: list[tuple[str, str]] = []
+    for framework in ("torch", "jax"):
+        cls = type(_framework_backend(framework, lambda *a: 0.0))
+        for method in ("loss", "losses", "release_evaluations"):
+            monkeypatch.setattr(cls, method, _recorded(events, getattr(cls, method), (framework, method)))
+    report = crosscheck.run(workload=attention(), reference="torch", backends=["jax"])
+    assert report.passed, report.problems
+    for framework in ("torch", "jax"):
+        mine = [method for side, method in events if side == framework]
+        evaluated = max(i for i, m in enumerate(mine) if m != "release_evaluations")
+        assert mine.count("loss") + mine.count("losses") > 8, mine  # the probe and the directions
+        assert "release_evaluations" in mine[evaluated:], (framework, mine[evaluated - 2 :])
+
+
+def test_a_side_in_a_worker_releases_its_evaluations_there():
+    """``--isolate``: the worker serves ``release_evaluations`` (``isolate_worker.METHODS``), so the oracle's
+    and the zero check's releases reach the adapter in its worker; the verdict is the one in process."""
+    from crosscheck._engine.driver import Caller
+    from crosscheck._engine.isolate import IsolatedBackend
+    from crosscheck._engine.isolate_worker import METHODS, _has
+    from crosscheck._workloads.model.oracle.function import release, releaser
+    from crosscheck._workloads.model.workload import _framework_backend
+
+    for framework in ("torch", "jax"):  # what a worker says its adapter has (its load's description)
+        adapter = _framework_backend(framework, lambda *a: 0.0)
+        assert "release_evaluations" in [m for m in METHODS if _has(adapter, m)]
+
+    class Worker:
+        def __init__(self):
+            self.sent = []
+
+        def request(self, message, timeout):
+            self.sent.append(message["method"])
+            return {"value": None, "error": None, "seconds": 0.0, "notes": {}}
+
+    worker = Worker()
+    methods = ["grad", "loss", "release_evaluations"]
+    backend = IsolatedBackend(worker, {"name": "x", "info": {}, "methods": methods, "contexts": []})
+    release(releaser(backend, Caller({})))
+    assert worker.sent == ["release_evaluations"]
+    report = crosscheck.run(workload=attention(), reference="torch", backends=["jax"], isolate=True)
+    assert report.passed, report.problems
+    assert report.oracle["zero_in_every_implementation"]["within rounding"] == ["k.bias", "k2.bias"]

@@ -371,8 +371,8 @@ def _own_loss(
 
 def releaser(backend: Any, call: Call) -> Callable[[], Any] | None:
     """What drops the arrays ``backend`` holds of its last loss evaluations (its optional
-    ``release_evaluations()``, through the guarded call), or None where it has none: a backend in a
-    worker process (``--isolate``) serves no such method, and keeps its arrays until its next ``grad``."""
+    ``release_evaluations()``, through the guarded call), or None where it has none (a backend in a
+    worker process, ``--isolate``, is asked in its worker: ``isolate_worker.METHODS``)."""
     method = _attribute(backend, "release_evaluations")
     return (lambda: call(method)) if callable(method) else None
 
