@@ -67,3 +67,24 @@ def test_the_forward_check_captures_each_side_once(monkeypatch):
     report = _check(reference="torch", quantity="output")
     assert report.passed, report.problems
     assert events.count("torch") == events.count("jax") == 1 and "gradient" not in events
+
+
+def test_a_write_in_an_early_capture_is_owed_to_the_candidate_that_uses_it():
+    from crosscheck._workloads.port.capture import Early
+
+    class Call:
+        phase, wrote = "the reference", []
+
+    def runs(call, *, torch):
+        call.wrote.append((None, call.phase, f"{'torch' if torch else 'jax'} wrote"))
+        return "records"
+
+    call, early = Call(), Early()
+    early.take(runs, call, wanted=False)
+    assert early.use(call) is None and call.wrote == []  # not wanted: nothing taken
+    early.take(runs, call, wanted=True)
+    assert call.wrote == []  # the reference is not failed for it
+    call.phase = "jax"
+    assert early.use(call) == ("records", "records")
+    assert call.wrote == [(None, "jax", "torch wrote"), (None, "jax", "jax wrote")]
+    assert early.use(call) is None  # once: a second port candidate captures its own
