@@ -1,9 +1,13 @@
 """One forward pass of each side of a port, every module's inputs and outputs recorded (``Record``): PyTorch's
 (``torch_side.capture``) and the JAX port's (``JaxSide.capture``), at the dtype of the arrays given.
 The module comparison (``workload.PortJudge``) and the forward check (``forward``) call them through the
-engine's guarded call."""
+engine's guarded call; the module comparison takes them early (``Early``)."""
 
 from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -30,12 +34,49 @@ def jax_capture(prepared: Prepared, params: dict, inputs: dict) -> list:
 
     wide = any(v.dtype == np.float64 for v in params.values())
     with jax.enable_x64(wide):
-        p, i = jax_side.to_jax(params), jax_side.to_jax(inputs)
-        leaves = jax_leaves(prepared, p, i)
+        i = jax_side.to_jax(inputs)
+        # the dtype ``jax.device_put`` gives the first parameter (its canonical dtype under this x64 flag)
+        dtype = jax.dtypes.canonicalize_dtype(np.asarray(next(iter(params.values()))).dtype)
+        if prepared.conversion is None:  # each leaf made on the device from its NumPy tensor (issue 38:
+            leaves = jax_leaves(prepared, params, i)  # not a device copy of every tensor first, then the
+        else:  # leaves: two copies of the model at once); the port's own conversion gets JAX arrays
+            leaves = jax_leaves(prepared, jax_side.to_jax(params), i)
         jax_in = (
             prepared.port.jax_inputs(prepared.user_inputs(i))
             if prepared.port.jax_inputs
             else prepared.user_inputs(i)
         )
-        dtype = next(iter(p.values())).dtype
         return prepared.jax_side.capture(leaves, dict(jax_in), dtype)
+
+
+@dataclasses.dataclass
+class Early:
+    """The module captures of a port check (both sides' records, ``PortJudge._runs``), taken before the
+    reference's gradients, while only the models and the case are held (issue 38: taken when the port
+    candidate is compared, after every gradient, rounding and per-entry comparison, they made the run's
+    peak memory). Their records are small (module inputs and outputs). The first port candidate's
+    comparison uses them (``use``; another captures its own); a write to a capture's inputs is owed to
+    that candidate, as if they were taken when it is compared."""
+
+    runs: tuple[Any, Any] | None = None
+    #: The writes to their inputs the captures made (the engine's ``Caller.wrote`` entries).
+    writes: list[Any] = dataclasses.field(default_factory=list)
+
+    def take(self, runs: Callable[..., Any], call: Any, *, wanted: bool) -> None:
+        """``runs(call, torch=...)`` for each side, when ``wanted`` (a port among the candidates)."""
+        if not wanted:
+            return
+        wrote: list[Any] = getattr(call, "wrote", [])  # set aside until the candidate uses them
+        start = len(wrote)
+        self.runs = (runs(call, torch=True), runs(call, torch=False))
+        self.writes = wrote[start:]
+        del wrote[start:]
+
+    def use(self, call: Any) -> tuple[Any, Any] | None:
+        """The captures, once, their writes owed to the record being filled now (``Caller.phase``)."""
+        runs, self.runs = self.runs, None
+        if runs is not None:
+            phase = getattr(call, "phase", None)
+            getattr(call, "wrote", []).extend((owner, phase, error) for owner, _, error in self.writes)
+        self.writes = []
+        return runs

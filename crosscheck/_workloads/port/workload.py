@@ -53,12 +53,16 @@ class PortWorkload(OwnArrays):
         self.inner = GenericWorkload(self.prepared.workload)  # raises on an unresolved mapping
         self.ports: set[int] = set()
         self.torches: set[int] = set()  # the PyTorch side's backends (``own``: its proof)
+        #: Whether the run's candidates name the port (``jax``): its module captures are then taken
+        #: before the reference's gradients (``capture.Early``), while little is held.
+        self.port_requested = False
 
     def defaults(self, reference: Any) -> list[Any]:
         return self.inner.defaults(reference)
 
     def check_candidates(self, specs: Sequence[Any]) -> None:
         self.inner.check_candidates(specs)
+        self.port_requested = any(isinstance(s, str) and s == "jax" for s in specs)
 
     def resolve(self, spec: Any) -> Any:
         backend = self.inner.resolve(spec)
@@ -104,6 +108,8 @@ class PortJudge:
         self.strict = options.strict
         #: What the PyTorch module did wrong (``own.prove``), found before anything is judged.
         self.torch_problem: str | None = None
+        #: The module captures, taken before the reference's gradients for the first port candidate.
+        self.early = capture.Early()
 
     def cost(self, candidates: int) -> Any:
         """The oracle's cost, estimated before it runs (the generic judge's)."""
@@ -114,6 +120,7 @@ class PortJudge:
         if self.torch_problem is not None and id(backend) in self.workload.torches:
             return call.failure(self.torch_problem)
         self._unreached(call)
+        self.early.take(self._runs, call, wanted=self.torch_problem is None and self.workload.port_requested)
         return self.inner.reference(backend, call)
 
     def prepare(self, candidates: list[tuple[str, Any]], call: Call) -> None:
@@ -168,6 +175,7 @@ class PortJudge:
         two sides' records (``_runs``) when the caller has them already."""
         if self.torch_problem is not None:
             return own.not_compared(name, own.blame(name, self.torch_problem))
+        runs = runs or self.early.use(call)
         torch_runs, jax_runs = runs or (self._runs(call, torch=True), self._runs(call, torch=False))
         self.caveats = ""
         if isinstance(torch_runs, str) or isinstance(jax_runs, str):

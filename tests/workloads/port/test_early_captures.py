@@ -1,0 +1,90 @@
+"""A port's module captures are taken before the reference's gradients (issue 38): the four guarded
+forward passes run while only the models and the case are held, not after every gradient, rounding and
+per-entry comparison (where they made the run's peak memory). They are taken once, and only when the
+run's candidates name the port (``jax``); the forward check (``quantity="output"``) captures as before."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from paths import ROOT
+
+pytest.importorskip("jax")
+pytest.importorskip("torch")
+pytest.importorskip("flax")
+
+sys.path.insert(0, str(ROOT))  # the examples/ package of the repository
+
+import crosscheck
+from crosscheck._workloads.model.judge import GenericJudge
+from crosscheck._workloads.port.workload import PortJudge
+
+
+def _logged(monkeypatch) -> list[str]:
+    """The order of the module captures (``torch`` / ``jax``) and of the gradient calls (``gradient``)."""
+    events: list[str] = []
+    runs, evaluate = PortJudge._runs, GenericJudge.evaluate
+
+    def logged_runs(self, call, *, torch, main=None):
+        events.append("torch" if torch else "jax")
+        return runs(self, call, torch=torch, main=main)
+
+    def logged_evaluate(self, backend, call):
+        events.append("gradient")
+        return evaluate(self, backend, call)
+
+    monkeypatch.setattr(PortJudge, "_runs", logged_runs)
+    monkeypatch.setattr(GenericJudge, "evaluate", logged_evaluate)
+    return events
+
+
+def _check(**kwargs):
+    from examples.port import transformer_linen
+
+    port = transformer_linen.make_port()
+    return crosscheck.check(port, execution=crosscheck.Execution(isolate=False), **kwargs)
+
+
+def test_the_captures_are_taken_once_before_the_references_gradient(monkeypatch):
+    events = _logged(monkeypatch)
+    report = _check(reference="torch")
+    assert report.passed, report.problems
+    assert events[:3] == ["torch", "jax", "gradient"]  # before the reference's gradient
+    assert events.count("torch") == events.count("jax") == 1  # used by the port's comparison
+    assert any(c.module is not None for c in report.comparisons)  # its module comparisons were made
+
+
+def test_without_the_port_among_the_candidates_nothing_is_captured(monkeypatch):
+    events = _logged(monkeypatch)
+    report = _check(reference="numpy-fd", backends=["torch"])
+    assert report.passed, report.problems
+    assert "torch" not in events and "jax" not in events and "gradient" in events
+
+
+def test_the_forward_check_captures_each_side_once(monkeypatch):
+    events = _logged(monkeypatch)
+    report = _check(reference="torch", quantity="output")
+    assert report.passed, report.problems
+    assert events.count("torch") == events.count("jax") == 1 and "gradient" not in events
+
+
+def test_a_write_in_an_early_capture_is_owed_to_the_candidate_that_uses_it():
+    from crosscheck._workloads.port.capture import Early
+
+    class Call:
+        phase, wrote = "the reference", []
+
+    def runs(call, *, torch):
+        call.wrote.append((None, call.phase, f"{'torch' if torch else 'jax'} wrote"))
+        return "records"
+
+    call, early = Call(), Early()
+    early.take(runs, call, wanted=False)
+    assert early.use(call) is None and call.wrote == []  # not wanted: nothing taken
+    early.take(runs, call, wanted=True)
+    assert call.wrote == []  # the reference is not failed for it
+    call.phase = "jax"
+    assert early.use(call) == ("records", "records")
+    assert call.wrote == [(None, "jax", "torch wrote"), (None, "jax", "jax wrote")]
+    assert early.use(call) is None  # once: a second port candidate captures its own
