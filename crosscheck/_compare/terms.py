@@ -207,24 +207,37 @@ def median_ratio(diff: np.ndarray, permit: np.ndarray, wide: np.ndarray | None =
         ratios = np.divide(ratios, permit, out=ratios if inside else None)
     if some:
         ratios[np.broadcast_to(zero, ratios.shape)] = 0.0
+    left = 0  # the entries left out: each a ratio set to +0 above
     if informative is not None:
-        ratios = ratios[np.broadcast_to(informative, ratios.shape)]
+        keep = np.broadcast_to(informative, ratios.shape)
+        left = ratios.size - int(np.count_nonzero(keep))
+        if left == ratios.size:
+            return 0.0
+        if left and not _nonnegative(ratios):  # else they are the smallest: skipped in the median
+            ratios, left = ratios[keep], 0
     if np.size(ratios) == 0:
         return 0.0
     if not whole.finite(ratios):
         np.nan_to_num(ratios, copy=False, nan=np.inf)
-    return median(ratios)
+    return median(ratios, skip=left)
 
 
-def median(values: np.ndarray) -> float:
+def _nonnegative(ratios: np.ndarray) -> bool:
+    """Whether no ratio has its sign bit set (no negative, no -0: ``+0`` is then the least; a NaN
+    becomes infinite)."""
+    return not np.signbit(ratios).any()
+
+
+def median(values: np.ndarray, skip: int = 0) -> float:
     """``np.median(values, overwrite_input=True)`` of an array without NaN, the same number in less: one
     partition at the upper middle entry (``np.median`` also partitions at the last entry, its NaN check),
-    the lower middle entry the largest below it, and their mean as ``np.mean`` takes it. In place."""
+    the lower middle entry the largest below it, and their mean as ``np.mean`` takes it. In place.
+    ``skip``: the median of the entries but ``skip`` of its least (all equal, the least of the array)."""
     part = values.reshape(-1)
-    size = part.size
-    if size < 2:
+    size = part.size - skip
+    if size < 2 and not skip:
         return float(np.median(part, overwrite_input=True))
-    half = size // 2
+    half = skip + size // 2
     part.partition(half)
     if size % 2:
         return float(np.mean(part[half : half + 1]))
