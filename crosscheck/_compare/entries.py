@@ -6,6 +6,7 @@ whatever the tensor's, and what the comparison keeps is merged from block to blo
 judged entry of the greatest difference (as ``np.argmax``), the worst ``WORST`` entries, the per-index
 rows of the leading axis and the kinks involved. Every entry's numbers are the same element-wise
 operations as on the whole tensor, so each count, index and value is the one the whole tensor gives.
+A block none of whose judged ratios can enter the worst entries kept so far skips their selection.
 """
 
 from __future__ import annotations
