@@ -6,6 +6,7 @@ whatever the tensor's, and what the comparison keeps is merged from block to blo
 judged entry of the greatest difference (as ``np.argmax``), the worst ``WORST`` entries, the per-index
 rows of the leading axis and the kinks involved. Every entry's numbers are the same element-wise
 operations as on the whole tensor, so each count, index and value is the one the whole tensor gives.
+A block none of whose judged ratios can enter the worst entries kept so far skips their selection.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare import whole
 from crosscheck._compare.record import Kinks, Tolerance
 
 #: Entries a block holds (at least one row of the leading axis): its float64 temporaries stay this size.
@@ -49,24 +51,35 @@ class Block:
         # NaN in the reference marks entries not checked (what a screening did not send to a full check).
         judged = ~unjudgeable & np.isfinite(ref)
         wide = c.astype(np.float64).ravel()
+        if _none(kinks.alternative):  # no kink's other side (``Kinks.none``): nothing two-sided
+            two_sided = np.zeros(judged.shape, bool)
+        else:
+            two_sided = judged & ~np.isnan(kinks.alternative).ravel()
         with np.errstate(invalid="ignore"):
-            diff = np.abs(wide - ref)
-        two_sided = judged & ~np.isnan(kinks.alternative).ravel()
-        if np.any(two_sided):
-            other = np.abs(wide - kinks.alternative.ravel())
-            diff = np.where(two_sided, np.fmin(diff, other), diff)
+            if np.any(two_sided):
+                diff = np.abs(wide - ref)
+                other = np.abs(wide - kinks.alternative.ravel())
+                diff = np.where(two_sided, np.fmin(diff, other), diff)
+            else:  # the same numbers, made in the widened copy
+                diff = np.abs(np.subtract(wide, ref, out=wide), out=wide)
         del wide
         tol = tol.ravel()
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(diff == 0, 0.0, diff / tol)
+            ratio = np.divide(diff, tol)  # then 0 where the difference is (``np.where``'s numbers)
+            zero = diff == 0
+            if zero.any():
+                ratio[zero] = 0.0
             over = diff > tol
         return cls(start, int(r.shape[0]), ref, diff, ratio, judged, two_sided, over, unjudgeable)
 
     def rel(self) -> np.ndarray:
         """The difference relative to the reference (0 where the difference is)."""
+        rel = np.abs(np.asarray(self.reference, np.float64))  # its own array: divided in place
         with np.errstate(divide="ignore", invalid="ignore"):
-            rel = self.diff / np.abs(self.reference)
-        rel[self.diff == 0] = 0.0
+            np.divide(self.diff, rel, out=rel)
+        zero = self.diff == 0
+        if zero.any():
+            rel[zero] = 0.0
         return rel
 
 
@@ -90,8 +103,12 @@ def blocks(candidate: np.ndarray, reference: np.ndarray, tolerance: Tolerance, k
     for a in range(0, lead[0], step):
         rows = slice(a, a + step)
         total = np.zeros(())
-        for t in terms:  # in order, as ``Tolerance.total``
-            total = total + np.asarray(t[rows], dtype=np.float64)
+        for t in terms:  # in order, as ``Tolerance.total`` (in place once it is the block's shape)
+            term = np.asarray(t[rows], dtype=np.float64)
+            if total.shape == np.broadcast_shapes(total.shape, term.shape) and total.ndim:
+                np.add(total, term, out=total)
+            else:
+                total = total + term
         tol = np.broadcast_to(total, r[rows].shape)
         part = Kinks(unjudgeable[rows], kinks.reason, kink[rows], alternative[rows])
         yield Block.of(c[rows], r[rows], tol, part, a * rest), kink[rows]
@@ -101,7 +118,8 @@ def argmax(values: np.ndarray, judged: np.ndarray) -> tuple[int, float]:
     """The first judged entry with the largest value (NaN counts as 0), and that value (-1 where none
     is judged)."""
     masked = np.where(judged, values, -1.0)
-    np.nan_to_num(masked, copy=False, nan=0.0, posinf=np.inf)
+    if not whole.finite(masked):  # a pass of its own only where there is a NaN or an infinity
+        np.nan_to_num(masked, copy=False, nan=0.0, posinf=np.inf)
     index = int(np.argmax(masked))
     return index, float(masked[index])
 
@@ -193,6 +211,8 @@ class Scan:
         self.abs_diff = _first(self.abs_diff, argmax(block.diff, judged), block.start)
         self.rel_diff = _first(self.rel_diff, argmax(block.rel(), judged), block.start)
         self.worst = _first(self.worst, argmax(block.ratio, judged), block.start)
+        if _below(block.ratio, judged, self.top[0]):  # none of its entries can be among the worst
+            return
         values, index = top(block.ratio, judged, block.start)
         self.top = merge(np.concatenate([self.top[0], values]), np.concatenate([self.top[1], index]))
 
@@ -202,6 +222,23 @@ class Scan:
             return []
         found = np.unique(np.concatenate(self.kinks), axis=0) if self.kinks else np.empty((0, width), int)
         return [[int(i) for i in k] for k in found if k[0] >= 0]
+
+
+def _none(alternative: np.ndarray) -> bool:
+    """Whether ``alternative`` is one NaN broadcast (``Kinks.none``'s: no entry has a kink's other side)."""
+    a = np.asarray(alternative)
+    return a.size > 0 and not any(a.strides) and bool(np.isnan(a.reshape(-1)[0]))
+
+
+def _below(ratio: np.ndarray, judged: np.ndarray, kept: np.ndarray, count: int = WORST) -> bool:
+    """Whether no judged entry of a block can enter the ``count`` worst kept so far (``kept``, worst
+    first, as ``merge`` orders them): they are ``count``, and every judged ratio of the block is a number
+    below the least of them (a tie or a NaN enters: a later index wins a tie)."""
+    if kept.size < count:
+        return False
+    largest = float(np.max(ratio, where=judged, initial=-np.inf))
+    least = float(kept[-1])
+    return not math.isnan(largest) and (math.isnan(least) or largest < least)
 
 
 def _first(best: tuple[int, float], found: tuple[int, float], start: int) -> tuple[int, float]:

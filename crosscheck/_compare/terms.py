@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare import whole
 from crosscheck._compare.constants import FLOOR_ULPS, SAFETY, WIDEN
 from crosscheck._compare.dtypes import is_low, unit_roundoff
 
@@ -57,8 +58,15 @@ SAFETY_FLOOR_ULPS = SAFETY
 
 
 def largest(values: Any) -> float:
-    """The largest magnitude of ``values`` (0 for none): what a floor is a number of unit roundoffs of."""
-    return float(np.max(np.abs(values), initial=0.0))
+    """The largest magnitude of ``values`` (0 for none): what a floor is a number of unit roundoffs of.
+    A real float array's from its largest and smallest entries (no array of magnitudes; NaN as NaN)."""
+    array = np.asarray(values)
+    if array.dtype.kind != "f" or array.size == 0:
+        return float(np.max(np.abs(array), initial=0.0))
+    top, bottom = float(np.max(array)), float(np.min(array))
+    if math.isnan(top) or math.isnan(bottom):
+        return math.nan
+    return max(0.0, abs(top), abs(bottom))
 
 
 def floor(largest: Any, u: float, *, ulps: float = FLOOR_ULPS, across: Any = 1.0) -> Any:
@@ -102,7 +110,11 @@ def modelled_help(what: str) -> str:
 
 
 def rms(values: np.ndarray) -> float:
-    """The root mean square of ``values`` (0 for none)."""
+    """The root mean square of ``values`` (0 for none). A long float64 array a piece at a time
+    (``whole.rms``: the same pairwise sum, never a square of the whole tensor)."""
+    if isinstance(values, np.ndarray) and values.dtype == np.float64 and values.flags.c_contiguous:
+        if values.size > whole.PIECE:
+            return whole.rms([values], clean=False)
     return math.sqrt(float(np.mean(np.square(values)))) if np.size(values) else 0.0
 
 
@@ -166,7 +178,8 @@ def bound(wide: np.ndarray, shared: float = 0.0, dtype: str = "float32") -> np.n
     if not isinstance(value, np.ndarray):  # a 0-d array's: a NumPy scalar, as it always was
         value = np.nan_to_num(value, nan=0.0, posinf=0.0)
         return permit_ulps(dtype) * unit_roundoff(dtype) * (value + rms(value) + shared)
-    np.nan_to_num(value, copy=False, nan=0.0, posinf=0.0)
+    if not whole.finite(value):  # a pass of its own only where there is a NaN or an infinity
+        np.nan_to_num(value, copy=False, nan=0.0, posinf=0.0)
     spread = rms(value)
     value += spread
     value += shared
@@ -186,17 +199,49 @@ def median_ratio(diff: np.ndarray, permit: np.ndarray, wide: np.ndarray | None =
     when ``wide`` is given. In place on its own copy of ``diff``: the ratios, then the informative ones."""
     ratios = np.atleast_1d(np.abs(np.asarray(diff, np.float64)))  # its own array (a 0-d one's: 1 entry)
     zero = ratios == 0
-    informative = None if wide is None else ~zero | (np.asarray(wide) != 0)
+    # Without a zero difference, no ratio is set to 0 and every entry is informative: both passes skipped.
+    some = bool(zero.any())
+    informative = None if wide is None or not some else ~zero | (np.asarray(wide) != 0)
     inside = np.broadcast_shapes(ratios.shape, np.shape(permit)) == ratios.shape
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = np.divide(ratios, permit, out=ratios if inside else None)
-    ratios[np.broadcast_to(zero, ratios.shape)] = 0.0
+    if some:
+        ratios[np.broadcast_to(zero, ratios.shape)] = 0.0
+    left = 0  # the entries left out: each a ratio set to +0 above
     if informative is not None:
-        ratios = ratios[np.broadcast_to(informative, ratios.shape)]
+        keep = np.broadcast_to(informative, ratios.shape)
+        left = ratios.size - int(np.count_nonzero(keep))
+        if left == ratios.size:
+            return 0.0
+        if left and not _nonnegative(ratios):  # else they are the smallest: skipped in the median
+            ratios, left = ratios[keep], 0
     if np.size(ratios) == 0:
         return 0.0
-    np.nan_to_num(ratios, copy=False, nan=np.inf)
-    return float(np.median(ratios, overwrite_input=True))
+    if not whole.finite(ratios):
+        np.nan_to_num(ratios, copy=False, nan=np.inf)
+    return median(ratios, skip=left)
+
+
+def _nonnegative(ratios: np.ndarray) -> bool:
+    """Whether no ratio has its sign bit set (no negative, no -0: ``+0`` is then the least; a NaN
+    becomes infinite)."""
+    return not np.signbit(ratios).any()
+
+
+def median(values: np.ndarray, skip: int = 0) -> float:
+    """``np.median(values, overwrite_input=True)`` of an array without NaN, the same number in less: one
+    partition at the upper middle entry (``np.median`` also partitions at the last entry, its NaN check),
+    the lower middle entry the largest below it, and their mean as ``np.mean`` takes it. In place.
+    ``skip``: the median of the entries but ``skip`` of its least (all equal, the least of the array)."""
+    part = values.reshape(-1)
+    size = part.size - skip
+    if size < 2 and not skip:
+        return float(np.median(part, overwrite_input=True))
+    half = skip + size // 2
+    part.partition(half)
+    if size % 2:
+        return float(np.mean(part[half : half + 1]))
+    return float(np.mean(np.array([np.max(part[:half]), part[half]])))
 
 
 def cap(

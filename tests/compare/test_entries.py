@@ -139,3 +139,91 @@ def test_comparing_a_4m_entry_tensor_allocates_a_few_blocks_not_the_tensor_ten_t
     assert c.judged == reference.size and c.mismatched > 0
     block = entries.CHUNK * 8
     assert peak <= 10 * block < reference.nbytes, (peak, block)
+
+
+# -- the faster block pass gives the numbers of the formulas it replaced (issue 38's time) ----------------
+
+
+def _old_of(cls, c, r, tol, kinks, start):
+    unjudgeable = np.asarray(kinks.unjudgeable).ravel()
+    ref = r.ravel()
+    judged = ~unjudgeable & np.isfinite(ref)
+    wide = c.astype(np.float64).ravel()
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(wide - ref)
+    two_sided = judged & ~np.isnan(kinks.alternative).ravel()
+    if np.any(two_sided):
+        with np.errstate(invalid="ignore"):
+            other = np.abs(wide - kinks.alternative.ravel())
+        diff = np.where(two_sided, np.fmin(diff, other), diff)
+    tol = tol.ravel()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(diff == 0, 0.0, diff / tol)
+        over = diff > tol
+    return cls(start, int(r.shape[0]), ref, diff, ratio, judged, two_sided, over, unjudgeable)
+
+
+def _old_rel(self):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = self.diff / np.abs(self.reference)
+    rel[self.diff == 0] = 0.0
+    return rel
+
+
+def _old_argmax(values, judged):
+    masked = np.where(judged, values, -1.0)
+    np.nan_to_num(masked, copy=False, nan=0.0, posinf=np.inf)
+    index = int(np.argmax(masked))
+    return index, float(masked[index])
+
+
+def _special(rng, case):
+    """``case`` with infinities, zeros, a float32 candidate, a negative or zero tolerance here and there."""
+    candidate, reference, tolerance, kinks = case
+    shape = reference.shape
+    candidate = np.where(rng.random(shape) < 0.03, rng.choice([np.inf, -np.inf]), candidate)
+    reference = np.where(rng.random(shape) < 0.03, np.inf, reference)
+    reference = np.where(rng.random(shape) < 0.05, 0.0, reference)
+    terms = dict(tolerance.terms)
+    terms["z"] = np.where(rng.random(shape) < 0.05, -1e-3, np.where(rng.random(shape) < 0.05, -np.inf, 0.0))
+    if rng.random() < 0.5:
+        candidate = candidate.astype(np.float32)
+    return candidate, reference, Tolerance(terms), kinks
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("chunk", [1, 7, 64, entries.CHUNK])
+def test_the_block_pass_is_the_old_formulas(monkeypatch, seed, chunk):
+    rng = np.random.default_rng(seed)
+    shape = [(7,), (40, 33), (5, 6, 7), (1, 50), (300, 20)][seed % 5]
+    case = _random(rng, shape)
+    if seed % 2:
+        case = _special(rng, case)
+    if seed % 3 == 0:  # no kinks at all: ``Kinks.none``'s broadcast NaN, nothing two-sided
+        case = (*case[:3], Kinks.none(shape))
+    monkeypatch.setattr(entries, "CHUNK", chunk)
+    dtype = np.asarray(case[0]).dtype.name
+    with plot_arrays(), np.errstate(invalid="ignore", over="ignore"):
+        new = compare(*case[:3], backend="b", reference_name="r", dtype=dtype, kinks=case[3], split="l")
+        monkeypatch.setattr(entries.Block, "of", classmethod(_old_of))
+        monkeypatch.setattr(entries.Block, "rel", _old_rel)
+        monkeypatch.setattr(entries, "argmax", _old_argmax)
+        monkeypatch.setattr(entries, "_below", lambda *a, **k: False)
+        monkeypatch.setattr(entries, "_none", lambda a: False)
+        old = compare(*case[:3], backend="b", reference_name="r", dtype=dtype, kinks=case[3], split="l")
+    assert repr(new.to_dict()) == repr(old.to_dict())
+    for key, array in old.arrays.items():
+        np.testing.assert_array_equal(new.arrays[key], array)
+
+
+def test_the_worst_entries_skip_a_block_only_below_them():
+    """A later block that ties the fifth worst enters (the last index wins a tie); one below it does not."""
+    reference = np.zeros((4, 5))
+    candidate = np.array([[0.0] * 5, [1.0, 2.0, 3.0, 4.0, 5.0], [0.5] * 5, [1.0] + [0.0] * 4])
+    old = entries.CHUNK
+    try:
+        entries.CHUNK = 5  # a block per row
+        c = _compare(candidate, reference, Tolerance({"t": np.ones((4, 5))}))
+    finally:
+        entries.CHUNK = old
+    assert [w["index"] for w in c.worst_entries] == [[1, 4], [1, 3], [1, 2], [1, 1], [3, 0]]

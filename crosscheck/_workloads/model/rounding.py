@@ -190,13 +190,18 @@ def ran_in_float32(wide: dict[str, np.ndarray], narrow: dict[str, np.ndarray]) -
 
 
 def _same(wide: np.ndarray, narrow: np.ndarray) -> bool:
-    return np.array_equal(np.asarray(wide, np.float64), np.asarray(narrow).astype(np.float64))
+    """Whether ``wide`` and ``narrow`` hold the same numbers in float64 (a float32 array compared with a
+    float64 one is widened entry by entry, exactly: no float64 copy of it)."""
+    narrow = np.asarray(narrow)
+    if narrow.dtype not in (np.float32, np.float64):
+        narrow = narrow.astype(np.float64)
+    return np.array_equal(np.asarray(wide, np.float64), narrow)
 
 
 def _float32_numbers(wide: np.ndarray) -> bool:
     w = np.asarray(wide, np.float64)
-    with np.errstate(over="ignore", invalid="ignore"):
-        return np.array_equal(w.astype(np.float32).astype(np.float64), w)
+    with np.errstate(over="ignore", invalid="ignore"):  # the float32 copy widened in the comparison
+        return np.array_equal(w.astype(np.float32), w)
 
 
 def measure(
@@ -254,7 +259,8 @@ def _one(
     signed = np.array(value, dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         np.subtract(signed, np.asarray(again, np.float64), out=signed)
-    np.nan_to_num(signed, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+    if not whole.finite(signed):  # a pass of its own only where there is a NaN or an infinity
+        np.nan_to_num(signed, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
     ratio = terms.median_ratio(signed, bound, wide)  # of |signed|, on its own copy
     found = _excess(k, ratio, signed, wide, dtype)
     if found is not None:

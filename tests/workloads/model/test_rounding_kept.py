@@ -192,3 +192,24 @@ def test_a_port_check_reports_the_same_as_with_every_term_kept(dtype, monkeypatc
     assert run() == made
     notes = str(made)
     assert ("capped at" in notes) if dtype == "float32" else ("keeps float32 steps" in notes)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_float32_run_checks_are_the_old_formulas(seed):
+    """``ran_in_float32``'s parts without their float64 copies: the same answers as with them."""
+    from crosscheck._workloads.model import rounding
+
+    rng = np.random.default_rng(seed)
+    shape = [(), (1,), (9,), (13, 7)][seed % 4]
+    narrow = (rng.standard_normal(shape) * 10.0 ** rng.uniform(-30, 30, shape)).astype(np.float32)
+    wide = narrow.astype(np.float64)
+    if seed % 3 and np.size(wide):
+        wide = wide + rng.choice([0.0, 1e-12]) * rng.standard_normal(shape)
+    if seed % 5 == 0 and np.size(wide):
+        wide.reshape(-1)[0] = rng.choice([np.nan, np.inf, 1e300])  # beyond float32's range too
+    with np.errstate(over="ignore", invalid="ignore"):
+        narrow = narrow if seed % 7 else narrow.astype(np.float16)
+        old_same = np.array_equal(np.asarray(wide, np.float64), np.asarray(narrow).astype(np.float64))
+        old_f32 = np.array_equal(wide.astype(np.float32).astype(np.float64), wide)
+    assert rounding._same(wide, narrow) == old_same
+    assert rounding._float32_numbers(wide) == old_f32
