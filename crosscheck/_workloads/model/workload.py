@@ -23,12 +23,13 @@ from crosscheck._workloads.model.judge import GenericJudge, WorkloadOracle
 from crosscheck._workloads.protocol import Options, OwnArrays, Point
 
 #: float64 copies of a workload's arrays alive at once, besides two per candidate (see
-#: ``GenericWorkload.memory``), measured (issue 38, 2026-12-05) as the most a check adds to the resident
-#: memory it starts from, in float64 copies of its arrays: 14.9 with PyTorch as the reference and one
-#: candidate, 17.6 with the oracle and two (a Workload of 16.8M parameters, PyTorch and JAX); traced
-#: NumPy with NumPy backends, 15.1 and 18.3 (``tests/workloads/model/test_memory.py``).
-#: The estimate, 19 and 21, covers them. It was 24 (26 and 28).
-MEMORY_ARRAYS = 17
+#: ``GenericWorkload.memory``), measured (issue 38, 2026-12-05) as the most a check allocates, in float64
+#: copies of its arrays, traced NumPy with NumPy backends (``tests/workloads/model/test_memory.py``):
+#: 11.6 with a backend as the reference and one candidate, 14.3 with the oracle and two, once the
+#: rounding kept one array a parameter and the repeat bound was made when read (before those cuts:
+#: 15.1 and 18.3, and 14.9 and 17.6 added to the resident memory with PyTorch and JAX on a Workload of
+#: 16.8M parameters). The estimate, 14 and 16, covers them. It was 24 (26 and 28), then 17.
+MEMORY_ARRAYS = 12
 
 
 class GenericWorkload(OwnArrays):
