@@ -30,8 +30,16 @@ def _sent(value: Any) -> jax.Array:
     return out
 
 
-def _device(arrays: dict[str, np.ndarray]) -> dict[str, jax.Array]:
-    return {k: _sent(v) for k, v in arrays.items()}
+def _lent(arrays: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+    """Device arrays of ``arrays`` for one ``grad`` call, each read in place where XLA's CPU client can
+    (a 64-byte aligned array, as the engine hands them: ``dtypes.aligned_copy``), else copied: no device
+    copy of the model beside the NumPy one (issue 38: in the float64 re-run, 8 bytes a parameter). Safe
+    for ``grad`` only: the device arrays are dropped when it returns, after its results are read
+    (``np.asarray`` waits for them), and XLA does not write to arguments it was not donated; whatever
+    ``grad`` returns is copied by the engine (``to_array``), so a result that is an argument forwarded
+    by ``jax.jit`` is never the caller's array. The oracle's evaluations keep their device arrays across
+    calls while the caller writes into the NumPy ones: they copy (``_sent``)."""
+    return {k: jax.device_put(np.asarray(v), may_alias=True) for k, v in arrays.items()}
 
 
 #: Entries compared at a time (``_same_bits``).
@@ -124,7 +132,7 @@ class JaxWorkloadBackend:
     def grad(self, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         self.resident.clear()  # the evaluations are over: their device copies are not kept
         with jax.enable_x64(_wide(params, inputs)):
-            grads = self._grad(_device(params), _device(inputs))
+            grads = self._grad(_lent(params), _lent(inputs))
             return {k: np.asarray(v) for k, v in grads.items()}
 
     def loss(self, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> np.ndarray:

@@ -39,11 +39,34 @@ def is_float(array: np.ndarray) -> bool:
     return array.dtype.name in ALL_DTYPES
 
 
+#: Bytes a copy made here is aligned to: XLA's CPU client reads a NumPy array of this alignment in place
+#: (``jax.device_put`` without a copy); NumPy's own large arrays start 16 bytes into a page.
+ALIGN = 64
+
+
+def aligned_copy(array: np.ndarray, dtype: Any = None) -> np.ndarray:
+    """A copy of ``array`` (in ``dtype``: as ``astype`` casts), its data ``ALIGN``-byte aligned, in
+    ``array``'s memory order (Fortran order kept, anything else C): the same values as ``astype`` or
+    ``np.array(copy=True)``, which a JAX backend can then read without a device copy (issue 38)."""
+    array = np.asarray(array)
+    target = array.dtype if dtype is None else np.dtype(dtype)
+    if target.hasobject or array.dtype.hasobject or target.fields is not None:
+        return np.array(array, dtype=target, copy=True)
+    fortran = array.flags.f_contiguous and not array.flags.c_contiguous
+    size = array.size * target.itemsize
+    raw = np.empty(size + ALIGN, np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    out = np.ndarray(array.shape, target, buffer=raw[start : start + size], order="F" if fortran else "C")
+    out[...] = array  # the cast ``astype`` makes (unsafe casting, element by element)
+    return out
+
+
 def as_dtype(arrays: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
-    """Copies with every floating-point array in ``dtype`` (integer and boolean arrays unchanged)."""
+    """Copies with every floating-point array in ``dtype`` (integer and boolean arrays unchanged),
+    aligned (``aligned_copy``)."""
     target = numpy_dtype(dtype)
     return {
-        k: v.astype(target) if np.issubdtype(v.dtype, np.floating) or is_float(v) else v.copy()
+        k: aligned_copy(v, target) if np.issubdtype(v.dtype, np.floating) or is_float(v) else aligned_copy(v)
         for k, v in arrays.items()
     }
 

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._backends import in_use
-from crosscheck._compare.dtypes import as_dtype, is_float
+from crosscheck._compare.dtypes import aligned_copy, as_dtype, is_float
 from crosscheck._errors import Interrupted, Interrupts, describe, reraise_user_interrupt
 
 
@@ -159,7 +159,7 @@ def hand(
         if source is not None:
             handed[name], pristine[name] = array, Cast(source, array.dtype)
             return array
-        handed[name] = np.array(array, copy=True) if copy else array
+        handed[name] = aligned_copy(array) if copy else array  # a JAX backend reads it in place
         pristine[name] = array
         return handed[name]
 

@@ -1,0 +1,86 @@
+"""The JAX adapter's gradient reads the engine's arrays in place (issue 38): the engine hands 64-byte
+aligned copies (``dtypes.aligned_copy``: the point's arrays cast for a re-run, and every private copy of
+a guarded call), which XLA's CPU client reads without a device copy; the gradient is bit for bit the one
+computed from device copies, and a write to the handed arrays is still caught."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+
+from crosscheck._compare.dtypes import ALIGN, aligned_copy, as_dtype  # noqa: E402
+from crosscheck._engine.call import hand  # noqa: E402
+from crosscheck._engine.driver import Caller  # noqa: E402
+from crosscheck._workloads.model.workload import _framework_backend  # noqa: E402
+
+
+def _loss(params, inputs):
+    import jax.numpy as jnp
+
+    h = jnp.tanh(inputs["x"] @ params["w"] + params["b"])
+    return jnp.sum(h * h) + jnp.sum(params["b"] * inputs["ids"].astype(h.dtype)[: h.shape[1]])
+
+
+def _arrays(dtype=np.float32):
+    rng = np.random.default_rng(0)
+    params = {"w": rng.standard_normal((64, 256)).astype(dtype), "b": rng.standard_normal(256).astype(dtype)}
+    inputs = {"x": rng.standard_normal((8, 64)).astype(dtype), "ids": np.arange(256, dtype=np.int32)}
+    return params, inputs
+
+
+def _adapter():
+    backend = _framework_backend("jax", _loss)
+    return backend, sys.modules[type(backend).__module__]
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", [None, np.float64, np.float32])
+def test_an_aligned_copy_is_aligned_and_holds_what_astype_gives(order, dtype):
+    a = np.asarray(np.random.default_rng(1).standard_normal((37, 53)), order=order)
+    a[0, 0], a[1, 1] = -0.0, np.nan
+    out = aligned_copy(a, dtype)
+    want = a.astype(dtype) if dtype is not None else np.array(a, copy=True)  # as the engine copied
+    assert out.ctypes.data % ALIGN == 0
+    assert out.dtype == want.dtype and out.flags.f_contiguous == want.flags.f_contiguous
+    assert out.tobytes(order="A") == want.tobytes(order="A")  # bit for bit, NaN and -0.0 included
+    assert not np.shares_memory(out, a)
+    strided = aligned_copy(a[::2, ::3])
+    assert np.array_equal(strided, a[::2, ::3], equal_nan=True) and strided.ctypes.data % ALIGN == 0
+
+
+def test_the_engine_hands_aligned_copies():
+    params, inputs = _arrays()
+    cast = as_dtype(params, "float64")
+    assert all(v.ctypes.data % ALIGN == 0 for v in cast.values())
+    _, _, handed, _ = hand(({**params, **inputs},), {}, {})
+    assert all(v.ctypes.data % ALIGN == 0 for v in handed.values())
+
+
+def test_an_aligned_array_is_lent_to_the_device_without_a_copy():
+    _, module = _adapter()
+    params, _ = _arrays(np.float64)
+    aligned = aligned_copy(params["w"])
+    with jax.enable_x64(True):
+        lent = module._lent({"w": aligned})["w"]
+        assert lent.dtype == np.float64
+        assert np.shares_memory(np.asarray(lent), aligned)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_gradient_of_lent_arrays_is_bit_for_bit_the_one_of_device_copies(dtype):
+    backend, _ = _adapter()
+    params, inputs = _arrays()
+    call = Caller({**params, **inputs})
+    p, i = call.cast(params, dtype), call.cast(inputs, dtype)
+    got = call(backend.grad, p, i, convert="arrays")
+    assert got.ok, got.error
+    with jax.enable_x64(dtype == "float64"):
+        copies = {k: jax.numpy.array(v, copy=True) for k, v in p.items()}
+        want = jax.jit(jax.grad(_loss))(copies, {k: jax.numpy.array(v, copy=True) for k, v in i.items()})
+    for k in params:
+        assert got.value[k].dtype.name == dtype
+        assert got.value[k].tobytes() == np.asarray(want[k]).tobytes(), k
