@@ -98,3 +98,73 @@ def test_the_repeat_bound_is_made_when_read_bit_for_bit_the_one_kept_before(dtyp
     # its float64 size); a float64 case keeps its per-entry floor (as it did, inside the bound)
     limit = 1.05 * ref.nbytes if dtype == "float64" else ref.nbytes / 8
     assert kept < limit, kept / ref.nbytes
+
+
+def _large(n: int = 2000, seed: int = 2):
+    """A float32 case of one ``n x n`` tensor (4M entries): the candidate's and a backend reference's
+    float32 gradients, each with its measured rounding, some entries unjudgeable."""
+    rng = np.random.default_rng(seed)
+    shapes = {"w": (n, n)}
+    wide = rng.standard_normal((n, n))
+    value, ref = {"w": wide.astype(np.float32)}, {"w": (wide * (1 + 1e-8)).astype(np.float32)}
+    mine = measure(value, {"w": wide}, shapes=shapes, dtype="float32", name="jax")
+    theirs = measure(ref, {"w": wide * (1 + 1e-8)}, shapes=shapes, dtype="float32", name="torch")
+    unjudgeable = rng.random((n, n)) < 0.01
+    kinks = Kinks(
+        unjudgeable, np.where(unjudgeable, "a kink", ""), np.full((n, n, 0), -1), np.full((n, n), np.nan)
+    )
+    ctx = Context("jax", "torch", "same function", "`torch`'s gradient", "float32", Options(), shapes)
+    return ctx, value, mine, Answer(ref, theirs.term, {"w": kinks}), wide.nbytes
+
+
+def test_a_large_tensor_is_compared_with_a_few_of_its_copies():
+    """Issue 38: the per-entry comparison of GPT-2's token embedding (38.6M entries) made ~6 float64
+    arrays of its size at once (the reference widened, the zeros check's sum, judged copy and its
+    magnitudes); now its two terms (made when read) and block-sized temporaries."""
+    ctx, value, mine, answer, size = _large()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    (found,), zeros = entries(ctx, value, mine, answer, {})
+    peak = tracemalloc.get_traced_memory()[1] - before
+    tracemalloc.stop()
+    assert found.passed and found.judged > 0 and zeros == {"w": False}, found.message
+    assert peak < 2.75 * size, peak / size  # measured 2.43 (6.23 before)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_comparison_of_a_float32_reference_is_the_one_of_its_float64_copy(seed, monkeypatch):
+    """The reference read as it is (float32) gives bit for bit the comparison and the zeros verdict of
+    its float64 copy (every use widens it exactly)."""
+    from crosscheck._workloads.model import compare as model_compare
+
+    ctx, value, mine, answer, _ = _large(300, seed)
+    answer.value["w"][0, :5] *= 1.5  # some mismatches: worst entries, counts
+    if seed % 2:
+        answer.value["w"][:] *= 1e-9  # zeros would pass
+    made, zeros = entries(ctx, value, mine, answer, {})
+    widened = model_compare._reference
+    monkeypatch.setattr(model_compare, "_reference", lambda v: np.asarray(widened(v), np.float64))
+    old, old_zeros = entries(ctx, value, mine, answer, {})
+    assert not made[0].passed and zeros == old_zeros and zeros["w"] == bool(seed % 2)
+    assert repr(made[0].to_dict()) == repr(old[0].to_dict())
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_zeros_check_a_block_at_a_time_is_the_whole_tensors(seed):
+    from crosscheck._workloads.model.compare import ZEROS_CHUNK, _zeros_pass
+
+    rng = np.random.default_rng(seed)
+    shape = [(ZEROS_CHUNK // 64 + 7, 130), (3,), (), (5, 0)][seed % 4]
+    ref = (rng.standard_normal(shape) * 1e-3).astype([np.float32, np.float64][seed % 2])
+    term = np.abs(rng.standard_normal(shape)) * 1e-3
+    error = [np.abs(rng.standard_normal(shape)) * 1e-3, 2e-4, np.zeros(())][seed % 3]
+    floor = np.asarray(1e-4) if seed < 4 else np.abs(rng.standard_normal(shape)) * 1e-3
+    unjudgeable = rng.random(shape) < 0.3
+    old = bool(
+        np.all(
+            np.abs(np.asarray(ref, np.float64)[~unjudgeable])
+            <= np.broadcast_to(term + error + floor, shape)[~unjudgeable]
+        )
+    )
+    assert _zeros_pass(ref, term, error, floor, unjudgeable) == old
+    assert _zeros_pass(ref * 0, term, error, floor, unjudgeable)
