@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare import whole
-from crosscheck._compare.record import Kinks, Tolerance
+from crosscheck._compare.record import Kinks, Made, Tolerance
 
 #: Entries a block holds (at least one row of the leading axis): its float64 temporaries stay this size.
 CHUNK = 1 << 18
@@ -94,7 +94,7 @@ def blocks(candidate: np.ndarray, reference: np.ndarray, tolerance: Tolerance, k
         return np.broadcast_to(x, shape + extra).reshape(lead + extra)
 
     c, r = view(candidate), view(reference)
-    terms = [view(t) for t in tolerance.terms.values()]
+    terms = [t if isinstance(t, Made) else view(t) for t in tolerance.terms.values()]
     unjudgeable, kink, alternative = (
         view(kinks.unjudgeable),
         view(kinks.kink, (kinks.width,)),
@@ -104,7 +104,7 @@ def blocks(candidate: np.ndarray, reference: np.ndarray, tolerance: Tolerance, k
         rows = slice(a, a + step)
         total = np.zeros(())
         for t in terms:  # in order, as ``Tolerance.total`` (in place once it is the block's shape)
-            term = np.asarray(t[rows], dtype=np.float64)
+            term = t.rows(rows) if isinstance(t, Made) else np.asarray(t[rows], dtype=np.float64)
             if total.shape == np.broadcast_shapes(total.shape, term.shape) and total.ndim:
                 np.add(total, term, out=total)
             else:

@@ -227,3 +227,35 @@ def test_the_worst_entries_skip_a_block_only_below_them():
     finally:
         entries.CHUNK = old
     assert [w["index"] for w in c.worst_entries] == [[1, 4], [1, 3], [1, 2], [1, 1], [3, 0]]
+
+
+@pytest.mark.parametrize("shape", [(7, 5), (3,), ()])
+def test_a_made_term_is_its_whole_arrays_numbers_by_rows_by_entry_and_whole(shape):
+    """``record.Made`` (a term made a block at a time, issue 38): every block, entry and the whole array
+    bit for bit those of ``make(source)``, and a comparison with it is the one with the whole term."""
+    from crosscheck._compare.compare import compare
+    from crosscheck._compare.record import Made, Tolerance
+
+    rng = np.random.default_rng(3)
+    source = rng.standard_normal(shape)
+    whole = 3.0 * (np.abs(source) + 0.25)
+    term = Made(source, lambda d: 3.0 * (np.abs(d) + 0.25))
+    assert term.shape == shape and np.asarray(term).tobytes() == whole.tobytes()
+    lead = whole.reshape(shape or (1,))
+    assert term.rows(slice(1, 3)).tobytes() == lead[1:3].tobytes()
+    for index in np.ndindex(*shape):
+        assert term.at(index) == float(whole[index])
+    ref = rng.standard_normal(shape)
+    cand = ref + rng.standard_normal(shape) * 3.0
+    got = [
+        compare(
+            cand,
+            ref,
+            Tolerance({"rounding": t, "floor": 0.5}),
+            backend="a",
+            reference_name="b",
+            dtype="float64",
+        )
+        for t in (term, whole)
+    ]
+    assert repr(got[0].to_dict()) == repr(got[1].to_dict()) and got[0].worst_terms

@@ -31,13 +31,14 @@ from crosscheck._compare import screening, whole
 from crosscheck._compare import terms as _terms
 from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
 from crosscheck._compare.dtypes import unit_roundoff
+from crosscheck._compare.record import Made
 from crosscheck._workloads.model.oracle.directions import (
     Direction,
     DirectionalEstimate,
     project,
     project_quadrature,
 )
-from crosscheck._workloads.model.rounding import Bound, Rounding
+from crosscheck._workloads.model.rounding import Bound, Rounding, made
 from crosscheck._workloads.protocol import Options
 
 TERM_HELP = {
@@ -115,7 +116,8 @@ def entries(
             out.append(missing(ctx, k, value))
             continue
         ref = _reference(answer.value[k])
-        term, error = rounding.term[k], answer.error[k]  # each made once (``rounding.Measured``)
+        # each made a block at a time where it is read (``rounding.made``), else as it is kept
+        term, error = made(rounding.term, k), made(answer.error, k)
         floor = np.asarray(_terms.floor(_terms.largest(ref), u))
         if ctx.dtype == "float64" and np.shape(value[k]) == shape:  # float32's re-run saturates first
             floor = np.maximum(floor, _terms.saturated(value[k], ref, every, "float64"))
@@ -170,14 +172,19 @@ def _zeros_pass(ref: np.ndarray, term: Any, error: Any, floor: Any, unjudgeable:
     shape = ref.shape
     lead = shape or (1,)
     step = max(1, ZEROS_CHUNK // max(math.prod(lead[1:]), 1))
-    r, t, e, f, u = (np.broadcast_to(x, shape).reshape(lead) for x in (ref, term, error, floor, unjudgeable))
+    r, f, u = (np.broadcast_to(x, shape).reshape(lead) for x in (ref, floor, unjudgeable))
+    t, e = (x if isinstance(x, Made) else np.broadcast_to(x, shape).reshape(lead) for x in (term, error))
     for a in range(0, lead[0], step):
         rows = slice(a, a + step)
         judged = ~u[rows]
-        bound = t[rows] + e[rows] + f[rows]
+        bound = _rows(t, rows) + _rows(e, rows) + f[rows]
         if not np.all(np.abs(r[rows][judged]) <= bound[judged]):
             return False
     return True
+
+
+def _rows(x: Any, rows: slice) -> np.ndarray:
+    return x.rows(rows) if isinstance(x, Made) else x[rows]
 
 
 def directions(

@@ -41,6 +41,7 @@ import numpy as np
 from crosscheck._compare import terms, whole
 from crosscheck._compare.constants import OTHER_DTYPE, UNIT_ROUNDOFF
 from crosscheck._compare.dtypes import is_low, unit_roundoff
+from crosscheck._compare.record import Made
 
 #: Without a usable re-run in the other precision: this many unit roundoffs of |gradient| + its RMS.
 FALLBACK_ULPS = 1024.0
@@ -96,6 +97,13 @@ class Measured(Mapping[str, np.ndarray]):
     def __getitem__(self, k: str) -> np.ndarray:
         return terms.measured(np.abs(self.delta[k]), self.spread[k], own=True)  # made in |delta|'s array
 
+    def made(self, k: str) -> Made | np.ndarray:
+        """``k``'s term made a block at a time where it is read (``Made``), the numbers of ``self[k]``."""
+        delta, spread = self.delta[k], self.spread[k]
+        if not isinstance(delta, np.ndarray):
+            return self[k]
+        return Made(delta, lambda d: terms.measured(np.abs(d), spread, own=True))
+
     def __iter__(self) -> Iterator[str]:
         return iter(self.delta)
 
@@ -113,11 +121,24 @@ class Divided(Mapping[str, np.ndarray]):
     def __getitem__(self, k: str) -> np.ndarray:
         return self.arrays[k] / self.divide
 
+    def made(self, k: str) -> Made | np.ndarray:
+        """``k``'s array over ``divide`` made a block at a time where its array is (``made``)."""
+        inner, divide = made(self.arrays, k), self.divide
+        if not isinstance(inner, Made):
+            return self[k]
+        return Made(inner.source, lambda d: inner.make(d) / divide)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self.arrays)
 
     def __len__(self) -> int:
         return len(self.arrays)
+
+
+def made(arrays: Mapping[str, Any], k: str) -> Any:
+    """``arrays[k]``, or where ``arrays`` makes it when read (``Measured``, ``Divided``), its ``Made``:
+    the same numbers, made a block at a time by the comparison that reads them (issue 38)."""
+    return arrays.made(k) if isinstance(arrays, (Measured, Divided)) else arrays[k]
 
 
 class Bound:
