@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -232,11 +232,18 @@ def measure(
     shapes: dict[str, tuple[int, ...]],
     dtype: str,
     name: str,
-    steps: bool = False,
+    steps: bool | Callable[[], bool] = False,
+    consume: bool = False,
 ) -> Rounding:
     """The rounding of the candidate ``name`` from its result ``value`` and its re-run ``again``;
     ``steps``: a float32 case whose float64 re-run keeps float32 steps (``oracle.precision``'s noise probe),
-    so that ``|g32 - g64|`` is the difference of two float32 roundings, each permitted its bound."""
+    so that ``|g32 - g64|`` is the difference of two float32 roundings, each permitted its bound; a
+    callable is asked only where it matters: a float32 case with a parameter beyond the permit.
+    ``consume``: ``again``'s arrays are the caller's to overwrite (the engine's private copies of a
+    re-run, read by no one after): a float32 case's signed difference is made in its float64 arrays.
+
+    Two passes a parameter at a time (issue 38): the ratios to the permit first (a tensor's temporaries
+    at a time), then the differences kept, so that no difference is kept beside the whole re-run."""
     other = OTHER_DTYPE[dtype]
     if not usable(again, shapes, other) or not all(
         k in value and np.shape(value[k]) == s for k, s in shapes.items()
@@ -252,45 +259,82 @@ def measure(
             "|gradient| + RMS"
         )
         return Rounding(_fallback(value, shapes, UNIT_ROUNDOFF["float32"]), None, how, honest=False)
-    steps = steps and dtype == "float32"
-    delta, spread, excess, used = {}, {}, [], 0.0
-    every = shared_scale(wide, shapes)
-    for k in shapes:  # one parameter at a time (its bound, its difference), never all of them at once
-        delta[k], ratio, found = _one(k, value[k], again[k], wide[k], every, dtype, steps)
-        spread[k] = terms.rms(delta[k])  # the RMS of |delta|: the term's spread, made when read
-        used = max(used, ratio)
-        if found is not None:
-            excess.append(found)
-    how, excess = _measured_how(name, dtype, steps, excess)
     lost = limits(value, again, shapes, dtype) if is_low(dtype) else {}
     wide_only = is_low(dtype) and unrounded(value, again, shapes, dtype)
+    every = shared_scale(wide, shapes)
+    probe = steps if callable(steps) else None
+    steps = bool(steps) and probe is None and dtype == "float32"
+    ratios, excess = _ratios(value, again, wide, shapes, every, dtype, steps)
+    if probe is not None and dtype == "float32" and excess and probe():
+        steps = True
+        ratios, excess = _ratios(value, again, wide, shapes, every, dtype, steps)
+    capped = {e.parameter for e in excess}
+    own = consume and dtype == "float32"
+    delta, spread, used = {}, {}, 0.0
+    for k in shapes:  # one parameter at a time, each difference made where its re-run was (``own``)
+        bound = _bound(wide[k], every, dtype, steps) if k in capped else None
+        delta[k] = _signed(value[k], again[k], bound, dtype, own=own)
+        spread[k] = terms.rms(delta[k])  # the RMS of |delta|: the term's spread, made when read
+        used = max(used, ratios[k])
+    how, excess = _measured_how(name, dtype, steps, excess)
     term = Measured(delta, spread)
     return Rounding(term, delta, how, excess=tuple(excess), used=used, limits=lost, wide_only=wide_only)
 
 
-def _one(
-    k: str, value: np.ndarray, again: np.ndarray, wide: np.ndarray, every: float, dtype: str, steps: bool
-) -> tuple[np.ndarray, float, Excess | None]:
-    """Parameter ``k``'s signed difference (scaled by ``terms.widening``, capped where its median entry
-    is beyond the permit), its median ratio to the permit, and its excess (None: within). In place on
-    the arrays it makes: a few of the tensor's size at once, not one per step."""
+def _bound(wide: np.ndarray, every: float, dtype: str, steps: bool) -> np.ndarray:
+    """What the case's rounding permits each entry (``terms.bound``), twice that with ``steps``: the
+    float64 run rounds at float32 too, and its rounding is permitted as the float32 run's."""
     bound = terms.bound(wide, every, terms.permit_dtype(dtype))
-    if steps:  # the float64 run rounds at float32 too: its rounding is permitted as the float32 run's
+    if steps:
         bound *= TWO_ROUNDINGS
-    signed = np.array(value, dtype=np.float64)
+    return bound
+
+
+def _ratios(
+    value: dict, again: dict, wide: dict, shapes: dict, every: float, dtype: str, steps: bool
+) -> tuple[dict[str, float], list[Excess]]:
+    """Per parameter, its median entry's difference over the permit, and the parameters beyond it
+    (``Excess``): a tensor's temporaries at a time (its permit, its difference, their ratios), none kept."""
+    ratios, excess = {}, []
+    for k in shapes:
+        bound = _bound(wide[k], every, dtype, steps)
+        signed = _signed(value[k], again[k], None, dtype, scale=False)
+        ratios[k] = terms.median_ratio(signed, bound, wide[k])  # of |signed|, on its own copy
+        del bound
+        found = _excess(k, ratios[k], signed, wide[k], dtype)
+        if found is not None:
+            excess.append(found)
+    return ratios, excess
+
+
+def _signed(
+    value: np.ndarray,
+    again: np.ndarray,
+    bound: np.ndarray | None,
+    dtype: str,
+    *,
+    own: bool = False,
+    scale: bool = True,
+) -> np.ndarray:
+    """``value - again`` in float64 (NaN and infinities as 0), clipped to ``bound`` where given (a
+    parameter beyond the permit) and scaled by ``terms.widening`` (``scale``); ``own``: made in
+    ``again``'s array where it is a writable float64 one (the same numbers: ``value`` is widened entry
+    by entry as a float64 copy of it would be)."""
+    own = own and isinstance(again, np.ndarray) and again.dtype == np.float64 and again.flags.writeable
+    signed = again if own else np.array(value, dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        np.subtract(signed, np.asarray(again, np.float64), out=signed)
+        if own:
+            np.subtract(value, again, out=signed, dtype=np.float64)
+        else:
+            np.subtract(signed, np.asarray(again, np.float64), out=signed)
     if not whole.finite(signed):  # a pass of its own only where there is a NaN or an infinity
         np.nan_to_num(signed, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
-    ratio = terms.median_ratio(signed, bound, wide)  # of |signed|, on its own copy
-    found = _excess(k, ratio, signed, wide, dtype)
-    if found is not None:
+    if bound is not None:
         np.clip(signed, -bound, bound, out=signed)
-    del bound
-    scale = terms.widening(dtype)
-    if scale != 1.0:
-        signed *= scale
-    return signed, ratio, found
+    widen = terms.widening(dtype)
+    if scale and widen != 1.0:
+        signed *= widen
+    return signed
 
 
 def _measured_how(name: str, dtype: str, steps: bool, excess: list) -> tuple[str, list]:
