@@ -205,7 +205,13 @@ def median_ratio(diff: np.ndarray, permit: np.ndarray, wide: np.ndarray | None =
     inside = np.broadcast_shapes(ratios.shape, np.shape(permit)) == ratios.shape
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = np.divide(ratios, permit, out=ratios if inside else None)
-    if some:
+    return median_of_ratios(ratios, zero if some else None, informative)
+
+
+def median_of_ratios(ratios: np.ndarray, zero: np.ndarray | None, informative: np.ndarray | None) -> float:
+    """``median_ratio`` from its ratios (``|diff| / permit``, at least 1-d, its own array: in place),
+    ``zero`` where ``diff`` is 0 (None: nowhere) and the ``informative`` entries (None: every one)."""
+    if zero is not None:
         ratios[np.broadcast_to(zero, ratios.shape)] = 0.0
     left = 0  # the entries left out: each a ratio set to +0 above
     if informative is not None:

@@ -297,14 +297,75 @@ def _ratios(
     (``Excess``): a tensor's temporaries at a time (its permit, its difference, their ratios), none kept."""
     ratios, excess = {}, []
     for k in shapes:
-        bound = _bound(wide[k], every, dtype, steps)
-        signed = _signed(value[k], again[k], None, dtype, scale=False)
-        ratios[k] = terms.median_ratio(signed, bound, wide[k])  # of |signed|, on its own copy
-        del bound
-        found = _excess(k, ratios[k], signed, wide[k], dtype)
-        if found is not None:
-            excess.append(found)
+        if _blockwise(wide[k]):
+            ratios[k] = _blocked_ratio(value[k], again[k], wide[k], every, dtype, steps)
+            signed = None
+        else:
+            bound = _bound(wide[k], every, dtype, steps)
+            signed = _signed(value[k], again[k], None, dtype, scale=False)
+            ratios[k] = terms.median_ratio(signed, bound, wide[k])  # of |signed|, on its own copy
+            del bound
+        if ratios[k] > 1.0:  # an excess (rare): its difference's RMS, the difference made whole
+            if signed is None:
+                signed = _signed(value[k], again[k], None, dtype, scale=False)
+            found = _excess(k, ratios[k], signed, wide[k], dtype)
+            if found is not None:
+                excess.append(found)
     return ratios, excess
+
+
+#: Entries ``_blocked_ratio`` takes at once (its temporaries: a few of this size).
+RATIO_CHUNK = 1 << 18
+
+
+def _blockwise(wide: Any) -> bool:
+    """Whether a parameter's ratios are made a block at a time (``_blocked_ratio``): a finite, C-ordered
+    float64 wide result of at least one dimension (else its permit's NaN cleaning and its RMS would not
+    be the whole array's as taken here)."""
+    return (
+        isinstance(wide, np.ndarray)
+        and wide.dtype == np.float64
+        and wide.ndim >= 1
+        and wide.flags.c_contiguous
+        and whole.finite(wide)
+    )
+
+
+def _blocked_ratio(
+    value: np.ndarray, again: np.ndarray, wide: np.ndarray, every: float, dtype: str, steps: bool
+) -> float:
+    """``terms.median_ratio`` of the signed difference over the permit (``_bound``), with the same numbers
+    made ``RATIO_CHUNK`` entries at a time into one array of ratios (issue 38: the permit, the difference
+    and the ratios were three float64 arrays of the tensor's size, 0.87 GiB for GPT-2's token
+    embedding). Each block's permit is ``terms.bound``'s element-wise steps with the whole tensor's
+    spread (``terms.rms`` of ``wide``: the squares of ``|wide|``, summed alike)."""
+    spread, scale = (
+        terms.rms(wide),
+        terms.permit_ulps(terms.permit_dtype(dtype)) * unit_roundoff(terms.permit_dtype(dtype)),
+    )
+    v, a, w = (np.ravel(x) for x in (value, again, wide))
+    ratios = np.empty(w.size)
+    zero, informative = np.empty(w.size, bool), np.empty(w.size, bool)
+    for i in range(0, w.size, RATIO_CHUNK):
+        part = slice(i, i + RATIO_CHUNK)
+        bound = np.abs(w[part])
+        bound += spread
+        bound += every
+        bound *= scale
+        if steps:
+            bound *= TWO_ROUNDINGS
+        signed = np.array(v[part], dtype=np.float64)
+        with np.errstate(invalid="ignore", over="ignore"):
+            np.subtract(signed, np.asarray(a[part], np.float64), out=signed)
+        if not whole.finite(signed):
+            np.nan_to_num(signed, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+        r = np.abs(signed, out=ratios[part])
+        np.equal(r, 0, out=zero[part])
+        np.logical_or(~zero[part], w[part] != 0, out=informative[part])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            np.divide(r, bound, out=r)
+    some = bool(zero.any())
+    return terms.median_of_ratios(ratios, zero if some else None, informative if some else None)
 
 
 def _signed(
