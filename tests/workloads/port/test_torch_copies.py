@@ -2,9 +2,10 @@
 
 The tensors of a capture, of the proof and of a gradient are made over the memory of the arrays the
 engine's guarded call hands (its private copies: ``torch_side.share``, the adapter's ``share``), not
-copied once more; ``torch_side.call`` still keeps what it was given and compares it bit for bit after
-the forward, so a module that writes into its parameter, a buffer or its input is caught as before,
-down to a sign bit. Nothing of a call is kept after it: no float64 tensor, no ``.grad``.
+copied once more; ``torch_side.call`` compares what it was given bit for bit after the forward (a tensor
+over a handed array with what the engine compares that array with, ``handed.test_of``; any other with
+a copy it made before), so a module that writes into its parameter, a buffer or its input is caught as
+before, down to a sign bit. Nothing of a call is kept after it: no float64 tensor, no ``.grad``.
 """
 
 from __future__ import annotations
