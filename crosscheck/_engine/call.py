@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._backends import in_use
+from crosscheck._backends import handed, in_use
 from crosscheck._compare.dtypes import aligned_copy, as_dtype, is_float
 from crosscheck._errors import Interrupted, Interrupts, describe, reraise_user_interrupt
 
@@ -114,7 +114,8 @@ def guarded(
     start = time.perf_counter()
     value, error = None, None
     try:
-        value = within(timeout, fn, *args)
+        with handed.handing(live, [_test(p) for p in before]):  # what a backend may ask while it runs
+            value = within(timeout, fn, *args)
     except BackendFailure as exc:
         error = str(exc)
     except BaseException as exc:
@@ -278,6 +279,14 @@ def within(timeout: float | None, fn: Callable[..., Any], *args: Any) -> Any:
     if "error" in box:
         raise box["error"]
     return box.get("value")
+
+
+def _test(before: np.ndarray | Cast) -> Callable[[np.ndarray], bool]:
+    """Whether a handed array still holds what it was handed with (``handed.test_of``): ``before``'s
+    bits, or its source's cast (a ``Cast``); the comparison ``_written`` makes after the call."""
+    if isinstance(before, Cast):
+        return before.same
+    return lambda array: handed.same_bits(array, before)
 
 
 def _listed(names: list[str]) -> str:

@@ -8,7 +8,9 @@ module too (its submodules' ``__call__`` wrapped for the capture pass: ``nnx_sid
 module or a function reports the intermediates its call returns for the PyTorch modules listed in
 ``Port(jax_intermediates=...)`` (checked by ``intermediates``; a stacked ``layers.*.X`` split per layer).
 A linen submodule called inside ``nn.scan`` (or ``nn.remat``) sees tracers: each step's values are
-recorded when the step runs (``steps``), the k-th call of a module path named ``path#k``.
+recorded when the step runs (``steps``), the k-th call of a module path named ``path#k``. A linen
+module's whole capture runs as one ``jax.jit`` of its forward pass, every call's values recorded that
+way (compiled once per dtype, not an operation at a time; op by op where ``jax.jit`` cannot trace it).
 """
 
 from __future__ import annotations
@@ -187,6 +189,17 @@ class JaxSide:
                 Record(k, "", (), _numpy(v), narrow(v)) for n in self.listed for k, v in spread(n, found[n])
             ]
             return [*listed, Record("", type(self.model).__name__, (), _numpy(out), narrow(out))]
+        try:  # one compiled forward pass, each call's values sent back as it runs
+            return self._linen_capture(values, inputs, dtype, jit=True)
+        except Exception:  # a model jax.jit cannot trace (Python control flow on values): op by op
+            return self._linen_capture(values, inputs, dtype, jit=False)
+
+    def _linen_capture(
+        self, values: Sequence[Any], inputs: dict[str, Any], dtype: Any, *, jit: bool
+    ) -> list[Record]:
+        """A linen module's calls (``capture``): with ``jit``, in one ``jax.jit`` of the forward pass,
+        each call's values sent back as it runs (``steps.later``, as a scan's steps are), compiled once;
+        without, op by op (each new operation compiled on its own: 73 of them for one GPT-2 layer)."""
         import flax.linen as nn
 
         records: list[Record] = []
@@ -223,8 +236,19 @@ class JaxSide:
             return out
 
         model, variables = self.rebuild(values, dtype)
-        with nn.intercept_methods(record), steps.sink(functools.partial(_recorded, records, seen)):
-            nn.apply(self.call, model)(variables, inputs)
+        apply = nn.apply(self.call, model)
+        flat, tree = jax.tree_util.tree_flatten(inputs)
+        where = [i for i, leaf in enumerate(flat) if isinstance(leaf, (jax.Array, np.ndarray))]
+
+        def forward(variables: Any, arrays: list) -> None:  # the inputs' arrays traced, the rest as given
+            leaves = list(flat)
+            for i, array in zip(where, arrays, strict=True):
+                leaves[i] = array
+            with nn.intercept_methods(record):
+                apply(variables, jax.tree_util.tree_unflatten(tree, leaves))
+
+        with steps.sink(functools.partial(_recorded, records, seen)):
+            (jax.jit(forward) if jit else forward)(variables, [flat[i] for i in where])
         return records
 
 

@@ -59,8 +59,37 @@ def later(name: str, kind: str, low: bool, inputs: Any, output: Any) -> None:
     per step, with its concrete arrays (of ``inputs`` and ``output``, as lists), in the capture running
     then (none: a forward pass outside a capture, nothing is recorded)."""
 
+    ins, outs = _arrays(inputs), _arrays(output)
+    kinds = [_kind(a) for a in (*ins, *outs)]
+
     def back(ins: list, outs: list) -> None:
         if _SINKS:
-            _SINKS[-1](name, kind, low, list(ins), list(outs))
+            got = [_unwired(a, k) for a, k in zip((*ins, *outs), kinds, strict=True)]
+            _SINKS[-1](name, kind, low, got[: len(ins)], got[len(ins) :])
 
-    jax.debug.callback(back, _arrays(inputs), _arrays(output), ordered=True)
+    jax.debug.callback(back, [_wired(a) for a in ins], [_wired(a) for a in outs], ordered=True)
+
+
+def _kind(array: Any) -> tuple[np.dtype, tuple[int, ...]] | None:
+    """The dtype and shape of a JAX array of 8-byte floats or integers (None for any other): the call
+    back gets it as pairs of ``uint32`` (``_wired``), its bits intact."""
+    if isinstance(array, np.ndarray) or np.dtype(array.dtype).itemsize != 8:
+        return None
+    dtype = np.dtype(array.dtype)
+    return (dtype, tuple(array.shape)) if dtype.kind in "fiu" else None
+
+
+def _wired(array: Any) -> Any:
+    """``array`` as the call back is handed it: an 8-byte float or integer bitcast to ``uint32`` pairs.
+    JAX puts a call back's arguments on the device again (``device_put``) in the thread that runs it,
+    where x64 may be off: a float64 array would arrive rounded to float32 (a jitted capture's does)."""
+    if _kind(array) is None:
+        return array
+    return jax.lax.bitcast_convert_type(array, np.uint32)
+
+
+def _unwired(array: Any, kind: tuple[np.dtype, tuple[int, ...]] | None) -> Any:
+    """What ``_wired`` made, back to its dtype and shape (the same bits)."""
+    if kind is None:
+        return array
+    return np.ascontiguousarray(np.asarray(array)).view(kind[0]).reshape(kind[1])

@@ -2,9 +2,10 @@
 
 The tensors of a capture, of the proof and of a gradient are made over the memory of the arrays the
 engine's guarded call hands (its private copies: ``torch_side.share``, the adapter's ``share``), not
-copied once more; ``torch_side.call`` still keeps what it was given and compares it bit for bit after
-the forward, so a module that writes into its parameter, a buffer or its input is caught as before,
-down to a sign bit. Nothing of a call is kept after it: no float64 tensor, no ``.grad``.
+copied once more; ``torch_side.call`` compares what it was given bit for bit after the forward (a tensor
+over a handed array with what the engine compares that array with, ``handed.test_of``; any other with
+a copy it made before), so a module that writes into its parameter, a buffer or its input is caught as
+before, down to a sign bit. Nothing of a call is kept after it: no float64 tensor, no ``.grad``.
 """
 
 from __future__ import annotations
@@ -167,3 +168,62 @@ def test_the_batched_losses_share_the_parameters_handed():
     assert seen["b"] == params["b"].ctypes.data
     one = backend.loss({"w": params["w"][0], "b": params["b"]}, inputs)
     assert both.shape == (2,) and np.isclose(both[0], one, rtol=1e-12, atol=0)
+
+
+def _copies(monkeypatch) -> list:
+    """The tensors ``torch_side`` copies to find a write (``_copy``), recorded."""
+    made: list = []
+    original = torch_side._copy
+    monkeypatch.setattr(torch_side, "_copy", lambda t: made.append(tuple(t.shape)) or original(t))
+    return made
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_through_the_engine_no_handed_tensor_is_copied_and_a_write_is_still_caught(monkeypatch, dtype):
+    """The engine's guarded call keeps what it hands a backend to compare after the call: the PyTorch
+    side tests a tensor over a handed array against that (``handed.test_of``), not a copy of its own, a
+    float32 point's arrays re-run in float64 (``Caller.cast``: compared with their cast source) too."""
+    made = _copies(monkeypatch)
+    params, inputs = _arrays("float32")
+    call = Caller({**params, **inputs})
+    if dtype == "float64":
+        params, inputs = call.cast(params, "float64"), call.cast(inputs, "float64")
+    got = call(capture.torch_capture, _Prepared(Net()), params, inputs)
+    assert got.error is None and made == []
+    for write, said in (("weight", "changes its parameter `fc.weight`"), ("x", "writes to its input `x`")):
+        p, i = params, inputs
+        if dtype == "float64":
+            p, i = call.cast(params, dtype), call.cast(inputs, dtype)
+        got = call(capture.torch_capture, _Prepared(Net(write)), p, i)
+        assert (
+            got.error
+            == f"Misbehaved: the PyTorch module (`torch`) {said} during its forward; " + torch_side.RULE
+        )
+    assert made == []
+
+
+def test_outside_a_guarded_call_the_tensors_are_copied_to_compare():
+    from crosscheck._backends import handed
+
+    params, _ = _arrays()
+    assert handed.test_of(params["fc.weight"]) is None
+    with handed.handing([params["fc.weight"]], [lambda a: True]):
+        assert handed.test_of(params["fc.weight"]) is not None
+        assert handed.test_of(params["fc.weight"][:1]) is None  # a view: another array, copied
+        assert handed.test_of(params["fc.weight"].copy()) is None
+    assert handed.test_of(params["fc.weight"]) is None
+
+
+def test_same_bits_sees_a_sign_bit_and_a_nan_payload_in_any_block():
+    from crosscheck._backends import handed
+
+    a = np.zeros(10_000)
+    for change in (-0.0, np.float64(np.nan), 1e-300):
+        for where in (0, 4095, 9999):
+            b = a.copy()
+            b[where] = change
+            assert not handed.same_bits(a, b, block=4096)
+    nan = np.full(3, np.nan)
+    other = nan.view(np.uint64) | np.uint64(1)
+    assert handed.same_bits(nan, nan.copy()) and not handed.same_bits(nan, other.view(np.float64))
+    assert handed.same_bits(a, a.copy(), block=4096) and not handed.same_bits(a, a[:10])

@@ -1,0 +1,146 @@
+"""A linen module's capture runs its forward pass as one ``jax.jit`` (issue 38's time: op by op, every new
+operation was compiled on its own, ~73 compilations per dtype for one GPT-2 layer, 160 for a check of
+GPT-2 small), each module call's values sent back as the compiled pass runs (``steps.later``): the same
+records as op by op (names, classes, shapes, dtypes, ``narrow``), their values within a few units in the
+last place (XLA fuses the compiled pass: a layer norm's reductions round otherwise); a float64 call back
+arrives bit for bit (``steps._wired``); a model ``jax.jit`` cannot trace is captured op by op as before.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+nn = pytest.importorskip("flax.linen")
+
+import jax.numpy as jnp  # noqa: E402
+
+from crosscheck._workloads.port import jax_side, steps  # noqa: E402
+
+#: Compilations seen (``jax.monitoring``'s backend compile events), appended for the whole session.
+COMPILES: list[float] = []
+jax.monitoring.register_event_duration_secs_listener(
+    lambda event, seconds, **_: (
+        COMPILES.append(seconds) if event == "/jax/core/compile/backend_compile_duration" else None
+    )
+)
+
+#: Odd sizes no other test uses: op by op, each operation of this model is compiled here first.
+WIDTH, HIDDEN, LAYERS, ROWS = 13, 29, 5, 7
+
+
+class Block(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        h = nn.Dense(HIDDEN, name="fc1")(nn.LayerNorm(name="norm")(x))
+        return x + nn.Dense(WIDTH, name="fc2")(jnp.tanh(h))
+
+
+class Stack(nn.Module):
+    branchy: bool = False  # Python control flow on a value: jax.jit cannot trace it
+
+    @nn.compact
+    def __call__(self, x):
+        if self.branchy and not self.is_initializing() and float(jnp.sum(x)) > 1e9:
+            x = -x
+        for i in range(LAYERS):
+            x = Block(name=f"blocks_{i}")(x)
+        return nn.LayerNorm(name="norm")(x)
+
+
+def _side(dtype, branchy=False):
+    x = np.random.default_rng(0).standard_normal((ROWS, WIDTH)).astype(dtype)
+    model = Stack(branchy=branchy)
+    side = jax_side.JaxSide(model, None, None, {"x": x})
+    variables = jax.jit(model.init)(jax.random.key(0), x)  # compiled whole: no operation compiled alone
+    values = [np.asarray(v, dtype) for v in jax.tree_util.tree_leaves(variables)]
+    return side, values, {"x": x}
+
+
+def _capture(side, values, inputs, dtype, *, jit):
+    with jax.enable_x64(dtype == np.float64):
+        leaves = [jax.device_put(v) for v in values]
+        xs = {k: jax.device_put(v) for k, v in inputs.items()}
+        start = len(COMPILES)
+        if jit is None:
+            records = side.capture(leaves, xs, dtype)
+        else:
+            records = side._linen_capture(leaves, xs, dtype, jit=jit)
+        return records, len(COMPILES) - start
+
+
+def _same_records(a, b, rtol, atol):
+    assert [(r.name, r.module_type, r.narrow) for r in a] == [(r.name, r.module_type, r.narrow) for r in b]
+    for x, y in zip(a, b, strict=True):
+        for u, v in zip(x.inputs + x.outputs, y.inputs + y.outputs, strict=True):
+            assert u.shape == v.shape and u.dtype == v.dtype
+            np.testing.assert_allclose(u, v, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_linen_capture_compiles_its_forward_once_and_records_what_op_by_op_did(dtype):
+    side, values, inputs = _side(dtype)
+    compiled, once = _capture(side, values, inputs, dtype, jit=None)
+    stepwise, each = _capture(side, values, inputs, dtype, jit=False)
+    assert once <= 1 < 10 < each  # op by op: every new operation (its shapes, its dtype) compiled alone
+    names = [r.name for r in compiled]
+    assert len(names) == 3 * LAYERS + LAYERS + 2 and names[-1] == "" and "blocks_4.fc2" in names
+    if dtype == np.float64:  # not rounded to float32 on the way back, and the same to a few ulps
+        _same_records(compiled, stepwise, rtol=1e-13, atol=1e-15)
+        top = compiled[-1].outputs[0]
+        assert not np.array_equal(top.astype(np.float32).astype(np.float64), top)
+    else:
+        _same_records(compiled, stepwise, rtol=2e-6, atol=1e-6)
+
+
+def test_a_model_jit_cannot_trace_is_captured_op_by_op():
+    side, values, inputs = _side(np.float32, branchy=True)
+    records, _ = _capture(side, values, inputs, np.float32, jit=None)
+    stepwise, _ = _capture(side, values, inputs, np.float32, jit=False)
+    _same_records(records, stepwise, rtol=0, atol=0)
+    with pytest.raises(jax.errors.ConcretizationTypeError):
+        _capture(side, values, inputs, np.float32, jit=True)
+
+
+def _odd_values() -> tuple[np.ndarray, np.ndarray]:
+    payload = np.array([np.nan]).view(np.uint64) | np.uint64(5)
+    return np.array([-0.0, 1e-310, 1 / 3, payload.view(np.float64)[0]]), np.array([2**60 + 1, -(2**62)])
+
+
+def test_a_call_back_gets_float64_and_int64_bit_for_bit():
+    got: list = []
+    wide, ints = _odd_values()
+
+    def f(x, i):
+        steps.later("m", "M", False, (x, i), x * 1)
+        return x
+
+    with jax.enable_x64(True), steps.sink(lambda *record: got.append(record)):
+        jax.jit(f)(jnp.asarray(wide), jnp.asarray(ints))
+    ((name, kind, low, ins, outs),) = got
+    assert (name, kind, low) == ("m", "M", False)
+    x, i, y = (np.asarray(a) for a in (*ins, *outs))
+    assert x.dtype == np.float64 and x.view(np.uint64).tolist() == wide.view(np.uint64).tolist()
+    assert i.dtype == np.int64 and i.tolist() == ints.tolist()
+    assert y.view(np.uint64)[:3].tolist() == wide.view(np.uint64)[:3].tolist()
+
+
+def test_what_a_call_back_is_handed_survives_a_device_put_without_x64():
+    """JAX puts a call back's arguments on the device again in the thread that runs it (``device_put``),
+    where x64 can be off (a large compiled pass runs in XLA's threads): a float64 array would be rounded
+    to float32 there, as the first jitted capture of GPT-2 small's float64 records were."""
+    wide, ints = _odd_values()
+    for array in (wide, ints):
+        with jax.enable_x64(True):
+            sent = jnp.asarray(array)
+            kind, wired = steps._kind(sent), steps._wired(sent)
+        with jax.enable_x64(False):
+            assert jax.device_put(np.asarray(sent)).dtype.itemsize == 4  # what the call back would get
+            back = steps._unwired(jax.device_put(np.asarray(wired)), kind)
+        assert back.dtype == array.dtype and back.view(np.uint64).tolist() == array.view(np.uint64).tolist()
+
+
+def test_a_float32_array_is_sent_as_it_is():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    assert steps._kind(jnp.asarray(a)) is None and steps._wired(a) is a
