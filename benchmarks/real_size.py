@@ -19,7 +19,10 @@ Modes:
   two more), and their peak memory.
 - ``own``: only the models' own forward+backward.
 - ``evaluations``: the cost of one of the oracle's evaluations of each side's own float64 loss (every
-  tensor in turn written in place, as the oracle does), and JAX's with every array sent each call.
+  tensor in turn written in place, as the oracle does entry by entry), and JAX's with every array sent
+  each call; then one evaluation along a direction that moves every tensor (the screen of the group of
+  every tensor: what runs at scale), the point handed whole or formed on the adapter's side
+  (``oracle.line``), beside the forward pass alone, each on one thread as the oracle evaluates.
 - ``stages``: one check in this process (``crosscheck.check(port, execution=Execution(isolate=False))``)
   with its stages timed and its resident memory sampled every 10 ms (``/proc/self/status`` through
   psutil): building both sides, the reference, the candidates' gradients, the module captures, the
@@ -454,7 +457,71 @@ def run_evaluations(model: str, layers: int | None, seq: int) -> dict[str, dict[
             params[name].flat[0] -= 1e-6
         count = len(params)
         out[side] = {"cpu": (time.process_time() - cpu) / count, "wall": (time.perf_counter() - wall) / count}
+    out.update(run_along(workload, params, inputs))
     return out
+
+
+def run_along(workload: Any, params: dict, inputs: dict, count: int = 4) -> dict[str, dict[str, float]]:
+    """Seconds of one evaluation along a direction (every tensor moved, as the oracle's screen of the
+    group of every tensor): the point formed here and handed whole (``loss``, as before issue 38's
+    ``oracle.line``) and formed on the adapter's side (``hold_point``/``hold_direction`` once, then
+    ``loss_along``); and the forward pass itself (``loss`` with nothing moved: nothing sent). On one
+    thread, as the oracle evaluates."""
+    import numpy as np
+
+    from crosscheck._workloads.model.oracle.threads import one_thread
+
+    rng = np.random.default_rng(0)
+    signs = {
+        k: (rng.integers(0, 2, size=v.shape, dtype=np.int8) * 2 - 1).astype(np.int8)
+        for k, v in params.items()
+    }
+    steps = {k: float(np.sqrt(np.mean(np.square(v)))) if v.size else 1.0 for k, v in params.items()}
+    out = {}
+
+    def timed(side: str, what: str, evaluate) -> None:
+        evaluate(0)  # compiled, and what is held sent
+        cpu, wall = time.process_time(), time.perf_counter()
+        for i in range(1, count + 1):
+            evaluate(i)
+        out[f"{side}, {what}"] = {
+            "cpu": (time.process_time() - cpu) / count,
+            "wall": (time.perf_counter() - wall) / count,
+        }
+
+    with one_thread():
+        for side in ("jax", "torch"):
+            backend = workload.resolve(side)
+            timed(side, "every tensor moved, handed whole", _whole(backend, params, inputs, signs, steps))
+            backend.release_evaluations()
+            backend.hold_point({k: v.copy() for k, v in params.items()}, inputs)
+            backend.hold_direction("d", signs)
+            timed(side, "every tensor moved, formed on its side", _moved(backend, steps))
+            timed(side, "the forward pass (nothing moved)", _moved(backend, {}))
+            backend.release_evaluations()
+    return out
+
+
+def _whole(backend: Any, params: dict, inputs: dict, signs: dict, steps: dict) -> Any:
+    """An evaluation along ``signs`` as the oracle's evaluator makes it: formed here, handed whole."""
+    import numpy as np
+
+    work = {k: v.copy() for k, v in params.items()}
+
+    def evaluate(i: int) -> None:
+        for k, v in params.items():
+            np.multiply(signs[k], (i * 1e-6) * steps[k], out=work[k], casting="unsafe")
+            work[k] += v
+        backend.loss(work, inputs)
+        for k, v in params.items():
+            np.copyto(work[k], v)
+
+    return evaluate
+
+
+def _moved(backend: Any, steps: dict) -> Any:
+    """An evaluation along the held direction, formed on the adapter's side (nothing moved: no steps)."""
+    return lambda i: backend.loss_along("d", {k: (i * 1e-6) * s for k, s in steps.items()})
 
 
 # --- output -------------------------------------------------------------------------------------------

@@ -43,6 +43,8 @@ from crosscheck._workloads.model.oracle.entries import (
     read_only,
 )
 from crosscheck._workloads.model.oracle.groups import JOINT, Group, joint
+from crosscheck._workloads.model.oracle.line import Line, line_of
+from crosscheck._workloads.model.oracle.line import directional as line_directional
 from crosscheck._workloads.model.oracle.precision import PROBE_EVALUATIONS, Precision, judge, probe
 from crosscheck._workloads.model.oracle.threads import one_thread
 from crosscheck._workloads.protocol import Call, Point, Progress
@@ -67,6 +69,8 @@ class Function:
     precision: Precision | None = None
     #: Drops what the owner's adapter holds of its last evaluations (``releaser``; None: nothing to drop).
     release: Callable[[], Any] | None = dataclasses.field(default=None, compare=False, repr=False)
+    #: The owner's adapter forms the points along a line itself (``oracle.line``; None: handed whole).
+    line: Line | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,6 +193,19 @@ def _difference(function: Function, params: dict, chosen: Plan, guard: Any, tick
 
 def _group(diffs: Differences, group: Group, params: dict, count: int, guard: Any, tick: Any):
     """The oracle along ``count`` directions of ``group`` (cached on ``diffs``)."""
+    if group not in diffs.groups and diffs.function.line is not None:  # the points formed on its side
+        dirs = group.directions(params, count)
+        along = line_directional(
+            diffs.function.line,
+            params,
+            group.pieces,
+            dirs,
+            guard=guard,
+            progress=tick,
+            **_noise(diffs.function),
+        )
+        diffs.groups[group] = (dirs, along)
+        diffs.evaluations += along.evaluations
     if group not in diffs.groups:
         dirs = group.directions(params, count)
         own = diffs.function.fn
@@ -352,6 +369,7 @@ def _own_loss(
             )
         rounding = WIDEN * abs(low - number)
     fn = _batched(backend, loss, i64)
+    line = line_of(backend, call, i64, p64)
     label = f"`{name}`'s own float64 loss"
     guard = batch_guard(call)
     if clock is not None:
@@ -359,14 +377,14 @@ def _own_loss(
         guard = clock.guard(guard, probe_label(label))
     try:
         with one_thread():
-            precision = judge(probe(fn, p64, guard), number, low, name)
+            precision = judge(probe(fn, p64, guard, line), number, low, name)
     except OracleFailed as exc:
         if clock is not None and clock.ran_out:
             return Skip(f"`{name}`'s own loss is not differenced: {exc}", failure=True)
         return Skip(f"`{name}`'s loss failed near the point in float64: {exc}", failure=True)
     if precision.float32:  # float32's noise: the value's rounding and each evaluation's
         rounding = max(rounding, precision.noise)
-    return Function(label, name, fn, number, rounding, precision, let_go)
+    return Function(label, name, fn, number, rounding, precision, let_go, line)
 
 
 def releaser(backend: Any, call: Call) -> Callable[[], Any] | None:
