@@ -27,7 +27,7 @@ import numpy as np
 from crosscheck._compare.constants import WIDEN
 from crosscheck._compare.dtypes import as_dtype
 from crosscheck._errors import describe, reraise_user_interrupt
-from crosscheck._workloads.model.oracle.batched import Batched
+from crosscheck._workloads.model.oracle.batched import BYTES, FROM_EVALUATIONS, Batched
 from crosscheck._workloads.model.oracle.budget import Clock
 from crosscheck._workloads.model.oracle.directions import (
     EVALUATIONS_PER_DIRECTION,
@@ -193,7 +193,7 @@ def _difference(function: Function, params: dict, chosen: Plan, guard: Any, tick
 
 def _group(diffs: Differences, group: Group, params: dict, count: int, guard: Any, tick: Any):
     """The oracle along ``count`` directions of ``group`` (cached on ``diffs``)."""
-    if group not in diffs.groups and diffs.function.line is not None:  # the points formed on its side
+    if group not in diffs.groups and _on_line(diffs.function, group, count):  # the points formed on its side
         dirs = group.directions(params, count)
         along = line_directional(
             diffs.function.line,
@@ -216,6 +216,19 @@ def _group(diffs: Differences, group: Group, params: dict, count: int, guard: An
         diffs.groups[group] = (dirs, along)
         diffs.evaluations += along.evaluations
     return diffs.groups[group]
+
+
+def _on_line(function: Function, group: Group, count: int) -> bool:
+    """Whether ``count`` directions of ``group`` are evaluated along the adapter's line (``oracle.line``):
+    where it has one, unless they would be batched (``oracle.batched``: many directions of a small
+    model, where one call for 8 points pays more than forming each point on the adapter's side)."""
+    if function.line is None:
+        return False
+    fn = function.fn
+    if not isinstance(fn, Batched) or fn.fallback is not None:
+        return True
+    per = BYTES // max(1, 8 * sum(group.sizes))  # as ``Batched.evaluate``: stacked float64 vectors
+    return EVALUATIONS_PER_DIRECTION * count < FROM_EVALUATIONS or per <= 1
 
 
 def screen_group(

@@ -252,3 +252,16 @@ def test_a_worker_serves_the_line():
 
     for framework, loss in (("jax", _jax_loss), ("torch", _torch_loss)):
         assert set(LINE) <= {m for m in METHODS if _has(_adapter(framework, loss), m)}
+
+
+def test_many_directions_of_a_small_model_stay_batched():
+    """Batching pays for a small model's many directions (``oracle.batched``): they are batched as
+    before, and only the noise probe is evaluated along the adapter's line."""
+    params, inputs = _arrays()
+    point = Point(params, inputs, {}, "float64")
+    call = Caller(point.arrays())
+    function = oracle.own_loss(_adapter("jax", _jax_loss), "side", point, call)
+    assert function.line is not None and function.line.evaluations == 17
+    found = oracle.difference(function, point, oracle.plan("screen", params, 32), call, None)
+    assert isinstance(found, oracle.Differences), found
+    assert function.line.evaluations == 17 and function.fn.calls > 0
