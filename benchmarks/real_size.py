@@ -261,7 +261,14 @@ def measured(
         seconds = time.perf_counter() - start
         out.seek(0)
         tail = out.read().decode(errors="replace").strip().splitlines()[-3:]
-    return {"seconds": seconds, "peak": usage.ru_maxrss * 1024, "rc": process.returncode, "tail": tail}
+    cpu = usage.ru_utime + usage.ru_stime  # the process and its waited-for workers: robust to the load
+    return {
+        "seconds": seconds,
+        "cpu": cpu,
+        "peak": usage.ru_maxrss * 1024,
+        "rc": process.returncode,
+        "tail": tail,
+    }
 
 
 def environment(layers: int | None, seq: int) -> dict[str, str]:
@@ -354,9 +361,9 @@ class Stages:
         before = self.sampler.now()
         outer_peak = self.sampler.peak
         self.sampler.reset()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         self.rows.setdefault(
-            name, {"depth": self.depth, "calls": 0, "seconds": 0.0, "before": before, "peak": 0}
+            name, {"depth": self.depth, "calls": 0, "seconds": 0.0, "cpu": 0.0, "before": before, "peak": 0}
         )
         self.depth += 1
         try:
@@ -369,6 +376,7 @@ class Stages:
             row = self.rows[name]
             row["calls"] += 1
             row["seconds"] += seconds
+            row["cpu"] += time.process_time() - cpu
             row["peak"] = max(row["peak"], peak)
             row["rise"] = max(row.get("rise", 0), peak - before)
             row["after"] = after
@@ -609,7 +617,8 @@ def main() -> None:
                 got = run_check(model, reference, args.layers, args.seq, args.timeout, args.max_gb * 2**30)
                 row["checks"][reference] = got
                 print(
-                    f"  check --reference {reference}: {minutes(got['seconds'])}, peak {gb(got['peak'])} "
+                    f"  check --reference {reference}: {minutes(got['seconds'])} ({got['cpu']:.0f} s CPU), "
+                    f"peak {gb(got['peak'])} "
                     f"({got['peak'] / count:.0f} bytes a parameter), {got['verdict']}, JSON "
                     f"{got['json_bytes'] / 2**20:.1f} MiB"
                 )
@@ -624,12 +633,12 @@ def main() -> None:
                 row["stages"][reference] = got
                 print(f"  --reference {reference}: {got['verdict']}, RSS at start {gb(got['start_rss'])}")
                 print(
-                    f"  {'stage':72} {'calls':>5} {'seconds':>8} {'RSS before':>11} {'peak':>10} "
-                    f"{'rise':>10} {'after':>10}"
+                    f"  {'stage':72} {'calls':>5} {'seconds':>8} {'CPU s':>7} {'RSS before':>11} "
+                    f"{'peak':>10} {'rise':>10} {'after':>10}"
                 )
                 for name, s in got["rows"].items():
                     print(
-                        f"  {'  ' * s['depth'] + name:72} {s['calls']:5} {s['seconds']:8.1f} "
+                        f"  {'  ' * s['depth'] + name:72} {s['calls']:5} {s['seconds']:8.1f} {s['cpu']:7.1f} "
                         f"{gb(s['before']):>11} {gb(s['peak']):>10} {gb(s['rise']):>10} {gb(s['after']):>10}"
                     )
         rows.append(row)

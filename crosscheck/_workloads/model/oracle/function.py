@@ -193,10 +193,11 @@ def _difference(function: Function, params: dict, chosen: Plan, guard: Any, tick
 
 def _group(diffs: Differences, group: Group, params: dict, count: int, guard: Any, tick: Any):
     """The oracle along ``count`` directions of ``group`` (cached on ``diffs``)."""
-    if group not in diffs.groups and _on_line(diffs.function, group, count):  # the points formed on its side
-        dirs = group.directions(params, count)
+    line = diffs.function.line
+    if group not in diffs.groups and line is not None and _on_line(diffs.function, group, count):
+        dirs = group.directions(params, count)  # the points formed on the adapter's side
         along = line_directional(
-            diffs.function.line,
+            line,
             params,
             group.pieces,
             dirs,
