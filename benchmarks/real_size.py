@@ -19,7 +19,10 @@ Modes:
   two more), and their peak memory.
 - ``own``: only the models' own forward+backward.
 - ``evaluations``: the cost of one of the oracle's evaluations of each side's own float64 loss (every
-  tensor in turn written in place, as the oracle does), and JAX's with every array sent each call.
+  tensor in turn written in place, as the oracle does entry by entry), and JAX's with every array sent
+  each call; then one evaluation along a direction that moves every tensor (the screen of the group of
+  every tensor: what runs at scale), the point handed whole or formed on the adapter's side
+  (``oracle.line``), beside the forward pass alone, each on one thread as the oracle evaluates.
 - ``stages``: one check in this process (``crosscheck.check(port, execution=Execution(isolate=False))``)
   with its stages timed and its resident memory sampled every 10 ms (``/proc/self/status`` through
   psutil): building both sides, the reference, the candidates' gradients, the module captures, the
@@ -258,7 +261,14 @@ def measured(
         seconds = time.perf_counter() - start
         out.seek(0)
         tail = out.read().decode(errors="replace").strip().splitlines()[-3:]
-    return {"seconds": seconds, "peak": usage.ru_maxrss * 1024, "rc": process.returncode, "tail": tail}
+    cpu = usage.ru_utime + usage.ru_stime  # the process and its waited-for workers: robust to the load
+    return {
+        "seconds": seconds,
+        "cpu": cpu,
+        "peak": usage.ru_maxrss * 1024,
+        "rc": process.returncode,
+        "tail": tail,
+    }
 
 
 def environment(layers: int | None, seq: int) -> dict[str, str]:
@@ -351,9 +361,9 @@ class Stages:
         before = self.sampler.now()
         outer_peak = self.sampler.peak
         self.sampler.reset()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         self.rows.setdefault(
-            name, {"depth": self.depth, "calls": 0, "seconds": 0.0, "before": before, "peak": 0}
+            name, {"depth": self.depth, "calls": 0, "seconds": 0.0, "cpu": 0.0, "before": before, "peak": 0}
         )
         self.depth += 1
         try:
@@ -366,6 +376,7 @@ class Stages:
             row = self.rows[name]
             row["calls"] += 1
             row["seconds"] += seconds
+            row["cpu"] += time.process_time() - cpu
             row["peak"] = max(row["peak"], peak)
             row["rise"] = max(row.get("rise", 0), peak - before)
             row["after"] = after
@@ -454,7 +465,71 @@ def run_evaluations(model: str, layers: int | None, seq: int) -> dict[str, dict[
             params[name].flat[0] -= 1e-6
         count = len(params)
         out[side] = {"cpu": (time.process_time() - cpu) / count, "wall": (time.perf_counter() - wall) / count}
+    out.update(run_along(workload, params, inputs))
     return out
+
+
+def run_along(workload: Any, params: dict, inputs: dict, count: int = 4) -> dict[str, dict[str, float]]:
+    """Seconds of one evaluation along a direction (every tensor moved, as the oracle's screen of the
+    group of every tensor): the point formed here and handed whole (``loss``, as before issue 38's
+    ``oracle.line``) and formed on the adapter's side (``hold_point``/``hold_direction`` once, then
+    ``loss_along``); and the forward pass itself (``loss`` with nothing moved: nothing sent). On one
+    thread, as the oracle evaluates."""
+    import numpy as np
+
+    from crosscheck._workloads.model.oracle.threads import one_thread
+
+    rng = np.random.default_rng(0)
+    signs = {
+        k: (rng.integers(0, 2, size=v.shape, dtype=np.int8) * 2 - 1).astype(np.int8)
+        for k, v in params.items()
+    }
+    steps = {k: float(np.sqrt(np.mean(np.square(v)))) if v.size else 1.0 for k, v in params.items()}
+    out = {}
+
+    def timed(side: str, what: str, evaluate) -> None:
+        evaluate(0)  # compiled, and what is held sent
+        cpu, wall = time.process_time(), time.perf_counter()
+        for i in range(1, count + 1):
+            evaluate(i)
+        out[f"{side}, {what}"] = {
+            "cpu": (time.process_time() - cpu) / count,
+            "wall": (time.perf_counter() - wall) / count,
+        }
+
+    with one_thread():
+        for side in ("jax", "torch"):
+            backend = workload.resolve(side)
+            timed(side, "every tensor moved, handed whole", _whole(backend, params, inputs, signs, steps))
+            backend.release_evaluations()
+            backend.hold_point({k: v.copy() for k, v in params.items()}, inputs)
+            backend.hold_direction("d", signs)
+            timed(side, "every tensor moved, formed on its side", _moved(backend, steps))
+            timed(side, "the forward pass (nothing moved)", _moved(backend, {}))
+            backend.release_evaluations()
+    return out
+
+
+def _whole(backend: Any, params: dict, inputs: dict, signs: dict, steps: dict) -> Any:
+    """An evaluation along ``signs`` as the oracle's evaluator makes it: formed here, handed whole."""
+    import numpy as np
+
+    work = {k: v.copy() for k, v in params.items()}
+
+    def evaluate(i: int) -> None:
+        for k, v in params.items():
+            np.multiply(signs[k], (i * 1e-6) * steps[k], out=work[k], casting="unsafe")
+            work[k] += v
+        backend.loss(work, inputs)
+        for k, v in params.items():
+            np.copyto(work[k], v)
+
+    return evaluate
+
+
+def _moved(backend: Any, steps: dict) -> Any:
+    """An evaluation along the held direction, formed on the adapter's side (nothing moved: no steps)."""
+    return lambda i: backend.loss_along("d", {k: (i * 1e-6) * s for k, s in steps.items()})
 
 
 # --- output -------------------------------------------------------------------------------------------
@@ -542,7 +617,8 @@ def main() -> None:
                 got = run_check(model, reference, args.layers, args.seq, args.timeout, args.max_gb * 2**30)
                 row["checks"][reference] = got
                 print(
-                    f"  check --reference {reference}: {minutes(got['seconds'])}, peak {gb(got['peak'])} "
+                    f"  check --reference {reference}: {minutes(got['seconds'])} ({got['cpu']:.0f} s CPU), "
+                    f"peak {gb(got['peak'])} "
                     f"({got['peak'] / count:.0f} bytes a parameter), {got['verdict']}, JSON "
                     f"{got['json_bytes'] / 2**20:.1f} MiB"
                 )
@@ -557,12 +633,12 @@ def main() -> None:
                 row["stages"][reference] = got
                 print(f"  --reference {reference}: {got['verdict']}, RSS at start {gb(got['start_rss'])}")
                 print(
-                    f"  {'stage':72} {'calls':>5} {'seconds':>8} {'RSS before':>11} {'peak':>10} "
-                    f"{'rise':>10} {'after':>10}"
+                    f"  {'stage':72} {'calls':>5} {'seconds':>8} {'CPU s':>7} {'RSS before':>11} "
+                    f"{'peak':>10} {'rise':>10} {'after':>10}"
                 )
                 for name, s in got["rows"].items():
                     print(
-                        f"  {'  ' * s['depth'] + name:72} {s['calls']:5} {s['seconds']:8.1f} "
+                        f"  {'  ' * s['depth'] + name:72} {s['calls']:5} {s['seconds']:8.1f} {s['cpu']:7.1f} "
                         f"{gb(s['before']):>11} {gb(s['peak']):>10} {gb(s['rise']):>10} {gb(s['after']):>10}"
                     )
         rows.append(row)

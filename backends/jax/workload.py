@@ -112,6 +112,18 @@ def _unkeyed(arrays: dict[str, Any], prefix: str) -> dict[str, Any]:
     return {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
 
 
+def _moved(loss: Any, names: tuple[str, ...]) -> Any:
+    """``loss`` at the point moved along the signs of the tensors ``names`` by their coefficients."""
+
+    def moved(coefficients: dict, params: dict, signs: dict, inputs: dict) -> Any:
+        at = {
+            k: v + coefficients[k] * signs[k].astype(v.dtype) if k in names else v for k, v in params.items()
+        }
+        return loss(at, inputs)
+
+    return moved
+
+
 class JaxWorkloadBackend:
     """The gradient of ``loss(params, inputs)`` with ``jax.jit(jax.grad(loss))``; the loss with
     ``jax.jit(loss)`` (compiled, never differentiated: what the oracle differences).
@@ -128,9 +140,13 @@ class JaxWorkloadBackend:
         self._many: dict[tuple, Any] = {}
         #: The oracle's evaluations (``loss``, ``losses``): arrays sent once, while their bits stay.
         self.resident = Resident()
+        #: The oracle's evaluations along a line (``hold_point``, ``hold_direction``, ``loss_along``).
+        self._point: tuple[dict[str, jax.Array], dict[str, jax.Array], bool] | None = None
+        self._signs: dict[str, dict[str, jax.Array]] = {}
+        self._along: dict[tuple[str, ...], Any] = {}
 
     def grad(self, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        self.resident.clear()  # the evaluations are over: their device copies are not kept
+        self.release_evaluations()  # the evaluations are over: their device copies are not kept
         with jax.enable_x64(_wide(params, inputs)):
             grads = self._grad(_lent(params), _lent(inputs))
             return {k: np.asarray(v) for k, v in grads.items()}
@@ -168,11 +184,47 @@ class JaxWorkloadBackend:
             device = {k: moving[k] if k in moving else arrays[f"p:{k}"] for k in padded}
             return np.asarray(self._many[key](device, _unkeyed(arrays, "i:")))[:count]
 
+    def hold_point(self, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> None:
+        """Keep the point on the device for ``loss_along`` (the oracle's evaluations along a line,
+        ``oracle.line``), sent once, under x64 where it is float64."""
+        self.release_evaluations()
+        wide = _wide(params, inputs)
+        with jax.enable_x64(wide):
+            self._point = (_device(params), _device(inputs), wide)
+
+    def hold_direction(self, name: str, signs: dict[str, np.ndarray]) -> None:
+        """Keep a line's signs (``{tensor: +-1}``, int8) on the device as ``name`` for ``loss_along``."""
+        self._held_point()
+        self._signs[name] = _device(signs)
+
+    def loss_along(self, name: str, coefficients: dict[str, float]) -> np.ndarray:
+        """The loss at ``point_k + c_k * signs_k`` (``coefficients``: ``{tensor: c_k}``, the signs held as
+        ``name``; the others at the point), as ``loss``'s: one jitted function of the coefficients, the
+        point and the signs (the sum inside it: ``c * signs`` exact, the sum rounded once), compiled once
+        per set of tensors moved; nothing is sent but the coefficients."""
+        params, inputs, wide = self._held_point()
+        with jax.enable_x64(wide):
+            if not coefficients:
+                return np.asarray(self._loss(params, inputs))
+            key = tuple(coefficients)
+            if key not in self._along:
+                self._along[key] = jax.jit(_moved(self._raw, key))
+            moved = {k: np.float64(c) for k, c in coefficients.items()}
+            signs = self._signs[name]
+            return np.asarray(self._along[key](moved, params, {k: signs[k] for k in key}, inputs))
+
+    def _held_point(self) -> tuple[dict[str, jax.Array], dict[str, jax.Array], bool]:
+        if self._point is None:
+            raise RuntimeError("no point held: `hold_point(params, inputs)` first")
+        return self._point
+
     def release_evaluations(self) -> None:
-        """Drop the device arrays the last ``loss``/``losses`` calls hold (``Resident``): the oracle calls it
-        when it is done with this side's differences, so that this side's float64 copy of the model is
-        not held while the other side's loss is differenced (issue 38)."""
+        """Drop the device arrays the last ``loss``/``losses`` calls hold (``Resident``) and the held point
+        and signs (``hold_point``): the oracle calls it when it is done with this side's differences, so
+        that this side's float64 copy of the model is not held while the other side's loss is
+        differenced (issue 38)."""
         self.resident.clear()
+        self._point, self._signs = None, {}
 
     def info(self) -> dict[str, str]:
         return {

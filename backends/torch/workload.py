@@ -3,6 +3,8 @@ itself under ``torch.no_grad()`` for the oracle."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 
@@ -57,6 +59,17 @@ class Resident:
         return len(self._held)
 
 
+@dataclasses.dataclass
+class _Line:
+    """What ``hold_point`` keeps: the point's tensors, the buffer the points are formed in, the inputs
+    (NumPy), and each held direction's signs by name (``hold_direction``)."""
+
+    point: dict[str, torch.Tensor]
+    buffer: dict[str, torch.Tensor]
+    inputs: dict[str, np.ndarray]
+    signs: dict[str, dict[str, torch.Tensor]] = dataclasses.field(default_factory=dict)
+
+
 class TorchWorkloadBackend:
     """The gradient of ``loss(params, inputs)`` (a 0-d tensor) with ``backward()``.
 
@@ -71,9 +84,11 @@ class TorchWorkloadBackend:
         self._loss = loss
         #: The oracle's evaluations (``loss``): arrays copied once, while their bits stay.
         self.resident = Resident()
+        #: The point the oracle's evaluations along a line start from (``hold_point``).
+        self._line: _Line | None = None
 
     def grad(self, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        self.resident.clear()  # the evaluations are over: their copies are not kept
+        self.release_evaluations()  # the evaluations are over: their copies are not kept
         leaves = {k: share(v, requires_grad=True) for k, v in params.items()}
         loss = self._loss(leaves, {k: tensor(v) for k, v in inputs.items()})
         loss.backward()
@@ -115,10 +130,51 @@ class TorchWorkloadBackend:
             )
         return out.detach().cpu().numpy().copy()
 
+    def hold_point(self, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> None:
+        """Keep the point for ``loss_along`` (the oracle's evaluations along a line, ``oracle.line``): the
+        parameters as tensors over the arrays handed (the engine's private copies: ``share``), a buffer
+        of their size the points are formed in, and the inputs (a tensor of them made each evaluation)."""
+        self.release_evaluations()
+        point = {k: share(v) for k, v in params.items()}
+        self._line = _Line(point, {k: torch.empty_like(t) for k, t in point.items()}, dict(inputs))
+
+    def hold_direction(self, name: str, signs: dict[str, np.ndarray]) -> None:
+        """Keep a line's signs (``{tensor: +-1}``, int8, the arrays handed) as ``name`` for ``loss_along``."""
+        self._held_line().signs[name] = {k: share(v) for k, v in signs.items()}
+
+    def loss_along(self, name: str, coefficients: dict[str, float]) -> np.ndarray:
+        """The loss at ``point_k + c_k * signs_k`` (``coefficients``: ``{tensor: c_k}``, the signs held as
+        ``name``; the others at the point) under ``torch.no_grad()``, as ``loss``'s. Every tensor the
+        model sees is the buffer, written whole before each evaluation (the signs, then
+        ``torch.add(point, signs, alpha=c)`` into it: ``c * signs`` exact, the sum rounded once), never the
+        point itself: a model that writes into a parameter writes into the buffer, which the next
+        evaluation writes over."""
+        line = self._held_line()
+        signs = line.signs[name] if coefficients else {}
+        with torch.no_grad():
+            for k, base in line.point.items():
+                into = line.buffer[k]
+                if k in coefficients:  # the signs as float64 first: an int8 ``other`` takes a slow path
+                    into.copy_(signs[k])
+                    torch.add(base, into, alpha=float(coefficients[k]), out=into)
+                else:
+                    into.copy_(base)
+            out = self._loss(dict(line.buffer), {k: tensor(v) for k, v in line.inputs.items()})
+            if not isinstance(out, torch.Tensor):
+                return np.asarray(out)
+            return numpy(out.detach().cpu()).copy()
+
+    def _held_line(self) -> _Line:
+        if self._line is None:
+            raise RuntimeError("no point held: `hold_point(params, inputs)` first")
+        return self._line
+
     def release_evaluations(self) -> None:
-        """Drop the tensors the last ``loss`` calls hold (``Resident``): the oracle calls it when it is done
-        with this side's differences (issue 38)."""
+        """Drop the tensors the last ``loss`` calls hold (``Resident``), and the held point, its buffer and
+        signs (``hold_point``): the oracle calls it when it is done with this side's differences (issue
+        38)."""
         self.resident.clear()
+        self._line = None
 
     def info(self) -> dict[str, str]:
         return {

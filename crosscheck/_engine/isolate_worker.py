@@ -30,10 +30,19 @@ from crosscheck._engine.quantity import QUANTITIES
 from crosscheck._errors import describe, one_line
 
 #: Backend methods a worker serves: each quantity's (``QUANTITIES``), ``activations`` (localization),
-#: ``loss`` (a workload implementation's own loss, which the model oracle differences) and
-#: ``release_evaluations`` (what drops the arrays its last losses hold, called after them); and the
-#: optional contexts (classification re-runs) it enters.
-METHODS = (*(q.method for q in QUANTITIES.values() if q.method), "activations", "loss", "release_evaluations")
+#: ``loss`` (a workload implementation's own loss, which the model oracle differences), the oracle's
+#: evaluations along a line (``oracle.line.METHODS``: the point and directions held in the worker, only
+#: numbers sent each evaluation) and ``release_evaluations`` (what drops the arrays its last losses
+#: hold, called after them); and the optional contexts (classification re-runs) it enters.
+METHODS = (
+    *(q.method for q in QUANTITIES.values() if q.method),
+    "activations",
+    "loss",
+    "hold_point",
+    "hold_direction",
+    "loss_along",
+    "release_evaluations",
+)
 CONTEXTS = ("highest_precision", "without_checkpointing")
 #: How the parent starts a worker: ``sys.argv`` is the connection's file descriptor and ``sys.path``.
 BOOT = (

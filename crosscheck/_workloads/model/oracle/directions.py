@@ -116,6 +116,21 @@ def directional(
         return evaluator.batch(t.shape, perturb)
 
     loss0 = evaluator.at_base()
+    return along(evaluate, loss0, lambda: evaluator.count, directions, noise=noise, float32=float32)
+
+
+def along(
+    evaluate: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    loss0: float,
+    counted: Callable[[], int],
+    directions: Sequence[Direction],
+    *,
+    noise: float,
+    float32: bool,
+) -> DirectionalEstimate:
+    """The directional derivatives from ``evaluate(t, which)`` (the loss at ``t`` along direction
+    ``which``), ``loss0`` the loss at the point, ``counted()`` the evaluations made: ``directional``'s
+    stencil and error bars, whichever side forms the points (``oracle.line``)."""
     count = len(directions)
     norms = np.array([norm(d) for d in directions])
 
@@ -141,7 +156,7 @@ def directional(
         np.where(finite, error, np.inf),
         loose,
         reasons(finite, loose, kink),
-        evaluator.count,
+        counted(),
         scale,
     )
 

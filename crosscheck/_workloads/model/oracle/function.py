@@ -27,7 +27,7 @@ import numpy as np
 from crosscheck._compare.constants import WIDEN
 from crosscheck._compare.dtypes import as_dtype
 from crosscheck._errors import describe, reraise_user_interrupt
-from crosscheck._workloads.model.oracle.batched import Batched
+from crosscheck._workloads.model.oracle.batched import BYTES, FROM_EVALUATIONS, Batched
 from crosscheck._workloads.model.oracle.budget import Clock
 from crosscheck._workloads.model.oracle.directions import (
     EVALUATIONS_PER_DIRECTION,
@@ -43,6 +43,8 @@ from crosscheck._workloads.model.oracle.entries import (
     read_only,
 )
 from crosscheck._workloads.model.oracle.groups import JOINT, Group, joint
+from crosscheck._workloads.model.oracle.line import Line, line_of
+from crosscheck._workloads.model.oracle.line import directional as line_directional
 from crosscheck._workloads.model.oracle.precision import PROBE_EVALUATIONS, Precision, judge, probe
 from crosscheck._workloads.model.oracle.threads import one_thread
 from crosscheck._workloads.protocol import Call, Point, Progress
@@ -67,6 +69,8 @@ class Function:
     precision: Precision | None = None
     #: Drops what the owner's adapter holds of its last evaluations (``releaser``; None: nothing to drop).
     release: Callable[[], Any] | None = dataclasses.field(default=None, compare=False, repr=False)
+    #: The owner's adapter forms the points along a line itself (``oracle.line``; None: handed whole).
+    line: Line | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,6 +193,20 @@ def _difference(function: Function, params: dict, chosen: Plan, guard: Any, tick
 
 def _group(diffs: Differences, group: Group, params: dict, count: int, guard: Any, tick: Any):
     """The oracle along ``count`` directions of ``group`` (cached on ``diffs``)."""
+    line = diffs.function.line
+    if group not in diffs.groups and line is not None and _on_line(diffs.function, group, count):
+        dirs = group.directions(params, count)  # the points formed on the adapter's side
+        along = line_directional(
+            line,
+            params,
+            group.pieces,
+            dirs,
+            guard=guard,
+            progress=tick,
+            **_noise(diffs.function),
+        )
+        diffs.groups[group] = (dirs, along)
+        diffs.evaluations += along.evaluations
     if group not in diffs.groups:
         dirs = group.directions(params, count)
         own = diffs.function.fn
@@ -199,6 +217,19 @@ def _group(diffs: Differences, group: Group, params: dict, count: int, guard: An
         diffs.groups[group] = (dirs, along)
         diffs.evaluations += along.evaluations
     return diffs.groups[group]
+
+
+def _on_line(function: Function, group: Group, count: int) -> bool:
+    """Whether ``count`` directions of ``group`` are evaluated along the adapter's line (``oracle.line``):
+    where it has one, unless they would be batched (``oracle.batched``: many directions of a small
+    model, where one call for 8 points pays more than forming each point on the adapter's side)."""
+    if function.line is None:
+        return False
+    fn = function.fn
+    if not isinstance(fn, Batched) or fn.fallback is not None:
+        return True
+    per = BYTES // max(1, 8 * sum(group.sizes))  # as ``Batched.evaluate``: stacked float64 vectors
+    return EVALUATIONS_PER_DIRECTION * count < FROM_EVALUATIONS or per <= 1
 
 
 def screen_group(
@@ -352,6 +383,7 @@ def _own_loss(
             )
         rounding = WIDEN * abs(low - number)
     fn = _batched(backend, loss, i64)
+    line = line_of(backend, call, i64, p64)
     label = f"`{name}`'s own float64 loss"
     guard = batch_guard(call)
     if clock is not None:
@@ -359,14 +391,14 @@ def _own_loss(
         guard = clock.guard(guard, probe_label(label))
     try:
         with one_thread():
-            precision = judge(probe(fn, p64, guard), number, low, name)
+            precision = judge(probe(fn, p64, guard, line), number, low, name)
     except OracleFailed as exc:
         if clock is not None and clock.ran_out:
             return Skip(f"`{name}`'s own loss is not differenced: {exc}", failure=True)
         return Skip(f"`{name}`'s loss failed near the point in float64: {exc}", failure=True)
     if precision.float32:  # float32's noise: the value's rounding and each evaluation's
         rounding = max(rounding, precision.noise)
-    return Function(label, name, fn, number, rounding, precision, let_go)
+    return Function(label, name, fn, number, rounding, precision, let_go, line)
 
 
 def releaser(backend: Any, call: Call) -> Callable[[], Any] | None:

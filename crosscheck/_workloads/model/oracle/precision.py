@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._workloads.model.oracle.entries import Evaluator, Guard, base_steps
+from crosscheck._workloads.model.oracle.line import Line, Walker
 from crosscheck._workloads.model.oracle.stencil import EPS64
 
 #: The probe's points on each side of the point.
@@ -61,14 +62,49 @@ class Precision:
         return {"noise": self.noise, "float32": self.float32, "text": self.text}
 
 
-def probe(loss: Callable[[dict[str, np.ndarray]], Any], params: dict[str, np.ndarray], guard: Guard) -> float:
-    """The RMS residual of a cubic fit to ``loss`` along a fixed random line through ``params``."""
-    base = {k: np.array(v, dtype=np.float64) for k, v in params.items()}
+def probe(
+    loss: Callable[[dict[str, np.ndarray]], Any],
+    params: dict[str, np.ndarray],
+    guard: Guard,
+    line: Line | None = None,
+) -> float:
+    """The RMS residual of a cubic fit to ``loss`` along a fixed random line through ``params``; with an
+    adapter's ``line`` (``oracle.line``) the points are formed on its side, the same points to the bit
+    (``signs * (t * step * PROBE_STEP)``: the sign exact, the step times a power of two exact)."""
+    t = np.arange(-HALF, HALF + 1, dtype=np.float64)
     rng = np.random.default_rng(SEED)
+    if line is not None:
+        values = _along(line, params, rng, t, guard)
+    else:
+        values = _probe(loss, params, rng, t, guard)
+    if not np.all(np.isfinite(values)):
+        return math.nan
+    centred = values - values[HALF]
+    fit = np.polynomial.polynomial.polyfit(t, centred, 3)
+    residual = centred - np.polynomial.polynomial.polyval(t, fit)
+    return float(np.sqrt(np.sum(residual**2) / (t.size - 4)))
+
+
+def _along(line: Line, params: dict[str, np.ndarray], rng: Any, t: np.ndarray, guard: Guard) -> np.ndarray:
+    """The probe's losses on ``line``'s side: the signs drawn as ``_probe`` draws them, handed once."""
+    steps = base_steps({k: np.asarray(v, np.float64) for k, v in params.items()})
+    signs = {k: (rng.integers(0, 2, size=np.shape(v)) * 2 - 1).astype(np.int8) for k, v in params.items()}
+    scale = {k: np.float64(steps[k] * PROBE_STEP) for k, v in params.items() if np.size(v)}
+    walker = Walker(line, params, guard=guard, progress=None, expected=2 * HALF + 1)
+    return walker.batch(
+        t.shape,
+        lambda pos: "probe",
+        lambda _: signs,
+        lambda pos: {k: float(t[pos[0]] * s) for k, s in scale.items()},
+    )
+
+
+def _probe(loss: Callable[[dict[str, np.ndarray]], Any], params: dict, rng: Any, t: np.ndarray, guard: Guard):
+    """The probe's losses, each point formed here and handed whole."""
+    base = {k: np.array(v, dtype=np.float64) for k, v in params.items()}
     steps = base_steps(base)
     line = {k: (rng.integers(0, 2, size=v.shape) * 2 - 1) * steps[k] * PROBE_STEP for k, v in base.items()}
     evaluator = Evaluator(loss, base, guard=guard, progress=None, expected=2 * HALF + 1)
-    t = np.arange(-HALF, HALF + 1, dtype=np.float64)
 
     def restore() -> None:
         for k, v in base.items():
@@ -79,13 +115,7 @@ def probe(loss: Callable[[dict[str, np.ndarray]], Any], params: dict[str, np.nda
             np.add(v, t[pos[0]] * line[k], out=evaluator.work[k])
         return restore
 
-    values = evaluator.batch(t.shape, perturb)
-    if not np.all(np.isfinite(values)):
-        return math.nan
-    centred = values - values[HALF]
-    fit = np.polynomial.polynomial.polyfit(t, centred, 3)
-    residual = centred - np.polynomial.polynomial.polyval(t, fit)
-    return float(np.sqrt(np.sum(residual**2) / (t.size - 4)))
+    return evaluator.batch(t.shape, perturb)
 
 
 def judge(noise: float, value: float, low: float | None, name: str) -> Precision:

@@ -1,0 +1,267 @@
+"""The oracle's evaluations along a line, the points formed on the adapter's side (``oracle.line``, issue 38).
+
+Structural: a directional difference hands the adapter the point once and each direction's signs once,
+and each evaluation only one number per tensor (counted in bytes through the engine's guarded call);
+the answers are the same numbers, to the bit, as when every point is formed here and handed whole
+(the JAX and PyTorch adapters on a small model, the noise probe included); an adapter that writes what
+it is handed still fails the oracle, and a PyTorch model that writes into its parameter during an
+evaluation does not change the next one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from crosscheck._engine.driver import Caller
+from crosscheck._workloads.model.oracle import function as oracle
+from crosscheck._workloads.model.oracle.entries import read_only
+from crosscheck._workloads.protocol import Point
+
+jax = pytest.importorskip("jax")
+
+from crosscheck._workloads.model.workload import _framework_backend  # noqa: E402
+
+
+def _arrays():
+    rng = np.random.default_rng(0)
+    params = {
+        "w": rng.standard_normal((30, 40)) / 5,
+        "b": rng.standard_normal(40),
+        "c": np.asarray(0.7),  # 0-d
+        "e": np.zeros((0, 3)),  # empty: nothing of it moves
+    }
+    return params, {"x": rng.standard_normal((5, 30))}
+
+
+def _jax_loss(p, i):
+    import jax.numpy as jnp
+
+    return jnp.sum(jnp.tanh(i["x"] @ p["w"] + p["b"]) ** 2) + p["c"] * p["w"][0, 0] + jnp.sum(p["e"])
+
+
+def _torch_loss(p, i):
+    import torch
+
+    return torch.sum(torch.tanh(i["x"] @ p["w"] + p["b"]) ** 2) + p["c"] * p["w"][0, 0] + torch.sum(p["e"])
+
+
+def _adapter(name, loss):
+    if name == "torch":
+        pytest.importorskip("torch")
+    return type(_framework_backend(name, loss))(name, loss)
+
+
+class Counted:
+    """The engine's guarded call, counting the bytes of the arrays handed through it."""
+
+    def __init__(self, point: Point) -> None:
+        self.caller, self.handed = Caller(point.arrays()), 0
+
+    def __call__(self, fn, *args, **kwargs):
+        for a in [*args, *kwargs.values()]:
+            for v in a.values() if isinstance(a, dict) else [a]:
+                self.handed += v.nbytes if isinstance(v, np.ndarray) else 0
+        return self.caller(fn, *args, **kwargs)
+
+    def failure(self, error):
+        return self.caller.failure(error)
+
+    def cast(self, arrays, dtype):
+        return self.caller.cast(arrays, dtype)
+
+
+def _screened(backend, *, line: bool, monkeypatch=None):
+    """The oracle's directional answer for ``backend``'s own loss (screen mode, 4 directions), the
+    function it differenced, and the bytes handed while it did."""
+    params, inputs = _arrays()
+    point = Point(params, inputs, {}, "float64")
+    call = Counted(point)
+    if not line and monkeypatch is not None:
+        monkeypatch.setattr(oracle, "line_of", lambda *a: None)
+    function = oracle.own_loss(backend, "side", point, call)
+    assert isinstance(function, oracle.Function), function
+    assert (function.line is not None) == line
+    before = call.handed
+    found = oracle.difference(function, point, oracle.plan("screen", params, 4), call, None)
+    assert isinstance(found, oracle.Differences), found
+    return found, function, call.handed - before
+
+
+@pytest.mark.parametrize(("name", "loss"), [("jax", _jax_loss), ("torch", _torch_loss)])
+def test_the_answers_are_the_same_numbers_when_the_adapter_forms_the_points(name, loss, monkeypatch):
+    along, on_line, _ = _screened(_adapter(name, loss), line=True)
+    whole, handed_whole, _ = _screened(_adapter(name, loss), line=False, monkeypatch=monkeypatch)
+    assert along.evaluations == whole.evaluations > 32
+    for field in ("value", "error", "unjudgeable", "reason"):
+        assert np.array_equal(getattr(along.directions, field), getattr(whole.directions, field)), field
+    assert along.directions.scale == whole.directions.scale
+    assert on_line.precision == handed_whole.precision  # the noise probe's residual, to the bit
+
+
+@pytest.mark.parametrize(("name", "loss"), [("jax", _jax_loss), ("torch", _torch_loss)])
+def test_an_evaluation_hands_no_parameter(name, loss):
+    backend = _adapter(name, loss)
+    calls = {"loss": 0}
+    whole = backend.loss
+
+    def counted(*args):
+        calls["loss"] += 1
+        return whole(*args)
+
+    backend.loss = counted
+    found, function, handed = _screened(backend, line=True)
+    params, inputs = _arrays()
+    point_bytes = sum(v.nbytes for v in {**params, **inputs}.values())
+    signs_bytes = sum(v.size for v in params.values())  # int8: a byte an entry
+    line = function.line
+    # Once the probe: its point and its line; then the difference: its point and its 4 directions.
+    assert line.points == 2 and line.directions == 5
+    assert line.evaluations == 17 + found.evaluations  # the probe's 17, and the difference's
+    assert handed == point_bytes + 4 * signs_bytes  # not a parameter per evaluation
+    assert calls["loss"] == 2  # the float64 and float32 checks only: no point handed whole
+    assert found.evaluations > 32
+
+
+class Fake:
+    """A NumPy adapter with a line; ``writes`` names what it writes into: ``point`` or ``signs``."""
+
+    def __init__(self, writes: str = "") -> None:
+        self.writes, self.point, self.signs = writes, None, {}
+
+    def loss(self, params, inputs):
+        return np.asarray(np.sum(np.tanh(inputs["x"] @ params["w"] + params["b"]) ** 2) + 0 * params["c"])
+
+    def hold_point(self, params, inputs):
+        if self.writes == "point":
+            params["w"][0, 0] = -params["w"][0, 0]
+        self.point = (params, inputs)
+
+    def hold_direction(self, name, signs):
+        if self.writes == "signs":
+            signs["b"][0] = 0
+        self.signs[name] = signs
+
+    def loss_along(self, name, coefficients):
+        params, inputs = self.point
+        moved = {
+            k: v + coefficients[k] * self.signs[name][k] if k in coefficients else v
+            for k, v in params.items()
+        }
+        return self.loss(moved, inputs)
+
+
+def test_a_numpy_adapter_gives_the_same_answer_along_its_line(monkeypatch):
+    along, _, _ = _screened(Fake(), line=True)
+    whole, _, _ = _screened(Fake(), line=False, monkeypatch=monkeypatch)
+    assert np.array_equal(along.directions.value, whole.directions.value)
+    assert np.array_equal(along.directions.error, whole.directions.error)
+
+
+@pytest.mark.parametrize("writes", ["point", "signs"])
+def test_an_adapter_that_writes_what_it_is_handed_fails_the_oracle(writes):
+    params, inputs = _arrays()
+    point = Point(params, inputs, {}, "float64")
+    kept = {k: v.copy() for k, v in params.items()}
+    call = Caller(point.arrays())
+    skipped = oracle.own_loss(Fake(writes), "side", point, call)
+    assert isinstance(skipped, oracle.Skip) and skipped.failure
+    assert "modified its inputs" in skipped.reason
+    assert all(np.array_equal(v, kept[k]) for k, v in params.items())  # the point's own never handed
+    assert call.wrote  # the driver fails the backend
+
+
+def test_a_torch_model_that_writes_into_its_parameter_does_not_move_the_next_point():
+    torch = pytest.importorskip("torch")
+
+    def writes(p, i):
+        out = _torch_loss(p, i)
+        with torch.no_grad():
+            p["b"].mul_(2.0)  # in place, into the tensor it was given
+        return out
+
+    params, inputs = _arrays()
+    backend = _adapter("torch", writes)
+    backend.hold_point({k: v.copy() for k, v in params.items()}, read_only(inputs))
+    backend.hold_direction("d", {k: np.ones(np.shape(v), np.int8) for k, v in params.items()})
+    first = backend.loss_along("d", {"w": 1e-3, "b": 1e-3})
+    assert backend.loss_along("d", {"w": 1e-3, "b": 1e-3}) == first
+    at = backend.loss_along("d", {})
+    assert at == backend.loss_along("d", {}) == _adapter("torch", _torch_loss).loss(params, inputs)
+    backend.release_evaluations()
+    with pytest.raises(RuntimeError, match="no point held"):
+        backend.loss_along("d", {})
+
+
+def _port():
+    """A small PyTorch module and its Flax port (two outputs), as a user checks one."""
+    torch = pytest.importorskip("torch")
+    nn = pytest.importorskip("flax.linen")
+    import crosscheck
+
+    class Torch(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(4, 5), torch.nn.Linear(5, 3)
+
+        def forward(self, x):
+            return self.b(torch.tanh(self.a(x)))
+
+    class Flax(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.Dense(3, name="b")(jax.numpy.tanh(nn.Dense(5, name="a")(x)))
+
+    torch.manual_seed(0)
+    return crosscheck.Port(
+        name="small",
+        torch=Torch().eval(),
+        jax=Flax(),
+        inputs=lambda rng, dtype: {"x": rng.standard_normal((2, 4)).astype(dtype)},
+    )
+
+
+def _answers(report) -> tuple:
+    """What the oracle answered, without its seconds."""
+    found = report.to_dict()
+    oracle = {k: v for k, v in found["oracle"].items() if k != "seconds"}
+    return report.passed, found["comparisons"], oracle
+
+
+def test_a_port_gets_the_same_report_in_process_in_workers_and_with_every_point_handed(monkeypatch):
+    import crosscheck
+
+    along = crosscheck.run(workload=_port(), oracle_mode="screen", isolate=False)
+    assert along.passed, along.problems
+    assert along.oracle["evaluations"] and all(n > 32 for n in along.oracle["evaluations"].values())
+    from crosscheck._workloads.model.oracle.line import Line
+
+    evaluated = []
+    at = Line.at
+    monkeypatch.setattr(Line, "at", lambda self, *a: evaluated.append(a) or at(self, *a))
+    workers = crosscheck.run(workload=_port(), oracle_mode="screen", isolate=True)
+    assert len(evaluated) > 64  # each side's in its worker, along its line
+    monkeypatch.setattr(oracle, "line_of", lambda *a: None)
+    whole = crosscheck.run(workload=_port(), oracle_mode="screen", isolate=False)
+    assert _answers(along) == _answers(workers) == _answers(whole)
+
+
+def test_a_worker_serves_the_line():
+    from crosscheck._engine.isolate_worker import METHODS, _has
+    from crosscheck._workloads.model.oracle.line import METHODS as LINE
+
+    for framework, loss in (("jax", _jax_loss), ("torch", _torch_loss)):
+        assert set(LINE) <= {m for m in METHODS if _has(_adapter(framework, loss), m)}
+
+
+def test_many_directions_of_a_small_model_stay_batched():
+    """Batching pays for a small model's many directions (``oracle.batched``): they are batched as
+    before, and only the noise probe is evaluated along the adapter's line."""
+    params, inputs = _arrays()
+    point = Point(params, inputs, {}, "float64")
+    call = Caller(point.arrays())
+    function = oracle.own_loss(_adapter("jax", _jax_loss), "side", point, call)
+    assert function.line is not None and function.line.evaluations == 17
+    found = oracle.difference(function, point, oracle.plan("screen", params, 32), call, None)
+    assert isinstance(found, oracle.Differences), found
+    assert function.line.evaluations == 17 and function.fn.calls > 0
