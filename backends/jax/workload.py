@@ -30,6 +30,11 @@ def _sent(value: Any) -> jax.Array:
     return out
 
 
+def _device(arrays: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+    """Device copies of ``arrays``, kept across calls (the oracle's point and directions)."""
+    return {k: _sent(v) for k, v in arrays.items()}
+
+
 def _lent(arrays: dict[str, np.ndarray]) -> dict[str, jax.Array]:
     """Device arrays of ``arrays`` for one ``grad`` call, each read in place where XLA's CPU client can
     (a 64-byte aligned array, as the engine hands them: ``dtypes.aligned_copy``), else copied: no device
