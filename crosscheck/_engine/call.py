@@ -184,11 +184,12 @@ class Cast:
         if array.shape != self.source.shape or array.dtype != self.dtype:
             return False
         if not (array.flags.c_contiguous and self.source.flags.c_contiguous):
-            return _same_bits(array, self.source.astype(self.dtype))
+            return handed.same_bits(array, self.source.astype(self.dtype))
         a, s = array.reshape(-1), self.source.reshape(-1)
         step = self.BLOCK
         return all(
-            _same_bits(a[i : i + step], s[i : i + step].astype(self.dtype)) for i in range(0, a.size, step)
+            handed.same_bits(a[i : i + step], s[i : i + step].astype(self.dtype))
+            for i in range(0, a.size, step)
         )
 
     def restore(self, array: np.ndarray) -> None:
@@ -303,23 +304,12 @@ def _written(live: list[np.ndarray], before: list[np.ndarray | Cast], *, restore
             if not p.same(a):
                 written.append(i)
                 p.restore(a)
-        elif not _same_bits(a, p):
+        elif not handed.same_bits(a, p):
             written.append(i)
             if restore:
                 with contextlib.suppress(ValueError, TypeError):
                     a[...] = p
     return written
-
-
-def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether two arrays hold the same bits: compared as unsigned integers of the item's size (NaNs
-    and signed zeros included, without copying either array, as ``tobytes`` does), else as bytes."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if a.dtype.itemsize in (1, 2, 4, 8) and not a.dtype.hasobject and a.dtype.fields is None:
-        kind = np.dtype(f"u{a.dtype.itemsize}")
-        return bool(np.array_equal(a.view(kind), b.view(kind)))
-    return a.tobytes() == b.tobytes()
 
 
 # -- framework state ------------------------------------------------------------------------------------

@@ -554,7 +554,7 @@ def test_the_ctrl_c_policy_is_a_parameter_of_the_guarded_call():
 )
 @pytest.mark.parametrize("dtype", ["float32", "float64", "complex128", "int8"])
 def test_a_write_is_found_in_the_bits_of_any_array(change, dtype):
-    from crosscheck._engine.call import _same_bits
+    from crosscheck._backends.handed import same_bits as _same_bits
 
     before = np.arange(12, dtype="float64").reshape(3, 4).astype(dtype)
     live = before.copy()
