@@ -59,8 +59,8 @@ def test_the_api_refuses_it_before_allocating():
 def test_a_users_workload_that_cannot_fit_is_refused():
     huge = crosscheck.Workload(
         name="huge",
-        parameters={"w": (100_000, 100_000)},
-        inputs={"x": (8, 100_000)},
+        parameters={"w": (200_000, 200_000)},
+        inputs={"x": (8, 200_000)},
         reference=lambda p, i: float(np.sum((i["x"] @ p["w"]) ** 2)),
     )
     with pytest.raises(MemoryTooLarge, match=r"\(arrays .* TiB\)"):
