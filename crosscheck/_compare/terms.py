@@ -208,9 +208,12 @@ def median_ratio(diff: np.ndarray, permit: np.ndarray, wide: np.ndarray | None =
     return median_of_ratios(ratios, zero if some else None, informative)
 
 
-def median_of_ratios(ratios: np.ndarray, zero: np.ndarray | None, informative: np.ndarray | None) -> float:
+def median_of_ratios(
+    ratios: np.ndarray, zero: np.ndarray | None, informative: np.ndarray | None, *, nonnegative: bool = False
+) -> float:
     """``median_ratio`` from its ratios (``|diff| / permit``, at least 1-d, its own array: in place),
-    ``zero`` where ``diff`` is 0 (None: nowhere) and the ``informative`` entries (None: every one)."""
+    ``zero`` where ``diff`` is 0 (None: nowhere) and the ``informative`` entries (None: every one);
+    ``nonnegative``: the caller knows no ratio has its sign bit set once ``zero``'s are 0 (not looked at)."""
     if zero is not None:
         ratios[np.broadcast_to(zero, ratios.shape)] = 0.0
     left = 0  # the entries left out: each a ratio set to +0 above
@@ -219,12 +222,17 @@ def median_of_ratios(ratios: np.ndarray, zero: np.ndarray | None, informative: n
         left = ratios.size - int(np.count_nonzero(keep))
         if left == ratios.size:
             return 0.0
-        if left and not _nonnegative(ratios):  # else they are the smallest: skipped in the median
+        # else they are the smallest: skipped in the median
+        if left and not (nonnegative or _nonnegative(ratios)):
             ratios, left = ratios[keep], 0
     if np.size(ratios) == 0:
         return 0.0
     if not whole.finite(ratios):
         np.nan_to_num(ratios, copy=False, nan=np.inf)
+    # No sign bit: the zeros are the least entries, all +0. Where they reach past the middle the median
+    # is +0, taken without a partition (one that NumPy makes slowly among many equal entries: issue 38).
+    if nonnegative and left + (ratios.size - left) // 2 < ratios.size - np.count_nonzero(ratios):
+        return 0.0
     return median(ratios, skip=left)
 
 
