@@ -231,9 +231,33 @@ def median_of_ratios(
         np.nan_to_num(ratios, copy=False, nan=np.inf)
     # No sign bit: the zeros are the least entries, all +0. Where they reach past the middle the median
     # is +0, taken without a partition (one that NumPy makes slowly among many equal entries: issue 38).
-    if nonnegative and left + (ratios.size - left) // 2 < ratios.size - np.count_nonzero(ratios):
+    zeros = ratios.size - int(np.count_nonzero(ratios)) if nonnegative else 0
+    if zeros and left + (ratios.size - left) // 2 < zeros:
         return 0.0
-    return median(ratios, skip=left)
+    return _past_zeros(ratios, zeros, left) if zeros else median(ratios, skip=left)
+
+
+#: Entries ``_past_zeros`` moves at once (its temporary: one block's nonzero entries).
+MOVE = 1 << 18
+
+
+def _past_zeros(values: np.ndarray, zeros: int, skip: int) -> float:
+    """``median(values, skip)`` of entries none of which has its sign bit set, ``zeros`` of them +0 and
+    the middle past them: the nonzero entries moved to the front (in place, a block at a time) and only
+    they partitioned. The same order statistics, the same mean: NumPy's partition is slow where many
+    entries equal the one it seeks (issue 38: a second where half a tensor's ratios are 0)."""
+    flat, kept = values.reshape(-1), 0
+    for i in range(0, flat.size, MOVE):
+        block = flat[i : i + MOVE]
+        moved = block[block != 0]  # a copy: written at or before the block it came from
+        flat[kept : kept + moved.size] = moved
+        kept += moved.size
+    part, half = flat[:kept], skip + (flat.size - skip) // 2 - zeros
+    part.partition(half)
+    if (flat.size - skip) % 2:
+        return float(np.mean(part[half : half + 1]))
+    low = np.max(part[:half]) if half else 0.0
+    return float(np.mean(np.array([low, part[half]])))
 
 
 def _nonnegative(ratios: np.ndarray) -> bool:
