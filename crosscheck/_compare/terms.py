@@ -208,9 +208,12 @@ def median_ratio(diff: np.ndarray, permit: np.ndarray, wide: np.ndarray | None =
     return median_of_ratios(ratios, zero if some else None, informative)
 
 
-def median_of_ratios(ratios: np.ndarray, zero: np.ndarray | None, informative: np.ndarray | None) -> float:
+def median_of_ratios(
+    ratios: np.ndarray, zero: np.ndarray | None, informative: np.ndarray | None, *, nonnegative: bool = False
+) -> float:
     """``median_ratio`` from its ratios (``|diff| / permit``, at least 1-d, its own array: in place),
-    ``zero`` where ``diff`` is 0 (None: nowhere) and the ``informative`` entries (None: every one)."""
+    ``zero`` where ``diff`` is 0 (None: nowhere) and the ``informative`` entries (None: every one);
+    ``nonnegative``: the caller knows no ratio has its sign bit set once ``zero``'s are 0 (not looked at)."""
     if zero is not None:
         ratios[np.broadcast_to(zero, ratios.shape)] = 0.0
     left = 0  # the entries left out: each a ratio set to +0 above
@@ -219,13 +222,42 @@ def median_of_ratios(ratios: np.ndarray, zero: np.ndarray | None, informative: n
         left = ratios.size - int(np.count_nonzero(keep))
         if left == ratios.size:
             return 0.0
-        if left and not _nonnegative(ratios):  # else they are the smallest: skipped in the median
+        # else they are the smallest: skipped in the median
+        if left and not (nonnegative or _nonnegative(ratios)):
             ratios, left = ratios[keep], 0
     if np.size(ratios) == 0:
         return 0.0
     if not whole.finite(ratios):
         np.nan_to_num(ratios, copy=False, nan=np.inf)
-    return median(ratios, skip=left)
+    # No sign bit: the zeros are the least entries, all +0. Where they reach past the middle the median
+    # is +0, taken without a partition (one that NumPy makes slowly among many equal entries: issue 38).
+    zeros = ratios.size - int(np.count_nonzero(ratios)) if nonnegative else 0
+    if zeros and left + (ratios.size - left) // 2 < zeros:
+        return 0.0
+    return _past_zeros(ratios, zeros, left) if zeros else median(ratios, skip=left)
+
+
+#: Entries ``_past_zeros`` moves at once (its temporary: one block's nonzero entries).
+MOVE = 1 << 18
+
+
+def _past_zeros(values: np.ndarray, zeros: int, skip: int) -> float:
+    """``median(values, skip)`` of entries none of which has its sign bit set, ``zeros`` of them +0 and
+    the middle past them: the nonzero entries moved to the front (in place, a block at a time) and only
+    they partitioned. The same order statistics, the same mean: NumPy's partition is slow where many
+    entries equal the one it seeks (issue 38: a second where half a tensor's ratios are 0)."""
+    flat, kept = values.reshape(-1), 0
+    for i in range(0, flat.size, MOVE):
+        block = flat[i : i + MOVE]
+        moved = block[block != 0]  # a copy: written at or before the block it came from
+        flat[kept : kept + moved.size] = moved
+        kept += moved.size
+    part, half = flat[:kept], skip + (flat.size - skip) // 2 - zeros
+    part.partition(half)
+    if (flat.size - skip) % 2:
+        return float(np.mean(part[half : half + 1]))
+    low = np.max(part[:half]) if half else 0.0
+    return float(np.mean(np.array([low, part[half]])))
 
 
 def _nonnegative(ratios: np.ndarray) -> bool:

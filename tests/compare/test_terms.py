@@ -277,3 +277,21 @@ def test_a_redrawn_mask_is_another_computation_and_a_mask_at_the_dtypes_minimum_
     # against the float32 run's -3.4e38): a range constant, not a redrawn draw
     wide[:60], narrow[:60] = np.finfo(np.float32).min, np.finfo(np.float64).min
     assert terms.capped(np.abs(narrow - wide), wide)[1] is None
+
+
+@pytest.mark.parametrize("size", [2, 3, 1000, 1001, 700_001])
+@pytest.mark.parametrize("zeros", [0.0, 0.3, 0.49, 0.5, 0.51, 0.9])
+def test_a_median_of_nonnegative_ratios_past_their_zeros_is_the_partitioned_one(size, zeros, monkeypatch):
+    """``median_of_ratios(nonnegative=True)`` (issue 38): the zeros past the middle give +0 without a
+    partition, and a middle past them is found among the nonzero entries alone, moved to the front a
+    block at a time (``terms.MOVE``, made small: several blocks): bit for bit the number of the whole
+    array's partition (``nonnegative=False``), with entries left out (``informative``), even and odd."""
+    monkeypatch.setattr(terms, "MOVE", 1000)
+    rng = np.random.default_rng(size)
+    ratios = rng.random(size) * 10.0 ** rng.uniform(-3, 3)
+    ratios[rng.random(size) < zeros] = 0.0
+    ratios[:: max(size // 7, 1)] = np.inf if size > 3 else ratios[:: max(size // 7, 1)]
+    for informative in (None, (ratios != 0) | (rng.random(size) < 0.5)):
+        want = terms.median_of_ratios(ratios.copy(), None, informative, nonnegative=False)
+        got = terms.median_of_ratios(ratios.copy(), None, informative, nonnegative=True)
+        assert repr(got) == repr(want)

@@ -344,28 +344,39 @@ def _blocked_ratio(
         terms.permit_ulps(terms.permit_dtype(dtype)) * unit_roundoff(terms.permit_dtype(dtype)),
     )
     v, a, w = (np.ravel(x) for x in (value, again, wide))
-    ratios = np.empty(w.size)
-    zero, informative = np.empty(w.size, bool), np.empty(w.size, bool)
+    ratios, informative = np.empty(w.size), np.empty(w.size, bool)
+    permit, zero = np.empty(min(RATIO_CHUNK, w.size)), np.empty(min(RATIO_CHUNK, w.size), bool)  # reused
+    some = False
     for i in range(0, w.size, RATIO_CHUNK):
         part = slice(i, i + RATIO_CHUNK)
-        bound = np.abs(w[part])
+        r, keep = ratios[part], informative[part]
+        bound, z = permit[: r.size], zero[: r.size]
+        np.abs(w[part], out=bound)
         bound += spread
         bound += every
         bound *= scale
         if steps:
             bound *= TWO_ROUNDINGS
-        signed = np.array(v[part], dtype=np.float64)
-        with np.errstate(invalid="ignore", over="ignore"):
-            np.subtract(signed, np.asarray(a[part], np.float64), out=signed)
-        if not whole.finite(signed):
-            np.nan_to_num(signed, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
-        r = np.abs(signed, out=ratios[part])
-        np.equal(r, 0, out=zero[part])
-        np.logical_or(~zero[part], w[part] != 0, out=informative[part])
+        with np.errstate(invalid="ignore", over="ignore"):  # each widened entry by entry: a copy's numbers
+            np.subtract(v[part], a[part], out=r, dtype=np.float64)
+        if not whole.finite(r):
+            np.nan_to_num(r, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+        np.abs(r, out=r)
+        np.equal(r, 0, out=z)
+        np.equal(w[part], 0, out=keep)  # informative: ``~zero | (w != 0)``, made as ``~(zero & (w == 0))``
+        np.logical_and(keep, z, out=keep)
+        np.logical_not(keep, out=keep)
         with np.errstate(divide="ignore", invalid="ignore"):
             np.divide(r, bound, out=r)
-    some = bool(zero.any())
-    return terms.median_of_ratios(ratios, zero if some else None, informative if some else None)
+        if z.any():  # ``median_of_ratios``'s ratio 0 where the difference is, set a block at a time
+            some = True
+            np.copyto(r, 0.0, where=z)
+    # With a spread and shared scale >= 0 (not NaN), every permit is >= +0 and every ratio left >= +0 or
+    # +inf: none has its sign bit set, ``median_of_ratios`` need not look (issue 38: a pass), and a
+    # median among the zeros is +0 without a partition (NumPy's is slow among many equal entries).
+    return terms.median_of_ratios(
+        ratios, None, informative if some else None, nonnegative=spread >= 0 and every >= 0
+    )
 
 
 def _signed(

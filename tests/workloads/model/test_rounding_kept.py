@@ -4,6 +4,7 @@ it; one parameter at a time, in place, with the same numbers."""
 
 from __future__ import annotations
 
+import math
 import tracemalloc
 
 import numpy as np
@@ -295,3 +296,66 @@ def test_the_ratios_made_a_block_at_a_time_are_the_whole_tensors(dtype, steps, s
     )
     assert rounding._blockwise(wide) and wide.size > 2 * rounding.RATIO_CHUNK
     assert rounding._blocked_ratio(value, again, wide, every, dtype, steps) == old
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "zero permits",
+        "no shared scale",
+        "nan shared scale",
+        "all dead",
+        "no zeros",
+        "zero median",
+        "zeros short",
+    ],
+)
+def test_the_ratios_zeroed_a_block_at_a_time_are_median_ratios(case, monkeypatch):
+    """``rounding._blocked_ratio`` sets the ratio of a zero difference to 0 and marks the informative
+    entries a block at a time, and tells ``median_of_ratios`` no ratio is negative only where no permit
+    can be NaN (issue 38): bit for bit ``terms.median_ratio`` where permits are zero (infinite ratios),
+    where zeros in both runs span the blocks, with a NaN shared scale (the sign looked at), with every
+    entry left out, with no zero at all, and with zero differences past the middle (the median +0,
+    taken without a partition) and one entry short of it."""
+    from crosscheck._workloads.model import rounding
+
+    monkeypatch.setattr(rounding, "RATIO_CHUNK", 1000)
+    rng = np.random.default_rng(7)
+    wide = rng.standard_normal(5500)
+    narrow = (wide * (1 + 1e-6 * rng.standard_normal(wide.shape))).astype(np.float32)
+    every = 1.0
+    if case == "zero permits":  # |w| + spread + every = 0: a nonzero difference's ratio is +inf
+        wide[:] = 0.0
+        narrow[:] = 0.0
+        narrow[1500:4201:3] = -1e-30  # 901 informative entries: the median one of them
+        every = 0.0
+    elif case == "no shared scale":
+        wide[900:2100] = 0.0
+        narrow[900:2100] = 0.0
+        every = 0.0
+    elif case == "nan shared scale":
+        wide[3:2500] = narrow[3:2500]  # many zero differences, some entries of them dead
+        wide[10:20] = narrow[10:20] = 0.0
+        every = math.nan
+    elif case == "all dead":
+        wide[:] = 0.0
+        narrow[:] = 0.0
+    elif case in ("zero median", "zeros short"):  # 100 dead entries left out, then zeros about the middle
+        wide[:100] = narrow[:100] = 0.0
+        middle = 100 + (5500 - 100) // 2
+        last = middle + 1 if case == "zero median" else middle
+        wide[100:last] = narrow[100:last]  # float32 numbers: no difference
+    value, again = narrow, wide
+    old = terms.median_ratio(
+        rounding._signed(value, again, None, "float32", scale=False),
+        rounding._bound(wide, every, "float32", False),
+        wide,
+    )
+    new = rounding._blocked_ratio(value, again, wide, every, "float32", False)
+    assert repr(new) == repr(old)
+    if case == "zero permits":
+        assert new > 1e300  # infinite ratios (as `median_of_ratios` cleans them: the largest float)
+    if case in ("all dead", "zero median"):
+        assert new == 0.0
+    if case == "zeros short":
+        assert new > 0.0
