@@ -8,6 +8,7 @@ import dataclasses
 import numpy as np
 import torch
 
+from . import buffer
 from .arrays import numpy, share, tensor
 
 __all__ = ["TorchWorkloadBackend"]
@@ -68,6 +69,8 @@ class _Line:
     buffer: dict[str, torch.Tensor]
     inputs: dict[str, np.ndarray]
     signs: dict[str, dict[str, torch.Tensor]] = dataclasses.field(default_factory=dict)
+    #: Each direction's tensors whose signs are -1, 0 or 1 (``buffer.exact``): their write check.
+    exact: dict[str, dict[str, torch.Tensor]] = dataclasses.field(default_factory=dict)
 
 
 class TorchWorkloadBackend:
@@ -140,7 +143,9 @@ class TorchWorkloadBackend:
 
     def hold_direction(self, name: str, signs: dict[str, np.ndarray]) -> None:
         """Keep a line's signs (``{tensor: +-1}``, int8, the arrays handed) as ``name`` for ``loss_along``."""
-        self._held_line().signs[name] = {k: share(v) for k, v in signs.items()}
+        line = self._held_line()
+        line.signs[name] = {k: share(v) for k, v in signs.items()}
+        line.exact[name] = {k: t for k, t in line.signs[name].items() if buffer.exact(t.numpy())}
 
     def loss_along(self, name: str, coefficients: dict[str, float]) -> np.ndarray:
         """The loss at ``point_k + c_k * signs_k`` (``coefficients``: ``{tensor: c_k}``, the signs held as
@@ -148,7 +153,8 @@ class TorchWorkloadBackend:
         model sees is the buffer, written whole before each evaluation (the signs, then
         ``torch.add(point, signs, alpha=c)`` into it: ``c * signs`` exact, the sum rounded once), never the
         point itself: a model that writes into a parameter writes into the buffer, which the next
-        evaluation writes over."""
+        evaluation writes over. A port's forward finds the write through the buffer's test
+        (``buffer.checked``: recomputed and compared after the forward), not a copy of it."""
         line = self._held_line()
         signs = line.signs[name] if coefficients else {}
         with torch.no_grad():
@@ -159,7 +165,8 @@ class TorchWorkloadBackend:
                     torch.add(base, into, alpha=float(coefficients[k]), out=into)
                 else:
                     into.copy_(base)
-            out = self._loss(dict(line.buffer), {k: tensor(v) for k, v in line.inputs.items()})
+            with buffer.checked(line.buffer, line.point, line.exact.get(name, {}), coefficients):
+                out = self._loss(dict(line.buffer), {k: tensor(v) for k, v in line.inputs.items()})
             if not isinstance(out, torch.Tensor):
                 return np.asarray(out)
             return numpy(out.detach().cpu()).copy()

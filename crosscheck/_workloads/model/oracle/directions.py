@@ -183,10 +183,17 @@ def project(gradient: Mapping[str, np.ndarray], directions: Sequence[Direction])
 
 
 def project_quadrature(term: Mapping[str, np.ndarray], directions: Sequence[Direction]) -> np.ndarray:
-    """``|t o v|_2`` for every direction: a per-entry bound ``t`` projected (random signs)."""
-    return np.array(
-        [
-            math.sqrt(float(np.sum(np.square(np.broadcast_to(term[d.parameter], d.signs.shape) * d.step))))
-            for d in directions
-        ]
-    )
+    """``|t o v|_2`` for every direction: a per-entry bound ``t`` projected (random signs).
+
+    The signs do not enter (``|t * sign * step| = |t * step|``, and only their shape is read): directions
+    of one tensor with the same step array (a group's, ``groups.Group.directions``) share one sum, the
+    same number to the bit, computed once (issue 38: a pass over every entry saved per direction)."""
+    done: dict[tuple, float] = {}
+    out = []
+    for d in directions:
+        key = (d.parameter, id(d.step), d.signs.shape)
+        if key not in done:
+            t = np.broadcast_to(term[d.parameter], d.signs.shape)
+            done[key] = math.sqrt(float(np.sum(np.square(t * d.step))))
+        out.append(done[key])
+    return np.array(out)

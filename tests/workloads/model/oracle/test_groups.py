@@ -7,7 +7,7 @@ import numpy as np
 
 import crosscheck
 from crosscheck._workloads.model.oracle.entries import base_steps
-from crosscheck._workloads.model.oracle.groups import Group
+from crosscheck._workloads.model.oracle.groups import JOINT, Group
 
 WIDTH, BATCH = 3, 5
 
@@ -108,3 +108,29 @@ def test_an_error_that_cancels_along_one_direction_is_caught_by_the_others():
     report = _run(workload, _planted(grad, {"w2": a, "w5": b}), seed=0)
     failing = sorted(c.parameter for c in report.comparisons if not c.passed)
     assert not report.passed and failing == ["w2", "w5"]
+
+
+class _Reads(dict):
+    """A mapping that counts its reads (``term[name]``)."""
+
+    reads = 0
+
+    def __getitem__(self, key):
+        self.reads += 1
+        return super().__getitem__(key)
+
+
+def test_directions_sharing_a_step_share_their_quadrature_to_the_bit():
+    from crosscheck._workloads.model.oracle.directions import project_quadrature
+
+    group = Group.of(["a", "b"], {"a": (7, 3), "b": (5,)})
+    rng = np.random.default_rng(2)
+    params = {"a": rng.standard_normal((7, 3)), "b": rng.standard_normal(5)}
+    dirs = group.directions(params, 4)
+    other = group.directions({k: 3 * v for k, v in params.items()}, 1)  # another step array
+    term = _Reads({JOINT: rng.random(26)})
+    got = project_quadrature(term, [*dirs, *other])
+    assert term.reads == 2  # once for the four sharing a step, once for the other
+    each = [np.sqrt(np.sum(np.square(term[JOINT] * d.step))) for d in [*dirs, *other]]
+    assert got.tobytes() == np.array([float(v) for v in each]).tobytes()
+    assert len(set(got[:4].tolist())) == 1 and got[4] != got[0]
