@@ -9,6 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from crosscheck._backends.handed import same_bits
+
 __all__ = ["JaxWorkloadBackend"]
 
 
@@ -47,23 +49,8 @@ def _lent(arrays: dict[str, np.ndarray]) -> dict[str, jax.Array]:
     return {k: jax.device_put(np.asarray(v), may_alias=True) for k, v in arrays.items()}
 
 
-#: Entries compared at a time (``_same_bits``).
+#: Entries compared at a time (``same_bits``): an array the oracle moved costs one block, not a pass.
 CHUNK = 1 << 20
-
-
-def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether two arrays of one shape and dtype hold the same bits (NaNs and signed zeros included).
-
-    Compared ``CHUNK`` entries at a time, stopping at the first chunk that differs: an array the oracle
-    moved (along a direction: every entry) costs one chunk, not a pass over both arrays and a
-    temporary of their size (issue 38); an unchanged one is read once, every entry."""
-    if a.dtype.itemsize not in (1, 2, 4, 8) or a.dtype.hasobject or a.dtype.fields is not None:
-        return a.tobytes() == b.tobytes()
-    kind = np.dtype(f"u{a.dtype.itemsize}")
-    if not (a.flags.c_contiguous and b.flags.c_contiguous):
-        return bool(np.array_equal(a.view(kind), b.view(kind)))
-    x, y = a.reshape(-1).view(kind), b.reshape(-1).view(kind)
-    return all(np.array_equal(x[i : i + CHUNK], y[i : i + CHUNK]) for i in range(0, x.size, CHUNK))
 
 
 class Resident:
@@ -92,7 +79,7 @@ class Resident:
             old = self._held.get(k)
             seen = np.asarray(old) if old is not None else None
             if seen is not None and seen.shape == value.shape and seen.dtype == value.dtype:
-                if _same_bits(seen, value):
+                if same_bits(seen, value, block=CHUNK):
                     held[k] = old
                     continue
             held[k] = _sent(value)

@@ -8,18 +8,12 @@ import dataclasses
 import numpy as np
 import torch
 
+from crosscheck._backends.handed import same_bits
+
 from . import buffer
 from .arrays import numpy, share, tensor
 
 __all__ = ["TorchWorkloadBackend"]
-
-
-def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether two arrays of one shape and dtype hold the same bits (NaNs and signed zeros included)."""
-    if a.dtype.itemsize in (1, 2, 4, 8) and not a.dtype.hasobject and a.dtype.fields is None:
-        kind = np.dtype(f"u{a.dtype.itemsize}")
-        return bool(np.array_equal(a.view(kind), b.view(kind)))
-    return a.tobytes() == b.tobytes()
 
 
 class Resident:
@@ -43,7 +37,7 @@ class Resident:
             old = self._held.get(k)
             if old is not None and value.dtype.name != "bfloat16" and tuple(old.shape) == value.shape:
                 seen = old.numpy()  # the tensor's own memory, no copy
-                if seen.dtype == value.dtype and _same_bits(seen, value):
+                if same_bits(seen, value):
                     held[k] = old
                     continue
             held[k] = tensor(value)
