@@ -236,7 +236,7 @@ def projected_terms(
         round_term = _per_parameter(project_quadrature, rounding.term, dirs)
     if floors is None:
         floors = {k: floor_of(value[k], ctx.dtype) for k in ctx.shapes}
-    floor = project_quadrature({k: np.asarray(f) for k, f in floors.items()}, dirs)
+    floor = project_quadrature({k: _array(f) for k, f in floors.items()}, dirs)
     slack = np.zeros(len(dirs))
     if ctx.options.rtol is not None and ctx.options.atol is not None:
         for i, d in enumerate(dirs):
@@ -247,13 +247,19 @@ def projected_terms(
     return {"rounding": round_term, "reference": np.zeros(len(dirs)), "floor": floor, "slack": slack}
 
 
+def _array(x: Any) -> Any:
+    """``x`` as an array, or as it is where it is read a block at a time (a group's ``Joint``)."""
+    return x if hasattr(x, "block") else np.asarray(x)
+
+
 def _per_parameter(along: Any, arrays: Mapping[str, np.ndarray], dirs: list[Direction]) -> np.ndarray:
     """``along(arrays, dirs)`` (``project``, ``project_quadrature``) with each parameter's array read once:
-    a measured term or a rescaled difference is made when read (``rounding.Measured``)."""
+    a measured term or a rescaled difference is made when read (``rounding.Measured``), a block at a
+    time (its ``Made``: ``oracle.sums``), never whole."""
     out = np.zeros(len(dirs))
     for k in dict.fromkeys(d.parameter for d in dirs):
         index = [i for i, d in enumerate(dirs) if d.parameter == k]
-        out[index] = along({k: arrays[k]}, [dirs[i] for i in index])
+        out[index] = along({k: made(arrays, k)}, [dirs[i] for i in index])
     return out
 
 

@@ -81,30 +81,39 @@ def bisect(
 
 
 def _compare(ctx, group: Group, value, rounding: Rounding, est, dirs) -> dict:
-    """The candidate along the group's directions, the group as one vector (each tensor its floor)."""
+    """The candidate along the group's directions, the group as one vector (each tensor its floor):
+    ``Group.flat``'s vectors, read a block at a time (``Group.joint``; issue 38: four float64 copies of
+    the model per comparison, never made now)."""
     sub = dataclasses.replace(ctx, shapes={JOINT: (sum(group.sizes),)})
-    joined = dataclasses.replace(
-        rounding,
-        term={JOINT: group.flat(rounding.term)},
-        delta=None if rounding.delta is None else {JOINT: group.flat(rounding.delta)},
-    )
-    floors = {
-        JOINT: group.flat({k: np.asarray(model_compare.floor_of(value[k], ctx.dtype)) for k in group.names})
-    }
-    rows, _ = model_compare.directions(sub, {JOINT: group.flat(value)}, joined, est, dirs, floors)
+    term: dict[str, Any] = {JOINT: group.joint(rounding.term)}  # each a ``Joint``, read as the vector
+    delta: dict[str, Any] | None = None if rounding.delta is None else {JOINT: group.joint(rounding.delta)}
+    joined = dataclasses.replace(rounding, term=term, delta=delta)
+    floor = {k: np.asarray(model_compare.floor_of(value[k], ctx.dtype)) for k in group.names}
+    floors: dict[str, Any] = {JOINT: group.joint(floor)}
+    vector: dict[str, Any] = {JOINT: group.joint(value)}
+    rows, _ = model_compare.directions(sub, vector, joined, est, dirs, floors)
     return rows[JOINT]
 
 
 def _zeros(group: Group, value: dict, row: dict, dirs: list) -> dict[str, bool]:
     """Per tensor of the group: whether a gradient of zeros there would pass too (its own part of the
-    candidate's projection within the group's bound along every judged direction)."""
+    candidate's projection within the group's bound along every judged direction); each part
+    ``np.sum(value * (signs * step))`` over the tensor, a tensor at a time (not every direction's
+    vector of the model's size at once)."""
     terms = row["terms"]
     bound = terms["rounding"] + terms["reference"] + terms["floor"]
     judged = row["judged"]
-    parts = [group.pieces(d.signs * d.step) for d in dirs]
+    signs = [group.pieces(d.signs) for d in dirs]
+    steps = [group.pieces(np.asarray(d.step)) if np.ndim(d.step) else None for d in dirs]
     out = {}
     for k in group.names:
-        own = np.array([float(np.sum(np.asarray(value[k], np.float64) * part[k])) for part in parts])
+        v = np.asarray(value[k], np.float64)
+        own = np.array(
+            [
+                float(np.sum(v * (s[k] * (d.step if t is None else t[k]))))
+                for d, s, t in zip(dirs, signs, steps, strict=True)
+            ]
+        )
         out[k] = bool(np.all(np.abs(own[judged]) <= bound[judged]))
     return out
 

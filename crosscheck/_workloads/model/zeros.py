@@ -32,7 +32,7 @@ import numpy as np
 from crosscheck._compare.dtypes import as_dtype
 from crosscheck._workloads.model import compare as model_compare
 from crosscheck._workloads.model.findings import Judging, ZeroCheck
-from crosscheck._workloads.model.oracle.directions import directional, make_directions, norm
+from crosscheck._workloads.model.oracle.directions import directional, every_norm, make_directions
 from crosscheck._workloads.model.oracle.entries import FLOAT32_FRACTION, UNJUDGEABLE_FRACTION, OracleFailed
 from crosscheck._workloads.model.oracle.function import Skip, batch_guard, own_loss, release
 from crosscheck._workloads.model.oracle.threads import one_thread
@@ -147,7 +147,7 @@ def _along(judge, side: Side, function: Any, params: dict, shapes: dict, scale: 
     except OracleFailed as exc:  # a guarded evaluation failed
         return {k: ZeroCheck(side.name, k, "not judged", why=f"its loss failed: {exc}") for k in shapes}
     fraction = FLOAT32_FRACTION if float32 else UNJUDGEABLE_FRACTION
-    loose = ~(est.error <= fraction * scale * np.array([norm(d) for d in dirs]))
+    loose = ~(est.error <= fraction * scale * every_norm(dirs))
     est = dataclasses.replace(est, unjudgeable=~np.isfinite(est.error) | loose)
     ctx = model_compare.Context(
         side.name, "oracle", "derivative", function.label, judge.dtype, judge.options, shapes

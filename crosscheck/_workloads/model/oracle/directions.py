@@ -34,6 +34,7 @@ from crosscheck._workloads.model.oracle.entries import (
     reasons,
 )
 from crosscheck._workloads.model.oracle.stencil import differentiate, evaluations
+from crosscheck._workloads.model.oracle.sums import pairwise, reader, steps
 
 #: Loss evaluations per direction of a smooth loss (before any refinement): the cost model.
 EVALUATIONS_PER_DIRECTION = evaluations()
@@ -132,7 +133,7 @@ def along(
     ``which``), ``loss0`` the loss at the point, ``counted()`` the evaluations made: ``directional``'s
     stencil and error bars, whichever side forms the points (``oracle.line``)."""
     count = len(directions)
-    norms = np.array([norm(d) for d in directions])
+    norms = every_norm(directions)
 
     def magnitude(value: np.ndarray) -> np.ndarray:
         return np.abs(np.nan_to_num(value)) + _scale(value, norms) * norms
@@ -169,31 +170,87 @@ def _scale(value: np.ndarray, norms: np.ndarray) -> float:
 
 
 def norm(d: Direction) -> float:
-    """``|v|_2`` of a direction."""
+    """``|v|_2`` of a direction (a step array summed a block at a time: ``sums.pairwise``)."""
     if np.ndim(d.step) == 0:
         return float(d.step) * math.sqrt(d.signs.size)
-    return math.sqrt(float(np.sum(np.square(d.step))))
+    step = np.asarray(d.step).reshape(-1)
+    return math.sqrt(float(pairwise(step.size, lambda a, b: np.array([np.sum(np.square(step[a:b]))]))[0]))
 
 
-def project(gradient: Mapping[str, np.ndarray], directions: Sequence[Direction]) -> np.ndarray:
-    """``g . v`` for every direction, in float64."""
-    return np.array(
-        [float(np.sum(np.asarray(gradient[d.parameter], np.float64) * d.signs * d.step)) for d in directions]
-    )
+def every_norm(directions: Sequence[Direction]) -> np.ndarray:
+    """``norm`` of every direction, once per step array (a group's directions share theirs)."""
+    done: dict[int, float] = {}
+    out = []
+    for d in directions:
+        if np.ndim(d.step) == 0:
+            out.append(norm(d))
+            continue
+        if id(d.step) not in done:
+            done[id(d.step)] = norm(d)
+        out.append(done[id(d.step)])
+    return np.array(out)
 
 
-def project_quadrature(term: Mapping[str, np.ndarray], directions: Sequence[Direction]) -> np.ndarray:
+def _lines(directions: Sequence[Direction]) -> dict[tuple[str, tuple[int, ...]], list[int]]:
+    """The directions' indices by the tensor (and shape) they move."""
+    out: dict[tuple[str, tuple[int, ...]], list[int]] = {}
+    for i, d in enumerate(directions):
+        out.setdefault((d.parameter, tuple(d.signs.shape)), []).append(i)
+    return out
+
+
+def _blockwise(x: Any, d: Direction) -> bool:
+    """Whether ``x`` is read a block at a time along ``d`` (``sums.reader``): of the signs' shape (or a
+    single number), the step a number or of that shape too; else the whole formula, as it was."""
+    shape = tuple(d.signs.shape)
+    fits = (hasattr(x, "block") and x.size == d.signs.size) or tuple(np.shape(x)) == shape
+    if isinstance(x, np.ndarray) and x.size == 1:
+        fits = True
+    return fits and (np.ndim(d.step) == 0 or tuple(np.shape(d.step)) == shape)
+
+
+def project(gradient: Mapping[str, Any], directions: Sequence[Direction]) -> np.ndarray:
+    """``g . v`` for every direction, in float64: ``np.sum(g * signs * step)`` with ``g`` in float64, to
+    the bit, made a block at a time for every direction of a tensor at once (``sums.pairwise``; issue
+    38: the product of the model's size per direction, and a group's vector, never made)."""
+    out = np.zeros(len(directions))
+    for (k, shape), index in _lines(directions).items():
+        x, chosen = gradient[k], [directions[i] for i in index]
+        if not all(_blockwise(x, d) for d in chosen):
+            out[index] = [float(np.sum(np.asarray(x, np.float64) * d.signs * d.step)) for d in chosen]
+            continue
+        read = reader(x, shape)
+        signs = [d.signs.reshape(-1) for d in chosen]
+        step = [steps(d.step) for d in chosen]
+
+        def each(a: int, b: int, read=read, signs=signs, step=step) -> np.ndarray:
+            g = np.asarray(read(a, b), np.float64)
+            return np.array([np.sum(g * s[a:b] * t(a, b)) for s, t in zip(signs, step, strict=True)])
+
+        out[index] = pairwise(math.prod(shape), each)
+    return out
+
+
+def project_quadrature(term: Mapping[str, Any], directions: Sequence[Direction]) -> np.ndarray:
     """``|t o v|_2`` for every direction: a per-entry bound ``t`` projected (random signs).
 
     The signs do not enter (``|t * sign * step| = |t * step|``, and only their shape is read): directions
     of one tensor with the same step array (a group's, ``groups.Group.directions``) share one sum, the
-    same number to the bit, computed once (issue 38: a pass over every entry saved per direction)."""
+    same number to the bit, computed once (issue 38: a pass over every entry saved per direction), a
+    block at a time (``sums.pairwise``: the numbers of ``np.sum(np.square(t * step))`` on the whole)."""
     done: dict[tuple, float] = {}
     out = []
     for d in directions:
         key = (d.parameter, id(d.step), d.signs.shape)
         if key not in done:
-            t = np.broadcast_to(term[d.parameter], d.signs.shape)
-            done[key] = math.sqrt(float(np.sum(np.square(t * d.step))))
+            done[key] = math.sqrt(float(_quadrature(term[d.parameter], d)))
         out.append(done[key])
     return np.array(out)
+
+
+def _quadrature(x: Any, d: Direction) -> Any:
+    """``np.sum(np.square(t * step))`` over ``d``'s tensor, ``t`` broadcast to it (as it was: its dtype)."""
+    if not _blockwise(x, d):
+        return np.sum(np.square(np.broadcast_to(np.asarray(x), d.signs.shape) * d.step))
+    read, step = reader(x, tuple(d.signs.shape)), steps(d.step)
+    return pairwise(d.signs.size, lambda a, b: np.array([np.sum(np.square(read(a, b) * step(a, b)))]))[0]

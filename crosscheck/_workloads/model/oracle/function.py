@@ -103,6 +103,9 @@ class Plan:
     directions: list[Direction]
     per_parameter: int
     clock: Clock = dataclasses.field(default_factory=Clock)
+    #: Each group's directions, drawn once for the run (``drawn``): every function is differenced along
+    #: the same ones (one seed), so its functions share the arrays rather than each draw its own.
+    drawn: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -122,6 +125,8 @@ class Differences:
     groups: dict[Group, tuple[list[Direction], DirectionalEstimate]] = dataclasses.field(default_factory=dict)
     #: The run's clock (``oracle.budget``): later groups and entries keep to its budget.
     clock: Clock = dataclasses.field(default_factory=Clock)
+    #: The run's directions of each group (``Plan.drawn``), shared by its functions.
+    drawn: dict = dataclasses.field(default_factory=dict)
 
 
 def plan(mode: str, params: dict[str, np.ndarray], per_parameter: int, budget: float | None = None) -> Plan:
@@ -170,7 +175,7 @@ def difference(
     chosen.clock.plan(function.label, planned)
     try:
         with one_thread():
-            found = _difference(function, params, chosen, guard, tick)
+            found = _difference(function, params, chosen, guard, tick, point.params)
     except OracleFailed as exc:
         return str(exc)
     finally:
@@ -179,23 +184,26 @@ def difference(
     return found
 
 
-def _difference(function: Function, params: dict, chosen: Plan, guard: Any, tick: Any) -> Differences:
+def _difference(
+    function: Function, params: dict, chosen: Plan, guard: Any, tick: Any, source: Any
+) -> Differences:
     """The oracle's differences of ``function``: entry by entry, or along the plan's directions."""
     if chosen.mode == "full":
         est = estimate(function.fn, params, guard=guard, progress=tick, **_noise(function))
         return Differences(function, entries=est, evaluations=est.evaluations, clock=chosen.clock)
-    found = Differences(function, clock=chosen.clock)
+    found = Differences(function, clock=chosen.clock, drawn=chosen.drawn)
     every = Group.of(list(params), {k: v.shape for k, v in params.items()})
-    _, along = _group(found, every, params, chosen.per_parameter, guard, tick)
+    _, along = _group(found, every, params, chosen.per_parameter, guard, tick, source)
     found.directions = along
     return found
 
 
-def _group(diffs: Differences, group: Group, params: dict, count: int, guard: Any, tick: Any):
-    """The oracle along ``count`` directions of ``group`` (cached on ``diffs``)."""
+def _group(diffs: Differences, group: Group, params: dict, count: int, guard: Any, tick: Any, source: Any):
+    """The oracle along ``count`` directions of ``group`` (cached on ``diffs``), the point's ``params``
+    made from ``source`` (the point's own parameters: what the directions drawn are keyed by)."""
     line = diffs.function.line
     if group not in diffs.groups and line is not None and _on_line(diffs.function, group, count):
-        dirs = group.directions(params, count)  # the points formed on the adapter's side
+        dirs = drawn(diffs.drawn, group, params, count, source)  # the points formed on the adapter's side
         along = line_directional(
             line,
             params,
@@ -208,7 +216,7 @@ def _group(diffs: Differences, group: Group, params: dict, count: int, guard: An
         diffs.groups[group] = (dirs, along)
         diffs.evaluations += along.evaluations
     if group not in diffs.groups:
-        dirs = group.directions(params, count)
+        dirs = drawn(diffs.drawn, group, params, count, source)
         own = diffs.function.fn
         fn = joint(own, group, params) if isinstance(own, Batched) else group.function(own, params)
         along = directional(
@@ -217,6 +225,25 @@ def _group(diffs: Differences, group: Group, params: dict, count: int, guard: An
         diffs.groups[group] = (dirs, along)
         diffs.evaluations += along.evaluations
     return diffs.groups[group]
+
+
+def drawn(cache: dict, group: Group, params: dict, count: int, source: Any) -> list[Direction]:
+    """``group.directions(params, count)``, drawn once per point (``source``, its parameters: the same
+    object) and kept in ``cache`` (``Plan.drawn``): the same arrays, to the bit, for every function
+    differenced at that point (issue 38: the signs and the steps, 12 bytes a parameter per function,
+    drawn and held once a run, not once a function). The arrays are read-only: what reads them cannot
+    change them for the next function."""
+    key = (group, count)
+    held = cache.get(key)
+    if held is not None and held[0] is source:
+        return held[1]
+    dirs = group.directions(params, count)
+    for d in dirs:
+        for array in (d.signs, d.step):
+            if isinstance(array, np.ndarray):
+                array.flags.writeable = False
+    cache[key] = (source, dirs)
+    return dirs
 
 
 def _on_line(function: Function, group: Group, count: int) -> bool:
@@ -246,7 +273,7 @@ def screen_group(
     guard = diffs.clock.guard(batch_guard(call), diffs.function.label)
     try:
         with one_thread():
-            found = _group(diffs, group, params, count, guard, tick)
+            found = _group(diffs, group, params, count, guard, tick, point.params)
     except OracleFailed as exc:
         return str(exc)
     finally:

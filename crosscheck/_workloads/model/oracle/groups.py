@@ -25,6 +25,7 @@ import numpy as np
 from crosscheck._workloads.model.oracle.batched import Batched
 from crosscheck._workloads.model.oracle.directions import SEED, Direction
 from crosscheck._workloads.model.oracle.entries import base_steps
+from crosscheck._workloads.model.oracle.sums import reader
 
 #: The name of a group's tensors taken as one vector.
 JOINT = "(group)"
@@ -55,6 +56,10 @@ class Group:
                 for k, s in zip(self.names, self.shapes, strict=True)
             ]
         )
+
+    def joint(self, arrays: Mapping[str, Any]) -> Joint:
+        """``flat(arrays)``, never made whole: read a block at a time (``Joint``)."""
+        return Joint(self, arrays)
 
     def pieces(self, vector: np.ndarray) -> dict[str, np.ndarray]:
         """``vector`` cut back into the group's tensors (views)."""
@@ -90,6 +95,47 @@ class Group:
         return Group(self.names[:middle], self.shapes[:middle]), Group(
             self.names[middle:], self.shapes[middle:]
         )
+
+
+class Joint:
+    """A group's pieces of ``arrays`` as one float64 vector, ``Group.flat``'s, made a block of entries at
+    a time where it is read (``block``: ``oracle.sums``), or whole (``np.asarray``) where something reads
+    it whole (issue 38: a float64 copy of every gradient, rounding and floor of the model per
+    comparison). An array of a tensor's shape is read in place, a term made when read
+    (``crosscheck._compare.record.Made``) a block at a time, anything else broadcast to its tensor."""
+
+    def __init__(self, group: Group, arrays: Mapping[str, Any]) -> None:
+        self.group = group
+        self.reads = [reader(_made(arrays, k), s) for k, s in zip(group.names, group.shapes, strict=True)]
+        self.ends = np.cumsum([0, *group.sizes])
+        self.size = int(self.ends[-1])
+        self.shape = (self.size,)
+        self._arrays = arrays
+
+    def block(self, a: int, b: int) -> np.ndarray:
+        """Entries ``a`` to ``b`` of the vector, float64."""
+        first = int(np.searchsorted(self.ends, a, side="right")) - 1
+        parts, at, i = [], a, first
+        while at < b:
+            end = min(b, int(self.ends[i + 1]))
+            if end > at:
+                start = int(self.ends[i])
+                parts.append(np.asarray(self.reads[i](at - start, end - start), np.float64))
+            at, i = end, i + 1
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self.group.flat(self._arrays)
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+
+def _made(arrays: Mapping[str, Any], k: str) -> Any:
+    """``arrays[k]``, or its ``Made`` where ``arrays`` makes it when read (``made``: a term a block at a
+    time, the same numbers)."""
+    made = getattr(arrays, "made", None)
+    return made(k) if callable(made) else arrays[k]
 
 
 def joint(batched: Batched, group: Group, params: dict[str, np.ndarray]) -> Batched:

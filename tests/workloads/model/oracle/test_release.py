@@ -98,3 +98,37 @@ def test_a_backend_without_a_release_is_left_alone():
 
     assert releaser(Plain(), lambda fn: fn()) is None
     release(None)  # nothing to do, nothing raised
+
+
+@needs_frameworks
+def test_both_sides_are_differenced_along_one_draw_of_the_directions_equal_to_a_fresh_draw():
+    """Change 27 (issue 38): each group's directions drawn once a run (``Plan.drawn``), not once a
+    function: both sides' differences hold the same arrays, read-only, the numbers a draw per function
+    made (the same seed); a point of other parameters draws its own."""
+    from crosscheck._compare.dtypes import as_dtype
+    from crosscheck._workloads.model.oracle.function import drawn
+
+    workload = GenericWorkload(mlp(SMALL, 6))
+    point = workload.point(dtype="float32", seed=0)
+    call = Caller(point.arrays())
+    chosen = plan("screen", point.params, 3)
+    found = {}
+    for framework in ("torch", "jax"):
+        backend = type(workload.resolve(framework))(framework, workload.workload.implementations[framework])
+        found[framework] = difference(own_loss(backend, framework, point, call), point, chosen, call, None)
+        assert not isinstance(found[framework], str), found[framework]
+    params = as_dtype(point.params, "float64")
+    every = Group.of(list(params), {k: v.shape for k, v in params.items()})
+    torch_dirs, jax_dirs = found["torch"].groups[every][0], found["jax"].groups[every][0]
+    assert torch_dirs is jax_dirs
+    fresh = every.directions(params, 3)
+    for d, f in zip(torch_dirs, fresh, strict=True):
+        assert (
+            d.signs.tobytes() == f.signs.tobytes()
+            and np.asarray(d.step).tobytes() == np.asarray(f.step).tobytes()
+        )
+        assert not d.signs.flags.writeable and not d.step.flags.writeable
+    other = {k: 2 * v for k, v in params.items()}
+    again = drawn(chosen.drawn, every, other, 3, other)
+    assert again is not torch_dirs
+    assert np.asarray(again[0].step).tobytes() == np.asarray(every.directions(other, 3)[0].step).tobytes()

@@ -1,0 +1,137 @@
+"""Projections a block at a time (``oracle.sums``, change 27 of issue 38): the same numbers, to the bit, as
+the whole-array formulas they replace (``np.sum`` of the product of the model's size, a group's vector
+made by ``Group.flat``)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from crosscheck._compare.record import Made
+from crosscheck._workloads.model.oracle import directions as directions_module
+from crosscheck._workloads.model.oracle import sums
+from crosscheck._workloads.model.oracle.directions import (
+    Direction,
+    every_norm,
+    make_directions,
+    norm,
+    project,
+    project_quadrature,
+)
+from crosscheck._workloads.model.oracle.groups import JOINT, Group
+
+#: Odd shapes: runs that straddle tensors, lengths not multiples of 8, a tensor of one entry, an empty one.
+SHAPES = {"a": (37, 129), "b": (1,), "c": (0, 3), "d": (3, 5, 701), "e": (2049,), "f": (4, 1)}
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """Blocks of 256 entries (``BLOCK`` is 65,536): many splits on these small tensors."""
+    monkeypatch.setattr(sums, "BLOCK", 256)
+    monkeypatch.setattr(sums.pairwise, "__defaults__", (256,))
+
+
+def _bits(x) -> bytes:
+    return np.asarray(x, np.float64).tobytes()
+
+
+@pytest.mark.parametrize("size", [0, 1, 7, 128, 129, 255, 256, 257, 1000, 65_537, 300_001])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_pairwise_is_numpys_sum_to_the_bit(size, dtype):
+    rng = np.random.default_rng(size)
+    x = (rng.standard_normal(size) * 10.0 ** rng.integers(-8, 8, size)).astype(dtype)
+    for block in (128, 136, 1000, sums.BLOCK):
+        got = sums.pairwise(size, lambda a, b: np.array([np.sum(x[a:b]), np.sum(-x[a:b])]), block)
+        assert got.dtype == np.sum(x).dtype
+        assert got[0].tobytes() == np.sum(x).tobytes() and got[1].tobytes() == np.sum(-x).tobytes()
+
+
+def test_pairwise_of_negative_zeros_is_numpys_zero():
+    x = np.full(1000, -0.0)
+    got = sums.pairwise(x.size, lambda a, b: np.array([np.sum(x[a:b])]), 128)
+    assert got[0].tobytes() == np.sum(x).tobytes()
+
+
+def test_pairwise_refuses_a_block_under_numpys():
+    with pytest.raises(ValueError, match="at least 128"):
+        sums.pairwise(10, lambda a, b: np.zeros(1), 64)
+
+
+def _old_project(gradient, dirs):
+    return np.array(
+        [float(np.sum(np.asarray(gradient[d.parameter], np.float64) * d.signs * d.step)) for d in dirs]
+    )
+
+
+def _old_quadrature(term, dirs):
+    return np.array(
+        [
+            math.sqrt(float(np.sum(np.square(np.broadcast_to(term[d.parameter], d.signs.shape) * d.step))))
+            for d in dirs
+        ]
+    )
+
+
+def _arrays(rng, dtype=np.float32):
+    return {
+        k: (rng.standard_normal(s) * 10.0 ** rng.integers(-3, 3, s)).astype(dtype) for k, s in SHAPES.items()
+    }
+
+
+@pytest.mark.parametrize("block", ["small", "default"])
+def test_a_groups_projections_equal_the_flat_vectors_to_the_bit(block, request):
+    if block == "small":
+        request.getfixturevalue("small_blocks")
+    rng = np.random.default_rng(0)
+    group = Group.of(list(SHAPES), SHAPES)
+    params = _arrays(rng, np.float64)
+    dirs = group.directions(params, 4)
+    gradient, delta = _arrays(rng), _arrays(rng, np.float64)
+    made = {k: Made(v, lambda d: np.sqrt(np.abs(d)) * 3.0) for k, v in delta.items()}  # made when read
+    floors = {k: np.asarray(float(np.max(np.abs(v), initial=0.0)) * 1e-7) for k, v in gradient.items()}
+
+    flat = {JOINT: group.flat(gradient)}
+    assert _bits(project({JOINT: group.joint(gradient)}, dirs)) == _bits(_old_project(flat, dirs))
+    assert _bits(project({JOINT: group.joint(delta)}, dirs)) == _bits(
+        _old_project({JOINT: group.flat(delta)}, dirs)
+    )
+    for term in (delta, made, floors):
+        old = _old_quadrature({JOINT: group.flat(term)}, dirs)
+        assert _bits(project_quadrature({JOINT: group.joint(term)}, dirs)) == _bits(old)
+    assert np.asarray(group.joint(made)).tobytes() == group.flat(made).tobytes()  # read whole: flat's
+    assert (
+        every_norm(dirs).tobytes()
+        == np.array([math.sqrt(float(np.sum(np.square(d.step)))) for d in dirs]).tobytes()
+    )
+
+
+@pytest.mark.usefixtures("small_blocks")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_tensors_own_projections_equal_the_whole_formula_to_the_bit(dtype):
+    rng = np.random.default_rng(1)
+    params = _arrays(rng, np.float64)
+    dirs = make_directions(params, 3)  # each tensor's own, a number as its step
+    gradient, term = _arrays(rng, dtype), _arrays(rng, dtype)
+    made = {k: Made(v, lambda d: np.abs(d) * 2.0) for k, v in term.items()}
+    scalars = {k: np.asarray(dtype(0.5)) for k in SHAPES}  # a floor: one number, broadcast
+    assert _bits(project(gradient, dirs)) == _bits(_old_project(gradient, dirs))
+    assert _bits(project(made, dirs)) == _bits(
+        _old_project({k: np.asarray(v) for k, v in made.items()}, dirs)
+    )
+    for t in (term, scalars):
+        assert _bits(project_quadrature(t, dirs)) == _bits(_old_quadrature(t, dirs))
+    whole = {k: np.asarray(v) for k, v in made.items()}
+    assert _bits(project_quadrature(made, dirs)) == _bits(_old_quadrature(whole, dirs))
+    assert _bits(every_norm(dirs)) == _bits([norm(d) for d in dirs])
+
+
+def test_a_shape_it_cannot_read_a_block_at_a_time_takes_the_whole_formula():
+    rng = np.random.default_rng(3)
+    signs = (rng.integers(0, 2, (4, 6)) * 2 - 1).astype(np.int8)
+    dirs = [Direction("w", signs, 0.25), Direction("w", signs, np.full((4, 6), 0.5))]
+    for x in (rng.standard_normal((4, 1)), rng.standard_normal(6)):  # broadcast along an axis
+        assert _bits(project({"w": x}, dirs)) == _bits(_old_project({"w": x}, dirs))
+        assert _bits(project_quadrature({"w": x}, dirs)) == _bits(_old_quadrature({"w": x}, dirs))
+    assert not directions_module._blockwise(rng.standard_normal((4, 1)), dirs[0])
