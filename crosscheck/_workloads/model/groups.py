@@ -33,6 +33,7 @@ from crosscheck._workloads.model.findings import Judging
 from crosscheck._workloads.model.oracle.directions import LOCALIZE_ENTRIES, DirectionalEstimate
 from crosscheck._workloads.model.oracle.function import Differences, screen_group
 from crosscheck._workloads.model.oracle.groups import JOINT, Group
+from crosscheck._workloads.model.oracle.sums import pairwise
 from crosscheck._workloads.model.rounding import Rounding
 
 
@@ -98,24 +99,42 @@ def _compare(ctx, group: Group, value, rounding: Rounding, est, dirs) -> dict:
 def _zeros(group: Group, value: dict, row: dict, dirs: list) -> dict[str, bool]:
     """Per tensor of the group: whether a gradient of zeros there would pass too (its own part of the
     candidate's projection within the group's bound along every judged direction); each part
-    ``np.sum(value * (signs * step))`` over the tensor, a tensor at a time (not every direction's
-    vector of the model's size at once)."""
+    ``np.sum(value * (signs * step))`` over the tensor, a block at a time for every direction at once
+    (``oracle.sums.pairwise``: the same numbers; issue 38: not every direction's vector of the model's
+    size, nor the tensor's float64 copy)."""
     terms = row["terms"]
     bound = terms["rounding"] + terms["reference"] + terms["floor"]
     judged = row["judged"]
     signs = [group.pieces(d.signs) for d in dirs]
     steps = [group.pieces(np.asarray(d.step)) if np.ndim(d.step) else None for d in dirs]
     out = {}
-    for k in group.names:
-        v = np.asarray(value[k], np.float64)
-        own = np.array(
-            [
-                float(np.sum(v * (s[k] * (d.step if t is None else t[k]))))
-                for d, s, t in zip(dirs, signs, steps, strict=True)
-            ]
-        )
+    for k, shape in zip(group.names, group.shapes, strict=True):
+        parts = [
+            (s[k].reshape(-1), d.step if t is None else t[k].reshape(-1))
+            for d, s, t in zip(dirs, signs, steps, strict=True)
+        ]
+        own = _own(value[k], shape, parts)
         out[k] = bool(np.all(np.abs(own[judged]) <= bound[judged]))
     return out
+
+
+def _own(x: Any, shape: tuple[int, ...], parts: list[tuple[np.ndarray, Any]]) -> np.ndarray:
+    """``np.sum(x * (signs * step))`` (``x`` in float64) for each ``(signs, step)`` of ``parts`` (flat,
+    the step a number or flat too), to the bit; ``x`` not of ``shape``: the whole formula, as it was."""
+    if tuple(np.shape(x)) != tuple(shape):
+        v = np.asarray(x, np.float64)
+        return np.array([float(np.sum(v * (s.reshape(shape) * _shaped(t, shape)))) for s, t in parts])
+    flat = np.asarray(x).reshape(-1)
+
+    def each(a: int, b: int) -> np.ndarray:
+        v = np.asarray(flat[a:b], np.float64)
+        return np.array([np.sum(v * (s[a:b] * (t if np.ndim(t) == 0 else t[a:b]))) for s, t in parts])
+
+    return pairwise(flat.size, each)
+
+
+def _shaped(step: Any, shape: tuple[int, ...]) -> Any:
+    return step if np.ndim(step) == 0 else step.reshape(shape)
 
 
 def coverage(screen: Screen, per: int) -> str:

@@ -26,6 +26,7 @@ import numpy as np
 
 from crosscheck._workloads.model.oracle.batched import Batched, evaluate_one
 from crosscheck._workloads.model.oracle.stencil import differentiate, evaluations
+from crosscheck._workloads.model.oracle.sums import pairwise
 
 #: An entry is unjudgeable when its error bar exceeds this fraction of |gradient entry| + the model's
 #: RMS gradient: a relative error of 1e-4 could otherwise hide under it.
@@ -83,11 +84,22 @@ def direct(thunk: Callable[[], Any]) -> Any:
 
 
 def base_steps(params: dict[str, np.ndarray]) -> dict[str, float]:
-    """Each parameter's scale for a first step: its RMS, else every parameter's RMS, else 1."""
-    rms = {k: math.sqrt(float(np.mean(np.square(v)))) if v.size else 0.0 for k, v in params.items()}
+    """Each parameter's scale for a first step: its RMS, else every parameter's RMS, else 1.
+
+    Each tensor's sum of squares is taken once, a block at a time (``sums.pairwise``: the numbers of
+    ``np.sum(np.square(v))``), for its RMS (``np.mean``'s: that sum over the count) and the overall's
+    (issue 38: two squared copies of the model a call, made whole)."""
+    squares = {k: _squares(np.asarray(v)) for k, v in params.items()}
+    rms = {k: math.sqrt(float(squares[k] / v.size)) if v.size else 0.0 for k, v in params.items()}
     sizes = sum(v.size for v in params.values())
-    overall = math.sqrt(sum(float(np.sum(np.square(v))) for v in params.values()) / max(sizes, 1))
+    overall = math.sqrt(sum(float(q) for q in squares.values()) / max(sizes, 1))
     return {k: r if r > 0 else (overall if overall > 0 else 1.0) for k, r in rms.items()}
+
+
+def _squares(v: np.ndarray) -> Any:
+    """``np.sum(np.square(v))``, to the bit, a block at a time."""
+    flat = v.reshape(-1)
+    return pairwise(flat.size, lambda a, b: np.array([np.sum(np.square(flat[a:b]))]))[0]
 
 
 def read_only(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

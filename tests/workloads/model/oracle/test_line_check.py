@@ -108,3 +108,18 @@ def test_the_buffer_test_finds_one_changed_bit_in_the_last_block():
         into.view(torch.int64)[-1] ^= 1  # one bit of the last entry
         assert not test()
     assert handed.test_of(into.numpy()) is None  # handed only inside
+
+
+@pytest.mark.parametrize("changed", [-0.0, np.nan, "payload"])
+def test_the_buffer_test_tells_a_signed_zero_and_a_nans_payload(changed):
+    from crosscheck.backends.torch import buffer
+
+    base, signs = np.array([1.0, 0.0, np.nan, 2.0]), np.array([1, 0, 0, -1], np.int8)
+    held = base + 0.5 * signs.astype(np.float64)
+    assert buffer._holds(held, base, signs, np.float64(0.5))
+    if changed == "payload":
+        held.view(np.uint64)[2] ^= 1  # another NaN
+        assert np.isnan(held[2])
+    else:
+        held[1 if changed == -0.0 else 3] = changed
+    assert not buffer._holds(held, base, signs, np.float64(0.5))

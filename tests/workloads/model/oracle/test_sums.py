@@ -135,3 +135,60 @@ def test_a_shape_it_cannot_read_a_block_at_a_time_takes_the_whole_formula():
         assert _bits(project({"w": x}, dirs)) == _bits(_old_project({"w": x}, dirs))
         assert _bits(project_quadrature({"w": x}, dirs)) == _bits(_old_quadrature({"w": x}, dirs))
     assert not directions_module._blockwise(rng.standard_normal((4, 1)), dirs[0])
+
+
+@pytest.mark.usefixtures("small_blocks")
+def test_each_tensors_own_part_in_a_group_is_the_whole_formulas_to_the_bit():
+    """``model.groups._zeros``: each tensor's part of the projections, a block at a time, the numbers of
+    ``np.sum(value * part)`` with ``part`` cut from ``signs * step`` of the whole group; its verdicts."""
+    from crosscheck._workloads.model import groups as model_groups
+
+    rng = np.random.default_rng(5)
+    group = Group.of(list(SHAPES), SHAPES)
+    dirs = group.directions(_arrays(rng, np.float64), 4)
+    value = _arrays(rng)
+    parts = [group.pieces(d.signs * d.step) for d in dirs]
+    for k, shape in SHAPES.items():
+        old = np.array([float(np.sum(np.asarray(value[k], np.float64) * part[k])) for part in parts])
+        pieces = [(group.pieces(d.signs)[k].reshape(-1), group.pieces(d.step)[k].reshape(-1)) for d in dirs]
+        assert _bits(model_groups._own(value[k], shape, pieces)) == _bits(old)
+        if k == "a":  # a row broadcast to the tensor: the whole formula, as it was
+            row = value[k][0]
+            whole = [float(np.sum(np.asarray(row, np.float64) * part[k])) for part in parts]
+            assert _bits(model_groups._own(row, shape, pieces)) == _bits(whole)
+        own = old
+        for bound in (np.abs(own) * 1.5, np.abs(own) * 0.5):  # zeros pass, then fail where nonzero
+            row = {
+                "terms": {"rounding": bound, "reference": 0 * bound, "floor": 0 * bound},
+                "judged": np.ones(4, bool),
+            }
+            passes = model_groups._zeros(Group.of([k], {k: shape}), {k: value[k]}, row, _cut(dirs, group, k))
+            assert passes[k] == bool(np.all(np.abs(own) <= bound))
+
+
+def _cut(dirs, group, k):
+    """``dirs`` restricted to tensor ``k`` of ``group``: the same signs and steps there."""
+    return [
+        Direction(JOINT, group.pieces(d.signs)[k].reshape(-1), group.pieces(d.step)[k].reshape(-1))
+        for d in dirs
+    ]
+
+
+@pytest.mark.usefixtures("small_blocks")
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_base_steps_are_the_whole_formulas_to_the_bit(dtype):
+    """``entries.base_steps``: each tensor's sum of squares once, a block at a time, for its RMS and the
+    overall one: the numbers of ``np.mean(np.square(v))`` and ``np.sum(np.square(v))``."""
+    from crosscheck._workloads.model.oracle.entries import base_steps
+
+    rng = np.random.default_rng(6)
+    params = _arrays(rng, dtype)
+    params["z"] = np.zeros((3, 300), dtype)  # all zero: the overall RMS
+    params["t"] = np.asarray(rng.standard_normal((300, 7)), dtype).T  # not contiguous
+    rms = {k: math.sqrt(float(np.mean(np.square(v)))) if v.size else 0.0 for k, v in params.items()}
+    sizes = sum(v.size for v in params.values())
+    overall = math.sqrt(sum(float(np.sum(np.square(v))) for v in params.values()) / max(sizes, 1))
+    old = {k: r if r > 0 else (overall if overall > 0 else 1.0) for k, r in rms.items()}
+    got = base_steps(params)
+    assert list(got) == list(old) and _bits(list(got.values())) == _bits(list(old.values()))
+    assert got["z"] == overall and got["c"] == overall  # all zero, empty
