@@ -88,7 +88,7 @@ def probe(
 def _along(line: Line, params: dict[str, np.ndarray], rng: Any, t: np.ndarray, guard: Guard) -> np.ndarray:
     """The probe's losses on ``line``'s side: the signs drawn as ``_probe`` draws them, handed once."""
     steps = base_steps({k: np.asarray(v, np.float64) for k, v in params.items()})
-    signs = {k: (rng.integers(0, 2, size=np.shape(v)) * 2 - 1).astype(np.int8) for k, v in params.items()}
+    signs = {k: _signs(rng, np.shape(v)) for k, v in params.items()}
     scale = {k: np.float64(steps[k] * PROBE_STEP) for k, v in params.items() if np.size(v)}
     walker = Walker(line, params, guard=guard, progress=None, expected=2 * HALF + 1)
     return walker.batch(
@@ -97,6 +97,15 @@ def _along(line: Line, params: dict[str, np.ndarray], rng: Any, t: np.ndarray, g
         lambda _: signs,
         lambda pos: {k: float(t[pos[0]] * s) for k, s in scale.items()},
     )
+
+
+def _signs(rng: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """``(rng.integers(0, 2, size=shape) * 2 - 1).astype(np.int8)`` (``_probe``'s draw: int64), made in the
+    draw's own array (no two more int64 temporaries of the tensor's size: 8 bytes an entry each)."""
+    signs = rng.integers(0, 2, size=shape)
+    np.multiply(signs, 2, out=signs)
+    np.subtract(signs, 1, out=signs)
+    return signs.astype(np.int8)
 
 
 def _probe(loss: Callable[[dict[str, np.ndarray]], Any], params: dict, rng: Any, t: np.ndarray, guard: Guard):

@@ -192,3 +192,30 @@ def test_base_steps_are_the_whole_formulas_to_the_bit(dtype):
     got = base_steps(params)
     assert list(got) == list(old) and _bits(list(got.values())) == _bits(list(old.values()))
     assert got["z"] == overall and got["c"] == overall  # all zero, empty
+
+
+def test_the_draws_made_in_place_are_the_whole_formulas_to_the_bit():
+    """``Group.directions`` (steps repeated, signs made in the draw's array) and the noise probe's signs
+    (``precision._signs``): the numbers of the formulas with their temporaries."""
+    import zlib
+
+    from crosscheck._workloads.model.oracle import precision
+    from crosscheck._workloads.model.oracle.directions import SEED
+    from crosscheck._workloads.model.oracle.entries import base_steps
+
+    rng = np.random.default_rng(7)
+    group = Group.of(list(SHAPES), SHAPES)
+    params = _arrays(rng, np.float64)
+    steps = base_steps(params)
+    step = np.concatenate([np.full(n, steps[k]) for k, n in zip(group.names, group.sizes, strict=True)])
+    draw = np.random.default_rng([SEED, zlib.crc32("\0".join(group.names).encode())])
+    old = [(draw.integers(0, 2, size=step.size, dtype=np.int8) * 2 - 1).astype(np.int8) for _ in range(3)]
+    got = group.directions(params, 3)
+    for d, signs in zip(got, old, strict=True):
+        assert d.signs.dtype == np.int8 and d.signs.tobytes() == signs.tobytes()
+        assert d.step.dtype == np.float64 and d.step.tobytes() == step.tobytes()
+    a, b = np.random.default_rng(8), np.random.default_rng(8)
+    for shape in SHAPES.values():
+        want = (a.integers(0, 2, size=shape) * 2 - 1).astype(np.int8)
+        have = precision._signs(b, shape)
+        assert have.dtype == np.int8 and have.shape == want.shape and have.tobytes() == want.tobytes()
