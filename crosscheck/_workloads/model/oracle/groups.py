@@ -80,7 +80,10 @@ class Group:
     def directions(self, params: dict[str, np.ndarray], count: int) -> list[Direction]:
         """``count`` random +-1 directions over the group, each entry scaled by its tensor's RMS."""
         steps = base_steps({k: np.asarray(v, np.float64) for k, v in params.items()})
-        step = np.repeat(np.array([steps[k] for k in self.names], np.float64), self.sizes)
+        step = np.empty(sum(self.sizes))  # each tensor's RMS over its entries, filled in place
+        ends = np.cumsum(self.sizes)
+        for k, a, b in zip(self.names, ends - self.sizes, ends, strict=True):
+            step[a:b] = steps[k]
         rng = np.random.default_rng([SEED, zlib.crc32("\0".join(self.names).encode())])
         return [Direction(JOINT, _signs(rng, step.size), step) for _ in range(count)]
 
