@@ -42,7 +42,7 @@ from crosscheck._workloads.model.oracle.entries import (
     estimate,
     read_only,
 )
-from crosscheck._workloads.model.oracle.groups import JOINT, Group, joint
+from crosscheck._workloads.model.oracle.groups import JOINT, Group, drawn, joint
 from crosscheck._workloads.model.oracle.line import Line, line_of
 from crosscheck._workloads.model.oracle.line import directional as line_directional
 from crosscheck._workloads.model.oracle.precision import PROBE_EVALUATIONS, Precision, judge, probe
@@ -225,25 +225,6 @@ def _group(diffs: Differences, group: Group, params: dict, count: int, guard: An
         diffs.groups[group] = (dirs, along)
         diffs.evaluations += along.evaluations
     return diffs.groups[group]
-
-
-def drawn(cache: dict, group: Group, params: dict, count: int, source: Any) -> list[Direction]:
-    """``group.directions(params, count)``, drawn once per point (``source``, its parameters: the same
-    object) and kept in ``cache`` (``Plan.drawn``): the same arrays, to the bit, for every function
-    differenced at that point (issue 38: the signs and the steps, 12 bytes a parameter per function,
-    drawn and held once a run, not once a function). The arrays are read-only: what reads them cannot
-    change them for the next function."""
-    key = (group, count)
-    held = cache.get(key)
-    if held is not None and held[0] is source:
-        return held[1]
-    dirs = group.directions(params, count)
-    for d in dirs:
-        for array in (d.signs, d.step):
-            if isinstance(array, np.ndarray):
-                array.flags.writeable = False
-    cache[key] = (source, dirs)
-    return dirs
 
 
 def _on_line(function: Function, group: Group, count: int) -> bool:

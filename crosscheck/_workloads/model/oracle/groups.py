@@ -95,6 +95,25 @@ class Group:
         )
 
 
+def drawn(cache: dict, group: Group, params: dict, count: int, source: Any) -> list[Direction]:
+    """``group.directions(params, count)``, drawn once per point (``source``, its parameters: the same
+    object) and kept in ``cache`` (``Plan.drawn``): the same arrays, to the bit, for every function
+    differenced at that point (issue 38: the signs and the steps, 12 bytes a parameter per function,
+    drawn and held once a run, not once a function). The arrays are read-only: what reads them cannot
+    change them for the next function."""
+    key = (group, count)
+    held = cache.get(key)
+    if held is not None and held[0] is source:
+        return held[1]
+    dirs = group.directions(params, count)
+    for d in dirs:
+        for array in (d.signs, d.step):
+            if isinstance(array, np.ndarray):
+                array.flags.writeable = False
+    cache[key] = (source, dirs)
+    return dirs
+
+
 def _signs(rng: np.random.Generator, size: int) -> np.ndarray:
     """``(rng.integers(0, 2, size, dtype=np.int8) * 2 - 1).astype(np.int8)``, the draw's own array made
     the signs in place (no three temporaries of the group's size)."""

@@ -106,7 +106,7 @@ def test_both_sides_are_differenced_along_one_draw_of_the_directions_equal_to_a_
     function: both sides' differences hold the same arrays, read-only, the numbers a draw per function
     made (the same seed); a point of other parameters draws its own."""
     from crosscheck._compare.dtypes import as_dtype
-    from crosscheck._workloads.model.oracle.function import drawn
+    from crosscheck._workloads.model.oracle.groups import drawn
 
     workload = GenericWorkload(mlp(SMALL, 6))
     point = workload.point(dtype="float32", seed=0)
