@@ -8,8 +8,9 @@ and the ratios were three float64 arrays of the tensor's size (0.87 GiB for GPT-
 
 Where no permit can be NaN (a spread and shared scale >= 0), no ratio has its sign bit set and the
 median is the one of the nonzero ratios past the zeros (``terms.median_past_zeros``): each block's
-ratios are made in cache and only its nonzero ones kept, moved to the front of the array as they are
-made; the entries left out (a zero difference where the wide result is 0 too: a dead unit's) are only
+ratios are made in a block's array, in cache, and only its nonzero ones kept, written one after the
+other into the array of ratios (whose pages past them are never touched: fewer fresh pages, issue 38's
+time); the entries left out (a zero difference where the wide result is 0 too: a dead unit's) are only
 counted. A block with a NaN or infinite difference, or a zero permit, is made again as ``median_ratio``
 makes it, entry by entry (``_as_before``). Else (a NaN shared scale) every ratio is kept and the median
 taken as ``median_of_ratios`` takes it (``_general``).
@@ -55,14 +56,16 @@ def blocked(
     v, a, w = (np.ravel(x) for x in (value, again, wide))
     if not (spread >= 0 and every >= 0):  # a permit may be NaN: a ratio's sign bit is looked at
         return _general(v, a, w, (spread, every, scale, twice))
-    ratios = np.empty(w.size)
+    ratios = np.empty(w.size)  # only its first ``kept`` entries are written (the rest never touched)
     size = min(RATIO_CHUNK, w.size)
-    permit, zero, dead = np.empty(size), np.empty(size, bool), np.empty(size, bool)  # reused
+    block, permit = np.empty(size), np.empty(size)  # reused: a block's ratios made in cache
+    zero, dead = np.empty(size, bool), np.empty(size, bool)
     kept = left = 0
     for i in range(0, w.size, RATIO_CHUNK):
         part = slice(i, i + RATIO_CHUNK)
-        r = ratios[part]
-        bound, z = _permit(w[part], permit[: r.size], (spread, every, scale, twice)), zero[: r.size]
+        n = min(RATIO_CHUNK, w.size - i)
+        r, z = block[:n], zero[:n]
+        bound = _permit(w[part], permit[:n], (spread, every, scale, twice))
         with np.errstate(invalid="ignore", over="ignore"):  # each widened entry by entry: a copy's numbers
             np.subtract(v[part], a[part], out=r, dtype=np.float64)
         np.abs(r, out=r)
@@ -72,15 +75,16 @@ def blocked(
         if not whole.finite(r):  # a NaN or infinite difference, a zero permit: made as before
             _as_before(v[part], a[part], bound, r, z)
         if z.any():  # a zero difference where the wide result is 0 too is left out: counted
-            d = dead[: r.size]
+            d = dead[:n]
             np.equal(w[part], 0, out=d)
             np.logical_and(d, z, out=d)
             left += int(np.count_nonzero(d))
         nonzero = int(np.count_nonzero(r))
-        if nonzero < r.size:
-            ratios[kept : kept + nonzero] = r[r != 0]  # a copy: written at or before the block
-        elif kept < i:
-            ratios[kept : kept + nonzero] = r  # NumPy copies overlapping memory as if through a buffer
+        if nonzero < n:
+            np.not_equal(r, 0, out=z)
+            np.compress(z, r, out=ratios[kept : kept + nonzero])
+        else:
+            ratios[kept : kept + n] = r
         kept += nonzero
     return terms.median_past_zeros(ratios[:kept], w.size, left)
 
