@@ -41,6 +41,8 @@ class Block:
     two_sided: np.ndarray
     over: np.ndarray
     unjudgeable: np.ndarray
+    #: Where the difference is 0 (None: not made; ``rel`` makes it).
+    zero: np.ndarray | None = None
 
     @classmethod
     def of(cls, c: np.ndarray, r: np.ndarray, tol: np.ndarray, kinks: Kinks, start: int) -> Block:
@@ -68,18 +70,18 @@ class Block:
             ratio = np.divide(diff, tol)  # then 0 where the difference is (``np.where``'s numbers)
             zero = diff == 0
             if zero.any():
-                ratio[zero] = 0.0
+                np.copyto(ratio, 0.0, where=zero)
             over = diff > tol
-        return cls(start, int(r.shape[0]), ref, diff, ratio, judged, two_sided, over, unjudgeable)
+        return cls(start, int(r.shape[0]), ref, diff, ratio, judged, two_sided, over, unjudgeable, zero)
 
     def rel(self) -> np.ndarray:
         """The difference relative to the reference (0 where the difference is)."""
-        rel = np.abs(np.asarray(self.reference, np.float64))  # its own array: divided in place
+        rel = np.abs(self.reference, dtype=np.float64)  # its own array (|widened|, exact): divided in place
         with np.errstate(divide="ignore", invalid="ignore"):
             np.divide(self.diff, rel, out=rel)
-        zero = self.diff == 0
+        zero = self.diff == 0 if self.zero is None else self.zero
         if zero.any():
-            rel[zero] = 0.0
+            np.copyto(rel, 0.0, where=zero)
         return rel
 
 
@@ -114,11 +116,12 @@ def blocks(candidate: np.ndarray, reference: np.ndarray, tolerance: Tolerance, k
         yield Block.of(c[rows], r[rows], tol, part, a * rest), kink[rows]
 
 
-def argmax(values: np.ndarray, judged: np.ndarray) -> tuple[int, float]:
+def argmax(values: np.ndarray, judged: np.ndarray, every: bool = False) -> tuple[int, float]:
     """The first judged entry with the largest value (NaN counts as 0), and that value (-1 where none
-    is judged)."""
-    masked = np.where(judged, values, -1.0)
+    is judged); ``every``: every entry is judged (``values`` read as they are, copied only to clean)."""
+    masked = values if every else np.where(judged, values, -1.0)
     if not whole.finite(masked):  # a pass of its own only where there is a NaN or an infinity
+        masked = np.array(masked, np.float64) if every else masked  # ``values`` left as they are
         np.nan_to_num(masked, copy=False, nan=0.0, posinf=np.inf)
     index = int(np.argmax(masked))
     return index, float(masked[index])
@@ -171,6 +174,8 @@ def kink_rows(block: Block, kink: np.ndarray) -> np.ndarray:
     """The kinks behind a block's unjudgeable and two-sided entries, each once (sorted)."""
     width = kink.shape[-1]
     involved = block.unjudgeable | block.two_sided
+    if not involved.any():  # none (the common block): what ``np.unique`` of no row gives, made at once
+        return np.empty((0, width), kink.dtype)
     return np.unique(kink.reshape(-1, width)[involved], axis=0)
 
 
@@ -208,9 +213,10 @@ class Scan:
             self.split.append(split_rows(block))
         if not np.any(judged):
             return
-        self.abs_diff = _first(self.abs_diff, argmax(block.diff, judged), block.start)
-        self.rel_diff = _first(self.rel_diff, argmax(block.rel(), judged), block.start)
-        self.worst = _first(self.worst, argmax(block.ratio, judged), block.start)
+        every = bool(judged.all())  # (the common block) each greatest entry taken without a masked copy
+        self.abs_diff = _first(self.abs_diff, argmax(block.diff, judged, every), block.start)
+        self.rel_diff = _first(self.rel_diff, argmax(block.rel(), judged, every), block.start)
+        self.worst = _first(self.worst, argmax(block.ratio, judged, every), block.start)
         if _below(block.ratio, judged, self.top[0]):  # none of its entries can be among the worst
             return
         values, index = top(block.ratio, judged, block.start)

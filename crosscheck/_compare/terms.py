@@ -252,9 +252,29 @@ def _past_zeros(values: np.ndarray, zeros: int, skip: int) -> float:
         moved = block[block != 0]  # a copy: written at or before the block it came from
         flat[kept : kept + moved.size] = moved
         kept += moved.size
-    part, half = flat[:kept], skip + (flat.size - skip) // 2 - zeros
+    return _among_nonzero(flat[:kept], flat.size, skip)
+
+
+def median_past_zeros(nonzero: np.ndarray, size: int, left: int) -> float:
+    """``median_of_ratios(nonnegative=True)`` of ``size`` ratios none of which has its sign bit set, from
+    their nonzero entries alone (``nonzero``: a 1-d array of its own, in place, cleaned as
+    ``median_of_ratios`` cleans them: no NaN, no infinity), the others +0 and ``left`` of those left out
+    (not informative): the same number, where the caller kept only the nonzero ratios as it made them
+    (``ratios.blocked``, issue 38: no pass over the zeros)."""
+    zeros = size - nonzero.size
+    if left == size:  # every entry left out (or none at all)
+        return 0.0
+    if zeros and left + (size - left) // 2 < zeros:
+        return 0.0
+    return _among_nonzero(nonzero, size, left) if zeros else median(nonzero, skip=left)
+
+
+def _among_nonzero(part: np.ndarray, size: int, skip: int) -> float:
+    """``median(values, skip)`` of ``size`` values of which ``part`` are the nonzero ones (none has its
+    sign bit set, no NaN), the others +0, the middle past them: only ``part`` partitioned (in place)."""
+    half = skip + (size - skip) // 2 - (size - part.size)
     part.partition(half)
-    if (flat.size - skip) % 2:
+    if (size - skip) % 2:
         return float(np.mean(part[half : half + 1]))
     low = np.max(part[:half]) if half else 0.0
     return float(np.mean(np.array([low, part[half]])))

@@ -170,7 +170,7 @@ def _old_rel(self):
     return rel
 
 
-def _old_argmax(values, judged):
+def _old_argmax(values, judged, every=False):  # the old formula: every entry masked
     masked = np.where(judged, values, -1.0)
     np.nan_to_num(masked, copy=False, nan=0.0, posinf=np.inf)
     index = int(np.argmax(masked))
@@ -259,3 +259,52 @@ def test_a_made_term_is_its_whole_arrays_numbers_by_rows_by_entry_and_whole(shap
         for t in (term, whole)
     ]
     assert repr(got[0].to_dict()) == repr(got[1].to_dict()) and got[0].worst_terms
+
+
+@pytest.mark.parametrize("involved", ["none", "unjudgeable", "two-sided", "both"])
+def test_a_blocks_kinks_are_the_unique_rows_of_those_involved(involved):
+    """``entries.kink_rows`` (issue 38, change T4: a block with no unjudgeable or two-sided entry skips
+    ``np.unique``): the same rows, shape and dtype as ``np.unique`` of the involved entries' kinks, for a
+    broadcast kink index too."""
+    rng = np.random.default_rng(len(involved))
+    size, width = 60, 2
+    kink = rng.integers(-1, 4, (size, width))
+    unjudgeable = rng.random(size) < (0.2 if involved in ("unjudgeable", "both") else 0.0)
+    two_sided = rng.random(size) < (0.2 if involved in ("two-sided", "both") else 0.0)
+    zeros = np.zeros(size)
+    block = entries.Block(0, size, zeros, zeros, zeros, ~unjudgeable, two_sided, zeros > 0, unjudgeable)
+    for k in (kink, np.broadcast_to(kink[:1], kink.shape)):
+        want = np.unique(k.reshape(-1, width)[unjudgeable | two_sided], axis=0)
+        got = entries.kink_rows(block, k)
+        assert got.shape == want.shape and got.dtype == want.dtype and np.array_equal(got, want)
+    assert (involved == "none") == (got.size == 0)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_greatest_entry_of_a_block_judged_whole_is_the_masked_ones(seed):
+    """``entries.argmax(every=True)`` (issue 38, change T4: a block whose every entry is judged is read
+    as it is, no masked copy) gives the index and value of the masked path, NaN as 0 and infinities
+    kept, and leaves ``values`` untouched; ``Block.rel`` with the zero mask of ``Block.of`` is the one
+    it makes itself, bit for bit."""
+    rng = np.random.default_rng(seed)
+    values = np.abs(rng.standard_normal(300)) * (rng.random(300) < 0.7)
+    if seed % 2:
+        values[rng.integers(0, 300, 3)] = [np.nan, np.inf, 0.0]
+    if seed % 4 == 3:
+        values[:] = np.nan
+    before = values.copy()
+    judged = np.ones(300, bool)
+    assert entries.argmax(values, judged, every=True) == entries.argmax(values, judged)
+    assert np.array_equal(values, before, equal_nan=True)
+    reference = rng.standard_normal(300).astype([np.float32, np.float64][seed % 2]) * (rng.random(300) < 0.8)
+    diff = np.abs(rng.standard_normal(300)) * (rng.random(300) < 0.5)
+    zeros = np.zeros(300)
+    kwargs = dict(start=0, rows=300, reference=reference, diff=diff, ratio=zeros, judged=judged)
+    rest = dict(two_sided=judged & False, over=judged & False, unjudgeable=judged & False)
+    made = entries.Block(**kwargs, **rest, zero=diff == 0).rel()
+    alone = entries.Block(**kwargs, **rest).rel()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        old = np.abs(np.asarray(reference, np.float64))
+        old = np.divide(diff, old, out=old)
+    old[diff == 0] = 0.0
+    assert made.tobytes() == alone.tobytes() == old.tobytes()

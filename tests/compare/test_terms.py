@@ -295,3 +295,22 @@ def test_a_median_of_nonnegative_ratios_past_their_zeros_is_the_partitioned_one(
         want = terms.median_of_ratios(ratios.copy(), None, informative, nonnegative=False)
         got = terms.median_of_ratios(ratios.copy(), None, informative, nonnegative=True)
         assert repr(got) == repr(want)
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 1000, 1001])
+@pytest.mark.parametrize("zeros", [0.0, 0.3, 0.5, 0.51, 1.0])
+def test_a_median_from_the_nonzero_ratios_alone_is_the_partitioned_one(size, zeros):
+    """``median_past_zeros`` (issue 38, change T4): the median of ``size`` nonnegative ratios from their
+    nonzero entries and the count of those left out is bit for bit ``median_of_ratios``' of them all
+    (``nonnegative=False``: the whole partition), entries left out or not, even and odd sizes, all zero,
+    none zero, none at all."""
+    rng = np.random.default_rng(size + int(100 * zeros))
+    ratios = rng.random(size) * 10.0 ** rng.uniform(-3, 3)
+    ratios[rng.random(size) < zeros] = 0.0
+    if size > 3:
+        ratios[1] = np.finfo(np.float64).max  # what an infinite ratio is cleaned to
+    for informative in (None, (ratios != 0) | (rng.random(size) < 0.5)):
+        want = terms.median_of_ratios(ratios.copy(), None, informative, nonnegative=False)
+        left = 0 if informative is None else size - int(np.count_nonzero(informative))
+        got = terms.median_past_zeros(ratios[ratios != 0], size, left)
+        assert repr(got) == repr(want)

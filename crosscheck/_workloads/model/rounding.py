@@ -42,6 +42,7 @@ from crosscheck._compare import terms, whole
 from crosscheck._compare.constants import OTHER_DTYPE, UNIT_ROUNDOFF
 from crosscheck._compare.dtypes import is_low, unit_roundoff
 from crosscheck._compare.record import Made
+from crosscheck._workloads.model.ratios import blocked, blockwise
 
 #: Without a usable re-run in the other precision: this many unit roundoffs of |gradient| + its RMS.
 FALLBACK_ULPS = 1024.0
@@ -201,13 +202,37 @@ FLOAT32_EXACT_ENTRIES = 8
 def ran_in_float32(wide: dict[str, np.ndarray], narrow: dict[str, np.ndarray]) -> bool:
     """Whether the "float64" run computed in float32: it equals the float32 run bit for bit (and is not
     all zero), or every entry of it is a float32 number (``FLOAT32_EXACT_ENTRIES`` nonzero at least).
-    A parameter at a time: never a float64 copy of them all."""
-    nonzero = sum(int(np.count_nonzero(w)) for w in wide.values())
-    if nonzero == 0:
-        return False
+    A parameter at a time, a block at a time (``SAME_BLOCK``), each test stopped at the first block that
+    says no (a true float64 run differs in its first): never a float64 copy of them all, and the nonzero
+    entries counted only where a test said yes."""
     if all(_same(w, narrow[k]) for k, w in wide.items()):
-        return True
-    return all(_float32_numbers(w) for w in wide.values()) and nonzero >= FLOAT32_EXACT_ENTRIES
+        return _nonzero(wide, 1)
+    return all(_float32_numbers(w) for w in wide.values()) and _nonzero(wide, FLOAT32_EXACT_ENTRIES)
+
+
+#: Entries ``ran_in_float32``'s tests compare at once.
+SAME_BLOCK = 1 << 16
+
+
+def _nonzero(arrays: dict[str, np.ndarray], least: int) -> bool:
+    """Whether ``arrays`` hold at least ``least`` nonzero entries together."""
+    found = 0
+    for a in arrays.values():
+        found += int(np.count_nonzero(a))
+        if found >= least:
+            return True
+    return False
+
+
+def _blocks(*arrays: np.ndarray) -> Iterator[tuple[np.ndarray, ...]]:
+    """The same ``SAME_BLOCK`` entries of each of ``arrays`` (C-ordered, of one shape), in turn; one block
+    of the whole arrays where they are not C-ordered."""
+    if not all(a.flags.c_contiguous for a in arrays):
+        yield arrays
+        return
+    flat = [a.reshape(-1) for a in arrays]
+    for i in range(0, flat[0].size, SAME_BLOCK):
+        yield tuple(f[i : i + SAME_BLOCK] for f in flat)
 
 
 def _same(wide: np.ndarray, narrow: np.ndarray) -> bool:
@@ -216,13 +241,16 @@ def _same(wide: np.ndarray, narrow: np.ndarray) -> bool:
     narrow = np.asarray(narrow)
     if narrow.dtype not in (np.float32, np.float64):
         narrow = narrow.astype(np.float64)
-    return np.array_equal(np.asarray(wide, np.float64), narrow)
+    wide = np.asarray(wide, np.float64)
+    if wide.shape != narrow.shape:
+        return False
+    return all(np.array_equal(w, n) for w, n in _blocks(wide, narrow))
 
 
 def _float32_numbers(wide: np.ndarray) -> bool:
     w = np.asarray(wide, np.float64)
     with np.errstate(over="ignore", invalid="ignore"):  # the float32 copy widened in the comparison
-        return np.array_equal(w.astype(np.float32), w)
+        return all(np.array_equal(b.astype(np.float32), b) for (b,) in _blocks(w))
 
 
 def measure(
@@ -297,8 +325,8 @@ def _ratios(
     (``Excess``): a tensor's temporaries at a time (its permit, its difference, their ratios), none kept."""
     ratios, excess = {}, []
     for k in shapes:
-        if _blockwise(wide[k]):
-            ratios[k] = _blocked_ratio(value[k], again[k], wide[k], every, dtype, steps)
+        if blockwise(wide[k]):  # a block at a time (``ratios.blocked``): the same numbers
+            ratios[k] = blocked(value[k], again[k], wide[k], every, dtype, TWO_ROUNDINGS if steps else None)
             signed = None
         else:
             bound = _bound(wide[k], every, dtype, steps)
@@ -312,71 +340,6 @@ def _ratios(
             if found is not None:
                 excess.append(found)
     return ratios, excess
-
-
-#: Entries ``_blocked_ratio`` takes at once (its temporaries: a few of this size).
-RATIO_CHUNK = 1 << 18
-
-
-def _blockwise(wide: Any) -> bool:
-    """Whether a parameter's ratios are made a block at a time (``_blocked_ratio``): a finite, C-ordered
-    float64 wide result of at least one dimension (else its permit's NaN cleaning and its RMS would not
-    be the whole array's as taken here)."""
-    return (
-        isinstance(wide, np.ndarray)
-        and wide.dtype == np.float64
-        and wide.ndim >= 1
-        and wide.flags.c_contiguous
-        and whole.finite(wide)
-    )
-
-
-def _blocked_ratio(
-    value: np.ndarray, again: np.ndarray, wide: np.ndarray, every: float, dtype: str, steps: bool
-) -> float:
-    """``terms.median_ratio`` of the signed difference over the permit (``_bound``), with the same numbers
-    made ``RATIO_CHUNK`` entries at a time into one array of ratios (issue 38: the permit, the difference
-    and the ratios were three float64 arrays of the tensor's size, 0.87 GiB for GPT-2's token
-    embedding). Each block's permit is ``terms.bound``'s element-wise steps with the whole tensor's
-    spread (``terms.rms`` of ``wide``: the squares of ``|wide|``, summed alike)."""
-    spread, scale = (
-        terms.rms(wide),
-        terms.permit_ulps(terms.permit_dtype(dtype)) * unit_roundoff(terms.permit_dtype(dtype)),
-    )
-    v, a, w = (np.ravel(x) for x in (value, again, wide))
-    ratios, informative = np.empty(w.size), np.empty(w.size, bool)
-    permit, zero = np.empty(min(RATIO_CHUNK, w.size)), np.empty(min(RATIO_CHUNK, w.size), bool)  # reused
-    some = False
-    for i in range(0, w.size, RATIO_CHUNK):
-        part = slice(i, i + RATIO_CHUNK)
-        r, keep = ratios[part], informative[part]
-        bound, z = permit[: r.size], zero[: r.size]
-        np.abs(w[part], out=bound)
-        bound += spread
-        bound += every
-        bound *= scale
-        if steps:
-            bound *= TWO_ROUNDINGS
-        with np.errstate(invalid="ignore", over="ignore"):  # each widened entry by entry: a copy's numbers
-            np.subtract(v[part], a[part], out=r, dtype=np.float64)
-        if not whole.finite(r):
-            np.nan_to_num(r, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
-        np.abs(r, out=r)
-        np.equal(r, 0, out=z)
-        np.equal(w[part], 0, out=keep)  # informative: ``~zero | (w != 0)``, made as ``~(zero & (w == 0))``
-        np.logical_and(keep, z, out=keep)
-        np.logical_not(keep, out=keep)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            np.divide(r, bound, out=r)
-        if z.any():  # ``median_of_ratios``'s ratio 0 where the difference is, set a block at a time
-            some = True
-            np.copyto(r, 0.0, where=z)
-    # With a spread and shared scale >= 0 (not NaN), every permit is >= +0 and every ratio left >= +0 or
-    # +inf: none has its sign bit set, ``median_of_ratios`` need not look (issue 38: a pass), and a
-    # median among the zeros is +0 without a partition (NumPy's is slow among many equal entries).
-    return terms.median_of_ratios(
-        ratios, None, informative if some else None, nonnegative=spread >= 0 and every >= 0
-    )
 
 
 def _signed(

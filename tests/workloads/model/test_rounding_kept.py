@@ -277,10 +277,10 @@ def test_a_consumed_re_run_keeps_no_difference_beside_it():
 @pytest.mark.parametrize("steps", [False, True])
 @pytest.mark.parametrize("seed", range(3))
 def test_the_ratios_made_a_block_at_a_time_are_the_whole_tensors(dtype, steps, seed):
-    """``rounding._blocked_ratio`` (issue 38): the median ratio to the permit, bit for bit the one of the
+    """``ratios.blocked`` (issue 38): the median ratio to the permit, bit for bit the one of the
     whole tensor's permit and difference (``terms.median_ratio``), on a tensor of several blocks with
     zeros in both runs, NaN, and differences beyond the permit."""
-    from crosscheck._workloads.model import rounding
+    from crosscheck._workloads.model import ratios, rounding
 
     rng = np.random.default_rng(seed)
     wide = rng.standard_normal((700, 1000)) * 10.0 ** rng.uniform(-3, 3)
@@ -294,8 +294,9 @@ def test_the_ratios_made_a_block_at_a_time_are_the_whole_tensors(dtype, steps, s
         rounding._bound(wide, every, dtype, steps),
         wide,
     )
-    assert rounding._blockwise(wide) and wide.size > 2 * rounding.RATIO_CHUNK
-    assert rounding._blocked_ratio(value, again, wide, every, dtype, steps) == old
+    assert ratios.blockwise(wide) and wide.size > 2 * ratios.RATIO_CHUNK
+    twice = rounding.TWO_ROUNDINGS if steps else None
+    assert repr(ratios.blocked(value, again, wide, every, dtype, twice)) == repr(old)
 
 
 @pytest.mark.parametrize(
@@ -311,15 +312,15 @@ def test_the_ratios_made_a_block_at_a_time_are_the_whole_tensors(dtype, steps, s
     ],
 )
 def test_the_ratios_zeroed_a_block_at_a_time_are_median_ratios(case, monkeypatch):
-    """``rounding._blocked_ratio`` sets the ratio of a zero difference to 0 and marks the informative
+    """``ratios.blocked`` sets the ratio of a zero difference to 0 and counts the informative
     entries a block at a time, and tells ``median_of_ratios`` no ratio is negative only where no permit
     can be NaN (issue 38): bit for bit ``terms.median_ratio`` where permits are zero (infinite ratios),
     where zeros in both runs span the blocks, with a NaN shared scale (the sign looked at), with every
     entry left out, with no zero at all, and with zero differences past the middle (the median +0,
     taken without a partition) and one entry short of it."""
-    from crosscheck._workloads.model import rounding
+    from crosscheck._workloads.model import ratios, rounding
 
-    monkeypatch.setattr(rounding, "RATIO_CHUNK", 1000)
+    monkeypatch.setattr(ratios, "RATIO_CHUNK", 1000)
     rng = np.random.default_rng(7)
     wide = rng.standard_normal(5500)
     narrow = (wide * (1 + 1e-6 * rng.standard_normal(wide.shape))).astype(np.float32)
@@ -351,7 +352,7 @@ def test_the_ratios_zeroed_a_block_at_a_time_are_median_ratios(case, monkeypatch
         rounding._bound(wide, every, "float32", False),
         wide,
     )
-    new = rounding._blocked_ratio(value, again, wide, every, "float32", False)
+    new = ratios.blocked(value, again, wide, every, "float32", None)
     assert repr(new) == repr(old)
     if case == "zero permits":
         assert new > 1e300  # infinite ratios (as `median_of_ratios` cleans them: the largest float)
@@ -359,3 +360,78 @@ def test_the_ratios_zeroed_a_block_at_a_time_are_median_ratios(case, monkeypatch
         assert new == 0.0
     if case == "zeros short":
         assert new > 0.0
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("size", [0, 1, 2, 999, 1000, 1001, 7321])
+def test_the_ratios_kept_past_their_zeros_are_median_ratios(seed, size, monkeypatch):
+    """``ratios.blocked`` keeps only each block's nonzero ratios, moved to the front as they are made,
+    and counts the entries left out (issue 38, change T4): bit for bit ``terms.median_ratio`` of the
+    whole tensor with blocks of zeros in both runs before and after blocks with none (overlapping
+    moves), NaN and infinite entries in either run, permits that underflow to 0 (subnormal wide
+    entries), a NaN shared scale (the general path), and sizes about a block's."""
+    from crosscheck._workloads.model import ratios
+
+    monkeypatch.setattr(ratios, "RATIO_CHUNK", 1000)
+    rng = np.random.default_rng(seed)
+    wide = rng.standard_normal(size) * 10.0 ** rng.uniform(-3, 3)
+    narrow = (wide * (1 + 1e-6 * rng.standard_normal(size))).astype(np.float32)
+    if size > 10:
+        for lo in rng.integers(0, size, 4):  # runs of dead entries, and of equal ones (0 difference)
+            hi = lo + int(rng.integers(1, 1500))
+            wide[lo:hi] = narrow[lo:hi] = 0.0
+        lo = int(rng.integers(0, size))
+        wide[lo : lo + 300] = narrow[lo : lo + 300]
+    every = [1e-3, 0.0, 0.0, math.nan, 1e-3, 0.0][seed]
+    if seed == 1 and size > 10:  # NaN and infinities in the float32 run
+        narrow[size // 3] = np.nan
+        narrow[size // 2] = np.inf
+        narrow[-1] = -np.inf
+    if seed == 2:  # subnormal wide entries: their permits underflow to 0, the ratios infinite
+        wide[:] = 1e-320
+        narrow[: size // 2] = 0.0
+    if seed == 5 and size > 10:  # a float32 overflow of the float64 difference's ratio
+        wide[size // 4] = 1e300
+    value, again = narrow, wide
+    twice = 2.0 if seed == 4 else None
+    with np.errstate(invalid="ignore", over="ignore"):  # 1e300 squared; a mean of two largest floats
+        bound = terms.bound(wide, every, "float32") * (twice or 1.0)
+        signed = np.asarray(value, np.float64) - again
+        old = terms.median_ratio(np.nan_to_num(signed, nan=0.0, posinf=0.0, neginf=0.0), bound, wide)
+        new = ratios.blocked(value, again, wide, every, "float32", twice)
+    assert size == 0 or ratios.blockwise(wide)
+    assert repr(new) == repr(old)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_float32_run_check_stops_at_a_block_with_the_old_answer(seed, monkeypatch):
+    """``ran_in_float32`` a block at a time (issue 38, change T4: each test stopped at the first block
+    that says no, the nonzero entries counted only where a test said yes): the old formula's answer
+    (every parameter's nonzero entries counted first, each test over whole arrays) on parameters of
+    several blocks whose difference is in a later block only, all zero, with fewer nonzero float32
+    numbers than ``FLOAT32_EXACT_ENTRIES``, NaN, and not C-ordered."""
+    from crosscheck._workloads.model import rounding
+
+    monkeypatch.setattr(rounding, "SAME_BLOCK", 7)
+    rng = np.random.default_rng(seed)
+    shapes = [(50,), (6, 9), (), (3,)]
+    narrow = {k: rng.standard_normal(s).astype(np.float32) for k, s in zip("abcd", shapes, strict=True)}
+    if seed % 4 == 1:  # few nonzero entries
+        narrow = {k: np.asarray(v * (rng.random(v.shape) < 0.05)) for k, v in narrow.items()}
+    if seed % 4 == 2:
+        narrow = {k: np.zeros_like(v) for k, v in narrow.items()}
+    wide = {k: v.astype(np.float64) for k, v in narrow.items()}
+    if seed % 5 == 1:  # a float64 number late in one block of the first tensor
+        wide["a"][int(rng.integers(20, 50))] += 1e-12
+    if seed % 5 == 2:  # a float32 number that is not the float32 run's, late in a tensor
+        wide["b"][5, int(rng.integers(0, 9))] = 0.5
+    if seed % 5 == 3:
+        wide["c"][()] = np.nan
+    if seed % 7 == 0:  # not C-ordered
+        wide["b"], narrow["b"] = np.asfortranarray(wide["b"]), np.asfortranarray(narrow["b"])
+    nonzero = sum(int(np.count_nonzero(w)) for w in wide.values())
+    with np.errstate(invalid="ignore"):
+        same = all(np.array_equal(w, narrow[k].astype(np.float64)) for k, w in wide.items())
+        numbers = all(np.array_equal(w.astype(np.float32).astype(np.float64), w) for w in wide.values())
+    old = nonzero > 0 and (same or (numbers and nonzero >= rounding.FLOAT32_EXACT_ENTRIES))
+    assert rounding.ran_in_float32(wide, narrow) is old
