@@ -32,8 +32,9 @@ said as such (``limits``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -86,20 +87,87 @@ class Excess:
         )
 
 
+class Narrowed(Mapping[str, np.ndarray]):
+    """Signed differences kept in float32 (4 bytes a parameter, not 8: issue 38), each parameter's scaled
+    by a power of two, ``2**-e`` with ``e`` its largest entry's exponent, so that its entries are at
+    most 1 in magnitude and none but those below ``2**-126`` of the largest leaves float32's normal
+    range. Read back in float64 (``self[k]``, a new array; ``made``, a block at a time): each entry is
+    its float64 difference rounded once to float32's 24 significant bits, the scaling exact both ways.
+
+    Sound for what a difference is used for: one sample of a side's rounding, whose magnitude plus its
+    RMS (taken from the float64 difference) times ``terms.SAFETY`` is a per-entry term, and which
+    screening projects on its directions; rounding it at float32's unit roundoff (6e-8 relative) moves
+    those numbers in their eighth significant digit, and an entry lost below ``2**-126`` of the
+    largest is nothing beside the RMS (at least ``2**-15`` of the largest for a parameter of a
+    billion entries)."""
+
+    def __init__(self) -> None:
+        self.stored: dict[str, np.ndarray] = {}
+        self.exponent: dict[str, int] = {}
+
+    def keep(self, k: str, signed: np.ndarray, *, capped: bool = False) -> None:
+        """Keep ``signed`` (a finite float64 array) as ``k``'s difference, narrowed; ``signed`` is not
+        changed. ``capped``: clipped to the permit, rounded toward zero (read back, never beyond it)."""
+        largest = max(float(np.max(signed, initial=0.0)), -float(np.min(signed, initial=0.0)))
+        e = math.frexp(largest)[1] if largest > 0 else 0
+        out = np.empty(np.shape(signed), np.float32)
+        _power(signed, -e, out)
+        self.stored[k], self.exponent[k] = out, e
+        if capped:  # rare (a parameter beyond the permit): a whole temporary is fine
+            over = np.abs(self[k]) > np.abs(signed)
+            out[over] = np.nextafter(out[over], np.float32(0.0))
+
+    def widen(self, k: str, part: np.ndarray) -> np.ndarray:
+        """``part`` of ``k``'s stored array (a block of it, or all) back in float64: a new array."""
+        out = np.empty(np.shape(part), np.float64)
+        _power(part, self.exponent[k], out)
+        return out
+
+    def order(self, keys: Iterable[str]) -> None:
+        """Its parameters in the order of ``keys`` (what iterating it gives)."""
+        self.stored = {k: self.stored[k] for k in keys}
+        self.exponent = {k: self.exponent[k] for k in keys}
+
+    def made(self, k: str) -> Made:
+        """``k``'s difference in float64 made a block at a time where it is read (``Made``)."""
+        return Made(self.stored[k], functools.partial(self.widen, k))
+
+    def __getitem__(self, k: str) -> np.ndarray:
+        return self.widen(k, self.stored[k])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.stored)
+
+    def __len__(self) -> int:
+        return len(self.stored)
+
+
+def _power(x: np.ndarray, e: int, out: np.ndarray) -> None:
+    """``out = x * 2**e``, rounded once to ``out``'s dtype (the product is exact in float64)."""
+    if -1000 < e < 1000:
+        np.multiply(x, math.ldexp(1.0, e), out=out, dtype=np.float64, casting="same_kind")
+    else:  # 2**e itself beyond float64's range: scaled entry by entry
+        np.copyto(out, np.ldexp(np.asarray(x, np.float64), e), casting="same_kind")
+
+
 class Measured(Mapping[str, np.ndarray]):
     """A measured ``term`` per parameter, made when read and never kept: ``terms.measured`` of
     ``|delta|`` and its RMS ``spread`` (taken once, when measured). Only the signed difference is kept,
-    8 bytes a parameter, not the term beside it."""
+    in float32 (``Narrowed``: 4 bytes a parameter), not the term beside it."""
 
     def __init__(self, delta: Mapping[str, np.ndarray], spread: Mapping[str, float]):
         self.delta, self.spread = delta, spread
 
     def __getitem__(self, k: str) -> np.ndarray:
-        return terms.measured(np.abs(self.delta[k]), self.spread[k], own=True)  # made in |delta|'s array
+        return terms.measured(_magnitude(self.delta[k]), self.spread[k], own=True)  # made in its array
 
     def made(self, k: str) -> Made | np.ndarray:
         """``k``'s term made a block at a time where it is read (``Made``), the numbers of ``self[k]``."""
-        delta, spread = self.delta[k], self.spread[k]
+        spread = self.spread[k]
+        if isinstance(self.delta, Narrowed):
+            inner = self.delta.made(k)
+            return Made(inner.source, lambda d: terms.measured(_magnitude(inner.make(d)), spread, own=True))
+        delta = self.delta[k]
         if not isinstance(delta, np.ndarray):
             return self[k]
         return Made(delta, lambda d: terms.measured(np.abs(d), spread, own=True))
@@ -136,9 +204,17 @@ class Divided(Mapping[str, np.ndarray]):
 
 
 def made(arrays: Mapping[str, Any], k: str) -> Any:
-    """``arrays[k]``, or where ``arrays`` makes it when read (``Measured``, ``Divided``), its ``Made``:
-    the same numbers, made a block at a time by the comparison that reads them (issue 38)."""
-    return arrays.made(k) if isinstance(arrays, (Measured, Divided)) else arrays[k]
+    """``arrays[k]``, or where ``arrays`` makes it when read (``Measured``, ``Divided``, ``Narrowed``), its
+    ``Made``: the same numbers, made a block at a time by the comparison that reads them (issue 38)."""
+    return arrays.made(k) if isinstance(arrays, (Measured, Divided, Narrowed)) else arrays[k]
+
+
+def _magnitude(delta: np.ndarray) -> np.ndarray:
+    """``|delta|``, in ``delta``'s own array where it is a float64 one made for the caller (a
+    ``Narrowed`` difference read back), else a new array."""
+    if isinstance(delta, np.ndarray) and delta.dtype == np.float64 and delta.flags.owndata:
+        return np.abs(delta, out=delta)
+    return np.abs(delta)
 
 
 class Bound:
@@ -160,9 +236,9 @@ class Bound:
 @dataclasses.dataclass(frozen=True)
 class Rounding:
     """A candidate's rounding: ``term`` per entry (the tolerance's ``rounding``), ``delta`` the signed
-    measured difference (None when not measured), ``how`` it was obtained, ``honest`` False when its
-    float64 run did not compute in float64. Measured, ``term`` is made from ``delta`` when read
-    (``Measured``): read it once per use."""
+    measured difference (kept in float32, read in float64: ``Narrowed``; None when not measured),
+    ``how`` it was obtained, ``honest`` False when its float64 run did not compute in float64.
+    Measured, ``term`` is made from ``delta`` when read (``Measured``): read it once per use."""
 
     term: Mapping[str, np.ndarray]
     delta: Mapping[str, np.ndarray] | None
@@ -240,10 +316,12 @@ def measure(
     so that ``|g32 - g64|`` is the difference of two float32 roundings, each permitted its bound; a
     callable is asked only where it matters: a float32 case with a parameter beyond the permit.
     ``consume``: ``again``'s arrays are the caller's to overwrite (the engine's private copies of a
-    re-run, read by no one after): a float32 case's signed difference is made in its float64 arrays.
+    re-run, read by no one after): a float32 case's signed difference is made in its float64 arrays,
+    and each entry of ``again`` is dropped (None) once its difference is kept (``Narrowed``).
 
-    Two passes a parameter at a time (issue 38): the ratios to the permit first (a tensor's temporaries
-    at a time), then the differences kept, so that no difference is kept beside the whole re-run."""
+    A parameter at a time, the largest last (issue 38): its ratio to the permit (a tensor's temporaries
+    at a time), then its difference kept in float32 and, with ``consume``, its re-run's array dropped;
+    a parameter beyond the permit is kept whole until the probe has said whether ``steps``."""
     other = OTHER_DTYPE[dtype]
     if not usable(again, shapes, other) or not all(
         k in value and np.shape(value[k]) == s for k, s in shapes.items()
@@ -264,21 +342,55 @@ def measure(
     every = shared_scale(wide, shapes)
     probe = steps if callable(steps) else None
     steps = bool(steps) and probe is None and dtype == "float32"
-    ratios, excess = _ratios(value, again, wide, shapes, every, dtype, steps)
-    if probe is not None and dtype == "float32" and excess and probe():
+    delta, spread = Narrowed(), {}
+    keep = functools.partial(_keep, delta, spread, value, again, dtype, consume)
+    ratios, beyond = {}, {}
+    # A parameter at a time, the largest last: one within the permit is kept at once (its re-run's array
+    # dropped, ``consume``), so the largest's temporaries come when the others' arrays are gone.
+    for k in sorted(shapes, key=lambda k: np.size(wide[k])):
+        ratio, found = _ratios(value, again, wide, {k: shapes[k]}, every, dtype, steps)
+        ratios[k] = ratio[k]
+        if found:  # beyond the permit (rare): kept whole until ``steps`` is known
+            beyond[k] = found[0]
+        else:
+            keep(k, None)
+    pending = [k for k in shapes if k in beyond]
+    if probe is not None and dtype == "float32" and beyond and probe():
         steps = True
-        ratios, excess = _ratios(value, again, wide, shapes, every, dtype, steps)
-    capped = {e.parameter for e in excess}
-    own = consume and dtype == "float32"
-    delta, spread, used = {}, {}, 0.0
-    for k in shapes:  # one parameter at a time, each difference made where its re-run was (``own``)
-        bound = _bound(wide[k], every, dtype, steps) if k in capped else None
-        delta[k] = _signed(value[k], again[k], bound, dtype, own=own)
-        spread[k] = terms.rms(delta[k])  # the RMS of |delta|: the term's spread, made when read
-        used = max(used, ratios[k])
-    how, excess = _measured_how(name, dtype, steps, excess)
-    term = Measured(delta, spread)
+        # The permit doubled (``TWO_ROUNDINGS``): a ratio within it, halved, is the ratio made anew (the
+        # permit and each ratio scaled exactly by a power of two); one beyond it is made anew.
+        ratios = {k: r if k in beyond else r / TWO_ROUNDINGS for k, r in ratios.items()}
+        anew, found = _ratios(value, again, wide, {k: shapes[k] for k in pending}, every, dtype, steps)
+        ratios.update(anew)
+        beyond = {e.parameter: e for e in found}
+    for k in pending:  # a parameter still beyond the permit: its difference capped there
+        keep(k, _bound(wide[k], every, dtype, steps) if k in beyond else None)
+    delta.order(shapes)
+    how, excess = _measured_how(name, dtype, steps, [beyond[k] for k in shapes if k in beyond])
+    used = max((ratios[k] for k in shapes), default=0.0)
+    term = Measured(delta, {k: spread[k] for k in shapes})
     return Rounding(term, delta, how, excess=tuple(excess), used=used, limits=lost, wide_only=wide_only)
+
+
+def _keep(
+    delta: Narrowed,
+    spread: dict[str, float],
+    value: dict,
+    again: dict,
+    dtype: str,
+    consume: bool,
+    k: str,
+    bound: np.ndarray | None,
+) -> None:
+    """``k``'s signed difference (``_signed``, clipped to ``bound``) kept in float32 (``Narrowed``), its
+    RMS in float64 (the term's spread); with ``consume``, made in ``again``'s float64 array (a float32
+    case) and that array dropped from ``again`` (issue 38)."""
+    signed = _signed(value[k], again[k], bound, dtype, own=consume and dtype == "float32")
+    spread[k] = terms.rms(signed)
+    delta.keep(k, signed, capped=bound is not None)
+    del signed
+    if consume:  # the re-run's array goes now, not with the whole re-run
+        again[k] = None
 
 
 def _bound(wide: np.ndarray, every: float, dtype: str, steps: bool) -> np.ndarray:
