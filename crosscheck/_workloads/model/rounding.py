@@ -342,7 +342,7 @@ def measure(
     every = shared_scale(wide, shapes)
     probe = steps if callable(steps) else None
     steps = bool(steps) and probe is None and dtype == "float32"
-    delta, spread = Narrowed(), {}
+    delta, spread = Narrowed(), dict[str, float]()
     keep = functools.partial(_keep, delta, spread, value, again, dtype, consume)
     ratios, beyond = {}, {}
     # A parameter at a time, the largest last: one within the permit is kept at once (its re-run's array
