@@ -228,21 +228,30 @@ class Fresh:
                 del self._made[key]
 
 
+class Once(dict):
+    """Arrays made for one call (``Caller.cast(once=True)``), emptied by the call they are handed to when
+    it returns, before its result is converted: the caller keeps the dict, not its arrays (Python keeps
+    a call's arguments until it returns, whatever the callee drops)."""
+
+
 def walk_arrays(
     args: list[Any], kwargs: dict[str, Any], fn: Callable[[np.ndarray, str], np.ndarray]
 ) -> tuple[list[Any], dict[str, Any]]:
     """``args`` and ``kwargs`` with ``fn(array, name)`` in place of each array (at the top or a dict's
     value), in one fixed order: the parent and a worker name the same arrays alike."""
+    new_args = [_each(a, f"argument {i + 1}", fn) for i, a in enumerate(args)]
+    return new_args, {k: _each(v, k, fn) for k, v in kwargs.items()}
 
-    def each(value: Any, name: str) -> Any:
-        if isinstance(value, np.ndarray):
-            return fn(value, name)
-        if isinstance(value, dict) and any(isinstance(v, np.ndarray) for v in value.values()):
-            return {k: each(v, str(k)) for k, v in value.items()}
-        return value
 
-    new_args = [each(a, f"argument {i + 1}") for i, a in enumerate(args)]
-    return new_args, {k: each(v, k) for k, v in kwargs.items()}
+def _each(value: Any, name: str, fn: Callable[[np.ndarray, str], np.ndarray]) -> Any:
+    """``walk_arrays`` of one argument. A function of the module, not a closure that calls itself: that
+    was a reference cycle holding ``fn``, and the private copies it keeps, past the guarded call until
+    the garbage collector ran (issue 38)."""
+    if isinstance(value, np.ndarray):
+        return fn(value, name)
+    if isinstance(value, dict) and any(isinstance(v, np.ndarray) for v in value.values()):
+        return {k: _each(v, str(k), fn) for k, v in value.items()}
+    return value
 
 
 def unique(name: str, taken: Mapping[str, Any]) -> str:

@@ -19,6 +19,7 @@ import numpy as np
 from crosscheck._compare.compare import Comparison
 from crosscheck._engine.call import (
     Fresh,
+    Once,
     Outcome,
     guarded,
     hand,
@@ -69,6 +70,9 @@ class Caller:
 
     def __call__(self, fn: Any, *args: Any, convert: str | None = None, **kwargs: Any) -> Outcome:
         out = self._guarded(fn, args, kwargs)  # what it handed is freed with its frame
+        for given in (*args, *kwargs.values()):
+            if isinstance(given, Once):  # made for this call only: its arrays go before the conversion
+                given.clear()
         notes = dict(out.notes)
         if "wrote" in notes:
             owner = fn.backend if isinstance(fn, RemoteMethod) else getattr(fn, "__self__", None)
@@ -92,12 +96,19 @@ class Caller:
             call, (), inputs=handed, pristine=pristine, timeout=self.timeout, interrupts=self.interrupts
         )
 
-    def cast(self, arrays: Mapping[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
+    def cast(
+        self, arrays: Mapping[str, np.ndarray], dtype: str, *, once: bool = False
+    ) -> dict[str, np.ndarray]:
         """Fresh arrays for one call: ``arrays`` (the point's) with every float in ``dtype`` (as
         ``as_dtype``). The next call they are passed to gets them without a second copy (the caller
         drops them after it; a later call copies them), and a backend that writes to one is caught:
-        after the call each is compared with its source cast the same way, a block at a time."""
-        return self._fresh.make(arrays, dtype)
+        after the call each is compared with its source cast the same way, a block at a time.
+        ``once``: the dict is emptied by the call it is handed to, when the call returns and before its
+        result is converted (``Once``): the arrays are freed then, where the caller holds no other
+        reference to them (issue 38: a float64 re-run's parameters were held beside the float64 copy
+        of its gradient, 8 bytes a parameter each)."""
+        made = self._fresh.make(arrays, dtype)
+        return Once(made) if once else made
 
     @staticmethod
     def failure(error: str) -> Outcome:

@@ -80,9 +80,12 @@ class Call(Protocol):
     def failure(self, error: str) -> Any:
         """An outcome that failed with ``error`` before any call."""
 
-    def cast(self, arrays: Mapping[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
+    def cast(
+        self, arrays: Mapping[str, np.ndarray], dtype: str, *, once: bool = False
+    ) -> dict[str, np.ndarray]:
         """Fresh arrays for one call (``arrays`` with every float in ``dtype``): the next call handed them
-        gets them without a second copy, and is checked against ``arrays`` cast the same way."""
+        gets them without a second copy, and is checked against ``arrays`` cast the same way; ``once``:
+        that call empties the dict when it returns, before its result is converted."""
 
 
 @dataclasses.dataclass

@@ -81,3 +81,64 @@ def test_a_backend_that_writes_to_its_inputs_only_in_the_re_run_fails_the_run():
     failed = report.backends["writes_in_float64"]
     assert failed.status == "failed"
     assert failed.error == "modified its inputs (`w`); backends must not write to them"
+
+
+class _Late:
+    """A result whose conversion (``to_array``) records which of ``refs`` (the handed arrays) still live."""
+
+    def __init__(self, value: np.ndarray, refs: list, alive: list) -> None:
+        self.value, self.refs, self.alive = value, refs, alive
+
+    def __array__(self, dtype=None, copy=None):
+        self.alive.append([r() is not None for r in self.refs])
+        return self.value
+
+
+def _recording(alive: list):
+    import weakref
+
+    def grad(params):
+        refs = [weakref.ref(v) for v in params.values() if isinstance(v, np.ndarray)]
+        return {"w": _Late(np.ones((4, 4)), refs, alive)}
+
+    return grad
+
+
+def test_arrays_cast_once_are_gone_before_the_result_is_converted():
+    """``Caller.cast(once=True)`` (issue 38): the call empties the dict when it returns, so its arrays are
+    freed before the result is copied out (a float64 re-run's parameters beside its float64 gradient);
+    the result is converted as before. Without ``once`` the caller keeps them (a later call copies)."""
+    import gc
+
+    point = _point()
+    call = Caller(point)
+    alive: list = []
+    gc.disable()  # freed when the call returns, not when the collector runs
+    try:
+        fresh = call.cast(point, "float64", once=True)
+        out = call(_recording(alive), fresh, convert="arrays")
+        kept = call.cast(point, "float64")
+        call(_recording(alive), kept, convert="arrays")
+    finally:
+        gc.enable()
+    assert out.ok and np.array_equal(out.value["w"], np.ones((4, 4))), out.error
+    assert fresh == {} and alive[0] == [False, False]
+    assert alive[1] == [True, True] and kept["w"].dtype == np.float64  # not once: the caller's to keep
+
+
+def test_a_guarded_calls_private_copies_go_when_it_returns():
+    """The copies a guarded call hands a backend are freed when it returns, not when the garbage
+    collector runs (issue 38: ``walk_arrays`` called itself through a closure, a reference cycle that
+    held them; a float32 model's worth of copies past each call)."""
+    import gc
+
+    point = _point()
+    call = Caller(point)
+    alive: list = []
+    gc.disable()
+    try:
+        out = call(_recording(alive), point, convert="arrays")
+    finally:
+        gc.enable()
+    assert out.ok, out.error
+    assert alive == [[False, False]]

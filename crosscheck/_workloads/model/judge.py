@@ -302,8 +302,13 @@ class GenericJudge:
     def rounding(self, backend: Any, value: dict[str, np.ndarray], name: str, call: Call) -> Rounding:
         """The ``rounding`` term of every parameter, and how it was obtained (``rounding.measure``)."""
         other = OTHER_DTYPE[self.dtype]
-        params, inputs = call.cast(self.point.params, other), call.cast(self.point.inputs, other)
-        again = self._grad(backend, call, params, inputs).value
+        # the re-run's arrays go when its call returns, before its gradient is copied out of the backend
+        # (``once``; issue 38: the float64 parameters were held beside the float64 gradient)
+        params, inputs = (
+            call.cast(self.point.params, other, once=True),
+            call.cast(self.point.inputs, other, once=True),
+        )
+        again = call(backend.grad, params, inputs, convert="arrays").value
         del params, inputs
         # |g32 - g64| is two float32 roundings, not the float32 run's alone, where the float64 loss
         # keeps float32 steps (probed lazily: only for a parameter beyond the permit); the re-run's

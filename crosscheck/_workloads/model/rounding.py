@@ -32,16 +32,22 @@ said as such (``limits``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
 
 import numpy as np
 
 from crosscheck._compare import terms, whole
 from crosscheck._compare.constants import OTHER_DTYPE, UNIT_ROUNDOFF
 from crosscheck._compare.dtypes import is_low, unit_roundoff
-from crosscheck._compare.record import Made
+from crosscheck._workloads.model.measured import (  # noqa: F401  (Bound, Divided, made: re-exported)
+    Bound,
+    Divided,
+    Measured,
+    Narrowed,
+    made,
+)
 from crosscheck._workloads.model.ratios import blocked, blockwise
 
 #: Without a usable re-run in the other precision: this many unit roundoffs of |gradient| + its RMS.
@@ -87,83 +93,12 @@ class Excess:
         )
 
 
-class Measured(Mapping[str, np.ndarray]):
-    """A measured ``term`` per parameter, made when read and never kept: ``terms.measured`` of
-    ``|delta|`` and its RMS ``spread`` (taken once, when measured). Only the signed difference is kept,
-    8 bytes a parameter, not the term beside it."""
-
-    def __init__(self, delta: Mapping[str, np.ndarray], spread: Mapping[str, float]):
-        self.delta, self.spread = delta, spread
-
-    def __getitem__(self, k: str) -> np.ndarray:
-        return terms.measured(np.abs(self.delta[k]), self.spread[k], own=True)  # made in |delta|'s array
-
-    def made(self, k: str) -> Made | np.ndarray:
-        """``k``'s term made a block at a time where it is read (``Made``), the numbers of ``self[k]``."""
-        delta, spread = self.delta[k], self.spread[k]
-        if not isinstance(delta, np.ndarray):
-            return self[k]
-        return Made(delta, lambda d: terms.measured(np.abs(d), spread, own=True))
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.delta)
-
-    def __len__(self) -> int:
-        return len(self.delta)
-
-
-class Divided(Mapping[str, np.ndarray]):
-    """Each of ``arrays`` over ``divide``, made when read and never kept (a float64 case whose float64 run
-    keeps float32 steps: its measured rounding unscaled, ``judge.rounding``)."""
-
-    def __init__(self, arrays: Mapping[str, np.ndarray], divide: float):
-        self.arrays, self.divide = arrays, divide
-
-    def __getitem__(self, k: str) -> np.ndarray:
-        return self.arrays[k] / self.divide
-
-    def made(self, k: str) -> Made | np.ndarray:
-        """``k``'s array over ``divide`` made a block at a time where its array is (``made``)."""
-        inner, divide = made(self.arrays, k), self.divide
-        if not isinstance(inner, Made):
-            return self[k]
-        return Made(inner.source, lambda d: inner.make(d) / divide)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.arrays)
-
-    def __len__(self) -> int:
-        return len(self.arrays)
-
-
-def made(arrays: Mapping[str, Any], k: str) -> Any:
-    """``arrays[k]``, or where ``arrays`` makes it when read (``Measured``, ``Divided``), its ``Made``:
-    the same numbers, made a block at a time by the comparison that reads them (issue 38)."""
-    return arrays.made(k) if isinstance(arrays, (Measured, Divided)) else arrays[k]
-
-
-class Bound:
-    """``term[key] + floor``, one parameter's bound on what a repeated call may differ by (a comparison's
-    ``arrays["rounding"]``, read by the engine's repeat check), made when read (``np.asarray``) and never
-    kept: it holds only ``term`` (itself made when read, ``Measured``) and the floor (a scalar, or the
-    per-entry array the comparison made), not an array of the parameter's size per comparison."""
-
-    __slots__ = ("floor", "key", "term")
-
-    def __init__(self, term: Mapping[str, np.ndarray], key: str, floor: np.ndarray):
-        self.term, self.key, self.floor = term, key, floor
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        out = np.asarray(self.term[self.key] + self.floor)  # an array of its own each read
-        return out if dtype is None else out.astype(dtype, copy=False)
-
-
 @dataclasses.dataclass(frozen=True)
 class Rounding:
     """A candidate's rounding: ``term`` per entry (the tolerance's ``rounding``), ``delta`` the signed
-    measured difference (None when not measured), ``how`` it was obtained, ``honest`` False when its
-    float64 run did not compute in float64. Measured, ``term`` is made from ``delta`` when read
-    (``Measured``): read it once per use."""
+    measured difference (kept in float32, read in float64: ``Narrowed``; None when not measured),
+    ``how`` it was obtained, ``honest`` False when its float64 run did not compute in float64.
+    Measured, ``term`` is made from ``delta`` when read (``Measured``): read it once per use."""
 
     term: Mapping[str, np.ndarray]
     delta: Mapping[str, np.ndarray] | None
@@ -268,10 +203,12 @@ def measure(
     so that ``|g32 - g64|`` is the difference of two float32 roundings, each permitted its bound; a
     callable is asked only where it matters: a float32 case with a parameter beyond the permit.
     ``consume``: ``again``'s arrays are the caller's to overwrite (the engine's private copies of a
-    re-run, read by no one after): a float32 case's signed difference is made in its float64 arrays.
+    re-run, read by no one after): a float32 case's signed difference is made in its float64 arrays,
+    and each entry of ``again`` is dropped (None) once its difference is kept (``Narrowed``).
 
-    Two passes a parameter at a time (issue 38): the ratios to the permit first (a tensor's temporaries
-    at a time), then the differences kept, so that no difference is kept beside the whole re-run."""
+    A parameter at a time, the largest last (issue 38): its ratio to the permit (a tensor's temporaries
+    at a time), then its difference kept in float32 and, with ``consume``, its re-run's array dropped;
+    a parameter beyond the permit is kept whole until the probe has said whether ``steps``."""
     other = OTHER_DTYPE[dtype]
     if not usable(again, shapes, other) or not all(
         k in value and np.shape(value[k]) == s for k, s in shapes.items()
@@ -292,21 +229,55 @@ def measure(
     every = shared_scale(wide, shapes)
     probe = steps if callable(steps) else None
     steps = bool(steps) and probe is None and dtype == "float32"
-    ratios, excess = _ratios(value, again, wide, shapes, every, dtype, steps)
-    if probe is not None and dtype == "float32" and excess and probe():
+    delta, spread = Narrowed(), dict[str, float]()
+    keep = functools.partial(_keep, delta, spread, value, again, dtype, consume)
+    ratios, beyond = {}, {}
+    # A parameter at a time, the largest last: one within the permit is kept at once (its re-run's array
+    # dropped, ``consume``), so the largest's temporaries come when the others' arrays are gone.
+    for k in sorted(shapes, key=lambda k: np.size(wide[k])):
+        ratio, found = _ratios(value, again, wide, {k: shapes[k]}, every, dtype, steps)
+        ratios[k] = ratio[k]
+        if found:  # beyond the permit (rare): kept whole until ``steps`` is known
+            beyond[k] = found[0]
+        else:
+            keep(k, None)
+    pending = [k for k in shapes if k in beyond]
+    if probe is not None and dtype == "float32" and beyond and probe():
         steps = True
-        ratios, excess = _ratios(value, again, wide, shapes, every, dtype, steps)
-    capped = {e.parameter for e in excess}
-    own = consume and dtype == "float32"
-    delta, spread, used = {}, {}, 0.0
-    for k in shapes:  # one parameter at a time, each difference made where its re-run was (``own``)
-        bound = _bound(wide[k], every, dtype, steps) if k in capped else None
-        delta[k] = _signed(value[k], again[k], bound, dtype, own=own)
-        spread[k] = terms.rms(delta[k])  # the RMS of |delta|: the term's spread, made when read
-        used = max(used, ratios[k])
-    how, excess = _measured_how(name, dtype, steps, excess)
-    term = Measured(delta, spread)
+        # The permit doubled (``TWO_ROUNDINGS``): a ratio within it, halved, is the ratio made anew (the
+        # permit and each ratio scaled exactly by a power of two); one beyond it is made anew.
+        ratios = {k: r if k in beyond else r / TWO_ROUNDINGS for k, r in ratios.items()}
+        anew, found = _ratios(value, again, wide, {k: shapes[k] for k in pending}, every, dtype, steps)
+        ratios.update(anew)
+        beyond = {e.parameter: e for e in found}
+    for k in pending:  # a parameter still beyond the permit: its difference capped there
+        keep(k, _bound(wide[k], every, dtype, steps) if k in beyond else None)
+    delta.order(shapes)
+    how, excess = _measured_how(name, dtype, steps, [beyond[k] for k in shapes if k in beyond])
+    used = max((ratios[k] for k in shapes), default=0.0)
+    term = Measured(delta, {k: spread[k] for k in shapes})
     return Rounding(term, delta, how, excess=tuple(excess), used=used, limits=lost, wide_only=wide_only)
+
+
+def _keep(
+    delta: Narrowed,
+    spread: dict[str, float],
+    value: dict,
+    again: dict,
+    dtype: str,
+    consume: bool,
+    k: str,
+    bound: np.ndarray | None,
+) -> None:
+    """``k``'s signed difference (``_signed``, clipped to ``bound``) kept in float32 (``Narrowed``), its
+    RMS in float64 (the term's spread); with ``consume``, made in ``again``'s float64 array (a float32
+    case) and that array dropped from ``again`` (issue 38)."""
+    signed = _signed(value[k], again[k], bound, dtype, own=consume and dtype == "float32")
+    spread[k] = terms.rms(signed)
+    delta.keep(k, signed, capped=bound is not None)
+    del signed
+    if consume:  # the re-run's array goes now, not with the whole re-run
+        again[k] = None
 
 
 def _bound(wide: np.ndarray, every: float, dtype: str, steps: bool) -> np.ndarray:

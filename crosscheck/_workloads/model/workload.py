@@ -31,8 +31,12 @@ from crosscheck._workloads.protocol import Options, OwnArrays, Point
 #: 16.8M parameters). The estimate, 14 and 16, covers them. It was 24 (26 and 28), then 17. Once the
 #: rounding was measured in the re-run's own arrays, its ratios a block at a time, and the comparison's
 #: terms made a block at a time: 9.1 to 9.5 (the first check of a process the most) and 14.3; 11 (13 and
-#: 15) covers them within 1.5 times.
-MEMORY_ARRAYS = 11
+#: 15) covered them within 1.5 times. Once a re-run's arrays were freed when its call returned and the
+#: measured differences kept in float32 (change 26 of ``docs/measurements/real-size.md``): 5.7 and 9.8;
+#: 3 and 4 per candidate (7 and 11) cover them within 1.5 times.
+MEMORY_ARRAYS = 3
+#: float64 copies of the arrays per candidate (its gradients, its re-run, its measured rounding).
+MEMORY_PER_CANDIDATE = 4
 
 
 class GenericWorkload(OwnArrays):
@@ -77,11 +81,11 @@ class GenericWorkload(OwnArrays):
         self, *, dtype: str, quantity: str, options: Options, candidates: Sequence[Any]
     ) -> dict[str, int]:
         """Bytes a case needs, by part: ``MEMORY_ARRAYS`` float64 copies of every parameter and input, and
-        two more per candidate (the arrays, each side's gradients and re-run, the oracle's, the
-        tolerance's terms): what a check was measured to add at its peak, rounded up."""
+        ``MEMORY_PER_CANDIDATE`` more per candidate (the arrays, each side's gradients and re-run, the
+        oracle's, the tolerance's terms): what a check was measured to add at its peak, rounded up."""
         sizes = [*self.workload.parameters.values(), *self.workload.inputs.values()]
         entries = sum(math.prod(shape) for shape in sizes)
-        return {"arrays": 8 * entries * (MEMORY_ARRAYS + 2 * len(candidates))}
+        return {"arrays": 8 * entries * (MEMORY_ARRAYS + MEMORY_PER_CANDIDATE * len(candidates))}
 
     def point(self, *, dtype: str, seed: int) -> Point:
         params, inputs = self.workload.make(seed=seed, dtype=dtype)
