@@ -328,6 +328,7 @@ class Sampler:
         import psutil
 
         self.process, self.every, self.limit = psutil.Process(), every, limit
+        self.lock = threading.Lock()
         self.peak = self.now()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
@@ -338,15 +339,32 @@ class Sampler:
 
     def _loop(self) -> None:
         while not self.stop.wait(self.every):
-            self.peak = max(self.peak, self.now())
-            if self.limit is not None and self.peak > self.limit:  # the machine is shared: stop here
-                print(f"stopped: resident memory {gb(self.peak)} passed --max-gb", flush=True)
+            now = self.now()
+            with self.lock:  # never a stage's peak written over with one read before it was set
+                self.peak = peak = max(self.peak, now)
+            if self.limit is not None and peak > self.limit:  # the machine is shared: stop here
+                print(f"stopped: resident memory {gb(peak)} passed --max-gb", flush=True)
                 os._exit(3)
 
     def reset(self) -> int:
         """The current RSS, and the peak from now on starts there."""
-        self.peak = self.now()
-        return self.peak
+        return self.swap(self.now())
+
+    def swap(self, peak: int) -> int:
+        """The peak so far, and ``peak`` the peak from now on, in one step (the sampling thread
+        neither loses a sample between them nor writes back a peak read before)."""
+        with self.lock:
+            old, self.peak = self.peak, peak
+        return old
+
+    def rise_to(self, floor: int) -> int:
+        """The peak since the last ``swap`` (the current RSS counted), and the peak from now on at
+        least ``floor`` (an enclosing stage's peak so far), in one step."""
+        now = self.now()
+        with self.lock:
+            peak = max(self.peak, now)
+            self.peak = max(floor, peak)
+        return peak
 
 
 class Stages:
@@ -359,8 +377,7 @@ class Stages:
     @contextmanager
     def stage(self, name: str):
         before = self.sampler.now()
-        outer_peak = self.sampler.peak
-        self.sampler.reset()
+        outer_peak = self.sampler.swap(before)
         start, cpu = time.perf_counter(), time.process_time()
         self.rows.setdefault(
             name, {"depth": self.depth, "calls": 0, "seconds": 0.0, "cpu": 0.0, "before": before, "peak": 0}
@@ -371,8 +388,8 @@ class Stages:
         finally:
             self.depth -= 1
             seconds = time.perf_counter() - start
-            peak, after = max(self.sampler.peak, self.sampler.now()), self.sampler.now()
-            self.sampler.peak = max(outer_peak, peak)
+            peak = self.sampler.rise_to(outer_peak)  # the enclosing stage keeps this one's peak
+            after = self.sampler.now()
             row = self.rows[name]
             row["calls"] += 1
             row["seconds"] += seconds
