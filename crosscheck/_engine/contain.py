@@ -26,7 +26,7 @@ from typing import Any
 
 from crosscheck._engine.contain_worker import BOOT
 from crosscheck._engine.isolate import CLOSE_SECONDS, POSIX, death, spawn
-from crosscheck._engine.isolate_worker import decode, encode
+from crosscheck._engine.isolate_worker import receive, send
 from crosscheck._errors import DetailedError, one_line
 from crosscheck._report.environment import environment
 from crosscheck._report.report import Report
@@ -78,7 +78,7 @@ def contained(
     watch.announce = announce
     reply: dict[str, Any] | None = None
     try:
-        conn.send_bytes(encode({"job": job, "request": request, "timeout": timeout}))
+        send(conn, {"job": job, "request": request, "timeout": timeout})
         reply = watch.result()
     finally:
         # A reply (a report or a refusal) is the worker's last word, its output flushed before it
@@ -143,7 +143,7 @@ class _Watch:
                     f"its worker process said nothing for {wait:g} s (a hang holding the GIL, past the "
                     f"timeout of {self.timeout:g} s)"
                 )
-            message: dict[str, Any] = decode(self.conn.recv_bytes())
+            message: dict[str, Any] = receive(self.conn)
             self.started = True
             return message
         except (EOFError, OSError):

@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from crosscheck._engine.isolate_worker import _die_with_parent, decode, encode
+from crosscheck._engine.isolate_worker import _die_with_parent, receive
+from crosscheck._engine.isolate_worker import send as send_message
 from crosscheck._errors import RUNNING, DetailedError, describe, one_line
 from crosscheck._report.wire import to_wire
 
@@ -38,12 +39,12 @@ def main(fd: int) -> None:
 
     _die_with_parent()
     conn = Connection(fd)
-    request = decode(conn.recv_bytes())
+    request = receive(conn)
     lock = threading.Lock()
 
     def send(message: dict[str, Any]) -> None:
         with lock:
-            conn.send_bytes(encode(message))
+            send_message(conn, message)
 
     beat = Heartbeat(send, request["timeout"])
     reply = _reply(request, send)

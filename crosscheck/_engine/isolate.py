@@ -8,8 +8,9 @@ method's name and its arrays, the worker calls the backend through the same guar
 the value and the outcome. Whatever the backend does to its process (``os._exit``, a segfault, an
 abort, a hang past the timeout) is that backend's failure record; the parent stops the worker.
 
-Nothing crosses the pipe as a pickle: a message is a JSON header and the arrays as ``.npy`` data, read
-back with ``allow_pickle=False`` (a worker runs code from elsewhere; its replies are data, never code).
+Nothing crosses the pipe as a pickle: a message is a JSON header (each array's dtype, numbers only, and
+shape) and each array's bytes (``isolate_worker.send``, ``receive``; a worker runs code from elsewhere:
+its replies are data, never code).
 An object backend cannot be sent (only its spec can), so it runs in process, with a note saying so.
 """
 
@@ -28,7 +29,7 @@ from typing import Any
 
 from crosscheck._backends import ORACLE
 from crosscheck._engine.call import BackendFailure, Outcome
-from crosscheck._engine.isolate_worker import BOOT, decode, encode
+from crosscheck._engine.isolate_worker import BOOT, receive, send
 from crosscheck._errors import Interrupts, describe, reraise_user_interrupt
 from crosscheck._report.report import BackendResult
 
@@ -50,7 +51,7 @@ class Worker:
         if failed:
             self.stop(failed)
             return
-        self.conn.send_bytes(encode({"op": "load", "workload": workload, "backend": spec}))
+        send(self.conn, {"op": "load", "workload": workload, "backend": spec})
 
     def request(self, message: dict[str, Any] | None, timeout: float | None) -> dict[str, Any]:
         """Send ``message`` (None: only wait for the pending reply) and return the reply.
@@ -62,13 +63,13 @@ class Worker:
             raise BackendFailure(f"its worker process had stopped earlier: {self.stopped}")
         try:
             if message is not None:
-                self.conn.send_bytes(encode(message))
+                send(self.conn, message)
             if not self.conn.poll(timeout):
                 self.stop(
                     f"did not finish within {timeout:g} s (the timeout); its worker process was stopped"
                 )
                 raise BackendFailure(self.stopped)
-            return decode(self.conn.recv_bytes())
+            return receive(self.conn)
         except (EOFError, OSError):
             self.stop(self._death())
             raise BackendFailure(self.stopped) from None
@@ -89,7 +90,7 @@ class Worker:
         """Ask the worker to exit; kill it when it does not within ``CLOSE_SECONDS``."""
         if self.stopped is None and self.process is not None:
             with contextlib.suppress(OSError, ValueError):
-                self.conn.send_bytes(encode({"op": "close"}))
+                send(self.conn, {"op": "close"})
             try:
                 self.process.wait(timeout=CLOSE_SECONDS)
             except subprocess.TimeoutExpired:

@@ -5,14 +5,13 @@ workload's spec), says what it has, then serves calls until told to close or unt
 Linux it is killed with its parent). Each call is guarded as in process (``guarded``) and the result
 converted to arrays here, so what crosses back is data.
 
-Nothing crosses as a pickle: a message is a JSON header and the arrays as ``.npy`` data, read back
-with ``allow_pickle=False``.
+Nothing crosses as a pickle: a message is a JSON header (each array's dtype, numbers only, and shape)
+and each array's bytes, received into an array made for it (``send``, ``receive``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import signal
@@ -54,26 +53,29 @@ BOOT = (
 # -- messages: JSON and .npy, never pickle --------------------------------------------------------------
 
 
-def encode(message: Any) -> bytes:
-    """``message`` (JSON data with NumPy arrays anywhere inside) as bytes: a JSON header, then ``.npz``."""
+def _header(message: Any) -> tuple[bytes, list[np.ndarray]]:
+    """``message``'s JSON with each array replaced by its place (its number, the dtype it is sent as,
+    its shape), and the arrays in that order."""
     arrays: list[np.ndarray] = []
 
     def strip(value: Any) -> Any:
         if isinstance(value, np.ndarray):
             arrays.append(value)
-            if value.dtype.name in STORAGE_ROUNDOFF:  # .npy says bfloat16 as raw bytes ("V2"): named
-                return {"__array__": len(arrays) - 1, "dtype": value.dtype.name}
-            return {"__array__": len(arrays) - 1}
+            place: dict[str, Any] = {
+                "__array__": len(arrays) - 1,
+                "sent": _sendable(value).str,
+                "shape": list(value.shape),
+            }
+            if value.dtype.name in STORAGE_ROUNDOFF:  # sent as its bytes, received as them: named
+                place["dtype"] = value.dtype.name
+            return place
         if isinstance(value, Mapping):
             return {"__dict__": [[str(k), strip(v)] for k, v in value.items()]}
         if isinstance(value, (list, tuple)):
             return [strip(v) for v in value]
         return value
 
-    header = json.dumps(strip(message), default=_jsonable).encode()
-    data = io.BytesIO()
-    np.savez(data, *arrays, allow_pickle=False)  # an object array (none should get here) is refused
-    return len(header).to_bytes(8, "little") + header + data.getvalue()
+    return json.dumps(strip(message), default=_jsonable).encode(), arrays
 
 
 def _jsonable(value: Any) -> Any:
@@ -81,13 +83,7 @@ def _jsonable(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else one_line(str(value))
 
 
-def decode(payload: bytes) -> Any:
-    """The message ``encode`` made (arrays loaded without pickle)."""
-    size = int.from_bytes(payload[:8], "little")
-    header = json.loads(payload[8 : 8 + size])
-    with np.load(io.BytesIO(payload[8 + size :]), allow_pickle=False) as data:
-        arrays = [data[f"arr_{i}"] for i in range(len(data.files))]
-
+def _build(header: Any, arrays: list[np.ndarray]) -> Any:
     def build(value: Any) -> Any:
         if isinstance(value, dict) and "__array__" in value:
             array = arrays[value["__array__"]]
@@ -100,6 +96,94 @@ def decode(payload: bytes) -> Any:
         return value
 
     return build(header)
+
+
+# A message is sent as parts (issue 38): its JSON header, then each array's bytes as they are in memory,
+# in pieces of at most ``PIECE`` bytes, each received into its place in an array made for them. A
+# message made whole (``.npz`` in a growing buffer, its value, the header joined to it; the same read
+# back) held about five copies of every array, a whole model's float64 gradient among them.
+
+#: The most bytes of an array in one part of a message: what the receiving side holds beside the array.
+PIECE = 1 << 23
+
+
+def send(conn: Any, message: Any) -> None:
+    """``message`` (JSON data with NumPy arrays anywhere inside) on ``conn``: its JSON header, then
+    each array's bytes in parts of ``PIECE`` (a C-ordered array is not copied). An array of objects is
+    refused (it would need pickle)."""
+    header, arrays = _header(message)
+    conn.send_bytes(header)
+    for array in arrays:
+        data = _bytes_of(np.ascontiguousarray(array))
+        for start in range(0, data.size, PIECE):
+            conn.send_bytes(data[start : start + PIECE])
+
+
+def receive(conn: Any) -> Any:
+    """The message ``send`` sent on ``conn``: each array received into an array made for it, of the
+    dtype and shape its header says (plain numbers only: never an object, never a pickle)."""
+    header = json.loads(conn.recv_bytes())
+    arrays: list[np.ndarray] = []
+    for place in _places(header):
+        dtype, shape = _dtype_of(place.get("sent")), place.get("shape")
+        if not isinstance(shape, list) or not all(isinstance(n, int) and n >= 0 for n in shape):
+            raise ValueError(f"a message's array shape must be a list of sizes, found {shape!r}")
+        array = np.empty(shape, dtype)
+        data = _bytes_of(array)
+        for start in range(0, data.size, PIECE):
+            part = data[start : start + PIECE]
+            if conn.recv_bytes_into(part) != part.size:  # a longer one raises BufferTooShort
+                raise ValueError(f"a message's array of {array.nbytes} bytes came short")
+        arrays.append(array)
+    return _build(header, arrays)  # a storage dtype's bytes viewed as that dtype
+
+
+def _places(value: Any) -> list[dict[str, Any]]:
+    """Each array's place in a header, in the order of its arrays."""
+    found: list[dict[str, Any]] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict) and "__array__" in value:
+            found.append(value)
+        elif isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+
+    walk(value)
+    found.sort(key=lambda place: place["__array__"])
+    if [place["__array__"] for place in found] != list(range(len(found))):
+        raise ValueError("a message's arrays are not numbered in order")
+    return found
+
+
+def _sendable(array: np.ndarray) -> np.dtype:
+    """The dtype ``array`` is sent as: its own, a storage dtype's bytes (``STORAGE_ROUNDOFF``) as
+    unsigned integers of its width; an array of objects is refused."""
+    if array.dtype.name in STORAGE_ROUNDOFF:
+        return np.dtype(f"u{array.dtype.itemsize}")
+    if array.dtype.hasobject or array.dtype.kind not in "biufc":
+        raise ValueError(f"an array of {array.dtype} cannot be sent: only numbers are (objects need pickle)")
+    return array.dtype
+
+
+def _dtype_of(name: Any) -> np.dtype:
+    if not isinstance(name, str):
+        raise ValueError(f"a message's array dtype must be a name, found {name!r}")
+    try:
+        dtype = np.dtype(name)
+    except TypeError:
+        raise ValueError(f"a message's array must hold numbers, found dtype {name!r}") from None
+    if dtype.hasobject or dtype.kind not in "biufc":
+        raise ValueError(f"a message's array must hold numbers, found dtype {name!r}")
+    return dtype
+
+
+def _bytes_of(array: np.ndarray) -> np.ndarray:
+    """A C-ordered array's memory as bytes (a view: written through by ``recv_bytes_into``)."""
+    return array.reshape(-1).view(np.uint8)
 
 
 def _arrays_in(args: list[Any], kwargs: dict[str, Any], names: list[str]) -> dict[str, np.ndarray]:
@@ -126,16 +210,16 @@ def main(fd: int) -> None:
     # The parent decides what a Ctrl-C stops: it stops this process itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     conn = Connection(fd)
-    backend, reply = _load(decode(conn.recv_bytes()))
-    conn.send_bytes(encode(reply))
+    backend, reply = _load(receive(conn))
+    send(conn, reply)
     while backend is not None:
         try:
-            request = decode(conn.recv_bytes())
+            request = receive(conn)
         except (EOFError, OSError):
             return
         if request["op"] != "call":
             return
-        conn.send_bytes(encode(_serve(backend, request)))
+        send(conn, _serve(backend, request))
 
 
 def _die_with_parent() -> None:

@@ -10,12 +10,12 @@ import sys
 
 import numpy as np
 import pytest
+from messages import crossed
 
 import crosscheck
 from crosscheck._cli.main import main
 from crosscheck._engine import contain, execute
 from crosscheck._engine.contain_worker import _job
-from crosscheck._engine.isolate_worker import decode, encode
 from crosscheck._engine.replay import replay
 from crosscheck._engine.request import Request
 from crosscheck._report.bundle import load_bundle, save_bundle
@@ -90,7 +90,7 @@ def test_a_contained_check_sends_its_request_to_the_engines_one_job(requests, tm
 
     def worker(job, data, *, timeout, progress, announce=None):
         jobs.append(job)
-        return execute.job(decode(encode(data)), progress=progress, announce=announce)
+        return execute.job(crossed(data), progress=progress, announce=announce)
 
     monkeypatch.setattr(contain, "contained", worker)
     monkeypatch.setattr("crosscheck._cli.run.MEMORY_NOTE_BYTES", 1)

@@ -18,11 +18,12 @@ from pathlib import Path
 import hostile
 import processes
 import pytest
+from messages import crossed
 from paths import SUPPORT
 
 import crosscheck
 from crosscheck._cli.main import main
-from crosscheck._engine.isolate import decode, encode
+from crosscheck._engine.isolate_worker import PIECE, receive, send
 
 SMALL = ["--layers", "3", "--batch", "4", "--dim", "4", "--seed", "1"]
 
@@ -167,11 +168,66 @@ def test_the_cli_refuses_a_timeout_longer_than_the_platform_can_wait(capsys, iso
 def test_messages_cross_as_data_never_as_pickles():
     import numpy as np
 
-    message = {"value": {"w": np.arange(3.0), "b": np.float32(2)}, "notes": ["a"], "n": np.int64(4)}
-    back = decode(encode(message))
-    assert np.array_equal(back["value"]["w"], np.arange(3.0)) and back["n"] == 4
+    from crosscheck._compare.dtypes import numpy_dtype
+
+    wide = np.arange(3 * (PIECE // 8) + 5, dtype=np.float64)  # more than three parts
+    arrays = {
+        "w": np.arange(3.0),
+        "wide": wide,
+        "t": np.arange(12, dtype=np.float32).reshape(3, 4).T,  # not C-ordered: sent as its values
+        "big_endian": np.arange(4, dtype=">f8"),
+        "bf16": np.array([1.5, -2.0, 3.0], numpy_dtype("bfloat16")),
+        "scalar": np.array(7, np.int64),
+        "empty": np.zeros((0, 4), np.float32),
+        "mask": np.array([True, False]),
+    }
+    message = {"value": arrays, "b": np.float32(2), "notes": ["a"], "n": np.int64(4)}
+    back = crossed(message)
+    assert back["n"] == 4 and back["b"] == 2.0 and back["notes"] == ["a"]
+    for name, array in arrays.items():
+        got = back["value"][name]
+        assert got.dtype == array.dtype and got.shape == array.shape, name
+        assert np.array_equal(got.astype(np.float64), array.astype(np.float64)), name
     with pytest.raises(ValueError, match="pickle"):
-        encode({"bad": np.array([object()], dtype=object)})
+        send(None, {"bad": np.array([object()], dtype=object)})
+
+
+@pytest.mark.parametrize(
+    ("place", "says"),
+    [
+        ({"__array__": 0, "sent": "|O", "shape": [1]}, "must hold numbers"),
+        ({"__array__": 0, "sent": "no such dtype", "shape": [1]}, "must hold numbers"),
+        ({"__array__": 0, "sent": "<f8", "shape": [-1]}, "list of sizes"),
+        ({"__array__": 1, "sent": "<f8", "shape": [1]}, "numbered in order"),
+    ],
+)
+def test_a_message_that_is_not_plain_numbers_is_refused(place, says):
+    """A worker's reply is data from code that is not ours: its header cannot ask for objects."""
+    from multiprocessing import Pipe
+
+    here, there = Pipe()
+    with here, there:
+        here.send_bytes(json.dumps({"value": place}).encode())
+        with pytest.raises(ValueError, match=says):
+            receive(there)
+
+
+def test_a_large_array_crosses_with_one_part_beside_it():
+    """The receiving side holds the array and one part of it, not the message made whole (issue 38:
+    five copies of a model's float64 gradient were made crossing the pipe)."""
+    import tracemalloc
+
+    import numpy as np
+
+    array = np.arange(5 * PIECE // 8, dtype=np.float64)
+    tracemalloc.start()
+    try:
+        back = crossed({"g": array})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert np.array_equal(back["g"], array)
+    assert peak < array.nbytes + 3 * PIECE, (peak, array.nbytes)
 
 
 def test_ctrl_c_stops_the_run_and_its_workers(tmp_path):

@@ -11,11 +11,12 @@ import textwrap
 
 import numpy as np
 import pytest
+from messages import crossed
 
 import crosscheck
 from crosscheck._cli.main import build_parser, main
 from crosscheck._compare.record import plot_arrays
-from crosscheck._engine.isolate_worker import METHODS, decode, encode
+from crosscheck._engine.isolate_worker import METHODS
 from crosscheck._engine.quantity import QUANTITIES
 from crosscheck._workloads.registry import load_workload
 
@@ -129,7 +130,7 @@ def test_the_default_workload_is_the_default_stack():
 
 def test_a_stack_with_knobs_round_trips_to_a_worker_process():
     stack = crosscheck.Stack(layers=3, batch=2, dim=5, init="identity", scale=0.5, explain=True)
-    sent = decode(encode({"workload": stack.spec}))["workload"]  # as a worker receives it
+    sent = crossed({"workload": stack.spec})["workload"]  # as a worker receives it
     json.dumps(sent)  # plain data
     again = load_workload(sent)
     assert isinstance(again, crosscheck.Stack) and again.knobs == stack.knobs
