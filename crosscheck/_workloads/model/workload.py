@@ -33,10 +33,11 @@ from crosscheck._workloads.protocol import Options, OwnArrays, Point
 #: terms made a block at a time: 9.1 to 9.5 (the first check of a process the most) and 14.3; 11 (13 and
 #: 15) covered them within 1.5 times. Once a re-run's arrays were freed when its call returned and the
 #: measured differences kept in float32 (change 26 of ``docs/measurements/real-size.md``): 5.7 and 9.8;
-#: 3 and 4 per candidate (7 and 11) cover them within 1.5 times.
-MEMORY_ARRAYS = 3
+#: then with the oracle's passes a block at a time (change 27): 6.2 and 6.9. 5 and 2 per candidate (7
+#: and 9) cover them within 1.5 times.
+MEMORY_ARRAYS = 5
 #: float64 copies of the arrays per candidate (its gradients, its re-run, its measured rounding).
-MEMORY_PER_CANDIDATE = 4
+MEMORY_PER_CANDIDATE = 2
 
 
 class GenericWorkload(OwnArrays):
