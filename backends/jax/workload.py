@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from crosscheck._backends.handed import same_bits
+from crosscheck._backends.handed import let_go, same_bits
 
 __all__ = ["JaxWorkloadBackend"]
 
@@ -44,8 +44,10 @@ def _lent(arrays: dict[str, np.ndarray]) -> dict[str, jax.Array]:
     for ``grad`` only: the device arrays are dropped when it returns, after its results are read
     (``np.asarray`` waits for them), and XLA does not write to arguments it was not donated; whatever
     ``grad`` returns is copied by the engine (``to_array``), so a result that is an argument forwarded
-    by ``jax.jit`` is never the caller's array. The oracle's evaluations keep their device arrays across
-    calls while the caller writes into the NumPy ones: they copy (``_sent``)."""
+    by ``jax.jit`` is never the caller's array. XLA gives its reference to a lent array back only at
+    its garbage collection: ``grad`` runs it (``let_go``) once its device arrays are dropped. The
+    oracle's evaluations keep their device arrays across calls while the caller writes into the NumPy
+    ones: they copy (``_sent``)."""
     return {k: jax.device_put(np.asarray(v), may_alias=True) for k, v in arrays.items()}
 
 
@@ -141,7 +143,10 @@ class JaxWorkloadBackend:
         self.release_evaluations()  # the evaluations are over: their device copies are not kept
         with jax.enable_x64(_wide(params, inputs)):
             grads = self._grad(_lent(params), _lent(inputs))
-            return {k: np.asarray(v) for k, v in grads.items()}
+            out = {k: np.asarray(v) for k, v in grads.items()}
+        del grads
+        let_go()  # the lent arrays are given back now, not at some later collection
+        return out
 
     def loss(self, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> np.ndarray:
         """The loss as a 0-d NumPy array of the dtype it was computed in (float64 arrays: x64 on); the

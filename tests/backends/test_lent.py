@@ -5,7 +5,9 @@ computed from device copies, and a write to the handed arrays is still caught.""
 
 from __future__ import annotations
 
+import gc
 import sys
+import weakref
 
 import numpy as np
 import pytest
@@ -84,3 +86,24 @@ def test_the_gradient_of_lent_arrays_is_bit_for_bit_the_one_of_device_copies(dty
     for k in params:
         assert got.value[k].dtype.name == dtype
         assert got.value[k].tobytes() == np.asarray(want[k]).tobytes(), k
+
+
+def test_the_arrays_made_for_a_gradient_are_freed_when_it_returns():
+    # XLA gives back its reference to an array it read in place only at its garbage collection, run from
+    # Python's collector: the adapter and the engine run it (``handed.let_go``), so the float64 re-run's
+    # parameters (``Caller.cast(once=True)``) go when the call returns, not at a later collection
+    backend, _ = _adapter()
+    params, inputs = _arrays()
+    call = Caller({**params, **inputs})
+    p, i = call.cast(params, "float64", once=True), call.cast(inputs, "float64", once=True)
+    # the memory of an aligned copy is its base's, which XLA holds (not the array view handed)
+    held = [weakref.ref(v.base) for v in (*p.values(), *i.values())]
+    gc.disable()  # no collection of Python's own may run meanwhile
+    try:
+        got = call(backend.grad, p, i, convert="arrays")
+        del p, i
+        alive = sum(r() is not None for r in held)
+    finally:
+        gc.enable()
+    assert got.ok, got.error
+    assert alive == 0, f"{alive} of {len(held)} arrays made for the call outlived it"

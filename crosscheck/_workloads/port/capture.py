@@ -37,10 +37,11 @@ def jax_capture(prepared: Prepared, params: dict, inputs: dict) -> list:
         i = jax_side.to_jax(inputs)
         # the dtype ``jax.device_put`` gives the first parameter (its canonical dtype under this x64 flag)
         dtype = jax.dtypes.canonicalize_dtype(np.asarray(next(iter(params.values()))).dtype)
-        if prepared.conversion is None:  # each leaf made on the device from its NumPy tensor (issue 38:
-            leaves = jax_leaves(prepared, params, i)  # not a device copy of every tensor first, then the
-        else:  # leaves: two copies of the model at once); the port's own conversion gets JAX arrays
-            leaves = jax_leaves(prepared, jax_side.to_jax(params), i)
+        # each tensor read in place (the engine's private, aligned copies; the capture only reads them):
+        # a leaf that is a tensor as it is costs no copy, one reshaped or transposed its own (issue 38)
+        lent = {k: jax.device_put(np.asarray(v), may_alias=True) for k, v in params.items()}
+        leaves = jax_leaves(prepared, lent, i)
+        del lent
         jax_in = (
             prepared.port.jax_inputs(prepared.user_inputs(i))
             if prepared.port.jax_inputs
