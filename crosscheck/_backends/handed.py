@@ -87,5 +87,6 @@ def let_go() -> None:
     The JAX adapter calls it once its device arrays are dropped, and the engine after every guarded
     call, once the arrays it made for the call are dropped (a module capture's arrays too). XLA's own
     threads may let go of a computation's arguments a moment after its results are ready: then the
-    arrays go at the next collection instead (seen about once in a hundred calls)."""
+    arrays go at the next collection instead (seen in 1 to 3 of 40 calls of a gradient, the
+    adapter's collection alone)."""
     gc.collect(0)
