@@ -265,3 +265,33 @@ def test_many_directions_of_a_small_model_stay_batched():
     found = oracle.difference(function, point, oracle.plan("screen", params, 32), call, None)
     assert isinstance(found, oracle.Differences), found
     assert function.line.evaluations == 17 and function.fn.calls > 0
+
+
+def test_the_jax_adapter_forms_the_moved_tensors_as_its_jitted_sum_does_in_buffers_it_keeps():
+    # float64 tensors moved along a line are formed on the host (``_formed``) and read in place: the same
+    # bits as the sum formed inside a jitted function, and the same buffer each call (issue 38: formed
+    # inside XLA, a model's layers were new memory each call, their pages faulted in afresh)
+    import sys
+
+    backend = _adapter("jax", _jax_loss)
+    module = sys.modules[type(backend).__module__]
+    params, inputs = _arrays()
+    signs = {
+        k: np.sign(np.random.default_rng(1).standard_normal(v.shape)).astype(np.int8)
+        for k, v in params.items()
+    }
+    backend.hold_point(params, inputs)
+    backend.hold_direction("d", signs)
+    coefficients = {"w": 1e-3, "b": -2.5e-4, "c": 0.125}
+    got = backend.loss_along("d", coefficients)
+    buffer = backend._buffers["w"]
+    again = backend.loss_along("d", {k: 2 * c for k, c in coefficients.items()})
+    assert backend._buffers["w"] is buffer  # kept, written again
+    with jax.enable_x64(True):
+        device = {k: jax.device_put(v) for k, v in params.items()}
+        jitted = jax.jit(module._moved(_jax_loss, tuple(coefficients)))
+        for c, answer in ((coefficients, got), ({k: 2 * v for k, v in coefficients.items()}, again)):
+            moved = {k: np.float64(v) for k, v in c.items()}
+            want = jitted(moved, device, {k: jax.device_put(signs[k]) for k in c}, inputs)
+            assert np.asarray(want).tobytes() == np.asarray(answer).tobytes()
+    assert backend.loss_along("d", {}) == backend.loss(params, inputs)  # the point itself, untouched
