@@ -42,7 +42,7 @@ from crosscheck._workloads.model.oracle.function import (
     own_loss,
     plan,
 )
-from crosscheck._workloads.model.oracle.threads import THREADS
+from crosscheck._workloads.model.oracle.threads import threads_note
 from crosscheck._workloads.model.rounding import Divided, Rounding, measure
 from crosscheck._workloads.model.summary import against_oracle, summarize
 from crosscheck._workloads.model.zeros import Side, confirm, zero_tensors
@@ -123,7 +123,7 @@ class GenericJudge:
         self.findings.oracle = True
         notes: dict[str, Any] = {
             "mode": self.plan.mode,
-            "threads": THREADS,
+            "threads": threads_note(sum(int(np.size(v)) for v in self.point.params.values())),
             "differentiates": self.point.case["oracle_differentiates"],
         }
         start = time.perf_counter()

@@ -134,7 +134,7 @@ def _along(judge, side: Side, function: Any, params: dict, shapes: dict, scale: 
     tick = None if judge.options.progress is None else (lambda d, t: judge.progress(label, d, t))
     float32 = function.precision is not None and function.precision.float32  # float32 steps inside
     try:
-        with one_thread():
+        with one_thread(sum(int(np.size(v)) for v in params.values())):
             est = directional(
                 function.fn,
                 params,

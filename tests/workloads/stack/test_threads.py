@@ -202,3 +202,27 @@ def test_the_model_oracle_holds_every_pool_loaded_when_it_evaluates():
     with one_thread():
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
+
+
+def test_the_model_oracle_leaves_the_threads_of_a_model_of_real_size():
+    # From `MANY` parameters an evaluation is a forward pass of real size: its threads pay (issue 38),
+    # and the notes say which was done.
+    torch = pytest.importorskip("torch")
+    from crosscheck._workloads.model.oracle.threads import (
+        MANY,
+        MANY_THREADS,
+        THREADS,
+        one_thread,
+        threads_note,
+    )
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with one_thread(MANY - 1):
+            assert torch.get_num_threads() == 1
+        with one_thread(MANY):
+            assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert (threads_note(MANY - 1), threads_note(MANY)) == (THREADS, MANY_THREADS)

@@ -174,7 +174,7 @@ def difference(
     )
     chosen.clock.plan(function.label, planned)
     try:
-        with one_thread():
+        with one_thread(entries):
             found = _difference(function, params, chosen, guard, tick, point.params)
     except OracleFailed as exc:
         return str(exc)
@@ -253,7 +253,7 @@ def screen_group(
     diffs.clock.plan(diffs.function.label, EVALUATIONS_PER_DIRECTION * count)
     guard = diffs.clock.guard(batch_guard(call), diffs.function.label)
     try:
-        with one_thread():
+        with one_thread(sum(int(v.size) for v in params.values())):
             found = _group(diffs, group, params, count, guard, tick, point.params)
     except OracleFailed as exc:
         return str(exc)
@@ -398,7 +398,7 @@ def _own_loss(
         clock.plan(probe_label(label), PROBE_EVALUATIONS)
         guard = clock.guard(guard, probe_label(label))
     try:
-        with one_thread():
+        with one_thread(sum(int(v.size) for v in p64.values())):
             precision = judge(probe(fn, p64, guard, line), number, low, name)
     except OracleFailed as exc:
         if clock is not None and clock.ran_out:
