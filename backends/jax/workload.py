@@ -33,22 +33,19 @@ def _sent(value: Any) -> jax.Array:
     return out
 
 
-def _device(arrays: dict[str, np.ndarray]) -> dict[str, jax.Array]:
-    """Device copies of ``arrays``, kept across calls (the oracle's point and directions)."""
-    return {k: _sent(v) for k, v in arrays.items()}
-
-
 def _lent(arrays: dict[str, np.ndarray]) -> dict[str, jax.Array]:
     """Device arrays of ``arrays`` for one ``grad`` call, each read in place where XLA's CPU client can
     (a 64-byte aligned array, as the engine hands them: ``dtypes.aligned_copy``), else copied: no device
     copy of the model beside the NumPy one (issue 38: in the float64 re-run, 8 bytes a parameter). Safe
-    for ``grad`` only: the device arrays are dropped when it returns, after its results are read
-    (``np.asarray`` waits for them), and XLA does not write to arguments it was not donated; whatever
-    ``grad`` returns is copied by the engine (``to_array``), so a result that is an argument forwarded
-    by ``jax.jit`` is never the caller's array. XLA gives its reference to a lent array back only at
-    its garbage collection: ``grad`` runs it (``let_go``) once its device arrays are dropped. The
-    oracle's evaluations keep their device arrays across calls while the caller writes into the NumPy
-    ones: they copy (``_sent``)."""
+    for arrays nobody writes into while the device arrays live, and XLA does not write to arguments it
+    was not donated: ``grad``'s, dropped when it returns, after its results are read (``np.asarray``
+    waits for them; whatever ``grad`` returns is copied by the engine, ``to_array``, so a result that
+    is an argument forwarded by ``jax.jit`` is never the caller's array), and the line's point and
+    signs (``hold_point``: the engine's private copies, held until ``release_evaluations``). XLA gives
+    its reference to a lent array back only at its garbage collection: ``grad`` and
+    ``release_evaluations`` run it (``let_go``) once the device arrays are dropped. The oracle's
+    ``loss`` evaluations keep their device arrays across calls while a caller may write into the
+    NumPy ones: they copy (``_sent``)."""
     return {k: jax.device_put(np.asarray(v), may_alias=True) for k, v in arrays.items()}
 
 
@@ -186,16 +183,19 @@ class JaxWorkloadBackend:
 
     def hold_point(self, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> None:
         """Keep the point on the device for ``loss_along`` (the oracle's evaluations along a line,
-        ``oracle.line``), sent once, under x64 where it is float64."""
+        ``oracle.line``), under x64 where it is float64: the arrays handed, read in place (``_lent``).
+        They are the engine's private copies, which nobody writes into or reuses once the call returns
+        (``oracle.line``); a device copy of each cost 1 GB of fresh memory on GPT-2 small (issue 38)."""
         self.release_evaluations()
         wide = _wide(params, inputs)
         with jax.enable_x64(wide):
-            self._point = (_device(params), _device(inputs), wide)
+            self._point = (_lent(params), _lent(inputs), wide)
 
     def hold_direction(self, name: str, signs: dict[str, np.ndarray]) -> None:
-        """Keep a line's signs (``{tensor: +-1}``, int8) on the device as ``name`` for ``loss_along``."""
+        """Keep a line's signs (``{tensor: +-1}``, int8) on the device as ``name`` for ``loss_along``,
+        read in place as the point is (``hold_point``)."""
         self._held_point()
-        self._signs[name] = _device(signs)
+        self._signs[name] = _lent(signs)
 
     def loss_along(self, name: str, coefficients: dict[str, float]) -> np.ndarray:
         """The loss at ``point_k + c_k * signs_k`` (``coefficients``: ``{tensor: c_k}``, the signs held as
@@ -260,6 +260,7 @@ class JaxWorkloadBackend:
         differenced (issue 38)."""
         self.resident.clear()
         self._point, self._signs, self._buffers = None, {}, {}
+        let_go()  # XLA gives the point and signs it read in place back now
 
     def info(self) -> dict[str, str]:
         return {

@@ -107,3 +107,29 @@ def test_the_arrays_made_for_a_gradient_are_freed_when_it_returns():
         gc.enable()
     assert got.ok, got.error
     assert alive == 0, f"{alive} of {len(held)} arrays made for the call outlived it"
+
+
+def test_the_point_held_for_a_line_is_read_in_place_and_freed_on_release():
+    # The oracle's point and signs for its evaluations along a line (``hold_point``, ``hold_direction``)
+    # are the engine's private copies: held without a device copy (issue 38: 1 GB of fresh memory a
+    # point on GPT-2 small), and given back when the evaluations are released
+    backend, _ = _adapter()
+    params, inputs = _arrays(np.float64)
+    point = {k: aligned_copy(v) for k, v in params.items()}
+    signs = {k: aligned_copy(np.ones(v.shape, np.int8)) for k, v in params.items()}
+    backend.hold_point(point, {k: aligned_copy(v) for k, v in inputs.items()})
+    backend.hold_direction("d", signs)
+    held, _, _ = backend._point
+    assert all(np.shares_memory(np.asarray(held[k]), point[k]) for k in params)
+    assert all(np.shares_memory(np.asarray(backend._signs["d"][k]), signs[k]) for k in params)
+    want = float(backend.loss({k: v + 1e-3 for k, v in params.items()}, inputs))
+    assert float(backend.loss_along("d", dict.fromkeys(params, 1e-3))) == want
+    bases = [weakref.ref(v.base) for v in (*point.values(), *signs.values())]
+    del point, signs, held
+    gc.disable()
+    try:
+        backend.release_evaluations()
+        alive = sum(r() is not None for r in bases)
+    finally:
+        gc.enable()
+    assert alive == 0, f"{alive} of {len(bases)} arrays held after the release"

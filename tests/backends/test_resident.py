@@ -1,7 +1,8 @@
-"""The JAX and PyTorch adapters' oracle evaluations send (copy) a parameter array once while its bits stay
-(issue 38: every call converted every array, which cost more than the forward pass): structural, by
-the count of arrays sent, and never stale: an array written between two calls, by the caller or by
-the model, is sent again."""
+"""The JAX and PyTorch adapters' oracle evaluations send (JAX: copy; PyTorch: share) a parameter array
+once while its bits stay (issue 38: every call converted every array, which cost more than the forward
+pass): structural, by the count of arrays sent or taken, and never stale: an array written between two
+calls, by the caller or by the model, is sent again (JAX) or is the very memory computed with
+(PyTorch)."""
 
 from __future__ import annotations
 
@@ -78,25 +79,33 @@ def _torch_loss(params, inputs):
     return torch.sum(torch.tanh(inputs["x"] @ params["w"]) * params["b"]) + torch.sum(inputs["ids"] * 0.5)
 
 
-def test_the_torch_adapter_copies_an_array_once_while_its_bits_stay():
+def test_the_torch_adapter_takes_an_array_once_while_its_bits_stay():
     pytest.importorskip("torch")
     backend = TorchWorkloadBackend("torch", _torch_loss)
     params, inputs = _arrays()
     first = backend.loss(params, inputs)
-    assert backend.resident.copied == 4
-    assert backend.loss(dict(params), dict(inputs)) == first and backend.resident.copied == 4
-    params["b"][0] += 1e-3
-    moved = backend.loss(params, inputs)
-    assert backend.resident.copied == 5 and moved == TorchWorkloadBackend("torch", _torch_loss).loss(
-        params, inputs
+    assert backend.resident.taken == 4
+    held = backend.resident._held
+    assert all(np.shares_memory(held[f"p:{k}"].numpy(), v) for k, v in params.items())  # no copy
+    again = {k: v.copy() for k, v in params.items()}  # other arrays, the same bits: not taken again
+    assert backend.loss(again, dict(inputs)) == first and backend.resident.taken == 4
+    again["b"][0] += 1e-3  # other bits: taken
+    moved = backend.loss(again, inputs)
+    assert backend.resident.taken == 5 and moved == TorchWorkloadBackend("torch", _torch_loss).loss(
+        again, inputs
     )
-    params["b"][0] -= 1e-3
-    assert backend.loss(params, inputs) == first and backend.resident.copied == 6
+    assert backend.loss(params, inputs) == first and backend.resident.taken == 6
     backend.grad(params, inputs)
     assert backend.resident._held == {}
 
 
-def test_a_model_that_writes_into_its_parameter_is_given_a_fresh_copy_next_call():
+def _fresh_torch_loss(params, inputs):
+    return TorchWorkloadBackend("torch", _torch_loss).loss({k: v.copy() for k, v in params.items()}, inputs)
+
+
+def test_an_array_written_between_calls_is_never_stale():
+    # The adapter's tensors are the arrays handed (the engine's private copies): one written in place
+    # between two calls, by the caller or by the model, is what the next call computes with.
     pytest.importorskip("torch")
 
     def writes(params, inputs):
@@ -106,8 +115,15 @@ def test_a_model_that_writes_into_its_parameter_is_given_a_fresh_copy_next_call(
 
     backend = TorchWorkloadBackend("torch", writes)
     params, inputs = _arrays()
+    before = {k: v.copy() for k, v in params.items()}
     first = backend.loss(params, inputs)
-    assert backend.loss(params, inputs) == first and backend.resident.copied == 5  # `b` copied again
+    assert np.array_equal(params["b"], 2.0 * before["b"])  # the write is in the array handed
+    expected = _fresh_torch_loss(params, inputs)
+    assert backend.loss(params, inputs) == expected != first
+    assert first == TorchWorkloadBackend("torch", _torch_loss).loss(before, inputs)
+    params["w"][0, 0] += 1.0  # written by the caller
+    expected = _fresh_torch_loss(params, inputs)
+    assert backend.loss(params, inputs) == expected
 
 
 def test_an_entry_written_past_the_first_chunk_is_seen():

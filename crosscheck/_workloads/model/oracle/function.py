@@ -367,10 +367,14 @@ def _own_loss(
     if not callable(loss):
         return Skip(f"`{name}` has no `loss(params, inputs)` method: its own loss is not differenced")
     p64, i64 = as_dtype(point.params, "float64"), read_only(as_dtype(point.inputs, "float64"))
-    wide = call(loss, dict(p64), dict(i64), convert="array")
+    # Arrays made for each call, handed without a second copy (issue 38: 1.5 GB of copies a side on
+    # GPT-2 small); the oracle's own float64 copy is its own.
+    p, i = call.cast(point.params, "float64", once=True), call.cast(point.inputs, "float64", once=True)
+    wide = call(loss, p, i, convert="array")
     if wide.error:
         return Skip(f"`{name}`'s loss failed in float64: {wide.error}", failure=True)
-    narrow = call(loss, as_dtype(point.params, "float32"), as_dtype(point.inputs, "float32"), convert="array")
+    p, i = call.cast(point.params, "float32", once=True), call.cast(point.inputs, "float32", once=True)
+    narrow = call(loss, p, i, convert="array")
     value = np.asarray(wide.value)
     if value.size != 1 or not np.all(np.isfinite(value)):
         found = f"shape {value.shape}" if value.size != 1 else f"{float(value.ravel()[0])}"

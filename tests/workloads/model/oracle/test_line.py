@@ -67,8 +67,8 @@ class Counted:
     def failure(self, error):
         return self.caller.failure(error)
 
-    def cast(self, arrays, dtype):
-        return self.caller.cast(arrays, dtype)
+    def cast(self, arrays, dtype, *, once=False):
+        return self.caller.cast(arrays, dtype, once=once)
 
 
 def _screened(backend, *, line: bool, monkeypatch=None):
