@@ -12,6 +12,8 @@ import numpy as np
 from crosscheck._backends.handed import let_go, same_bits
 from crosscheck._compare.dtypes import aligned_copy
 
+from . import form
+
 __all__ = ["JaxWorkloadBackend"]
 
 
@@ -221,8 +223,9 @@ class JaxWorkloadBackend:
 
     def _formed(self, name: str, coefficients: dict[str, float]) -> dict[str, jax.Array] | None:
         """The moved tensors ``point_k + c_k * signs_k``, each formed by NumPy in a buffer kept across
-        calls and lent to XLA in place (``_lent``); None unless every moved tensor is float64 with int8
-        signs of its shape (then ``loss_along`` forms them inside its jitted function).
+        calls, on every core (``form``), and lent to XLA in place (``_lent``); None unless every moved
+        tensor is float64 with int8 signs of its shape (then ``loss_along`` forms them inside its jitted
+        function).
 
         The same bits as that function's ``v + c * signs``: ``c * signs`` is exact for signs of -1, 0
         and 1 and the sum rounded once, as the oracle's own evaluator and the PyTorch adapter form
@@ -238,15 +241,15 @@ class JaxWorkloadBackend:
             if at.dtype != np.float64 or s.dtype != np.int8 or s.shape != at.shape:
                 return None
             moved.append((k, at, s, c))
-        formed = {}
+        pieces: list[form.Piece] = []
         for k, at, s, c in moved:
+            at, s = np.asarray(at, order="C"), np.asarray(s, order="C")  # flat views: entries in one order
             buffer = self._buffers.get(k)
             if buffer is None or buffer.shape != at.shape:
-                buffer = self._buffers[k] = aligned_copy(at)
-            np.multiply(s, np.float64(c), out=buffer)
-            np.add(at, buffer, out=buffer)
-            formed[k] = jax.device_put(buffer, may_alias=True)
-        return formed
+                buffer = self._buffers[k] = aligned_copy(at)  # C order, as ``at`` now is
+            pieces.append((at, s, buffer, np.float64(c)))
+        form.form(pieces)  # on every core (``form``)
+        return {k: jax.device_put(self._buffers[k], may_alias=True) for k, *_ in moved}
 
     def _held_point(self) -> tuple[dict[str, jax.Array], dict[str, jax.Array], bool]:
         if self._point is None:
