@@ -1,5 +1,5 @@
 """The JAX adapter's points along a line formed on the host: ``point + c * signs`` into kept buffers, on
-every core this process may use.
+every core this process may use (``workers``: fewer where ``OMP_NUM_THREADS`` asks for fewer).
 
 The sum is memory-bound: 17 bytes read and 8 written an entry, 124 million entries a point on GPT-2
 small, 86 points a side for the oracle's default reference (issue 38). One NumPy thread formed a point in
@@ -11,10 +11,11 @@ computed as one thread would: ``signs * c`` (exact for signs of -1, 0 and 1), th
 from __future__ import annotations
 
 import concurrent.futures
-import os
 import threading
 
 import numpy as np
+
+from crosscheck._workloads.threads import workers
 
 #: Entries a thread computes at a time (256 KiB of float64: the product stays in cache for the sum).
 BLOCK = 1 << 15
@@ -29,20 +30,13 @@ _lock = threading.Lock()
 Piece = tuple[np.ndarray, np.ndarray, np.ndarray, np.float64]
 
 
-def cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 def form(pieces: list[Piece]) -> None:
-    """Write ``point + c * signs`` into each piece's buffer, the entries shared among ``cores()`` threads
-    where there are ``THREADED`` of them or more."""
+    """Write ``point + c * signs`` into each piece's buffer, the entries shared among ``workers()``
+    threads (the cores this process may use, or ``OMP_NUM_THREADS``) where there are ``THREADED`` of
+    them or more."""
     flat = [(p.reshape(-1), s.reshape(-1), b.reshape(-1), c) for p, s, b, c in pieces]
     total = sum(b.size for _, _, b, _ in flat)
-    threads = min(cores(), max(1, total // (THREADED // 2)))
+    threads = min(workers(), max(1, total // (THREADED // 2)))
     if threads == 1:
         _fill(flat, 0, total)
         return

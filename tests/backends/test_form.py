@@ -27,7 +27,7 @@ def _pieces(sizes, c=3e-4):
 def test_every_entry_is_formed_as_one_thread_forms_it(monkeypatch, threads):
     monkeypatch.setattr(form, "THREADED", 64)
     monkeypatch.setattr(form, "BLOCK", 8)  # thread shares and blocks end inside the tensors
-    monkeypatch.setattr(form, "cores", lambda: threads)
+    monkeypatch.setattr(form, "workers", lambda: threads)
     shares = []
     fill = form._fill
     monkeypatch.setattr(form, "_fill", lambda flat, lo, hi: shares.append((lo, hi)) or fill(flat, lo, hi))
@@ -43,6 +43,17 @@ def test_a_small_point_is_formed_on_one_thread(monkeypatch):
     shares = []
     fill = form._fill
     monkeypatch.setattr(form, "_fill", lambda flat, lo, hi: shares.append((lo, hi)) or fill(flat, lo, hi))
-    monkeypatch.setattr(form, "cores", lambda: 4)
+    monkeypatch.setattr(form, "workers", lambda: 4)
     form.form(_pieces([100, 50]))
     assert shares == [(0, 150)]
+
+
+def test_omp_num_threads_caps_the_threads(monkeypatch):
+    # A sweep's worker processes ask for one thread each (``OMP_NUM_THREADS``): the form keeps to it
+    monkeypatch.setattr(form, "THREADED", 64)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    shares = []
+    fill = form._fill
+    monkeypatch.setattr(form, "_fill", lambda flat, lo, hi: shares.append((lo, hi)) or fill(flat, lo, hi))
+    form.form(_pieces([1000]))
+    assert shares == [(0, 1000)]

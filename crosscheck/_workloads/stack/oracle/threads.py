@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -24,25 +23,12 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from crosscheck._workloads.threads import threadpools
+from crosscheck._workloads.threads import threadpools, workers
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 _inside = threading.local()
-
-
-def workers() -> int:
-    """The cores this process may run on, or fewer where ``OMP_NUM_THREADS`` asks for fewer threads
-    (as parallel processes, a sweep's workers say, usually do)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not on Linux
-        cores = os.cpu_count() or 1
-    asked = os.environ.get("OMP_NUM_THREADS", "")
-    if asked.strip().isdigit() and int(asked) > 0:
-        cores = min(cores, int(asked))
-    return max(1, cores)
 
 
 @contextlib.contextmanager
