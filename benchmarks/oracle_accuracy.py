@@ -17,7 +17,12 @@ tolerance see), and the share of items unjudgeable. The schemes:
   window h/2 to h/8, which must agree with it), no refinement;
 - ``L steps + refine``: refined one step at a time where the error bar is still large (the default:
   4 steps + refine);
-- ``, h H``: the first step, as a fraction of each tensor's RMS (default ``oracle.entries.INITIAL_STEP``).
+- ``, h H``: the first step, as a fraction of each tensor's RMS (default ``oracle.entries.INITIAL_STEP``
+  for an entry, ``oracle.directions.DIRECTION_STEP`` for a direction).
+
+Before issue 38 a refined item was halved until its bar met the target or ``MAX_LEVELS``, even where the
+rounding's share had already outgrown the bar (every later window's bar is larger: no estimate changes);
+``, waste`` restores that, to count what the stop spares.
 """
 
 from __future__ import annotations
@@ -74,27 +79,34 @@ def scheme(name: str):
         stencil.LEVELS,
         stencil.MAX_LEVELS,
         fd_entries.INITIAL_STEP,
-        fd_directions.INITIAL_STEP,
+        fd_directions.DIRECTION_STEP,
+        stencil._worth_halving,
         fd_entries.differentiate,
         fd_directions.differentiate,
     )
     try:
         if name == "scipy":  # as before issue 25
-            fd_entries.INITIAL_STEP = fd_directions.INITIAL_STEP = 0.25
+            fd_entries.INITIAL_STEP = fd_directions.DIRECTION_STEP = 0.25
             fd_entries.differentiate = fd_directions.differentiate = scipy_differentiate
         else:
             levels = int(name.split()[0])
             stencil.LEVELS = levels
             stencil.MAX_LEVELS = stencil.MAX_LEVELS if "refine" in name else levels
             if ", h " in name:
-                fd_entries.INITIAL_STEP = fd_directions.INITIAL_STEP = float(name.split(", h ")[1])
+                first = float(name.split(", h ")[1].split(",")[0])
+                fd_entries.INITIAL_STEP = fd_directions.DIRECTION_STEP = first
+            if ", waste" in name:
+                stencil._worth_halving = lambda error, last, rounding, float32=False: (
+                    saved[4](error, last, rounding, True) if float32 else np.ones(np.shape(error), bool)
+                )
         yield
     finally:
         (
             stencil.LEVELS,
             stencil.MAX_LEVELS,
             fd_entries.INITIAL_STEP,
-            fd_directions.INITIAL_STEP,
+            fd_directions.DIRECTION_STEP,
+            stencil._worth_halving,
             fd_entries.differentiate,
             fd_directions.differentiate,
         ) = saved
@@ -147,7 +159,10 @@ def main() -> None:
     parser.add_argument("--sizes", default="1e3,1e4")
     parser.add_argument(
         "--schemes",
-        default="scipy;2 steps;3 steps;4 steps;4 steps + refine;4 steps + refine, h 0.25",
+        default=(
+            "scipy;2 steps;3 steps;4 steps;4 steps + refine;4 steps + refine, waste;"
+            "4 steps + refine, h 0.0625, waste;4 steps + refine, h 0.25"
+        ),
     )
     args = parser.parse_args()
     import torch
@@ -156,7 +171,7 @@ def main() -> None:
     models = [(f"MLP {s}", mlp(WIDTHS[s], 8), "directions") for s in args.sizes.split(",")]
     models.insert(0, ("MLP 1e3", mlp(WIDTHS["1e3"], 8), "entries"))
     relu = next(w for w in healthy.WORKLOADS if w.name == "relu-mlp")
-    models.append(("ReLU MLP", relu, "entries"))
+    models += [("ReLU MLP", relu, "entries"), ("ReLU MLP", relu, "directions")]
     print(f"# model oracle accuracy: {args.seeds} seeds, load {os.getloadavg()[0]:.1f}")
     print(
         "| model | items | scheme | evaluations / item | worst error / bar | median bar / magnitude | "

@@ -12,6 +12,7 @@ from paths import ROOT
 
 import crosscheck
 from crosscheck._cli.main import main
+from crosscheck._workloads.model.oracle import directions as oracle_directions
 from crosscheck._workloads.model.oracle.directions import directional, make_directions, project
 from crosscheck._workloads.model.oracle.entries import EVALUATIONS_PER_ENTRY
 from crosscheck._workloads.model.oracle.function import AUTO_EVALUATIONS, plan
@@ -223,6 +224,25 @@ def test_directional_error_bars_cover_the_true_error(seed):
     # 8 a direction (Richardson's tableau at 4 steps), more where one is refined, whatever the
     # tensor's size; the loss at the point once for all (issue 25: 36 a direction before).
     assert est.evaluations <= 16 * len(dirs) + 1
+
+
+@pytest.mark.parametrize("width", [5, 128])
+def test_directions_start_where_their_tableau_has_converged(width, monkeypatch):
+    # A direction moves every entry of a tensor at once: from an entry's first step (2**-4 of the RMS)
+    # the tableau is not yet converged and is refined 3 to 5 times a direction; from ``DIRECTION_STEP``
+    # (2**-8) no direction is refined, and every bar still covers the exact projection (issue 38).
+    rng = np.random.default_rng(width)
+    x = rng.standard_normal((16, width))
+    params = {"w": rng.standard_normal((width, width)) / np.sqrt(width), "b": rng.standard_normal(width)}
+    dirs = make_directions(params, 3)
+    exact = project(_tanh_grad(params, x), dirs)
+    found = {}
+    for step in (2.0**-4, oracle_directions.DIRECTION_STEP):
+        monkeypatch.setattr(oracle_directions, "DIRECTION_STEP", step)
+        est = directional(lambda p: _tanh(p, x), params, dirs)
+        assert np.all(np.abs(est.value - exact) <= est.error) and not est.unjudgeable.any()
+        found[step] = est.evaluations
+    assert found[2.0**-8] == 8 * len(dirs) + 1 < found[2.0**-4]
 
 
 def test_auto_picks_by_the_number_of_evaluations():

@@ -24,7 +24,6 @@ import numpy as np
 from crosscheck._workloads.model.oracle.entries import (
     FLOAT32_FRACTION,
     FLOAT32_STEP,
-    INITIAL_STEP,
     UNJUDGEABLE_FRACTION,
     Evaluator,
     Guard,
@@ -38,6 +37,12 @@ from crosscheck._workloads.model.oracle.sums import pairwise, reader, steps
 
 #: Loss evaluations per direction of a smooth loss (before any refinement): the cost model.
 EVALUATIONS_PER_DIRECTION = evaluations()
+#: The first step along a direction, as a fraction of each tensor's RMS: a direction moves every entry of
+#: its tensors at once, and its loss leaves the tableau's asymptotic regime at a smaller step than one
+#: entry's (``entries.INITIAL_STEP``, ``2**-4``). From ``2**-4`` whole GPT-2 small's directions needed
+#: four halvings past the first four steps, from ``2**-8`` one at most; ``benchmarks/oracle_accuracy.py``
+#: (``docs/measurements/model-oracle.md``) keeps every bar honest from either.
+DIRECTION_STEP = 2.0**-8
 #: Tensors whose directions fail are checked entry by entry, the smallest first, up to this many entries
 #: in all per function differenced (about as many evaluations as 256 directions).
 LOCALIZE_ENTRIES = 256
@@ -141,7 +146,7 @@ def along(
     value, error, kink = differentiate(
         evaluate,
         np.zeros(count),
-        FLOAT32_STEP if float32 else INITIAL_STEP,
+        FLOAT32_STEP if float32 else DIRECTION_STEP,
         np.arange(count),
         loss0,
         noise,

@@ -11,7 +11,9 @@ the last step). Where that error bar exceeds ``REFINE_TO`` of the item's magnitu
 value plus the model's scale), the item gets one more step, half the last (two evaluations), up to
 ``MAX_LEVELS``: the cost goes where accuracy needs it. The tableau spans the last ``LEVELS`` steps only
 (a step that straddled a kink drops out of it), and the estimate of the window with the smallest error
-bar is kept (a smaller step can only add rounding once the tableau has converged).
+bar is kept (a smaller step can only add rounding once the tableau has converged). So an item is not
+refined once its error bar is under the rounding's share at the next step (``_worth_halving``): no
+window ending there could replace it.
 
 A central difference cannot see a kink at the point: it converges, with a small error, to the average
 of the two slopes. The same evaluations give the one-sided differences ``(f(+-h) - f(0)) / +-h``,
@@ -147,8 +149,7 @@ def differentiate(
         for level in range(first, most):
             size = _magnitude(value) if magnitude is None else magnitude(value)
             wanted = ~(error[active] <= REFINE_TO * size[active])
-            if float32:
-                wanted &= _worth_halving(error[active], h[active] * 2.0 ** -(level - 1), rounding)
+            wanted &= _worth_halving(error[active], h[active] * 2.0 ** -(level - 1), rounding, float32)
             active = active[wanted]
             if not active.size:
                 break
@@ -161,12 +162,15 @@ def differentiate(
     return value, error, kink
 
 
-def _worth_halving(error: np.ndarray, last: np.ndarray, rounding: float) -> np.ndarray:
-    """Whether the next step (half of ``last``) can narrow an error bar under float32's noise: a window
-    ending there carries at least the noise's share ``NOISE_ROUNDING * rounding / step`` (twice the
-    last's), so the step is halved while the error bar exceeds that: the truncation estimate (with the
-    gap of a kink) still outweighs the noise's share."""
-    return ~(error <= 2.0 * NOISE_ROUNDING * rounding / last)
+def _worth_halving(error: np.ndarray, last: np.ndarray, rounding: float, float32: bool = False) -> np.ndarray:
+    """Whether the next step (half of ``last``) can narrow an error bar: a window ending there carries at
+    least the rounding's share ``STENCIL_ROUNDING * rounding / step`` (under float32's noise
+    ``NOISE_ROUNDING``; twice the last's), so the step is halved while the error bar exceeds that: the
+    truncation estimate (with the gap of a kink) still outweighs the rounding's share. A bar already
+    under it is the smallest any later window can give (only a smaller bar replaces a kept one), so
+    stopping there changes no estimate, only spares the evaluations."""
+    share = (NOISE_ROUNDING if float32 else STENCIL_ROUNDING) * rounding
+    return ~(error <= 2.0 * share / last)
 
 
 def _magnitude(value: np.ndarray) -> np.ndarray:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from crosscheck._workloads.model.oracle import stencil
 from crosscheck._workloads.model.oracle.stencil import LEVELS, MAX_LEVELS, REFINE_TO, differentiate
 
 
@@ -30,6 +31,33 @@ def test_a_smooth_function_costs_few_evaluations_and_its_error_bar_covers_the_tr
     # refined while the error bar exceeds 1e-9 of |value| + the values' RMS (``REFINE_TO``)
     assert np.all(error <= REFINE_TO * (np.abs(truth) + np.sqrt(np.mean(truth**2))))
     assert 2 * LEVELS * 50 <= f.count <= 14 * 50  # 8 each, a few refined (36 each before issue 25)
+
+
+def test_refinement_stops_where_the_rounding_outgrows_the_bar_and_no_estimate_changes(monkeypatch):
+    # A cubic on a large constant: the tableau removes the truncation exactly, so every bar is the
+    # stencil's rounding (``STENCIL_ROUNDING`` roundings of 1e8 over the last step), far above
+    # ``REFINE_TO``; a smaller step only doubles it. Before issue 38 every item was halved to
+    # ``MAX_LEVELS`` anyway (20 evaluations), every later window's bar larger than the kept one.
+    a = np.linspace(-2.0, 2.0, 7)
+
+    def cubic(x, i):
+        return 1e8 + a[i] * x + x**3
+
+    run = (np.zeros(7), 2.0**-4, np.arange(7), 1e8)
+    spared = Counted(cubic)
+    now = differentiate(spared, *run)
+    assert spared.count == 2 * LEVELS * 7  # the first four steps only
+
+    def always(error, last, rounding, float32=False):  # the stop undone: refined while over the target
+        return np.ones(np.shape(error), bool)
+
+    monkeypatch.setattr(stencil, "_worth_halving", always)
+    wasted = Counted(cubic)
+    before = differentiate(wasted, *run)
+    assert wasted.count == 2 * MAX_LEVELS * 7
+    for kept, old in zip(now, before, strict=True):
+        np.testing.assert_array_equal(kept, old)  # the same estimates, bars and kinks, to the bit
+    assert np.all(np.abs(now[0] - a) <= now[1])
 
 
 def test_a_kink_at_the_point_is_seen_from_the_same_evaluations():
