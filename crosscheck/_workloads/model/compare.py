@@ -243,7 +243,7 @@ def projected_terms(
             per_entry = ctx.options.atol + ctx.options.rtol * np.abs(
                 np.asarray(value[d.parameter], np.float64)
             )
-            slack[i] = float(np.sum(per_entry * d.step))
+            slack[i] = float(np.sum(per_entry * np.asarray(d.step)))
     return {"rounding": round_term, "reference": np.zeros(len(dirs)), "floor": floor, "slack": slack}
 
 

@@ -33,7 +33,7 @@ from crosscheck._workloads.model.findings import Judging
 from crosscheck._workloads.model.oracle.directions import LOCALIZE_ENTRIES, DirectionalEstimate
 from crosscheck._workloads.model.oracle.function import Differences, screen_group
 from crosscheck._workloads.model.oracle.groups import JOINT, Group
-from crosscheck._workloads.model.oracle.sums import pairwise
+from crosscheck._workloads.model.oracle.sums import Steps, pairwise
 from crosscheck._workloads.model.rounding import Rounding
 
 
@@ -106,16 +106,26 @@ def _zeros(group: Group, value: dict, row: dict, dirs: list) -> dict[str, bool]:
     bound = terms["rounding"] + terms["reference"] + terms["floor"]
     judged = row["judged"]
     signs = [group.pieces(d.signs) for d in dirs]
-    steps = [group.pieces(np.asarray(d.step)) if np.ndim(d.step) else None for d in dirs]
+    steps = [_pieces(group, d.step) for d in dirs]
     out = {}
     for k, shape in zip(group.names, group.shapes, strict=True):
         parts = [
-            (s[k].reshape(-1), d.step if t is None else t[k].reshape(-1))
+            (s[k].reshape(-1), d.step if t is None else t[k])
             for d, s, t in zip(dirs, signs, steps, strict=True)
         ]
         own = _own(value[k], shape, parts)
         out[k] = bool(np.all(np.abs(own[judged]) <= bound[judged]))
     return out
+
+
+def _pieces(group: Group, step: Any) -> dict[str, Any] | None:
+    """A direction's step cut into the group's tensors: None for a number, a ``Steps``'s number per
+    tensor (not the group's array), else flat views of the array."""
+    if not np.ndim(step):
+        return None
+    if isinstance(step, Steps):
+        return dict(zip(group.names, step.values, strict=True))
+    return {k: v.reshape(-1) for k, v in group.pieces(np.asarray(step)).items()}
 
 
 def _own(x: Any, shape: tuple[int, ...], parts: list[tuple[np.ndarray, Any]]) -> np.ndarray:

@@ -33,7 +33,7 @@ from crosscheck._workloads.model.oracle.entries import (
     reasons,
 )
 from crosscheck._workloads.model.oracle.stencil import differentiate, evaluations
-from crosscheck._workloads.model.oracle.sums import pairwise, reader, steps
+from crosscheck._workloads.model.oracle.sums import Steps, pairwise, reader, steps
 
 #: Loss evaluations per direction of a smooth loss (before any refinement): the cost model.
 EVALUATIONS_PER_DIRECTION = evaluations()
@@ -57,10 +57,10 @@ class Direction:
 
     parameter: str
     signs: np.ndarray  # int8, the parameter's shape
-    step: Any  # float, or an array of the parameter's shape
+    step: Any  # float, an array of the parameter's shape, or a group's ``sums.Steps`` (one a tensor)
 
     def vector(self) -> np.ndarray:
-        return self.signs.astype(np.float64) * self.step
+        return self.signs.astype(np.float64) * np.asarray(self.step)
 
 
 def make_directions(params: dict[str, np.ndarray], per_parameter: int) -> list[Direction]:
@@ -108,6 +108,7 @@ def directional(
         expected=EVALUATIONS_PER_DIRECTION * len(directions),
         varying=list(dict.fromkeys(d.parameter for d in directions)),
     )
+    whole = {id(d.step): np.asarray(d.step) for d in directions}  # a group's ``Steps`` made once
 
     def evaluate(t: np.ndarray, which: np.ndarray) -> np.ndarray:
         which = np.broadcast_to(which, t.shape)
@@ -115,7 +116,7 @@ def directional(
         def perturb(pos: tuple[int, ...]) -> Callable[[], None]:
             d = directions[int(which[pos])]
             target, start = evaluator.work[d.parameter], base[d.parameter]
-            np.multiply(d.signs, t[pos] * d.step, out=target, casting="unsafe")
+            np.multiply(d.signs, t[pos] * whole[id(d.step)], out=target, casting="unsafe")
             target += start
             return lambda: np.copyto(target, start)
 
@@ -178,8 +179,9 @@ def norm(d: Direction) -> float:
     """``|v|_2`` of a direction (a step array summed a block at a time: ``sums.pairwise``)."""
     if np.ndim(d.step) == 0:
         return float(d.step) * math.sqrt(d.signs.size)
-    step = np.asarray(d.step).reshape(-1)
-    return math.sqrt(float(pairwise(step.size, lambda a, b: np.array([np.sum(np.square(step[a:b]))]))[0]))
+    step = d.step if isinstance(d.step, Steps) else np.asarray(d.step).reshape(-1)
+    block = step.block if isinstance(step, Steps) else lambda a, b: step[a:b]
+    return math.sqrt(float(pairwise(step.size, lambda a, b: np.array([np.sum(np.square(block(a, b)))]))[0]))
 
 
 def every_norm(directions: Sequence[Direction]) -> np.ndarray:
@@ -222,7 +224,8 @@ def project(gradient: Mapping[str, Any], directions: Sequence[Direction]) -> np.
     for (k, shape), index in _lines(directions).items():
         x, chosen = gradient[k], [directions[i] for i in index]
         if not all(_blockwise(x, d) for d in chosen):
-            out[index] = [float(np.sum(np.asarray(x, np.float64) * d.signs * d.step)) for d in chosen]
+            whole = np.asarray(x, np.float64)
+            out[index] = [float(np.sum(whole * d.signs * np.asarray(d.step))) for d in chosen]
             continue
         read = reader(x, shape)
         signs = [d.signs.reshape(-1) for d in chosen]
@@ -256,6 +259,6 @@ def project_quadrature(term: Mapping[str, Any], directions: Sequence[Direction])
 def _quadrature(x: Any, d: Direction) -> Any:
     """``np.sum(np.square(t * step))`` over ``d``'s tensor, ``t`` broadcast to it (as it was: its dtype)."""
     if not _blockwise(x, d):
-        return np.sum(np.square(np.broadcast_to(np.asarray(x), d.signs.shape) * d.step))
+        return np.sum(np.square(np.broadcast_to(np.asarray(x), d.signs.shape) * np.asarray(d.step)))
     read, step = reader(x, tuple(d.signs.shape)), steps(d.step)
     return pairwise(d.signs.size, lambda a, b: np.array([np.sum(np.square(read(a, b) * step(a, b)))]))[0]

@@ -25,7 +25,7 @@ import numpy as np
 from crosscheck._workloads.model.oracle.batched import Batched
 from crosscheck._workloads.model.oracle.directions import SEED, Direction
 from crosscheck._workloads.model.oracle.entries import base_steps
-from crosscheck._workloads.model.oracle.sums import reader
+from crosscheck._workloads.model.oracle.sums import Steps, reader
 
 #: The name of a group's tensors taken as one vector.
 JOINT = "(group)"
@@ -80,10 +80,7 @@ class Group:
     def directions(self, params: dict[str, np.ndarray], count: int) -> list[Direction]:
         """``count`` random +-1 directions over the group, each entry scaled by its tensor's RMS."""
         steps = base_steps({k: np.asarray(v, np.float64) for k, v in params.items()})
-        step = np.empty(sum(self.sizes))  # each tensor's RMS over its entries, filled in place
-        ends = np.cumsum(self.sizes)
-        for k, a, b in zip(self.names, ends - self.sizes, ends, strict=True):
-            step[a:b] = steps[k]
+        step = Steps([steps[k] for k in self.names], self.sizes)  # each tensor's RMS over its entries
         rng = np.random.default_rng([SEED, zlib.crc32("\0".join(self.names).encode())])
         return [Direction(JOINT, _signs(rng, step.size), step) for _ in range(count)]
 
@@ -109,7 +106,7 @@ def drawn(cache: dict, group: Group, params: dict, count: int, source: Any) -> l
     for d in dirs:
         for array in (d.signs, d.step):
             if isinstance(array, np.ndarray):
-                array.flags.writeable = False
+                array.flags.writeable = False  # a ``Steps``'s numbers are read-only already
     cache[key] = (source, dirs)
     return dirs
 

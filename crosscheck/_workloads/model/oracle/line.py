@@ -43,6 +43,7 @@ from crosscheck._workloads.model.oracle.directions import (
     along,
 )
 from crosscheck._workloads.model.oracle.entries import OracleFailed
+from crosscheck._workloads.model.oracle.sums import Steps
 from crosscheck._workloads.protocol import Call
 
 #: The adapter's methods (all three, or the oracle hands it every parameter each evaluation).
@@ -180,4 +181,6 @@ def _steps(pieces: Callable[[np.ndarray], dict[str, np.ndarray]], d: Direction) 
     empty tensor has none (nothing of it moves)."""
     if np.ndim(d.step) == 0:
         return {k: np.float64(d.step) for k, v in pieces(d.signs).items() if v.size}
+    if isinstance(d.step, Steps):  # a group's: one number a tensor, in the group's order
+        return {k: n for (k, v), n in zip(pieces(d.signs).items(), d.step.values, strict=True) if v.size}
     return {k: v.reshape(-1)[0] for k, v in pieces(np.asarray(d.step, np.float64)).items() if v.size}

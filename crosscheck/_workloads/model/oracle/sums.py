@@ -65,8 +65,49 @@ def reader(x: Any, shape: tuple[int, ...]) -> Callable[[int, int], np.ndarray]:
 
 
 def steps(step: Any) -> Callable[[int, int], Any]:
-    """A direction's step over entries ``a`` to ``b``: the number itself, or its array's entries."""
+    """A direction's step over entries ``a`` to ``b``, to multiply by: the number itself, a ``Steps``'s
+    number where ``a`` to ``b`` lies in one tensor (the same products, to the bit), or the entries."""
     if np.ndim(step) == 0:
         return lambda a, b: step
+    if isinstance(step, Steps):
+        return step.over
     flat = np.asarray(step).reshape(-1)
     return lambda a, b: flat[a:b]
+
+
+class Steps:
+    """A group's step per entry (``groups.Group.directions``): each tensor's number over its entries, held
+    as one number a tensor (issue 38: not a float64 array of the group's size, 8 bytes a parameter and
+    its pages, read again by every projection). ``np.asarray`` makes the whole array, the same bits."""
+
+    ndim = 1
+    dtype = np.dtype(np.float64)
+
+    def __init__(self, values: Any, sizes: Any) -> None:
+        self.values = np.array(values, np.float64)
+        self.values.flags.writeable = False
+        self.ends = np.cumsum([0, *(int(n) for n in sizes)])
+        self.size = int(self.ends[-1])
+        self.shape = (self.size,)
+
+    def block(self, a: int, b: int) -> np.ndarray:
+        """Entries ``a`` to ``b``, float64."""
+        out = np.empty(b - a)
+        first = int(np.searchsorted(self.ends, a, side="right")) - 1
+        at, i = a, first
+        while at < b:
+            end = min(b, int(self.ends[i + 1]))
+            out[at - a : end - a] = self.values[i]
+            at, i = end, i + 1
+        return out
+
+    def over(self, a: int, b: int) -> Any:
+        """Entries ``a`` to ``b`` to multiply by: one tensor's number where they lie in it, else ``block``."""
+        i = int(np.searchsorted(self.ends, a, side="right")) - 1
+        if a < self.size and b <= self.ends[i + 1]:
+            return self.values[i]
+        return self.block(a, b)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self.block(0, self.size)
+        return out if dtype is None else out.astype(dtype, copy=False)

@@ -127,7 +127,7 @@ def test_both_sides_are_differenced_along_one_draw_of_the_directions_equal_to_a_
             d.signs.tobytes() == f.signs.tobytes()
             and np.asarray(d.step).tobytes() == np.asarray(f.step).tobytes()
         )
-        assert not d.signs.flags.writeable and not d.step.flags.writeable
+        assert not d.signs.flags.writeable and not d.step.values.flags.writeable
     other = {k: 2 * v for k, v in params.items()}
     again = drawn(chosen.drawn, every, other, 3, other)
     assert again is not torch_dirs

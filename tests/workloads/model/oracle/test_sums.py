@@ -213,9 +213,48 @@ def test_the_draws_made_in_place_are_the_whole_formulas_to_the_bit():
     got = group.directions(params, 3)
     for d, signs in zip(got, old, strict=True):
         assert d.signs.dtype == np.int8 and d.signs.tobytes() == signs.tobytes()
-        assert d.step.dtype == np.float64 and d.step.tobytes() == step.tobytes()
+        assert np.asarray(d.step).dtype == np.float64 and np.asarray(d.step).tobytes() == step.tobytes()
     a, b = np.random.default_rng(8), np.random.default_rng(8)
     for shape in SHAPES.values():
         want = (a.integers(0, 2, size=shape) * 2 - 1).astype(np.int8)
         have = precision._signs(b, shape)
         assert have.dtype == np.int8 and have.shape == want.shape and have.tobytes() == want.tobytes()
+
+
+@pytest.mark.usefixtures("small_blocks")
+def test_a_groups_steps_are_one_number_a_tensor_and_read_as_the_whole_array():
+    """``sums.Steps`` (issue 38: a group's step per entry held as one number a tensor): its entries, read
+    a run at a time or whole, are the array ``Group.directions`` filled before, and each consumer's
+    numbers (a tensor's own part of the projections, the steps handed to an adapter's line) are those
+    of that array, to the bit."""
+    from crosscheck._workloads.model import groups as model_groups
+    from crosscheck._workloads.model.oracle.line import _steps
+
+    rng = np.random.default_rng(9)
+    group = Group.of(list(SHAPES), SHAPES)
+    dirs = group.directions(_arrays(rng, np.float64), 3)
+    step = dirs[0].step
+    assert isinstance(step, sums.Steps) and step.values.size == len(SHAPES)
+    assert not step.values.flags.writeable
+    whole = np.asarray(step)
+    assert whole.shape == step.shape == (group.flat(_arrays(rng)).size,)
+    ends = np.cumsum([0, *group.sizes])
+    for a, b in [(0, 1), (0, 37 * 129), (10, 4800), (4772, 4774), (4773, 15_000), (0, whole.size)]:
+        assert step.block(a, b).tobytes() == whole[a:b].tobytes()
+        inside = np.searchsorted(ends, a, side="right") == np.searchsorted(ends, b - 1, side="right")
+        over = step.over(a, b)
+        assert np.ndim(over) == (0 if inside else 1) and np.all(over == whole[a:b])
+    arrays = [Direction(JOINT, d.signs, np.asarray(d.step)) for d in dirs]  # the array, as before
+    value = _arrays(rng)
+    for d, old in zip(dirs, arrays, strict=True):
+        assert _steps(group.pieces, d) == _steps(group.pieces, old)
+    bound = np.abs(project({JOINT: group.joint(value)}, dirs))
+    for scale in (0.5, 1.5):
+        row = {"terms": {"rounding": bound * scale, "reference": 0 * bound, "floor": 0 * bound}}
+        row["judged"] = np.ones(3, bool)
+        assert model_groups._zeros(group, value, row, dirs) == model_groups._zeros(group, value, row, arrays)
+    for k, shape in SHAPES.items():
+        new = [(group.pieces(d.signs)[k].reshape(-1), model_groups._pieces(group, d.step)[k]) for d in dirs]
+        old = [(group.pieces(d.signs)[k].reshape(-1), group.pieces(d.step)[k].reshape(-1)) for d in arrays]
+        got, want = model_groups._own(value[k], shape, new), model_groups._own(value[k], shape, old)
+        assert _bits(got) == _bits(want)
