@@ -17,6 +17,7 @@ error bar (``entries.FLOAT32_MAXITER``, ``entries.FLOAT32_FRACTION``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -45,7 +46,7 @@ from crosscheck._workloads.model.oracle.entries import (
 from crosscheck._workloads.model.oracle.groups import JOINT, Group, drawn, joint
 from crosscheck._workloads.model.oracle.line import Line, line_of
 from crosscheck._workloads.model.oracle.line import directional as line_directional
-from crosscheck._workloads.model.oracle.precision import PROBE_EVALUATIONS, Precision, judge, probe
+from crosscheck._workloads.model.oracle.precision import Precision, probed
 from crosscheck._workloads.model.oracle.threads import one_thread
 from crosscheck._workloads.protocol import Call, Point, Progress
 
@@ -399,11 +400,11 @@ def _own_loss(
     label = f"`{name}`'s own float64 loss"
     guard = batch_guard(call)
     if clock is not None:
-        clock.plan(probe_label(label), PROBE_EVALUATIONS)
         guard = clock.guard(guard, probe_label(label))
+    plan = None if clock is None else functools.partial(clock.plan, probe_label(label))
     try:
         with one_thread(sum(int(v.size) for v in p64.values())):
-            precision = judge(probe(fn, p64, guard, line), number, low, name)
+            precision = probed(fn, p64, guard, line, number, low, name, plan)
     except OracleFailed as exc:
         if clock is not None and clock.ran_out:
             return Skip(f"`{name}`'s own loss is not differenced: {exc}", failure=True)

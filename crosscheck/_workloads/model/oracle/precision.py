@@ -13,6 +13,10 @@ noise of one evaluation. A float64 loss's noise is a few float64 unit roundoffs 
 float32 steps has noise of float32's size. The float32 evaluation of the same loss tells the two apart
 whatever the cancellation in the sum: it differs from the float64 one by float32's rounding of the
 terms, about ``2**29`` float64 noises, and by about one noise for a loss with float32 steps.
+
+``probed`` (what the oracle runs) fits the ``2 * FIRST + 1`` middle points first and stops there when
+their noise is float64's beyond doubt (``CLEAR`` times it would still be: 8 evaluations of a forward
+pass each saved, issue 38); otherwise it goes on to every point and finds what ``probe`` finds.
 """
 
 from __future__ import annotations
@@ -30,8 +34,16 @@ from crosscheck._workloads.model.oracle.stencil import EPS64
 
 #: The probe's points on each side of the point.
 HALF = 8
-#: The probe's loss evaluations (counted toward the oracle's budget).
+#: The probe's loss evaluations, at most (counted toward the oracle's budget).
 PROBE_EVALUATIONS = 2 * HALF + 1
+#: ``probed``'s first points on each side (``2 * FIRST + 1`` evaluations, 5 degrees of freedom left).
+FIRST = 4
+#: ``probed`` stops at its first points where this many times their noise would still be float64's (a
+#: loss with float32 steps, or one that bends on the probe's scale, is above float64's at 9 points too):
+#: the residual over 9 points of a loss with float32 steps is float32's noise, 2**14 and more above the
+#: bounds (Hugging Face's zoo: 3e-7 to 7e-5 of the tighter one), a float64 loss's 245 to 3,800 below it,
+#: and the 17 points' residual 0.74 to 1.97 times the 9's (38 losses, 2026-12-05).
+CLEAR = 2.0**6
 #: Spacing of the probe's points, as a fraction of each tensor's RMS.
 PROBE_STEP = 2.0**-20
 #: A loss whose noise exceeds this fraction of |float32 loss - float64 loss| has float32 steps (a
@@ -57,9 +69,12 @@ class Precision:
     noise: float
     float32: bool
     text: str
+    #: The probe's loss evaluations (``probed``: 9, or 17 where the first 9 leave a doubt).
+    evaluations: int = PROBE_EVALUATIONS
 
     def to_dict(self) -> dict[str, Any]:
-        return {"noise": self.noise, "float32": self.float32, "text": self.text}
+        out = {"noise": self.noise, "float32": self.float32, "text": self.text}
+        return {**out, "evaluations": self.evaluations}
 
 
 def probe(
@@ -72,31 +87,78 @@ def probe(
     adapter's ``line`` (``oracle.line``) the points are formed on its side, the same points to the bit
     (``signs * (t * step * PROBE_STEP)``: the sign exact, the step times a power of two exact)."""
     t = np.arange(-HALF, HALF + 1, dtype=np.float64)
-    rng = np.random.default_rng(SEED)
-    if line is not None:
-        values = _along(line, params, rng, t, guard)
-    else:
-        values = _probe(loss, params, rng, t, guard)
+    return _residual(t, _losses(loss, params, guard, line)(t))
+
+
+def probed(
+    loss: Callable[[dict[str, np.ndarray]], Any],
+    params: dict[str, np.ndarray],
+    guard: Guard,
+    line: Line | None,
+    value: float,
+    low: float | None,
+    name: str,
+    plan: Callable[[int], Any] | None = None,
+) -> Precision:
+    """``judge`` of ``probe``'s noise, from the ``2 * FIRST + 1`` middle points alone where ``CLEAR``
+    times their noise would still be float64's; ``value`` and ``low`` the float64 and float32 losses at
+    the point, ``plan(n)`` told of each stage's ``n`` evaluations before they are made (a budget's)."""
+    t = np.arange(-HALF, HALF + 1, dtype=np.float64)
+    middle = np.abs(t) <= FIRST
+    evaluate = _losses(loss, params, guard, line)
+    values = np.empty(t.size)
+    if plan is not None:
+        plan(int(middle.sum()))
+    values[middle] = evaluate(t[middle])
+    noise = _residual(t[middle], values[middle])
+    if math.isfinite(noise) and not _above_float64(CLEAR * noise, value, low):
+        return dataclasses.replace(judge(noise, value, low, name), evaluations=int(middle.sum()))
+    if plan is not None:
+        plan(int((~middle).sum()))
+    values[~middle] = evaluate(t[~middle])
+    return dataclasses.replace(judge(_residual(t, values), value, low, name), evaluations=t.size)
+
+
+def _residual(t: np.ndarray, values: np.ndarray) -> float:
+    """The RMS residual of a cubic fit to ``values`` at ``t`` (centred on the value at ``t = 0``)."""
     if not np.all(np.isfinite(values)):
         return math.nan
-    centred = values - values[HALF]
+    centred = values - values[t.size // 2]
     fit = np.polynomial.polynomial.polyfit(t, centred, 3)
     residual = centred - np.polynomial.polynomial.polyval(t, fit)
     return float(np.sqrt(np.sum(residual**2) / (t.size - 4)))
 
 
-def _along(line: Line, params: dict[str, np.ndarray], rng: Any, t: np.ndarray, guard: Guard) -> np.ndarray:
+def _losses(
+    loss: Callable[[dict[str, np.ndarray]], Any],
+    params: dict[str, np.ndarray],
+    guard: Guard,
+    line: Line | None,
+) -> Callable[[np.ndarray], np.ndarray]:
+    """The loss at ``t`` along the probe's line, ``t`` given as one batch per call: on the adapter's
+    ``line`` where there is one (``_along``), else each point formed here and handed whole."""
+    rng = np.random.default_rng(SEED)
+    return _along(line, params, rng, guard) if line is not None else _probe(loss, params, rng, guard)
+
+
+def _along(
+    line: Line, params: dict[str, np.ndarray], rng: Any, guard: Guard
+) -> Callable[[np.ndarray], np.ndarray]:
     """The probe's losses on ``line``'s side: the signs drawn as ``_probe`` draws them, handed once."""
     steps = base_steps({k: np.asarray(v, np.float64) for k, v in params.items()})
     signs = {k: _signs(rng, np.shape(v)) for k, v in params.items()}
     scale = {k: np.float64(steps[k] * PROBE_STEP) for k, v in params.items() if np.size(v)}
     walker = Walker(line, params, guard=guard, progress=None, expected=2 * HALF + 1)
-    return walker.batch(
-        t.shape,
-        lambda pos: "probe",
-        lambda _: signs,
-        lambda pos: {k: float(t[pos[0]] * s) for k, s in scale.items()},
-    )
+
+    def evaluate(t: np.ndarray) -> np.ndarray:
+        return walker.batch(
+            t.shape,
+            lambda pos: "probe",
+            lambda _: signs,
+            lambda pos: {k: float(t[pos[0]] * s) for k, s in scale.items()},
+        )
+
+    return evaluate
 
 
 def _signs(rng: Any, shape: tuple[int, ...]) -> np.ndarray:
@@ -108,7 +170,9 @@ def _signs(rng: Any, shape: tuple[int, ...]) -> np.ndarray:
     return signs.astype(np.int8)
 
 
-def _probe(loss: Callable[[dict[str, np.ndarray]], Any], params: dict, rng: Any, t: np.ndarray, guard: Guard):
+def _probe(
+    loss: Callable[[dict[str, np.ndarray]], Any], params: dict, rng: Any, guard: Guard
+) -> Callable[[np.ndarray], np.ndarray]:
     """The probe's losses, each point formed here and handed whole."""
     base = {k: np.array(v, dtype=np.float64) for k, v in params.items()}
     steps = base_steps(base)
@@ -119,18 +183,29 @@ def _probe(loss: Callable[[dict[str, np.ndarray]], Any], params: dict, rng: Any,
         for k, v in base.items():
             np.copyto(evaluator.work[k], v)
 
-    def perturb(pos: tuple[int, ...]) -> Callable[[], None]:
-        for k, v in base.items():
-            np.add(v, t[pos[0]] * line[k], out=evaluator.work[k])
-        return restore
+    def evaluate(t: np.ndarray) -> np.ndarray:
+        def perturb(pos: tuple[int, ...]) -> Callable[[], None]:
+            for k, v in base.items():
+                np.add(v, t[pos[0]] * line[k], out=evaluator.work[k])
+            return restore
 
-    return evaluator.batch(t.shape, perturb)
+        return evaluator.batch(t.shape, perturb)
+
+    return evaluate
+
+
+def _above_float64(noise: float, value: float, low: float | None) -> bool:
+    """Whether ``noise`` is above a float64 loss's: over ``FLOAT32_NOISE`` of the gap to the float32 loss
+    ``low`` (0 when not known) and over ``FLOAT64_NOISE_ULPS`` unit roundoffs of |loss| (float32's noise,
+    or a loss that bends on the probe's scale: ``judge`` tells which)."""
+    gap = abs(low - value) if low is not None else 0.0
+    return bool(noise > FLOAT32_NOISE * gap and noise > FLOAT64_NOISE_ULPS * EPS64 * abs(value))
 
 
 def judge(noise: float, value: float, low: float | None, name: str) -> Precision:
     """Whether ``noise`` is float32's: against the float32 loss ``low`` when known, else against |loss|."""
     gap = abs(low - value) if low is not None else 0.0
-    float32 = bool(noise > FLOAT32_NOISE * gap and noise > FLOAT64_NOISE_ULPS * EPS64 * abs(value))
+    float32 = _above_float64(noise, value, low)
     if float32 and low is not None and noise > ROUNDING_CEILING * max(gap, 2.0**-24 * abs(value)):
         return Precision(noise, False, _curved(noise, gap, name))
     if not float32:

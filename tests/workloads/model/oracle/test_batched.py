@@ -19,7 +19,7 @@ from crosscheck._workloads.model.oracle import batched
 from crosscheck._workloads.model.oracle.directions import directional, make_directions
 from crosscheck._workloads.model.oracle.entries import estimate
 from crosscheck._workloads.model.oracle.function import _batched
-from crosscheck._workloads.model.oracle.precision import PROBE_EVALUATIONS
+from crosscheck._workloads.model.oracle.precision import FIRST, PROBE_EVALUATIONS
 
 needs = pytest.mark.skipif(
     importlib.util.find_spec("jax") is None or importlib.util.find_spec("torch") is None,
@@ -227,8 +227,13 @@ def test_a_budget_that_does_not_run_out_changes_nothing():
     assert report.passed, report.problems
     budget = report.oracle["budget"]
     assert not budget["ran_out"] and budget["judged"] == budget["parameters"] == 2
-    # every evaluation the oracle made counts: the differences and each own loss's noise probe
-    probes = PROBE_EVALUATIONS * len(report.oracle["own_loss"])
+    # every evaluation the oracle made counts: the differences and each own loss's noise probe (9 points
+    # of a float64 loss, every one of the 17 where the first leave a doubt)
+    probes = sum(p["evaluations"] for p in report.oracle["precision"].values())
+    assert len(report.oracle["precision"]) == len(report.oracle["own_loss"]) == 2
+    assert all(
+        p["evaluations"] in (2 * FIRST + 1, PROBE_EVALUATIONS) for p in report.oracle["precision"].values()
+    )
     assert budget["evaluations"] == sum(report.oracle["evaluations"].values()) + probes
 
 

@@ -117,7 +117,8 @@ def test_an_evaluation_hands_no_parameter(name, loss):
     line = function.line
     # Once the probe: its point and its line; then the difference: its point and its 4 directions.
     assert line.points == 2 and line.directions == 5
-    assert line.evaluations == 17 + found.evaluations  # the probe's 17, and the difference's
+    probe = function.precision.evaluations
+    assert line.evaluations == probe + found.evaluations and probe == 9  # a float64 loss: the probe's 9
     assert handed == point_bytes + 4 * signs_bytes  # not a parameter per evaluation
     assert calls["loss"] == 2  # the float64 and float32 checks only: no point handed whole
     assert found.evaluations > 32
@@ -261,10 +262,11 @@ def test_many_directions_of_a_small_model_stay_batched():
     point = Point(params, inputs, {}, "float64")
     call = Caller(point.arrays())
     function = oracle.own_loss(_adapter("jax", _jax_loss), "side", point, call)
-    assert function.line is not None and function.line.evaluations == 17
+    probe = function.precision.evaluations  # 9: a float64 loss, beyond doubt from the first points
+    assert function.line is not None and function.line.evaluations == probe == 9
     found = oracle.difference(function, point, oracle.plan("screen", params, 32), call, None)
     assert isinstance(found, oracle.Differences), found
-    assert function.line.evaluations == 17 and function.fn.calls > 0
+    assert function.line.evaluations == probe and function.fn.calls > 0
 
 
 def test_the_jax_adapter_forms_the_moved_tensors_as_its_jitted_sum_does_in_buffers_it_keeps():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from crosscheck._workloads.model.oracle.entries import estimate
-from crosscheck._workloads.model.oracle.precision import judge, probe
+from crosscheck._workloads.model.oracle.precision import CLEAR, PROBE_EVALUATIONS, judge, probe, probed
 
 RNG = np.random.default_rng(1)
 PARAMS = {
@@ -60,6 +60,43 @@ def test_a_loss_that_bends_on_the_probes_scale_is_not_taken_for_float32_noise():
     found = judge(noise, value, low, "torch")
     assert not found.float32  # float32's error bars would let a zero gradient pass: "the check is empty"
     assert "not smooth on the noise probe's scale" in found.text
+
+
+def _counted(fn):
+    calls = []
+
+    def counted(p):
+        calls.append(1)
+        return fn(p)
+
+    return counted, calls
+
+
+@pytest.mark.parametrize("case", ["float64", "float32-step", "steep"])
+def test_probed_stops_at_its_first_points_only_where_the_noise_is_float64s_beyond_doubt(case):
+    # issue 38: 9 evaluations of a forward pass instead of 17 where the answer cannot change; a float32
+    # step, or a loss that bends on the probe's scale, gets every point and ``probe``'s answer, to the bit
+    if case == "steep":
+        params, fn = {"c": np.zeros(3), "w": RNG.standard_normal(3)}, _steep
+        value, low = _steep(params), float(np.float32(_steep(params, np.float32)))
+    else:
+        params, fn = PARAMS, (lambda p: loss(p, case == "float32-step"))
+        value = fn(PARAMS)
+        low = float(np.float32(loss({k: v.astype(np.float32) for k, v in PARAMS.items()}, True)))
+    counted, calls = _counted(fn)
+    added = []
+    found = probed(counted, params, _direct, None, value, low, "torch", added.append)
+    whole = judge(probe(fn, params, _direct), value, low, "torch")
+    if case == "float64":
+        assert found.evaluations == len(calls) == 9 and added == [9]
+        assert (
+            not found.float32 and not found.text and not judge(CLEAR * found.noise, value, low, "torch").text
+        )
+        assert found.noise < 64 * 2.0**-52 * abs(value) and not whole.float32  # float64's, as the whole
+    else:
+        assert found.evaluations == len(calls) == PROBE_EVALUATIONS and added == [9, 8]
+        assert (found.noise, found.float32, found.text) == (whole.noise, whole.float32, whole.text)
+    assert found.to_dict()["evaluations"] == found.evaluations
 
 
 def test_a_float32_step_is_differenced_with_float32s_error_bar():
