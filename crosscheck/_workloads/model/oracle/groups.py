@@ -25,7 +25,7 @@ import numpy as np
 from crosscheck._workloads.model.oracle.batched import Batched
 from crosscheck._workloads.model.oracle.directions import SEED, Direction
 from crosscheck._workloads.model.oracle.entries import base_steps
-from crosscheck._workloads.model.oracle.sums import Steps, reader
+from crosscheck._workloads.model.oracle.sums import Steps, reader, runs
 
 #: The name of a group's tensors taken as one vector.
 JOINT = "(group)"
@@ -137,14 +137,10 @@ class Joint:
 
     def block(self, a: int, b: int) -> np.ndarray:
         """Entries ``a`` to ``b`` of the vector, float64."""
-        first = int(np.searchsorted(self.ends, a, side="right")) - 1
-        parts, at, i = [], a, first
-        while at < b:
-            end = min(b, int(self.ends[i + 1]))
-            if end > at:
-                start = int(self.ends[i])
-                parts.append(np.asarray(self.reads[i](at - start, end - start), np.float64))
-            at, i = end, i + 1
+        parts = [
+            np.asarray(self.reads[i](at - int(self.ends[i]), end - int(self.ends[i])), np.float64)
+            for i, at, end in runs(self.ends, a, b)
+        ]
         if len(parts) == 1:
             return parts[0]
         return np.concatenate(parts) if parts else np.zeros(0)

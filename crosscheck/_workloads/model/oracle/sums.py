@@ -18,7 +18,7 @@ pieces as one vector (``groups.Joint``: ``block``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -64,6 +64,18 @@ def reader(x: Any, shape: tuple[int, ...]) -> Callable[[int, int], np.ndarray]:
     return lambda a, b: whole[a:b]
 
 
+def runs(ends: np.ndarray, a: int, b: int) -> Iterator[tuple[int, int, int]]:
+    """The tensors entries ``a`` to ``b`` of a vector of tensors laid end to end span (``ends``: each
+    tensor's first entry, then the vector's size): ``(tensor, start, end)``, each non-empty run of
+    entries inside one tensor, in order (an empty tensor spans none)."""
+    i, at = int(np.searchsorted(ends, a, side="right")) - 1, a
+    while at < b:
+        end = min(b, int(ends[i + 1]))
+        if end > at:
+            yield i, at, end
+        at, i = end, i + 1
+
+
 def steps(step: Any) -> Callable[[int, int], Any]:
     """A direction's step over entries ``a`` to ``b``, to multiply by: the number itself, a ``Steps``'s
     number where ``a`` to ``b`` lies in one tensor (the same products, to the bit), or the entries."""
@@ -93,12 +105,8 @@ class Steps:
     def block(self, a: int, b: int) -> np.ndarray:
         """Entries ``a`` to ``b``, float64."""
         out = np.empty(b - a)
-        first = int(np.searchsorted(self.ends, a, side="right")) - 1
-        at, i = a, first
-        while at < b:
-            end = min(b, int(self.ends[i + 1]))
+        for i, at, end in runs(self.ends, a, b):
             out[at - a : end - a] = self.values[i]
-            at, i = end, i + 1
         return out
 
     def over(self, a: int, b: int) -> Any:
