@@ -183,21 +183,25 @@ class GenericJudge:
 
     def prepare(self, candidates: list[tuple[str, Any]], call: Call) -> None:
         """Before the first comparison (every candidate loaded): without a NumPy reference, each
-        candidate's own float64 loss is checked and probed, and the anchor of "same function" is the
-        first whose loss has no float32 steps, else the first that can be differenced: a port's float64
-        gradient is then judged against clean differences, not against float32's noise (each side's own
-        derivative stays judged against its own loss)."""
+        candidate's own float64 loss is checked, probed and differenced (``_own``), one candidate after
+        the other, and the anchor of "same function" is the first whose loss has no float32 steps, else
+        the first that can be differenced: a port's float64 gradient is then judged against clean
+        differences, not against float32's noise (each side's own derivative stays judged against its own
+        loss)."""
         if not self.findings.oracle or self.numpy is not None or self.workload.surrogate is not None:
             return
-        usable = [(n, b) for n, b in candidates if isinstance(self._function(b, n, call), Function)]
+        for name, backend in candidates:
+            self._own(backend, name, call)
+        usable = [(n, b) for n, b in candidates if isinstance(self.functions.get(n), Function)]
         clean = [(n, b) for n, b in usable if not _float32(self.functions[n])]
         if clean or usable:
             self.anchor_candidate = (clean or usable)[0]
 
     def _function(self, backend: Any, name: str, call: Call) -> Function | Skip:
-        """``name``'s own float64 loss, checked and probed (``own_loss``), once."""
+        """``name``'s own float64 loss, checked and probed (``own_loss``), once; its adapter keeps the point
+        the probe held on its line for ``_own``'s differences, which follow at once and release it."""
         if name not in self.functions:
-            self.functions[name] = own_loss(backend, name, self.point, call, self.plan.clock)
+            self.functions[name] = own_loss(backend, name, self.point, call, self.plan.clock, keep=True)
         return self.functions[name]
 
     # -- a candidate -----------------------------------------------------------------------------------

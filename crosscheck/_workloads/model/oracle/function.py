@@ -28,7 +28,7 @@ import numpy as np
 from crosscheck._compare.constants import WIDEN
 from crosscheck._compare.dtypes import as_dtype
 from crosscheck._errors import describe, reraise_user_interrupt
-from crosscheck._workloads.model.oracle.batched import BYTES, FROM_EVALUATIONS, Batched
+from crosscheck._workloads.model.oracle.batched import Batched
 from crosscheck._workloads.model.oracle.budget import Clock
 from crosscheck._workloads.model.oracle.directions import (
     EVALUATIONS_PER_DIRECTION,
@@ -44,7 +44,7 @@ from crosscheck._workloads.model.oracle.entries import (
     read_only,
 )
 from crosscheck._workloads.model.oracle.groups import JOINT, Group, drawn, joint
-from crosscheck._workloads.model.oracle.line import Line, line_of
+from crosscheck._workloads.model.oracle.line import Line, line_of, on_line
 from crosscheck._workloads.model.oracle.line import directional as line_directional
 from crosscheck._workloads.model.oracle.precision import Precision, probed
 from crosscheck._workloads.model.oracle.threads import one_thread
@@ -203,7 +203,7 @@ def _group(diffs: Differences, group: Group, params: dict, count: int, guard: An
     """The oracle along ``count`` directions of ``group`` (cached on ``diffs``), the point's ``params``
     made from ``source`` (the point's own parameters: what the directions drawn are keyed by)."""
     line = diffs.function.line
-    if group not in diffs.groups and line is not None and _on_line(diffs.function, group, count):
+    if group not in diffs.groups and line is not None and on_line(diffs.function.fn, group.sizes, count):
         dirs = drawn(diffs.drawn, group, params, count, source)  # the points formed on the adapter's side
         along = line_directional(
             line,
@@ -226,19 +226,6 @@ def _group(diffs: Differences, group: Group, params: dict, count: int, guard: An
         diffs.groups[group] = (dirs, along)
         diffs.evaluations += along.evaluations
     return diffs.groups[group]
-
-
-def _on_line(function: Function, group: Group, count: int) -> bool:
-    """Whether ``count`` directions of ``group`` are evaluated along the adapter's line (``oracle.line``):
-    where it has one, unless they would be batched (``oracle.batched``: many directions of a small
-    model, where one call for 8 points pays more than forming each point on the adapter's side)."""
-    if function.line is None:
-        return False
-    fn = function.fn
-    if not isinstance(fn, Batched) or fn.fallback is not None:
-        return True
-    per = BYTES // max(1, 8 * sum(group.sizes))  # as ``Batched.evaluate``: stacked float64 vectors
-    return EVALUATIONS_PER_DIRECTION * count < FROM_EVALUATIONS or per <= 1
 
 
 def screen_group(
@@ -345,24 +332,40 @@ def _attribute(backend: Any, name: str) -> Any:
 
 
 def own_loss(
-    backend: Any, name: str, point: Point, call: Call, clock: Clock | None = None
+    backend: Any,
+    name: str,
+    point: Point,
+    call: Call,
+    clock: Clock | None = None,
+    *,
+    keep: bool = False,
 ) -> Function | Skip:
     """``name``'s own loss in float64, checked (see the module docstring), or why it cannot be used.
 
     With the oracle's ``clock`` the noise probe's evaluations count toward its budget (``oracle.budget``),
     under their own label: a budget spent before or during the probe leaves the loss not differenced.
     What the adapter holds of these evaluations is released after them (``releaser``), and by the
-    oracle after each of its differences of the function (``Function.release``).
+    oracle after each of its differences of the function (``Function.release``); with ``keep``, a
+    ``Function``'s adapter keeps the point its probe held on the line (``Line.holding``) for the
+    differences that follow at once, which release it.
     """
     let_go = releaser(backend, call)
+    found: Function | Skip | None = None
     try:
-        return _own_loss(backend, name, point, call, clock, let_go)
+        found = _own_loss(backend, name, point, call, clock, let_go)
+        return found
     finally:
-        release(let_go)
+        if not (keep and isinstance(found, Function)):
+            release(found.release if isinstance(found, Function) else let_go)
 
 
 def _own_loss(
-    backend: Any, name: str, point: Point, call: Call, clock: Clock | None, let_go: Callable[[], Any] | None
+    backend: Any,
+    name: str,
+    point: Point,
+    call: Call,
+    clock: Clock | None,
+    let_go: Callable[[], Any] | None,
 ) -> Function | Skip:
     loss = _attribute(backend, "loss")
     if not callable(loss):
@@ -411,7 +414,12 @@ def _own_loss(
         return Skip(f"`{name}`'s loss failed near the point in float64: {exc}", failure=True)
     if precision.float32:  # float32's noise: the value's rounding and each evaluation's
         rounding = max(rounding, precision.noise)
-    return Function(label, name, fn, number, rounding, precision, let_go, line)
+    return Function(label, name, fn, number, rounding, precision, _released(let_go, line), line)
+
+
+def _released(let_go: Callable[[], Any] | None, line: Line | None) -> Callable[[], Any] | None:
+    """``let_go``, after which ``line`` (where there is one) hands its point again (``Line.releasing``)."""
+    return let_go if line is None else line.releasing(let_go)
 
 
 def releaser(backend: Any, call: Call) -> Callable[[], Any] | None:

@@ -16,7 +16,10 @@ forward passes' worth on GPT-2 small (issue 38). An adapter with the three metho
 
 is handed the point once per difference and each direction's signs once (both through the engine's
 guarded call: private copies, compared bit for bit after the call, so an adapter that writes them fails
-as before); an evaluation hands it one number per tensor.
+as before); an evaluation hands it one number per tensor. A point the adapter holds still is not handed
+again (``Line.holding``): the judge differences a side's loss on the point its noise probe held
+(``function.own_loss``'s ``keep``), which saves a copy of the model handed and each adapter's buffers
+made afresh, a side (issue 38).
 
 The points are the oracle's own, to the bit: ``c_k = t * step_k`` is rounded as the oracle's NumPy
 rounds ``t * step`` (the same float64 product), ``c_k * signs_k`` is exact (signs are +-1), and the sum
@@ -35,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._workloads.model.oracle.batched import evaluate_one
+from crosscheck._workloads.model.oracle.batched import BYTES, FROM_EVALUATIONS, Batched, evaluate_one
 from crosscheck._workloads.model.oracle.directions import (
     EVALUATIONS_PER_DIRECTION,
     Direction,
@@ -62,6 +65,8 @@ class Line:
     points: int = 0
     directions: int = 0
     evaluations: int = 0
+    #: Whether the adapter holds the point now: from ``hold`` until its release (``releasing``).
+    holding: bool = False
 
     def _hand(self, method: str, *args: Any) -> None:
         out = self.call(self.methods[method], *args)
@@ -69,9 +74,23 @@ class Line:
             raise OracleFailed(out.error)
 
     def hold(self, params: dict[str, np.ndarray]) -> None:
-        """The point ``params`` (float64) handed once, with the inputs."""
+        """The point ``params`` (float64) handed once, with the inputs; not again while the adapter holds
+        it (``holding``: a line is a function's, at the one point of its case)."""
+        if self.holding:
+            return
         self._hand("hold_point", dict(params), dict(self.inputs))
         self.points += 1
+        self.holding = True
+
+    def releasing(self, let_go: Callable[[], Any] | None) -> Callable[[], Any]:
+        """``let_go`` (what drops what the adapter holds: None where it has none), after which the point
+        is handed again (``hold``)."""
+
+        def release() -> Any:
+            self.holding = False
+            return None if let_go is None else let_go()
+
+        return release
 
     def direct(self, name: str, signs: dict[str, np.ndarray]) -> None:
         """A line's ``signs`` (``{tensor: +-1}``) handed once, as int8, under ``name``."""
@@ -103,6 +122,17 @@ def line_of(
     if any(np.asarray(v).dtype != np.float64 for v in params.values()):
         return None
     return Line(methods, call, inputs)
+
+
+def on_line(fn: Any, sizes: Sequence[int], count: int) -> bool:
+    """Whether ``count`` directions of a group of tensors of ``sizes`` entries are evaluated along the
+    adapter's line, for a function ``fn`` that has one: unless they would be batched (``oracle.batched``:
+    many directions of a small model, where one call for 8 points pays more than forming each point on
+    the adapter's side)."""
+    if not isinstance(fn, Batched) or fn.fallback is not None:
+        return True
+    per = BYTES // max(1, 8 * sum(sizes))  # as ``Batched.evaluate``: stacked float64 vectors
+    return EVALUATIONS_PER_DIRECTION * count < FROM_EVALUATIONS or per <= 1
 
 
 class Walker:

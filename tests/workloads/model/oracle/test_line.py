@@ -71,15 +71,15 @@ class Counted:
         return self.caller.cast(arrays, dtype, once=once)
 
 
-def _screened(backend, *, line: bool, monkeypatch=None):
+def _screened(backend, *, line: bool, monkeypatch=None, keep: bool = False):
     """The oracle's directional answer for ``backend``'s own loss (screen mode, 4 directions), the
-    function it differenced, and the bytes handed while it did."""
+    function it differenced, and the bytes handed while it did (``keep``: on the point the probe held)."""
     params, inputs = _arrays()
     point = Point(params, inputs, {}, "float64")
     call = Counted(point)
     if not line and monkeypatch is not None:
         monkeypatch.setattr(oracle, "line_of", lambda *a: None)
-    function = oracle.own_loss(backend, "side", point, call)
+    function = oracle.own_loss(backend, "side", point, call, keep=keep)
     assert isinstance(function, oracle.Function), function
     assert (function.line is not None) == line
     before = call.handed
@@ -122,6 +122,43 @@ def test_an_evaluation_hands_no_parameter(name, loss):
     assert handed == point_bytes + 4 * signs_bytes  # not a parameter per evaluation
     assert calls["loss"] == 2  # the float64 and float32 checks only: no point handed whole
     assert found.evaluations > 32
+
+
+@pytest.mark.parametrize(("name", "loss"), [("jax", _jax_loss), ("torch", _torch_loss)])
+def test_differences_on_the_point_the_probe_held_hand_it_once_and_give_the_same_numbers(name, loss):
+    """Change 38 (issue 38): ``own_loss(keep=True)`` leaves the probe's point held for the differences
+    that follow (the judge's order): the point handed once in all, the same answers to the bit, and
+    nothing held once the differences release it."""
+    kept, function, handed = _screened(_adapter(name, loss), line=True, keep=True)
+    again, _, handed_again = _screened(_adapter(name, loss), line=True)
+    signs_bytes = sum(v.size for v in _arrays()[0].values())
+    params, inputs = _arrays()
+    point_bytes = sum(v.nbytes for v in {**params, **inputs}.values())
+    assert function.line.points == 1 and function.line.directions == 5
+    assert handed == 4 * signs_bytes and handed_again == point_bytes + 4 * signs_bytes
+    for field in ("value", "error", "unjudgeable", "reason"):
+        assert np.array_equal(getattr(kept.directions, field), getattr(again.directions, field)), field
+    assert not function.line.holding  # released by the differences: a later group hands it again
+
+
+def test_a_kept_point_is_released_when_the_probe_fails():
+    """``keep`` keeps only a usable function's point: one whose probe failed on the line is released."""
+
+    class Released(Fake):
+        released = 0
+
+        def loss_along(self, name, coefficients):
+            raise RuntimeError("off the point")
+
+        def release_evaluations(self):
+            self.released += 1
+
+    backend = Released()
+    params, inputs = _arrays()
+    point = Point(params, inputs, {}, "float64")
+    skipped = oracle.own_loss(backend, "side", point, Caller(point.arrays()), keep=True)
+    assert isinstance(skipped, oracle.Skip) and "off the point" in skipped.reason
+    assert backend.point is not None and backend.released == 1
 
 
 class Fake:

@@ -60,6 +60,26 @@ def test_no_side_holds_its_arrays_while_the_other_side_is_differenced(monkeypatc
 
 
 @needs_frameworks
+def test_each_side_is_handed_its_point_once_for_its_probe_and_its_differences(monkeypatch):
+    """Change 38: the judge differences a side's own loss right after its noise probe, on the point the
+    probe held (``own_loss(keep=True)``): one ``hold_point`` a side in a whole run, not two."""
+    workload = mlp(SMALL, 6)
+    sides = {k: _framework_backend(k, workload.implementations[k]) for k in ("torch", "jax")}
+    held = {"torch": 0, "jax": 0}
+    for name, side in sides.items():
+        hold = side.hold_point
+
+        def counted(*args, _hold=hold, _name=name):
+            held[_name] += 1
+            return _hold(*args)
+
+        monkeypatch.setattr(side, "hold_point", counted)
+    report = crosscheck.run(workload=workload, dtype="float32", seed=3, isolate=False, oracle_mode="screen")
+    assert report.passed, report.problems
+    assert held == {"torch": 1, "jax": 1}
+
+
+@needs_frameworks
 @pytest.mark.parametrize("framework", ["jax", "torch"])
 @pytest.mark.parametrize("mode", ["full", "screen"])
 def test_after_the_differences_of_a_side_its_adapter_holds_nothing(framework, mode):
