@@ -72,6 +72,25 @@ def _test(into: Any, base: Any, sign: Any, c: float | None) -> Callable[[np.ndar
     return lambda a: _holds(a.reshape(-1), at.reshape(-1), moves.reshape(-1), step)
 
 
+def form(into: torch.Tensor, base: torch.Tensor, signs: torch.Tensor, c: float) -> None:
+    """Write ``base + c * signs`` into ``into`` as ``loss_along`` forms it: the signs copied in as
+    float64, then ``torch.add(base, into, alpha=c)``; a block of ``BLOCK`` entries at a time where all
+    three are contiguous and of one shape, each block's copy still in cache for its sum (one pass over
+    memory fewer: 0.077 to 0.059 s a point on GPT-2 small's 124 million entries, this project's 2-core
+    machine, issue 38). Each entry gets the same operations on the same numbers either way: the same
+    bits."""
+    same = into.shape == base.shape == signs.shape
+    if not (same and into.is_contiguous() and base.is_contiguous() and signs.is_contiguous()):
+        into.copy_(signs)
+        torch.add(base, into, alpha=c, out=into)
+        return
+    h, b, s = into.view(-1), base.view(-1), signs.view(-1)
+    for i in range(0, h.numel(), BLOCK):
+        t = h[i : i + BLOCK]
+        t.copy_(s[i : i + BLOCK])
+        torch.add(b[i : i + BLOCK], t, alpha=c, out=t)
+
+
 def _holds(held: np.ndarray, base: np.ndarray, signs: np.ndarray, c: np.float64) -> bool:
     """Whether ``held`` is ``base + c * signs`` (the product exact, the sum rounded once), bit for bit:
     recomputed a block at a time by the ops that formed it (``copy_`` of the signs, ``torch.add`` with

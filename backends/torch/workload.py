@@ -157,8 +157,7 @@ class TorchWorkloadBackend:
             for k, base in line.point.items():
                 into = line.buffer[k]
                 if k in coefficients:  # the signs as float64 first: an int8 ``other`` takes a slow path
-                    into.copy_(signs[k])
-                    torch.add(base, into, alpha=float(coefficients[k]), out=into)
+                    buffer.form(into, base, signs[k], float(coefficients[k]))
                 else:
                     into.copy_(base)
             with buffer.checked(line.buffer, line.point, line.exact.get(name, {}), coefficients):

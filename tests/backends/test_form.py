@@ -57,3 +57,26 @@ def test_omp_num_threads_caps_the_threads(monkeypatch):
     monkeypatch.setattr(form, "_fill", lambda flat, lo, hi: shares.append((lo, hi)) or fill(flat, lo, hi))
     form.form(_pieces([1000]))
     assert shares == [(0, 1000)]
+
+
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_the_pytorch_buffer_is_formed_a_block_at_a_time_to_the_same_bits(monkeypatch, contiguous):
+    """The PyTorch adapter's ``buffer.form`` (issue 38): blocks that end inside a tensor, or the whole
+    tensor where one operand is not contiguous, give the bits of one ``copy_`` then ``torch.add``."""
+    torch = pytest.importorskip("torch")
+    from crosscheck.backends.torch import buffer
+
+    monkeypatch.setattr(buffer, "BLOCK", 8)
+    point, signs, _, c = _pieces([4 * 37])[0]
+    base = torch.from_numpy(point.reshape(4, 37))
+    moves = torch.from_numpy(signs.reshape(4, 37))
+    if not contiguous:
+        base, moves = base.t().contiguous().t(), moves.t().contiguous().t()
+    into = torch.full((4, 37), 7.0, dtype=torch.float64)
+    buffer.form(into, base, moves, float(c))
+    whole = torch.empty_like(into)
+    whole.copy_(moves)
+    torch.add(base, whole, alpha=float(c), out=whole)
+    assert torch.equal(into.view(torch.int64), whole.view(torch.int64))
+    expected = point + signs * c  # the product exact, the sum rounded once
+    assert np.array_equal(into.numpy().reshape(-1).view(np.uint64), expected.view(np.uint64))

@@ -201,7 +201,9 @@ class GenericJudge:
         """``name``'s own float64 loss, checked and probed (``own_loss``), once; its adapter keeps the point
         the probe held on its line for ``_own``'s differences, which follow at once and release it."""
         if name not in self.functions:
-            self.functions[name] = own_loss(backend, name, self.point, call, self.plan.clock, keep=True)
+            self.functions[name] = own_loss(
+                backend, name, self.point, call, self.plan.clock, keep=True, cache=self.plan.drawn
+            )
         return self.functions[name]
 
     # -- a candidate -----------------------------------------------------------------------------------

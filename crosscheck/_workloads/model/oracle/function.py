@@ -105,7 +105,8 @@ class Plan:
     per_parameter: int
     clock: Clock = dataclasses.field(default_factory=Clock)
     #: Each group's directions, drawn once for the run (``drawn``): every function is differenced along
-    #: the same ones (one seed), so its functions share the arrays rather than each draw its own.
+    #: the same ones (one seed), so its functions share the arrays rather than each draw its own; and
+    #: the noise probe's signs (``precision.probed``), shared by every side's probe.
     drawn: dict = dataclasses.field(default_factory=dict)
 
 
@@ -339,6 +340,7 @@ def own_loss(
     clock: Clock | None = None,
     *,
     keep: bool = False,
+    cache: dict | None = None,
 ) -> Function | Skip:
     """``name``'s own loss in float64, checked (see the module docstring), or why it cannot be used.
 
@@ -347,12 +349,13 @@ def own_loss(
     What the adapter holds of these evaluations is released after them (``releaser``), and by the
     oracle after each of its differences of the function (``Function.release``); with ``keep``, a
     ``Function``'s adapter keeps the point its probe held on the line (``Line.holding``) for the
-    differences that follow at once, which release it.
+    differences that follow at once, which release it. ``cache`` keeps the probe's signs for the run's
+    other probes (``Plan.drawn``).
     """
     let_go = releaser(backend, call)
     found: Function | Skip | None = None
     try:
-        found = _own_loss(backend, name, point, call, clock, let_go)
+        found = _own_loss(backend, name, point, call, clock, let_go, cache)
         return found
     finally:
         if not (keep and isinstance(found, Function)):
@@ -366,6 +369,7 @@ def _own_loss(
     call: Call,
     clock: Clock | None,
     let_go: Callable[[], Any] | None,
+    cache: dict | None,
 ) -> Function | Skip:
     loss = _attribute(backend, "loss")
     if not callable(loss):
@@ -407,7 +411,7 @@ def _own_loss(
     plan = None if clock is None else functools.partial(clock.plan, probe_label(label))
     try:
         with one_thread(sum(int(v.size) for v in p64.values())):
-            precision = probed(fn, p64, guard, line, number, low, name, plan)
+            precision = probed(fn, p64, guard, line, number, low, name, plan, cache)
     except OracleFailed as exc:
         if clock is not None and clock.ran_out:
             return Skip(f"`{name}`'s own loss is not differenced: {exc}", failure=True)

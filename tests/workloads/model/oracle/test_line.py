@@ -334,3 +334,28 @@ def test_the_jax_adapter_forms_the_moved_tensors_as_its_jitted_sum_does_in_buffe
             want = jitted(moved, device, {k: jax.device_put(signs[k]) for k in c}, inputs)
             assert np.asarray(want).tobytes() == np.asarray(answer).tobytes()
     assert backend.loss_along("d", {}) == backend.loss(params, inputs)  # the point itself, untouched
+
+
+def test_the_probes_signs_are_drawn_once_a_run_the_same_signs_as_a_draw_of_its_own():
+    """Change 39 (issue 38): the noise probe's signs kept in the run's cache (``Plan.drawn``) for the
+    next side's probe: read-only, the signs a probe without the cache draws, the same answer."""
+    params, inputs = _arrays()
+    point = Point(params, inputs, {}, "float64")
+    handed = []
+
+    class Recorded(Fake):
+        def hold_direction(self, name, signs):
+            if name == "probe":
+                handed.append({k: v.copy() for k, v in signs.items()})
+            super().hold_direction(name, signs)
+
+    cache: dict = {}
+    first = oracle.own_loss(Recorded(), "a", point, Caller(point.arrays()), cache=cache)
+    second = oracle.own_loss(Recorded(), "b", point, Caller(point.arrays()), cache=cache)
+    alone = oracle.own_loss(Recorded(), "c", point, Caller(point.arrays()))
+    ((key, signs),) = cache.items()
+    assert key[0] == "probe" and not any(v.flags.writeable for v in signs.values())
+    assert first.precision == second.precision == alone.precision
+    assert len(handed) == 3
+    for k in params:
+        assert np.array_equal(handed[0][k], handed[1][k]) and np.array_equal(handed[0][k], handed[2][k])
