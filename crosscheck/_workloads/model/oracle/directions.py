@@ -33,7 +33,7 @@ from crosscheck._workloads.model.oracle.entries import (
     reasons,
 )
 from crosscheck._workloads.model.oracle.stencil import differentiate, evaluations
-from crosscheck._workloads.model.oracle.sums import Steps, pairwise, reader, steps
+from crosscheck._workloads.model.oracle.sums import pairwise, reader, steps
 
 #: Loss evaluations per direction of a smooth loss (before any refinement): the cost model.
 EVALUATIONS_PER_DIRECTION = evaluations()
@@ -179,9 +179,9 @@ def norm(d: Direction) -> float:
     """``|v|_2`` of a direction (a step array summed a block at a time: ``sums.pairwise``)."""
     if np.ndim(d.step) == 0:
         return float(d.step) * math.sqrt(d.signs.size)
-    step = d.step if isinstance(d.step, Steps) else np.asarray(d.step).reshape(-1)
-    block = step.block if isinstance(step, Steps) else lambda a, b: step[a:b]
-    return math.sqrt(float(pairwise(step.size, lambda a, b: np.array([np.sum(np.square(block(a, b)))]))[0]))
+    block = reader(d.step, tuple(d.signs.shape))  # a group's ``Steps`` a block at a time too
+    squares = pairwise(d.signs.size, lambda a, b: np.array([np.sum(np.square(block(a, b)))]))
+    return math.sqrt(float(squares[0]))
 
 
 def every_norm(directions: Sequence[Direction]) -> np.ndarray:
