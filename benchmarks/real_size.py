@@ -13,7 +13,10 @@ Modes:
 
 - ``check`` (default): each (model, reference) is one ``crosscheck run --workload
   benchmarks.real_size:<model> --reference <ref> --json ...`` in its own process; its wall time and the
-  peak resident memory of that process and its workers (``os.wait4``'s ``ru_maxrss``), with its verdict.
+  peak resident memory of that process and its workers (``os.wait4``'s ``ru_maxrss``), with its verdict,
+  its CPU seconds, the system's share of them and its page faults (``ru_stime``, ``ru_minflt``: on a
+  virtual machine that gives freed memory back to its host, mostly the first touch of fresh pages,
+  which moves more between runs than the rest).
   Before them (``--own``, default on) the model's own forward+backward: PyTorch and JAX (Flax), each
   in float32 and float64, each in its own process (first call, JIT compile included, and the best of
   two more), and their peak memory.
@@ -265,6 +268,8 @@ def measured(
     return {
         "seconds": seconds,
         "cpu": cpu,
+        "system": usage.ru_stime,  # mostly the first touch of fresh pages on this machine
+        "faults": usage.ru_minflt,
         "peak": usage.ru_maxrss * 1024,
         "rc": process.returncode,
         "tail": tail,
@@ -634,7 +639,8 @@ def main() -> None:
                 got = run_check(model, reference, args.layers, args.seq, args.timeout, args.max_gb * 2**30)
                 row["checks"][reference] = got
                 print(
-                    f"  check --reference {reference}: {minutes(got['seconds'])} ({got['cpu']:.0f} s CPU), "
+                    f"  check --reference {reference}: {minutes(got['seconds'])} ({got['cpu']:.0f} s CPU, "
+                    f"{got['system']:.0f} s of it system; {got['faults'] / 1e6:.2f} M page faults), "
                     f"peak {gb(got['peak'])} "
                     f"({got['peak'] / count:.0f} bytes a parameter), {got['verdict']}, JSON "
                     f"{got['json_bytes'] / 2**20:.1f} MiB"
