@@ -5,7 +5,7 @@ accumulate in float32 (``constants.ACCUMULATION``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -53,12 +53,21 @@ def aligned_copy(array: np.ndarray, dtype: Any = None) -> np.ndarray:
     if target.hasobject or array.dtype.hasobject or target.fields is not None:
         return np.array(array, dtype=target, copy=True)
     fortran = array.flags.f_contiguous and not array.flags.c_contiguous
-    size = array.size * target.itemsize
-    raw = np.empty(size + ALIGN, np.uint8)
-    start = -raw.ctypes.data % ALIGN
-    out = np.ndarray(array.shape, target, buffer=raw[start : start + size], order="F" if fortran else "C")
+    out = aligned_empty(array.shape, target, order="F" if fortran else "C")
     out[...] = array  # the cast ``astype`` makes (unsafe casting, element by element)
     return out
+
+
+def aligned_empty(shape: Any, dtype: Any, order: Literal["C", "F"] = "C") -> np.ndarray:
+    """``np.empty(shape, dtype, order=order)`` (``order``: ``"C"`` or ``"F"``), its data ``ALIGN``-byte
+    aligned: what a JAX backend reads in place (``aligned_copy``; a worker's received arrays,
+    ``isolate_worker.receive``)."""
+    target = np.dtype(dtype)
+    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    size = int(np.prod(shape, dtype=np.int64)) * target.itemsize
+    raw = np.empty(size + ALIGN, np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    return np.ndarray(shape, target, buffer=raw[start : start + size], order=order)
 
 
 def as_dtype(arrays: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:

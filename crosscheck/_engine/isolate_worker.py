@@ -23,7 +23,7 @@ import numpy as np
 
 from crosscheck._backends import BackendBroken, BackendUnavailable, backend_info
 from crosscheck._compare.constants import STORAGE_ROUNDOFF
-from crosscheck._compare.dtypes import numpy_dtype
+from crosscheck._compare.dtypes import aligned_empty, numpy_dtype
 from crosscheck._engine.call import guarded, to_array, to_arrays, unique, walk_arrays
 from crosscheck._engine.quantity import QUANTITIES
 from crosscheck._errors import describe, one_line
@@ -128,7 +128,7 @@ def receive(conn: Any) -> Any:
         dtype, shape = _dtype_of(place.get("sent")), place.get("shape")
         if not isinstance(shape, list) or not all(isinstance(n, int) and n >= 0 for n in shape):
             raise ValueError(f"a message's array shape must be a list of sizes, found {shape!r}")
-        array = np.empty(shape, dtype)
+        array = aligned_empty(shape, dtype)  # a JAX backend reads it in place (``dtypes.ALIGN``)
         data = _bytes_of(array)
         for start in range(0, data.size, PIECE):
             part = data[start : start + PIECE]

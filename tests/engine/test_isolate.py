@@ -258,3 +258,29 @@ def test_a_worker_that_cannot_start_is_that_backends_failure(monkeypatch):
     report = crosscheck.run(layers=2, batch=2, dim=2, backends=["hostile:stack_none"], isolate=True)
     error = report.backends["hostile:stack_none"].error
     assert "its worker process could not start" in error and not report.passed
+
+
+def test_a_worker_receives_arrays_a_jax_backend_reads_in_place():
+    """Each array a message carries arrives ``ALIGN``-byte aligned, as the engine's private copies are in
+    process: XLA's CPU client lends it to the device without a copy (issue 38: in a worker, the point
+    and parameters arrived 16 bytes into a page and XLA copied each, a model's size at each call)."""
+    import jax
+    import numpy as np
+
+    from crosscheck._compare.dtypes import ALIGN, numpy_dtype
+
+    arrays = {
+        "wide": np.arange(PIECE // 8 + 3, dtype=np.float64),
+        "small": np.arange(5, dtype=np.float32),
+        "t": np.arange(12, dtype=np.float64).reshape(3, 4).T,
+        "signs": np.ones(1000, np.int8),
+        "bf16": np.array([1.5, -2.0, 3.0], numpy_dtype("bfloat16")),
+    }
+    back = crossed({"value": arrays})["value"]
+    for name, array in arrays.items():
+        got = back[name]
+        assert got.ctypes.data % ALIGN == 0, name
+        assert np.array_equal(got.astype(np.float64), array.astype(np.float64)), name
+    with jax.enable_x64(True):
+        lent = jax.device_put(back["wide"], may_alias=True)
+        assert np.shares_memory(np.asarray(lent), back["wide"])
