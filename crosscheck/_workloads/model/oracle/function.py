@@ -44,7 +44,7 @@ from crosscheck._workloads.model.oracle.entries import (
     read_only,
 )
 from crosscheck._workloads.model.oracle.groups import JOINT, Group, drawn, joint
-from crosscheck._workloads.model.oracle.line import Line, line_of, on_line
+from crosscheck._workloads.model.oracle.line import Line, at_point, line_of, on_line
 from crosscheck._workloads.model.oracle.line import directional as line_directional
 from crosscheck._workloads.model.oracle.precision import Precision, probed
 from crosscheck._workloads.model.oracle.threads import one_thread
@@ -375,12 +375,11 @@ def _own_loss(
     if not callable(loss):
         return Skip(f"`{name}` has no `loss(params, inputs)` method: its own loss is not differenced")
     p64, i64 = as_dtype(point.params, "float64"), read_only(as_dtype(point.inputs, "float64"))
-    # Arrays made for each call, handed without a second copy (issue 38: 1.5 GB of copies a side on
-    # GPT-2 small); the oracle's own float64 copy is its own.
-    p, i = call.cast(point.params, "float64", once=True), call.cast(point.inputs, "float64", once=True)
-    wide = call(loss, p, i, convert="array")
+    line = line_of(backend, call, i64, p64)
+    wide = at_point(line, loss, point, p64, call)  # on the line, the point held for the probe
     if wide.error:
         return Skip(f"`{name}`'s loss failed in float64: {wide.error}", failure=True)
+    # Arrays made for the call, handed without a second copy (issue 38); the oracle's float64 copy is its own.
     p, i = call.cast(point.params, "float32", once=True), call.cast(point.inputs, "float32", once=True)
     narrow = call(loss, p, i, convert="array")
     value = np.asarray(wide.value)
@@ -403,7 +402,6 @@ def _own_loss(
             )
         rounding = WIDEN * abs(low - number)
     fn = _batched(backend, loss, i64)
-    line = line_of(backend, call, i64, p64)
     label = f"`{name}`'s own float64 loss"
     guard = batch_guard(call)
     if clock is not None:

@@ -19,7 +19,8 @@ guarded call: private copies, compared bit for bit after the call, so an adapter
 as before); an evaluation hands it one number per tensor. A point the adapter holds still is not handed
 again (``Line.holding``): the judge differences a side's loss on the point its noise probe held
 (``function.own_loss``'s ``keep``), which saves a copy of the model handed and each adapter's buffers
-made afresh, a side (issue 38).
+made afresh, a side (issue 38); and the float64 check of that loss before the probe reads its value at
+the point on the line (``at_point``), the point handed there once, not once more to ``loss``.
 
 The points are the oracle's own, to the bit: ``c_k = t * step_k`` is rounded as the oracle's NumPy
 rounds ``t * step`` (the same float64 product), ``c_k * signs_k`` is exact (signs are +-1), and the sum
@@ -122,6 +123,26 @@ def line_of(
     if any(np.asarray(v).dtype != np.float64 for v in params.values()):
         return None
     return Line(methods, call, inputs)
+
+
+def at_point(
+    line: Line | None, loss: Callable[..., Any], point: Any, params: dict[str, np.ndarray], call: Call
+) -> Any:
+    """The guarded outcome of the float64 loss at ``point`` (``params``: its float64 parameters, the
+    oracle's own; ``convert="array"``, as ``loss``'s): on the adapter's ``line`` where there is one, the
+    point held there (``Line.hold``) for the noise probe and the differences that follow, and its loss
+    without coefficients (``loss_along``, the point itself: the same computation as ``loss``'s); else
+    ``loss`` handed float64 casts of the point made for the call. Handing the point once, not once for
+    this value and again to hold it, saves a copy of the model in float64 a side, and in a worker
+    process its receipt and the copy its call is checked against (issue 38)."""
+    if line is None:
+        p, i = call.cast(point.params, "float64", once=True), call.cast(point.inputs, "float64", once=True)
+        return call(loss, p, i, convert="array")
+    try:
+        line.hold(params)
+    except OracleFailed as exc:
+        return call.failure(str(exc))
+    return call(line.methods["loss_along"], "", {}, convert="array")
 
 
 def on_line(fn: Any, sizes: Sequence[int], count: int) -> bool:

@@ -97,6 +97,7 @@ def test_the_answers_are_the_same_numbers_when_the_adapter_forms_the_points(name
         assert np.array_equal(getattr(along.directions, field), getattr(whole.directions, field)), field
     assert along.directions.scale == whole.directions.scale
     assert on_line.precision == handed_whole.precision  # the noise probe's residual, to the bit
+    assert on_line.value == handed_whole.value and on_line.rounding == handed_whole.rounding
 
 
 @pytest.mark.parametrize(("name", "loss"), [("jax", _jax_loss), ("torch", _torch_loss)])
@@ -120,7 +121,7 @@ def test_an_evaluation_hands_no_parameter(name, loss):
     probe = function.precision.evaluations
     assert line.evaluations == probe + found.evaluations and probe == 9  # a float64 loss: the probe's 9
     assert handed == point_bytes + 4 * signs_bytes  # not a parameter per evaluation
-    assert calls["loss"] == 2  # the float64 and float32 checks only: no point handed whole
+    assert calls["loss"] == 1  # the float32 check only (the float64 one is on the line): no point whole
     assert found.evaluations > 32
 
 
@@ -359,3 +360,40 @@ def test_the_probes_signs_are_drawn_once_a_run_the_same_signs_as_a_draw_of_its_o
     assert len(handed) == 3
     for k in params:
         assert np.array_equal(handed[0][k], handed[1][k]) and np.array_equal(handed[0][k], handed[2][k])
+
+
+@pytest.mark.parametrize(("name", "loss"), [("jax", _jax_loss), ("torch", _torch_loss)])
+def test_the_own_loss_check_hands_the_float64_point_once(name, loss):
+    """Change 41 (issue 38): the float64 check of an adapter's own loss is its loss at the point on the
+    line (``loss_along`` without coefficients), where the probe then holds it: the float64 point handed
+    once, not once to ``loss`` and again to ``hold_point``; the float32 check through ``loss``."""
+    backend = _adapter(name, loss)
+    params, inputs = _arrays()
+    call = Counted(Point(params, inputs, {}, "float64"))
+    function = oracle.own_loss(backend, "side", Point(params, inputs, {}, "float64"), call)
+    assert isinstance(function, oracle.Function), function
+    point_bytes = sum(v.nbytes for v in {**params, **inputs}.values())
+    float32_bytes = point_bytes // 2  # every array a float64 one
+    signs_bytes = sum(v.size for v in params.values())  # the probe's line, int8
+    assert function.line.points == 1 and function.line.directions == 1
+    assert call.handed == point_bytes + float32_bytes + signs_bytes
+
+
+@pytest.mark.parametrize("where", ["hold_point", "loss_along"])
+def test_a_line_that_fails_at_the_point_fails_the_float64_check_and_is_released(where):
+    """The float64 check on the line fails as the loss handed whole did: not differenced, a failure of
+    the run, its error said, and what the adapter holds released."""
+    backend = _adapter("jax", _jax_loss)
+    released = []
+
+    def broken(*args):
+        raise ValueError(f"no {where} here")
+
+    setattr(backend, where, broken)
+    backend.release_evaluations = lambda: released.append(True)
+    params, inputs = _arrays()
+    point = Point(params, inputs, {}, "float64")
+    found = oracle.own_loss(backend, "side", point, Counted(point))
+    assert isinstance(found, oracle.Skip) and found.failure, found
+    assert found.reason.startswith("`side`'s loss failed in float64: ") and f"no {where} here" in found.reason
+    assert released
