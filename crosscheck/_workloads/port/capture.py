@@ -37,17 +37,21 @@ def jax_capture(prepared: Prepared, params: dict, inputs: dict) -> list:
         i = jax_side.to_jax(inputs)
         # the dtype ``jax.device_put`` gives the first parameter (its canonical dtype under this x64 flag)
         dtype = jax.dtypes.canonicalize_dtype(np.asarray(next(iter(params.values()))).dtype)
-        # each tensor read in place (the engine's private, aligned copies; the capture only reads them):
-        # a leaf that is a tensor as it is costs no copy, one reshaped or transposed its own (issue 38)
+        # each tensor read in place (the engine's private, aligned copies; the capture only reads them)
         lent = {k: jax.device_put(np.asarray(v), may_alias=True) for k, v in params.items()}
-        leaves = jax_leaves(prepared, lent, i)
-        del lent
         jax_in = (
             prepared.port.jax_inputs(prepared.user_inputs(i))
             if prepared.port.jax_inputs
             else prepared.user_inputs(i)
         )
-        return prepared.jax_side.capture(leaves, dict(jax_in), dtype)
+        if prepared.conversion is not None:  # the port's own conversion, run as it is written (eagerly)
+            return prepared.jax_side.capture(jax_leaves(prepared, lent, i), dict(jax_in), dtype)
+        # the mapping's leaves made inside the capture's compiled pass: a transposed or reshaped tensor is
+        # no array of its own there (made one at a time, 96 transposes of GPT-2 small's layers took 3.3 s
+        # of the two captures, a model's size of new memory; issue 38)
+        return prepared.jax_side.capture(
+            (lent, i), dict(jax_in), dtype, made=lambda source: jax_leaves(prepared, *source)
+        )
 
 
 @dataclasses.dataclass

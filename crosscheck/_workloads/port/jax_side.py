@@ -10,7 +10,8 @@ module or a function reports the intermediates its call returns for the PyTorch 
 A linen submodule called inside ``nn.scan`` (or ``nn.remat``) sees tracers: each step's values are
 recorded when the step runs (``steps``), the k-th call of a module path named ``path#k``. A linen
 module's whole capture runs as one ``jax.jit`` of its forward pass, every call's values recorded that
-way (compiled once per dtype, not an operation at a time; op by op where ``jax.jit`` cannot trace it).
+way (compiled once per dtype, not an operation at a time; op by op where ``jax.jit`` cannot trace it),
+the leaves made from the PyTorch tensors inside it where the mapping makes them (``capture``'s ``made``).
 """
 
 from __future__ import annotations
@@ -176,9 +177,20 @@ class JaxSide:
             )
         return got
 
-    def capture(self, values: Sequence[Any], inputs: dict[str, Any], dtype: Any) -> list[Record]:
+    def capture(
+        self,
+        values: Any,
+        inputs: dict[str, Any],
+        dtype: Any,
+        *,
+        made: Callable[[Any], Sequence[Any]] | None = None,
+    ) -> list[Record]:
         """Every linen or nnx submodule call of one forward pass, in the order the calls finished (other
-        kinds: the listed intermediates, then the output)."""
+        kinds: the listed intermediates, then the output). ``values``: the leaf values, or with ``made``
+        what ``made(values)`` makes them from (inside a linen model's compiled pass: a leaf the mapping
+        transposes or reshapes is no array of its own there)."""
+        if made is not None and (self.kind != "linen"):
+            values, made = made(values), None
         if self.kind == "nnx":
             from crosscheck._workloads.port import nnx_side
 
@@ -190,12 +202,12 @@ class JaxSide:
             ]
             return [*listed, Record("", type(self.model).__name__, (), _numpy(out), narrow(out))]
         try:  # one compiled forward pass, each call's values sent back as it runs
-            return self._linen_capture(values, inputs, dtype, jit=True)
+            return self._linen_capture(values, inputs, dtype, jit=True, made=made)
         except Exception:  # a model jax.jit cannot trace (Python control flow on values): op by op
-            return self._linen_capture(values, inputs, dtype, jit=False)
+            return self._linen_capture(values, inputs, dtype, jit=False, made=made)
 
     def _linen_capture(
-        self, values: Sequence[Any], inputs: dict[str, Any], dtype: Any, *, jit: bool
+        self, values: Any, inputs: dict[str, Any], dtype: Any, *, jit: bool, made: Callable | None = None
     ) -> list[Record]:
         """A linen module's calls (``capture``): with ``jit``, in one ``jax.jit`` of the forward pass,
         each call's values sent back as it runs (``steps.later``, as a scan's steps are), compiled once;
@@ -235,20 +247,19 @@ class JaxSide:
                     _recorded(records, seen, name, kind, narrow(out), (args, kwargs), out)
             return out
 
-        model, variables = self.rebuild(values, dtype)
-        apply = nn.apply(self.call, model)
         flat, tree = jax.tree_util.tree_flatten(inputs)
         where = [i for i, leaf in enumerate(flat) if isinstance(leaf, (jax.Array, np.ndarray))]
 
-        def forward(variables: Any, arrays: list) -> None:  # the inputs' arrays traced, the rest as given
+        def forward(values: Any, arrays: list) -> None:  # the inputs' arrays traced, the rest as given
+            model, variables = self.rebuild(values if made is None else made(values), dtype)
             leaves = list(flat)
             for i, array in zip(where, arrays, strict=True):
                 leaves[i] = array
             with nn.intercept_methods(record):
-                apply(variables, jax.tree_util.tree_unflatten(tree, leaves))
+                nn.apply(self.call, model)(variables, jax.tree_util.tree_unflatten(tree, leaves))
 
         with steps.sink(functools.partial(_recorded, records, seen)):
-            (jax.jit(forward) if jit else forward)(variables, [flat[i] for i in where])
+            (jax.jit(forward) if jit else forward)(values, [flat[i] for i in where])
         return records
 
 
