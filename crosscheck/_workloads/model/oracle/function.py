@@ -376,12 +376,13 @@ def _own_loss(
         return Skip(f"`{name}` has no `loss(params, inputs)` method: its own loss is not differenced")
     p64, i64 = as_dtype(point.params, "float64"), read_only(as_dtype(point.inputs, "float64"))
     line = line_of(backend, call, i64, p64)
+    # float32 first, arrays made for the call and handed without a second copy: not beside the float64
+    # point the line then holds (issue 38); the oracle's float64 copy is its own
+    p, i = call.cast(point.params, "float32", once=True), call.cast(point.inputs, "float32", once=True)
+    narrow = call(loss, p, i, convert="array")
     wide = at_point(line, loss, point, p64, call)  # on the line, the point held for the probe
     if wide.error:
         return Skip(f"`{name}`'s loss failed in float64: {wide.error}", failure=True)
-    # Arrays made for the call, handed without a second copy (issue 38); the oracle's float64 copy is its own.
-    p, i = call.cast(point.params, "float32", once=True), call.cast(point.inputs, "float32", once=True)
-    narrow = call(loss, p, i, convert="array")
     value = np.asarray(wide.value)
     if value.size != 1 or not np.all(np.isfinite(value)):
         found = f"shape {value.shape}" if value.size != 1 else f"{float(value.ravel()[0])}"
