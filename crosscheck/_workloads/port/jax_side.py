@@ -189,7 +189,7 @@ class JaxSide:
         kinds: the listed intermediates, then the output). ``values``: the leaf values, or with ``made``
         what ``made(values)`` makes them from (inside a linen model's compiled pass: a leaf the mapping
         transposes or reshapes is no array of its own there)."""
-        if made is not None and (self.kind != "linen"):
+        if made is not None and self.kind != "linen":
             values, made = made(values), None
         if self.kind == "nnx":
             from crosscheck._workloads.port import nnx_side

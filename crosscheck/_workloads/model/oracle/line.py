@@ -48,7 +48,7 @@ from crosscheck._workloads.model.oracle.directions import (
 )
 from crosscheck._workloads.model.oracle.entries import OracleFailed
 from crosscheck._workloads.model.oracle.sums import Steps
-from crosscheck._workloads.protocol import Call
+from crosscheck._workloads.protocol import Call, Point
 
 #: The adapter's methods (all three, or the oracle hands it every parameter each evaluation).
 METHODS = ("hold_point", "hold_direction", "loss_along")
@@ -126,7 +126,7 @@ def line_of(
 
 
 def at_point(
-    line: Line | None, loss: Callable[..., Any], point: Any, params: dict[str, np.ndarray], call: Call
+    line: Line | None, loss: Callable[..., Any], point: Point, params: dict[str, np.ndarray], call: Call
 ) -> Any:
     """The guarded outcome of the float64 loss at ``point`` (``params``: its float64 parameters, the
     oracle's own; ``convert="array"``, as ``loss``'s): on the adapter's ``line`` where there is one, the
