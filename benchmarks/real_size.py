@@ -32,6 +32,11 @@ Modes:
   comparisons, the report and its JSON. A stage's peak is the highest sample while it ran, its rise the
   most one call of it added to the memory it started from (RSS before: at its first call).
 
+``--rounds N`` (check mode) runs the references N times in turn, each round every reference once in
+the order given, then prints each reference's median wall time and the median of the rounds' ratios
+to the first reference (the issue's "default reference at most 1.5 times ``--reference torch``"):
+on a machine whose speed drifts between runs, a ratio within one round is steadier than one run each.
+
 ``--layers N`` keeps the model's width, heads and vocabulary and changes its depth (the per-parameter
 cost of a check scales: measure at depth 1 or 2 before the whole model); ``--seq`` the tokens of the one
 sequence (default 32). A model whose estimated peak (``--bytes-per-parameter`` times its parameters)
@@ -557,6 +562,21 @@ def _moved(backend: Any, steps: dict) -> Any:
 # --- output -------------------------------------------------------------------------------------------
 
 
+def rounds_summary(rounds: list[dict[str, float]], references: list[str]) -> dict[str, Any]:
+    """Each reference's median wall seconds over ``rounds`` (``{reference: seconds}`` a round, every
+    reference in each), and the median of each round's ratio of a reference to the first one."""
+    import statistics
+
+    if not rounds or any(set(r) != set(references) for r in rounds):
+        raise ValueError(f"every round must time each of {references}, found {rounds}")
+    first = references[0]
+    return {
+        "median": {ref: statistics.median(r[ref] for r in rounds) for ref in references},
+        "ratios": {ref: [r[ref] / r[first] for r in rounds] for ref in references[1:]},
+        "median_ratio": {ref: statistics.median(r[ref] / r[first] for r in rounds) for ref in references[1:]},
+    }
+
+
 def gb(n: float) -> str:
     return f"{n / 2**30:.2f} GiB"
 
@@ -595,6 +615,9 @@ def main() -> None:
         help="the estimate of a check's peak per parameter (default 64: whole GPT-2 small measured 62 and "
         "medium 53 with --reference torch, docs/measurements/real-size.md; issue 38's target is 48)",
     )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="check mode: run the references this many times in turn"
+    )
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per process")
     parser.add_argument("--json", metavar="PATH", help="write the rows here")
     args = parser.parse_args()
@@ -603,6 +626,8 @@ def main() -> None:
     if unknown:
         parser.error(f"--models: expected some of {', '.join(MODELS)}, found {unknown[0]!r}")
     references = [r for r in args.references.split(",") if r]
+    if args.rounds < 1:
+        parser.error(f"--rounds: expected a whole number of at least 1, found {args.rounds}")
     for line in header(args):
         print(line)
     rows: list[dict[str, Any]] = []
@@ -634,17 +659,35 @@ def main() -> None:
             first, best = sum(r["first"] for r in own), sum(r["best"] for r in own)
             print(f"  own fwd+bwd, the four together: first calls {first:.1f} s, best calls {best:.1f} s")
         if args.mode == "check" and estimate <= args.max_gb * 2**30:
-            row["checks"] = {}
-            for reference in references:
-                got = run_check(model, reference, args.layers, args.seq, args.timeout, args.max_gb * 2**30)
-                row["checks"][reference] = got
-                print(
-                    f"  check --reference {reference}: {minutes(got['seconds'])} ({got['cpu']:.0f} s CPU, "
-                    f"{got['system']:.0f} s of it system; {got['faults'] / 1e6:.2f} M page faults), "
-                    f"peak {gb(got['peak'])} "
-                    f"({got['peak'] / count:.0f} bytes a parameter), {got['verdict']}, JSON "
-                    f"{got['json_bytes'] / 2**20:.1f} MiB"
-                )
+            row["checks"], row["rounds"] = {}, []
+            for n in range(args.rounds):
+                timed: dict[str, float] = {}
+                for reference in references:
+                    got = run_check(
+                        model, reference, args.layers, args.seq, args.timeout, args.max_gb * 2**30
+                    )
+                    row["checks"][reference] = got  # the last round's
+                    timed[reference] = got["seconds"]
+                    print(
+                        f"  check --reference {reference}"
+                        + (f" (round {n + 1})" if args.rounds > 1 else "")
+                        + f": {minutes(got['seconds'])} ({got['cpu']:.0f} s CPU, "
+                        f"{got['system']:.0f} s of it system; {got['faults'] / 1e6:.2f} M page faults), "
+                        f"peak {gb(got['peak'])} "
+                        f"({got['peak'] / count:.0f} bytes a parameter), {got['verdict']}, JSON "
+                        f"{got['json_bytes'] / 2**20:.1f} MiB"
+                    )
+                row["rounds"].append(timed)
+            if args.rounds > 1:
+                summary = row["summary"] = rounds_summary(row["rounds"], references)
+                medians = ", ".join(f"{ref} {minutes(t)}" for ref, t in summary["median"].items())
+                print(f"  median wall over {args.rounds} rounds: {medians}")
+                for ref, ratios in summary["ratios"].items():
+                    each = ", ".join(f"{r:.2f}" for r in ratios)
+                    print(
+                        f"  --reference {ref} / --reference {references[0]}, each round: {each}; "
+                        f"median {summary['median_ratio'][ref]:.2f}"
+                    )
         if args.mode == "evaluations":
             row["evaluations"] = run_evaluations(model, args.layers, args.seq)
             for side, got in row["evaluations"].items():

@@ -30,3 +30,32 @@ def test_a_model_too_big_for_the_limit_is_skipped_with_its_reason():
     )
     assert out.returncode == 0, out.stderr
     assert "skipped: estimated" in out.stdout and "above --max-gb 1" in out.stdout
+
+
+def test_rounds_give_each_references_median_and_the_median_of_its_ratios():
+    import pytest
+
+    from benchmarks import real_size
+
+    rounds = [
+        {"torch": 40.0, "numpy-fd": 70.0},
+        {"torch": 60.0, "numpy-fd": 78.0},
+        {"torch": 30.0, "numpy-fd": 48.0},
+    ]
+    got = real_size.rounds_summary(rounds, ["torch", "numpy-fd"])
+    assert got["median"] == {"torch": 40.0, "numpy-fd": 70.0}
+    assert got["ratios"]["numpy-fd"] == [1.75, 1.3, 1.6]
+    assert got["median_ratio"] == {"numpy-fd": 1.6}  # the rounds' ratios, not the ratio of the medians
+    with pytest.raises(ValueError, match="every round must time each of"):
+        real_size.rounds_summary([{"torch": 1.0}], ["torch", "numpy-fd"])
+
+
+def test_rounds_below_one_are_refused_in_one_line():
+    out = subprocess.run(
+        [sys.executable, "benchmarks/real_size.py", "--models", "gpt2-small", "--rounds", "0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2 and "--rounds: expected a whole number of at least 1, found 0" in out.stderr
