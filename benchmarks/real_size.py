@@ -32,8 +32,9 @@ Modes:
   comparisons, the report and its JSON. A stage's peak is the highest sample while it ran, its rise the
   most one call of it added to the memory it started from (RSS before: at its first call).
 
-``--rounds N`` (check mode) runs the references N times in turn, each round every reference once in
-the order given, then prints each reference's median wall time and the median of the rounds' ratios
+``--rounds N`` (check mode) runs the references N times in turn, each round every reference once (in
+the order given, and the other way round in every second round: here the first run after a pause
+was the slowest), then prints each reference's median wall time and the median of the rounds' ratios
 to the first reference (the issue's "default reference at most 1.5 times ``--reference torch``"):
 on a machine whose speed drifts between runs, a ratio within one round is steadier than one run each.
 
@@ -662,7 +663,7 @@ def main() -> None:
             row["checks"], row["rounds"] = {}, []
             for n in range(args.rounds):
                 timed: dict[str, float] = {}
-                for reference in references:
+                for reference in references if n % 2 == 0 else references[::-1]:
                     got = run_check(
                         model, reference, args.layers, args.seq, args.timeout, args.max_gb * 2**30
                     )
