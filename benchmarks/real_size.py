@@ -570,11 +570,11 @@ def rounds_summary(rounds: list[dict[str, float]], references: list[str]) -> dic
 
     if not rounds or any(set(r) != set(references) for r in rounds):
         raise ValueError(f"every round must time each of {references}, found {rounds}")
-    first = references[0]
+    ratios = {ref: [r[ref] / r[references[0]] for r in rounds] for ref in references[1:]}
     return {
         "median": {ref: statistics.median(r[ref] for r in rounds) for ref in references},
-        "ratios": {ref: [r[ref] / r[first] for r in rounds] for ref in references[1:]},
-        "median_ratio": {ref: statistics.median(r[ref] / r[first] for r in rounds) for ref in references[1:]},
+        "ratios": ratios,
+        "median_ratio": {ref: statistics.median(each) for ref, each in ratios.items()},
     }
 
 

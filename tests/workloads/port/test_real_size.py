@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from paths import ROOT
 
 
@@ -20,21 +21,24 @@ def test_the_counts_from_the_configs_are_the_published_ones():
     assert real_size.parameters("gpt2-small", 1) < real_size.parameters("gpt2-small", 2)
 
 
-def test_a_model_too_big_for_the_limit_is_skipped_with_its_reason():
-    out = subprocess.run(
-        [sys.executable, "benchmarks/real_size.py", "--models", "llama-1b", "--max-gb", "1"],
+def _benchmark(*args: str) -> subprocess.CompletedProcess:
+    """``benchmarks/real_size.py`` with ``args``, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "benchmarks/real_size.py", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def test_a_model_too_big_for_the_limit_is_skipped_with_its_reason():
+    out = _benchmark("--models", "llama-1b", "--max-gb", "1")
     assert out.returncode == 0, out.stderr
     assert "skipped: estimated" in out.stdout and "above --max-gb 1" in out.stdout
 
 
 def test_rounds_give_each_references_median_and_the_median_of_its_ratios():
-    import pytest
-
     from benchmarks import real_size
 
     rounds = [
@@ -51,11 +55,5 @@ def test_rounds_give_each_references_median_and_the_median_of_its_ratios():
 
 
 def test_rounds_below_one_are_refused_in_one_line():
-    out = subprocess.run(
-        [sys.executable, "benchmarks/real_size.py", "--models", "gpt2-small", "--rounds", "0"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = _benchmark("--models", "gpt2-small", "--rounds", "0")
     assert out.returncode == 2 and "--rounds: expected a whole number of at least 1, found 0" in out.stderr
