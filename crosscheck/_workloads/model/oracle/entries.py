@@ -87,8 +87,10 @@ def base_steps(params: dict[str, np.ndarray]) -> dict[str, float]:
     """Each parameter's scale for a first step: its RMS, else every parameter's RMS, else 1.
 
     Each tensor's sum of squares is taken once, a block at a time (``sums.pairwise``: the numbers of
-    ``np.sum(np.square(v))``), for its RMS (``np.mean``'s: that sum over the count) and the overall's
-    (issue 38: two squared copies of the model a call, made whole)."""
+    ``np.sum(np.square(v))`` for ``v`` in float64), for its RMS (``np.mean``'s: that sum over the count)
+    and the overall's (issue 38: two squared copies of the model a call, made whole). A parameter in
+    another dtype (the point's own, float32, say) is cast to float64 a block at a time: the same numbers
+    as from a float64 copy of it, which is not made."""
     squares = {k: _squares(np.asarray(v)) for k, v in params.items()}
     rms = {k: math.sqrt(float(squares[k] / v.size)) if v.size else 0.0 for k, v in params.items()}
     sizes = sum(v.size for v in params.values())
@@ -97,9 +99,13 @@ def base_steps(params: dict[str, np.ndarray]) -> dict[str, float]:
 
 
 def _squares(v: np.ndarray) -> Any:
-    """``np.sum(np.square(v))``, to the bit, a block at a time."""
+    """``np.sum(np.square(v))`` of ``v`` in float64, to the bit, a block at a time (each block cast)."""
     flat = v.reshape(-1)
-    return pairwise(flat.size, lambda a, b: np.array([np.sum(np.square(flat[a:b]))]))[0]
+
+    def block(a: int, b: int) -> np.ndarray:
+        return np.array([np.sum(np.square(np.asarray(flat[a:b], np.float64)))])
+
+    return pairwise(flat.size, block)[0]
 
 
 def read_only(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

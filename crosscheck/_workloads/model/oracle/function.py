@@ -163,7 +163,7 @@ def difference(
     function: Function, point: Point, chosen: Plan, call: Call, progress: Progress | None
 ) -> Differences | str:
     """The oracle on ``function`` at the point (``chosen.mode``), or why it failed."""
-    params = as_dtype(point.params, "float64")
+    params = point.params  # cast to float64 where needed, not here (``_group``)
     label = f"oracle: {function.label}{chosen.clock.within()}"
     tick = None if progress is None else (lambda done, total: progress(label, done, total))
     start = time.perf_counter()
@@ -177,7 +177,7 @@ def difference(
     chosen.clock.plan(function.label, planned)
     try:
         with one_thread(entries):
-            found = _difference(function, params, chosen, guard, tick, point.params)
+            found = _difference(function, params, chosen, guard, tick)
     except OracleFailed as exc:
         return str(exc)
     finally:
@@ -186,29 +186,30 @@ def difference(
     return found
 
 
-def _difference(
-    function: Function, params: dict, chosen: Plan, guard: Any, tick: Any, source: Any
-) -> Differences:
-    """The oracle's differences of ``function``: entry by entry, or along the plan's directions."""
+def _difference(function: Function, params: dict, chosen: Plan, guard: Any, tick: Any) -> Differences:
+    """The oracle's differences of ``function`` at the point's ``params``: entry by entry (``estimate``
+    works on its own float64 copy), or along the plan's directions."""
     if chosen.mode == "full":
         est = estimate(function.fn, params, guard=guard, progress=tick, **_noise(function))
         return Differences(function, entries=est, evaluations=est.evaluations, clock=chosen.clock)
     found = Differences(function, clock=chosen.clock, drawn=chosen.drawn)
     every = Group.of(list(params), {k: v.shape for k, v in params.items()})
-    _, along = _group(found, every, params, chosen.per_parameter, guard, tick, source)
+    _, along = _group(found, every, params, chosen.per_parameter, guard, tick)
     found.directions = along
     return found
 
 
-def _group(diffs: Differences, group: Group, params: dict, count: int, guard: Any, tick: Any, source: Any):
-    """The oracle along ``count`` directions of ``group`` (cached on ``diffs``), the point's ``params``
-    made from ``source`` (the point's own parameters: what the directions drawn are keyed by)."""
+def _group(diffs: Differences, group: Group, source: dict, count: int, guard: Any, tick: Any):
+    """The oracle along ``count`` directions of ``group`` (cached on ``diffs``) at the point's own
+    parameters ``source`` (what the directions drawn are keyed by): along the adapter's line, the point
+    is cast to float64 where it is handed (``Line.hold``), else here (issue 38: a float64 copy of the
+    model a side fewer)."""
     line = diffs.function.line
     if group not in diffs.groups and line is not None and on_line(diffs.function.fn, group.sizes, count):
-        dirs = drawn(diffs.drawn, group, params, count, source)  # the points formed on the adapter's side
+        dirs = drawn(diffs.drawn, group, source, count, source)  # the points formed on the adapter's side
         along = line_directional(
             line,
-            params,
+            source,
             group.pieces,
             dirs,
             guard=guard,
@@ -218,6 +219,7 @@ def _group(diffs: Differences, group: Group, params: dict, count: int, guard: An
         diffs.groups[group] = (dirs, along)
         diffs.evaluations += along.evaluations
     if group not in diffs.groups:
+        params = as_dtype(source, "float64")
         dirs = drawn(diffs.drawn, group, params, count, source)
         own = diffs.function.fn
         fn = joint(own, group, params) if isinstance(own, Batched) else group.function(own, params)
@@ -235,7 +237,7 @@ def screen_group(
     """The oracle along ``count`` directions of ``group`` (screen mode, cached), or why it failed."""
     if group in diffs.groups:
         return diffs.groups[group]
-    params = as_dtype(point.params, "float64")
+    params = point.params
     label = f"oracle: {diffs.function.label}, {len(group.names)} tensor(s)"
     tick = None if progress is None else (lambda done, total: progress(label, done, total))
     start = time.perf_counter()
@@ -243,7 +245,7 @@ def screen_group(
     guard = diffs.clock.guard(batch_guard(call), diffs.function.label)
     try:
         with one_thread(sum(int(v.size) for v in params.values())):
-            found = _group(diffs, group, params, count, guard, tick, point.params)
+            found = _group(diffs, group, params, count, guard, tick)
     except OracleFailed as exc:
         return str(exc)
     finally:
@@ -263,7 +265,7 @@ def localize(diffs: Differences, names: list[str], point: Point, call: Call, pro
     missing = [k for k in names if k not in diffs.localized]
     if not missing:
         return None
-    params = as_dtype(point.params, "float64")
+    params = point.params  # ``estimate`` works on its own float64 copy
     label = f"oracle: {diffs.function.label}, entry by entry"
     tick = None if progress is None else (lambda done, total: progress(label, done, total))
     scale = diffs.directions.scale if diffs.directions is not None else None
@@ -374,13 +376,14 @@ def _own_loss(
     loss = _attribute(backend, "loss")
     if not callable(loss):
         return Skip(f"`{name}` has no `loss(params, inputs)` method: its own loss is not differenced")
-    p64, i64 = as_dtype(point.params, "float64"), read_only(as_dtype(point.inputs, "float64"))
-    line = line_of(backend, call, i64, p64)
+    i64 = read_only(as_dtype(point.inputs, "float64"))
+    line = line_of(backend, call, i64, point.params)
     # float32 first, arrays made for the call and handed without a second copy: not beside the float64
-    # point the line then holds (issue 38); the oracle's float64 copy is its own
+    # point the line then holds (issue 38); no float64 copy of the oracle's own: the line is handed a
+    # cast made for it (``Line.hold``), the probe without a line makes its own
     p, i = call.cast(point.params, "float32", once=True), call.cast(point.inputs, "float32", once=True)
     narrow = call(loss, p, i, convert="array")
-    wide = at_point(line, loss, point, p64, call)  # on the line, the point held for the probe
+    wide = at_point(line, loss, point, point.params, call)  # on the line, the point held for the probe
     if wide.error:
         return Skip(f"`{name}`'s loss failed in float64: {wide.error}", failure=True)
     value = np.asarray(wide.value)
@@ -409,8 +412,8 @@ def _own_loss(
         guard = clock.guard(guard, probe_label(label))
     plan = None if clock is None else functools.partial(clock.plan, probe_label(label))
     try:
-        with one_thread(sum(int(v.size) for v in p64.values())):
-            precision = probed(fn, p64, guard, line, number, low, name, plan, cache)
+        with one_thread(sum(int(v.size) for v in point.params.values())):
+            precision = probed(fn, point.params, guard, line, number, low, name, plan, cache)
     except OracleFailed as exc:
         if clock is not None and clock.ran_out:
             return Skip(f"`{name}`'s own loss is not differenced: {exc}", failure=True)

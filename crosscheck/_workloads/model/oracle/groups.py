@@ -78,8 +78,9 @@ class Group:
         return joint
 
     def directions(self, params: dict[str, np.ndarray], count: int) -> list[Direction]:
-        """``count`` random +-1 directions over the group, each entry scaled by its tensor's RMS."""
-        steps = base_steps({k: np.asarray(v, np.float64) for k, v in params.items()})
+        """``count`` random +-1 directions over the group, each entry scaled by its tensor's RMS (of
+        ``params`` in float64: the point's own parameters are cast a block at a time, ``base_steps``)."""
+        steps = base_steps(params)
         step = Steps([steps[k] for k in self.names], self.sizes)  # each tensor's RMS over its entries
         rng = np.random.default_rng([SEED, zlib.crc32("\0".join(self.names).encode())])
         return [Direction(JOINT, _signs(rng, step.size), step) for _ in range(count)]

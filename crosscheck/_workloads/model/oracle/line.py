@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare.dtypes import is_float
 from crosscheck._workloads.model.oracle.batched import BYTES, FROM_EVALUATIONS, Batched, evaluate_one
 from crosscheck._workloads.model.oracle.directions import (
     EVALUATIONS_PER_DIRECTION,
@@ -75,11 +76,14 @@ class Line:
             raise OracleFailed(out.error)
 
     def hold(self, params: dict[str, np.ndarray]) -> None:
-        """The point ``params`` (float64) handed once, with the inputs; not again while the adapter holds
-        it (``holding``: a line is a function's, at the one point of its case)."""
+        """The point ``params`` handed once in float64, with the inputs; not again while the adapter
+        holds it (``holding``: a line is a function's, at the one point of its case). ``params`` may be
+        in any float dtype (the point's own, float32, say): the adapter is handed a float64 cast made for
+        this call (``Call.cast``), its private copy, not a copy of a float64 copy: one float64 copy of
+        the model a side, not two (issue 38), compared with ``params`` cast after the call."""
         if self.holding:
             return
-        self._hand("hold_point", dict(params), dict(self.inputs))
+        self._hand("hold_point", self.call.cast(params, "float64", once=True), dict(self.inputs))
         self.points += 1
         self.holding = True
 
@@ -109,8 +113,9 @@ class Line:
 def line_of(
     backend: Any, call: Call, inputs: dict[str, np.ndarray], params: dict[str, np.ndarray]
 ) -> Line | None:
-    """``backend``'s ``Line``, or None where it lacks one of ``METHODS`` or a parameter is not float64
-    (a line moves floating-point tensors only: the oracle's own path then)."""
+    """``backend``'s ``Line``, or None where it lacks one of ``METHODS`` or a parameter is not a float
+    (``params``: the point's own or their float64 casts; a line moves floating-point tensors only, held
+    in float64: the oracle's own path then)."""
     methods = {}
     for name in METHODS:
         try:
@@ -120,21 +125,26 @@ def line_of(
         if not callable(method):
             return None
         methods[name] = method
-    if any(np.asarray(v).dtype != np.float64 for v in params.values()):
+    if not all(_floating(np.asarray(v)) for v in params.values()):
         return None
     return Line(methods, call, inputs)
+
+
+def _floating(array: np.ndarray) -> bool:
+    """Whether ``array`` is in a float dtype (``as_dtype`` casts it to float64)."""
+    return bool(np.issubdtype(array.dtype, np.floating)) or is_float(array)
 
 
 def at_point(
     line: Line | None, loss: Callable[..., Any], point: Point, params: dict[str, np.ndarray], call: Call
 ) -> Any:
-    """The guarded outcome of the float64 loss at ``point`` (``params``: its float64 parameters, the
-    oracle's own; ``convert="array"``, as ``loss``'s): on the adapter's ``line`` where there is one, the
-    point held there (``Line.hold``) for the noise probe and the differences that follow, and its loss
-    without coefficients (``loss_along``, the point itself: the same computation as ``loss``'s); else
-    ``loss`` handed float64 casts of the point made for the call. Handing the point once, not once for
-    this value and again to hold it, saves a copy of the model in float64 a side, and in a worker
-    process its receipt and the copy its call is checked against (issue 38)."""
+    """The guarded outcome of the float64 loss at ``point`` (``params``: its parameters, cast to float64
+    where they are handed; ``convert="array"``, as ``loss``'s): on the adapter's ``line`` where there is
+    one, the point held there (``Line.hold``) for the noise probe and the differences that follow, and
+    its loss without coefficients (``loss_along``, the point itself: the same computation as
+    ``loss``'s); else ``loss`` handed float64 casts of the point made for the call. Handing the point
+    once, not once for this value and again to hold it, saves a copy of the model in float64 a side,
+    and in a worker process its receipt and the copy its call is checked against (issue 38)."""
     if line is None:
         p, i = call.cast(point.params, "float64", once=True), call.cast(point.inputs, "float64", once=True)
         return call(loss, p, i, convert="array")

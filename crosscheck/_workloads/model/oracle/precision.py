@@ -46,6 +46,8 @@ FIRST = 4
 CLEAR = 2.0**6
 #: Spacing of the probe's points, as a fraction of each tensor's RMS.
 PROBE_STEP = 2.0**-20
+#: Entries of the probe's signs drawn at once (``_signs``: an int64 array of 8 MiB at most).
+DRAW = 1 << 20
 #: A loss whose noise exceeds this fraction of |float32 loss - float64 loss| has float32 steps (a
 #: float64 one is ~2**-29 of it; one with float32 steps ~1): the geometric middle, with margin.
 FLOAT32_NOISE = 2.0**-15
@@ -153,7 +155,7 @@ def _along(
     in ``cache`` (the run's ``Plan.drawn``) for the next probe of parameters of the same shapes (the
     seed is fixed: the same signs; 124 million int8 signs drawn once a run on GPT-2 small, not once a
     side, issue 38), read-only."""
-    steps = base_steps({k: np.asarray(v, np.float64) for k, v in params.items()})
+    steps = base_steps(params)  # float64, a block at a time: ``params`` may be the point's own
     key = ("probe", tuple((k, np.shape(v)) for k, v in params.items()))
     if key not in cache:
         cache[key] = {k: _signs(rng, np.shape(v)) for k, v in params.items()}
@@ -175,12 +177,18 @@ def _along(
 
 
 def _signs(rng: Any, shape: tuple[int, ...]) -> np.ndarray:
-    """``(rng.integers(0, 2, size=shape) * 2 - 1).astype(np.int8)`` (``_probe``'s draw: int64), made in the
-    draw's own array (no two more int64 temporaries of the tensor's size: 8 bytes an entry each)."""
-    signs = rng.integers(0, 2, size=shape)
-    np.multiply(signs, 2, out=signs)
-    np.subtract(signs, 1, out=signs)
-    return signs.astype(np.int8)
+    """``(rng.integers(0, 2, size=shape) * 2 - 1).astype(np.int8)`` (``_probe``'s draw: int64), drawn
+    ``DRAW`` entries at a time into the int8 array: the generator's stream does not depend on how the
+    draw is cut, so these are the same numbers, without an int64 array of the tensor's size (8 bytes an
+    entry, fresh memory: 2 s for GPT-2 small's token embedding here, issue 38)."""
+    out = np.empty(shape, np.int8)
+    flat = out.reshape(-1)
+    for start in range(0, flat.size, DRAW):
+        part = rng.integers(0, 2, size=min(DRAW, flat.size - start))
+        np.multiply(part, 2, out=part)
+        np.subtract(part, 1, out=part)
+        flat[start : start + part.size] = part
+    return out
 
 
 def _probe(

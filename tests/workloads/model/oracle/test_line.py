@@ -397,3 +397,45 @@ def test_a_line_that_fails_at_the_point_fails_the_float64_check_and_is_released(
     assert isinstance(found, oracle.Skip) and found.failure, found
     assert found.reason.startswith("`side`'s loss failed in float64: ") and f"no {where} here" in found.reason
     assert released
+
+
+@pytest.mark.parametrize(("name", "loss"), [("jax", _jax_loss), ("torch", _torch_loss)])
+def test_a_float32_point_is_cast_to_float64_once_a_side_where_it_is_handed(name, loss, monkeypatch):
+    """Change 44 (issue 38): at a float32 point (a case's own), a side's own loss is checked, probed and
+    differenced along its line, as the judge runs it (``keep``), with one float64 copy of the parameters
+    made in all: the cast the adapter holds (``Line.hold``: ``Call.cast``), not the oracle's own copy
+    beside a private copy of it, and another for the differences (three before). The answers are those
+    at the same point handed as float64 arrays, to the bit."""
+    from crosscheck._compare import dtypes
+    from crosscheck._engine import call as engine_call
+
+    made = []
+    copy = dtypes.aligned_copy
+    adapters = [_adapter(name, loss), _adapter(name, loss)]  # imported first: their own buffers not counted
+
+    def counted(array, dtype=None):
+        out = copy(array, dtype)
+        made.append(out.nbytes if out.dtype == np.float64 else 0)
+        return out
+
+    monkeypatch.setattr(dtypes, "aligned_copy", counted)
+    monkeypatch.setattr(engine_call, "aligned_copy", counted)
+
+    def differenced(point):
+        made.clear()
+        call = Counted(point)
+        function = oracle.own_loss(adapters.pop(), "side", point, call, keep=True)
+        assert isinstance(function, oracle.Function), function
+        return oracle.difference(function, point, oracle.plan("screen", point.params, 4), call, None)
+
+    params, inputs = ({k: v.astype(np.float32) for k, v in arrays.items()} for arrays in _arrays())
+    narrow = differenced(Point(params, inputs, {}, "float32"))
+    float64_bytes = sum(v.size * 8 for v in params.values())
+    inputs_bytes = sum(v.size * 8 for v in inputs.values())  # their cast, and the copy handed with it
+    assert sum(made) == float64_bytes + 2 * inputs_bytes
+    wide = differenced(
+        Point(*({k: v.astype(np.float64) for k, v in a.items()} for a in (params, inputs)), {}, "float32")
+    )
+    assert narrow.evaluations == wide.evaluations > 32
+    for field in ("value", "error", "unjudgeable", "reason"):
+        assert np.array_equal(getattr(narrow.directions, field), getattr(wide.directions, field)), field

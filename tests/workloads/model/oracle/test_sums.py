@@ -178,25 +178,31 @@ def _cut(dirs, group, k):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_base_steps_are_the_whole_formulas_to_the_bit(dtype):
     """``entries.base_steps``: each tensor's sum of squares once, a block at a time, for its RMS and the
-    overall one: the numbers of ``np.mean(np.square(v))`` and ``np.sum(np.square(v))``."""
+    overall one: the numbers of ``np.mean(np.square(v))`` and ``np.sum(np.square(v))`` of ``v`` in
+    float64. A float32 point gives the numbers of its float64 cast, cast a block at a time (the oracle
+    hands it the point's own parameters, with no float64 copy of them: issue 38)."""
     from crosscheck._workloads.model.oracle.entries import base_steps
 
     rng = np.random.default_rng(6)
     params = _arrays(rng, dtype)
     params["z"] = np.zeros((3, 300), dtype)  # all zero: the overall RMS
     params["t"] = np.asarray(rng.standard_normal((300, 7)), dtype).T  # not contiguous
-    rms = {k: math.sqrt(float(np.mean(np.square(v)))) if v.size else 0.0 for k, v in params.items()}
-    sizes = sum(v.size for v in params.values())
-    overall = math.sqrt(sum(float(np.sum(np.square(v))) for v in params.values()) / max(sizes, 1))
+    wide = {k: v.astype(np.float64) for k, v in params.items()}
+    rms = {k: math.sqrt(float(np.mean(np.square(v)))) if v.size else 0.0 for k, v in wide.items()}
+    sizes = sum(v.size for v in wide.values())
+    overall = math.sqrt(sum(float(np.sum(np.square(v))) for v in wide.values()) / max(sizes, 1))
     old = {k: r if r > 0 else (overall if overall > 0 else 1.0) for k, r in rms.items()}
     got = base_steps(params)
     assert list(got) == list(old) and _bits(list(got.values())) == _bits(list(old.values()))
+    assert _bits(list(base_steps(wide).values())) == _bits(list(got.values()))
     assert got["z"] == overall and got["c"] == overall  # all zero, empty
 
 
-def test_the_draws_made_in_place_are_the_whole_formulas_to_the_bit():
-    """``Group.directions`` (steps repeated, signs made in the draw's array) and the noise probe's signs
-    (``precision._signs``): the numbers of the formulas with their temporaries."""
+def test_the_draws_made_in_place_are_the_whole_formulas_to_the_bit(monkeypatch):
+    """``Group.directions`` (steps repeated, signs made in the draw's array; from the point's float32
+    parameters or their float64 casts alike) and the noise probe's signs (``precision._signs``, drawn a
+    few entries at a time here: the generator's stream does not depend on how a draw is cut): the
+    numbers of the formulas with their temporaries, and the generator left where they leave it."""
     import zlib
 
     from crosscheck._workloads.model.oracle import precision
@@ -214,11 +220,18 @@ def test_the_draws_made_in_place_are_the_whole_formulas_to_the_bit():
     for d, signs in zip(got, old, strict=True):
         assert d.signs.dtype == np.int8 and d.signs.tobytes() == signs.tobytes()
         assert np.asarray(d.step).dtype == np.float64 and np.asarray(d.step).tobytes() == step.tobytes()
+    narrow = {k: v.astype(np.float32) for k, v in params.items()}
+    wide = {k: v.astype(np.float64) for k, v in narrow.items()}
+    for d, e in zip(group.directions(narrow, 2), group.directions(wide, 2), strict=True):
+        assert d.signs.tobytes() == e.signs.tobytes()
+        assert np.asarray(d.step).tobytes() == np.asarray(e.step).tobytes()
+    monkeypatch.setattr(precision, "DRAW", 7)  # every tensor's draw cut, at odd places
     a, b = np.random.default_rng(8), np.random.default_rng(8)
     for shape in SHAPES.values():
         want = (a.integers(0, 2, size=shape) * 2 - 1).astype(np.int8)
         have = precision._signs(b, shape)
         assert have.dtype == np.int8 and have.shape == want.shape and have.tobytes() == want.tobytes()
+    assert a.integers(0, 2**62) == b.integers(0, 2**62)
 
 
 @pytest.mark.usefixtures("small_blocks")
