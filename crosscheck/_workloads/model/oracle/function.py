@@ -383,7 +383,7 @@ def _own_loss(
     # cast made for it (``Line.hold``), the probe without a line makes its own
     p, i = call.cast(point.params, "float32", once=True), call.cast(point.inputs, "float32", once=True)
     narrow = call(loss, p, i, convert="array")
-    wide = at_point(line, loss, point, point.params, call)  # on the line, the point held for the probe
+    wide = at_point(line, loss, point, call)  # on the line, the point held for the probe
     if wide.error:
         return Skip(f"`{name}`'s loss failed in float64: {wide.error}", failure=True)
     value = np.asarray(wide.value)

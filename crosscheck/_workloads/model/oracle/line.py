@@ -135,21 +135,19 @@ def _floating(array: np.ndarray) -> bool:
     return bool(np.issubdtype(array.dtype, np.floating)) or is_float(array)
 
 
-def at_point(
-    line: Line | None, loss: Callable[..., Any], point: Point, params: dict[str, np.ndarray], call: Call
-) -> Any:
-    """The guarded outcome of the float64 loss at ``point`` (``params``: its parameters, cast to float64
-    where they are handed; ``convert="array"``, as ``loss``'s): on the adapter's ``line`` where there is
-    one, the point held there (``Line.hold``) for the noise probe and the differences that follow, and
-    its loss without coefficients (``loss_along``, the point itself: the same computation as
-    ``loss``'s); else ``loss`` handed float64 casts of the point made for the call. Handing the point
-    once, not once for this value and again to hold it, saves a copy of the model in float64 a side,
-    and in a worker process its receipt and the copy its call is checked against (issue 38)."""
+def at_point(line: Line | None, loss: Callable[..., Any], point: Point, call: Call) -> Any:
+    """The guarded outcome of the float64 loss at ``point`` (its parameters cast to float64 where they
+    are handed; ``convert="array"``, as ``loss``'s): on the adapter's ``line`` where there is one, the
+    point held there (``Line.hold``) for the noise probe and the differences that follow, and its loss
+    without coefficients (``loss_along``, the point itself: the same computation as ``loss``'s); else
+    ``loss`` handed float64 casts of the point made for the call. Handing the point once, not once for
+    this value and again to hold it, saves a copy of the model in float64 a side, and in a worker
+    process its receipt and the copy its call is checked against (issue 38)."""
     if line is None:
         p, i = call.cast(point.params, "float64", once=True), call.cast(point.inputs, "float64", once=True)
         return call(loss, p, i, convert="array")
     try:
-        line.hold(params)
+        line.hold(point.params)
     except OracleFailed as exc:
         return call.failure(str(exc))
     return call(line.methods["loss_along"], "", {}, convert="array")
