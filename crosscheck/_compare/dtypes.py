@@ -39,6 +39,11 @@ def is_float(array: np.ndarray) -> bool:
     return array.dtype.name in ALL_DTYPES
 
 
+def casts(array: np.ndarray) -> bool:
+    """Whether ``as_dtype`` casts ``array``: any NumPy float, or one of crosscheck's (bfloat16)."""
+    return bool(np.issubdtype(array.dtype, np.floating)) or is_float(array)
+
+
 #: Bytes a copy made here is aligned to: XLA's CPU client reads a NumPy array of this alignment in place
 #: (``jax.device_put`` without a copy); NumPy's own large arrays start 16 bytes into a page.
 ALIGN = 64
@@ -74,10 +79,7 @@ def as_dtype(arrays: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]
     """Copies with every floating-point array in ``dtype`` (integer and boolean arrays unchanged),
     aligned (``aligned_copy``)."""
     target = numpy_dtype(dtype)
-    return {
-        k: aligned_copy(v, target) if np.issubdtype(v.dtype, np.floating) or is_float(v) else aligned_copy(v)
-        for k, v in arrays.items()
-    }
+    return {k: aligned_copy(v, target) if casts(v) else aligned_copy(v) for k, v in arrays.items()}
 
 
 def accumulation(name: str) -> str:

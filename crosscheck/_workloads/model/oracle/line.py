@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._compare.dtypes import is_float
+from crosscheck._compare.dtypes import casts
 from crosscheck._workloads.model.oracle.batched import BYTES, FROM_EVALUATIONS, Batched, evaluate_one
 from crosscheck._workloads.model.oracle.directions import (
     EVALUATIONS_PER_DIRECTION,
@@ -125,14 +125,9 @@ def line_of(
         if not callable(method):
             return None
         methods[name] = method
-    if not all(_floating(np.asarray(v)) for v in params.values()):
+    if not all(casts(np.asarray(v)) for v in params.values()):
         return None
     return Line(methods, call, inputs)
-
-
-def _floating(array: np.ndarray) -> bool:
-    """Whether ``array`` is in a float dtype (``as_dtype`` casts it to float64)."""
-    return bool(np.issubdtype(array.dtype, np.floating)) or is_float(array)
 
 
 def at_point(line: Line | None, loss: Callable[..., Any], point: Point, call: Call) -> Any:
