@@ -31,8 +31,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import crosscheck
-from crosscheck._workloads.port import jax_side, torch_side
-from crosscheck._workloads.port.build import jax_leaves
+from crosscheck._workloads.port.declare.build import jax_leaves
+from crosscheck._workloads.port.sides import jax_side, torch_side
 
 
 def gradients(report):
@@ -69,7 +69,7 @@ def outputs(port):
     given = prepared.user_inputs(i)
     jax_in = port.jax_inputs(given) if port.jax_inputs else given
     out_fx = prepared.jax_side.forward(jax_leaves(prepared, p, i), dict(jax_in), np.float32)
-    first = crosscheck._workloads.port.build._first
+    first = crosscheck._workloads.port.declare.build._first
     return first(out_pt).detach().numpy(), np.asarray(first(out_fx))
 
 

@@ -425,7 +425,7 @@ def run_stages(model: str, reference: str, layers: int | None, seq: int, limit: 
     import crosscheck
     from crosscheck._engine import driver
     from crosscheck._workloads.model import judge as model_judge
-    from crosscheck._workloads.port import workload as port_workload
+    from crosscheck._workloads.port.judge import gradient as port_judge
 
     sampler = Sampler(limit=limit)
     stages = Stages(sampler)
@@ -436,13 +436,13 @@ def run_stages(model: str, reference: str, layers: int | None, seq: int, limit: 
     stages.wrap(g, "evaluate", "candidate gradients (each call, repeats included)")
     stages.wrap(g, "compare", "per-entry gradient comparison (with its rounding and terms)")
     stages.wrap(g, "rounding", "rounding (the gradients re-run in the other dtype)")
-    p = port_workload.PortJudge
+    p = port_judge.PortJudge
     stages.wrap(
         p,
         "_runs",
         label=lambda a, k: f"module captures, {'PyTorch' if k.get('torch') else 'JAX'} (two dtypes)",
     )
-    stages.wrap(port_workload, "_each_module", "module output comparisons")
+    stages.wrap(port_judge, "_each_module", "module output comparisons")
     stages.wrap(driver, "_report", "report assembly")
     with stages.stage("build both sides and the mapping (Port + prepared)"):
         port = make_port(model, layers, seq)

@@ -72,7 +72,7 @@ def loss_curve_step(name: str, steps: int) -> tuple[int | None, float]:
     import numpy as np
 
     import examples.port.gpt2 as gpt2
-    from crosscheck._workloads.port.build import jax_implementation, torch_implementation
+    from crosscheck._workloads.port.declare.build import jax_implementation, torch_implementation
     from crosscheck._workloads.train import jax_steps, torch_steps
 
     train = getattr(gpt2, name)

@@ -16,8 +16,8 @@ from crosscheck._engine.run import run as run
 from crosscheck._report.report import Report as Report
 from crosscheck._workloads.losses import projection_loss as projection_loss
 from crosscheck._workloads.model.declare import Workload as Workload
-from crosscheck._workloads.port.blocks import Blocks as Blocks
-from crosscheck._workloads.port.declare import Port as Port
+from crosscheck._workloads.port.blocks.declare import Blocks as Blocks
+from crosscheck._workloads.port.declare.port import Port as Port
 from crosscheck._workloads.registry import available_workloads as available_workloads
 from crosscheck._workloads.stack.case import Case as Case
 from crosscheck._workloads.stack.case import make_inputs as make_inputs

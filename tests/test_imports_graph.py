@@ -4,10 +4,16 @@ A circle between two modules means neither can be read, tested or moved without 
 of its imports inside a function (or under ``TYPE_CHECKING``) leaves the circle in the design. So the
 graph is built from the source with ``ast``, every ``import`` and ``from ... import`` wherever it sits
 (a function, a method, an ``if TYPE_CHECKING:`` block), relative imports resolved, and an import of a
-package's submodule (``from crosscheck._workloads.port import mapping``) counted as an import of both
+package's submodule (``from crosscheck._workloads.port.mapping import table``) counted as an import of both
 the package and the submodule. Its strongly connected components (Tarjan's algorithm) must all be single
 modules. import-linter's contracts (``pyproject.toml``) keep the layers between folders; this keeps the
 rooms inside them.
+
+An import by string is an import too: a string constant that names a module of the package
+(``"crosscheck._workloads.port.judge.workload:PortWorkload"``, for ``importlib``), or an f-string that
+starts with one (``f"crosscheck._workloads.train.{side}_steps"``: every module under that prefix), is
+an edge like any other. The package imports by string only where a process boundary or a layer makes it
+honest (``STRING_IMPORTS``), and nowhere else.
 """
 
 from __future__ import annotations
@@ -45,15 +51,49 @@ def _imported(name: str, path: Path, node: ast.Import | ast.ImportFrom) -> list[
     return [base, *(f"{base}.{alias.name}" for alias in node.names)]
 
 
-def graph(root: Path, package: str = PACKAGE) -> dict[str, set[str]]:
-    """Module -> the modules of ``package`` it imports, anywhere in its source."""
+#: The imports by string the package keeps, module -> the modules it names, each for a reason that a
+#: static import cannot serve.
+#: (The worker's job, ``"crosscheck._engine.execute:job"``, names its own module: a worker process
+#: imports it by name across a process boundary, and it is no edge.)
+STRING_IMPORTS = {
+    # The public names of the layer above the engine (``crosscheck.check_blocks``), imported when first
+    # asked for: ``crosscheck.testing`` imports the package and may not reach the sweep.
+    "crosscheck": {"crosscheck._sweep.blocks"},
+}
+
+
+def _named(node: ast.AST, found: dict[str, Path], package: str) -> set[str]:
+    """The modules of the package a string constant (``module`` or ``module:attribute``), or an
+    f-string that starts with a module path, names."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        module = node.value.partition(":")[0]
+        return {module} if module in found and module.startswith(package + ".") else set()
+    if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+        prefix = str(node.values[0].value)
+        if prefix.startswith(package + "."):
+            return {m for m in found if m.startswith(prefix)}
+    return set()
+
+
+def graph(root: Path, package: str = PACKAGE, *, strings: bool = True) -> dict[str, set[str]]:
+    """Module -> the modules of ``package`` it imports, anywhere in its source (with ``strings``: by
+    string too, ``_named``)."""
     found = modules(root, package)
     edges: dict[str, set[str]] = {name: set() for name in found}
     for name, path in found.items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 edges[name].update(t for t in _imported(name, path, node) if t in found and t != name)
+            elif strings:
+                edges[name].update(t for t in _named(node, found, package) if t != name)
     return edges
+
+
+def string_imports(root: Path, package: str = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the modules it names by string only (``graph`` with strings, less without)."""
+    with_strings, plain = graph(root, package), graph(root, package, strings=False)
+    found = {m: with_strings[m] - plain[m] for m in with_strings}
+    return {m: named for m, named in found.items() if named}
 
 
 def circles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -148,4 +188,33 @@ def test_the_package_has_no_import_circle():
     found = circles(graph(ROOT))
     assert not found, "import circles (strongly connected components):\n" + "\n".join(
         " <-> ".join(component) for component in found
+    )
+
+
+def test_the_guard_sees_a_circle_through_an_import_by_string(tmp_path):
+    root = _package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/declare.py": 'VIEW = "pkg.view:View"\n',  # named, imported later by importlib
+            "pkg/view.py": "from pkg.declare import VIEW\n",
+            "pkg/steps.py": 'def load(side):\n    return f"pkg.sides.{side}_steps"\n',
+            "pkg/sides/__init__.py": "",
+            "pkg/sides/jax_steps.py": "from pkg import steps\n",
+            "pkg/doc.py": '"""pkg.view is named in a docstring: no edge."""\n',
+        },
+    )
+    assert circles(graph(root, "pkg")) == [
+        ["pkg.declare", "pkg.view"],
+        ["pkg.sides.jax_steps", "pkg.steps"],
+    ]
+    assert circles(graph(root, "pkg", strings=False)) == []
+    assert string_imports(root, "pkg") == {"pkg.declare": {"pkg.view"}, "pkg.steps": {"pkg.sides.jax_steps"}}
+
+
+def test_the_package_imports_by_string_only_where_a_boundary_makes_it_honest():
+    found = string_imports(ROOT)
+    assert found == STRING_IMPORTS, (
+        "imports by string (module -> what it names); import statically, at function level where the "
+        f"import must wait: {found}"
     )

@@ -147,7 +147,7 @@ def check_blocks(
         ...     "mymodels:blocks", scheduler="tcp://10.0.0.1:8786", directory="/shared/blocks"
         ... )
     """
-    from crosscheck._workloads.port.blocks import Blocks
+    from crosscheck._workloads.port.blocks.declare import Blocks
 
     spec = blocks if isinstance(blocks, str) else None
     declared = load_blocks(blocks) if spec is not None else blocks
@@ -169,7 +169,7 @@ def check_blocks(
     if backends is not None and not all(isinstance(b, str) for b in backends):
         raise TypeError("`backends` of a blockwise check must be names or import strings.")
     options = {"backends": backends, "reference": reference, "dtype": dtype, "seed": seed, "strict": strict}
-    from crosscheck._workloads.port.blocks_record import record
+    from crosscheck._workloads.port.blocks.record import record
 
     with _folder(directory) as folder:
         model = declared.model()
@@ -227,7 +227,7 @@ def load_blocks(spec: str) -> Any:
     """
     from crosscheck._backends.strings import import_attribute
     from crosscheck._errors import user_call
-    from crosscheck._workloads.port.blocks import Blocks
+    from crosscheck._workloads.port.blocks.declare import Blocks
 
     value = import_attribute(spec, spec=spec, kind="workload")
     if callable(value) and not isinstance(value, Blocks):
@@ -268,7 +268,7 @@ def check_block(blocks: Any, task: Task, *, model: Any = None) -> Record:
 def _check(blocks: Any, task: Task, model: Any) -> Record:
     from crosscheck._engine.records import Execution
     from crosscheck._engine.run import check
-    from crosscheck._workloads.port.blocks_record import block_module, load
+    from crosscheck._workloads.port.blocks.record import block_module, load
 
     entry, options = task["entry"], task["options"]
     recorded = load(entry["path"])

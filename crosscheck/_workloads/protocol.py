@@ -18,7 +18,6 @@ first call.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -214,21 +213,13 @@ class EngineWorkload(Protocol):
 
 @runtime_checkable
 class Declared(Protocol):
-    """A workload that says how it runs, which is all the registry asks of it: a declaration
-    (``crosscheck.Workload``, ``Port``, ``Train``), whose ``engine`` builds the engine's view of it, or
-    an engine's view (``Stack``, ``OwnArrays``), whose ``engine`` is itself."""
+    """An engine's view of a workload (``Stack``, ``OwnArrays``), given where a workload is expected:
+    its ``engine`` is itself. A declaration (``crosscheck.Workload``, ``Port``, ``Train``) is turned
+    into its view by the registry (``registry.engine``), which imports both."""
 
     def engine(self, spec: str | None = None) -> EngineWorkload:
-        """The engine's view of this workload; ``spec``: the name or import string it was loaded by (a
-        worker process loads it again by it), None for an object given as such."""
-
-
-def named(path: str) -> Any:
-    """The attribute ``module:attribute`` of crosscheck names, imported when asked: how a declaration
-    names the engine's view that runs it (the view imports the declaration, so the declaration cannot
-    import the view without an import circle)."""
-    module, _, attribute = path.partition(":")
-    return getattr(importlib.import_module(module), attribute)
+        """This view; ``spec``: the name or import string it was loaded by (a worker process loads it
+        again by it), None for an object given as such."""
 
 
 class OwnArrays:

@@ -6,26 +6,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from crosscheck._backends import install_hint
 from crosscheck._backends.strings import import_attribute
 from crosscheck._errors import user_call
 from crosscheck._workloads.model.declare import Workload
-from crosscheck._workloads.port.blocks import Blocks
-from crosscheck._workloads.port.declare import Port
-from crosscheck._workloads.protocol import Declared, Knob
+from crosscheck._workloads.port.blocks.declare import Blocks
+from crosscheck._workloads.port.declare.port import Port
+from crosscheck._workloads.protocol import Declared, EngineWorkload, Knob
 from crosscheck._workloads.stack.workload import DEFAULT, Stack, from_spec
 from crosscheck._workloads.train.declare import Train
 
 #: What an import string may name (the stack is a built-in name, or an object given as such).
 DECLARATIONS = (Workload, Port, Train, Blocks)
 
-#: Built-in workloads: name -> (import string ``module:attribute`` of the Workload, or None for the
-#: stack; a one-line description). Imported only when used.
-WORKLOADS: dict[str, tuple[str | None, str]] = {
-    "stack": (None, Stack.description),
-    "ste-stack": (
-        "crosscheck._workloads.ste:STE_STACK",
-        "ReLU stack, activations rounded to 1/8 straight-through",
-    ),
+#: Built-in workloads: name -> a one-line description (each made when it is loaded: ``load_workload``).
+WORKLOADS: dict[str, str] = {
+    "stack": Stack.description,
+    "ste-stack": "ReLU stack, activations rounded to 1/8 straight-through",
 }
 
 
@@ -36,7 +33,7 @@ def available_workloads() -> dict[str, str]:
         >>> sorted(crosscheck.available_workloads())
         ['stack', 'ste-stack']
     """
-    return {name: description for name, (_, description) in WORKLOADS.items()}
+    return dict(WORKLOADS)
 
 
 def case_knobs(name: str) -> dict[str, Knob]:
@@ -56,7 +53,9 @@ def load_workload(spec: Any) -> Any:
     """
     if spec is None:
         return DEFAULT
-    if isinstance(spec, Declared):  # each says how it runs: a declaration's engine view, or itself
+    if isinstance(spec, DECLARATIONS):
+        return engine(spec)
+    if isinstance(spec, Declared):  # an engine's view (the stack, a view made already): itself
         return spec.engine()
     if isinstance(spec, Mapping) and spec.get("workload") == Stack.name:
         return from_spec(spec)
@@ -65,17 +64,48 @@ def load_workload(spec: Any) -> Any:
             f"`workload` must be a Workload, a built-in name or an import string, found "
             f"{type(spec).__name__}."
         )
+    if spec == Stack.name:
+        return DEFAULT
     if spec in WORKLOADS:
-        target = WORKLOADS[spec][0]
-        if target is None:
-            return DEFAULT
-        return _resolve(target, spec).engine(spec)
+        from crosscheck._workloads.ste import STE_STACK
+
+        return engine(STE_STACK, spec)
     if ":" in spec:
-        return _resolve(spec, spec).engine(spec)
+        return engine(_resolve(spec, spec), spec)
     raise ValueError(
         f"unknown workload `{spec}`: expected one of {', '.join(WORKLOADS)}, or an import string "
         f"`package.module:attribute` naming a crosscheck.Workload."
     )
+
+
+def engine(declared: Workload | Port | Train | Blocks, spec: str | None = None) -> EngineWorkload:
+    """The engine's view of a declaration (``spec``: the name or import string it was loaded by; a
+    worker process loads it again by it). The views import their declarations, so this table, above
+    both, is where a declaration meets the view that runs it; each view is imported when first used (a
+    port's imports the frameworks' adapters).
+
+    Raises:
+        ValueError: a ``Blocks`` (checked block by block, not one workload), or a port whose framework
+            is not installed (the message says what to install).
+    """
+    if isinstance(declared, Blocks):
+        named = f"`{spec}`" if spec else f"`{declared.name}`"
+        how = f"`crosscheck blocks --workload {spec}`" if spec else "`crosscheck.check_blocks(blocks)`"
+        raise ValueError(f"{named} is a crosscheck.Blocks, checked block by block: run it with {how}.")
+    if isinstance(declared, Train):
+        from crosscheck._workloads.train.workload import TrainWorkload
+
+        return TrainWorkload(declared, spec=spec)
+    if isinstance(declared, Port):
+        try:
+            from crosscheck._workloads.port.judge.workload import PortWorkload
+
+            return PortWorkload(declared, spec=spec)
+        except ImportError as exc:  # a framework a port needs is not installed
+            raise ValueError(f"port `{declared.name}`: {exc}; {install_hint('all,port')}") from exc
+    from crosscheck._workloads.model.workload import GenericWorkload
+
+    return GenericWorkload(declared, spec=spec)
 
 
 def _resolve(target: str, spec: str) -> Workload | Port | Train | Blocks:

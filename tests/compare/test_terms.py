@@ -94,7 +94,7 @@ def test_the_help_texts_are_the_builders():
 
 def _term_helps() -> dict[str, dict[str, str]]:
     from crosscheck._workloads.model import compare as model
-    from crosscheck._workloads.port import localize as port
+    from crosscheck._workloads.port.judge import localize as port
     from crosscheck._workloads.stack.judge import hvp_screen
     from crosscheck._workloads.stack.judge import terms as stack
     from crosscheck._workloads.stack.oracle import hvp
@@ -230,7 +230,7 @@ BUILDERS = (
     "crosscheck/_workloads/stack/oracle/hvp.py",
     "crosscheck/_workloads/model/rounding.py",
     "crosscheck/_workloads/model/compare.py",
-    "crosscheck/_workloads/port/localize.py",
+    "crosscheck/_workloads/port/judge/localize.py",
     "crosscheck/_workloads/train/judge.py",
 )
 

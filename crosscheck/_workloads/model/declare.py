@@ -13,11 +13,8 @@ import numpy as np
 from crosscheck._compare.constants import ALL_DTYPES
 from crosscheck._compare.dtypes import is_float, is_low, numpy_dtype
 from crosscheck._errors import user_call
-from crosscheck._workloads.protocol import named
 
 Params = dict[str, np.ndarray]
-#: How a Workload runs: the engine's view of it, named (``protocol.named``) because it imports this module.
-ENGINE = "crosscheck._workloads.model.workload:GenericWorkload"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)  # compared and hashed by identity (it holds functions)
@@ -94,10 +91,6 @@ class Workload:
                     f"name, found {fn!r}."
                 )
         object.__setattr__(self, "implementations", dict(self.implementations))
-
-    def engine(self, spec: str | None = None) -> Any:
-        """How it runs: the engine's view of it (``spec``: the name or import string it was loaded by)."""
-        return named(ENGINE)(self, spec=spec)
 
     def make(self, *, seed: int = 0, dtype: str = "float32") -> tuple[Params, Params]:
         """The case's ``(params, inputs)``: the same seed and dtype give the same arrays, bit for bit.

@@ -9,11 +9,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from crosscheck._workloads.port.declare import Port
-from crosscheck._workloads.protocol import named
-
-#: How a Train runs: the engine's view of it, named (``protocol.named``) because it imports this module.
-ENGINE = "crosscheck._workloads.train.workload:TrainWorkload"
+from crosscheck._workloads.port.declare.port import Port
 
 #: The optimizer parts a classification re-run turns off, by the hyper-parameters that do it; a part is
 #: tried when the train's ``hyper`` names all its keys. Order matters: the first part whose re-run agrees
@@ -107,10 +103,6 @@ class Train:
             isinstance(self.parts, Mapping) and all(isinstance(v, Mapping) for v in self.parts.values())
         ):
             raise TypeError(f"train `{self.name}`: `parts` must be a dict of part -> {{hyper: value}}.")
-
-    def engine(self, spec: str | None = None) -> Any:
-        """How it runs: the engine's view of it (``spec``: the name or import string it was loaded by)."""
-        return named(ENGINE)(self, spec=spec)
 
     def controls(self) -> dict[str, dict[str, Any]]:
         """The classification re-runs: part -> the hyper-parameters that turn it off."""

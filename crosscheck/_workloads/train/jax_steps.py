@@ -15,9 +15,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from crosscheck._workloads.port import assemble
-from crosscheck._workloads.port.build import Prepared, jax_leaves, jax_side_inputs, port_loss
-from crosscheck._workloads.port.jax_side import to_jax
+from crosscheck._workloads.port.declare.build import Prepared, jax_leaves, jax_side_inputs, port_loss
+from crosscheck._workloads.port.mapping import assemble
+from crosscheck._workloads.port.sides.jax_side import to_jax
 from crosscheck._workloads.train.runs import EAGER_STEPS
 
 

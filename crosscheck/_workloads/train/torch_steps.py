@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from crosscheck._workloads.port.build import Prepared, torch_implementation
+from crosscheck._workloads.port.declare.build import Prepared, torch_implementation
 
 
 def trajectory(

@@ -9,7 +9,7 @@ from typing import Any
 
 from crosscheck._backends import ORACLE
 from crosscheck._errors import user_call
-from crosscheck._workloads.port.workload import PortWorkload
+from crosscheck._workloads.port.judge.workload import PortWorkload
 from crosscheck._workloads.protocol import POINT_KNOBS, Knob, Options, OwnArrays, Point
 from crosscheck._workloads.train.declare import Train, check_steps
 
@@ -22,6 +22,17 @@ NO_ORACLE = (
 )
 
 
+def _steps(side: str) -> Any:
+    """Side ``side``'s training steps, imported when it trains (each imports its framework alone)."""
+    if side == "torch":
+        from crosscheck._workloads.train import torch_steps
+
+        return torch_steps
+    from crosscheck._workloads.train import jax_steps
+
+    return jax_steps
+
+
 class Trainer:
     """One side of a train as a backend: ``update(params, inputs, *, steps, hyper)`` -> each
     parameter's trajectory ``(steps + 1, *shape)`` in PyTorch's names."""
@@ -30,9 +41,7 @@ class Trainer:
         self.name, self.train, self.notes = name, train, dict(notes or {})
 
     def update(self, params: dict, inputs: dict, *, steps: int, hyper: Mapping[str, Any]) -> dict[str, Any]:
-        import importlib
-
-        module = importlib.import_module(f"crosscheck._workloads.train.{self.name}_steps")
+        module = _steps(self.name)
         factory = self.train.torch_optimizer if self.name == "torch" else self.train.optax
         step = self.train.torch_step if self.name == "torch" else self.train.jax_step
         if step is not None:  # a user's step function, made an optimizer of that side
@@ -52,7 +61,7 @@ class TrainWorkload(OwnArrays):
         Knob("steps", "optimizer steps per side", int, 10),
         *POINT_KNOBS,
     )
-    quantities = ("update",)
+    quantities: tuple[str, ...] = ("update",)
 
     def __init__(self, train: Train, *, spec: str | None = None, steps: int | None = None) -> None:
         self.train, self.name, self.spec = train, train.name, spec

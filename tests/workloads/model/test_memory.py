@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import crosscheck
+from crosscheck._workloads.registry import load_workload
 
 N, M = 1024, 512
 
@@ -47,7 +48,9 @@ def test_the_estimate_covers_the_numpy_memory_a_check_uses(oracle):
     finally:
         tracemalloc.stop()
     assert report.passed, report.problems
-    estimate = workload.engine().memory(dtype="float32", quantity="grad", options=None, candidates=backends)
+    estimate = load_workload(workload).memory(
+        dtype="float32", quantity="grad", options=None, candidates=backends
+    )
     copies = 8 * (N * M + M * 8 + 16 * N)  # one float64 copy of every array
     assert peak <= estimate["arrays"], (peak / copies, estimate["arrays"] / copies)
     assert estimate["arrays"] <= 1.5 * peak, (peak / copies, estimate["arrays"] / copies)

@@ -12,8 +12,9 @@ import pytest
 from paths import ROOT
 
 import crosscheck
-from crosscheck._workloads.port import mapping, matching
-from crosscheck._workloads.port.matching import Tensor
+from crosscheck._workloads.port.mapping import matching
+from crosscheck._workloads.port.mapping import table as mapping
+from crosscheck._workloads.port.mapping.matching import Tensor
 
 needs = {
     name: pytest.mark.skipif(importlib.util.find_spec(name) is None, reason=f"needs {name}")
@@ -456,7 +457,7 @@ def test_the_gpt2_mapping_agrees_with_hugging_faces_conversion(gpt2):
     from transformers import FlaxGPT2Model, GPT2Config
     from transformers.modeling_flax_pytorch_utils import convert_pytorch_state_dict_to_flax
 
-    from crosscheck._workloads.port.build import jax_leaves
+    from crosscheck._workloads.port.declare.build import jax_leaves
 
     port = gpt2.port
     prepared = port.prepared

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from crosscheck._workloads.losses import dot, floating_outputs
-from crosscheck._workloads.port.declare import Port
+from crosscheck._workloads.port.declare.port import Port
 
 #: What a block's ``port`` factory may not set: the blockwise check sets these itself.
 SET_HERE = ("name", "torch", "inputs", "torch_call", "loss", "output")
@@ -108,12 +108,6 @@ class Blocks:
             raise ValueError(
                 f"{where}: `cotangent` must be one of {', '.join(COTANGENTS)}, found {self.cotangent!r}."
             )
-
-    def engine(self, spec: str | None = None) -> Any:
-        """A ``Blocks`` is not one workload: refused, in one line, where one is expected."""
-        named = f"`{spec}`" if spec else f"`{self.name}`"
-        how = f"`crosscheck blocks --workload {spec}`" if spec else "`crosscheck.check_blocks(blocks)`"
-        raise ValueError(f"{named} is a crosscheck.Blocks, checked block by block: run it with {how}.")
 
     def model(self) -> Any:
         """The PyTorch model (``torch`` called when it is a function), checked to be in eval mode.

@@ -25,8 +25,8 @@ import torch
 
 from crosscheck._errors import describe, user_call
 from crosscheck._workloads.losses import floating_outputs, outputs_loss
-from crosscheck._workloads.port.blocks import Blocks
-from crosscheck._workloads.port.build import SEED
+from crosscheck._workloads.port.blocks.declare import Blocks
+from crosscheck._workloads.port.declare.build import SEED
 
 #: What a block may be called with besides arrays: kept as JSON in its file.
 PLAIN = (type(None), bool, int, float, str)

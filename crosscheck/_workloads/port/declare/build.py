@@ -23,10 +23,10 @@ from crosscheck._backends import install_hint
 from crosscheck._errors import describe, user_call
 from crosscheck._workloads.losses import floating_outputs, outputs_loss
 from crosscheck._workloads.model.declare import Workload
-from crosscheck._workloads.port import assemble
-from crosscheck._workloads.port import mapping as mapping_module
-from crosscheck._workloads.port import problems as problems_module
-from crosscheck._workloads.port.fields import PortFields
+from crosscheck._workloads.port.declare import problems as problems_module
+from crosscheck._workloads.port.declare.fields import PortFields
+from crosscheck._workloads.port.mapping import assemble
+from crosscheck._workloads.port.mapping import table as mapping_module
 
 #: The seed of the default loss's projection (``projection_loss``'s own default), recorded in the case.
 SEED = 0
@@ -91,7 +91,7 @@ def prepare(port: PortFields) -> Prepared:
             Flax module's ``init``, whatever they raised, ``sys.exit`` included); the problems above:
             one as it was found, several one ``Refused`` (a line each).
     """
-    torch_side, jax_side = _import("torch_side", "torch"), _import("jax_side", "jax")
+    torch_side, jax_side = _sides()
     where = f"port `{port.name}`"
     described, values = user_call(
         where, "the PyTorch module's `state_dict()`", torch_side.tensors, port.torch
@@ -104,15 +104,17 @@ def prepare(port: PortFields) -> Prepared:
     params = port.jax_params
     if port.convert is not None and params is None and jax_side.kind_of(port.jax) == "function":
         # the conversion's result is the parameter pytree
-        params = _import("convert", "jax").structure(port, values)
+        from crosscheck._workloads.port.declare import convert
+
+        params = convert.structure(port, values)
     side = jax_side.JaxSide(
         port.jax, params, port.jax_call, jax_in, port.jax_intermediates or (), where=where
     )
     found = problems_module.Problems(where)
     table, conversion = _table(port, described, values, side, found)
-    found.extend(
-        _import("intermediates", "jax and torch").check(port, side, wrapped, values, example, jax_in)
-    )
+    from crosscheck._workloads.port.declare import intermediates
+
+    found.extend(intermediates.check(port, side, wrapped, values, example, jax_in))
     names = tuple(example)
     clash = sorted(set(names) & set(values))
     if clash:
@@ -140,7 +142,9 @@ def _table(
         table = mapping_module.build(described, side.leaves, port.overrides, overrides)
         found.extend(overrides)
         return table, None
-    made = found.run(_import("convert", "jax").prepare, port, described, values, side)
+    from crosscheck._workloads.port.declare import convert
+
+    made = found.run(convert.prepare, port, described, values, side)
     if made is None:
         return None, None
     conversion, rows = made
@@ -181,13 +185,18 @@ def mapping_problems(table: mapping_module.Table, parameters: Mapping[str, Any])
     return lines
 
 
-def _import(module: str, framework: str) -> Any:
-    import importlib
-
+def _sides() -> tuple[Any, Any]:
+    """The two sides' modules, imported when a port is first prepared (they import the frameworks; the
+    conversion and the listed intermediates, imported after them, need nothing more)."""
     try:
-        return importlib.import_module(f"crosscheck._workloads.port.{module}")
+        from crosscheck._workloads.port.sides import torch_side
     except ImportError as exc:
-        raise ValueError(f"a Port needs {framework}: {describe(exc)}; {install_hint('all,port')}") from exc
+        raise ValueError(f"a Port needs torch: {describe(exc)}; {install_hint('all,port')}") from exc
+    try:
+        from crosscheck._workloads.port.sides import jax_side
+    except ImportError as exc:
+        raise ValueError(f"a Port needs jax: {describe(exc)}; {install_hint('all,port')}") from exc
+    return torch_side, jax_side
 
 
 def make_inputs(port: PortFields, rng: np.random.Generator, dtype: str) -> dict[str, np.ndarray]:
@@ -255,7 +264,7 @@ def _workload(prepared: Prepared) -> Workload:
 
 def torch_implementation(prepared: Prepared) -> Callable[[dict, dict], Any]:
     """``(tensors, inputs) -> loss`` of the PyTorch module, its tensors replaced by the case's."""
-    from crosscheck._workloads.port import torch_side
+    from crosscheck._workloads.port.sides import torch_side
 
     loss = port_loss(prepared.port)
 

@@ -28,8 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from crosscheck._errors import user_call
-from crosscheck._workloads.port.jax_side import key_name
-from crosscheck._workloads.port.matching import CONVERT, UNUSED_BUFFER, Entry, Tensor
+from crosscheck._workloads.port.mapping.matching import CONVERT, UNUSED_BUFFER, Entry, Tensor
+from crosscheck._workloads.port.sides.jax_side import key_name
 
 #: The ``how`` of a JAX leaf that no PyTorch tensor reaches.
 CONSTANT = (

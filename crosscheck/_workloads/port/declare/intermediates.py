@@ -27,9 +27,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from crosscheck._errors import UserCodeFailed, describe, reraise_user_interrupt
-from crosscheck._workloads.port import jax_side as jax_side_module
-from crosscheck._workloads.port import torch_side as torch_side_module
-from crosscheck._workloads.port.fields import PortFields
+from crosscheck._workloads.port.declare.fields import PortFields
+from crosscheck._workloads.port.sides import jax_side as jax_side_module
+from crosscheck._workloads.port.sides import torch_side as torch_side_module
 
 #: How a problem of the listing starts (``problems.Problems`` puts the port's name before it).
 WHERE = "`jax_intermediates`"

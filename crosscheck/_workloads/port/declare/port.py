@@ -1,19 +1,14 @@
 """``crosscheck.Port``: a PyTorch module and its JAX port, declared with the real objects.
 
 Nothing here imports a framework: the port is prepared (its mapping built, its sides described) the
-first time it is used, by ``crosscheck._workloads.port.build``.
+first time it is used, by ``crosscheck._workloads.port.declare.build``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from crosscheck._backends import install_hint
-from crosscheck._workloads.port.fields import PortFields
-from crosscheck._workloads.protocol import named
-
-#: How a Port runs: the engine's view of it, named (``protocol.named``) because it imports this module.
-ENGINE = "crosscheck._workloads.port.workload:PortWorkload"
+from crosscheck._workloads.port.declare.fields import PortFields
 
 
 class Port(PortFields):
@@ -105,18 +100,6 @@ class Port(PortFields):
         >>> print(port.mapping)  # doctest: +SKIP
     """
 
-    def engine(self, spec: str | None = None) -> Any:
-        """How it runs: the engine's view of it (``spec``: the name or import string it was loaded by).
-
-        Raises:
-            ValueError: a framework the port needs is not installed (the message says what to install).
-        """
-        view = named(ENGINE)
-        try:
-            return view(self, spec=spec)
-        except ImportError as exc:  # a framework a port needs is not installed
-            raise ValueError(f"port `{self.name}`: {exc}; {install_hint('all,port')}") from exc
-
     @property
     def prepared(self) -> Any:
         """The port prepared (``build.Prepared``): its sides, mapping and workload; built once. The
@@ -128,7 +111,7 @@ class Port(PortFields):
         self.check_in_use()
         cached = self.__dict__.get("_prepared")
         if cached is None:
-            from crosscheck._workloads.port.build import prepare
+            from crosscheck._workloads.port.declare.build import prepare
 
             cached = prepare(self)
             object.__setattr__(self, "_prepared", cached)

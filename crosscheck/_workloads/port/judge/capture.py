@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._workloads.port.build import Prepared, jax_leaves
+from crosscheck._workloads.port.declare.build import Prepared, jax_leaves
 
 
 def torch_capture(prepared: Prepared, params: dict, inputs: dict) -> list:
@@ -19,7 +19,7 @@ def torch_capture(prepared: Prepared, params: dict, inputs: dict) -> list:
 
     The arrays are the engine's private copies (a guarded call's arguments): the tensors share their
     memory (``torch_side.shared``) rather than copy the model once more."""
-    from crosscheck._workloads.port import torch_side
+    from crosscheck._workloads.port.sides import torch_side
 
     state = torch_side.shared({**params, **prepared.torch_state(inputs)})
     return torch_side.capture(prepared.torch_side, state, torch_side.shared(prepared.user_inputs(inputs)))
@@ -30,7 +30,7 @@ def jax_capture(prepared: Prepared, params: dict, inputs: dict) -> list:
     and ``inputs`` (through the port's ``jax_inputs``), in float64 under x64 when the arrays are."""
     import jax
 
-    from crosscheck._workloads.port import jax_side
+    from crosscheck._workloads.port.sides import jax_side
 
     wide = any(v.dtype == np.float64 for v in params.values())
     with jax.enable_x64(wide):

@@ -3,7 +3,7 @@ the JAX port against PyTorch's forward, with the gradient check's measured toler
 (the first module that differs), and no gradient and no oracle: seconds where the full check takes
 minutes.
 
-It is the port's module comparison (``workload.PortJudge.modules``) on its own. The reference is
+It is the port's module comparison (``gradient.PortJudge.modules``) on its own. The reference is
 PyTorch's forward (``torch``): its own proof first (``own.prove``: a module that keeps state between
 calls is the PyTorch side's failure), then its module records at the case's dtype and re-run in the
 other (``PortJudge._runs``). The candidate is the port (``jax``): its records at the case's dtype are
@@ -27,8 +27,8 @@ import numpy as np
 
 from crosscheck._compare.compare import Comparison
 from crosscheck._compare.dtypes import numpy_dtype
-from crosscheck._workloads.port import capture, localize, own
-from crosscheck._workloads.port.workload import MAPPING, PortJudge
+from crosscheck._workloads.port.judge import capture, localize, own
+from crosscheck._workloads.port.judge.gradient import MAPPING, PortJudge
 from crosscheck._workloads.protocol import Call, Reference
 
 #: The case's ``oracle_differentiates`` of a forward check (the table's title says it).

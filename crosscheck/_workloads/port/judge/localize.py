@@ -32,11 +32,10 @@ from crosscheck._compare import terms as _terms
 from crosscheck._compare.compare import Comparison, Tolerance, compare
 from crosscheck._compare.constants import OTHER_DTYPE
 from crosscheck._compare.dtypes import is_low, numpy_dtype, unit_roundoff
-from crosscheck._workloads.port.matching import canonical
-from crosscheck._workloads.port.verdict import Verdict as Verdict
-from crosscheck._workloads.port.verdict import forward_verdict as forward_verdict
-from crosscheck._workloads.port.verdict import gradient_verdict as gradient_verdict
-from crosscheck._workloads.port.verdict import listed_verdict as listed_verdict
+from crosscheck._workloads.port.judge.verdict import forward_verdict as forward_verdict
+from crosscheck._workloads.port.judge.verdict import gradient_verdict as gradient_verdict
+from crosscheck._workloads.port.judge.verdict import listed_verdict as listed_verdict
+from crosscheck._workloads.port.mapping.matching import canonical
 
 TERM_HELP = {
     "rounding": _terms.measured_help(

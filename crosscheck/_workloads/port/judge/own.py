@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from crosscheck._compare.compare import Comparison
-from crosscheck._workloads.port.build import Prepared, torch_implementation
-from crosscheck._workloads.port.verdict import Verdict
+from crosscheck._workloads.port.declare.build import Prepared, torch_implementation
+from crosscheck._workloads.port.judge.verdict import Origin
 from crosscheck._workloads.protocol import Call, Point
 
 #: How ``describe`` starts the one line of a ``torch_side.Misbehaved``.
@@ -22,7 +22,7 @@ PREFIX = "Misbehaved: "
 def prove(prepared: Prepared, point: Point, call: Call) -> str | None:
     """What the PyTorch module did wrong at the point, in one line; None when nothing (or when its
     forward fails outright: its backend's own calls report that, as for any backend)."""
-    from crosscheck._workloads.port import torch_side
+    from crosscheck._workloads.port.sides import torch_side
 
     loss = torch_implementation(prepared)
     out = call(torch_side.proof, loss, dict(point.params), dict(point.inputs))
@@ -31,7 +31,7 @@ def prove(prepared: Prepared, point: Point, call: Call) -> str | None:
     return out.error.removeprefix(PREFIX)
 
 
-def not_compared(name: str, text: str) -> tuple[list[Comparison], Verdict]:
+def not_compared(name: str, text: str) -> tuple[list[Comparison], Origin]:
     """Candidate ``name``'s module comparison that did not happen (``text`` says why), failed, and the
     verdict that says so."""
     failed = Comparison(
@@ -43,7 +43,7 @@ def not_compared(name: str, text: str) -> tuple[list[Comparison], Verdict]:
         parameter="(modules)",
         message=text,
     )
-    return [failed], Verdict("unknown", None, None, (), text)
+    return [failed], Origin("unknown", None, None, (), text)
 
 
 def blame(name: str, problem: str) -> str:
@@ -65,7 +65,7 @@ def candidates(pairs: list[tuple[str, Any]], torches: set[int], problem: str | N
     return sorted(kept, key=lambda pair: id(pair[1]) not in torches)
 
 
-def losses_differ(verdict: Verdict, findings: Any, name: str) -> Verdict:
+def losses_differ(verdict: Origin, findings: Any, name: str) -> Origin:
     """A verdict that found no module output and no gradient differing, for candidate ``name`` whose
     float64 loss differs from the anchor's: the port computes another function, within what its
     rounding hides in the comparisons, and fails (the words of the loss check)."""
@@ -79,4 +79,4 @@ def losses_differ(verdict: Verdict, findings: Any, name: str) -> Verdict:
         "though no module output or gradient differs beyond its rounding: the port computes another "
         "function, by less than its float32 rounding shows"
     )
-    return Verdict("loss", None, None, (), text)
+    return Origin("loss", None, None, (), text)

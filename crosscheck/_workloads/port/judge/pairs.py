@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from crosscheck._workloads.port.build import Prepared
-from crosscheck._workloads.port.mapping import one_to_one
-from crosscheck._workloads.port.stacked import is_stacked
-from crosscheck._workloads.port.stacked import module_pairs as stacked_pairs
+from crosscheck._workloads.port.declare.build import Prepared
+from crosscheck._workloads.port.mapping.stacked import is_stacked
+from crosscheck._workloads.port.mapping.stacked import module_pairs as stacked_pairs
+from crosscheck._workloads.port.mapping.table import one_to_one
 
 
 def module_pairs(prepared: Prepared) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Where a port differs, from its module comparisons (``localize``): the verdict.
+"""Where a port differs, from its module comparisons (``localize``): the verdict's ``Origin``.
 
 The verdict names the first paired module, in the order the PyTorch calls finished, whose output
 differs. When its input already differs, the difference was made before it, between the last module
@@ -19,7 +19,7 @@ import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
-class Verdict:
+class Origin:
     """``starts_in``: ``"forward"``, ``"gradient"`` or ``"nowhere"``; ``module`` where the difference
     starts ("" is the top module's own code), ``first`` the first paired module that differs,
     ``suspects`` PyTorch modules without a JAX counterpart in between; ``text`` says it in a line."""
@@ -40,7 +40,7 @@ def forward_verdict(
     outputs: dict[str, bool | None],
     inputs: dict[str, bool | None],
     top: str,
-) -> Verdict | None:
+) -> Origin | None:
     """The verdict of the forward pass (None when every paired output agrees). ``order`` is the
     PyTorch records in the order their calls finished; ``outputs``/``inputs`` say which agree."""
     index = {r.name: i for i, r in enumerate(order)}
@@ -50,7 +50,7 @@ def forward_verdict(
     kind = first.module_type
     if inputs.get(first.name) is not False:
         why = "its input agrees" if inputs.get(first.name) else "its input could not be compared"
-        return Verdict(
+        return Origin(
             "forward",
             first.name,
             first.name,
@@ -73,7 +73,7 @@ def forward_verdict(
         else f"before `{first.name}`"
     )
     if linked:
-        return Verdict(
+        return Origin(
             "forward",
             linked[0].name,
             first.name,
@@ -87,7 +87,7 @@ def forward_verdict(
     inner = _running(first.name, suspects, parent, inputs)
     if inner is not None:  # the modules run in between are inside one module `first` is part of
         parent, where = inner, f"(or just before it, in {_shown(parent, top)}) {where}"
-    return Verdict(
+    return Origin(
         "forward",
         parent,
         first.name,
@@ -100,7 +100,7 @@ def forward_verdict(
 
 def listed_verdict(
     order: Sequence[Any], paired: dict[str, str], outputs: dict[str, bool | None], top: str
-) -> Verdict | None:
+) -> Origin | None:
     """The forward verdict of user-listed intermediates (``jax_intermediates``; None when every one
     agrees): the JAX side's inputs are not captured, so the difference lies in the first listed
     module that differs or in the code since the last listed output that agrees."""
@@ -129,12 +129,12 @@ def listed_verdict(
             f"module whose output differs: {agrees} and the JAX side's inputs are not captured, so the "
             f"difference is in `{first.name}` or in the code {since}{there}"
         )
-    return Verdict("forward", first.name, first.name, gap, text)
+    return Origin("forward", first.name, first.name, gap, text)
 
 
 def gradient_verdict(
     order: Sequence[Any], paired: dict[str, str], differs: set[str], owners: set[str], top: str
-) -> Verdict:
+) -> Origin:
     """The verdict when every output agrees and the gradients of ``differs`` (modules) do not."""
     with_params = [r for r in order if r.name.split("#")[0] in owners]
     bad = [i for i, r in enumerate(with_params) if r.name.split("#")[0] in differs]
@@ -150,7 +150,7 @@ def gradient_verdict(
     gap = tuple(n for n in gap if not (after and after.name.startswith(n + ".")))
     nxt = f"those of `{after.name}` agree" if after else "no module after it has parameters"
     there = f" (modules there: {', '.join(gap)})" if gap else ""
-    return Verdict(
+    return Origin(
         "gradient",
         last.name,
         last.name,

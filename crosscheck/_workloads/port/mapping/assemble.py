@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._workloads.port.matching import Entry, Tensor, permutation
+from crosscheck._workloads.port.mapping.matching import Entry, Tensor, permutation
 
 Box = tuple[tuple[int, int, int], ...]
 

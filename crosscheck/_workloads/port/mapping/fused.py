@@ -26,7 +26,15 @@ import math
 import re
 from collections.abc import Sequence
 
-from crosscheck._workloads.port.matching import TRANSFORMS, Entry, Index, Tensor, canonical, loose, match
+from crosscheck._workloads.port.mapping.matching import (
+    TRANSFORMS,
+    Entry,
+    Index,
+    Tensor,
+    canonical,
+    loose,
+    match,
+)
 
 #: The spellings of each attention projection, by role (a module's name, or a leaf's: ``wqkv``,
 #: ``in_proj_weight``). Fused roles are their parts' concatenation in PyTorch's order (``PARTS``).

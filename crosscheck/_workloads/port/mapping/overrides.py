@@ -23,8 +23,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from crosscheck._workloads.port import fused
-from crosscheck._workloads.port.matching import (
+from crosscheck._workloads.port.mapping import fused
+from crosscheck._workloads.port.mapping.matching import (
     TRANSFORMS,
     UNMAPPED,
     Entry,
@@ -34,8 +34,8 @@ from crosscheck._workloads.port.matching import (
     match,
     transformed,
 )
-from crosscheck._workloads.port.stacked import override as stacked_override
-from crosscheck._workloads.port.stacked import wanted as stacked_wanted
+from crosscheck._workloads.port.mapping.stacked import override as stacked_override
+from crosscheck._workloads.port.mapping.stacked import wanted as stacked_wanted
 
 #: A reference to a captured wildcard in a target path: ``*`` (the next one) or ``{n}`` (the n-th).
 REFERENCE = re.compile(r"\*|\{(\d+)\}")
@@ -255,7 +255,7 @@ def _boxed(t: Tensor, value: tuple, leaves: dict[str, Tensor]) -> Entry:
     Raises:
         ValueError: a leaf that does not exist, a box outside it, a transform that does not fit.
     """
-    from crosscheck._workloads.port.assemble import box_shape
+    from crosscheck._workloads.port.mapping.assemble import box_shape
 
     path, transform, box = value
     if path not in leaves:

@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from crosscheck._workloads.port.matching import Entry, Tensor, canonical
+from crosscheck._workloads.port.mapping.matching import Entry, Tensor, canonical
 
 #: The word an override's value carries to map a tensor onto one layer of a stacked leaf.
 STACKED = "stacked"

@@ -13,9 +13,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from crosscheck._workloads.port import fused
-from crosscheck._workloads.port.assemble import tiling, where
-from crosscheck._workloads.port.matching import (
+from crosscheck._workloads.port.mapping import fused
+from crosscheck._workloads.port.mapping.assemble import tiling, where
+from crosscheck._workloads.port.mapping.matching import (
     CONVERT,
     UNUSED_BUFFER,
     Entry,
@@ -24,9 +24,9 @@ from crosscheck._workloads.port.matching import (
     index_leaves,
     match,
 )
-from crosscheck._workloads.port.overrides import decide
-from crosscheck._workloads.port.stacked import STACKED, is_stacked, pattern, stack
-from crosscheck._workloads.port.stacked import hint as stacked_hint
+from crosscheck._workloads.port.mapping.overrides import decide
+from crosscheck._workloads.port.mapping.stacked import STACKED, is_stacked, pattern, stack
+from crosscheck._workloads.port.mapping.stacked import hint as stacked_hint
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,10 +26,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from crosscheck._errors import user_call
-from crosscheck._workloads.port import steps
-from crosscheck._workloads.port.matching import EQUINOX_LAYOUTS, JAX_LAYOUTS, Tensor, layout_of
-from crosscheck._workloads.port.stacked import spread
-from crosscheck._workloads.port.torch_side import Record
+from crosscheck._workloads.port.mapping.matching import EQUINOX_LAYOUTS, JAX_LAYOUTS, Tensor, layout_of
+from crosscheck._workloads.port.mapping.stacked import spread
+from crosscheck._workloads.port.sides import steps
+from crosscheck._workloads.port.sides.torch_side import Record
 
 Call = Callable[[Any, dict], Any]
 
@@ -85,7 +85,7 @@ class JaxSide:
             )
             self.static = None
         elif self.kind == "nnx":
-            from crosscheck._workloads.port import nnx_side
+            from crosscheck._workloads.port.sides import nnx_side
 
             tree, self.static = nnx_side.split(model)
             self.types, self.kinds = nnx_side.owners(model), nnx_side.kinds(tree)
@@ -137,7 +137,7 @@ class JaxSide:
         if self.kind == "linen":
             return _in_dtype(self.model, dtype), tree
         if self.kind == "nnx":
-            from crosscheck._workloads.port import nnx_side
+            from crosscheck._workloads.port.sides import nnx_side
 
             return nnx_side.merge(self.static, tree), None  # type: ignore[arg-type]
         if self.kind == "equinox":
@@ -192,7 +192,7 @@ class JaxSide:
         if made is not None and self.kind != "linen":
             values, made = made(values), None
         if self.kind == "nnx":
-            from crosscheck._workloads.port import nnx_side
+            from crosscheck._workloads.port.sides import nnx_side
 
             return nnx_side.capture(self.rebuild(values, dtype)[0], self.call, inputs, _numpy, narrow)
         if self.kind != "linen":

@@ -22,8 +22,8 @@ from typing import Any
 import jax.numpy as jnp
 from flax import nnx
 
-from crosscheck._workloads.port import steps
-from crosscheck._workloads.port.torch_side import Record
+from crosscheck._workloads.port.sides import steps
+from crosscheck._workloads.port.sides.torch_side import Record
 
 #: Module attributes that say a module is in training mode when False (``module.eval()`` sets them).
 TRAINING_FLAGS = ("use_running_average", "deterministic")

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from crosscheck._backends import handed
-from crosscheck._workloads.port.matching import TORCH_LAYOUTS, Tensor, layout_of
+from crosscheck._workloads.port.mapping.matching import TORCH_LAYOUTS, Tensor, layout_of
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 from crosscheck._backends import handed  # noqa: E402
 from crosscheck._workloads.model.workload import _framework_backend  # noqa: E402
-from crosscheck._workloads.port import torch_side  # noqa: E402
+from crosscheck._workloads.port.sides import torch_side  # noqa: E402
 
 
 class Linear(torch.nn.Module):

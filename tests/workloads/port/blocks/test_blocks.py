@@ -115,7 +115,7 @@ def test_the_recorded_cotangent_is_the_models_loss_gradient_at_the_block(tmp_pat
     import torch
 
     from crosscheck._workloads.losses import outputs_loss
-    from crosscheck._workloads.port.blocks_record import load, record
+    from crosscheck._workloads.port.blocks.record import load, record
 
     blocks = blocks_tiny.make()
     model = blocks.model()
@@ -154,7 +154,7 @@ def test_a_dask_cluster_gives_the_same_verdicts_each_worker_a_block(planted, clu
     assert _verdicts(result) == _verdicts(planted)
     assert result.first["block"] == "blocks.1" and not result.passed
     # the workers built their blocks alone from the recorded weights (saved only for a cluster)
-    from crosscheck._workloads.port.blocks_record import load
+    from crosscheck._workloads.port.blocks.record import load
 
     assert set(load(str(tmp_path / "block-00001.npz")).weights) == {
         "ln.weight",

@@ -17,7 +17,7 @@ pytest.importorskip("transformers")
 def test_a_tuple_argument_is_recorded_a_member_an_input_and_read_back(tmp_path):
     import torch
 
-    from crosscheck._workloads.port.blocks_record import load, record
+    from crosscheck._workloads.port.blocks.record import load, record
     from examples.port import llama_blocks
 
     blocks = llama_blocks.make_blocks()

@@ -13,7 +13,7 @@ from paths import ROOT
 
 import crosscheck
 from crosscheck._errors import UserCodeFailed
-from crosscheck._workloads.port.mapping import one_to_one
+from crosscheck._workloads.port.mapping.table import one_to_one
 
 pytest.importorskip("torch")
 pytest.importorskip("jax")

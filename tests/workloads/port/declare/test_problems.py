@@ -10,9 +10,9 @@ import pytest
 
 import crosscheck
 from crosscheck._errors import DetailedError, Refused, UserCodeFailed
-from crosscheck._workloads.port import mapping
-from crosscheck._workloads.port.matching import Tensor
-from crosscheck._workloads.port.problems import Problems
+from crosscheck._workloads.port.declare.problems import Problems
+from crosscheck._workloads.port.mapping import table as mapping
+from crosscheck._workloads.port.mapping.matching import Tensor
 
 X = {"x": np.random.default_rng(0).standard_normal((5, 3))}
 #: The three problems of ``square_port(...)`` with every mistake, in the order the refusal says them.
@@ -67,8 +67,8 @@ def no_heavy_work(monkeypatch):
     sets up the oracle), driving the run, a worker process, the port's generic workload and its two
     sides' loss functions."""
     from crosscheck._engine import contain, execute
-    from crosscheck._workloads.port import build
-    from crosscheck._workloads.port import workload as port_workload
+    from crosscheck._workloads.port.declare import build
+    from crosscheck._workloads.port.judge import workload as port_workload
 
     def heavy(what):
         def called(*args, **kwargs):
@@ -189,7 +189,7 @@ def test_the_command_line_says_every_problem_on_its_line(monkeypatch, capsys, tm
     )
     # A module on disk: the port runs in a worker process, which sends the refusal back.
     (tmp_path / "square_port_module.py").write_text(
-        "from tests.workloads.port.test_problems import square_port\nport = square_port()\n"
+        "from tests.workloads.port.declare.test_problems import square_port\nport = square_port()\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     assert main(["run", "--workload", "square_port_module:port", "--reference", "torch"]) == 2

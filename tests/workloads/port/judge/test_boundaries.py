@@ -12,7 +12,7 @@ import pytest
 
 import crosscheck
 from crosscheck._compare.compare import Comparison
-from crosscheck._workloads.port import boundaries
+from crosscheck._workloads.port.judge import boundaries
 
 torch = pytest.importorskip("torch")
 jax = pytest.importorskip("jax")

@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT))  # the examples/ package of the repository
 
 import crosscheck
 from crosscheck._workloads.model.judge import GenericJudge
-from crosscheck._workloads.port.workload import PortJudge
+from crosscheck._workloads.port.judge.gradient import PortJudge
 
 
 def _logged(monkeypatch) -> list[str]:
@@ -70,7 +70,7 @@ def test_the_forward_check_captures_each_side_once(monkeypatch):
 
 
 def test_a_write_in_an_early_capture_is_owed_to_the_candidate_that_uses_it():
-    from crosscheck._workloads.port.capture import Early
+    from crosscheck._workloads.port.judge.capture import Early
 
     class Call:
         phase, wrote = "the reference", []
@@ -99,7 +99,9 @@ def test_the_mappings_leaves_are_made_inside_the_compiled_capture(monkeypatch, d
     import jax
     import numpy as np
 
-    from crosscheck._workloads.port import build, capture, jax_side
+    from crosscheck._workloads.port.declare import build
+    from crosscheck._workloads.port.judge import capture
+    from crosscheck._workloads.port.sides import jax_side
 
     traced: list[bool] = []
     taken: list[tuple] = []

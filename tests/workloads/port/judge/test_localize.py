@@ -67,7 +67,7 @@ def test_an_output_that_broadcasts_is_compared_after_broadcasting_and_said(dtype
 
 
 def test_outputs_that_do_not_broadcast_still_differ():
-    from crosscheck._workloads.port.localize import compare_arrays
+    from crosscheck._workloads.port.judge.localize import compare_arrays
 
     args = {"dtype": "float32", "channels_last": False, "backend": "jax", "reference": "torch"}
     ones = np.ones((3, 1))
@@ -80,7 +80,7 @@ def test_outputs_that_do_not_broadcast_still_differ():
 def test_a_second_output_that_broadcasts_either_way_agrees():
     """T5's cross-attention returns its position bias beside its output: zeros plus the padding mask,
     ``(B, H, Q, K)`` in PyTorch and ``(B, 1, 1, K)`` in Flax; it "differed first" there."""
-    from crosscheck._workloads.port.localize import compare_arrays
+    from crosscheck._workloads.port.judge.localize import compare_arrays
 
     args = {"dtype": "float32", "channels_last": False, "backend": "jax", "reference": "torch"}
     out, mask = np.arange(6.0).reshape(2, 3), np.zeros((2, 1, 1, 6))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from crosscheck._workloads.port.torch_side import Record
-from crosscheck._workloads.port.verdict import forward_verdict
+from crosscheck._workloads.port.judge.verdict import forward_verdict
+from crosscheck._workloads.port.sides.torch_side import Record
 
 A, B = (np.ones(3),), (np.zeros(3),)
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from crosscheck._workloads.port import assemble, mapping
-from crosscheck._workloads.port.assemble import Piece
-from crosscheck._workloads.port.matching import Entry, Tensor
+from crosscheck._workloads.port.mapping import assemble
+from crosscheck._workloads.port.mapping import table as mapping
+from crosscheck._workloads.port.mapping.assemble import Piece
+from crosscheck._workloads.port.mapping.matching import Entry, Tensor
 
 
 def T(name: str, shape: tuple[int, ...]) -> Tensor:

@@ -12,8 +12,9 @@ import importlib.util
 import pytest
 
 import crosscheck
-from crosscheck._workloads.port import fused, mapping
-from crosscheck._workloads.port.matching import Tensor
+from crosscheck._workloads.port.mapping import fused
+from crosscheck._workloads.port.mapping import table as mapping
+from crosscheck._workloads.port.mapping.matching import Tensor
 
 needs = {
     name: pytest.mark.skipif(importlib.util.find_spec(name) is None, reason=f"needs {name}")
@@ -327,7 +328,7 @@ def test_a_tied_head_the_port_computes_from_the_embedding_adds_no_row():
 def test_multihead_attentions_out_proj_has_linears_layout():
     from torch import nn
 
-    from crosscheck._workloads.port import torch_side
+    from crosscheck._workloads.port.sides import torch_side
 
     described, _ = torch_side.tensors(nn.MultiheadAttention(E, H))
     out = next(t for t in described if t.name == "out_proj.weight")
@@ -341,7 +342,7 @@ def test_multihead_attentions_out_proj_has_linears_layout():
 def test_a_tied_alias_is_described_with_the_tensor_it_is():
     from torch import nn
 
-    from crosscheck._workloads.port import torch_side
+    from crosscheck._workloads.port.sides import torch_side
 
     model = nn.ModuleDict({"wte": nn.Embedding(16, E), "lm_head": nn.Linear(E, 16, bias=False)})
     model["lm_head"].weight = model["wte"].weight
@@ -355,7 +356,7 @@ def test_a_subclass_of_flax_dense_has_denses_layout():
     import flax.linen as nn
     import jax.numpy as jnp
 
-    from crosscheck._workloads.port.jax_side import JaxSide
+    from crosscheck._workloads.port.sides.jax_side import JaxSide
 
     class MyDense(nn.Dense):
         pass
@@ -373,8 +374,8 @@ def test_a_subclass_of_flax_dense_has_denses_layout():
 def test_the_verdict_names_the_module_around_projections_without_a_counterpart():
     import numpy as np
 
-    from crosscheck._workloads.port.torch_side import Record
-    from crosscheck._workloads.port.verdict import forward_verdict
+    from crosscheck._workloads.port.judge.verdict import forward_verdict
+    from crosscheck._workloads.port.sides.torch_side import Record
 
     def record(name, i):
         return Record(name, "Linear", (np.full(2, i),), (np.full(2, i + 0.5),))

@@ -11,8 +11,9 @@ import pytest
 
 import crosscheck
 from crosscheck._errors import DetailedError
-from crosscheck._workloads.port import mapping, matching
-from crosscheck._workloads.port.matching import Tensor
+from crosscheck._workloads.port.mapping import matching
+from crosscheck._workloads.port.mapping import table as mapping
+from crosscheck._workloads.port.mapping.matching import Tensor
 
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
 
@@ -225,7 +226,7 @@ def test_the_command_line_prints_the_table_of_a_refused_mapping(monkeypatch, cap
 
     # A module on disk: the port runs in a worker process, which sends the table back with the error.
     (tmp_path / "refused_port_module.py").write_text(
-        "from tests.workloads.port.test_mapping import _port\nport = _port(None)\n"
+        "from tests.workloads.port.mapping.test_mapping import _port\nport = _port(None)\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     assert main(["run", "--workload", "refused_port_module:port", "--reference", "torch"]) == 2

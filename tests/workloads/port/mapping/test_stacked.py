@@ -8,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from crosscheck._workloads.port import assemble, mapping, stacked
-from crosscheck._workloads.port.matching import Tensor
+from crosscheck._workloads.port.mapping import assemble, stacked
+from crosscheck._workloads.port.mapping import table as mapping
+from crosscheck._workloads.port.mapping.matching import Tensor
 
 
 def T(name, shape, module_type="", layout=None):

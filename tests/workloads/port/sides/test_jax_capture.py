@@ -16,7 +16,7 @@ nn = pytest.importorskip("flax.linen")
 
 import jax.numpy as jnp  # noqa: E402
 
-from crosscheck._workloads.port import jax_side, steps  # noqa: E402
+from crosscheck._workloads.port.sides import jax_side, steps  # noqa: E402
 
 #: Compilations seen (``jax.monitoring``'s backend compile events), appended for the whole session.
 COMPILES: list[float] = []

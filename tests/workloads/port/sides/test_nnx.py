@@ -138,7 +138,7 @@ def test_an_nnx_port_refuses_a_listing():
 
 def test_telling_the_kind_of_a_function_imports_no_flax():
     code = (
-        "import sys; from crosscheck._workloads.port.jax_side import kind_of; "
+        "import sys; from crosscheck._workloads.port.sides.jax_side import kind_of; "
         "assert kind_of(lambda p, x: x) == 'function'; assert 'flax' not in sys.modules, 'flax imported'"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)

@@ -20,7 +20,8 @@ pytest.importorskip("flax")
 
 from crosscheck._engine.driver import Caller  # noqa: E402
 from crosscheck._workloads.model.workload import _framework_backend  # noqa: E402
-from crosscheck._workloads.port import capture, torch_side  # noqa: E402
+from crosscheck._workloads.port.judge import capture  # noqa: E402
+from crosscheck._workloads.port.sides import torch_side  # noqa: E402
 
 
 class Net(torch.nn.Module):
