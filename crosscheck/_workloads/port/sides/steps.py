@@ -42,16 +42,102 @@ def _arrays(value: Any) -> list[Any]:
 _SINKS: list[Callable[[str, str, bool, Any, Any], None]] = []
 
 
+#: How the device of the capture running now hands 8-byte values over as ``uint32`` pairs (``_wired``),
+#: per kind (``"f"`` floats, ``"i"`` integers), as ``_decoding`` found it: ``"ieee"`` (the value's own
+#: bits: CPUs, GPUs), ``"pair"`` (a TPU's float64 is two float32 words, ``high + low``, and a bitcast
+#: gives those words) or ``"swapped"`` (the two 32-bit words the other way round).
+_DECODES: list[dict[str, str]] = []
+#: What ``_decoding`` sends over: a third (no short binary form), large and small floats, one whose low
+#: bits only float64 holds; integers beyond 32 bits.
+PROBE = (1.0 / 3.0, -1.0e30, 2.5e-20, 1.0 + 2.0**-40, 123456.789)
+PROBE_INTS = (2**60 + 1, -(2**62), 5, -1)
+#: A decoding is the device's value when it is within this of the probe: the device's float64 may
+#: itself be narrower than IEEE's (a TPU's two float32 words hold about 48 bits), never by more.
+PROBE_RTOL = 2.0**-40
+
+
 @contextlib.contextmanager
 def sink(record: Callable[[str, str, bool, Any, Any], None]) -> Iterator[None]:
     """While inside, each step's values go to ``record(name, kind, narrow, inputs, output)``; on leaving,
-    every call back of the computations run has happened (``jax.effects_barrier``)."""
+    every call back of the computations run has happened (``jax.effects_barrier``).
+
+    Raises:
+        RuntimeError: the default device hands back 8-byte words that no known decoding reads (the
+            module records of a float64 capture would be garbage: said, never used).
+    """
     _SINKS.append(record)
+    _DECODES.append(_decoding(_platform()))
     try:
         yield
         jax.effects_barrier()
     finally:
         _SINKS.pop()
+        _DECODES.pop()
+
+
+def _platform() -> str:
+    """The platform a computation runs on now: the default device's (``jax.default_device``)."""
+    device = jax.config.jax_default_device
+    if isinstance(device, str):
+        return device
+    return (device or jax.devices()[0]).platform
+
+
+#: Each platform's decodings, found once a process (``_decoding``).
+_FOUND: dict[str, dict[str, str]] = {}
+
+
+def _decoding(platform: str) -> dict[str, str]:
+    """How ``platform``'s ``_wired`` words read back, per kind: the first decoding that gives the probe
+    back (``PROBE``, ``PROBE_INTS``), sent through the same bitcast in a compiled pass (once a process
+    and platform)."""
+    if platform not in _FOUND:
+        found = {}
+        for kind, values, rtol in (("f", PROBE, PROBE_RTOL), ("i", PROBE_INTS, 0.0)):
+            probe = np.array(values, np.float64 if kind == "f" else np.int64)
+            with jax.enable_x64(True):
+                words = np.asarray(jax.jit(_wired)(probe))
+            found[kind] = next(
+                (
+                    decoding
+                    for decoding in DECODINGS
+                    if _close(_decode(words, decoding, probe.dtype, probe.shape), probe, rtol)
+                ),
+                "",
+            )
+            if not found[kind]:
+                raise RuntimeError(
+                    f"8-byte {'floats' if kind == 'f' else 'integers'} cannot be read back from a "
+                    f"`{platform}` device: its words for {values[:2]} read as none of "
+                    f"{', '.join(DECODINGS)} (the module by module comparison in float64 is left out; "
+                    "with the JAX side on the host CPU it is made)"
+                )
+        _FOUND[platform] = found
+    return _FOUND[platform]
+
+
+#: The decodings ``_decoding`` tries, in order.
+DECODINGS = ("ieee", "pair", "swapped")
+
+
+def _close(got: np.ndarray, want: np.ndarray, rtol: float) -> bool:
+    if got.dtype.kind == "f":
+        with np.errstate(invalid="ignore", over="ignore"):
+            return bool(np.all(np.abs(got - want) <= rtol * np.abs(want)))
+    return bool(np.array_equal(got, want))
+
+
+def _decode(words: np.ndarray, decoding: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """The 8-byte values of ``_wired`` words, read as ``decoding`` says (``_decoding``)."""
+    words = np.ascontiguousarray(np.asarray(words, np.uint32)).reshape(-1, 2)
+    if decoding == "pair" and dtype.kind == "f":  # two float32 words, high first: their exact sum
+        pairs = words.view(np.float32).astype(np.float64)
+        return (pairs[:, 0] + pairs[:, 1]).astype(dtype).reshape(shape)
+    if decoding == "swapped":
+        words = np.ascontiguousarray(words[:, ::-1])
+    elif decoding == "pair":  # integers are no float pairs
+        return np.zeros(shape, dtype) + np.iinfo(np.int64).min
+    return words.view(dtype).reshape(shape)
 
 
 def later(name: str, kind: str, low: bool, inputs: Any, output: Any) -> None:
@@ -64,7 +150,7 @@ def later(name: str, kind: str, low: bool, inputs: Any, output: Any) -> None:
 
     def back(ins: list, outs: list) -> None:
         if _SINKS:
-            got = [_unwired(a, k) for a, k in zip((*ins, *outs), kinds, strict=True)]
+            got = [_unwired(a, k, _DECODES[-1]) for a, k in zip((*ins, *outs), kinds, strict=True)]
             _SINKS[-1](name, kind, low, got[: len(ins)], got[len(ins) :])
 
     jax.debug.callback(back, [_wired(a) for a in ins], [_wired(a) for a in outs], ordered=True)
@@ -82,14 +168,17 @@ def _kind(array: Any) -> tuple[np.dtype, tuple[int, ...]] | None:
 def _wired(array: Any) -> Any:
     """``array`` as the call back is handed it: an 8-byte float or integer bitcast to ``uint32`` pairs.
     JAX puts a call back's arguments on the device again (``device_put``) in the thread that runs it,
-    where x64 may be off: a float64 array would arrive rounded to float32 (a jitted capture's does)."""
+    where x64 may be off: a float64 array would arrive rounded to float32 (a jitted capture's does).
+    The words are the device's own: read back by its decoding (``_decoding``)."""
     if _kind(array) is None:
         return array
     return jax.lax.bitcast_convert_type(array, np.uint32)
 
 
-def _unwired(array: Any, kind: tuple[np.dtype, tuple[int, ...]] | None) -> Any:
-    """What ``_wired`` made, back to its dtype and shape (the same bits)."""
+def _unwired(array: Any, kind: tuple[np.dtype, tuple[int, ...]] | None, decodings: dict | None = None) -> Any:
+    """What ``_wired`` made, back to its dtype and shape: the device's values (``_decode``; the device's
+    ``decodings`` per kind, ``_decoding``; none: the values' own bits)."""
     if kind is None:
         return array
-    return np.ascontiguousarray(np.asarray(array)).view(kind[0]).reshape(kind[1])
+    decoding = (decodings or {}).get("f" if kind[0].kind == "f" else "i", "ieee")
+    return _decode(np.asarray(array), decoding, *kind)

@@ -62,6 +62,7 @@ def _capture(side, values, inputs, dtype, *, jit):
     with jax.enable_x64(dtype == np.float64):
         leaves = [jax.device_put(v) for v in values]
         xs = {k: jax.device_put(v) for k, v in inputs.items()}
+        steps._decoding(steps._platform())  # the device's probe, once a process: not the model's compiles
         start = len(COMPILES)
         if jit is None:
             records = side.capture(leaves, xs, dtype)
@@ -144,3 +145,36 @@ def test_what_a_call_back_is_handed_survives_a_device_put_without_x64():
 def test_a_float32_array_is_sent_as_it_is():
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     assert steps._kind(jnp.asarray(a)) is None and steps._wired(a) is a
+
+
+def _tpu_words(array):
+    """A TPU's ``_wired``: its float64 is two float32 words (high, then the rest), and a bitcast to
+    ``uint32`` gives those words, not IEEE bits (seen on a TPU v5e: ``docs/measurements/accelerator.md``)."""
+    if steps._kind(array) is None:
+        return array
+    if not jnp.issubdtype(array.dtype, jnp.floating):
+        return jax.lax.bitcast_convert_type(array, jnp.uint32)
+    high = array.astype(jnp.float32)
+    low = (array - high.astype(array.dtype)).astype(jnp.float32)
+    return jax.lax.bitcast_convert_type(jnp.stack([high, low], axis=-1), jnp.uint32)
+
+
+def test_a_float64_capture_reads_a_tpus_float64_words_as_the_values_they_hold(monkeypatch):
+    """Simulated: the device's words are float32 pairs. Read as IEEE bits they are garbage (every healthy
+    port's float64 re-run on a TPU "not the same computation", up to 1e7 times float32's rounding); the
+    probe finds the pairs and the records hold the device's values."""
+    side, values, inputs = _side(np.float64)
+    cpu, _ = _capture(side, values, inputs, np.float64, jit=True)
+    monkeypatch.setattr(steps, "_wired", _tpu_words)
+    monkeypatch.setattr(steps, "_FOUND", {})
+    tpu, _ = _capture(side, values, inputs, np.float64, jit=True)
+    assert steps._FOUND == {jax.devices()[0].platform: {"f": "pair", "i": "ieee"}}
+    _same_records(tpu, cpu, rtol=2.0**-44, atol=1e-300)
+
+
+def test_words_no_decoding_reads_are_refused_in_a_sentence(monkeypatch):
+    monkeypatch.setattr(steps, "_wired", lambda a: jax.lax.bitcast_convert_type(a * 3, jnp.uint32))
+    monkeypatch.setattr(steps, "_FOUND", {})
+    with pytest.raises(RuntimeError, match=r"8-byte floats cannot be read back from a `cpu` device"):
+        with steps.sink(lambda *record: None):
+            pass
