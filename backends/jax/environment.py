@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare.device import Arithmetic, level
+
 
 def record() -> dict[str, Any]:
     """Version, devices, precision settings, and whether float32 subnormals flush to zero."""
@@ -39,3 +41,15 @@ def line(j: dict[str, Any]) -> str:
         f"{j.get('default_matmul_precision')}, global x64 {j.get('x64_enabled_globally')}, "
         f"subnormals flushed {j.get('subnormals_flushed')}"
     )
+
+
+def arithmetic() -> Arithmetic:
+    """Where JAX computes now: the default device's platform and kind (``jax.default_device``) and the
+    matmul precision in effect (``jax.default_matmul_precision``), as the judge models its rounding."""
+    import jax
+
+    device = jax.config.jax_default_device or jax.devices()[0]
+    precision = level(jax.config.jax_default_matmul_precision)
+    if isinstance(device, str):
+        return Arithmetic(device, precision)
+    return Arithmetic(device.platform, precision, str(getattr(device, "device_kind", "")))

@@ -10,9 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from crosscheck._backends.handed import let_go, same_bits
+from crosscheck._compare.device import Arithmetic
 from crosscheck._compare.dtypes import aligned_copy
 
-from . import form
+from . import environment, form
 
 __all__ = ["JaxWorkloadBackend"]
 
@@ -264,6 +265,10 @@ class JaxWorkloadBackend:
         self.resident.clear()
         self._point, self._signs, self._buffers = None, {}, {}
         let_go()  # XLA gives the point and signs it read in place back now
+
+    def arithmetic(self) -> Arithmetic:
+        """Where this side computes now (the judge permits an accelerator's arithmetic its rounding)."""
+        return environment.arithmetic()
 
     def info(self) -> dict[str, str]:
         return {

@@ -15,7 +15,8 @@ and localizer builds its terms here, each one a small pure function beside its h
 - the permit (``bound``, ``median_ratio``, ``cap``): what a dtype's rounding permits a re-run's
   difference, so that no candidate sets its own tolerance: float32's (``PERMIT_ULPS``) or, the 16-bit
   cap, a 16-bit dtype's own (``LOW_PERMIT_ULPS``); ``permit_dtype`` says which; ``capped``, entry by
-  entry (a module's output), says a re-run that is no re-rounding (``Redrawn``: a random draw).
+  entry (a module's output), says a re-run that is no re-rounding (``Redrawn``: a random draw); a side
+  that ran on an accelerator is permitted its device's arithmetic too (``device.Arithmetic``).
 - ``slack``'s help (``TERM_HELP``): the same for every workload.
 
 The permit. A side's rounding is measured by re-running it in the other precision; that difference is
@@ -42,6 +43,7 @@ import numpy as np
 
 from crosscheck._compare import whole
 from crosscheck._compare.constants import FLOOR_ULPS, SAFETY, WIDEN
+from crosscheck._compare.device import Arithmetic
 from crosscheck._compare.dtypes import is_low, unit_roundoff
 
 #: What the tolerance terms that mean the same for every workload are (a report's ``tolerance_sources``).
@@ -170,20 +172,26 @@ def permit_dtype(dtype: str) -> str:
     return dtype if is_low(dtype) else "float32"
 
 
-def bound(wide: np.ndarray, shared: float = 0.0, dtype: str = "float32") -> np.ndarray:
+def bound(
+    wide: np.ndarray, shared: float = 0.0, dtype: str = "float32", *, device: Arithmetic | None = None
+) -> np.ndarray:
     """Per entry, the difference ``dtype``'s rounding permits against the wider precision, from the wide
     result ``wide`` (and ``shared``, a scale common to several arrays: the RMS of a whole gradient):
-    float32 against float64, or a 16-bit dtype against float32."""
+    float32 against float64, or a 16-bit dtype against float32; with ``device``, what the arithmetic
+    of the device the narrow run computed on permits too (``device.Arithmetic.permit``)."""
+    per = permit_ulps(dtype) * unit_roundoff(dtype)
+    if device is not None:
+        per = device.permit(per)
     value = np.abs(np.asarray(wide, np.float64))  # its own array: the rest in place, the same numbers
     if not isinstance(value, np.ndarray):  # a 0-d array's: a NumPy scalar, as it always was
         value = np.nan_to_num(value, nan=0.0, posinf=0.0)
-        return permit_ulps(dtype) * unit_roundoff(dtype) * (value + rms(value) + shared)
+        return per * (value + rms(value) + shared)
     if not whole.finite(value):  # a pass of its own only where there is a NaN or an infinity
         np.nan_to_num(value, copy=False, nan=0.0, posinf=0.0)
     spread = rms(value)
     value += spread
     value += shared
-    value *= permit_ulps(dtype) * unit_roundoff(dtype)
+    value *= per
     return value
 
 
@@ -337,14 +345,17 @@ class Redrawn:
     dtype: str
 
 
-def capped(diff: np.ndarray, wide: np.ndarray, dtype: str = "float32") -> tuple[np.ndarray, Redrawn | None]:
+def capped(
+    diff: np.ndarray, wide: np.ndarray, dtype: str = "float32", *, device: Arithmetic | None = None
+) -> tuple[np.ndarray, Redrawn | None]:
     """A measured difference ``diff`` (``|narrow - wide|``) capped entry by entry at ``bound`` of the
-    wider result ``wide``, so that no entry sets its own tolerance; and, where too many entries are
-    beyond it (``REDRAWN_SHARE``; entries at the edge of float32's range, ``RANGE_EDGE``, left out), the
-    ``Redrawn`` that says the re-run is another computation."""
+    wider result ``wide`` (with the ``device``'s arithmetic, where the side ran on one), so that no
+    entry sets its own tolerance; and, where too many entries are beyond it (``REDRAWN_SHARE``; entries
+    at the edge of float32's range, ``RANGE_EDGE``, left out), the ``Redrawn`` that says the re-run is
+    another computation."""
     diff = np.abs(np.asarray(diff, np.float64))
     with np.errstate(over="ignore"):  # a mask at float64's minimum: its RMS is inf, so no entry is capped
-        limit = bound(wide, 0.0, dtype)
+        limit = bound(wide, 0.0, dtype, device=device)
     edge = (np.abs(np.nan_to_num(np.asarray(wide, np.float64))) >= RANGE_EDGE) | (diff >= RANGE_EDGE)
     over = (diff > limit) & ~edge
     count = int(np.count_nonzero(over))

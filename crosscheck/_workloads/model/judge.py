@@ -26,6 +26,7 @@ from crosscheck._backends import ORACLE
 from crosscheck._compare import low
 from crosscheck._compare.compare import Comparison, Kinks
 from crosscheck._compare.constants import OTHER_DTYPE, WIDEN
+from crosscheck._compare.device import arithmetic
 from crosscheck._compare.dtypes import is_low
 from crosscheck._report.report import Verdict
 from crosscheck._workloads.model.compare import Answer, Context, entries
@@ -321,7 +322,14 @@ class GenericJudge:
         # arrays are the engine's copies, read by no one after: the difference is made in them
         steps = functools.partial(self._keeps_float32, backend, name, call)
         found = measure(
-            value, again, shapes=self.shapes, dtype=self.dtype, name=name, steps=steps, consume=True
+            value,
+            again,
+            shapes=self.shapes,
+            dtype=self.dtype,
+            name=name,
+            steps=steps,
+            consume=True,
+            device=arithmetic(backend),
         )
         del again
         if self.dtype != "float64" or found.delta is None:

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare import terms, whole
+from crosscheck._compare.device import Arithmetic
 from crosscheck._compare.dtypes import unit_roundoff
 
 #: Entries ``blocked`` takes at once (its temporaries: a few of this size).
@@ -45,14 +46,24 @@ def blockwise(wide: Any) -> bool:
 
 
 def blocked(
-    value: np.ndarray, again: np.ndarray, wide: np.ndarray, every: float, dtype: str, twice: float | None
+    value: np.ndarray,
+    again: np.ndarray,
+    wide: np.ndarray,
+    every: float,
+    dtype: str,
+    twice: float | None,
+    *,
+    device: Arithmetic | None = None,
 ) -> float:
     """``terms.median_ratio`` of ``value - again`` (NaN and infinities as 0) over the permit: ``terms.bound``
     of ``wide`` with shared scale ``every`` for ``dtype``'s permit, times ``twice`` where given (a float64
     run that rounds at float32 too). Each block's permit is ``terms.bound``'s element-wise steps with the
-    whole tensor's spread (``terms.rms`` of ``wide``: the squares of ``|wide|``, summed alike)."""
+    whole tensor's spread (``terms.rms`` of ``wide``: the squares of ``|wide|``, summed alike); with the
+    ``device``'s arithmetic where the candidate ran on one (``terms.bound``'s ``device``)."""
     spread = terms.rms(wide)
     scale = terms.permit_ulps(terms.permit_dtype(dtype)) * unit_roundoff(terms.permit_dtype(dtype))
+    if device is not None:  # what the arithmetic of the device the candidate ran on permits too
+        scale = device.permit(scale)
     v, a, w = (np.ravel(x) for x in (value, again, wide))
     if not (spread >= 0 and every >= 0):  # a permit may be NaN: a ratio's sign bit is looked at
         return _general(v, a, w, (spread, every, scale, twice))

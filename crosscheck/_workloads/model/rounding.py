@@ -40,6 +40,7 @@ import numpy as np
 
 from crosscheck._compare import terms, whole
 from crosscheck._compare.constants import OTHER_DTYPE, UNIT_ROUNDOFF
+from crosscheck._compare.device import Arithmetic
 from crosscheck._compare.dtypes import is_low, unit_roundoff
 from crosscheck._workloads.model.measured import (  # noqa: F401  (Bound, Divided, made: re-exported)
     Bound,
@@ -197,6 +198,7 @@ def measure(
     name: str,
     steps: bool | Callable[[], bool] = False,
     consume: bool = False,
+    device: Arithmetic | None = None,
 ) -> Rounding:
     """The rounding of the candidate ``name`` from its result ``value`` and its re-run ``again``;
     ``steps``: a float32 case whose float64 re-run keeps float32 steps (``oracle.precision``'s noise probe),
@@ -205,6 +207,8 @@ def measure(
     ``consume``: ``again``'s arrays are the caller's to overwrite (the engine's private copies of a
     re-run, read by no one after): a float32 case's signed difference is made in its float64 arrays,
     and each entry of ``again`` is dropped (None) once its difference is kept (``Narrowed``).
+    ``device``: where the candidate computed, on an accelerator: its arithmetic is permitted too
+    (``device.Arithmetic``).
 
     A parameter at a time, the largest last (issue 38): its ratio to the permit (a tensor's temporaries
     at a time), then its difference kept in float32 and, with ``consume``, its re-run's array dropped;
@@ -235,7 +239,7 @@ def measure(
     # A parameter at a time, the largest last: one within the permit is kept at once (its re-run's array
     # dropped, ``consume``), so the largest's temporaries come when the others' arrays are gone.
     for k in sorted(shapes, key=lambda k: np.size(wide[k])):
-        ratio, found = _ratios(value, again, wide, {k: shapes[k]}, every, dtype, steps)
+        ratio, found = _ratios(value, again, wide, {k: shapes[k]}, every, dtype, steps, device)
         ratios[k] = ratio[k]
         if found:  # beyond the permit (rare): kept whole until ``steps`` is known
             beyond[k] = found[0]
@@ -247,11 +251,13 @@ def measure(
         # The permit doubled (``TWO_ROUNDINGS``): a ratio within it, halved, is the ratio made anew (the
         # permit and each ratio scaled exactly by a power of two); one beyond it is made anew.
         ratios = {k: r if k in beyond else r / TWO_ROUNDINGS for k, r in ratios.items()}
-        anew, found = _ratios(value, again, wide, {k: shapes[k] for k in pending}, every, dtype, steps)
+        anew, found = _ratios(
+            value, again, wide, {k: shapes[k] for k in pending}, every, dtype, steps, device
+        )
         ratios.update(anew)
         beyond = {e.parameter: e for e in found}
     for k in pending:  # a parameter still beyond the permit: its difference capped there
-        keep(k, _bound(wide[k], every, dtype, steps) if k in beyond else None)
+        keep(k, _bound(wide[k], every, dtype, steps, device) if k in beyond else None)
     delta.order(shapes)
     how, excess = _measured_how(name, dtype, steps, [beyond[k] for k in shapes if k in beyond])
     used = max((ratios[k] for k in shapes), default=0.0)
@@ -280,27 +286,38 @@ def _keep(
         again[k] = None
 
 
-def _bound(wide: np.ndarray, every: float, dtype: str, steps: bool) -> np.ndarray:
-    """What the case's rounding permits each entry (``terms.bound``), twice that with ``steps``: the
-    float64 run rounds at float32 too, and its rounding is permitted as the float32 run's."""
-    bound = terms.bound(wide, every, terms.permit_dtype(dtype))
+def _bound(
+    wide: np.ndarray, every: float, dtype: str, steps: bool, device: Arithmetic | None = None
+) -> np.ndarray:
+    """What the case's rounding permits each entry (``terms.bound``; on the ``device``'s arithmetic),
+    twice that with ``steps``: the float64 run rounds at float32 too, and its rounding is permitted as
+    the float32 run's."""
+    bound = terms.bound(wide, every, terms.permit_dtype(dtype), device=device)
     if steps:
         bound *= TWO_ROUNDINGS
     return bound
 
 
 def _ratios(
-    value: dict, again: dict, wide: dict, shapes: dict, every: float, dtype: str, steps: bool
+    value: dict,
+    again: dict,
+    wide: dict,
+    shapes: dict,
+    every: float,
+    dtype: str,
+    steps: bool,
+    device: Arithmetic | None = None,
 ) -> tuple[dict[str, float], list[Excess]]:
     """Per parameter, its median entry's difference over the permit, and the parameters beyond it
     (``Excess``): a tensor's temporaries at a time (its permit, its difference, their ratios), none kept."""
     ratios, excess = {}, []
     for k in shapes:
         if blockwise(wide[k]):  # a block at a time (``ratios.blocked``): the same numbers
-            ratios[k] = blocked(value[k], again[k], wide[k], every, dtype, TWO_ROUNDINGS if steps else None)
+            twice = TWO_ROUNDINGS if steps else None
+            ratios[k] = blocked(value[k], again[k], wide[k], every, dtype, twice, device=device)
             signed = None
         else:
-            bound = _bound(wide[k], every, dtype, steps)
+            bound = _bound(wide[k], every, dtype, steps, device)
             signed = _signed(value[k], again[k], None, dtype, scale=False)
             ratios[k] = terms.median_ratio(signed, bound, wide[k])  # of |signed|, on its own copy
             del bound

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare.compare import Comparison
+from crosscheck._compare.device import arithmetic
 from crosscheck._compare.dtypes import numpy_dtype
 from crosscheck._workloads.port.judge import capture, localize, own
 from crosscheck._workloads.port.judge.gradient import MAPPING, PortJudge
@@ -86,6 +87,7 @@ class OutputJudge(PortJudge):
     ) -> list[Comparison]:
         runs = (reference.data, self._runs(call, torch=False, main=self.captured.pop(id(backend))))
         self._probe(backend, name, call)
+        self.device = arithmetic(backend)
         modules, verdict = self.modules(name, call, [], runs=runs)
         self.record(name, modules, verdict, reference.name)
         return _with_rounding(modules, runs[1])

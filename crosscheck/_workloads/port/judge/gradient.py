@@ -24,6 +24,7 @@ import numpy as np
 
 from crosscheck._compare.compare import Comparison
 from crosscheck._compare.constants import OTHER_DTYPE
+from crosscheck._compare.device import Arithmetic, arithmetic
 from crosscheck._report.report import FORWARD_ONLY, Report, Section, Verdict
 from crosscheck._workloads.model.judge import GenericJudge
 from crosscheck._workloads.model.oracle.function import Differences
@@ -70,6 +71,8 @@ class PortJudge:
         self.torch_problem: str | None = None
         #: The module captures, taken before the reference's gradients for the first port candidate.
         self.early = capture.Early()
+        #: Where the port computes (its backend's ``arithmetic``), when on an accelerator.
+        self.device: Arithmetic | None = None
 
     def cost(self, candidates: int) -> Any:
         """The oracle's cost, estimated before it runs (the generic judge's)."""
@@ -114,6 +117,7 @@ class PortJudge:
         found = self.inner.compare(backend, value, name, reference, call)
         if id(backend) not in self.workload.ports:
             return found
+        self.device = arithmetic(backend)
         modules, verdict = self.modules(name, call, found)
         self.record(name, modules, verdict, reference.name)
         return modules + found
@@ -166,6 +170,7 @@ class PortJudge:
             "precision": "float32" if coarse else None,
         }
         common["missing"] = "; ".join(p for p in (torch_runs.problem, jax_runs.problem) if p)
+        common["device"] = device = self.device
         out, outputs, inputs, firsts = _each_module(torch_runs, jax_runs, paired, common)
         # modules cut differently
         out, edges = boundaries.apart(out, outputs, firsts, gradients, forward=self.forward)
@@ -189,6 +194,8 @@ class PortJudge:
         if coarse:
             starts = _float32_start(torch_runs, jax_runs, paired, outputs, common)
             verdict = dataclasses.replace(verdict, text=verdict.text + _float32_note(coarse, starts))
+        if device is not None and device.unit is not None:  # what the device's arithmetic hides
+            verdict = dataclasses.replace(verdict, text=f"{verdict.text}; {device.hides()}")
         return out, self._pinned(verdict, torch_runs.main, jax_runs.main)
 
     def _nowhere(self, verdict: Any, outputs: int, gradients: list[Comparison]) -> Any:

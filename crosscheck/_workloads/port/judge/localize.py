@@ -31,6 +31,7 @@ import numpy as np
 from crosscheck._compare import terms as _terms
 from crosscheck._compare.compare import Comparison, Tolerance, compare
 from crosscheck._compare.constants import OTHER_DTYPE
+from crosscheck._compare.device import Arithmetic
 from crosscheck._compare.dtypes import is_low, numpy_dtype, unit_roundoff
 from crosscheck._workloads.port.judge.verdict import forward_verdict as forward_verdict
 from crosscheck._workloads.port.judge.verdict import gradient_verdict as gradient_verdict
@@ -131,10 +132,11 @@ def _vector(torch_arrays, jax_arrays, channels_last: bool) -> tuple[np.ndarray, 
 
 
 def _rounding(
-    main: np.ndarray, other: np.ndarray | None, dtype: str
+    main: np.ndarray, other: np.ndarray | None, dtype: str, device: Arithmetic | None = None
 ) -> tuple[np.ndarray, _terms.Redrawn | None]:
-    """A side's measured rounding of one output, capped at what its dtype permits, and whether its
-    re-run was another computation (``terms.Redrawn``; float32 and float64 cases)."""
+    """A side's measured rounding of one output, capped at what its dtype permits (on the ``device``
+    it ran on: its arithmetic too), and whether its re-run was another computation (``terms.Redrawn``;
+    float32 and float64 cases)."""
     if other is None or other.shape != main.shape:
         return np.full(main.shape, 1024 * unit_roundoff(dtype)) * np.abs(main), None
     scale = _terms.widening(dtype)
@@ -145,7 +147,7 @@ def _rounding(
         d, _ = _terms.cap(d, wide, dtype=_terms.permit_dtype(dtype))
         return _terms.measured(scale * d), None
     # float32's permit, entry by entry: no entry of a re-run sets its own tolerance
-    d, redrawn = _terms.capped(d, wide)
+    d, redrawn = _terms.capped(d, wide, device=device)
     return _terms.measured(scale * d), redrawn
 
 
@@ -153,10 +155,10 @@ def _rounding(
 REDRAWN = "is not the same computation"
 
 
-def _redrawn_text(label: str, side: str, dtype: str, redrawn: _terms.Redrawn) -> str:
+def _redrawn_text(label: str, side: str, dtype: str, redrawn: _terms.Redrawn, on: str = "") -> str:
     return (
         f"{label}: the {OTHER_DTYPE[dtype]} re-run of `{side}` {REDRAWN}: {redrawn.entries} of "
-        f"{redrawn.total} entries differ from its {dtype} run by more than {redrawn.dtype} rounding "
+        f"{redrawn.total} entries differ from its {dtype} run by more than {redrawn.dtype} rounding{on} "
         f"permits (up to {redrawn.ratio:.3g} x), which no re-rounding does: a random draw made again "
         "(random? a dropout left on, a key drawn in the default float dtype); no rounding can be "
         "measured from such a re-run, and this output fails"
@@ -174,10 +176,13 @@ def compare_arrays(
     reference: str,
     missing: str = "",
     precision: str | None = None,
+    device: Arithmetic | None = None,
 ) -> Comparison:
     """One module's output (or input): the JAX port's against PyTorch's, within both measured roundings
     (those of ``precision``, the case's dtype unless given: ``"float32"`` in a float64 case whose losses
-    have float32 steps, where the re-run's difference is float32's rounding, not float64's).
+    have float32 steps, where the re-run's difference is float32's rounding, not float64's). ``device``:
+    where the JAX side computed, when on an accelerator: its re-run's difference is permitted that
+    device's arithmetic (``device.Arithmetic``), never called another computation for it.
 
     A side without a re-run in the other precision (``missing`` says why) takes the other side's
     measured rounding (the same function at the same precision), said in the tolerance's sources;
@@ -197,10 +202,12 @@ def compare_arrays(
     other = _vector(torch_runs[1] or torch_runs[0], jax_runs[1] or jax_runs[0], channels_last)
     t_other, j_other = (None, None) if isinstance(other, str) else other[:2]
     precision = precision or dtype
-    (j_term, j_new), (t_term, t_new) = _rounding(j, j_other, precision), _rounding(t, t_other, precision)
-    for side, redrawn, missed in ((backend, j_new, j_miss), (reference, t_new, t_miss)):
+    j_term, j_new = _rounding(j, j_other, precision, device)
+    t_term, t_new = _rounding(t, t_other, precision)
+    on = f" on {device.words()}" if device is not None and device.unit is not None else ""
+    for side, redrawn, missed, where in ((backend, j_new, j_miss, on), (reference, t_new, t_miss, "")):
         if redrawn is not None and not missed:
-            text = _redrawn_text(label, side, dtype, redrawn)
+            text = _redrawn_text(label, side, dtype, redrawn, where)
             return _failed(label, text, backend=backend, reference=reference)
     terms = {"rounding": j_term, "reference": t_term}
     helps = dict(TERM_HELP)

@@ -1,0 +1,101 @@
+"""The arithmetic of the device a side ran on, as rounding: what a TPU does to float32, as a permit.
+
+A TPU computes a float32 matrix product at JAX's default matmul precision in one bfloat16 pass (each
+input rounded to bfloat16's 8 bits), at ``high`` in three (about 16 bits) and at ``highest`` in six
+(float32's 24); its float32 elementwise functions are approximations (``log`` up to ~4,000 float32 ulps
+on a TPU v5e, ``tanh`` ~1,350, ``exp`` ~60; a CPU's at most ~4). A side that ran there carries that
+rounding in its float32 results, on top of float32's own, and its float64 re-run does not: the
+difference between the two is the device's arithmetic, not another computation.
+
+The model (``Arithmetic``): a side's effective unit roundoff is its products' at the precision in
+effect, or its elementwise functions' error, whichever is larger (``unit``). What it permits a re-run's
+difference (``permit``, per unit of an entry's scale, as ``terms.bound`` takes it) is
+``DEVICE_PERMIT_ULPS`` of that unit: the 16-bit cap's reasoning (every product rounded once at that
+unit, the differences of healthy models a few units), never less than float32's own permit. A CPU adds
+nothing. The figures are measured: ``docs/measurements/accelerator.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from crosscheck._compare.dtypes import unit_roundoff
+
+#: A float32 product's unit roundoff at each JAX matmul precision, by platform: one, three or six
+#: bfloat16 passes on a TPU (measured relative errors of a product: 2.3e-3, 1.3e-5, 1.4e-7).
+PRODUCT_UNITS = {"tpu": {"default": 2.0**-8, "high": 2.0**-16, "highest": 2.0**-24}}
+#: The largest error of a platform's float32 elementwise functions, in float32 ulps (a TPU v5e's ``log``
+#: measured 4,017).
+ELEMENTWISE_ULPS = {"tpu": 4096.0}
+#: A device's permit, in its own units of an entry's scale: as ``LOW_PERMIT_ULPS`` for a 16-bit dtype.
+DEVICE_PERMIT_ULPS = 16.0
+#: JAX's names of a matmul precision, by the three levels (``jax.default_matmul_precision``).
+PRECISIONS = {
+    "default": ("default", "fastest", "bfloat16", "none"),
+    "high": ("high", "bfloat16_3x", "tensorfloat32"),
+    "highest": ("highest", "float32"),
+}
+
+
+def level(precision: object) -> str:
+    """JAX's matmul precision setting (``jax.config.jax_default_matmul_precision``: None or a name) as
+    one of ``default``, ``high``, ``highest``; an unknown name is ``default`` (the least precise)."""
+    name = str(precision).lower() if precision is not None else "default"
+    return next((k for k, names in PRECISIONS.items() if name in names), "default")
+
+
+@dataclasses.dataclass(frozen=True)
+class Arithmetic:
+    """Where a side computed: its ``platform`` (``cpu``, ``tpu``, ``gpu``), the device's ``kind``
+    (``TPU v5 lite``) and the matmul ``precision`` level in effect (``level``)."""
+
+    platform: str = "cpu"
+    precision: str = "default"
+    kind: str = ""
+
+    @property
+    def unit(self) -> float | None:
+        """The effective unit roundoff of its float32 results beyond float32's own (None: none)."""
+        products = PRODUCT_UNITS.get(self.platform, {}).get(self.precision)
+        elementwise = ELEMENTWISE_ULPS.get(self.platform)
+        if products is None and elementwise is None:
+            return None
+        return max(products or 0.0, (elementwise or 0.0) * unit_roundoff("float32"))
+
+    def permit(self, float32_permit: float) -> float:
+        """What its rounding permits a re-run's difference, per unit of scale (``float32_permit``:
+        float32's own, ``terms.bound``'s)."""
+        unit = self.unit
+        return float32_permit if unit is None else max(float32_permit, DEVICE_PERMIT_ULPS * unit)
+
+    def words(self) -> str:
+        """Where it ran, in a phrase: ``a TPU (TPU v5 lite) at JAX's default matmul precision``."""
+        kind = f" ({self.kind})" if self.kind else ""
+        return f"a {self.platform.upper()}{kind} at JAX's {self.precision} matmul precision"
+
+    def hides(self) -> str:
+        """What its arithmetic hides, in a sentence: the size of a difference the check cannot see."""
+        unit = self.unit
+        if unit is None:
+            return ""
+        passes = {"default": "one bfloat16 pass", "high": "three bfloat16 passes", "highest": "float32"}
+        return (
+            f"the JAX side ran on {self.words()} (float32 products in {passes[self.precision]}, its "
+            f"elementwise functions up to {ELEMENTWISE_ULPS.get(self.platform, 0):.0f} ulps): its module "
+            f"outputs were judged within that arithmetic, so a difference smaller than about "
+            f"{DEVICE_PERMIT_ULPS * unit:.1e} of an output's scale is not seen; check at "
+            "`--jax-precision highest` or with the JAX side on the CPU too"
+        )
+
+
+def arithmetic(backend: object) -> Arithmetic | None:
+    """Where ``backend`` computes, when it says (its optional ``arithmetic()``: a backend that runs on an
+    accelerator); None for one that does not say, or says nothing usable."""
+    says = getattr(backend, "arithmetic", None)
+    if not callable(says):
+        return None
+    try:
+        found = says()
+    except Exception:  # a capability that fails says nothing: judged as before
+        return None
+    return found if isinstance(found, Arithmetic) else None

@@ -1,0 +1,107 @@
+"""The JAX side on an accelerator, simulated on the CPU (CI has none): a TPU's float32 products at JAX's
+default matmul precision take their inputs rounded to bfloat16 (one pass), its float64 ones do not.
+
+A healthy port there differs from its own float64 re-run by the device's arithmetic (~2e-3 of an
+output's scale), which float32's permit calls "not the same computation ... a random draw made again";
+judged with the device's arithmetic (``device.Arithmetic``), it passes and says what that arithmetic
+hides. A port bug larger than the device's rounding still fails at its module; the same port on a CPU
+is judged as before.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import crosscheck
+from crosscheck._compare import device, terms
+
+torch = pytest.importorskip("torch")
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+nn = pytest.importorskip("flax.linen")
+
+from crosscheck._workloads.model.workload import _framework_backend  # noqa: E402
+
+WIDTH, HIDDEN, OUT = 48, 96, 24
+
+
+def tpu_dot(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, **kwargs):
+    """A TPU's float32 product at the default precision: inputs rounded to bfloat16, summed in float32."""
+    if lhs.dtype == jnp.float32:
+        lhs, rhs = (a.astype(jnp.bfloat16).astype(jnp.float32) for a in (lhs, rhs))
+    return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision)
+
+
+class TorchMLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(WIDTH, HIDDEN), torch.nn.Linear(HIDDEN, OUT)
+
+    def forward(self, x):
+        return self.fc2(torch.tanh(self.fc1(x)))
+
+
+class FlaxMLP(nn.Module):
+    shift: float = 0.0  # a planted bug: fc2's bias read off by this much
+
+    @nn.compact
+    def __call__(self, x):
+        h = jnp.tanh(nn.Dense(HIDDEN, name="fc1", dot_general=tpu_dot)(x))
+        return nn.Dense(OUT, name="fc2", dot_general=tpu_dot)(h) + self.shift
+
+
+def _port(shift=0.0):
+    x = np.random.default_rng(3).standard_normal((16, WIDTH)).astype(np.float32)
+    torch.manual_seed(0)
+    return crosscheck.Port(name="mlp", torch=TorchMLP().eval(), jax=FlaxMLP(shift=shift), inputs={"x": x})
+
+
+@pytest.fixture
+def on_a_tpu(monkeypatch):
+    """The JAX side says it computed on a TPU at the default precision."""
+    tpu = device.Arithmetic("tpu", "default", "TPU v5 lite")
+    adapter = type(_framework_backend("jax", lambda params, inputs: 0.0))  # the class a port's side is
+    monkeypatch.setattr(adapter, "arithmetic", lambda self: tpu)
+    return tpu
+
+
+def _run(port):
+    return crosscheck.run(workload=port, reference="torch", backends=["jax"])
+
+
+def test_a_healthy_port_on_a_tpu_passes_within_its_arithmetic_and_says_what_it_hides(on_a_tpu):
+    report = _run(_port())
+    assert report.passed, report.problems
+    verdict = report.backends["jax"].notes["port"]["text"]
+    assert "random draw" not in verdict
+    assert "ran on a TPU (TPU v5 lite) at JAX's default matmul precision" in verdict
+    assert "a difference smaller than about 6.2e-02 of an output's scale is not seen" in verdict
+
+
+def test_the_same_port_said_to_run_on_a_cpu_is_not_the_same_computation():
+    """Without the device's arithmetic, the bfloat16 products are another computation (the false alarm
+    a TPU gave every healthy port)."""
+    report = _run(_port())
+    assert not report.passed
+    text = "\n".join(c.message for c in report.comparisons if not c.passed)
+    assert "is not the same computation" in text and "random draw" in text
+
+
+def test_a_port_bug_beyond_the_devices_rounding_still_fails_at_its_module(on_a_tpu):
+    report = _run(_port(shift=0.5))
+    assert not report.passed
+    port = report.backends["jax"].notes["port"]
+    assert port["starts_in"] == "forward" and "random draw" not in port["text"]
+
+
+def test_the_device_model_permits_bfloat16_products_and_nothing_on_a_cpu():
+    assert device.Arithmetic("cpu").unit is None and device.Arithmetic("cpu").permit(1e-5) == 1e-5
+    tpu = device.Arithmetic("tpu", device.level(None))
+    assert tpu.precision == "default" and tpu.unit == 2.0**-8
+    assert device.Arithmetic("tpu", device.level("highest")).unit == 4096 * 2.0**-24  # its log, not products
+    assert device.level("bfloat16_3x") == "high" and device.level("float32") == "highest"
+    wide = np.linspace(-1.0, 1.0, 101)
+    on_tpu = wide * (1 + 2.0**-9)  # half a bfloat16 unit: one pass's product error
+    assert terms.capped(on_tpu - wide, wide)[1] is not None  # beyond float32's permit: "another computation"
+    assert terms.capped(on_tpu - wide, wide, device=tpu)[1] is None  # within the TPU's arithmetic
