@@ -16,6 +16,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from crosscheck._compare.device import Arithmetic
+
+from . import environment
+
 __all__ = ["JaxBackend", "JaxPlainBackend", "JaxRematScanBackend", "JaxSegmentsBackend"]
 
 
@@ -135,6 +139,10 @@ class JaxBackend:
     def highest_precision(self):
         """A context in which matrix products run at full float32 precision (for ``explain``)."""
         return jax.default_matmul_precision("highest")
+
+    def arithmetic(self) -> Arithmetic:
+        """Where this side computes now (the judge models an accelerator's float32 rounding)."""
+        return environment.arithmetic()
 
     def info(self) -> dict[str, str]:
         return {

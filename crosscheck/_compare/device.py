@@ -81,9 +81,9 @@ class Arithmetic:
         passes = {"default": "one bfloat16 pass", "high": "three bfloat16 passes", "highest": "float32"}
         return (
             f"the JAX side ran on {self.words()} (float32 products in {passes[self.precision]}, its "
-            f"elementwise functions up to {ELEMENTWISE_ULPS.get(self.platform, 0):.0f} ulps): its module "
-            f"outputs were judged within that arithmetic, so a difference smaller than about "
-            f"{DEVICE_PERMIT_ULPS * unit:.1e} of an output's scale is not seen; check at "
+            f"elementwise functions up to {ELEMENTWISE_ULPS.get(self.platform, 0):.0f} ulps): it was "
+            f"judged within that arithmetic, so a difference smaller than about "
+            f"{DEVICE_PERMIT_ULPS * unit:.1e} of a value's scale is not seen; check at "
             "`--jax-precision highest` or with the JAX side on the CPU too"
         )
 

@@ -91,6 +91,21 @@ class RoundingModel:
         """What rounding can move a pre-activation's sign by (8 sigma)."""
         return terms.modelled(self.z_sigma[layer])
 
+    def scaled(self, factor: float) -> RoundingModel:
+        """The same model at a unit roundoff ``factor`` times this one's: Monte Carlo arithmetic's
+        noise is proportional to the unit roundoff (first order), so every sigma scales with it (a
+        device whose float32 products round at bfloat16's unit: ``device.Arithmetic``)."""
+        if factor == 1.0:
+            return self
+        stored = None if self.z_stored is None else [a * factor for a in self.z_stored]
+        return dataclasses.replace(
+            self,
+            z_sigma=[a * factor for a in self.z_sigma],
+            grad_sigma=self.grad_sigma * factor,
+            direction_sigma=None if self.direction_sigma is None else self.direction_sigma * factor,
+            z_stored=stored,
+        )
+
     def value_bound(self, layer: int) -> np.ndarray:
         """What rounding can move a stored pre-activation (or activation) by: ``z_bound`` with the
         storing's rounding (8 sigma of both)."""

@@ -16,6 +16,7 @@ from crosscheck._compare import low as _low
 from crosscheck._compare import terms as _terms
 from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
 from crosscheck._compare.constants import ALL_DTYPES, DTYPES
+from crosscheck._compare.device import Arithmetic, arithmetic
 from crosscheck._compare.dtypes import accumulation, is_low
 from crosscheck._report.report import Verdict
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
@@ -69,8 +70,11 @@ class StackGradJudge:
         #: The screening strategy, when the reference screened (``screen.Screening``).
         self.screening: _screen.Screening | None = None
         self.oracle_backend: Any = None
-        #: A verdict per candidate that agrees in a 16-bit dtype (``_compare.low``).
+        #: A verdict per candidate that agrees in a 16-bit dtype (``_compare.low``) or on a device.
         self.verdicts: dict[str, Any] = {}
+        #: The candidate being compared computes on a device whose float32 unit roundoff is this many
+        #: times float32's (``device.Arithmetic``): its rounding model is scaled so (``model``).
+        self.device_scale = 1.0
 
     # -- the protocol -------------------------------------------------------------------------------
 
@@ -109,6 +113,20 @@ class StackGradJudge:
     ) -> list[Comparison]:
         candidate = value["weights"]
         dtype, _ = declared_dtype(backend, self.dtype)
+        device = arithmetic(backend)
+        self.device_scale = _device_scale(device, dtype)
+        try:
+            comparison = self._compared(backend, candidate, name, reference, dtype, call)
+        finally:
+            self.device_scale = 1.0
+        if device is not None and device.unit is not None and comparison.status == "ok":
+            self.verdicts[name] = Verdict(device.hides())
+        return [comparison]
+
+    def _compared(
+        self, backend: Any, candidate: np.ndarray, name: str, reference: Reference, dtype: str, call: Call
+    ) -> Comparison:
+        """``compare``'s one comparison, with the candidate's device scale set."""
         if self.screening is not None:
             comparison = _screen.compare_screened(
                 self, self.screening, candidate, name, reference, dtype, call
@@ -126,7 +144,7 @@ class StackGradJudge:
             relative = 0.0 if full is None else _low.noise(bound, {"weights": full})
             said = _low.text(dtype, relative, moves="entries", aside=_unjudged(comparison, dtype))
             self.verdicts[name] = Verdict(said)
-        return [comparison]
+        return comparison
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
         extras: dict[str, Any] = {"quantity": "grad", "verdicts": dict(self.verdicts)}
@@ -180,10 +198,12 @@ class StackGradJudge:
         self._models.setdefault("float64", model)
 
     def model(self, dtype: str) -> _stack.RoundingModel:
+        """The rounding model of ``dtype``; the candidate's, scaled to its device (``device_scale``)."""
         if dtype not in self._models:
             directions = None if self.screening is None else self.screening.directions
             self._models[dtype] = _stack.rounding_model(self.fwd, self.deltas, dtype, directions=directions)
-        return self._models[dtype]
+        found = self._models[dtype]
+        return found if dtype == "float64" else found.scaled(self.device_scale)
 
     def compare_full(self, value: np.ndarray, name: str, reference: Reference, dtype: str) -> Comparison:
         """Every entry against the reference's, within modelled rounding, its error bar and kinks."""
@@ -333,6 +353,13 @@ class StackGradJudge:
         if progress is None:
             return None
         return lambda done, total: progress(description, done, total)
+
+
+def _device_scale(device: Arithmetic | None, dtype: str) -> float:
+    """How many times float32's unit roundoff the candidate's device rounds its float32 at (1: none)."""
+    if device is None or device.unit is None or dtype != "float32":
+        return 1.0
+    return max(1.0, device.unit / _stack.UNIT_ROUNDOFF["float32"])
 
 
 def _digest(values: np.ndarray) -> tuple:

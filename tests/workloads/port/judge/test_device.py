@@ -76,7 +76,7 @@ def test_a_healthy_port_on_a_tpu_passes_within_its_arithmetic_and_says_what_it_h
     verdict = report.backends["jax"].notes["port"]["text"]
     assert "random draw" not in verdict
     assert "ran on a TPU (TPU v5 lite) at JAX's default matmul precision" in verdict
-    assert "a difference smaller than about 6.2e-02 of an output's scale is not seen" in verdict
+    assert "a difference smaller than about 6.2e-02 of a value's scale is not seen" in verdict
 
 
 def test_the_same_port_said_to_run_on_a_cpu_is_not_the_same_computation():
