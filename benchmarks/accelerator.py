@@ -92,6 +92,56 @@ def measure(spec: str, precision: str, seed: int) -> dict[str, Any]:
     }
 
 
+#: ``--verdicts``: what a check says where JAX runs, each ``(workload, reference)``; a workload is the
+#: stack (``stack:DIM``) or a port's import string. The planted bugs must fail at their module.
+CHECKS = (
+    ("stack:256", "numpy-fd"),
+    ("examples.port.convnet:port", "torch"),
+    ("examples.port.convnet:port", "numpy-fd"),
+    ("examples.port.convnet:kernel_dot_t", "torch"),
+    ("examples.port.transformer_linen:port", "torch"),
+    ("examples.port.transformer_linen:port", "numpy-fd"),
+    ("examples.port.transformer_linen:swapped_qk", "torch"),
+    ("examples.port.scanned_linen:port", "torch"),
+    ("examples.port.scanned_linen:epsilon", "torch"),
+    ("examples.port.gpt2:port", "torch"),
+    ("examples.port.llama_nnx:port", "torch"),
+)
+
+
+def verdict(spec: str, reference: str, precision: str) -> dict[str, Any]:
+    """One check, in this process (the chip is held by one program): passed, and the verdict's words."""
+    import importlib
+
+    import jax
+
+    import crosscheck
+
+    start = time.perf_counter()
+    with jax.default_matmul_precision(None if precision == "default" else precision):
+        if spec.startswith("stack:"):
+            dim = int(spec.partition(":")[2])
+            report = crosscheck.run(dim=dim, batch=8, reference=reference, backends=["jax"])
+        else:
+            module, _, attribute = spec.partition(":")
+            port = getattr(importlib.import_module(module), attribute)
+            report = crosscheck.run(workload=port, reference=reference, backends=["jax"])
+    jax_result = report.backends.get("jax")
+    said = getattr(jax_result, "verdict", None)
+    port = (getattr(jax_result, "notes", None) or {}).get("port", {})
+    failing = [c for c in report.comparisons if not c.passed]
+    return {
+        "workload": spec,
+        "reference": reference,
+        "precision": precision,
+        "passed": bool(report.passed),
+        "seconds": round(time.perf_counter() - start, 1),
+        "verdict": port.get("text") or (said.text if said is not None else ""),
+        "starts_in": port.get("module") or "",
+        "first_failure": (failing[0].message.splitlines()[0] if failing else ""),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ports", default=",".join(PORTS), help="comma-separated import strings")
@@ -99,11 +149,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--worst", type=int, default=6, help="modules printed per port and precision")
     parser.add_argument("--json", help="write every module's figures here")
+    parser.add_argument(
+        "--verdicts",
+        metavar="N",
+        nargs="?",
+        const=len(CHECKS),
+        type=int,
+        help="instead, run the first N checks of CHECKS (all by default) at each precision",
+    )
     args = parser.parse_args(argv)
     import jax
 
     device = jax.devices()[0]
     print(f"JAX {jax.__version__} on {device.platform} ({device.device_kind})", flush=True)
+    if args.verdicts is not None:
+        return _verdicts(CHECKS[: args.verdicts], args.precisions.split(","), args.json)
     results = []
     for spec in args.ports.split(","):
         for precision in args.precisions.split(","):
@@ -133,6 +193,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         info = {"platform": device.platform, "device_kind": device.device_kind, "jax": jax.__version__}
         Path(args.json).write_text(json.dumps({"device": info, "results": results}, indent=1))
+    return 0
+
+
+def _verdicts(checks: tuple, precisions: list[str], out: str | None) -> int:
+    rows = []
+    for spec, reference in checks:
+        for precision in precisions:
+            try:
+                row = verdict(spec, reference, precision)
+            except Exception as exc:  # one check's failure is a line
+                row = {"workload": spec, "reference": reference, "precision": precision, "error": repr(exc)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            if out:
+                Path(out).write_text(json.dumps(rows, indent=1))
     return 0
 
 
