@@ -83,9 +83,14 @@ class Arithmetic:
             f"the JAX side ran on {self.words()} (float32 products in {passes[self.precision]}, its "
             f"elementwise functions up to {ELEMENTWISE_ULPS.get(self.platform, 0):.0f} ulps): it was "
             f"judged within that arithmetic, so a difference smaller than about "
-            f"{DEVICE_PERMIT_ULPS * unit:.1e} of a value's scale is not seen; check at "
-            "`--jax-precision highest` or with the JAX side on the CPU too"
+            f"{DEVICE_PERMIT_ULPS * unit:.1e} of a value's scale is not seen; {self._also()}"
         )
+
+    def _also(self) -> str:
+        """Where else to check, to see what this arithmetic hides."""
+        if self.precision == "highest":
+            return "check with the JAX side on the CPU too"
+        return "check at the highest matmul precision, or with the JAX side on the CPU, too"
 
 
 def arithmetic(backend: object) -> Arithmetic | None:
