@@ -15,7 +15,7 @@ from crosscheck._cli.common import (
     UsageError,
     absolute_outputs,
     add_backend_option,
-    check_outputs,
+    check_writes,
     make_console,
     write_json,
 )
@@ -62,15 +62,19 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Check the blocks and print one line per block, the verdict and what the check cannot see."""
-    from crosscheck._sweep.blocks import check_blocks
+    from crosscheck._sweep.blocks import check_blocks, check_directory
 
-    check_outputs({"--json": args.json})
-    absolute_outputs(args, ("json",))
+    check_writes(args, {"--json": "json"}, specs=[args.workload, *(args.backend or []), args.reference])
     if ":" not in args.workload:
         raise UsageError(
             f"`--workload` of `crosscheck blocks` must be an import string `package.module:attribute` "
             f"naming a crosscheck.Blocks, found {args.workload!r}."
         )
+    try:
+        check_directory(args.directory, "--directory")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    absolute_outputs(args, ("directory",))
     try:
         result = check_blocks(
             args.workload,

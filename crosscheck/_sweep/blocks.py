@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -166,6 +167,7 @@ def check_blocks(
                 "with `scheduler`, give the Blocks as an import string `module:attribute`: each worker "
                 "loads it by name and builds only its block."
             )
+    check_directory(directory)
     if backends is not None and not all(isinstance(b, str) for b in backends):
         raise TypeError("`backends` of a blockwise check must be names or import strings.")
     options = {"backends": backends, "reference": reference, "dtype": dtype, "seed": seed, "strict": strict}
@@ -201,6 +203,26 @@ def check_blocks(
             run_dask([_task(spec, e, options) for e in entries], done, scheduler=scheduler, fn=run_block_task)
     records.sort(key=lambda r: r["index"])
     return BlocksResult(declared.name, declared.blocks, records, options, engine)
+
+
+def check_directory(directory: str | None, option: str = "directory") -> None:
+    """``directory`` (``option``, as the user spelled it) is an existing folder this process can write in.
+
+    Raises:
+        ValueError: it is missing, not a folder, or not writable (one line).
+    """
+    if directory is None:
+        return
+    if not os.path.exists(directory):
+        raise ValueError(
+            f"`{option}` {directory}: no such folder; give an existing folder for the blocks' recordings."
+        )
+    if not os.path.isdir(directory):
+        raise ValueError(
+            f"`{option}` {directory}: it is a file, not a folder; give a folder for the blocks' recordings."
+        )
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ValueError(f"`{option}` {directory}: this process cannot write in it.")
 
 
 @contextlib.contextmanager

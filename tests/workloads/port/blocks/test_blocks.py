@@ -249,3 +249,32 @@ def test_the_gpt2_example_names_the_block_and_module_of_its_planted_bug():
     what, module, _ = gpt2_blocks.BUGS["gelu_exact"]
     assert [r["passed"] for r in result.records] == [True, False, True], what
     assert result.first["module"] == module
+
+
+def test_the_json_report_never_overwrites_the_blocks_own_source(tmp_path, capsys, monkeypatch):
+    source = tmp_path / "myblocks.py"  # the user's module, not this repository's
+    source.write_text("from blocks_tiny import make\n\nhealthy = make()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = source.read_bytes()
+    argv = ["blocks", "--workload", "myblocks:healthy", "--reference", "torch", "--json", str(source)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "cannot write `--json`" in err and "the source of `myblocks:healthy`" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert source.read_bytes() == before
+
+
+@pytest.mark.parametrize("what", ["missing", "file"])
+def test_a_directory_that_is_no_folder_is_one_line(what, tmp_path, capsys):
+    given = tmp_path / "nowhere"
+    if what == "file":
+        given.write_text("not a folder")
+    argv = ["blocks", "--workload", "blocks_tiny:healthy", "--reference", "torch", "--directory", str(given)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"`--directory` {given}" in err
+    said = "no such folder" if what == "missing" else "it is a file, not a folder"
+    assert said in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    with pytest.raises(ValueError, match=f"`directory` .*{said}"):
+        crosscheck.check_blocks(blocks_tiny.make(), reference="torch", directory=str(given))
