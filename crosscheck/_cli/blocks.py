@@ -62,7 +62,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Check the blocks and print one line per block, the verdict and what the check cannot see."""
-    from crosscheck._sweep.blocks import check_blocks, check_directory
+    from crosscheck._sweep.blocks import check_blocks, check_directory, check_sides
 
     check_writes(args, {"--json": "json"}, specs=[args.workload, *(args.backend or []), args.reference])
     if ":" not in args.workload:
@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
             f"naming a crosscheck.Blocks, found {args.workload!r}."
         )
     try:
+        check_sides(args.backend, args.reference, front="cli")
         check_directory(args.directory, "--directory")
     except ValueError as exc:
         raise UsageError(str(exc)) from exc

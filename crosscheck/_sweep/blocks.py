@@ -127,7 +127,9 @@ def check_blocks(
         blocks: a ``crosscheck.Blocks``, or an import string ``module:attribute`` naming one (needed
             with ``scheduler``: each worker loads it by name and builds only its block).
         backends, reference, dtype, seed, strict: as for ``crosscheck.check``, for each block's port
-            (``backends``: names or import strings).
+            (``backends``: names or import strings); they must compare the port with the original
+            (``check_sides``). With a backend as the reference no oracle runs, and a block that differs
+            says which of the two is wrong is unknown.
         scheduler: the address of a Dask distributed scheduler (``tcp://HOST:8786``): each block is a
             task there; default: one block after the other in this process.
         directory: where the blocks' recordings are written (with ``scheduler``: a folder every worker
@@ -138,8 +140,9 @@ def check_blocks(
         A ``BlocksResult``: ``.passed``, ``.first``, ``.lines()``, ``.to_dict()``.
 
     Raises:
-        ValueError, TypeError: bad arguments, the model or its inputs failed, ``blocks`` matches no
-            module (one line). A block's failure is its record, never raised.
+        ValueError, TypeError: bad arguments (a check that would not compare the port with the
+            original, a ``directory`` that is no folder), the model or its inputs failed, ``blocks``
+            matches no module (one line). A block's failure is its record, never raised.
 
     Example:
         >>> result = crosscheck.check_blocks(blocks, reference="torch")  # doctest: +SKIP
@@ -168,6 +171,7 @@ def check_blocks(
                 "loads it by name and builds only its block."
             )
     check_directory(directory)
+    check_sides(backends, reference)
     if backends is not None and not all(isinstance(b, str) for b in backends):
         raise TypeError("`backends` of a blockwise check must be names or import strings.")
     options = {"backends": backends, "reference": reference, "dtype": dtype, "seed": seed, "strict": strict}
@@ -203,6 +207,34 @@ def check_blocks(
             run_dask([_task(spec, e, options) for e in entries], done, scheduler=scheduler, fn=run_block_task)
     records.sort(key=lambda r: r["index"])
     return BlocksResult(declared.name, declared.blocks, records, options, engine)
+
+
+def check_sides(backends: list[str] | None, reference: str, *, front: str = "api") -> None:
+    """The check compares each ported block with its PyTorch block: the port (``jax``) runs, and the
+    original (``torch``) is a backend or the reference, or the reference is the oracle (which the port
+    judge gives PyTorch's module outputs too). Otherwise it would judge nothing of the port (``front``:
+    how the options are spelled in the message).
+
+    Raises:
+        ValueError: it would not compare the port with the original (one line, naming the options).
+    """
+    from crosscheck._engine.records import spell
+
+    given = list(backends) if backends is not None else ["jax", "torch"]
+    sides = {*given, reference}
+    if "jax" in sides and ("torch" in sides or reference == ORACLE):
+        return
+    what = "never runs the port, `jax`" if "jax" not in sides else "compares `jax` with itself"
+    asked = (
+        " ".join(spell("backend", b, front=front) for b in given)
+        if front == "cli"
+        else spell("backends", given, front=front)
+    )
+    raise ValueError(
+        f"`{asked}` with `{spell('reference', reference, front=front)}` {what}: a blockwise check compares "
+        "each ported block (`jax`) with its PyTorch block (`torch`); check both (the default backends), or "
+        "one with the other as the reference."
+    )
 
 
 def check_directory(directory: str | None, option: str = "directory") -> None:
@@ -311,6 +343,10 @@ def _check(blocks: Any, task: Task, model: Any) -> Record:
     inside = verdict.get("module") if verdict else None
     module = entry["block"] + (f".{inside}" if inside else "") if inside is not None else None
     text = "; ".join(report.problems) if not report.passed else "; ".join(report.verdicts().values())
+    if not report.passed and options["reference"] != ORACLE:
+        # No oracle ran: a disagreement says which two differ, not which is wrong (run's verdict words it).
+        said = found.get("oracle", {}).get("verdict", [])
+        text = "; ".join([text, *(v for v in said if isinstance(v, str))])
     return _block_record(
         task,
         "passed" if report.passed else "failed",

@@ -278,3 +278,36 @@ def test_a_directory_that_is_no_folder_is_one_line(what, tmp_path, capsys):
     assert err.count("\n") == 1 and "Traceback" not in err
     with pytest.raises(ValueError, match=f"`directory` .*{said}"):
         crosscheck.check_blocks(blocks_tiny.make(), reference="torch", directory=str(given))
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--backend", "torch"], "`--backend torch` with `--reference numpy-fd` never runs the port, `jax`"),
+        (
+            ["--backend", "jax", "--reference", "jax"],
+            "`--backend jax` with `--reference jax` compares `jax` with",
+        ),
+        (["--backend", "torch", "--reference", "torch"], "never runs the port, `jax`"),
+    ],
+    ids=["torch-alone", "jax-against-jax", "torch-against-torch"],
+)
+def test_a_check_that_does_not_compare_the_port_with_the_original_is_refused(options, message, capsys):
+    assert main(["blocks", "--workload", "blocks_tiny:planted", *options]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "compares each ported block (`jax`) with its PyTorch block (`torch`)" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_the_api_refuses_it_in_its_own_words():
+    with pytest.raises(ValueError, match=r"`backends=\['jax'\]` with `reference='jax'` compares `jax` with"):
+        crosscheck.check_blocks(blocks_tiny.make(), backends=["jax"], reference="jax")
+
+
+def test_with_jax_as_the_reference_a_disagreement_does_not_say_which_side_is_wrong():
+    result = crosscheck.check_blocks("blocks_tiny:planted", backends=["torch"], reference="jax")
+    assert [r["status"] for r in result.records] == ["passed", "failed", "passed"]
+    said = result.first["verdict"]
+    # run's own words: with no oracle, a disagreement between two backends blames neither
+    assert "no oracle ran (`--reference jax`), so which of the two is wrong is unknown" in said
+    assert "which of the two is wrong is unknown" in result.verdict()
