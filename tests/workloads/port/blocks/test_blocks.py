@@ -311,3 +311,83 @@ def test_with_jax_as_the_reference_a_disagreement_does_not_say_which_side_is_wro
     # run's own words: with no oracle, a disagreement between two backends blames neither
     assert "no oracle ran (`--reference jax`), so which of the two is wrong is unknown" in said
     assert "which of the two is wrong is unknown" in result.verdict()
+
+
+@pytest.fixture(scope="module")
+def threads_cluster():
+    """A Dask LocalCluster of threads in this process: the same tasks, workers and rebuilt blocks as a
+    cluster of processes (``cluster``), started in a second."""
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, protocol="tcp", dashboard_address=":0"
+    ) as local:
+        yield local
+
+
+def test_a_rebuilt_block_that_is_not_the_models_block_fails_by_name(threads_cluster, tmp_path):
+    # the port and `torch_block` both forget the layer index: the rebuilt blocks agree with the ports,
+    # but they are not the model's blocks `blocks.1` and `blocks.2`, so their checks do not count
+    result = crosscheck.check_blocks(
+        "blocks_tiny:forgetful",
+        reference="torch",
+        scheduler=threads_cluster.scheduler_address,
+        directory=str(tmp_path),
+    )
+    assert result.engine["kind"] == "dask" and not result.passed
+    assert [(r["block"], r["status"]) for r in result.records] == [
+        ("blocks.0", "passed"),
+        ("blocks.1", "error"),
+        ("blocks.2", "error"),
+    ]
+    said = result.first["error"]
+    assert (
+        "`torch_block(1, 'blocks.1')` is not the model's block: on the recorded inputs its output 0" in said
+    )
+    assert result.verdict().startswith("FAILED: the first block that was not checked is `blocks.1`")
+
+
+def test_the_same_forgetful_port_fails_in_process_where_the_models_blocks_are_used():
+    result = crosscheck.check_blocks("blocks_tiny:forgetful", reference="torch")
+    assert [(r["block"], r["status"]) for r in result.records] == [
+        ("blocks.0", "passed"),
+        ("blocks.1", "failed"),
+        ("blocks.2", "failed"),
+    ]
+
+
+def test_blocks_rebuilt_right_are_proven_and_pass_on_the_cluster(threads_cluster, tmp_path):
+    result = crosscheck.check_blocks(
+        "blocks_tiny:layered",
+        reference="torch",
+        scheduler=threads_cluster.scheduler_address,
+        directory=str(tmp_path),
+    )
+    assert result.passed, result.lines()
+    # a wrong rebuild under a right port is refused too, not reported as the port's difference
+    wrong = crosscheck.check_blocks(
+        "blocks_tiny:rebuilt_wrong",
+        reference="torch",
+        scheduler=threads_cluster.scheduler_address,
+        directory=str(tmp_path),
+    )
+    assert [r["status"] for r in wrong.records] == ["passed", "error", "error"]
+    assert "is not the model's block" in wrong.first["error"]
+
+
+def test_a_rebuilt_weight_one_ulp_away_is_not_the_models(tmp_path):
+    import torch
+
+    from crosscheck._workloads.port.blocks.record import load, prove_rebuilt, record
+
+    blocks = blocks_tiny.make()
+    entries = record(blocks, blocks.model(), str(tmp_path), seed=0, weights=True)
+    recorded = load(entries[1]["path"])
+    module = blocks.torch_block(1, "blocks.1")
+    module.load_state_dict({k: torch.as_tensor(v) for k, v in recorded.weights.items()})
+    prove_rebuilt("the block", recorded, module.eval())  # the model's: no error
+    with torch.no_grad():
+        module.fc1.weight[0, 0] = torch.nextafter(module.fc1.weight[0, 0], torch.tensor(2.0))
+    with pytest.raises(
+        ValueError, match=r"the block is not the model's block: its `fc1.weight` .* bit for bit"
+    ):
+        prove_rebuilt("the block", recorded, module)
