@@ -19,8 +19,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from crosscheck._backends import ORACLE
+from crosscheck._engine.records import check_timeout
 from crosscheck._errors import describe, reraise_user_interrupt
-from crosscheck._sweep.task import Record, Task, _record
+from crosscheck._sweep.task import Record, Task, _record, within
 
 #: What the blockwise check does not see, compared with checking the model whole (said in every summary).
 BLIND = (
@@ -119,6 +120,7 @@ def check_blocks(
     strict: bool = False,
     scheduler: str | None = None,
     directory: str | None = None,
+    timeout: float | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> BlocksResult:
     """Check a ``crosscheck.Blocks`` block by block (see its docstring for what that can and cannot see).
@@ -134,7 +136,9 @@ def check_blocks(
             task there; default: one block after the other in this process.
         directory: where the blocks' recordings are written (with ``scheduler``: a folder every worker
             reads); default: a temporary folder, removed afterwards.
-        progress: called as ``progress(done, total)`` after each block.
+        timeout: seconds each block's check may take (default: no limit); a block past it fails by
+            name (status ``timeout``, "not checked"), and the other blocks go on.
+        progress: called as ``progress(done, total)`` as each block finishes (in the order they finish).
 
     Returns:
         A ``BlocksResult``: ``.passed``, ``.first``, ``.lines()``, ``.to_dict()``.
@@ -159,22 +163,15 @@ def check_blocks(
         raise TypeError(
             f"`blocks` must be a crosscheck.Blocks or an import string, found {type(blocks).__name__}."
         )
-    if dtype not in ("float32", "float64"):
-        raise ValueError(f"`dtype` of a blockwise check must be float32 or float64, found {dtype!r}.")
-    if scheduler is not None:
-        from crosscheck._sweep.engine import check_scheduler
-
-        check_scheduler(scheduler)
-        if spec is None:
-            raise ValueError(
-                "with `scheduler`, give the Blocks as an import string `module:attribute`: each worker "
-                "loads it by name and builds only its block."
-            )
-    check_directory(directory)
-    check_sides(backends, reference)
-    if backends is not None and not all(isinstance(b, str) for b in backends):
-        raise TypeError("`backends` of a blockwise check must be names or import strings.")
-    options = {"backends": backends, "reference": reference, "dtype": dtype, "seed": seed, "strict": strict}
+    _check_options(spec, backends, reference, dtype, scheduler, directory, timeout)
+    options = {
+        "backends": backends,
+        "reference": reference,
+        "dtype": dtype,
+        "seed": seed,
+        "strict": strict,
+        "timeout": timeout,
+    }
     from crosscheck._workloads.port.blocks.record import record
 
     with _folder(directory) as folder:
@@ -207,6 +204,34 @@ def check_blocks(
             run_dask([_task(spec, e, options) for e in entries], done, scheduler=scheduler, fn=run_block_task)
     records.sort(key=lambda r: r["index"])
     return BlocksResult(declared.name, declared.blocks, records, options, engine)
+
+
+def _check_options(
+    spec: str | None,
+    backends: list[str] | None,
+    reference: str,
+    dtype: str,
+    scheduler: str | None,
+    directory: str | None,
+    timeout: float | None,
+) -> None:
+    """``check_blocks``'s options, refused in one line before anything runs."""
+    if dtype not in ("float32", "float64"):
+        raise ValueError(f"`dtype` of a blockwise check must be float32 or float64, found {dtype!r}.")
+    if scheduler is not None:
+        from crosscheck._sweep.engine import check_scheduler
+
+        check_scheduler(scheduler)
+        if spec is None:
+            raise ValueError(
+                "with `scheduler`, give the Blocks as an import string `module:attribute`: each worker "
+                "loads it by name and builds only its block."
+            )
+    if backends is not None and not all(isinstance(b, str) for b in backends):
+        raise TypeError("`backends` of a blockwise check must be names or import strings.")
+    check_sides(backends, reference)
+    check_directory(directory)
+    check_timeout(timeout)
 
 
 def check_sides(backends: list[str] | None, reference: str, *, front: str = "api") -> None:
@@ -269,7 +294,8 @@ def _folder(directory: str | None) -> Iterator[str]:
 def _task(spec: str | None, entry: dict[str, Any], options: dict[str, Any]) -> Task:
     """A block's check as plain data: what loads the Blocks, the block's recording, the options."""
     case = {"workload": spec, "block": entry["block"]}
-    return {"index": entry["index"], "case": case, "entry": entry, "options": options, "timeout": None}
+    timeout = options.get("timeout")
+    return {"index": entry["index"], "case": case, "entry": entry, "options": options, "timeout": timeout}
 
 
 def load_blocks(spec: str) -> Any:
@@ -310,13 +336,19 @@ def check_block(blocks: Any, task: Task, *, model: Any = None) -> Record:
     entry, start = task["entry"], time.perf_counter()
     if entry["problem"] is not None:
         return _block_record(task, "error", error=f"not checked: {entry['problem']}")
-    try:
-        found = _check(blocks, task, model)
-    except BaseException as exc:  # a record, not a crash: the other blocks go on, and this one fails
-        reraise_user_interrupt(exc)
-        found = _block_record(task, "error", error=f"not checked: {describe(exc)}")
+    found = within(task, lambda: _guarded(blocks, task, model), said="its time limit")
+    if found["status"] == "timeout":
+        found = _block_record(task, "timeout", error=f"not checked: it {found['error']}")
     found["seconds"] = time.perf_counter() - start
     return found
+
+
+def _guarded(blocks: Any, task: Task, model: Any) -> Record:
+    try:
+        return _check(blocks, task, model)
+    except BaseException as exc:  # a record, not a crash: the other blocks go on, and this one fails
+        reraise_user_interrupt(exc)
+        return _block_record(task, "error", error=f"not checked: {describe(exc)}")
 
 
 def _check(blocks: Any, task: Task, model: Any) -> Record:

@@ -6,8 +6,12 @@ Dask worker imports by name (``tests.support.blocks_tiny:healthy``)."""
 from __future__ import annotations
 
 import functools
+import threading
 
 WIDTH, BLOCKS = 4, 3
+#: What a hanging block's port waits for (``make(hang_in=...)``): set by the test when it is done, so
+#: that the thread left waiting ends.
+RELEASE = threading.Event()
 
 
 def make(
@@ -20,12 +24,14 @@ def make(
     unmapped=False,
     layered=False,
     forgets=(),
+    hang_in=None,
 ):
     """The blockwise check; ``bug_in``: the block whose port has ``bug`` (``scale``: its hidden layer
     scaled by 1.01, in ``fc1``'s output; ``epsilon``: its LayerNorm's epsilon 1e-3); ``port_error``: the
     block whose ``port`` factory raises; ``unmapped``: every port leaves ``fc2.weight`` out of its pytree;
     ``layered``: block ``i`` divides its branch by ``1 + i`` (its layer index, no weight of its own);
-    ``forgets``: what builds every block as layer 0 (``"port"``, ``"torch_block"``)."""
+    ``forgets``: what builds every block as layer 0 (``"port"``, ``"torch_block"``); ``hang_in``: the
+    block whose ``port`` factory never returns (until ``RELEASE`` is set; then it raises)."""
     import crosscheck
 
     def model():
@@ -41,6 +47,9 @@ def make(
 
         if block_name == port_error:
             raise RuntimeError("the port of this block cannot be built")
+        if block_name == hang_in:
+            RELEASE.wait()
+            raise RuntimeError("released by the test")
         broken = block_name == bug_in
 
         class FlaxBlock(nn.Module):
@@ -118,6 +127,8 @@ def __getattr__(name):
         return make("tiny-blocks-planted", bug_in="blocks.1")
     if name == "forgetful":  # a port and a torch_block that both build every block as layer 0
         return make("tiny-blocks-forgetful", layered=True, forgets=("port", "torch_block"))
+    if name == "hanging":
+        return make("tiny-blocks-hanging", hang_in="blocks.1")
     if name == "layered":
         return make("tiny-blocks-layered", layered=True)
     if name == "rebuilt_wrong":  # the port is right, the torch_block builds every block as layer 0

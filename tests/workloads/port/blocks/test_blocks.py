@@ -391,3 +391,48 @@ def test_a_rebuilt_weight_one_ulp_away_is_not_the_models(tmp_path):
         ValueError, match=r"the block is not the model's block: its `fc1.weight` .* bit for bit"
     ):
         prove_rebuilt("the block", recorded, module)
+
+
+@pytest.fixture
+def released():
+    """Lets a hanging block's thread end once the test is done."""
+    blocks_tiny.RELEASE.clear()
+    yield
+    blocks_tiny.RELEASE.set()
+
+
+def test_a_block_past_its_time_limit_fails_by_name_and_the_checked_blocks_are_reported(
+    released, tmp_path, capsys, monkeypatch
+):
+    seen = []
+
+    class Recorder:  # the command's progress display: what it was told, as blocks finished
+        def __enter__(self):
+            return lambda what, done, total: seen.append((what, done, total))
+
+        def __exit__(self, *exc):
+            return None
+
+    monkeypatch.setattr("crosscheck._cli.blocks.progress_display", Recorder)
+    out = tmp_path / "blocks.json"
+    # 20 s: ten times what a tiny block takes here, on a loaded machine
+    argv = ["blocks", "--workload", "blocks_tiny:hanging", "--reference", "torch", "--timeout", "20"]
+    assert main([*argv, "--json", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert "\n  blocks.0  PASSED " in printed and "\n  blocks.2  PASSED " in printed
+    assert "\n  blocks.1  TIMEOUT  not checked: it did not finish within 20 s (its time limit)" in printed
+    assert "verdict: FAILED: the first block that was not checked is `blocks.1`" in printed
+    assert seen == [("blocks", 1, 3), ("blocks", 2, 3), ("blocks", 3, 3)]
+    data = json.loads(out.read_text())
+    assert [b["status"] for b in data["blocks"]] == ["passed", "timeout", "passed"]
+    assert data["options"]["timeout"] == 20
+
+
+@pytest.mark.parametrize("value", [0, -1.0, float("nan")], ids=["zero", "negative", "nan"])
+def test_a_time_limit_that_is_no_positive_number_is_one_line(value, capsys):
+    argv = ["blocks", "--workload", "blocks_tiny:healthy", "--reference", "torch", "--timeout", str(value)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "`--timeout` must be a positive number of seconds" in err and err.count("\n") == 1
+    with pytest.raises(ValueError, match="`timeout` must be a positive number of seconds"):
+        crosscheck.check_blocks(blocks_tiny.make(), reference="torch", timeout=value)
