@@ -436,3 +436,19 @@ def test_a_time_limit_that_is_no_positive_number_is_one_line(value, capsys):
     assert "`--timeout` must be a positive number of seconds" in err and err.count("\n") == 1
     with pytest.raises(ValueError, match="`timeout` must be a positive number of seconds"):
         crosscheck.check_blocks(blocks_tiny.make(), reference="torch", timeout=value)
+
+
+def test_a_block_past_its_time_limit_on_a_worker_fails_by_name_too(released, threads_cluster, tmp_path):
+    result = crosscheck.check_blocks(
+        "blocks_tiny:hanging",
+        reference="torch",
+        scheduler=threads_cluster.scheduler_address,
+        directory=str(tmp_path),
+        timeout=20,  # ten times what a tiny block takes here, on a loaded machine
+    )
+    assert [(r["block"], r["status"]) for r in result.records] == [
+        ("blocks.0", "passed"),
+        ("blocks.1", "timeout"),
+        ("blocks.2", "passed"),
+    ]
+    assert result.first["error"] == "not checked: it did not finish within 20 s (its time limit)"
