@@ -37,8 +37,8 @@ class BlocksResult:
 
     ``passed`` only when every block was checked and passed; ``first`` is the first block that did not.
     A record (``records``, the JSON's ``blocks``) is a sweep case's record (``status``: passed, failed,
-    error, crashed) plus ``block``, ``verdict`` (the block's port verdict), ``module`` (where a failing
-    block first differs, in the model's names) and ``calls``.
+    error, crashed, timeout) plus ``block``, ``verdict`` (the block's port verdict), ``module`` (where
+    a failing block first differs, in the model's names) and ``calls``.
 
     Example:
         >>> result = crosscheck.check_blocks("examples.port.gpt2_blocks:gelu_exact")  # doctest: +SKIP
