@@ -305,6 +305,15 @@ def test_an_output_that_is_a_backends_source_is_refused(inputs, capsys, monkeypa
     assert Path("mybackend.py").read_text().startswith("def grad")
 
 
+def test_inspect_goes_through_the_same_rule_as_run(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("mybackend.py").write_text("def grad(w, x):\n    return w\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["inspect", "--backend", "mybackend:grad", "--json", "mybackend.py"]) == 2
+    assert "cannot write `--json` mybackend.py: it is the source of `mybackend:grad`" in _err(capsys)
+    assert Path("mybackend.py").read_text().startswith("def grad")
+
+
 def test_a_sweep_output_that_is_its_implicit_configuration_is_refused(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     Path("pyproject.toml").write_text("[tool.crosscheck]\nlayers = [2]\n")

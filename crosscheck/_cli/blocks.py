@@ -15,8 +15,9 @@ from crosscheck._cli.common import (
     UsageError,
     absolute_outputs,
     add_backend_option,
-    check_outputs,
+    check_writes,
     make_console,
+    progress_display,
     write_json,
 )
 
@@ -42,6 +43,12 @@ def register(subparsers: Any) -> None:
     check.add_argument("--dtype", default="float32", choices=("float32", "float64"), help="default float32")
     check.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     check.add_argument("--strict", action="store_true", help="fail on unjudgeable entries")
+    check.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="per block; past it, a block fails by name and the others go on (default: no limit)",
+    )
     where = parser.add_argument_group("where the blocks run")
     where.add_argument(
         "--scheduler",
@@ -62,26 +69,36 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Check the blocks and print one line per block, the verdict and what the check cannot see."""
-    from crosscheck._sweep.blocks import check_blocks
+    from crosscheck._engine.records import check_timeout
+    from crosscheck._sweep.blocks import check_blocks, check_directory, check_sides
 
-    check_outputs({"--json": args.json})
-    absolute_outputs(args, ("json",))
+    check_writes(args, {"--json": "json"}, specs=[args.workload, *(args.backend or []), args.reference])
     if ":" not in args.workload:
         raise UsageError(
             f"`--workload` of `crosscheck blocks` must be an import string `package.module:attribute` "
             f"naming a crosscheck.Blocks, found {args.workload!r}."
         )
     try:
-        result = check_blocks(
-            args.workload,
-            backends=args.backend,
-            reference=args.reference,
-            dtype=args.dtype,
-            seed=args.seed,
-            strict=args.strict,
-            scheduler=args.scheduler,
-            directory=args.directory,
-        )
+        check_sides(args.backend, args.reference, front="cli")
+        check_directory(args.directory, "--directory")
+        check_timeout(args.timeout, front="cli")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    absolute_outputs(args, ("directory",))
+    try:
+        with progress_display() as progress:  # on stderr, as blocks finish
+            result = check_blocks(
+                args.workload,
+                backends=args.backend,
+                reference=args.reference,
+                dtype=args.dtype,
+                seed=args.seed,
+                strict=args.strict,
+                scheduler=args.scheduler,
+                directory=args.directory,
+                timeout=args.timeout,
+                progress=lambda done, total: progress("blocks", done, total),
+            )
     except (ValueError, TypeError, ImportError) as exc:
         raise UsageError(str(exc)) from exc
     write_json(args.json, result.to_dict())

@@ -169,6 +169,22 @@ def check_outputs(outputs: Mapping[str, Any], inputs: Mapping[str, Any] | None =
                 raise UsageError(f"`{first}` and `{second}` name the same file, {a}: give each its own.")
 
 
+def check_writes(
+    args: argparse.Namespace,
+    outputs: Mapping[str, str],
+    *,
+    specs: Iterable[Any] = (),
+    inputs: Mapping[str, Any] | None = None,
+) -> None:
+    """The one rule every writer of every command goes through, before any work: each output
+    (``outputs``: option -> attribute of ``args``) can be written and overwrites no input of the run
+    (``inputs``) nor the source of a backend or workload it loads by import string (``specs``), no two
+    the same file (``check_outputs``); then each is made absolute (``absolute_outputs``)."""
+    given = {option: getattr(args, name, None) for option, name in outputs.items()}
+    check_outputs(given, inputs={**(inputs or {}), **source_files(specs)})
+    absolute_outputs(args, outputs.values())
+
+
 def absolute_outputs(args: argparse.Namespace, names: Iterable[str]) -> None:
     """Each output path of ``args`` (attribute ``names``) made absolute, before any backend or workload
     runs: one that changes the working directory must not move where the reports land."""

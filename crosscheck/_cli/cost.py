@@ -8,10 +8,9 @@ from typing import Any
 from crosscheck._cli.common import (
     EXIT_OK,
     UsageError,
-    absolute_outputs,
     add_case_options,
     check_at_least,
-    check_output,
+    check_writes,
     escape,
     make_console,
     write_json,
@@ -54,8 +53,7 @@ def run(args: argparse.Namespace) -> int:
         check_at_least(f"--{option}", getattr(args, option), expected="a positive integer")
     if args.hessian_limit < 0:
         raise UsageError(f"`--hessian-limit` must be >= 0, found {args.hessian_limit}.")
-    check_output(args.json)
-    absolute_outputs(args, ("json",))  # before a backend runs: it may change directory
+    check_writes(args, {"--json": "json"})  # before a backend runs: it may change directory
     data = cost_table(args.layers, args.batch, args.dim, hessian_limit=args.hessian_limit)
     write_json(args.json, data)
     render(data, make_console())

@@ -14,11 +14,10 @@ from crosscheck._cli.common import (
     EXIT_FAIL,
     EXIT_OK,
     UsageError,
-    absolute_outputs,
     add_backend_option,
     add_case_options,
     check_at_least,
-    check_output,
+    check_writes,
     escape,
     format_bytes,
     make_console,
@@ -54,8 +53,7 @@ def run(args: argparse.Namespace) -> int:
     check_at_least("--layers", args.layers)
     check_at_least("--batch", args.batch)
     check_at_least("--dim", args.dim)
-    check_output(args.json)
-    absolute_outputs(args, ("json",))  # before a backend runs: it may change directory
+    check_writes(args, {"--json": "json"}, specs=args.backend or ())  # before a backend runs
     weights, x = stack_inputs(layers=args.layers, batch=args.batch, dim=args.dim, seed=args.seed)
     console, results, failed = make_console(), [], False
     console.print(f"crosscheck inspect: layers={args.layers}, batch={args.batch}, dim={args.dim}, float32")

@@ -12,10 +12,9 @@ from typing import Any
 from crosscheck._cli.common import (
     EXIT_OK,
     UsageError,
-    absolute_outputs,
     add_case_options,
     check_at_least,
-    check_output,
+    check_writes,
     escape,
     format_bytes,
     make_console,
@@ -62,8 +61,7 @@ def run(args: argparse.Namespace) -> int:
     check_at_least("--widths", args.widths)
     check_at_least("--batch", args.batch)
     check_at_least("--peak-size", args.peak_size)
-    check_output(args.json)
-    absolute_outputs(args, ("json",))  # before a backend runs: it may change directory
+    check_writes(args, {"--json": "json"})  # before a backend runs: it may change directory
     # A depth or width given twice would be a duplicate column (and a degenerate fit over depth).
     args.depths, args.widths = sorted(set(args.depths)), sorted(set(args.widths))
     variants = list(dict.fromkeys(args.variant or VARIANTS))

@@ -13,18 +13,16 @@ from typing import Any
 from crosscheck._backends import BUILTINS, DEFAULTS, install_hint
 from crosscheck._cli.common import (
     UsageError,
-    absolute_outputs,
     add_backend_option,
     add_case_options,
     add_tolerance_options,
     case_options_given,
-    check_outputs,
     check_plot_path,
     check_tolerances,
+    check_writes,
     make_console,
     progress_display,
     render_report,
-    source_files,
     write_file,
     write_reports,
 )
@@ -322,26 +320,22 @@ UPDATE_REFUSES = {
 
 
 def _check_plot_and_bundle(args: argparse.Namespace) -> None:
-    """Every output can be written (a file, not an input of the run nor the source of a backend or
-    workload it loads, not another output's; a plot's image type known; matplotlib there), before any
-    work; then each made absolute, so that code that changes the working directory cannot move it."""
-    outputs = {
-        "--json": args.json,
-        "--junit": args.junit,
-        "--plot": args.plot,
-        "--save-bundle": args.save_bundle,
-    }
-    sources = source_files([*(args.backend or []), args.reference, args.workload])
-    check_outputs(outputs, inputs={"--weights": args.weights, "--x": args.x, **sources})
-    if args.plot:
+    """Every output can be written (the one rule, ``check_writes``: a file, not an input of the run nor
+    the source of a backend or workload it loads, not another output's) and is made absolute, so that
+    code that changes the working directory cannot move it; a plot's image type known; matplotlib
+    there; all before any work."""
+    plot = args.plot  # as given: its messages name the path the user wrote
+    outputs = {"--json": "json", "--junit": "junit", "--plot": "plot", "--save-bundle": "save_bundle"}
+    specs = [*(args.backend or []), args.reference, args.workload]
+    check_writes(args, outputs, specs=specs, inputs={"--weights": args.weights, "--x": args.x})
+    if plot:
         try:
             import matplotlib  # noqa: F401
         except ImportError as exc:
             raise UsageError(
                 f"`--plot` needs matplotlib, which is not installed: {install_hint('plot')}."
             ) from exc
-        check_plot_path(args.plot)
-    absolute_outputs(args, ("json", "junit", "plot", "save_bundle"))
+        check_plot_path(plot)
 
 
 def _check_budget(args: argparse.Namespace) -> None:

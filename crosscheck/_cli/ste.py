@@ -10,10 +10,9 @@ from crosscheck._cli.common import (
     EXIT_FAIL,
     EXIT_OK,
     UsageError,
-    absolute_outputs,
     add_case_options,
     check_at_least,
-    check_output,
+    check_writes,
     make_console,
     write_json,
 )
@@ -45,8 +44,7 @@ def run(args: argparse.Namespace) -> int:
     for option in ("layers", "batch", "dim"):
         check_at_least(f"--{option}", getattr(args, option), expected="a positive integer")
     check_at_least("--seed", args.seed, least=0, expected="a non-negative integer")
-    check_output(args.json)
-    absolute_outputs(args, ("json",))  # before a backend runs: it may change directory
+    check_writes(args, {"--json": "json"})  # before a backend runs: it may change directory
     try:
         report = check_ste(
             seed=args.seed,

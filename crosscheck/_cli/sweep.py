@@ -15,16 +15,14 @@ from crosscheck._cli.common import (
     EXIT_FAIL,
     EXIT_OK,
     UsageError,
-    absolute_outputs,
     add_backend_option,
     add_matrix_options,
     add_tolerance_options,
     check_at_least,
-    check_outputs,
+    check_writes,
     escape,
     make_console,
     progress_display,
-    source_files,
     write_file,
     write_json,
 )
@@ -163,9 +161,8 @@ def _check_outputs(args: argparse.Namespace) -> None:
 
     found = None if args.config is not None else find_config()
     inputs = {"--config": args.config, "the configuration this sweep reads": found}
-    inputs.update(source_files([*(args.backend or []), args.reference, *(args.workload or [])]))
-    check_outputs({"--json": args.json, "--junit": args.junit}, inputs=inputs)
-    absolute_outputs(args, ("json", "junit"))
+    specs = [*(args.backend or []), args.reference, *(args.workload or [])]
+    check_writes(args, {"--json": "json", "--junit": "junit"}, specs=specs, inputs=inputs)
 
 
 def resolve_config(args: argparse.Namespace):

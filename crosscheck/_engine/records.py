@@ -134,14 +134,21 @@ def _check_positive(name: str, value: Any) -> None:
 def _check_isolation(isolate: Any, timeout: Any) -> None:
     if not (isinstance(isolate, bool) or isolate == "auto"):
         raise TypeError(f"`isolate` must be True, False or 'auto', found {isolate!r:.60}.")
+    check_timeout(timeout)
+
+
+def check_timeout(timeout: Any, *, front: str = "api") -> None:
+    """A timeout is None (no limit) or a positive, finite number of seconds a thread and a worker's pipe
+    can wait (``MAX_TIMEOUT``); ``ValueError`` naming it as ``front`` spells it."""
     if timeout is None:
         return
+    name = spell("timeout", front=front)
     number = isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
     if not (number and np.isfinite(timeout) and timeout > 0):
-        raise ValueError(f"`timeout` must be a positive number of seconds, found {timeout!r:.60}.")
+        raise ValueError(f"`{name}` must be a positive number of seconds, found {timeout!r:.60}.")
     if timeout > MAX_TIMEOUT:  # a longer wait overflows a platform limit: a traceback mid-run
         raise ValueError(
-            f"`timeout` must be at most {MAX_TIMEOUT} seconds (about 24 days, the longest this platform "
+            f"`{name}` must be at most {MAX_TIMEOUT} seconds (about 24 days, the longest this platform "
             f"can wait), found {timeout!r:.60}; leave it out for no limit."
         )
 

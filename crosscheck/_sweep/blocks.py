@@ -12,14 +12,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from crosscheck._backends import ORACLE
+from crosscheck._engine.records import check_timeout
 from crosscheck._errors import describe, reraise_user_interrupt
-from crosscheck._sweep.task import Record, Task, _record
+from crosscheck._sweep.task import Record, Task, _record, within
 
 #: What the blockwise check does not see, compared with checking the model whole (said in every summary).
 BLIND = (
@@ -35,8 +37,8 @@ class BlocksResult:
 
     ``passed`` only when every block was checked and passed; ``first`` is the first block that did not.
     A record (``records``, the JSON's ``blocks``) is a sweep case's record (``status``: passed, failed,
-    error, crashed) plus ``block``, ``verdict`` (the block's port verdict), ``module`` (where a failing
-    block first differs, in the model's names) and ``calls``.
+    error, crashed, timeout) plus ``block``, ``verdict`` (the block's port verdict), ``module`` (where
+    a failing block first differs, in the model's names) and ``calls``.
 
     Example:
         >>> result = crosscheck.check_blocks("examples.port.gpt2_blocks:gelu_exact")  # doctest: +SKIP
@@ -118,6 +120,7 @@ def check_blocks(
     strict: bool = False,
     scheduler: str | None = None,
     directory: str | None = None,
+    timeout: float | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> BlocksResult:
     """Check a ``crosscheck.Blocks`` block by block (see its docstring for what that can and cannot see).
@@ -126,19 +129,24 @@ def check_blocks(
         blocks: a ``crosscheck.Blocks``, or an import string ``module:attribute`` naming one (needed
             with ``scheduler``: each worker loads it by name and builds only its block).
         backends, reference, dtype, seed, strict: as for ``crosscheck.check``, for each block's port
-            (``backends``: names or import strings).
+            (``backends``: names or import strings); they must compare the port with the original
+            (``check_sides``). With a backend as the reference no oracle runs, and a block that differs
+            says which of the two is wrong is unknown.
         scheduler: the address of a Dask distributed scheduler (``tcp://HOST:8786``): each block is a
             task there; default: one block after the other in this process.
         directory: where the blocks' recordings are written (with ``scheduler``: a folder every worker
             reads); default: a temporary folder, removed afterwards.
-        progress: called as ``progress(done, total)`` after each block.
+        timeout: seconds each block's check may take (default: no limit); a block past it fails by
+            name (status ``timeout``, "not checked"), and the other blocks go on.
+        progress: called as ``progress(done, total)`` as each block finishes (in the order they finish).
 
     Returns:
         A ``BlocksResult``: ``.passed``, ``.first``, ``.lines()``, ``.to_dict()``.
 
     Raises:
-        ValueError, TypeError: bad arguments, the model or its inputs failed, ``blocks`` matches no
-            module (one line). A block's failure is its record, never raised.
+        ValueError, TypeError: bad arguments (a check that would not compare the port with the
+            original, a ``directory`` that is no folder), the model or its inputs failed, ``blocks``
+            matches no module (one line). A block's failure is its record, never raised.
 
     Example:
         >>> result = crosscheck.check_blocks(blocks, reference="torch")  # doctest: +SKIP
@@ -155,20 +163,15 @@ def check_blocks(
         raise TypeError(
             f"`blocks` must be a crosscheck.Blocks or an import string, found {type(blocks).__name__}."
         )
-    if dtype not in ("float32", "float64"):
-        raise ValueError(f"`dtype` of a blockwise check must be float32 or float64, found {dtype!r}.")
-    if scheduler is not None:
-        from crosscheck._sweep.engine import check_scheduler
-
-        check_scheduler(scheduler)
-        if spec is None:
-            raise ValueError(
-                "with `scheduler`, give the Blocks as an import string `module:attribute`: each worker "
-                "loads it by name and builds only its block."
-            )
-    if backends is not None and not all(isinstance(b, str) for b in backends):
-        raise TypeError("`backends` of a blockwise check must be names or import strings.")
-    options = {"backends": backends, "reference": reference, "dtype": dtype, "seed": seed, "strict": strict}
+    _check_options(spec, backends, reference, dtype, scheduler, directory, timeout)
+    options = {
+        "backends": backends,
+        "reference": reference,
+        "dtype": dtype,
+        "seed": seed,
+        "strict": strict,
+        "timeout": timeout,
+    }
     from crosscheck._workloads.port.blocks.record import record
 
     with _folder(directory) as folder:
@@ -203,6 +206,82 @@ def check_blocks(
     return BlocksResult(declared.name, declared.blocks, records, options, engine)
 
 
+def _check_options(
+    spec: str | None,
+    backends: list[str] | None,
+    reference: str,
+    dtype: str,
+    scheduler: str | None,
+    directory: str | None,
+    timeout: float | None,
+) -> None:
+    """``check_blocks``'s options, refused in one line before anything runs."""
+    if dtype not in ("float32", "float64"):
+        raise ValueError(f"`dtype` of a blockwise check must be float32 or float64, found {dtype!r}.")
+    if scheduler is not None:
+        from crosscheck._sweep.engine import check_scheduler
+
+        check_scheduler(scheduler)
+        if spec is None:
+            raise ValueError(
+                "with `scheduler`, give the Blocks as an import string `module:attribute`: each worker "
+                "loads it by name and builds only its block."
+            )
+    if backends is not None and not all(isinstance(b, str) for b in backends):
+        raise TypeError("`backends` of a blockwise check must be names or import strings.")
+    check_sides(backends, reference)
+    check_directory(directory)
+    check_timeout(timeout)
+
+
+def check_sides(backends: list[str] | None, reference: str, *, front: str = "api") -> None:
+    """The check compares each ported block with its PyTorch block: the port (``jax``) runs, and the
+    original (``torch``) is a backend or the reference, or the reference is the oracle (which the port
+    judge gives PyTorch's module outputs too). Otherwise it would judge nothing of the port (``front``:
+    how the options are spelled in the message).
+
+    Raises:
+        ValueError: it would not compare the port with the original (one line, naming the options).
+    """
+    from crosscheck._engine.records import spell
+
+    given = list(backends) if backends is not None else ["jax", "torch"]
+    sides = {*given, reference}
+    if "jax" in sides and ("torch" in sides or reference == ORACLE):
+        return
+    what = "never runs the port, `jax`" if "jax" not in sides else "compares `jax` with itself"
+    asked = (
+        " ".join(spell("backend", b, front=front) for b in given)
+        if front == "cli"
+        else spell("backends", given, front=front)
+    )
+    raise ValueError(
+        f"`{asked}` with `{spell('reference', reference, front=front)}` {what}: a blockwise check compares "
+        "each ported block (`jax`) with its PyTorch block (`torch`); check both (the default backends), or "
+        "one with the other as the reference."
+    )
+
+
+def check_directory(directory: str | None, option: str = "directory") -> None:
+    """``directory`` (``option``, as the user spelled it) is an existing folder this process can write in.
+
+    Raises:
+        ValueError: it is missing, not a folder, or not writable (one line).
+    """
+    if directory is None:
+        return
+    if not os.path.exists(directory):
+        raise ValueError(
+            f"`{option}` {directory}: no such folder; give an existing folder for the blocks' recordings."
+        )
+    if not os.path.isdir(directory):
+        raise ValueError(
+            f"`{option}` {directory}: it is a file, not a folder; give a folder for the blocks' recordings."
+        )
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ValueError(f"`{option}` {directory}: this process cannot write in it.")
+
+
 @contextlib.contextmanager
 def _folder(directory: str | None) -> Iterator[str]:
     if directory is not None:
@@ -215,7 +294,8 @@ def _folder(directory: str | None) -> Iterator[str]:
 def _task(spec: str | None, entry: dict[str, Any], options: dict[str, Any]) -> Task:
     """A block's check as plain data: what loads the Blocks, the block's recording, the options."""
     case = {"workload": spec, "block": entry["block"]}
-    return {"index": entry["index"], "case": case, "entry": entry, "options": options, "timeout": None}
+    timeout = options.get("timeout")
+    return {"index": entry["index"], "case": case, "entry": entry, "options": options, "timeout": timeout}
 
 
 def load_blocks(spec: str) -> Any:
@@ -256,13 +336,19 @@ def check_block(blocks: Any, task: Task, *, model: Any = None) -> Record:
     entry, start = task["entry"], time.perf_counter()
     if entry["problem"] is not None:
         return _block_record(task, "error", error=f"not checked: {entry['problem']}")
-    try:
-        found = _check(blocks, task, model)
-    except BaseException as exc:  # a record, not a crash: the other blocks go on, and this one fails
-        reraise_user_interrupt(exc)
-        found = _block_record(task, "error", error=f"not checked: {describe(exc)}")
+    found = within(task, lambda: _guarded(blocks, task, model), said="its time limit")
+    if found["status"] == "timeout":
+        found = _block_record(task, "timeout", error=f"not checked: it {found['error']}")
     found["seconds"] = time.perf_counter() - start
     return found
+
+
+def _guarded(blocks: Any, task: Task, model: Any) -> Record:
+    try:
+        return _check(blocks, task, model)
+    except BaseException as exc:  # a record, not a crash: the other blocks go on, and this one fails
+        reraise_user_interrupt(exc)
+        return _block_record(task, "error", error=f"not checked: {describe(exc)}")
 
 
 def _check(blocks: Any, task: Task, model: Any) -> Record:
@@ -289,6 +375,10 @@ def _check(blocks: Any, task: Task, model: Any) -> Record:
     inside = verdict.get("module") if verdict else None
     module = entry["block"] + (f".{inside}" if inside else "") if inside is not None else None
     text = "; ".join(report.problems) if not report.passed else "; ".join(report.verdicts().values())
+    if not report.passed and options["reference"] != ORACLE:
+        # No oracle ran: a disagreement says which two differ, not which is wrong (run's verdict words it).
+        said = found.get("oracle", {}).get("verdict", [])
+        text = "; ".join([text, *(v for v in said if isinstance(v, str))])
     return _block_record(
         task,
         "passed" if report.passed else "failed",

@@ -48,20 +48,27 @@ def run_task(task: Task, *, interrupts: Interrupts | None = None) -> Record:
     The case runs in a daemon thread that the caller stops waiting for at the timeout: Python cannot
     stop a thread, but the record comes back on time and a leftover thread does not keep a worker alive.
     """
-    timeout = task.get("timeout")
     start = time.perf_counter()
-    if timeout is None:
-        record = _execute(task, interrupts)
-    else:
-        box: dict[str, Record] = {}
-        thread = threading.Thread(target=lambda: box.update(r=_execute(task, interrupts)), daemon=True)
-        thread.start()
-        thread.join(timeout)
-        record = box.get("r") or _record(
-            task, "timeout", error=f"did not finish within {timeout:g} s (--timeout)"
-        )
+    record = within(task, lambda: _execute(task, interrupts))
     record["seconds"] = time.perf_counter() - start
     return record
+
+
+def within(task: Task, run: Callable[[], Record], *, said: str = "--timeout") -> Record:
+    """``run()``'s record, or a ``timeout`` record once ``task["timeout"]`` seconds pass (None: no
+    limit); ``said``: how the limit is named in its message.
+
+    ``run`` goes in a daemon thread that the caller stops waiting for at the timeout: Python cannot
+    stop a thread, but the record comes back on time and a leftover thread does not keep a worker alive.
+    """
+    timeout = task.get("timeout")
+    if timeout is None:
+        return run()
+    box: dict[str, Record] = {}
+    thread = threading.Thread(target=lambda: box.update(r=run()), daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return box.get("r") or _record(task, "timeout", error=f"did not finish within {timeout:g} s ({said})")
 
 
 def _execute(task: Task, interrupts: Interrupts | None) -> Record:

@@ -167,15 +167,6 @@ class Blocks:
         taken = next((k for k in SET_HERE if k in kwargs), None)
         if taken is not None:
             raise ValueError(f"{where}: `port` may not set `{taken}`: the blockwise check sets it.")
-        constants = dict(recorded.constants)
-        tuples = dict(getattr(recorded, "tuples", {}))  # name -> how many: inputs `name[0]`, ...
-        members = {f"{k}[{i}]" for k, n in tuples.items() for i in range(n)}
-
-        def torch_call(module: Any, inputs: dict[str, Any]) -> Any:
-            plain = {k: v for k, v in inputs.items() if k not in members}
-            grouped = {k: tuple(inputs[f"{k}[{i}]"] for i in range(n)) for k, n in tuples.items()}
-            return module(**plain, **grouped, **constants)
-
         extra: dict[str, Any] = {}
         if self.cotangent == "model":
             extra = {"output": _whole, "loss": cotangent_loss(recorded.cotangents)}
@@ -183,10 +174,26 @@ class Blocks:
             name=f"{self.name}[{block_name}]",
             torch=block.eval(),
             inputs=dict(recorded.inputs),
-            torch_call=torch_call,
+            torch_call=block_call(recorded),
             **extra,
             **dict(kwargs),
         )
+
+
+def block_call(recorded: Any) -> Callable[[Any, dict[str, Any]], Any]:
+    """``(module, inputs) -> output``: the block called as the model called it (``Recorded``): its array
+    inputs by name, a tuple argument's members (``NAME[0]``, ...) given back as a tuple, and its other
+    recorded arguments."""
+    constants = dict(recorded.constants)
+    tuples = dict(getattr(recorded, "tuples", {}))  # name -> how many: inputs `name[0]`, ...
+    members = {f"{k}[{i}]" for k, n in tuples.items() for i in range(n)}
+
+    def torch_call(module: Any, inputs: dict[str, Any]) -> Any:
+        plain = {k: v for k, v in inputs.items() if k not in members}
+        grouped = {k: tuple(inputs[f"{k}[{i}]"] for i in range(n)) for k, n in tuples.items()}
+        return module(**plain, **grouped, **constants)
+
+    return torch_call
 
 
 def _whole(output: Any) -> Any:

@@ -4,8 +4,9 @@ file of its own (``.npz``, read back without pickle), so that a block is checked
 here, one after the other, or on a Dask worker that holds that block only.
 
 A block's file holds its array inputs (``input/NAME``), its output's cotangents (``cotangent/I``, one
-per floating-point array of its output, ``losses.floating_outputs``), its weights when a worker builds
-the block itself (``weight/NAME``, its ``state_dict``), and ``meta``: JSON text of what else it was
+per floating-point array of its output, ``losses.floating_outputs``), its weights and output when a
+worker builds the block itself (``weight/NAME``, its ``state_dict``; ``output/I``: what the rebuilt
+block must reproduce, ``prove_rebuilt``), and ``meta``: JSON text of what else it was
 called with (``None``, booleans, numbers, strings) and how often it was called. An argument that is a
 tuple or list of arrays (Llama's ``position_embeddings=(cos, sin)``) is kept as one array input a member,
 ``NAME[0]``, ``NAME[1]``, ... (``meta`` keeps how many), and given back to the PyTorch block as a tuple.
@@ -13,11 +14,12 @@ tuple or list of arrays (Llama's ``position_embeddings=(cos, sin)``) is kept as 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -25,7 +27,7 @@ import torch
 
 from crosscheck._errors import describe, user_call
 from crosscheck._workloads.losses import floating_outputs, outputs_loss
-from crosscheck._workloads.port.blocks.declare import Blocks
+from crosscheck._workloads.port.blocks.declare import Blocks, block_call
 from crosscheck._workloads.port.declare.build import SEED
 
 #: What a block may be called with besides arrays: kept as JSON in its file.
@@ -46,6 +48,12 @@ class Recorded:
     calls: int
     #: The arguments that were tuples of arrays: name -> how many (kept as inputs ``NAME[0]``, ...).
     tuples: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: The model's block's output on these inputs (each floating-point array; saved with the weights):
+    #: what a block rebuilt by ``torch_block`` must reproduce, bit for bit, before its check counts.
+    outputs: list[np.ndarray] = dataclasses.field(default_factory=list)
+    #: PyTorch's intra-op threads when it was recorded (the rebuilt block's output is computed with as
+    #: many: a sum split otherwise may round otherwise).
+    threads: int | None = None
 
 
 def record(blocks: Blocks, model: Any, directory: str, *, seed: int, weights: bool) -> list[dict[str, Any]]:
@@ -124,6 +132,8 @@ def _post_hook(name: str, seen: dict[str, dict[str, Any]]) -> Any:
     def hook(module: Any, args: tuple, output: Any) -> None:
         if seen[name]["calls"] == 1:
             seen[name]["outputs"] = floating_outputs(output)
+            # its values now: the model may yet write to them in place
+            seen[name]["values"] = [_numpy(a) for a in seen[name]["outputs"]]
             if not seen[name]["outputs"] and not seen[name].get("problem"):
                 seen[name]["problem"] = "its output holds no floating-point array"
 
@@ -190,12 +200,14 @@ def _save(directory: str, index: int, name: str, got: dict[str, Any], module: An
     arrays.update({f"cotangent/{i}": c for i, c in enumerate(cotangents)})
     if module is not None:
         arrays.update({f"weight/{k}": v.detach().cpu().numpy() for k, v in module.state_dict().items()})
+        arrays.update({f"output/{i}": a for i, a in enumerate(got["values"])})
     meta = {
         "block": name,
         "index": index,
         "constants": got["constants"],
         "tuples": got.get("tuples", {}),
         "calls": got["calls"],
+        "threads": torch.get_num_threads(),
     }
     path = os.path.join(directory, f"block-{index:05d}.npz")
     np.savez(path, meta=np.array(json.dumps(meta)), **arrays)
@@ -206,7 +218,8 @@ def load(path: str) -> Recorded:
     """A block's recording from its file (read without pickle)."""
     with np.load(path, allow_pickle=False) as data:
         meta = json.loads(str(data["meta"]))
-        part: dict[str, dict[str, np.ndarray]] = {kind: {} for kind in ("input", "cotangent", "weight")}
+        kinds = ("input", "cotangent", "weight", "output")
+        part: dict[str, dict[str, np.ndarray]] = {kind: {} for kind in kinds}
         for key in data.files:
             if key != "meta":
                 kind, _, name = key.partition("/")
@@ -221,6 +234,8 @@ def load(path: str) -> Recorded:
         part["weight"],
         meta["calls"],
         meta.get("tuples", {}),
+        [part["output"][str(i)] for i in range(len(part["output"]))],
+        meta.get("threads"),
     )
 
 
@@ -243,4 +258,70 @@ def block_module(blocks: Blocks, recorded: Recorded, model: Any = None) -> Any:
         module.load_state_dict(state, strict=True)
     except RuntimeError as exc:
         raise ValueError(f"{where}: the recorded weights do not fit {what}: {describe(exc)}") from exc
-    return module.eval()
+    module.eval()
+    prove_rebuilt(f"{where}: {what}", recorded, module)
+    return module
+
+
+def prove_rebuilt(what: str, recorded: Recorded, module: Any) -> None:
+    """A rebuilt block (``what``) is the model's block before its verdict counts: its weights are the
+    recorded ones bit for bit, and on the recorded inputs it gives the model's block's recorded output
+    bit for bit (as many PyTorch threads as the recording had). A block rebuilt otherwise (a forgotten
+    layer index, another config) would be checked in the model's place, and its verdict is not the
+    model's.
+
+    Raises:
+        ValueError: it differs, or the recording holds no output to prove it by (one line).
+    """
+    state = module.state_dict()
+    for name, want in recorded.weights.items():
+        got = _numpy(state[name])
+        if got.dtype != want.dtype or got.shape != want.shape or got.tobytes() != want.tobytes():
+            raise ValueError(
+                f"{what} is not the model's block: its `{name}` ({got.dtype}, {got.shape}) is not the "
+                f"recorded weight ({want.dtype}, {want.shape}) bit for bit once loaded."
+            )
+    if not recorded.outputs:
+        raise ValueError(f"{what} cannot be proven the model's block: its recording holds no output.")
+    call = block_call(recorded)
+    inputs = {k: torch.as_tensor(v) for k, v in recorded.inputs.items()}
+    with torch.no_grad(), _threads(recorded.threads):
+        output = user_call(what, "its forward pass on the recorded inputs", call, module, inputs)
+    got_all = [_numpy(a) for a in floating_outputs(output)]
+    shapes = [(a.dtype, a.shape) for a in got_all]
+    wanted = [(a.dtype, a.shape) for a in recorded.outputs]
+    if shapes != wanted:
+        raise ValueError(
+            f"{what} is not the model's block: on the recorded inputs its output's floating-point arrays "
+            f"are {_kinds(shapes)}, the model's block's {_kinds(wanted)}."
+        )
+    for i, (got, want) in enumerate(zip(got_all, recorded.outputs, strict=True)):
+        if got.tobytes() != want.tobytes():
+            gap = np.abs(got.astype(np.float64) - want.astype(np.float64))
+            raise ValueError(
+                f"{what} is not the model's block: on the recorded inputs its output {i} differs from the "
+                f"model's block's (by up to {np.nanmax(gap, initial=0.0):.3g}, the largest entry "
+                f"{np.nanmax(np.abs(want), initial=0.0):.3g}), so its check would not be the model's "
+                "block's: build it as the model builds it (a layer index? a config?)."
+            )
+
+
+def _kinds(arrays: list[tuple[Any, tuple[int, ...]]]) -> str:
+    return ", ".join(f"{dtype}{list(shape)}" for dtype, shape in arrays) or "none"
+
+
+@contextlib.contextmanager
+def _threads(count: int | None) -> Iterator[None]:
+    """PyTorch's intra-op threads set to ``count`` (None: left as they are), restored afterwards."""
+    before = torch.get_num_threads()
+    if count is not None and count != before:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
+def _numpy(tensor: Any) -> np.ndarray:
+    return tensor.detach().cpu().numpy().copy()

@@ -249,3 +249,206 @@ def test_the_gpt2_example_names_the_block_and_module_of_its_planted_bug():
     what, module, _ = gpt2_blocks.BUGS["gelu_exact"]
     assert [r["passed"] for r in result.records] == [True, False, True], what
     assert result.first["module"] == module
+
+
+def test_the_json_report_never_overwrites_the_blocks_own_source(tmp_path, capsys, monkeypatch):
+    source = tmp_path / "myblocks.py"  # the user's module, not this repository's
+    source.write_text("from blocks_tiny import make\n\nhealthy = make()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = source.read_bytes()
+    argv = ["blocks", "--workload", "myblocks:healthy", "--reference", "torch", "--json", str(source)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "cannot write `--json`" in err and "the source of `myblocks:healthy`" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert source.read_bytes() == before
+
+
+@pytest.mark.parametrize("what", ["missing", "file"])
+def test_a_directory_that_is_no_folder_is_one_line(what, tmp_path, capsys):
+    given = tmp_path / "nowhere"
+    if what == "file":
+        given.write_text("not a folder")
+    argv = ["blocks", "--workload", "blocks_tiny:healthy", "--reference", "torch", "--directory", str(given)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"`--directory` {given}" in err
+    said = "no such folder" if what == "missing" else "it is a file, not a folder"
+    assert said in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    with pytest.raises(ValueError, match=f"`directory` .*{said}"):
+        crosscheck.check_blocks(blocks_tiny.make(), reference="torch", directory=str(given))
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--backend", "torch"], "`--backend torch` with `--reference numpy-fd` never runs the port, `jax`"),
+        (
+            ["--backend", "jax", "--reference", "jax"],
+            "`--backend jax` with `--reference jax` compares `jax` with",
+        ),
+        (["--backend", "torch", "--reference", "torch"], "never runs the port, `jax`"),
+    ],
+    ids=["torch-alone", "jax-against-jax", "torch-against-torch"],
+)
+def test_a_check_that_does_not_compare_the_port_with_the_original_is_refused(options, message, capsys):
+    assert main(["blocks", "--workload", "blocks_tiny:planted", *options]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "compares each ported block (`jax`) with its PyTorch block (`torch`)" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_the_api_refuses_it_in_its_own_words():
+    with pytest.raises(ValueError, match=r"`backends=\['jax'\]` with `reference='jax'` compares `jax` with"):
+        crosscheck.check_blocks(blocks_tiny.make(), backends=["jax"], reference="jax")
+
+
+def test_with_jax_as_the_reference_a_disagreement_does_not_say_which_side_is_wrong():
+    result = crosscheck.check_blocks("blocks_tiny:planted", backends=["torch"], reference="jax")
+    assert [r["status"] for r in result.records] == ["passed", "failed", "passed"]
+    said = result.first["verdict"]
+    # run's own words: with no oracle, a disagreement between two backends blames neither
+    assert "no oracle ran (`--reference jax`), so which of the two is wrong is unknown" in said
+    assert "which of the two is wrong is unknown" in result.verdict()
+
+
+@pytest.fixture(scope="module")
+def threads_cluster():
+    """A Dask LocalCluster of threads in this process: the same tasks, workers and rebuilt blocks as a
+    cluster of processes (``cluster``), started in a second."""
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, protocol="tcp", dashboard_address=":0"
+    ) as local:
+        yield local
+
+
+def test_a_rebuilt_block_that_is_not_the_models_block_fails_by_name(threads_cluster, tmp_path):
+    # the port and `torch_block` both forget the layer index: the rebuilt blocks agree with the ports,
+    # but they are not the model's blocks `blocks.1` and `blocks.2`, so their checks do not count
+    result = crosscheck.check_blocks(
+        "blocks_tiny:forgetful",
+        reference="torch",
+        scheduler=threads_cluster.scheduler_address,
+        directory=str(tmp_path),
+    )
+    assert result.engine["kind"] == "dask" and not result.passed
+    assert [(r["block"], r["status"]) for r in result.records] == [
+        ("blocks.0", "passed"),
+        ("blocks.1", "error"),
+        ("blocks.2", "error"),
+    ]
+    said = result.first["error"]
+    assert (
+        "`torch_block(1, 'blocks.1')` is not the model's block: on the recorded inputs its output 0" in said
+    )
+    assert result.verdict().startswith("FAILED: the first block that was not checked is `blocks.1`")
+
+
+def test_the_same_forgetful_port_fails_in_process_where_the_models_blocks_are_used():
+    result = crosscheck.check_blocks("blocks_tiny:forgetful", reference="torch")
+    assert [(r["block"], r["status"]) for r in result.records] == [
+        ("blocks.0", "passed"),
+        ("blocks.1", "failed"),
+        ("blocks.2", "failed"),
+    ]
+
+
+def test_blocks_rebuilt_right_are_proven_and_pass_on_the_cluster(threads_cluster, tmp_path):
+    result = crosscheck.check_blocks(
+        "blocks_tiny:layered",
+        reference="torch",
+        scheduler=threads_cluster.scheduler_address,
+        directory=str(tmp_path),
+    )
+    assert result.passed, result.lines()
+    # a wrong rebuild under a right port is refused too, not reported as the port's difference
+    wrong = crosscheck.check_blocks(
+        "blocks_tiny:rebuilt_wrong",
+        reference="torch",
+        scheduler=threads_cluster.scheduler_address,
+        directory=str(tmp_path),
+    )
+    assert [r["status"] for r in wrong.records] == ["passed", "error", "error"]
+    assert "is not the model's block" in wrong.first["error"]
+
+
+def test_a_rebuilt_weight_one_ulp_away_is_not_the_models(tmp_path):
+    import torch
+
+    from crosscheck._workloads.port.blocks.record import load, prove_rebuilt, record
+
+    blocks = blocks_tiny.make()
+    entries = record(blocks, blocks.model(), str(tmp_path), seed=0, weights=True)
+    recorded = load(entries[1]["path"])
+    module = blocks.torch_block(1, "blocks.1")
+    module.load_state_dict({k: torch.as_tensor(v) for k, v in recorded.weights.items()})
+    prove_rebuilt("the block", recorded, module.eval())  # the model's: no error
+    with torch.no_grad():
+        module.fc1.weight[0, 0] = torch.nextafter(module.fc1.weight[0, 0], torch.tensor(2.0))
+    with pytest.raises(
+        ValueError, match=r"the block is not the model's block: its `fc1.weight` .* bit for bit"
+    ):
+        prove_rebuilt("the block", recorded, module)
+
+
+@pytest.fixture
+def released():
+    """Lets a hanging block's thread end once the test is done."""
+    blocks_tiny.RELEASE.clear()
+    yield
+    blocks_tiny.RELEASE.set()
+
+
+def test_a_block_past_its_time_limit_fails_by_name_and_the_checked_blocks_are_reported(
+    released, tmp_path, capsys, monkeypatch
+):
+    seen = []
+
+    class Recorder:  # the command's progress display: what it was told, as blocks finished
+        def __enter__(self):
+            return lambda what, done, total: seen.append((what, done, total))
+
+        def __exit__(self, *exc):
+            return None
+
+    monkeypatch.setattr("crosscheck._cli.blocks.progress_display", Recorder)
+    out = tmp_path / "blocks.json"
+    # 20 s: ten times what a tiny block takes here, on a loaded machine
+    argv = ["blocks", "--workload", "blocks_tiny:hanging", "--reference", "torch", "--timeout", "20"]
+    assert main([*argv, "--json", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert "\n  blocks.0  PASSED " in printed and "\n  blocks.2  PASSED " in printed
+    assert "\n  blocks.1  TIMEOUT  not checked: it did not finish within 20 s (its time limit)" in printed
+    assert "verdict: FAILED: the first block that was not checked is `blocks.1`" in printed
+    assert seen == [("blocks", 1, 3), ("blocks", 2, 3), ("blocks", 3, 3)]
+    data = json.loads(out.read_text())
+    assert [b["status"] for b in data["blocks"]] == ["passed", "timeout", "passed"]
+    assert data["options"]["timeout"] == 20
+
+
+@pytest.mark.parametrize("value", [0, -1.0, float("nan")], ids=["zero", "negative", "nan"])
+def test_a_time_limit_that_is_no_positive_number_is_one_line(value, capsys):
+    argv = ["blocks", "--workload", "blocks_tiny:healthy", "--reference", "torch", "--timeout", str(value)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "`--timeout` must be a positive number of seconds" in err and err.count("\n") == 1
+    with pytest.raises(ValueError, match="`timeout` must be a positive number of seconds"):
+        crosscheck.check_blocks(blocks_tiny.make(), reference="torch", timeout=value)
+
+
+def test_a_block_past_its_time_limit_on_a_worker_fails_by_name_too(released, threads_cluster, tmp_path):
+    result = crosscheck.check_blocks(
+        "blocks_tiny:hanging",
+        reference="torch",
+        scheduler=threads_cluster.scheduler_address,
+        directory=str(tmp_path),
+        timeout=20,  # ten times what a tiny block takes here, on a loaded machine
+    )
+    assert [(r["block"], r["status"]) for r in result.records] == [
+        ("blocks.0", "passed"),
+        ("blocks.1", "timeout"),
+        ("blocks.2", "passed"),
+    ]
+    assert result.first["error"] == "not checked: it did not finish within 20 s (its time limit)"
