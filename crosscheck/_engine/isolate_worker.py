@@ -24,8 +24,9 @@ import numpy as np
 from crosscheck._backends import BackendBroken, BackendUnavailable, backend_info
 from crosscheck._compare.constants import STORAGE_ROUNDOFF
 from crosscheck._compare.dtypes import aligned_empty, numpy_dtype
-from crosscheck._engine.call import guarded, to_array, to_arrays, unique, walk_arrays
+from crosscheck._engine.call import guarded, unique, walk_arrays
 from crosscheck._engine.quantity import QUANTITIES
+from crosscheck._engine.returned import to_array, to_arrays
 from crosscheck._errors import describe, one_line
 
 #: Backend methods a worker serves: each quantity's (``QUANTITIES``), ``activations`` (localization),

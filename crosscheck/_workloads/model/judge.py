@@ -38,10 +38,9 @@ from crosscheck._workloads.model.oracle.function import (
     Losses,
     Skip,
     difference,
-    numpy_function,
-    own_loss,
     plan,
 )
+from crosscheck._workloads.model.oracle.sources import numpy_function, own_loss
 from crosscheck._workloads.model.oracle.threads import threads_note
 from crosscheck._workloads.model.rounding import Divided, Rounding, measure
 from crosscheck._workloads.model.summary import against_oracle, summarize
@@ -95,7 +94,7 @@ class GenericJudge:
         self.differences: dict[str, Differences | Skip] = {}
         #: The candidate whose own loss is the anchor of "same function" (``prepare``), and its backend.
         self.anchor_candidate: tuple[str, Any] | None = None
-        #: A 16-bit case: per side measured, whether it computed in float32 (``rounding.unrounded``).
+        #: A 16-bit case: per side measured, whether it computed in float32 (``sixteen.unrounded``).
         self.wide_only: dict[str, bool] = {}
 
     def evaluate(self, backend: Any, call: Call) -> Any:

@@ -143,3 +143,19 @@ def _general(v: np.ndarray, a: np.ndarray, w: np.ndarray, scales: Scales) -> flo
             some = True
             np.copyto(r, 0.0, where=z)
     return terms.median_of_ratios(ratios, None, informative if some else None)
+
+
+def permitted(
+    wide: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]], dtype: str = "float32"
+) -> dict[str, np.ndarray]:
+    """Per entry, the difference ``dtype``'s rounding permits against the wider run (``terms.bound``),
+    from the wider gradient ``wide`` with the whole gradient's RMS as shared scale: never from the
+    difference measured."""
+    every = shared_scale(wide, shapes)
+    return {k: terms.bound(wide[k], every, dtype) for k in shapes}
+
+
+def shared_scale(wide: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> float:
+    """The RMS of the whole wider gradient, every parameter's entries together (``permitted``'s shared
+    scale), a parameter at a time (``whole.rms``: the same number as over their concatenation)."""
+    return whole.rms([wide[k] for k in shapes])

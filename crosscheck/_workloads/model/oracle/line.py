@@ -18,7 +18,7 @@ is handed the point once per difference and each direction's signs once (both th
 guarded call: private copies, compared bit for bit after the call, so an adapter that writes them fails
 as before); an evaluation hands it one number per tensor. A point the adapter holds still is not handed
 again (``Line.holding``): the judge differences a side's loss on the point its noise probe held
-(``function.own_loss``'s ``keep``), which saves a copy of the model handed and each adapter's buffers
+(``sources.own_loss``'s ``keep``), which saves a copy of the model handed and each adapter's buffers
 made afresh, a side (issue 38); and the float64 check of that loss before the probe reads its value at
 the point on the line (``at_point``), the point handed there once, not once more to ``loss``.
 
