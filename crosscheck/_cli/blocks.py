@@ -9,16 +9,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from crosscheck._cli.common import (
-    EXIT_FAIL,
-    EXIT_OK,
-    UsageError,
-    absolute_outputs,
-    add_backend_option,
-    check_outputs,
-    make_console,
-    write_json,
-)
+from crosscheck._cli.common import EXIT_FAIL, EXIT_OK, UsageError
+from crosscheck._cli.options import add_backend_option
+from crosscheck._cli.outputs import absolute_outputs, check_outputs, write_json
+from crosscheck._cli.terminal import make_console
 
 
 def register(subparsers: Any) -> None:

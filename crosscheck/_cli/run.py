@@ -11,24 +11,24 @@ import sys
 from typing import Any
 
 from crosscheck._backends import BUILTINS, DEFAULTS, install_hint
-from crosscheck._cli.common import (
-    UsageError,
-    absolute_outputs,
+from crosscheck._cli.common import UsageError
+from crosscheck._cli.options import (
     add_backend_option,
     add_case_options,
     add_tolerance_options,
     case_options_given,
+    check_tolerances,
+)
+from crosscheck._cli.outputs import (
+    absolute_outputs,
     check_outputs,
     check_plot_path,
-    check_tolerances,
-    make_console,
-    progress_display,
-    render_report,
     source_files,
     write_file,
     write_reports,
 )
 from crosscheck._cli.quiet import no_warnings
+from crosscheck._cli.terminal import make_console, progress_display, render_report
 from crosscheck._engine.quantity import QUANTITIES
 from crosscheck._errors import one_line
 

@@ -6,17 +6,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from crosscheck._cli.common import (
-    EXIT_FAIL,
-    EXIT_OK,
-    UsageError,
-    absolute_outputs,
-    add_case_options,
-    check_at_least,
-    check_output,
-    make_console,
-    write_json,
-)
+from crosscheck._cli.common import EXIT_FAIL, EXIT_OK, UsageError
+from crosscheck._cli.options import add_case_options, check_at_least
+from crosscheck._cli.outputs import absolute_outputs, check_output, write_json
+from crosscheck._cli.terminal import make_console
 from crosscheck._workloads.ste import WHY_SURROGATE
 
 

@@ -11,23 +11,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from crosscheck._cli.common import (
-    EXIT_FAIL,
-    EXIT_OK,
-    UsageError,
-    absolute_outputs,
+from crosscheck._cli.common import EXIT_FAIL, EXIT_OK, UsageError
+from crosscheck._cli.options import (
     add_backend_option,
     add_matrix_options,
     add_tolerance_options,
     check_at_least,
-    check_outputs,
-    escape,
-    make_console,
-    progress_display,
-    source_files,
-    write_file,
-    write_json,
 )
+from crosscheck._cli.outputs import absolute_outputs, check_outputs, source_files, write_file, write_json
+from crosscheck._cli.terminal import escape, make_console, progress_display
 from crosscheck._report.text import plain
 from crosscheck._sweep.config import MAX_CASES
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._backends.handed import let_go, same_bits
-from crosscheck._compare.compare import Comparison
+from crosscheck._compare.record import Comparison
 from crosscheck._engine.call import (
     Fresh,
     Once,
@@ -291,7 +291,7 @@ def _repeats(run: _Run, backend: Any, first: dict[str, np.ndarray], found: list[
     stateful or nondeterministic backend, e.g. a port that never zeroes ``.grad``; bitwise differences
     within rounding are noted as nondeterminism.
     """
-    bounds: dict[str, Any] = {}  # an array, or what `np.asarray` makes one of when read (`rounding.Bound`)
+    bounds: dict[str, Any] = {}  # an array, or what `np.asarray` makes one of when read (`measured.Bound`)
     for c in found:
         bounds.update(c.arrays.get("rounding", {}))
     notes: dict[str, Any] = {}

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from crosscheck._compare.compare import Comparison
 from crosscheck._compare.low import caveat
+from crosscheck._compare.record import Comparison
 from crosscheck._errors import one_line
 from crosscheck._report.environment import framework_lines
 from crosscheck._report.text import markup, plain, plural

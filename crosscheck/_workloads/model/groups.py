@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare import screening
-from crosscheck._compare.compare import Comparison
+from crosscheck._compare.record import Comparison
 from crosscheck._workloads.model import compare as model_compare
 from crosscheck._workloads.model.findings import Judging
 from crosscheck._workloads.model.oracle.directions import LOCALIZE_ENTRIES, DirectionalEstimate

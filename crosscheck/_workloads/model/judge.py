@@ -24,13 +24,14 @@ import numpy as np
 
 from crosscheck._backends import ORACLE
 from crosscheck._compare import low
-from crosscheck._compare.compare import Comparison, Kinks
 from crosscheck._compare.constants import OTHER_DTYPE, WIDEN
 from crosscheck._compare.dtypes import is_low
+from crosscheck._compare.record import Comparison, Kinks
 from crosscheck._report.report import Verdict
 from crosscheck._workloads.model.compare import Answer, Context, entries
 from crosscheck._workloads.model.declare import Workload
 from crosscheck._workloads.model.findings import Findings, Record
+from crosscheck._workloads.model.measured import Divided
 from crosscheck._workloads.model.oracle.estimate import Cost, estimate, seconds_per_evaluation
 from crosscheck._workloads.model.oracle.function import (
     Differences,
@@ -42,7 +43,7 @@ from crosscheck._workloads.model.oracle.function import (
 )
 from crosscheck._workloads.model.oracle.sources import numpy_function, own_loss
 from crosscheck._workloads.model.oracle.threads import threads_note
-from crosscheck._workloads.model.rounding import Divided, Rounding, measure
+from crosscheck._workloads.model.rounding import Rounding, measure
 from crosscheck._workloads.model.summary import against_oracle, summarize
 from crosscheck._workloads.model.zeros import Side, confirm, zero_tensors
 from crosscheck._workloads.protocol import Call, Options, Point, Reference

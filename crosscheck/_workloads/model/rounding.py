@@ -41,12 +41,9 @@ import numpy as np
 from crosscheck._compare import terms, whole
 from crosscheck._compare.constants import OTHER_DTYPE, UNIT_ROUNDOFF
 from crosscheck._compare.dtypes import is_low, unit_roundoff
-from crosscheck._workloads.model.measured import (  # noqa: F401  (Bound, Divided, made: re-exported)
-    Bound,
-    Divided,
+from crosscheck._workloads.model.measured import (
     Measured,
     Narrowed,
-    made,
 )
 from crosscheck._workloads.model.pinned import ran_in_float32
 from crosscheck._workloads.model.ratios import blocked, blockwise, shared_scale

@@ -1,6 +1,6 @@
 """The ReLU stack's float64 passes: ``forward`` (every activation and pre-activation) and ``backward``
 (``dloss/dz`` and ``dloss/dW``), used to size tolerances and error bars and to judge which entries a
-ReLU sign flip can move, never as the oracle's values (see ``rounding``, which re-exports them)."""
+ReLU sign flip can move, never as the oracle's values (``rounding`` models their rounding)."""
 
 from __future__ import annotations
 

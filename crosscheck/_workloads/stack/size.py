@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from crosscheck._backends import FRAMEWORKS as FRAMEWORKS
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack.judge import screen as _screen
 from crosscheck._workloads.stack.oracle import perturb as _perturb
@@ -53,7 +52,6 @@ FRAMEWORK_COPIES = 3
 #: peaks at 570 MiB resident with JAX and PyTorch, 359 MiB with PyTorch alone, 268 MiB with JAX alone
 #: (2026-12-05).
 RUNTIME = 288 * 2**20
-# FRAMEWORKS (from the backend registry): the prefixes of built-in names that run a framework here.
 
 
 def estimate(
