@@ -15,7 +15,7 @@ import threading
 
 import numpy as np
 
-from crosscheck._workloads.threads import workers
+from crosscheck._workloads.threadpools import workers
 
 #: Entries a thread computes at a time (256 KiB of float64: the product stays in cache for the sum).
 BLOCK = 1 << 15

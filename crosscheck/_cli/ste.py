@@ -10,7 +10,7 @@ from crosscheck._cli.common import EXIT_FAIL, EXIT_OK, UsageError
 from crosscheck._cli.options import add_case_options, check_at_least
 from crosscheck._cli.outputs import absolute_outputs, check_output, write_json
 from crosscheck._cli.terminal import make_console
-from crosscheck._workloads.ste import WHY_SURROGATE
+from crosscheck._workloads.ste_stack import WHY_SURROGATE
 
 
 def register(subparsers: Any) -> None:

@@ -10,7 +10,7 @@ import pytest
 import crosscheck
 from crosscheck._cli.main import main
 from crosscheck._evidence import ste as _ste_tool
-from crosscheck._workloads import ste as _ste
+from crosscheck._workloads import ste_stack as _ste
 from crosscheck._workloads.model.declare import Workload
 from crosscheck._workloads.registry import available_workloads, load_workload
 

@@ -41,8 +41,8 @@ from crosscheck._workloads.model.oracle.function import (
     difference,
     plan,
 )
+from crosscheck._workloads.model.oracle.one_thread import threads_note
 from crosscheck._workloads.model.oracle.sources import numpy_function, own_loss
-from crosscheck._workloads.model.oracle.threads import threads_note
 from crosscheck._workloads.model.rounding import Rounding, measure
 from crosscheck._workloads.model.summary import against_oracle, summarize
 from crosscheck._workloads.model.zeros import Side, confirm, zero_tensors

@@ -35,8 +35,8 @@ from crosscheck._workloads.model.findings import Judging, ZeroCheck
 from crosscheck._workloads.model.oracle.directions import directional, every_norm, make_directions
 from crosscheck._workloads.model.oracle.entries import FLOAT32_FRACTION, UNJUDGEABLE_FRACTION, OracleFailed
 from crosscheck._workloads.model.oracle.function import Skip, batch_guard, release
+from crosscheck._workloads.model.oracle.one_thread import one_thread
 from crosscheck._workloads.model.oracle.sources import own_loss
-from crosscheck._workloads.model.oracle.threads import one_thread
 from crosscheck._workloads.model.rounding import Rounding
 
 #: Directions per zero tensor and side (each ~8 loss evaluations).

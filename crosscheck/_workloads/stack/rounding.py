@@ -24,7 +24,7 @@ from crosscheck._compare import terms
 from crosscheck._compare.constants import SIGNIFICAND_BITS
 from crosscheck._compare.dtypes import roundoffs
 from crosscheck._workloads.stack.forward import Forward
-from crosscheck._workloads.stack.oracle import threads as _threads
+from crosscheck._workloads.stack.oracle import parallel as _parallel
 
 #: What each axis of the weights (and of their gradient) means: the index names of every comparison.
 INDEX_NAMES = ("layer", "row", "col")
@@ -109,7 +109,7 @@ MODEL_SAMPLES = 64
 MODEL_PARTS = 2
 
 
-@_threads.blas_on_one_thread
+@_parallel.blas_on_one_thread
 def rounding_model(
     fwd: Forward,
     deltas: list[np.ndarray],
@@ -144,7 +144,7 @@ def rounding_model(
     flops = rounding_flops(fwd, samples)
     pooled: list[Any] = []
     for index, found in sorted(
-        _threads.in_parallel(part, range(len(sizes)), flops=flops), key=lambda r: r[0]
+        _parallel.in_parallel(part, range(len(sizes)), flops=flops), key=lambda r: r[0]
     ):
         share = sizes[index] / sum(sizes)
         # In place, in the same order (0 + a == a exactly): no temporary of a gradient's size.

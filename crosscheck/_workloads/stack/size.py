@@ -22,8 +22,8 @@ from typing import Any
 
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack.judge import screen as _screen
+from crosscheck._workloads.stack.oracle import parallel as _parallel
 from crosscheck._workloads.stack.oracle import perturb as _perturb
-from crosscheck._workloads.stack.oracle import threads as _threads
 
 #: float64 ``(L, d, d)`` arrays alive at the peak: the tolerance's terms and totals, the kink judgement,
 #: the oracle's value, error bar and flags, each candidate's results (kept for the report), the inputs.
@@ -100,7 +100,7 @@ def estimate(
         parts["oracle"] = (
             DIRECTION_COPIES * layers * directions * dim * dim
             + 2 * f64 * directions * dim * dim
-            + f64 * CHUNK_BUFFERS * _perturb._CHUNK_VALUES * _threads.workers()
+            + f64 * CHUNK_BUFFERS * _perturb._CHUNK_VALUES * _parallel.workers()
         )
     elif quantity == "grad" and screens:
         # The full oracle: per entry, its perturbations' steps, values, errors and flags at each
@@ -109,7 +109,7 @@ def estimate(
         # (``screen.escalates``): which they are is known only after the screen, so the estimate
         # counts every layer.
         parts["oracle"] = f64 * (
-            ORACLE_ARRAYS * entries + CHUNK_BUFFERS * _perturb._CHUNK_VALUES * _threads.workers()
+            ORACLE_ARRAYS * entries + CHUNK_BUFFERS * _perturb._CHUNK_VALUES * _parallel.workers()
         ) + _paths(layers, batch, dim)
         if screened:
             parts["oracle"] += DIRECTION_COPIES * layers * directions * dim * dim  # int8 directions
@@ -124,7 +124,7 @@ def _paths(layers: int, batch: int, dim: int) -> int:
     per_row = 4 * layers * dim * dim
     if per_row * batch <= _perturb._PATH_CACHE_BYTES:
         return per_row * batch
-    return per_row * _threads.workers()
+    return per_row * _parallel.workers()
 
 
 def _screened(layers: int, batch: int, dim: int, quantity: str, mode: str, screens: bool) -> bool:

@@ -33,8 +33,8 @@ from crosscheck._workloads.model.oracle.entries import (
 from crosscheck._workloads.model.oracle.groups import JOINT, Group, drawn, joint
 from crosscheck._workloads.model.oracle.line import Line, on_line
 from crosscheck._workloads.model.oracle.line import directional as line_directional
+from crosscheck._workloads.model.oracle.one_thread import one_thread
 from crosscheck._workloads.model.oracle.precision import Precision
-from crosscheck._workloads.model.oracle.threads import one_thread
 from crosscheck._workloads.protocol import Call, Point, Progress
 
 #: ``auto`` differences entry by entry while that costs at most this many evaluations per function

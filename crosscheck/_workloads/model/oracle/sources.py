@@ -30,8 +30,8 @@ from crosscheck._workloads.model.oracle.budget import Clock
 from crosscheck._workloads.model.oracle.entries import OracleFailed, read_only
 from crosscheck._workloads.model.oracle.function import Function, Losses, Skip, batch_guard, release
 from crosscheck._workloads.model.oracle.line import Line, at_point, line_of
+from crosscheck._workloads.model.oracle.one_thread import one_thread
 from crosscheck._workloads.model.oracle.precision import probed
-from crosscheck._workloads.model.oracle.threads import one_thread
 from crosscheck._workloads.protocol import Call, Point
 
 

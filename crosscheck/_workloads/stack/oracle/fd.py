@@ -38,8 +38,8 @@ import numpy as np
 from crosscheck._compare import terms
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack.forward import Forward, backward, forward
+from crosscheck._workloads.stack.oracle import parallel as _parallel
 from crosscheck._workloads.stack.oracle import perturb as _perturb
-from crosscheck._workloads.stack.oracle import threads as _threads
 
 __all__ = ["OracleEstimate", "ScreenEstimate", "estimate", "screen"]
 
@@ -90,7 +90,7 @@ class ScreenEstimate:
     rounding: _stack.RoundingModel | None = None
 
 
-@_threads.blas_on_one_thread
+@_parallel.blas_on_one_thread
 def estimate(
     weights: np.ndarray,
     x: np.ndarray,
@@ -120,7 +120,7 @@ def estimate(
     sigmas = _perturb.output_sigmas(fwd)
     # Entries are independent: each layer in a few row blocks, earlier (costlier) layers first.
     d = shape[1]
-    split = min(d, _threads.workers()) if d >= _threads.MIN_PARALLEL_WIDTH else 1  # else serial
+    split = min(d, _parallel.workers()) if d >= _parallel.MIN_PARALLEL_WIDTH else 1  # else serial
     blocks = [(k, rows) for k in layers for rows in np.array_split(np.arange(d), split)]
     flops = 2.0 * len(layers) * x.shape[0] * d**4  # about what the layers' perturbed products cost
     # The loss evaluations share the rounded prefix of the stack, so the estimate is the derivative
@@ -134,8 +134,8 @@ def estimate(
     def model():
         return _stack.rounding_model(fwd, deltas, "float64")
 
-    with _threads.beside(model, width=d, flops=_stack.rounding_flops(fwd)) as rounded:
-        for count, size in _threads.in_parallel(layer, blocks, flops=flops, width=d):
+    with _parallel.beside(model, width=d, flops=_stack.rounding_flops(fwd)) as rounded:
+        for count, size in _parallel.in_parallel(layer, blocks, flops=flops, width=d):
             evaluations += count
             done += size
             if progress is not None:
@@ -145,7 +145,7 @@ def estimate(
     return OracleEstimate(**out, evaluations=evaluations, rounding=rounding)
 
 
-@_threads.blas_on_one_thread
+@_parallel.blas_on_one_thread
 def screen(
     weights: np.ndarray,
     x: np.ndarray,

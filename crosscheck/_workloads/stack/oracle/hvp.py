@@ -34,7 +34,7 @@ import numpy as np
 from crosscheck._compare import terms
 from crosscheck._compare.constants import OTHER_DTYPE, UNIT_ROUNDOFF
 from crosscheck._workloads.stack.forward import backward, forward
-from crosscheck._workloads.stack.oracle import threads as _threads
+from crosscheck._workloads.stack.oracle import parallel as _parallel
 
 #: Second word of the direction's seed: the gradient's screening directions use other streams.
 DIRECTION_STREAM = 0x487650
@@ -87,7 +87,7 @@ class HvpEstimate:
     evaluations: int
 
 
-@_threads.blas_on_one_thread
+@_parallel.blas_on_one_thread
 def kink_radius(weights: np.ndarray, x: np.ndarray, v: np.ndarray) -> tuple[float, tuple[int, int, int]]:
     """How far along ``v`` (``|t|``) no pre-activation can change sign, and the one that limits it."""
     fwd = forward(weights, x)
@@ -138,7 +138,7 @@ def _derivative_weights(n: int, r: float) -> tuple[np.ndarray, np.ndarray]:
     return unit * r, weights
 
 
-@_threads.blas_on_one_thread
+@_parallel.blas_on_one_thread
 def oracle_hvp(
     oracle: Any, weights: np.ndarray, x: np.ndarray, v: np.ndarray, *, layers: Any = None
 ) -> HvpEstimate:
@@ -147,7 +147,7 @@ def oracle_hvp(
     The loss is a sum over the rows of ``x``, so ``H v`` is the sum of each row's, and each row is
     differentiated within its own kink radius: a row near a kink costs precision to that row's share
     only (7 to 16 times tighter error bars than one radius for all rows, on gaussian d = 16 cases).
-    The rows run in parallel (``threads``); ``layers`` restricts the estimate (NaN elsewhere).
+    The rows run in parallel (``parallel``); ``layers`` restricts the estimate (NaN elsewhere).
     """
     w64, v64 = np.asarray(weights, np.float64), np.asarray(v, np.float64)
     radii, radius, at = _radii(w64, x, v64)
@@ -191,7 +191,7 @@ class HvpScreenEstimate:
     evaluations: int
 
 
-@_threads.blas_on_one_thread
+@_parallel.blas_on_one_thread
 def oracle_hvp_screen(
     oracle: Any, weights: np.ndarray, x: np.ndarray, v: np.ndarray, directions: np.ndarray
 ) -> HvpScreenEstimate:
@@ -259,7 +259,7 @@ def _along_v(w64, x, v64, radii, at_node, flops):
             total = [total[0] + value, total[1] + error, total[2] | kink, total[3] + evaluations]
         return n, nodes, total
 
-    pieces = _threads.in_parallel(one_row, range(x.shape[0]), flops=flops, width=w64.shape[1])
+    pieces = _parallel.in_parallel(one_row, range(x.shape[0]), flops=flops, width=w64.shape[1])
     rows = sorted(pieces, key=lambda r: r[0])
     value, error, kink, evaluations = rows[0][2]
     for _, _, (more_value, more_error, more_kink, more_evaluations) in rows[1:]:
