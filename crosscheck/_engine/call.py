@@ -248,7 +248,7 @@ def walk_arrays(
 def _each(value: Any, name: str, fn: Callable[[np.ndarray, str], np.ndarray]) -> Any:
     """``walk_arrays`` of one argument. A function of the module, not a closure that calls itself: that
     was a reference cycle holding ``fn``, and the private copies it keeps, past the guarded call until
-    the garbage collector ran (issue 38)."""
+    the garbage collector ran."""
     if isinstance(value, np.ndarray):
         return fn(value, name)
     if isinstance(value, dict) and any(isinstance(v, np.ndarray) for v in value.values()):

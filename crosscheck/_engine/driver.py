@@ -106,7 +106,7 @@ class Caller:
         after the call each is compared with its source cast the same way, a block at a time.
         ``once``: the dict is emptied by the call it is handed to, when the call returns and before its
         result is converted (``Once``): the arrays are freed then, where the caller holds no other
-        reference to them (issue 38: a float64 re-run's parameters were held beside the float64 copy
+        reference to them (a float64 re-run's parameters were held beside the float64 copy
         of its gradient, 8 bytes a parameter each)."""
         made = self._fresh.make(arrays, dtype)
         return Once(made) if once else made
@@ -259,7 +259,7 @@ def _writers(run: _Run) -> None:
 
 def _spent(found: list[Comparison]) -> list[Comparison]:
     """The comparisons as the report keeps them: without ``arrays["rounding"]``, the per-entry bounds that
-    only the repeat check reads (an array as large as the gradient per candidate, issue 38); the arrays a
+    only the repeat check reads (an array as large as the gradient per candidate); the arrays a
     plot draws stay."""
     return [
         dataclasses.replace(c, arrays={k: v for k, v in c.arrays.items() if k != "rounding"})
@@ -322,7 +322,7 @@ def _differences(first: dict, again: Any, bounds: dict) -> tuple[bool, int, str]
         b = again[key]
         if a.shape != b.shape or a.dtype != b.dtype:
             return True, 0, f"`{key}` came back as {b.dtype.name}{b.shape} after {a.dtype.name}{a.shape}"
-        if same_bits(a, b):  # a block at a time: no two copies of the tensor as bytes (issue 38)
+        if same_bits(a, b):  # a block at a time: no two copies of the tensor as bytes
             continue
         with np.errstate(invalid="ignore", over="ignore"):
             diff = np.abs(a.astype(np.float64) - b.astype(np.float64))

@@ -99,7 +99,7 @@ def _build(header: Any, arrays: list[np.ndarray]) -> Any:
     return build(header)
 
 
-# A message is sent as parts (issue 38): its JSON header, then each array's bytes as they are in memory,
+# A message is sent as parts: its JSON header, then each array's bytes as they are in memory,
 # in pieces of at most ``PIECE`` bytes, each received into its place in an array made for them. A
 # message made whole (``.npz`` in a growing buffer, its value, the header joined to it; the same read
 # back) held about five copies of every array, a whole model's float64 gradient among them.
@@ -285,7 +285,7 @@ def _serve(backend: Any, request: dict[str, Any]) -> dict[str, Any]:
 
     out = guarded(call, (), inputs=inputs)
     error, notes, seconds = out.error, dict(out.notes), out.seconds
-    box, value = [out.value], None  # converted with no other reference held here (issue 38)
+    box, value = [out.value], None  # converted with no other reference held here
     del out
     if error is None:
         value, error, more = _plain(box)

@@ -52,7 +52,7 @@ def to_arrays(
     out: dict[str, np.ndarray] = {}
     notes: dict[str, str] = {}
     # A copy of the mapping, emptied as it is converted: a result the backend no longer holds (a torch
-    # gradient) is freed a tensor at a time, not kept until every copy is made (issue 38).
+    # gradient) is freed a tensor at a time, not kept until every copy is made.
     items = dict(value.items())
     del value
     while items:

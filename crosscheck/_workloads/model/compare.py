@@ -155,7 +155,7 @@ def entries(
 def _reference(value: Any) -> np.ndarray:
     """A reference gradient as the comparison reads it: a float32 or float64 array as it is (every
     use widens it exactly, an entry or a block at a time: ``compare``'s blocks, ``terms.largest``,
-    ``_zeros_pass``), anything else widened to float64 (issue 38: a float64 copy of the token
+    ``_zeros_pass``), anything else widened to float64 (a float64 copy of the token
     embedding's gradient was 0.29 GiB of GPT-2 small's peak)."""
     ref = np.asarray(value)
     return ref if ref.dtype in (np.float32, np.float64) else ref.astype(np.float64)
@@ -168,7 +168,7 @@ ZEROS_CHUNK = 1 << 18
 def _zeros_pass(ref: np.ndarray, term: Any, error: Any, floor: Any, unjudgeable: Any) -> bool:
     """Whether zeros would pass: every judged ``|ref|`` within ``term + error + floor`` (summed in that
     order: the numbers of the whole tensor's sum), a block of rows of about ``ZEROS_CHUNK`` entries at
-    a time (issue 38: the sum, a copy of the judged entries and their magnitudes were four temporaries
+    a time (the sum, a copy of the judged entries and their magnitudes were four temporaries
     of the tensor's size)."""
     shape = ref.shape
     lead = shape or (1,)

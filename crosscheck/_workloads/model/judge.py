@@ -309,7 +309,7 @@ class GenericJudge:
         """The ``rounding`` term of every parameter, and how it was obtained (``rounding.measure``)."""
         other = OTHER_DTYPE[self.dtype]
         # the re-run's arrays go when its call returns, before its gradient is copied out of the backend
-        # (``once``; issue 38: the float64 parameters were held beside the float64 gradient)
+        # (``once``; the float64 parameters were held beside the float64 gradient)
         params, inputs = (
             call.cast(self.point.params, other, once=True),
             call.cast(self.point.inputs, other, once=True),

@@ -1,5 +1,5 @@
 """A parameter's measured rounding over what its dtype permits, its median entry made a block at a time
-(``rounding.measure``'s first pass, issue 38).
+(``rounding.measure``'s first pass).
 
 ``blocked`` is ``terms.median_ratio`` of the signed difference of a run and its re-run over the permit
 (``terms.bound`` of the wide result, with the whole gradient's RMS as shared scale), with the same
@@ -9,7 +9,7 @@ and the ratios were three float64 arrays of the tensor's size (0.87 GiB for GPT-
 Where no permit can be NaN (a spread and shared scale >= 0), no ratio has its sign bit set and the
 median is the one of the nonzero ratios past the zeros (``terms.median_past_zeros``): each block's
 ratios are made in a block's array, in cache, and only its nonzero ones kept, written one after the
-other into the array of ratios (whose pages past them are never touched: fewer fresh pages, issue 38's
+other into the array of ratios (whose pages past them are never touched: fewer fresh pages, less
 time); the entries left out (a zero difference where the wide result is 0 too: a dead unit's) are only
 counted. A block with a NaN or infinite difference, or a zero permit, is made again as ``median_ratio``
 makes it, entry by entry (``_as_before``). Else (a NaN shared scale) every ratio is kept and the median

@@ -148,7 +148,7 @@ def measure(
     re-run, read by no one after): a float32 case's signed difference is made in its float64 arrays,
     and each entry of ``again`` is dropped (None) once its difference is kept (``Narrowed``).
 
-    A parameter at a time, the largest last (issue 38): its ratio to the permit (a tensor's temporaries
+    A parameter at a time, the largest last: its ratio to the permit (a tensor's temporaries
     at a time), then its difference kept in float32 and, with ``consume``, its re-run's array dropped;
     a parameter beyond the permit is kept whole until the probe has said whether ``steps``."""
     other = OTHER_DTYPE[dtype]
@@ -213,7 +213,7 @@ def _keep(
 ) -> None:
     """``k``'s signed difference (``_signed``, clipped to ``bound``) kept in float32 (``Narrowed``), its
     RMS in float64 (the term's spread); with ``consume``, made in ``again``'s float64 array (a float32
-    case) and that array dropped from ``again`` (issue 38)."""
+    case) and that array dropped from ``again``."""
     signed = _signed(value[k], again[k], bound, dtype, own=consume and dtype == "float32")
     spread[k] = terms.rms(signed)
     delta.keep(k, signed, capped=bound is not None)

@@ -48,9 +48,9 @@ CHUNK_BUFFERS = 4
 ACTIVATION_ARRAYS = 6
 #: Per framework candidate: its copies of the inputs, its activations and its gradient, in its dtype.
 FRAMEWORK_COPIES = 3
-#: What each framework's runtime and allocator holds beyond the arrays: ``crosscheck run --dim 16``
-#: peaks at 570 MiB resident with JAX and PyTorch, 359 MiB with PyTorch alone, 268 MiB with JAX alone
-#: (2026-12-05).
+#: What each framework's runtime and allocator holds beyond the arrays: about half the resident peak of
+#: ``crosscheck run --dim 16`` with JAX and PyTorch (``docs/measurements/memory.md``, "A framework's
+#: runtime").
 RUNTIME = 288 * 2**20
 
 

@@ -189,7 +189,7 @@ def _difference(function: Function, params: dict, chosen: Plan, guard: Any, tick
 def _group(diffs: Differences, group: Group, source: dict, count: int, guard: Any, tick: Any):
     """The oracle along ``count`` directions of ``group`` (cached on ``diffs``) at the point's own
     parameters ``source`` (what the directions drawn are keyed by): along the adapter's line, the point
-    is cast to float64 where it is handed (``Line.hold``), else here (issue 38: a float64 copy of the
+    is cast to float64 where it is handed (``Line.hold``), else here (a float64 copy of the
     model a side fewer)."""
     line = diffs.function.line
     if group not in diffs.groups and line is not None and on_line(diffs.function.fn, group.sizes, count):

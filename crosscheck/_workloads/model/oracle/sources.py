@@ -119,7 +119,7 @@ def _own_loss(
     i64 = read_only(as_dtype(point.inputs, "float64"))
     line = line_of(backend, call, i64, point.params)
     # float32 first, arrays made for the call and handed without a second copy: not beside the float64
-    # point the line then holds (issue 38); no float64 copy of the oracle's own: the line is handed a
+    # point the line then holds; no float64 copy of the oracle's own: the line is handed a
     # cast made for it (``Line.hold``), the probe without a line makes its own
     p, i = call.cast(point.params, "float32", once=True), call.cast(point.inputs, "float32", once=True)
     narrow = call(loss, p, i, convert="array")
