@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack.forward import forward
 from crosscheck._workloads.stack.oracle import fd as _fd
 from crosscheck._workloads.stack.oracle.fd import OracleEstimate, ScreenEstimate
 
@@ -88,7 +88,7 @@ class FiniteDifferenceOracle:
 
     def activations(self, weights: np.ndarray, x: np.ndarray) -> np.ndarray:
         """The float64 forward activations ``y[1] .. y[L]``, shape ``(L, N, d)``."""
-        return np.stack(_stack.forward(weights, x).ys[1:])
+        return np.stack(forward(weights, x).ys[1:])
 
     def info(self) -> dict[str, str]:
         return {

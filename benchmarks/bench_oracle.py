@@ -50,7 +50,7 @@ from rich.console import Console
 from rich.table import Table
 
 import crosscheck
-from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack.forward import forward
 from crosscheck._workloads.stack.judge.screen import sign_directions
 from crosscheck._workloads.stack.oracle import perturb, threads
 from crosscheck._workloads.stack.oracle.hvp import direction
@@ -65,7 +65,7 @@ def inputs(dim: int, batch: int, dtype: str = "float64") -> tuple[np.ndarray, np
 
 def floor_flops(weights: np.ndarray, x: np.ndarray) -> tuple[float, float]:
     """The flops of the floor and of the all-rows floor on this case (see the module doc)."""
-    fwd = _stack.forward(weights, x)
+    fwd = forward(weights, x)
     batch, d = x.shape[0], weights.shape[1]
     on = [np.count_nonzero(mask, axis=1) for mask in fwd.masks]  # per layer, per batch row
     own, every = 0.0, 0.0

@@ -133,7 +133,7 @@ def measure(workload, seed: int, mode: str) -> tuple[int, int, np.ndarray, np.nd
         x = {k: torch.tensor(v, dtype=dtype) for k, v in inputs.items()}
         return float(fn({k: torch.tensor(v, dtype=dtype) for k, v in p.items()}, x))
 
-    # The rounding of one evaluation, as the judge measures it (``oracle.function.own_loss``).
+    # The rounding of one evaluation, as the judge measures it (``oracle.sources.own_loss``).
     noise = WIDEN * abs(loss(params, torch.float32) - loss(params))
     if mode == "entries":
         est = fd_entries.estimate(loss, params, noise=noise)

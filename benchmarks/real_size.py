@@ -505,7 +505,7 @@ def run_along(workload: Any, params: dict, inputs: dict, count: int = 4) -> dict
     thread, as the oracle evaluates."""
     import numpy as np
 
-    from crosscheck._workloads.model.oracle.threads import one_thread
+    from crosscheck._workloads.model.oracle.one_thread import one_thread
 
     rng = np.random.default_rng(0)
     signs = {

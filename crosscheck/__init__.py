@@ -7,7 +7,7 @@ from crosscheck._backends import Backend as Backend
 from crosscheck._backends import BackendBroken as BackendBroken
 from crosscheck._backends import BackendUnavailable as BackendUnavailable
 from crosscheck._backends import load_backend as load_backend
-from crosscheck._compare.compare import Comparison as Comparison
+from crosscheck._compare.record import Comparison as Comparison
 from crosscheck._engine.records import Execution as Execution
 from crosscheck._engine.records import Oracle as Oracle
 from crosscheck._engine.records import Slack as Slack

@@ -1,4 +1,5 @@
-"""Shared fixtures: a backend fixture over the built-ins, skipping one that is not installed."""
+"""Shared fixtures: a backend fixture over the built-ins, skipping one that is not installed; and what the
+run collected (``support/collected.py``), for the suite page's figure."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import pytest
 import crosscheck
 
 sys.path.insert(0, str(Path(__file__).parent / "support"))  # planted, hostile, ... (tests/support/)
+
+import collected
 
 BUILTINS = ["jax", "torch", "numpy-fd"]
 
@@ -30,3 +33,20 @@ def backend(request):
 @pytest.fixture(params=["jax", "torch"])
 def autodiff_backend(request):
     return _load(request.param)
+
+
+def pytest_sessionstart(session):
+    collected.started()
+
+
+def pytest_collectreport(report):
+    if report.skipped:  # a module skipped at collection (a framework not installed)
+        collected.RUN["skipped"] += 1
+
+
+def pytest_deselected(items):
+    collected.RUN["deselected"] += len(items)
+
+
+def pytest_collection_finish(session):
+    collected.finished([item.path for item in session.items])

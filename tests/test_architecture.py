@@ -1,4 +1,5 @@
-"""Size guards that measure concerns: statements per module and per function, and no ``# fmt: skip``.
+"""Size guards that measure concerns: statements per module and per function, lines per module, and no
+``# fmt: skip``.
 
 A long module or function is where two concerns have grown together; the limits keep each one small
 enough to read in one sitting (style.md items 7 and 13). The measure is the number of statements (the
@@ -9,7 +10,9 @@ out one entry a line costs nothing. A function counts the statements of the func
 
 The limits sit just above the largest of today's modules (about 225 statements, one concern each) and
 functions (about 40): a module that grows a second concern of any size fails, and so does a function
-doing two things. ``# fmt: skip`` is allowed nowhere in the package or its adapters outside the short
+doing two things. A module is also held to ``MAX_MODULE_LINES`` lines, docstrings and comments
+included: what a newcomer reads in one sitting (a module whose prose outgrows its code has become two
+topics too). ``# fmt: skip`` is allowed nowhere in the package or its adapters outside the short
 ``ALLOWED_SKIPS`` (each entry with its reason), so the code is what the formatter makes of it. The
 layers themselves are checked by import-linter (``nox -s lint``).
 """
@@ -27,6 +30,7 @@ from paths import ROOT
 PACKAGES = ("crosscheck", "backends")
 MAX_MODULE_STATEMENTS = 250
 MAX_FUNCTION_STATEMENTS = 40
+MAX_MODULE_LINES = 400
 #: Modules where a ``# fmt: skip`` is allowed, each with why (a table whose layout is its meaning, say).
 ALLOWED_SKIPS: dict[str, str] = {}
 SKIP = "# fmt: " + "skip"  # spelled in two so this file does not hold the marker it looks for
@@ -66,14 +70,19 @@ def statements(node: ast.AST) -> int:
 
 
 def offenders() -> list[str]:
-    """``path (N statements)`` and ``path: function (N statements)`` for each one over its limit."""
+    """``path (N statements)``, ``path (N lines)`` and ``path: function (N statements)`` for each one over
+    its limit."""
     found = []
     for path in _modules():
         name = path.relative_to(ROOT).as_posix()
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=name)
+        text = path.read_text(encoding="utf-8")
+        tree = ast.parse(text, filename=name)
         count = statements(tree)
         if count > MAX_MODULE_STATEMENTS:
             found.append(f"{name} ({count} statements)")
+        lines = len(text.splitlines())
+        if lines > MAX_MODULE_LINES:
+            found.append(f"{name} ({lines} lines)")
         for qualname, node in _functions(tree):
             count = statements(node)
             if count > MAX_FUNCTION_STATEMENTS:
@@ -133,11 +142,13 @@ def test_the_guard_finds_what_is_over_the_limits(monkeypatch, tmp_path):
     (package / "long.py").write_text(f"def long():\n{body}\n    return x0\n\n\ndef short():\n    return 1\n")
     (package / "big.py").write_text("\n".join(f"y{i} = {i}" for i in range(MAX_MODULE_STATEMENTS + 1)))
     (package / "skips.py").write_text(f"z = 1\nw = (1,  2)  {SKIP}\n")
+    (package / "wordy.py").write_text('"""' + "\n" * MAX_MODULE_LINES + '"""\nv = 1\n')
     monkeypatch.setitem(globals(), "ROOT", tmp_path)
     monkeypatch.setitem(globals(), "PACKAGES", ("crosscheck",))
     assert offenders() == [
         f"crosscheck/big.py ({MAX_MODULE_STATEMENTS + 1} statements)",
         f"crosscheck/long.py: long ({MAX_FUNCTION_STATEMENTS + 2} statements)",
+        f"crosscheck/wordy.py ({MAX_MODULE_LINES + 2} lines)",
     ]
     assert [s.split(": ", 1)[0] for s in format_skips()] == ["crosscheck/skips.py:2"]
 
@@ -145,7 +156,10 @@ def test_the_guard_finds_what_is_over_the_limits(monkeypatch, tmp_path):
 def test_modules_and_functions_stay_small():
     found = offenders()
     if found:
-        limits = f"over {MAX_MODULE_STATEMENTS} statements a module or {MAX_FUNCTION_STATEMENTS} a function"
+        limits = (
+            f"over {MAX_MODULE_STATEMENTS} statements or {MAX_MODULE_LINES} lines a module, or "
+            f"{MAX_FUNCTION_STATEMENTS} statements a function"
+        )
         pytest.fail(f"{len(found)} over the limits ({limits}):\n" + "\n".join(found), pytrace=False)
 
 

@@ -18,10 +18,11 @@ from typing import ClassVar
 import hostile
 import numpy as np
 import pytest
+from paths import ROOT
 
 import crosscheck
 from crosscheck._cli.main import main
-from crosscheck._files import available_memory, load_array, read_array
+from crosscheck._files import available_memory, format_bytes, load_array, read_array
 from crosscheck._workloads.stack.case import Case, make_inputs
 
 SMALL = ["--layers", "3", "--batch", "4", "--dim", "4"]
@@ -321,3 +322,33 @@ def test_a_sweep_output_that_is_its_implicit_configuration_is_refused(tmp_path, 
     assert main(["sweep", "--json", "pyproject.toml"]) == 2
     assert "it is the configuration this sweep reads, which it would overwrite" in _err(capsys)
     assert Path("pyproject.toml").read_text() == before
+
+
+@pytest.mark.parametrize(
+    ("n", "said"),
+    [
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1536, "1.5 KiB"),
+        (3 * 2**20, "3 MiB"),
+        (2**30, "1 GiB"),
+        (3 * 2**40, "3 TiB"),
+    ],
+    ids=["zero", "bytes", "KiB", "MiB", "GiB", "TiB"],
+)
+def test_format_bytes_says_each_unit(n, said):
+    assert format_bytes(n) == said
+
+
+def test_one_format_bytes_for_the_engine_and_the_command_line():
+    """A byte count reads the same in an error and in a table: one ``format_bytes``, in ``_files``, which
+    the command's tables (``memory``, ``inspect``) use too (a second copy there stopped at GiB)."""
+    from crosscheck._cli import inspect, memory
+
+    homes = sorted(
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "crosscheck").rglob("*.py")
+        if "def format_bytes(" in p.read_text(encoding="utf-8")
+    )
+    assert homes == ["crosscheck/_files.py"]
+    assert memory.format_bytes is inspect.format_bytes is format_bytes

@@ -182,7 +182,7 @@ def test_the_same_workload_and_port_behaving_pass(make):
 
 
 def test_a_backend_named_like_an_emoji_code_prints_as_written(capsys):
-    from crosscheck._cli.common import make_console
+    from crosscheck._cli.terminal import make_console
     from crosscheck._report.text import plain
 
     make_console().print(plain("mod:factory: failed: RuntimeError: :fire:"), markup=False)

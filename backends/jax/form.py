@@ -2,10 +2,11 @@
 every core this process may use (``workers``: fewer where ``OMP_NUM_THREADS`` asks for fewer).
 
 The sum is memory-bound: 17 bytes read and 8 written an entry, 124 million entries a point on GPT-2
-small, 86 points a side for the oracle's default reference (issue 38). One NumPy thread formed a point in
-0.10 s; two threads, each a contiguous half of the entries, in 0.06 s (this project's 2-core machine,
-idle, 2026-12-05). NumPy gives the GIL back inside its loops, so the threads run at once. Each entry is
-computed as one thread would: ``signs * c`` (exact for signs of -1, 0 and 1), then the sum, rounded once.
+small, 86 points a side for the oracle's default reference. Two threads, each a contiguous half of the
+entries, form a point in about 60% of one thread's time (``docs/measurements/real-size.md``, "the default
+reference's evaluations on every core"). NumPy gives the GIL back inside its loops, so the threads run at
+once. Each entry is computed as one thread would: ``signs * c`` (exact for signs of -1, 0 and 1), then
+the sum, rounded once.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import threading
 
 import numpy as np
 
-from crosscheck._workloads.threads import workers
+from crosscheck._workloads.threadpools import workers
 
 #: Entries a thread computes at a time (256 KiB of float64: the product stays in cache for the sum).
 BLOCK = 1 << 15

@@ -25,8 +25,8 @@ def _wide(*groups: dict[str, np.ndarray]) -> bool:
 def _sent(value: Any) -> jax.Array:
     """A device copy of ``value``, complete when returned (the caller may write into ``value`` next).
 
-    ``jax.device_put(may_alias=False)`` copies in about half the time ``jnp.array`` takes on the CPU
-    (issue 38), to the same dtype under the same x64 flag; but despite its documentation it sometimes
+    ``jax.device_put(may_alias=False)`` copies in about half the time ``jnp.array`` takes on the CPU,
+    to the same dtype under the same x64 flag; but despite its documentation it sometimes
     returns an array that shares ``value``'s memory (seen for small arrays, JAX 0.10): then
     ``jnp.array``'s copy is taken, which never does."""
     value = np.asarray(value)
@@ -39,7 +39,7 @@ def _sent(value: Any) -> jax.Array:
 def _lent(arrays: dict[str, np.ndarray]) -> dict[str, jax.Array]:
     """Device arrays of ``arrays`` for one ``grad`` call, each read in place where XLA's CPU client can
     (a 64-byte aligned array, as the engine hands them: ``dtypes.aligned_copy``), else copied: no device
-    copy of the model beside the NumPy one (issue 38: in the float64 re-run, 8 bytes a parameter). Safe
+    copy of the model beside the NumPy one (in the float64 re-run, 8 bytes a parameter). Safe
     for arrays nobody writes into while the device arrays live, and XLA does not write to arguments it
     was not donated: ``grad``'s, dropped when it returns, after its results are read (``np.asarray``
     waits for them; whatever ``grad`` returns is copied by the engine, ``to_array``, so a result that
@@ -60,8 +60,8 @@ class Resident:
     """The device arrays of the last call's arrays, reused where a call passes the same bits again.
 
     The oracle evaluates the loss many times at points that differ in one tensor (a direction, an entry):
-    copying every parameter array to the device on each call cost more than the forward pass itself
-    (issue 38). An array whose bits equal those of the device array made from it last time (compared,
+    copying every parameter array to the device on each call cost more than the forward pass itself.
+    An array whose bits equal those of the device array made from it last time (compared,
     never assumed: the caller may have written into it; on the CPU the device array is read in place,
     no copy) is not sent again. ``sent`` counts the arrays sent to the device.
     """
@@ -188,7 +188,7 @@ class JaxWorkloadBackend:
         """Keep the point on the device for ``loss_along`` (the oracle's evaluations along a line,
         ``oracle.line``), under x64 where it is float64: the arrays handed, read in place (``_lent``).
         They are the engine's private copies, which nobody writes into or reuses once the call returns
-        (``oracle.line``); a device copy of each cost 1 GB of fresh memory on GPT-2 small (issue 38)."""
+        (``oracle.line``); a device copy of each cost 1 GB of fresh memory on GPT-2 small."""
         self.release_evaluations()
         wide = _wide(params, inputs)
         with jax.enable_x64(wide):
@@ -232,7 +232,7 @@ class JaxWorkloadBackend:
         and 1 and the sum rounded once, as the oracle's own evaluator and the PyTorch adapter form
         them. Formed inside XLA, the tensors that feed a matrix product (a model's layers: 85M float64
         entries on GPT-2 small) were new memory each call, its pages faulted in afresh: 0.36 s and
-        0.63 GiB of page faults a call, against 0.043 s for the forward pass (issue 38). A buffer is
+        0.63 GiB of page faults a call, against 0.043 s for the forward pass. A buffer is
         written only between calls, after the last call's result was read."""
         params, _, _ = self._held_point()
         signs = self._signs[name]
@@ -261,7 +261,7 @@ class JaxWorkloadBackend:
         """Drop the device arrays the last ``loss``/``losses`` calls hold (``Resident``) and the held point
         and signs (``hold_point``): the oracle calls it when it is done with this side's differences, so
         that this side's float64 copy of the model is not held while the other side's loss is
-        differenced (issue 38)."""
+        differenced."""
         self.resident.clear()
         self._point, self._signs, self._buffers = None, {}, {}
         let_go()  # XLA gives the point and signs it read in place back now

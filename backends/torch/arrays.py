@@ -45,7 +45,7 @@ def share(array: np.ndarray, **options: Any) -> Any:
 
     Only for an array nobody else holds: the engine's guarded call hands a backend private copies and
     compares each bit for bit after the call with what it was copied from, so a write into the shared
-    memory fails the call as a write into a copy would not (issue 38: a copy of every parameter saved
+    memory fails the call as a write into a copy would not (a copy of every parameter saved
     on each gradient)."""
     import torch
 

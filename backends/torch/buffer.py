@@ -3,7 +3,7 @@
 A port's PyTorch forward (``torch_side.call``) copies every tensor it is handed and compares each after
 the forward, to name a write into one (the rule: a forward leaves its inputs, parameters and buffers as
 they were). Along a line those tensors are the adapter's buffer, rewritten whole each evaluation: a
-copy of the model per evaluation, most of the forward's cost on GPT-2 small (issue 38). The adapter
+copy of the model per evaluation, most of the forward's cost on GPT-2 small. The adapter
 knows what the buffer holds (``point + c * signs``, or the point), so it hands ``torch_side.call`` a test
 of that instead (``crosscheck._backends.handed``, as the engine's guarded call hands its own arrays'
 tests): each tensor recomputed blockwise after the forward and compared bit for bit with the buffer.
@@ -77,7 +77,7 @@ def form(into: torch.Tensor, base: torch.Tensor, signs: torch.Tensor, c: float) 
     float64, then ``torch.add(base, into, alpha=c)``; a block of ``BLOCK`` entries at a time where all
     three are contiguous and of one shape, each block's copy still in cache for its sum (one pass over
     memory fewer: 0.077 to 0.059 s a point on GPT-2 small's 124 million entries, this project's 2-core
-    machine, issue 38). Each entry gets the same operations on the same numbers either way: the same
+    machine). Each entry gets the same operations on the same numbers either way: the same
     bits."""
     same = into.shape == base.shape == signs.shape
     if not (same and into.is_contiguous() and base.is_contiguous() and signs.is_contiguous()):
@@ -95,7 +95,7 @@ def _holds(held: np.ndarray, base: np.ndarray, signs: np.ndarray, c: np.float64)
     """Whether ``held`` is ``base + c * signs`` (the product exact, the sum rounded once), bit for bit:
     recomputed a block at a time by the ops that formed it (``copy_`` of the signs, ``torch.add`` with
     ``alpha``), on PyTorch's threads (0.06 s against NumPy's 0.13 s for GPT-2 small's 124 million
-    entries on this project's 2-core machine, issue 38)."""
+    entries on this project's 2-core machine)."""
     h, b, s = (torch.from_numpy(a) for a in (held, base, signs))
     tmp = torch.empty(min(BLOCK, h.numel()), dtype=torch.float64)
     for i in range(0, h.numel(), BLOCK):

@@ -20,7 +20,7 @@ class Resident:
     """The tensors of the last ``loss`` call, reused where a call passes the same bits again.
 
     The oracle evaluates the loss many times at points that differ in one tensor: copying every
-    parameter array on each call cost as much as the forward pass (issue 38). A held tensor is over the
+    parameter array on each call cost as much as the forward pass. A held tensor is over the
     memory of an array handed (``share``: the engine's private copy, compared bit for bit after the
     call, so a model that writes into it fails the call; copied only where torch cannot wrap it); one
     whose bits equal the array passed now (compared each call, never assumed) is passed again, any

@@ -5,7 +5,7 @@ was copied from, or the source it was cast from).
 The engine's guarded call (``crosscheck._engine.call.guarded``) lists them here (``handing``); code
 running inside the call that must know at once whether something wrote into a handed array (the
 PyTorch side of a port names the tensor its forward changed: ``torch_side.call``) asks ``test_of``
-instead of keeping a copy of its own to compare with (issue 38: a copy of every parameter, 4 or 8
+instead of keeping a copy of its own to compare with (a copy of every parameter, 4 or 8
 bytes each, made and compared on each forward pass). Only an array that is exactly one handed (the
 same memory, shape, dtype and strides) has a test; for anything else the caller keeps its copy.
 """
@@ -75,7 +75,7 @@ def same_bits(a: np.ndarray, b: np.ndarray, block: int = 1 << 20) -> bool:
 
 
 def let_go() -> None:
-    """Let a framework give back now the arrays it read in place (issue 38).
+    """Let a framework give back now the arrays it read in place.
 
     JAX reads a 64-byte aligned NumPy array without a copy (``jax.device_put(may_alias=True)``, as the
     JAX adapter's gradient does), and XLA gives back its reference to the array only at its own garbage

@@ -9,17 +9,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from crosscheck._cli.common import (
-    EXIT_FAIL,
-    EXIT_OK,
-    UsageError,
-    absolute_outputs,
-    add_backend_option,
-    check_writes,
-    make_console,
-    progress_display,
-    write_json,
-)
+from crosscheck._cli.common import EXIT_FAIL, EXIT_OK, UsageError
+from crosscheck._cli.options import add_backend_option
+from crosscheck._cli.outputs import absolute_outputs, check_writes, write_json
+from crosscheck._cli.terminal import make_console, progress_display
 
 
 def register(subparsers: Any) -> None:
@@ -70,7 +63,8 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Check the blocks and print one line per block, the verdict and what the check cannot see."""
     from crosscheck._engine.records import check_timeout
-    from crosscheck._sweep.blocks import check_blocks, check_directory, check_sides
+    from crosscheck._sweep.block_rules import check_directory, check_sides
+    from crosscheck._sweep.blocks import check_blocks
 
     check_writes(args, {"--json": "json"}, specs=[args.workload, *(args.backend or []), args.reference])
     if ":" not in args.workload:

@@ -10,19 +10,11 @@ import argparse
 from typing import Any
 
 from crosscheck._backends import DECLARED
-from crosscheck._cli.common import (
-    EXIT_FAIL,
-    EXIT_OK,
-    UsageError,
-    add_backend_option,
-    add_case_options,
-    check_at_least,
-    check_writes,
-    escape,
-    format_bytes,
-    make_console,
-    write_json,
-)
+from crosscheck._cli.common import EXIT_FAIL, EXIT_OK, UsageError
+from crosscheck._cli.options import add_backend_option, add_case_options, check_at_least
+from crosscheck._cli.outputs import check_writes, write_json
+from crosscheck._cli.terminal import escape, make_console
+from crosscheck._files import format_bytes
 
 #: What `inspect` looks at when no backend is named: every built-in with a structure to inspect (each
 #: framework's backends, in the registry's order: jax, jax-plain, ..., torch, torch-plain, ...).

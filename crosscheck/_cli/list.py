@@ -9,7 +9,8 @@ import argparse
 import json
 from typing import Any
 
-from crosscheck._cli.common import EXIT_OK, escape, make_console
+from crosscheck._cli.common import EXIT_OK
+from crosscheck._cli.terminal import escape, make_console
 from crosscheck._report.text import plain
 
 

@@ -9,17 +9,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from crosscheck._cli.common import (
-    EXIT_OK,
-    UsageError,
-    add_case_options,
-    check_at_least,
-    check_writes,
-    escape,
-    format_bytes,
-    make_console,
-    write_json,
-)
+from crosscheck._cli.common import EXIT_OK, UsageError
+from crosscheck._cli.options import add_case_options, check_at_least
+from crosscheck._cli.outputs import check_writes, write_json
+from crosscheck._cli.terminal import escape, make_console
+from crosscheck._files import format_bytes
 
 
 def register(subparsers: Any) -> None:

@@ -8,7 +8,9 @@ import argparse
 import sys
 from typing import Any
 
-from crosscheck._cli.common import EXIT_FAIL, EXIT_OK, UsageError, add_backend_option, make_console
+from crosscheck._cli.common import EXIT_FAIL, EXIT_OK, UsageError
+from crosscheck._cli.options import add_backend_option
+from crosscheck._cli.terminal import make_console
 from crosscheck._errors import one_line
 from crosscheck._report.text import markup
 

@@ -11,22 +11,22 @@ import sys
 from typing import Any
 
 from crosscheck._backends import BUILTINS, DEFAULTS, install_hint
-from crosscheck._cli.common import (
-    UsageError,
+from crosscheck._cli.common import UsageError
+from crosscheck._cli.options import (
     add_backend_option,
     add_case_options,
     add_tolerance_options,
     case_options_given,
-    check_plot_path,
     check_tolerances,
+)
+from crosscheck._cli.outputs import (
+    check_plot_path,
     check_writes,
-    make_console,
-    progress_display,
-    render_report,
     write_file,
     write_reports,
 )
 from crosscheck._cli.quiet import no_warnings
+from crosscheck._cli.terminal import make_console, progress_display, render_report
 from crosscheck._engine.quantity import QUANTITIES
 from crosscheck._errors import one_line
 

@@ -6,17 +6,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from crosscheck._cli.common import (
-    EXIT_FAIL,
-    EXIT_OK,
-    UsageError,
-    add_case_options,
-    check_at_least,
-    check_writes,
-    make_console,
-    write_json,
-)
-from crosscheck._workloads.ste import WHY_SURROGATE
+from crosscheck._cli.common import EXIT_FAIL, EXIT_OK, UsageError
+from crosscheck._cli.options import add_case_options, check_at_least
+from crosscheck._cli.outputs import check_writes, write_json
+from crosscheck._cli.terminal import make_console
+from crosscheck._workloads.ste_stack import WHY_SURROGATE
 
 
 def register(subparsers: Any) -> None:

@@ -11,21 +11,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from crosscheck._cli.common import (
-    EXIT_FAIL,
-    EXIT_OK,
-    UsageError,
+from crosscheck._cli.common import EXIT_FAIL, EXIT_OK, UsageError
+from crosscheck._cli.options import (
     add_backend_option,
     add_matrix_options,
     add_tolerance_options,
     check_at_least,
+)
+from crosscheck._cli.outputs import (
     check_writes,
-    escape,
-    make_console,
-    progress_display,
     write_file,
     write_json,
 )
+from crosscheck._cli.terminal import escape, make_console, progress_display
 from crosscheck._report.text import plain
 from crosscheck._sweep.config import MAX_CASES
 

@@ -1,7 +1,7 @@
 """Entry-by-entry comparison of a candidate with a reference, into records; never raises on a mismatch.
 
 The records (``Tolerance``, ``Kinks``, ``Comparison``) live in ``record``, the one message format in
-``message``; both are re-exported here, where every judge imports them from.
+``message``: a judge imports each from its home.
 """
 
 from __future__ import annotations
@@ -13,12 +13,8 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare.entries import Scan, scan
-from crosscheck._compare.message import index_text as index_text
-from crosscheck._compare.message import mismatch_message as mismatch_message
-from crosscheck._compare.record import Comparison as Comparison
-from crosscheck._compare.record import Kinks as Kinks
-from crosscheck._compare.record import Tolerance as Tolerance
-from crosscheck._compare.record import keeps_plot_arrays
+from crosscheck._compare.message import mismatch_message
+from crosscheck._compare.record import Comparison, Kinks, Tolerance, keeps_plot_arrays
 from crosscheck._compare.terms import TERM_HELP
 
 

@@ -104,3 +104,11 @@ def arithmetic(backend: object) -> Arithmetic | None:
     except Exception:  # a capability that fails says nothing: judged as before
         return None
     return found if isinstance(found, Arithmetic) else None
+
+
+def scale(device: Arithmetic | None, dtype: str) -> float:
+    """How many times float32's unit roundoff ``device`` rounds a ``dtype`` (float32) result at: what a
+    rounding model made for float32 is scaled by (1: no device, or no float32 case)."""
+    if device is None or device.unit is None or dtype != "float32":
+        return 1.0
+    return max(1.0, device.unit / unit_roundoff("float32"))

@@ -52,7 +52,7 @@ ALIGN = 64
 def aligned_copy(array: np.ndarray, dtype: Any = None) -> np.ndarray:
     """A copy of ``array`` (in ``dtype``: as ``astype`` casts), its data ``ALIGN``-byte aligned, in
     ``array``'s memory order (Fortran order kept, anything else C): the same values as ``astype`` or
-    ``np.array(copy=True)``, which a JAX backend can then read without a device copy (issue 38)."""
+    ``np.array(copy=True)``, which a JAX backend can then read without a device copy."""
     array = np.asarray(array)
     target = array.dtype if dtype is None else np.dtype(dtype)
     if target.hasobject or array.dtype.hasobject or target.fields is not None:

@@ -1,4 +1,4 @@
-"""The per-entry pass of a comparison, a block of rows at a time (issue 38).
+"""The per-entry pass of a comparison, a block of rows at a time.
 
 A block is ``CHUNK`` entries or so (whole rows of the leading axis): its float64 temporaries (the
 difference, its relative size, difference / tolerance, the tolerance's total) are a block's size

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from crosscheck._compare.compare import Comparison
+from crosscheck._compare.record import Comparison
 
 
 def noise(term: Mapping[str, np.ndarray], value: Mapping[str, np.ndarray]) -> float:

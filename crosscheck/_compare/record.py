@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 #: Whether comparisons keep their per-entry arrays (``Comparison.arrays``: ``ratio``, ``unjudgeable``,
-#: ``two_sided``), which only a plot draws: 10 bytes an entry per candidate, to the end of the run
-#: (issue 38). Off unless a run asks for a plot (``plot_arrays``; the driver, for ``Request.plot``).
+#: ``two_sided``), which only a plot draws: 10 bytes an entry per candidate, to the end of the run.
+#: Off unless a run asks for a plot (``plot_arrays``; the driver, for ``Request.plot``).
 _PLOT_ARRAYS: contextvars.ContextVar[bool] = contextvars.ContextVar("plot_arrays", default=False)
 
 
@@ -33,7 +33,7 @@ def keeps_plot_arrays() -> bool:
 
 
 class Made:
-    """A per-entry term made a block at a time, never whole (issue 38: a measured rounding term of
+    """A per-entry term made a block at a time, never whole (a measured rounding term of
     GPT-2's token embedding is 0.29 GiB): ``make`` (element-wise, a new float64 array) of ``source``'s
     entries. ``rows`` of the leading axis, ``at`` one entry, ``np.asarray`` the whole: each the numbers
     of ``make(source)`` there, since ``make`` is element-wise."""

@@ -238,7 +238,7 @@ def median_of_ratios(
     if not whole.finite(ratios):
         np.nan_to_num(ratios, copy=False, nan=np.inf)
     # No sign bit: the zeros are the least entries, all +0. Where they reach past the middle the median
-    # is +0, taken without a partition (one that NumPy makes slowly among many equal entries: issue 38).
+    # is +0, taken without a partition (one that NumPy makes slowly among many equal entries).
     zeros = ratios.size - int(np.count_nonzero(ratios)) if nonnegative else 0
     if zeros and left + (ratios.size - left) // 2 < zeros:
         return 0.0
@@ -253,7 +253,7 @@ def _past_zeros(values: np.ndarray, zeros: int, skip: int) -> float:
     """``median(values, skip)`` of entries none of which has its sign bit set, ``zeros`` of them +0 and
     the middle past them: the nonzero entries moved to the front (in place, a block at a time) and only
     they partitioned. The same order statistics, the same mean: NumPy's partition is slow where many
-    entries equal the one it seeks (issue 38: a second where half a tensor's ratios are 0)."""
+    entries equal the one it seeks (a second where half a tensor's ratios are 0)."""
     flat, kept = values.reshape(-1), 0
     for i in range(0, flat.size, MOVE):
         block = flat[i : i + MOVE]
@@ -268,7 +268,7 @@ def median_past_zeros(nonzero: np.ndarray, size: int, left: int) -> float:
     their nonzero entries alone (``nonzero``: a 1-d array of its own, in place, cleaned as
     ``median_of_ratios`` cleans them: no NaN, no infinity), the others +0 and ``left`` of those left out
     (not informative): the same number, where the caller kept only the nonzero ratios as it made them
-    (``ratios.blocked``, issue 38: no pass over the zeros)."""
+    (``ratios.blocked``: no pass over the zeros)."""
     zeros = size - nonzero.size
     if left == size:  # every entry left out (or none at all)
         return 0.0

@@ -12,8 +12,9 @@ Modelled on pytest's ``CallInfo.from_call``: whatever the backend does is record
   copy and compared afterwards with their source cast the same way, a block at a time (``Cast``).
 - Framework state it may change (NumPy's error state; each imported framework's, as its folder's
   ``state.py`` reads it: JAX's matmul precision and x64 flag, PyTorch's default dtype, float32 matmul
-  precision and grad mode) is read before and restored after; what it changed is noted, not failed.
-- What it returns is converted once (``to_array``): ``None``, something that is not an array, an
+  precision and grad mode) is read before and restored after (``framework_state``); what it changed is noted,
+  not failed.
+- What it returns is converted once (``returned.to_array``): ``None``, something that is not an array, an
   object array are failures with a precise message; a framework's own array is converted by its
   folder's ``arrays.py`` (a PyTorch tensor that requires grad is detached, safe: only the values are
   compared, and the record says so).
@@ -35,8 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._backends import handed, in_use
-from crosscheck._compare.dtypes import aligned_copy, as_dtype, is_float
+from crosscheck._backends import handed
+from crosscheck._compare.dtypes import aligned_copy, as_dtype
+from crosscheck._engine.framework_state import framework_state, restore_state
 from crosscheck._errors import Interrupted, Interrupts, describe, reraise_user_interrupt
 
 
@@ -246,7 +248,7 @@ def walk_arrays(
 def _each(value: Any, name: str, fn: Callable[[np.ndarray, str], np.ndarray]) -> Any:
     """``walk_arrays`` of one argument. A function of the module, not a closure that calls itself: that
     was a reference cycle holding ``fn``, and the private copies it keeps, past the guarded call until
-    the garbage collector ran (issue 38)."""
+    the garbage collector ran."""
     if isinstance(value, np.ndarray):
         return fn(value, name)
     if isinstance(value, dict) and any(isinstance(v, np.ndarray) for v in value.values()):
@@ -319,89 +321,3 @@ def _written(live: list[np.ndarray], before: list[np.ndarray | Cast], *, restore
                 with contextlib.suppress(ValueError, TypeError):
                     a[...] = p
     return written
-
-
-# -- framework state ------------------------------------------------------------------------------------
-
-
-def framework_state() -> dict[str, Any]:
-    """The settings a backend may change and the next backend would inherit: NumPy's error state and
-    each imported framework's (its folder's ``state.read()``: JAX's matmul precision and x64 flag,
-    PyTorch's default dtype, float32 matmul precision and grad mode)."""
-    state: dict[str, Any] = {"numpy error state": np.geterr()}
-    for framework in in_use():
-        state.update(framework.module("state").read())
-    return state
-
-
-def restore_state(before: Mapping[str, Any]) -> list[str]:
-    """Put back every setting that differs from ``before`` (or from its default); what was changed."""
-    after = framework_state()
-    defaults = {key: value for state in _states() for key, value in state.DEFAULTS.items()}
-    changed = [k for k, v in after.items() if v != before.get(k, defaults.get(k))]
-    for key in changed:
-        with contextlib.suppress(Exception):  # restoring must never fail the run
-            _write(key, before.get(key, defaults.get(key)))
-    return changed
-
-
-def _states() -> list[Any]:
-    """The ``state`` modules of the imported frameworks (``backends/<name>/state.py``)."""
-    return [framework.module("state") for framework in in_use()]
-
-
-def _write(key: str, value: Any) -> None:
-    if key == "numpy error state":
-        np.seterr(**value)
-        return
-    next(state for state in _states() if key in state.DEFAULTS).write(key, value)
-
-
-# -- what came back -------------------------------------------------------------------------------------
-
-
-def to_array(
-    value: Any, what: str = "", *, interrupts: Interrupts | None = None
-) -> tuple[np.ndarray | None, str | None, dict[str, str]]:
-    """``(array, error, notes)``: a private NumPy copy of a backend's result, or why there is none
-    (``interrupts``: the Ctrl-C policy, as for ``guarded``)."""
-    where = f" for {what}" if what else ""
-    if value is None:
-        return None, f"returned None{where} instead of an array (a missing `return`?)", {}
-    notes = {}
-    for framework in in_use():  # a framework's own array type (a tensor that requires grad, say)
-        value, note = framework.module("arrays").to_numpy(value)
-        if note:
-            notes["converted"] = note
-    try:
-        # asarray, then a copy: NumPy 2 warns when it passes `copy=` to an `__array__` without it.
-        array = np.asarray(value).copy()
-    except BaseException as exc:
-        reraise_user_interrupt(exc, interrupts)
-        return None, f"returned something that is not an array{where}: {describe(exc)}", {}
-    if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool or is_float(array)):
-        found = f"{type(value).__name__} of dtype {array.dtype.name}"
-        return None, f"returned something that is not an array of numbers{where}: {found}", {}
-    return array, None, notes
-
-
-def to_arrays(
-    value: Any, *, interrupts: Interrupts | None = None
-) -> tuple[dict[str, np.ndarray] | None, str | None, dict[str, str]]:
-    """A workload backend's ``{parameter: array}``, each converted by ``to_array``."""
-    if not isinstance(value, Mapping):
-        found = "None (a missing `return`?)" if value is None else type(value).__name__
-        return None, f"returned {found}; expected a dict of gradients keyed by parameter name", {}
-    out: dict[str, np.ndarray] = {}
-    notes: dict[str, str] = {}
-    # A copy of the mapping, emptied as it is converted: a result the backend no longer holds (a torch
-    # gradient) is freed a tensor at a time, not kept until every copy is made (issue 38).
-    items = dict(value.items())
-    del value
-    while items:
-        key = next(iter(items))
-        array, error, more = to_array(items.pop(key), f"parameter `{key}`", interrupts=interrupts)
-        if error or array is None:
-            return None, error, {}
-        out[str(key)], notes = array, {**notes, **more}
-    return out, None, notes

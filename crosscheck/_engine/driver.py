@@ -17,21 +17,20 @@ from typing import Any
 import numpy as np
 
 from crosscheck._backends.handed import let_go, same_bits
-from crosscheck._compare.compare import Comparison
+from crosscheck._compare.record import Comparison
 from crosscheck._engine.call import (
     Fresh,
     Once,
     Outcome,
     guarded,
     hand,
-    to_array,
-    to_arrays,
     unique,
     user_interrupts,
 )
 from crosscheck._engine.isolate import RemoteMethod, Worker, in_process_reason, load_isolated, start_workers
 from crosscheck._engine.load import load, spec_name
 from crosscheck._engine.plan import Plan
+from crosscheck._engine.returned import to_array, to_arrays
 from crosscheck._errors import Interrupted, Interrupts
 from crosscheck._report.environment import environment
 from crosscheck._report.report import BackendResult, Report
@@ -107,7 +106,7 @@ class Caller:
         after the call each is compared with its source cast the same way, a block at a time.
         ``once``: the dict is emptied by the call it is handed to, when the call returns and before its
         result is converted (``Once``): the arrays are freed then, where the caller holds no other
-        reference to them (issue 38: a float64 re-run's parameters were held beside the float64 copy
+        reference to them (a float64 re-run's parameters were held beside the float64 copy
         of its gradient, 8 bytes a parameter each)."""
         made = self._fresh.make(arrays, dtype)
         return Once(made) if once else made
@@ -260,7 +259,7 @@ def _writers(run: _Run) -> None:
 
 def _spent(found: list[Comparison]) -> list[Comparison]:
     """The comparisons as the report keeps them: without ``arrays["rounding"]``, the per-entry bounds that
-    only the repeat check reads (an array as large as the gradient per candidate, issue 38); the arrays a
+    only the repeat check reads (an array as large as the gradient per candidate); the arrays a
     plot draws stay."""
     return [
         dataclasses.replace(c, arrays={k: v for k, v in c.arrays.items() if k != "rounding"})
@@ -292,7 +291,7 @@ def _repeats(run: _Run, backend: Any, first: dict[str, np.ndarray], found: list[
     stateful or nondeterministic backend, e.g. a port that never zeroes ``.grad``; bitwise differences
     within rounding are noted as nondeterminism.
     """
-    bounds: dict[str, Any] = {}  # an array, or what `np.asarray` makes one of when read (`rounding.Bound`)
+    bounds: dict[str, Any] = {}  # an array, or what `np.asarray` makes one of when read (`measured.Bound`)
     for c in found:
         bounds.update(c.arrays.get("rounding", {}))
     notes: dict[str, Any] = {}
@@ -323,7 +322,7 @@ def _differences(first: dict, again: Any, bounds: dict) -> tuple[bool, int, str]
         b = again[key]
         if a.shape != b.shape or a.dtype != b.dtype:
             return True, 0, f"`{key}` came back as {b.dtype.name}{b.shape} after {a.dtype.name}{a.shape}"
-        if same_bits(a, b):  # a block at a time: no two copies of the tensor as bytes (issue 38)
+        if same_bits(a, b):  # a block at a time: no two copies of the tensor as bytes
             continue
         with np.errstate(invalid="ignore", over="ignore"):
             diff = np.abs(a.astype(np.float64) - b.astype(np.float64))

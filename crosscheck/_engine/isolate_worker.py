@@ -24,8 +24,9 @@ import numpy as np
 from crosscheck._backends import BackendBroken, BackendUnavailable, backend_info
 from crosscheck._compare.constants import STORAGE_ROUNDOFF
 from crosscheck._compare.dtypes import aligned_empty, numpy_dtype
-from crosscheck._engine.call import guarded, to_array, to_arrays, unique, walk_arrays
+from crosscheck._engine.call import guarded, unique, walk_arrays
 from crosscheck._engine.quantity import QUANTITIES
+from crosscheck._engine.returned import to_array, to_arrays
 from crosscheck._errors import describe, one_line
 
 #: Backend methods a worker serves: each quantity's (``QUANTITIES``), ``activations`` (localization),
@@ -98,7 +99,7 @@ def _build(header: Any, arrays: list[np.ndarray]) -> Any:
     return build(header)
 
 
-# A message is sent as parts (issue 38): its JSON header, then each array's bytes as they are in memory,
+# A message is sent as parts: its JSON header, then each array's bytes as they are in memory,
 # in pieces of at most ``PIECE`` bytes, each received into its place in an array made for them. A
 # message made whole (``.npz`` in a growing buffer, its value, the header joined to it; the same read
 # back) held about five copies of every array, a whole model's float64 gradient among them.
@@ -284,7 +285,7 @@ def _serve(backend: Any, request: dict[str, Any]) -> dict[str, Any]:
 
     out = guarded(call, (), inputs=inputs)
     error, notes, seconds = out.error, dict(out.notes), out.seconds
-    box, value = [out.value], None  # converted with no other reference held here (issue 38)
+    box, value = [out.value], None  # converted with no other reference held here
     del out
     if error is None:
         value, error, more = _plain(box)

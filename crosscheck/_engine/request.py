@@ -41,7 +41,7 @@ class Request:
         bundle: a repro bundle to replay (``crosscheck replay``) instead of a check, with ``trust``.
         contained: this request already runs in its worker process (``execute.job``): it runs here.
         plot: keep each comparison's per-entry arrays (``Comparison.arrays``), which a plot draws (the
-            CLI's ``--plot``); without it no comparison keeps an array per entry (issue 38).
+            CLI's ``--plot``); without it no comparison keeps an array per entry.
     """
 
     workload: Any = None

@@ -10,7 +10,14 @@ from typing import Any
 import numpy as np
 
 from crosscheck._report.report import Report
-from crosscheck._workloads.ste import DEFAULT_SHAPE, GRID, WHY_SURROGATE, offsets, rounded_losses, ste_stack
+from crosscheck._workloads.ste_stack import (
+    DEFAULT_SHAPE,
+    GRID,
+    WHY_SURROGATE,
+    offsets,
+    rounded_losses,
+    ste_stack,
+)
 
 #: Perturbed weight sets the naive check evaluates at once (bounds its memory).
 BATCH = 256

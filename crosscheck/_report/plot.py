@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._backends import ORACLE
-from crosscheck._compare.compare import Comparison
+from crosscheck._compare.record import Comparison
 from crosscheck._report.report import Report
 from crosscheck._report.text import plain
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from crosscheck._compare.compare import Comparison
 from crosscheck._compare.low import caveat
+from crosscheck._compare.record import Comparison
 from crosscheck._errors import one_line
 from crosscheck._report.environment import framework_lines
 from crosscheck._report.text import markup, plain, plural
@@ -373,7 +373,7 @@ def _at(c: Comparison, prefix: str = " at") -> str:
 
 def dump_json(data: Any, path: str | Path) -> None:
     """``data`` as indented JSON in ``path``, written as it is encoded (``json.dump``: a real model's
-    report is never one string in memory as well, issue 38), with a final newline."""
+    report is never one string in memory as well), with a final newline."""
     with Path(path).open("w") as out:
         json.dump(data, out, indent=2)
         out.write("\n")

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from crosscheck._compare.compare import Comparison, index_text
 from crosscheck._compare.constants import BOUNDARY
+from crosscheck._compare.message import index_text
+from crosscheck._compare.record import Comparison
 from crosscheck._report.text import markup, markup_lines
 from crosscheck._report.tree import Group, arrange, summarised
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from crosscheck._compare.compare import Comparison
+from crosscheck._compare.record import Comparison
 
 #: A report with more comparisons than this is summarised by module.
 SUMMARY_ROWS = 40

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._compare.compare import Comparison, Kinks, Tolerance
+from crosscheck._compare.record import Comparison, Kinks, Tolerance
 from crosscheck._report.report import BackendResult, Report, Section, Verdict
 
 #: The records ``from_wire`` rebuilds, by name; nothing else is ever constructed from the data.

@@ -25,7 +25,6 @@ from typing import Any
 
 from crosscheck._backends import install_hint
 from crosscheck._errors import Interrupted, Interrupts
-from crosscheck._sweep.task import CRASHED as CRASHED  # re-exported: a record's crash message
 from crosscheck._sweep.task import (  # the tasks and records, which moved there
     STACK,
     STATUSES,

@@ -23,8 +23,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from crosscheck._compare.compare import Comparison
 from crosscheck._compare.constants import ALL_DTYPES
+from crosscheck._compare.record import Comparison
 
 Progress = Callable[[str, int, int], None]
 
@@ -159,7 +159,7 @@ class Judge(Protocol):
     ) -> list[Comparison]:
         """One ``Comparison`` per parameter; ``arrays["rounding"]`` bounds the candidate's own rounding
         (what a repeated call may differ by), ``{parameter: bound}``: an array, or an object that
-        ``np.asarray`` makes one of when read (``rounding.Bound``: nothing of a parameter's size kept)."""
+        ``np.asarray`` makes one of when read (``measured.Bound``: nothing of a parameter's size kept)."""
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
         """Report fields of this quantity (``{"quantity": ..., "direction": ...}``), and what the

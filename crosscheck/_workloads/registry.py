@@ -67,7 +67,7 @@ def load_workload(spec: Any) -> Any:
     if spec == Stack.name:
         return DEFAULT
     if spec in WORKLOADS:
-        from crosscheck._workloads.ste import STE_STACK
+        from crosscheck._workloads.ste_stack import STE_STACK
 
         return engine(STE_STACK, spec)
     if ":" in spec:

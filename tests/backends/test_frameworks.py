@@ -136,7 +136,7 @@ CHILD = """
     from crosscheck import _backends
     from crosscheck._report.report import environment_line
     from crosscheck._evidence.inspect import inspect_backend, plain_sibling
-    from crosscheck._workloads.stack import size
+    from crosscheck._backends import FRAMEWORKS
     from crosscheck._workloads.model.workload import GenericWorkload
 
     report = crosscheck.run(layers=2, batch=2, dim=3, dtype="float64", backends=["toy"])
@@ -161,7 +161,7 @@ CHILD = """
         "projection": type(crosscheck.projection_loss(toylib.ToyArray(np.ones(3)))).__name__,
         "implementation": type(GenericWorkload(workload).resolve("toy")).__module__,
         "inspected": [structure.framework, structure.evidence, plain_sibling(structure)],
-        "size": list(size.FRAMEWORKS),
+        "size": list(FRAMEWORKS),
     }))
     """
 

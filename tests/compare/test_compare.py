@@ -11,7 +11,8 @@ import pytest
 from paths import ROOT
 
 from crosscheck._compare import constants, terms
-from crosscheck._compare.compare import Kinks, Tolerance, compare
+from crosscheck._compare.compare import compare
+from crosscheck._compare.record import Kinks, Tolerance
 
 
 def _kinked() -> tuple[np.ndarray, np.ndarray, Kinks]:

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from crosscheck._compare import entries
-from crosscheck._compare.compare import Kinks, Tolerance, compare
-from crosscheck._compare.record import plot_arrays
+from crosscheck._compare.compare import compare
+from crosscheck._compare.record import Kinks, Tolerance, plot_arrays
 
 
 def _hand() -> tuple[np.ndarray, np.ndarray, Tolerance, Kinks]:

@@ -9,8 +9,8 @@ import pytest
 from paths import ROOT
 
 from crosscheck._compare import low
-from crosscheck._compare.compare import Comparison
 from crosscheck._compare.dtypes import is_low
+from crosscheck._compare.record import Comparison
 
 
 def test_the_noise_is_the_typical_entry_s_term_relative_to_the_entry():

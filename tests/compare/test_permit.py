@@ -14,7 +14,8 @@ from tanh_mlp import SHAPES, jax_loss, numpy_loss
 
 import crosscheck
 from crosscheck._compare.terms import PERMIT_ULPS
-from crosscheck._workloads.model.rounding import measure, permitted
+from crosscheck._workloads.model.ratios import permitted
+from crosscheck._workloads.model.rounding import measure
 
 pytest.importorskip("jax")
 pytest.importorskip("torch")

@@ -115,7 +115,7 @@ def test_screen_mode_needs_an_oracle_reference():
 
 
 def test_progress_bar_appears_only_for_long_work(monkeypatch):
-    from crosscheck._cli import common as _cli
+    from crosscheck._cli import terminal as _cli
 
     clock = iter([0.0, 0.1, 0.2, 0.3, 10.0, 10.1, 10.2])
     display = _cli.progress_display()
@@ -135,7 +135,7 @@ def test_progress_bar_appears_only_for_long_work(monkeypatch):
 
 def test_no_progress_bar_and_no_empty_line_outside_a_terminal(monkeypatch, capsys):
     # A --quiet run piped or logged printed an empty line on stderr: the "transient" bar's stop.
-    from crosscheck._cli import common as _cli
+    from crosscheck._cli import terminal as _cli
 
     clock = iter([0.0, 0.1, 10.0, 10.1])
     display = _cli.progress_display()

@@ -10,7 +10,7 @@ import pytest
 import crosscheck
 from crosscheck._cli.main import main
 from crosscheck._evidence import ste as _ste_tool
-from crosscheck._workloads import ste as _ste
+from crosscheck._workloads import ste_stack as _ste
 from crosscheck._workloads.model.declare import Workload
 from crosscheck._workloads.registry import available_workloads, load_workload
 
@@ -19,11 +19,11 @@ SMALL = {"layers": 3, "batch": 4, "dim": 4}
 
 def _plain_stack_gradient(params, inputs):
     """A planted bug: the STE forgot the rounding in the forward pass (the plain stack's gradient)."""
-    from crosscheck._workloads.stack import rounding as _stack
+    from crosscheck._workloads.stack.forward import backward, forward
 
     weights = params["weights"]
-    fwd = _stack.forward(weights, inputs["x"])
-    return {"weights": np.stack(_stack.backward(fwd)[1]).astype(weights.dtype)}
+    fwd = forward(weights, inputs["x"])
+    return {"weights": np.stack(backward(fwd)[1]).astype(weights.dtype)}
 
 
 def _round_without_ste(params, inputs):

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from crosscheck._compare.compare import Comparison
+from crosscheck._compare.record import Comparison
 from crosscheck._report.report import BackendResult, Report
 from crosscheck._report.table import summary
 from crosscheck._report.tree import SUMMARY_ROWS, Group, arrange

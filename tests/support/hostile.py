@@ -134,7 +134,7 @@ TINY = crosscheck.Workload(
     description="sum(tanh(x @ w + b) ** 2), for the contract tests",
 )
 
-GRID = 8.0  # the ste-stack's grid (crosscheck._workloads.ste)
+GRID = 8.0  # the ste-stack's grid (crosscheck._workloads.ste_stack)
 
 
 def ste_grad(params, inputs) -> dict[str, np.ndarray]:

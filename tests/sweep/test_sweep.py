@@ -17,7 +17,8 @@ from paths import SUPPORT
 
 from crosscheck._cli.main import main
 from crosscheck._cli.sweep import render, write_junit
-from crosscheck._sweep.engine import CRASHED, STACK, sweep
+from crosscheck._sweep.engine import STACK, sweep
+from crosscheck._sweep.task import CRASHED
 
 BACKEND = "sweep_planted:by_dim"
 #: d -> what the planted backend does there (see tests/support/sweep_planted.py).

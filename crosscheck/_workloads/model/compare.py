@@ -29,16 +29,17 @@ import numpy as np
 
 from crosscheck._compare import screening, whole
 from crosscheck._compare import terms as _terms
-from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
+from crosscheck._compare.compare import compare
 from crosscheck._compare.dtypes import unit_roundoff
-from crosscheck._compare.record import Made
+from crosscheck._compare.record import Comparison, Kinks, Made, Tolerance
+from crosscheck._workloads.model.measured import Bound, made
 from crosscheck._workloads.model.oracle.directions import (
     Direction,
     DirectionalEstimate,
     project,
     project_quadrature,
 )
-from crosscheck._workloads.model.rounding import Bound, Rounding, made
+from crosscheck._workloads.model.rounding import Rounding
 from crosscheck._workloads.protocol import Options
 
 TERM_HELP = {
@@ -116,7 +117,7 @@ def entries(
             out.append(missing(ctx, k, value))
             continue
         ref = _reference(answer.value[k])
-        # each made a block at a time where it is read (``rounding.made``), else as it is kept
+        # each made a block at a time where it is read (``measured.made``), else as it is kept
         term, error = made(rounding.term, k), made(answer.error, k)
         floor = np.asarray(_terms.floor(_terms.largest(ref), u))
         if ctx.dtype == "float64" and np.shape(value[k]) == shape:  # float32's re-run saturates first
@@ -154,7 +155,7 @@ def entries(
 def _reference(value: Any) -> np.ndarray:
     """A reference gradient as the comparison reads it: a float32 or float64 array as it is (every
     use widens it exactly, an entry or a block at a time: ``compare``'s blocks, ``terms.largest``,
-    ``_zeros_pass``), anything else widened to float64 (issue 38: a float64 copy of the token
+    ``_zeros_pass``), anything else widened to float64 (a float64 copy of the token
     embedding's gradient was 0.29 GiB of GPT-2 small's peak)."""
     ref = np.asarray(value)
     return ref if ref.dtype in (np.float32, np.float64) else ref.astype(np.float64)
@@ -167,7 +168,7 @@ ZEROS_CHUNK = 1 << 18
 def _zeros_pass(ref: np.ndarray, term: Any, error: Any, floor: Any, unjudgeable: Any) -> bool:
     """Whether zeros would pass: every judged ``|ref|`` within ``term + error + floor`` (summed in that
     order: the numbers of the whole tensor's sum), a block of rows of about ``ZEROS_CHUNK`` entries at
-    a time (issue 38: the sum, a copy of the judged entries and their magnitudes were four temporaries
+    a time (the sum, a copy of the judged entries and their magnitudes were four temporaries
     of the tensor's size)."""
     shape = ref.shape
     lead = shape or (1,)
@@ -254,7 +255,7 @@ def _array(x: Any) -> Any:
 
 def _per_parameter(along: Any, arrays: Mapping[str, np.ndarray], dirs: list[Direction]) -> np.ndarray:
     """``along(arrays, dirs)`` (``project``, ``project_quadrature``) with each parameter's array read once:
-    a measured term or a rescaled difference is made when read (``rounding.Measured``), a block at a
+    a measured term or a rescaled difference is made when read (``measured.Measured``), a block at a
     time (its ``Made``: ``oracle.sums``), never whole."""
     out = np.zeros(len(dirs))
     for k in dict.fromkeys(d.parameter for d in dirs):

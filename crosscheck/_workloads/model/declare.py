@@ -160,7 +160,7 @@ def frozen(array: np.ndarray) -> bool:
     """Whether no one can write to ``array``: read-only, and owning its memory (not a view, whose base
     may be written, nor an array over another object's buffer, a tensor's say). Such an array is taken
     as it is by ``Workload.make``: a port's own copies of its tensors, made read-only when prepared,
-    are the case's arrays without a copy of the model (issue 38)."""
+    are the case's arrays without a copy of the model."""
     return not array.flags.writeable and array.flags.owndata and array.base is None
 
 

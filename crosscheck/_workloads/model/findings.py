@@ -16,8 +16,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from crosscheck._compare import terms
-from crosscheck._compare.compare import Comparison
 from crosscheck._compare.constants import UNIT_ROUNDOFF
+from crosscheck._compare.record import Comparison
 from crosscheck._workloads.model.compare import Context
 from crosscheck._workloads.model.oracle.function import Differences, Function, Plan, Skip
 from crosscheck._workloads.model.rounding import Rounding

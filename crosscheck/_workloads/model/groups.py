@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare import screening
-from crosscheck._compare.compare import Comparison
+from crosscheck._compare.record import Comparison
 from crosscheck._workloads.model import compare as model_compare
 from crosscheck._workloads.model.findings import Judging
 from crosscheck._workloads.model.oracle.directions import LOCALIZE_ENTRIES, DirectionalEstimate
@@ -83,7 +83,7 @@ def bisect(
 
 def _compare(ctx, group: Group, value, rounding: Rounding, est, dirs) -> dict:
     """The candidate along the group's directions, the group as one vector (each tensor its floor):
-    ``Group.flat``'s vectors, read a block at a time (``Group.joint``; issue 38: four float64 copies of
+    ``Group.flat``'s vectors, read a block at a time (``Group.joint``; four float64 copies of
     the model per comparison, never made now)."""
     sub = dataclasses.replace(ctx, shapes={JOINT: (sum(group.sizes),)})
     term: dict[str, Any] = {JOINT: group.joint(rounding.term)}  # each a ``Joint``, read as the vector
@@ -100,7 +100,7 @@ def _zeros(group: Group, value: dict, row: dict, dirs: list) -> dict[str, bool]:
     """Per tensor of the group: whether a gradient of zeros there would pass too (its own part of the
     candidate's projection within the group's bound along every judged direction); each part
     ``np.sum(value * (signs * step))`` over the tensor, a block at a time for every direction at once
-    (``oracle.sums.pairwise``: the same numbers; issue 38: not every direction's vector of the model's
+    (``oracle.sums.pairwise``: the same numbers; not every direction's vector of the model's
     size, nor the tensor's float64 copy)."""
     terms = row["terms"]
     bound = terms["rounding"] + terms["reference"] + terms["floor"]

@@ -24,14 +24,15 @@ import numpy as np
 
 from crosscheck._backends import ORACLE
 from crosscheck._compare import low
-from crosscheck._compare.compare import Comparison, Kinks
 from crosscheck._compare.constants import OTHER_DTYPE, WIDEN
 from crosscheck._compare.device import arithmetic
 from crosscheck._compare.dtypes import is_low
+from crosscheck._compare.record import Comparison, Kinks
 from crosscheck._report.report import Verdict
 from crosscheck._workloads.model.compare import Answer, Context, entries
 from crosscheck._workloads.model.declare import Workload
 from crosscheck._workloads.model.findings import Findings, Record
+from crosscheck._workloads.model.measured import Divided
 from crosscheck._workloads.model.oracle.estimate import Cost, estimate, seconds_per_evaluation
 from crosscheck._workloads.model.oracle.function import (
     Differences,
@@ -39,12 +40,11 @@ from crosscheck._workloads.model.oracle.function import (
     Losses,
     Skip,
     difference,
-    numpy_function,
-    own_loss,
     plan,
 )
-from crosscheck._workloads.model.oracle.threads import threads_note
-from crosscheck._workloads.model.rounding import Divided, Rounding, measure
+from crosscheck._workloads.model.oracle.one_thread import threads_note
+from crosscheck._workloads.model.oracle.sources import numpy_function, own_loss
+from crosscheck._workloads.model.rounding import Rounding, measure
 from crosscheck._workloads.model.summary import against_oracle, summarize
 from crosscheck._workloads.model.zeros import Side, confirm, zero_tensors
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
@@ -96,7 +96,7 @@ class GenericJudge:
         self.differences: dict[str, Differences | Skip] = {}
         #: The candidate whose own loss is the anchor of "same function" (``prepare``), and its backend.
         self.anchor_candidate: tuple[str, Any] | None = None
-        #: A 16-bit case: per side measured, whether it computed in float32 (``rounding.unrounded``).
+        #: A 16-bit case: per side measured, whether it computed in float32 (``sixteen.unrounded``).
         self.wide_only: dict[str, bool] = {}
 
     def evaluate(self, backend: Any, call: Call) -> Any:
@@ -310,7 +310,7 @@ class GenericJudge:
         """The ``rounding`` term of every parameter, and how it was obtained (``rounding.measure``)."""
         other = OTHER_DTYPE[self.dtype]
         # the re-run's arrays go when its call returns, before its gradient is copied out of the backend
-        # (``once``; issue 38: the float64 parameters were held beside the float64 gradient)
+        # (``once``; the float64 parameters were held beside the float64 gradient)
         params, inputs = (
             call.cast(self.point.params, other, once=True),
             call.cast(self.point.inputs, other, once=True),

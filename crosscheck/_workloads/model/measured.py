@@ -1,4 +1,4 @@
-"""What a measured rounding keeps, made when read (issue 38): its signed difference in float32
+"""What a measured rounding keeps, made when read: its signed difference in float32
 (``Narrowed``), its term (``Measured``), a rescaled term or difference (``Divided``), and a comparison's
 repeat bound (``Bound``); each the numbers of the whole array, made a block at a time where a comparison
 reads it (``made``). ``crosscheck._workloads.model.rounding`` measures them."""
@@ -17,7 +17,7 @@ from crosscheck._compare.record import Made
 
 
 class Narrowed(Mapping[str, np.ndarray]):
-    """Signed differences kept in float32 (4 bytes a parameter, not 8: issue 38), each parameter's scaled
+    """Signed differences kept in float32 (4 bytes a parameter, not 8), each parameter's scaled
     by a power of two, ``2**-e`` with ``e`` its largest entry's exponent, so that its entries are at
     most 1 in magnitude and none but those below ``2**-126`` of the largest leaves float32's normal
     range. Read back in float64 (``self[k]``, a new array; ``made``, a block at a time): each entry is
@@ -134,7 +134,7 @@ class Divided(Mapping[str, np.ndarray]):
 
 def made(arrays: Mapping[str, Any], k: str) -> Any:
     """``arrays[k]``, or where ``arrays`` makes it when read (``Measured``, ``Divided``, ``Narrowed``), its
-    ``Made``: the same numbers, made a block at a time by the comparison that reads them (issue 38)."""
+    ``Made``: the same numbers, made a block at a time by the comparison that reads them."""
     return arrays.made(k) if isinstance(arrays, (Measured, Divided, Narrowed)) else arrays[k]
 
 

@@ -1,5 +1,5 @@
 """A parameter's measured rounding over what its dtype permits, its median entry made a block at a time
-(``rounding.measure``'s first pass, issue 38).
+(``rounding.measure``'s first pass).
 
 ``blocked`` is ``terms.median_ratio`` of the signed difference of a run and its re-run over the permit
 (``terms.bound`` of the wide result, with the whole gradient's RMS as shared scale), with the same
@@ -9,7 +9,7 @@ and the ratios were three float64 arrays of the tensor's size (0.87 GiB for GPT-
 Where no permit can be NaN (a spread and shared scale >= 0), no ratio has its sign bit set and the
 median is the one of the nonzero ratios past the zeros (``terms.median_past_zeros``): each block's
 ratios are made in a block's array, in cache, and only its nonzero ones kept, written one after the
-other into the array of ratios (whose pages past them are never touched: fewer fresh pages, issue 38's
+other into the array of ratios (whose pages past them are never touched: fewer fresh pages, less
 time); the entries left out (a zero difference where the wide result is 0 too: a dead unit's) are only
 counted. A block with a NaN or infinite difference, or a zero permit, is made again as ``median_ratio``
 makes it, entry by entry (``_as_before``). Else (a NaN shared scale) every ratio is kept and the median
@@ -154,3 +154,19 @@ def _general(v: np.ndarray, a: np.ndarray, w: np.ndarray, scales: Scales) -> flo
             some = True
             np.copyto(r, 0.0, where=z)
     return terms.median_of_ratios(ratios, None, informative if some else None)
+
+
+def permitted(
+    wide: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]], dtype: str = "float32"
+) -> dict[str, np.ndarray]:
+    """Per entry, the difference ``dtype``'s rounding permits against the wider run (``terms.bound``),
+    from the wider gradient ``wide`` with the whole gradient's RMS as shared scale: never from the
+    difference measured."""
+    every = shared_scale(wide, shapes)
+    return {k: terms.bound(wide[k], every, dtype) for k in shapes}
+
+
+def shared_scale(wide: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> float:
+    """The RMS of the whole wider gradient, every parameter's entries together (``permitted``'s shared
+    scale), a parameter at a time (``whole.rms``: the same number as over their concatenation)."""
+    return whole.rms([wide[k] for k in shapes])

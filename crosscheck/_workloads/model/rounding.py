@@ -6,7 +6,7 @@ plus its RMS over the parameter (one re-run is one sample of the rounding), time
 signed difference is kept too, so that screening can project it on its directions.
 
 A candidate cannot set its own tolerance with this: the measured difference is evidence, judged against
-what float32 rounding permits (``permitted``, ``crosscheck._compare.terms``: ``PERMIT_ULPS`` unit
+what float32 rounding permits (``ratios.permitted``, ``crosscheck._compare.terms``: ``PERMIT_ULPS`` unit
 roundoffs of the entry's scale, from its float64 gradient). A parameter whose typical (median) entry
 differs by more than that does not compute in float32 precision (a bfloat16 step, an approximation taken
 only in float32, a nondeterministic gradient): its term is capped at the permitted bound and the
@@ -15,7 +15,7 @@ the two precisions) keep their measured term.
 In a float32 case whose float64 re-run keeps float32 steps (Hugging Face's upcasts, found by the noise
 probe), ``|g32 - g64|`` is two float32 roundings, and each is permitted that bound (``TWO_ROUNDINGS``).
 
-The float64 run is checked, not trusted: it must come back in float64 and hold float64 numbers. A
+The float64 run is checked, not trusted (``pinned``): it must come back in float64 and hold float64 numbers. A
 module pinned to float32 (a Flax module built with ``dtype=float32``, a PyTorch module that casts)
 computes in float32 whatever it is given, so its "float64" result is the float32 result (bit for bit,
 or at least float32 numbers in every entry); such a run gets the conservative bound
@@ -26,7 +26,7 @@ A 16-bit case (bfloat16, float16) is re-run in float32, the precision its produc
 ``|g16 - g32|`` is the candidate's 16-bit rounding, judged against what the dtype permits
 (``terms.LOW_PERMIT_ULPS`` of its unit roundoff, calibrated on healthy ports). A float16 entry that
 is non-finite where the float32 one is finite overflowed; one flushed to zero underflowed: both are
-said as such (``limits``).
+said as such (``sixteen.limits``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -42,14 +42,13 @@ from crosscheck._compare import terms, whole
 from crosscheck._compare.constants import OTHER_DTYPE, UNIT_ROUNDOFF
 from crosscheck._compare.device import Arithmetic
 from crosscheck._compare.dtypes import is_low, unit_roundoff
-from crosscheck._workloads.model.measured import (  # noqa: F401  (Bound, Divided, made: re-exported)
-    Bound,
-    Divided,
+from crosscheck._workloads.model.measured import (
     Measured,
     Narrowed,
-    made,
 )
-from crosscheck._workloads.model.ratios import blocked, blockwise
+from crosscheck._workloads.model.pinned import ran_in_float32
+from crosscheck._workloads.model.ratios import blocked, blockwise, shared_scale
+from crosscheck._workloads.model.sixteen import limits, unrounded
 
 #: Without a usable re-run in the other precision: this many unit roundoffs of |gradient| + its RMS.
 FALLBACK_ULPS = 1024.0
@@ -130,63 +129,6 @@ def usable(again: dict | None, shapes: dict[str, tuple[int, ...]], other: str) -
 #: the float32 run's rounding plus the float64 run's own float32 rounding, each permitted ``terms.bound``
 #: (``docs/measurements/zoo.md``: a 9-layer Llama's JAX side, 1.04 of one bound, 0.52 of two).
 TWO_ROUNDINGS = 2.0
-#: A float64 result with at least this many nonzero entries, every one a float32 number, was computed
-#: in float32 (a true float64 result has ~29 more significant bits, which are almost never all zero).
-FLOAT32_EXACT_ENTRIES = 8
-
-
-def ran_in_float32(wide: dict[str, np.ndarray], narrow: dict[str, np.ndarray]) -> bool:
-    """Whether the "float64" run computed in float32: it equals the float32 run bit for bit (and is not
-    all zero), or every entry of it is a float32 number (``FLOAT32_EXACT_ENTRIES`` nonzero at least).
-    A parameter at a time, a block at a time (``SAME_BLOCK``), each test stopped at the first block that
-    says no (a true float64 run differs in its first): never a float64 copy of them all, and the nonzero
-    entries counted only where a test said yes."""
-    if all(_same(w, narrow[k]) for k, w in wide.items()):
-        return _nonzero(wide, 1)
-    return all(_float32_numbers(w) for w in wide.values()) and _nonzero(wide, FLOAT32_EXACT_ENTRIES)
-
-
-#: Entries ``ran_in_float32``'s tests compare at once.
-SAME_BLOCK = 1 << 16
-
-
-def _nonzero(arrays: dict[str, np.ndarray], least: int) -> bool:
-    """Whether ``arrays`` hold at least ``least`` nonzero entries together."""
-    found = 0
-    for a in arrays.values():
-        found += int(np.count_nonzero(a))
-        if found >= least:
-            return True
-    return False
-
-
-def _blocks(*arrays: np.ndarray) -> Iterator[tuple[np.ndarray, ...]]:
-    """The same ``SAME_BLOCK`` entries of each of ``arrays`` (C-ordered, of one shape), in turn; one block
-    of the whole arrays where they are not C-ordered."""
-    if not all(a.flags.c_contiguous for a in arrays):
-        yield arrays
-        return
-    flat = [a.reshape(-1) for a in arrays]
-    for i in range(0, flat[0].size, SAME_BLOCK):
-        yield tuple(f[i : i + SAME_BLOCK] for f in flat)
-
-
-def _same(wide: np.ndarray, narrow: np.ndarray) -> bool:
-    """Whether ``wide`` and ``narrow`` hold the same numbers in float64 (a float32 array compared with a
-    float64 one is widened entry by entry, exactly: no float64 copy of it)."""
-    narrow = np.asarray(narrow)
-    if narrow.dtype not in (np.float32, np.float64):
-        narrow = narrow.astype(np.float64)
-    wide = np.asarray(wide, np.float64)
-    if wide.shape != narrow.shape:
-        return False
-    return all(np.array_equal(w, n) for w, n in _blocks(wide, narrow))
-
-
-def _float32_numbers(wide: np.ndarray) -> bool:
-    w = np.asarray(wide, np.float64)
-    with np.errstate(over="ignore", invalid="ignore"):  # the float32 copy widened in the comparison
-        return all(np.array_equal(b.astype(np.float32), b) for (b,) in _blocks(w))
 
 
 def measure(
@@ -210,7 +152,7 @@ def measure(
     ``device``: where the candidate computed, on an accelerator: its arithmetic is permitted too
     (``device.Arithmetic``).
 
-    A parameter at a time, the largest last (issue 38): its ratio to the permit (a tensor's temporaries
+    A parameter at a time, the largest last: its ratio to the permit (a tensor's temporaries
     at a time), then its difference kept in float32 and, with ``consume``, its re-run's array dropped;
     a parameter beyond the permit is kept whole until the probe has said whether ``steps``."""
     other = OTHER_DTYPE[dtype]
@@ -277,7 +219,7 @@ def _keep(
 ) -> None:
     """``k``'s signed difference (``_signed``, clipped to ``bound``) kept in float32 (``Narrowed``), its
     RMS in float64 (the term's spread); with ``consume``, made in ``again``'s float64 array (a float32
-    case) and that array dropped from ``again`` (issue 38)."""
+    case) and that array dropped from ``again``."""
     signed = _signed(value[k], again[k], bound, dtype, own=consume and dtype == "float32")
     spread[k] = terms.rms(signed)
     delta.keep(k, signed, capped=bound is not None)
@@ -376,72 +318,6 @@ def _measured_how(name: str, dtype: str, steps: bool, excess: list) -> tuple[str
         how += "".join(f"; {e.says(name, dtype)}" for e in excess)
         excess = []
     return how, excess
-
-
-def unrounded(
-    value: dict[str, np.ndarray], wide: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]], dtype: str
-) -> bool:
-    """Whether a 16-bit result shows no 16-bit rounding: every entry is its float32 re-run ``wide``
-    rounded once to ``dtype``, within what float32 rounding permits (``terms.bound``). A side that
-    upcasts to float32 (or a module pinned to float32) computes exactly its float32 re-run and rounds
-    only its result; one computing in ``dtype`` rounds at every step, and some entry shows it."""
-    from crosscheck._compare.dtypes import numpy_dtype
-
-    every = shared_scale(wide, shapes)
-    for k in shapes:
-        high = np.asarray(wide[k], np.float64)
-        with np.errstate(invalid="ignore", over="ignore"):  # beyond float16's range: inf, not a warning
-            once = high.astype(np.float32).astype(numpy_dtype(dtype)).astype(np.float64)
-            diff = np.nan_to_num(np.abs(np.asarray(value[k], np.float64) - once), nan=np.inf)
-        if not np.all(diff <= terms.bound(high, every, "float32")):
-            return False
-    return True
-
-
-def limits(
-    value: dict[str, np.ndarray], wide: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]], dtype: str
-) -> dict[str, str]:
-    """Per parameter, what the 16-bit ``dtype``'s range did to ``value`` against its float32 re-run
-    ``wide``: entries non-finite where float32's are finite (overflow), or zero where float32's are
-    not and below the dtype's smallest normal number (underflow)."""
-    from crosscheck._compare.dtypes import finfo
-
-    info, out = finfo(dtype), {}
-    for k in shapes:
-        low, high = np.asarray(value[k], np.float64), np.asarray(wide[k], np.float64)
-        over = int(np.count_nonzero(~np.isfinite(low) & np.isfinite(high)))
-        flushed = int(np.count_nonzero((low == 0) & (high != 0) & (np.abs(high) < float(info.tiny))))
-        said = []
-        if over:
-            said.append(
-                f"{dtype} overflow: {over} entries of `{k}` are infinite or NaN where its float32 re-run is "
-                f"finite ({dtype}'s largest number is {float(info.max):.6g}; its float32 gradient reaches "
-                f"{float(np.max(np.abs(high), initial=0.0)):.3g}): scale the loss, or check in float32"
-            )
-        if flushed:
-            said.append(
-                f"{dtype} underflow: {flushed} entries of `{k}` are zero where float32's are not (below "
-                f"{dtype}'s smallest normal number, {float(info.tiny):.3g})"
-            )
-        if said:
-            out[k] = "; ".join(said)
-    return out
-
-
-def permitted(
-    wide: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]], dtype: str = "float32"
-) -> dict[str, np.ndarray]:
-    """Per entry, the difference ``dtype``'s rounding permits against the wider run (``terms.bound``),
-    from the wider gradient ``wide`` with the whole gradient's RMS as shared scale: never from the
-    difference measured."""
-    every = shared_scale(wide, shapes)
-    return {k: terms.bound(wide[k], every, dtype) for k in shapes}
-
-
-def shared_scale(wide: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> float:
-    """The RMS of the whole wider gradient, every parameter's entries together (``permitted``'s shared
-    scale), a parameter at a time (``whole.rms``: the same number as over their concatenation)."""
-    return whole.rms([wide[k] for k in shapes])
 
 
 def _excess(k: str, ratio: float, diff: np.ndarray, wide: np.ndarray, dtype: str) -> Excess | None:

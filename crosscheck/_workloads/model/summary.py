@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._compare.compare import Comparison, Kinks, structural_problem
+from crosscheck._compare.compare import structural_problem
 from crosscheck._compare.constants import STORAGE_ROUNDOFF
+from crosscheck._compare.record import Comparison, Kinks
 from crosscheck._workloads.model import compare as model_compare
 from crosscheck._workloads.model import groups, spending
 from crosscheck._workloads.model.findings import Findings, Judging, Record

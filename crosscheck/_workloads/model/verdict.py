@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from crosscheck._compare.compare import Comparison
+from crosscheck._compare.record import Comparison
 from crosscheck._report.text import plural
 from crosscheck._workloads.model.findings import Findings, Record
 from crosscheck._workloads.model.oracle.function import Differences, Skip

@@ -23,18 +23,11 @@ from crosscheck._workloads.model.judge import GenericJudge, WorkloadOracle
 from crosscheck._workloads.protocol import Options, OwnArrays, Point
 
 #: float64 copies of a workload's arrays alive at once, besides two per candidate (see
-#: ``GenericWorkload.memory``), measured (issue 38, 2026-12-05) as the most a check allocates, in float64
-#: copies of its arrays, traced NumPy with NumPy backends (``tests/workloads/model/test_memory.py``):
-#: 11.6 with a backend as the reference and one candidate, 14.3 with the oracle and two, once the
-#: rounding kept one array a parameter and the repeat bound was made when read (before those cuts:
-#: 15.1 and 18.3, and 14.9 and 17.6 added to the resident memory with PyTorch and JAX on a Workload of
-#: 16.8M parameters). The estimate, 14 and 16, covers them. It was 24 (26 and 28), then 17. Once the
-#: rounding was measured in the re-run's own arrays, its ratios a block at a time, and the comparison's
-#: terms made a block at a time: 9.1 to 9.5 (the first check of a process the most) and 14.3; 11 (13 and
-#: 15) covered them within 1.5 times. Once a re-run's arrays were freed when its call returned and the
-#: measured differences kept in float32 (change 26 of ``docs/measurements/real-size.md``): 5.7 and 9.8;
-#: then with the oracle's passes a block at a time (change 27): 6.2 and 6.9. 5 and 2 per candidate (7
-#: and 9) cover them within 1.5 times.
+#: ``GenericWorkload.memory``), measured as the most a check allocates, in float64 copies of its arrays,
+#: traced NumPy with NumPy backends (``tests/workloads/model/test_memory.py``): 6.2 with a backend as the
+#: reference and one candidate, 6.9 with the oracle and two; 5 and 2 per candidate (7 and 9) cover them
+#: within 1.5 times. How the figure came down: ``docs/measurements/memory.md``, "Copies a workload's
+#: check holds".
 MEMORY_ARRAYS = 5
 #: float64 copies of the arrays per candidate (its gradients, its re-run, its measured rounding).
 MEMORY_PER_CANDIDATE = 2

@@ -34,8 +34,9 @@ from crosscheck._workloads.model import compare as model_compare
 from crosscheck._workloads.model.findings import Judging, ZeroCheck
 from crosscheck._workloads.model.oracle.directions import directional, every_norm, make_directions
 from crosscheck._workloads.model.oracle.entries import FLOAT32_FRACTION, UNJUDGEABLE_FRACTION, OracleFailed
-from crosscheck._workloads.model.oracle.function import Skip, batch_guard, own_loss, release
-from crosscheck._workloads.model.oracle.threads import one_thread
+from crosscheck._workloads.model.oracle.function import Skip, batch_guard, release
+from crosscheck._workloads.model.oracle.one_thread import one_thread
+from crosscheck._workloads.model.oracle.sources import own_loss
 from crosscheck._workloads.model.rounding import Rounding
 
 #: Directions per zero tensor and side (each ~8 loss evaluations).
@@ -43,7 +44,7 @@ PER_TENSOR = 2
 #: The name of every zero tensor of a side taken as one vector (checked at once, then one by one).
 JOINT = "(every zero tensor)"
 CONFIRMED = "zero by construction: confirmed by differences of each side's own float64 loss"
-#: How ``oracle.function.own_loss`` says a side's loss cannot be evaluated in float64 at all.
+#: How ``oracle.sources.own_loss`` says a side's loss cannot be evaluated in float64 at all.
 NO_FLOAT64 = "failed in float64"
 
 

@@ -8,9 +8,7 @@ from typing import Any
 
 import numpy as np
 
-# The dtypes are everyone's (``crosscheck._compare.constants``); re-exported for the stack's users.
-from crosscheck._compare.constants import ALL_DTYPES
-from crosscheck._compare.constants import DTYPES as DTYPES
+from crosscheck._compare.constants import ALL_DTYPES, DTYPES
 from crosscheck._compare.dtypes import numpy_dtype
 from crosscheck._workloads.protocol import POINT_KNOBS, Knob
 

@@ -8,16 +8,16 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare import terms
-from crosscheck._compare.compare import Comparison
+from crosscheck._compare.constants import UNIT_ROUNDOFF
 from crosscheck._compare.dtypes import accumulation
+from crosscheck._compare.record import Comparison
 from crosscheck._report.report import Report, Section
 from crosscheck._report.text import markup, plain
 from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack.forward import Forward
 
 
-def forward_layers(
-    activations: Any, fwd: _stack.Forward, model: _stack.RoundingModel
-) -> list[dict[str, Any]]:
+def forward_layers(activations: Any, fwd: Forward, model: _stack.RoundingModel) -> list[dict[str, Any]]:
     """Compare a backend's activations ``y[1] .. y[L]`` with the float64 ones, layer by layer.
 
     Each activation's tolerance is the modelled rounding of its pre-activation (a flipped ReLU moves it by
@@ -27,7 +27,7 @@ def forward_layers(
     expected = (len(fwd.zs), *fwd.zs[0].shape)
     if activations.shape != expected:
         raise ValueError(f"activations must have shape {expected}; found {activations.shape}.")
-    u = _stack.UNIT_ROUNDOFF[accumulation(model.dtype)]
+    u = UNIT_ROUNDOFF[accumulation(model.dtype)]
     out = []
     for m, reference in enumerate(fwd.ys[1:]):
         tol = model.value_bound(m) + terms.floor(terms.largest(reference), u, ulps=terms.SAFETY_FLOOR_ULPS)

@@ -1,6 +1,6 @@
 """The ReLU stack's float64 passes: ``forward`` (every activation and pre-activation) and ``backward``
 (``dloss/dz`` and ``dloss/dW``), used to size tolerances and error bars and to judge which entries a
-ReLU sign flip can move, never as the oracle's values (see ``rounding``, which re-exports them)."""
+ReLU sign flip can move, never as the oracle's values (``rounding`` models their rounding)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import dataclasses
 
 import numpy as np
 
-from crosscheck._workloads.stack.oracle import threads as _threads
+from crosscheck._workloads.stack.oracle import parallel as _parallel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +30,7 @@ class Forward:
         return np.square(self.weights[layer])
 
 
-@_threads.blas_on_one_thread
+@_parallel.blas_on_one_thread
 def forward(weights: np.ndarray, x: np.ndarray) -> Forward:
     """Run the stack in float64 (the inputs' values are kept exactly)."""
     weights = np.asarray(weights, dtype=np.float64)
@@ -46,7 +46,7 @@ def forward(weights: np.ndarray, x: np.ndarray) -> Forward:
     return Forward(weights, ys, zs, masks)
 
 
-@_threads.blas_on_one_thread
+@_parallel.blas_on_one_thread
 def backward(fwd: Forward, *, grads: bool = True) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Return ``(deltas, grads)``: ``deltas[m] = dloss/dz[m]`` and ``grads[m] = dloss/dW[m]`` (empty
     arrays with ``grads=False``, for a caller that needs the deltas only: a ``(L, d, d)`` array less)."""

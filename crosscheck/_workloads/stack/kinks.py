@@ -1,5 +1,5 @@
 """The stack's ReLU kinks: which pre-activations a computation's rounding may flip, and what each flip
-can do to the gradient (moved from ``model``, which re-exports these names)."""
+can do to the gradient."""
 
 from __future__ import annotations
 

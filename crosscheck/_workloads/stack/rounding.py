@@ -1,5 +1,5 @@
-"""Everything specific to the ReLU stack: its float64 forward pass, rounding-error model and kinks (the
-passes live in ``forward``, the kink judgements in ``kinks``; both are re-exported here).
+"""The ReLU stack's rounding-error model: what one computation of each product adds, and the bounds
+made of it (its float64 passes are ``forward``'s, its kink judgements ``kinks``').
 
 The stack is ``y[0] = x``, ``z[m] = y[m] @ W[m]``, ``y[m + 1] = relu(z[m])`` for ``m < L``, and
 ``loss = sum(y[L] ** 2)``. Index conventions used throughout: a *kink* ``(layer, row, unit)`` is the
@@ -19,19 +19,12 @@ from typing import Any, NamedTuple
 import numpy as np
 
 # The stack's tolerance terms are built by ``crosscheck._compare.terms``; the unit roundoffs are
-# everyone's (``crosscheck._compare.constants``), and the stack's modules read them here, as
-# ``_stack.UNIT_ROUNDOFF``.
+# everyone's (``crosscheck._compare.constants``).
 from crosscheck._compare import terms
 from crosscheck._compare.constants import SIGNIFICAND_BITS
-from crosscheck._compare.constants import UNIT_ROUNDOFF as UNIT_ROUNDOFF
 from crosscheck._compare.dtypes import roundoffs
-from crosscheck._workloads.stack.forward import Forward as Forward
-from crosscheck._workloads.stack.forward import backward as backward
-from crosscheck._workloads.stack.forward import forward as forward
-from crosscheck._workloads.stack.kinks import KinkEffects as KinkEffects
-from crosscheck._workloads.stack.kinks import ambiguous_kinks as ambiguous_kinks
-from crosscheck._workloads.stack.kinks import kink_effects as kink_effects
-from crosscheck._workloads.stack.oracle import threads as _threads
+from crosscheck._workloads.stack.forward import Forward
+from crosscheck._workloads.stack.oracle import parallel as _parallel
 
 #: What each axis of the weights (and of their gradient) means: the index names of every comparison.
 INDEX_NAMES = ("layer", "row", "col")
@@ -131,7 +124,7 @@ MODEL_SAMPLES = 64
 MODEL_PARTS = 2
 
 
-@_threads.blas_on_one_thread
+@_parallel.blas_on_one_thread
 def rounding_model(
     fwd: Forward,
     deltas: list[np.ndarray],
@@ -166,7 +159,7 @@ def rounding_model(
     flops = rounding_flops(fwd, samples)
     pooled: list[Any] = []
     for index, found in sorted(
-        _threads.in_parallel(part, range(len(sizes)), flops=flops), key=lambda r: r[0]
+        _parallel.in_parallel(part, range(len(sizes)), flops=flops), key=lambda r: r[0]
     ):
         share = sizes[index] / sum(sizes)
         # In place, in the same order (0 + a == a exactly): no temporary of a gradient's size.

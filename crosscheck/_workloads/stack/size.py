@@ -20,11 +20,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from crosscheck._backends import FRAMEWORKS as FRAMEWORKS
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack.judge import screen as _screen
+from crosscheck._workloads.stack.oracle import parallel as _parallel
 from crosscheck._workloads.stack.oracle import perturb as _perturb
-from crosscheck._workloads.stack.oracle import threads as _threads
 
 #: float64 ``(L, d, d)`` arrays alive at the peak: the tolerance's terms and totals, the kink judgement,
 #: the oracle's value, error bar and flags, each candidate's results (kept for the report), the inputs.
@@ -49,11 +48,10 @@ CHUNK_BUFFERS = 4
 ACTIVATION_ARRAYS = 6
 #: Per framework candidate: its copies of the inputs, its activations and its gradient, in its dtype.
 FRAMEWORK_COPIES = 3
-#: What each framework's runtime and allocator holds beyond the arrays: ``crosscheck run --dim 16``
-#: peaks at 570 MiB resident with JAX and PyTorch, 359 MiB with PyTorch alone, 268 MiB with JAX alone
-#: (2026-12-05).
+#: What each framework's runtime and allocator holds beyond the arrays: about half the resident peak of
+#: ``crosscheck run --dim 16`` with JAX and PyTorch (``docs/measurements/memory.md``, "A framework's
+#: runtime").
 RUNTIME = 288 * 2**20
-# FRAMEWORKS (from the backend registry): the prefixes of built-in names that run a framework here.
 
 
 def estimate(
@@ -102,7 +100,7 @@ def estimate(
         parts["oracle"] = (
             DIRECTION_COPIES * layers * directions * dim * dim
             + 2 * f64 * directions * dim * dim
-            + f64 * CHUNK_BUFFERS * _perturb._CHUNK_VALUES * _threads.workers()
+            + f64 * CHUNK_BUFFERS * _perturb._CHUNK_VALUES * _parallel.workers()
         )
     elif quantity == "grad" and screens:
         # The full oracle: per entry, its perturbations' steps, values, errors and flags at each
@@ -111,7 +109,7 @@ def estimate(
         # (``screen.escalates``): which they are is known only after the screen, so the estimate
         # counts every layer.
         parts["oracle"] = f64 * (
-            ORACLE_ARRAYS * entries + CHUNK_BUFFERS * _perturb._CHUNK_VALUES * _threads.workers()
+            ORACLE_ARRAYS * entries + CHUNK_BUFFERS * _perturb._CHUNK_VALUES * _parallel.workers()
         ) + _paths(layers, batch, dim)
         if screened:
             parts["oracle"] += DIRECTION_COPIES * layers * directions * dim * dim  # int8 directions
@@ -126,7 +124,7 @@ def _paths(layers: int, batch: int, dim: int) -> int:
     per_row = 4 * layers * dim * dim
     if per_row * batch <= _perturb._PATH_CACHE_BYTES:
         return per_row * batch
-    return per_row * _threads.workers()
+    return per_row * _parallel.workers()
 
 
 def _screened(layers: int, batch: int, dim: int, quantity: str, mode: str, screens: bool) -> bool:

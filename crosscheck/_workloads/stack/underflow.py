@@ -11,7 +11,7 @@ import numpy as np
 
 from crosscheck._compare.constants import SIGNIFICAND_BITS, STORAGE_ROUNDOFF
 from crosscheck._compare.dtypes import finfo
-from crosscheck._workloads.stack.rounding import Forward
+from crosscheck._workloads.stack.forward import Forward
 
 
 @dataclasses.dataclass(frozen=True)

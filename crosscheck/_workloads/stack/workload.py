@@ -145,7 +145,8 @@ class Stack:
         self, *, dtype: str, quantity: str, options: Options, candidates: Sequence[Any]
     ) -> dict[str, int]:
         """Bytes the case needs, by part (``size.estimate``), before anything is allocated."""
-        from crosscheck._workloads.stack.size import FRAMEWORKS, estimate
+        from crosscheck._backends import FRAMEWORKS
+        from crosscheck._workloads.stack.size import estimate
 
         if self._arrays is not None:
             dtype = self._arrays[0].dtype.name

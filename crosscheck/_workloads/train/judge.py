@@ -22,9 +22,10 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare import terms as _terms
-from crosscheck._compare.compare import Comparison, Tolerance, compare
+from crosscheck._compare.compare import compare
 from crosscheck._compare.constants import UNIT_ROUNDOFF
 from crosscheck._compare.dtypes import as_dtype
+from crosscheck._compare.record import Comparison, Tolerance
 from crosscheck._report.report import Section, Verdict
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.train import locate, state

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._compare.compare import Comparison
+from crosscheck._compare.record import Comparison
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.train.runs import Runs, failed
 

@@ -8,7 +8,7 @@ import dataclasses
 
 import numpy as np
 
-from crosscheck._compare.compare import Comparison
+from crosscheck._compare.record import Comparison
 
 #: Up to this many steps the port's gradient runs eagerly: compiling it costs more than it saves (the
 #: classification's short re-runs); longer runs compile it. The optimizer's step (optax's ``update``, a

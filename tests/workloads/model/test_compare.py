@@ -11,7 +11,8 @@ from crosscheck._compare import terms
 from crosscheck._compare.dtypes import unit_roundoff
 from crosscheck._compare.record import Kinks
 from crosscheck._workloads.model.compare import Answer, Context, entries
-from crosscheck._workloads.model.rounding import Bound, measure
+from crosscheck._workloads.model.measured import Bound
+from crosscheck._workloads.model.rounding import measure
 from crosscheck._workloads.protocol import Options
 
 SHAPES = {"w": (8, 16)}

@@ -16,7 +16,7 @@ from crosscheck._workloads.model.oracle import directions as oracle_directions
 from crosscheck._workloads.model.oracle.directions import directional, make_directions, project
 from crosscheck._workloads.model.oracle.entries import EVALUATIONS_PER_ENTRY
 from crosscheck._workloads.model.oracle.function import AUTO_EVALUATIONS, plan
-from crosscheck._workloads.model.rounding import ran_in_float32
+from crosscheck._workloads.model.pinned import ran_in_float32
 
 sys.path.insert(0, str(ROOT))  # the examples/ package of the repository
 

@@ -12,7 +12,9 @@ import pytest
 
 from crosscheck._compare import terms
 from crosscheck._compare.constants import WIDEN
-from crosscheck._workloads.model.rounding import Divided, Measured, measure, ran_in_float32
+from crosscheck._workloads.model.measured import Divided, Measured
+from crosscheck._workloads.model.pinned import ran_in_float32
+from crosscheck._workloads.model.rounding import measure
 
 SHAPES = {"w": (40, 30), "b": (30,), "e": (0,), "v": (7, 3, 5), "s": ()}
 
@@ -215,7 +217,7 @@ def test_a_port_check_reports_the_same_as_with_every_term_kept(dtype, monkeypatc
 @pytest.mark.parametrize("seed", range(30))
 def test_the_float32_run_checks_are_the_old_formulas(seed):
     """``ran_in_float32``'s parts without their float64 copies: the same answers as with them."""
-    from crosscheck._workloads.model import rounding
+    from crosscheck._workloads.model import pinned
 
     rng = np.random.default_rng(seed)
     shape = [(), (1,), (9,), (13, 7)][seed % 4]
@@ -229,8 +231,8 @@ def test_the_float32_run_checks_are_the_old_formulas(seed):
         narrow = narrow if seed % 7 else narrow.astype(np.float16)
         old_same = np.array_equal(np.asarray(wide, np.float64), np.asarray(narrow).astype(np.float64))
         old_f32 = np.array_equal(wide.astype(np.float32).astype(np.float64), wide)
-    assert rounding._same(wide, narrow) == old_same
-    assert rounding._float32_numbers(wide) == old_f32
+    assert pinned._same(wide, narrow) == old_same
+    assert pinned._float32_numbers(wide) == old_f32
 
 
 @pytest.mark.parametrize(
@@ -306,7 +308,7 @@ def test_the_ratios_made_a_block_at_a_time_are_the_whole_tensors(dtype, steps, s
     narrow = (wide * (1 + [0.0, 1e-3, 1e-6][seed] * rng.standard_normal(wide.shape))).astype(np.float32)
     narrow[5, :7] = np.nan if dtype == "float32" else narrow[5, :7]
     value, again = (narrow, wide) if dtype == "float32" else (wide, narrow)
-    every = rounding.shared_scale({"w": wide}, {"w": wide.shape})
+    every = ratios.shared_scale({"w": wide}, {"w": wide.shape})
     old = terms.median_ratio(
         rounding._signed(value, again, None, dtype, scale=False),
         rounding._bound(wide, every, dtype, steps),
@@ -428,9 +430,9 @@ def test_the_float32_run_check_stops_at_a_block_with_the_old_answer(seed, monkey
     (every parameter's nonzero entries counted first, each test over whole arrays) on parameters of
     several blocks whose difference is in a later block only, all zero, with fewer nonzero float32
     numbers than ``FLOAT32_EXACT_ENTRIES``, NaN, and not C-ordered."""
-    from crosscheck._workloads.model import rounding
+    from crosscheck._workloads.model import pinned
 
-    monkeypatch.setattr(rounding, "SAME_BLOCK", 7)
+    monkeypatch.setattr(pinned, "SAME_BLOCK", 7)
     rng = np.random.default_rng(seed)
     shapes = [(50,), (6, 9), (), (3,)]
     narrow = {k: rng.standard_normal(s).astype(np.float32) for k, s in zip("abcd", shapes, strict=True)}
@@ -451,5 +453,5 @@ def test_the_float32_run_check_stops_at_a_block_with_the_old_answer(seed, monkey
     with np.errstate(invalid="ignore"):
         same = all(np.array_equal(w, narrow[k].astype(np.float64)) for k, w in wide.items())
         numbers = all(np.array_equal(w.astype(np.float32).astype(np.float64), w) for w in wide.values())
-    old = nonzero > 0 and (same or (numbers and nonzero >= rounding.FLOAT32_EXACT_ENTRIES))
-    assert rounding.ran_in_float32(wide, narrow) is old
+    old = nonzero > 0 and (same or (numbers and nonzero >= pinned.FLOAT32_EXACT_ENTRIES))
+    assert pinned.ran_in_float32(wide, narrow) is old

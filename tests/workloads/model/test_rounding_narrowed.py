@@ -14,7 +14,8 @@ import pytest
 
 import crosscheck
 from crosscheck._compare import terms
-from crosscheck._workloads.model.rounding import Measured, Narrowed, measure
+from crosscheck._workloads.model.measured import Measured, Narrowed
+from crosscheck._workloads.model.rounding import measure
 
 SCALES = {"tiny": 1e-30, "small": 1e-3, "unit": 1.0, "huge": 1e35}
 

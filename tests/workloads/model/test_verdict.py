@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import crosscheck
-from crosscheck._compare.compare import Comparison
+from crosscheck._compare.record import Comparison
 from crosscheck._report import table
 from crosscheck._workloads.model.findings import Findings, Record
 from crosscheck._workloads.model.oracle.function import Plan

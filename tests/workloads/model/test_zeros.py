@@ -199,7 +199,8 @@ def test_a_side_in_a_worker_releases_its_evaluations_there():
     from crosscheck._engine.driver import Caller
     from crosscheck._engine.isolate import IsolatedBackend
     from crosscheck._engine.isolate_worker import METHODS, _has
-    from crosscheck._workloads.model.oracle.function import release, releaser
+    from crosscheck._workloads.model.oracle.function import release
+    from crosscheck._workloads.model.oracle.sources import releaser
     from crosscheck._workloads.model.workload import _framework_backend
 
     for framework in ("torch", "jax"):  # what a worker says its adapter has (its load's description)

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from crosscheck import Case, make_inputs
+from crosscheck._compare.constants import DTYPES
 from crosscheck._files import load_array
-from crosscheck._workloads.stack.case import DTYPES, INITS, check_inputs
+from crosscheck._workloads.stack.case import INITS, check_inputs
 
 # -- Case validation -----------------------------------------------------------------------------------
 

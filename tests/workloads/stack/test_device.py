@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
-import pytest
 
 import crosscheck
 from crosscheck._compare import device

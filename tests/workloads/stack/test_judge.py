@@ -6,6 +6,7 @@ import planted
 import pytest
 
 import crosscheck
+from crosscheck._workloads.stack import kinks as _kinks
 from crosscheck._workloads.stack import rounding as _stack
 
 
@@ -13,7 +14,7 @@ from crosscheck._workloads.stack import rounding as _stack
 def counted(monkeypatch):
     """Counts of the rounding models made (by dtype) and of the kink judgements."""
     calls: dict[str, int] = {}
-    models, effects = _stack.rounding_model, _stack.kink_effects
+    models, effects = _stack.rounding_model, _kinks.kink_effects
 
     def rounding_model(fwd, deltas, dtype, **kwargs):
         calls[dtype] = calls.get(dtype, 0) + 1
@@ -24,7 +25,7 @@ def counted(monkeypatch):
         return effects(*args, **kwargs)
 
     monkeypatch.setattr(_stack, "rounding_model", rounding_model)
-    monkeypatch.setattr(_stack, "kink_effects", kink_effects)
+    monkeypatch.setattr(_kinks, "kink_effects", kink_effects)
     return calls
 
 

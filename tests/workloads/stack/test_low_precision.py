@@ -14,6 +14,7 @@ from crosscheck._cli.main import main
 from crosscheck._compare.dtypes import finfo, numpy_dtype, roundoffs
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack.case import Case, make_inputs
+from crosscheck._workloads.stack.forward import backward, forward
 from crosscheck._workloads.stack.underflow import overflow, underflow
 from examples import planted_bugs
 
@@ -38,8 +39,8 @@ def test_a_16_bit_case_is_its_dtype_rounded_once(dtype):
 
 def _model(dtype, **case):
     weights, x = make_inputs(Case(dtype=dtype, **case))
-    fwd = _stack.forward(weights, x)
-    deltas, grads = _stack.backward(fwd)
+    fwd = forward(weights, x)
+    deltas, grads = backward(fwd)
     return fwd, deltas, grads, _stack.rounding_model(fwd, deltas, dtype)
 
 
@@ -130,8 +131,8 @@ def test_float16_overflow_is_named_as_overflow():
 
 def test_overflow_is_silent_where_values_fit():
     weights, x = make_inputs(Case(dtype="float16"))
-    fwd = _stack.forward(weights, x)
-    assert overflow(fwd, _stack.backward(fwd)[0], "float16") == ""
+    fwd = forward(weights, x)
+    assert overflow(fwd, backward(fwd)[0], "float16") == ""
 
 
 def test_float16_underflow_is_bounded_where_a_stored_result_is_subnormal():
@@ -139,8 +140,8 @@ def test_float16_underflow_is_bounded_where_a_stored_result_is_subnormal():
     # the underflow term covers them; in a case of ordinary magnitudes it is at most a rare entry's.
     weights, x = make_inputs(Case(dtype="float64", layers=3, dim=8, batch=4))
     small = (weights * 0.01).astype(np.float16)
-    fwd = _stack.forward(small, x.astype(np.float16))
-    assert underflow(fwd, _stack.backward(fwd)[0], "float16").grad.any()
+    fwd = forward(small, x.astype(np.float16))
+    assert underflow(fwd, backward(fwd)[0], "float16").grad.any()
     fwd, deltas, _, model = _model("float16")
     assert underflow(fwd, deltas, "float16").grad.max() < 1e-2 * model.grad_bound.max()
 

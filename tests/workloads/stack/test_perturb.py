@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 import crosscheck
+from crosscheck._compare.constants import UNIT_ROUNDOFF
 from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack.forward import forward
 from crosscheck._workloads.stack.oracle import perturb
 
 CASES = [
@@ -32,7 +34,7 @@ def _loss(weights: np.ndarray, x: np.ndarray, masks=None) -> float:
 @pytest.mark.parametrize("frozen", [False, True], ids=["relu", "frozen"])
 def test_entry_differences_match_full_evaluations(case, frozen):
     weights, x = (a.astype(np.float64) for a in crosscheck.make_inputs(case))
-    fwd = _stack.forward(weights, x)
+    fwd = forward(weights, x)
     d = case.dim
     rows, cols = np.divmod(np.arange(d * d), d)
     for k in range(case.layers):
@@ -47,7 +49,7 @@ def test_entry_differences_match_full_evaluations(case, frozen):
             masks = fwd.masks if frozen else None
             full = (_loss(plus, x, masks) - _loss(minus, x, masks)) / (2 * h[s])
             if not frozen:
-                moved = [_stack.forward(w, x).masks for w in (plus, minus)]
+                moved = [forward(w, x).masks for w in (plus, minus)]
                 changed = any(np.any(a != b) for m in moved for a, b in zip(m, fwd.masks, strict=True))
                 assert crossed[s] == changed, (k, s)
                 if changed:
@@ -63,11 +65,11 @@ def test_unchanged_rows_are_not_evaluated():
     # alone, and entries W[0][1, :] (fed by the zero input) change nothing at all.
     weights = np.array([[[1.0, -1.0], [2.0, 0.5]], [[1.0, 0.5], [-0.5, 1.0]]])
     x = np.array([[1.0, 2.0], [0.0, 0.0]])
-    fwd = _stack.forward(weights, x)
+    fwd = forward(weights, x)
     h = np.full(4, 2.0**-10)
     rows, cols = np.divmod(np.arange(4), 2)
     value, *_ = perturb.central(fwd, 0, h, False, perturb.output_sigmas(fwd)[0], rows=rows, cols=cols)
-    one_row = _stack.forward(weights, x[:1])
+    one_row = forward(weights, x[:1])
     expected, *_ = perturb.central(
         one_row, 0, h, False, perturb.output_sigmas(one_row)[0], rows=rows, cols=cols
     )
@@ -77,7 +79,7 @@ def test_unchanged_rows_are_not_evaluated():
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_direction_differences_match_full_evaluations(case):
     weights, x = (a.astype(np.float64) for a in crosscheck.make_inputs(case))
-    fwd = _stack.forward(weights, x)
+    fwd = forward(weights, x)
     directions = np.random.default_rng(0).choice([-1.0, 1.0], size=(3, case.dim, case.dim))
     for k in range(case.layers):
         h = np.full(3, 2.0**-14)
@@ -89,7 +91,7 @@ def test_direction_differences_match_full_evaluations(case):
             plus, minus = weights.copy(), weights.copy()
             plus[k] += h[s] * directions[s]
             minus[k] -= h[s] * directions[s]
-            moved_masks = [_stack.forward(w, x).masks for w in (plus, minus)]
+            moved_masks = [forward(w, x).masks for w in (plus, minus)]
             changed = any(np.any(a != b) for m in moved_masks for a, b in zip(m, fwd.masks, strict=True))
             assert crossed[s] == changed, (k, s)
             if not changed:  # a crossed step is retried, not evaluated on
@@ -99,8 +101,8 @@ def test_direction_differences_match_full_evaluations(case):
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_output_sigmas_equal_the_forward_propagation_from_each_layer(case):
-    fwd = _stack.forward(*crosscheck.make_inputs(case))
-    u = _stack.UNIT_ROUNDOFF["float64"]
+    fwd = forward(*crosscheck.make_inputs(case))
+    u = UNIT_ROUNDOFF["float64"]
     expected = []
     for k in range(case.layers):
         var = np.zeros_like(fwd.zs[0])
@@ -128,7 +130,7 @@ def test_paths_made_per_call_give_the_cached_paths_answer(case, monkeypatch):
     ):
         monkeypatch.setattr(perturb, "_PATH_CACHE_BYTES", limit)
         monkeypatch.setattr(perturb, "_PATH_MIN_ROWS", min_rows)
-        fwd = _stack.forward(weights, x)
+        fwd = forward(weights, x)
         sigmas = perturb.output_sigmas(fwd)
         results = [
             perturb.central(fwd, k, h, False, sigmas[k], rows=rows, cols=cols) for k in range(case.layers)
@@ -165,7 +167,7 @@ def test_blocks_of_any_size_give_the_same_answer(case, monkeypatch):
     for block in (10**9, 1, 3, 7):
         monkeypatch.setattr(perturb, "_CHUNK_ROWS", block)
         assert perturb.block_rows(case.dim) == min(block, perturb._CHUNK_VALUES // case.dim)
-        fwd = _stack.forward(weights, x)
+        fwd = forward(weights, x)
         sigmas = perturb.output_sigmas(fwd)
         answers.append(
             [perturb.central(fwd, k, h, False, sigmas[k], rows=rows, cols=cols) for k in range(case.layers)]

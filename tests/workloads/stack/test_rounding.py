@@ -6,13 +6,15 @@ import numpy as np
 import pytest
 
 import crosscheck
+from crosscheck._compare.constants import UNIT_ROUNDOFF
 from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack.forward import backward, forward
 
 
 def _direct_sigma(fwd, deltas, dtype, samples, seed):
     """The gradient error's spread sampled directly: every product, the gradient's too, gets its noise,
     and the spread of ``noisy y.T @ noisy delta - y.T @ delta`` is taken over the samples."""
-    u, rng = _stack.UNIT_ROUNDOFF[dtype], np.random.default_rng(seed)
+    u, rng = UNIT_ROUNDOFF[dtype], np.random.default_rng(seed)
     y = np.broadcast_to(fwd.ys[0], (samples, *fwd.ys[0].shape))
     noisy = [y]
     for m, w in enumerate(fwd.weights):
@@ -34,8 +36,8 @@ def _direct_sigma(fwd, deltas, dtype, samples, seed):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_row_by_row_estimate_agrees_with_direct_sampling(dtype):
     case = crosscheck.Case(layers=4, batch=6, dim=5, dtype="float64", seed=2)
-    fwd = _stack.forward(*crosscheck.make_inputs(case))
-    deltas, _ = _stack.backward(fwd)
+    fwd = forward(*crosscheck.make_inputs(case))
+    deltas, _ = backward(fwd)
     model = _stack.rounding_model(fwd, deltas, dtype)
     direct = _direct_sigma(fwd, deltas, dtype, samples=4000, seed=9)
     live = direct > 0
@@ -49,8 +51,8 @@ def test_row_by_row_estimate_agrees_with_direct_sampling(dtype):
 
 def test_direction_spread_of_a_single_entry_is_that_entry_spread():
     case = crosscheck.Case(layers=3, batch=4, dim=4, dtype="float32", seed=1)
-    fwd = _stack.forward(*crosscheck.make_inputs(case))
-    deltas, _ = _stack.backward(fwd)
+    fwd = forward(*crosscheck.make_inputs(case))
+    deltas, _ = backward(fwd)
     directions = np.zeros((3, 2, 4, 4))
     directions[:, 0, 1, 2] = 1.0
     directions[:, 1, 3, 0] = -1.0
@@ -62,8 +64,8 @@ def test_direction_spread_of_a_single_entry_is_that_entry_spread():
 
 def test_exact_products_add_no_rounding():
     case = crosscheck.Case(layers=3, batch=4, dim=4, dtype="float64", seed=1, init="integer")
-    fwd = _stack.forward(*crosscheck.make_inputs(case))
-    deltas, _ = _stack.backward(fwd)
+    fwd = forward(*crosscheck.make_inputs(case))
+    deltas, _ = backward(fwd)
     model = _stack.rounding_model(fwd, deltas, "float64")
     assert not model.grad_sigma.any()
     assert not any(s.any() for s in model.z_sigma)

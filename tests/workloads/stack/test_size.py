@@ -15,6 +15,7 @@ from crosscheck._cli.main import main
 from crosscheck._engine.plan import MemoryTooLarge
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack.case import Case, make_inputs
+from crosscheck._workloads.stack.forward import backward, forward
 from crosscheck._workloads.stack.judge.screen import full_oracle_flops
 from crosscheck._workloads.stack.size import estimate
 
@@ -113,8 +114,8 @@ def _peak(layers, batch, dim, mode, backend) -> int:
 def test_a_wide_layer_never_has_all_its_samples_in_memory():
     # 64 samples of a (512, 512) gradient would be 128 MiB; the model sums their squares row by row.
     weights, x = make_inputs(Case(layers=1, batch=1, dim=512, seed=2))
-    fwd = _stack.forward(weights, x)
-    deltas, _ = _stack.backward(fwd)
+    fwd = forward(weights, x)
+    deltas, _ = backward(fwd)
     tracemalloc.start()
     try:
         _stack.rounding_model(fwd, deltas, "float32")

@@ -244,7 +244,7 @@ def project_quadrature(term: Mapping[str, Any], directions: Sequence[Direction])
 
     The signs do not enter (``|t * sign * step| = |t * step|``, and only their shape is read): directions
     of one tensor with the same step array (a group's, ``groups.Group.directions``) share one sum, the
-    same number to the bit, computed once (issue 38: a pass over every entry saved per direction), a
+    same number to the bit, computed once (a pass over every entry saved per direction), a
     block at a time (``sums.pairwise``: the numbers of ``np.sum(np.square(t * step))`` on the whole)."""
     done: dict[tuple, float] = {}
     out = []

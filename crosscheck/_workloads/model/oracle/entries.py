@@ -88,7 +88,7 @@ def base_steps(params: dict[str, np.ndarray]) -> dict[str, float]:
 
     Each tensor's sum of squares is taken once, a block at a time (``sums.pairwise``: the numbers of
     ``np.sum(np.square(v))`` for ``v`` in float64), for its RMS (``np.mean``'s: that sum over the count)
-    and the overall's (issue 38: two squared copies of the model a call, made whole). A parameter in
+    and the overall's (two squared copies of the model a call, made whole). A parameter in
     another dtype (the point's own, float32, say) is cast to float64 a block at a time: the same numbers
     as from a float64 copy of it, which is not made."""
     squares = {k: _squares(np.asarray(v)) for k, v in params.items()}

@@ -96,7 +96,7 @@ class Group:
 def drawn(cache: dict, group: Group, params: dict, count: int, source: Any) -> list[Direction]:
     """``group.directions(params, count)``, drawn once per point (``source``, its parameters: the same
     object) and kept in ``cache`` (``Plan.drawn``): the same arrays, to the bit, for every function
-    differenced at that point (issue 38: the signs and the steps, 12 bytes a parameter per function,
+    differenced at that point (the signs and the steps, 12 bytes a parameter per function,
     drawn and held once a run, not once a function). The arrays are read-only: what reads them cannot
     change them for the next function."""
     key = (group, count)
@@ -124,7 +124,7 @@ def _signs(rng: np.random.Generator, size: int) -> np.ndarray:
 class Joint:
     """A group's pieces of ``arrays`` as one float64 vector, ``Group.flat``'s, made a block of entries at
     a time where it is read (``block``: ``oracle.sums``), or whole (``np.asarray``) where something reads
-    it whole (issue 38: a float64 copy of every gradient, rounding and floor of the model per
+    it whole (a float64 copy of every gradient, rounding and floor of the model per
     comparison). An array of a tensor's shape is read in place, a term made when read
     (``crosscheck._compare.record.Made``) a block at a time, anything else broadcast to its tensor."""
 

@@ -3,7 +3,7 @@
 Along a direction (``directions``, a group's: ``groups``) and on the noise probe's line (``precision``)
 every evaluation moves every tensor of the line at once. Handing the loss every float64 parameter for
 each cost a copy of the model and its conversion into the framework's arrays, per evaluation: several
-forward passes' worth on GPT-2 small (issue 38). An adapter with the three methods
+forward passes' worth on GPT-2 small. An adapter with the three methods
 
 - ``hold_point(params, inputs)``: keep the point (float64), as its own arrays (JAX: on the device;
   PyTorch: tensors over the arrays handed), until ``release_evaluations()``;
@@ -18,8 +18,8 @@ is handed the point once per difference and each direction's signs once (both th
 guarded call: private copies, compared bit for bit after the call, so an adapter that writes them fails
 as before); an evaluation hands it one number per tensor. A point the adapter holds still is not handed
 again (``Line.holding``): the judge differences a side's loss on the point its noise probe held
-(``function.own_loss``'s ``keep``), which saves a copy of the model handed and each adapter's buffers
-made afresh, a side (issue 38); and the float64 check of that loss before the probe reads its value at
+(``sources.own_loss``'s ``keep``), which saves a copy of the model handed and each adapter's buffers
+made afresh, a side; and the float64 check of that loss before the probe reads its value at
 the point on the line (``at_point``), the point handed there once, not once more to ``loss``.
 
 The points are the oracle's own, to the bit: ``c_k = t * step_k`` is rounded as the oracle's NumPy
@@ -80,7 +80,7 @@ class Line:
         holds it (``holding``: a line is a function's, at the one point of its case). ``params`` may be
         in any float dtype (the point's own, float32, say): the adapter is handed a float64 cast made for
         this call (``Call.cast``), its private copy, not a copy of a float64 copy: one float64 copy of
-        the model a side, not two (issue 38), compared with ``params`` cast after the call."""
+        the model a side, not two, compared with ``params`` cast after the call."""
         if self.holding:
             return
         self._hand("hold_point", self.call.cast(params, "float64", once=True), dict(self.inputs))
@@ -137,7 +137,7 @@ def at_point(line: Line | None, loss: Callable[..., Any], point: Point, call: Ca
     without coefficients (``loss_along``, the point itself: the same computation as ``loss``'s); else
     ``loss`` handed float64 casts of the point made for the call. Handing the point once, not once for
     this value and again to hold it, saves a copy of the model in float64 a side, and in a worker
-    process its receipt and the copy its call is checked against (issue 38)."""
+    process its receipt and the copy its call is checked against."""
     if line is None:
         p, i = call.cast(point.params, "float64", once=True), call.cast(point.inputs, "float64", once=True)
         return call(loss, p, i, convert="array")

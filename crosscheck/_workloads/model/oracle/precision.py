@@ -16,7 +16,7 @@ terms, about ``2**29`` float64 noises, and by about one noise for a loss with fl
 
 ``probed`` (what the oracle runs) fits the ``2 * FIRST + 1`` middle points first and stops there when
 their noise is float64's beyond doubt (``CLEAR`` times it would still be: 8 evaluations of a forward
-pass each saved, issue 38); otherwise it goes on to every point and finds what ``probe`` finds.
+pass each saved); otherwise it goes on to every point and finds what ``probe`` finds.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ FIRST = 4
 #: loss with float32 steps, or one that bends on the probe's scale, is above float64's at 9 points too):
 #: the residual over 9 points of a loss with float32 steps is float32's noise, 2**14 and more above the
 #: bounds (Hugging Face's zoo: 3e-7 to 7e-5 of the tighter one), a float64 loss's 245 to 3,800 below it,
-#: and the 17 points' residual 0.74 to 1.97 times the 9's (38 losses, 2026-12-05).
+#: and the 17 points' residual 0.74 to 1.97 times the 9's (38 losses: ``docs/measurements/real-size.md``,
+#: "the noise probe from 9 points").
 CLEAR = 2.0**6
 #: Spacing of the probe's points, as a fraction of each tensor's RMS.
 PROBE_STEP = 2.0**-20
@@ -154,7 +155,7 @@ def _along(
     """The probe's losses on ``line``'s side: the signs drawn as ``_probe`` draws them, handed once; kept
     in ``cache`` (the run's ``Plan.drawn``) for the next probe of parameters of the same shapes (the
     seed is fixed: the same signs; 124 million int8 signs drawn once a run on GPT-2 small, not once a
-    side, issue 38), read-only."""
+    side), read-only."""
     steps = base_steps(params)  # float64, a block at a time: ``params`` may be the point's own
     key = ("probe", tuple((k, np.shape(v)) for k, v in params.items()))
     if key not in cache:
@@ -180,7 +181,7 @@ def _signs(rng: Any, shape: tuple[int, ...]) -> np.ndarray:
     """``(rng.integers(0, 2, size=shape) * 2 - 1).astype(np.int8)`` (``_probe``'s draw: int64), drawn
     ``DRAW`` entries at a time into the int8 array: the generator's stream does not depend on how the
     draw is cut, so these are the same numbers, without an int64 array of the tensor's size (8 bytes an
-    entry, fresh memory: 2 s for GPT-2 small's token embedding here, issue 38)."""
+    entry, fresh memory: 2 s for GPT-2 small's token embedding here)."""
     out = np.empty(shape, np.int8)
     flat = out.reshape(-1)
     for start in range(0, flat.size, DRAW):

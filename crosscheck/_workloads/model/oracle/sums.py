@@ -1,4 +1,4 @@
-"""Sums over every entry of a model, a block at a time, bit for bit the sum of the whole (issue 38).
+"""Sums over every entry of a model, a block at a time, bit for bit the sum of the whole.
 
 Projecting a gradient, a rounding or a floor on a direction is a sum over every entry of a tensor, or
 of a group of tensors taken as one vector (``groups.Group``): made as NumPy's ``np.sum`` of the whole
@@ -89,7 +89,7 @@ def steps(step: Any) -> Callable[[int, int], Any]:
 
 class Steps:
     """A group's step per entry (``groups.Group.directions``): each tensor's number over its entries, held
-    as one number a tensor (issue 38: not a float64 array of the group's size, 8 bytes a parameter and
+    as one number a tensor (not a float64 array of the group's size, 8 bytes a parameter and
     its pages, read again by every projection). ``np.asarray`` makes the whole array, the same bits."""
 
     ndim = 1

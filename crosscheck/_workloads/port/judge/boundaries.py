@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._compare.compare import Comparison
 from crosscheck._compare.constants import BOUNDARY
+from crosscheck._compare.record import Comparison
 from crosscheck._report.report import FORWARD_ONLY
 
 #: How close two outputs must be to one multiple of each other to be said to differ by a factor

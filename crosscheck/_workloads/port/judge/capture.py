@@ -48,7 +48,7 @@ def jax_capture(prepared: Prepared, params: dict, inputs: dict) -> list:
             return prepared.jax_side.capture(jax_leaves(prepared, lent, i), dict(jax_in), dtype)
         # the mapping's leaves made inside the capture's compiled pass: a transposed or reshaped tensor is
         # no array of its own there (made one at a time, 96 transposes of GPT-2 small's layers took 3.3 s
-        # of the two captures, a model's size of new memory; issue 38)
+        # of the two captures, a model's size of new memory)
         return prepared.jax_side.capture(
             (lent, i), dict(jax_in), dtype, made=lambda source: jax_leaves(prepared, *source)
         )
@@ -57,7 +57,7 @@ def jax_capture(prepared: Prepared, params: dict, inputs: dict) -> list:
 @dataclasses.dataclass
 class Early:
     """The module captures of a port check (both sides' records, ``PortJudge._runs``), taken before the
-    reference's gradients, while only the models and the case are held (issue 38: taken when the port
+    reference's gradients, while only the models and the case are held (taken when the port
     candidate is compared, after every gradient, rounding and per-entry comparison, they made the run's
     peak memory). Their records are small (module inputs and outputs). The first port candidate's
     comparison uses them (``use``; another captures its own); a write to a capture's inputs is owed to

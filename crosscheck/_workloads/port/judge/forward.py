@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._compare.compare import Comparison
 from crosscheck._compare.device import arithmetic
 from crosscheck._compare.dtypes import numpy_dtype
+from crosscheck._compare.record import Comparison
 from crosscheck._workloads.port.judge import capture, localize, own
 from crosscheck._workloads.port.judge.gradient import MAPPING, PortJudge
 from crosscheck._workloads.protocol import Call, Reference

@@ -22,9 +22,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from crosscheck._compare.compare import Comparison
 from crosscheck._compare.constants import OTHER_DTYPE
 from crosscheck._compare.device import Arithmetic, arithmetic
+from crosscheck._compare.record import Comparison
 from crosscheck._report.report import FORWARD_ONLY, Report, Section, Verdict
 from crosscheck._workloads.model.judge import GenericJudge
 from crosscheck._workloads.model.oracle.function import Differences

@@ -29,10 +29,11 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare import terms as _terms
-from crosscheck._compare.compare import Comparison, Tolerance, compare
+from crosscheck._compare.compare import compare
 from crosscheck._compare.constants import OTHER_DTYPE
 from crosscheck._compare.device import Arithmetic
 from crosscheck._compare.dtypes import is_low, numpy_dtype, unit_roundoff
+from crosscheck._compare.record import Comparison, Tolerance
 from crosscheck._workloads.port.judge.verdict import forward_verdict as forward_verdict
 from crosscheck._workloads.port.judge.verdict import gradient_verdict as gradient_verdict
 from crosscheck._workloads.port.judge.verdict import listed_verdict as listed_verdict

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from crosscheck._compare.compare import Comparison
+from crosscheck._compare.record import Comparison
 from crosscheck._workloads.port.declare.build import Prepared, torch_implementation
 from crosscheck._workloads.port.judge.verdict import Origin
 from crosscheck._workloads.protocol import Call, Point

@@ -70,7 +70,7 @@ def share(array: np.ndarray, *, requires_grad: bool = False) -> torch.Tensor:
 
     Only for an array nobody else holds (the engine's private copy of a call's argument, which it
     compares bit for bit after the call with what it was copied from): the module computes with it as
-    with a copy, and ``call`` still finds a write into it (issue 38: a copy of every parameter, 8 bytes
+    with a copy, and ``call`` still finds a write into it (a copy of every parameter, 8 bytes
     each in a float64 pass, saved on each call)."""
     wrapped = _wrapped(array) if isinstance(array, np.ndarray) and array.flags.writeable else None
     out = wrapped if wrapped is not None else tensor(array)
@@ -163,7 +163,7 @@ def _kept(t: torch.Tensor) -> Callable[[], bool]:
     """Whether ``t`` will still hold what it holds now (a function of no argument). A tensor over the
     memory of an array the engine's guarded call handed (``share`` of its private copy) is tested as
     the engine tests that array after the call, against what it was copied or cast from
-    (``handed.test_of``): no copy of it (issue 38: 4 or 8 bytes a parameter on each forward pass);
+    (``handed.test_of``): no copy of it (4 or 8 bytes a parameter on each forward pass);
     another tensor is copied now and compared bit for bit after."""
     try:
         test = handed.test_of(t.detach().numpy())
@@ -178,7 +178,7 @@ def _kept(t: torch.Tensor) -> Callable[[], bool]:
 def _copy(t: torch.Tensor) -> torch.Tensor:
     """What ``t`` holds now, in memory of its own: copied by NumPy where ``t`` is a plain CPU tensor
     NumPy can read (0.07 to 0.09 s against ``clone``'s 0.19 to 0.25 s for a 300 MB float64 table on
-    this project's 2-core machine, issue 38), else by ``clone`` (bfloat16, a tensor under vmap)."""
+    this project's 2-core machine), else by ``clone`` (bfloat16, a tensor under vmap)."""
     try:
         return torch.from_numpy(np.array(t.detach().numpy()))
     except (RuntimeError, TypeError, ValueError):

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._compare.compare import Kinks
+from crosscheck._compare.record import Kinks
 from crosscheck._workloads.stack import rounding as _stack
 
 

@@ -12,14 +12,18 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare import constants as _constants
 from crosscheck._compare import low as _low
 from crosscheck._compare import terms as _terms
-from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
+from crosscheck._compare.compare import compare
 from crosscheck._compare.constants import ALL_DTYPES, DTYPES
-from crosscheck._compare.device import Arithmetic, arithmetic
+from crosscheck._compare.device import arithmetic, scale
 from crosscheck._compare.dtypes import accumulation, is_low
+from crosscheck._compare.record import Comparison, Kinks, Tolerance
 from crosscheck._report.report import Verdict
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
+from crosscheck._workloads.stack import forward as _forward
+from crosscheck._workloads.stack import kinks as _kinks
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack import underflow as _underflow
 from crosscheck._workloads.stack.explain import SECTION, classify, forward_layers, verdict
@@ -60,8 +64,8 @@ class StackGradJudge:
         self.weights, self.x = point.params["weights"], point.inputs["x"]
         self.dtype = point.dtype
         self.notes: dict[str, dict[str, Any]] = {}
-        self.fwd = _stack.forward(self.weights, self.x)
-        self.deltas, _ = _stack.backward(self.fwd, grads=False)
+        self.fwd = _forward.forward(self.weights, self.x)
+        self.deltas, _ = _forward.backward(self.fwd, grads=False)
         self._models: dict[str, _stack.RoundingModel] = {}
         self._underflows: dict[str, _underflow.Underflow] = {}
         #: Kink judgements by dtype, with the digest of the tolerance they were made for (the same for
@@ -114,7 +118,7 @@ class StackGradJudge:
         candidate = value["weights"]
         dtype, _ = declared_dtype(backend, self.dtype)
         device = arithmetic(backend)
-        self.device_scale = _device_scale(device, dtype)
+        self.device_scale = scale(device, dtype)
         try:
             comparison = self._compared(backend, candidate, name, reference, dtype, call)
         finally:
@@ -208,7 +212,7 @@ class StackGradJudge:
     def compare_full(self, value: np.ndarray, name: str, reference: Reference, dtype: str) -> Comparison:
         """Every entry against the reference's, within modelled rounding, its error bar and kinks."""
         oracle: GradAnswer = reference.data
-        u = _stack.UNIT_ROUNDOFF[accumulation(dtype)]  # a 16-bit dtype's sums are float32's
+        u = _constants.UNIT_ROUNDOFF[accumulation(dtype)]  # a 16-bit dtype's sums are float32's
         rounding = self.model(dtype).grad_bound
         floor = _terms.floor(_terms.largest(np.nan_to_num(oracle.value)), u, ulps=_terms.SAFETY_FLOOR_ULPS)
         terms: dict[str, Any] = {
@@ -270,9 +274,9 @@ class StackGradJudge:
             return memo[1]
         cand, ref, flow = self.model(dtype), self.model("float64"), self.underflow(dtype).z
         bounds = [cand.z_bound(m) + ref.z_bound(m) + flow[m] for m in range(len(self.fwd.zs))]
-        found = _stack.ambiguous_kinks(self.fwd, bounds)
+        found = _kinks.ambiguous_kinks(self.fwd, bounds)
         low, fraction = is_low(dtype), KINK_IMPACT_FRACTION * scale
-        effects = _stack.kink_effects(
+        effects = _kinks.kink_effects(
             self.fwd, self.deltas, found, tol, bounds, last_layer_forward=low, fraction=fraction
         )
         self._kinks_memo[dtype] = (key, (bounds, found, effects))
@@ -353,13 +357,6 @@ class StackGradJudge:
         if progress is None:
             return None
         return lambda done, total: progress(description, done, total)
-
-
-def _device_scale(device: Arithmetic | None, dtype: str) -> float:
-    """How many times float32's unit roundoff the candidate's device rounds its float32 at (1: none)."""
-    if device is None or device.unit is None or dtype != "float32":
-        return 1.0
-    return max(1.0, device.unit / _stack.UNIT_ROUNDOFF["float32"])
 
 
 def _digest(values: np.ndarray) -> tuple:

@@ -11,7 +11,9 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare import terms as _terms
-from crosscheck._compare.compare import Comparison, Kinks, Tolerance, compare
+from crosscheck._compare.compare import compare
+from crosscheck._compare.constants import OTHER_DTYPE, UNIT_ROUNDOFF
+from crosscheck._compare.record import Comparison, Kinks, Tolerance
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack.judge import hvp_screen as _screen
@@ -30,7 +32,7 @@ class StackHvpJudge:
     def __init__(self, point: Point, options: Options) -> None:
         if options.explain:
             raise ValueError("`explain` is not available with quantity 'hvp'.")
-        if point.dtype not in _stack.UNIT_ROUNDOFF:  # its rerun term re-runs in the other of two
+        if point.dtype not in UNIT_ROUNDOFF:  # its rerun term re-runs in the other of two
             raise ValueError(
                 f"quantity 'hvp' is judged in float32 and float64; found dtype {point.dtype!r} "
                 "(a 16-bit case checks the gradient)."
@@ -93,7 +95,7 @@ class StackHvpJudge:
 
     def rerun(self, backend: Any, call: Call) -> tuple[np.ndarray | None, str]:
         """The candidate's HVP re-run in the other precision (None, and why, when that failed)."""
-        out = self._hvp(backend, call, _hvp.OTHER_DTYPE[self.dtype])
+        out = self._hvp(backend, call, OTHER_DTYPE[self.dtype])
         return (None, f"re-run failed: {out.error}") if out.error else (out.value["weights"], "")
 
     def _rerun(self, backend: Any, call: Call, value: np.ndarray) -> tuple[np.ndarray, str]:
@@ -124,7 +126,7 @@ class StackHvpJudge:
         """Every entry (NaN reference entries are not checked) within the re-run's measured rounding,
         the oracle's error bar, the floor and the user's slack."""
         answer: HvpAnswer = reference.data
-        u = _stack.UNIT_ROUNDOFF[self.dtype]
+        u = UNIT_ROUNDOFF[self.dtype]
         finite = answer.value[np.isfinite(answer.value)]
         floor = _terms.floor(_terms.largest(finite), u, ulps=_terms.SAFETY_FLOOR_ULPS)
         terms: dict[str, Any] = {

@@ -21,9 +21,11 @@ import numpy as np
 
 from crosscheck._compare import screening as _screening
 from crosscheck._compare import terms
-from crosscheck._compare.compare import Comparison, Kinks, mismatch_message, structural_problem
+from crosscheck._compare.compare import structural_problem
+from crosscheck._compare.constants import UNIT_ROUNDOFF
+from crosscheck._compare.message import mismatch_message
+from crosscheck._compare.record import Comparison, Kinks
 from crosscheck._workloads.protocol import Call, Options, Reference
-from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack.judge import screen as _grad_screen
 from crosscheck._workloads.stack.judge.answers import HvpAnswer, oracle_answer
 from crosscheck._workloads.stack.judge.grad import declared_dtype
@@ -144,7 +146,7 @@ def compare_screened(
     else:
         comparison = _record(name, reference, candidate, True, "ok", "")
         message = f"{coverage}: {_screening.AGREES}"
-    u = _stack.UNIT_ROUNDOFF[judge.dtype]
+    u = UNIT_ROUNDOFF[judge.dtype]
     floor = terms.floor(terms.largest(candidate), u, ulps=terms.SAFETY_FLOOR_ULPS)
     sources = {**comparison.tolerance_sources, "rerun": f"{RERUN_HELP} ({note})"}
     return dataclasses.replace(
@@ -185,7 +187,7 @@ def _rerun_along(candidate: np.ndarray, again: np.ndarray | None, directions: np
 def _floor_and_slack(judge: HvpJudge, sc: Any, candidate: np.ndarray) -> np.ndarray:
     """The floor term of every entry summed in quadrature over a direction (``||D||``), and the user's
     slack summed over its entries (``sc``: the oracle's screened estimate)."""
-    u, size = _stack.UNIT_ROUNDOFF[judge.dtype], judge.weights.shape[1]
+    u, size = UNIT_ROUNDOFF[judge.dtype], judge.weights.shape[1]
     norm = np.sqrt(np.einsum("ksij,ksij->ks", sc.directions, sc.directions))
     floor = terms.floor(terms.largest(candidate), u, ulps=terms.SAFETY_FLOOR_ULPS, across=norm)
     options = judge.options

@@ -18,11 +18,15 @@ import numpy as np
 
 from crosscheck._compare import screening as _screening
 from crosscheck._compare import terms
-from crosscheck._compare.compare import Comparison, mismatch_message, structural_problem
+from crosscheck._compare.compare import structural_problem
+from crosscheck._compare.constants import UNIT_ROUNDOFF
 from crosscheck._compare.dtypes import accumulation
+from crosscheck._compare.message import mismatch_message
+from crosscheck._compare.record import Comparison
 from crosscheck._workloads.protocol import Call, Options, Reference
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack import underflow as _underflow
+from crosscheck._workloads.stack.forward import Forward
 from crosscheck._workloads.stack.judge.answers import GradAnswer
 
 
@@ -32,7 +36,7 @@ class GradJudge(Protocol):
     weights: np.ndarray
     x: np.ndarray
     options: Options
-    fwd: _stack.Forward
+    fwd: Forward
     deltas: list[np.ndarray]
 
     def model(self, dtype: str) -> _stack.RoundingModel: ...
@@ -185,7 +189,7 @@ def compare_screened(
         return _invalid(candidate, name, reference, along)
     model = judge.model(dtype)
     projected = project(candidate, along.directions)
-    u = _stack.UNIT_ROUNDOFF[accumulation(dtype)]
+    u = UNIT_ROUNDOFF[accumulation(dtype)]
     tol = _tolerance(judge, candidate, along, dtype)
     diff = np.abs(projected - along.value)
     failing = _screening.escalated(diff > tol)
@@ -233,7 +237,7 @@ def compare_screened(
 def _tolerance(judge: GradJudge, candidate: np.ndarray, along: Along, dtype: str) -> np.ndarray:
     """Each direction's tolerance: the modelled rounding along it, the oracle's error, the candidate's
     floor, the user's slack, the kinks' slack and the underflow bounds."""
-    u, size = _stack.UNIT_ROUNDOFF[accumulation(dtype)], judge.weights.shape[1]
+    u, size = UNIT_ROUNDOFF[accumulation(dtype)], judge.weights.shape[1]
     options = judge.options
     slack = 0.0 if options.rtol is None else options.atol * size * size + options.rtol * np.abs(along.value)
     # The floor term of every entry, summed in quadrature over the d * d entries of a direction.

@@ -37,8 +37,9 @@ import numpy as np
 
 from crosscheck._compare import terms
 from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack.forward import Forward, backward, forward
+from crosscheck._workloads.stack.oracle import parallel as _parallel
 from crosscheck._workloads.stack.oracle import perturb as _perturb
-from crosscheck._workloads.stack.oracle import threads as _threads
 
 __all__ = ["OracleEstimate", "ScreenEstimate", "estimate", "screen"]
 
@@ -89,7 +90,7 @@ class ScreenEstimate:
     rounding: _stack.RoundingModel | None = None
 
 
-@_threads.blas_on_one_thread
+@_parallel.blas_on_one_thread
 def estimate(
     weights: np.ndarray,
     x: np.ndarray,
@@ -105,7 +106,7 @@ def estimate(
         layers: estimate only these layers (the others are NaN); default all.
         progress: called as ``progress(done, total)`` in units of perturbed entries.
     """
-    fwd = _stack.forward(weights, x)
+    fwd = forward(weights, x)
     shape = fwd.weights.shape
     layers = range(shape[0]) if layers is None else sorted(set(layers))
     out = {
@@ -119,13 +120,13 @@ def estimate(
     sigmas = _perturb.output_sigmas(fwd)
     # Entries are independent: each layer in a few row blocks, earlier (costlier) layers first.
     d = shape[1]
-    split = min(d, _threads.workers()) if d >= _threads.MIN_PARALLEL_WIDTH else 1  # else serial
+    split = min(d, _parallel.workers()) if d >= _parallel.MIN_PARALLEL_WIDTH else 1  # else serial
     blocks = [(k, rows) for k in layers for rows in np.array_split(np.arange(d), split)]
     flops = 2.0 * len(layers) * x.shape[0] * d**4  # about what the layers' perturbed products cost
     # The loss evaluations share the rounded prefix of the stack, so the estimate is the derivative
     # at a point moved by float64 rounding; that error is sized by the stack's rounding model, made on
     # the other core while the layers run serially.
-    deltas, _ = _stack.backward(fwd, grads=False)
+    deltas, _ = backward(fwd, grads=False)
 
     def layer(block):
         return _layer(fwd, *block, out, sigmas[block[0]])
@@ -133,8 +134,8 @@ def estimate(
     def model():
         return _stack.rounding_model(fwd, deltas, "float64")
 
-    with _threads.beside(model, width=d, flops=_stack.rounding_flops(fwd)) as rounded:
-        for count, size in _threads.in_parallel(layer, blocks, flops=flops, width=d):
+    with _parallel.beside(model, width=d, flops=_stack.rounding_flops(fwd)) as rounded:
+        for count, size in _parallel.in_parallel(layer, blocks, flops=flops, width=d):
             evaluations += count
             done += size
             if progress is not None:
@@ -144,7 +145,7 @@ def estimate(
     return OracleEstimate(**out, evaluations=evaluations, rounding=rounding)
 
 
-@_threads.blas_on_one_thread
+@_parallel.blas_on_one_thread
 def screen(
     weights: np.ndarray,
     x: np.ndarray,
@@ -167,7 +168,7 @@ def screen(
         keep_model: also model every entry's rounding (and return the model, for a judge to reuse);
             False when only these derivatives are needed (the HVP's screening, at each of its nodes).
     """
-    fwd = _stack.forward(weights, x)
+    fwd = forward(weights, x)
     n_layers, count = directions.shape[:2]
     value, error, kink = (
         np.zeros((n_layers, count)),
@@ -189,14 +190,14 @@ def screen(
         evaluations += result["evaluations"]
         if progress is not None:
             progress((k + 1) * count, n_layers * count)
-    deltas, _ = _stack.backward(fwd, grads=False)
+    deltas, _ = backward(fwd, grads=False)
     model = _stack.rounding_model(fwd, deltas, "float64", directions=directions, entries=keep_model)
     assert model.direction_sigma is not None  # the model was given the directions
     error += terms.modelled(model.direction_sigma)
     return ScreenEstimate(directions, value, error, kink, evaluations, model if keep_model else None)
 
 
-def _layer(fwd: _stack.Forward, k: int, block: np.ndarray, out: dict[str, np.ndarray], sigma: float):
+def _layer(fwd: Forward, k: int, block: np.ndarray, out: dict[str, np.ndarray], sigma: float):
     """Fill ``out[...][k][block]`` (rows ``block`` of layer ``k``'s weights, every column); return the
     number of loss evaluations and of entries. ``sigma``: the float64 rounding of ``y[L]`` made by
     layers ``k`` on (``perturb.output_sigmas``)."""
@@ -217,7 +218,7 @@ def _layer(fwd: _stack.Forward, k: int, block: np.ndarray, out: dict[str, np.nda
     return result["evaluations"], rows.size
 
 
-def _differentiate(fwd: _stack.Forward, k: int, distance: np.ndarray, central) -> dict:
+def _differentiate(fwd: Forward, k: int, distance: np.ndarray, central) -> dict:
     """Kink-aware central differences of ``len(distance)`` perturbations of layer ``k``.
 
     ``distance[s]`` is how far perturbation ``s`` can go before a pre-activation of layer ``k`` changes

@@ -32,15 +32,15 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare import terms
-from crosscheck._compare.constants import OTHER_DTYPE as OTHER_DTYPE
-from crosscheck._workloads.stack import rounding as _stack
-from crosscheck._workloads.stack.oracle import threads as _threads
+from crosscheck._compare.constants import OTHER_DTYPE, UNIT_ROUNDOFF
+from crosscheck._workloads.stack.forward import backward, forward
+from crosscheck._workloads.stack.oracle import parallel as _parallel
 
 #: Second word of the direction's seed: the gradient's screening directions use other streams.
 DIRECTION_STREAM = 0x487650
 #: Below this kink radius (in units of the direction, itself scaled like the weights) every entry is
 #: unjudgeable: float64 rounding divided by the radius would reach float32 precision.
-MIN_RADIUS = _stack.UNIT_ROUNDOFF["float32"]
+MIN_RADIUS = UNIT_ROUNDOFF["float32"]
 #: The largest node: the polynomial is exact at any size, but rounding grows with the weights' change.
 MAX_RADIUS = 0.25
 
@@ -87,10 +87,10 @@ class HvpEstimate:
     evaluations: int
 
 
-@_threads.blas_on_one_thread
+@_parallel.blas_on_one_thread
 def kink_radius(weights: np.ndarray, x: np.ndarray, v: np.ndarray) -> tuple[float, tuple[int, int, int]]:
     """How far along ``v`` (``|t|``) no pre-activation can change sign, and the one that limits it."""
-    fwd = _stack.forward(weights, x)
+    fwd = forward(weights, x)
     v = np.asarray(v, np.float64)
     coeffs = [fwd.ys[0]]  # y[m](t) = sum_j coeffs[j] * t**j, masks held at the base point
     best, where = np.inf, (-1, -1, -1)
@@ -138,7 +138,7 @@ def _derivative_weights(n: int, r: float) -> tuple[np.ndarray, np.ndarray]:
     return unit * r, weights
 
 
-@_threads.blas_on_one_thread
+@_parallel.blas_on_one_thread
 def oracle_hvp(
     oracle: Any, weights: np.ndarray, x: np.ndarray, v: np.ndarray, *, layers: Any = None
 ) -> HvpEstimate:
@@ -147,7 +147,7 @@ def oracle_hvp(
     The loss is a sum over the rows of ``x``, so ``H v`` is the sum of each row's, and each row is
     differentiated within its own kink radius: a row near a kink costs precision to that row's share
     only (7 to 16 times tighter error bars than one radius for all rows, on gaussian d = 16 cases).
-    The rows run in parallel (``threads``); ``layers`` restricts the estimate (NaN elsewhere).
+    The rows run in parallel (``parallel``); ``layers`` restricts the estimate (NaN elsewhere).
     """
     w64, v64 = np.asarray(weights, np.float64), np.asarray(v, np.float64)
     radii, radius, at = _radii(w64, x, v64)
@@ -156,7 +156,7 @@ def oracle_hvp(
         reason = f"a ReLU kink within reach along v (radius {radius:.3g} < 2**-24)"
         nan = np.full(shape, np.nan)
         return HvpEstimate(nan, nan.copy(), np.ones(shape, bool), reason, radius, at, np.zeros(0), 0)
-    two_l_u = 2 * len(w64) * _stack.UNIT_ROUNDOFF["float64"]
+    two_l_u = 2 * len(w64) * UNIT_ROUNDOFF["float64"]
 
     def at_node(point: np.ndarray, row: np.ndarray, c: float):
         est = oracle.estimate(point, row, layers=layers)
@@ -191,7 +191,7 @@ class HvpScreenEstimate:
     evaluations: int
 
 
-@_threads.blas_on_one_thread
+@_parallel.blas_on_one_thread
 def oracle_hvp_screen(
     oracle: Any, weights: np.ndarray, x: np.ndarray, v: np.ndarray, directions: np.ndarray
 ) -> HvpScreenEstimate:
@@ -213,13 +213,13 @@ def oracle_hvp_screen(
         return HvpScreenEstimate(
             directions, nan, nan.copy(), np.ones(shape, bool), reason, radius, at, np.zeros(0), 0
         )
-    two_l_u = 2 * len(w64) * _stack.UNIT_ROUNDOFF["float64"]
+    two_l_u = 2 * len(w64) * UNIT_ROUNDOFF["float64"]
     magnitude = np.abs(directions).reshape(*shape, -1)
     signs = bool(np.all(magnitude == 1.0))  # +-1 directions: sum(|D| |g|) is sum(|g|), no pass over D
 
     def at_node(point: np.ndarray, row: np.ndarray, c: float):
         sc = oracle.screen(point, row, directions, keep_model=False)
-        _, grads = _stack.backward(_stack.forward(point, row))
+        _, grads = backward(forward(point, row))
         size = np.abs(np.stack(grads)).reshape(shape[0], -1)
         if signs:
             along = np.broadcast_to(size.sum(axis=1)[:, None], shape)
@@ -259,7 +259,7 @@ def _along_v(w64, x, v64, radii, at_node, flops):
             total = [total[0] + value, total[1] + error, total[2] | kink, total[3] + evaluations]
         return n, nodes, total
 
-    pieces = _threads.in_parallel(one_row, range(x.shape[0]), flops=flops, width=w64.shape[1])
+    pieces = _parallel.in_parallel(one_row, range(x.shape[0]), flops=flops, width=w64.shape[1])
     rows = sorted(pieces, key=lambda r: r[0])
     value, error, kink, evaluations = rows[0][2]
     for _, _, (more_value, more_error, more_kink, more_evaluations) in rows[1:]:
@@ -288,7 +288,7 @@ def rerun_usable(value: np.ndarray, again: np.ndarray, dtype: str) -> bool:
 
 def rerun_fallback(value: np.ndarray, dtype: str) -> np.ndarray:
     """Without a re-run: a bound of 2L unit roundoffs of each layer's largest entry."""
-    u = _stack.UNIT_ROUNDOFF[dtype]
+    u = UNIT_ROUNDOFF[dtype]
     scale = np.max(np.abs(value.astype(np.float64)), axis=(1, 2), keepdims=True)
     return terms.modelled(2 * len(value) * u) * np.broadcast_to(scale, value.shape)
 

@@ -21,7 +21,9 @@ import dataclasses
 import numpy as np
 
 from crosscheck._compare import terms
+from crosscheck._compare.constants import UNIT_ROUNDOFF
 from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack.forward import Forward
 
 #: Values of one propagated block (rows * d float64 values), sized to stay cache-friendly, and at most
 #: ``_CHUNK_ROWS`` rows: measured at d = 64 (N = 8), blocks of 1024 rows took the oracle 105 ms and
@@ -34,7 +36,7 @@ def block_rows(d: int) -> int:
     return max(1, min(_CHUNK_ROWS, _CHUNK_VALUES // d))
 
 
-def output_sigmas(fwd: _stack.Forward) -> list[float]:
+def output_sigmas(fwd: Forward) -> list[float]:
     """For each layer ``k``, the norm of the float64 rounding error of ``y[L]`` made by layers ``k``
     onwards: a variance bound, each layer's fresh rounding propagated through ``W**2`` (which can only
     overestimate it) and summed over ``y[L]``.
@@ -43,7 +45,7 @@ def output_sigmas(fwd: _stack.Forward) -> list[float]:
     with ``a[L-1] = 1`` and ``a[m] = (a[m+1] * mask[m+1]) @ (W[m+1]**2).T``: one backward pass serves
     every ``k``, instead of propagating forward from each ``k``.
     """
-    u = _stack.UNIT_ROUNDOFF["float64"]
+    u = UNIT_ROUNDOFF["float64"]
     n_layers = len(fwd.zs)
     adjoint = np.ones_like(fwd.zs[-1])
     total, sums = 0.0, [0.0] * n_layers
@@ -193,7 +195,7 @@ _PATH_CACHE_BYTES = 64 * 2**20
 _PATH_MIN_ROWS = 64
 
 
-def _path(fwd: _stack.Forward, n: int, first: int, rows: int) -> _Path:
+def _path(fwd: Forward, n: int, first: int, rows: int) -> _Path:
     """Row ``n``'s path for ``rows`` rows entering at layer ``first`` (weights from ``first`` on, orders
     from the layer before); kept with ``fwd`` for every layer when small enough."""
     layers, d = fwd.weights.shape[:2]
@@ -357,7 +359,7 @@ def _finish(fwd, change, h, sigma, crossed, where):
     """Central differences from the loss changes at ``+h`` (first half) and ``-h`` (second half)."""
     s = len(h)
     value = (change[:s] - change[s:]) / (2 * h)
-    u = _stack.UNIT_ROUNDOFF["float64"]
+    u = UNIT_ROUNDOFF["float64"]
     n_terms = fwd.ys[-1].size
     # Each loss is off by at most 2 * sqrt(loss) * ||error of y[L]|| (Cauchy-Schwarz) plus its own sum
     # (worst case, (n - 1) * u * loss), bounds that hold for the changed rows' part as well as for a

@@ -18,8 +18,8 @@ from crosscheck._cli.main import main
 from crosscheck._workloads.model.oracle import batched
 from crosscheck._workloads.model.oracle.directions import directional, make_directions
 from crosscheck._workloads.model.oracle.entries import estimate
-from crosscheck._workloads.model.oracle.function import _batched
 from crosscheck._workloads.model.oracle.precision import FIRST, PROBE_EVALUATIONS
+from crosscheck._workloads.model.oracle.sources import _batched
 
 needs = pytest.mark.skipif(
     importlib.util.find_spec("jax") is None or importlib.util.find_spec("torch") is None,

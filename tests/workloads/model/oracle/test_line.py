@@ -15,6 +15,7 @@ import pytest
 
 from crosscheck._engine.driver import Caller
 from crosscheck._workloads.model.oracle import function as oracle
+from crosscheck._workloads.model.oracle import sources
 from crosscheck._workloads.model.oracle.entries import read_only
 from crosscheck._workloads.protocol import Point
 
@@ -78,8 +79,8 @@ def _screened(backend, *, line: bool, monkeypatch=None, keep: bool = False):
     point = Point(params, inputs, {}, "float64")
     call = Counted(point)
     if not line and monkeypatch is not None:
-        monkeypatch.setattr(oracle, "line_of", lambda *a: None)
-    function = oracle.own_loss(backend, "side", point, call, keep=keep)
+        monkeypatch.setattr(sources, "line_of", lambda *a: None)
+    function = sources.own_loss(backend, "side", point, call, keep=keep)
     assert isinstance(function, oracle.Function), function
     assert (function.line is not None) == line
     before = call.handed
@@ -157,7 +158,7 @@ def test_a_kept_point_is_released_when_the_probe_fails():
     backend = Released()
     params, inputs = _arrays()
     point = Point(params, inputs, {}, "float64")
-    skipped = oracle.own_loss(backend, "side", point, Caller(point.arrays()), keep=True)
+    skipped = sources.own_loss(backend, "side", point, Caller(point.arrays()), keep=True)
     assert isinstance(skipped, oracle.Skip) and "off the point" in skipped.reason
     assert backend.point is not None and backend.released == 1
 
@@ -203,7 +204,7 @@ def test_an_adapter_that_writes_what_it_is_handed_fails_the_oracle(writes):
     point = Point(params, inputs, {}, "float64")
     kept = {k: v.copy() for k, v in params.items()}
     call = Caller(point.arrays())
-    skipped = oracle.own_loss(Fake(writes), "side", point, call)
+    skipped = sources.own_loss(Fake(writes), "side", point, call)
     assert isinstance(skipped, oracle.Skip) and skipped.failure
     assert "modified its inputs" in skipped.reason
     assert all(np.array_equal(v, kept[k]) for k, v in params.items())  # the point's own never handed
@@ -280,7 +281,7 @@ def test_a_port_gets_the_same_report_in_process_in_workers_and_with_every_point_
     monkeypatch.setattr(Line, "at", lambda self, *a: evaluated.append(a) or at(self, *a))
     workers = crosscheck.run(workload=_port(), oracle_mode="screen", isolate=True)
     assert len(evaluated) > 64  # each side's in its worker, along its line
-    monkeypatch.setattr(oracle, "line_of", lambda *a: None)
+    monkeypatch.setattr(sources, "line_of", lambda *a: None)
     whole = crosscheck.run(workload=_port(), oracle_mode="screen", isolate=False)
     assert _answers(along) == _answers(workers) == _answers(whole)
 
@@ -299,7 +300,7 @@ def test_many_directions_of_a_small_model_stay_batched():
     params, inputs = _arrays()
     point = Point(params, inputs, {}, "float64")
     call = Caller(point.arrays())
-    function = oracle.own_loss(_adapter("jax", _jax_loss), "side", point, call)
+    function = sources.own_loss(_adapter("jax", _jax_loss), "side", point, call)
     probe = function.precision.evaluations  # 9: a float64 loss, beyond doubt from the first points
     assert function.line is not None and function.line.evaluations == probe == 9
     found = oracle.difference(function, point, oracle.plan("screen", params, 32), call, None)
@@ -351,9 +352,9 @@ def test_the_probes_signs_are_drawn_once_a_run_the_same_signs_as_a_draw_of_its_o
             super().hold_direction(name, signs)
 
     cache: dict = {}
-    first = oracle.own_loss(Recorded(), "a", point, Caller(point.arrays()), cache=cache)
-    second = oracle.own_loss(Recorded(), "b", point, Caller(point.arrays()), cache=cache)
-    alone = oracle.own_loss(Recorded(), "c", point, Caller(point.arrays()))
+    first = sources.own_loss(Recorded(), "a", point, Caller(point.arrays()), cache=cache)
+    second = sources.own_loss(Recorded(), "b", point, Caller(point.arrays()), cache=cache)
+    alone = sources.own_loss(Recorded(), "c", point, Caller(point.arrays()))
     ((key, signs),) = cache.items()
     assert key[0] == "probe" and not any(v.flags.writeable for v in signs.values())
     assert first.precision == second.precision == alone.precision
@@ -370,7 +371,7 @@ def test_the_own_loss_check_hands_the_float64_point_once(name, loss):
     backend = _adapter(name, loss)
     params, inputs = _arrays()
     call = Counted(Point(params, inputs, {}, "float64"))
-    function = oracle.own_loss(backend, "side", Point(params, inputs, {}, "float64"), call)
+    function = sources.own_loss(backend, "side", Point(params, inputs, {}, "float64"), call)
     assert isinstance(function, oracle.Function), function
     point_bytes = sum(v.nbytes for v in {**params, **inputs}.values())
     float32_bytes = point_bytes // 2  # every array a float64 one
@@ -393,7 +394,7 @@ def test_a_line_that_fails_at_the_point_fails_the_float64_check_and_is_released(
     backend.release_evaluations = lambda: released.append(True)
     params, inputs = _arrays()
     point = Point(params, inputs, {}, "float64")
-    found = oracle.own_loss(backend, "side", point, Counted(point))
+    found = sources.own_loss(backend, "side", point, Counted(point))
     assert isinstance(found, oracle.Skip) and found.failure, found
     assert found.reason.startswith("`side`'s loss failed in float64: ") and f"no {where} here" in found.reason
     assert released
@@ -424,7 +425,7 @@ def test_a_float32_point_is_cast_to_float64_once_a_side_where_it_is_handed(name,
     def differenced(point):
         made.clear()
         call = Counted(point)
-        function = oracle.own_loss(adapters.pop(), "side", point, call, keep=True)
+        function = sources.own_loss(adapters.pop(), "side", point, call, keep=True)
         assert isinstance(function, oracle.Function), function
         return oracle.difference(function, point, oracle.plan("screen", point.params, 4), call, None)
 

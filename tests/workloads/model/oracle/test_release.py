@@ -13,8 +13,9 @@ from paths import ROOT
 
 import crosscheck
 from crosscheck._engine.driver import Caller
-from crosscheck._workloads.model.oracle.function import difference, own_loss, plan, screen_group
+from crosscheck._workloads.model.oracle.function import difference, plan, screen_group
 from crosscheck._workloads.model.oracle.groups import Group
+from crosscheck._workloads.model.oracle.sources import own_loss
 from crosscheck._workloads.model.workload import GenericWorkload, _framework_backend
 
 sys.path.insert(0, str(ROOT))  # the examples/ package of the repository
@@ -110,7 +111,8 @@ def test_a_backend_in_a_worker_process_is_not_released_and_the_run_is_the_same()
 
 
 def test_a_backend_without_a_release_is_left_alone():
-    from crosscheck._workloads.model.oracle.function import release, releaser
+    from crosscheck._workloads.model.oracle.function import release
+    from crosscheck._workloads.model.oracle.sources import releaser
 
     class Plain:
         def loss(self, params, inputs):

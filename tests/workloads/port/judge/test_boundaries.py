@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import crosscheck
-from crosscheck._compare.compare import Comparison
+from crosscheck._compare.record import Comparison
 from crosscheck._workloads.port.judge import boundaries
 
 torch = pytest.importorskip("torch")

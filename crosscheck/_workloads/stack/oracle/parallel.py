@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from crosscheck._workloads.threads import threadpools, workers
+from crosscheck._workloads.threadpools import threadpools, workers
 
 T = TypeVar("T")
 R = TypeVar("R")

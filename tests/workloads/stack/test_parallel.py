@@ -9,7 +9,7 @@ import pytest
 
 import crosscheck
 from crosscheck._workloads.stack import rounding as _stack
-from crosscheck._workloads.stack.oracle import threads
+from crosscheck._workloads.stack.oracle import parallel as threads
 
 threadpoolctl = pytest.importorskip("threadpoolctl")
 
@@ -195,7 +195,7 @@ def test_the_model_oracle_holds_every_pool_loaded_when_it_evaluates():
     # fd.threads.one_thread looks the libraries up at each call: PyTorch's OpenMP pool, loaded after
     # the stack's cached controller was made, is held to one thread too, and restored after.
     torch = pytest.importorskip("torch")
-    from crosscheck._workloads.model.oracle.threads import one_thread
+    from crosscheck._workloads.model.oracle.one_thread import one_thread
 
     threads.threadpools()  # a controller cached before anything else is loaded changes nothing
     before = torch.get_num_threads()
@@ -208,7 +208,7 @@ def test_the_model_oracle_leaves_the_threads_of_a_model_of_real_size():
     # From `MANY` parameters an evaluation is a forward pass of real size: its threads pay (issue 38),
     # and the notes say which was done.
     torch = pytest.importorskip("torch")
-    from crosscheck._workloads.model.oracle.threads import (
+    from crosscheck._workloads.model.oracle.one_thread import (
         MANY,
         MANY_THREADS,
         THREADS,

@@ -1,6 +1,6 @@
 """This process's thread pools (OpenMP, BLAS), as ``threadpoolctl`` controls them: one controller,
-shared by both oracles, the stack's (``stack.oracle.threads``: its pieces on every core, BLAS held to one
-thread) and the model's (``model.oracle.threads``: each evaluation on one thread); and how many threads
+shared by both oracles, the stack's (``stack.oracle.parallel``: its pieces on every core, BLAS held to one
+thread) and the model's (``model.oracle.one_thread``: each evaluation on one thread); and how many threads
 work shared among cores may use (``workers``). Below both, so that neither oracle imports the other."""
 
 from __future__ import annotations
