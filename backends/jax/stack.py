@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import environment
+
 __all__ = ["JaxBackend", "JaxPlainBackend", "JaxRematScanBackend", "JaxSegmentsBackend"]
 
 
@@ -140,8 +142,7 @@ class JaxBackend:
         return {
             "framework": "jax",
             "version": jax.__version__,
-            "device": str(jax.devices()[0]),
-            "matmul_precision": str(jax.config.jax_default_matmul_precision),
+            **environment.side(),
         }
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from crosscheck._backends.handed import let_go, same_bits
 from crosscheck._compare.dtypes import aligned_copy
 
-from . import form
+from . import environment, form
 
 __all__ = ["JaxWorkloadBackend"]
 
@@ -269,6 +269,5 @@ class JaxWorkloadBackend:
         return {
             "framework": "jax",
             "version": jax.__version__,
-            "device": str(jax.devices()[0]),
-            "matmul_precision": str(jax.config.jax_default_matmul_precision),
+            **environment.side(),
         }

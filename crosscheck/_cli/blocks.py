@@ -15,7 +15,9 @@ from crosscheck._cli.common import (
     UsageError,
     absolute_outputs,
     add_backend_option,
+    add_jax_options,
     check_outputs,
+    jax_settings,
     make_console,
     write_json,
 )
@@ -42,6 +44,7 @@ def register(subparsers: Any) -> None:
     check.add_argument("--dtype", default="float32", choices=("float32", "float64"), help="default float32")
     check.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     check.add_argument("--strict", action="store_true", help="fail on unjudgeable entries")
+    add_jax_options(check)
     where = parser.add_argument_group("where the blocks run")
     where.add_argument(
         "--scheduler",
@@ -71,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
             f"`--workload` of `crosscheck blocks` must be an import string `package.module:attribute` "
             f"naming a crosscheck.Blocks, found {args.workload!r}."
         )
+    jax = jax_settings(args)
     try:
         result = check_blocks(
             args.workload,
@@ -81,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
             strict=args.strict,
             scheduler=args.scheduler,
             directory=args.directory,
+            jax_platform=jax["jax_platform"],
+            jax_precision=jax["jax_precision"],
         )
     except (ValueError, TypeError, ImportError) as exc:
         raise UsageError(str(exc)) from exc

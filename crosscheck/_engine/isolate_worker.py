@@ -24,7 +24,7 @@ import numpy as np
 from crosscheck._backends import BackendBroken, BackendUnavailable, backend_info
 from crosscheck._compare.constants import STORAGE_ROUNDOFF
 from crosscheck._compare.dtypes import aligned_empty, numpy_dtype
-from crosscheck._engine.call import guarded, to_array, to_arrays, unique, walk_arrays
+from crosscheck._engine.call import guarded, placed, to_array, to_arrays, unique, walk_arrays
 from crosscheck._engine.quantity import QUANTITIES
 from crosscheck._errors import describe, one_line
 
@@ -237,8 +237,10 @@ def _load(request: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     from crosscheck._engine.load import spec_name
     from crosscheck._workloads.registry import load_workload
 
+    settings = request.get("settings")
     try:
-        backend = load_workload(request["workload"]).resolve(request["backend"])
+        with placed(settings):
+            backend = load_workload(request["workload"]).resolve(request["backend"])
     except BackendUnavailable as exc:
         return None, {"status": "unavailable", "error": one_line(str(exc))}
     except BackendBroken as exc:
@@ -247,10 +249,12 @@ def _load(request: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         return None, {"status": "usage", "error": str(exc)}
     except BaseException as exc:  # its import or factory called sys.exit, ...
         return None, {"status": "failed", "error": f"failed to load: {describe(exc)}"}
+    with placed(settings):
+        info = backend_info(backend)
     description = {
         "status": "loaded",
         "name": spec_name(backend),
-        "info": backend_info(backend),
+        "info": info,
         "methods": [m for m in METHODS if _has(backend, m)],
         "contexts": [c for c in CONTEXTS if _has(backend, c)],
     }
@@ -282,7 +286,7 @@ def _serve(backend: Any, request: dict[str, Any]) -> dict[str, Any]:
                 stack.enter_context(getattr(backend, context)())
             return fn(*args, **kwargs)
 
-    out = guarded(call, (), inputs=inputs)
+    out = guarded(call, (), inputs=inputs, settings=request.get("settings"))
     error, notes, seconds = out.error, dict(out.notes), out.seconds
     box, value = [out.value], None  # converted with no other reference held here (issue 38)
     del out

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from crosscheck._backends import ORACLE
+from crosscheck._engine.records import check_jax
 from crosscheck._errors import describe, reraise_user_interrupt
 from crosscheck._sweep.task import Record, Task, _record
 
@@ -119,6 +120,8 @@ def check_blocks(
     scheduler: str | None = None,
     directory: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    jax_platform: str = "default",
+    jax_precision: str = "default",
 ) -> BlocksResult:
     """Check a ``crosscheck.Blocks`` block by block (see its docstring for what that can and cannot see).
 
@@ -132,6 +135,8 @@ def check_blocks(
         directory: where the blocks' recordings are written (with ``scheduler``: a folder every worker
             reads); default: a temporary folder, removed afterwards.
         progress: called as ``progress(done, total)`` after each block.
+        jax_platform: where each block's JAX side runs, with ``jax_precision``, its matmul precision
+            (``crosscheck.Execution``).
 
     Returns:
         A ``BlocksResult``: ``.passed``, ``.first``, ``.lines()``, ``.to_dict()``.
@@ -168,7 +173,9 @@ def check_blocks(
             )
     if backends is not None and not all(isinstance(b, str) for b in backends):
         raise TypeError("`backends` of a blockwise check must be names or import strings.")
+    check_jax(jax_platform, jax_precision)
     options = {"backends": backends, "reference": reference, "dtype": dtype, "seed": seed, "strict": strict}
+    options.update(jax_platform=jax_platform, jax_precision=jax_precision)
     from crosscheck._workloads.port.blocks.record import record
 
     with _folder(directory) as folder:
@@ -280,7 +287,11 @@ def _check(blocks: Any, task: Task, model: Any) -> Record:
         dtype=options["dtype"],
         seed=options["seed"],
         strict=options["strict"],
-        execution=Execution(isolate=False),
+        execution=Execution(
+            isolate=False,
+            jax_platform=options.get("jax_platform", "default"),
+            jax_precision=options.get("jax_precision", "default"),
+        ),
     )
     found = report.to_dict()
     notes = [b.get("notes", {}).get("port") for b in found.get("backends", {}).values()]
