@@ -142,3 +142,13 @@ def test_a_bundle_with_settings_no_run_records_is_refused_in_one_line(tmp_path):
     bundle["meta"]["report"]["jax_settings"]["jax_precision"] = "fastest"
     with pytest.raises(ValueError, match=r"^the bundle's `report.jax_settings` are not a run's: `jax_prec"):
         replay(bundle, trust=True)
+
+
+def test_the_replay_command_says_the_settings_it_applies_again(tmp_path, capsys):
+    report = crosscheck.run(**TINY, backends=[PROBE], jax_platform="cpu", jax_precision="high")
+    path = tmp_path / "b.npz"
+    save_bundle(report, path)
+    assert main(["replay", str(path), "--trust", "--no-isolate"]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "the JAX side as recorded: --jax-platform cpu --jax-precision high" in printed
+    assert "REPRODUCED bit for bit" in printed
