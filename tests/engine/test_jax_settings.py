@@ -152,3 +152,12 @@ def test_the_replay_command_says_the_settings_it_applies_again(tmp_path, capsys)
     printed = " ".join(capsys.readouterr().out.split())
     assert "the JAX side as recorded: --jax-platform cpu --jax-precision high" in printed
     assert "REPRODUCED bit for bit" in printed
+
+
+def test_a_contained_run_whose_worker_died_still_records_the_settings_asked_for(workers_find_the_probe):
+    """The report of a workload whose worker process died (``halted``) says what the run asked of the
+    JAX side, as any report does."""
+    execution = crosscheck.Execution(jax_platform="cpu", jax_precision="high")
+    report = crosscheck.check("usercode:generate_dies", execution=execution).to_dict()
+    assert report["halted"] and not report["passed"]
+    assert report["jax_settings"] == {"jax_platform": "cpu", "jax_precision": "high"}
