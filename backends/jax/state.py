@@ -47,10 +47,22 @@ def placed(platform: str, precision: str) -> Iterator[None]:
     jax = _jax() if (platform, precision) != ("default", "default") else None
     with contextlib.ExitStack() as stack:
         if jax is not None and platform == "cpu" and jax.config.jax_default_device is None:
-            stack.enter_context(jax.default_device(jax.devices("cpu")[0]))
+            stack.enter_context(jax.default_device(_cpu(jax)))
         if jax is not None and precision != "default" and jax.config.jax_default_matmul_precision is None:
             stack.enter_context(jax.default_matmul_precision(precision))
         yield
+
+
+def _cpu(jax: Any) -> Any:
+    """JAX's first CPU device; ``RuntimeError`` in words where this process has none."""
+    try:
+        return jax.devices("cpu")[0]
+    except RuntimeError as exc:
+        platforms = os.environ.get("JAX_PLATFORMS", "")
+        raise RuntimeError(
+            f"`jax_platform` cpu: JAX has no CPU device in this process (JAX_PLATFORMS={platforms!r}); "
+            "leave JAX_PLATFORMS unset, or include cpu in it"
+        ) from exc
 
 
 def _jax() -> Any:

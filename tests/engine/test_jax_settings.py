@@ -161,3 +161,19 @@ def test_a_contained_run_whose_worker_died_still_records_the_settings_asked_for(
     report = crosscheck.check("usercode:generate_dies", execution=execution).to_dict()
     assert report["halted"] and not report["passed"]
     assert report["jax_settings"] == {"jax_platform": "cpu", "jax_precision": "high"}
+
+
+def test_asking_for_the_cpu_where_jax_has_none_fails_the_run_in_words(monkeypatch):
+    """``JAX_PLATFORMS=tpu`` leaves JAX no CPU device: the run fails, and says why, never runs elsewhere."""
+    devices = jax.devices
+
+    def no_cpu(backend=None):
+        if backend == "cpu":
+            raise RuntimeError("Unknown backend cpu")
+        return devices(backend)
+
+    monkeypatch.setattr(jax, "devices", no_cpu)
+    report = crosscheck.run(**TINY, backends=[probe.jax_settings_grad], jax_platform="cpu")
+    assert not report.passed
+    error = report.backends["jax_settings_grad"].error or ""
+    assert "`jax_platform` cpu: JAX has no CPU device in this process" in error
