@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._backends import BackendBroken, BackendUnavailable, backend_info
+from crosscheck._backends import BackendBroken, BackendUnavailable
 from crosscheck._compare.constants import STORAGE_ROUNDOFF
 from crosscheck._compare.dtypes import aligned_empty, numpy_dtype
 from crosscheck._engine.call import guarded, placed, to_array, to_arrays, unique, walk_arrays
@@ -234,7 +234,7 @@ def _die_with_parent() -> None:
 
 
 def _load(request: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    from crosscheck._engine.load import spec_name
+    from crosscheck._engine.load import info_where, spec_name
     from crosscheck._workloads.registry import load_workload
 
     settings = request.get("settings")
@@ -249,12 +249,10 @@ def _load(request: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         return None, {"status": "usage", "error": str(exc)}
     except BaseException as exc:  # its import or factory called sys.exit, ...
         return None, {"status": "failed", "error": f"failed to load: {describe(exc)}"}
-    with placed(settings):
-        info = backend_info(backend)
     description = {
         "status": "loaded",
         "name": spec_name(backend),
-        "info": info,
+        "info": info_where(backend, settings),
         "methods": [m for m in METHODS if _has(backend, m)],
         "contexts": [c for c in CONTEXTS if _has(backend, c)],
     }

@@ -64,13 +64,17 @@ def load(
         name=spec_name(backend, interrupts),
         status="pending",
         required=required,
-        info=_info(backend, settings),
+        info=info_where(backend, settings),
         notes=notes,
     )
     return backend, result
 
 
-def _info(backend: Any, settings: Mapping[str, str] | None) -> dict[str, str]:
-    """``backend_info`` read where the backend's calls run (the JAX side's settings in effect)."""
-    with placed(settings):
-        return backend_info(backend)
+def info_where(backend: Any, settings: Mapping[str, str] | None) -> dict[str, str]:
+    """``backend_info`` read where the backend's calls run (the JAX side's settings in effect); never
+    raises (settings that cannot be made are its ``info_error``, as a broken ``info()`` is)."""
+    try:
+        with placed(settings):
+            return backend_info(backend)
+    except Exception as exc:
+        return {"info_error": describe(exc)}

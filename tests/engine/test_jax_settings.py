@@ -16,6 +16,7 @@ from paths import SUPPORT
 
 import crosscheck
 from crosscheck._cli.main import main
+from crosscheck._engine.load import info_where
 from crosscheck._engine.replay import replay, reproduced
 from crosscheck._report.bundle import load_bundle, save_bundle
 from crosscheck._report.table import title
@@ -177,3 +178,6 @@ def test_asking_for_the_cpu_where_jax_has_none_fails_the_run_in_words(monkeypatc
     assert not report.passed
     error = report.backends["jax_settings_grad"].error or ""
     assert "`jax_platform` cpu: JAX has no CPU device in this process" in error
+    # reading where a backend runs never raises either: it is the record's info_error
+    info = info_where(probe.jax_settings_grad, {"jax_platform": "cpu", "jax_precision": "default"})
+    assert "JAX has no CPU device" in info["info_error"]
