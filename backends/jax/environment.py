@@ -52,9 +52,12 @@ def _halve() -> Any:
 
 
 def line(j: dict[str, Any]) -> str:
-    """The precision-relevant part of ``record()``'s entry, for the report's environment line."""
+    """The precision-relevant part of ``record()``'s entry, for the report's environment line: the
+    process's own settings (what a run chose for the JAX side's calls is the header's ``where`` line)."""
+    precision = j.get("default_matmul_precision")
     return (
-        f"jax {j.get('version')} on {','.join(j.get('devices', []))}, matmul precision "
-        f"{j.get('default_matmul_precision')}, global x64 {j.get('x64_enabled_globally')}, "
+        f"jax {j.get('version')} on {','.join(j.get('devices', []))}, global matmul precision "
+        f"{'default' if precision in (None, 'None') else precision}, global x64 "
+        f"{j.get('x64_enabled_globally')}, "
         f"subnormals flushed {j.get('subnormals_flushed')}"
     )

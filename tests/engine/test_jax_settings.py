@@ -181,3 +181,14 @@ def test_asking_for_the_cpu_where_jax_has_none_fails_the_run_in_words(monkeypatc
     # reading where a backend runs never raises either: it is the record's info_error
     info = info_where(probe.jax_settings_grad, {"jax_platform": "cpu", "jax_precision": "default"})
     assert "JAX has no CPU device" in info["info_error"]
+
+
+def test_the_environment_line_says_the_process_s_own_precision_apart_from_the_runs_choice():
+    """``--explain``'s environment line is the process's settings (JAX's default here), named as global
+    so that it does not read as a contradiction of the header's ``where`` line."""
+    from crosscheck._report.report import environment_line
+
+    report = crosscheck.run(**TINY, backends=["jax"], jax_precision="highest")
+    line = environment_line(report.environment)
+    assert "global matmul precision default" in line
+    assert "matmul precision highest" in title(report)
