@@ -26,6 +26,25 @@ def record() -> dict[str, Any]:
     }
 
 
+def side() -> dict[str, str]:
+    """Where the JAX side runs now, and at what precision (its adapters' ``info()``, read where its
+    calls run: inside the run's settings): the device a computation without an explicit placement uses
+    (``jax.default_device`` in effect, else JAX's first), its ``platform`` (``cpu``, ``tpu``, ``gpu``)
+    and ``device_kind`` ("TPU v5 lite"), and the matmul precision in effect (``default`` when unset)."""
+    import jax
+
+    device = jax.config.jax_default_device or jax.devices()[0]
+    if isinstance(device, str):  # a platform's name: its first device
+        device = jax.devices(device)[0]
+    precision = jax.config.jax_default_matmul_precision
+    return {
+        "device": str(device),
+        "platform": str(device.platform),
+        "device_kind": str(device.device_kind),
+        "matmul_precision": str(precision or "default"),
+    }
+
+
 @functools.cache
 def _halve() -> Any:
     """One jitted ``v / 2`` per process: a fresh lambda would be traced and compiled on every report."""
@@ -35,10 +54,13 @@ def _halve() -> Any:
 
 
 def line(j: dict[str, Any]) -> str:
-    """The precision-relevant part of ``record()``'s entry, for the report's environment line."""
+    """The precision-relevant part of ``record()``'s entry, for the report's environment line: the
+    process's own settings (what a run chose for the JAX side's calls is the header's ``where`` line)."""
+    precision = j.get("default_matmul_precision")
     return (
-        f"jax {j.get('version')} on {','.join(j.get('devices', []))}, matmul precision "
-        f"{j.get('default_matmul_precision')}, global x64 {j.get('x64_enabled_globally')}, "
+        f"jax {j.get('version')} on {','.join(j.get('devices', []))}, global matmul precision "
+        f"{'default' if precision in (None, 'None') else precision}, global x64 "
+        f"{j.get('x64_enabled_globally')}, "
         f"subnormals flushed {j.get('subnormals_flushed')}"
     )
 

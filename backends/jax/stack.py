@@ -148,8 +148,7 @@ class JaxBackend:
         return {
             "framework": "jax",
             "version": jax.__version__,
-            "device": str(jax.devices()[0]),
-            "matmul_precision": str(jax.config.jax_default_matmul_precision),
+            **environment.side(),
         }
 
 

@@ -3,8 +3,10 @@ call and restored after it (``crosscheck._engine.call``), while JAX is imported.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 #: The settings as they are before anything changed them (a backend may import JAX first).
@@ -29,3 +31,44 @@ def read() -> dict[str, Any]:
 def write(key: str, value: Any) -> None:
     """Set the setting ``key`` (one of ``DEFAULTS``) to ``value``."""
     sys.modules["jax"].config.update(_OPTIONS[key], value)
+
+
+@contextlib.contextmanager
+def placed(platform: str, precision: str) -> Iterator[None]:
+    """The run's choice for the JAX side (``Execution.jax_platform``, ``jax_precision``) in effect for
+    one call, in the calling thread: ``jax.default_device`` on the host CPU for ``"cpu"``,
+    ``jax.default_matmul_precision`` for ``"high"`` or ``"highest"``; ``"default"`` leaves JAX as it is.
+
+    Both are JAX's own scoped settings, gone when the call returns (so the guarded call, which reads the
+    settings outside this context, never notes them as the backend's change). A setting already scoped
+    around the call (a classification re-run at ``highest``) is kept: the run's choice is the default
+    it refines. Without JAX installed there is nothing to set.
+    """
+    jax = _jax() if (platform, precision) != ("default", "default") else None
+    with contextlib.ExitStack() as stack:
+        if jax is not None and platform == "cpu" and jax.config.jax_default_device is None:
+            stack.enter_context(jax.default_device(_cpu(jax)))
+        if jax is not None and precision != "default" and jax.config.jax_default_matmul_precision is None:
+            stack.enter_context(jax.default_matmul_precision(precision))
+        yield
+
+
+def _cpu(jax: Any) -> Any:
+    """JAX's first CPU device; ``RuntimeError`` in words where this process has none."""
+    try:
+        return jax.devices("cpu")[0]
+    except RuntimeError as exc:
+        platforms = os.environ.get("JAX_PLATFORMS", "")
+        raise RuntimeError(
+            f"`jax_platform` cpu: JAX has no CPU device in this process (JAX_PLATFORMS={platforms!r}); "
+            "leave JAX_PLATFORMS unset, or include cpu in it"
+        ) from exc
+
+
+def _jax() -> Any:
+    """JAX, imported now if it is installed (a setting asked for applies from a backend's first call)."""
+    try:
+        import jax
+    except ImportError:
+        return None
+    return jax

@@ -274,6 +274,5 @@ class JaxWorkloadBackend:
         return {
             "framework": "jax",
             "version": jax.__version__,
-            "device": str(jax.devices()[0]),
-            "matmul_precision": str(jax.config.jax_default_matmul_precision),
+            **environment.side(),
         }

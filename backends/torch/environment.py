@@ -25,6 +25,19 @@ def record() -> dict[str, Any]:
     }
 
 
+def side() -> dict[str, str]:
+    """Where the PyTorch side runs and at what precision (its adapters' ``info()``): its adapters
+    compute on the host CPU; ``float32_matmul_precision`` as in effect."""
+    import torch
+
+    return {
+        "device": "cpu",
+        "platform": "cpu",
+        "device_kind": "cpu",
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+    }
+
+
 def line(t: dict[str, Any]) -> str:
     """The precision-relevant part of ``record()``'s entry, for the report's environment line."""
     return (

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
+from . import environment
 from .arrays import numpy as _numpy
 from .arrays import tensor as _tensor
 
@@ -98,8 +99,7 @@ class TorchBackend:
         return {
             "framework": "torch",
             "version": torch.__version__,
-            "device": "cpu",
-            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            **environment.side(),
             "threads": str(torch.get_num_threads()),
         }
 

@@ -10,7 +10,7 @@ import torch
 
 from crosscheck._backends.handed import same_bits
 
-from . import buffer
+from . import buffer, environment
 from .arrays import numpy, share, tensor
 
 __all__ = ["TorchWorkloadBackend"]
@@ -182,6 +182,5 @@ class TorchWorkloadBackend:
         return {
             "framework": "torch",
             "version": torch.__version__,
-            "device": "cpu",
-            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            **environment.side(),
         }

@@ -91,6 +91,37 @@ def check_tolerances(args: argparse.Namespace) -> None:
         raise UsageError(str(exc)) from exc
 
 
+def add_jax_options(parser: Any) -> None:
+    """``--jax-platform`` and ``--jax-precision``: where the JAX side runs and its matmul precision
+    (``crosscheck.Execution``; checked by ``jax_settings``, with the API's words)."""
+    parser.add_argument(
+        "--jax-platform",
+        metavar="{default,cpu}",
+        help="where the JAX side runs: default (where JAX puts it: an accelerator when there is one) or "
+        "cpu (the host CPU); each call, restored after it (default: default)",
+    )
+    parser.add_argument(
+        "--jax-precision",
+        metavar="{default,high,highest}",
+        help="the JAX side's matrix-product precision: default (JAX's own: one bfloat16 pass for float32 "
+        "on a TPU), high (three passes) or highest (float32's); each call, restored after it (default: "
+        "default)",
+    )
+
+
+def jax_settings(args: argparse.Namespace) -> dict[str, str]:
+    """``--jax-platform`` and ``--jax-precision`` as ``Execution``'s keywords (``default`` where not
+    given), refused as the API refuses them, spelled as options."""
+    from crosscheck._engine.records import check_jax
+
+    given = {name: getattr(args, name, None) or "default" for name in ("jax_platform", "jax_precision")}
+    try:
+        check_jax(given["jax_platform"], given["jax_precision"], front="cli")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    return given
+
+
 def check_at_least(option: str, values: Any, *, least: int = 1, expected: str | None = None) -> None:
     """``option``'s value (or each of its values) is at least ``least``; ``expected`` words the bound."""
     for value in values if isinstance(values, (list, tuple)) else [values]:

@@ -68,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     title = f"replay of {args.bundle}: " + ", ".join(
         f"{k}={v}" for k, v in case.items() if not str(k).endswith("sha256")
     )
+    title += _jax_settings(bundle["meta"]["report"])
     table = Table(title=markup(title), title_justify="left")  # the case is the bundle's text
     for column in ("backend", "spec", "result", "detail"):
         table.add_column(column, overflow="fold")  # names and specs wrap, never end in "…"
@@ -80,6 +81,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"crosscheck: {notice}", file=sys.stderr)
     console.print(verdict(rows), markup=False, highlight=False)
     return EXIT_OK if reproduced(rows) else EXIT_FAIL
+
+
+def _jax_settings(report: dict[str, Any]) -> str:
+    """``; the JAX side as recorded: --jax-platform cpu --jax-precision highest`` when the run chose
+    either (a replay applies them again), else nothing."""
+    from crosscheck._engine.rerun import recorded_settings
+
+    chosen = {k: v for k, v in recorded_settings(report).items() if v != "default"}
+    if not chosen:
+        return ""
+    options = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in chosen.items())
+    return f"; the JAX side as recorded: {options}"
 
 
 def _notices(workload: str, rows: list[dict[str, Any]]) -> list[str]:

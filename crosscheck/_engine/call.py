@@ -18,6 +18,9 @@ Modelled on pytest's ``CallInfo.from_call``: whatever the backend does is record
   object array are failures with a precise message; a framework's own array is converted by its
   folder's ``arrays.py`` (a PyTorch tensor that requires grad is detached, safe: only the values are
   compared, and the record says so).
+- The run's settings for the JAX side (``settings``: ``Execution.jax``, where it runs and its matmul
+  precision) are in effect inside the call, in the thread that runs it, and gone after it: read before
+  and after, they are never noted as the backend's change.
 - With a ``timeout``, the call runs in a daemon thread and the caller stops waiting at the deadline
   (Python cannot stop a thread: it is left running, on its own copies of the inputs; ``--isolate``
   runs a backend in a worker process, which can be stopped).
@@ -36,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._backends import handed
+from crosscheck._backends import framework_named, handed
 from crosscheck._compare.dtypes import aligned_copy, as_dtype
 from crosscheck._engine.framework_state import framework_state, restore_state
 from crosscheck._errors import Interrupted, Interrupts, describe, reraise_user_interrupt
@@ -95,6 +98,7 @@ def guarded(
     pristine: Mapping[str, np.ndarray | Cast] | None = None,
     timeout: float | None = None,
     interrupts: Interrupts | None = None,
+    settings: Mapping[str, str] | None = None,
 ) -> Outcome:
     """Call ``fn(*args)``; never raises, except for the user's own Ctrl-C (``Interrupted``).
 
@@ -105,6 +109,7 @@ def guarded(
     ``timeout``: seconds before the call is given up.
     ``interrupts``: the run's Ctrl-C policy (``user_interrupts``); None, with no engine above: only an
     ``Interrupted`` is the user's, any other ``KeyboardInterrupt`` the backend's failure.
+    ``settings``: the JAX side's (``Execution.jax``), in effect inside the call (``placed``).
     """
     names, live = list(inputs), list(inputs.values())
     before: list[np.ndarray | Cast]
@@ -117,7 +122,7 @@ def guarded(
     value, error = None, None
     try:
         with handed.handing(live, [_test(p) for p in before]):  # what a backend may ask while it runs
-            value = within(timeout, fn, *args)
+            value = within(timeout, _placed_call, settings, fn, *args)
     except BackendFailure as exc:
         error = str(exc)
     except BaseException as exc:
@@ -133,6 +138,22 @@ def guarded(
         notes["wrote"] = wrote = f"modified its inputs ({_listed([names[i] for i in written])})"
         error = error or f"{wrote}; backends must not write to them"
     return Outcome(None if error else value, error, seconds, notes)
+
+
+def placed(settings: Mapping[str, str] | None) -> contextlib.AbstractContextManager[None]:
+    """The run's settings for the JAX side (``Execution.jax``) in effect, for one call (its folder's
+    ``state.placed``); none, or every one ``default``: JAX is left as it is."""
+    if not settings or set(settings.values()) <= {"default"}:
+        return contextlib.nullcontext()
+    state = framework_named("jax").module("state")  # type: ignore[union-attr]
+    return state.placed(settings["jax_platform"], settings["jax_precision"])
+
+
+def _placed_call(settings: Mapping[str, str] | None, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` with the JAX side's settings in effect, entered in the thread that calls it (JAX's
+    scoped settings are per thread: a call under a timeout runs in a thread of its own)."""
+    with placed(settings):
+        return fn(*args)
 
 
 def hand(

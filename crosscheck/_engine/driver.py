@@ -60,8 +60,10 @@ class Caller:
         *,
         timeout: float | None = None,
         interrupts: Interrupts | None = None,
+        settings: Mapping[str, str] | None = None,
     ) -> None:
         self.arrays, self.timeout, self.interrupts = arrays, timeout, interrupts
+        self.settings = settings
         self._names = {id(a): name for name, a in arrays.items()}
         self._fresh = Fresh()
         #: The record the driver is filling (a backend's name), to which a write of no backend's is owed.
@@ -94,7 +96,13 @@ class Caller:
             return remote(args, kwargs, names=list(handed), timeout=self.timeout, interrupts=self.interrupts)
         call = lambda: fn(*args, **kwargs)  # noqa: E731
         return guarded(
-            call, (), inputs=handed, pristine=pristine, timeout=self.timeout, interrupts=self.interrupts
+            call,
+            (),
+            inputs=handed,
+            pristine=pristine,
+            timeout=self.timeout,
+            interrupts=self.interrupts,
+            settings=self.settings,
         )
 
     def cast(
@@ -135,7 +143,7 @@ class _Run:
 def drive(plan: Plan) -> Report:
     """Run ``plan`` and return its report (never raises for anything a backend does)."""
     with user_interrupts() as interrupts:
-        call = Caller(plan.point.arrays(), timeout=plan.timeout, interrupts=interrupts)
+        call = Caller(plan.point.arrays(), timeout=plan.timeout, interrupts=interrupts, settings=plan.jax)
         run = _Run(plan, plan.judge, call)
         try:
             run.workers = start_workers(plan)  # they load their backends while the reference runs
@@ -159,7 +167,9 @@ def _load(run: _Run, key: Any, spec: Any, *, required: bool) -> tuple[Any, Backe
     worker = run.workers.get(key)
     if worker is not None:
         return load_isolated(worker, required=required)
-    backend, result = load(run.plan.workload, spec, required=required, interrupts=run.call.interrupts)
+    backend, result = load(
+        run.plan.workload, spec, required=required, interrupts=run.call.interrupts, settings=run.plan.jax
+    )
     why = in_process_reason(run.plan, spec, reference=key == "reference")
     if why and backend is not None and run.plan.isolate is True:
         result = dataclasses.replace(result, notes={**result.notes, "isolated": why})
@@ -368,6 +378,7 @@ def _report(run: _Run) -> Report:
         reference=next(iter(results)),
         strict=run.plan.options.strict,
         environment=environment(),
+        jax_settings=run.plan.jax,
         explain=run.plan.options.explain,
         inputs=(run.plan.point.params, run.plan.point.inputs),
         gradients=run.values,

@@ -85,7 +85,13 @@ def _check_contained(request: Request) -> Report:
     try:
         report: Report = _in_worker(request)
     except contain.WorkerStopped as stopped:
-        return contain.halted(request.workload, stopped, reference=request.reference, **request.case)
+        return contain.halted(
+            request.workload,
+            stopped,
+            reference=request.reference,
+            jax_settings=request.execution.jax,
+            **request.case,
+        )
     return report
 
 

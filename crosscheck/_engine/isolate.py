@@ -24,7 +24,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from crosscheck._backends import ORACLE
@@ -42,16 +42,17 @@ CLOSE_SECONDS = 2.0
 
 
 class Worker:
-    """One worker process for one backend spec, started at once (it loads while the parent works)."""
+    """One worker process for one backend spec, started at once (it loads while the parent works);
+    ``settings``: the JAX side's (``Execution.jax``), in effect there while it loads and in each call."""
 
-    def __init__(self, workload: Any, spec: str) -> None:
-        self.spec = spec
+    def __init__(self, workload: Any, spec: str, settings: Mapping[str, str] | None = None) -> None:
+        self.spec, self.settings = spec, dict(settings or {})
         self.stopped: str | None = None  # why it no longer serves calls
         self.conn, self.process, failed = spawn(BOOT)
         if failed:
             self.stop(failed)
             return
-        send(self.conn, {"op": "load", "workload": workload, "backend": spec})
+        send(self.conn, {"op": "load", "workload": workload, "backend": spec, "settings": self.settings})
 
     def request(self, message: dict[str, Any] | None, timeout: float | None) -> dict[str, Any]:
         """Send ``message`` (None: only wait for the pending reply) and return the reply.
@@ -143,7 +144,7 @@ def start_workers(plan: Any) -> dict[Any, Worker]:
         return {}
     keyed = [("reference", plan.reference), *enumerate(plan.candidates)]
     return {
-        key: Worker(plan.workload_spec, spec)
+        key: Worker(plan.workload_spec, spec, plan.jax)
         for key, spec in keyed
         if not in_process_reason(plan, spec, reference=key == "reference")
     }
@@ -274,6 +275,7 @@ class RemoteMethod:
             "kwargs": {k: v for k, v in kwargs.items() if not callable(v)},  # progress stays here
             "names": names,
             "contexts": list(self.backend.active),
+            "settings": self.backend.worker.settings,
         }
         start = time.perf_counter()
         try:

@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._backends import BackendBroken, BackendUnavailable, backend_info
+from crosscheck._backends import BackendBroken, BackendUnavailable
 from crosscheck._compare.constants import STORAGE_ROUNDOFF
 from crosscheck._compare.dtypes import aligned_empty, numpy_dtype
-from crosscheck._engine.call import guarded, unique, walk_arrays
+from crosscheck._engine.call import guarded, placed, unique, walk_arrays
 from crosscheck._engine.quantity import QUANTITIES
 from crosscheck._engine.returned import to_array, to_arrays
 from crosscheck._errors import describe, one_line
@@ -235,11 +235,13 @@ def _die_with_parent() -> None:
 
 
 def _load(request: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    from crosscheck._engine.load import spec_name
+    from crosscheck._engine.load import info_where, spec_name
     from crosscheck._workloads.registry import load_workload
 
+    settings = request.get("settings")
     try:
-        backend = load_workload(request["workload"]).resolve(request["backend"])
+        with placed(settings):
+            backend = load_workload(request["workload"]).resolve(request["backend"])
     except BackendUnavailable as exc:
         return None, {"status": "unavailable", "error": one_line(str(exc))}
     except BackendBroken as exc:
@@ -251,7 +253,7 @@ def _load(request: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     description = {
         "status": "loaded",
         "name": spec_name(backend),
-        "info": backend_info(backend),
+        "info": info_where(backend, settings),
         "methods": [m for m in METHODS if _has(backend, m)],
         "contexts": [c for c in CONTEXTS if _has(backend, c)],
     }
@@ -283,7 +285,7 @@ def _serve(backend: Any, request: dict[str, Any]) -> dict[str, Any]:
                 stack.enter_context(getattr(backend, context)())
             return fn(*args, **kwargs)
 
-    out = guarded(call, (), inputs=inputs)
+    out = guarded(call, (), inputs=inputs, settings=request.get("settings"))
     error, notes, seconds = out.error, dict(out.notes), out.seconds
     box, value = [out.value], None  # converted with no other reference held here
     del out

@@ -6,9 +6,11 @@ included) makes that backend a failed record (``info()``: a note), never the end
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from crosscheck._backends import BackendBroken, BackendUnavailable, backend_info
+from crosscheck._engine.call import placed
 from crosscheck._errors import Interrupts, describe, one_line, reraise_user_interrupt
 from crosscheck._report.report import BackendResult
 
@@ -26,17 +28,24 @@ def spec_name(spec: Any, interrupts: Interrupts | None = None) -> str:
 
 
 def load(
-    workload: Any, spec: Any, *, required: bool, interrupts: Interrupts | None = None
+    workload: Any,
+    spec: Any,
+    *,
+    required: bool,
+    interrupts: Interrupts | None = None,
+    settings: Mapping[str, str] | None = None,
 ) -> tuple[Any, BackendResult]:
     """``(backend or None, its record)``: ``pending`` when it loaded, else ``unavailable`` or ``failed``.
-    ``interrupts``: the run's Ctrl-C policy, as for the guarded call.
+    ``interrupts``: the run's Ctrl-C policy, as for the guarded call; ``settings``: the JAX side's, in
+    effect while it loads and says where it runs (``info()``), as in each call.
 
     Raises:
         ValueError, TypeError: the spec cannot mean anything (an unknown name, a bad import string).
     """
     name = spec_name(spec, interrupts)
     try:
-        backend = workload.resolve(spec)
+        with placed(settings):
+            backend = workload.resolve(spec)
     except BackendUnavailable as exc:
         return None, BackendResult(
             name=name, status="unavailable", error=one_line(str(exc)), required=required
@@ -55,7 +64,17 @@ def load(
         name=spec_name(backend, interrupts),
         status="pending",
         required=required,
-        info=backend_info(backend),
+        info=info_where(backend, settings),
         notes=notes,
     )
     return backend, result
+
+
+def info_where(backend: Any, settings: Mapping[str, str] | None) -> dict[str, str]:
+    """``backend_info`` read where the backend's calls run (the JAX side's settings in effect); never
+    raises (settings that cannot be made are its ``info_error``, as a broken ``info()`` is)."""
+    try:
+        with placed(settings):
+            return backend_info(backend)
+    except Exception as exc:
+        return {"info_error": describe(exc)}

@@ -21,7 +21,8 @@ class Plan:
     named by the user, so an unavailable one fails the run), the reference, how many calls each
     candidate gets, and the options; ``isolate`` (True: each backend named by a spec in its own worker
     process, which rebuilds the workload from ``workload_spec``; ``"auto"``: only import strings and
-    plugins) and ``timeout`` (seconds per call); ``memory``: the bytes the case needs, by part (the one
+    plugins), ``timeout`` (seconds per call) and ``jax`` (the JAX side's settings, ``Execution.jax``,
+    in effect inside each call); ``memory``: the bytes the case needs, by part (the one
     estimate, made before anything was allocated)."""
 
     workload: EngineWorkload
@@ -36,6 +37,7 @@ class Plan:
     isolate: bool | str = False
     timeout: float | None = None
     workload_spec: Any = None
+    jax: dict[str, str] = dataclasses.field(default_factory=dict)
     memory: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
@@ -112,6 +114,7 @@ def plan(
         isolate=execution.isolate,
         timeout=execution.timeout,
         workload_spec=workload.spec,
+        jax=execution.jax,
         memory=memory,
     )
 

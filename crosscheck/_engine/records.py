@@ -16,6 +16,12 @@ import numpy as np
 
 #: How the reference judges: every entry, random directions then entries, or chosen by cost.
 ORACLE_MODES = ("auto", "full", "screen")
+#: Where the JAX side runs: the device JAX picks by default (an accelerator when there is one), or the
+#: host CPU.
+JAX_PLATFORMS = ("default", "cpu")
+#: The JAX side's matrix-product precision: JAX's own default (on a TPU one bfloat16 pass for float32),
+#: or ``jax.default_matmul_precision``'s ``high`` (three passes) and ``highest`` (float32's).
+JAX_PRECISIONS = ("default", "high", "highest")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +106,10 @@ class Execution:
             by a spec, ``"auto"`` import strings and plugins, ``False`` none. Unless False, a workload
             given as an import string runs its whole check in one worker process too.
         timeout: seconds a backend call may take before it is that backend's failure (None: no limit).
+        jax_platform: where the JAX side's calls run: ``"default"`` (where JAX puts them: an accelerator
+            when there is one) or ``"cpu"`` (the host CPU). Applied to each call, restored after it.
+        jax_precision: the JAX side's matrix-product precision: ``"default"`` (JAX's own, unless set
+            outside crosscheck), ``"high"`` or ``"highest"``. Applied to each call, restored after it.
 
     Raises:
         TypeError, ValueError: a value of the wrong kind (the message names it).
@@ -107,18 +117,26 @@ class Execution:
     Example:
         >>> import crosscheck
         >>> crosscheck.Execution(repeat=1, isolate=True, timeout=60)
-        Execution(repeat=1, isolate=True, timeout=60.0)
+        Execution(repeat=1, isolate=True, timeout=60.0, jax_platform='default', jax_precision='default')
     """
 
     repeat: int = 2
     isolate: bool | str = "auto"
     timeout: float | None = None
+    jax_platform: str = "default"
+    jax_precision: str = "default"
 
     def __post_init__(self) -> None:
         _check_isolation(self.isolate, self.timeout)
         _check_positive("repeat", self.repeat)
+        check_jax(self.jax_platform, self.jax_precision)
         if self.timeout is not None:
             object.__setattr__(self, "timeout", float(self.timeout))
+
+    @property
+    def jax(self) -> dict[str, str]:
+        """The JAX side's settings, as a run records them (the JSON report's ``"jax_settings"``)."""
+        return {"jax_platform": self.jax_platform, "jax_precision": self.jax_precision}
 
 
 #: The longest timeout, in whole seconds: what both threading (``TIMEOUT_MAX``) and a worker's
@@ -169,6 +187,19 @@ def check_pair(rtol: float | None, atol: float | None, *, front: str = "api") ->
             f"`{spell('rtol', front=front)}` and `{spell('atol', front=front)}` must be given together or "
             f"not at all; found only `{given}`."
         )
+
+
+def check_jax(platform: Any, precision: Any, *, front: str = "api") -> None:
+    """Where the JAX side runs and its matmul precision are among the choices (``ValueError`` naming
+    the option as ``front`` spells it)."""
+    for name, value, choices in (
+        ("jax_platform", platform, JAX_PLATFORMS),
+        ("jax_precision", precision, JAX_PRECISIONS),
+    ):
+        if not (isinstance(value, str) and value in choices):
+            raise ValueError(
+                f"`{spell(name, front=front)}` must be one of {', '.join(choices)}; found {value!r:.60}."
+            )
 
 
 def check_budget(budget: Any, *, front: str = "api") -> None:

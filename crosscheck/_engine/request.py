@@ -79,7 +79,7 @@ class Request:
             backends=None if self.backends is None else list(self.backends),
             slack=None if slack is None else [slack.rtol, slack.atol],
             oracle=[oracle.mode, oracle.directions, oracle.budget],
-            execution=[execution.repeat, execution.isolate, execution.timeout],
+            execution=dataclasses.asdict(execution),
             progress=None,
             announce=self.announce is not None,
             trust=self.trust if isinstance(self.trust, bool) else list(self.trust),
@@ -90,11 +90,11 @@ class Request:
     def from_data(cls, data: dict[str, Any], **callables: Any) -> Request:
         """The request ``to_data`` made, with its callables (``progress``, ``announce``) given again."""
         data = dict(data)
-        slack, (repeat, isolate, timeout) = data.pop("slack"), data.pop("execution")
+        slack = data.pop("slack")
         data.update(
             slack=None if slack is None else Slack(*slack),
             oracle=Oracle(*data.pop("oracle")),
-            execution=Execution(repeat=repeat, isolate=isolate, timeout=timeout),
+            execution=Execution(**data.pop("execution")),
             **callables,
         )
         return cls(**data)

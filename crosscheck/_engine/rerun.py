@@ -24,6 +24,7 @@ from crosscheck._engine.driver import Caller
 from crosscheck._engine.isolate import Worker, foreign, load_isolated
 from crosscheck._engine.load import load
 from crosscheck._engine.quantity import quantity as _quantity
+from crosscheck._engine.records import Execution, check_jax
 from crosscheck._engine.replay_case import check_case
 from crosscheck._errors import one_line
 from crosscheck._report.bundle import bitwise
@@ -69,8 +70,9 @@ def _replayer(
         why = f"not replayable: workload `{bundle['workload']}` cannot be loaded again: {exc}"
         return lambda *_: {"status": one_line(why), "detail": ""}
     check_case(workload, bundle)
+    settings = recorded_settings(bundle["meta"]["report"])
     try:
-        judge, call = _setup(workload, bundle, timeout)
+        judge, call = _setup(workload, bundle, timeout, settings)
     except (ValueError, TypeError, KeyError, IndexError) as exc:
         why = f"not replayable: its arrays cannot be judged as workload `{bundle['workload']}`'s: {exc}"
         return lambda *_: {"status": one_line(why), "detail": ""}
@@ -84,7 +86,7 @@ def _replayer(
             return {"status": NOT_RUN, "detail": "an import string is code", "untrusted": "backend"}
         reference = (record or {}).get("role") == "reference"
         isolated = foreign(spec) if isolate == "auto" else bool(isolate) and spec != ORACLE
-        worker = Worker(bundle["workload"], spec) if isolated else None
+        worker = Worker(bundle["workload"], spec, call.settings) if isolated else None
         return _rerun(workload, judge, call, (spec, worker), reference, value)
 
     return run_again
@@ -149,8 +151,11 @@ def _builtin_names(workload: Any) -> set[str]:
     return {ORACLE, *getattr(inner, "implementations", {})}
 
 
-def _setup(workload: Any, bundle: dict[str, Any], timeout: float | None) -> tuple[Any, Caller]:
-    """The workload's judge at the bundle's arrays (private copies) and the guarded call on them.
+def _setup(
+    workload: Any, bundle: dict[str, Any], timeout: float | None, settings: dict[str, str]
+) -> tuple[Any, Caller]:
+    """The workload's judge at the bundle's arrays (private copies) and the guarded call on them, with
+    the JAX side's recorded ``settings``.
 
     Raises:
         ValueError, TypeError, KeyError, IndexError: the arrays cannot be judged as the workload's.
@@ -165,7 +170,23 @@ def _setup(workload: Any, bundle: dict[str, Any], timeout: float | None) -> tupl
     seed = case.get("seed", 0)
     options = Options(seed=seed if isinstance(seed, int) else 0, oracle_mode="full")
     judge = workload.judge(_quantity(report.get("quantity", "grad")), point, options)
-    return judge, Caller(point.arrays(), timeout=timeout)
+    return judge, Caller(point.arrays(), timeout=timeout, settings=settings)
+
+
+def recorded_settings(report: Mapping[str, Any]) -> dict[str, str]:
+    """The JAX side's settings the run recorded (its JSON report's ``"jax_settings"``), applied again
+    to each call; a bundle written before they were recorded: JAX's defaults.
+
+    Raises:
+        ValueError: a value no run records (the bundle was edited).
+    """
+    settings = Execution().jax
+    settings.update({k: v for k, v in (report.get("jax_settings") or {}).items() if k in settings})
+    try:
+        check_jax(settings["jax_platform"], settings["jax_precision"])
+    except ValueError as exc:
+        raise ValueError(f"the bundle's `report.jax_settings` are not a run's: {exc}") from exc
+    return settings
 
 
 def _rerun(
@@ -182,7 +203,7 @@ def _rerun(
         if worker is not None:
             backend, result = load_isolated(worker, required=True)
         else:
-            backend, result = load(workload, spec, required=True)
+            backend, result = load(workload, spec, required=True, settings=call.settings)
     except (ValueError, TypeError) as exc:
         return {"status": one_line(f"not replayable: {exc}")}
     try:

@@ -115,6 +115,8 @@ def run(
     isolate: bool | str = "auto",
     timeout: float | None = None,
     steps: int | None = None,
+    jax_platform: str = "default",
+    jax_precision: str = "default",
 ) -> Report:
     """Run one case (generated, or the given arrays) and cross-check every backend's gradient: the flat
     form of ``check``, whose request it builds from these keywords (the workload's options: those
@@ -137,6 +139,8 @@ def run(
             (default: the stack); another workload makes its own arrays (only ``dtype`` and ``seed`` apply).
         repeat: calls per candidate, with ``isolate`` and ``timeout`` (``Execution``).
         steps: optimizer steps per side of a ``Train`` workload (``quantity="update"``; default: its own).
+        jax_platform: where the JAX side runs, ``"default"`` or ``"cpu"``, with ``jax_precision``
+            (``"default"``, ``"high"``, ``"highest"``), its matmul precision (``Execution``).
 
     Returns:
         A ``Report``: ``.passed`` and ``.to_dict()`` (the JSON report).
@@ -152,7 +156,10 @@ def run(
         >>> crosscheck.run(dim=16, dtype="float32", backends=["jax", "torch"]).passed  # doctest: +SKIP
         True
     """
-    records = _records(rtol, atol, (oracle_mode, directions, budget), repeat, isolate, timeout, backends)
+    jax = {"jax_platform": jax_platform, "jax_precision": jax_precision}
+    records = _records(
+        rtol, atol, (oracle_mode, directions, budget), (repeat, isolate, timeout, jax), backends
+    )
     knobs = {"weights": weights, "x": x, "layers": layers, "batch": batch, "dim": dim, "init": init}
     knobs.update(scale=scale, explain=explain, steps=steps)
     case = _changed({"dtype": dtype, "seed": seed})  # given: the arrays' rules refuse them beside `weights`
@@ -174,9 +181,9 @@ def run(
 def _records(*flat: Any) -> dict[str, Any]:
     """``check``'s records of ``run``'s flat keywords (validated in ``run``'s order: the tolerances, the
     worker processes and the timeout, the repeats, the directions, the backends)."""
-    rtol, atol, (oracle_mode, directions, budget), repeat, isolate, timeout, backends = flat
+    rtol, atol, (oracle_mode, directions, budget), (repeat, isolate, timeout, jax), backends = flat
     slack = Slack.of(rtol, atol)
-    execution = Execution(repeat=repeat, isolate=isolate, timeout=timeout)
+    execution = Execution(repeat=repeat, isolate=isolate, timeout=timeout, **jax)
     oracle = Oracle(mode=oracle_mode, directions=directions, budget=budget)
     check_records(slack, oracle, execution, backends)
     return {"slack": slack, "oracle": oracle, "execution": execution}

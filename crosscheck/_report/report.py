@@ -20,6 +20,8 @@ from crosscheck._report.environment import framework_lines
 from crosscheck._report.text import markup, plain, plural
 
 SCHEMA_VERSION = 1
+#: The JAX side as JAX itself runs it: where it puts computations, at its own matmul precision.
+DEFAULT_JAX_SETTINGS = {"jax_platform": "default", "jax_precision": "default"}
 #: Where a section is printed: before the table, or after it (and after the backends' failures).
 PLACES = ("before", "after")
 
@@ -76,6 +78,8 @@ class BackendResult:
         out = dataclasses.asdict(dataclasses.replace(self, verdict=None))
         del out["verdict"]
         out["device"] = self.info.get("device")
+        out["platform"] = self.info.get("platform")
+        out["device_kind"] = self.info.get("device_kind")
         return out
 
 
@@ -118,6 +122,9 @@ class Report:
     #: Why the run stopped before it had a report of its own (a contained workload's worker process
     #: died or hung): the first problem, and the JSON report's "halted".
     halted: str | None = None
+    #: The run's settings for the JAX side (``Execution.jax``: ``jax_platform``, ``jax_precision``),
+    #: the JSON report's "jax_settings" (what ``replay`` applies again).
+    jax_settings: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def problems(self) -> list[str]:
@@ -195,6 +202,7 @@ class Report:
                 "backends": {name: r.to_dict() for name, r in self.backends.items()},
                 "comparisons": [c.to_dict() for c in self.comparisons],
                 "environment": self.environment,
+                "jax_settings": {**DEFAULT_JAX_SETTINGS, **self.jax_settings},
                 "quantity": self.quantity,
                 "interrupted": self.interrupted,
                 **({"hvp_direction": self.direction} if self.quantity == "hvp" else {}),

@@ -30,6 +30,10 @@ class Row(Protocol):
     def dtype(self) -> str | None: ...
     @property
     def seconds(self) -> float | None: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def info(self) -> dict[str, str]: ...
 
 
 class Tabled(Protocol):
@@ -224,6 +228,9 @@ def title(report: Tabled) -> str:
         if isinstance(v, dict) and v
     ]
     line = "crosscheck: " + "; ".join([", ".join(scalars), *shapes])
+    where = where_line(report.backends)
+    if where:
+        line += f"\n{where}"
     source = str(case.get("oracle_differentiates", "reference"))
     if report.quantity == "output":  # the forward check: no gradient, so no oracle, by design
         line += (
@@ -243,6 +250,28 @@ def title(report: Tabled) -> str:
     elif source != "reference":
         line += f"\nthe oracle differentiates {source}"
     return line
+
+
+#: The keys of a backend's ``info()`` that name its arithmetic settings, as the header says them.
+PRECISION_KEYS = {
+    "matmul_precision": "matmul precision",
+    "float32_matmul_precision": "float32 matmul precision",
+}
+
+
+def where_line(backends: Mapping[str, Row]) -> str:
+    """``where: `jax` on tpu (TPU v5 lite), matmul precision default; `torch` on cpu (cpu), float32
+    matmul precision highest``: each backend whose ``info()`` says where it ran (its ``platform``), its
+    device kind and arithmetic settings; empty when none says."""
+    parts = []
+    for row in backends.values():
+        info = row.info
+        if "platform" not in info:
+            continue
+        settings = [f", {words} {info[key]}" for key, words in PRECISION_KEYS.items() if key in info]
+        kind = f" ({info['device_kind']})" if "device_kind" in info else ""
+        parts.append(f"`{row.name}` on {info['platform']}{kind}{''.join(settings)}")
+    return "where: " + "; ".join(parts) if parts else ""
 
 
 #: The title names each array and its shape up to this many; beyond, it counts them.

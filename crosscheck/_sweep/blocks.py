@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from crosscheck._backends import ORACLE
+from crosscheck._engine.records import check_jax
 from crosscheck._errors import describe, reraise_user_interrupt
 from crosscheck._sweep.block_rules import check_options
 from crosscheck._sweep.task import Record, Task, _record, within
@@ -121,6 +122,8 @@ def check_blocks(
     directory: str | None = None,
     timeout: float | None = None,
     progress: Callable[[int, int], None] | None = None,
+    jax_platform: str = "default",
+    jax_precision: str = "default",
 ) -> BlocksResult:
     """Check a ``crosscheck.Blocks`` block by block (see its docstring for what that can and cannot see).
 
@@ -138,6 +141,8 @@ def check_blocks(
         timeout: seconds each block's check may take (default: no limit); a block past it fails by
             name (status ``timeout``, "not checked"), and the other blocks go on.
         progress: called as ``progress(done, total)`` as each block finishes (in the order they finish).
+        jax_platform: where each block's JAX side runs, with ``jax_precision``, its matmul precision
+            (``crosscheck.Execution``).
 
     Returns:
         A ``BlocksResult``: ``.passed``, ``.first``, ``.lines()``, ``.to_dict()``.
@@ -163,6 +168,7 @@ def check_blocks(
             f"`blocks` must be a crosscheck.Blocks or an import string, found {type(blocks).__name__}."
         )
     check_options(spec, backends, reference, dtype, scheduler, directory, timeout)
+    check_jax(jax_platform, jax_precision)
     options = {
         "backends": backends,
         "reference": reference,
@@ -170,6 +176,8 @@ def check_blocks(
         "seed": seed,
         "strict": strict,
         "timeout": timeout,
+        "jax_platform": jax_platform,
+        "jax_precision": jax_precision,
     }
     from crosscheck._workloads.port.blocks.record import record
 
@@ -289,7 +297,11 @@ def _check(blocks: Any, task: Task, model: Any) -> Record:
         dtype=options["dtype"],
         seed=options["seed"],
         strict=options["strict"],
-        execution=Execution(isolate=False),
+        execution=Execution(
+            isolate=False,
+            jax_platform=options.get("jax_platform", "default"),
+            jax_precision=options.get("jax_precision", "default"),
+        ),
     )
     found = report.to_dict()
     notes = [b.get("notes", {}).get("port") for b in found.get("backends", {}).values()]

@@ -20,6 +20,8 @@ Example::
     atol = 1e-9
     strict = false
     timeout = 600                    # seconds per case
+    jax_platform = "default"         # where the JAX side runs: "default" (JAX's choice) or "cpu"
+    jax_precision = "default"        # its matmul precision: "default", "high" or "highest"
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from crosscheck._compare.constants import DTYPES
-from crosscheck._engine.records import MAX_TIMEOUT
+from crosscheck._engine.records import JAX_PLATFORMS, JAX_PRECISIONS, MAX_TIMEOUT
 from crosscheck._workloads.registry import case_knobs, load_workload
 
 CONFIG_FILE = "pyproject.toml"
@@ -100,6 +102,8 @@ SCHEMA: dict[str, tuple[str, Callable[[Any], bool]]] = {
         f"a positive number of seconds, at most {MAX_TIMEOUT} (the longest this platform can wait)",
         lambda v: _is_number(v) and 0 < v <= MAX_TIMEOUT,
     ),
+    "jax_platform": (f"one of {', '.join(JAX_PLATFORMS)}", lambda v: v in JAX_PLATFORMS),
+    "jax_precision": (f"one of {', '.join(JAX_PRECISIONS)}", lambda v: v in JAX_PRECISIONS),
 }
 
 
@@ -200,7 +204,7 @@ _OPTIONS = {
 
 def _name(key: str, where: str) -> str:
     """How the user wrote ``key``: ``[tool.crosscheck].dim`` in the file, ``--dim`` on the command line."""
-    return "--" + _OPTIONS.get(key, key) if where == "option" else f"{where}.{key}"
+    return "--" + _OPTIONS.get(key, key).replace("_", "-") if where == "option" else f"{where}.{key}"
 
 
 def _show(value: Any) -> str:
@@ -269,4 +273,6 @@ def options(config: SweepConfig) -> dict[str, Any]:
         "rtol": config.get("rtol"),
         "atol": config.get("atol"),
         "strict": config.get("strict", False),
+        "jax_platform": config.get("jax_platform", "default"),
+        "jax_precision": config.get("jax_precision", "default"),
     }

@@ -24,6 +24,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from crosscheck._backends import install_hint
+from crosscheck._engine.records import check_jax
 from crosscheck._errors import Interrupted, Interrupts
 from crosscheck._sweep.task import (  # the tasks and records, which moved there
     STACK,
@@ -244,6 +245,8 @@ def sweep(
     rtol: float | None = None,
     atol: float | None = None,
     strict: bool = False,
+    jax_platform: str = "default",
+    jax_precision: str = "default",
     timeout: float | None = None,
     jobs: int | None = None,
     scheduler: str | None = None,
@@ -256,6 +259,7 @@ def sweep(
         cases: plain dicts, ``{"workload": "stack", "layers": ..., "batch": ..., "dim": ..., "dtype": ...,
             "seed": ..., "init": ...}`` or ``{"workload": "pkg.mod:workload", "dtype": ..., "seed": ...}``.
         backends, reference, rtol, atol, strict: as for ``crosscheck.run`` (names or import strings).
+        jax_platform, jax_precision: where the JAX side runs and its matmul precision (``Execution``).
         timeout: seconds per case; a case past it is recorded as ``timeout``.
         jobs: worker processes on this machine (default: the CPUs this process may use); 0 runs every
             case in this process, without isolation.
@@ -271,7 +275,9 @@ def sweep(
         raise ValueError(f"`jobs` must be a non-negative integer, found {jobs!r}.")
     if timeout is not None and not timeout > 0:
         raise ValueError(f"`timeout` must be a positive number of seconds, found {timeout!r}.")
+    check_jax(jax_platform, jax_precision)
     options = {"backends": backends, "reference": reference, "rtol": rtol, "atol": atol, "strict": strict}
+    options.update(jax_platform=jax_platform, jax_precision=jax_precision)
     tasks = make_tasks(cases, options, timeout=timeout)
     records: list[Record] = []
 

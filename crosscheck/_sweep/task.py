@@ -115,7 +115,11 @@ def _run_case(case: dict[str, Any], options: dict[str, Any]):
         strict=options.get("strict", False),
         # A case's process is its isolation (a worker per case), or, with --jobs 0, there is none: no
         # worker per backend inside a case.
-        execution=Execution(isolate=options.get("isolate", False)),
+        execution=Execution(
+            isolate=options.get("isolate", False),
+            jax_platform=options.get("jax_platform", "default"),
+            jax_precision=options.get("jax_precision", "default"),
+        ),
     )
     report = execute(request)
     return report, workload.known_answer(report)

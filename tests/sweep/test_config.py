@@ -27,6 +27,8 @@ rtol = 1e-6
 atol = 1e-9
 strict = true
 timeout = 600
+jax_platform = "cpu"
+jax_precision = "highest"
 """
 
 
@@ -64,6 +66,8 @@ def test_the_matrix_is_the_cartesian_product(tmp_path):
         "rtol": 1e-6,
         "atol": 1e-9,
         "strict": True,
+        "jax_platform": "cpu",
+        "jax_precision": "highest",
     }
     assert config.get("timeout") == 600
 
@@ -157,8 +161,10 @@ CONFIG_ERRORS = [
     ('backends = "jax"', T + "backends`" + LIST + "backend names or import strings; found 'jax'."),
     ("rtol = 1e-6", T + "rtol` and " + T + "atol` must be given together or not at all; found only"),
     ("seed = [1]", "unknown key " + T + "seed`: expected one of workloads, layers, batch, dim, dtypes,"),
-    ("seed = [2]", "strict, timeout. Did you mean `seeds`?"),
+    ("seed = [2]", "strict, timeout, jax_platform, jax_precision. Did you mean `seeds`?"),
     ("dim = [", "is not valid TOML"),
+    ('jax_platform = "tpu"', T + "jax_platform` must be one of default, cpu; found 'tpu'."),
+    ('jax_precision = "low"', T + "jax_precision` must be one of default, high, highest; found 'low'."),
 ]
 
 
@@ -186,6 +192,8 @@ OPTION_ERRORS = [
     (["--config", "missing.toml"], "cannot read missing.toml"),
     (["--config", "empty.toml"], "empty.toml has no [tool.crosscheck] table."),
     (["--dtype", "float16"], "argument --dtype: invalid choice: 'float16'"),
+    (["--jax-platform", "gpu"], "`--jax-platform` must be one of default, cpu; found 'gpu'."),
+    (["--jax-precision", "low"], "`--jax-precision` must be one of default, high, highest; found 'low'."),
     (["--scheduler", "nonsense"], "`--scheduler` must be an address like tcp://HOST:8786; found 'nonsense'."),
     (
         ["--jobs", "0", "--scheduler", "tcp://127.0.0.1:8786"],
@@ -210,3 +218,21 @@ def test_option_errors_are_one_line_exit_2(tmp_path, monkeypatch, capsys, argv, 
 def test_load_config_raises_config_error(tmp_path):
     with pytest.raises(ConfigError, match="has no"):
         load_config(_write(tmp_path, "[tool.other]\nx = 1\n"))
+
+
+def test_the_jax_sides_settings_reach_every_case(tmp_path, monkeypatch):
+    """``jax_platform`` and ``jax_precision`` of the file (an option replacing one) are in effect where
+    each case's JAX side runs: its ``info()``, read there, says so, as does the case's report."""
+    pytest.importorskip("jax")
+    from crosscheck._sweep.engine import sweep
+
+    _write(tmp_path, '[tool.crosscheck]\njax_platform = "cpu"\njax_precision = "high"\n')
+    monkeypatch.chdir(tmp_path)
+    chosen = {k: v for k, v in options(resolve_config(_args(["--jax-precision", "highest"]))).items()}
+    assert (chosen["jax_platform"], chosen["jax_precision"]) == ("cpu", "highest")
+    tiny = [{"workload": "stack", "layers": 1, "batch": 2, "dim": 2, "dtype": "float32", "seed": 0}]
+    del chosen["backends"]
+    (record,) = sweep(tiny, **{**chosen, "backends": ["jax"]}, jobs=0).records
+    report = record["report"]
+    assert report["jax_settings"] == {"jax_platform": "cpu", "jax_precision": "highest"}
+    assert report["backends"]["jax"]["info"]["matmul_precision"] == "highest"

@@ -279,7 +279,9 @@ def test_each_verdict_line_names_its_comparison(kind, reference):
     printed = _printed(report)
     assert all(line in printed for line in lines)
     heading = table.title(report).splitlines()  # the table's title, and the plot's
-    assert heading[1:] == ([title] if title else [])
+    where = heading[1]  # where each side ran, then the rest
+    assert where.startswith("where: ") and "`torch` on cpu (cpu)" in where and "`jax` on cpu (cpu)" in where
+    assert heading[2:] == ([title] if title else [])
     assert title is None or title in " ".join(printed.split())  # the table may wrap its title
     if port is not None:
         assert report.verdicts() == {"jax": port}

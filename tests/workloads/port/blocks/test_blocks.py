@@ -452,3 +452,21 @@ def test_a_block_past_its_time_limit_on_a_worker_fails_by_name_too(released, thr
         ("blocks.2", "passed"),
     ]
     assert result.first["error"] == "not checked: it did not finish within 20 s (its time limit)"
+
+
+def test_each_blocks_jax_side_runs_with_the_settings_chosen_for_it(capsys):
+    """``jax_platform`` and ``jax_precision`` reach every block's port (its report says where its JAX
+    side ran and at what precision); the command refuses a bad value as the API does."""
+    result = crosscheck.check_blocks(
+        blocks_tiny.make(), reference="torch", jax_platform="cpu", jax_precision="highest"
+    )
+    assert result.passed, result.lines()
+    for record in result.records:
+        report = record["report"]
+        assert report["jax_settings"] == {"jax_platform": "cpu", "jax_precision": "highest"}
+        jax_side = next(b for b in report["backends"].values() if b["info"].get("framework") == "jax")
+        assert (jax_side["platform"], jax_side["info"]["matmul_precision"]) == ("cpu", "highest")
+    with pytest.raises(ValueError, match=r"^`jax_precision` must be one of default, high, highest"):
+        crosscheck.check_blocks(blocks_tiny.make(), jax_precision="fast")
+    assert main(["blocks", "--workload", "blocks_tiny:planted", "--jax-precision", "fast"]) == 2
+    assert capsys.readouterr().err.startswith("crosscheck: error: `--jax-precision` must be one of default")
