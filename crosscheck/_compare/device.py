@@ -89,8 +89,8 @@ class Arithmetic:
     def _also(self) -> str:
         """Where else to check, to see what this arithmetic hides."""
         if self.precision == "highest":
-            return "check with the JAX side on the CPU too"
-        return "check at the highest matmul precision, or with the JAX side on the CPU, too"
+            return "check with the JAX side on the CPU too (`--jax-platform cpu`)"
+        return "check at `--jax-precision highest`, or with `--jax-platform cpu`, too"
 
 
 def arithmetic(backend: object) -> Arithmetic | None:
