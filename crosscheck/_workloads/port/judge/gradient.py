@@ -196,9 +196,7 @@ class PortJudge:
         listed = self.workload.prepared.jax_side.listed
         if verdict.starts_in == "nowhere" and listed:
             text = f"every listed module's output ({', '.join(listed)}), the model's "
-            return Origin(
-                "nowhere", None, None, (), text + "output " + _agree(gradients, self.forward)
-            )
+            return Origin("nowhere", None, None, (), text + "output " + _agree(gradients, self.forward))
         if verdict.starts_in == "nowhere" and outputs == 1:  # Equinox, a function: no submodule calls
             text = f"the output {_agree(gradients, self.forward)} (only the output is compared: module by "
             text += "module needs Flax linen or nnx, or the modules listed in `jax_intermediates`)"

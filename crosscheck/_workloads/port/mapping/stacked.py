@@ -268,9 +268,9 @@ def override(
 
 def module_pairs(entries: Iterable[Entry]) -> dict[str, str]:
     """PyTorch module -> JAX module of every mapped row (dotted names, without Flax's collection). A
-    stacked row's layer ``i`` is the JAX module's ``i + 1``-th call (``layers.linear#3`` for
-    ``layers.2.linear``), and so is every PyTorch module between the list's index and the parameter's
-    module (``layers.2`` -> ``layers#3``)."""
+    stacked row's layer ``i`` is the JAX module's call in the scan's step of index ``i``
+    (``layers.linear@2`` for ``layers.2.linear``: ``steps.label``), and so is every PyTorch module
+    between the list's index and the parameter's module (``layers.2`` -> ``layers@2``)."""
     out = {}
     for e in entries:
         if e.torch is None or e.jax is None:
@@ -280,7 +280,7 @@ def module_pairs(entries: Iterable[Entry]) -> dict[str, str]:
             continue
         i, k = e.box[0][1], index_at(e)
         before, after = e.torch.path[:k], e.torch.path[k + 1 : -1]
-        call = f"#{i + 1}" if i else ""
+        call = f"@{i}"
         jax_module = e.jax.module
         for k in range(len(after) + 1):
             torch_name = ".".join((*before, str(i), *after[:k]))

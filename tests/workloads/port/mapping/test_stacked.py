@@ -100,8 +100,8 @@ def test_an_unnamed_linen_scan_reads_as_the_pytorch_list_of_its_parent():
     )
     pairs = stacked.module_pairs(table.mapped())
     assert (pairs["layers.2"], pairs["layers.2.linear"]) == (
-        "ScanCheckpointLayer_0#3",
-        "ScanCheckpointLayer_0.linear#3",
+        "ScanCheckpointLayer_0@2",
+        "ScanCheckpointLayer_0.linear@2",
     )
 
 
@@ -204,8 +204,8 @@ def test_a_stacked_override_that_does_not_fit_is_one_line(overrides, message):
 
 def test_a_stacked_layer_pairs_with_the_jax_modules_call_of_its_index():
     pairs = stacked.module_pairs(mapping.build(LINEAR(), DENSE()).mapped())
-    assert pairs["layers.0.linear"] == "layers.linear" and pairs["layers.0"] == "layers"
-    assert pairs["layers.2.linear"] == "layers.linear#3" and pairs["layers.2"] == "layers#3"
+    assert pairs["layers.0.linear"] == "layers.linear@0" and pairs["layers.0"] == "layers@0"
+    assert pairs["layers.2.linear"] == "layers.linear@2" and pairs["layers.2"] == "layers@2"
 
 
 def test_a_stacked_intermediate_is_spread_into_one_record_per_layer():
@@ -242,13 +242,69 @@ def test_a_healthy_scanned_port_maps_without_override_and_passes_module_by_modul
 
 @pytest.mark.parametrize(
     ("bug", "module"),
-    [({"bug_layer": 2}, "layers.2.linear"), ({"reverse": True}, "layers.0.linear")],
-    ids=["a-bug-in-layer-2", "layers-in-the-wrong-order"],
+    [({"bug_layer": 2}, "layers.2.linear"), ({"bug_layer": "all"}, "layers.0.linear")],
+    ids=["a-bug-in-layer-2", "a-bug-in-every-layer"],
 )
 def test_a_planted_bug_in_a_scanned_port_names_its_layer(kind, bug, module):
     import scanned
 
     report, verdict = scanned.verdict(scanned.port(kind, **bug))
+    assert not report.passed
+    assert (verdict["starts_in"], verdict["module"]) == ("forward", module), verdict["text"]
+
+
+def test_layers_scanned_in_the_wrong_order_are_the_top_modules_code_not_a_layers(kind):
+    """Each layer's module computes PyTorch's layer from its input: what differs is which input, the
+    order the top module runs them in (a listed intermediate has no input to say so: its first layer)."""
+    import scanned
+
+    report, verdict = scanned.verdict(scanned.port(kind, reverse=True))
+    assert not report.passed
+    if kind == "equinox":
+        assert (verdict["starts_in"], verdict["module"]) == ("forward", "layers.0.linear"), verdict["text"]
+    else:
+        assert verdict["starts_in"] == "forward" and not verdict["module"], verdict["text"]
+        assert "in the code of the top module (Stack) before `layers.0.linear`" in verdict["text"]
+
+
+SCANS = {"a-step-calling-its-linear-twice": {"twice": True}, "a-reversed-scan": {"backwards": True}}
+
+
+@pytest.mark.parametrize("kind_", ["linen", "nnx"])
+@pytest.mark.parametrize("how", list(SCANS.values()), ids=list(SCANS))
+def test_scan_steps_pair_with_the_layer_of_their_index_not_their_call_order(kind_, how):
+    """A step that calls a submodule twice calls back twice; a reversed scan runs its last layer
+    first: the k-th call back is not layer k - 1. Healthy, every layer's every call is compared with
+    its own and none is said to be cut differently."""
+    pytest.importorskip("torch")
+    pytest.importorskip("flax")
+    import scanned
+
+    report, verdict = scanned.verdict(scanned.port(kind_, **how))
+    assert report.passed, report.problems
+    assert verdict["starts_in"] == "nowhere" and "cut their modules differently" not in verdict["text"]
+    outputs = {c.parameter for c in report.comparisons if "(output)" in (c.parameter or "")}
+    calls = ["", "#2"] if how.get("twice") else [""]
+    assert {f"layers.{i}.linear{c} (output)" for i in range(scanned.L) for c in calls} <= outputs
+    assert not [c.parameter for c in report.comparisons if c.status == "boundary"]
+
+
+@pytest.mark.parametrize("kind_", ["linen", "nnx"])
+@pytest.mark.parametrize(
+    ("how", "bug", "module"),
+    [
+        ({"twice": True}, 3, "layers.3.linear"),
+        ({"backwards": True}, 2, "layers.2.linear"),
+        ({"twice": True}, "all", "layers.0.linear"),
+    ],
+    ids=[*SCANS, "every-layer-of-a-step-calling-twice"],
+)
+def test_a_bug_in_a_layer_of_such_a_scan_is_blamed_on_that_layer(kind_, how, bug, module):
+    pytest.importorskip("torch")
+    pytest.importorskip("flax")
+    import scanned
+
+    report, verdict = scanned.verdict(scanned.port(kind_, bug_layer=bug, **how))
     assert not report.passed
     assert (verdict["starts_in"], verdict["module"]) == ("forward", module), verdict["text"]
 
