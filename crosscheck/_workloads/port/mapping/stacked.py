@@ -152,9 +152,19 @@ def stack(entries: list[Entry], jax: Sequence[Tensor], used: set, matcher: Match
     return [row for e in entries for row in (decided.get(e.torch.name, [e]) if e.torch is not None else [e])]
 
 
+#: An override suggested for a view (a leaf that is not there): the stacked one is said instead.
+_VIEW_SUGGESTION = re.compile(r"; decide with overrides=\{.*?\)\}(, TRANSFORM one of [^;]*)?")
+
+
 def _back(entry: Entry, reading: Reading, i: int) -> Entry:
-    """A row found on view ``i`` as the piece of the real leaf (its layer ``i``)."""
-    how = f"{entry.how}; {said(i, reading.leaf.shape[0])}"
+    """A row found on view ``i`` as the piece of the real leaf (its layer ``i``); the view's path is
+    not a leaf: said as the leaf's layer, and an override the view's row suggests is left out
+    (``suggestion`` says the stacked one)."""
+    view = "/".join(reading.view(i).path)
+    how = _VIEW_SUGGESTION.sub("", entry.how).replace(
+        f"`{view}`", f"layer {i} of `{'/'.join(reading.leaf.path)}`"
+    )
+    how = f"{how}; {said(i, reading.leaf.shape[0])}"
     if reading.name is not None:
         how += f" (`{reading.leaf.path[reading.at]}` read as `{reading.shown}`)"
     box = ((0, i, i + 1), *((axis + 1, s, e) for axis, s, e in entry.box))
@@ -221,17 +231,29 @@ def pattern(entry: Entry) -> str:
 
 
 def wanted(value: Any) -> bool:
-    """Whether an override's value asks for a stacked leaf: ``(path, "stacked")`` or ``(path,
-    transform, "stacked")``."""
-    return isinstance(value, tuple) and len(value) in (2, 3) and value[-1] == STACKED
+    """Whether an override's value asks for a stacked leaf: ``(path, "stacked")``, ``(path,
+    transform, "stacked")`` or ``(path, transform, box, "stacked")`` (the box inside one layer, as
+    ``((AXIS, START, STOP), ...)`` of the layer's shape: a part of a fused leaf)."""
+    return isinstance(value, tuple) and len(value) in (2, 3, 4) and value[-1] == STACKED
+
+
+def suggestion(entry: Entry) -> str:
+    """The override that decides an ambiguous stacked row, every layer at once: ``{'layers.*.X':
+    (PATH, TRANSFORM, 'stacked')}``, with the row's box inside the layer where it has one."""
+    assert entry.jax is not None
+    inner = tuple((axis - 1, start, stop) for axis, start, stop in entry.box[1:])
+    box = f", {inner!r}" if inner else ""
+    return f"overrides={{'{pattern(entry)}': ('{'/'.join(entry.jax.path)}', TRANSFORM{box}, '{STACKED}')}}"
 
 
 def override(
     t: Tensor, value: tuple, groups: tuple[str, ...], pattern: str, leaves: dict, decide: Callable
 ) -> Entry:
-    """The row an override ``(path, [transform,] "stacked")`` decides for ``t``: layer ``i`` of the leaf
-    at ``path``, ``i`` the pattern's first ``*``; ``decide(t, value, leaves)`` is the override of one
-    leaf (``overrides``), run on the layer's view.
+    """The row an override ``(path, [transform, [box,]] "stacked")`` decides for ``t``: layer ``i`` of
+    the leaf at ``path``, ``i`` the pattern's first ``*``; ``decide(t, value, leaves)`` is the override
+    of one leaf (``overrides``), run on the layer's view. The layer is a box of the leaf, so ``t`` is
+    reshaped to it: head axes (``(E, E)`` onto a layer ``(H, D, E)``) are taken as a box's are, with or
+    without a box inside the layer.
 
     Raises:
         ValueError: no wildcard, one that is not a layer index, no such leaf, an index past the leaf's
@@ -253,7 +275,13 @@ def override(
     view = Reading(leaf, len(leaf.path) - 1, False, ()).view(i)
     named = "/".join(view.path)
     try:
-        entry = decide(t, (named, value[1]) if len(value) == 3 else named, {named: view})
+        if len(value) == 4:  # a box inside the layer
+            entry = decide(t, (named, value[1], value[2]), {named: view})
+        else:
+            try:
+                entry = decide(t, (named, value[1]) if len(value) == 3 else named, {named: view})
+            except ValueError as first:  # head axes: the layer's whole box, reshaped to it
+                entry = _reshaped(t, value, named, view, decide, first)
     except ValueError as exc:
         raise ValueError(f"{str(exc).rstrip('.')} (layer {i} of `{path}` {leaf.shape}).") from exc
     if entry.jax is None:
@@ -261,6 +289,21 @@ def override(
             f"{where}: no transform turns {t.shape} into {view.shape}, layer {i} of `{path}` {leaf.shape}."
         )
     return _back(entry, Reading(leaf, len(leaf.path) - 1, False, ()), i)
+
+
+def _reshaped(
+    t: Tensor, value: tuple, named: str, view: Tensor, decide: Callable, first: ValueError
+) -> Entry:
+    """The row of a stacked override whose transform fits the layer only reshaped (head axes): the
+    layer's whole box decided as a box is (``overrides``), said without it; else ``first`` raised."""
+    if not view.shape:
+        raise first
+    whole = ((0, 0, view.shape[0]),)
+    try:
+        entry = decide(t, (named, value[1] if len(value) == 3 else None, whole), {named: view})
+    except ValueError:
+        raise first from None
+    return dataclasses.replace(entry, box=(), how=entry.how.replace(f"at [0:{view.shape[0]}]; ", "", 1))
 
 
 # ---- Localisation ----------------------------------------------------------------------------------------

@@ -150,6 +150,80 @@ def test_a_square_stacked_kernel_without_layouts_is_ambiguous_with_the_override_
     assert decided.entries[1].how == "by override; stacked: layer 1 of 4 on axis 0"
 
 
+def _suggested(problem: str, transform: str) -> dict:
+    """The override a problem line says to write, as a user pastes it (TRANSFORM chosen)."""
+    import ast
+    import re
+
+    found = re.search(r"overrides=(\{.*?\)\})", problem)
+    assert found, problem
+    return ast.literal_eval(found.group(1).replace("TRANSFORM", repr(transform)))
+
+
+O_PROJ = [T(f"model.layers.{i}.self_attn.o_proj.weight", (32, 32), "Linear", "out,in") for i in range(2)]
+O_KERNEL = [J("model/layers/self_attn/o_proj/kernel", (2, 4, 8, 32), "LinearGeneral", kind="params")]
+
+
+def test_the_override_suggested_for_a_square_kernel_onto_stacked_head_axes_is_accepted_when_pasted():
+    """A square ``o_proj`` (E, E) onto a stacked ``(L, H, D, E)``: each override the line says is one
+    that is accepted when pasted, and the leaf it builds holds each layer's kernel, heads split."""
+    problems = mapping.build(O_PROJ, O_KERNEL).problems()
+    assert len(problems) == 2 and all("/0/" not in p and "/1/" not in p for p in problems)
+    overrides = _suggested(problems[1], "transpose")
+    assert overrides == {
+        "model.layers.*.self_attn.o_proj.weight": (
+            "model/layers/self_attn/o_proj/kernel",
+            "transpose",
+            "stacked",
+        )
+    }
+    table = mapping.build(O_PROJ, O_KERNEL, overrides)
+    assert table.problems() == []
+    rng = np.random.default_rng(0)
+    arrays = {t.name: rng.standard_normal(t.shape) for t in O_PROJ}
+    built = assemble.leaf(np, [assemble.Piece.of(e) for e in table.mapped()], (2, 4, 8, 32), arrays)
+    for i in range(2):
+        np.testing.assert_array_equal(
+            built[i], arrays[f"model.layers.{i}.self_attn.o_proj.weight"].T.reshape(4, 8, 32)
+        )
+
+
+def test_a_stacked_override_takes_a_box_inside_the_layer():
+    """``(PATH, TRANSFORM, box, 'stacked')``: each layer's ``q`` and ``k`` (E, E) fill their heads of
+    that layer of a fused stacked ``(L, E, 2H, D)``, the box given inside one layer."""
+    torch = [T(f"layers.{i}.{n}.weight", (32, 32)) for i in range(2) for n in ("q", "k")]
+    leaf = "params/layers/qk/kernel"
+    overrides = {
+        "layers.*.q.weight": (leaf, "transpose", ((1, 0, 4),), "stacked"),
+        "layers.*.k.weight": (leaf, "transpose", ((1, 4, 8),), "stacked"),
+    }
+    table = mapping.build(torch, [J(leaf, (2, 32, 8, 8))], overrides)
+    assert table.problems() == []
+    assert [e.box for e in table.entries] == [
+        ((0, i, i + 1), (2, s, s + 4)) for i in range(2) for s in (0, 4)
+    ]
+    assert table.entries[3].how.endswith("stacked: layer 1 of 2 on axis 0")
+    rng = np.random.default_rng(0)
+    arrays = {t.name: rng.standard_normal(t.shape) for t in torch}
+    built = assemble.leaf(np, [assemble.Piece.of(e) for e in table.mapped()], (2, 32, 8, 8), arrays)
+    np.testing.assert_array_equal(built[1, :, 4:], arrays["layers.1.k.weight"].T.reshape(32, 4, 8))
+
+
+def test_an_ambiguous_fused_stacked_row_suggests_the_stacked_override_with_its_box():
+    torch = [T(f"layers.{i}.{n}_proj.weight", (32, 32)) for i in range(2) for n in ("q", "k", "v")]
+    jax = [J("params/layers/qkv_proj/kernel", (2, 32, 12, 8))]
+    problems = mapping.build(torch, jax).problems()
+    lines = [p for p in problems if p.startswith("`layers.1.k_proj.weight`")]
+    assert lines, problems
+    overrides = _suggested(lines[0], "transpose")
+    assert overrides == {
+        "layers.*.k_proj.weight": ("params/layers/qkv_proj/kernel", "transpose", ((1, 4, 8),), "stacked")
+    }
+    assert "/1/" not in lines[0]
+    decided = mapping.build(torch, jax, overrides)
+    assert not [p for p in decided.problems() if "k_proj" in p]
+
+
 def test_a_leaf_that_reads_as_two_module_lists_is_refused_with_the_override_to_write():
     torch = [T(f"h.{i}.h.w", (8,)) for i in range(2)] + [T(f"h.{i}.w", (8,)) for i in range(2)]
     table = mapping.build(torch, [J("params/h/h/w", (2, 8))])
