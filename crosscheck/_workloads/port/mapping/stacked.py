@@ -205,11 +205,28 @@ def index_at(entry: Entry) -> int:
 
 def hint(leaf: Tensor, torch: Iterable[Tensor]) -> str | None:
     """The override to write for a leaf left unmatched whose leading axis is the length of a PyTorch
-    module list (one, said with its name), or None."""
-    lists = [p for p, n in module_lists(torch).items() if leaf.shape and n == leaf.shape[0] and p]
+    module list (one, said with its name), or None. A leaf whose second axis is also the length of a
+    list inside each of those layers holds layers scanned inside a scan, which a ``'stacked'``
+    override (one layer axis) cannot map: said, with ``convert=``, the way that maps it."""
+    found = module_lists(torch)
+    lists = [p for p, n in found.items() if leaf.shape and n == leaf.shape[0] and p]
     if len(lists) != 1:
         return None
     path = "/".join(leaf.path)
+    inner = sorted(
+        {".".join((*lists[0], "*", *p[len(lists[0]) + 1 :])) for p, n in found.items()
+         if len(leaf.shape) > 1 and n == leaf.shape[1] and len(p) > len(lists[0]) + 1
+         and p[: len(lists[0])] == lists[0] and p[len(lists[0])].isdigit()}
+    )  # fmt: skip
+    if inner:
+        return (
+            f"its leading axes {leaf.shape[:2]} are PyTorch's `{'.'.join(lists[0])}` and, in each, "
+            f"`{inner[0]}`: layers scanned inside a scan (nested), which a '{STACKED}' override maps one "
+            f"inner layer J at a time, overrides={{'{inner[0]}.J.NAME': ('{path}', TRANSFORM, "
+            f"((0, J, J + 1),), '{STACKED}')}} for J in 0..{leaf.shape[1] - 1}; or map the port with your "
+            "own conversion, convert=fn (fn(state_dict) -> the JAX parameter pytree, the layers stacked "
+            "twice)"
+        )
     return (
         f"its leading axis {leaf.shape[0]} is the length of PyTorch's `{'.'.join(lists[0])}`: map its layers "
         f"with overrides={{'{'.'.join(lists[0])}.*.NAME': ('{path}', '{STACKED}')}}"

@@ -224,6 +224,25 @@ def test_an_ambiguous_fused_stacked_row_suggests_the_stacked_override_with_its_b
     assert not [p for p in decided.problems() if "k_proj" in p]
 
 
+def test_a_nested_scan_is_refused_naming_convert_and_the_overrides_that_map_it():
+    """Layers scanned inside a scan: one leaf ``(L1, L2, ...)``; the refusal says so, names
+    ``convert=``, and the overrides it says (one per inner layer) are accepted when written."""
+    torch = [
+        T(f"blocks.{i}.layers.{j}.linear.weight", (6, 6), "Linear", "out,in")
+        for i in range(2)
+        for j in range(3)
+    ]
+    jax = [J("params/blocks/layers/linear/kernel", (2, 3, 6, 6), "Dense", "in,out")]
+    line = mapping.build(torch, jax).problems()[-1]
+    assert "layers scanned inside a scan (nested)" in line and "convert=fn" in line, line
+    overrides = {}
+    for j in range(3):  # J and NAME filled in, as the user writes them
+        filled = line.replace("J + 1", str(j + 1)).replace("(0, J,", f"(0, {j},").replace(".J.", f".{j}.")
+        overrides.update(_suggested(filled.replace("NAME", "linear.weight"), "transpose"))
+    assert len(overrides) == 3
+    assert mapping.build(torch, jax, overrides).problems() == []
+
+
 def test_a_leaf_that_reads_as_two_module_lists_is_refused_with_the_override_to_write():
     torch = [T(f"h.{i}.h.w", (8,)) for i in range(2)] + [T(f"h.{i}.w", (8,)) for i in range(2)]
     table = mapping.build(torch, [J("params/h/h/w", (2, 8))])
