@@ -213,11 +213,13 @@ def hint(leaf: Tensor, torch: Iterable[Tensor]) -> str | None:
     if len(lists) != 1:
         return None
     path = "/".join(leaf.path)
+    outer = len(lists[0])
     inner = sorted(
-        {".".join((*lists[0], "*", *p[len(lists[0]) + 1 :])) for p, n in found.items()
-         if len(leaf.shape) > 1 and n == leaf.shape[1] and len(p) > len(lists[0]) + 1
-         and p[: len(lists[0])] == lists[0] and p[len(lists[0])].isdigit()}
-    )  # fmt: skip
+        ".".join((*lists[0], "*", *p[outer + 1 :]))
+        for p, n in found.items()
+        if len(leaf.shape) > 1 and n == leaf.shape[1] and len(p) > outer + 1
+        if p[:outer] == lists[0] and p[outer].isdigit()
+    )
     if inner:
         return (
             f"its leading axes {leaf.shape[:2]} are PyTorch's `{'.'.join(lists[0])}` and, in each, "
