@@ -402,6 +402,44 @@ def test_a_bug_in_a_layer_of_such_a_scan_is_blamed_on_that_layer(kind_, how, bug
     assert (verdict["starts_in"], verdict["module"]) == ("forward", module), verdict["text"]
 
 
+def _stacking(sd):
+    """A team's conversion of the scanned nnx port: each layer's tensors stacked by hand."""
+    import jax.numpy as jnp
+    import scanned
+
+    layers = range(scanned.L)
+    return {
+        "layers": {
+            "linear": {
+                "kernel": jnp.stack([sd[f"layers.{i}.linear.weight"].T for i in layers]),
+                "bias": jnp.stack([sd[f"layers.{i}.linear.bias"] for i in layers]),
+            }
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("how", "module"),
+    [({}, None), ({"bug_layer": 2}, "layers.2.linear"), ({"bug_layer": 3, "twice": True}, "layers.3.linear")],
+    ids=["healthy", "a-bug-in-layer-2", "a-bug-in-layer-3-of-a-step-calling-twice"],
+)
+def test_a_scanned_nnx_port_through_convert_compares_each_layer_and_blames_its_own(how, module):
+    """Through ``convert=``, a leaf that stacks a module list's layers pairs each layer with the
+    scan's step of its index, as the automatic mapping does: each layer's modules are compared."""
+    pytest.importorskip("torch")
+    pytest.importorskip("flax")
+    import scanned
+
+    report, verdict = scanned.verdict(scanned.port("nnx", convert=_stacking, **how))
+    outputs = {c.parameter for c in report.comparisons if "(output)" in (c.parameter or "")}
+    assert {f"layers.{i}.linear (output)" for i in range(scanned.L)} <= outputs
+    if module is None:
+        assert report.passed and verdict["starts_in"] == "nowhere", report.problems
+    else:
+        assert not report.passed
+        assert (verdict["starts_in"], verdict["module"]) == ("forward", module), verdict["text"]
+
+
 @pytest.mark.parametrize("kind_", ["linen", "nnx"])
 def test_a_stacked_kernel_not_transposed_names_the_first_layer(kind_):
     pytest.importorskip("flax")
