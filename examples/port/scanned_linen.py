@@ -113,8 +113,9 @@ def make_port(name="scanned-linen", **bugs):
 #: The planted bugs: name -> (what it is, the module the verdict must name, the bug's keywords).
 BUGS = {
     "layer_order": (
-        "the scan runs the layers last to first (stacked in the wrong order)",
-        "layers.0.norm",
+        "the scan runs the layers last to first (stacked in the wrong order): each layer computes "
+        "PyTorch's from its input, the top module feeds it another (the verdict names no module)",
+        "",
         {"reverse": True},
     ),
     "epsilon": (

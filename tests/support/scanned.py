@@ -4,8 +4,11 @@ layers against a Flax linen ``nn.scan`` over ``nn.Dense`` (with ``nn.remat`` ins
 that returns its per-step outputs stacked (``jax_intermediates=("layers.*.linear",)``).
 
 The keywords plant bugs: ``bug_layer=2`` (layer 2's linear adds ``0.01``: a bug in one layer's
-computation), ``reverse=True`` (the scan runs the layers last to first: the layers stacked in the wrong
-order), and ``overrides`` (a stacked kernel not transposed).
+computation; ``"all"``: in every layer), ``reverse=True`` (the scan runs the layers last to first: the
+layers stacked in the wrong order), and ``overrides`` (a stacked kernel not transposed). Two keywords
+change both sides alike (healthy as they are): ``twice=True`` (each layer calls its linear twice: a
+scan's step calls a submodule more than once) and ``backwards=True`` (PyTorch runs its layers last to
+first, and the scan too, ``reverse=True``).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import crosscheck
 L, D, BATCH = 4, 6, 3
 
 
-def torch_model():
+def torch_model(twice=False, backwards=False):
     import torch
     from torch import nn
 
@@ -30,7 +33,7 @@ def torch_model():
             self.act = nn.ReLU()
 
         def forward(self, x):
-            return self.act(self.linear(x))
+            return self.act(self.linear(self.linear(x)) if twice else self.linear(x))
 
     class Stack(nn.Module):
         def __init__(self) -> None:
@@ -38,7 +41,7 @@ def torch_model():
             self.layers = nn.ModuleList(Layer() for _ in range(L))
 
         def forward(self, x):
-            for layer in self.layers:
+            for layer in reversed(self.layers) if backwards else self.layers:
                 x = layer(x)
             return x
 
@@ -51,13 +54,18 @@ def inputs(rng, dtype):
 
 
 def _planted(x, step, bug_layer):
-    """``x`` with the bug of layer ``bug_layer`` (``+ 0.01``) where ``step`` is that layer."""
+    """``x`` with the bug of layer ``bug_layer`` (``+ 0.01``) where ``step`` is that layer (``"all"``:
+    every layer)."""
     import jax.numpy as jnp
 
-    return x if bug_layer is None else x + jnp.where(step == bug_layer, 0.01, 0.0).astype(x.dtype)
+    if bug_layer is None:
+        return x
+    if bug_layer == "all":
+        return x + jnp.asarray(0.01, x.dtype)
+    return x + jnp.where(step == bug_layer, 0.01, 0.0).astype(x.dtype)
 
 
-def linen_model(bug_layer=None, reverse=False, name="layers"):
+def linen_model(bug_layer=None, reverse=False, name="layers", twice=False):
     import flax.linen as nn
     import jax.numpy as jnp
 
@@ -70,11 +78,14 @@ def linen_model(bug_layer=None, reverse=False, name="layers"):
 
     class Layer(nn.Module):
         @nn.compact
-        def __call__(self, carry, _):
+        def __call__(self, carry, index):  # index: the layer's (the scan's xs), whichever the order
             x, step = carry
             if bug_layer is None:  # the healthy port scans Flax's own nn.Dense
-                return (nn.relu(nn.Dense(D, name="linear")(x)), step + 1), None
-            return (nn.relu(Linear(name="linear")(x, step)), step + 1), None
+                dense = nn.Dense(D, name="linear")
+                return (nn.relu(dense(dense(x)) if twice else dense(x)), step + 1), None
+            linear = Linear(name="linear")
+            y = linear(linear(x, index), index) if twice else linear(x, index)
+            return (nn.relu(y), step + 1), None
 
     class Stack(nn.Module):
         @nn.compact
@@ -83,13 +94,14 @@ def linen_model(bug_layer=None, reverse=False, name="layers"):
             scanned = nn.scan(
                 body, variable_axes={"params": 0}, split_rngs={"params": True}, length=L, reverse=reverse
             )
-            (x, _), _ = scanned(name=name)((x, jnp.zeros((), jnp.int32)), None)  # None: ScanCheckpointLayer_0
+            start = (x, jnp.zeros((), jnp.int32))
+            (x, _), _ = scanned(name=name)(start, jnp.arange(L))  # name None: ScanCheckpointLayer_0
             return x
 
     return Stack()
 
 
-def nnx_model(bug_layer=None, reverse=False):
+def nnx_model(bug_layer=None, reverse=False, twice=False):
     import jax.numpy as jnp
     from flax import nnx
 
@@ -102,7 +114,7 @@ def nnx_model(bug_layer=None, reverse=False):
             self.linear = Linear(D, D, rngs=rngs)
 
         def __call__(self, x, step):
-            return nnx.relu(self.linear(x, step))
+            return nnx.relu(self.linear(self.linear(x, step), step) if twice else self.linear(x, step))
 
     class Stack(nnx.Module):
         def __init__(self, rngs):
@@ -114,12 +126,12 @@ def nnx_model(bug_layer=None, reverse=False):
             self.layers = make(rngs)
 
         def __call__(self, x):
-            @nnx.scan(in_axes=(nnx.Carry, 0), out_axes=nnx.Carry, reverse=reverse)
-            def step(carry, layer):
+            @nnx.scan(in_axes=(nnx.Carry, 0, 0), out_axes=nnx.Carry, reverse=reverse)
+            def step(carry, layer, index):  # index: the layer's, whichever the order
                 x, i = carry
-                return layer(x, i), i + 1
+                return layer(x, index), i + 1
 
-            return step((x, jnp.zeros((), jnp.int32)), self.layers)[0]
+            return step((x, jnp.zeros((), jnp.int32)), self.layers, jnp.arange(L))[0]
 
     model = Stack(nnx.Rngs(0))
     model.eval()
@@ -164,14 +176,15 @@ def _batched(model, inputs):
     return out, {k: v.swapaxes(0, 1) for k, v in found.items()}  # (B, L, D) -> (L, B, D)
 
 
-def port(kind="linen", bug_layer=None, reverse=False, **kwargs):
+def port(kind="linen", bug_layer=None, reverse=False, twice=False, backwards=False, **kwargs):
     unnamed = functools.partial(linen_model, name=None)  # the scan left unnamed, as Flax's docs write it
     make = {"linen": linen_model, "linen-unnamed": unnamed, "nnx": nnx_model, "equinox": equinox_model}[kind]
     extra = {"jax_call": _batched, "jax_intermediates": ("layers.*.linear",)} if kind == "equinox" else {}
+    both = {"twice": twice} if twice else {}
     return crosscheck.Port(
         name=f"scanned-{kind}",
-        torch=torch_model(),
-        jax=make(bug_layer=bug_layer, reverse=reverse),
+        torch=torch_model(twice=twice, backwards=backwards),
+        jax=make(bug_layer=bug_layer, reverse=reverse or backwards, **both),
         inputs=inputs,
         **{**extra, **kwargs},
     )

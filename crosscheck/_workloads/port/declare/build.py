@@ -124,7 +124,11 @@ def prepare(port: PortFields) -> Prepared:
     if table is not None:
         _stray(port, described, table, found)
     if found:  # refused now, with the table's problems (alone, they wait for the workload: `_workload`)
-        said = (mapping_problems(table, parameters), refused_table(table)) if table is not None else ()
+        said = (
+            (mapping_problems(table, parameters, port.torch), refused_table(table))
+            if table is not None
+            else ()
+        )
         found.refuse(*said)
     assert table is not None  # a `convert` that does not fit is a problem found: refused above
     for array in values.values():  # crosscheck's own copies, never written: the case's arrays as they are
@@ -173,14 +177,26 @@ def refused_table(table: mapping_module.Table) -> str:
     return table.refused() if table.problems() else ""
 
 
-def mapping_problems(table: mapping_module.Table, parameters: Mapping[str, Any]) -> list[str]:
+def mapping_problems(
+    table: mapping_module.Table, parameters: Mapping[str, Any], torch: Any = None
+) -> list[str]:
     """The mapping's problems, one line each: the table's, or, where it has none, a port with no
-    PyTorch parameter mapped (nothing would be checked)."""
+    PyTorch parameter mapped (nothing would be checked), with why where ``torch`` (the PyTorch module)
+    says it: parameters that do not require grad are constants of the check, not parameters."""
     lines = table.problems()
     if not lines and not parameters:
+        frozen = [n for n, p in getattr(torch, "named_parameters", list)() if not p.requires_grad]
+        why = (
+            f": the PyTorch module's {len(frozen)} parameter(s) (`{frozen[0]}`"
+            f"{f' and {len(frozen) - 1} more' if len(frozen) > 1 else ''}) do not require grad "
+            "(`requires_grad_(False)`), and crosscheck checks the gradients of those that do; call "
+            "`requires_grad_(True)` on the module you pass (its values are unchanged)"
+            if frozen
+            else ""
+        )
         lines = [
-            "no PyTorch parameter is mapped, so nothing would be checked; print(port.mapping) shows the "
-            "table."
+            f"no PyTorch parameter is mapped, so nothing would be checked{why}; print(port.mapping) "
+            "shows the table."
         ]
     return lines
 
@@ -242,7 +258,9 @@ def _first(output: Any) -> Any:
 def _workload(prepared: Prepared) -> Workload:
     port = prepared.port
     found = problems_module.Problems(f"port `{port.name}`")
-    found.refuse(mapping_problems(prepared.table, prepared.parameters), refused_table(prepared.table))
+    found.refuse(
+        mapping_problems(prepared.table, prepared.parameters, port.torch), refused_table(prepared.table)
+    )
     shapes = {k: tuple(v.shape) for k, v in prepared.values.items() if k not in prepared.parameters}
     example = make_inputs(port, np.random.default_rng(0), "float32")
     torch_loss, jax_loss = torch_implementation(prepared), jax_implementation(prepared)

@@ -70,9 +70,12 @@ class Port(PortFields):
             ``-> ("jax/path", transform, "stacked")`` (or
             ``("jax/path", "stacked")``: the layouts decide the transform) maps each tensor onto one layer of
             a stacked leaf ``(L, ...)``, the pattern's first ``*`` its index: ``{"layers.*.linear.weight":
-            ("params/layers/linear/kernel", "transpose", "stacked")}``. A scanned port's stacked leaves are
-            found without it where the names tell (``layers/linear/kernel`` ``(L, ...)`` for
-            ``layers.{i}.linear.weight``); the override decides where they do not or are ambiguous.
+            ("params/layers/linear/kernel", "transpose", "stacked")}``; the tensor is reshaped to the
+            layer (head axes), and ``("jax/path", transform, ((axis, start, stop), ...), "stacked")``
+            puts it into that box of the layer (axes counted within one layer). A scanned port's
+            stacked leaves are found without it where the names tell (``layers/linear/kernel``
+            ``(L, ...)`` for ``layers.{i}.linear.weight``); the override decides where they do not or
+            are ambiguous.
         convert: your own conversion, ``fn(torch_arrays) -> JAX parameter pytree``, in place of the
             automatic mapping (not with ``overrides``): ``torch_arrays`` is the ``state_dict``, PyTorch
             name -> array (a tied alias such as ``lm_head.weight`` included), and ``fn`` is written with

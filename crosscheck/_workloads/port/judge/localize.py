@@ -66,14 +66,21 @@ class Runs:
 
 def pairs(torch_names: Sequence[str], jax_names: Sequence[str], modules: dict[str, str]) -> dict[str, str]:
     """PyTorch record name -> JAX record name: through ``modules`` (PyTorch module -> JAX module, from
-    the mapping), else by canonical name; a second call ``name#2`` pairs with ``name#2``."""
-    by_canonical = {canonical(n.split("#")[0].split(".")) + (n.partition("#")[2],): n for n in jax_names}
+    the mapping), else by canonical name; a second call ``name#2`` pairs with ``name#2``, a stacked
+    layer's ``layers.2.linear#2`` with the second call in the scan's step of index 2,
+    ``layers.linear@2#2`` (``steps.label``). A JAX module called in a scan's steps once each is also
+    its ``k``-th call by name (``cell@2`` as ``cell#3``: a cell PyTorch calls in a loop), and a stacked
+    layer met in no scan (a Python loop over the slices) its ``i + 1``-th call."""
+    by_canonical = {_by_name(n): n for n in jax_names}
+    by_canonical.update({_by_name(_ordinal(n)): n for n in jax_names if "@" in n and "#" not in n})
     jax_set = set(jax_names)
     out = {}
     for name in torch_names:
         base, _, call = name.partition("#")
         target = modules.get(base)
         found = (target + (f"#{call}" if call else "")) if target is not None else None
+        if found not in jax_set and target is not None and "@" in target and not call:
+            found = _ordinal(target)
         if found not in jax_set:
             found = (
                 by_canonical.get(canonical(base.split(".")) + (call,))
@@ -83,6 +90,18 @@ def pairs(torch_names: Sequence[str], jax_names: Sequence[str], modules: dict[st
         if found is not None:
             out[name] = found
     return out
+
+
+def _by_name(name: str) -> tuple[str, ...]:
+    """A record name's key for pairing by name: its module's canonical path and its call."""
+    return (*canonical(name.split("#")[0].split(".")), name.partition("#")[2])
+
+
+def _ordinal(name: str) -> str:
+    """A scan step's record ``name@i`` as the ``i + 1``-th call of ``name`` (``name``, ``name#2``, ...)."""
+    base, _, step = name.partition("@")
+    k = int(step.split(".")[0]) + 1
+    return base if k == 1 else f"{base}#{k}"
 
 
 def _as_torch_layout(a: np.ndarray, like: np.ndarray, channels_last: bool) -> np.ndarray | None:

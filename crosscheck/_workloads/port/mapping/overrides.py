@@ -12,6 +12,9 @@ pattern's first ``*`` its index (``stacked.override``)::
 
     {"layers.*.linear.weight": ("params/layers/linear/kernel", "transpose", "stacked")}
 
+reshaped to the layer where it has head axes; ``(path, transform, box, "stacked")`` puts it into that
+box of the layer (a part of a stacked fused leaf).
+
 ``None`` leaves the tensor unmapped: the PyTorch model keeps its value (a constant of the check), its
 gradient is not checked, and the mapping table and the report say so.
 """

@@ -152,9 +152,19 @@ def stack(entries: list[Entry], jax: Sequence[Tensor], used: set, matcher: Match
     return [row for e in entries for row in (decided.get(e.torch.name, [e]) if e.torch is not None else [e])]
 
 
+#: An override suggested for a view (a leaf that is not there): the stacked one is said instead.
+_VIEW_SUGGESTION = re.compile(r"; decide with overrides=\{.*?\)\}(, TRANSFORM one of [^;]*)?")
+
+
 def _back(entry: Entry, reading: Reading, i: int) -> Entry:
-    """A row found on view ``i`` as the piece of the real leaf (its layer ``i``)."""
-    how = f"{entry.how}; {said(i, reading.leaf.shape[0])}"
+    """A row found on view ``i`` as the piece of the real leaf (its layer ``i``); the view's path is
+    not a leaf: said as the leaf's layer, and an override the view's row suggests is left out
+    (``suggestion`` says the stacked one)."""
+    view = "/".join(reading.view(i).path)
+    how = _VIEW_SUGGESTION.sub("", entry.how).replace(
+        f"`{view}`", f"layer {i} of `{'/'.join(reading.leaf.path)}`"
+    )
+    how = f"{how}; {said(i, reading.leaf.shape[0])}"
     if reading.name is not None:
         how += f" (`{reading.leaf.path[reading.at]}` read as `{reading.shown}`)"
     box = ((0, i, i + 1), *((axis + 1, s, e) for axis, s, e in entry.box))
@@ -195,11 +205,30 @@ def index_at(entry: Entry) -> int:
 
 def hint(leaf: Tensor, torch: Iterable[Tensor]) -> str | None:
     """The override to write for a leaf left unmatched whose leading axis is the length of a PyTorch
-    module list (one, said with its name), or None."""
-    lists = [p for p, n in module_lists(torch).items() if leaf.shape and n == leaf.shape[0] and p]
+    module list (one, said with its name), or None. A leaf whose second axis is also the length of a
+    list inside each of those layers holds layers scanned inside a scan, which a ``'stacked'``
+    override (one layer axis) cannot map: said, with ``convert=``, the way that maps it."""
+    found = module_lists(torch)
+    lists = [p for p, n in found.items() if leaf.shape and n == leaf.shape[0] and p]
     if len(lists) != 1:
         return None
     path = "/".join(leaf.path)
+    outer = len(lists[0])
+    inner = sorted(
+        ".".join((*lists[0], "*", *p[outer + 1 :]))
+        for p, n in found.items()
+        if len(leaf.shape) > 1 and n == leaf.shape[1] and len(p) > outer + 1
+        if p[:outer] == lists[0] and p[outer].isdigit()
+    )
+    if inner:
+        return (
+            f"its leading axes {leaf.shape[:2]} are PyTorch's `{'.'.join(lists[0])}` and, in each, "
+            f"`{inner[0]}`: layers scanned inside a scan (nested), which a '{STACKED}' override maps one "
+            f"inner layer J at a time, overrides={{'{inner[0]}.J.NAME': ('{path}', TRANSFORM, "
+            f"((0, J, J + 1),), '{STACKED}')}} for J in 0..{leaf.shape[1] - 1}; or map the port with your "
+            "own conversion, convert=fn (fn(state_dict) -> the JAX parameter pytree, the layers stacked "
+            "twice)"
+        )
     return (
         f"its leading axis {leaf.shape[0]} is the length of PyTorch's `{'.'.join(lists[0])}`: map its layers "
         f"with overrides={{'{'.'.join(lists[0])}.*.NAME': ('{path}', '{STACKED}')}}"
@@ -221,17 +250,29 @@ def pattern(entry: Entry) -> str:
 
 
 def wanted(value: Any) -> bool:
-    """Whether an override's value asks for a stacked leaf: ``(path, "stacked")`` or ``(path,
-    transform, "stacked")``."""
-    return isinstance(value, tuple) and len(value) in (2, 3) and value[-1] == STACKED
+    """Whether an override's value asks for a stacked leaf: ``(path, "stacked")``, ``(path,
+    transform, "stacked")`` or ``(path, transform, box, "stacked")`` (the box inside one layer, as
+    ``((AXIS, START, STOP), ...)`` of the layer's shape: a part of a fused leaf)."""
+    return isinstance(value, tuple) and len(value) in (2, 3, 4) and value[-1] == STACKED
+
+
+def suggestion(entry: Entry) -> str:
+    """The override that decides an ambiguous stacked row, every layer at once: ``{'layers.*.X':
+    (PATH, TRANSFORM, 'stacked')}``, with the row's box inside the layer where it has one."""
+    assert entry.jax is not None
+    inner = tuple((axis - 1, start, stop) for axis, start, stop in entry.box[1:])
+    box = f", {inner!r}" if inner else ""
+    return f"overrides={{'{pattern(entry)}': ('{'/'.join(entry.jax.path)}', TRANSFORM{box}, '{STACKED}')}}"
 
 
 def override(
     t: Tensor, value: tuple, groups: tuple[str, ...], pattern: str, leaves: dict, decide: Callable
 ) -> Entry:
-    """The row an override ``(path, [transform,] "stacked")`` decides for ``t``: layer ``i`` of the leaf
-    at ``path``, ``i`` the pattern's first ``*``; ``decide(t, value, leaves)`` is the override of one
-    leaf (``overrides``), run on the layer's view.
+    """The row an override ``(path, [transform, [box,]] "stacked")`` decides for ``t``: layer ``i`` of
+    the leaf at ``path``, ``i`` the pattern's first ``*``; ``decide(t, value, leaves)`` is the override
+    of one leaf (``overrides``), run on the layer's view. The layer is a box of the leaf, so ``t`` is
+    reshaped to it: head axes (``(E, E)`` onto a layer ``(H, D, E)``) are taken as a box's are, with or
+    without a box inside the layer.
 
     Raises:
         ValueError: no wildcard, one that is not a layer index, no such leaf, an index past the leaf's
@@ -253,7 +294,13 @@ def override(
     view = Reading(leaf, len(leaf.path) - 1, False, ()).view(i)
     named = "/".join(view.path)
     try:
-        entry = decide(t, (named, value[1]) if len(value) == 3 else named, {named: view})
+        if len(value) == 4:  # a box inside the layer
+            entry = decide(t, (named, value[1], value[2]), {named: view})
+        else:
+            try:
+                entry = decide(t, (named, value[1]) if len(value) == 3 else named, {named: view})
+            except ValueError as first:  # head axes: the layer's whole box, reshaped to it
+                entry = _reshaped(t, value, named, view, decide, first)
     except ValueError as exc:
         raise ValueError(f"{str(exc).rstrip('.')} (layer {i} of `{path}` {leaf.shape}).") from exc
     if entry.jax is None:
@@ -263,14 +310,29 @@ def override(
     return _back(entry, Reading(leaf, len(leaf.path) - 1, False, ()), i)
 
 
+def _reshaped(
+    t: Tensor, value: tuple, named: str, view: Tensor, decide: Callable, first: ValueError
+) -> Entry:
+    """The row of a stacked override whose transform fits the layer only reshaped (head axes): the
+    layer's whole box decided as a box is (``overrides``), said without it; else ``first`` raised."""
+    if not view.shape:
+        raise first
+    whole = ((0, 0, view.shape[0]),)
+    try:
+        entry = decide(t, (named, value[1] if len(value) == 3 else None, whole), {named: view})
+    except ValueError:
+        raise first from None
+    return dataclasses.replace(entry, box=(), how=entry.how.replace(f"at [0:{view.shape[0]}]; ", "", 1))
+
+
 # ---- Localisation ----------------------------------------------------------------------------------------
 
 
 def module_pairs(entries: Iterable[Entry]) -> dict[str, str]:
     """PyTorch module -> JAX module of every mapped row (dotted names, without Flax's collection). A
-    stacked row's layer ``i`` is the JAX module's ``i + 1``-th call (``layers.linear#3`` for
-    ``layers.2.linear``), and so is every PyTorch module between the list's index and the parameter's
-    module (``layers.2`` -> ``layers#3``)."""
+    stacked row's layer ``i`` is the JAX module's call in the scan's step of index ``i``
+    (``layers.linear@2`` for ``layers.2.linear``: ``steps.label``), and so is every PyTorch module
+    between the list's index and the parameter's module (``layers.2`` -> ``layers@2``)."""
     out = {}
     for e in entries:
         if e.torch is None or e.jax is None:
@@ -280,7 +342,7 @@ def module_pairs(entries: Iterable[Entry]) -> dict[str, str]:
             continue
         i, k = e.box[0][1], index_at(e)
         before, after = e.torch.path[:k], e.torch.path[k + 1 : -1]
-        call = f"#{i + 1}" if i else ""
+        call = f"@{i}"
         jax_module = e.jax.module
         for k in range(len(after) + 1):
             torch_name = ".".join((*before, str(i), *after[:k]))

@@ -25,8 +25,8 @@ from crosscheck._workloads.port.mapping.matching import (
     match,
 )
 from crosscheck._workloads.port.mapping.overrides import decide
-from crosscheck._workloads.port.mapping.stacked import STACKED, is_stacked, pattern, stack
 from crosscheck._workloads.port.mapping.stacked import hint as stacked_hint
+from crosscheck._workloads.port.mapping.stacked import is_stacked, stack, suggestion
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,8 +111,7 @@ def _problem(e: Entry) -> str | None:
     if e.status == "ambiguous" and e.torch is not None and e.jax is not None and is_stacked(e):
         return (
             f"`{e.torch.name}` {e.torch.shape} -> `{'/'.join(e.jax.path)}` {e.jax.shape} is ambiguous: "
-            f"{e.how}; decide with overrides={{'{pattern(e)}': ('{'/'.join(e.jax.path)}', TRANSFORM, "
-            f"'{STACKED}')}}, TRANSFORM one of {', '.join(repr(c) for c in e.choices)}"
+            f"{e.how}; decide with {suggestion(e)}, TRANSFORM one of {', '.join(repr(c) for c in e.choices)}"
         )
     if e.status == "ambiguous" and e.torch is not None and e.jax is not None and (e.take or e.box):
         path = "/".join(e.jax.path)

@@ -8,7 +8,7 @@ module too (its submodules' ``__call__`` wrapped for the capture pass: ``nnx_sid
 module or a function reports the intermediates its call returns for the PyTorch modules listed in
 ``Port(jax_intermediates=...)`` (checked by ``intermediates``; a stacked ``layers.*.X`` split per layer).
 A linen submodule called inside ``nn.scan`` (or ``nn.remat``) sees tracers: each step's values are
-recorded when the step runs (``steps``), the k-th call of a module path named ``path#k``. A linen
+recorded when the step runs (``steps``), with its step's index: ``path@i`` (``steps.label``). A linen
 module's whole capture runs as one ``jax.jit`` of its forward pass, every call's values recorded that
 way (compiled once per dtype, not an operation at a time; op by op where ``jax.jit`` cannot trace it),
 the leaves made from the PyTorch tensors inside it where the mapping makes them (``capture``'s ``made``).
@@ -258,16 +258,16 @@ class JaxSide:
             with nn.intercept_methods(record):
                 nn.apply(self.call, model)(variables, jax.tree_util.tree_unflatten(tree, leaves))
 
-        with steps.sink(functools.partial(_recorded, records, seen)):
+        with steps.sink(functools.partial(_recorded, records, seen)), steps.indexed():
             (jax.jit(forward) if jit else forward)(values, [flat[i] for i in where])
         return records
 
 
-def _recorded(records: list, seen: dict, name: str, kind: str, low: bool, inputs: Any, out: Any) -> None:
-    """One module call's record (its ``k``-th call of that path named ``name#k``), appended."""
-    seen[name] = seen.get(name, 0) + 1
-    label = name if seen[name] == 1 else f"{name}#{seen[name]}"
-    records.append(Record(label, kind, _numpy(inputs), _numpy(out), low))
+def _recorded(
+    records: list, seen: dict, name: str, kind: str, low: bool, inputs: Any, out: Any, step: Any = None
+) -> None:
+    """One module call's record (named by ``steps.label``: ``name#k``, in a scan ``name@i#k``), appended."""
+    records.append(Record(steps.label(seen, name, step), kind, _numpy(inputs), _numpy(out), low))
 
 
 def _numpy(value: Any) -> tuple[np.ndarray, ...]:

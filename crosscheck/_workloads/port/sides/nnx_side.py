@@ -9,7 +9,7 @@ forward-only capture pass the merged module's submodules are plain Python object
 ``__call__`` is wrapped for that call only (restored after), recording each submodule call of that
 module graph, by its attribute path, with its inputs and output. Inside ``nnx.scan`` the calls are made on
 copies of the modules (each carries its path as an attribute, which the copies keep) and see tracers:
-each step's values are recorded when the step runs (``steps``), the k-th call of a path named ``#k``.
+each step's values are recorded when the step runs (``steps``), named by the step's index (``@i``).
 """
 
 from __future__ import annotations
@@ -104,10 +104,8 @@ def _recording(
     active: set[int] = set()
     seen: dict[str, int] = {}
 
-    def done(name: str, kind: str, low: bool, inputs: Any, out: Any) -> None:
-        seen[name] = seen.get(name, 0) + 1
-        label = name if seen[name] == 1 else f"{name}#{seen[name]}"
-        records.append(Record(label, kind, numpy(inputs), numpy(out), low))
+    def done(name: str, kind: str, low: bool, inputs: Any, out: Any, step: Any = None) -> None:
+        records.append(Record(steps.label(seen, name, step), kind, numpy(inputs), numpy(out), low))
 
     def wrap(original: Callable) -> Callable:
         @functools.wraps(original)
@@ -134,7 +132,7 @@ def _recording(
             original = cls.__call__
             patched.append((cls, "__call__" in cls.__dict__, cls.__dict__.get("__call__")))
             cls.__call__ = wrap(original)
-        with steps.sink(done):  # a scan's steps (a cached jitted call's too) are recorded here
+        with steps.sink(done), steps.indexed():  # a scan's steps (a cached jitted call's too), here
             yield
     finally:
         for cls, owned, original in reversed(patched):

@@ -1,11 +1,15 @@
-"""Module outputs from inside a scan: each step's values shipped out of the trace, in step order.
+"""Module outputs from inside a scan: each step's values shipped out of the trace, with the step's index.
 
 Inside ``nn.scan``, ``nnx.scan``, ``jax.lax.scan`` (and ``jax.checkpoint``) a submodule's inputs and
 outputs are tracers, even under ``jax.disable_jit``: the capture cannot read them where the call
 returns. ``jax.debug.callback(..., ordered=True)`` (public API) calls back once per step, with
-concrete values, in the order the steps run; the k-th call back of a module path is its k-th call,
-which a stacked port's layer ``k - 1`` is (``stacked.module_pairs`` pairs ``layers.2.linear`` with
-``layers.linear#3``). Imported only by the JAX side (it imports jax).
+concrete values, in the order the steps run. The order is not the layer: a step that calls a
+submodule twice calls back twice, a ``reverse=True`` scan runs its last layer first. So while a capture
+runs (``indexed``), every ``jax.lax.scan`` (Flax's and nnx's scans call it) also carries its step's
+index, the index of the slice of ``xs`` the step gets (under ``reverse=True`` too), and each call back
+says it: a stacked port's layer ``i`` is the step of index ``i`` (``stacked.module_pairs`` pairs
+``layers.2.linear`` with ``layers.linear@2``), a second call in that step ``layers.linear@2#2``.
+Imported only by the JAX side (it imports jax).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -39,7 +44,10 @@ def _arrays(value: Any) -> list[Any]:
 #: The capture running now: where the call backs go. A call back belongs to the computation it was
 #: traced into, which ``jax.jit`` caches: a jitted call traced in an earlier capture calls back again in
 #: this one, and its values are this capture's.
-_SINKS: list[Callable[[str, str, bool, Any, Any], None]] = []
+_SINKS: list[Callable[[str, str, bool, Any, Any, tuple[int, ...] | None], None]] = []
+
+#: The step indices (traced) of the scans whose body is being traced now, the outermost first.
+_STEPS: list[Any] = []
 
 
 #: How the device of the capture running now hands 8-byte values over as ``uint32`` pairs (``_wired``),
@@ -57,9 +65,39 @@ PROBE_RTOL = 2.0**-40
 
 
 @contextlib.contextmanager
-def sink(record: Callable[[str, str, bool, Any, Any], None]) -> Iterator[None]:
-    """While inside, each step's values go to ``record(name, kind, narrow, inputs, output)``; on leaving,
-    every call back of the computations run has happened (``jax.effects_barrier``).
+def indexed() -> Iterator[None]:
+    """While inside, ``jax.lax.scan`` carries each step's index (``arange(length)`` scanned beside
+    ``xs``: under ``reverse=True`` the step of ``xs[i]`` gets ``i``) for ``later`` to say; the values it
+    computes are unchanged. ``jax.lax.scan`` is restored on leaving."""
+    original = jax.lax.scan
+
+    def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, **rest: Any) -> Any:
+        leaves = jax.tree_util.tree_leaves(xs)
+        n = length if length is not None else (leaves[0].shape[0] if leaves else None)
+        if n is None:  # nothing to index by: JAX's own error, as it is
+            return original(f, init, xs, length, **rest)
+
+        def body(carry: Any, x: Any) -> Any:
+            _STEPS.append(x[1])
+            try:
+                return f(carry, x[0])
+            finally:
+                _STEPS.pop()
+
+        return original(body, init, (xs, jnp.arange(n)), length, **rest)
+
+    jax.lax.scan = scan
+    try:
+        yield
+    finally:
+        jax.lax.scan = original
+
+
+@contextlib.contextmanager
+def sink(record: Callable[[str, str, bool, Any, Any, tuple[int, ...] | None], None]) -> Iterator[None]:
+    """While inside, each step's values go to ``record(name, kind, narrow, inputs, output, step)``
+    (``step``: the indices of the scans the call ran in, outermost first; None outside an ``indexed``
+    scan); on leaving, every call back of the computations run has happened (``jax.effects_barrier``).
 
     Raises:
         RuntimeError: the default device hands back 8-byte words that no known decoding reads (the
@@ -142,18 +180,30 @@ def _decode(words: np.ndarray, decoding: str, dtype: np.dtype, shape: tuple[int,
 
 def later(name: str, kind: str, low: bool, inputs: Any, output: Any) -> None:
     """Record module ``name``'s call (class ``kind``, ``low``: narrower than float64) when it runs, once
-    per step, with its concrete arrays (of ``inputs`` and ``output``, as lists), in the capture running
-    then (none: a forward pass outside a capture, nothing is recorded)."""
+    per step, with its concrete arrays (of ``inputs`` and ``output``, as lists) and the step's index
+    (``indexed``), in the capture running then (none: a forward pass outside a capture, nothing is
+    recorded)."""
 
     ins, outs = _arrays(inputs), _arrays(output)
     kinds = [_kind(a) for a in (*ins, *outs)]
+    where = list(_STEPS)
 
-    def back(ins: list, outs: list) -> None:
+    def back(ins: list, outs: list, where: list) -> None:
         if _SINKS:
             got = [_unwired(a, k, _DECODES[-1]) for a, k in zip((*ins, *outs), kinds, strict=True)]
-            _SINKS[-1](name, kind, low, got[: len(ins)], got[len(ins) :])
+            step = tuple(int(np.asarray(i)) for i in where) if where else None
+            _SINKS[-1](name, kind, low, got[: len(ins)], got[len(ins) :], step)
 
-    jax.debug.callback(back, [_wired(a) for a in ins], [_wired(a) for a in outs], ordered=True)
+    jax.debug.callback(back, [_wired(a) for a in ins], [_wired(a) for a in outs], where, ordered=True)
+
+
+def label(seen: dict[str, int], name: str, step: tuple[int, ...] | None) -> str:
+    """A call's record name: a module path's ``k``-th call ``name#k`` (the first: ``name``); in a scan,
+    the ``k``-th call of the step of index ``i``, ``name@i#k`` (``name@i`` the first; nested scans:
+    ``name@i.j``). ``seen`` counts the calls."""
+    base = name if step is None else f"{name}@{'.'.join(map(str, step))}"
+    seen[base] = seen.get(base, 0) + 1
+    return base if seen[base] == 1 else f"{base}#{seen[base]}"
 
 
 def _kind(array: Any) -> tuple[np.dtype, tuple[int, ...]] | None:

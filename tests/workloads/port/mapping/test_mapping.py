@@ -217,6 +217,18 @@ def test_a_port_with_every_parameter_unmapped_is_refused():
         crosscheck.run(workload=port, reference="torch")
 
 
+@needs_torch
+def test_a_port_whose_parameters_do_not_require_grad_is_refused_saying_why():
+    """Frozen parameters are constants of the check, not parameters: the refusal says so."""
+    port = _port({})
+    port.torch.requires_grad_(False)
+    with pytest.raises(ValueError, match="no PyTorch parameter is mapped") as raised:
+        crosscheck.run(workload=port, reference="torch")
+    message = str(raised.value)
+    assert "do not require grad (`requires_grad_(False)`)" in message, message
+    assert "call `requires_grad_(True)` on the module you pass" in message
+
+
 # ---- A refused mapping on the command line -------------------------------------------------------------
 
 

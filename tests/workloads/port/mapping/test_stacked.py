@@ -100,8 +100,8 @@ def test_an_unnamed_linen_scan_reads_as_the_pytorch_list_of_its_parent():
     )
     pairs = stacked.module_pairs(table.mapped())
     assert (pairs["layers.2"], pairs["layers.2.linear"]) == (
-        "ScanCheckpointLayer_0#3",
-        "ScanCheckpointLayer_0.linear#3",
+        "ScanCheckpointLayer_0@2",
+        "ScanCheckpointLayer_0.linear@2",
     )
 
 
@@ -148,6 +148,99 @@ def test_a_square_stacked_kernel_without_layouts_is_ambiguous_with_the_override_
     )
     assert decided.problems() == [] and {e.transform for e in decided.entries} == {"transpose"}
     assert decided.entries[1].how == "by override; stacked: layer 1 of 4 on axis 0"
+
+
+def _suggested(problem: str, transform: str) -> dict:
+    """The override a problem line says to write, as a user pastes it (TRANSFORM chosen)."""
+    import ast
+    import re
+
+    found = re.search(r"overrides=(\{.*?\)\})", problem)
+    assert found, problem
+    return ast.literal_eval(found.group(1).replace("TRANSFORM", repr(transform)))
+
+
+O_PROJ = [T(f"model.layers.{i}.self_attn.o_proj.weight", (32, 32), "Linear", "out,in") for i in range(2)]
+O_KERNEL = [J("model/layers/self_attn/o_proj/kernel", (2, 4, 8, 32), "LinearGeneral", kind="params")]
+
+
+def test_the_override_suggested_for_a_square_kernel_onto_stacked_head_axes_is_accepted_when_pasted():
+    """A square ``o_proj`` (E, E) onto a stacked ``(L, H, D, E)``: each override the line says is one
+    that is accepted when pasted, and the leaf it builds holds each layer's kernel, heads split."""
+    problems = mapping.build(O_PROJ, O_KERNEL).problems()
+    assert len(problems) == 2 and all("/0/" not in p and "/1/" not in p for p in problems)
+    overrides = _suggested(problems[1], "transpose")
+    assert overrides == {
+        "model.layers.*.self_attn.o_proj.weight": (
+            "model/layers/self_attn/o_proj/kernel",
+            "transpose",
+            "stacked",
+        )
+    }
+    table = mapping.build(O_PROJ, O_KERNEL, overrides)
+    assert table.problems() == []
+    rng = np.random.default_rng(0)
+    arrays = {t.name: rng.standard_normal(t.shape) for t in O_PROJ}
+    built = assemble.leaf(np, [assemble.Piece.of(e) for e in table.mapped()], (2, 4, 8, 32), arrays)
+    for i in range(2):
+        np.testing.assert_array_equal(
+            built[i], arrays[f"model.layers.{i}.self_attn.o_proj.weight"].T.reshape(4, 8, 32)
+        )
+
+
+def test_a_stacked_override_takes_a_box_inside_the_layer():
+    """``(PATH, TRANSFORM, box, 'stacked')``: each layer's ``q`` and ``k`` (E, E) fill their heads of
+    that layer of a fused stacked ``(L, E, 2H, D)``, the box given inside one layer."""
+    torch = [T(f"layers.{i}.{n}.weight", (32, 32)) for i in range(2) for n in ("q", "k")]
+    leaf = "params/layers/qk/kernel"
+    overrides = {
+        "layers.*.q.weight": (leaf, "transpose", ((1, 0, 4),), "stacked"),
+        "layers.*.k.weight": (leaf, "transpose", ((1, 4, 8),), "stacked"),
+    }
+    table = mapping.build(torch, [J(leaf, (2, 32, 8, 8))], overrides)
+    assert table.problems() == []
+    assert [e.box for e in table.entries] == [
+        ((0, i, i + 1), (2, s, s + 4)) for i in range(2) for s in (0, 4)
+    ]
+    assert table.entries[3].how.endswith("stacked: layer 1 of 2 on axis 0")
+    rng = np.random.default_rng(0)
+    arrays = {t.name: rng.standard_normal(t.shape) for t in torch}
+    built = assemble.leaf(np, [assemble.Piece.of(e) for e in table.mapped()], (2, 32, 8, 8), arrays)
+    np.testing.assert_array_equal(built[1, :, 4:], arrays["layers.1.k.weight"].T.reshape(32, 4, 8))
+
+
+def test_an_ambiguous_fused_stacked_row_suggests_the_stacked_override_with_its_box():
+    torch = [T(f"layers.{i}.{n}_proj.weight", (32, 32)) for i in range(2) for n in ("q", "k", "v")]
+    jax = [J("params/layers/qkv_proj/kernel", (2, 32, 12, 8))]
+    problems = mapping.build(torch, jax).problems()
+    lines = [p for p in problems if p.startswith("`layers.1.k_proj.weight`")]
+    assert lines, problems
+    overrides = _suggested(lines[0], "transpose")
+    assert overrides == {
+        "layers.*.k_proj.weight": ("params/layers/qkv_proj/kernel", "transpose", ((1, 4, 8),), "stacked")
+    }
+    assert "/1/" not in lines[0]
+    decided = mapping.build(torch, jax, overrides)
+    assert not [p for p in decided.problems() if "k_proj" in p]
+
+
+def test_a_nested_scan_is_refused_naming_convert_and_the_overrides_that_map_it():
+    """Layers scanned inside a scan: one leaf ``(L1, L2, ...)``; the refusal says so, names
+    ``convert=``, and the overrides it says (one per inner layer) are accepted when written."""
+    torch = [
+        T(f"blocks.{i}.layers.{j}.linear.weight", (6, 6), "Linear", "out,in")
+        for i in range(2)
+        for j in range(3)
+    ]
+    jax = [J("params/blocks/layers/linear/kernel", (2, 3, 6, 6), "Dense", "in,out")]
+    line = mapping.build(torch, jax).problems()[-1]
+    assert "layers scanned inside a scan (nested)" in line and "convert=fn" in line, line
+    overrides = {}
+    for j in range(3):  # J and NAME filled in, as the user writes them
+        filled = line.replace("J + 1", str(j + 1)).replace("(0, J,", f"(0, {j},").replace(".J.", f".{j}.")
+        overrides.update(_suggested(filled.replace("NAME", "linear.weight"), "transpose"))
+    assert len(overrides) == 3
+    assert mapping.build(torch, jax, overrides).problems() == []
 
 
 def test_a_leaf_that_reads_as_two_module_lists_is_refused_with_the_override_to_write():
@@ -204,8 +297,8 @@ def test_a_stacked_override_that_does_not_fit_is_one_line(overrides, message):
 
 def test_a_stacked_layer_pairs_with_the_jax_modules_call_of_its_index():
     pairs = stacked.module_pairs(mapping.build(LINEAR(), DENSE()).mapped())
-    assert pairs["layers.0.linear"] == "layers.linear" and pairs["layers.0"] == "layers"
-    assert pairs["layers.2.linear"] == "layers.linear#3" and pairs["layers.2"] == "layers#3"
+    assert pairs["layers.0.linear"] == "layers.linear@0" and pairs["layers.0"] == "layers@0"
+    assert pairs["layers.2.linear"] == "layers.linear@2" and pairs["layers.2"] == "layers@2"
 
 
 def test_a_stacked_intermediate_is_spread_into_one_record_per_layer():
@@ -242,8 +335,8 @@ def test_a_healthy_scanned_port_maps_without_override_and_passes_module_by_modul
 
 @pytest.mark.parametrize(
     ("bug", "module"),
-    [({"bug_layer": 2}, "layers.2.linear"), ({"reverse": True}, "layers.0.linear")],
-    ids=["a-bug-in-layer-2", "layers-in-the-wrong-order"],
+    [({"bug_layer": 2}, "layers.2.linear"), ({"bug_layer": "all"}, "layers.0.linear")],
+    ids=["a-bug-in-layer-2", "a-bug-in-every-layer"],
 )
 def test_a_planted_bug_in_a_scanned_port_names_its_layer(kind, bug, module):
     import scanned
@@ -251,6 +344,100 @@ def test_a_planted_bug_in_a_scanned_port_names_its_layer(kind, bug, module):
     report, verdict = scanned.verdict(scanned.port(kind, **bug))
     assert not report.passed
     assert (verdict["starts_in"], verdict["module"]) == ("forward", module), verdict["text"]
+
+
+def test_layers_scanned_in_the_wrong_order_are_the_top_modules_code_not_a_layers(kind):
+    """Each layer's module computes PyTorch's layer from its input: what differs is which input, the
+    order the top module runs them in (a listed intermediate has no input to say so: its first layer)."""
+    import scanned
+
+    report, verdict = scanned.verdict(scanned.port(kind, reverse=True))
+    assert not report.passed
+    if kind == "equinox":
+        assert (verdict["starts_in"], verdict["module"]) == ("forward", "layers.0.linear"), verdict["text"]
+    else:
+        assert verdict["starts_in"] == "forward" and not verdict["module"], verdict["text"]
+        assert "in the code of the top module (Stack) before `layers.0.linear`" in verdict["text"]
+
+
+SCANS = {"a-step-calling-its-linear-twice": {"twice": True}, "a-reversed-scan": {"backwards": True}}
+
+
+@pytest.mark.parametrize("kind_", ["linen", "nnx"])
+@pytest.mark.parametrize("how", list(SCANS.values()), ids=list(SCANS))
+def test_scan_steps_pair_with_the_layer_of_their_index_not_their_call_order(kind_, how):
+    """A step that calls a submodule twice calls back twice; a reversed scan runs its last layer
+    first: the k-th call back is not layer k - 1. Healthy, every layer's every call is compared with
+    its own and none is said to be cut differently."""
+    pytest.importorskip("torch")
+    pytest.importorskip("flax")
+    import scanned
+
+    report, verdict = scanned.verdict(scanned.port(kind_, **how))
+    assert report.passed, report.problems
+    assert verdict["starts_in"] == "nowhere" and "cut their modules differently" not in verdict["text"]
+    outputs = {c.parameter for c in report.comparisons if "(output)" in (c.parameter or "")}
+    calls = ["", "#2"] if how.get("twice") else [""]
+    assert {f"layers.{i}.linear{c} (output)" for i in range(scanned.L) for c in calls} <= outputs
+    assert not [c.parameter for c in report.comparisons if c.status == "boundary"]
+
+
+@pytest.mark.parametrize("kind_", ["linen", "nnx"])
+@pytest.mark.parametrize(
+    ("how", "bug", "module"),
+    [
+        ({"twice": True}, 3, "layers.3.linear"),
+        ({"backwards": True}, 2, "layers.2.linear"),
+        ({"twice": True}, "all", "layers.0.linear"),
+    ],
+    ids=[*SCANS, "every-layer-of-a-step-calling-twice"],
+)
+def test_a_bug_in_a_layer_of_such_a_scan_is_blamed_on_that_layer(kind_, how, bug, module):
+    pytest.importorskip("torch")
+    pytest.importorskip("flax")
+    import scanned
+
+    report, verdict = scanned.verdict(scanned.port(kind_, bug_layer=bug, **how))
+    assert not report.passed
+    assert (verdict["starts_in"], verdict["module"]) == ("forward", module), verdict["text"]
+
+
+def _stacking(sd):
+    """A team's conversion of the scanned nnx port: each layer's tensors stacked by hand."""
+    import jax.numpy as jnp
+    import scanned
+
+    layers = range(scanned.L)
+    return {
+        "layers": {
+            "linear": {
+                "kernel": jnp.stack([sd[f"layers.{i}.linear.weight"].T for i in layers]),
+                "bias": jnp.stack([sd[f"layers.{i}.linear.bias"] for i in layers]),
+            }
+        }
+    }
+
+
+@pytest.mark.parametrize(
+    ("how", "module"),
+    [({}, None), ({"bug_layer": 2}, "layers.2.linear"), ({"bug_layer": 3, "twice": True}, "layers.3.linear")],
+    ids=["healthy", "a-bug-in-layer-2", "a-bug-in-layer-3-of-a-step-calling-twice"],
+)
+def test_a_scanned_nnx_port_through_convert_compares_each_layer_and_blames_its_own(how, module):
+    """Through ``convert=``, a leaf that stacks a module list's layers pairs each layer with the
+    scan's step of its index, as the automatic mapping does: each layer's modules are compared."""
+    pytest.importorskip("torch")
+    pytest.importorskip("flax")
+    import scanned
+
+    report, verdict = scanned.verdict(scanned.port("nnx", convert=_stacking, **how))
+    outputs = {c.parameter for c in report.comparisons if "(output)" in (c.parameter or "")}
+    assert {f"layers.{i}.linear (output)" for i in range(scanned.L)} <= outputs
+    if module is None:
+        assert report.passed and verdict["starts_in"] == "nowhere", report.problems
+    else:
+        assert not report.passed
+        assert (verdict["starts_in"], verdict["module"]) == ("forward", module), verdict["text"]
 
 
 @pytest.mark.parametrize("kind_", ["linen", "nnx"])

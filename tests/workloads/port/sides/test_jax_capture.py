@@ -119,12 +119,36 @@ def test_a_call_back_gets_float64_and_int64_bit_for_bit():
 
     with jax.enable_x64(True), steps.sink(lambda *record: got.append(record)):
         jax.jit(f)(jnp.asarray(wide), jnp.asarray(ints))
-    ((name, kind, low, ins, outs),) = got
-    assert (name, kind, low) == ("m", "M", False)
+    ((name, kind, low, ins, outs, step),) = got
+    assert (name, kind, low, step) == ("m", "M", False, None)
     x, i, y = (np.asarray(a) for a in (*ins, *outs))
     assert x.dtype == np.float64 and x.view(np.uint64).tolist() == wide.view(np.uint64).tolist()
     assert i.dtype == np.int64 and i.tolist() == ints.tolist()
     assert y.view(np.uint64)[:3].tolist() == wide.view(np.uint64)[:3].tolist()
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reversed"])
+def test_a_scans_call_backs_say_the_index_of_their_step_not_their_order(reverse):
+    """Each call back says the index of the slice of ``xs`` its step got (a reversed scan runs index
+    2 first); a step calling a module twice calls back twice with the same index. Outside
+    ``indexed``, no index; inside, the scan's values are unchanged and ``jax.lax.scan`` is restored."""
+    got: list = []
+    original = jax.lax.scan
+
+    def body(carry, x):
+        steps.later("m", "M", False, (x,), x * 1)
+        steps.later("m", "M", False, (x,), x * 2)
+        return carry + x, x
+
+    xs = jnp.arange(3.0) * 10
+    with steps.sink(lambda *record: got.append(record)), steps.indexed():
+        carry, ys = jax.lax.scan(body, 0.0, xs, reverse=reverse)
+    assert jax.lax.scan is original
+    assert float(carry) == 30.0 and ys.tolist() == xs.tolist()
+    order = [2, 1, 0] if reverse else [0, 1, 2]
+    assert [(r[5], float(r[3][0])) for r in got] == [((i,), 10.0 * i) for i in order for _ in (1, 2)]
+    seen: dict = {}
+    assert [steps.label(seen, "m", r[5]) for r in got[:2]] == [f"m@{order[0]}", f"m@{order[0]}#2"]
 
 
 def test_what_a_call_back_is_handed_survives_a_device_put_without_x64():
