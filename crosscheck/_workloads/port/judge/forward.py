@@ -56,7 +56,7 @@ class OutputJudge(PortJudge):
         if id(backend) not in self.workload.torches:
             return call.failure("the forward check's reference is PyTorch's forward, `torch`")
         start = time.perf_counter()
-        self.torch_problem = own.prove(self.workload.prepared, self.point, call)
+        self.torch_problem, self.torch_wrote = own.prove(self.workload.prepared, self.point, call)
         if self.torch_problem is not None:
             return call.failure(self.torch_problem)
         runs = self._runs(call, torch=True)

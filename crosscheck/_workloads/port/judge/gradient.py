@@ -68,6 +68,8 @@ class PortJudge:
         self.strict = options.strict
         #: What the PyTorch module did wrong (``own.prove``), found before anything is judged.
         self.torch_problem: str | None = None
+        #: The note on the inputs the PyTorch forward writes to in place (``own.wrote``).
+        self.torch_wrote = ""
         #: The module captures, taken before the reference's gradients for the first port candidate.
         self.early = capture.Early()
 
@@ -76,7 +78,7 @@ class PortJudge:
         return self.inner.cost(candidates)
 
     def reference(self, backend: Any, call: Call) -> Any:
-        self.torch_problem = own.prove(self.workload.prepared, self.point, call)
+        self.torch_problem, self.torch_wrote = own.prove(self.workload.prepared, self.point, call)
         if self.torch_problem is not None and id(backend) in self.workload.torches:
             return call.failure(self.torch_problem)
         self._unreached(call)
@@ -144,6 +146,7 @@ class PortJudge:
         from crosscheck._workloads.port.sides.torch_side import left_out_note
 
         self.caveats = localize.rerun_note(torch_runs, jax_runs) + left_out_note(self.workload.port.torch)
+        self.caveats += self.torch_wrote
         out, verdict = self._compare(name, torch_runs, jax_runs, gradients)
         return out, constants.named(verdict, self.workload, self.dtype, out, torch_runs.main)
 
@@ -196,9 +199,7 @@ class PortJudge:
         listed = self.workload.prepared.jax_side.listed
         if verdict.starts_in == "nowhere" and listed:
             text = f"every listed module's output ({', '.join(listed)}), the model's "
-            return Origin(
-                "nowhere", None, None, (), text + "output " + _agree(gradients, self.forward)
-            )
+            return Origin("nowhere", None, None, (), text + "output " + _agree(gradients, self.forward))
         if verdict.starts_in == "nowhere" and outputs == 1:  # Equinox, a function: no submodule calls
             text = f"the output {_agree(gradients, self.forward)} (only the output is compared: module by "
             text += "module needs Flax linen or nnx, or the modules listed in `jax_intermediates`)"

@@ -1,6 +1,7 @@
-"""The PyTorch side's own proof (``port/own.py``): a PyTorch forward that writes to its input, changes its
-weights, updates a buffer in place or gives another result on a second call fails as the PyTorch side's
-failure, named `torch`, and the JAX port is not blamed for it."""
+"""The PyTorch side's own proof (``port/own.py``): a PyTorch forward that changes its weights, updates a
+buffer in place or gives another result on a second call fails as the PyTorch side's failure, named
+`torch`, and the JAX port is not blamed for it; one that writes to its input in place (Hugging Face's
+XGLM) is judged, each call on its own copy of the inputs, and the write is a note naming the input."""
 
 from __future__ import annotations
 
@@ -40,6 +41,44 @@ def test_a_misbehaving_pytorch_forward_names_torch_and_never_blames_jax(forward,
 
 def test_the_healthy_pair_passes_the_proof():
     assert crosscheck.check(usercode.misbehaving_port("none")).passed
+
+
+@pytest.mark.parametrize(
+    ("reference", "quantity"),
+    [(None, "grad"), ("torch", "grad"), ("torch", "output")],
+    ids=["oracle", "torch-reference", "forward-check"],
+)
+def test_a_forward_that_writes_to_its_input_is_judged_and_the_write_noted(reference, quantity):
+    """``position_ids += offset`` (XGLM's): every call has its own copy, so the port computes the same
+    function on the same inputs and passes; the note names the input."""
+    options = {"reference": reference, "backends": ["jax"]} if reference else {}
+    report = crosscheck.check(usercode.writing_port(), quantity=quantity, **options)
+    assert report.passed, report.problems
+    said = report.to_dict()["backends"]["jax"]["notes"]["port"]["text"]
+    assert "writes to its input `position_ids` in place" in said
+    assert "own copy of the inputs" in said
+
+
+def test_a_planted_bug_in_a_forward_that_writes_to_its_input_still_fails():
+    """The copy makes the write harmless, not the port right: a port that forgets the offset differs."""
+    report = crosscheck.check(usercode.writing_port(ported=0), reference="torch", backends=["jax"])
+    assert not report.passed
+    assert report.backends["torch"].status == "ok"
+    said = report.to_dict()["backends"]["jax"]["notes"]["port"]["text"]
+    assert "positions" in said and "writes to its input `position_ids`" in said
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
+def test_hugging_faces_xglm_which_writes_to_its_position_ids_is_judged():
+    from examples.port.zoo import inputs, spec
+
+    config = dict(vocab_size=64, d_model=8, num_layers=2, attention_heads=2, ffn_dim=16)
+    quiet = dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, use_cache=False)
+    arch = spec.Arch("xglm", "decoder", "XGLM", "xglm", {**config, **quiet, "init_std": 0.5}, inputs.text(64))
+    report = crosscheck.check(spec.make_port(arch), reference="torch", backends=["jax"], dtype="float32")
+    assert report.passed, report.problems
+    said = report.to_dict()["backends"]["jax"]["notes"]["port"]["text"]
+    assert "writes to its input `position_ids` in place" in said
 
 
 #: Both float64 losses keep a float32 step; the JAX port has a real 3e-4 error plus float32-only noise
