@@ -29,7 +29,7 @@ from crosscheck._workloads.model.judge import GenericJudge
 from crosscheck._workloads.model.oracle.function import Differences
 from crosscheck._workloads.port.declare.build import Prepared, not_checked, torch_implementation
 from crosscheck._workloads.port.declare.port import Port
-from crosscheck._workloads.port.judge import boundaries, capture, constants, localize, own
+from crosscheck._workloads.port.judge import boundaries, capture, constants, localize, own, wide
 from crosscheck._workloads.port.judge.pairs import module_pairs
 from crosscheck._workloads.port.judge.verdict import Origin
 from crosscheck._workloads.port.mapping.table import render_summary
@@ -70,6 +70,8 @@ class PortJudge:
         self.torch_problem: str | None = None
         #: The note on the inputs the PyTorch forward writes to in place (``own.wrote``).
         self.torch_wrote = ""
+        #: A 16-bit case: per side, whether its model output computed in float32 (``wide.sides``).
+        self.wide: dict[str, bool] = {}
         #: The module captures, taken before the reference's gradients for the first port candidate.
         self.early = capture.Early()
 
@@ -106,6 +108,7 @@ class PortJudge:
         return self.inner.evaluate(backend, call)
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
+        wide.merge(self.inner, self.wide, self.dtype)
         extras = self.inner.extras(reference)
         extras["oracle"] = not_checked(extras.get("oracle", {}), self.workload.prepared, strict=self.strict)
         return {**extras, "verdicts": {**extras.get("verdicts", {}), **self.verdicts}, "sections": (MAPPING,)}
@@ -127,6 +130,9 @@ class PortJudge:
         verdict = dataclasses.replace(verdict, text=verdict.text + said)
         if name in self.inner.verdicts and verdict.starts_in == "nowhere":  # a 16-bit pass: what it hides
             verdict = dataclasses.replace(verdict, text=f"{verdict.text}; {self.inner.verdicts[name].text}")
+        verdict = dataclasses.replace(
+            verdict, text=verdict.text + wide.said(self.wide, self.dtype, verdict.text)
+        )
         self.notes.setdefault(name, {})["port"] = verdict.to_dict()
         self.verdicts[name] = Verdict(verdict.text, fails=verdict.starts_in != "nowhere")
 
@@ -147,6 +153,8 @@ class PortJudge:
 
         self.caveats = localize.rerun_note(torch_runs, jax_runs) + left_out_note(self.workload.port.torch)
         self.caveats += self.torch_wrote
+        self.wide.update(wide.sides(torch_runs, jax_runs, name, self.dtype))
+        wide.merge(self.inner, self.wide, self.dtype)
         out, verdict = self._compare(name, torch_runs, jax_runs, gradients)
         return out, constants.named(verdict, self.workload, self.dtype, out, torch_runs.main)
 
