@@ -2,6 +2,9 @@
 
 Imported only when a port has one (it imports jax). When the port is prepared, ``fn`` is
 
+- **steady**: called twice on the PyTorch weights, eagerly, before any other call (``steady``), it must
+  give the same leaves bit for bit: a conversion that keeps state (a call counter, a cache) would
+  otherwise be judged on the leaves of a later call than the user's own first one;
 - **fitted** to the JAX model: ``jax.eval_shape`` of it on the PyTorch weights must give the model's
   leaves, each of its shape, floating-point and in the weights' dtype (one line names the first that
   does not);
@@ -107,6 +110,41 @@ class Conversion:
             if not gap <= 1e-12 * float(np.max(np.abs(w), initial=1.0)):
                 return f"`{name}` read back from its leaves differs from it by {gap:.3g}"
         return None
+
+
+def steady(port: Any, values: Mapping[str, np.ndarray]) -> None:
+    """Raise one line where ``fn``, called twice on the same weights (the port's, floating ones in
+    float32 as ``_shapes`` gives them, integer ones as they are; each call a fresh dict), gives other
+    leaves the second time.
+    The first call ``fn`` ever gets from crosscheck is this one, concrete: the check's later calls
+    are traced (``jax.eval_shape``, ``jax.jit``), so a conversion wrong only on its first call (the one
+    a user's own script makes) would otherwise never be seen. Each leaf is kept as its digest only."""
+    where = f"port `{port.name}`"
+    names = aliases(port.torch, tuple(values))
+    with jax.enable_x64(True):  # an int64 buffer kept as it is (the floating ones float32), as traced
+        arrays = {k: jnp.asarray(v, _shapes({k: v})[k].dtype) for k, v in values.items()}
+        arrays.update({alias: arrays[name] for alias, name in names.items()})
+        first, second = (_digests(user_call(where, WHAT, port.convert, dict(arrays))) for _ in range(2))
+    changed = next((path for path in {**first, **second} if first.get(path) != second.get(path)), None)
+    if changed is not None:
+        raise ValueError(
+            f"{where}: {WHAT} gives another result on its second call with the same weights (leaf "
+            f"`{changed}` differs): it keeps state between calls (a counter, a cache), so the leaves the "
+            "check would judge are not the ones your own first call makes; a conversion must give the "
+            "same result every call (compared bit for bit)"
+        )
+
+
+def _digests(tree: Any) -> dict[str, str]:
+    """Each leaf of ``tree`` by path: its shape, dtype and a digest of its bytes."""
+    import hashlib
+
+    out = {}
+    for path, value in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        array = np.asarray(value)
+        digest = hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest() if array.size else ""
+        out["/".join(key_name(k) for k in path)] = f"{array.shape} {array.dtype} {digest}"
+    return out
 
 
 def aliases(module: Any, listed: Sequence[str]) -> dict[str, str]:

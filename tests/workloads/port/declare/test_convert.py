@@ -337,3 +337,38 @@ def test_a_float64_pytorch_model_is_converted_as_the_case_s_dtype():
     port = linear_port(healthy)
     port.torch.double()
     assert [r["transform"] for r in port.mapping.rows()] == ["convert", "convert"]
+
+
+def _counting(wrong_calls: int):
+    """A conversion with state: its first ``wrong_calls`` calls scale the kernel, later ones do not."""
+    calls = []
+
+    def convert(sd):
+        calls.append(1)
+        if len(calls) <= wrong_calls:
+            return {"w": sd["weight"].T * 1.5, "b": sd["bias"]}
+        return healthy(sd)
+
+    return convert
+
+
+@pytest.mark.parametrize("function", [True, False], ids=["function-port", "given-params"])
+def test_a_conversion_wrong_on_its_first_call_only_is_refused_in_one_line(function):
+    """The user's own script makes the first call: a counter that is wrong there and right after
+    passed, because crosscheck's first call was traced (``jax.eval_shape``) and never compared."""
+    port = linear_port(_counting(1))
+    if function:
+        port = dataclasses.replace(port, jax_params=None)
+    with pytest.raises(
+        ValueError, match=r"^port `linear`: `convert\(torch_arrays\)` gives another result"
+    ) as info:
+        port.mapping  # noqa: B018
+    said = str(info.value)
+    assert "on its second call with the same weights (leaf `w` differs)" in said and "\n" not in said
+
+
+def test_a_conversion_called_with_a_fresh_dict_each_time_may_consume_it():
+    def popping(sd):
+        return {"w": sd.pop("weight").T, "b": sd.pop("bias")}
+
+    assert crosscheck.run(workload=linear_port(popping), reference="torch").passed
