@@ -104,9 +104,14 @@ class Conversion:
                 k: jnp.zeros_like(v) if jnp.issubdtype(v.dtype, jnp.floating) else v
                 for k, v in others.items()
             }
-            read = self.back(self.leaves({**rest, **weights}), shapes, others)
+            try:
+                read = self.back(self.leaves({**rest, **weights}), shapes, others)
+            except Exception as exc:  # JAX's own: a primitive with no transpose rule, an assertion
+                return f"JAX cannot transpose it: {_untransposable(exc)}"
         for name, w in weights.items():
             gap = float(np.max(np.abs(read[name] - np.asarray(w)), initial=0.0))
+            if np.isnan(gap):  # read over copies: 0 / 0 where an entry was copied into no leaf
+                return f"some entries of `{name}` reach no leaf: the conversion drops or masks them"
             if not gap <= 1e-12 * float(np.max(np.abs(w), initial=1.0)):
                 return f"`{name}` read back from its leaves differs from it by {gap:.3g}"
         return None
@@ -145,6 +150,20 @@ def _digests(tree: Any) -> dict[str, str]:
         digest = hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest() if array.size else ""
         out["/".join(key_name(k) for k in path)] = f"{array.shape} {array.dtype} {digest}"
     return out
+
+
+def _untransposable(exc: Exception) -> str:
+    """Why ``jax.linear_transpose`` failed on a conversion, in a clause: the primitive JAX names, else
+    what a piecewise conversion is (JAX's assertion on a product of two weights names nothing)."""
+    import re
+
+    named = re.search(r"for '(\w+)'", str(exc))
+    if named:
+        return f"it applies `{named.group(1)}`, a piecewise function with no transpose rule"
+    return (
+        "it is piecewise or multiplies weights together, as `jnp.abs`, `jnp.sign`, `jnp.maximum` or "
+        f"`jnp.clip` do, with no transpose even where the result is linear (JAX raised {type(exc).__name__})"
+    )
 
 
 def aliases(module: Any, listed: Sequence[str]) -> dict[str, str]:
