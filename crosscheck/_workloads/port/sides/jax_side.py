@@ -153,6 +153,10 @@ class JaxSide:
             import flax.linen as nn
 
             return nn.apply(self.call, model)(variables, inputs)
+        if self.kind == "nnx":
+            from crosscheck._workloads.port.sides import nnx_side
+
+            return nnx_side.called(self.call, model, inputs)  # a pinned submodule named, not a raw scan error
         return self.call(model, inputs)
 
     def forward(self, values: Sequence[Any], inputs: dict[str, Any], dtype: Any) -> Any:
