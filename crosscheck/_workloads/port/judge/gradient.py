@@ -72,6 +72,8 @@ class PortJudge:
         self.torch_wrote = ""
         #: A 16-bit case: per side, whether its model output computed in float32 (``wide.sides``).
         self.wide: dict[str, bool] = {}
+        #: Why the port's submodule calls were not captured ("": they were; ``jax_side.UNCAPTURED``).
+        self.uncaptured = ""
         #: The module captures, taken before the reference's gradients for the first port candidate.
         self.early = capture.Early()
 
@@ -153,6 +155,8 @@ class PortJudge:
 
         self.caveats = localize.rerun_note(torch_runs, jax_runs) + left_out_note(self.workload.port.torch)
         self.caveats += self.torch_wrote
+        self.uncaptured = next((r.note for r in jax_runs.main if r.note), "")  # module by module left out
+        self.caveats += f"; {self.uncaptured}" if self.uncaptured else ""
         self.wide.update(wide.sides(torch_runs, jax_runs, name, self.dtype))
         wide.merge(self.inner, self.wide, self.dtype)
         out, verdict = self._compare(name, torch_runs, jax_runs, gradients)
@@ -208,6 +212,8 @@ class PortJudge:
         if verdict.starts_in == "nowhere" and listed:
             text = f"every listed module's output ({', '.join(listed)}), the model's "
             return Origin("nowhere", None, None, (), text + "output " + _agree(gradients, self.forward))
+        if verdict.starts_in == "nowhere" and outputs == 1 and self.uncaptured:  # said in the caveats
+            return Origin("nowhere", None, None, (), f"the output {_agree(gradients, self.forward)}")
         if verdict.starts_in == "nowhere" and outputs == 1:  # Equinox, a function: no submodule calls
             text = f"the output {_agree(gradients, self.forward)} (only the output is compared: module by "
             text += "module needs Flax linen or nnx, or the modules listed in `jax_intermediates`)"

@@ -23,13 +23,16 @@ from crosscheck._workloads.port.mapping.matching import TORCH_LAYOUTS, Tensor, l
 class Record:
     """One module call of a forward pass: its name (``h.0.ln_1``, ``#2`` for a second call), class,
     and its input and output arrays (float64 copies), in the order the calls finished; ``narrow`` when
-    a floating output came back narrower than float64 (a module computing in float32 in a float64 run)."""
+    a floating output came back narrower than float64 (a module computing in float32 in a float64 run);
+    ``note``: why the model's record stands alone, where its submodules could not be captured."""
 
     name: str
     module_type: str
     inputs: tuple[np.ndarray, ...]
     outputs: tuple[np.ndarray, ...]
     narrow: bool = False
+    #: Why the model's own record stands alone (its submodule calls could not be captured): said.
+    note: str = ""
 
 
 def tensors(module: torch.nn.Module) -> tuple[list[Tensor], dict[str, np.ndarray]]:
