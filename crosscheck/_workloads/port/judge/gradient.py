@@ -91,7 +91,11 @@ class PortJudge:
 
     def prepare(self, candidates: list[tuple[str, Any]], call: Call) -> None:
         """Before the first comparison: the generic judge's (the anchor of "same function")."""
-        self.inner.prepare(own.candidates(candidates, self.workload.torches, self.torch_problem), call)
+        kept = own.candidates(candidates, self.workload.torches, self.torch_problem)
+        self.inner.prepare(kept, call)
+        original = own.original(kept, self.workload.torches, self.inner.functions)
+        if original is not None:  # the original defines the function, float32 steps or not
+            self.inner.anchor_candidate = original
 
     def _unreached(self, call: Call) -> None:
         """The parameters the loss does not reach (PyTorch's autograd: no path), and those declared

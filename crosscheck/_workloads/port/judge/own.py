@@ -79,6 +79,23 @@ def candidates(pairs: list[tuple[str, Any]], torches: set[int], problem: str | N
     return sorted(kept, key=lambda pair: id(pair[1]) not in torches)
 
 
+def original(
+    kept: list[tuple[str, Any]], torches: set[int], functions: dict[str, Any]
+) -> tuple[str, Any] | None:
+    """The PyTorch side among the ``kept`` candidates whose own float64 loss the oracle can use
+    (``functions``: name -> ``Function`` or ``Skip``), None without one: the anchor of "same function"
+    whether or not its loss keeps float32 steps. The model judge prefers a clean loss (no float32
+    steps) as anchor; for a port that is the wrong rule where only the port's loss is clean (Hugging
+    Face's PyTorch upcasts, a JAX port that does not): a port with a bug then defines the function,
+    and the original is blamed for it ("`torch` disagrees with `numpy-fd`"). The original's float32
+    steps widen the anchor's error bars (said in its notes); they do not move the blame."""
+    from crosscheck._workloads.model.oracle.function import Function
+
+    return next(
+        ((n, b) for n, b in kept if id(b) in torches and isinstance(functions.get(n), Function)), None
+    )
+
+
 def losses_differ(verdict: Origin, findings: Any, name: str) -> Origin:
     """A verdict that found no module output and no gradient differing, for candidate ``name`` whose
     float64 loss differs from the anchor's: the port computes another function, within what its

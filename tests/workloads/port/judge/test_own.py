@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 
+import numpy as np
 import pytest
 import usercode
 
@@ -109,3 +110,42 @@ def test_the_healthy_float32_steps_port_passes(order):
 
     report = crosscheck.check(tanh_mlp.float32_steps_port(), dtype="float32", backends=ORDERS[order])
     assert report.passed, report.problems
+
+
+def _upcasting_original_port(error: float) -> crosscheck.Port:
+    """A PyTorch MLP whose forward keeps a float32 step in a float64 pass (Hugging Face's upcasts) and a
+    clean JAX function port, its second kernel scaled by ``1 + error`` (0: healthy)."""
+    import jax.numpy as jnp
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(4, 8), torch.nn.Linear(8, 3)
+
+        def forward(self, x):
+            return self.fc2(torch.tanh(self.fc1(x)).float().to(x.dtype))
+
+    def function(params, x):
+        h = jnp.tanh(x @ params["fc1"]["kernel"] + params["fc1"]["bias"])
+        return h @ (params["fc2"]["kernel"] * (1 + error)) + params["fc2"]["bias"]
+
+    torch.manual_seed(0)
+    shapes = {"fc1": ((4, 8), (8,)), "fc2": ((8, 3), (3,))}
+    params = {k: {"kernel": np.zeros(w), "bias": np.zeros(b)} for k, (w, b) in shapes.items()}
+    x = np.random.default_rng(0).standard_normal((16, 4))
+    return crosscheck.Port(
+        name="upcast", torch=Net().eval(), jax=function, jax_params=params, inputs={"x": x}
+    )
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_port_bug_is_never_blamed_on_an_original_whose_loss_keeps_float32_steps(dtype):
+    """Only the port's float64 loss is clean: it was made the anchor of "same function", and the
+    port's bug came out as "`torch` disagrees with `numpy-fd`". The original is the anchor."""
+    report = crosscheck.check(_upcasting_original_port(1e-3), dtype=dtype)
+    assert not report.passed
+    assert not [c.parameter for c in report.comparisons if c.backend == "torch" and not c.passed]
+    assert not any(p.startswith("`torch`") for p in report.problems), report.problems
+    assert any(p.startswith("`jax` disagrees with `numpy-fd`") for p in report.problems), report.problems
+    assert crosscheck.check(_upcasting_original_port(0.0), dtype=dtype).passed
