@@ -74,3 +74,9 @@ def not_checked(names: Sequence[str], dtype: str) -> str:
         f"(each {dtype} result is its float32 re-run rounded once), so the {dtype} check did not happen; "
         "check in float32, or build the sides in the dtype asked"
     )
+
+
+def unchecked(wide: Mapping[str, bool], dtype: str) -> list[str]:
+    """The problem of a 16-bit check whose every measured side computed in float32 (``wide``: side ->
+    whether it did), as a list: empty when some side computed in ``dtype``, or none was measured."""
+    return [not_checked(list(wide), dtype)] if wide and all(wide.values()) else []

@@ -190,11 +190,39 @@ def __getattr__(name: str) -> Any:
 
 #: What ``misbehaving_port``'s PyTorch forward does, and the words its failure says.
 FORWARDS = {
-    "writes-input": "writes to its input `x`",
     "mutates-weights": "changes its parameter `fc.weight`",
     "updates-buffer": "updates its buffer `count` in place",
     "second-call": "gives another result on its second call",
 }
+
+
+def writing_port(*, offset: int = 2, ported: int | None = None) -> crosscheck.Port:
+    """A healthy port whose PyTorch forward writes to its input in place, as Hugging Face's XGLM does
+    (``position_ids += self.offset``), and whose linen port adds ``offset`` to its own positions (or
+    ``ported``: another offset, a planted bug)."""
+    import flax.linen as nn
+    import torch
+
+    class TorchNet(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(3, 4)
+            self.positions = torch.nn.Embedding(8, 4)
+
+        def forward(self, x: Any, position_ids: Any) -> Any:
+            position_ids += offset
+            return self.fc(x) + self.positions(position_ids)
+
+    shift = offset if ported is None else ported
+
+    class FlaxNet(nn.Module):
+        @nn.compact
+        def __call__(self, x: Any, position_ids: Any) -> Any:
+            return nn.Dense(4, name="fc")(x) + nn.Embed(8, 4, name="positions")(position_ids + shift)
+
+    torch.manual_seed(0)
+    inputs = {"x": np.random.default_rng(0).standard_normal((4, 3)), "position_ids": np.arange(4)}
+    return crosscheck.Port(name="writes", torch=TorchNet().eval(), jax=FlaxNet(), inputs=inputs)
 
 
 def misbehaving_port(forward: str) -> crosscheck.Port:
@@ -212,8 +240,6 @@ def misbehaving_port(forward: str) -> crosscheck.Port:
 
         def forward(self, x: Any) -> Any:
             self.calls += 1
-            if forward == "writes-input":
-                x.mul_(1.5)
             if forward == "mutates-weights":
                 with torch.no_grad():
                     self.fc.weight.mul_(1.01)

@@ -269,6 +269,12 @@ def _whole_rms(value: Mapping[str, np.ndarray], shapes: Mapping[str, tuple[int, 
     return whole.rms([value[k] for k in shapes if k in value])  # bit for bit the concatenation's
 
 
+def _why(reasons: Mapping[str, int]) -> str:
+    """Why directions were unjudgeable, as the entries' message says it (`` (3 <reason>)``), or ""."""
+    said = ", ".join(f"{n} {r}" if r else f"{n} without a reason recorded" for r, n in reasons.items())
+    return f" ({said})" if said else ""
+
+
 def floor_of(value: np.ndarray, dtype: str) -> float:
     """The floor of a parameter: ``FLOOR_ULPS`` unit roundoffs of its largest entry."""
     return _terms.floor(_terms.largest(value), unit_roundoff(dtype))
@@ -305,15 +311,16 @@ def screened(
         if unjudgeable
         else {},
     }
+    why = _why(record["unjudgeable_reasons"])
     if not np.any(judged):
-        message = f"{coverage}: every direction is unjudgeable: nothing was compared!"
+        message = f"{coverage}: every direction is unjudgeable{why}: nothing was compared!"
         return Comparison(passed=False, status="unjudgeable", message=message, **record)
     ratio, worst = found.ratio, found.worst
     terms = {name: float(t[worst]) for name, t in row["terms"].items()}
     shown = " + ".join(f"{name} {v:.3g}" for name, v in terms.items())
     verdict = f"{bad} of {n} directions disagree" if bad else screening.AGREES
     if unjudgeable:
-        verdict += f", {unjudgeable} unjudgeable"
+        verdict += f", {unjudgeable} unjudgeable{why}"
     message = (
         f"{coverage}: {verdict}; worst direction {worst} of `{k}`: {ctx.name} {row['projected'][worst]:.9g} "
         f"vs {ctx.reference} {est.value[row['index'][worst]]:.9g}, difference {ratio[worst]:.3g} x the "

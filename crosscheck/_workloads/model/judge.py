@@ -369,10 +369,10 @@ class GenericJudge:
             "quantity": "grad",
             "oracle": summarize(self.findings, reference, self.dtype),
         }
-        if self.wide_only and all(self.wide_only.values()):  # no side computed in the 16-bit dtype
-            said = low.not_checked(list(self.wide_only), self.dtype)
+        said = low.unchecked(self.wide_only, self.dtype)  # no side computed in the 16-bit dtype
+        if said:
             oracle = extras["oracle"]
-            extras["oracle"] = {**oracle, "problems": [*oracle.get("problems", []), said]}
+            extras["oracle"] = {**oracle, "problems": [*oracle.get("problems", []), *said]}
         return {**extras, "verdicts": dict(self.verdicts)} if self.verdicts else extras
 
 

@@ -14,18 +14,23 @@ def unrounded(
     value: dict[str, np.ndarray], wide: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]], dtype: str
 ) -> bool:
     """Whether a 16-bit result shows no 16-bit rounding: every entry is its float32 re-run ``wide``
-    rounded once to ``dtype``, within what float32 rounding permits (``terms.bound``). A side that
-    upcasts to float32 (or a module pinned to float32) computes exactly its float32 re-run and rounds
-    only its result; one computing in ``dtype`` rounds at every step, and some entry shows it."""
+    rounded once to ``dtype``, or not rounded at all (a result returned in float32), within what
+    float32 rounding permits (``terms.bound``). A side that upcasts to float32 (or a module pinned to
+    float32) computes exactly its float32 re-run and rounds only its result, if that; one computing in
+    ``dtype`` rounds at every step, and some entry shows it. The same test serves a side's gradient
+    and a port's model output (``port.judge.wide``)."""
     from crosscheck._compare.dtypes import numpy_dtype
 
     every = shared_scale(wide, shapes)
     for k in shapes:
         high = np.asarray(wide[k], np.float64)
+        mine = np.asarray(value[k], np.float64)
+        bound = terms.bound(high, every, "float32")
         with np.errstate(invalid="ignore", over="ignore"):  # beyond float16's range: inf, not a warning
             once = high.astype(np.float32).astype(numpy_dtype(dtype)).astype(np.float64)
-            diff = np.nan_to_num(np.abs(np.asarray(value[k], np.float64) - once), nan=np.inf)
-        if not np.all(diff <= terms.bound(high, every, "float32")):
+            diff = np.nan_to_num(np.abs(mine - once), nan=np.inf)
+            kept = np.nan_to_num(np.abs(mine - high), nan=np.inf)
+        if not np.all((diff <= bound) | (kept <= bound)):
             return False
     return True
 

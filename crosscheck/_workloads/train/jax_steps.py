@@ -15,9 +15,10 @@ from typing import Any
 import jax
 import numpy as np
 
+from crosscheck._errors import user_call
 from crosscheck._workloads.port.declare.build import Prepared, jax_leaves, jax_side_inputs, port_loss
 from crosscheck._workloads.port.mapping import assemble
-from crosscheck._workloads.port.sides.jax_side import to_jax
+from crosscheck._workloads.port.sides.jax_side import key_name, to_jax
 from crosscheck._workloads.train.runs import EAGER_STEPS
 
 
@@ -82,6 +83,43 @@ class Stepper:
         if not (isinstance(out, tuple) and len(out) == 2):
             raise TypeError(f"`jax_step` returned {type(out).__name__}; expected a pair (params, state)")
         return out
+
+
+def check_step(prepared: Prepared, fn: Callable[..., Any], hyper: Mapping[str, Any], where: str) -> None:
+    """Raise one line where ``jax_step``, traced once on the trained tree's shapes (zero gradients, no
+    state: ``jax.eval_shape``, no arithmetic), does not return ``(params, state)`` with ``params`` the
+    tree it was given: a leaf dropped, added or of another shape. Its trajectory would otherwise fail
+    deep in JAX ("cotangent tree does not match") or in reading the leaves back."""
+    side = prepared.jax_side
+    shapes = [jax.ShapeDtypeStruct(tuple(leaf.shape), np.float32) for leaf in side.leaves]
+    tree = jax.tree_util.tree_unflatten(side.treedef, shapes)
+    trained = tree["params"] if side.kind == "linen" else tree
+    what = "`jax_step(params, grads, state)`"
+    out = user_call(where, what, jax.eval_shape, lambda p, g: fn(p, g, None, **hyper), trained, trained)
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise ValueError(f"{where}: {what} returned {type(out).__name__}; expected a pair (params, state).")
+    given, found = _shaped(trained), _shaped(out[0])
+    missing = [p for p in given if p not in found]
+    problems = [f"no leaf `{p}` {given[p]}" for p in missing[:1]]
+    problems += [
+        f"the leaf `{p}` of shape {found[p]}, not {given[p]}"
+        for p in given
+        if found.get(p, given[p]) != given[p]
+    ]
+    problems += [f"an extra leaf `{p}` {found[p]}" for p in found if p not in given]
+    if problems:
+        raise ValueError(
+            f"{where}: {what} returned params with {problems[0]}; expected the tree it was given, every "
+            f"leaf of its shape ({len(given)} leaves, found {len(found)})."
+        )
+
+
+def _shaped(tree: Any) -> dict[str, tuple[int, ...]]:
+    """Each leaf's shape by its path (``fc1/kernel``)."""
+    return {
+        "/".join(key_name(k) for k in path): tuple(np.shape(leaf))
+        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
+    }
 
 
 def stepper(fn: Callable[..., Any], **hyper: Any) -> Stepper:

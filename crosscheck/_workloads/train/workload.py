@@ -67,6 +67,8 @@ class TrainWorkload(OwnArrays):
         self.train, self.name, self.spec = train, train.name, spec
         self.steps = train.steps if steps is None else check_steps(steps)
         self.port = PortWorkload(train.port)
+        if train.jax_step is not None:  # its params' tree checked once, traced: one line, not JAX's
+            _steps("jax").check_step(self.port.prepared, train.jax_step, train.hyper, f"train `{self.name}`")
         conversion = self.port.prepared.conversion
         if conversion is not None:
             prepared = self.port.prepared
@@ -82,7 +84,8 @@ class TrainWorkload(OwnArrays):
                 raise ValueError(
                     f"train `{self.name}`: the port's `convert` cannot be read back after training ({why}): "
                     f"trained leaves come back through the conversion's transpose, exact for a selection "
-                    f"(stacking, splitting, reshaping, transposing), not for a scaled or summed conversion."
+                    f"(stacking, splitting, reshaping, transposing), not for a scaled, summed or piecewise "
+                    f"conversion."
                 )
 
     def configure(self, **given: Any) -> TrainWorkload:

@@ -174,3 +174,37 @@ def test_the_zeros_check_a_block_at_a_time_is_the_whole_tensors(seed):
     )
     assert _zeros_pass(ref, term, error, floor, unjudgeable) == old
     assert _zeros_pass(ref * 0, term, error, floor, unjudgeable)
+
+
+def _directions(judged):
+    """A row of three directions of parameter ``w`` (``judged``: which the oracle could judge) and the
+    oracle's estimate, the unjudged ones with their reason."""
+    from crosscheck._workloads.model.oracle.directions import DirectionalEstimate
+
+    judged = np.asarray(judged)
+    reason = np.where(judged, "", "the error bar exceeds 1e-4 of |derivative| + scale").astype(object)
+    est = DirectionalEstimate(np.ones(3), np.full(3, 1e-9), ~judged, reason, 10, 1.0)
+    diff, tol = np.zeros(3), np.full(3, 1e-6)
+    row = {
+        "index": np.arange(3),
+        "diff": diff,
+        "tol": tol,
+        "judged": judged,
+        "failing": np.zeros(3, bool),
+        "projected": np.ones(3),
+        "terms": {"oracle": tol},
+    }
+    return row, est
+
+
+@pytest.mark.parametrize("judged", [[False, False, False], [True, False, False]], ids=["none", "some"])
+def test_unjudgeable_directions_say_why(judged):
+    """A tensor judged along directions only, some or all unjudgeable, said "unjudgeable" without the
+    oracle's reason (an nnx port's `q_proj.weight`, in every failing run of a new user's)."""
+    from crosscheck._workloads.model.compare import screened
+
+    ctx = Context("jax", "torch", "same function", "`torch`'s gradient", "float32", Options(), {"w": (3,)})
+    row, est = _directions(judged)
+    found = screened(ctx, "w", row, est, np.ones(3), "along 3 random directions")
+    unjudged = 3 - sum(judged)
+    assert f"unjudgeable ({unjudged} the error bar exceeds 1e-4 of |derivative| + scale)" in found.message

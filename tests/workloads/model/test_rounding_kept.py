@@ -199,9 +199,11 @@ def test_a_port_check_reports_the_same_as_with_every_term_kept(dtype, monkeypatc
 
     made = run()
 
-    def kept(value, again, *, shapes, dtype, name, steps=False, consume=False):
+    def kept(value, again, *, shapes, dtype, name, steps=False, consume=False, device=None):
         before = {k: v.copy() for k, v in again.items()}  # the re-run before ``consume`` overwrites it
-        found = measure(value, again, shapes=shapes, dtype=dtype, name=name, steps=steps, consume=consume)
+        found = measure(
+            value, again, shapes=shapes, dtype=dtype, name=name, steps=steps, consume=consume, device=device
+        )
         if found.delta is None:
             return found
         steps = dtype == "float32" and "keeps float32 steps" in found.how  # the probe said so

@@ -210,6 +210,7 @@ def test_a_side_in_a_worker_releases_its_evaluations_there():
     class Worker:
         def __init__(self):
             self.sent = []
+            self.settings = {}  # the run's JAX settings, sent with each call (``isolate.Worker``)
 
         def request(self, message, timeout):
             self.sent.append(message["method"])

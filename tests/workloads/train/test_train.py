@@ -445,3 +445,37 @@ def test_the_step_function_runs_as_written_at_every_step(steps):
     assert not report.passed, report.verdicts()
     assert record["first_step"] == 3, record
     assert "run as written at every step" in report.backends["jax"].notes["step"]
+
+
+def _jax_sgd_step_dropping(params, grads, state, *, lr, momentum):
+    """``_jax_sgd_step`` that returns the params without ``fc1`` (two leaves)."""
+    new, trace = _jax_sgd_step(params, grads, state, lr=lr, momentum=momentum)
+    return {k: v for k, v in new.items() if k != "fc1"}, trace
+
+
+def _jax_sgd_step_reshaping(params, grads, state, *, lr, momentum):
+    """``_jax_sgd_step`` that returns ``fc2``'s kernel transposed."""
+    new, trace = _jax_sgd_step(params, grads, state, lr=lr, momentum=momentum)
+    return {**new, "fc2": {**new["fc2"], "kernel": new["fc2"]["kernel"].T}}, trace
+
+
+@pytest.mark.parametrize(
+    ("step", "said"),
+    [
+        (_jax_sgd_step_dropping, "returned params with no leaf `fc1/bias` (6,)"),
+        (_jax_sgd_step_reshaping, "returned params with the leaf `fc2/kernel` of shape (2, 6), not (6, 2)"),
+    ],
+    ids=["drops-a-leaf", "reshapes-a-leaf"],
+)
+def test_a_jax_step_that_returns_another_tree_is_refused_in_one_line(monkeypatch, capsys, step, said):
+    train = crosscheck.Train(
+        _port(), torch_step=_torch_sgd_step, jax_step=step, hyper={"lr": 1e-2, "momentum": 0.9}, steps=STEPS
+    )
+    with pytest.raises(ValueError, match=r"^train `tiny-train`: `jax_step\(params, grads, state\)` ") as info:
+        crosscheck.check(train, quantity="update")
+    assert said in str(info.value) and "\n" not in str(info.value), str(info.value)
+    monkeypatch.setattr(sys.modules[__name__], "bad_step_train", train, raising=False)
+    spec = f"{__name__}:bad_step_train"
+    assert main(["run", "--workload", spec, "--quantity", "update", "--no-isolate"]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -102,11 +102,12 @@ def prepare(port: PortFields) -> Prepared:
     jax_example = jax_side.to_jax(example)
     jax_in = user_call(where, "`jax_inputs(inputs)`", jax_side_inputs, port, jax_example)
     params = port.jax_params
-    if port.convert is not None and params is None and jax_side.kind_of(port.jax) == "function":
-        # the conversion's result is the parameter pytree
+    if port.convert is not None:
         from crosscheck._workloads.port.declare import convert
 
-        params = convert.structure(port, values)
+        convert.steady(port, values)  # before any other call of it: the same leaves on a second call
+        if params is None and jax_side.kind_of(port.jax) == "function":  # its result: the parameter tree
+            params = convert.structure(port, values)
     side = jax_side.JaxSide(
         port.jax, params, port.jax_call, jax_in, port.jax_intermediates or (), where=where
     )

@@ -2,6 +2,9 @@
 
 Imported only when a port has one (it imports jax). When the port is prepared, ``fn`` is
 
+- **steady**: called twice on the PyTorch weights, eagerly, before any other call (``steady``), it must
+  give the same leaves bit for bit: a conversion that keeps state (a call counter, a cache) would
+  otherwise be judged on the leaves of a later call than the user's own first one;
 - **fitted** to the JAX model: ``jax.eval_shape`` of it on the PyTorch weights must give the model's
   leaves, each of its shape, floating-point and in the weights' dtype (one line names the first that
   does not);
@@ -101,12 +104,66 @@ class Conversion:
                 k: jnp.zeros_like(v) if jnp.issubdtype(v.dtype, jnp.floating) else v
                 for k, v in others.items()
             }
-            read = self.back(self.leaves({**rest, **weights}), shapes, others)
+            try:
+                read = self.back(self.leaves({**rest, **weights}), shapes, others)
+            except Exception as exc:  # JAX's own: a primitive with no transpose rule, an assertion
+                return f"JAX cannot transpose it: {_untransposable(exc)}"
         for name, w in weights.items():
             gap = float(np.max(np.abs(read[name] - np.asarray(w)), initial=0.0))
+            if np.isnan(gap):  # read over copies: 0 / 0 where an entry was copied into no leaf
+                return f"some entries of `{name}` reach no leaf: the conversion drops or masks them"
             if not gap <= 1e-12 * float(np.max(np.abs(w), initial=1.0)):
                 return f"`{name}` read back from its leaves differs from it by {gap:.3g}"
         return None
+
+
+def steady(port: Any, values: Mapping[str, np.ndarray]) -> None:
+    """Raise one line where ``fn``, called twice on the same weights (the port's, floating ones in
+    float32 as ``_shapes`` gives them, integer ones as they are; each call a fresh dict), gives other
+    leaves the second time.
+    The first call ``fn`` ever gets from crosscheck is this one, concrete: the check's later calls
+    are traced (``jax.eval_shape``, ``jax.jit``), so a conversion wrong only on its first call (the one
+    a user's own script makes) would otherwise never be seen. Each leaf is kept as its digest only."""
+    where = f"port `{port.name}`"
+    names = aliases(port.torch, tuple(values))
+    with jax.enable_x64(True):  # an int64 buffer kept as it is (the floating ones float32), as traced
+        arrays = {k: jnp.asarray(v, _shapes({k: v})[k].dtype) for k, v in values.items()}
+        arrays.update({alias: arrays[name] for alias, name in names.items()})
+        first, second = (_digests(user_call(where, WHAT, port.convert, dict(arrays))) for _ in range(2))
+    changed = next((path for path in {**first, **second} if first.get(path) != second.get(path)), None)
+    if changed is not None:
+        raise ValueError(
+            f"{where}: {WHAT} gives another result on its second call with the same weights (leaf "
+            f"`{changed}` differs): it keeps state between calls (a counter, a cache), so the leaves the "
+            "check would judge are not the ones your own first call makes; a conversion must give the "
+            "same result every call (compared bit for bit)"
+        )
+
+
+def _digests(tree: Any) -> dict[str, str]:
+    """Each leaf of ``tree`` by path: its shape, dtype and a digest of its bytes."""
+    import hashlib
+
+    out = {}
+    for path, value in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        array = np.asarray(value)
+        digest = hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest() if array.size else ""
+        out["/".join(key_name(k) for k in path)] = f"{array.shape} {array.dtype} {digest}"
+    return out
+
+
+def _untransposable(exc: Exception) -> str:
+    """Why ``jax.linear_transpose`` failed on a conversion, in a clause: the primitive JAX names, else
+    what a piecewise conversion is (JAX's assertion on a product of two weights names nothing)."""
+    import re
+
+    named = re.search(r"for '(\w+)'", str(exc))
+    if named:
+        return f"it applies `{named.group(1)}`, a piecewise function with no transpose rule"
+    return (
+        "it is piecewise or multiplies weights together, as `jnp.abs`, `jnp.sign`, `jnp.maximum` or "
+        f"`jnp.clip` do, with no transpose even where the result is linear (JAX raised {type(exc).__name__})"
+    )
 
 
 def aliases(module: Any, listed: Sequence[str]) -> dict[str, str]:

@@ -14,7 +14,9 @@ module outputs carrying float32's rounding are compared within it, as there. A r
 compared fails: a side whose capture fails is a failed backend, and the port's verdict is the run's.
 
 What it cannot see: a bug only in the backward pass (a custom VJP, a wrong ``stop_gradient``, a
-straight-through estimator); its verdict that finds no difference says so.
+straight-through estimator); its verdict that finds no difference says so. In 16 bits, as the gradient
+check's (``low.text``): a difference smaller than the dtype's rounding; and a side that computed in
+float32 is named, a check in which neither computed in the dtype fails (``wide``).
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare import low
 from crosscheck._compare.device import arithmetic
-from crosscheck._compare.dtypes import numpy_dtype
+from crosscheck._compare.dtypes import is_float, is_low, numpy_dtype
 from crosscheck._compare.record import Comparison
-from crosscheck._workloads.port.judge import capture, localize, own
+from crosscheck._report.report import Verdict
+from crosscheck._workloads.port.judge import capture, localize, own, wide
 from crosscheck._workloads.port.judge.gradient import MAPPING, PortJudge
 from crosscheck._workloads.protocol import Call, Reference
 
@@ -57,7 +61,7 @@ class OutputJudge(PortJudge):
         if id(backend) not in self.workload.torches:
             return call.failure("the forward check's reference is PyTorch's forward, `torch`")
         start = time.perf_counter()
-        self.torch_problem = own.prove(self.workload.prepared, self.point, call)
+        self.torch_problem, self.torch_wrote = own.prove(self.workload.prepared, self.point, call)
         if self.torch_problem is not None:
             return call.failure(self.torch_problem)
         runs = self._runs(call, torch=True)
@@ -89,8 +93,11 @@ class OutputJudge(PortJudge):
         self._probe(backend, name, call)
         self.device = arithmetic(backend)
         modules, verdict = self.modules(name, call, [], runs=runs)
+        modules = _with_rounding(modules, runs[1])
+        if is_low(self.dtype) and low.agrees(modules):  # what a 16-bit pass hides, as the gradients' says
+            self.inner.verdicts[name] = Verdict(_low_text(runs[1], self.dtype))
         self.record(name, modules, verdict, reference.name)
-        return _with_rounding(modules, runs[1])
+        return modules
 
     def _probe(self, backend: Any, name: str, call: Call) -> None:
         """In a float64 case, whether the side's float64 loss keeps float32 steps (the gradient check's
@@ -100,7 +107,12 @@ class OutputJudge(PortJudge):
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
         self.point.case["oracle_differentiates"] = NO_ORACLE
-        return {"quantity": "output", "verdicts": dict(self.verdicts), "sections": (MAPPING,)}
+        wide.merge(self.inner, self.wide, self.dtype)
+        said = low.unchecked(self.inner.wide_only, self.dtype)  # no side computed in the 16-bit dtype
+        verdicts = {
+            k: Verdict(f"{said[0]}; {v.text}", fails=True) if said else v for k, v in self.verdicts.items()
+        }
+        return {"quantity": "output", "verdicts": verdicts, "sections": (MAPPING,)}
 
 
 def _done(call: Call, value: Any, seconds: float) -> Any:
@@ -121,6 +133,18 @@ def _outputs(records: Any, dtype: str | None = None) -> dict[str, np.ndarray]:
                 value = narrow if np.array_equal(narrow.astype(value.dtype), value, equal_nan=True) else value
             out[localize.output_label(r.name) + (f" #{i}" if i else "")] = value
     return out
+
+
+def _low_text(jax_runs: Any, dtype: str) -> str:
+    """The 16-bit pass's words (``low.text``) on the module outputs, with the port's measured rounding
+    of them (its outputs at the case's dtype against its re-run in float32) relative to each output."""
+    main, other = _outputs(jax_runs.main), _outputs(jax_runs.other)
+    found = {k: v for k, v in main.items() if is_float(v) and k in other and other[k].shape == v.shape}
+    rounding = {
+        k: np.abs(np.asarray(v, np.float64) - np.asarray(other[k], np.float64)) for k, v in found.items()
+    }
+    relative = low.noise(rounding, found)
+    return low.text(dtype, relative, moves="the module outputs", measured=bool(rounding))
 
 
 def _with_rounding(modules: list[Comparison], jax_runs: Any) -> list[Comparison]:

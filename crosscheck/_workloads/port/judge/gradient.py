@@ -30,7 +30,7 @@ from crosscheck._workloads.model.judge import GenericJudge
 from crosscheck._workloads.model.oracle.function import Differences
 from crosscheck._workloads.port.declare.build import Prepared, not_checked, torch_implementation
 from crosscheck._workloads.port.declare.port import Port
-from crosscheck._workloads.port.judge import boundaries, capture, constants, localize, own
+from crosscheck._workloads.port.judge import boundaries, capture, constants, localize, own, wide
 from crosscheck._workloads.port.judge.pairs import module_pairs
 from crosscheck._workloads.port.judge.verdict import Origin
 from crosscheck._workloads.port.mapping.table import render_summary
@@ -69,6 +69,12 @@ class PortJudge:
         self.strict = options.strict
         #: What the PyTorch module did wrong (``own.prove``), found before anything is judged.
         self.torch_problem: str | None = None
+        #: The note on the inputs the PyTorch forward writes to in place (``own.wrote``).
+        self.torch_wrote = ""
+        #: A 16-bit case: per side, whether its model output computed in float32 (``wide.sides``).
+        self.wide: dict[str, bool] = {}
+        #: Why the port's submodule calls were not captured ("": they were; ``jax_side.UNCAPTURED``).
+        self.uncaptured = ""
         #: The module captures, taken before the reference's gradients for the first port candidate.
         self.early = capture.Early()
         #: Where the port computes (its backend's ``arithmetic``), when on an accelerator.
@@ -79,7 +85,7 @@ class PortJudge:
         return self.inner.cost(candidates)
 
     def reference(self, backend: Any, call: Call) -> Any:
-        self.torch_problem = own.prove(self.workload.prepared, self.point, call)
+        self.torch_problem, self.torch_wrote = own.prove(self.workload.prepared, self.point, call)
         if self.torch_problem is not None and id(backend) in self.workload.torches:
             return call.failure(self.torch_problem)
         self._unreached(call)
@@ -88,7 +94,11 @@ class PortJudge:
 
     def prepare(self, candidates: list[tuple[str, Any]], call: Call) -> None:
         """Before the first comparison: the generic judge's (the anchor of "same function")."""
-        self.inner.prepare(own.candidates(candidates, self.workload.torches, self.torch_problem), call)
+        kept = own.candidates(candidates, self.workload.torches, self.torch_problem)
+        self.inner.prepare(kept, call)
+        original = own.original(kept, self.workload.torches, self.inner.functions)
+        if original is not None:  # the original defines the function, float32 steps or not
+            self.inner.anchor_candidate = original
 
     def _unreached(self, call: Call) -> None:
         """The parameters the loss does not reach (PyTorch's autograd: no path), and those declared
@@ -107,6 +117,7 @@ class PortJudge:
         return self.inner.evaluate(backend, call)
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
+        wide.merge(self.inner, self.wide, self.dtype)
         extras = self.inner.extras(reference)
         extras["oracle"] = not_checked(extras.get("oracle", {}), self.workload.prepared, strict=self.strict)
         return {**extras, "verdicts": {**extras.get("verdicts", {}), **self.verdicts}, "sections": (MAPPING,)}
@@ -129,6 +140,9 @@ class PortJudge:
         verdict = dataclasses.replace(verdict, text=verdict.text + said)
         if name in self.inner.verdicts and verdict.starts_in == "nowhere":  # a 16-bit pass: what it hides
             verdict = dataclasses.replace(verdict, text=f"{verdict.text}; {self.inner.verdicts[name].text}")
+        verdict = dataclasses.replace(
+            verdict, text=verdict.text + wide.said(self.wide, self.dtype, verdict.text)
+        )
         self.notes.setdefault(name, {})["port"] = verdict.to_dict()
         self.verdicts[name] = Verdict(verdict.text, fails=verdict.starts_in != "nowhere")
 
@@ -148,6 +162,11 @@ class PortJudge:
         from crosscheck._workloads.port.sides.torch_side import left_out_note
 
         self.caveats = localize.rerun_note(torch_runs, jax_runs) + left_out_note(self.workload.port.torch)
+        self.caveats += self.torch_wrote
+        self.uncaptured = next((r.note for r in jax_runs.main if r.note), "")  # module by module left out
+        self.caveats += f"; {self.uncaptured}" if self.uncaptured else ""
+        self.wide.update(wide.sides(torch_runs, jax_runs, name, self.dtype))
+        wide.merge(self.inner, self.wide, self.dtype)
         out, verdict = self._compare(name, torch_runs, jax_runs, gradients)
         return out, constants.named(verdict, self.workload, self.dtype, out, torch_runs.main)
 
@@ -204,6 +223,8 @@ class PortJudge:
         if verdict.starts_in == "nowhere" and listed:
             text = f"every listed module's output ({', '.join(listed)}), the model's "
             return Origin("nowhere", None, None, (), text + "output " + _agree(gradients, self.forward))
+        if verdict.starts_in == "nowhere" and outputs == 1 and self.uncaptured:  # said in the caveats
+            return Origin("nowhere", None, None, (), f"the output {_agree(gradients, self.forward)}")
         if verdict.starts_in == "nowhere" and outputs == 1:  # Equinox, a function: no submodule calls
             text = f"the output {_agree(gradients, self.forward)} (only the output is compared: module by "
             text += "module needs Flax linen or nnx, or the modules listed in `jax_intermediates`)"

@@ -1,5 +1,7 @@
-"""The PyTorch side's own proof, before anything is judged against it: its forward leaves its inputs,
+"""The PyTorch side's own proof, before anything is judged against it: its forward leaves its
 parameters and buffers as they were, and gives the same loss on a second call (``torch_side.proof``).
+A forward that writes to its input in place is judged (each call has its own copy of its inputs) and
+named in a note (``wrote``).
 
 A PyTorch module that fails it is the PyTorch side's failure, named as such: the ``torch`` backend
 fails with what the module did, and the port's module comparison says it did not happen because of
@@ -19,16 +21,28 @@ from crosscheck._workloads.protocol import Call, Point
 PREFIX = "Misbehaved: "
 
 
-def prove(prepared: Prepared, point: Point, call: Call) -> str | None:
-    """What the PyTorch module did wrong at the point, in one line; None when nothing (or when its
-    forward fails outright: its backend's own calls report that, as for any backend)."""
+def prove(prepared: Prepared, point: Point, call: Call) -> tuple[str | None, str]:
+    """``(problem, note)``: what the PyTorch module did wrong at the point, in one line (None when
+    nothing, or when its forward fails outright: its backend's own calls report that, as for any
+    backend), and the note on the inputs it writes to in place ("" when none, ``wrote``)."""
     from crosscheck._workloads.port.sides import torch_side
 
     loss = torch_implementation(prepared)
-    out = call(torch_side.proof, loss, dict(point.params), dict(point.inputs))
-    if out.error is None or not out.error.startswith(PREFIX):
-        return None
-    return out.error.removeprefix(PREFIX)
+    out = call(torch_side.proof, loss, dict(point.params), dict(point.inputs), prepared.torch_side)
+    if out.error is None:
+        return None, wrote(out.value or [])
+    return (out.error.removeprefix(PREFIX) if out.error.startswith(PREFIX) else None), ""
+
+
+def wrote(names: list[str]) -> str:
+    """The note on the inputs the PyTorch forward writes to in place ("" when none)."""
+    if not names:
+        return ""
+    shown = ", ".join(f"`{n}`" for n in names)
+    return (
+        f"; the PyTorch module writes to its input {shown} in place during its forward: each call was "
+        "given its own copy of the inputs, so the port is judged on the same inputs"
+    )
 
 
 def not_compared(name: str, text: str) -> tuple[list[Comparison], Origin]:
@@ -63,6 +77,23 @@ def candidates(pairs: list[tuple[str, Any]], torches: set[int], problem: str | N
     permit that widens the port's own tolerance would make the original the culprit."""
     kept = [(n, b) for n, b in pairs if problem is None or id(b) not in torches]
     return sorted(kept, key=lambda pair: id(pair[1]) not in torches)
+
+
+def original(
+    kept: list[tuple[str, Any]], torches: set[int], functions: dict[str, Any]
+) -> tuple[str, Any] | None:
+    """The PyTorch side among the ``kept`` candidates whose own float64 loss the oracle can use
+    (``functions``: name -> ``Function`` or ``Skip``), None without one: the anchor of "same function"
+    whether or not its loss keeps float32 steps. The model judge prefers a clean loss (no float32
+    steps) as anchor; for a port that is the wrong rule where only the port's loss is clean (Hugging
+    Face's PyTorch upcasts, a JAX port that does not): a port with a bug then defines the function,
+    and the original is blamed for it ("`torch` disagrees with `numpy-fd`"). The original's float32
+    steps widen the anchor's error bars (said in its notes); they do not move the blame."""
+    from crosscheck._workloads.model.oracle.function import Function
+
+    return next(
+        ((n, b) for n, b in kept if id(b) in torches and isinstance(functions.get(n), Function)), None
+    )
 
 
 def losses_differ(verdict: Origin, findings: Any, name: str) -> Origin:

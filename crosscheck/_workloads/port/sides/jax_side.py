@@ -153,6 +153,10 @@ class JaxSide:
             import flax.linen as nn
 
             return nn.apply(self.call, model)(variables, inputs)
+        if self.kind == "nnx":
+            from crosscheck._workloads.port.sides import nnx_side
+
+            return nnx_side.called(self.call, model, inputs)  # a pinned submodule named, not a raw scan error
         return self.call(model, inputs)
 
     def forward(self, values: Sequence[Any], inputs: dict[str, Any], dtype: Any) -> Any:
@@ -204,7 +208,11 @@ class JaxSide:
         try:  # one compiled forward pass, each call's values sent back as it runs
             return self._linen_capture(values, inputs, dtype, jit=True, made=made)
         except Exception:  # a model jax.jit cannot trace (Python control flow on values): op by op
-            return self._linen_capture(values, inputs, dtype, jit=False, made=made)
+            try:
+                return self._linen_capture(values, inputs, dtype, jit=False, made=made)
+            except TRACED:  # under `nn.vmap` a submodule's values are batched tracers: the output alone
+                out = self.split(self.run(made(values) if made else values, inputs, dtype))[0]
+                return [Record("", type(self.model).__name__, (), _numpy(out), narrow(out), note=UNCAPTURED)]
 
     def _linen_capture(
         self, values: Any, inputs: dict[str, Any], dtype: Any, *, jit: bool, made: Callable | None = None
@@ -277,6 +285,16 @@ def _numpy(value: Any) -> tuple[np.ndarray, ...]:
             a = np.asarray(leaf)
             out.append(a.astype(np.float64) if np.issubdtype(a.dtype, np.floating) else a.copy())
     return tuple(out)
+
+
+#: Why a linen model's submodule calls were not captured (``Record.note``), said in its verdict.
+UNCAPTURED = (
+    "only the output is compared: the linen model's submodule calls could not be captured (under a "
+    "transform such as `nn.vmap` their values are batched tracers, which cannot be read as they run), so "
+    "module by module is left out"
+)
+#: The errors of reading a traced value as an array (``capture``'s fallback to the output alone).
+TRACED = (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError)
 
 
 def narrow(value: Any) -> bool:

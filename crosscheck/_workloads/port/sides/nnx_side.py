@@ -155,7 +155,51 @@ def capture(
     are recorded when each step runs (``steps``)."""
     records: list[Record] = []
     with _recording(model, records, numpy, narrow):
-        out = call(model, inputs)
+        out = called(call, model, inputs)
     if not any(r.name == "" for r in records):
         records.append(Record("", type(model).__name__, (), numpy(out), narrow(out)))
     return records
+
+
+#: How JAX says that a scan's carry left in another dtype than it came in.
+CARRY = "carry input and carry output must have equal types"
+
+
+def called(call: Callable[[Any, dict], Any], model: Any, inputs: dict[str, Any]) -> Any:
+    """``call(model, inputs)``; JAX's scan error on a carry whose dtype changed, where a submodule of
+    ``model`` computes narrower than its variables (``pinned``), said in one line naming it."""
+    try:
+        return call(model, inputs)
+    except TypeError as exc:
+        found = pinned(model)
+        if CARRY not in str(exc) or not found:
+            raise
+        raise TypeError(_carry(*found[0])) from exc
+
+
+def pinned(model: Any) -> list[tuple[str, str, str, str]]:
+    """``(path, class, dtype, variable)`` of each submodule whose float ``dtype`` attribute is narrower
+    than one of its own floating variables (``nnx.Embed`` keeps the dtype its table had when it was
+    built: float32 by default, whatever table the check gives it)."""
+    out = []
+    for path, node in nnx.iter_graph(model):
+        fixed = getattr(node, "dtype", None) if isinstance(node, nnx.Module) else None
+        if fixed is None or not jnp.issubdtype(fixed, jnp.floating):
+            continue
+        for name, value in vars(node).items():
+            if isinstance(value, nnx.Variable) and _inexact((), value):
+                if jnp.dtype(value.get_value().dtype).itemsize > jnp.dtype(fixed).itemsize:
+                    where = ".".join(map(str, path)) or "(model)"
+                    out.append((where, type(node).__name__, jnp.dtype(fixed).name, name))
+                    break
+    return out
+
+
+def _carry(path: str, kind: str, dtype: str, variable: str) -> str:
+    return (
+        f"an nnx scan's carry changes dtype (JAX: {CARRY}): `{path}` ({kind}) computes in {dtype} whatever "
+        f"its variable `{path}.{variable}` holds (its `dtype`, fixed when it was built), so the values it "
+        f"passes on are {dtype}: build it with `param_dtype=jnp.float64` under x64, look its table up "
+        f"yourself (`jnp.take({path}.{variable}[...], ids, "
+        f"axis=0)`), or check in float32 (--dtype float32)"
+    )

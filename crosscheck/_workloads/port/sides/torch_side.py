@@ -23,13 +23,16 @@ from crosscheck._workloads.port.mapping.matching import TORCH_LAYOUTS, Tensor, l
 class Record:
     """One module call of a forward pass: its name (``h.0.ln_1``, ``#2`` for a second call), class,
     and its input and output arrays (float64 copies), in the order the calls finished; ``narrow`` when
-    a floating output came back narrower than float64 (a module computing in float32 in a float64 run)."""
+    a floating output came back narrower than float64 (a module computing in float32 in a float64 run);
+    ``note``: why the model's record stands alone, where its submodules could not be captured."""
 
     name: str
     module_type: str
     inputs: tuple[np.ndarray, ...]
     outputs: tuple[np.ndarray, ...]
     narrow: bool = False
+    #: Why the model's own record stands alone (its submodule calls could not be captured): said.
+    note: str = ""
 
 
 def tensors(module: torch.nn.Module) -> tuple[list[Tensor], dict[str, np.ndarray]]:
@@ -118,6 +121,8 @@ class Wrapped(torch.nn.Module):
     def __init__(self, module: torch.nn.Module, how: Callable[[torch.nn.Module, dict], Any]) -> None:
         super().__init__()
         self.m, self.how = module, how
+        #: The inputs a forward wrote to in place (``call`` hands it copies: a note, not a failure).
+        self.wrote: set[str] = set()
 
     def forward(self, inputs: dict[str, Any]) -> Any:
         return self.how(self.m, inputs)
@@ -129,30 +134,52 @@ def call(wrapped: Wrapped, state: dict[str, Any], inputs: dict[str, Any]) -> Any
     A float64 pass runs with float64 as PyTorch's default dtype: a model that
     builds a tensor without a dtype (Hugging Face CLIP's causal mask, ``torch.full(..., finfo(dtype).min)``)
     would otherwise mix a float32 tensor into a float64 pass, or fail to build it at all. The report's case
-    says so (``torch_float64``)."""
-    watched = _watch(wrapped.m, state, inputs)
+    says so (``torch_float64``).
+
+    Each call is handed its own copy of the inputs: a model may write to its input in place (Hugging
+    Face's XGLM does ``position_ids += self.offset``) and still compute a function of it; the write is
+    noted on ``wrapped.wrote``, by the input's name. A write to a parameter or a buffer raises
+    ``Misbehaved``: the next call would compute with other weights."""
+    watched = _watch(wrapped.m, state)
+    own = {k: _copied(v) for k, v in inputs.items()}
     with _default_dtype(_floating_dtype(state)):
-        out = torch.func.functional_call(wrapped, {f"m.{k}": v for k, v in state.items()}, (inputs,))
+        out = torch.func.functional_call(wrapped, {f"m.{k}": v for k, v in state.items()}, (own,))
     _unchanged(watched)
+    wrapped.wrote.update(k for k, v in inputs.items() if not _same(flat(v), flat(own[k])))
     return out
 
 
+def _copied(value: Any) -> Any:
+    """``value`` with a copy of each tensor in it (tuples, lists, dicts), autograd's path kept."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(_copied(v) for v in value)
+    return value
+
+
+def _same(before: list[torch.Tensor], after: list[torch.Tensor]) -> bool:
+    """Whether the copies ``after`` still hold the bits of ``before`` (a write to one says not)."""
+    return all(_equal(_bits(a.detach()), _bits(b.detach())) for a, b in zip(before, after, strict=True))
+
+
 class Misbehaved(RuntimeError):
-    """The PyTorch module changed what it was given (its input, a parameter, a buffer) or gave another
-    result on a second call: the PyTorch side's own failure, never the port's."""
+    """The PyTorch module changed a parameter or a buffer it was given, or gave another result on a
+    second call: the PyTorch side's own failure, never the port's."""
 
 
 #: What a PyTorch forward must not do, and what it did: the end of a ``Misbehaved`` message.
-RULE = "a forward must leave its inputs, parameters and buffers as they were (compared bit for bit)"
+RULE = "a forward must leave its parameters and buffers as they were (compared bit for bit)"
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
-def _watch(module: torch.nn.Module, state: dict[str, Any], inputs: dict[str, Any]) -> list[tuple]:
-    """``(what, tensor, unchanged)`` of every tensor handed to the module (its inputs, parameters and
-    buffers): ``unchanged()`` tells whether it still holds its bits of now."""
+def _watch(module: torch.nn.Module, state: dict[str, Any]) -> list[tuple]:
+    """``(what, tensor, unchanged)`` of every parameter and buffer handed to the module:
+    ``unchanged()`` tells whether it still holds its bits of now."""
     params = {name for name, _ in module.named_parameters()}
-    whats = [(f"writes to its input `{k}`", v) for k, v in inputs.items()]
-    whats += [
+    whats = [
         (f"changes its parameter `{k}`" if k in params else f"updates its buffer `{k}` in place", v)
         for k, v in state.items()
     ]
@@ -207,12 +234,15 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(_BITS[t.element_size()]) if t.is_floating_point() else t
 
 
-def proof(loss: Callable[..., Any], params: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> None:
+def proof(
+    loss: Callable[..., Any], params: dict[str, np.ndarray], inputs: dict[str, np.ndarray], wrapped: Wrapped
+) -> list[str]:
     """The PyTorch side's loss, called twice at the point (new tensors each time, over the guarded
-    call's private arrays, without autograd): ``call`` finds a write to what it was given, and the two
-    losses must be the same bit for bit (a CPU forward is deterministic): a module that keeps state
+    call's private arrays, without autograd): ``call`` finds a write to a parameter or a buffer, and the
+    two losses must be the same bit for bit (a CPU forward is deterministic): a module that keeps state
     between calls (a counter, a cache, a buffer it updates, dropout in training mode) raises
-    ``Misbehaved``."""
+    ``Misbehaved``. Returns the inputs its forward writes to in place (``wrapped``'s, which ``loss``
+    calls): each call has its own copy of them, so that is a note, not a failure."""
     with torch.no_grad():  # the arrays are the guarded call's private copies: shared, not copied
         first, second = (_scalar(loss(shared(params), shared(inputs))) for _ in range(2))
     if first.tobytes() != second.tobytes():
@@ -221,6 +251,7 @@ def proof(loss: Callable[..., Any], params: dict[str, np.ndarray], inputs: dict[
             f"then {_show(second)}): it keeps state between calls (a counter, a cache, a buffer it updates, "
             "dropout in training mode); a forward must give the same result every call (compared bit for bit)"
         )
+    return sorted(wrapped.wrote)
 
 
 def _scalar(value: Any) -> np.ndarray:

@@ -50,9 +50,18 @@ def _point():
 
 
 def _copies(monkeypatch) -> list:
+    """The shapes of the tensors a forward copies: a tensor tested by copy (``_copy``) and the inputs
+    each call is handed a copy of (``_copied``)."""
     copied: list = []
-    copy = torch_side._copy
+    copy, handed = torch_side._copy, torch_side._copied
+
+    def input_copy(value):
+        if isinstance(value, torch_side.torch.Tensor):
+            copied.append(tuple(value.shape))
+        return handed(value)
+
     monkeypatch.setattr(torch_side, "_copy", lambda t: copied.append(tuple(t.shape)) or copy(t))
+    monkeypatch.setattr(torch_side, "_copied", input_copy)
     return copied
 
 

@@ -337,3 +337,96 @@ def test_a_float64_pytorch_model_is_converted_as_the_case_s_dtype():
     port = linear_port(healthy)
     port.torch.double()
     assert [r["transform"] for r in port.mapping.rows()] == ["convert", "convert"]
+
+
+def _counting(wrong_calls: int):
+    """A conversion with state: its first ``wrong_calls`` calls scale the kernel, later ones do not."""
+    calls = []
+
+    def convert(sd):
+        calls.append(1)
+        if len(calls) <= wrong_calls:
+            return {"w": sd["weight"].T * 1.5, "b": sd["bias"]}
+        return healthy(sd)
+
+    return convert
+
+
+@pytest.mark.parametrize("function", [True, False], ids=["function-port", "given-params"])
+def test_a_conversion_wrong_on_its_first_call_only_is_refused_in_one_line(function):
+    """The user's own script makes the first call: a counter that is wrong there and right after
+    passed, because crosscheck's first call was traced (``jax.eval_shape``) and never compared."""
+    port = linear_port(_counting(1))
+    if function:
+        port = dataclasses.replace(port, jax_params=None)
+    with pytest.raises(
+        ValueError, match=r"^port `linear`: `convert\(torch_arrays\)` gives another result"
+    ) as info:
+        port.mapping  # noqa: B018
+    said = str(info.value)
+    assert "on its second call with the same weights (leaf `w` differs)" in said and "\n" not in said
+
+
+def test_a_conversion_called_with_a_fresh_dict_each_time_may_consume_it():
+    def popping(sd):
+        return {"w": sd.pop("weight").T, "b": sd.pop("bias")}
+
+    assert crosscheck.run(workload=linear_port(popping), reference="torch").passed
+
+
+@pytest.mark.parametrize(
+    ("convert", "said"),
+    [
+        (
+            lambda sd: {"w": jnp_max(sd["weight"].T), "b": sd["bias"]},
+            "JAX cannot transpose it: it applies `max`, a piecewise function with no transpose rule",
+        ),
+        (
+            lambda sd: {"w": jnp_abs_sign(sd["weight"].T), "b": sd["bias"]},
+            "JAX cannot transpose it: it is piecewise or multiplies weights together",
+        ),
+        (
+            lambda sd: {"w": jnp_masked(sd["weight"].T), "b": sd["bias"]},
+            "some entries of `weight` reach no leaf: the conversion drops or masks them",
+        ),
+    ],
+    ids=["maximum", "abs-times-sign", "masked"],
+)
+def test_a_train_refuses_a_piecewise_conversion_in_one_line_naming_it(monkeypatch, capsys, convert, said):
+    """Linear, so the port takes it; but JAX has no transpose for it, and a Train reads its trained
+    leaves back through the transpose: JAX's "transpose failed: AssertionError" was all it said."""
+    pytest.importorskip("optax")
+    import paths
+
+    from crosscheck._cli.main import main
+    from examples.port import optimizers
+
+    train = optimizers.train(linear_port(convert), steps=2)
+    with pytest.raises(
+        ValueError, match=r"^train `linear-train`: the port's `convert` cannot be read back"
+    ) as info:
+        crosscheck.check(train, quantity="update")
+    assert said in str(info.value) and "\n" not in str(info.value), str(info.value)
+    monkeypatch.setattr(paths, "piecewise", train, raising=False)
+    monkeypatch.chdir(ROOT)
+    assert main(["run", "--workload", "paths:piecewise", "--quantity", "update", "--no-isolate"]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def jnp_max(w):
+    import jax.numpy as jnp
+
+    return jnp.maximum(w, 0.0) - jnp.maximum(-w, 0.0)
+
+
+def jnp_abs_sign(w):
+    import jax.numpy as jnp
+
+    return jnp.abs(w) * jnp.sign(w)
+
+
+def jnp_masked(w):
+    import jax.numpy as jnp
+
+    return jnp.where(jnp.arange(w.shape[1])[None] < 2, w, 0.0)

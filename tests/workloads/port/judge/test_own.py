@@ -1,11 +1,13 @@
-"""The PyTorch side's own proof (``port/own.py``): a PyTorch forward that writes to its input, changes its
-weights, updates a buffer in place or gives another result on a second call fails as the PyTorch side's
-failure, named `torch`, and the JAX port is not blamed for it."""
+"""The PyTorch side's own proof (``port/own.py``): a PyTorch forward that changes its weights, updates a
+buffer in place or gives another result on a second call fails as the PyTorch side's failure, named
+`torch`, and the JAX port is not blamed for it; one that writes to its input in place (Hugging Face's
+XGLM) is judged, each call on its own copy of the inputs, and the write is a note naming the input."""
 
 from __future__ import annotations
 
 import importlib.util
 
+import numpy as np
 import pytest
 import usercode
 
@@ -42,6 +44,44 @@ def test_the_healthy_pair_passes_the_proof():
     assert crosscheck.check(usercode.misbehaving_port("none")).passed
 
 
+@pytest.mark.parametrize(
+    ("reference", "quantity"),
+    [(None, "grad"), ("torch", "grad"), ("torch", "output")],
+    ids=["oracle", "torch-reference", "forward-check"],
+)
+def test_a_forward_that_writes_to_its_input_is_judged_and_the_write_noted(reference, quantity):
+    """``position_ids += offset`` (XGLM's): every call has its own copy, so the port computes the same
+    function on the same inputs and passes; the note names the input."""
+    options = {"reference": reference, "backends": ["jax"]} if reference else {}
+    report = crosscheck.check(usercode.writing_port(), quantity=quantity, **options)
+    assert report.passed, report.problems
+    said = report.to_dict()["backends"]["jax"]["notes"]["port"]["text"]
+    assert "writes to its input `position_ids` in place" in said
+    assert "own copy of the inputs" in said
+
+
+def test_a_planted_bug_in_a_forward_that_writes_to_its_input_still_fails():
+    """The copy makes the write harmless, not the port right: a port that forgets the offset differs."""
+    report = crosscheck.check(usercode.writing_port(ported=0), reference="torch", backends=["jax"])
+    assert not report.passed
+    assert report.backends["torch"].status == "ok"
+    said = report.to_dict()["backends"]["jax"]["notes"]["port"]["text"]
+    assert "positions" in said and "writes to its input `position_ids`" in said
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
+def test_hugging_faces_xglm_which_writes_to_its_position_ids_is_judged():
+    from examples.port.zoo import inputs, spec
+
+    config = dict(vocab_size=64, d_model=8, num_layers=2, attention_heads=2, ffn_dim=16)
+    quiet = dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, use_cache=False)
+    arch = spec.Arch("xglm", "decoder", "XGLM", "xglm", {**config, **quiet, "init_std": 0.5}, inputs.text(64))
+    report = crosscheck.check(spec.make_port(arch), reference="torch", backends=["jax"], dtype="float32")
+    assert report.passed, report.problems
+    said = report.to_dict()["backends"]["jax"]["notes"]["port"]["text"]
+    assert "writes to its input `position_ids` in place" in said
+
+
 #: Both float64 losses keep a float32 step; the JAX port has a real 3e-4 error plus float32-only noise
 #: of ~450 float32 unit roundoffs (within what one rounding permits), or of ~1000 (where the permit of
 #: two roundings, ``TWO_ROUNDINGS``, widens its rounding term).
@@ -70,3 +110,42 @@ def test_the_healthy_float32_steps_port_passes(order):
 
     report = crosscheck.check(tanh_mlp.float32_steps_port(), dtype="float32", backends=ORDERS[order])
     assert report.passed, report.problems
+
+
+def _upcasting_original_port(error: float) -> crosscheck.Port:
+    """A PyTorch MLP whose forward keeps a float32 step in a float64 pass (Hugging Face's upcasts) and a
+    clean JAX function port, its second kernel scaled by ``1 + error`` (0: healthy)."""
+    import jax.numpy as jnp
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(4, 8), torch.nn.Linear(8, 3)
+
+        def forward(self, x):
+            return self.fc2(torch.tanh(self.fc1(x)).float().to(x.dtype))
+
+    def function(params, x):
+        h = jnp.tanh(x @ params["fc1"]["kernel"] + params["fc1"]["bias"])
+        return h @ (params["fc2"]["kernel"] * (1 + error)) + params["fc2"]["bias"]
+
+    torch.manual_seed(0)
+    shapes = {"fc1": ((4, 8), (8,)), "fc2": ((8, 3), (3,))}
+    params = {k: {"kernel": np.zeros(w), "bias": np.zeros(b)} for k, (w, b) in shapes.items()}
+    x = np.random.default_rng(0).standard_normal((16, 4))
+    return crosscheck.Port(
+        name="upcast", torch=Net().eval(), jax=function, jax_params=params, inputs={"x": x}
+    )
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_port_bug_is_never_blamed_on_an_original_whose_loss_keeps_float32_steps(dtype):
+    """Only the port's float64 loss is clean: it was made the anchor of "same function", and the
+    port's bug came out as "`torch` disagrees with `numpy-fd`". The original is the anchor."""
+    report = crosscheck.check(_upcasting_original_port(1e-3), dtype=dtype)
+    assert not report.passed
+    assert not [c.parameter for c in report.comparisons if c.backend == "torch" and not c.passed]
+    assert not any(p.startswith("`torch`") for p in report.problems), report.problems
+    assert any(p.startswith("`jax` disagrees with `numpy-fd`") for p in report.problems), report.problems
+    assert crosscheck.check(_upcasting_original_port(0.0), dtype=dtype).passed

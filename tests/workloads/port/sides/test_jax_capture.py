@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import crosscheck
+
 jax = pytest.importorskip("jax")
 nn = pytest.importorskip("flax.linen")
 
@@ -202,3 +204,67 @@ def test_words_no_decoding_reads_are_refused_in_a_sentence(monkeypatch):
     with pytest.raises(RuntimeError, match=r"8-byte floats cannot be read back from a `cpu` device"):
         with steps.sink(lambda *record: None):
             pass
+
+
+def _vmapped_branches_port(*, bug: bool = False):
+    """Two parallel ``Linear`` + tanh branches summed, then a head: in PyTorch a ``ModuleList``, in
+    linen one ``nn.vmap`` of the branch over stacked parameters (``bug``: the port's branch uses
+    ``sin`` for ``tanh``)."""
+    import flax.linen as nn
+    import jax.numpy as jnp
+
+    torch = pytest.importorskip("torch")
+    width, branches = 4, 2
+
+    class TorchNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.branches = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(branches))
+            self.out = torch.nn.Linear(width, 2)
+
+        def forward(self, x):
+            return self.out(sum(torch.tanh(b(x)) for b in self.branches))
+
+    class Branch(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return (jnp.sin if bug else jnp.tanh)(nn.Dense(width, name="linear")(x))
+
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            vmapped = nn.vmap(
+                Branch,
+                variable_axes={"params": 0},
+                split_rngs={"params": True},
+                in_axes=None,
+                out_axes=0,
+                axis_size=branches,
+            )
+            return nn.Dense(2, name="out")(vmapped(name="branches")(x).sum(0))
+
+    torch.manual_seed(0)
+    x = np.random.default_rng(0).standard_normal((3, width))
+    return crosscheck.Port(name="vmapped", torch=TorchNet().eval(), jax=Net(), inputs={"x": x})
+
+
+LEFT_OUT = "only the output is compared: the linen model's submodule calls could not be captured"
+
+
+@pytest.mark.parametrize("reference", [None, "torch"], ids=["oracle", "torch-reference"])
+def test_a_linen_port_with_nn_vmap_over_branches_is_judged_on_its_output_and_gradients(reference):
+    """It crashed with TracerArrayConversionError: a submodule's values under ``nn.vmap`` are batched
+    tracers. Module by module is left out, said; the output and the gradients are judged."""
+    options = {"reference": reference, "backends": ["jax"]} if reference else {}
+    report = crosscheck.check(_vmapped_branches_port(), **options)
+    assert report.passed, report.problems
+    said = report.to_dict()["backends"]["jax"]["notes"]["port"]["text"]
+    assert said.startswith("the output and every gradient agree") and LEFT_OUT in said, said
+    assert "TracerArrayConversionError" not in said
+
+
+def test_a_bug_in_a_vmapped_branch_still_fails_on_the_output():
+    report = crosscheck.check(_vmapped_branches_port(bug=True), reference="torch", backends=["jax"])
+    assert not report.passed
+    said = report.to_dict()["backends"]["jax"]["notes"]["port"]["text"]
+    assert LEFT_OUT in said and "TracerArrayConversionError" not in said, said

@@ -143,3 +143,76 @@ def test_telling_the_kind_of_a_function_imports_no_flax():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def _scanned_embed_port() -> crosscheck.Port:
+    """A PyTorch ``Embedding`` and three ``Linear`` + ReLU layers against an ``nnx.Embed`` (built with
+    its default float32 table, so its ``dtype`` is float32) and an ``nnx.scan`` over ``nnx.vmap``-made
+    layers: healthy, but in a float64 pass the embedding's float32 output enters the scan's carry."""
+    import torch
+
+    layers, d, vocab = 3, 6, 10
+
+    class TorchLayer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(d, d)
+
+        def forward(self, x):
+            return torch.relu(self.linear(x))
+
+    class TorchNet(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(vocab, d)
+            self.layers = torch.nn.ModuleList(TorchLayer() for _ in range(layers))
+
+        def forward(self, ids):
+            x = self.embed(ids)
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    class Layer(nnx.Module):
+        def __init__(self, rngs):
+            self.linear = nnx.Linear(d, d, rngs=rngs)
+
+        def __call__(self, x):
+            return nnx.relu(self.linear(x))
+
+    class Net(nnx.Module):
+        def __init__(self, rngs):
+            self.embed = nnx.Embed(vocab, d, rngs=rngs)
+
+            @nnx.split_rngs(splits=layers)
+            @nnx.vmap(in_axes=(0,), out_axes=0)
+            def make(rngs):
+                return Layer(rngs)
+
+            self.layers = make(rngs)
+
+        def __call__(self, ids):
+            @nnx.scan(in_axes=(nnx.Carry, 0), out_axes=nnx.Carry)
+            def step(x, layer):
+                return layer(x)
+
+            return step(self.embed(ids), self.layers)
+
+    torch.manual_seed(0)
+    model = Net(nnx.Rngs(0))
+    model.eval()
+    ids = np.array([[1, 2, 3], [4, 5, 6]])
+    return crosscheck.Port(name="embed-scan", torch=TorchNet().eval(), jax=model, inputs={"ids": ids})
+
+
+def test_a_float32_embedding_table_before_a_scan_is_named_in_one_line_with_the_way_out():
+    """The default reference runs float64 passes: JAX's raw "scan body function carry input and carry
+    output must have equal types" named neither the module nor what to do."""
+    port = _scanned_embed_port()
+    report = crosscheck.check(port)
+    assert not report.passed
+    said = " ".join(report.problems)
+    assert "`embed` (Embed) computes in float32 whatever its variable `embed.embedding` holds" in said, said
+    assert "build it with `param_dtype=jnp.float64` under x64" in said and "--dtype float32" in said
+    assert "\n" not in said
+    assert crosscheck.check(port, dtype="float32", reference="torch").passed  # healthy in float32
