@@ -92,7 +92,8 @@ class Refused(DetailedError):
 
 
 #: The user callables running now (``user_call``), outermost first, each with when it started: what a
-#: contained run's worker (``crosscheck._engine.contain_worker``) names when one runs past its timeout.
+#: contained run's worker (``crosscheck._engine.process.contain_worker``) names when one runs past its
+#: timeout.
 RUNNING: list[tuple[str, float]] = []
 
 

@@ -27,9 +27,15 @@ from crosscheck._engine.call import (
     unique,
     user_interrupts,
 )
-from crosscheck._engine.isolate import RemoteMethod, Worker, in_process_reason, load_isolated, start_workers
 from crosscheck._engine.load import load, spec_name
 from crosscheck._engine.plan import Plan
+from crosscheck._engine.process.isolate import (
+    RemoteMethod,
+    Worker,
+    in_process_reason,
+    load_isolated,
+    start_workers,
+)
 from crosscheck._engine.returned import to_array, to_arrays
 from crosscheck._errors import Interrupted, Interrupts
 from crosscheck._report.environment import environment

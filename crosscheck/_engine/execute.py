@@ -16,9 +16,10 @@ import dataclasses
 from typing import Any
 
 from crosscheck._compare.record import keeps_plot_arrays, plot_arrays
-from crosscheck._engine import contain, rerun
+from crosscheck._engine import rerun
 from crosscheck._engine.driver import drive
 from crosscheck._engine.plan import Outlook, check_records, plan
+from crosscheck._engine.process import contain
 from crosscheck._engine.request import Request, check_request, configure, with_reference
 from crosscheck._errors import one_line
 from crosscheck._report.report import Report

@@ -21,8 +21,8 @@ import numpy as np
 
 from crosscheck._backends import BUILTINS, ORACLE
 from crosscheck._engine.driver import Caller
-from crosscheck._engine.isolate import Worker, foreign, load_isolated
 from crosscheck._engine.load import load
+from crosscheck._engine.process.isolate import Worker, foreign, load_isolated
 from crosscheck._engine.quantity import quantity as _quantity
 from crosscheck._engine.records import Execution, check_jax
 from crosscheck._engine.replay_case import check_case

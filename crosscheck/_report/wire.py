@@ -1,5 +1,5 @@
 """A report as data that crosses a process boundary (``to_wire``) and back (``from_wire``), never as a
-pickle: a contained run's worker (``crosscheck._engine.contain``) runs code from elsewhere, so what it
+pickle: a contained run's worker (``crosscheck._engine.process.contain``) runs code from elsewhere, so what it
 sends back is data, and the parent builds the report from it.
 
 ``to_wire`` gives JSON data with NumPy arrays inside (the worker's framing sends those as ``.npy``, read

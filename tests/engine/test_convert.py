@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from crosscheck._engine.driver import Caller
-from crosscheck._engine.isolate_worker import _serve
+from crosscheck._engine.process.isolate_worker import _serve
 
 N = 512
 TENSOR = 8 * N * N

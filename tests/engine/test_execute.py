@@ -14,8 +14,9 @@ from messages import crossed
 
 import crosscheck
 from crosscheck._cli.main import main
-from crosscheck._engine import contain, execute
-from crosscheck._engine.contain_worker import _job
+from crosscheck._engine import execute
+from crosscheck._engine.process import contain
+from crosscheck._engine.process.contain_worker import _job
 from crosscheck._engine.replay import replay
 from crosscheck._engine.request import Request
 from crosscheck._report.bundle import load_bundle, save_bundle

@@ -16,7 +16,7 @@ from messages import crossed
 import crosscheck
 from crosscheck._cli.main import build_parser, main
 from crosscheck._compare.record import plot_arrays
-from crosscheck._engine.isolate_worker import METHODS
+from crosscheck._engine.process.isolate_worker import METHODS
 from crosscheck._engine.quantity import QUANTITIES
 from crosscheck._workloads.registry import load_workload
 

@@ -31,7 +31,7 @@ import crosscheck
 #: The ways to misbehave. Those after "accumulates" are helpers: "witness" fails when the inputs it is
 #: given carry a hostile write (a 5.0 or a -0.0), "wrong" returns twice the gradient (a run that fails),
 #: "slow" sleeps 60 s in the call after touching the file named by $HOSTILE_MARKER; "os_exit" and
-#: "segfault" end their process (tests/engine/test_isolate.py runs them in worker processes).
+#: "segfault" end their process (tests/engine/process/test_isolate.py runs them in worker processes).
 KINDS = (
     "none",  # returns None
     "raises",  # raises ValueError("boom")

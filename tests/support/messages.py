@@ -6,7 +6,7 @@ import threading
 from multiprocessing import Pipe
 from typing import Any
 
-from crosscheck._engine.isolate_worker import receive, send
+from crosscheck._engine.process.isolate_worker import receive, send
 
 
 def crossed(message: Any) -> Any:

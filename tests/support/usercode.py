@@ -21,11 +21,11 @@ BEHAVIOURS = ("exit", "raises", "kbint", "writes", "dies", "crashes", "hangs", "
 
 
 def act(behaviour: str, arrays: Any = None) -> None:
-    """Do ``behaviour``: ``sys.exit(0)``, raise, raise ``KeyboardInterrupt`` (not a Ctrl-C), write
-    to the first array of ``arrays`` (a dict, or one array); or, for a contained run
-    (``tests/engine/test_contain.py``), end the process with ``os._exit(0)``, crash it (a segfault), hang
-    in Python, hang holding the GIL (C's ``sleep`` through ``ctypes.PyDLL``), or press Ctrl-C in the
-    parent (SIGINT to it: only in a contained run's worker) and hang until that stops it."""
+    """Do ``behaviour``: ``sys.exit(0)``, raise, raise ``KeyboardInterrupt`` (not a Ctrl-C), write to the
+    first array of ``arrays`` (a dict, or one array); or, for a contained run
+    (``tests/engine/process/test_contain.py``), end the process with ``os._exit(0)``, crash it (a
+    segfault), hang in Python, hang holding the GIL (C's ``sleep`` through ``ctypes.PyDLL``), or press
+    Ctrl-C in the parent (SIGINT to it: only in a contained run's worker) and hang until that stops it."""
     if behaviour == "exit":
         sys.exit(0)
     if behaviour == "dies":
@@ -38,7 +38,7 @@ def act(behaviour: str, arrays: Any = None) -> None:
     if behaviour == "holds":
         ctypes.PyDLL(None).sleep(600)
     if behaviour == "interrupts":
-        if "crosscheck._engine.contain_worker" not in sys.modules:  # never signal a process not ours
+        if "crosscheck._engine.process.contain_worker" not in sys.modules:  # never signal a process not ours
             raise RuntimeError("`interrupts` runs only in a contained run's worker")
         os.kill(os.getppid(), signal.SIGINT)
         while True:

@@ -2,12 +2,12 @@
 so that nothing its code does (``os._exit``, a segfault, a hang past the timeout) ends the run with
 nothing said.
 
-The parent starts a fresh Python (``crosscheck._engine.contain_worker``) and sends it a job (a function
-of the engine's, ``module:function``: ``crosscheck._engine.execute:job``, the one job of every contained
-run) and the job's request as plain data (``Request.to_data``); the worker loads the workload, runs
-the same code as in process, and sends back what the job returns as data (``crosscheck._report.wire``,
-never a pickle), with its progress on the way (and the plan's outlook, for the CLI's notes). The
-parent builds the report from that data and writes and prints it as for any run.
+The parent starts a fresh Python (``crosscheck._engine.process.contain_worker``) and sends it a job (a
+function of the engine's, ``module:function``: ``crosscheck._engine.execute:job``, the one job of every
+contained run) and the job's request as plain data (``Request.to_data``); the worker loads the workload, runs
+the same code as in process, and sends back what the job returns as data (``crosscheck._report.wire``, never a
+pickle), with its progress on the way (and the plan's outlook, for the CLI's notes). The parent builds the
+report from that data and writes and prints it as for any run.
 
 When the worker dies, or (with a timeout) says nothing for longer than the timeout plus ``GRACE``
 seconds (a hang holding the GIL), or says a user callable has run longer than the timeout, the parent
@@ -24,9 +24,9 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
-from crosscheck._engine.contain_worker import BOOT
-from crosscheck._engine.isolate import CLOSE_SECONDS, POSIX, death, spawn
-from crosscheck._engine.isolate_worker import receive, send
+from crosscheck._engine.process.contain_worker import BOOT
+from crosscheck._engine.process.isolate import CLOSE_SECONDS, POSIX, death, spawn
+from crosscheck._engine.process.isolate_worker import receive, send
 from crosscheck._errors import DetailedError, one_line
 from crosscheck._report.environment import environment
 from crosscheck._report.report import Report

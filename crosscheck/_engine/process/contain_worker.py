@@ -1,4 +1,4 @@
-"""The worker process of a contained run (``crosscheck._engine.contain``): it runs one job (the
+"""The worker process of a contained run (``crosscheck._engine.process.contain``): it runs one job (the
 engine's ``execute:job``, named by the parent, on the parent's plain-data request) and sends back what the
 job returns, as data (``crosscheck._report.wire``), with progress on the way.
 
@@ -18,14 +18,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from crosscheck._engine.isolate_worker import _die_with_parent, receive
-from crosscheck._engine.isolate_worker import send as send_message
+from crosscheck._engine.process.isolate_worker import _die_with_parent, receive
+from crosscheck._engine.process.isolate_worker import send as send_message
 from crosscheck._errors import RUNNING, DetailedError, describe, one_line
 from crosscheck._report.wire import to_wire
 
 BOOT = (
     "import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
-    "from crosscheck._engine.contain_worker import main; main(int(sys.argv[1]))"
+    "from crosscheck._engine.process.contain_worker import main; main(int(sys.argv[1]))"
 )
 #: Seconds between two "alive" messages (with a timeout).
 HEARTBEAT = 0.5

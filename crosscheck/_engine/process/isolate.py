@@ -29,7 +29,7 @@ from typing import Any
 
 from crosscheck._backends import ORACLE
 from crosscheck._engine.call import BackendFailure, Outcome
-from crosscheck._engine.isolate_worker import BOOT, receive, send
+from crosscheck._engine.process.isolate_worker import BOOT, receive, send
 from crosscheck._errors import Interrupts, describe, reraise_user_interrupt
 from crosscheck._report.report import BackendResult
 

@@ -1,4 +1,5 @@
-"""The worker process of ``--isolate`` (``crosscheck._engine.isolate``), and the messages both sides send.
+"""The worker process of ``--isolate`` (``crosscheck._engine.process.isolate``), and the messages both
+sides send.
 
 A worker is started as ``python -c BOOT FD SYS_PATH``: it loads one backend from its spec (with the
 workload's spec), says what it has, then serves calls until told to close or until its parent goes (on
@@ -47,7 +48,7 @@ CONTEXTS = ("highest_precision", "without_checkpointing")
 #: How the parent starts a worker: ``sys.argv`` is the connection's file descriptor and ``sys.path``.
 BOOT = (
     "import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
-    "from crosscheck._engine.isolate_worker import main; main(int(sys.argv[1]))"
+    "from crosscheck._engine.process.isolate_worker import main; main(int(sys.argv[1]))"
 )
 
 

@@ -1,6 +1,7 @@
-"""A workload given as an import string runs contained, in one worker process (``_engine/contain.py``):
-``os._exit``, a segfault or a hang (with ``--timeout``) in its code is a failure that names it, exit 1,
-with the report printed; a healthy one passes with the report it has in process (timings aside).
+"""A workload given as an import string runs contained, in one worker process
+(``_engine/process/contain.py``): ``os._exit``, a segfault or a hang (with ``--timeout``) in its code is a
+failure that names it, exit 1, with the report printed; a healthy one passes with the report it has in process
+(timings aside).
 
 The misbehaving callables are ``tests/support/usercode.py``'s (``usercode:generate_dies``, ...).
 """
@@ -142,7 +143,7 @@ def _without_timings(value):
 def test_a_healthy_workload_passes_in_its_worker_with_the_report_it_has_in_process(
     user_dir, capsys, monkeypatch
 ):
-    from crosscheck._engine import contain
+    from crosscheck._engine.process import contain
 
     waits = []  # how long the parent waits for the worker to exit once it has the report: not at all
     close = contain._Watch.close

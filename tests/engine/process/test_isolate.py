@@ -1,4 +1,4 @@
-"""Isolation and timeouts (``--isolate``, ``--timeout``; ``crosscheck._engine.isolate``).
+"""Isolation and timeouts (``--isolate``, ``--timeout``; ``crosscheck._engine.process.isolate``).
 
 A backend that ends its process (``os._exit``, a segfault) or hangs is that backend's failure record;
 the others are still compared and the run exits 1. Every other hostile behaviour is checked on the
@@ -23,7 +23,7 @@ from paths import SUPPORT
 
 import crosscheck
 from crosscheck._cli.main import main
-from crosscheck._engine.isolate_worker import PIECE, receive, send
+from crosscheck._engine.process.isolate_worker import PIECE, receive, send
 
 SMALL = ["--layers", "3", "--batch", "4", "--dim", "4", "--seed", "1"]
 

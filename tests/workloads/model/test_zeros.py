@@ -197,8 +197,8 @@ def test_a_side_in_a_worker_releases_its_evaluations_there():
     """``--isolate``: the worker serves ``release_evaluations`` (``isolate_worker.METHODS``), so the oracle's
     and the zero check's releases reach the adapter in its worker; the verdict is the one in process."""
     from crosscheck._engine.driver import Caller
-    from crosscheck._engine.isolate import IsolatedBackend
-    from crosscheck._engine.isolate_worker import METHODS, _has
+    from crosscheck._engine.process.isolate import IsolatedBackend
+    from crosscheck._engine.process.isolate_worker import METHODS, _has
     from crosscheck._workloads.model.oracle.function import release
     from crosscheck._workloads.model.oracle.sources import releaser
     from crosscheck._workloads.model.workload import _framework_backend

@@ -287,7 +287,7 @@ def test_a_port_gets_the_same_report_in_process_in_workers_and_with_every_point_
 
 
 def test_a_worker_serves_the_line():
-    from crosscheck._engine.isolate_worker import METHODS, _has
+    from crosscheck._engine.process.isolate_worker import METHODS, _has
     from crosscheck._workloads.model.oracle.line import METHODS as LINE
 
     for framework, loss in (("jax", _jax_loss), ("torch", _torch_loss)):

@@ -66,7 +66,8 @@ def no_heavy_work(monkeypatch):
     """Every step after the workload is loaded fails the test: planning (which loads the backends and
     sets up the oracle), driving the run, a worker process, the port's generic workload and its two
     sides' loss functions."""
-    from crosscheck._engine import contain, execute
+    from crosscheck._engine import execute
+    from crosscheck._engine.process import contain
     from crosscheck._workloads.port.declare import build
     from crosscheck._workloads.port.judge import workload as port_workload
 
@@ -179,7 +180,7 @@ def test_several_problems_are_one_line_each_whatever_their_text():
 
 def test_the_command_line_says_every_problem_on_its_line(monkeypatch, capsys, tmp_path):
     from crosscheck._cli.main import main
-    from crosscheck._engine import contain
+    from crosscheck._engine.process import contain
 
     square_port()  # skips without torch or jax
     waits = []  # how long the parent waits for the worker to exit once it has the refusal

@@ -1,0 +1,12 @@
+"""The engine's worker processes: code of the user's or a backend's that runs in a fresh Python, so that
+nothing it does (``os._exit``, a segfault, a hang past the timeout) ends the run with nothing said.
+
+- ``isolate``: ``--isolate``, a backend in its own worker process (the parent's side: start, call, stop);
+  ``isolate_worker``: that worker process, and the messages both sides send (``send``, ``receive``).
+- ``contain``: a workload given as an import string, its whole check or replay in one worker process
+  (the parent's side); ``contain_worker``: that worker process, which runs the engine's one job
+  (``crosscheck._engine.execute:job``) and sends back what it returns.
+
+Arrays cross as data (a JSON header and each array's bytes; a result through ``crosscheck._report.wire``),
+never as a pickle: a worker runs code from elsewhere, so what it sends back is data, never code.
+"""
