@@ -66,12 +66,7 @@ def line(j: dict[str, Any]) -> str:
 
 
 def arithmetic() -> Arithmetic:
-    """Where JAX computes now: the default device's platform and kind (``jax.default_device``) and the
-    matmul precision in effect (``jax.default_matmul_precision``), as the judge models its rounding."""
-    import jax
-
-    device = jax.config.jax_default_device or jax.devices()[0]
-    precision = level(jax.config.jax_default_matmul_precision)
-    if isinstance(device, str):
-        return Arithmetic(device, precision)
-    return Arithmetic(device.platform, precision, str(getattr(device, "device_kind", "")))
+    """Where JAX computes now (``side``), as the judge models its rounding: the platform, the matmul
+    precision's level and the device's kind."""
+    found = side()
+    return Arithmetic(found["platform"], level(found["matmul_precision"]), found["device_kind"])
