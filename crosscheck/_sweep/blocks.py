@@ -130,10 +130,13 @@ def check_blocks(
     Args:
         blocks: a ``crosscheck.Blocks``, or an import string ``module:attribute`` naming one (needed
             with ``scheduler``: each worker loads it by name and builds only its block).
-        backends, reference, dtype, seed, strict: as for ``crosscheck.check``, for each block's port
-            (``backends``: names or import strings); they must compare the port with the original
-            (``check_sides``). With a backend as the reference no oracle runs, and a block that differs
-            says which of the two is wrong is unknown.
+        backends: as for ``crosscheck.check``, for each block's port (names or import strings); with
+            ``reference`` they must compare the port with the original (``check_sides``).
+        reference: as for ``crosscheck.check``; with a backend as the reference no oracle runs, and a
+            block that differs says which of the two is wrong is unknown.
+        dtype: float32 or float64, each block's case.
+        seed: each block's case's seed.
+        strict: unjudgeable entries fail a block.
         scheduler: the address of a Dask distributed scheduler (``tcp://HOST:8786``): each block is a
             task there; default: one block after the other in this process.
         directory: where the blocks' recordings are written (with ``scheduler``: a folder every worker
@@ -141,8 +144,8 @@ def check_blocks(
         timeout: seconds each block's check may take (default: no limit); a block past it fails by
             name (status ``timeout``, "not checked"), and the other blocks go on.
         progress: called as ``progress(done, total)`` as each block finishes (in the order they finish).
-        jax_platform: where each block's JAX side runs, with ``jax_precision``, its matmul precision
-            (``crosscheck.Execution``).
+        jax_platform: where each block's JAX side runs (``crosscheck.Execution``).
+        jax_precision: each block's JAX side's matmul precision (``crosscheck.Execution``).
 
     Returns:
         A ``BlocksResult``: ``.passed``, ``.first``, ``.lines()``, ``.to_dict()``.
