@@ -105,6 +105,7 @@ CHECKS = (
     ("examples.port.scanned_linen:port", "torch"),
     ("examples.port.scanned_linen:epsilon", "torch"),
     ("examples.port.gpt2:port", "torch"),
+    ("examples.port.gpt2_equinox:port", "torch"),
     ("examples.port.llama_nnx:port", "torch"),
 )
 
@@ -139,6 +140,10 @@ def verdict(spec: str, reference: str, precision: str) -> dict[str, Any]:
         "verdict": port.get("text") or (said.text if said is not None else ""),
         "starts_in": port.get("module") or "",
         "first_failure": (failing[0].message.splitlines()[0] if failing else ""),
+        "classification": report.classification.get("kind", ""),
+        "classified": report.classification.get("text", ""),
+        "runs": [(r["run"], r["passed"], r.get("first")) for r in report.classification.get("runs", [])],
+        "rounding": (getattr(jax_result, "notes", None) or {}).get("rounding", ""),
     }
 
 
@@ -157,13 +162,21 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         help="instead, run the first N checks of CHECKS (all by default) at each precision",
     )
+    parser.add_argument(
+        "--checks",
+        help="with --verdicts: these checks instead, comma-separated WORKLOAD@REFERENCE "
+        "(examples.port.convnet:port@torch, stack:256@numpy-fd)",
+    )
     args = parser.parse_args(argv)
     import jax
 
     device = jax.devices()[0]
     print(f"JAX {jax.__version__} on {device.platform} ({device.device_kind})", flush=True)
     if args.verdicts is not None:
-        return _verdicts(CHECKS[: args.verdicts], args.precisions.split(","), args.json)
+        checks = CHECKS[: args.verdicts]
+        if args.checks:
+            checks = tuple(tuple(c.split("@", 1)) for c in args.checks.split(","))
+        return _verdicts(checks, args.precisions.split(","), args.json)
     results = []
     for spec in args.ports.split(","):
         for precision in args.precisions.split(","):

@@ -39,5 +39,8 @@ def render(report: Any, console: Any) -> None:
     """``PASSED`` or ``FAILED: ...`` (every problem), then each caveat of the verdicts, once."""
     verdict = "PASSED" if report.passed else "FAILED: " + "; ".join(report.problems)
     console.print(verdict, markup=False, highlight=False)
+    if getattr(report, "classification", None):
+        said = f"classified by re-runs: {report.classification['text']}"
+        console.print(said, markup=False, highlight=False)
     for line in report.caveats():
         console.print(f"caveat of {line}", markup=False, highlight=False)

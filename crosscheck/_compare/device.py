@@ -17,6 +17,7 @@ nothing. The figures are measured: ``docs/measurements/accelerator.md``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 from crosscheck._compare.dtypes import unit_roundoff
@@ -93,14 +94,18 @@ class Arithmetic:
         return "check at `--jax-precision highest`, or with `--jax-platform cpu`, too"
 
 
-def arithmetic(backend: object) -> Arithmetic | None:
+def arithmetic(backend: object, call: object = None) -> Arithmetic | None:
     """Where ``backend`` computes, when it says (its optional ``arithmetic()``: a backend that runs on an
-    accelerator); None for one that does not say, or says nothing usable."""
+    accelerator); None for one that does not say, or says nothing usable. ``call``: the engine's guarded
+    call, whose ``placed()`` puts the run's settings for the JAX side in effect (``--jax-precision``,
+    ``--jax-platform``), so that the answer is where the backend's calls ran, not the process's default."""
     says = getattr(backend, "arithmetic", None)
     if not callable(says):
         return None
+    placed = getattr(call, "placed", None)
     try:
-        found = says()
+        with placed() if callable(placed) else contextlib.nullcontext():
+            found = says()
     except Exception:  # a capability that fails says nothing: judged as before
         return None
     return found if isinstance(found, Arithmetic) else None

@@ -10,8 +10,9 @@ reported, the rest is recorded as not run, and the report says it was interrupte
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from crosscheck._engine.call import (
     Outcome,
     guarded,
     hand,
+    placed,
     unique,
     user_interrupts,
 )
@@ -124,6 +126,22 @@ class Caller:
         of its gradient, 8 bytes a parameter each)."""
         made = self._fresh.make(arrays, dtype)
         return Once(made) if once else made
+
+    def placed(self) -> contextlib.AbstractContextManager[None]:
+        """The run's settings for the JAX side in effect here (as inside each call): where a backend's
+        calls run is read under them (``device.arithmetic``)."""
+        return placed(self.settings)
+
+    @contextlib.contextmanager
+    def on_host(self) -> Iterator[None]:
+        """The JAX side's calls on the host CPU while in effect (``Execution.jax_platform`` ``"cpu"``,
+        the precision kept): a re-run the accelerator cannot compute (a float64 operation it lacks)."""
+        before = self.settings
+        self.settings = {**(before or {"jax_precision": "default"}), "jax_platform": "cpu"}
+        try:
+            yield
+        finally:
+            self.settings = before
 
     @staticmethod
     def failure(error: str) -> Outcome:

@@ -17,6 +17,7 @@ from typing import Any
 
 from crosscheck._compare.record import keeps_plot_arrays, plot_arrays
 from crosscheck._engine import rerun
+from crosscheck._engine.classify import classified
 from crosscheck._engine.driver import drive
 from crosscheck._engine.plan import Outlook, check_records, plan
 from crosscheck._engine.process import contain
@@ -59,7 +60,8 @@ def execute(request: Request) -> Any:
     if request.announce is not None:
         request.announce(Outlook.of(planned))
     with plot_arrays(request.plot):
-        return drive(planned)
+        report = drive(planned)
+    return classified(request, report, execute)
 
 
 def _checked(request: Request) -> Request:

@@ -125,6 +125,10 @@ class Report:
     #: The run's settings for the JAX side (``Execution.jax``: ``jax_platform``, ``jax_precision``),
     #: the JSON report's "jax_settings" (what ``replay`` applies again).
     jax_settings: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: A failure with the JAX side on an accelerator, classified by controlled re-runs (at ``highest``,
+    #: on the host CPU: ``crosscheck._engine.classify``): ``kind``, ``text`` and each run; the JSON
+    #: report's "classification".
+    classification: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def problems(self) -> list[str]:
@@ -208,6 +212,7 @@ class Report:
                 **({"hvp_direction": self.direction} if self.quantity == "hvp" else {}),
                 **({"oracle": self.oracle} if self.oracle else {}),
                 **({"halted": self.halted} if self.halted else {}),
+                **({"classification": self.classification} if self.classification else {}),
             }
         )
 
@@ -273,6 +278,9 @@ class Report:
             console.print(f"environment: {environment_line(self.environment)}", highlight=False, markup=False)
         for name, text in self.verdicts().items():
             console.print(plain(f"verdict of `{name}`: {text}"), highlight=False, markup=False)
+        if self.classification:
+            said = f"classified by re-runs: {self.classification['text']}"
+            console.print(plain(said), highlight=False, markup=False)
         self._verdict_line(console)
 
     def _verdict_line(self, console: Any) -> None:

@@ -17,6 +17,7 @@ first call.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -78,6 +79,12 @@ class Call(Protocol):
 
     def failure(self, error: str) -> Any:
         """An outcome that failed with ``error`` before any call."""
+
+    def placed(self) -> contextlib.AbstractContextManager[None]:
+        """The run's settings for the JAX side in effect, as inside each call."""
+
+    def on_host(self) -> contextlib.AbstractContextManager[None]:
+        """The JAX side's calls on the host CPU while in effect (a re-run an accelerator cannot make)."""
 
     def cast(
         self, arrays: Mapping[str, np.ndarray], dtype: str, *, once: bool = False

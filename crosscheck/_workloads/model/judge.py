@@ -28,6 +28,7 @@ from crosscheck._compare.constants import OTHER_DTYPE, WIDEN
 from crosscheck._compare.device import arithmetic
 from crosscheck._compare.dtypes import is_low
 from crosscheck._compare.record import Comparison, Kinks
+from crosscheck._errors import one_line
 from crosscheck._report.report import Verdict
 from crosscheck._workloads.model.compare import Answer, Context, entries
 from crosscheck._workloads.model.declare import Workload
@@ -315,8 +316,26 @@ class GenericJudge:
             call.cast(self.point.params, other, once=True),
             call.cast(self.point.inputs, other, once=True),
         )
-        again = call(backend.grad, params, inputs, convert="arrays").value
+        outcome = call(backend.grad, params, inputs, convert="arrays")
         del params, inputs
+        device = arithmetic(backend, call)
+        failed = None if outcome.ok else f"`{name}`'s {other} re-run failed: {one_line(outcome.error, 240)}"
+        if failed and device is not None and device.platform != "cpu":
+            # an accelerator without every float64 operation (a TPU's max pooling gradient): the
+            # re-run is the same computation on the host CPU, whose float64 is IEEE's
+            with call.on_host():
+                outcome = call(
+                    backend.grad,
+                    call.cast(self.point.params, other, once=True),
+                    call.cast(self.point.inputs, other, once=True),
+                    convert="arrays",
+                )
+            failed = (
+                f"{failed}; re-run on the host CPU instead"
+                if outcome.ok
+                else f"{failed}; on the host CPU too: {one_line(str(outcome.error), 240)}"
+            )
+        again = outcome.value
         # |g32 - g64| is two float32 roundings, not the float32 run's alone, where the float64 loss
         # keeps float32 steps (probed lazily: only for a parameter beyond the permit); the re-run's
         # arrays are the engine's copies, read by no one after: the difference is made in them
@@ -329,9 +348,11 @@ class GenericJudge:
             name=name,
             steps=steps,
             consume=True,
-            device=arithmetic(backend),
+            device=device,
         )
         del again
+        if failed:  # said wherever the rounding is: a re-run that did not happen is not hidden
+            found = dataclasses.replace(found, how=f"{failed}; {found.how}", honest=outcome.ok)
         if self.dtype != "float64" or found.delta is None:
             return found
         side = getattr(backend, "name", name)

@@ -91,7 +91,7 @@ class OutputJudge(PortJudge):
     ) -> list[Comparison]:
         runs = (reference.data, self._runs(call, torch=False, main=self.captured.pop(id(backend))))
         self._probe(backend, name, call)
-        self.device = arithmetic(backend)
+        self.device = arithmetic(backend, call)
         modules, verdict = self.modules(name, call, [], runs=runs)
         modules = _with_rounding(modules, runs[1])
         if is_low(self.dtype) and low.agrees(modules):  # what a 16-bit pass hides, as the gradients' says

@@ -128,7 +128,7 @@ class PortJudge:
         found = self.inner.compare(backend, value, name, reference, call)
         if id(backend) not in self.workload.ports:
             return found
-        self.device = arithmetic(backend)
+        self.device = arithmetic(backend, call)
         modules, verdict = self.modules(name, call, found)
         self.record(name, modules, verdict, reference.name)
         return modules + found

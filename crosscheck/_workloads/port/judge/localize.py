@@ -176,12 +176,22 @@ REDRAWN = "is not the same computation"
 
 
 def _redrawn_text(label: str, side: str, dtype: str, redrawn: _terms.Redrawn, on: str = "") -> str:
-    return (
+    head = (
         f"{label}: the {OTHER_DTYPE[dtype]} re-run of `{side}` {REDRAWN}: {redrawn.entries} of "
         f"{redrawn.total} entries differ from its {dtype} run by more than {redrawn.dtype} rounding{on} "
-        f"permits (up to {redrawn.ratio:.3g} x), which no re-rounding does: a random draw made again "
-        "(random? a dropout left on, a key drawn in the default float dtype); no rounding can be "
-        "measured from such a re-run, and this output fails"
+        f"permits (up to {redrawn.ratio:.3g} x)"
+    )
+    if on:  # on an accelerator, its arithmetic may outgrow its model: the re-runs at `highest` and on
+        # the host CPU say which (``_engine/classify``), not a guess here
+        return (
+            f"{head}: the device's reduced-precision arithmetic compounded beyond its model, or another "
+            "computation (a random draw made again); the check re-runs the JAX side at `highest` and on "
+            "the host CPU to say which, and this output fails here"
+        )
+    return (
+        f"{head}, which no re-rounding does: a random draw made again (random? a dropout left on, a key "
+        "drawn in the default float dtype); no rounding can be measured from such a re-run, and this "
+        "output fails"
     )
 
 

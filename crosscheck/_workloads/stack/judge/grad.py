@@ -117,7 +117,7 @@ class StackGradJudge:
     ) -> list[Comparison]:
         candidate = value["weights"]
         dtype, _ = declared_dtype(backend, self.dtype)
-        device = arithmetic(backend)
+        device = arithmetic(backend, call)
         self.device_scale = scale(device, dtype)
         try:
             comparison = self._compared(backend, candidate, name, reference, dtype, call)

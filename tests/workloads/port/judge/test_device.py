@@ -105,3 +105,52 @@ def test_the_device_model_permits_bfloat16_products_and_nothing_on_a_cpu():
     on_tpu = wide * (1 + 2.0**-9)  # half a bfloat16 unit: one pass's product error
     assert terms.capped(on_tpu - wide, wide)[1] is not None  # beyond float32's permit: "another computation"
     assert terms.capped(on_tpu - wide, wide, device=tpu)[1] is None  # within the TPU's arithmetic
+
+
+@jax.custom_vjp
+def pair_max(h):
+    """The max over pairs of units, each repeated twice (a max pooling of width 2, stride 2, upsampled)."""
+    return jnp.repeat(h.reshape(h.shape[0], -1, 2).max(axis=-1), 2, axis=-1)
+
+
+def _pair_max_fwd(h):
+    return pair_max(h), h
+
+
+def _pair_max_bwd(h, g):
+    """A TPU has no float64 max-pooling gradient (``select_and_scatter``): simulated, the float64
+    backward pass fails unless placed on the host CPU."""
+    if h.dtype == jnp.float64 and jax.config.jax_default_device is None:
+        raise NotImplementedError("UNIMPLEMENTED: select-and-scatter in f64 on this device")
+    return (jax.vjp(lambda a: jnp.repeat(a.reshape(a.shape[0], -1, 2).max(axis=-1), 2, axis=-1), h)[1](g)[0],)
+
+
+pair_max.defvjp(_pair_max_fwd, _pair_max_bwd)
+
+
+class FlaxPooled(nn.Module):
+    """The MLP with a max over pairs of hidden units, whose float64 gradient the device cannot make."""
+
+    @nn.compact
+    def __call__(self, x):
+        h = pair_max(jnp.tanh(nn.Dense(HIDDEN, name="fc1", dot_general=tpu_dot)(x)))
+        return nn.Dense(OUT, name="fc2", dot_general=tpu_dot)(h)
+
+
+class TorchPooled(TorchMLP):
+    def forward(self, x):
+        h = torch.tanh(self.fc1(x))
+        h = h.reshape(h.shape[0], -1, 2).amax(-1).repeat_interleave(2, -1)
+        return self.fc2(h)
+
+
+def test_a_float64_re_run_the_device_cannot_compute_is_made_on_the_host_cpu_and_said(on_a_tpu):
+    """Without the host CPU's re-run, the gradient is judged by float32's fallback bound, which a TPU's
+    bfloat16 products exceed: the healthy port failed at its first layer (the convnet on a TPU v5e)."""
+    x = np.random.default_rng(3).standard_normal((16, WIDTH)).astype(np.float32)
+    torch.manual_seed(0)
+    port = crosscheck.Port(name="pooled", torch=TorchPooled().eval(), jax=FlaxPooled(), inputs={"x": x})
+    report = _run(port)
+    assert report.passed, report.problems
+    said = report.backends["jax"].notes["rounding"]
+    assert "float64 re-run failed" in said and "re-run on the host CPU instead" in said

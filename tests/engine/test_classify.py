@@ -1,0 +1,147 @@
+"""A failure with the JAX side on an accelerator, classified by controlled re-runs (at ``highest``, on the
+host CPU), simulated on the CPU (CI has no accelerator).
+
+The simulated TPU: ``environment.side`` says ``tpu`` unless the JAX side is placed on the host CPU, and
+the port's products round their inputs to a few bits at JAX's default matmul precision, coarser than the
+device model permits (the compounding a real TPU shows through layers of attention); at ``highest`` they
+are float32's. A healthy port then fails at the default precision, passes at ``highest``: PASSED, the
+default run's failure said; a port bug fails everywhere and is located by the CPU run; a device whose
+elementwise function is off at every precision is named, not the port.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import crosscheck
+
+torch = pytest.importorskip("torch")
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+nn = pytest.importorskip("flax.linen")
+
+from crosscheck._engine import classify  # noqa: E402
+from crosscheck.backends.jax import environment  # noqa: E402
+
+WIDTH, HIDDEN, OUT = 32, 64, 16
+
+
+def _on_chip() -> bool:
+    return jax.config.jax_default_device is None
+
+
+def coarse(a):
+    """A product's input as the simulated chip rounds it at the default precision: 4 significant bits."""
+    scale = 2.0 ** jnp.floor(jnp.log2(jnp.abs(a) + 1e-30))
+    return jnp.round(a / scale * 8.0) / 8.0 * scale
+
+
+def chip_dot(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, **kwargs):
+    if lhs.dtype == jnp.float32 and _on_chip() and jax.config.jax_default_matmul_precision is None:
+        lhs, rhs = coarse(lhs), coarse(rhs)
+    return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision)
+
+
+class TorchMLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(WIDTH, HIDDEN), torch.nn.Linear(HIDDEN, OUT)
+
+    def forward(self, x):
+        return self.fc2(torch.tanh(self.fc1(x)))
+
+
+class FlaxMLP(nn.Module):
+    shift: float = 0.0  # a planted bug: the output off by this much
+    tanh_ulps: float = 0.0  # the chip's tanh off by this much of float32's unit, at every precision
+
+    @nn.compact
+    def __call__(self, x):
+        h = jnp.tanh(nn.Dense(HIDDEN, name="fc1", dot_general=chip_dot)(x))
+        if self.tanh_ulps and h.dtype == jnp.float32 and _on_chip():
+            h = h * (1 + self.tanh_ulps * 2.0**-24)
+        return nn.Dense(OUT, name="fc2", dot_general=chip_dot)(h) + self.shift
+
+
+def _port(**planted):
+    x = np.random.default_rng(3).standard_normal((16, WIDTH)).astype(np.float32)
+    torch.manual_seed(0)
+    return crosscheck.Port(name="mlp", torch=TorchMLP().eval(), jax=FlaxMLP(**planted), inputs={"x": x})
+
+
+@pytest.fixture
+def on_a_tpu(monkeypatch):
+    """The JAX side says it runs on a TPU unless placed on the host CPU."""
+    real = environment.side
+
+    def side():
+        found = real()
+        return found if not _on_chip() else {**found, "platform": "tpu", "device_kind": "TPU v5 lite"}
+
+    monkeypatch.setattr(environment, "side", side)
+
+
+def _run(port, **kwargs):
+    return crosscheck.run(workload=port, reference="torch", backends=["jax"], **kwargs)
+
+
+def test_a_healthy_port_that_fails_at_the_default_precision_passes_at_highest_and_says_so(on_a_tpu):
+    report = _run(_port())
+    assert report.passed, report.problems
+    found = report.classification
+    assert found["kind"] == "precision"
+    assert [r["run"] for r in found["runs"]] == ["as asked", "highest"]
+    first, second = found["runs"]
+    assert not first["passed"] and first["platform"] == "tpu" and first["problems"]
+    assert second["passed"] and second["matmul_precision"] == "highest"
+    assert "not the port" in found["text"] and "random draw" not in found["text"]
+    said = report.to_dict()
+    assert said["classification"]["kind"] == "precision"
+
+
+def test_a_port_bug_fails_everywhere_and_is_located_by_the_host_cpu_run(on_a_tpu):
+    report = _run(_port(shift=0.5))
+    assert not report.passed
+    found = report.classification
+    assert found["kind"] == "port" and [r["run"] for r in found["runs"]] == [
+        "as asked",
+        "highest",
+        "host CPU",
+    ]
+    assert report.backends["jax"].info["platform"] == "cpu"  # the verdict is the CPU run's
+    assert report.backends["jax"].notes["port"]["starts_in"] == "forward"
+
+
+def test_a_device_whose_arithmetic_differs_at_highest_too_is_named_not_the_port(on_a_tpu):
+    report = _run(_port(tanh_ulps=2.0**18))
+    assert not report.passed
+    found = report.classification
+    assert found["kind"] == "device" and found["runs"][-1]["passed"]
+    assert "the device's arithmetic decided" in found["text"]
+
+
+def test_a_failure_on_a_cpu_is_not_re_run():
+    report = _run(_port(shift=0.5))
+    assert not report.passed and report.classification == {}
+    assert classify.accelerated(report) is None
+
+
+def test_what_a_classification_says_is_printed_before_the_verdict(on_a_tpu):
+    from rich.console import Console
+
+    report = _run(_port())
+    console = Console(record=True, width=400)
+    report.render(console)
+    text = console.export_text()
+    assert "classified by re-runs: the JAX side on a TPU (TPU v5 lite)" in text
+    assert text.rstrip().splitlines()[-1].startswith("PASSED")
+
+
+def test_the_run_s_precision_is_the_one_its_device_model_reads(on_a_tpu):
+    """``jax_precision="highest"`` for the run (not the process): the device model is ``highest``'s, whose
+    permit a tanh off by 2^18 float32 units exceeds; read outside the run's settings it was the default's,
+    16 times wider, and the check passed."""
+    report = _run(_port(tanh_ulps=2.0**18), jax_precision="highest")
+    assert not report.passed
+    assert "at JAX's highest matmul precision" in report.backends["jax"].notes["port"]["text"]
