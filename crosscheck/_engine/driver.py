@@ -10,9 +10,8 @@ reported, the rest is recorded as not run, and the report says it was interrupte
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -25,11 +24,11 @@ from crosscheck._engine.call import (
     Outcome,
     guarded,
     hand,
-    placed,
     unique,
     user_interrupts,
 )
 from crosscheck._engine.load import load, spec_name
+from crosscheck._engine.placement import Placement
 from crosscheck._engine.plan import Plan
 from crosscheck._engine.process.isolate import (
     RemoteMethod,
@@ -50,7 +49,7 @@ _CONVERTERS: dict[str, Callable[..., tuple[Any, str | None, dict[str, str]]]] = 
 }
 
 
-class Caller:
+class Caller(Placement):
     """The guarded call bound to a point's arrays: ``call(fn, *args, convert=None, **kwargs)``.
 
     A backend is handed private copies of the arrays (``hand``) and never the point's own, which are
@@ -126,22 +125,6 @@ class Caller:
         of its gradient, 8 bytes a parameter each)."""
         made = self._fresh.make(arrays, dtype)
         return Once(made) if once else made
-
-    def placed(self) -> contextlib.AbstractContextManager[None]:
-        """The run's settings for the JAX side in effect here (as inside each call): where a backend's
-        calls run is read under them (``device.arithmetic``)."""
-        return placed(self.settings)
-
-    @contextlib.contextmanager
-    def on_host(self) -> Iterator[None]:
-        """The JAX side's calls on the host CPU while in effect (``Execution.jax_platform`` ``"cpu"``,
-        the precision kept): a re-run the accelerator cannot compute (a float64 operation it lacks)."""
-        before = self.settings
-        self.settings = {**(before or {"jax_precision": "default"}), "jax_platform": "cpu"}
-        try:
-            yield
-        finally:
-            self.settings = before
 
     @staticmethod
     def failure(error: str) -> Outcome:

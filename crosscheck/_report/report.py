@@ -125,9 +125,7 @@ class Report:
     #: The run's settings for the JAX side (``Execution.jax``: ``jax_platform``, ``jax_precision``),
     #: the JSON report's "jax_settings" (what ``replay`` applies again).
     jax_settings: dict[str, str] = dataclasses.field(default_factory=dict)
-    #: A failure with the JAX side on an accelerator, classified by controlled re-runs (at ``highest``,
-    #: on the host CPU: ``crosscheck._engine.classify``): ``kind``, ``text`` and each run; the JSON
-    #: report's "classification".
+    #: A failure on an accelerator classified by re-runs (``_engine/classify``): the JSON's "classification".
     classification: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
@@ -252,11 +250,9 @@ class Report:
         return out + [(line, False) for line in self.oracle.get("lines", [])]
 
     def render(self, console: Any) -> None:
-        """Print the table, the mismatch messages and a verdict line on a ``rich`` console.
-
-        Text from backends and workloads (names, errors, parameter names) is printed as text: escaped
-        where the line is markup, without control characters everywhere.
-        """
+        """Print the table, the mismatch messages and a verdict line on a ``rich`` console. Text from
+        backends and workloads (names, errors) is printed as text: escaped where the line is markup,
+        without control characters everywhere."""
         from crosscheck._report.table import render_table
         from crosscheck._report.tree import summarised
 
@@ -290,14 +286,12 @@ class Report:
         if self.passed:
             console.print(f"[green]PASSED[/green]: {markup(summary(self))}", highlight=False)
         else:
-            # A problem may quote `pip install 'crosscheck-gradients[torch]'` (markup to rich) or a
-            # backend's name.
+            # a problem may quote `pip install 'crosscheck-gradients[torch]'` (markup to rich)
             console.print(f"[red]FAILED[/red]: {markup('; '.join(self.problems))}", highlight=False)
 
     def _sections(self, place: str, console: Any) -> None:
-        for section in self.sections:
-            if section.place == place:
-                section.render(self, console)
+        for section in (s for s in self.sections if s.place == place):
+            section.render(self, console)
 
 
 def environment_line(env: dict[str, Any]) -> str:

@@ -25,10 +25,8 @@ import numpy as np
 from crosscheck._backends import ORACLE
 from crosscheck._compare import low
 from crosscheck._compare.constants import OTHER_DTYPE, WIDEN
-from crosscheck._compare.device import arithmetic
 from crosscheck._compare.dtypes import is_low
 from crosscheck._compare.record import Comparison, Kinks
-from crosscheck._errors import one_line
 from crosscheck._report.report import Verdict
 from crosscheck._workloads.model.compare import Answer, Context, entries
 from crosscheck._workloads.model.declare import Workload
@@ -45,6 +43,7 @@ from crosscheck._workloads.model.oracle.function import (
 )
 from crosscheck._workloads.model.oracle.one_thread import threads_note
 from crosscheck._workloads.model.oracle.sources import numpy_function, own_loss
+from crosscheck._workloads.model.rerun import rerun
 from crosscheck._workloads.model.rounding import Rounding, measure
 from crosscheck._workloads.model.summary import against_oracle, summarize
 from crosscheck._workloads.model.zeros import Side, confirm, zero_tensors
@@ -310,31 +309,7 @@ class GenericJudge:
     def rounding(self, backend: Any, value: dict[str, np.ndarray], name: str, call: Call) -> Rounding:
         """The ``rounding`` term of every parameter, and how it was obtained (``rounding.measure``)."""
         other = OTHER_DTYPE[self.dtype]
-        # the re-run's arrays go when its call returns, before its gradient is copied out of the backend
-        # (``once``; the float64 parameters were held beside the float64 gradient)
-        params, inputs = (
-            call.cast(self.point.params, other, once=True),
-            call.cast(self.point.inputs, other, once=True),
-        )
-        outcome = call(backend.grad, params, inputs, convert="arrays")
-        del params, inputs
-        device = arithmetic(backend, call)
-        failed = None if outcome.ok else f"`{name}`'s {other} re-run failed: {one_line(outcome.error, 240)}"
-        if failed and device is not None and device.platform != "cpu":
-            # an accelerator without every float64 operation (a TPU's max pooling gradient): the
-            # re-run is the same computation on the host CPU, whose float64 is IEEE's
-            with call.on_host():
-                outcome = call(
-                    backend.grad,
-                    call.cast(self.point.params, other, once=True),
-                    call.cast(self.point.inputs, other, once=True),
-                    convert="arrays",
-                )
-            failed = (
-                f"{failed}; re-run on the host CPU instead"
-                if outcome.ok
-                else f"{failed}; on the host CPU too: {one_line(str(outcome.error), 240)}"
-            )
+        outcome, failed, device = rerun(backend, self.point, other, name, call)
         again = outcome.value
         # |g32 - g64| is two float32 roundings, not the float32 run's alone, where the float64 loss
         # keeps float32 steps (probed lazily: only for a parameter beyond the permit); the re-run's
