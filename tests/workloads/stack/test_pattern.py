@@ -11,6 +11,7 @@ from exact import as_float, exact_gradient
 
 import crosscheck
 from crosscheck._workloads.stack import pattern as _pattern
+from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack.forward import backward, forward
 from crosscheck._workloads.stack.judge import pattern as _patterned
 from crosscheck._workloads.stack.judge.answers import GradAnswer
@@ -137,3 +138,14 @@ def test_activations_of_the_wrong_shape_are_said_and_judged_on_float64s_pattern(
     (comparison,) = comparisons.values()
     assert comparison.passed
     assert "judged on float64's ReLU pattern (its activations have shape (8, 2, 6)" in comparison.coverage
+
+
+def test_candidates_on_float64s_pattern_share_its_rounding_model(monkeypatch):
+    made = []
+    real = rounding.rounding_model
+    monkeypatch.setattr(rounding, "rounding_model", lambda *a, **k: made.append(a[2]) or real(*a, **k))
+    first, second = planted.Patterned(planted.correct), planted.Patterned(planted.correct)
+    second.name = "again"
+    report = crosscheck.run(layers=4, batch=4, dim=8, seed=1, backends=[first, second])
+    assert report.passed and all(c.unjudgeable == 0 for c in report.comparisons)
+    assert made.count("float32") == 1

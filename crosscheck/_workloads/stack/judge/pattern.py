@@ -133,11 +133,14 @@ def _shifted(screening: _screen.Screening | None, pattern: _pattern.Pattern) -> 
 
 def view(judge: PatternJudge, pattern: _pattern.Pattern, screening: _screen.Screening | None) -> Any:
     """A shallow copy of ``judge`` held at ``pattern``: its passes, models, underflow bounds and kink
-    judgements are the pattern's (the float64 model, the reference's, is kept)."""
+    judgements are the pattern's (the float64 model, the reference's, is kept). A pattern that is
+    float64's has float64's passes bit for bit: its models and bounds are the judge's own, shared (made
+    once for every candidate that took it)."""
     held: Any = copy.copy(judge)
     held.fwd, held.deltas, held.pattern, held.screening = pattern.fwd, pattern.deltas, pattern, screening
-    held._models = {"float64": judge.model("float64")}
-    held._underflows, held._kinks_memo = {}, {}
+    if len(pattern.flipped):
+        held._models, held._underflows = {"float64": judge.model("float64")}, {}
+    held._kinks_memo = {}
     return held
 
 
