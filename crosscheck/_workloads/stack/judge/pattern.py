@@ -101,8 +101,8 @@ def conditioned(judge: PatternJudge, backend: Any, dtype: str, call: Call) -> tu
 def answer(oracle: GradAnswer, pattern: _pattern.Pattern | None) -> GradAnswer:
     """The oracle's every-entry answer moved to the candidate's pattern, on the layers it answers
     (the others stay NaN), with the change's rounding bound added to its error bar (unchanged without
-    a pattern)."""
-    if pattern is None:
+    a pattern, or on float64's)."""
+    if pattern is None or not len(pattern.flipped):
         return oracle
     value, error = oracle.value.copy(), oracle.error.copy()
     for k in range(len(value)):
@@ -121,6 +121,8 @@ def _shifted(screening: _screen.Screening | None, pattern: _pattern.Pattern) -> 
     float64's pattern, moved when used: ``answer``); what each dtype is screened along is not."""
     if screening is None:
         return None
+    if not len(pattern.flipped):  # float64's pattern: the oracle's derivatives as they are
+        return dataclasses.replace(screening, along={})
     sc = screening.estimate
     value, error = np.array(sc.value, np.float64), np.array(sc.error, np.float64)
     for k in range(len(value)):
