@@ -31,7 +31,7 @@ from crosscheck._workloads.stack.judge import screen as _screen
 from crosscheck._workloads.stack.judge.answers import GradAnswer
 
 #: The dtypes judged on their own pattern: float32's flips are what leaves entries unjudgeable at width.
-DTYPES = ("float32",)
+HELD_DTYPES = ("float32",)
 #: How many of the units that differ a note names.
 NAMED = 5
 
@@ -78,7 +78,7 @@ def conditioned(judge: PatternJudge, backend: Any, dtype: str, call: Call) -> tu
     """The judge held at ``backend``'s own pattern, and a note saying so; or ``None`` and why not
     ("" when the candidate is not judged so: not float32, or no activations to show its pattern)."""
     activations = getattr(backend, "activations", None)
-    if dtype not in DTYPES or judge.weights.dtype != np.float32 or not callable(activations):
+    if dtype not in HELD_DTYPES or judge.weights.dtype != np.float32 or not callable(activations):
         return None, ""
     out = call(activations, judge.weights, judge.x)
     masks = out.error or _pattern.masks_of(out.value, judge.fwd)
