@@ -151,3 +151,14 @@ def test_candidates_on_float64s_pattern_share_its_rounding_model(monkeypatch):
     report = crosscheck.run(layers=4, batch=4, dim=8, seed=1, backends=[first, second])
     assert report.passed and all(c.unjudgeable == 0 for c in report.comparisons)
     assert made.count("float32") == 1
+
+
+def test_activations_that_raise_are_said_and_the_gradient_judged_on_float64s_pattern():
+    def shown(activations):
+        raise RuntimeError("no forward here")
+
+    report, comparisons = _run(planted.Patterned(planted.correct, shown))
+    (comparison,) = comparisons.values()
+    assert report.passed and comparison.unjudgeable > 0  # judged, as without activations
+    assert "judged on float64's ReLU pattern (" in comparison.coverage
+    assert "no forward here" in comparison.coverage
