@@ -17,7 +17,9 @@ class Backend(Protocol):
     and must not modify them; it returns the case's dtype, unless the backend declares another in an
     ``output_dtype`` attribute (the oracle: ``"float64"``). Optional methods, discovered when present:
     ``info() -> dict`` (framework, version, device, precision settings), ``hvp(weights, x, v)`` (the
-    Hessian-vector product, ``(L, d, d)``, for ``quantity="hvp"``); for an oracle,
+    Hessian-vector product, ``(L, d, d)``, for ``quantity="hvp"``), ``activations(weights, x)`` (the
+    forward outputs ``y[1] .. y[L]``, ``(L, N, d)``: for ``explain``, and for judging a float32 gradient
+    on the ReLU pattern its forward pass took); for an oracle,
     ``estimate(weights, x)`` and ``hvp_estimate(weights, x, v)`` with error bars; for
     ``crosscheck inspect``, a ``claims`` dict (``{"scan": bool, "checkpoint": "layer" | "scan" |
     "segment" | None}``) and, for a JAX backend, ``loss_fn()`` returning the scalar loss whose gradient

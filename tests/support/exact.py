@@ -11,15 +11,16 @@ from fractions import Fraction
 import numpy as np
 
 
-def exact_gradient(weights: np.ndarray, x: np.ndarray) -> list:
-    """Return ``dloss/dweights`` as nested lists of Fractions, shape ``(L, d, d)``."""
+def exact_gradient(weights: np.ndarray, x: np.ndarray, held: list | None = None) -> list:
+    """Return ``dloss/dweights`` as nested lists of Fractions, shape ``(L, d, d)``; with ``held`` (L
+    arrays ``(N, d)`` of bool) on that ReLU pattern, held whatever the signs (the stack's piece)."""
     w = [[[Fraction(float(v)) for v in row] for row in layer] for layer in weights]
     y = [[Fraction(float(v)) for v in row] for row in x]
     d = len(y[0])
     ys, masks = [y], []
-    for layer in w:
+    for m, layer in enumerate(w):
         z = [[sum((row[i] * layer[i][j] for i in range(d)), Fraction(0)) for j in range(d)] for row in y]
-        mask = [[v > 0 for v in row] for row in z]
+        mask = [[v > 0 for v in row] for row in z] if held is None else [list(r) for r in held[m]]
         y = [
             [v if m else Fraction(0) for v, m in zip(zr, mr, strict=True)]
             for zr, mr in zip(z, mask, strict=True)

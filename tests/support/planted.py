@@ -78,3 +78,30 @@ def off_at_largest(rel):
 
     grad.__name__ = f"off_by_{rel:g}_at_largest"
     return grad
+
+
+def activations(weights, x):
+    """The forward activations ``y[1] .. y[L]`` in the inputs' dtype, in ``_grad``'s arithmetic: the
+    pattern its gradient took."""
+    out, y = [], x
+    for w in weights:
+        z = y @ w
+        y = np.where(z > 0, z, 0).astype(x.dtype)
+        out.append(y)
+    return np.stack(out)
+
+
+class Patterned:
+    """A backend of ``grad`` that also shows its activations (``activations``), so that the judge can
+    hold the reference at the ReLU pattern it took; ``shown`` may change what it shows."""
+
+    def __init__(self, grad, shown=None):
+        self.grad_fn, self.shown = grad, shown
+        self.name = f"patterned_{grad.__name__}"
+
+    def grad(self, weights, x):
+        return self.grad_fn(weights, x)
+
+    def activations(self, weights, x):
+        found = activations(weights, x)
+        return found if self.shown is None else self.shown(found)

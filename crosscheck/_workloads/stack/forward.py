@@ -31,14 +31,18 @@ class Forward:
 
 
 @_parallel.blas_on_one_thread
-def forward(weights: np.ndarray, x: np.ndarray) -> Forward:
-    """Run the stack in float64 (the inputs' values are kept exactly)."""
+def forward(weights: np.ndarray, x: np.ndarray, masks: list[np.ndarray] | None = None) -> Forward:
+    """Run the stack in float64 (the inputs' values are kept exactly).
+
+    With ``masks`` (L arrays ``(N, d)`` of bool) the ReLUs are held at them, whatever the signs: the
+    stack on that activation pattern, a product of matrices (``pattern``).
+    """
     weights = np.asarray(weights, dtype=np.float64)
     y = np.asarray(x, dtype=np.float64)
-    ys, zs, masks = [y], [], []
-    for w in weights:
+    ys, zs, held, masks = [y], [], masks, []
+    for m, w in enumerate(weights):
         z = y @ w
-        mask = z > 0  # derivative 0 at an exact zero, as jax.nn.relu
+        mask = z > 0 if held is None else held[m]  # derivative 0 at an exact zero, as jax.nn.relu
         y = np.where(mask, z, 0.0)
         ys.append(y)
         zs.append(z)

@@ -1,7 +1,8 @@
 """What the stack's reference answered, as its judges compare with it: the gradient's ``GradAnswer``
 (value, error bar and the oracle's kink flags) and the HVP's ``HvpAnswer`` (value, error bar and its
-kink judgements). Their own module, so that the judges and their screening (which checks failing layers
-entry by entry into the same records) import it, not each other."""
+kink judgements), and the dtype a candidate's answer is judged in (``declared_dtype``). Their own
+module, so that the judges and their screening (which checks failing layers entry by entry into the
+same records) import it, not each other."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare.constants import ALL_DTYPES, DTYPES
 from crosscheck._compare.record import Kinks
 from crosscheck._workloads.stack import rounding as _stack
 
@@ -43,3 +45,17 @@ def oracle_answer(est: Any) -> HvpAnswer:
         np.full(est.kink.shape, np.nan),
     )
     return HvpAnswer(est.value, est.error, kinks)
+
+
+def declared_dtype(backend: Any, dtype: str) -> tuple[str, str | None]:
+    """The dtype a backend's results are judged in, and an error when crosscheck cannot judge it."""
+    try:
+        declared = getattr(backend, "output_dtype", None) or dtype
+    except Exception as exc:  # a property that raises: the backend's fault, said as such
+        return dtype, f"its `output_dtype` raised {type(exc).__name__}: {exc}"
+    # A 16-bit output is judged in a 16-bit case only: a float32 case's candidate never picks a
+    # coarser dtype's tolerance for itself.
+    if declared not in (*DTYPES, dtype if dtype in ALL_DTYPES else "float64"):
+        known = " and ".join(DTYPES)
+        return dtype, f"declares `output_dtype` {declared!s:.40}; crosscheck judges {known} only"
+    return str(declared), None

@@ -16,7 +16,7 @@ from crosscheck._compare import constants as _constants
 from crosscheck._compare import low as _low
 from crosscheck._compare import terms as _terms
 from crosscheck._compare.compare import compare
-from crosscheck._compare.constants import ALL_DTYPES, DTYPES
+from crosscheck._compare.constants import ALL_DTYPES
 from crosscheck._compare.device import arithmetic, scale
 from crosscheck._compare.dtypes import accumulation, is_low
 from crosscheck._compare.record import Comparison, Kinks, Tolerance
@@ -24,30 +24,18 @@ from crosscheck._report.report import Verdict
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.stack import forward as _forward
 from crosscheck._workloads.stack import kinks as _kinks
+from crosscheck._workloads.stack import pattern as _pattern
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack import underflow as _underflow
 from crosscheck._workloads.stack.explain import SECTION, classify, forward_layers, verdict
+from crosscheck._workloads.stack.judge import pattern as _patterned
 from crosscheck._workloads.stack.judge import screen as _screen
-from crosscheck._workloads.stack.judge.answers import GradAnswer
+from crosscheck._workloads.stack.judge.answers import GradAnswer, declared_dtype
 from crosscheck._workloads.stack.judge.terms import TERM_HELP
 
 #: Fraction of an entry's tolerance that a possible ReLU flip may move it before it is unjudgeable.
 KINK_IMPACT_FRACTION = 0.25
 ORACLE_MODES = ("auto", "full", "screen")
-
-
-def declared_dtype(backend: Any, dtype: str) -> tuple[str, str | None]:
-    """The dtype a backend's results are judged in, and an error when crosscheck cannot judge it."""
-    try:
-        declared = getattr(backend, "output_dtype", None) or dtype
-    except Exception as exc:  # a property that raises: the backend's fault, said as such
-        return dtype, f"its `output_dtype` raised {type(exc).__name__}: {exc}"
-    # A 16-bit output is judged in a 16-bit case only: a float32 case's candidate never picks a
-    # coarser dtype's tolerance for itself.
-    if declared not in (*DTYPES, dtype if dtype in ALL_DTYPES else "float64"):
-        known = " and ".join(DTYPES)
-        return dtype, f"declares `output_dtype` {declared!s:.40}; crosscheck judges {known} only"
-    return str(declared), None
 
 
 class StackGradJudge:
@@ -79,6 +67,8 @@ class StackGradJudge:
         #: The candidate being compared computes on a device whose float32 unit roundoff is this many
         #: times float32's (``device.Arithmetic``): its rounding model is scaled so (``model``).
         self.device_scale = 1.0
+        #: In a view held at a candidate's own ReLU pattern (``judge.pattern``), that pattern.
+        self.pattern: _pattern.Pattern | None = None
 
     # -- the protocol -------------------------------------------------------------------------------
 
@@ -119,8 +109,9 @@ class StackGradJudge:
         dtype, _ = declared_dtype(backend, self.dtype)
         device = arithmetic(backend, call)
         self.device_scale = scale(device, dtype)
-        try:
-            comparison = self._compared(backend, candidate, name, reference, dtype, call)
+        try:  # on the candidate's own ReLU pattern where it shows one within rounding
+            judged = lambda judge: judge._compared(backend, candidate, name, reference, dtype, call)  # noqa: E731
+            comparison = _patterned.compared(self, backend, dtype, call, judged)
         finally:
             self.device_scale = 1.0
         if device is not None and device.unit is not None and comparison.status == "ok":
@@ -211,7 +202,7 @@ class StackGradJudge:
 
     def compare_full(self, value: np.ndarray, name: str, reference: Reference, dtype: str) -> Comparison:
         """Every entry against the reference's, within modelled rounding, its error bar and kinks."""
-        oracle: GradAnswer = reference.data
+        oracle: GradAnswer = _patterned.answer(reference.data, self.pattern)
         u = _constants.UNIT_ROUNDOFF[accumulation(dtype)]  # a 16-bit dtype's sums are float32's
         rounding = self.model(dtype).grad_bound
         floor = _terms.floor(_terms.largest(np.nan_to_num(oracle.value)), u, ulps=_terms.SAFETY_FLOOR_ULPS)
@@ -272,8 +263,7 @@ class StackGradJudge:
         memo, key = self._kinks_memo.get(dtype), (_digest(tol), scale)
         if memo is not None and memo[0] == key:
             return memo[1]
-        cand, ref, flow = self.model(dtype), self.model("float64"), self.underflow(dtype).z
-        bounds = [cand.z_bound(m) + ref.z_bound(m) + flow[m] for m in range(len(self.fwd.zs))]
+        bounds = _patterned.kink_bounds(self, dtype)
         found = _kinks.ambiguous_kinks(self.fwd, bounds)
         low, fraction = is_low(dtype), KINK_IMPACT_FRACTION * scale
         effects = _kinks.kink_effects(

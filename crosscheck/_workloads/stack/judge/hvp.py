@@ -17,8 +17,8 @@ from crosscheck._compare.record import Comparison, Kinks, Tolerance
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack.judge import hvp_screen as _screen
-from crosscheck._workloads.stack.judge.answers import HvpAnswer, oracle_answer
-from crosscheck._workloads.stack.judge.grad import ORACLE_MODES, declared_dtype
+from crosscheck._workloads.stack.judge.answers import HvpAnswer, declared_dtype, oracle_answer
+from crosscheck._workloads.stack.judge.grad import ORACLE_MODES
 from crosscheck._workloads.stack.judge.screen import Screening
 from crosscheck._workloads.stack.judge.terms import TERM_HELP
 from crosscheck._workloads.stack.oracle import hvp as _hvp

@@ -27,8 +27,7 @@ from crosscheck._compare.message import mismatch_message
 from crosscheck._compare.record import Comparison, Kinks
 from crosscheck._workloads.protocol import Call, Options, Reference
 from crosscheck._workloads.stack.judge import screen as _grad_screen
-from crosscheck._workloads.stack.judge.answers import HvpAnswer, oracle_answer
-from crosscheck._workloads.stack.judge.grad import declared_dtype
+from crosscheck._workloads.stack.judge.answers import HvpAnswer, declared_dtype, oracle_answer
 from crosscheck._workloads.stack.judge.screen import (
     DIRECTIONS_GENERATOR,
     Screening,
