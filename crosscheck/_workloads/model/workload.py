@@ -4,7 +4,6 @@ candidate's gradient with its rounding *measured* by a re-run in the other preci
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -61,7 +60,7 @@ class GenericWorkload(OwnArrays):
             return WorkloadOracle()
         implementations = self.workload.implementations
         if isinstance(spec, str) and spec in implementations:
-            return _framework_backend(spec, implementations[spec])
+            return kept_adapter(self.workload, spec)
         # A plain name that is no plugin's is an implementation this workload lacks: the stack's own
         # backends (`jax-plain`, ...) would get a params dict where they expect arrays, and fail oddly.
         if isinstance(spec, str) and ":" not in spec and spec not in plugin_entry_points():
@@ -98,9 +97,20 @@ class GenericWorkload(OwnArrays):
         return GenericJudge(self.workload, point, options)
 
 
-@functools.lru_cache(maxsize=64)
+def kept_adapter(workload: Workload, name: str) -> Any:
+    """The adapter of ``workload``'s implementation ``name``, kept on the workload while it lives: JAX
+    then compiles its gradient once however often it is checked, and the adapter, its compiled functions
+    and whatever its loss holds (a port's: the port, its weights, both sides' modules) go with it. Not
+    in a process-wide cache keyed by the loss: a blockwise check makes a port a block, and each block's
+    would stay referenced to the end of the process."""
+    kept: dict[str, Any] = workload.__dict__.setdefault("_adapters", {})
+    if name not in kept:
+        kept[name] = _framework_backend(name, workload.implementations[name])
+    return kept[name]
+
+
 def _framework_backend(name: str, loss: Any) -> Any:
-    """The adapter of an implementation, kept: JAX then compiles each workload's gradient once."""
+    """A new adapter of an implementation (``kept_adapter`` keeps one per workload)."""
     framework = framework_named(name.split("-", 1)[0])
     if framework is None:
         names = [f.name for f in DECLARED]
