@@ -528,3 +528,23 @@ def test_an_implementations_adapter_is_kept_with_its_workload_and_goes_with_it()
     del workload, adapter, loss, held
     gc.collect()
     assert gone() is None  # nothing process-wide keeps a workload's loss, or what it holds
+
+
+def _linear_jax_loss(params, inputs):  # module level: a workload of it pickles
+    return (params["w"] * inputs["x"]).sum()
+
+
+@_needs("jax")
+def test_a_checked_workload_pickles_and_copies_without_its_adapters():
+    import copy
+    import pickle
+
+    from crosscheck._workloads.model.workload import GenericWorkload
+
+    fields = {"parameters": {"w": (3,)}, "inputs": {"x": (3,)}, "reference": None}
+    workload = _linear(**fields, implementations={"jax": _linear_jax_loss})
+    adapter = GenericWorkload(workload).resolve("jax")  # kept on the workload: compiled functions
+    for made in (pickle.loads(pickle.dumps(workload)), copy.copy(workload)):
+        assert made.implementations == workload.implementations
+        assert GenericWorkload(made).resolve("jax") is not adapter  # its own, made when it is checked
+    assert GenericWorkload(workload).resolve("jax") is adapter
