@@ -534,17 +534,29 @@ def _linear_jax_loss(params, inputs):  # module level: a workload of it pickles
     return (params["w"] * inputs["x"]).sum()
 
 
+def _linear_of(loss):
+    return _linear(parameters={"w": (3,)}, inputs={"x": (3,)}, reference=None, implementations={"jax": loss})
+
+
 @_needs("jax")
 def test_a_checked_workload_pickles_and_copies_without_its_adapters():
     import copy
+    import functools
     import pickle
 
     from crosscheck._workloads.model.workload import GenericWorkload
 
-    fields = {"parameters": {"w": (3,)}, "inputs": {"x": (3,)}, "reference": None}
-    workload = _linear(**fields, implementations={"jax": _linear_jax_loss})
-    adapter = GenericWorkload(workload).resolve("jax")  # kept on the workload: compiled functions
+    workload = _linear_of(functools.partial(_linear_jax_loss))  # no plain function: kept on the workload
+    adapter = GenericWorkload(workload).resolve("jax")  # its compiled functions
     for made in (pickle.loads(pickle.dumps(workload)), copy.copy(workload)):
-        assert made.implementations == workload.implementations
+        assert list(made.implementations) == ["jax"]
         assert GenericWorkload(made).resolve("jax") is not adapter  # its own, made when it is checked
     assert GenericWorkload(workload).resolve("jax") is adapter
+
+
+@_needs("jax")
+def test_workloads_of_the_same_module_level_loss_share_its_adapter():
+    from crosscheck._workloads.model.workload import GenericWorkload
+
+    first, second = _linear_of(_linear_jax_loss), _linear_of(_linear_jax_loss)
+    assert GenericWorkload(first).resolve("jax") is GenericWorkload(second).resolve("jax")
