@@ -92,6 +92,11 @@ class Workload:
                 )
         object.__setattr__(self, "implementations", dict(self.implementations))
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Its fields only: the adapters a check keeps on it (``model.workload.kept_adapter``, compiled
+        # functions) are this process's, and neither pickled nor shared with a copy.
+        return {k: v for k, v in self.__dict__.items() if k != "_adapters"}
+
     def make(self, *, seed: int = 0, dtype: str = "float32") -> tuple[Params, Params]:
         """The case's ``(params, inputs)``: the same seed and dtype give the same arrays, bit for bit.
 

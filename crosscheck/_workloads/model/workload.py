@@ -5,6 +5,7 @@ candidate's gradient with its rounding *measured* by a re-run in the other preci
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -61,7 +62,7 @@ class GenericWorkload(OwnArrays):
             return WorkloadOracle()
         implementations = self.workload.implementations
         if isinstance(spec, str) and spec in implementations:
-            return _framework_backend(spec, implementations[spec])
+            return kept_adapter(self.workload, spec)
         # A plain name that is no plugin's is an implementation this workload lacks: the stack's own
         # backends (`jax-plain`, ...) would get a params dict where they expect arrays, and fail oddly.
         if isinstance(spec, str) and ":" not in spec and spec not in plugin_entry_points():
@@ -98,9 +99,36 @@ class GenericWorkload(OwnArrays):
         return GenericJudge(self.workload, point, options)
 
 
+def kept_adapter(workload: Workload, name: str) -> Any:
+    """The adapter of ``workload``'s implementation ``name``, kept on the workload while it lives: JAX
+    then compiles its gradient once however often it is checked, and the adapter, its compiled functions
+    and whatever its loss holds (a port's: the port, its weights, both sides' modules) go with it. Not
+    in a process-wide cache keyed by the loss: a blockwise check makes a port a block, and each block's
+    would stay referenced to the end of the process. A loss defined at a module's top level holds
+    nothing of one workload: its adapter is shared by every workload of it (``_shared_adapter``), so
+    workloads made afresh from the same functions (``ste_stack(...)``) compile nothing again."""
+    loss = workload.implementations[name]
+    if _module_level(loss):
+        return _shared_adapter(name, loss)
+    kept: dict[str, Any] = workload.__dict__.setdefault("_adapters", {})
+    if name not in kept:
+        kept[name] = _framework_backend(name, loss)
+    return kept[name]
+
+
+def _module_level(loss: Any) -> bool:
+    """Whether ``loss`` is a function defined at a module's top level (no closure, not made inside
+    another function): all it holds is that module's, which lives as long as the process anyway."""
+    return inspect.isfunction(loss) and loss.__closure__ is None and "<locals>" not in loss.__qualname__
+
+
 @functools.lru_cache(maxsize=64)
+def _shared_adapter(name: str, loss: Any) -> Any:
+    return _framework_backend(name, loss)
+
+
 def _framework_backend(name: str, loss: Any) -> Any:
-    """The adapter of an implementation, kept: JAX then compiles each workload's gradient once."""
+    """A new adapter of an implementation (``kept_adapter`` keeps one per workload)."""
     framework = framework_named(name.split("-", 1)[0])
     if framework is None:
         names = [f.name for f in DECLARED]

@@ -503,3 +503,60 @@ def test_the_repeat_check_reads_each_bound_a_parameter_at_a_time():
     assert report.passed, report.problems
     assert "within rounding" in report.backends["flickers"].notes["nondeterministic"]
     assert all("rounding" not in c.arrays for c in report.comparisons)
+
+
+@_needs("jax")
+def test_an_implementations_adapter_is_kept_with_its_workload_and_goes_with_it():
+    import gc
+    import weakref
+
+    from crosscheck._workloads.model.workload import GenericWorkload
+
+    class Held:  # what a loss may hold: a port's holds its port, weights and modules
+        pass
+
+    held = Held()
+
+    def loss(params, inputs, held=held):
+        return (params["w"] * inputs["x"]).sum()
+
+    workload = _linear(parameters={"w": (3,)}, inputs={"x": (3,)}, implementations={"jax": loss})
+    adapter = GenericWorkload(workload).resolve("jax")
+    # a second check of the same workload gets the same adapter: JAX compiles its gradient once
+    assert GenericWorkload(workload).resolve("jax") is adapter
+    gone = weakref.ref(held)
+    del workload, adapter, loss, held
+    gc.collect()
+    assert gone() is None  # nothing process-wide keeps a workload's loss, or what it holds
+
+
+def _linear_jax_loss(params, inputs):  # module level: a workload of it pickles
+    return (params["w"] * inputs["x"]).sum()
+
+
+def _linear_of(loss):
+    return _linear(parameters={"w": (3,)}, inputs={"x": (3,)}, reference=None, implementations={"jax": loss})
+
+
+@_needs("jax")
+def test_a_checked_workload_pickles_and_copies_without_its_adapters():
+    import copy
+    import functools
+    import pickle
+
+    from crosscheck._workloads.model.workload import GenericWorkload
+
+    workload = _linear_of(functools.partial(_linear_jax_loss))  # no plain function: kept on the workload
+    adapter = GenericWorkload(workload).resolve("jax")  # its compiled functions
+    for made in (pickle.loads(pickle.dumps(workload)), copy.copy(workload)):
+        assert list(made.implementations) == ["jax"]
+        assert GenericWorkload(made).resolve("jax") is not adapter  # its own, made when it is checked
+    assert GenericWorkload(workload).resolve("jax") is adapter
+
+
+@_needs("jax")
+def test_workloads_of_the_same_module_level_loss_share_its_adapter():
+    from crosscheck._workloads.model.workload import GenericWorkload
+
+    first, second = _linear_of(_linear_jax_loss), _linear_of(_linear_jax_loss)
+    assert GenericWorkload(first).resolve("jax") is GenericWorkload(second).resolve("jax")

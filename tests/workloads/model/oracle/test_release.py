@@ -16,7 +16,7 @@ from crosscheck._engine.driver import Caller
 from crosscheck._workloads.model.oracle.function import difference, plan, screen_group
 from crosscheck._workloads.model.oracle.groups import Group
 from crosscheck._workloads.model.oracle.sources import own_loss
-from crosscheck._workloads.model.workload import GenericWorkload, _framework_backend
+from crosscheck._workloads.model.workload import GenericWorkload, kept_adapter
 
 sys.path.insert(0, str(ROOT))  # the examples/ package of the repository
 
@@ -47,7 +47,7 @@ def _spied(backend, seen: list[int], other):
 @needs_frameworks
 def test_no_side_holds_its_arrays_while_the_other_side_is_differenced(monkeypatch):
     workload = mlp(SMALL, 6)
-    sides = {k: _framework_backend(k, workload.implementations[k]) for k in ("torch", "jax")}
+    sides = {k: kept_adapter(workload, k) for k in ("torch", "jax")}  # the adapters the run uses
     held: dict[str, list[int]] = {"torch": [], "jax": []}
     for name, other in (("torch", "jax"), ("jax", "torch")):
         one, many = _spied(sides[name], held[other], sides[other])
@@ -65,7 +65,7 @@ def test_each_side_is_handed_its_point_once_for_its_probe_and_its_differences(mo
     """Change 38: the judge differences a side's own loss right after its noise probe, on the point the
     probe held (``own_loss(keep=True)``): one ``hold_point`` a side in a whole run, not two."""
     workload = mlp(SMALL, 6)
-    sides = {k: _framework_backend(k, workload.implementations[k]) for k in ("torch", "jax")}
+    sides = {k: kept_adapter(workload, k) for k in ("torch", "jax")}  # the adapters the run uses
     held = {"torch": 0, "jax": 0}
     for name, side in sides.items():
         hold = side.hold_point
