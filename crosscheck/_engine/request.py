@@ -1,7 +1,7 @@
-"""A request: everything one check (or one replay) needs, from whichever front door made it.
+"""A request: everything one check needs, from whichever front door made it.
 
-``crosscheck.check``, ``crosscheck.run``, the CLI's ``run`` and ``explain``, a sweep's case, ``replay``
-and the pytest helper each build one ``Request`` and hand it to ``execute`` (``_engine/execute.py``).
+``crosscheck.check``, ``crosscheck.run``, the CLI's ``run`` and ``explain``, a sweep's case and the
+pytest helper each build one ``Request`` and hand it to ``execute`` (``_engine/execute.py``).
 The option rules live here, once: the API and the CLI refuse the same things with the same words, each
 option spelled as its front door spells it (``layers`` for the API, ``--layers`` for the CLI).
 """
@@ -25,7 +25,7 @@ DTYPE, SEED = "float32", 0
 
 @dataclasses.dataclass(frozen=True)
 class Request:
-    """One check (or one replay): the workload, the options that configure it, and the records of
+    """One check: the workload, the options that configure it, and the records of
     ``crosscheck.check``.
 
     Attributes:
@@ -38,7 +38,6 @@ class Request:
         front: who asked (``"api"`` or ``"cli"``): how a refused option is spelled.
         announce: called with the plan's ``Outlook`` (memory, the oracle's cost) before a run starts;
             the CLI's notes on stderr (the engine prints nothing).
-        bundle: a repro bundle to replay (``crosscheck replay``) instead of a check, with ``trust``.
         contained: this request already runs in its worker process (``execute.job``): it runs here.
         plot: keep each comparison's per-entry arrays (``Comparison.arrays``), which a plot draws (the
             CLI's ``--plot``); without it no comparison keeps an array per entry.
@@ -59,8 +58,6 @@ class Request:
     progress: Progress | None = None
     front: str = "api"
     announce: Callable[[Any], None] | None = None
-    bundle: dict[str, Any] | None = None
-    trust: bool | Sequence[str] = False
     contained: bool = False
     plot: bool = False
 
@@ -82,7 +79,6 @@ class Request:
             execution=dataclasses.asdict(execution),
             progress=None,
             announce=self.announce is not None,
-            trust=self.trust if isinstance(self.trust, bool) else list(self.trust),
         )
         return data
 

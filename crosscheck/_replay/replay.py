@@ -1,23 +1,25 @@
-"""``crosscheck replay``: re-run a bundle's backends through the guarded call; bit for bit or not.
-
-``replay`` builds the request (the bundle, what is trusted, how each backend runs) and ``execute`` runs
-it: in this process (``rerun.py``), or, for a trusted workload given as an import string, in one worker
-process, as a check of one is. Every backend the bundle records is a row, and only a row that came back
-bit for bit counts as reproduced (``reproduced``): one not run (an untrusted import string, no spec),
-one that failed or was skipped in the run (no value saved; re-run when it can be, to say what it does
-now) fails the replay.
+"""The verb: ``replay(bundle, ...)`` builds its small record (``Replay``: the bundle, what is trusted, how
+each backend runs) and ``run_replay`` runs it, here (``rerun``) or, for a trusted workload given as an
+import string, in one worker process, as a check of one is. Every backend the bundle records is a row,
+and only a row that came back bit for bit counts as reproduced (``reproduced``): one not run (an
+untrusted import string, no spec), one that failed or was skipped in the run (no value saved; re-run
+when it can be, to say what it does now) fails the replay.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Collection
 from typing import Any
 
-from crosscheck._engine.execute import execute
-from crosscheck._engine.records import Execution
-from crosscheck._engine.request import Request
-from crosscheck._engine.rerun import NO_SPEC, NOT_RUN, REPRODUCED
+from crosscheck._engine.process import contain
+from crosscheck._engine.records import check_isolation
+from crosscheck._errors import one_line
+from crosscheck._replay.rerun import NO_SPEC, NOT_RUN, REPRODUCED, halted, rerun, trusted
+
+#: What a contained replay's worker runs: ``job``, below.
+JOB = "crosscheck._replay.replay:job"
 
 #: What the verdict calls each status that is not ``REPRODUCED`` (by its start), in this order.
 _KINDS = (
@@ -30,6 +32,34 @@ _KINDS = (
     (NO_SPEC, "not replayable"),
     ("failed", "failed in the replay"),
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class Replay:
+    """One replay: the ``bundle`` (as ``load_bundle`` reads it), what is ``trust``ed, and how each backend
+    runs (``isolate``, ``timeout``: as ``replay``'s arguments say), each checked when it is made.
+
+    Raises:
+        TypeError, ValueError: ``isolate`` or ``timeout`` of the wrong kind (the message names it).
+    """
+
+    bundle: dict[str, Any]
+    trust: bool | tuple[str, ...] = False
+    timeout: float | None = None
+    isolate: bool | str = "auto"
+
+    def __post_init__(self) -> None:
+        check_isolation(self.isolate, self.timeout)
+        if self.timeout is not None:
+            object.__setattr__(self, "timeout", float(self.timeout))
+        if not isinstance(self.trust, bool):
+            object.__setattr__(self, "trust", tuple(self.trust))
+
+    def to_data(self) -> dict[str, Any]:
+        """The replay as plain data (arrays allowed) for its worker process."""
+        data = dataclasses.asdict(self)
+        data["trust"] = self.trust if isinstance(self.trust, bool) else list(self.trust)
+        return data
 
 
 def replay(
@@ -60,16 +90,33 @@ def replay(
 
     Raises:
         ValueError: the bundle's case record does not make its arrays, or its user arrays are not
-            valid (``replay_case.check_case``).
+            valid (``case.check_case``).
     """
-    request = Request(
-        workload=bundle["workload"],
-        execution=Execution(isolate=isolate, timeout=timeout),
-        bundle=bundle,
-        trust=trust if isinstance(trust, bool) else tuple(trust),
-    )
-    rows: list[dict[str, Any]] = execute(request)
-    return rows
+    return run_replay(Replay(bundle, trust if isinstance(trust, bool) else tuple(trust), timeout, isolate))
+
+
+def run_replay(record: Replay) -> list[dict[str, Any]]:
+    """The rows of ``record``'s replay: in a worker when its workload is a trusted import string (a
+    worker that died or hung fails every backend's row, naming the workload), else here."""
+    bundle = record.bundle
+    spec = bundle["workload"]
+    if contain.wanted(spec, record.isolate) and trusted(spec, record.trust, workload=True):
+
+        def stopped(why: contain.WorkerStopped) -> list[dict[str, Any]]:
+            return halted(bundle, one_line(f"failed: workload `{spec}`: {why} while {why.doing}"))
+
+        rows: list[dict[str, Any]] = contain.in_worker(
+            JOB, record.to_data(), stopped=stopped, timeout=record.timeout
+        )
+        return rows
+    return rerun(bundle, record.trust, record.timeout, record.isolate)
+
+
+def job(data: dict[str, Any], *, progress: Any, announce: Any) -> list[dict[str, Any]]:
+    """In a contained replay's worker: the record rebuilt, and the replay run here (the worker is its
+    process)."""
+    record = Replay(**data)
+    return rerun(record.bundle, record.trust, record.timeout, record.isolate)
 
 
 def reproduced(rows: list[dict[str, Any]]) -> bool:

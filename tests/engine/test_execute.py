@@ -5,6 +5,7 @@ spelled as its front door spells it; a contained run's worker runs the engine's 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 
@@ -17,8 +18,9 @@ from crosscheck._cli.main import main
 from crosscheck._engine import execute
 from crosscheck._engine.process import contain
 from crosscheck._engine.process.contain_worker import _job
-from crosscheck._engine.replay import replay
 from crosscheck._engine.request import Request
+from crosscheck._replay import replay as replay_verb
+from crosscheck._replay.replay import Replay, replay
 from crosscheck._report.bundle import load_bundle, save_bundle
 from crosscheck._sweep.task import make_tasks, run_task
 from crosscheck.testing import assert_gradients_close
@@ -66,18 +68,29 @@ def test_every_entry_path_builds_one_request_and_calls_execute(entry, requests, 
     ENTRIES[entry](tmp_path)
     assert len(requests) == 1, [r.workload for r in requests]
     assert requests[0].front == ("cli" if entry.startswith("cli") else "api")
-    assert requests[0].bundle is None
+    assert isinstance(requests[0], Request)
 
 
-def test_replay_builds_one_request_and_calls_execute(requests, tmp_path, monkeypatch, capsys):
+def test_replay_is_a_verb_of_its_own_with_its_own_record(requests, tmp_path, monkeypatch, capsys):
+    # A replay builds one ``Replay`` and runs it (``run_replay``), never a check's ``execute``; a
+    # ``Request`` holds checks only.
     bundle = _bundle(tmp_path)
     requests.clear()
+    replays: list[Replay] = []
+    ran = replay_verb.run_replay
+
+    def spy(record):
+        replays.append(record)
+        return ran(record)
+
+    monkeypatch.setattr(replay_verb, "run_replay", spy)
     rows = replay(bundle, isolate=False)
     assert [r["status"] for r in rows] == ["bit for bit", "bit for bit"]
-    assert len(requests) == 1 and requests[0].bundle is bundle
-    requests.clear()
+    assert len(replays) == 1 and replays[0].bundle is bundle and requests == []
+    replays.clear()
     assert main(["replay", str(tmp_path / "b.npz"), "--no-isolate"]) == 0  # the CLI's replay too
-    assert len(requests) == 1 and requests[0].bundle is not None
+    assert len(replays) == 1 and replays[0].bundle is not None and requests == []
+    assert not {"bundle", "trust"} & {f.name for f in dataclasses.fields(Request)}
 
 
 def test_a_contained_check_sends_its_request_to_the_engines_one_job(requests, tmp_path, monkeypatch, capsys):
@@ -222,6 +235,7 @@ def test_a_contained_runs_note_comes_back_from_its_worker(tmp_path, monkeypatch,
 )
 def test_a_worker_runs_the_engines_job_only(job):
     # The engine may not import the CLI (the layers): a worker loading it by string went past that.
-    with pytest.raises(RuntimeError, match="a contained run's job must be the engine's own"):
+    with pytest.raises(RuntimeError, match="a contained run's job must be crosscheck's own"):
         _job(job)
     assert _job(execute.JOB) is execute.job
+    assert _job(replay_verb.JOB) is replay_verb.job

@@ -20,7 +20,7 @@ import crosscheck
 from crosscheck._cli.main import main
 from crosscheck._compare.compare import compare
 from crosscheck._compare.record import Tolerance
-from crosscheck._engine.replay import replay
+from crosscheck._replay.replay import replay
 from crosscheck._report.bundle import MARKER, load_bundle, save_bundle
 from crosscheck._report.junit import case_name, write_junit
 from crosscheck._report.report import BackendResult, Report, Section, Verdict
