@@ -7,7 +7,8 @@ from elsewhere) runs its whole check in one worker process (``contain``), unless
 this process. There, the workload is loaded once, configured with the options it takes, planned (its
 memory estimated first: a case that cannot fit is refused before anything is allocated), announced
 (``request.announce``, the CLI's notes) and driven. A worker runs ``job``, the one job of a contained
-run, which rebuilds the request and calls ``execute`` there.
+check: it is handed the request as data and runs it there (the worker is its process: where a request
+runs is the job's to know, never a field of the request).
 """
 
 from __future__ import annotations
@@ -38,6 +39,11 @@ def execute(request: Request) -> Report:
         request = dataclasses.replace(request, plot=True)
     if _contained(request):
         return _check_contained(request)
+    return _check_here(request)
+
+
+def _check_here(request: Request) -> Report:
+    """The checked ``request`` run in this process: loaded, configured, planned, announced, driven."""
     workload = configure(load_workload(request.workload), request)
     planned = plan(
         workload,
@@ -71,7 +77,7 @@ def _contained(request: Request) -> bool:
     backend a spec (a name or an import string) that can be sent."""
     backends = request.backends
     specs = [request.reference, *(backends if isinstance(backends, (list, tuple)) else [])]
-    wanted = contain.wanted(request.workload, request.execution.isolate) and not request.contained
+    wanted = contain.wanted(request.workload, request.execution.isolate)
     return wanted and all(isinstance(s, str) for s in specs)
 
 
@@ -103,12 +109,10 @@ def _check_contained(request: Request) -> Report:
 
 
 def job(data: dict[str, Any], *, progress: Any, announce: Any) -> Report:
-    """In a contained run's worker: the request rebuilt, marked as running in its worker (so that it
-    runs here, not in yet another worker), then ``execute``; ``announce`` sends the outlook to the
-    parent, as data."""
+    """In a contained check's worker: the request the parent checked, rebuilt from ``data`` and run here
+    (never in yet another worker); ``announce`` sends the outlook to the parent, as data."""
     said = _send(announce) if data.pop("announce") else None
-    request = Request.from_data({**data, "contained": True}, progress=progress, announce=said)
-    return execute(request)
+    return _check_here(Request.from_data(data, progress=progress, announce=said))
 
 
 def _send(announce: Any) -> Any:

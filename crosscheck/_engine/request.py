@@ -38,7 +38,6 @@ class Request:
         front: who asked (``"api"`` or ``"cli"``): how a refused option is spelled.
         announce: called with the plan's ``Outlook`` (memory, the oracle's cost) before a run starts;
             the CLI's notes on stderr (the engine prints nothing).
-        contained: this request already runs in its worker process (``execute.job``): it runs here.
         plot: keep each comparison's per-entry arrays (``Comparison.arrays``), which a plot draws (the
             CLI's ``--plot``); without it no comparison keeps an array per entry.
     """
@@ -58,7 +57,6 @@ class Request:
     progress: Progress | None = None
     front: str = "api"
     announce: Callable[[Any], None] | None = None
-    contained: bool = False
     plot: bool = False
 
     @property

@@ -1,7 +1,7 @@
 """One front door (``_engine/request.py``, ``_engine/execute.py``): every entry path builds one ``Request``
 and calls ``execute``; the API and the CLI refuse the same things with the same words, each option
-spelled as its front door spells it; a contained run's worker runs the engine's one job, which calls
-``execute`` again there."""
+spelled as its front door spells it; a contained run's worker runs the engine's one job, which runs
+the request there."""
 
 from __future__ import annotations
 
@@ -95,8 +95,10 @@ def test_replay_is_a_verb_of_its_own_with_its_own_record(requests, tmp_path, mon
 
 def test_a_contained_check_sends_its_request_to_the_engines_one_job(requests, tmp_path, monkeypatch, capsys):
     # The parent builds the request and calls execute, which hands the request, as data, to the engine's
-    # job (never the CLI's); the worker's job calls execute again, there (here: in this process), and
-    # sends the plan's outlook back as data for the CLI's note.
+    # job (never the CLI's); the worker's job runs it there (here: in this process; a job that asked for
+    # yet another worker would never end), and sends the plan's outlook back as data for the CLI's note.
+    # Where it runs is the job's to know: the request carries no worker state, and is checked once, in
+    # the parent.
     (tmp_path / "small_workload.py").write_text(WORKLOAD)
     monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
     monkeypatch.delitem(sys.modules, "small_workload", raising=False)
@@ -104,6 +106,7 @@ def test_a_contained_check_sends_its_request_to_the_engines_one_job(requests, tm
 
     def worker(job, data, *, timeout, progress, announce=None):
         jobs.append(job)
+        assert set(data) == {f.name for f in dataclasses.fields(Request)}  # the request, nothing more
         return execute.job(crossed(data), progress=progress, announce=announce)
 
     monkeypatch.setattr(contain, "contained", worker)
@@ -114,12 +117,11 @@ def test_a_contained_check_sends_its_request_to_the_engines_one_job(requests, tm
     report = crosscheck.run(workload="small_workload:lin", backends=["small_workload:grad"], repeat=1)
     assert report.passed
     assert jobs == [execute.JOB, execute.JOB] and execute.JOB == "crosscheck._engine.execute:job"
-    assert [(r.workload, r.front, r.contained) for r in requests] == [
-        ("small_workload:lin", "cli", False),
-        ("small_workload:lin", "cli", True),
-        ("small_workload:lin", "api", False),
-        ("small_workload:lin", "api", True),
+    assert [(r.workload, r.front) for r in requests] == [
+        ("small_workload:lin", "cli"),
+        ("small_workload:lin", "api"),
     ]
+    assert "contained" not in {f.name for f in dataclasses.fields(Request)}
 
 
 WORKLOAD = """
