@@ -13,10 +13,8 @@ runs is the job's to know, never a field of the request).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from crosscheck._compare.record import keeps_plot_arrays, plot_arrays
 from crosscheck._engine.driver import drive
 from crosscheck._engine.plan import Outlook, check_records, plan
 from crosscheck._engine.process import contain
@@ -35,8 +33,6 @@ def execute(request: Request) -> Report:
         ValueError, TypeError: a bad request, in one line (a mismatch is a record, never raised).
     """
     request = _checked(request)
-    if keeps_plot_arrays():  # a caller's ``with plot_arrays():`` asks as ``plot`` does (a worker too)
-        request = dataclasses.replace(request, plot=True)
     if _contained(request):
         return _check_contained(request)
     return _check_here(request)
@@ -55,12 +51,12 @@ def _check_here(request: Request) -> Report:
         oracle=request.oracle,
         execution=request.execution,
         progress=request.progress,
+        plot=request.plot,
         **request.case,
     )
     if request.announce is not None:
         request.announce(Outlook.of(planned))
-    with plot_arrays(request.plot):
-        return drive(planned)
+    return drive(planned)
 
 
 def _checked(request: Request) -> Request:

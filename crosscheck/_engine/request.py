@@ -14,7 +14,7 @@ from typing import Any
 
 from crosscheck._backends import ORACLE
 from crosscheck._engine.quantity import QUANTITIES, default_reference
-from crosscheck._engine.records import Execution, Oracle, Slack, spell
+from crosscheck._records import Execution, Oracle, Slack, spell
 from crosscheck._workloads.protocol import Progress
 
 #: The front doors, for the spelling of an option in a message: a keyword, or a command-line option.

@@ -14,8 +14,8 @@ from collections.abc import Collection
 from typing import Any
 
 from crosscheck._engine.process import contain
-from crosscheck._engine.records import check_isolation
 from crosscheck._errors import one_line
+from crosscheck._records import check_isolation
 from crosscheck._replay.rerun import NO_SPEC, NOT_RUN, REPRODUCED, halted, rerun, trusted
 
 #: What a contained replay's worker runs: ``job``, below.

@@ -24,8 +24,8 @@ from crosscheck._engine.driver import Caller
 from crosscheck._engine.load import load
 from crosscheck._engine.process.isolate import Worker, foreign, load_isolated
 from crosscheck._engine.quantity import quantity as _quantity
-from crosscheck._engine.records import Execution, check_jax
 from crosscheck._errors import one_line
+from crosscheck._records import Execution, Oracle, check_jax
 from crosscheck._replay.case import check_case
 from crosscheck._report.bundle import bitwise
 from crosscheck._workloads.protocol import Options, Point
@@ -168,7 +168,7 @@ def _setup(
     point = Point(params, inputs, case, dtype)
     # Every entry: a reference saved in full is re-estimated in full (screening saves no value).
     seed = case.get("seed", 0)
-    options = Options(seed=seed if isinstance(seed, int) else 0, oracle_mode="full")
+    options = Options(oracle=Oracle("full"), seed=seed if isinstance(seed, int) else 0)
     judge = workload.judge(_quantity(report.get("quantity", "grad")), point, options)
     return judge, Caller(point.arrays(), timeout=timeout, settings=settings)
 

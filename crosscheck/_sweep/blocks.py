@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from crosscheck._backends import ORACLE
-from crosscheck._engine.records import check_jax
 from crosscheck._errors import describe, reraise_user_interrupt
+from crosscheck._records import check_jax
 from crosscheck._sweep.block_rules import check_options
 from crosscheck._sweep.task import Record, Task, _record, within
 
@@ -286,8 +286,8 @@ def _guarded(blocks: Any, task: Task, model: Any) -> Record:
 
 
 def _check(blocks: Any, task: Task, model: Any) -> Record:
-    from crosscheck._engine.records import Execution
     from crosscheck._engine.run import check
+    from crosscheck._records import Execution
     from crosscheck._workloads.port.blocks.record import block_module, load
 
     entry, options = task["entry"], task["options"]

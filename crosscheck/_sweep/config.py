@@ -40,7 +40,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from crosscheck._compare.constants import DTYPES
-from crosscheck._engine.records import JAX_PLATFORMS, JAX_PRECISIONS, MAX_TIMEOUT
+from crosscheck._records import JAX_PLATFORMS, JAX_PRECISIONS, MAX_TIMEOUT
 from crosscheck._workloads.registry import case_knobs, load_workload
 
 CONFIG_FILE = "pyproject.toml"

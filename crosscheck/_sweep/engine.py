@@ -24,8 +24,8 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from crosscheck._backends import install_hint
-from crosscheck._engine.records import check_jax
 from crosscheck._errors import Interrupted, Interrupts
+from crosscheck._records import check_jax
 from crosscheck._sweep.task import (  # the tasks and records, which moved there
     STACK,
     STATUSES,

@@ -95,8 +95,8 @@ def _run_case(case: dict[str, Any], options: dict[str, Any]):
     shape), one request of it and the sweep's options for the engine's ``execute``; then the known
     answer, when it has one."""
     from crosscheck._engine.execute import execute
-    from crosscheck._engine.records import Execution, Slack
     from crosscheck._engine.request import Request
+    from crosscheck._records import Execution, Slack
     from crosscheck._workloads.registry import load_workload
 
     case = dict(case)

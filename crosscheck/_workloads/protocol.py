@@ -25,6 +25,7 @@ import numpy as np
 
 from crosscheck._compare.constants import ALL_DTYPES
 from crosscheck._compare.record import Comparison
+from crosscheck._records import Oracle, Slack
 
 Progress = Callable[[str, int, int], None]
 
@@ -107,24 +108,30 @@ class Point:
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-    """How a run judges (from ``crosscheck.run``'s keywords)."""
+    """How a run judges: the user's records as they were made (and checked), never unpacked, and the
+    run's own choices.
 
-    rtol: float | None = None
-    atol: float | None = None
+    Attributes:
+        slack: the user's ``Slack`` (None: none), added to every entry's tolerance (``slack_at``).
+        oracle: how the reference judges (``Oracle``: its mode, directions and the model oracle's budget).
+        plot: keep each comparison's per-entry arrays (``Comparison.arrays``), which a plot draws (the
+            CLI's ``--plot``): the judge passes it to ``compare`` as ``keep``; without it no comparison
+            keeps an array per entry.
+    """
+
+    slack: Slack | None = None
+    oracle: Oracle = Oracle()  # noqa: RUF009 (frozen: one instance serves every run)
     strict: bool = False
     seed: int = 0
-    oracle_mode: str = "auto"
-    directions: int = 4
-    #: The model oracle's seconds at most (``oracle.budget``; None: no limit).
-    budget: float | None = None
     explain: bool = False
     progress: Progress | None = None
+    plot: bool = False
 
-    def slack(self, reference: np.ndarray) -> np.ndarray | float:
-        """The user's ``atol + rtol * |reference|`` (0 without them)."""
-        if self.rtol is None or self.atol is None:
+    def slack_at(self, reference: np.ndarray) -> np.ndarray | float:
+        """The user's ``atol + rtol * |reference|`` (0 without a slack)."""
+        if self.slack is None:
             return 0.0
-        return self.atol + self.rtol * np.abs(reference)
+        return self.slack.atol + self.slack.rtol * np.abs(reference)
 
 
 @dataclasses.dataclass(frozen=True)

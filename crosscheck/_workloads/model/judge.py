@@ -79,7 +79,7 @@ class GenericJudge:
         self.numpy = numpy_function(Losses(workload.name, workload.reference, workload.surrogate), point)
         #: Seconds of one evaluation of the NumPy reference (None: there is none), for ``cost``.
         self.per_evaluation = seconds_per_evaluation(self.numpy, point.params) if self.numpy else None
-        self.plan = plan(options.oracle_mode, point.params, options.directions, options.budget)
+        self.plan = plan(options.oracle.mode, point.params, options.oracle.directions, options.oracle.budget)
         point.case["oracle_differentiates"] = _differentiates(workload, self.numpy)
         self.shapes = {k: v.shape for k, v in point.params.items()}
         self.notes: dict[str, dict[str, Any]] = {}

@@ -169,8 +169,8 @@ def judged(
         wide = np.asarray(ref, np.float64)
         terms["floor"] = _terms.floor(np.max(np.abs(wide), axis=tuple(range(1, wide.ndim)), keepdims=True), u)
         terms["floor"] = np.broadcast_to(terms["floor"], wide.shape)
-        if options.rtol is not None and options.atol is not None:
-            terms["slack"] = np.broadcast_to(options.slack(wide), wide.shape)
+        if options.slack is not None:
+            terms["slack"] = np.broadcast_to(options.slack_at(wide), wide.shape)
         c = compare(
             candidate.main.get(k, np.full(wide.shape, np.nan, np.float32)),
             wide,
@@ -181,6 +181,7 @@ def judged(
             parameter=k,
             term_help=TERM_HELP,
             split="step",
+            keep=options.plot,
         )
         total = Tolerance(terms).total()
         out.append(dataclasses.replace(c, arrays={**c.arrays, "rounding": {k: total}}))

@@ -67,6 +67,8 @@ class PortJudge:
         #: The verdict's notes on a side not re-run in the other precision and on modules left out.
         self.caveats = ""
         self.strict = options.strict
+        #: Keep each module comparison's per-entry arrays, for a plot (``Options.plot``).
+        self.plot = options.plot
         #: What the PyTorch module did wrong (``own.prove``), found before anything is judged.
         self.torch_problem: str | None = None
         #: The note on the inputs the PyTorch forward writes to in place (``own.wrote``).
@@ -187,6 +189,7 @@ class PortJudge:
             "backend": name,
             "reference": "torch",
             "precision": "float32" if coarse else None,
+            "keep": self.plot,
         }
         common["missing"] = "; ".join(p for p in (torch_runs.problem, jax_runs.problem) if p)
         common["device"] = device = self.device

@@ -197,6 +197,7 @@ def compare_arrays(
     missing: str = "",
     precision: str | None = None,
     device: Arithmetic | None = None,
+    keep: bool = False,
 ) -> Comparison:
     """One module's output (or input): the JAX port's against PyTorch's, within both measured roundings
     (those of ``precision``, the case's dtype unless given: ``"float32"`` in a float64 case whose losses
@@ -250,6 +251,7 @@ def compare_arrays(
         dtype=dtype,
         parameter=label,
         term_help=helps,
+        keep=keep,
     )
     if found.status == "unjudgeable" and not np.any(t) and not np.any(j):
         found = dataclasses.replace(found, passed=True, status="ok", message="")  # exact zeros agree

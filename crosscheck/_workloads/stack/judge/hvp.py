@@ -18,7 +18,7 @@ from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack.judge import hvp_screen as _screen
 from crosscheck._workloads.stack.judge.answers import HvpAnswer, oracle_answer
-from crosscheck._workloads.stack.judge.grad import ORACLE_MODES, declared_dtype
+from crosscheck._workloads.stack.judge.grad import declared_dtype
 from crosscheck._workloads.stack.judge.screen import Screening
 from crosscheck._workloads.stack.judge.terms import TERM_HELP
 from crosscheck._workloads.stack.oracle import hvp as _hvp
@@ -36,10 +36,6 @@ class StackHvpJudge:
             raise ValueError(
                 f"quantity 'hvp' is judged in float32 and float64; found dtype {point.dtype!r} "
                 "(a 16-bit case checks the gradient)."
-            )
-        if options.oracle_mode not in ORACLE_MODES:
-            raise ValueError(
-                f"`oracle_mode` must be one of {', '.join(ORACLE_MODES)}; found {options.oracle_mode!r}."
             )
         self.weights, self.x, self.options = point.params["weights"], point.inputs["x"], options
         # User arrays have no seed: their direction comes from seed 0.
@@ -133,7 +129,7 @@ class StackHvpJudge:
             "rerun": rerun,
             "reference": answer.error,
             "floor": floor,
-            "slack": np.broadcast_to(self.options.slack(answer.value), answer.value.shape),
+            "slack": np.broadcast_to(self.options.slack_at(answer.value), answer.value.shape),
         }
         dtype, _ = declared_dtype(backend, self.dtype)
         found = compare(
@@ -145,6 +141,7 @@ class StackHvpJudge:
             dtype=dtype,
             kinks=answer.kinks,
             strict=self.options.strict,
+            keep=self.options.plot,
             index_names=_stack.INDEX_NAMES,
             term_help={**TERM_HELP, "rerun": f"{_hvp.RERUN_HELP} ({note})"},
             split=_stack.INDEX_NAMES[0],
