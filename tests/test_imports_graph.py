@@ -218,3 +218,34 @@ def test_the_package_imports_by_string_only_where_a_boundary_makes_it_honest():
         "imports by string (module -> what it names); import statically, at function level where the "
         f"import must wait: {found}"
     )
+
+
+def reexports(root: Path, package: str = PACKAGE) -> dict[str, list[str]]:
+    """Module -> the names it imports only to hand on (``from home import name as name``), outside a
+    package's ``__init__.py``, where the public front re-exports."""
+    found: dict[str, list[str]] = {}
+    for name, path in modules(root, package).items():
+        if path.name == "__init__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.ImportFrom):
+                found.setdefault(name, []).extend(a.name for a in node.names if a.asname == a.name)
+    return {module: names for module, names in found.items() if names}
+
+
+def test_the_guard_sees_a_reexport(tmp_path):
+    root = _package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "from pkg.verdict import judge as judge\n",  # the front: allowed
+            "pkg/verdict.py": "def judge():\n    pass\n",
+            "pkg/localize.py": "from pkg.verdict import judge as judge\nfrom pkg import verdict as v\n",
+        },
+    )
+    assert reexports(root, "pkg") == {"pkg.localize": ["judge"]}
+
+
+def test_a_name_has_one_address_no_reexport_outside_an_init():
+    # A name handed on from a second module has two addresses (which one is its home?): import it
+    # from its home.
+    assert reexports(ROOT) == {}

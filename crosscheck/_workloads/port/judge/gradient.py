@@ -32,7 +32,7 @@ from crosscheck._workloads.port.declare.build import Prepared, not_checked, torc
 from crosscheck._workloads.port.declare.port import Port
 from crosscheck._workloads.port.judge import boundaries, capture, constants, localize, own, wide
 from crosscheck._workloads.port.judge.pairs import module_pairs
-from crosscheck._workloads.port.judge.verdict import Origin
+from crosscheck._workloads.port.judge.verdict import Origin, forward_verdict, gradient_verdict, listed_verdict
 from crosscheck._workloads.port.mapping.table import render_summary
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 
@@ -198,9 +198,9 @@ class PortJudge:
         out, edges = boundaries.apart(out, outputs, firsts, gradients, forward=self.forward)
         top = type(self.workload.port.torch).__name__
         verdict = (
-            localize.listed_verdict(torch_runs.main, paired, outputs, top)
+            listed_verdict(torch_runs.main, paired, outputs, top)
             if listed
-            else localize.forward_verdict(torch_runs.main, paired, outputs, inputs, top)
+            else forward_verdict(torch_runs.main, paired, outputs, inputs, top)
         )
         if verdict is None:
             verdict = self._gradient_verdict(torch_runs.main, paired, gradients, top)
@@ -280,7 +280,7 @@ class PortJudge:
         if not differs:
             agree = _agree(gradients, self.forward)
             return Origin("nowhere", None, None, (), f"every module's output {agree}")
-        return localize.gradient_verdict(order, paired, differs, owners, top)
+        return gradient_verdict(order, paired, differs, owners, top)
 
     def _runs(self, call: Call, *, torch: bool, main: Any = None) -> Any:
         """One side's module records at the case's dtype and in the other: a ``str`` when the call at the
