@@ -22,6 +22,7 @@ import ast
 import textwrap
 from pathlib import Path
 
+import pytest
 from paths import ROOT
 
 PACKAGE = "crosscheck"
@@ -249,3 +250,33 @@ def test_a_name_has_one_address_no_reexport_outside_an_init():
     # A name handed on from a second module has two addresses (which one is its home?): import it
     # from its home.
     assert reexports(ROOT) == {}
+
+
+def homes(root: Path, name: str, package: str = PACKAGE) -> list[str]:
+    """The modules that define ``name`` at their top (a class, or a name assigned: a type alias)."""
+    found = []
+    for module, path in modules(root, package).items():
+        for node in ast.parse(path.read_text(encoding="utf-8"), filename=str(path)).body:
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            named = [getattr(t, "id", None) for t in targets] + [getattr(node, "name", None)]
+            if isinstance(node, (ast.ClassDef, ast.Assign, ast.AnnAssign)) and name in named:
+                found.append(module)
+    return sorted(found)
+
+
+@pytest.mark.parametrize(
+    ("name", "home"),
+    [
+        # Everything one run needs, decided before a backend runs (the oracle's choice is a Differencing).
+        ("Plan", "crosscheck._engine.plan"),
+        ("Differencing", "crosscheck._workloads.model.oracle.function"),
+        # What the model judge found for one candidate (a module's call is a ModuleCall; a sweep's case
+        # a CaseRecord).
+        ("Record", "crosscheck._workloads.model.findings"),
+        ("ModuleCall", "crosscheck._workloads.port.sides.torch_side"),
+        ("CaseRecord", "crosscheck._sweep.task"),
+    ],
+    ids=["Plan", "Differencing", "Record", "ModuleCall", "CaseRecord"],
+)
+def test_a_name_of_two_meanings_is_two_names(name, home):
+    assert homes(ROOT, name) == [home]
