@@ -79,9 +79,8 @@ class GenericJudge:
         self.numpy = numpy_function(Losses(workload.name, workload.reference, workload.surrogate), point)
         #: Seconds of one evaluation of the NumPy reference (None: there is none), for ``cost``.
         self.per_evaluation = seconds_per_evaluation(self.numpy, point.params) if self.numpy else None
-        self.differencing = differencing(
-            options.oracle.mode, point.params, options.oracle.directions, options.oracle.budget
-        )
+        oracle = options.oracle
+        self.differencing = differencing(oracle.mode, point.params, oracle.directions, oracle.budget)
         point.case["oracle_differentiates"] = _differentiates(workload, self.numpy)
         self.shapes = {k: v.shape for k, v in point.params.items()}
         self.notes: dict[str, dict[str, Any]] = {}
@@ -204,14 +203,9 @@ class GenericJudge:
         """``name``'s own float64 loss, checked and probed (``own_loss``), once; its adapter keeps the point
         the probe held on its line for ``_own``'s differences, which follow at once and release it."""
         if name not in self.functions:
+            chosen = self.differencing
             self.functions[name] = own_loss(
-                backend,
-                name,
-                self.point,
-                call,
-                self.differencing.clock,
-                keep=True,
-                cache=self.differencing.drawn,
+                backend, name, self.point, call, chosen.clock, keep=True, cache=chosen.drawn
             )
         return self.functions[name]
 
