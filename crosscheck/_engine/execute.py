@@ -13,6 +13,7 @@ runs is the job's to know, never a field of the request).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from crosscheck._engine.driver import drive
@@ -20,6 +21,7 @@ from crosscheck._engine.plan import Outlook, check_records, plan
 from crosscheck._engine.process import contain
 from crosscheck._engine.request import Request, check_request, configure, with_reference
 from crosscheck._report.report import Report
+from crosscheck._workloads.protocol import Progress
 from crosscheck._workloads.registry import load_workload
 
 #: What a contained run's worker runs: ``job``, below (crosscheck's own, never the CLI's).
@@ -40,6 +42,7 @@ def execute(request: Request) -> Report:
 
 def _check_here(request: Request) -> Report:
     """The checked ``request`` run in this process: loaded, configured, planned, announced, driven."""
+    assert request.reference is not None  # decided where the request was checked (``with_reference``)
     workload = configure(load_workload(request.workload), request)
     planned = plan(
         workload,
@@ -104,12 +107,12 @@ def _check_contained(request: Request) -> Report:
     return report
 
 
-def job(data: dict[str, Any], *, progress: Any, announce: Any) -> Report:
+def job(data: dict[str, Any], *, progress: Progress | None, announce: Callable[[Any], None]) -> Report:
     """In a contained check's worker: the request the parent checked, rebuilt from ``data`` and run here
     (never in yet another worker); ``announce`` sends the outlook to the parent, as data."""
     said = _send(announce) if data.pop("announce") else None
     return _check_here(Request.from_data(data, progress=progress, announce=said))
 
 
-def _send(announce: Any) -> Any:
+def _send(announce: Callable[[Any], None]) -> Callable[[Outlook], None]:
     return lambda outlook: announce({"memory": outlook.memory, "cost": outlook.cost})

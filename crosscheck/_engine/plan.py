@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from crosscheck._backends import ORACLE
+from crosscheck._backends.protocol import BackendSpec
 from crosscheck._engine.quantity import Quantity
 from crosscheck._engine.quantity import quantity as _quantity
 from crosscheck._files import available_memory, format_bytes
@@ -29,8 +30,8 @@ class Plan:
     quantity: Quantity
     point: Point
     judge: Judge
-    candidates: list[Any]
-    reference: Any
+    candidates: list[BackendSpec]
+    reference: BackendSpec
     explicit: bool
     options: Options
     repeat: int = 2
@@ -64,8 +65,8 @@ class Outlook:
 def plan(
     workload: EngineWorkload,
     *,
-    backends: Sequence[Any] | None,
-    reference: Any,
+    backends: Sequence[BackendSpec] | None,
+    reference: BackendSpec,
     dtype: str,
     seed: int,
     quantity: str,

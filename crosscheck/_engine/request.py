@@ -13,9 +13,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from crosscheck._backends import ORACLE
+from crosscheck._backends.protocol import BackendSpec
 from crosscheck._engine.quantity import QUANTITIES, default_reference
 from crosscheck._records import Execution, Oracle, Slack, spell
-from crosscheck._workloads.protocol import Progress
+from crosscheck._workloads.protocol import EngineWorkload, Progress
 
 #: The front doors, for the spelling of an option in a message: a keyword, or a command-line option.
 FRONTS = ("api", "cli")
@@ -44,9 +45,9 @@ class Request:
 
     workload: Any = None
     options: Mapping[str, Any] | None = None
-    backends: Sequence[Any] | None = None
+    backends: Sequence[BackendSpec] | None = None
     #: None: the quantity's (``default_reference``: the oracle; PyTorch's forward for ``output``).
-    reference: Any = None
+    reference: BackendSpec | None = None
     dtype: str | None = None
     seed: int | None = None
     quantity: str = "grad"
@@ -207,7 +208,7 @@ def _case_given(request: Request) -> dict[str, Any]:
     return {k: v for k, v in (("dtype", request.dtype), ("seed", request.seed)) if v is not None}
 
 
-def configure(workload: Any, request: Request) -> Any:
+def configure(workload: EngineWorkload, request: Request) -> EngineWorkload:
     """``workload`` with the request's ``options`` set, each one it takes, and the quantity one it has a
     judge for (options None: ``workload`` as it is).
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
+import typing
 
 import numpy as np
 import pytest
@@ -241,3 +242,24 @@ def test_a_worker_runs_the_engines_job_only(job):
         _job(job)
     assert _job(execute.JOB) is execute.job
     assert _job(replay_verb.JOB) is replay_verb.job
+
+
+def test_the_seams_are_typed_with_their_protocols():
+    # The engine's seams say what passes through them (mypy holds the implementations to it): a check
+    # returns a Report, a workload is an EngineWorkload, a judge's answer an Outcome, a candidate a
+    # BackendSpec; none of them Any.
+    from crosscheck._engine.plan import Plan
+    from crosscheck._engine.request import configure
+    from crosscheck._report.report import Report
+    from crosscheck._workloads.protocol import EngineWorkload, Judge, Outcome
+    from crosscheck._workloads.registry import load_workload
+
+    assert typing.get_type_hints(execute.execute)["return"] is Report
+    assert typing.get_type_hints(load_workload)["return"] is EngineWorkload
+    hints = typing.get_type_hints(configure)
+    assert hints["workload"] is hints["return"] is EngineWorkload
+    assert typing.get_type_hints(Judge.reference)["return"] is Outcome
+    assert typing.get_type_hints(Judge.evaluate)["return"] is Outcome
+    plan_hints = typing.get_type_hints(Plan)
+    spec = plan_hints["reference"]
+    assert plan_hints["candidates"] == list[spec] and spec is not typing.Any

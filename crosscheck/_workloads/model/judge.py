@@ -47,7 +47,7 @@ from crosscheck._workloads.model.oracle.sources import numpy_function, own_loss
 from crosscheck._workloads.model.rounding import Rounding, measure
 from crosscheck._workloads.model.summary import against_oracle, summarize
 from crosscheck._workloads.model.zeros import Side, confirm, zero_tensors
-from crosscheck._workloads.protocol import Call, Options, Point, Reference
+from crosscheck._workloads.protocol import Call, Options, Outcome, Point, Reference
 
 #: The case's ``oracle_differentiates`` when no oracle ran: a backend is the reference, or the
 #: reference failed. The table's title says so instead of what an oracle would have differenced.
@@ -100,7 +100,7 @@ class GenericJudge:
         #: A 16-bit case: per side measured, whether it computed in float32 (``sixteen.unrounded``).
         self.wide_only: dict[str, bool] = {}
 
-    def evaluate(self, backend: Any, call: Call) -> Any:
+    def evaluate(self, backend: Any, call: Call) -> Outcome:
         return self._grad(backend, call, self.point.params, self.point.inputs)
 
     def cost(self, candidates: int) -> Cost:
@@ -119,7 +119,7 @@ class GenericJudge:
 
     # -- the reference ---------------------------------------------------------------------------------
 
-    def reference(self, backend: Any, call: Call) -> Any:
+    def reference(self, backend: Any, call: Call) -> Outcome:
         if not isinstance(backend, WorkloadOracle):
             return self._backend_reference(backend, call)
         self.findings.oracle = True

@@ -27,7 +27,7 @@ from crosscheck._compare.constants import UNIT_ROUNDOFF
 from crosscheck._compare.dtypes import as_dtype
 from crosscheck._compare.record import Comparison, Tolerance
 from crosscheck._report.report import Section, Verdict
-from crosscheck._workloads.protocol import Call, Options, Point, Reference
+from crosscheck._workloads.protocol import Call, Options, Outcome, Point, Reference
 from crosscheck._workloads.train import locate, state
 from crosscheck._workloads.train.runs import HOW, Runs, Trajectories, failed
 
@@ -81,10 +81,10 @@ class UpdateJudge:
             self.starts[(id(backend), dtype)] = start
         return dataclasses.replace(out, value=trajectories)
 
-    def evaluate(self, backend: Any, call: Call) -> Any:
+    def evaluate(self, backend: Any, call: Call) -> Outcome:
         return self.train(backend, call, self.point.dtype)
 
-    def reference(self, backend: Any, call: Call) -> Any:
+    def reference(self, backend: Any, call: Call) -> Outcome:
         out = self.evaluate(backend, call)
         if out.error is not None:
             return out

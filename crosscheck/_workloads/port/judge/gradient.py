@@ -34,7 +34,7 @@ from crosscheck._workloads.port.judge import boundaries, capture, constants, loc
 from crosscheck._workloads.port.judge.pairs import module_pairs
 from crosscheck._workloads.port.judge.verdict import Origin, forward_verdict, gradient_verdict, listed_verdict
 from crosscheck._workloads.port.mapping.table import render_summary
-from crosscheck._workloads.protocol import Call, Options, Point, Reference
+from crosscheck._workloads.protocol import Call, Options, Outcome, Point, Reference
 
 
 class PortView(Protocol):
@@ -86,7 +86,7 @@ class PortJudge:
         """The oracle's cost, estimated before it runs (the generic judge's)."""
         return self.inner.cost(candidates)
 
-    def reference(self, backend: Any, call: Call) -> Any:
+    def reference(self, backend: Any, call: Call) -> Outcome:
         self.torch_problem, self.torch_wrote = own.prove(self.workload.prepared, self.point, call)
         if self.torch_problem is not None and id(backend) in self.workload.torches:
             return call.failure(self.torch_problem)
@@ -113,7 +113,7 @@ class PortJudge:
         findings.unreached = list(out.value) if out.error is None else None
         findings.unused = tuple(self.workload.port.unused)
 
-    def evaluate(self, backend: Any, call: Call) -> Any:
+    def evaluate(self, backend: Any, call: Call) -> Outcome:
         if self.torch_problem is not None and id(backend) in self.workload.torches:
             return call.failure(self.torch_problem)
         return self.inner.evaluate(backend, call)

@@ -22,7 +22,7 @@ from crosscheck._compare.dtypes import accumulation, is_low
 from crosscheck._compare.record import Comparison, Kinks, Tolerance
 from crosscheck._records import Oracle
 from crosscheck._report.report import Verdict
-from crosscheck._workloads.protocol import Call, Options, Point, Reference
+from crosscheck._workloads.protocol import Call, Options, Outcome, Point, Reference
 from crosscheck._workloads.stack import forward as _forward
 from crosscheck._workloads.stack import kinks as _kinks
 from crosscheck._workloads.stack import rounding as _stack
@@ -78,7 +78,7 @@ class StackGradJudge:
 
     # -- the protocol -------------------------------------------------------------------------------
 
-    def evaluate(self, backend: Any, call: Call) -> Any:
+    def evaluate(self, backend: Any, call: Call) -> Outcome:
         return self.gradient(backend, call, self.weights, self.x)
 
     def gradient(self, backend: Any, call: Call, weights: np.ndarray, x: np.ndarray) -> Any:
@@ -89,7 +89,7 @@ class StackGradJudge:
         out = call(backend.grad, weights, x, convert="array")
         return out if out.error else dataclasses.replace(out, value={"weights": out.value})
 
-    def reference(self, backend: Any, call: Call) -> Any:
+    def reference(self, backend: Any, call: Call) -> Outcome:
         self.oracle_backend = backend
         if self._mode(backend) == "screen":
             out, screening = _screen.screen_reference(self, backend, call)

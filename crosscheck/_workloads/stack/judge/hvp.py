@@ -14,7 +14,7 @@ from crosscheck._compare import terms as _terms
 from crosscheck._compare.compare import compare
 from crosscheck._compare.constants import OTHER_DTYPE, UNIT_ROUNDOFF
 from crosscheck._compare.record import Comparison, Kinks, Tolerance
-from crosscheck._workloads.protocol import Call, Options, Point, Reference
+from crosscheck._workloads.protocol import Call, Options, Outcome, Point, Reference
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack.judge import hvp_screen as _screen
 from crosscheck._workloads.stack.judge.answers import HvpAnswer, oracle_answer
@@ -46,7 +46,7 @@ class StackHvpJudge:
         #: The screening strategy, when the reference screened (``screen.Screening``).
         self.screening: Screening | None = None
 
-    def evaluate(self, backend: Any, call: Call) -> Any:
+    def evaluate(self, backend: Any, call: Call) -> Outcome:
         return self._hvp(backend, call, self.dtype)
 
     def _hvp(self, backend: Any, call: Call, dtype: str) -> Any:
@@ -57,7 +57,7 @@ class StackHvpJudge:
         out = call(backend.hvp, *args, convert="array")
         return out if out.error else dataclasses.replace(out, value={"weights": out.value})
 
-    def reference(self, backend: Any, call: Call) -> Any:
+    def reference(self, backend: Any, call: Call) -> Outcome:
         if _screen.mode(self, backend) == "screen":
             out, screening = _screen.screen_reference(self, backend, call)
             self.screening = screening or self.screening
