@@ -6,7 +6,7 @@ from elsewhere) runs its whole check in one worker process (``contain``), unless
 ``execution.isolate`` is False or a backend is an object, which cannot be sent; everything else runs in
 this process. There, the workload is loaded once, configured with the options it takes, planned (its
 memory estimated first: a case that cannot fit is refused before anything is allocated), announced
-(``request.announce``, the CLI's notes) and driven. A worker runs ``job``, the one job of a contained
+(``request.announce``, the CLI's notes) and driven. A worker runs ``job``, the job of a contained
 check: it is handed the request as data and runs it there (the worker is its process: where a request
 runs is the job's to know, never a field of the request).
 """
@@ -24,7 +24,7 @@ from crosscheck._report.report import Report
 from crosscheck._workloads.protocol import Progress
 from crosscheck._workloads.registry import load_workload
 
-#: What a contained run's worker runs: ``job``, below (crosscheck's own, never the CLI's).
+#: What a contained check's worker runs: ``job``, below (crosscheck's own, never the CLI's).
 JOB = "crosscheck._engine.execute:job"
 
 

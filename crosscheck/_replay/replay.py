@@ -56,10 +56,9 @@ class Replay:
             object.__setattr__(self, "trust", tuple(self.trust))
 
     def to_data(self) -> dict[str, Any]:
-        """The replay as plain data (arrays allowed) for its worker process."""
-        data = dataclasses.asdict(self)
-        data["trust"] = self.trust if isinstance(self.trust, bool) else list(self.trust)
-        return data
+        """The replay as plain data (arrays allowed, never copied) for its worker process."""
+        trust = self.trust if isinstance(self.trust, bool) else list(self.trust)
+        return {"bundle": self.bundle, "trust": trust, "timeout": self.timeout, "isolate": self.isolate}
 
 
 def replay(
