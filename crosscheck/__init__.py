@@ -8,11 +8,11 @@ from crosscheck._backends import BackendBroken as BackendBroken
 from crosscheck._backends import BackendUnavailable as BackendUnavailable
 from crosscheck._backends import load_backend as load_backend
 from crosscheck._compare.record import Comparison as Comparison
-from crosscheck._engine.records import Execution as Execution
-from crosscheck._engine.records import Oracle as Oracle
-from crosscheck._engine.records import Slack as Slack
 from crosscheck._engine.run import check as check
 from crosscheck._engine.run import run as run
+from crosscheck._records import Execution as Execution
+from crosscheck._records import Oracle as Oracle
+from crosscheck._records import Slack as Slack
 from crosscheck._report.report import Report as Report
 from crosscheck._workloads.losses import projection_loss as projection_loss
 from crosscheck._workloads.model.declare import Workload as Workload

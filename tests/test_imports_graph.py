@@ -22,6 +22,7 @@ import ast
 import textwrap
 from pathlib import Path
 
+import pytest
 from paths import ROOT
 
 PACKAGE = "crosscheck"
@@ -218,3 +219,64 @@ def test_the_package_imports_by_string_only_where_a_boundary_makes_it_honest():
         "imports by string (module -> what it names); import statically, at function level where the "
         f"import must wait: {found}"
     )
+
+
+def reexports(root: Path, package: str = PACKAGE) -> dict[str, list[str]]:
+    """Module -> the names it imports only to hand on (``from home import name as name``), outside a
+    package's ``__init__.py``, where the public front re-exports."""
+    found: dict[str, list[str]] = {}
+    for name, path in modules(root, package).items():
+        if path.name == "__init__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.ImportFrom):
+                found.setdefault(name, []).extend(a.name for a in node.names if a.asname == a.name)
+    return {module: names for module, names in found.items() if names}
+
+
+def test_the_guard_sees_a_reexport(tmp_path):
+    root = _package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "from pkg.verdict import judge as judge\n",  # the front: allowed
+            "pkg/verdict.py": "def judge():\n    pass\n",
+            "pkg/localize.py": "from pkg.verdict import judge as judge\nfrom pkg import verdict as v\n",
+        },
+    )
+    assert reexports(root, "pkg") == {"pkg.localize": ["judge"]}
+
+
+def test_a_name_has_one_address_no_reexport_outside_an_init():
+    # A name handed on from a second module has two addresses (which one is its home?): import it
+    # from its home.
+    assert reexports(ROOT) == {}
+
+
+def homes(root: Path, name: str, package: str = PACKAGE) -> list[str]:
+    """The modules that define ``name`` at their top (a class, or a name assigned: a type alias)."""
+    found = []
+    for module, path in modules(root, package).items():
+        for node in ast.parse(path.read_text(encoding="utf-8"), filename=str(path)).body:
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            named = [getattr(t, "id", None) for t in targets] + [getattr(node, "name", None)]
+            if isinstance(node, (ast.ClassDef, ast.Assign, ast.AnnAssign)) and name in named:
+                found.append(module)
+    return sorted(found)
+
+
+@pytest.mark.parametrize(
+    ("name", "home"),
+    [
+        # Everything one run needs, decided before a backend runs (the oracle's choice is a Differencing).
+        ("Plan", "crosscheck._engine.plan"),
+        ("Differencing", "crosscheck._workloads.model.oracle.function"),
+        # What the model judge found for one candidate (a module's call is a ModuleCall; a sweep's case
+        # a CaseRecord).
+        ("Record", "crosscheck._workloads.model.findings"),
+        ("ModuleCall", "crosscheck._workloads.port.sides.torch_side"),
+        ("CaseRecord", "crosscheck._sweep.task"),
+    ],
+    ids=["Plan", "Differencing", "Record", "ModuleCall", "CaseRecord"],
+)
+def test_a_name_of_two_meanings_is_two_names(name, home):
+    assert homes(ROOT, name) == [home]

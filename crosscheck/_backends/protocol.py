@@ -4,7 +4,8 @@ fails (``BackendUnavailable``, ``BackendBroken``) and the adapter of a plain fun
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Any, Protocol, TypeAlias, Union, runtime_checkable
 
 import numpy as np
 
@@ -40,6 +41,12 @@ class Backend(Protocol):
     name: str
 
     def grad(self, weights: np.ndarray, x: np.ndarray) -> Any: ...
+
+
+#: A backend as the user names one: a built-in name or an import string (``str``), an adapter object
+#: (``Backend``), or a plain function ``grad(weights, x)`` (``FunctionBackend`` adapts it).
+#: (``Union``: an alias evaluated when imported, on every Python this supports.)
+BackendSpec: TypeAlias = Union[str, Backend, Callable[..., Any]]  # noqa: UP007
 
 
 class BackendUnavailable(ImportError):

@@ -63,7 +63,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Check the blocks and print one line per block, the verdict and what the check cannot see."""
-    from crosscheck._engine.records import check_timeout
+    from crosscheck._records import check_timeout
     from crosscheck._sweep.block_rules import check_directory, check_sides
     from crosscheck._sweep.blocks import check_blocks
 

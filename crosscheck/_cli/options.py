@@ -83,7 +83,7 @@ def add_tolerance_options(parser: Any) -> None:
 def check_tolerances(args: argparse.Namespace) -> None:
     """``--rtol`` and ``--atol`` come together or not at all (torch's ``get_tolerances`` says why): the
     rule of ``crosscheck.Slack``, spelled as options."""
-    from crosscheck._engine.records import check_pair
+    from crosscheck._records import check_pair
 
     try:
         check_pair(args.rtol, args.atol, front="cli")
@@ -112,7 +112,7 @@ def add_jax_options(parser: Any) -> None:
 def jax_settings(args: argparse.Namespace) -> dict[str, str]:
     """``--jax-platform`` and ``--jax-precision`` as ``Execution``'s keywords (``default`` where not
     given), refused as the API refuses them, spelled as options."""
-    from crosscheck._engine.records import check_jax
+    from crosscheck._records import check_jax
 
     given = {name: getattr(args, name, None) or "default" for name in ("jax_platform", "jax_precision")}
     try:

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     and reproduced bit for bit."""
     from rich.table import Table
 
-    from crosscheck._engine.replay import replay, reproduced, verdict
+    from crosscheck._replay.replay import replay, reproduced, verdict
     from crosscheck._report.bundle import load_bundle
 
     if args.timeout is not None and not args.timeout > 0:
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
 def _jax_settings(report: dict[str, Any]) -> str:
     """``; the JAX side as recorded: --jax-platform cpu --jax-precision highest`` when the run chose
     either (a replay applies them again), else nothing."""
-    from crosscheck._engine.rerun import recorded_settings
+    from crosscheck._replay.rerun import recorded_settings
 
     chosen = {k: v for k, v in recorded_settings(report).items() if v != "default"}
     if not chosen:

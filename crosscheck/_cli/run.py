@@ -211,8 +211,8 @@ def run(args: argparse.Namespace) -> int:
 def _request(args: argparse.Namespace, progress: Any) -> Any:
     """The request of the command line's options (those the user gave set on the workload; ``--weights``
     and ``--x`` read here), its notes on stderr before the run starts."""
-    from crosscheck._engine.records import Execution, Oracle, Slack
     from crosscheck._engine.request import Request
+    from crosscheck._records import Execution, Oracle, Slack
 
     check_tolerances(args)
     _check_outputs_of_quantity(args)
@@ -345,7 +345,7 @@ def _check_plot_and_bundle(args: argparse.Namespace) -> None:
 def _check_budget(args: argparse.Namespace) -> None:
     """``--budget``: a positive, finite number of seconds (argparse refused what is not a number); the
     rule of ``crosscheck.Oracle``, spelled as an option."""
-    from crosscheck._engine.records import check_budget
+    from crosscheck._records import check_budget
 
     if args.budget is not None:
         try:

@@ -14,7 +14,7 @@ import numpy as np
 
 from crosscheck._compare.entries import Scan, scan
 from crosscheck._compare.message import mismatch_message
-from crosscheck._compare.record import Comparison, Kinks, Tolerance, keeps_plot_arrays
+from crosscheck._compare.record import Comparison, Kinks, Tolerance
 from crosscheck._compare.terms import TERM_HELP
 
 
@@ -32,6 +32,7 @@ def compare(
     index_names: Sequence[str] | None = None,
     term_help: Mapping[str, str] | None = None,
     split: str | None = None,
+    keep: bool = False,
 ) -> Comparison:
     """Compare ``candidate`` with ``reference`` entry by entry.
 
@@ -45,8 +46,9 @@ def compare(
     the workload wants a row per index along it (``per_layer``: judged, mismatched, worst ratio).
 
     The entries are judged a block of rows at a time (``entries``: a tensor of any size costs a few
-    blocks of temporaries); the per-entry arrays a plot draws (``arrays``) are kept only within
-    ``record.plot_arrays``. The worst entries are the largest ratios, the last index first on ties.
+    blocks of temporaries); the per-entry arrays a plot draws (``arrays``) are kept only with ``keep``
+    (a run that asks for a plot: ``Options.plot``). The worst entries are the largest ratios, the last
+    index first on ties.
     """
     names = list(index_names) if index_names is not None else None
     common = Comparison(
@@ -65,7 +67,7 @@ def compare(
         return dataclasses.replace(common, message=where + problem)
     kinks = kinks or Kinks.none(reference.shape)
     splits = split is not None and reference.ndim > 0
-    found = scan(candidate, reference, tolerance, kinks, split=splits, keep=keeps_plot_arrays())
+    found = scan(candidate, reference, tolerance, kinks, split=splits, keep=keep)
     helps = {**TERM_HELP, **(term_help or {})}
     comparison = dataclasses.replace(
         _counted(common, found, kinks, strict=strict),

@@ -3,33 +3,11 @@ entry, and the ``Comparison`` of one candidate against the reference (``compare`
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-
-#: Whether comparisons keep their per-entry arrays (``Comparison.arrays``: ``ratio``, ``unjudgeable``,
-#: ``two_sided``), which only a plot draws: 10 bytes an entry per candidate, to the end of the run.
-#: Off unless a run asks for a plot (``plot_arrays``; the driver, for ``Request.plot``).
-_PLOT_ARRAYS: contextvars.ContextVar[bool] = contextvars.ContextVar("plot_arrays", default=False)
-
-
-@contextlib.contextmanager
-def plot_arrays(keep: bool = True) -> Iterator[None]:
-    """Within it, comparisons keep (``keep``) or drop their per-entry arrays; restored after."""
-    token = _PLOT_ARRAYS.set(keep)
-    try:
-        yield
-    finally:
-        _PLOT_ARRAYS.reset(token)
-
-
-def keeps_plot_arrays() -> bool:
-    """Whether comparisons made here keep their per-entry arrays (``plot_arrays``)."""
-    return _PLOT_ARRAYS.get()
 
 
 class Made:
@@ -170,8 +148,9 @@ class Comparison:
     worst_entries: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     forward: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     classification: dict[str, Any] = dataclasses.field(default_factory=dict)
-    #: Per-entry arrays for plots (``ratio``, ``unjudgeable``, ``two_sided``), only in a run that asks
-    #: for a plot (``plot_arrays``); not part of the JSON.
+    #: Per-entry arrays for plots (``ratio``, ``unjudgeable``, ``two_sided``: 10 bytes an entry per
+    #: candidate, to the end of the run), only in a run that asks for a plot (``compare``'s ``keep``,
+    #: from ``Options.plot``); not part of the JSON.
     arrays: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
     unjudgeable_reasons: dict[str, int] = dataclasses.field(default_factory=dict)
     kinks: list[list[int]] = dataclasses.field(default_factory=list)

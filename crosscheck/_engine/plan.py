@@ -8,10 +8,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from crosscheck._backends import ORACLE
+from crosscheck._backends.protocol import BackendSpec
 from crosscheck._engine.quantity import Quantity
 from crosscheck._engine.quantity import quantity as _quantity
-from crosscheck._engine.records import Execution, Oracle, Slack
 from crosscheck._files import available_memory, format_bytes
+from crosscheck._records import Execution, Oracle, Slack
 from crosscheck._workloads.protocol import EngineWorkload, Judge, Options, Point, Progress
 
 
@@ -29,8 +30,8 @@ class Plan:
     quantity: Quantity
     point: Point
     judge: Judge
-    candidates: list[Any]
-    reference: Any
+    candidates: list[BackendSpec]
+    reference: BackendSpec
     explicit: bool
     options: Options
     repeat: int = 2
@@ -64,8 +65,8 @@ class Outlook:
 def plan(
     workload: EngineWorkload,
     *,
-    backends: Sequence[Any] | None,
-    reference: Any,
+    backends: Sequence[BackendSpec] | None,
+    reference: BackendSpec,
     dtype: str,
     seed: int,
     quantity: str,
@@ -74,20 +75,20 @@ def plan(
     oracle: Oracle,
     execution: Execution,
     progress: Progress | None,
+    plot: bool = False,
 ) -> Plan:
-    """The plan of a loaded workload and the records (``check``'s arguments): its memory estimated (and
-    refused when too large) before anything is allocated, then its point, its judge, the candidates."""
-    check_records(slack, oracle, execution, backends)
+    """The plan of a loaded workload and the records (``check``'s arguments, checked where the request
+    was: ``check_records``): its memory estimated (and refused when too large) before anything is
+    allocated, then its point, its judge, the candidates. The records travel in the ``Options`` as
+    they were made; ``plot`` keeps each comparison's per-entry arrays, for a plot."""
     options = Options(
-        rtol=None if slack is None else slack.rtol,
-        atol=None if slack is None else slack.atol,
+        slack=slack,
+        oracle=oracle,
         strict=strict,
         seed=seed,
-        oracle_mode=oracle.mode,
-        directions=oracle.directions,
-        budget=oracle.budget,
         explain=workload.explain,
         progress=progress,
+        plot=plot,
     )
     specs = list(backends or ())
     memory = check_memory(workload, dtype=dtype, quantity=quantity, options=options, candidates=specs)

@@ -1,7 +1,7 @@
-"""A request: everything one check (or one replay) needs, from whichever front door made it.
+"""A request: everything one check needs, from whichever front door made it.
 
-``crosscheck.check``, ``crosscheck.run``, the CLI's ``run`` and ``explain``, a sweep's case, ``replay``
-and the pytest helper each build one ``Request`` and hand it to ``execute`` (``_engine/execute.py``).
+``crosscheck.check``, ``crosscheck.run``, the CLI's ``run`` and ``explain``, a sweep's case and the
+pytest helper each build one ``Request`` and hand it to ``execute`` (``_engine/execute.py``).
 The option rules live here, once: the API and the CLI refuse the same things with the same words, each
 option spelled as its front door spells it (``layers`` for the API, ``--layers`` for the CLI).
 """
@@ -13,9 +13,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from crosscheck._backends import ORACLE
+from crosscheck._backends.protocol import BackendSpec
 from crosscheck._engine.quantity import QUANTITIES, default_reference
-from crosscheck._engine.records import Execution, Oracle, Slack, spell
-from crosscheck._workloads.protocol import Progress
+from crosscheck._records import Execution, Oracle, Slack, spell
+from crosscheck._workloads.protocol import EngineWorkload, Progress
 
 #: The front doors, for the spelling of an option in a message: a keyword, or a command-line option.
 FRONTS = ("api", "cli")
@@ -25,7 +26,7 @@ DTYPE, SEED = "float32", 0
 
 @dataclasses.dataclass(frozen=True)
 class Request:
-    """One check (or one replay): the workload, the options that configure it, and the records of
+    """One check: the workload, the options that configure it, and the records of
     ``crosscheck.check``.
 
     Attributes:
@@ -38,17 +39,15 @@ class Request:
         front: who asked (``"api"`` or ``"cli"``): how a refused option is spelled.
         announce: called with the plan's ``Outlook`` (memory, the oracle's cost) before a run starts;
             the CLI's notes on stderr (the engine prints nothing).
-        bundle: a repro bundle to replay (``crosscheck replay``) instead of a check, with ``trust``.
-        contained: this request already runs in its worker process (``execute.job``): it runs here.
         plot: keep each comparison's per-entry arrays (``Comparison.arrays``), which a plot draws (the
             CLI's ``--plot``); without it no comparison keeps an array per entry.
     """
 
     workload: Any = None
     options: Mapping[str, Any] | None = None
-    backends: Sequence[Any] | None = None
+    backends: Sequence[BackendSpec] | None = None
     #: None: the quantity's (``default_reference``: the oracle; PyTorch's forward for ``output``).
-    reference: Any = None
+    reference: BackendSpec | None = None
     dtype: str | None = None
     seed: int | None = None
     quantity: str = "grad"
@@ -59,9 +58,6 @@ class Request:
     progress: Progress | None = None
     front: str = "api"
     announce: Callable[[Any], None] | None = None
-    bundle: dict[str, Any] | None = None
-    trust: bool | Sequence[str] = False
-    contained: bool = False
     plot: bool = False
 
     @property
@@ -82,7 +78,6 @@ class Request:
             execution=dataclasses.asdict(execution),
             progress=None,
             announce=self.announce is not None,
-            trust=self.trust if isinstance(self.trust, bool) else list(self.trust),
         )
         return data
 
@@ -213,7 +208,7 @@ def _case_given(request: Request) -> dict[str, Any]:
     return {k: v for k, v in (("dtype", request.dtype), ("seed", request.seed)) if v is not None}
 
 
-def configure(workload: Any, request: Request) -> Any:
+def configure(workload: EngineWorkload, request: Request) -> EngineWorkload:
     """``workload`` with the request's ``options`` set, each one it takes, and the quantity one it has a
     judge for (options None: ``workload`` as it is).
 

@@ -11,9 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from crosscheck._engine.execute import execute
-from crosscheck._engine.plan import check_records
-from crosscheck._engine.records import Execution, Oracle, Slack
 from crosscheck._engine.request import Request
+from crosscheck._records import Execution, Oracle, Slack
 from crosscheck._report.report import Report
 from crosscheck._workloads.protocol import Progress
 
@@ -157,9 +156,7 @@ def run(
         True
     """
     jax = {"jax_platform": jax_platform, "jax_precision": jax_precision}
-    records = _records(
-        rtol, atol, (oracle_mode, directions, budget), (repeat, isolate, timeout, jax), backends
-    )
+    records = _records(rtol, atol, (oracle_mode, directions, budget), (repeat, isolate, timeout, jax))
     knobs = {"weights": weights, "x": x, "layers": layers, "batch": batch, "dim": dim, "init": init}
     knobs.update(scale=scale, explain=explain, steps=steps)
     case = _changed({"dtype": dtype, "seed": seed})  # given: the arrays' rules refuse them beside `weights`
@@ -179,13 +176,13 @@ def run(
 
 
 def _records(*flat: Any) -> dict[str, Any]:
-    """``check``'s records of ``run``'s flat keywords (validated in ``run``'s order: the tolerances, the
-    worker processes and the timeout, the repeats, the directions, the backends)."""
-    rtol, atol, (oracle_mode, directions, budget), (repeat, isolate, timeout, jax), backends = flat
+    """``check``'s records of ``run``'s flat keywords, each checked where it is made (in ``run``'s order:
+    the tolerances, the worker processes and the timeout, the repeats, the directions; the backends
+    are the request's, checked by ``execute``)."""
+    rtol, atol, (oracle_mode, directions, budget), (repeat, isolate, timeout, jax) = flat
     slack = Slack.of(rtol, atol)
     execution = Execution(repeat=repeat, isolate=isolate, timeout=timeout, **jax)
     oracle = Oracle(mode=oracle_mode, directions=directions, budget=budget)
-    check_records(slack, oracle, execution, backends)
     return {"slack": slack, "oracle": oracle, "execution": execution}
 
 

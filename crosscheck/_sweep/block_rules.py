@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from crosscheck._backends import ORACLE
-from crosscheck._engine.records import check_timeout
+from crosscheck._records import check_timeout
 
 
 def check_options(
@@ -47,7 +47,7 @@ def check_sides(backends: list[str] | None, reference: str, *, front: str = "api
     Raises:
         ValueError: it would not compare the port with the original (one line, naming the options).
     """
-    from crosscheck._engine.records import spell
+    from crosscheck._records import spell
 
     given = list(backends) if backends is not None else ["jax", "torch"]
     sides = {*given, reference}

@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from crosscheck._backends import ORACLE
-from crosscheck._engine.records import check_jax
 from crosscheck._errors import describe, reraise_user_interrupt
+from crosscheck._records import check_jax
 from crosscheck._sweep.block_rules import check_options
-from crosscheck._sweep.task import Record, Task, _record, within
+from crosscheck._sweep.task import CaseRecord, Task, _record, within
 
 #: What the blockwise check does not see, compared with checking the model whole (said in every summary).
 BLIND = (
@@ -48,7 +48,7 @@ class BlocksResult:
 
     name: str
     pattern: str
-    records: list[Record]
+    records: list[CaseRecord]
     options: dict[str, Any]
     engine: dict[str, Any]
 
@@ -57,7 +57,7 @@ class BlocksResult:
         return bool(self.records) and all(r["passed"] for r in self.records)
 
     @property
-    def first(self) -> Record | None:
+    def first(self) -> CaseRecord | None:
         """The first block (in model order) that differs or was not checked; None when all passed."""
         return next((r for r in self.records if not r["passed"]), None)
 
@@ -187,9 +187,9 @@ def check_blocks(
     with _folder(directory) as folder:
         model = declared.model()
         entries = record(declared, model, folder, seed=seed, weights=scheduler is not None)
-        records: list[Record] = []
+        records: list[CaseRecord] = []
 
-        def done(got: Record) -> None:
+        def done(got: CaseRecord) -> None:
             for key, value in (
                 ("block", got["case"]["block"]),
                 ("verdict", ""),
@@ -254,7 +254,7 @@ def load_blocks(spec: str) -> Any:
     return value
 
 
-def run_block_task(task: Task) -> Record:
+def run_block_task(task: Task) -> CaseRecord:
     """A Dask worker's task: load the Blocks by name, build its block alone and check it (never raises)."""
     try:
         declared = load_blocks(task["case"]["workload"])
@@ -264,7 +264,7 @@ def run_block_task(task: Task) -> Record:
     return check_block(declared, task)
 
 
-def check_block(blocks: Any, task: Task, *, model: Any = None) -> Record:
+def check_block(blocks: Any, task: Task, *, model: Any = None) -> CaseRecord:
     """Check one block from its recording as a ``crosscheck.Port`` (the block taken from ``model``, or
     built alone: ``blocks_record.block_module``); its record (never raises but for the user's Ctrl-C)."""
     entry, start = task["entry"], time.perf_counter()
@@ -277,7 +277,7 @@ def check_block(blocks: Any, task: Task, *, model: Any = None) -> Record:
     return found
 
 
-def _guarded(blocks: Any, task: Task, model: Any) -> Record:
+def _guarded(blocks: Any, task: Task, model: Any) -> CaseRecord:
     try:
         return _check(blocks, task, model)
     except BaseException as exc:  # a record, not a crash: the other blocks go on, and this one fails
@@ -285,9 +285,9 @@ def _guarded(blocks: Any, task: Task, model: Any) -> Record:
         return _block_record(task, "error", error=f"not checked: {describe(exc)}")
 
 
-def _check(blocks: Any, task: Task, model: Any) -> Record:
-    from crosscheck._engine.records import Execution
+def _check(blocks: Any, task: Task, model: Any) -> CaseRecord:
     from crosscheck._engine.run import check
+    from crosscheck._records import Execution
     from crosscheck._workloads.port.blocks.record import block_module, load
 
     entry, options = task["entry"], task["options"]
@@ -336,7 +336,7 @@ def _block_record(
     module: Any = None,
     calls: int = 1,
     report: Any = None,
-) -> Record:
+) -> CaseRecord:
     out = _record(task, status, error=error, report=report)
     out.update(block=task["entry"]["block"], verdict=verdict, module=module, calls=calls)
     return out

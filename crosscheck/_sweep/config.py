@@ -40,8 +40,8 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from crosscheck._compare.constants import DTYPES
-from crosscheck._engine.records import JAX_PLATFORMS, JAX_PRECISIONS, MAX_TIMEOUT
-from crosscheck._workloads.registry import case_knobs, load_workload
+from crosscheck._records import JAX_PLATFORMS, JAX_PRECISIONS, MAX_TIMEOUT
+from crosscheck._workloads.registry import case_knobs, ci_cases
 
 CONFIG_FILE = "pyproject.toml"
 STACK = "stack"
@@ -233,7 +233,7 @@ def cases(config: SweepConfig, *, limit: int | None = MAX_CASES) -> list[dict[st
         ConfigError: the product has more than ``limit`` cases (refused before it is expanded).
     """
     if not config.has_matrix():
-        return [{"workload": STACK, **case} for case in load_workload(STACK).ci_cases()]
+        return [{"workload": STACK, **case} for case in ci_cases()]
     lists = [config.get(key, MATRIX_DEFAULTS[key]) for key in MATRIX_KEYS]
     size = math.prod(len(values) for values in lists)
     if limit is not None and size > limit:

@@ -24,13 +24,13 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from crosscheck._backends import install_hint
-from crosscheck._engine.records import check_jax
 from crosscheck._errors import Interrupted, Interrupts
+from crosscheck._records import check_jax
 from crosscheck._sweep.task import (  # the tasks and records, which moved there
     STACK,
     STATUSES,
+    CaseRecord,
     Done,
-    Record,
     Task,
     _crashed,
     _record,
@@ -123,7 +123,7 @@ def _kill_workers(pool: ProcessPoolExecutor) -> None:
 
 
 def run_dask(
-    tasks: Iterable[Task], done: Done, *, scheduler: str, fn: Callable[[Task], Record] = run_task
+    tasks: Iterable[Task], done: Done, *, scheduler: str, fn: Callable[[Task], CaseRecord] = run_task
 ) -> None:
     """The tasks on the Dask cluster at ``scheduler``; each is a plain-data task, run by ``fn`` (a
     module-level function a worker imports: ``run_task``, or a blockwise check's ``run_block_task``).
@@ -206,7 +206,7 @@ def cpu_count() -> int:
 class SweepResult:
     """Every case's record (in case order) and how the sweep ran."""
 
-    records: list[Record]
+    records: list[CaseRecord]
     options: dict[str, Any]
     engine: dict[str, Any]
     config: str | None = None
@@ -279,9 +279,9 @@ def sweep(
     options = {"backends": backends, "reference": reference, "rtol": rtol, "atol": atol, "strict": strict}
     options.update(jax_platform=jax_platform, jax_precision=jax_precision)
     tasks = make_tasks(cases, options, timeout=timeout)
-    records: list[Record] = []
+    records: list[CaseRecord] = []
 
-    def done(record: Record) -> None:
+    def done(record: CaseRecord) -> None:
         records.append(record)
         if progress is not None:
             progress(len(records), len(tasks))

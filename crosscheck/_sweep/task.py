@@ -18,8 +18,8 @@ STATUSES = ("passed", "failed", "error", "crashed", "timeout")
 CRASHED = "the process running this case died (a segfault, an abort or os._exit in a backend)"
 
 Task = dict[str, Any]
-Record = dict[str, Any]
-Done = Callable[[Record], None]
+CaseRecord = dict[str, Any]
+Done = Callable[[CaseRecord], None]
 
 
 def make_tasks(
@@ -41,7 +41,7 @@ def make_tasks(
 # -- running one case (in whatever process the engine chose) -------------------------------------------
 
 
-def run_task(task: Task, *, interrupts: Interrupts | None = None) -> Record:
+def run_task(task: Task, *, interrupts: Interrupts | None = None) -> CaseRecord:
     """Run one task within its timeout and return its record (never raises, except for the user's
     Ctrl-C under ``interrupts``, the sweep's Ctrl-C policy when the case runs in its process).
 
@@ -54,7 +54,7 @@ def run_task(task: Task, *, interrupts: Interrupts | None = None) -> Record:
     return record
 
 
-def within(task: Task, run: Callable[[], Record], *, said: str = "--timeout") -> Record:
+def within(task: Task, run: Callable[[], CaseRecord], *, said: str = "--timeout") -> CaseRecord:
     """``run()``'s record, or a ``timeout`` record once ``task["timeout"]`` seconds pass (None: no
     limit); ``said``: how the limit is named in its message.
 
@@ -64,14 +64,14 @@ def within(task: Task, run: Callable[[], Record], *, said: str = "--timeout") ->
     timeout = task.get("timeout")
     if timeout is None:
         return run()
-    box: dict[str, Record] = {}
+    box: dict[str, CaseRecord] = {}
     thread = threading.Thread(target=lambda: box.update(r=run()), daemon=True)
     thread.start()
     thread.join(timeout)
     return box.get("r") or _record(task, "timeout", error=f"did not finish within {timeout:g} s ({said})")
 
 
-def _execute(task: Task, interrupts: Interrupts | None) -> Record:
+def _execute(task: Task, interrupts: Interrupts | None) -> CaseRecord:
     try:
         report, known = _run_case(task["case"], task["options"])
     except BaseException as exc:  # a record, not a crash (a sys.exit too): the other cases go on
@@ -95,8 +95,8 @@ def _run_case(case: dict[str, Any], options: dict[str, Any]):
     shape), one request of it and the sweep's options for the engine's ``execute``; then the known
     answer, when it has one."""
     from crosscheck._engine.execute import execute
-    from crosscheck._engine.records import Execution, Slack
     from crosscheck._engine.request import Request
+    from crosscheck._records import Execution, Slack
     from crosscheck._workloads.registry import load_workload
 
     case = dict(case)
@@ -125,7 +125,7 @@ def _run_case(case: dict[str, Any], options: dict[str, Any]):
     return report, workload.known_answer(report)
 
 
-def _record(task: Task, status: str, *, error: str = "", known_answer: str = "", report=None) -> Record:
+def _record(task: Task, status: str, *, error: str = "", known_answer: str = "", report=None) -> CaseRecord:
     return {
         "index": task["index"],
         "case": task["case"],
@@ -138,5 +138,5 @@ def _record(task: Task, status: str, *, error: str = "", known_answer: str = "",
     }
 
 
-def _crashed(task: Task) -> Record:
+def _crashed(task: Task) -> CaseRecord:
     return _record(task, "crashed", error=CRASHED)

@@ -20,12 +20,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
+from crosscheck._backends.protocol import BackendSpec
 from crosscheck._compare.constants import ALL_DTYPES
 from crosscheck._compare.record import Comparison
+from crosscheck._records import Oracle, Slack
 
 Progress = Callable[[str, int, int], None]
 
@@ -63,21 +65,33 @@ POINT_KNOBS = (
 
 
 class Outcome(Protocol):
-    """What a guarded call returns (``crosscheck._engine.call.Outcome``)."""
+    """What a guarded call returns (``crosscheck._engine.call.Outcome``): a frozen dataclass, so that a
+    judge makes a changed copy with ``dataclasses.replace``."""
 
-    value: Any
-    error: str | None
-    seconds: float
-    notes: dict[str, Any]
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @property
+    def value(self) -> Any: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def seconds(self) -> float: ...
+    @property
+    def notes(self) -> dict[str, Any]: ...
+    @property
+    def ok(self) -> bool:
+        """No error."""
 
 
 class Call(Protocol):
     """The engine's guarded call, bound to the point's arrays (``crosscheck._engine.driver.Caller``)."""
 
-    def __call__(self, fn: Callable[..., Any], *args: Any, convert: str | None = None, **kwargs: Any) -> Any:
+    def __call__(
+        self, fn: Callable[..., Any], *args: Any, convert: str | None = None, **kwargs: Any
+    ) -> Outcome:
         """``fn(*args, **kwargs)`` guarded; ``convert`` ``"array"`` or ``"arrays"`` checks the result."""
 
-    def failure(self, error: str) -> Any:
+    def failure(self, error: str) -> Outcome:
         """An outcome that failed with ``error`` before any call."""
 
     def placed(self) -> contextlib.AbstractContextManager[None]:
@@ -114,24 +128,30 @@ class Point:
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-    """How a run judges (from ``crosscheck.run``'s keywords)."""
+    """How a run judges: the user's records as they were made (and checked), never unpacked, and the
+    run's own choices.
 
-    rtol: float | None = None
-    atol: float | None = None
+    Attributes:
+        slack: the user's ``Slack`` (None: none), added to every entry's tolerance (``slack_at``).
+        oracle: how the reference judges (``Oracle``: its mode, directions and the model oracle's budget).
+        plot: keep each comparison's per-entry arrays (``Comparison.arrays``), which a plot draws (the
+            CLI's ``--plot``): the judge passes it to ``compare`` as ``keep``; without it no comparison
+            keeps an array per entry.
+    """
+
+    slack: Slack | None = None
+    oracle: Oracle = Oracle()  # noqa: RUF009 (frozen: one instance serves every run)
     strict: bool = False
     seed: int = 0
-    oracle_mode: str = "auto"
-    directions: int = 4
-    #: The model oracle's seconds at most (``oracle.budget``; None: no limit).
-    budget: float | None = None
     explain: bool = False
     progress: Progress | None = None
+    plot: bool = False
 
-    def slack(self, reference: np.ndarray) -> np.ndarray | float:
-        """The user's ``atol + rtol * |reference|`` (0 without them)."""
-        if self.rtol is None or self.atol is None:
+    def slack_at(self, reference: np.ndarray) -> np.ndarray | float:
+        """The user's ``atol + rtol * |reference|`` (0 without a slack)."""
+        if self.slack is None:
             return 0.0
-        return self.atol + self.rtol * np.abs(reference)
+        return self.slack.atol + self.slack.rtol * np.abs(reference)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,10 +175,10 @@ class Judge(Protocol):
     #: Notes a judge adds to a candidate's record, by candidate name (``{"rounding": "measured ..."}``).
     notes: dict[str, dict[str, Any]]
 
-    def reference(self, backend: Any, call: Call) -> Any:
+    def reference(self, backend: Any, call: Call) -> Outcome:
         """An ``Outcome`` whose value is a ``Reference`` (or whose error says why there is none)."""
 
-    def evaluate(self, backend: Any, call: Call) -> Any:
+    def evaluate(self, backend: Any, call: Call) -> Outcome:
         """An ``Outcome`` whose value is the backend's quantity, ``{parameter: array}``."""
 
     def compare(
@@ -175,27 +195,39 @@ class Judge(Protocol):
 
 
 class EngineWorkload(Protocol):
-    """A workload as the engine runs it (``crosscheck.Stack``, a user's ``Workload``, a ``Port``)."""
+    """A workload as the engine runs it (``crosscheck.Stack``, a user's ``Workload``, a ``Port``); the
+    engine reads its data, never sets it (read-only properties: a class attribute serves)."""
 
-    name: str
-    #: How a worker process builds it again (``load_workload(spec)``: a name, an import string or plain
-    #: data); None: it cannot be (an object given as such).
-    spec: Any
-    #: The options of ``crosscheck.run`` (and the CLI) it takes beyond ``dtype`` and ``seed``, each set
-    #: through ``configure`` (the stack's knobs; none for a workload that defines its own arrays).
-    takes: frozenset[str]
-    #: The knobs of its case as data, in the order its case record lists them: those it ``takes`` and the
-    #: point's (``POINT_KNOBS``). The CLI's case options and the sweep's checks are read from them.
-    case_knobs: tuple[Knob, ...]
-    #: The quantities it has a judge for (names of ``crosscheck._engine.quantity.QUANTITIES``).
-    quantities: tuple[str, ...]
-    #: Whether its judge also localizes and classifies a disagreement (the report says so).
-    explain: bool
+    @property
+    def name(self) -> str: ...
+    @property
+    def spec(self) -> Any:
+        """How a worker process builds it again (``load_workload(spec)``: a name, an import string or
+        plain data); None: it cannot be (an object given as such)."""
+
+    @property
+    def takes(self) -> frozenset[str]:
+        """The options of ``crosscheck.run`` (and the CLI) it takes beyond ``dtype`` and ``seed``, each
+        set through ``configure`` (the stack's knobs; none for a workload that defines its own arrays)."""
+
+    @property
+    def case_knobs(self) -> tuple[Knob, ...]:
+        """The knobs of its case as data, in the order its case record lists them: those it ``takes``
+        and the point's (``POINT_KNOBS``). The CLI's case options and the sweep's checks are read from
+        them."""
+
+    @property
+    def quantities(self) -> tuple[str, ...]:
+        """The quantities it has a judge for (names of ``crosscheck._engine.quantity.QUANTITIES``)."""
+
+    @property
+    def explain(self) -> bool:
+        """Whether its judge also localizes and classifies a disagreement (the report says so)."""
 
     def configure(self, **given: Any) -> EngineWorkload:
         """This workload with ``given`` (of what it ``takes``) set (``ValueError``: not a value of it)."""
 
-    def defaults(self, reference: Any) -> list[Any]:
+    def defaults(self, reference: BackendSpec) -> list[BackendSpec]:
         """The candidates checked when the user names none."""
 
     def resolve(self, spec: Any) -> Any:

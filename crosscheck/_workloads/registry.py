@@ -42,7 +42,13 @@ def case_knobs(name: str) -> dict[str, Knob]:
     return {knob.name: knob for knob in load_workload(name).case_knobs}
 
 
-def load_workload(spec: Any) -> Any:
+def ci_cases() -> list[dict[str, Any]]:
+    """The built-in CI matrix, the stack's cases (``Stack.ci_cases``): the stack's own, which no
+    ``EngineWorkload`` is asked for."""
+    return Stack.ci_cases()
+
+
+def load_workload(spec: Any) -> EngineWorkload:
     """The workload the engine runs for ``spec``: None or ``"stack"`` (the default ``Stack()``), a
     ``Stack``, a built-in name, a ``Workload`` or ``Port``, an import string ``module:attribute`` naming
     one, or a workload's ``spec`` (plain data, as a worker process receives it).

@@ -12,7 +12,7 @@ import pytest
 
 from crosscheck._compare import entries
 from crosscheck._compare.compare import compare
-from crosscheck._compare.record import Kinks, Tolerance, plot_arrays
+from crosscheck._compare.record import Kinks, Tolerance
 
 
 def _hand() -> tuple[np.ndarray, np.ndarray, Tolerance, Kinks]:
@@ -92,12 +92,11 @@ def _random(
 @pytest.mark.parametrize("keywords", [{}, {"strict": True}, {"split": "layer"}])
 def test_the_record_is_the_same_whatever_the_block_size(monkeypatch, shape, keywords):
     case = _random(np.random.default_rng(sum(shape)), shape)
-    with plot_arrays():
-        whole = _compare(*case, **keywords)
-        records = []
-        for chunk in (1, 7, 64):
-            monkeypatch.setattr(entries, "CHUNK", chunk)
-            records.append(_compare(*case, **keywords))
+    whole = _compare(*case, keep=True, **keywords)
+    records = []
+    for chunk in (1, 7, 64):
+        monkeypatch.setattr(entries, "CHUNK", chunk)
+        records.append(_compare(*case, keep=True, **keywords))
     assert whole.judged and whole.mismatched and whole.two_sided and whole.unjudgeable
     assert len(whole.worst_entries) == 5
     for found in records:
@@ -116,8 +115,7 @@ def test_a_0d_parameter_is_one_block_without_rows():
 def test_per_entry_arrays_are_kept_only_for_a_plot():
     candidate, reference, tolerance, kinks = _hand()
     assert _compare(candidate, reference, tolerance, kinks).arrays == {}
-    with plot_arrays():
-        arrays = _compare(candidate, reference, tolerance, kinks).arrays
+    arrays = _compare(candidate, reference, tolerance, kinks, keep=True).arrays
     np.testing.assert_array_equal(arrays["ratio"], [[0.5, np.nan, 0.5], [2.0, 0.0, np.nan]])
     np.testing.assert_array_equal(arrays["two_sided"], [[False, False, False], [False, True, False]])
     assert arrays["unjudgeable"] is kinks.unjudgeable
@@ -203,14 +201,18 @@ def test_the_block_pass_is_the_old_formulas(monkeypatch, seed, chunk):
         case = (*case[:3], Kinks.none(shape))
     monkeypatch.setattr(entries, "CHUNK", chunk)
     dtype = np.asarray(case[0]).dtype.name
-    with plot_arrays(), np.errstate(invalid="ignore", over="ignore"):
-        new = compare(*case[:3], backend="b", reference_name="r", dtype=dtype, kinks=case[3], split="l")
+    with np.errstate(invalid="ignore", over="ignore"):
+        new = compare(
+            *case[:3], backend="b", reference_name="r", dtype=dtype, kinks=case[3], split="l", keep=True
+        )
         monkeypatch.setattr(entries.Block, "of", classmethod(_old_of))
         monkeypatch.setattr(entries.Block, "rel", _old_rel)
         monkeypatch.setattr(entries, "argmax", _old_argmax)
         monkeypatch.setattr(entries, "_below", lambda *a, **k: False)
         monkeypatch.setattr(entries, "_none", lambda a: False)
-        old = compare(*case[:3], backend="b", reference_name="r", dtype=dtype, kinks=case[3], split="l")
+        old = compare(
+            *case[:3], backend="b", reference_name="r", dtype=dtype, kinks=case[3], split="l", keep=True
+        )
     assert repr(new.to_dict()) == repr(old.to_dict())
     for key, array in old.arrays.items():
         np.testing.assert_array_equal(new.arrays[key], array)

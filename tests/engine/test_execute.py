@@ -1,12 +1,14 @@
 """One front door (``_engine/request.py``, ``_engine/execute.py``): every entry path builds one ``Request``
 and calls ``execute``; the API and the CLI refuse the same things with the same words, each option
-spelled as its front door spells it; a contained run's worker runs the engine's one job, which calls
-``execute`` again there."""
+spelled as its front door spells it; a contained run's worker runs the engine's one job, which runs
+the request there."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
+import typing
 
 import numpy as np
 import pytest
@@ -17,8 +19,9 @@ from crosscheck._cli.main import main
 from crosscheck._engine import execute
 from crosscheck._engine.process import contain
 from crosscheck._engine.process.contain_worker import _job
-from crosscheck._engine.replay import replay
 from crosscheck._engine.request import Request
+from crosscheck._replay import replay as replay_verb
+from crosscheck._replay.replay import Replay, replay
 from crosscheck._report.bundle import load_bundle, save_bundle
 from crosscheck._sweep.task import make_tasks, run_task
 from crosscheck.testing import assert_gradients_close
@@ -66,24 +69,37 @@ def test_every_entry_path_builds_one_request_and_calls_execute(entry, requests, 
     ENTRIES[entry](tmp_path)
     assert len(requests) == 1, [r.workload for r in requests]
     assert requests[0].front == ("cli" if entry.startswith("cli") else "api")
-    assert requests[0].bundle is None
+    assert isinstance(requests[0], Request)
 
 
-def test_replay_builds_one_request_and_calls_execute(requests, tmp_path, monkeypatch, capsys):
+def test_replay_is_a_verb_of_its_own_with_its_own_record(requests, tmp_path, monkeypatch, capsys):
+    # A replay builds one ``Replay`` and runs it (``run_replay``), never a check's ``execute``; a
+    # ``Request`` holds checks only.
     bundle = _bundle(tmp_path)
     requests.clear()
+    replays: list[Replay] = []
+    ran = replay_verb.run_replay
+
+    def spy(record):
+        replays.append(record)
+        return ran(record)
+
+    monkeypatch.setattr(replay_verb, "run_replay", spy)
     rows = replay(bundle, isolate=False)
     assert [r["status"] for r in rows] == ["bit for bit", "bit for bit"]
-    assert len(requests) == 1 and requests[0].bundle is bundle
-    requests.clear()
+    assert len(replays) == 1 and replays[0].bundle is bundle and requests == []
+    replays.clear()
     assert main(["replay", str(tmp_path / "b.npz"), "--no-isolate"]) == 0  # the CLI's replay too
-    assert len(requests) == 1 and requests[0].bundle is not None
+    assert len(replays) == 1 and replays[0].bundle is not None and requests == []
+    assert not {"bundle", "trust"} & {f.name for f in dataclasses.fields(Request)}
 
 
 def test_a_contained_check_sends_its_request_to_the_engines_one_job(requests, tmp_path, monkeypatch, capsys):
     # The parent builds the request and calls execute, which hands the request, as data, to the engine's
-    # job (never the CLI's); the worker's job calls execute again, there (here: in this process), and
-    # sends the plan's outlook back as data for the CLI's note.
+    # job (never the CLI's); the worker's job runs it there (here: in this process; a job that asked for
+    # yet another worker would never end), and sends the plan's outlook back as data for the CLI's note.
+    # Where it runs is the job's to know: the request carries no worker state, and is checked once, in
+    # the parent.
     (tmp_path / "small_workload.py").write_text(WORKLOAD)
     monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
     monkeypatch.delitem(sys.modules, "small_workload", raising=False)
@@ -91,6 +107,7 @@ def test_a_contained_check_sends_its_request_to_the_engines_one_job(requests, tm
 
     def worker(job, data, *, timeout, progress, announce=None):
         jobs.append(job)
+        assert set(data) == {f.name for f in dataclasses.fields(Request)}  # the request, nothing more
         return execute.job(crossed(data), progress=progress, announce=announce)
 
     monkeypatch.setattr(contain, "contained", worker)
@@ -101,12 +118,11 @@ def test_a_contained_check_sends_its_request_to_the_engines_one_job(requests, tm
     report = crosscheck.run(workload="small_workload:lin", backends=["small_workload:grad"], repeat=1)
     assert report.passed
     assert jobs == [execute.JOB, execute.JOB] and execute.JOB == "crosscheck._engine.execute:job"
-    assert [(r.workload, r.front, r.contained) for r in requests] == [
-        ("small_workload:lin", "cli", False),
-        ("small_workload:lin", "cli", True),
-        ("small_workload:lin", "api", False),
-        ("small_workload:lin", "api", True),
+    assert [(r.workload, r.front) for r in requests] == [
+        ("small_workload:lin", "cli"),
+        ("small_workload:lin", "api"),
     ]
+    assert "contained" not in {f.name for f in dataclasses.fields(Request)}
 
 
 WORKLOAD = """
@@ -222,6 +238,28 @@ def test_a_contained_runs_note_comes_back_from_its_worker(tmp_path, monkeypatch,
 )
 def test_a_worker_runs_the_engines_job_only(job):
     # The engine may not import the CLI (the layers): a worker loading it by string went past that.
-    with pytest.raises(RuntimeError, match="a contained run's job must be the engine's own"):
+    with pytest.raises(RuntimeError, match="a contained run's job must be crosscheck's own"):
         _job(job)
     assert _job(execute.JOB) is execute.job
+    assert _job(replay_verb.JOB) is replay_verb.job
+
+
+def test_the_seams_are_typed_with_their_protocols():
+    # The engine's seams say what passes through them (mypy holds the implementations to it): a check
+    # returns a Report, a workload is an EngineWorkload, a judge's answer an Outcome, a candidate a
+    # BackendSpec; none of them Any.
+    from crosscheck._engine.plan import Plan
+    from crosscheck._engine.request import configure
+    from crosscheck._report.report import Report
+    from crosscheck._workloads.protocol import EngineWorkload, Judge, Outcome
+    from crosscheck._workloads.registry import load_workload
+
+    assert typing.get_type_hints(execute.execute)["return"] is Report
+    assert typing.get_type_hints(load_workload)["return"] is EngineWorkload
+    hints = typing.get_type_hints(configure)
+    assert hints["workload"] is hints["return"] is EngineWorkload
+    assert typing.get_type_hints(Judge.reference)["return"] is Outcome
+    assert typing.get_type_hints(Judge.evaluate)["return"] is Outcome
+    plan_hints = typing.get_type_hints(Plan)
+    spec = plan_hints["reference"]
+    assert plan_hints["candidates"] == list[spec] and spec is not typing.Any

@@ -17,7 +17,7 @@ from paths import SUPPORT
 import crosscheck
 from crosscheck._cli.main import main
 from crosscheck._engine.load import info_where
-from crosscheck._engine.replay import replay, reproduced
+from crosscheck._replay.replay import replay, reproduced
 from crosscheck._report.bundle import load_bundle, save_bundle
 from crosscheck._report.table import title
 

@@ -15,9 +15,10 @@ from messages import crossed
 
 import crosscheck
 from crosscheck._cli.main import build_parser, main
-from crosscheck._compare.record import plot_arrays
+from crosscheck._engine.execute import execute
 from crosscheck._engine.process.isolate_worker import METHODS
 from crosscheck._engine.quantity import QUANTITIES
+from crosscheck._engine.request import Request
 from crosscheck._workloads.registry import load_workload
 
 
@@ -285,10 +286,9 @@ def test_the_report_keeps_no_rounding_bounds_once_the_repeat_check_has_read_them
     report = crosscheck.check(stack, backends=[stack_grad], dtype="float64", oracle=crosscheck.Oracle("full"))
     assert report.passed and report.comparisons
     assert all(c.arrays == {} for c in report.comparisons)  # no plot asked: nothing kept per entry
-    with plot_arrays():
-        plotted = crosscheck.check(
-            stack, backends=[stack_grad], dtype="float64", oracle=crosscheck.Oracle("full")
-        )
+    plotted = execute(  # as --plot asks: the request's ``plot``
+        Request(stack, backends=[stack_grad], dtype="float64", oracle=crosscheck.Oracle("full"), plot=True)
+    )
     assert [c.to_dict() for c in plotted.comparisons] == [c.to_dict() for c in report.comparisons]
     assert all("rounding" not in c.arrays and "ratio" in c.arrays for c in plotted.comparisons)
     calls = []

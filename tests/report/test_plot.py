@@ -11,7 +11,8 @@ import pytest
 
 import crosscheck
 from crosscheck._cli.main import main
-from crosscheck._compare.record import plot_arrays
+from crosscheck._engine.execute import execute
+from crosscheck._engine.request import Request
 
 matplotlib = pytest.importorskip("matplotlib")
 
@@ -27,8 +28,9 @@ def test_plot_shows_the_planted_error(tmp_path):
 
     from crosscheck._report.plot import write_plot
 
-    with plot_arrays():  # as --plot asks: comparisons keep no per-entry array otherwise (issue 38)
-        report = crosscheck.run(layers=4, dim=12, batch=8, backends=[planted.correct, _off_at])
+    # As --plot asks (the request's ``plot``): comparisons keep no per-entry array otherwise.
+    knobs = {"layers": 4, "dim": 12, "batch": 8}
+    report = execute(Request(options=knobs, backends=[planted.correct, _off_at], plot=True))
     path = tmp_path / "p.png"
     assert write_plot(report, path) == 2
     image = imread(path)[..., :3]
@@ -88,8 +90,9 @@ def test_a_screened_run_draws_unchecked_layers_grey(tmp_path):
         g[1] *= 1.001
         return g
 
-    with plot_arrays():
-        report = crosscheck.run(layers=3, dim=24, batch=8, oracle_mode="screen", backends=[off_in_layer_1])
+    knobs = {"layers": 3, "dim": 24, "batch": 8}
+    screen = crosscheck.Oracle("screen")
+    report = execute(Request(options=knobs, oracle=screen, backends=[off_in_layer_1], plot=True))
     (c,) = report.comparisons
     assert c.coverage.endswith("layers checked entry by entry: [1]")
     assert plot.write_plot(report, tmp_path / "p.png") == 1

@@ -20,7 +20,9 @@ import crosscheck
 from crosscheck._cli.main import main
 from crosscheck._compare.compare import compare
 from crosscheck._compare.record import Tolerance
-from crosscheck._engine.replay import replay
+from crosscheck._engine.execute import execute
+from crosscheck._engine.request import Request
+from crosscheck._replay.replay import replay
 from crosscheck._report.bundle import MARKER, load_bundle, save_bundle
 from crosscheck._report.junit import case_name, write_junit
 from crosscheck._report.report import BackendResult, Report, Section, Verdict
@@ -235,11 +237,11 @@ def test_a_workload_plot_draws_its_2d_parameters_and_leaves_out_1d_ones(wlmod, c
     pytest.importorskip("matplotlib")
     from matplotlib.image import imread
 
-    from crosscheck._compare.record import plot_arrays
     from crosscheck._report.plot import axis_names, plottable, write_plot
 
-    with plot_arrays():  # as --plot asks (the run is contained: the request carries it to the worker)
-        report = crosscheck.run(workload="wlmod:workload", backends=["wlmod:grad", "wlmod:half_grad"])
+    # As --plot asks (the run is contained: the request carries it to the worker).
+    backends = ["wlmod:grad", "wlmod:half_grad"]
+    report = execute(Request(workload="wlmod:workload", backends=backends, plot=True))
     shown, left_out = plottable(report)
     assert [(c.backend, c.parameter) for c in shown] == [("grad", "w"), ("half_grad", "w")]
     assert {c.parameter for c in left_out} == {"b"}
@@ -257,14 +259,12 @@ def test_a_workload_plot_draws_its_2d_parameters_and_leaves_out_1d_ones(wlmod, c
 
 def test_a_plot_of_only_1d_parameters_writes_nothing(tmp_path):
     pytest.importorskip("matplotlib")
-    from crosscheck._compare.record import plot_arrays
     from crosscheck._report.plot import write_plot
 
-    with plot_arrays():
-        report = crosscheck.run(workload=crosscheck.Workload(
-            name="v", parameters={"b": (3,)}, inputs={"x": (3,)},
-            reference=lambda p, i: float(np.sum((p["b"] * i["x"]) ** 2))),
-            backends=[lambda p, i: {"b": 2 * p["b"] * i["x"] ** 2}], dtype="float64")  # fmt: skip
+    report = execute(Request(workload=crosscheck.Workload(
+        name="v", parameters={"b": (3,)}, inputs={"x": (3,)},
+        reference=lambda p, i: float(np.sum((p["b"] * i["x"]) ** 2))),
+        backends=[lambda p, i: {"b": 2 * p["b"] * i["x"] ** 2}], dtype="float64", plot=True))  # fmt: skip
     assert write_plot(report, tmp_path / "p.png") == 0
     assert not (tmp_path / "p.png").exists()
 

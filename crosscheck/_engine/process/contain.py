@@ -1,13 +1,14 @@
-"""A contained run: a whole check of a workload from elsewhere (an import string) in one worker process,
-so that nothing its code does (``os._exit``, a segfault, a hang past the timeout) ends the run with
-nothing said.
+"""A contained run: a whole check (or replay) of a workload from elsewhere (an import string) in one worker
+process, so that nothing its code does (``os._exit``, a segfault, a hang past the timeout) ends the run
+with nothing said. ``in_worker`` is the one helper both verbs call.
 
 The parent starts a fresh Python (``crosscheck._engine.process.contain_worker``) and sends it a job (a
-function of the engine's, ``module:function``: ``crosscheck._engine.execute:job``, the one job of every
-contained run) and the job's request as plain data (``Request.to_data``); the worker loads the workload, runs
-the same code as in process, and sends back what the job returns as data (``crosscheck._report.wire``, never a
-pickle), with its progress on the way (and the plan's outlook, for the CLI's notes). The parent builds the
-report from that data and writes and prints it as for any run.
+verb's own, ``module:function``: a check's ``crosscheck._engine.execute:job``, a replay's
+``crosscheck._replay.replay:job``) and the job's record as plain data (``Request.to_data``,
+``Replay.to_data``); the worker loads the workload, runs the same code as in process, and sends back
+what the job returns as data (``crosscheck._report.wire``, never a pickle), with its progress on the way
+(and the plan's outlook, for the CLI's notes). The parent builds the report from that data and writes
+and prints it as for any run.
 
 When the worker dies, or (with a timeout) says nothing for longer than the timeout plus ``GRACE``
 seconds (a hang holding the GIL), or says a user callable has run longer than the timeout, the parent
@@ -22,7 +23,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from crosscheck._engine.process.contain_worker import BOOT
 from crosscheck._engine.process.isolate import CLOSE_SECONDS, POSIX, death, spawn
@@ -38,6 +39,8 @@ GRACE = 2.0
 START_SECONDS = 120.0
 #: Seconds a worker is given, after a Ctrl-C is forwarded, to report what finished.
 INTERRUPT_SECONDS = 10.0
+
+T = TypeVar("T")
 
 
 class WorkerStopped(Exception):
@@ -94,6 +97,29 @@ def contained(
     if watch.interrupted:  # the forwarded Ctrl-C stopped it before it had a report
         raise WorkerStopped("interrupted (Ctrl-C)", watch.doing, interrupted=True)
     raise WorkerStopped(f"it raised {one_line(str(reply['error']))}", watch.doing)
+
+
+def in_worker(
+    job: str,
+    data: dict[str, Any],
+    *,
+    stopped: Callable[[WorkerStopped], T],
+    timeout: float | None,
+    progress: Callable[[str, int, int], None] | None = None,
+    announce: Callable[[Any], None] | None = None,
+) -> T:
+    """The one helper for contained work (a check, a replay): what ``job`` returns for ``data``, run in a
+    worker process (``contained``); a worker that died, hung or was interrupted before it sent it:
+    what ``stopped`` makes of why (a failure that names the workload, never a pass).
+
+    Raises:
+        ValueError, TypeError: the job's usage error, as ``contained`` raises it.
+    """
+    try:
+        value: T = contained(job, data, timeout=timeout, progress=progress, announce=announce)
+    except WorkerStopped as why:
+        return stopped(why)
+    return value
 
 
 class _Watch:

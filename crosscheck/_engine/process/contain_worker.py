@@ -1,6 +1,7 @@
-"""The worker process of a contained run (``crosscheck._engine.process.contain``): it runs one job (the
-engine's ``execute:job``, named by the parent, on the parent's plain-data request) and sends back what the
-job returns, as data (``crosscheck._report.wire``), with progress on the way.
+"""The worker process of a contained run (``crosscheck._engine.process.contain``): it runs one job (a
+check's ``execute:job`` or a replay's ``replay:job``, named by the parent, on the parent's plain-data
+record) and sends back what the job returns, as data (``crosscheck._report.wire``), with progress on the
+way.
 
 Started as ``python -c BOOT FD SYS_PATH``, in a session of its own (the parent forwards a Ctrl-C). With
 a timeout, a thread says "alive" every ``HEARTBEAT`` seconds, and says "stuck" (and then nothing) when
@@ -77,12 +78,16 @@ def _reply(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> d
         return {"op": "error", "error": describe(exc, "the workload's code")}
 
 
+#: Where a contained run's job may live: crosscheck's own verbs (a check's ``execute:job``, a replay's
+#: ``replay:job``), imported here by name across the process boundary, never code from elsewhere.
+JOB_HOMES = ("crosscheck._engine.", "crosscheck._replay.")
+
+
 def _job(name: str) -> Callable[..., Any]:
-    """The job ``module:function``, the engine's own (``execute:job``): never a module above the engine,
-    which the engine may not import."""
+    """The job ``module:function``, one of crosscheck's own verbs (``JOB_HOMES``)."""
     module, _, attribute = name.partition(":")
-    if not module.startswith("crosscheck._engine."):
-        raise RuntimeError(f"a contained run's job must be the engine's own, found `{one_line(name)}`")
+    if not module.startswith(JOB_HOMES):
+        raise RuntimeError(f"a contained run's job must be crosscheck's own, found `{one_line(name)}`")
     job: Callable[..., Any] = getattr(importlib.import_module(module), attribute)
     return job
 

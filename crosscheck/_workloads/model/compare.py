@@ -126,7 +126,7 @@ def entries(
             "rounding": term,
             "reference": error,
             "floor": floor,
-            "slack": np.broadcast_to(ctx.options.slack(ref), shape),
+            "slack": np.broadcast_to(ctx.options.slack_at(ref), shape),
         }
         found = compare(
             value[k],
@@ -137,6 +137,7 @@ def entries(
             dtype=ctx.dtype,
             kinks=answer.kinks[k],
             strict=ctx.options.strict,
+            keep=ctx.options.plot,
             parameter=k,
             term_help=TERM_HELP,
         )
@@ -239,11 +240,9 @@ def projected_terms(
         floors = {k: floor_of(value[k], ctx.dtype) for k in ctx.shapes}
     floor = project_quadrature({k: _array(f) for k, f in floors.items()}, dirs)
     slack = np.zeros(len(dirs))
-    if ctx.options.rtol is not None and ctx.options.atol is not None:
+    if ctx.options.slack is not None:
         for i, d in enumerate(dirs):
-            per_entry = ctx.options.atol + ctx.options.rtol * np.abs(
-                np.asarray(value[d.parameter], np.float64)
-            )
+            per_entry = ctx.options.slack_at(np.asarray(value[d.parameter], np.float64))
             slack[i] = float(np.sum(per_entry * np.asarray(d.step)))
     return {"rounding": round_term, "reference": np.zeros(len(dirs)), "floor": floor, "slack": slack}
 

@@ -3,7 +3,7 @@
 A ``Record`` per candidate (its comparisons, which question each answers, whether a gradient of zeros
 would pass them, its float64 loss against the anchor's), the run's ``Findings`` (how the oracle
 differenced, a record per candidate, the anchor, each zero tensor's ``ZeroCheck``) and ``Judging``: what
-``groups``, ``zeros`` and ``summary`` read of the judge (its point, plan, options, shapes, findings,
+``groups``, ``zeros`` and ``summary`` read of the judge (its point, differencing, options, shapes, findings,
 ``progress`` and ``context``). They sit below those modules and the judge, so that none of them imports
 the judge: the judge fills the records, ``summary`` reads them.
 """
@@ -19,7 +19,7 @@ from crosscheck._compare import terms
 from crosscheck._compare.constants import UNIT_ROUNDOFF
 from crosscheck._compare.record import Comparison
 from crosscheck._workloads.model.compare import Context
-from crosscheck._workloads.model.oracle.function import Differences, Function, Plan, Skip
+from crosscheck._workloads.model.oracle.function import Differences, Differencing, Function, Skip
 from crosscheck._workloads.model.rounding import Rounding
 from crosscheck._workloads.protocol import Options, Point
 
@@ -153,11 +153,12 @@ def resolution(dtype: str) -> str:
 @dataclasses.dataclass
 class Findings:
     """What a judge found in a run, for the report's ``oracle`` section: how the oracle differenced
-    (``plan``, ``differentiates``), the parameters' shapes, a ``Record`` per candidate, the differences
-    every candidate is compared with (``anchor``), whether the reference is the oracle (else a backend,
-    whose gradient is ``reference_gradient``: the backend's own arrays, in its dtype, widened where used)."""
+    (``differencing``, ``differentiates``), the parameters' shapes, a ``Record`` per candidate, the
+    differences every candidate is compared with (``anchor``), whether the reference is the oracle (else
+    a backend, whose gradient is ``reference_gradient``: the backend's own arrays, in its dtype, widened
+    where used)."""
 
-    plan: Plan
+    differencing: Differencing
     differentiates: str
     shapes: dict[str, tuple[int, ...]]
     records: dict[str, Record] = dataclasses.field(default_factory=dict)
@@ -176,7 +177,7 @@ class Judging(Protocol):
     """The model judge (``judge.GenericJudge``) as ``groups``, ``zeros`` and ``summary`` see it."""
 
     point: Point
-    plan: Plan
+    differencing: Differencing
     options: Options
     dtype: str
     shapes: dict[str, tuple[int, ...]]

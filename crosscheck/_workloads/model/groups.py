@@ -67,7 +67,9 @@ def bisect(
     queue = [Group.of(names, ctx.shapes)] if names else []
     while queue:
         group = queue.pop(0)
-        found = screen_group(diffs, group, judge.point, judge.plan.per_parameter, call, judge.progress)
+        found = screen_group(
+            diffs, group, judge.point, judge.differencing.per_parameter, call, judge.progress
+        )
         if isinstance(found, str):
             out.update({k: Screen(group, None, None, False, found) for k in group.names})
             continue

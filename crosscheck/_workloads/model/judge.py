@@ -7,7 +7,7 @@
   float32 steps (``prepare``, before the first comparison; else the first that can be differenced);
   and the float64 losses at the point against each other (``question="same function"``).
 
-The oracle (``fd``) differences entry by entry or along random directions (``Plan``); the judge fills
+The oracle (``fd``) differences entry by entry or along random directions (``Differencing``); the judge fills
 its ``Findings`` as it compares, and the report's ``oracle`` section (``summary``) says from them which
 question failed, what was covered how, and names the empty check and the parameters whose gradient is
 zero everywhere.
@@ -39,7 +39,7 @@ from crosscheck._workloads.model.oracle.function import (
     Losses,
     Skip,
     difference,
-    plan,
+    differencing,
 )
 from crosscheck._workloads.model.oracle.one_thread import threads_note
 from crosscheck._workloads.model.oracle.sources import numpy_function, own_loss
@@ -47,7 +47,7 @@ from crosscheck._workloads.model.rerun import rerun
 from crosscheck._workloads.model.rounding import Rounding, measure
 from crosscheck._workloads.model.summary import against_oracle, summarize
 from crosscheck._workloads.model.zeros import Side, confirm, zero_tensors
-from crosscheck._workloads.protocol import Call, Options, Point, Reference
+from crosscheck._workloads.protocol import Call, Options, Outcome, Point, Reference
 
 #: The case's ``oracle_differentiates`` when no oracle ran: a backend is the reference, or the
 #: reference failed. The table's title says so instead of what an oracle would have differenced.
@@ -79,12 +79,13 @@ class GenericJudge:
         self.numpy = numpy_function(Losses(workload.name, workload.reference, workload.surrogate), point)
         #: Seconds of one evaluation of the NumPy reference (None: there is none), for ``cost``.
         self.per_evaluation = seconds_per_evaluation(self.numpy, point.params) if self.numpy else None
-        self.plan = plan(options.oracle_mode, point.params, options.directions, options.budget)
+        oracle = options.oracle
+        self.differencing = differencing(oracle.mode, point.params, oracle.directions, oracle.budget)
         point.case["oracle_differentiates"] = _differentiates(workload, self.numpy)
         self.shapes = {k: v.shape for k, v in point.params.items()}
         self.notes: dict[str, dict[str, Any]] = {}
         #: What the run found, for the report's ``oracle`` section (``summary.summarize``).
-        self.findings = Findings(self.plan, point.case["oracle_differentiates"], self.shapes)
+        self.findings = Findings(self.differencing, point.case["oracle_differentiates"], self.shapes)
         #: Per side, whether its float64 loss keeps float32 steps (probed with a backend as reference).
         self.float32_steps: dict[str, bool] = {}
         #: The reference backend and its rounding (a backend as reference), for the zero checks.
@@ -99,14 +100,14 @@ class GenericJudge:
         #: A 16-bit case: per side measured, whether it computed in float32 (``sixteen.unrounded``).
         self.wide_only: dict[str, bool] = {}
 
-    def evaluate(self, backend: Any, call: Call) -> Any:
+    def evaluate(self, backend: Any, call: Call) -> Outcome:
         return self._grad(backend, call, self.point.params, self.point.inputs)
 
     def cost(self, candidates: int) -> Cost:
         """The oracle's cost, estimated before it runs: the NumPy reference's differences (when there is
         one) and each candidate's own loss's."""
         functions = candidates + (self.numpy is not None)
-        return estimate(self.plan, self.point.params, functions, self.per_evaluation)
+        return estimate(self.differencing, self.point.params, functions, self.per_evaluation)
 
     def _grad(self, backend: Any, call: Call, params: dict, inputs: dict) -> Any:
         # Fresh dicts: a backend that adds or drops keys changes nothing the next one sees.
@@ -118,19 +119,19 @@ class GenericJudge:
 
     # -- the reference ---------------------------------------------------------------------------------
 
-    def reference(self, backend: Any, call: Call) -> Any:
+    def reference(self, backend: Any, call: Call) -> Outcome:
         if not isinstance(backend, WorkloadOracle):
             return self._backend_reference(backend, call)
         self.findings.oracle = True
         notes: dict[str, Any] = {
-            "mode": self.plan.mode,
+            "mode": self.differencing.mode,
             "threads": threads_note(sum(int(np.size(v)) for v in self.point.params.values())),
             "differentiates": self.point.case["oracle_differentiates"],
         }
         start = time.perf_counter()
         value = None
         if self.numpy is not None:
-            found = difference(self.numpy, self.point, self.plan, call, self.progress)
+            found = difference(self.numpy, self.point, self.differencing, call, self.progress)
             if isinstance(found, str):
                 return call.failure(f"finite differences of the loss failed: {found}")
             self.findings.anchor = found
@@ -202,8 +203,9 @@ class GenericJudge:
         """``name``'s own float64 loss, checked and probed (``own_loss``), once; its adapter keeps the point
         the probe held on its line for ``_own``'s differences, which follow at once and release it."""
         if name not in self.functions:
+            chosen = self.differencing
             self.functions[name] = own_loss(
-                backend, name, self.point, call, self.plan.clock, keep=True, cache=self.plan.drawn
+                backend, name, self.point, call, chosen.clock, keep=True, cache=chosen.drawn
             )
         return self.functions[name]
 
@@ -292,7 +294,7 @@ class GenericJudge:
         function = self._function(backend, name, call)
         if isinstance(function, Skip):
             return function
-        found = difference(function, self.point, self.plan, call, self.progress)
+        found = difference(function, self.point, self.differencing, call, self.progress)
         if isinstance(found, str):
             why = f"finite differences of `{name}`'s own loss failed: {found}"
             self.differences[name] = Skip(why, failure=True)

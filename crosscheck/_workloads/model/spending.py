@@ -22,8 +22,8 @@ def section(findings: Findings, records: list[Record]) -> dict[str, Any]:
             if d is not None and isinstance(d.function.fn, Batched)
         }
     }
-    if findings.plan.clock.budget is not None:
-        out["budget"] = findings.plan.clock.summary(*_judged(findings, records))
+    if findings.differencing.clock.budget is not None:
+        out["budget"] = findings.differencing.clock.summary(*_judged(findings, records))
     return out
 
 

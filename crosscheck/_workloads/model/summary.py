@@ -12,7 +12,7 @@ check; the parameters whose gradient is zero in every implementation (the report
 The judge owns a ``Findings`` (``findings``: a ``Record`` per candidate, the differences every candidate
 is compared with, whether the reference is the oracle) and fills it as it compares; ``summarize`` reads
 that alone. ``against_oracle`` compares one candidate for the judge through its public surface
-(``findings.Judging``: ``context``, ``plan``, ``point``, ``progress``).
+(``findings.Judging``: ``context``, ``differencing``, ``point``, ``progress``).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def _malformed(ctx: model_compare.Context, k: str, value: dict) -> Comparison | 
 
 def _screened(judge, ctx, screens: dict, diffs: Differences, value, rounding, call) -> list[Comparison]:
     assert diffs.directions is not None
-    per = judge.plan.per_parameter
+    per = judge.differencing.per_parameter
     rows = {k: s.row for k, s in screens.items() if s.alone and s.row is not None}
     failing, notes = groups.localizable(diffs, rows, value)
     problem = localize(diffs, failing, judge.point, call, judge.progress) if failing else None
@@ -127,14 +127,14 @@ def summarize(findings: Findings, reference: Any, dtype: str = "float64") -> dic
     """The report's ``oracle`` section (see the module docstring) of a check in ``dtype``."""
     records = list(findings.records.values())
     out: dict[str, Any] = {
-        "mode": findings.plan.mode,
-        "why": findings.plan.why,
+        "mode": findings.differencing.mode,
+        "why": findings.differencing.why,
         "differentiates": findings.differentiates,
     }
     if not findings.oracle:
         out = {"reference": "a backend (no oracle)"}
-    if findings.plan.mode == "screen" and findings.oracle:
-        out["directions_per_parameter"] = findings.plan.per_parameter
+    if findings.differencing.mode == "screen" and findings.oracle:
+        out["directions_per_parameter"] = findings.differencing.per_parameter
     out["evaluations"] = _evaluations(findings)
     out["seconds"] = _evaluations(findings, seconds=True)
     out.update(spending.section(findings, records))

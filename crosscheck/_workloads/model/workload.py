@@ -21,7 +21,7 @@ from crosscheck._backends import (
 )
 from crosscheck._workloads.model.declare import Workload
 from crosscheck._workloads.model.judge import GenericJudge, WorkloadOracle
-from crosscheck._workloads.protocol import Options, OwnArrays, Point
+from crosscheck._workloads.protocol import Judge, Options, OwnArrays, Point
 
 #: float64 copies of a workload's arrays alive at once, besides two per candidate (see
 #: ``GenericWorkload.memory``), measured as the most a check allocates, in float64 copies of its arrays,
@@ -93,7 +93,7 @@ class GenericWorkload(OwnArrays):
         }
         return Point(params, inputs, case, dtype)
 
-    def judge(self, quantity: Any, point: Point, options: Options) -> Any:
+    def judge(self, quantity: Any, point: Point, options: Options) -> Judge:
         if quantity.name != "grad":
             raise ValueError(f"workload `{self.name}` has no quantity {quantity.name!r}; it checks 'grad'.")
         return GenericJudge(self.workload, point, options)

@@ -9,13 +9,13 @@ are ``judge.grad.StackGradJudge`` and ``judge.hvp.StackHvpJudge``.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from crosscheck._backends import DEFAULTS, ORACLE, load_backend
-from crosscheck._workloads.protocol import POINT_KNOBS, Options, Point
+from crosscheck._workloads.protocol import POINT_KNOBS, Judge, Options, Point
 from crosscheck._workloads.stack.case import KNOBS, Case, check_inputs, make_inputs
 
 DESCRIPTION = "the eight-layer ReLU stack: y = relu(y @ W_k), loss sum(y_L ** 2) (the default)"
@@ -157,18 +157,18 @@ class Stack:
             **sizes,
             dtype=dtype,
             quantity=quantity,
-            oracle_mode=options.oracle_mode,
-            directions=options.directions,
+            oracle_mode=options.oracle.mode,
+            directions=options.oracle.directions,
             explain=self.explain,
             candidates=len(candidates),
             frameworks=frameworks,
         )
 
-    def judge(self, quantity: Any, point: Point, options: Options) -> Any:
+    def judge(self, quantity: Any, point: Point, options: Options) -> Judge:
         from crosscheck._workloads.stack.judge.grad import StackGradJudge
         from crosscheck._workloads.stack.judge.hvp import StackHvpJudge
 
-        judges = {"grad": StackGradJudge, "hvp": StackHvpJudge}
+        judges: dict[str, Callable[[Point, Options], Judge]] = {"grad": StackGradJudge, "hvp": StackHvpJudge}
         return judges[quantity.name](point, options)
 
     def known_answer(self, report: Any) -> str:

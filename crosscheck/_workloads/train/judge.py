@@ -27,7 +27,7 @@ from crosscheck._compare.constants import UNIT_ROUNDOFF
 from crosscheck._compare.dtypes import as_dtype
 from crosscheck._compare.record import Comparison, Tolerance
 from crosscheck._report.report import Section, Verdict
-from crosscheck._workloads.protocol import Call, Options, Point, Reference
+from crosscheck._workloads.protocol import Call, Options, Outcome, Point, Reference
 from crosscheck._workloads.train import locate, state
 from crosscheck._workloads.train.runs import HOW, Runs, Trajectories, failed
 
@@ -81,10 +81,10 @@ class UpdateJudge:
             self.starts[(id(backend), dtype)] = start
         return dataclasses.replace(out, value=trajectories)
 
-    def evaluate(self, backend: Any, call: Call) -> Any:
+    def evaluate(self, backend: Any, call: Call) -> Outcome:
         return self.train(backend, call, self.point.dtype)
 
-    def reference(self, backend: Any, call: Call) -> Any:
+    def reference(self, backend: Any, call: Call) -> Outcome:
         out = self.evaluate(backend, call)
         if out.error is not None:
             return out
@@ -169,8 +169,8 @@ def judged(
         wide = np.asarray(ref, np.float64)
         terms["floor"] = _terms.floor(np.max(np.abs(wide), axis=tuple(range(1, wide.ndim)), keepdims=True), u)
         terms["floor"] = np.broadcast_to(terms["floor"], wide.shape)
-        if options.rtol is not None and options.atol is not None:
-            terms["slack"] = np.broadcast_to(options.slack(wide), wide.shape)
+        if options.slack is not None:
+            terms["slack"] = np.broadcast_to(options.slack_at(wide), wide.shape)
         c = compare(
             candidate.main.get(k, np.full(wide.shape, np.nan, np.float32)),
             wide,
@@ -181,6 +181,7 @@ def judged(
             parameter=k,
             term_help=TERM_HELP,
             split="step",
+            keep=options.plot,
         )
         total = Tolerance(terms).total()
         out.append(dataclasses.replace(c, arrays={**c.arrays, "rounding": {k: total}}))

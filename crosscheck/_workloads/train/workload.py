@@ -10,7 +10,7 @@ from typing import Any
 from crosscheck._backends import ORACLE
 from crosscheck._errors import user_call
 from crosscheck._workloads.port.judge.workload import PortWorkload
-from crosscheck._workloads.protocol import POINT_KNOBS, Knob, Options, OwnArrays, Point
+from crosscheck._workloads.protocol import POINT_KNOBS, Judge, Knob, Options, OwnArrays, Point
 from crosscheck._workloads.train.declare import Train, check_steps
 
 SIDES = ("torch", "jax")
@@ -126,7 +126,7 @@ class TrainWorkload(OwnArrays):
             return None
         return f"{said} of the port it trains", _spec_of(self.train.port, self.spec)
 
-    def judge(self, quantity: Any, point: Point, options: Options) -> Any:
+    def judge(self, quantity: Any, point: Point, options: Options) -> Judge:
         if quantity.name != "update":
             raise ValueError(
                 f"train `{self.name}` has no quantity {quantity.name!r}; it checks 'update' (its port checks "

@@ -15,7 +15,7 @@ from crosscheck._cli.main import main
 from crosscheck._workloads.model.oracle import directions as oracle_directions
 from crosscheck._workloads.model.oracle.directions import directional, make_directions, project
 from crosscheck._workloads.model.oracle.entries import EVALUATIONS_PER_ENTRY
-from crosscheck._workloads.model.oracle.function import AUTO_EVALUATIONS, plan
+from crosscheck._workloads.model.oracle.function import AUTO_EVALUATIONS, differencing
 from crosscheck._workloads.model.pinned import ran_in_float32
 
 sys.path.insert(0, str(ROOT))  # the examples/ package of the repository
@@ -248,12 +248,12 @@ def test_directions_start_where_their_tableau_has_converged(width, monkeypatch):
 def test_auto_picks_by_the_number_of_evaluations():
     small = {"w": np.zeros((10, 10))}
     big = {"w": np.zeros((100, 100)), "b": np.zeros(100)}
-    assert plan("auto", small, 4).mode == "full"
-    chosen = plan("auto", big, 4)
+    assert differencing("auto", small, 4).mode == "full"
+    chosen = differencing("auto", big, 4)
     assert chosen.mode == "screen" and chosen.per_parameter == 4  # along 4 directions of every tensor
     assert chosen.why.startswith("auto: 10100 entries")
     assert EVALUATIONS_PER_ENTRY * 10100 > AUTO_EVALUATIONS
-    assert plan("full", big, 4).mode == "full" and plan("screen", small, 2).mode == "screen"
+    assert differencing("full", big, 4).mode == "full" and differencing("screen", small, 2).mode == "screen"
 
 
 class Planted:

@@ -16,7 +16,7 @@ import crosscheck
 from crosscheck._compare.record import Comparison
 from crosscheck._report import table
 from crosscheck._workloads.model.findings import Findings, Record
-from crosscheck._workloads.model.oracle.function import Plan
+from crosscheck._workloads.model.oracle.function import Differencing
 from crosscheck._workloads.model.rounding import Rounding
 from crosscheck._workloads.model.verdict import answers, plural, verdict
 
@@ -47,7 +47,10 @@ def _record(name: str, reference: str, question: str, against: str, *, passed: b
 
 def _findings(*, oracle: bool) -> Findings:
     return Findings(
-        Plan("full", "small", [], 0), "each implementation's own float64 loss", {"w": (3, 2)}, oracle=oracle
+        Differencing("full", "small", [], 0),
+        "each implementation's own float64 loss",
+        {"w": (3, 2)},
+        oracle=oracle,
     )
 
 

@@ -10,6 +10,7 @@ import tracemalloc
 import numpy as np
 
 from crosscheck._compare.constants import SAFETY
+from crosscheck._records import Oracle
 from crosscheck._workloads.protocol import Options
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack import underflow as _underflow
@@ -23,7 +24,7 @@ E = 8 * LAYERS * DIM * DIM
 
 def _judge(init: str = "nearzero") -> StackGradJudge:
     point = Stack(layers=LAYERS, batch=BATCH, dim=DIM, init=init).point(dtype="float32", seed=2)
-    return StackGradJudge(point, Options(oracle_mode="screen"))
+    return StackGradJudge(point, Options(oracle=Oracle("screen")))
 
 
 def _peak_of(function, *args, **kwargs) -> tuple[int, object]:
@@ -75,7 +76,7 @@ def test_the_rounding_model_holds_no_square_or_transposed_copy_of_every_layer():
     # few rows, wide layers: the samples' activations (64 of each row) are a small part
     layers, dim = 8, 384
     point = Stack(layers=layers, batch=2, dim=dim).point(dtype="float32", seed=2)
-    judge = StackGradJudge(point, Options(oracle_mode="screen"))
+    judge = StackGradJudge(point, Options(oracle=Oracle("screen")))
     peak, model = _peak_of(_stack.rounding_model, judge.fwd, judge.deltas, "float32")
     assert model.grad_sigma.shape == judge.weights.shape
     assert peak < 3.6 * 8 * layers * dim * dim, peak / (8 * layers * dim * dim)

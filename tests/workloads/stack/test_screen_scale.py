@@ -10,6 +10,7 @@ import planted
 import pytest
 
 import crosscheck
+from crosscheck._records import Oracle
 from crosscheck._workloads.protocol import Options
 from crosscheck._workloads.stack.judge import screen as _screen
 from crosscheck._workloads.stack.judge.grad import StackGradJudge
@@ -24,7 +25,7 @@ CASE = {"layers": 3, "batch": 4, "dim": 6, "init": "nearzero", "seed": 2}
 def _unjudgeable(dtype: str = "float32") -> np.ndarray:
     knobs = {k: v for k, v in CASE.items() if k != "seed"}
     point = Stack(**knobs).point(dtype=dtype, seed=CASE["seed"])
-    judge = StackGradJudge(point, Options(oracle_mode="screen"))
+    judge = StackGradJudge(point, Options(oracle=Oracle("screen")))
     *_, effects = judge.kink_effects(dtype, judge.model(dtype).grad_bound)
     return effects.count > 1
 

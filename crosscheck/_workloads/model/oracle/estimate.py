@@ -1,7 +1,7 @@
 """What the model oracle will cost, estimated before it runs: said on the command line before a long
 run (2 000 one-element tensors screened took 400 s with nothing printed).
 
-``estimate`` is the one place that turns the oracle's plan into a count of loss evaluations: update it
+``estimate`` is the one place that turns the oracle's differencing into a count of loss evaluations: update it
 with the oracle (``crosscheck._workloads.model.oracle``) when that changes how many evaluations it makes.
 """
 
@@ -54,16 +54,19 @@ class Cost:
         )
 
 
-def estimate(plan: Any, params: dict[str, np.ndarray], functions: int, per_evaluation: float | None) -> Cost:
-    """The cost of differencing ``functions`` functions of ``params`` as ``plan`` (``oracle.function.Plan``)
-    says, each evaluation taking about ``per_evaluation`` seconds (None: unknown)."""
+def estimate(
+    chosen: Any, params: dict[str, np.ndarray], functions: int, per_evaluation: float | None
+) -> Cost:
+    """The cost of differencing ``functions`` functions of ``params`` as ``chosen`` (a
+    ``oracle.function.Differencing``) says, each evaluation taking about ``per_evaluation`` seconds
+    (None: unknown)."""
     entries = sum(int(v.size) for v in params.values())
-    if plan.mode == "full":
+    if chosen.mode == "full":
         evaluations = EVALUATIONS_PER_ENTRY * entries
     else:  # screening one group of every tensor (halved groups and entries where a direction fails on top)
-        evaluations = EVALUATIONS_PER_DIRECTION * plan.per_parameter
+        evaluations = EVALUATIONS_PER_DIRECTION * chosen.per_parameter
     total = None if per_evaluation is None else per_evaluation * evaluations * functions
-    return Cost(len(params), entries, plan.mode, evaluations, functions, total)
+    return Cost(len(params), entries, chosen.mode, evaluations, functions, total)
 
 
 def seconds_per_evaluation(function: Function, params: dict[str, np.ndarray]) -> float | None:

@@ -3,7 +3,8 @@
 A ``Function`` is a float64 function of the parameters (``sources``: the workload's NumPy reference or
 surrogate, or an implementation's own loss). ``difference`` runs the oracle on one (``oracle.estimate``
 entry by entry, ``model_screen.directional`` along random directions), each batch of evaluations
-through the engine's guarded call; ``plan`` says how every function of a run is differenced.
+through the engine's guarded call; ``differencing`` says how every function of a run is differenced
+(a ``Differencing``).
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ class Skip:
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan:
+class Differencing:
     """How every function of the run is differenced: ``mode`` full or screen, and why; ``clock`` the
     oracle's seconds and evaluations, and its budget (``oracle.budget``)."""
 
@@ -114,11 +115,13 @@ class Differences:
     groups: dict[Group, tuple[list[Direction], DirectionalEstimate]] = dataclasses.field(default_factory=dict)
     #: The run's clock (``oracle.budget``): later groups and entries keep to its budget.
     clock: Clock = dataclasses.field(default_factory=Clock)
-    #: The run's directions of each group (``Plan.drawn``), shared by its functions.
+    #: The run's directions of each group (``Differencing.drawn``), shared by its functions.
     drawn: dict = dataclasses.field(default_factory=dict)
 
 
-def plan(mode: str, params: dict[str, np.ndarray], per_parameter: int, budget: float | None = None) -> Plan:
+def differencing(
+    mode: str, params: dict[str, np.ndarray], per_parameter: int, budget: float | None = None
+) -> Differencing:
     """``mode`` as asked (``auto`` picks by the number of loss evaluations each would cost); ``budget``
     the oracle's seconds at most (None: no limit)."""
     entries = sum(int(v.size) for v in params.values())
@@ -131,7 +134,7 @@ def plan(mode: str, params: dict[str, np.ndarray], per_parameter: int, budget: f
         why = f"--oracle-mode {mode}"
     if mode not in ("full", "screen"):
         raise ValueError(f"`oracle_mode` must be one of auto, full, screen; found {mode!r}.")
-    return Plan(mode, why, [], per_parameter, Clock(budget))
+    return Differencing(mode, why, [], per_parameter, Clock(budget))
 
 
 def batch_guard(call: Call) -> Callable[[Callable[[], Any]], Any]:
@@ -147,7 +150,7 @@ def batch_guard(call: Call) -> Callable[[Callable[[], Any]], Any]:
 
 
 def difference(
-    function: Function, point: Point, chosen: Plan, call: Call, progress: Progress | None
+    function: Function, point: Point, chosen: Differencing, call: Call, progress: Progress | None
 ) -> Differences | str:
     """The oracle on ``function`` at the point (``chosen.mode``), or why it failed."""
     params = point.params  # cast to float64 where needed, not here (``_group``)
@@ -173,9 +176,9 @@ def difference(
     return found
 
 
-def _difference(function: Function, params: dict, chosen: Plan, guard: Any, tick: Any) -> Differences:
+def _difference(function: Function, params: dict, chosen: Differencing, guard: Any, tick: Any) -> Differences:
     """The oracle's differences of ``function`` at the point's ``params``: entry by entry (``estimate``
-    works on its own float64 copy), or along the plan's directions."""
+    works on its own float64 copy), or along the differencing's directions."""
     if chosen.mode == "full":
         est = estimate(function.fn, params, guard=guard, progress=tick, **_noise(function))
         return Differences(function, entries=est, evaluations=est.evaluations, clock=chosen.clock)

@@ -95,7 +95,7 @@ class Group:
 
 def drawn(cache: dict, group: Group, params: dict, count: int, source: Any) -> list[Direction]:
     """``group.directions(params, count)``, drawn once per point (``source``, its parameters: the same
-    object) and kept in ``cache`` (``Plan.drawn``): the same arrays, to the bit, for every function
+    object) and kept in ``cache`` (``Differencing.drawn``): the same arrays, to the bit, for every function
     differenced at that point (the signs and the steps, 12 bytes a parameter per function,
     drawn and held once a run, not once a function). The arrays are read-only: what reads them cannot
     change them for the next function."""

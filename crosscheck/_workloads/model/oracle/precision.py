@@ -153,7 +153,7 @@ def _along(
     line: Line, params: dict[str, np.ndarray], rng: Any, guard: Guard, cache: dict
 ) -> Callable[[np.ndarray], np.ndarray]:
     """The probe's losses on ``line``'s side: the signs drawn as ``_probe`` draws them, handed once; kept
-    in ``cache`` (the run's ``Plan.drawn``) for the next probe of parameters of the same shapes (the
+    in ``cache`` (the run's ``Differencing.drawn``) for the next probe of parameters of the same shapes (the
     seed is fixed: the same signs; 124 million int8 signs drawn once a run on GPT-2 small, not once a
     side), read-only."""
     steps = base_steps(params)  # float64, a block at a time: ``params`` may be the point's own

@@ -92,7 +92,7 @@ def own_loss(
     oracle after each of its differences of the function (``Function.release``); with ``keep``, a
     ``Function``'s adapter keeps the point its probe held on the line (``Line.holding``) for the
     differences that follow at once, which release it. ``cache`` keeps the probe's signs for the run's
-    other probes (``Plan.drawn``).
+    other probes (``Differencing.drawn``).
     """
     let_go = releaser(backend, call)
     found: Function | Skip | None = None

@@ -1,5 +1,6 @@
-"""One forward pass of each side of a port, every module's inputs and outputs recorded (``Record``): PyTorch's
-(``torch_side.capture``) and the JAX port's (``JaxSide.capture``), at the dtype of the arrays given.
+"""One forward pass of each side of a port, every module's inputs and outputs recorded (a ``ModuleCall``
+each): PyTorch's (``torch_side.capture``) and the JAX port's (``JaxSide.capture``), at the dtype of the
+arrays given.
 The module comparison (``workload.PortJudge``) and the forward check (``forward``) call them through the
 engine's guarded call; the module comparison takes them early (``Early``)."""
 

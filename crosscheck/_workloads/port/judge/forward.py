@@ -34,7 +34,7 @@ from crosscheck._compare.record import Comparison
 from crosscheck._report.report import Verdict
 from crosscheck._workloads.port.judge import capture, localize, own, wide
 from crosscheck._workloads.port.judge.gradient import MAPPING, PortJudge
-from crosscheck._workloads.protocol import Call, Reference
+from crosscheck._workloads.protocol import Call, Outcome, Reference
 
 #: The case's ``oracle_differentiates`` of a forward check (the table's title says it).
 NO_ORACLE = "nothing: a forward check (quantity output) computes no gradient"
@@ -57,7 +57,7 @@ class OutputJudge(PortJudge):
     def prepare(self, candidates: list[tuple[str, Any]], call: Call) -> None:
         """Nothing to prepare: no oracle, so no anchor of "same function"."""
 
-    def reference(self, backend: Any, call: Call) -> Any:
+    def reference(self, backend: Any, call: Call) -> Outcome:
         if id(backend) not in self.workload.torches:
             return call.failure("the forward check's reference is PyTorch's forward, `torch`")
         start = time.perf_counter()
@@ -73,7 +73,7 @@ class OutputJudge(PortJudge):
         reference = Reference(None, self.dtype, notes, runs)
         return _done(call, reference, time.perf_counter() - start)
 
-    def evaluate(self, backend: Any, call: Call) -> Any:
+    def evaluate(self, backend: Any, call: Call) -> Outcome:
         if id(backend) not in self.workload.ports:
             return call.failure(
                 "the forward check compares the port (`jax`) with PyTorch's forward; this backend is "

@@ -32,9 +32,9 @@ from crosscheck._workloads.port.declare.build import Prepared, not_checked, torc
 from crosscheck._workloads.port.declare.port import Port
 from crosscheck._workloads.port.judge import boundaries, capture, constants, localize, own, wide
 from crosscheck._workloads.port.judge.pairs import module_pairs
-from crosscheck._workloads.port.judge.verdict import Origin
+from crosscheck._workloads.port.judge.verdict import Origin, forward_verdict, gradient_verdict, listed_verdict
 from crosscheck._workloads.port.mapping.table import render_summary
-from crosscheck._workloads.protocol import Call, Options, Point, Reference
+from crosscheck._workloads.protocol import Call, Options, Outcome, Point, Reference
 
 
 class PortView(Protocol):
@@ -67,6 +67,8 @@ class PortJudge:
         #: The verdict's notes on a side not re-run in the other precision and on modules left out.
         self.caveats = ""
         self.strict = options.strict
+        #: Keep each module comparison's per-entry arrays, for a plot (``Options.plot``).
+        self.plot = options.plot
         #: What the PyTorch module did wrong (``own.prove``), found before anything is judged.
         self.torch_problem: str | None = None
         #: The note on the inputs the PyTorch forward writes to in place (``own.wrote``).
@@ -84,7 +86,7 @@ class PortJudge:
         """The oracle's cost, estimated before it runs (the generic judge's)."""
         return self.inner.cost(candidates)
 
-    def reference(self, backend: Any, call: Call) -> Any:
+    def reference(self, backend: Any, call: Call) -> Outcome:
         self.torch_problem, self.torch_wrote = own.prove(self.workload.prepared, self.point, call)
         if self.torch_problem is not None and id(backend) in self.workload.torches:
             return call.failure(self.torch_problem)
@@ -111,7 +113,7 @@ class PortJudge:
         findings.unreached = list(out.value) if out.error is None else None
         findings.unused = tuple(self.workload.port.unused)
 
-    def evaluate(self, backend: Any, call: Call) -> Any:
+    def evaluate(self, backend: Any, call: Call) -> Outcome:
         if self.torch_problem is not None and id(backend) in self.workload.torches:
             return call.failure(self.torch_problem)
         return self.inner.evaluate(backend, call)
@@ -187,6 +189,7 @@ class PortJudge:
             "backend": name,
             "reference": "torch",
             "precision": "float32" if coarse else None,
+            "keep": self.plot,
         }
         common["missing"] = "; ".join(p for p in (torch_runs.problem, jax_runs.problem) if p)
         common["device"] = device = self.device
@@ -195,9 +198,9 @@ class PortJudge:
         out, edges = boundaries.apart(out, outputs, firsts, gradients, forward=self.forward)
         top = type(self.workload.port.torch).__name__
         verdict = (
-            localize.listed_verdict(torch_runs.main, paired, outputs, top)
+            listed_verdict(torch_runs.main, paired, outputs, top)
             if listed
-            else localize.forward_verdict(torch_runs.main, paired, outputs, inputs, top)
+            else forward_verdict(torch_runs.main, paired, outputs, inputs, top)
         )
         if verdict is None:
             verdict = self._gradient_verdict(torch_runs.main, paired, gradients, top)
@@ -277,7 +280,7 @@ class PortJudge:
         if not differs:
             agree = _agree(gradients, self.forward)
             return Origin("nowhere", None, None, (), f"every module's output {agree}")
-        return localize.gradient_verdict(order, paired, differs, owners, top)
+        return gradient_verdict(order, paired, differs, owners, top)
 
     def _runs(self, call: Call, *, torch: bool, main: Any = None) -> Any:
         """One side's module records at the case's dtype and in the other: a ``str`` when the call at the

@@ -16,8 +16,7 @@ A side whose re-run differs beyond what float32 permits in many entries (``terms
 draw made again, a dropout left on) did not re-round the same computation: the output fails, said as
 such (``REDRAWN``).
 
-The verdict (where the difference starts, from these comparisons) is ``port.verdict``'s, re-exported
-here.
+The verdict (where the difference starts, from these comparisons) is ``verdict.py``'s.
 """
 
 from __future__ import annotations
@@ -34,9 +33,6 @@ from crosscheck._compare.constants import OTHER_DTYPE
 from crosscheck._compare.device import Arithmetic
 from crosscheck._compare.dtypes import is_low, numpy_dtype, unit_roundoff
 from crosscheck._compare.record import Comparison, Tolerance
-from crosscheck._workloads.port.judge.verdict import forward_verdict as forward_verdict
-from crosscheck._workloads.port.judge.verdict import gradient_verdict as gradient_verdict
-from crosscheck._workloads.port.judge.verdict import listed_verdict as listed_verdict
 from crosscheck._workloads.port.mapping.matching import canonical
 
 TERM_HELP = {
@@ -207,6 +203,7 @@ def compare_arrays(
     missing: str = "",
     precision: str | None = None,
     device: Arithmetic | None = None,
+    keep: bool = False,
 ) -> Comparison:
     """One module's output (or input): the JAX port's against PyTorch's, within both measured roundings
     (those of ``precision``, the case's dtype unless given: ``"float32"`` in a float64 case whose losses
@@ -260,6 +257,7 @@ def compare_arrays(
         dtype=dtype,
         parameter=label,
         term_help=helps,
+        keep=keep,
     )
     if found.status == "unjudgeable" and not np.any(t) and not np.any(j):
         found = dataclasses.replace(found, passed=True, status="ok", message="")  # exact zeros agree

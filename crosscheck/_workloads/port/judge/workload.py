@@ -13,7 +13,7 @@ from crosscheck._workloads.port.declare.build import Prepared, case_notes
 from crosscheck._workloads.port.declare.port import Port
 from crosscheck._workloads.port.judge.forward import OutputJudge
 from crosscheck._workloads.port.judge.gradient import PortJudge
-from crosscheck._workloads.protocol import Options, OwnArrays, Point
+from crosscheck._workloads.protocol import Judge, Options, OwnArrays, Point
 
 
 class PortWorkload(OwnArrays):
@@ -51,7 +51,7 @@ class PortWorkload(OwnArrays):
 
     quantities: tuple[str, ...] = ("grad", "output")
 
-    def judge(self, quantity: Any, point: Point, options: Options) -> Any:
+    def judge(self, quantity: Any, point: Point, options: Options) -> Judge:
         if quantity.name == "output":  # the forward check: module outputs only
             return OutputJudge(self, point, options)
         if quantity.name != "grad":

@@ -29,7 +29,7 @@ from crosscheck._errors import user_call
 from crosscheck._workloads.port.mapping.matching import EQUINOX_LAYOUTS, JAX_LAYOUTS, Tensor, layout_of
 from crosscheck._workloads.port.mapping.stacked import spread
 from crosscheck._workloads.port.sides import steps
-from crosscheck._workloads.port.sides.torch_side import Record
+from crosscheck._workloads.port.sides.torch_side import ModuleCall
 
 Call = Callable[[Any, dict], Any]
 
@@ -188,7 +188,7 @@ class JaxSide:
         dtype: Any,
         *,
         made: Callable[[Any], Sequence[Any]] | None = None,
-    ) -> list[Record]:
+    ) -> list[ModuleCall]:
         """Every linen or nnx submodule call of one forward pass, in the order the calls finished (other
         kinds: the listed intermediates, then the output). ``values``: the leaf values, or with ``made``
         what ``made(values)`` makes them from (inside a linen model's compiled pass: a leaf the mapping
@@ -202,9 +202,11 @@ class JaxSide:
         if self.kind != "linen":
             out, found = self.split(self.run(values, inputs, dtype))
             listed = [
-                Record(k, "", (), _numpy(v), narrow(v)) for n in self.listed for k, v in spread(n, found[n])
+                ModuleCall(k, "", (), _numpy(v), narrow(v))
+                for n in self.listed
+                for k, v in spread(n, found[n])
             ]
-            return [*listed, Record("", type(self.model).__name__, (), _numpy(out), narrow(out))]
+            return [*listed, ModuleCall("", type(self.model).__name__, (), _numpy(out), narrow(out))]
         try:  # one compiled forward pass, each call's values sent back as it runs
             return self._linen_capture(values, inputs, dtype, jit=True, made=made)
         except Exception:  # a model jax.jit cannot trace (Python control flow on values): op by op
@@ -212,17 +214,19 @@ class JaxSide:
                 return self._linen_capture(values, inputs, dtype, jit=False, made=made)
             except TRACED:  # under `nn.vmap` a submodule's values are batched tracers: the output alone
                 out = self.split(self.run(made(values) if made else values, inputs, dtype))[0]
-                return [Record("", type(self.model).__name__, (), _numpy(out), narrow(out), note=UNCAPTURED)]
+                return [
+                    ModuleCall("", type(self.model).__name__, (), _numpy(out), narrow(out), note=UNCAPTURED)
+                ]
 
     def _linen_capture(
         self, values: Any, inputs: dict[str, Any], dtype: Any, *, jit: bool, made: Callable | None = None
-    ) -> list[Record]:
+    ) -> list[ModuleCall]:
         """A linen module's calls (``capture``): with ``jit``, in one ``jax.jit`` of the forward pass,
         each call's values sent back as it runs (``steps.later``, as a scan's steps are), compiled once;
         without, op by op (each new operation compiled on its own: 73 of them for one GPT-2 layer)."""
         import flax.linen as nn
 
-        records: list[Record] = []
+        records: list[ModuleCall] = []
         seen: dict[str, int] = {}
         depth = {"calls": 0, "inner": 0}  # methods running; of them, separate applies inside the model
         roots: list[Any] = []  # the model's own scope (its methods call one another at path ())
@@ -275,7 +279,7 @@ def _recorded(
     records: list, seen: dict, name: str, kind: str, low: bool, inputs: Any, out: Any, step: Any = None
 ) -> None:
     """One module call's record (named by ``steps.label``: ``name#k``, in a scan ``name@i#k``), appended."""
-    records.append(Record(steps.label(seen, name, step), kind, _numpy(inputs), _numpy(out), low))
+    records.append(ModuleCall(steps.label(seen, name, step), kind, _numpy(inputs), _numpy(out), low))
 
 
 def _numpy(value: Any) -> tuple[np.ndarray, ...]:
@@ -287,7 +291,7 @@ def _numpy(value: Any) -> tuple[np.ndarray, ...]:
     return tuple(out)
 
 
-#: Why a linen model's submodule calls were not captured (``Record.note``), said in its verdict.
+#: Why a linen model's submodule calls were not captured (``ModuleCall.note``), said in its verdict.
 UNCAPTURED = (
     "only the output is compared: the linen model's submodule calls could not be captured (under a "
     "transform such as `nn.vmap` their values are batched tracers, which cannot be read as they run), so "

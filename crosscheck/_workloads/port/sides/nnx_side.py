@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from crosscheck._workloads.port.sides import steps
-from crosscheck._workloads.port.sides.torch_side import Record
+from crosscheck._workloads.port.sides.torch_side import ModuleCall
 
 #: Module attributes that say a module is in training mode when False (``module.eval()`` sets them).
 TRAINING_FLAGS = ("use_running_average", "deterministic")
@@ -92,7 +92,7 @@ PATH = "_crosscheck_path"
 
 @contextlib.contextmanager
 def _recording(
-    model: Any, records: list[Record], numpy: Callable[[Any], Any], narrow: Callable[[Any], bool]
+    model: Any, records: list[ModuleCall], numpy: Callable[[Any], Any], narrow: Callable[[Any], bool]
 ) -> Iterator[None]:
     """Every ``__call__`` of a module of ``model``'s graph recorded while inside (outermost calls of
     each object only: a subclass's ``super().__call__`` is one call); inside a transform (a scan's
@@ -105,7 +105,7 @@ def _recording(
     seen: dict[str, int] = {}
 
     def done(name: str, kind: str, low: bool, inputs: Any, out: Any, step: Any = None) -> None:
-        records.append(Record(steps.label(seen, name, step), kind, numpy(inputs), numpy(out), low))
+        records.append(ModuleCall(steps.label(seen, name, step), kind, numpy(inputs), numpy(out), low))
 
     def wrap(original: Callable) -> Callable:
         @functools.wraps(original)
@@ -148,16 +148,16 @@ def capture(
     inputs: dict[str, Any],
     numpy: Callable[[Any], Any],
     narrow: Callable[[Any], bool],
-) -> list[Record]:
+) -> list[ModuleCall]:
     """Every submodule call of one forward pass of ``model`` (a merged, concrete module), in the
     order the calls finished; the top module's output last (recorded from the call when its
     ``__call__`` is not what ``call`` runs). A call inside an nnx transform sees tracers: its values
     are recorded when each step runs (``steps``)."""
-    records: list[Record] = []
+    records: list[ModuleCall] = []
     with _recording(model, records, numpy, narrow):
         out = called(call, model, inputs)
     if not any(r.name == "" for r in records):
-        records.append(Record("", type(model).__name__, (), numpy(out), narrow(out)))
+        records.append(ModuleCall("", type(model).__name__, (), numpy(out), narrow(out)))
     return records
 
 

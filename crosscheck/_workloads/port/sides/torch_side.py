@@ -20,7 +20,7 @@ from crosscheck._workloads.port.mapping.matching import TORCH_LAYOUTS, Tensor, l
 
 
 @dataclasses.dataclass(frozen=True)
-class Record:
+class ModuleCall:
     """One module call of a forward pass: its name (``h.0.ln_1``, ``#2`` for a second call), class,
     and its input and output arrays (float64 copies), in the order the calls finished; ``narrow`` when
     a floating output came back narrower than float64 (a module computing in float32 in a float64 run);
@@ -293,9 +293,9 @@ def flat(value: Any) -> list[torch.Tensor]:
     return []
 
 
-def capture(wrapped: Wrapped, state: dict[str, Any], inputs: dict[str, Any]) -> list[Record]:
+def capture(wrapped: Wrapped, state: dict[str, Any], inputs: dict[str, Any]) -> list[ModuleCall]:
     """Every submodule call of one forward pass (forward hooks, removed after), without autograd."""
-    records: list[Record] = []
+    records: list[ModuleCall] = []
     seen: dict[str, int] = {}
 
     def hook(name: str) -> Callable:
@@ -304,7 +304,9 @@ def capture(wrapped: Wrapped, state: dict[str, Any], inputs: dict[str, Any]) -> 
             label = name if seen[name] == 1 else f"{name}#{seen[name]}"
             arrays = [_numpy(t) for t in flat((args, kwargs))]
             outputs = tuple(_numpy(t) for t in flat(output))
-            records.append(Record(label, type(mod).__name__, tuple(arrays), outputs, _narrow(flat(output))))
+            records.append(
+                ModuleCall(label, type(mod).__name__, tuple(arrays), outputs, _narrow(flat(output)))
+            )
 
         return record
 
@@ -318,7 +320,7 @@ def capture(wrapped: Wrapped, state: dict[str, Any], inputs: dict[str, Any]) -> 
         for h in handles:
             h.remove()
     outputs = tuple(_numpy(t) for t in flat(top))
-    records.append(Record("", type(wrapped.m).__name__, (), outputs, _narrow(flat(top))))
+    records.append(ModuleCall("", type(wrapped.m).__name__, (), outputs, _narrow(flat(top))))
     return records
 
 

@@ -20,8 +20,9 @@ from crosscheck._compare.constants import ALL_DTYPES
 from crosscheck._compare.device import arithmetic, scale
 from crosscheck._compare.dtypes import accumulation, is_low
 from crosscheck._compare.record import Comparison, Kinks, Tolerance
+from crosscheck._records import Oracle
 from crosscheck._report.report import Verdict
-from crosscheck._workloads.protocol import Call, Options, Point, Reference
+from crosscheck._workloads.protocol import Call, Options, Outcome, Point, Reference
 from crosscheck._workloads.stack import forward as _forward
 from crosscheck._workloads.stack import kinks as _kinks
 from crosscheck._workloads.stack import pattern as _pattern
@@ -35,7 +36,6 @@ from crosscheck._workloads.stack.judge.terms import TERM_HELP
 
 #: Fraction of an entry's tolerance that a possible ReLU flip may move it before it is unjudgeable.
 KINK_IMPACT_FRACTION = 0.25
-ORACLE_MODES = ("auto", "full", "screen")
 
 
 class StackGradJudge:
@@ -44,10 +44,6 @@ class StackGradJudge:
     signature = "grad(weights, x)"
 
     def __init__(self, point: Point, options: Options) -> None:
-        if options.oracle_mode not in ORACLE_MODES:
-            raise ValueError(
-                f"`oracle_mode` must be one of {', '.join(ORACLE_MODES)}; found {options.oracle_mode!r}."
-            )
         self.point, self.options = point, options
         self.weights, self.x = point.params["weights"], point.inputs["x"]
         self.dtype = point.dtype
@@ -72,7 +68,7 @@ class StackGradJudge:
 
     # -- the protocol -------------------------------------------------------------------------------
 
-    def evaluate(self, backend: Any, call: Call) -> Any:
+    def evaluate(self, backend: Any, call: Call) -> Outcome:
         return self.gradient(backend, call, self.weights, self.x)
 
     def gradient(self, backend: Any, call: Call, weights: np.ndarray, x: np.ndarray) -> Any:
@@ -83,7 +79,7 @@ class StackGradJudge:
         out = call(backend.grad, weights, x, convert="array")
         return out if out.error else dataclasses.replace(out, value={"weights": out.value})
 
-    def reference(self, backend: Any, call: Call) -> Any:
+    def reference(self, backend: Any, call: Call) -> Outcome:
         self.oracle_backend = backend
         if self._mode(backend) == "screen":
             out, screening = _screen.screen_reference(self, backend, call)
@@ -149,7 +145,7 @@ class StackGradJudge:
 
     def _mode(self, backend: Any) -> str:
         can_screen = callable(getattr(backend, "screen", None))
-        mode = self.options.oracle_mode
+        mode = self.options.oracle.mode
         if mode == "screen" and not can_screen:
             raise ValueError(
                 "`oracle_mode` 'screen' needs a reference that can screen (the numpy-fd oracle)."
@@ -210,7 +206,7 @@ class StackGradJudge:
             "rounding": rounding,
             "reference": oracle.error,
             "floor": floor,
-            "slack": np.broadcast_to(self.options.slack(oracle.value), oracle.value.shape),
+            "slack": np.broadcast_to(self.options.slack_at(oracle.value), oracle.value.shape),
         }
         flow = self.underflow(dtype).grad
         if flow.any():  # only a case reaching the underflow range has (or shows) this term
@@ -225,6 +221,7 @@ class StackGradJudge:
             dtype=dtype,
             kinks=kinks,
             strict=self.options.strict,
+            keep=self.options.plot,
             index_names=_stack.INDEX_NAMES,
             term_help=TERM_HELP,
             split=_stack.INDEX_NAMES[0],
@@ -332,7 +329,7 @@ class StackGradJudge:
             scale = 1e-3 * float(np.sqrt(np.mean(self.weights.astype(np.float64) ** 2)) or 1.0)
             moved = (self.weights + scale * rng.standard_normal(self.weights.shape)).astype(self.dtype)
             point = Point({"weights": moved}, {"x": self.x.copy()}, self.point.case, self.dtype)
-            judge = StackGradJudge(point, Options(oracle_mode="full"))
+            judge = StackGradJudge(point, Options(oracle=Oracle("full")))
             ref, out = judge.reference(self.oracle_backend, call), judge.evaluate(backend, call)
             if ref.error or out.error:
                 return False

@@ -14,11 +14,10 @@ from crosscheck._compare import terms as _terms
 from crosscheck._compare.compare import compare
 from crosscheck._compare.constants import OTHER_DTYPE, UNIT_ROUNDOFF
 from crosscheck._compare.record import Comparison, Kinks, Tolerance
-from crosscheck._workloads.protocol import Call, Options, Point, Reference
+from crosscheck._workloads.protocol import Call, Options, Outcome, Point, Reference
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack.judge import hvp_screen as _screen
 from crosscheck._workloads.stack.judge.answers import HvpAnswer, declared_dtype, oracle_answer
-from crosscheck._workloads.stack.judge.grad import ORACLE_MODES
 from crosscheck._workloads.stack.judge.screen import Screening
 from crosscheck._workloads.stack.judge.terms import TERM_HELP
 from crosscheck._workloads.stack.oracle import hvp as _hvp
@@ -37,10 +36,6 @@ class StackHvpJudge:
                 f"quantity 'hvp' is judged in float32 and float64; found dtype {point.dtype!r} "
                 "(a 16-bit case checks the gradient)."
             )
-        if options.oracle_mode not in ORACLE_MODES:
-            raise ValueError(
-                f"`oracle_mode` must be one of {', '.join(ORACLE_MODES)}; found {options.oracle_mode!r}."
-            )
         self.weights, self.x, self.options = point.params["weights"], point.inputs["x"], options
         # User arrays have no seed: their direction comes from seed 0.
         self.seed = options.seed if point.case.get("source") != "user arrays" else 0
@@ -50,7 +45,7 @@ class StackHvpJudge:
         #: The screening strategy, when the reference screened (``screen.Screening``).
         self.screening: Screening | None = None
 
-    def evaluate(self, backend: Any, call: Call) -> Any:
+    def evaluate(self, backend: Any, call: Call) -> Outcome:
         return self._hvp(backend, call, self.dtype)
 
     def _hvp(self, backend: Any, call: Call, dtype: str) -> Any:
@@ -61,7 +56,7 @@ class StackHvpJudge:
         out = call(backend.hvp, *args, convert="array")
         return out if out.error else dataclasses.replace(out, value={"weights": out.value})
 
-    def reference(self, backend: Any, call: Call) -> Any:
+    def reference(self, backend: Any, call: Call) -> Outcome:
         if _screen.mode(self, backend) == "screen":
             out, screening = _screen.screen_reference(self, backend, call)
             self.screening = screening or self.screening
@@ -133,7 +128,7 @@ class StackHvpJudge:
             "rerun": rerun,
             "reference": answer.error,
             "floor": floor,
-            "slack": np.broadcast_to(self.options.slack(answer.value), answer.value.shape),
+            "slack": np.broadcast_to(self.options.slack_at(answer.value), answer.value.shape),
         }
         dtype, _ = declared_dtype(backend, self.dtype)
         found = compare(
@@ -145,6 +140,7 @@ class StackHvpJudge:
             dtype=dtype,
             kinks=answer.kinks,
             strict=self.options.strict,
+            keep=self.options.plot,
             index_names=_stack.INDEX_NAMES,
             term_help={**TERM_HELP, "rerun": f"{_hvp.RERUN_HELP} ({note})"},
             split=_stack.INDEX_NAMES[0],

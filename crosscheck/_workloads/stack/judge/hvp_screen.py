@@ -76,7 +76,7 @@ def hvp_oracle_flops(layers: int, batch: int, dim: int) -> float:
 def mode(judge: HvpJudge, backend: Any) -> str:
     """``full`` or ``screen``: what ``oracle_mode`` asks for, given what the reference can do."""
     can_screen = callable(getattr(backend, "hvp_screen", None))
-    asked = judge.options.oracle_mode
+    asked = judge.options.oracle.mode
     if asked == "screen" and not can_screen:
         raise ValueError("`oracle_mode` 'screen' needs a reference that can screen (the numpy-fd oracle).")
     if asked == "auto":
@@ -90,14 +90,14 @@ def screen_reference(judge: HvpJudge, backend: Any, call: Call) -> tuple[Any, Sc
     """The oracle's ``D . H v`` along ``directions`` random +-1 directions per layer: the reference's
     outcome, and the judge's ``Screening`` (None when the oracle failed)."""
     shape = judge.weights.shape
-    directions = sign_directions(shape[0], judge.options.directions, shape[1])
+    directions = sign_directions(shape[0], judge.options.oracle.directions, shape[1])
     out = call(backend.hvp_screen, judge.weights, judge.x, judge.v, directions)
     if out.error:
         return out, None
     est = out.value
     notes = {
         "mode": "screen",
-        "directions": judge.options.directions,
+        "directions": judge.options.oracle.directions,
         "directions_generator": DIRECTIONS_GENERATOR,
         "kink_radius": est.radius,
         "kink_radius_at": list(est.kink_at),
@@ -189,8 +189,8 @@ def _floor_and_slack(judge: HvpJudge, sc: Any, candidate: np.ndarray) -> np.ndar
     u, size = UNIT_ROUNDOFF[judge.dtype], judge.weights.shape[1]
     norm = np.sqrt(np.einsum("ksij,ksij->ks", sc.directions, sc.directions))
     floor = terms.floor(terms.largest(candidate), u, ulps=terms.SAFETY_FLOOR_ULPS, across=norm)
-    options = judge.options
-    slack = 0.0 if options.rtol is None else options.atol * size * size + options.rtol * np.abs(sc.value)
+    given = judge.options.slack
+    slack = 0.0 if given is None else given.atol * size * size + given.rtol * np.abs(sc.value)
     return floor + slack
 
 

@@ -151,7 +151,7 @@ def screen_reference(judge: GradJudge, backend: Any, call: Call) -> tuple[Any, S
     """The oracle's directional derivatives along ``directions`` random +-1 directions per layer: the
     reference's outcome, and the judge's ``Screening`` (None when the oracle failed)."""
     shape = judge.weights.shape
-    directions = sign_directions(shape[0], judge.options.directions, shape[1], SIGNS)
+    directions = sign_directions(shape[0], judge.options.oracle.directions, shape[1], SIGNS)
     progress = judge.progress("oracle (screening)")
     out = call(backend.screen, judge.weights, judge.x, directions, progress=progress)
     if out.error:
@@ -159,7 +159,7 @@ def screen_reference(judge: GradJudge, backend: Any, call: Call) -> tuple[Any, S
     screening = Screening(out.value, backend)
     notes = {
         "mode": "screen",
-        "directions": judge.options.directions,
+        "directions": judge.options.oracle.directions,
         "directions_generator": DIRECTIONS_GENERATOR,
         "evaluations": out.value.evaluations,
     }
@@ -238,8 +238,8 @@ def _tolerance(judge: GradJudge, candidate: np.ndarray, along: Along, dtype: str
     """Each direction's tolerance: the modelled rounding along it, the oracle's error, the candidate's
     floor, the user's slack, the kinks' slack and the underflow bounds."""
     u, size = UNIT_ROUNDOFF[accumulation(dtype)], judge.weights.shape[1]
-    options = judge.options
-    slack = 0.0 if options.rtol is None else options.atol * size * size + options.rtol * np.abs(along.value)
+    given = judge.options.slack
+    slack = 0.0 if given is None else given.atol * size * size + given.rtol * np.abs(along.value)
     # The floor term of every entry, summed in quadrature over the d * d entries of a direction.
     floor = terms.floor(terms.largest(candidate), u, ulps=terms.SAFETY_FLOOR_ULPS, across=size)
     # The underflow bounds summed over each direction's entries (every entry of a direction is +-1,

@@ -9,7 +9,7 @@ import pytest
 import crosscheck
 from crosscheck._cli.run import _cost_note
 from crosscheck._engine.plan import Outlook, plan
-from crosscheck._engine.records import Execution, Oracle
+from crosscheck._records import Execution, Oracle
 from crosscheck._workloads.registry import load_workload
 
 

@@ -84,7 +84,7 @@ def _screened(backend, *, line: bool, monkeypatch=None, keep: bool = False):
     assert isinstance(function, oracle.Function), function
     assert (function.line is not None) == line
     before = call.handed
-    found = oracle.difference(function, point, oracle.plan("screen", params, 4), call, None)
+    found = oracle.difference(function, point, oracle.differencing("screen", params, 4), call, None)
     assert isinstance(found, oracle.Differences), found
     return found, function, call.handed - before
 
@@ -303,7 +303,7 @@ def test_many_directions_of_a_small_model_stay_batched():
     function = sources.own_loss(_adapter("jax", _jax_loss), "side", point, call)
     probe = function.precision.evaluations  # 9: a float64 loss, beyond doubt from the first points
     assert function.line is not None and function.line.evaluations == probe == 9
-    found = oracle.difference(function, point, oracle.plan("screen", params, 32), call, None)
+    found = oracle.difference(function, point, oracle.differencing("screen", params, 32), call, None)
     assert isinstance(found, oracle.Differences), found
     assert function.line.evaluations == probe and function.fn.calls > 0
 
@@ -339,7 +339,7 @@ def test_the_jax_adapter_forms_the_moved_tensors_as_its_jitted_sum_does_in_buffe
 
 
 def test_the_probes_signs_are_drawn_once_a_run_the_same_signs_as_a_draw_of_its_own():
-    """Change 39 (issue 38): the noise probe's signs kept in the run's cache (``Plan.drawn``) for the
+    """Change 39 (issue 38): the noise probe's signs kept in the run's cache (``Differencing.drawn``) for the
     next side's probe: read-only, the signs a probe without the cache draws, the same answer."""
     params, inputs = _arrays()
     point = Point(params, inputs, {}, "float64")
@@ -427,7 +427,7 @@ def test_a_float32_point_is_cast_to_float64_once_a_side_where_it_is_handed(name,
         call = Counted(point)
         function = sources.own_loss(adapters.pop(), "side", point, call, keep=True)
         assert isinstance(function, oracle.Function), function
-        return oracle.difference(function, point, oracle.plan("screen", point.params, 4), call, None)
+        return oracle.difference(function, point, oracle.differencing("screen", point.params, 4), call, None)
 
     params, inputs = ({k: v.astype(np.float32) for k, v in arrays.items()} for arrays in _arrays())
     narrow = differenced(Point(params, inputs, {}, "float32"))

@@ -13,7 +13,7 @@ from paths import ROOT
 
 import crosscheck
 from crosscheck._engine.driver import Caller
-from crosscheck._workloads.model.oracle.function import difference, plan, screen_group
+from crosscheck._workloads.model.oracle.function import difference, differencing, screen_group
 from crosscheck._workloads.model.oracle.groups import Group
 from crosscheck._workloads.model.oracle.sources import own_loss
 from crosscheck._workloads.model.workload import GenericWorkload, kept_adapter
@@ -90,7 +90,7 @@ def test_after_the_differences_of_a_side_its_adapter_holds_nothing(framework, mo
     call = Caller(point.arrays())
     function = own_loss(backend, framework, point, call)
     assert backend.resident.held == 0  # the probe's arrays, released
-    chosen = plan(mode, point.params, 2)
+    chosen = differencing(mode, point.params, 2)
     found = difference(function, point, chosen, call, None)
     assert not isinstance(found, str), found
     assert backend.resident.held == 0
@@ -124,7 +124,7 @@ def test_a_backend_without_a_release_is_left_alone():
 
 @needs_frameworks
 def test_both_sides_are_differenced_along_one_draw_of_the_directions_equal_to_a_fresh_draw():
-    """Change 27 (issue 38): each group's directions drawn once a run (``Plan.drawn``), not once a
+    """Change 27 (issue 38): each group's directions drawn once a run (``Differencing.drawn``), not once a
     function: both sides' differences hold the same arrays, read-only, the numbers a draw per function
     made (the same seed); a point of other parameters draws its own."""
     from crosscheck._compare.dtypes import as_dtype
@@ -133,7 +133,7 @@ def test_both_sides_are_differenced_along_one_draw_of_the_directions_equal_to_a_
     workload = GenericWorkload(mlp(SMALL, 6))
     point = workload.point(dtype="float32", seed=0)
     call = Caller(point.arrays())
-    chosen = plan("screen", point.params, 3)
+    chosen = differencing("screen", point.params, 3)
     found = {}
     for framework in ("torch", "jax"):
         backend = type(workload.resolve(framework))(framework, workload.workload.implementations[framework])

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from crosscheck._workloads.port.judge.verdict import forward_verdict
-from crosscheck._workloads.port.sides.torch_side import Record
+from crosscheck._workloads.port.sides.torch_side import ModuleCall
 
 A, B = (np.ones(3),), (np.zeros(3),)
 
 
-def R(name: str, inputs=A, outputs=A) -> Record:
-    return Record(name, "Linear", inputs, outputs)
+def R(name: str, inputs=A, outputs=A) -> ModuleCall:
+    return ModuleCall(name, "Linear", inputs, outputs)
 
 
 # Llama's attention against a port with a fused qkv: q_proj, k_proj and v_proj have no counterpart

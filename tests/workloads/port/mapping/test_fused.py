@@ -375,10 +375,10 @@ def test_the_verdict_names_the_module_around_projections_without_a_counterpart()
     import numpy as np
 
     from crosscheck._workloads.port.judge.verdict import forward_verdict
-    from crosscheck._workloads.port.sides.torch_side import Record
+    from crosscheck._workloads.port.sides.torch_side import ModuleCall
 
     def record(name, i):
-        return Record(name, "Linear", (np.full(2, i),), (np.full(2, i + 0.5),))
+        return ModuleCall(name, "Linear", (np.full(2, i),), (np.full(2, i + 0.5),))
 
     names = ("attn.q_proj", "attn.k_proj", "attn.v_proj", "attn.o_proj", "attn", "")
     order = [record(n, i) for i, n in enumerate(names)]

@@ -1,5 +1,5 @@
-"""``crosscheck replay`` in this process: re-run a bundle's backends through the guarded call; bit for bit
-or not (``replay.py`` is the front: it builds the request that ``execute`` runs here, or in a worker).
+"""The replay in this process: a row per backend of the bundle (``replay.py``, the verb, runs it here or
+in its worker).
 
 A bundle is a file someone sent, and its import strings are code: by default only the built-in
 backends (and built-in workloads) are run again, and every import string is listed as not run;
@@ -24,9 +24,9 @@ from crosscheck._engine.driver import Caller
 from crosscheck._engine.load import load
 from crosscheck._engine.process.isolate import Worker, foreign, load_isolated
 from crosscheck._engine.quantity import quantity as _quantity
-from crosscheck._engine.records import Execution, check_jax
-from crosscheck._engine.replay_case import check_case
 from crosscheck._errors import one_line
+from crosscheck._records import Execution, Oracle, check_jax
+from crosscheck._replay.case import check_case
 from crosscheck._report.bundle import bitwise
 from crosscheck._workloads.protocol import Options, Point
 from crosscheck._workloads.registry import WORKLOADS, load_workload
@@ -168,7 +168,7 @@ def _setup(
     point = Point(params, inputs, case, dtype)
     # Every entry: a reference saved in full is re-estimated in full (screening saves no value).
     seed = case.get("seed", 0)
-    options = Options(seed=seed if isinstance(seed, int) else 0, oracle_mode="full")
+    options = Options(oracle=Oracle("full"), seed=seed if isinstance(seed, int) else 0)
     judge = workload.judge(_quantity(report.get("quantity", "grad")), point, options)
     return judge, Caller(point.arrays(), timeout=timeout, settings=settings)
 

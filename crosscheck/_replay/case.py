@@ -1,4 +1,4 @@
-"""A bundle's arrays must be the case it claims, before ``crosscheck replay`` runs anything on them.
+"""A bundle's arrays must be the case it claims, before a replay (``rerun``) runs anything on them.
 
 A generated case (the stack's knobs, a workload's generator) is made again and compared bit for bit
 with the arrays the bundle holds. "User arrays" (``--weights/--x``, ``Stack.from_arrays``) cannot be

@@ -127,7 +127,7 @@ class Execution:
     jax_precision: str = "default"
 
     def __post_init__(self) -> None:
-        _check_isolation(self.isolate, self.timeout)
+        check_isolation(self.isolate, self.timeout)
         _check_positive("repeat", self.repeat)
         check_jax(self.jax_platform, self.jax_precision)
         if self.timeout is not None:
@@ -149,7 +149,8 @@ def _check_positive(name: str, value: Any) -> None:
         raise ValueError(f"`{name}` must be a positive integer, found {value!r}.")
 
 
-def _check_isolation(isolate: Any, timeout: Any) -> None:
+def check_isolation(isolate: Any, timeout: Any) -> None:
+    """``isolate`` is True, False or ``"auto"`` (``TypeError``), and ``timeout`` a timeout."""
     if not (isinstance(isolate, bool) or isolate == "auto"):
         raise TypeError(f"`isolate` must be True, False or 'auto', found {isolate!r:.60}.")
     check_timeout(timeout)

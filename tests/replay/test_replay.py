@@ -1,4 +1,4 @@
-"""A repro bundle is a file someone sent (``crosscheck replay``; ``_engine/replay.py``, ``_report/bundle.py``,
+"""A repro bundle is a file someone sent (``crosscheck replay``; ``_replay/``, ``_report/bundle.py``,
 ``_report/bundle_meta.py``).
 
 Its import strings are code: only built-ins run unless trusted. Its arrays carry SHA-256 hashes and its
@@ -17,7 +17,7 @@ import pytest
 
 import crosscheck
 from crosscheck._cli.main import main
-from crosscheck._engine.replay import replay, reproduced, verdict
+from crosscheck._replay.replay import replay, reproduced, verdict
 from crosscheck._report.bundle import load_bundle, save_bundle, sha256
 
 MODULE = """
