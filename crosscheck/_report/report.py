@@ -307,7 +307,7 @@ def environment_line(env: dict[str, Any]) -> str:
 def _disagreements(disagree: list[Comparison]) -> list[str]:
     """One line per backend and question: "`jax` disagrees with `numpy-fd` at parameters `w1`, `b1`"
     (where the comparisons name what they are of: ``_where``); "`torch`'s gradient disagrees with
-    differences of its own loss at parameter `w1`" for a workload's derivative question."""
+    differences of its own loss at `w1`" for a derivative question, "... differs from" another's loss."""
     grouped: dict[tuple[str, str, bool], list[Comparison]] = {}
     for c in disagree:
         grouped.setdefault((c.backend, c.reference, c.question == "derivative"), []).append(c)
@@ -315,6 +315,8 @@ def _disagreements(disagree: list[Comparison]) -> list[str]:
     for (b, r, own), found in grouped.items():
         if own:
             out.append(f"`{b}`'s gradient disagrees with differences of its own loss{_where(found)}")
+        elif found[0].against.startswith(f"differences of `{r}`'s own"):  # neither is blamed here
+            out.append(f"`{b}`'s gradient differs from {found[0].against}{_where(found)}")
         else:
             out.append(f"`{b}` disagrees with `{r}`{_where(found)}")
     return out
