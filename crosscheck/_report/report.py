@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from crosscheck._compare.low import caveat
+from crosscheck._compare.message import reasons
 from crosscheck._compare.record import Comparison
 from crosscheck._errors import one_line
 from crosscheck._report.environment import framework_lines
@@ -156,7 +157,7 @@ class Report:
         out += _disagreements(disagree)
         out += [f"`{group[0].backend}`: {text}" for group, text in _said_once(self.comparisons).values()]
         out += [
-            f"`{c.backend}`: every entry{_at(c, ' of')} is unjudgeable"
+            f"`{c.backend}`: every entry{_at(c, ' of')} is unjudgeable ({reasons(c)})"
             for c in self.comparisons
             if c.status == "unjudgeable"
         ]
@@ -282,8 +283,7 @@ class Report:
         if self.passed:
             console.print(f"[green]PASSED[/green]: {markup(summary(self))}", highlight=False)
         else:
-            # A problem may quote `pip install 'crosscheck-gradients[torch]'` (markup to rich) or a
-            # backend's name.
+            # A problem may quote `pip install 'crosscheck-gradients[torch]'` (markup) or a backend's name.
             console.print(f"[red]FAILED[/red]: {markup('; '.join(self.problems))}", highlight=False)
 
     def _sections(self, place: str, console: Any) -> None:
