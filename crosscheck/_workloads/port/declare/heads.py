@@ -41,8 +41,10 @@ UNPROVEN = "the head order is not proven by the values (no order made the output
 
 def head_sizes(entry: Entry) -> tuple[int, ...]:
     """The head axes ``entry``'s piece splits into (two or more of length > 1), or ``()``: none. A row
-    an override decides is the user's choice, not read again."""
-    if entry.status != "mapped" or entry.how.startswith("by override") or entry.torch is None:
+    whose transform says its head order (``, heads last``) is not read again; an override that says
+    only ``transpose`` (an einsum's kernel, whose layout no module tells) settles the transpose, and
+    its head order is read as any other row's."""
+    if entry.status != "mapped" or entry.torch is None:
         return ()
     assert entry.jax is not None and entry.transform is not None
     if heads_order(entry.transform)[1]:

@@ -36,7 +36,7 @@ def _torch():
     return nn.ModuleDict({"attn": Attention()}).eval()
 
 
-def _flax(layout: str, wrong_query: bool = False):
+def _flax(layout: str, wrong_query: bool = False, einsum: bool = False):
     import flax.linen as nn
     import jax
     import jax.numpy as jnp
@@ -48,13 +48,22 @@ def _flax(layout: str, wrong_query: bool = False):
             bias = self.param("bias", nn.initializers.zeros, self.features)
             return jnp.einsum("bse,e...->bs...", x, kernel * 1.01) + bias
 
+    class Einsum(nn.Module):  # a kernel of one's own: no module says its layout
+        features: tuple[int, int]
+
+        @nn.compact
+        def __call__(self, x):
+            kernel = self.param("kernel", nn.initializers.lecun_normal(), (x.shape[-1], *self.features))
+            bias = self.param("bias", nn.initializers.zeros, self.features)
+            return jnp.einsum("bse,e...->bs...", x, kernel) + bias
+
     last = layout == "heads-last"
     features, axes = ((D, H), "dh") if last else ((H, D), "hd")
 
     class Attention(nn.Module):
         @nn.compact
         def __call__(self, x):
-            query = WrongKernel if wrong_query else nn.DenseGeneral
+            query = WrongKernel if wrong_query else Einsum if einsum else nn.DenseGeneral
             q = query(features, name="q_proj")(x)
             k, v = (nn.DenseGeneral(features, name=n)(x) for n in ("k_proj", "v_proj"))
             a = axes
@@ -70,11 +79,11 @@ def _flax(layout: str, wrong_query: bool = False):
     return Net()
 
 
-def _port(layout: str, wrong_query: bool = False, overrides=None):
+def _port(layout: str, wrong_query: bool = False, overrides=None, einsum: bool = False):
     return crosscheck.Port(
         name=f"attention-{layout}",
         torch=_torch(),
-        jax=_flax(layout, wrong_query),
+        jax=_flax(layout, wrong_query, einsum),
         inputs=lambda rng, dtype: {"x": rng.standard_normal((2, 3, E)).astype(dtype)},
         torch_call=lambda module, inputs: module["attn"](inputs["x"]),
         overrides=overrides,
@@ -133,3 +142,17 @@ def test_heads_last_where_no_axis_splits_into_heads_is_refused_in_one_line():
     with pytest.raises(ValueError, match=r"heads last only where an axis splits into head axes") as caught:
         port.mapping  # noqa: B018  (prepared when first asked for)
     assert "`attn.o_proj.bias`" in str(caught.value)
+
+
+def test_an_einsum_kernel_refused_as_ambiguous_takes_the_transpose_and_its_heads_are_proven():
+    # No module says the einsum kernel's layout: identity and transpose both fit (E, E) -> (E, D, H)
+    port = _port("heads-last", einsum=True)
+    (line,) = [p for p in port.mapping.problems() if "attn.q_proj.weight" in p]
+    assert "identity and transpose both fit the shapes" in line
+    printed = re.search(r"overrides=(\{.*?\})", line)
+    assert printed is not None, line
+    pasted = printed.group(1).replace("TRANSFORM", "'transpose'")
+    decided = _port("heads-last", einsum=True, overrides=ast.literal_eval(pasted))
+    rows = {e.torch.name: e for e in decided.mapping.mapped()}
+    assert rows["attn.q_proj.weight"].transform == "transpose, heads last"
+    assert _verdict(decided)[0].passed
