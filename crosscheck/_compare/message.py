@@ -19,12 +19,12 @@ def mismatch_message(c: Comparison) -> str:
         return c.message
     if c.status == "unjudgeable":
         of = f" of parameter `{c.parameter}`" if c.parameter else ""
-        return f"All {c.total} entries{of} are unjudgeable: nothing was compared! ({_reasons(c)})"
+        return f"All {c.total} entries{of} are unjudgeable: nothing was compared! ({reasons(c)})"
     pct = 100.0 * c.mismatched / max(c.judged, 1)
     lines = [
         f"Mismatched elements: {c.mismatched} / {c.judged} ({pct:.1f}%)"
         + (f" in parameter `{c.parameter}`" if c.parameter else "")
-        + (f", {c.unjudgeable} unjudgeable ({_reasons(c)})" if c.unjudgeable else ""),
+        + (f", {c.unjudgeable} unjudgeable ({reasons(c)})" if c.unjudgeable else ""),
         f"Greatest absolute difference: {c.max_abs_diff:.6g} at {_where(c, c.max_abs_diff_index)}",
         f"Greatest relative difference: {c.max_rel_diff:.6g} at {_where(c, c.max_rel_diff_index)}",
     ]
@@ -52,5 +52,6 @@ def index_text(index: Sequence[int] | None) -> str:
     return str(tuple(int(i) for i in index)) if index is not None else "-"
 
 
-def _reasons(c: Comparison) -> str:
+def reasons(c: Comparison) -> str:
+    """Why ``c``'s unjudgeable entries are: ``2 finite differences do not converge, ...`` ("none")."""
     return ", ".join(f"{n} {r}" for r, n in c.unjudgeable_reasons.items()) or "none"

@@ -62,8 +62,8 @@ def accelerated(report: Report) -> dict[str, str] | None:
 
 def classified(request: Any, report: Report, again: Callable[[Any], Report]) -> Report:
     """``report``, or, where it failed with the JAX side on an accelerator, the re-runs' classification
-    (module doc); ``again(request)`` runs a request as ``execute`` does, in this process (the chip is
-    held by one program at a time)."""
+    (module doc); ``again(request)`` runs a checked request in this process, never in a worker (the
+    chip is held by one program at a time)."""
     where = accelerated(report)
     if report.passed or report.interrupted or report.halted or where is None:
         return report
@@ -86,7 +86,7 @@ def classified(request: Any, report: Report, again: Callable[[Any], Report]) -> 
 
 
 def _with(request: Any, execution: Any, **setting: str) -> Any:
-    """``request`` with one JAX setting changed, run in this process (no second worker)."""
+    """``request`` with one JAX setting changed (run by ``again`` in this process: no second worker)."""
     execution = dataclasses.replace(execution, **setting)
     return dataclasses.replace(request, execution=execution, announce=None)
 

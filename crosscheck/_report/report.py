@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from crosscheck._compare.low import caveat
+from crosscheck._compare.message import reasons
 from crosscheck._compare.record import Comparison
 from crosscheck._errors import one_line
 from crosscheck._report.environment import framework_lines
@@ -158,7 +159,7 @@ class Report:
         out += _disagreements(disagree)
         out += [f"`{group[0].backend}`: {text}" for group, text in _said_once(self.comparisons).values()]
         out += [
-            f"`{c.backend}`: every entry{_at(c, ' of')} is unjudgeable"
+            f"`{c.backend}`: every entry{_at(c, ' of')} is unjudgeable ({reasons(c)})"
             for c in self.comparisons
             if c.status == "unjudgeable"
         ]
@@ -286,7 +287,7 @@ class Report:
         if self.passed:
             console.print(f"[green]PASSED[/green]: {markup(summary(self))}", highlight=False)
         else:
-            # a problem may quote `pip install 'crosscheck-gradients[torch]'` (markup to rich)
+            # A problem may quote `pip install 'crosscheck-gradients[torch]'` (markup) or a backend's name.
             console.print(f"[red]FAILED[/red]: {markup('; '.join(self.problems))}", highlight=False)
 
     def _sections(self, place: str, console: Any) -> None:
@@ -309,7 +310,7 @@ def environment_line(env: dict[str, Any]) -> str:
 def _disagreements(disagree: list[Comparison]) -> list[str]:
     """One line per backend and question: "`jax` disagrees with `numpy-fd` at parameters `w1`, `b1`"
     (where the comparisons name what they are of: ``_where``); "`torch`'s gradient disagrees with
-    differences of its own loss at parameter `w1`" for a workload's derivative question."""
+    differences of its own loss at `w1`" for a derivative question, "... differs from" another's loss."""
     grouped: dict[tuple[str, str, bool], list[Comparison]] = {}
     for c in disagree:
         grouped.setdefault((c.backend, c.reference, c.question == "derivative"), []).append(c)
@@ -317,6 +318,8 @@ def _disagreements(disagree: list[Comparison]) -> list[str]:
     for (b, r, own), found in grouped.items():
         if own:
             out.append(f"`{b}`'s gradient disagrees with differences of its own loss{_where(found)}")
+        elif found[0].against.startswith(f"differences of `{r}`'s own"):  # neither is blamed here
+            out.append(f"`{b}`'s gradient differs from {found[0].against}{_where(found)}")
         else:
             out.append(f"`{b}` disagrees with `{r}`{_where(found)}")
     return out
@@ -344,15 +347,8 @@ def _said_once(comparisons: list[Comparison]) -> dict[tuple[str, ...], tuple[lis
         cause = c.message[len(prefix) :] if c.parameter and c.message.startswith(prefix) else c.message
         key = (c.backend, c.reference, c.against, cause if cause != c.message else str(id(c)))
         found.setdefault(key, ([], cause))[0].append(c)
-    return {
-        key: (
-            group,
-            group[0].message
-            if len(group) == 1
-            else f"{plural([f'`{c.parameter}`' for c in group])}: {cause}",
-        )
-        for key, (group, cause) in found.items()
-    }
+    one = lambda group, cause: f"{plural([f'`{c.parameter}`' for c in group])}: {cause}"  # noqa: E731
+    return {k: (g, g[0].message if len(g) == 1 else one(g, cause)) for k, (g, cause) in found.items()}
 
 
 def _versus_all(group: list[Comparison]) -> str:

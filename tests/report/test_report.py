@@ -421,3 +421,29 @@ def test_the_json_report_is_streamed_to_its_file_never_one_string(tmp_path, monk
     )
     assert status == 0
     assert json.loads((tmp_path / "cli.json").read_text())["passed"] is True
+
+
+def test_a_parameter_with_every_entry_unjudgeable_says_why_in_the_failed_line():
+    # A convert= port's FAILED line named `q_proj.weight` unjudgeable without the oracle's reason.
+    from crosscheck._compare.record import Comparison
+
+    unjudged = Comparison(
+        backend="jax",
+        reference="numpy-fd",
+        passed=False,
+        status="unjudgeable",
+        total=16,
+        parameter="layers.0.self_attn.q_proj.weight",
+        unjudgeable=16,
+        unjudgeable_reasons={"finite differences do not converge": 16},
+    )
+    report = Report(
+        case={"workload": "w", "dtype": "float32", "seed": 0},
+        backends={"numpy-fd": BackendResult("numpy-fd", "ok", role="reference")},
+        comparisons=[unjudged],
+        reference="numpy-fd",
+    )
+    assert (
+        "`jax`: every entry of parameter `layers.0.self_attn.q_proj.weight` is unjudgeable "
+        "(16 finite differences do not converge)"
+    ) in report.problems

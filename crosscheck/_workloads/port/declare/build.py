@@ -132,6 +132,10 @@ def prepare(port: PortFields) -> Prepared:
         )
         found.refuse(*said)
     assert table is not None  # a `convert` that does not fit is a problem found: refused above
+    if conversion is None and not table.problems():
+        from crosscheck._workloads.port.declare import heads
+
+        table = heads.prove(table, heads.differs(port, wrapped, side, values, example, jax_in))
     for array in values.values():  # crosscheck's own copies, never written: the case's arrays as they are
         array.flags.writeable = False  # (``declare.frozen``), not copied again for each run
     return Prepared(port, wrapped, side, table, values, parameters, names, conversion)

@@ -79,6 +79,8 @@ class PortJudge:
         self.uncaptured = ""
         #: The module captures, taken before the reference's gradients for the first port candidate.
         self.early = capture.Early()
+        #: The originals judged against the port's own loss, with what differed (``own.unanchored``).
+        self.unanchored: dict[str, Any] = {}
         #: Where the port computes (its backend's ``arithmetic``), when on an accelerator.
         self.device: Arithmetic | None = None
 
@@ -122,12 +124,16 @@ class PortJudge:
         wide.merge(self.inner, self.wide, self.dtype)
         extras = self.inner.extras(reference)
         extras["oracle"] = not_checked(extras.get("oracle", {}), self.workload.prepared, strict=self.strict)
-        return {**extras, "verdicts": {**extras.get("verdicts", {}), **self.verdicts}, "sections": (MAPPING,)}
+        originals = own.originals(self.unanchored, self.verdicts)
+        verdicts = {**extras.get("verdicts", {}), **self.verdicts, **originals}
+        return {**extras, "verdicts": verdicts, "sections": (MAPPING,)}
 
     def compare(
         self, backend: Any, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
     ) -> list[Comparison]:
         found = self.inner.compare(backend, value, name, reference, call)
+        if id(backend) in self.workload.torches:
+            found, self.unanchored[name] = own.unanchored(self.inner.findings, name, found)
         if id(backend) not in self.workload.ports:
             return found
         self.device = arithmetic(backend, call)

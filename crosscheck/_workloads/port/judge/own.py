@@ -10,9 +10,11 @@ the PyTorch side, never that the JAX port differs.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from crosscheck._compare.record import Comparison
+from crosscheck._report.report import Verdict
 from crosscheck._workloads.port.declare.build import Prepared, torch_implementation
 from crosscheck._workloads.port.judge.verdict import Origin
 from crosscheck._workloads.protocol import Call, Point
@@ -111,3 +113,59 @@ def losses_differ(verdict: Origin, findings: Any, name: str) -> Origin:
         "function, by less than its float32 rounding shows"
     )
     return Origin("loss", None, None, (), text)
+
+
+def unanchored(findings: Any, name: str, found: list[Comparison]) -> tuple[list[Comparison], Any]:
+    """The original ``name``'s comparisons, and what it was judged against where that is not its own
+    loss: ``(the anchor's owner, its failing parameters, why its own loss was not differenced)``, or None.
+
+    Where the original's own float64 loss cannot be differenced (its loss comes back in float32, its
+    differences failed), the anchor of "same function" is the port's own loss, and the original's
+    gradient is judged against the port's function. A difference there is between the two, not the
+    original's fault by construction: its comparisons name the port as what they were compared with
+    (``reference``), and ``said`` words the blame from what else is known."""
+    anchor = findings.anchor
+    owner = anchor.function.owner if anchor is not None else None
+    failing = [c for c in found if c.question == "same function" and c.status == "mismatch" and not c.passed]
+    if owner is None or owner == name or not failing:
+        return found, None
+    own = findings.records[name].own if name in findings.records else None
+    why = getattr(own, "reason", "") or "its own loss was not differenced"
+    relabelled = [dataclasses.replace(c, reference=owner) if c in failing else c for c in found]
+    return relabelled, (owner, [f"`{c.parameter}`" for c in failing], why)
+
+
+def said(name: str, found: tuple[str, list[str], str], port_differs: bool) -> str:
+    """The original ``name``'s verdict where its gradient differs from the port's function (``found``:
+    ``unanchored``'s); ``port_differs``: the port's own verdict found its forward pass or loss differing."""
+    owner, failing, why = found
+    shown = ", ".join(failing[:SHOWN]) + (f" and {len(failing) - SHOWN} more" if len(failing) > SHOWN else "")
+    text = (
+        f"its gradient differs from differences of `{owner}`'s own float64 loss at {shown}, the only "
+        f"function it could be judged against ({why}); "
+    )
+    if port_differs:
+        return text + (
+            f"`{owner}` computes another function (its verdict), so the difference is the port's, not "
+            f"evidence against `{name}`"
+        )
+    return text + (
+        f"`{owner}`'s forward pass agrees with `{name}`'s, so which of the two is wrong is unknown: "
+        f"`{name}`'s gradient, or a function `{owner}` computes apart from its output"
+    )
+
+
+def originals(unanchored: dict[str, Any], verdicts: dict[str, Verdict]) -> dict[str, Verdict]:
+    """The verdicts of the originals judged against the port's loss (``unanchored``, by name), from the
+    ports' ``verdicts``: a note where a port's verdict fails (the difference is the port's), else a
+    failure that says which of the two is wrong is unknown."""
+    port_differs = any(v.fails for v in verdicts.values())
+    return {
+        n: Verdict(said(n, found, port_differs), fails=not port_differs)
+        for n, found in unanchored.items()
+        if found is not None
+    }
+
+
+#: At most this many parameters are named in ``said``.
+SHOWN = 3

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._workloads.port.mapping.matching import Entry, Tensor, permutation
+from crosscheck._workloads.port.mapping.matching import Entry, Tensor, heads_order, permutation
 
 Box = tuple[tuple[int, int, int], ...]
 
@@ -36,11 +36,63 @@ class Piece:
     take: tuple[int, int, int] | None
     perm: tuple[int, ...] | None
     box: Box
+    #: The head axes read last (``matching.HEADS_LAST``): see ``head_groups``.
+    heads_last: bool = False
 
     @classmethod
     def of(cls, entry: Entry) -> Piece:
         assert entry.torch is not None and entry.transform is not None
-        return cls(entry.torch.name, entry.take, permutation(entry.transform), entry.box)
+        last = heads_order(entry.transform)[1]
+        return cls(entry.torch.name, entry.take, permutation(entry.transform), entry.box, last)
+
+
+def head_groups(shape: Sequence[int], target: Sequence[int]) -> list[list[int]] | None:
+    """The axes of ``target`` each axis of ``shape`` splits into, in order (``(E, E)`` into ``(E, D,
+    H)``: ``[[0], [1, 2]]``; axes of length 1 at the end join the last group), None where ``target``
+    is not ``shape`` with axes split."""
+    groups: list[list[int]] = []
+    axis = 0
+    for size in shape:
+        group: list[int] = []
+        product = 1
+        while axis < len(target) and (not group or product < size):
+            group.append(axis)
+            product *= target[axis]
+            axis += 1
+        if product != size:
+            return None
+        groups.append(group)
+    if not groups or any(target[a] != 1 for a in range(axis, len(target))):
+        return None
+    groups[-1].extend(range(axis, len(target)))
+    return groups
+
+
+def splits_heads(shape: Sequence[int], target: Sequence[int]) -> tuple[int, ...]:
+    """The sizes of the head axes an axis of ``shape`` splits into in ``target`` (two or more of
+    length > 1: the order of their reading matters), or ``()``: none."""
+    groups = head_groups(shape, target) or []
+    for group in groups:
+        sizes = tuple(target[a] for a in group if target[a] > 1)
+        if len(sizes) > 1:
+            return sizes
+    return ()
+
+
+def heads_last_reshape(shape: Sequence[int], target: Sequence[int]) -> tuple[tuple[int, ...], ...]:
+    """The shape to reshape a piece of ``shape`` to and the permutation that then makes ``target``,
+    reading each split axis with its head axes last: ``(E, E)`` onto ``(E, D, H)`` is reshaped to
+    ``(E, H, D)`` (PyTorch's ``h * D + d``) and its last two axes swapped."""
+    groups = head_groups(shape, target)
+    assert groups is not None, (shape, target)
+    reshaped: list[int] = []
+    order = [0] * len(target)
+    for group in groups:
+        offset = len(reshaped)
+        reshaped.extend(target[a] for a in reversed(group))
+        for k, a in enumerate(group):
+            order[a] = offset + len(group) - 1 - k
+    return tuple(reshaped), tuple(order)
 
 
 def region(shape: Sequence[int], box: Box) -> tuple[slice, ...]:
@@ -72,7 +124,11 @@ def leaf(xp: Any, pieces: Sequence[Piece], shape: Sequence[int], arrays: Mapping
     for p in pieces:
         value = _taken(arrays[p.name], p.take)
         value = value if p.perm is None else xp.transpose(value, p.perm)
-        parts.append((p, xp.reshape(value, box_shape(shape, p.box))))
+        target = box_shape(shape, p.box)
+        if p.heads_last:
+            reshaped, order = heads_last_reshape(value.shape, target)
+            value = xp.transpose(xp.reshape(value, reshaped), order)
+        parts.append((p, xp.reshape(value, target)))
     if len(parts) == 1 and not parts[0][0].box:
         return parts[0][1]
     out = xp.zeros(tuple(shape), parts[0][1].dtype)
@@ -101,7 +157,10 @@ def back(
             taken = box_shape(shape, (p.take,)) if p.take is not None else shape
             permuted = taken if p.perm is None else tuple(taken[i] for i in p.perm)
             array = np.asarray(value)
-            part = np.reshape(array[region(array.shape, p.box)], permuted)
+            part = array[region(array.shape, p.box)]
+            if p.heads_last:
+                part = np.transpose(part, np.argsort(heads_last_reshape(permuted, part.shape)[1]))
+            part = np.reshape(part, permuted)
             part = part if p.perm is None else np.transpose(part, np.argsort(p.perm))
             if p.take is None:
                 out[p.name] = part

@@ -27,11 +27,13 @@ import re
 from collections.abc import Sequence
 
 from crosscheck._workloads.port.mapping.matching import (
+    HEADS_LAST,
     TRANSFORMS,
     Entry,
     Index,
     Tensor,
     canonical,
+    heads_order,
     loose,
     match,
 )
@@ -140,8 +142,10 @@ def decide(pieces: Sequence[tuple[Tensor, Tensor, tuple, tuple, int]]) -> tuple[
 
 
 def heads(shape: Sequence[int], transform: str | None, box: Sequence[int]) -> str:
-    m = moved(transform or "identity", shape)
-    return f"; head axes {m}->{tuple(box)}" if m is not None and tuple(m) != tuple(box) else ""
+    base, last = heads_order(transform or "identity")
+    m = moved(base, shape)
+    order = f", {HEADS_LAST}" if last else ""
+    return f"; head axes {m}->{tuple(box)}{order}" if m is not None and tuple(m) != tuple(box) else ""
 
 
 def whole(t: Tensor, j: Tensor, said: str) -> list[Entry]:

@@ -277,8 +277,24 @@ def _known_transform(t: Tensor, j: Tensor) -> str | None:
     return None
 
 
+#: Said after a transform's name (``"transpose, heads last"``): where the piece's axis splits into
+#: head axes, PyTorch's flat index ``h * D + d`` is read with the heads last (a Flax ``DenseGeneral``
+#: with ``features=(D, H)``: ``(E, D, H)``), not first (``(E, H, D)``, the default).
+HEADS_LAST = "heads last"
+
+
+def heads_order(transform: str) -> tuple[str, bool]:
+    """A transform's name without its head order, and whether it reads the heads last."""
+    base, comma, order = transform.rpartition(",")
+    if comma and order.strip() == HEADS_LAST:
+        return base.strip(), True
+    return transform, False
+
+
 def permutation(transform: str) -> tuple[int, ...] | None:
-    """The axes permutation of a transform name (a named one, or ``"(2, 3, 1, 0)"``)."""
+    """The axes permutation of a transform name (a named one, or ``"(2, 3, 1, 0)"``; a head order
+    after it, ``"transpose, heads last"``, is the reshape's, not the permutation's)."""
+    transform = heads_order(transform)[0]
     if transform in TRANSFORMS:
         return TRANSFORMS[transform]
     return tuple(int(i) for i in transform.strip("()").split(",") if i.strip())

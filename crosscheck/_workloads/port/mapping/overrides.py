@@ -27,12 +27,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from crosscheck._workloads.port.mapping import fused
+from crosscheck._workloads.port.mapping.assemble import splits_heads
 from crosscheck._workloads.port.mapping.matching import (
+    HEADS_LAST,
     TRANSFORMS,
     UNMAPPED,
     Entry,
     Index,
     Tensor,
+    heads_order,
     layout_entry,
     match,
     transformed,
@@ -174,6 +177,9 @@ def _override(t: Tensor, value: Any, leaves: dict, index: Index) -> Entry | list
         target = leaves[path]
     if transform is None:
         return layout_entry(t, target, "by override")
+    if (isinstance(transform, str) and heads_order(transform)[1]) or _regrouped(t, transform, target):
+        chosen, how, _ = _chosen(t, target, t.shape, target.shape, 1, transform)
+        return Entry(t, target, chosen, f"by override; {how}{fused.heads(t.shape, chosen, target.shape)}")
     name = _transform_name(t, transform)
     perm = TRANSFORMS.get(name) if name in TRANSFORMS else tuple(transform)
     shape = transformed(name, perm, t.shape, target.shape)
@@ -188,6 +194,14 @@ def _override(t: Tensor, value: Any, leaves: dict, index: Index) -> Entry | list
             f"`{'/'.join(target.path)}`."
         )
     return Entry(t, target, name, "by override")
+
+
+def _regrouped(t: Tensor, transform: Any, target: Tensor) -> bool:
+    """Whether a named transform fits ``target`` only with head axes (``(E, E)`` onto ``(E, H, D)``)."""
+    if not isinstance(transform, str) or transform not in TRANSFORMS:
+        return False
+    exact = transformed(transform, TRANSFORMS[transform], t.shape, target.shape) == target.shape
+    return not exact and transform in fused.fitting(t.shape, target.shape)
 
 
 def _transform_name(t: Tensor, transform: Any) -> str:
@@ -294,10 +308,14 @@ def _chosen(t: Tensor, j: Tensor, shape: tuple, box: tuple, start: int, transfor
     if transform is None:
         return fused.decide([(t, j, shape, box, start)])
     fits = fused.fitting(shape, box, start)
+    last = isinstance(transform, str) and heads_order(transform)[1]
+    fits += [f"{f}, {HEADS_LAST}" for f in fits if splits_heads(fused.moved(f, shape) or (), box)]
     if transform not in fits:
         raise ValueError(
             f"override of `{t.name}`: `{transform}` does not turn {shape} into {box} of "
-            f"`{'/'.join(j.path)}` (a reshape may only split or join axes); fitting: {fits or 'none'}."
+            f"`{'/'.join(j.path)}` (a reshape may only split or join axes"
+            f"{', and heads last only where an axis splits into head axes' if last else ''}); "
+            f"fitting: {fits or 'none'}."
         )
     return transform, "the transform it says", ()
 

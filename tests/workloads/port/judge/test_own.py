@@ -149,3 +149,63 @@ def test_a_port_bug_is_never_blamed_on_an_original_whose_loss_keeps_float32_step
     assert not any(p.startswith("`torch`") for p in report.problems), report.problems
     assert any(p.startswith("`jax` disagrees with `numpy-fd`") for p in report.problems), report.problems
     assert crosscheck.check(_upcasting_original_port(0.0), dtype=dtype).passed
+
+
+def _pinned_original_port(error: float, backward: float = 1.0) -> crosscheck.Port:
+    """A PyTorch MLP whose output leaves in float32 (its float64 loss cannot be differenced: the port's
+    own loss anchors "same function"), its first layer's backward scaled by ``backward`` (1: right), and
+    a clean JAX function port, its second kernel scaled by ``1 + error`` (0: healthy)."""
+    import jax.numpy as jnp
+    import torch
+
+    class Scaled(torch.autograd.Function):  # the identity, its gradient scaled: a backward-only bug
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * backward
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(4, 8), torch.nn.Linear(8, 3)
+
+        def forward(self, x):
+            return self.fc2(torch.tanh(Scaled.apply(self.fc1(x)))).float()
+
+    def function(params, x):
+        h = jnp.tanh(x @ params["fc1"]["kernel"] + params["fc1"]["bias"])
+        return h @ (params["fc2"]["kernel"] * (1 + error)) + params["fc2"]["bias"]
+
+    torch.manual_seed(0)
+    shapes = {"fc1": ((4, 8), (8,)), "fc2": ((8, 3), (3,))}
+    params = {k: {"kernel": np.zeros(w), "bias": np.zeros(b)} for k, (w, b) in shapes.items()}
+    x = np.random.default_rng(0).standard_normal((16, 4))
+    return crosscheck.Port(
+        name="pinned", torch=Net().eval(), jax=function, jax_params=params, inputs={"x": x}
+    )
+
+
+def test_a_port_bug_is_never_blamed_on_an_original_whose_own_loss_cannot_be_differenced():
+    """The original's loss comes back in float32: the port's own loss was the only function to judge its
+    gradient against, and the port's bug came out as "`torch` disagrees with `numpy-fd`"."""
+    report = crosscheck.check(_pinned_original_port(0.05))
+    assert not report.passed
+    assert not any(p.startswith("`torch` disagrees") or p.startswith("`torch`:") for p in report.problems)
+    assert any(p.startswith("`jax`") for p in report.problems), report.problems
+    said = report.verdicts()["torch"]
+    assert "does not compute in float64" in said and "the difference is the port's" in said
+    assert not report.backends["torch"].verdict.fails
+    assert crosscheck.check(_pinned_original_port(0.0)).passed
+
+
+def test_an_original_whose_own_loss_cannot_be_differenced_and_whose_gradient_differs_is_not_cleared():
+    """A backward-only bug in PyTorch, its loss not differenced: the port's forward agrees, so which of
+    the two is wrong is unknown, said, and the run fails."""
+    report = crosscheck.check(_pinned_original_port(0.0, backward=1.05))
+    assert not report.passed
+    said = report.verdicts()["torch"]
+    assert "which of the two is wrong is unknown" in said and report.backends["torch"].verdict.fails
+    assert not any(p.startswith("`jax` disagrees") for p in report.problems), report.problems

@@ -40,6 +40,28 @@ def test_a_fused_tensor_split_into_head_axes_and_read_back():
     np.testing.assert_array_equal(back["in_proj"], FUSED["in_proj"])
 
 
+@pytest.mark.parametrize(
+    ("box", "shape", "index"),
+    [
+        ((), (8, 4, 2), lambda w, e, d, h: w[h * 4 + d, e]),  # DenseGeneral features=(D, H): (E, D, H)
+        ((), (4, 2, 8), lambda w, d, h, e: w[e, h * 4 + d]),  # an output projection's (D, H, E)
+        (((0, 1, 2),), (3, 8, 4, 2), lambda w, e, d, h: w[h * 4 + d, e]),  # layer 1 of a stacked leaf
+    ],
+    ids=["query", "output", "stacked"],
+)
+def test_heads_last_reads_pytorchs_flat_index_with_the_heads_last_and_back(box, shape, index):
+    # PyTorch's index h * D + d (H=2, D=4), read onto head axes whose heads come last
+    w = {"w": RNG.normal(size=(8, 8))}
+    piece = Piece("w", None, (1, 0), box, heads_last=True)
+    made = assemble.leaf(np, [piece], shape, w)
+    inner = made[1] if box else made
+    for cell in np.ndindex(*inner.shape):
+        assert inner[cell] == index(w["w"], *cell)
+    full = np.zeros(shape)
+    full[assemble.region(shape, box)] = made[assemble.region(shape, box)] if box else made
+    np.testing.assert_array_equal(assemble.back([[piece]], [full], {"w": (8, 8)})["w"], w["w"])
+
+
 def test_a_stacked_leaf_reads_back_in_pytorchs_names_and_layouts():
     leaf = assemble.leaf(np, STACKED, (4, 2, 3), LAYERS)
     back = assemble.back([STACKED], [leaf], {k: v.shape for k, v in LAYERS.items()})
