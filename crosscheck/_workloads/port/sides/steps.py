@@ -197,6 +197,13 @@ def later(name: str, kind: str, low: bool, inputs: Any, output: Any) -> None:
     jax.debug.callback(back, [_wired(a) for a in ins], [_wired(a) for a in outs], where, ordered=True)
 
 
+def now(name: str, kind: str, low: bool, inputs: Any, output: Any) -> None:
+    """Record module ``name``'s call as ``later`` does, with the values it has now (concrete: no traced
+    pass calls back), in the capture running now (none: nothing is recorded)."""
+    if _SINKS:
+        _SINKS[-1](name, kind, low, inputs, output, None)
+
+
 def label(seen: dict[str, int], name: str, step: tuple[int, ...] | None) -> str:
     """A call's record name: a module path's ``k``-th call ``name#k`` (the first: ``name``); in a scan,
     the ``k``-th call of the step of index ``i``, ``name@i#k`` (``name@i`` the first; nested scans:
