@@ -53,8 +53,10 @@ _STEPS: list[Any] = []
 #: How the device of the capture running now hands 8-byte values over as ``uint32`` pairs (``_wired``),
 #: per kind (``"f"`` floats, ``"i"`` integers), as ``_decoding`` found it: ``"ieee"`` (the value's own
 #: bits: CPUs, GPUs), ``"pair"`` (a TPU's float64 is two float32 words, ``high + low``, and a bitcast
-#: gives those words) or ``"swapped"`` (the two 32-bit words the other way round).
-_DECODES: list[dict[str, str]] = []
+#: gives those words) or ``"swapped"`` (the two 32-bit words the other way round). A capture begun
+#: without x64 has its platform's name there: it makes no 8-byte value, and one that arrives all the
+#: same is read once its platform is probed.
+_DECODES: list[dict[str, str] | str] = []
 #: What ``_decoding`` sends over: a third (no short binary form), large and small floats, one whose low
 #: bits only float64 holds; integers beyond 32 bits.
 PROBE = (1.0 / 3.0, -1.0e30, 2.5e-20, 1.0 + 2.0**-40, 123456.789)
@@ -98,13 +100,16 @@ def sink(record: Callable[[str, str, bool, Any, Any, tuple[int, ...] | None], No
     """While inside, each step's values go to ``record(name, kind, narrow, inputs, output, step)``
     (``step``: the indices of the scans the call ran in, outermost first; None outside an ``indexed``
     scan); on leaving, every call back of the computations run has happened (``jax.effects_barrier``).
+    The device's decoding of 8-byte words is probed on entering under x64 (without, no value is 8 bytes
+    wide: nothing is probed, nothing compiled for it).
 
     Raises:
         RuntimeError: the default device hands back 8-byte words that no known decoding reads (the
             module records of a float64 capture would be garbage: said, never used).
     """
     _SINKS.append(record)
-    _DECODES.append(_decoding(_platform()))
+    wide = jax.dtypes.canonicalize_dtype(np.int64).itemsize == 8
+    _DECODES.append(_decoding(_platform()) if wide else _platform())
     try:
         yield
         jax.effects_barrier()
@@ -190,7 +195,10 @@ def later(name: str, kind: str, low: bool, inputs: Any, output: Any) -> None:
 
     def back(ins: list, outs: list, where: list) -> None:
         if _SINKS:
-            got = [_unwired(a, k, _DECODES[-1]) for a, k in zip((*ins, *outs), kinds, strict=True)]
+            decodes = _DECODES[-1]
+            if isinstance(decodes, str):  # begun without x64: probed only if an 8-byte value came
+                decodes = _decoding(decodes) if any(k is not None for k in kinds) else {}
+            got = [_unwired(a, k, decodes) for a, k in zip((*ins, *outs), kinds, strict=True)]
             step = tuple(int(np.asarray(i)) for i in where) if where else None
             _SINKS[-1](name, kind, low, got[: len(ins)], got[len(ins) :], step)
 

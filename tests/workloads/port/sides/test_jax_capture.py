@@ -240,8 +240,22 @@ def test_words_no_decoding_reads_are_refused_in_a_sentence(monkeypatch):
     monkeypatch.setattr(steps, "_wired", lambda a: jax.lax.bitcast_convert_type(a * 3, jnp.uint32))
     monkeypatch.setattr(steps, "_FOUND", {})
     with pytest.raises(RuntimeError, match=r"8-byte floats cannot be read back from a `cpu` device"):
-        with steps.sink(lambda *record: None):
+        with jax.enable_x64(True), steps.sink(lambda *record: None):
             pass
+
+
+def test_a_capture_without_x64_probes_nothing(monkeypatch):
+    """Without x64 no value is 8 bytes wide: a float32 capture compiles no probe of the device's words
+    (two compilations of every float32 check's process); one under x64 probes its platform once."""
+    monkeypatch.setattr(steps, "_FOUND", {})
+    side, values, inputs = _side(np.float32)
+    start = len(COMPILES)
+    records = side.capture([jax.device_put(v) for v in values], inputs, np.float32)
+    assert len(COMPILES) - start == 1 and steps._FOUND == {}  # the model's pass alone
+    assert records[-1].name == "" and records[-1].outputs[0].dtype == np.float64  # records as ever
+    with jax.enable_x64(True), steps.sink(lambda *record: None):
+        pass
+    assert list(steps._FOUND) == [jax.devices()[0].platform]
 
 
 def _vmapped_branches_port(*, bug: bool = False):
