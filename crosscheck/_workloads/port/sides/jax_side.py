@@ -201,7 +201,8 @@ class JaxSide:
         if self.kind == "nnx":
             from crosscheck._workloads.port.sides import nnx_side
 
-            return nnx_side.capture(self.rebuild(values, dtype)[0], self.call, inputs, _numpy, narrow)
+            model = self.rebuild(values, dtype)[0]
+            return nnx_side.capture(model, self.call, inputs, _numpy, narrow, self.passes)
         if self.kind != "linen":
             out, found = self.split(self.run(values, inputs, dtype))
             listed = [
