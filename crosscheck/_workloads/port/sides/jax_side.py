@@ -6,7 +6,8 @@ from leaf values, and how to call it; a linen module also reports every submodul
 and outputs, through ``flax.linen.intercept_methods``) for the module-by-module comparison, an nnx
 module too (its submodules' ``__call__`` wrapped for the capture pass: ``nnx_side``); an Equinox
 module or a function reports the intermediates its call returns for the PyTorch modules listed in
-``Port(jax_intermediates=...)`` (checked by ``intermediates``; a stacked ``layers.*.X`` split per layer).
+``Port(jax_intermediates=...)`` (checked by ``intermediates``; a stacked ``layers.*.X`` split per layer),
+its call run as one ``jax.jit`` kept per dtype, as a linen capture's pass is.
 A linen submodule called inside ``nn.scan`` (or ``nn.remat``) sees tracers: each step's values are
 recorded when the step runs (``steps``), with its step's index: ``path@i`` (``steps.label``). A linen
 module's whole capture runs as one ``jax.jit`` of its forward pass, every call's values recorded that
@@ -204,7 +205,7 @@ class JaxSide:
             model = self.rebuild(values, dtype)[0]
             return nnx_side.capture(model, self.call, inputs, _numpy, narrow, self.passes)
         if self.kind != "linen":
-            out, found = self.split(self.run(values, inputs, dtype))
+            out, found = self.split(self._returned(values, inputs, dtype))
             listed = [
                 Record(k, "", (), _numpy(v), narrow(v)) for n in self.listed for k, v in spread(n, found[n])
             ]
@@ -218,6 +219,26 @@ class JaxSide:
                 out = self.split(self.run(made(values) if made else values, inputs, dtype))[0]
                 return [Record("", type(self.model).__name__, (), _numpy(out), narrow(out), note=UNCAPTURED)]
 
+    def _returned(self, values: Sequence[Any], inputs: dict[str, Any], dtype: Any) -> Any:
+        """What the call returns (``run``), as one ``jax.jit`` kept per dtype (``passes``): compiled once,
+        not an operation at a time; run as it is written where ``jax.jit`` cannot trace it."""
+        arrays, placed, static = steps.traced_inputs(inputs)
+        key = steps.pass_key("returned", np.dtype(dtype).name, static)
+        run = self.passes.get(key) if key is not None else None
+        if run is None:
+
+            def returned(values: list, arrays: list) -> Any:  # the inputs' arrays traced, the rest as given
+                return self.run(values, placed(arrays), dtype)
+
+            run = jax.jit(returned)
+        try:
+            got = run(list(values), arrays)
+        except Exception:  # Python control flow on a value, a non-array returned: as it is written
+            return self.run(values, inputs, dtype)
+        if key is not None:
+            self.passes[key] = run
+        return got
+
     def _linen_capture(
         self, values: Any, inputs: dict[str, Any], dtype: Any, *, jit: bool, made: Callable | None = None
     ) -> list[Record]:
@@ -230,24 +251,18 @@ class JaxSide:
         seen: dict[str, int] = {}
         record, roots = _interceptor(self)
 
-        flat, tree = jax.tree_util.tree_flatten(inputs)
-        where = [i for i, leaf in enumerate(flat) if isinstance(leaf, (jax.Array, np.ndarray))]
-        # the pass is kept for the next capture (``passes``): it holds none of this one's arrays
-        fixed = [None if i in where else leaf for i, leaf in enumerate(flat)]
+        arrays, placed, static = steps.traced_inputs(inputs)
 
         def linen_pass(values: Any, arrays: list) -> None:  # the inputs' arrays traced, the rest as given
             model, variables = self.rebuild(values if made is None else made(values), dtype)
-            leaves = list(fixed)
-            for i, array in zip(where, arrays, strict=True):
-                leaves[i] = array
             with nn.intercept_methods(record):
-                nn.apply(self.call, model)(variables, jax.tree_util.tree_unflatten(tree, leaves))
+                nn.apply(self.call, model)(variables, placed(arrays))
 
-        key = _pass_key(dtype, tree, flat, where, made) if jit else None
+        key = steps.pass_key(np.dtype(dtype).name, static, made) if jit else None
         run = (self.passes.get(key) or jax.jit(linen_pass)) if jit else linen_pass
         before = self.traced_records
         with steps.sink(functools.partial(_recorded, records, seen)), steps.indexed():
-            run(values, [flat[i] for i in where])
+            run(values, arrays)
         roots.clear()  # the scopes it traced (the pass is kept)
         if key is not None and self.traced_records == before:  # every record comes from the pass: kept
             self.passes[key] = run
@@ -293,20 +308,6 @@ def _interceptor(side: JaxSide) -> tuple[Callable, list[Any]]:
         return out
 
     return record, roots
-
-
-def _pass_key(dtype: Any, tree: Any, flat: list, where: list[int], made: Callable | None) -> Any:
-    """What a linen capture's compiled pass is traced from beyond its arrays' shapes (which ``jax.jit``
-    keys itself): the dtype, the inputs' structure and their values that are no arrays, and ``made``
-    (None when one is unhashable: the pass is then compiled for this capture alone)."""
-    arrays = set(where)
-    fixed = tuple((type(leaf), leaf) for i, leaf in enumerate(flat) if i not in arrays)
-    key = (np.dtype(dtype).name, tree, fixed, made)
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
 
 
 def _recorded(

@@ -21,9 +21,7 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from crosscheck._workloads.port.sides import steps
@@ -188,26 +186,17 @@ def _compiled(
     """``call(model, inputs)`` as one ``nnx.jit`` pass, the inputs' arrays traced and the rest as given;
     the pass is kept in ``passes`` unless a call was recorded while it was traced (``known``: run
     again, the pass would leave that record out)."""
-    flat, tree = jax.tree_util.tree_flatten(inputs)
-    where = [i for i, leaf in enumerate(flat) if isinstance(leaf, (jax.Array, np.ndarray))]
-    fixed = [None if i in where else leaf for i, leaf in enumerate(flat)]  # none of this capture's arrays
-    key: Any = ("nnx", tree, tuple((type(leaf), leaf) for i, leaf in enumerate(flat) if i not in where))
-    try:
-        hash(key)
-    except TypeError:
-        key = None
+    arrays, placed, static = steps.traced_inputs(inputs)
+    key = steps.pass_key("nnx", static)
     run = passes.get(key) if key is not None else None
     if run is None:
 
         def nnx_pass(module: Any, arrays: list) -> Any:
-            leaves = list(fixed)
-            for i, array in zip(where, arrays, strict=True):
-                leaves[i] = array
-            return call(module, jax.tree_util.tree_unflatten(tree, leaves))
+            return call(module, placed(arrays))
 
         run = nnx.jit(nnx_pass)
     before = known[0]
-    out = run(model, [flat[i] for i in where])
+    out = run(model, arrays)
     if key is not None and known[0] == before:
         passes[key] = run
     elif key is not None:

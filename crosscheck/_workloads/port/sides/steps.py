@@ -205,6 +205,35 @@ def later(name: str, kind: str, low: bool, inputs: Any, output: Any) -> None:
     jax.debug.callback(back, [_wired(a) for a in ins], [_wired(a) for a in outs], where, ordered=True)
 
 
+def traced_inputs(inputs: Any) -> tuple[list[Any], Callable[[list[Any]], Any], tuple[Any, ...]]:
+    """How a capture's compiled pass takes ``inputs``: their arrays (traced), a function that puts
+    arrays back in their places (the rest as given; it holds none of these arrays, so a pass kept for
+    the next capture keeps none), and what the pass is traced from beyond the arrays' shapes (the
+    structure and the values that are no arrays: part of the key a pass is kept under, ``pass_key``)."""
+    flat, tree = jax.tree_util.tree_flatten(inputs)
+    where = [i for i, leaf in enumerate(flat) if isinstance(leaf, (jax.Array, np.ndarray))]
+    fixed = [None if i in where else leaf for i, leaf in enumerate(flat)]
+
+    def placed(arrays: list[Any]) -> Any:
+        leaves = list(fixed)
+        for i, array in zip(where, arrays, strict=True):
+            leaves[i] = array
+        return jax.tree_util.tree_unflatten(tree, leaves)
+
+    static = (tree, tuple((type(leaf), leaf) for i, leaf in enumerate(fixed) if i not in where))
+    return [flat[i] for i in where], placed, static
+
+
+def pass_key(*parts: Any) -> tuple[Any, ...] | None:
+    """The key a compiled pass is kept under (``JaxSide.passes``): ``parts``, or None when one is
+    unhashable (the pass is then compiled for its capture alone)."""
+    try:
+        hash(parts)
+    except TypeError:
+        return None
+    return parts
+
+
 def now(name: str, kind: str, low: bool, inputs: Any, output: Any) -> None:
     """Record module ``name``'s call as ``later`` does, with the values it has now (concrete: no traced
     pass calls back), in the capture running now (none: nothing is recorded)."""

@@ -320,3 +320,35 @@ def test_a_bug_in_a_vmapped_branch_still_fails_on_the_output():
     assert not report.passed
     said = report.to_dict()["backends"]["jax"]["notes"]["port"]["text"]
     assert LEFT_OUT in said and "TracerArrayConversionError" not in said, said
+
+
+def _mlp(params, x):
+    """A function of a parameter pytree, listing its hidden layer (``jax_intermediates``)."""
+    h = jnp.tanh(x @ params["w1"])
+    return h @ params["w2"], {"hidden": h}
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_functions_capture_is_one_compiled_pass_kept_per_precision(dtype):
+    """A function's (or an Equinox module's) capture runs its call as one ``jax.jit``, kept for the
+    side's next capture in that dtype (it ran an operation at a time, each new one compiled alone); the
+    records are those of the call run as it is written, to a few units in the last place."""
+    rng = np.random.default_rng(0)
+    params = {"w1": rng.standard_normal((WIDTH, HIDDEN)), "w2": rng.standard_normal((HIDDEN, 3))}
+    x = rng.standard_normal((ROWS, WIDTH)).astype(dtype)
+    side = jax_side.JaxSide(_mlp, params, lambda f, inputs: f(**inputs), {"x": x}, ["hidden"])
+    values = [np.asarray(v, dtype) for v in jax.tree_util.tree_leaves(params)]
+    with jax.enable_x64(dtype == np.float64):
+        leaves, xs = [jax.device_put(v) for v in values], {"x": jax.device_put(x)}
+        steps._decoding(steps._platform())
+        start = len(COMPILES)
+        first = side.capture(leaves, xs, dtype)
+        once = len(COMPILES) - start
+        again = side.capture(leaves, xs, dtype)
+        assert (once, len(COMPILES) - start - once) == (1, 0)
+        out, found = side.run(leaves, xs, dtype)  # as it is written
+    assert [r.name for r in first] == [r.name for r in again] == ["hidden", ""]
+    rtol = 1e-13 if dtype == np.float64 else 2e-6
+    np.testing.assert_allclose(first[0].outputs[0], np.asarray(found["hidden"]), rtol=rtol, atol=1e-6)
+    np.testing.assert_allclose(first[1].outputs[0], np.asarray(out), rtol=rtol, atol=1e-6)
+    _same_records(first, again, rtol=0, atol=0)
