@@ -80,7 +80,7 @@ class JaxSide:
         self.model, self.call = model, call or (lambda m, inputs: m(**inputs))
         self.listed = tuple(listed)  # the user-listed intermediates the call returns beside its output
         self.types: dict[tuple[str, ...], tuple[str, ...]] = {}  # module path -> its class's bases' names
-        self.passes: dict[Any, Callable] = {}  # a linen capture's compiled forward pass, per ``_pass_key``
+        self.passes: dict[Any, Callable] = {}  # the captures' compiled passes, by ``steps.pass_key``
         self.traced_records = 0  # records a linen capture made while tracing (its values no tracers)
         self.kinds: dict[tuple[str, ...], str] = {}
         if self.kind == "linen":  # Flax runs the user's `setup` and `__call__` (traced) here
