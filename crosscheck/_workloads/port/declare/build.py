@@ -53,6 +53,11 @@ class Prepared:
             object.__setattr__(self, "_workload", cached)
         return cached
 
+    def made(self, source: tuple[Mapping[str, Any], Mapping[str, Any]]) -> list[Any]:
+        """The JAX leaves of ``(params, inputs)`` (``jax_leaves``): what a capture's compiled pass makes
+        them from (the same function for every capture of the port, so its pass is compiled once)."""
+        return jax_leaves(self, *source)
+
     def pieces(self) -> list[list[assemble.Piece]]:
         """Per JAX leaf (in order): the pieces of PyTorch tensors it is made of (``assemble``)."""
         by_leaf: dict[tuple[str, ...], list[assemble.Piece]] = {}

@@ -49,10 +49,9 @@ def jax_capture(prepared: Prepared, params: dict, inputs: dict) -> list:
             return prepared.jax_side.capture(jax_leaves(prepared, lent, i), dict(jax_in), dtype)
         # the mapping's leaves made inside the capture's compiled pass: a transposed or reshaped tensor is
         # no array of its own there (made one at a time, 96 transposes of GPT-2 small's layers took 3.3 s
-        # of the two captures, a model's size of new memory)
-        return prepared.jax_side.capture(
-            (lent, i), dict(jax_in), dtype, made=lambda source: jax_leaves(prepared, *source)
-        )
+        # of the two captures, a model's size of new memory); one function a port, so that the pass
+        # compiled for a dtype is run again by the next capture in it, not compiled anew
+        return prepared.jax_side.capture((lent, i), dict(jax_in), dtype, made=prepared.made)
 
 
 @dataclasses.dataclass

@@ -6,11 +6,13 @@ from leaf values, and how to call it; a linen module also reports every submodul
 and outputs, through ``flax.linen.intercept_methods``) for the module-by-module comparison, an nnx
 module too (its submodules' ``__call__`` wrapped for the capture pass: ``nnx_side``); an Equinox
 module or a function reports the intermediates its call returns for the PyTorch modules listed in
-``Port(jax_intermediates=...)`` (checked by ``intermediates``; a stacked ``layers.*.X`` split per layer).
+``Port(jax_intermediates=...)`` (checked by ``intermediates``; a stacked ``layers.*.X`` split per layer),
+its call run as one ``jax.jit`` kept per dtype, as a linen capture's pass is.
 A linen submodule called inside ``nn.scan`` (or ``nn.remat``) sees tracers: each step's values are
 recorded when the step runs (``steps``), with its step's index: ``path@i`` (``steps.label``). A linen
 module's whole capture runs as one ``jax.jit`` of its forward pass, every call's values recorded that
-way (compiled once per dtype, not an operation at a time; op by op where ``jax.jit`` cannot trace it),
+way (compiled once per dtype, not an operation at a time, and kept for the side's next capture in that
+dtype: a check's repeat runs it again; op by op where ``jax.jit`` cannot trace it),
 the leaves made from the PyTorch tensors inside it where the mapping makes them (``capture``'s ``made``).
 """
 
@@ -78,6 +80,8 @@ class JaxSide:
         self.model, self.call = model, call or (lambda m, inputs: m(**inputs))
         self.listed = tuple(listed)  # the user-listed intermediates the call returns beside its output
         self.types: dict[tuple[str, ...], tuple[str, ...]] = {}  # module path -> its class's bases' names
+        self.passes: dict[Any, Callable] = {}  # the captures' compiled passes, by ``steps.pass_key``
+        self.traced_records = 0  # records a linen capture made while tracing (its values no tracers)
         self.kinds: dict[tuple[str, ...], str] = {}
         if self.kind == "linen":  # Flax runs the user's `setup` and `__call__` (traced) here
             tree = user_call(
@@ -198,9 +202,10 @@ class JaxSide:
         if self.kind == "nnx":
             from crosscheck._workloads.port.sides import nnx_side
 
-            return nnx_side.capture(self.rebuild(values, dtype)[0], self.call, inputs, _numpy, narrow)
+            model = self.rebuild(values, dtype)[0]
+            return nnx_side.capture(model, self.call, inputs, _numpy, narrow, self.passes)
         if self.kind != "linen":
-            out, found = self.split(self.run(values, inputs, dtype))
+            out, found = self.split(self._returned(values, inputs, dtype))
             listed = [
                 ModuleCall(k, "", (), _numpy(v), narrow(v))
                 for n in self.listed
@@ -218,6 +223,26 @@ class JaxSide:
                     ModuleCall("", type(self.model).__name__, (), _numpy(out), narrow(out), note=UNCAPTURED)
                 ]
 
+    def _returned(self, values: Sequence[Any], inputs: dict[str, Any], dtype: Any) -> Any:
+        """What the call returns (``run``), as one ``jax.jit`` kept per dtype (``passes``): compiled once,
+        not an operation at a time; run as it is written where ``jax.jit`` cannot trace it."""
+        arrays, placed, static = steps.traced_inputs(inputs)
+        key = steps.pass_key("returned", np.dtype(dtype).name, static)
+        run = self.passes.get(key) if key is not None else None
+        if run is None:
+
+            def returned(values: list, arrays: list) -> Any:  # the inputs' arrays traced, the rest as given
+                return self.run(values, placed(arrays), dtype)
+
+            run = jax.jit(returned)
+        try:
+            got = run(list(values), arrays)
+        except Exception:  # Python control flow on a value, a non-array returned: as it is written
+            return self.run(values, inputs, dtype)
+        if key is not None:
+            self.passes[key] = run
+        return got
+
     def _linen_capture(
         self, values: Any, inputs: dict[str, Any], dtype: Any, *, jit: bool, made: Callable | None = None
     ) -> list[ModuleCall]:
@@ -228,51 +253,65 @@ class JaxSide:
 
         records: list[ModuleCall] = []
         seen: dict[str, int] = {}
-        depth = {"calls": 0, "inner": 0}  # methods running; of them, separate applies inside the model
-        roots: list[Any] = []  # the model's own scope (its methods call one another at path ())
-        calling: list[int | None] = []  # the modules whose `__call__` is running (others: None)
+        record, roots = _interceptor(self)
 
-        def record(next_fun: Callable, args: Any, kwargs: Any, context: Any) -> Any:
-            # a module at path () of another scope, inside the model's call, is applied on its own (Hugging
-            # Face's weight-norm conv runs `nn.Conv(...).apply(...)`): its paths are not the model's
-            scope = context.module.scope
-            if not context.module.path and depth["calls"] == 0:
-                roots.append(scope)
-            inner = int(not context.module.path and depth["calls"] > 0 and all(scope is not r for r in roots))
-            # a `__call__` inside the same module's own `__call__` (a subclass's `super().__call__`) is
-            # one call of the module: the outermost is recorded (a scan's step counts its calls)
-            again = context.method_name == "__call__" and id(context.module) in calling
-            calling.append(id(context.module) if context.method_name == "__call__" else None)
-            depth["calls"] += 1
-            depth["inner"] += inner
-            try:
-                out = next_fun(*args, **kwargs)
-            finally:
-                depth["calls"] -= 1
-                depth["inner"] -= inner
-                calling.pop()
-            if context.method_name == "__call__" and not inner and not depth["inner"] and not again:
-                name, kind = ".".join(context.module.path), type(context.module).__name__
-                if steps.traced((args, kwargs, out)):  # inside a scan: each step's values, when it runs
-                    steps.later(name, kind, narrow(out), (args, kwargs), out)
-                else:
-                    _recorded(records, seen, name, kind, narrow(out), (args, kwargs), out)
-            return out
+        arrays, placed, static = steps.traced_inputs(inputs)
 
-        flat, tree = jax.tree_util.tree_flatten(inputs)
-        where = [i for i, leaf in enumerate(flat) if isinstance(leaf, (jax.Array, np.ndarray))]
-
-        def forward(values: Any, arrays: list) -> None:  # the inputs' arrays traced, the rest as given
+        def linen_pass(values: Any, arrays: list) -> None:  # the inputs' arrays traced, the rest as given
             model, variables = self.rebuild(values if made is None else made(values), dtype)
-            leaves = list(flat)
-            for i, array in zip(where, arrays, strict=True):
-                leaves[i] = array
             with nn.intercept_methods(record):
-                nn.apply(self.call, model)(variables, jax.tree_util.tree_unflatten(tree, leaves))
+                nn.apply(self.call, model)(variables, placed(arrays))
 
+        key = steps.pass_key(np.dtype(dtype).name, static, made) if jit else None
+        run = (self.passes.get(key) or jax.jit(linen_pass)) if jit else linen_pass
+        before = self.traced_records
         with steps.sink(functools.partial(_recorded, records, seen)), steps.indexed():
-            (jax.jit(forward) if jit else forward)(values, [flat[i] for i in where])
+            run(values, arrays)
+        roots.clear()  # the scopes it traced (the pass is kept)
+        if key is not None and self.traced_records == before:  # every record comes from the pass: kept
+            self.passes[key] = run
+        elif key is not None:  # a record made while tracing would be missing from its next run
+            self.passes.pop(key, None)
         return records
+
+
+def _interceptor(side: JaxSide) -> tuple[Callable, list[Any]]:
+    """A linen capture's ``nn.intercept_methods`` interceptor, each submodule's ``__call__`` recorded once
+    (``steps.later`` when its values are traced, ``steps.now`` when they are known: counted in
+    ``side.traced_records``), and the model's scopes it has seen."""
+    depth = {"calls": 0, "inner": 0}  # methods running; of them, separate applies inside the model
+    roots: list[Any] = []  # the model's own scope (its methods call one another at path ())
+    calling: list[int | None] = []  # the modules whose `__call__` is running (others: None)
+
+    def record(next_fun: Callable, args: Any, kwargs: Any, context: Any) -> Any:
+        # a module at path () of another scope, inside the model's call, is applied on its own (Hugging
+        # Face's weight-norm conv runs `nn.Conv(...).apply(...)`): its paths are not the model's
+        scope = context.module.scope
+        if not context.module.path and depth["calls"] == 0:
+            roots.append(scope)
+        inner = int(not context.module.path and depth["calls"] > 0 and all(scope is not r for r in roots))
+        # a `__call__` inside the same module's own `__call__` (a subclass's `super().__call__`) is
+        # one call of the module: the outermost is recorded (a scan's step counts its calls)
+        again = context.method_name == "__call__" and id(context.module) in calling
+        calling.append(id(context.module) if context.method_name == "__call__" else None)
+        depth["calls"] += 1
+        depth["inner"] += inner
+        try:
+            out = next_fun(*args, **kwargs)
+        finally:
+            depth["calls"] -= 1
+            depth["inner"] -= inner
+            calling.pop()
+        if context.method_name == "__call__" and not inner and not depth["inner"] and not again:
+            name, kind = ".".join(context.module.path), type(context.module).__name__
+            if steps.traced((args, kwargs, out)):  # compiled, or in a scan: its values when it runs
+                steps.later(name, kind, narrow(out), (args, kwargs), out)
+            else:  # known as it is traced (no array of the pass): recorded now, not by the compiled pass
+                side.traced_records += 1
+                steps.now(name, kind, narrow(out), (args, kwargs), out)
+        return out
+
+    return record, roots
 
 
 def _recorded(

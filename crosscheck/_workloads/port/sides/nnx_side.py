@@ -7,9 +7,11 @@ and the rest (random-number state, integer counters), kept as it is. ``nnx.merge
 module from mapped leaves inside the differentiated function, so ``jax.grad`` sees them. For the
 forward-only capture pass the merged module's submodules are plain Python objects: their classes'
 ``__call__`` is wrapped for that call only (restored after), recording each submodule call of that
-module graph, by its attribute path, with its inputs and output. Inside ``nnx.scan`` the calls are made on
-copies of the modules (each carries its path as an attribute, which the copies keep) and see tracers:
-each step's values are recorded when the step runs (``steps``), named by the step's index (``@i``).
+module graph, by its attribute path, with its inputs and output. The capture pass runs as one ``nnx.jit``
+(kept on the side for its next capture in that dtype), op by op where it cannot be traced. Inside it and
+inside ``nnx.scan`` the calls are made on copies of the modules (each carries its path as an attribute,
+which the copies keep) and see tracers: each call's values are recorded when it runs (``steps``), a
+scan's step named by its index (``@i``).
 """
 
 from __future__ import annotations
@@ -93,16 +95,18 @@ PATH = "_crosscheck_path"
 @contextlib.contextmanager
 def _recording(
     model: Any, records: list[ModuleCall], numpy: Callable[[Any], Any], narrow: Callable[[Any], bool]
-) -> Iterator[None]:
+) -> Iterator[list[int]]:
     """Every ``__call__`` of a module of ``model``'s graph recorded while inside (outermost calls of
     each object only: a subclass's ``super().__call__`` is one call); inside a transform (a scan's
-    step), each step's values when it runs (``steps``)."""
+    step, the compiled pass), each step's values when it runs (``steps``). Yields a one-item count of
+    the calls recorded as they were made (values no tracers: in a compiled pass, while it is traced)."""
     graph = [(path, node) for path, node in nnx.iter_graph(model) if isinstance(node, nnx.Module)]
     for path, node in graph:  # the capture's own merged model: its copies in a transform keep the path
         object.__setattr__(node, PATH, ".".join(map(str, path)))
     modules = [node for _, node in graph]
     active: set[int] = set()
     seen: dict[str, int] = {}
+    known = [0]
 
     def done(name: str, kind: str, low: bool, inputs: Any, out: Any, step: Any = None) -> None:
         records.append(ModuleCall(steps.label(seen, name, step), kind, numpy(inputs), numpy(out), low))
@@ -121,6 +125,7 @@ def _recording(
             if steps.traced((args, kwargs, out)):
                 steps.later(name, type(self).__name__, narrow(out), (args, kwargs), out)
             elif not steps.traced_at_all((args, kwargs, out)):  # `nnx.vmap`'s tracers: not recorded
+                known[0] += 1
                 done(name, type(self).__name__, narrow(out), (args, kwargs), out)
             return out
 
@@ -133,7 +138,7 @@ def _recording(
             patched.append((cls, "__call__" in cls.__dict__, cls.__dict__.get("__call__")))
             cls.__call__ = wrap(original)
         with steps.sink(done), steps.indexed():  # a scan's steps (a cached jitted call's too), here
-            yield
+            yield known
     finally:
         for cls, owned, original in reversed(patched):
             if owned:
@@ -148,17 +153,55 @@ def capture(
     inputs: dict[str, Any],
     numpy: Callable[[Any], Any],
     narrow: Callable[[Any], bool],
+    passes: dict[Any, Callable] | None = None,
 ) -> list[ModuleCall]:
     """Every submodule call of one forward pass of ``model`` (a merged, concrete module), in the
     order the calls finished; the top module's output last (recorded from the call when its
     ``__call__`` is not what ``call`` runs). A call inside an nnx transform sees tracers: its values
-    are recorded when each step runs (``steps``)."""
+    are recorded when each step runs (``steps``). With ``passes`` (the side's kept passes), the forward
+    pass runs as one ``nnx.jit``, every call's values sent back as it runs, compiled once per dtype and
+    kept there; op by op where it cannot be traced (Python control flow on a value)."""
     records: list[ModuleCall] = []
-    with _recording(model, records, numpy, narrow):
-        out = called(call, model, inputs)
+    with _recording(model, records, numpy, narrow) as known:
+        out: Any = _NOTHING
+        if passes is not None:
+            try:
+                out = _compiled(call, model, inputs, passes, known)
+            except Exception:  # untraceable: op by op, as before (its error, if any, said there)
+                records.clear()
+        if out is _NOTHING:
+            out = called(call, model, inputs)
     if not any(r.name == "" for r in records):
         records.append(ModuleCall("", type(model).__name__, (), numpy(out), narrow(out)))
     return records
+
+
+#: No output yet (``capture``): the compiled pass was not run.
+_NOTHING = object()
+
+
+def _compiled(
+    call: Callable[[Any, dict], Any], model: Any, inputs: dict[str, Any], passes: dict, known: list[int]
+) -> Any:
+    """``call(model, inputs)`` as one ``nnx.jit`` pass, the inputs' arrays traced and the rest as given;
+    the pass is kept in ``passes`` unless a call was recorded while it was traced (``known``: run
+    again, the pass would leave that record out)."""
+    arrays, placed, static = steps.traced_inputs(inputs)
+    key = steps.pass_key("nnx", static)
+    run = passes.get(key) if key is not None else None
+    if run is None:
+
+        def nnx_pass(module: Any, arrays: list) -> Any:
+            return call(module, placed(arrays))
+
+        run = nnx.jit(nnx_pass)
+    before = known[0]
+    out = run(model, arrays)
+    if key is not None and known[0] == before:
+        passes[key] = run
+    elif key is not None:
+        passes.pop(key, None)
+    return out
 
 
 #: How JAX says that a scan's carry left in another dtype than it came in.

@@ -53,8 +53,10 @@ _STEPS: list[Any] = []
 #: How the device of the capture running now hands 8-byte values over as ``uint32`` pairs (``_wired``),
 #: per kind (``"f"`` floats, ``"i"`` integers), as ``_decoding`` found it: ``"ieee"`` (the value's own
 #: bits: CPUs, GPUs), ``"pair"`` (a TPU's float64 is two float32 words, ``high + low``, and a bitcast
-#: gives those words) or ``"swapped"`` (the two 32-bit words the other way round).
-_DECODES: list[dict[str, str]] = []
+#: gives those words) or ``"swapped"`` (the two 32-bit words the other way round). A capture begun
+#: without x64 has its platform's name there: it makes no 8-byte value, and one that arrives all the
+#: same is read once its platform is probed.
+_DECODES: list[dict[str, str] | str] = []
 #: What ``_decoding`` sends over: a third (no short binary form), large and small floats, one whose low
 #: bits only float64 holds; integers beyond 32 bits.
 PROBE = (1.0 / 3.0, -1.0e30, 2.5e-20, 1.0 + 2.0**-40, 123456.789)
@@ -98,13 +100,16 @@ def sink(record: Callable[[str, str, bool, Any, Any, tuple[int, ...] | None], No
     """While inside, each step's values go to ``record(name, kind, narrow, inputs, output, step)``
     (``step``: the indices of the scans the call ran in, outermost first; None outside an ``indexed``
     scan); on leaving, every call back of the computations run has happened (``jax.effects_barrier``).
+    The device's decoding of 8-byte words is probed on entering under x64 (without, no value is 8 bytes
+    wide: nothing is probed, nothing compiled for it).
 
     Raises:
         RuntimeError: the default device hands back 8-byte words that no known decoding reads (the
             module records of a float64 capture would be garbage: said, never used).
     """
     _SINKS.append(record)
-    _DECODES.append(_decoding(_platform()))
+    wide = jax.dtypes.canonicalize_dtype(np.int64).itemsize == 8
+    _DECODES.append(_decoding(_platform()) if wide else _platform())
     try:
         yield
         jax.effects_barrier()
@@ -190,11 +195,50 @@ def later(name: str, kind: str, low: bool, inputs: Any, output: Any) -> None:
 
     def back(ins: list, outs: list, where: list) -> None:
         if _SINKS:
-            got = [_unwired(a, k, _DECODES[-1]) for a, k in zip((*ins, *outs), kinds, strict=True)]
+            decodes = _DECODES[-1]
+            if isinstance(decodes, str):  # begun without x64: probed only if an 8-byte value came
+                decodes = _decoding(decodes) if any(k is not None for k in kinds) else {}
+            got = [_unwired(a, k, decodes) for a, k in zip((*ins, *outs), kinds, strict=True)]
             step = tuple(int(np.asarray(i)) for i in where) if where else None
             _SINKS[-1](name, kind, low, got[: len(ins)], got[len(ins) :], step)
 
     jax.debug.callback(back, [_wired(a) for a in ins], [_wired(a) for a in outs], where, ordered=True)
+
+
+def traced_inputs(inputs: Any) -> tuple[list[Any], Callable[[list[Any]], Any], tuple[Any, ...]]:
+    """How a capture's compiled pass takes ``inputs``: their arrays (traced), a function that puts
+    arrays back in their places (the rest as given; it holds none of these arrays, so a pass kept for
+    the next capture keeps none), and what the pass is traced from beyond the arrays' shapes (the
+    structure and the values that are no arrays: part of the key a pass is kept under, ``pass_key``)."""
+    flat, tree = jax.tree_util.tree_flatten(inputs)
+    where = [i for i, leaf in enumerate(flat) if isinstance(leaf, (jax.Array, np.ndarray))]
+    fixed = [None if i in where else leaf for i, leaf in enumerate(flat)]
+
+    def placed(arrays: list[Any]) -> Any:
+        leaves = list(fixed)
+        for i, array in zip(where, arrays, strict=True):
+            leaves[i] = array
+        return jax.tree_util.tree_unflatten(tree, leaves)
+
+    static = (tree, tuple((type(leaf), leaf) for i, leaf in enumerate(fixed) if i not in where))
+    return [flat[i] for i in where], placed, static
+
+
+def pass_key(*parts: Any) -> tuple[Any, ...] | None:
+    """The key a compiled pass is kept under (``JaxSide.passes``): ``parts``, or None when one is
+    unhashable (the pass is then compiled for its capture alone)."""
+    try:
+        hash(parts)
+    except TypeError:
+        return None
+    return parts
+
+
+def now(name: str, kind: str, low: bool, inputs: Any, output: Any) -> None:
+    """Record module ``name``'s call as ``later`` does, with the values it has now (concrete: no traced
+    pass calls back), in the capture running now (none: nothing is recorded)."""
+    if _SINKS:
+        _SINKS[-1](name, kind, low, inputs, output, None)
 
 
 def label(seen: dict[str, int], name: str, step: tuple[int, ...] | None) -> str:

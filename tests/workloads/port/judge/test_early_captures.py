@@ -107,16 +107,16 @@ def test_the_mappings_leaves_are_made_inside_the_compiled_capture(monkeypatch, d
     taken: list[tuple] = []
     leaves, jax_capture = capture.jax_leaves, capture.jax_capture
 
-    def seen(prepared, params, inputs):
-        traced.append(all(isinstance(v, jax.core.Tracer) for v in params.values()))
-        return leaves(prepared, params, inputs)
+    def seen(prepared, source):
+        traced.append(all(isinstance(v, jax.core.Tracer) for v in source[0].values()))
+        return leaves(prepared, *source)
 
     def kept(prepared, params, inputs):
         records = jax_capture(prepared, params, inputs)
         taken.append((prepared, dict(params), dict(inputs), records))
         return records
 
-    monkeypatch.setattr(capture, "jax_leaves", seen)
+    monkeypatch.setattr(build.Prepared, "made", seen)  # what the capture makes the leaves with
     monkeypatch.setattr(capture, "jax_capture", kept)
     report = _check(reference="torch", dtype=dtype)
     assert report.passed, report.problems

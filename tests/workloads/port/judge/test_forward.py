@@ -61,6 +61,28 @@ def test_a_healthy_port_passes_on_module_outputs_alone(dtype):
     assert report.caveats() == [f"`jax`: {FORWARD_ONLY}"]  # what --quiet keeps besides PASSED
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_ports_capture_is_compiled_once_per_precision(dtype):
+    """The check captures the port three times (its records at the case's dtype, their repeat, the re-run
+    in the other dtype): one compiled pass per precision, the repeat running the first's again (each
+    capture compiled its own: three compilations of the whole forward pass)."""
+    import jax
+
+    compiled: list[str] = []
+
+    def listen(event, seconds, *, fun_name="", **_):
+        if event == "/jax/core/compile/backend_compile_duration" and "linen_pass" in fun_name:
+            compiled.append(fun_name)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        report = crosscheck.check(_port(), quantity="output", dtype=dtype)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert report.passed, report.problems
+    assert len(compiled) == 2, compiled
+
+
 def test_a_planted_forward_bug_is_located_where_the_full_check_locates_it():
     buggy = _port(ln_eps=0.1)
     forward = crosscheck.check(buggy, quantity="output")

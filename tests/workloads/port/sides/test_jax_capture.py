@@ -97,6 +97,43 @@ def test_a_linen_capture_compiles_its_forward_once_and_records_what_op_by_op_did
         _same_records(compiled, stepwise, rtol=2e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_second_capture_runs_the_pass_the_first_compiled(dtype):
+    """A check captures the port again (a repeat, the gradient check's early captures): the same side
+    in the same dtype runs the pass compiled the first time (each capture compiled its own)."""
+    side, values, inputs = _side(dtype)
+    first, once = _capture(side, values, inputs, dtype, jit=None)
+    again, none = _capture(side, values, inputs, dtype, jit=None)
+    assert (once, none) == (1, 0)
+    _same_records(first, again, rtol=0, atol=0)
+
+
+class Table(nn.Module):
+    """A module whose output is known as the pass is traced (a NumPy table): no array of the pass."""
+
+    @nn.compact
+    def __call__(self, rows):
+        return np.full((rows, WIDTH), 0.5)
+
+
+class Tabled(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(WIDTH, name="fc")(x) + Table(name="table")(2).sum()
+
+
+def test_a_record_made_while_tracing_is_in_every_capture():
+    """A call whose values are known as the pass is traced is recorded then, not by the compiled pass: a
+    pass run again would leave it out, so such a pass is compiled for each capture."""
+    x = np.random.default_rng(0).standard_normal((ROWS, WIDTH)).astype(np.float32)
+    side = jax_side.JaxSide(Tabled(), None, None, {"x": x})
+    values = [np.asarray(v) for v in jax.tree_util.tree_leaves(jax.jit(Tabled().init)(jax.random.key(0), x))]
+    for _ in range(2):
+        records, _ = _capture(side, values, {"x": x}, np.float32, jit=None)
+        assert [r.name for r in records] == ["table", "fc", ""]
+        assert records[0].outputs[0].tolist() == np.full((2, WIDTH), 0.5).tolist()
+
+
 def test_a_model_jit_cannot_trace_is_captured_op_by_op():
     side, values, inputs = _side(np.float32, branchy=True)
     records, _ = _capture(side, values, inputs, np.float32, jit=None)
@@ -193,6 +230,7 @@ def test_a_float64_capture_reads_a_tpus_float64_words_as_the_values_they_hold(mo
     cpu, _ = _capture(side, values, inputs, np.float64, jit=True)
     monkeypatch.setattr(steps, "_wired", _tpu_words)
     monkeypatch.setattr(steps, "_FOUND", {})
+    side = _side(np.float64)[0]  # the simulated device's own pass (a side keeps the one it compiled)
     tpu, _ = _capture(side, values, inputs, np.float64, jit=True)
     assert steps._FOUND == {jax.devices()[0].platform: {"f": "pair", "i": "ieee"}}
     _same_records(tpu, cpu, rtol=2.0**-44, atol=1e-300)
@@ -202,8 +240,22 @@ def test_words_no_decoding_reads_are_refused_in_a_sentence(monkeypatch):
     monkeypatch.setattr(steps, "_wired", lambda a: jax.lax.bitcast_convert_type(a * 3, jnp.uint32))
     monkeypatch.setattr(steps, "_FOUND", {})
     with pytest.raises(RuntimeError, match=r"8-byte floats cannot be read back from a `cpu` device"):
-        with steps.sink(lambda *record: None):
+        with jax.enable_x64(True), steps.sink(lambda *record: None):
             pass
+
+
+def test_a_capture_without_x64_probes_nothing(monkeypatch):
+    """Without x64 no value is 8 bytes wide: a float32 capture compiles no probe of the device's words
+    (two compilations of every float32 check's process); one under x64 probes its platform once."""
+    monkeypatch.setattr(steps, "_FOUND", {})
+    side, values, inputs = _side(np.float32)
+    start = len(COMPILES)
+    records = side.capture([jax.device_put(v) for v in values], inputs, np.float32)
+    assert len(COMPILES) - start == 1 and steps._FOUND == {}  # the model's pass alone
+    assert records[-1].name == "" and records[-1].outputs[0].dtype == np.float64  # records as ever
+    with jax.enable_x64(True), steps.sink(lambda *record: None):
+        pass
+    assert list(steps._FOUND) == [jax.devices()[0].platform]
 
 
 def _vmapped_branches_port(*, bug: bool = False):

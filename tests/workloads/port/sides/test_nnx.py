@@ -216,3 +216,45 @@ def test_a_float32_embedding_table_before_a_scan_is_named_in_one_line_with_the_w
     assert "build it with `param_dtype=jnp.float64` under x64" in said and "--dtype float32" in said
     assert "\n" not in said
     assert crosscheck.check(port, dtype="float32", reference="torch").passed  # healthy in float32
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_an_nnx_capture_is_one_compiled_pass_per_precision_recording_what_op_by_op_did(dtype):
+    """The nnx capture runs its forward pass as one ``nnx.jit`` (op by op, every new operation was
+    compiled on its own), kept for the side's next capture in that dtype: the same records as op by op
+    (names, classes, shapes), their values within a few units in the last place."""
+    import jax
+
+    compiled: list[str] = []
+
+    def listen(event, seconds, *, fun_name="", **_):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiled.append(fun_name)
+
+    from crosscheck._workloads.port.sides import jax_side, nnx_side
+
+    x = X["x"].astype(dtype)
+    model = nnx_mlp()
+    side = jax_side.JaxSide(model, None, None, {"x": x})
+    values = [np.asarray(v, dtype) for v in jax.tree_util.tree_leaves(nnx_side.split(model)[0])]
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        with jax.enable_x64(dtype == "float64"):
+            leaves = [jax.device_put(v) for v in values]
+            first = side.capture(leaves, {"x": jax.device_put(x)}, np.dtype(dtype))
+            once = len(compiled)
+            again = side.capture(leaves, {"x": jax.device_put(x)}, np.dtype(dtype))
+            merged = side.rebuild(leaves, np.dtype(dtype))[0]  # op by op: no kept passes
+            stepwise = nnx_side.capture(merged, side.call, {"x": x}, jax_side._numpy, jax_side.narrow)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert len(compiled[:once]) == 1 and "nnx_pass" in compiled[0], compiled  # the whole pass, once
+    assert not any("nnx_pass" in c for c in compiled[once:]), compiled  # the second capture runs it again
+    names = [(r.name, r.module_type) for r in first]
+    assert names == [(r.name, r.module_type) for r in again] == [(r.name, r.module_type) for r in stepwise]
+    assert [r.name for r in first] == ["fc1", "fc2", "ln", ""]
+    rtol = 1e-13 if dtype == "float64" else 2e-6
+    for a, b in zip(first, stepwise, strict=True):
+        for u, v in zip(a.inputs + a.outputs, b.inputs + b.outputs, strict=True):
+            assert u.shape == v.shape and u.dtype == v.dtype
+            np.testing.assert_allclose(u, v, rtol=rtol, atol=1e-6 if dtype == "float32" else 1e-15)
