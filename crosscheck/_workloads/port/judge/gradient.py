@@ -143,14 +143,11 @@ class PortJudge:
 
     def record(self, name: str, modules: list[Comparison], verdict: Any, reference: str) -> None:
         """Candidate ``name``'s verdict, with its notes, on its record (``notes["port"]``) and the run's."""
-        said = compared(verdict, name, reference, forward=self.forward) + localize.broadcast_note(modules)
-        said += localize.redrawn_note(modules) + self.caveats
-        verdict = dataclasses.replace(verdict, text=verdict.text + said)
+        text = verdict.text + compared(verdict, name, reference, forward=self.forward)
+        text += localize.broadcast_note(modules) + localize.redrawn_note(modules) + self.caveats
         if name in self.inner.verdicts and verdict.starts_in == "nowhere":  # a 16-bit pass: what it hides
-            verdict = dataclasses.replace(verdict, text=f"{verdict.text}; {self.inner.verdicts[name].text}")
-        verdict = dataclasses.replace(
-            verdict, text=verdict.text + wide.said(self.wide, self.dtype, verdict.text)
-        )
+            text = f"{text}; {self.inner.verdicts[name].text}"
+        verdict = dataclasses.replace(verdict, text=text + wide.said(self.wide, self.dtype, text))
         self.notes.setdefault(name, {})["port"] = verdict.to_dict()
         self.verdicts[name] = Verdict(verdict.text, fails=verdict.starts_in != "nowhere")
 
