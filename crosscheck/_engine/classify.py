@@ -60,12 +60,25 @@ def accelerated(report: Report) -> dict[str, str] | None:
     return None
 
 
+def _implicated(report: Report) -> bool:
+    """Whether what failed involves a side on an accelerator (its comparison or its verdict): another
+    side's failure (a PyTorch candidate against the oracle) is not the device's to classify."""
+    names = {
+        r.name
+        for r in report.backends.values()
+        if r.role == "candidate" and r.info.get("platform") not in (None, "", "cpu")
+    }
+    failed = any(not c.passed and c.backend in names for c in report.comparisons)
+    verdicts = [report.backends[n].verdict for n in names]
+    return failed or any(v is not None and v.fails for v in verdicts)
+
+
 def classified(request: Any, report: Report, again: Callable[[Any], Report]) -> Report:
     """``report``, or, where it failed with the JAX side on an accelerator, the re-runs' classification
     (module doc); ``again(request)`` runs a checked request in this process, never in a worker (the
     chip is held by one program at a time)."""
     where = accelerated(report)
-    if report.passed or report.interrupted or report.halted or where is None:
+    if report.passed or report.interrupted or report.halted or where is None or not _implicated(report):
         return report
     runs = [_run("as asked", report, where)]
     tell = _telling(request)

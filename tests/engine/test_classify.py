@@ -145,3 +145,26 @@ def test_the_run_s_precision_is_the_one_its_device_model_reads(on_a_tpu):
     report = _run(_port(tanh_ulps=2.0**18), jax_precision="highest")
     assert not report.passed
     assert "at JAX's highest matmul precision" in report.backends["jax"].notes["port"]["text"]
+
+
+def test_a_failure_of_another_side_is_not_the_devices_to_classify():
+    """A PyTorch candidate that fails beside a JAX side on a TPU that agrees: no re-run, no blame on the
+    device or the port's JAX side."""
+    from types import SimpleNamespace as NS
+
+    tpu = {"platform": "tpu", "device_kind": "TPU v5 lite", "matmul_precision": "default"}
+    jax_side = NS(name="jax", role="candidate", info=tpu, verdict=None)
+    torch_side = NS(name="torch", role="candidate", info={"platform": "cpu"}, verdict=None)
+    report = NS(
+        passed=False,
+        interrupted=False,
+        halted=None,
+        backends={"jax": jax_side, "torch": torch_side},
+        comparisons=[NS(passed=True, backend="jax"), NS(passed=False, backend="torch")],
+    )
+    again = []
+    assert classify.classified(NS(progress=None), report, again.append) is report
+    assert again == []
+    report.comparisons[0].passed = False  # the JAX side's own comparison fails: re-run
+    with pytest.raises(AttributeError):  # the stub request has no execution: the re-run was asked for
+        classify.classified(NS(progress=None), report, again.append)
