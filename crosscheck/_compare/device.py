@@ -30,6 +30,12 @@ PRODUCT_UNITS = {"tpu": {"default": 2.0**-8, "high": 2.0**-16, "highest": 2.0**-
 ELEMENTWISE_ULPS = {"tpu": 4096.0}
 #: A device's permit, in its own units of an entry's scale: as ``LOW_PERMIT_ULPS`` for a 16-bit dtype.
 DEVICE_PERMIT_ULPS = 16.0
+#: Platforms whose float64 is emulated, and what that is: the JAX side's float64 re-runs there (the
+#: references its float32 results are measured against) are made on the host CPU, in IEEE float64.
+EMULATED_FLOAT64 = {
+    "tpu": "a TPU's float64 is emulated in float32 pairs (float32's exponent range, about 48 bits), and "
+    "compiles slowly (GPT-2 small's float64 capture: over 220 s on a TPU v5e, against 8 s in float32)"
+}
 #: JAX's names of a matmul precision, by the three levels (``jax.default_matmul_precision``).
 PRECISIONS = {
     "default": ("default", "fastest", "bfloat16", "none"),
@@ -62,6 +68,11 @@ class Arithmetic:
         if products is None and elementwise is None:
             return None
         return max(products or 0.0, (elementwise or 0.0) * unit_roundoff("float32"))
+
+    @property
+    def float64_on_host(self) -> str:
+        """Why its float64 re-runs are made on the host CPU (its float64 is emulated), or ``""``."""
+        return EMULATED_FLOAT64.get(self.platform, "")
 
     def permit(self, float32_permit: float) -> float:
         """What its rounding permits a re-run's difference, per unit of scale (``float32_permit``:

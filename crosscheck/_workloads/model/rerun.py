@@ -3,7 +3,9 @@
 On an accelerator without every float64 operation (a TPU has no float64 max-pooling gradient, XLA's
 ``select_and_scatter``), the float64 re-run fails there; it is then made with the JAX side on the host
 CPU, the same computation in IEEE float64 (``Call.on_host``), and either way the failure is said: a
-re-run that did not happen is never hidden behind the fallback bound.
+re-run that did not happen is never hidden behind the fallback bound. On a device whose float64 is
+emulated (a TPU: ``Arithmetic.float64_on_host``), the float64 re-run is made on the host CPU from the
+start, and said: it is the reference the device's float32 results are measured against.
 """
 
 from __future__ import annotations
@@ -18,12 +20,20 @@ from crosscheck._workloads.protocol import Call, Point
 def rerun(
     backend: Any, point: Point, other: str, name: str, call: Call
 ) -> tuple[Any, str | None, Arithmetic | None]:
-    """``backend``'s gradient at ``point`` in the dtype ``other``: ``(outcome, failed, device)``, where
-    ``failed`` says a failed re-run (and where it was made instead) and ``device`` is where the backend
-    computes (``device.arithmetic``). The re-run's arrays go when its call returns, before its gradient
-    is copied out of the backend (``once``: the float64 parameters are not held beside it)."""
-    outcome = _grad(backend, point, other, call)
+    """``backend``'s gradient at ``point`` in the dtype ``other``: ``(outcome, said, device)``, where
+    ``said`` names a failed re-run (and where it was made instead) or a float64 re-run made on the host
+    CPU by design, and ``device`` is where the backend computes (``device.arithmetic``). The re-run's
+    arrays go when its call returns, before its gradient is copied out of the backend (``once``: the
+    float64 parameters are not held beside it)."""
     device = arithmetic(backend, call)
+    if other == "float64" and device is not None and device.float64_on_host:
+        with call.on_host():
+            outcome = _grad(backend, point, other, call)
+        said = f"`{name}`'s float64 re-run made on the host CPU: {device.float64_on_host}"
+        if outcome.ok:
+            return outcome, said, device
+        return outcome, f"{said}; it failed there: {one_line(str(outcome.error), 240)}", device
+    outcome = _grad(backend, point, other, call)
     if outcome.ok:
         return outcome, None, device
     failed = f"`{name}`'s {other} re-run failed: {one_line(str(outcome.error), 240)}"

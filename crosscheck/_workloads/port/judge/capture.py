@@ -6,12 +6,14 @@ engine's guarded call; the module comparison takes them early (``Early``)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from crosscheck._compare.device import arithmetic
 from crosscheck._workloads.port.declare.build import Prepared, jax_leaves
 
 
@@ -52,6 +54,28 @@ def jax_capture(prepared: Prepared, params: dict, inputs: dict) -> list:
         # of the two captures, a model's size of new memory); one function a port, so that the pass
         # compiled for a dtype is run again by the next capture in it, not compiled anew
         return prepared.jax_side.capture((lent, i), dict(jax_in), dtype, made=prepared.made)
+
+
+def home(workload: Any, call: Any, *, torch: bool, dtype: str, case: str) -> tuple[Any, str]:
+    """Where a side's capture in ``dtype`` is made: ``(context, said)``. The JAX side's float64 re-run of
+    a float32 case (the reference its float32 records are measured against) is made on the host CPU
+    when its device's float64 is emulated (``Arithmetic.float64_on_host``), and said; anything else
+    where the side runs (``workload``: the port's, ``PortWorkload``)."""
+    if torch or dtype != "float64" or case == "float64":
+        return contextlib.nullcontext(), ""
+    device = arithmetic(workload.jax_backend(), call)
+    if device is None or not device.float64_on_host:
+        return contextlib.nullcontext(), ""
+    return call.on_host(), f"JAX's float64 re-run made on the host CPU: {device.float64_on_host}"
+
+
+def side(call: Any, workload: Any, point: Any, *, torch: bool, dtype: str, case: str) -> tuple[Any, str]:
+    """One side's records of a forward pass at ``point`` cast to ``dtype``, through the guarded ``call``:
+    ``(outcome, said)``, ``said`` naming where it was made when not where the side runs (``home``)."""
+    params, inputs = call.cast(point.params, dtype), call.cast(point.inputs, dtype)
+    place, said = home(workload, call, torch=torch, dtype=dtype, case=case)
+    with place:
+        return call(torch_capture if torch else jax_capture, workload.prepared, params, inputs), said
 
 
 @dataclasses.dataclass

@@ -290,17 +290,18 @@ class PortJudge:
         case's dtype failed; a failed re-run leaves ``other`` empty and says why (``Runs.problem``).
         ``main``: the records at the case's dtype, captured already (then only the re-run is made)."""
         runs: list[Any] = [] if main is None else [main]
+        said = ""
         for dtype in (self.dtype, OTHER_DTYPE[self.dtype])[len(runs) :]:
-            params, inputs = call.cast(self.point.params, dtype), call.cast(self.point.inputs, dtype)
-            fn = capture.torch_capture if torch else capture.jax_capture
-            got = call(fn, self.workload.prepared, params, inputs)
-            del params, inputs
-            if got.error is not None:
+            got, said = capture.side(
+                call, self.workload, self.point, torch=torch, dtype=dtype, case=self.dtype
+            )
+            if got.error is not None:  # the re-run only measures rounding: without it the other side's does
                 problem = f"{'PyTorch' if torch else 'JAX'} forward in {dtype}: {got.error}"
-                # the re-run only measures rounding: without it the other side's measures both
-                return localize.Runs(runs[0], (), problem) if runs else problem
+                return (
+                    localize.Runs(runs[0], (), f"{said}; {problem}" if said else problem) if runs else problem
+                )
             runs.append(got.value)
-        return localize.Runs(*runs)
+        return localize.Runs(runs[0], runs[1], home=said)
 
 
 def _each_module(torch_runs: Any, jax_runs: Any, paired: dict, common: dict) -> tuple[list, dict, dict, dict]:

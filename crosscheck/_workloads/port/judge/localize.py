@@ -58,6 +58,8 @@ class Runs:
     other: Sequence[Any]
     #: Why ``other`` is empty: the re-run in the other precision failed (``""``: it did not).
     problem: str = ""
+    #: Where the re-run was made, when not where the side runs, and why (``capture.home``).
+    home: str = ""
 
 
 def pairs(torch_names: Sequence[str], jax_names: Sequence[str], modules: dict[str, str]) -> dict[str, str]:
@@ -296,16 +298,17 @@ def _failed(label: str, text: str, *, backend: str, reference: str, status: str 
 
 def rerun_note(torch_runs: Runs, jax_runs: Runs) -> str:
     """The verdict's note on a side that could not be re-run in the other precision ("" when none)."""
+    homes = "".join(f"; {r.home}" for r in (torch_runs, jax_runs) if r.home)
     failed = [(side, r.problem) for side, r in (("PyTorch", torch_runs), ("JAX", jax_runs)) if r.problem]
     if not failed:
-        return ""
+        return homes
     if len(failed) == 2:
-        return (
+        return homes + (
             f"; no module output was judged: neither side could be re-run in the other precision to "
             f"measure its rounding ({failed[0][1]}; {failed[1][1]})"
         )
     side, problem = failed[0]
-    return (
+    return homes + (
         f"; the {side} side could not be re-run in the other precision ({problem}): each module's "
         f"tolerance uses the other side's measured rounding for both"
     )

@@ -44,6 +44,11 @@ class PortWorkload(OwnArrays):
             self.torches.add(id(backend))
         return backend
 
+    def jax_backend(self) -> Any:
+        """The port's JAX side as the engine runs it, the same adapter each time (``kept_adapter``): where
+        its captures run is asked of it (``capture.home``), before the candidate itself is resolved."""
+        return self.inner.resolve("jax")
+
     def point(self, *, dtype: str, seed: int) -> Point:
         point = self.inner.point(dtype=dtype, seed=seed)
         point.case.update(case_notes(self.prepared, dtype))

@@ -144,9 +144,11 @@ class TorchPooled(TorchMLP):
         return self.fc2(h)
 
 
-def test_a_float64_re_run_the_device_cannot_compute_is_made_on_the_host_cpu_and_said(on_a_tpu):
+def test_a_float64_re_run_the_device_cannot_compute_is_made_on_the_host_cpu_and_said(on_a_tpu, monkeypatch):
     """Without the host CPU's re-run, the gradient is judged by float32's fallback bound, which a TPU's
-    bfloat16 products exceed: the healthy port failed at its first layer (the convnet on a TPU v5e)."""
+    bfloat16 products exceed: the healthy port failed at its first layer (the convnet on a TPU v5e).
+    Simulated on a device whose float64 is native (on a TPU it is made on the host from the start)."""
+    monkeypatch.setattr(device, "EMULATED_FLOAT64", {})
     x = np.random.default_rng(3).standard_normal((16, WIDTH)).astype(np.float32)
     torch.manual_seed(0)
     port = crosscheck.Port(name="pooled", torch=TorchPooled().eval(), jax=FlaxPooled(), inputs={"x": x})
@@ -154,3 +156,51 @@ def test_a_float64_re_run_the_device_cannot_compute_is_made_on_the_host_cpu_and_
     assert report.passed, report.problems
     said = report.backends["jax"].notes["rounding"]
     assert "float64 re-run failed" in said and "re-run on the host CPU instead" in said
+
+
+SEEN: list[bool] = []  # FlaxWatched's notes (a linen field would be frozen into a tuple)
+
+
+class FlaxWatched(nn.Module):
+    """The MLP, noting for each float64 product whether it was placed on the host CPU (JAX's default
+    device set, as ``--jax-platform cpu`` and ``Call.on_host`` set it) when it was traced."""
+
+    @nn.compact
+    def __call__(self, x):
+        def dot(lhs, rhs, *args, **kwargs):
+            if lhs.dtype == jnp.float64:
+                SEEN.append(jax.config.jax_default_device is not None)
+            return tpu_dot(lhs, rhs, *args, **kwargs)
+
+        h = jnp.tanh(nn.Dense(HIDDEN, name="fc1", dot_general=dot)(x))
+        return nn.Dense(OUT, name="fc2", dot_general=dot)(h)
+
+
+@pytest.mark.parametrize("quantity", ["grad", "output"])
+def test_on_a_tpu_every_float64_re_run_of_the_jax_side_is_made_on_the_host_cpu_and_said(on_a_tpu, quantity):
+    """A TPU's float64 is emulated (float32 pairs: float32's exponent range, about 48 bits) and compiles
+    slowly (GPT-2 small's float64 capture ran past 220 s on a TPU v5e, 8 s in float32): the references
+    the device's float32 results are measured against, the gradient's and the module capture's float64
+    re-runs, are made on the host CPU, in IEEE float64, and the report says so."""
+    x = np.random.default_rng(3).standard_normal((16, WIDTH)).astype(np.float32)
+    torch.manual_seed(0)
+    SEEN.clear()
+    port = crosscheck.Port(name="watched", torch=TorchMLP().eval(), jax=FlaxWatched(), inputs={"x": x})
+    report = crosscheck.run(workload=port, reference="torch", backends=["jax"], quantity=quantity)
+    assert report.passed, report.problems
+    assert SEEN and all(SEEN), f"{SEEN.count(False)} of {len(SEEN)} float64 products traced on the device"
+    notes = report.backends["jax"].notes
+    assert "JAX's float64 re-run made on the host CPU: a TPU's float64 is emulated" in notes["port"]["text"]
+    if quantity == "grad":
+        assert "`jax`'s float64 re-run made on the host CPU" in notes["rounding"]
+
+
+def test_a_float64_case_on_a_tpu_stays_on_the_device(on_a_tpu):
+    """A float64 check asked for on the device is made there: only the re-runs in float64 move."""
+    x = np.random.default_rng(3).standard_normal((16, WIDTH))
+    torch.manual_seed(0)
+    SEEN.clear()
+    port = crosscheck.Port(name="watched", torch=TorchMLP().eval(), jax=FlaxWatched(), inputs={"x": x})
+    report = crosscheck.run(workload=port, reference="torch", backends=["jax"], dtype="float64")
+    assert SEEN and not any(SEEN)
+    assert "made on the host CPU" not in report.backends["jax"].notes["port"]["text"]
