@@ -15,8 +15,15 @@ answered the way the 16-bit verdict answers it, by re-running what differs, here
 3. else the difference stays on the CPU: a real one, FAILED with the CPU run's verdict, which locates
    it (``"port"``).
 
+A check that passed at a precision below ``highest`` is re-run there too: a pass within the device's
+arithmetic cannot see a difference smaller than it (a planted layer-norm epsilon or an exact GELU for
+the tanh one, on a TPU at the default precision). If the ``highest`` run passes, the check is that run's
+(``"confirmed"``); if it fails and the host CPU's run fails too, FAILED with the CPU run's verdict, a
+real difference the reduced precision hid (``"hidden"``); if only the CPU run passes, the as-asked pass
+stands, the device named (``"device"``).
+
 Each re-run is a full check, the same request with one setting changed; nothing is widened. A check that
-passed, was interrupted or halted, or whose JAX side ran on a CPU, is returned as it is.
+passed at ``highest``, was interrupted or halted, or whose JAX side ran on a CPU, is returned as it is.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from typing import Any
 from crosscheck._report.report import Report
 
 #: The classes of a failure on an accelerator (``Classification.kind``).
-KINDS = ("precision", "device", "port")
+KINDS = ("precision", "device", "port", "confirmed", "hidden")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,24 +85,30 @@ def classified(request: Any, report: Report, again: Callable[[Any], Report]) -> 
     (module doc); ``again(request)`` runs a checked request in this process, never in a worker (the
     chip is held by one program at a time)."""
     where = accelerated(report)
-    if report.passed or report.interrupted or report.halted or where is None or not _implicated(report):
+    if report.interrupted or report.halted or where is None:
+        return report
+    passed = report.passed
+    if (passed and _level(where) == "highest") or (not passed and not _implicated(report)):
         return report
     runs = [_run("as asked", report, where)]
     tell = _telling(request)
     execution = request.execution
+    why = "to see what the reduced precision hides" if passed else "to classify the failure"
     if _level(where) != "highest":
-        tell("JAX at `highest` precision, to classify the failure")
+        tell(f"JAX at `highest` precision, {why}")
         highest = again(_with(request, execution, jax_precision="highest"))
         ran = accelerated(highest)
         runs.append(_run("highest", highest, ran or {}))
         if highest.passed and ran is not None and _level(ran) == "highest":
-            return _attach(highest, _precision(where, report, runs))
-    tell("the JAX side on the host CPU, to classify the failure")
+            return _attach(highest, (_confirmed if passed else _precision)(where, report, runs))
+        if highest.interrupted or highest.halted:
+            return report if passed else highest
+    tell(f"the JAX side on the host CPU, {why}")
     cpu = again(_with(request, execution, jax_platform="cpu"))
     runs.append(_run("host CPU", cpu, _cpu_info(cpu)))
     if cpu.passed:
         return _attach(report, _device(where, runs))
-    return _attach(cpu, _port(where, runs))
+    return _attach(cpu, (_hidden if passed else _port)(where, runs))
 
 
 def _with(request: Any, execution: Any, **setting: str) -> Any:
@@ -158,6 +171,28 @@ def _precision(where: dict[str, str], report: Report, runs: list[dict[str, Any]]
         "that much"
     )
     return Classification("precision", text, tuple(runs))
+
+
+def _confirmed(where: dict[str, str], report: Report, runs: list[dict[str, Any]]) -> Classification:
+    at = _level(where)
+    text = (
+        f"the check passed with the JAX side on {_device_words(where)} at JAX's {at} matmul precision, "
+        "within what that arithmetic hides; re-run at `highest` (float32 products) on the same device it "
+        "passes too, so the reduced precision hid no difference larger than float32's arithmetic there "
+        "permits; the check is the `highest` run's"
+    )
+    return Classification("confirmed", text, tuple(runs))
+
+
+def _hidden(where: dict[str, str], runs: list[dict[str, Any]]) -> Classification:
+    at = _level(where)
+    text = (
+        f"the check passed with the JAX side on {_device_words(where)} at JAX's {at} matmul precision, "
+        f"within what that arithmetic hides; at `highest` it differs ({_first(runs[1])}), and with the "
+        "JAX side on the host CPU too: a real difference of the port, smaller than the reduced "
+        "precision can see; the verdict is the CPU run's"
+    )
+    return Classification("hidden", text, tuple(runs))
 
 
 def _device(where: dict[str, str], runs: list[dict[str, Any]]) -> Classification:

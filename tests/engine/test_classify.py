@@ -168,3 +168,51 @@ def test_a_failure_of_another_side_is_not_the_devices_to_classify():
     report.comparisons[0].passed = False  # the JAX side's own comparison fails: re-run
     with pytest.raises(AttributeError):  # the stub request has no execution: the re-run was asked for
         classify.classified(NS(progress=None), report, again.append)
+
+
+def fine_dot(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, **kwargs):
+    """The simulated chip's product within its model: inputs rounded to bfloat16 at the default precision."""
+    if lhs.dtype == jnp.float32 and _on_chip() and jax.config.jax_default_matmul_precision is None:
+        lhs, rhs = (a.astype(jnp.bfloat16).astype(jnp.float32) for a in (lhs, rhs))
+    return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision)
+
+
+class FlaxFine(nn.Module):
+    shift: float = 0.0  # a planted bug: the output off by this much, below what bfloat16 products hide
+
+    @nn.compact
+    def __call__(self, x):
+        h = jnp.tanh(nn.Dense(HIDDEN, name="fc1", dot_general=fine_dot)(x))
+        return nn.Dense(OUT, name="fc2", dot_general=fine_dot)(h) + self.shift
+
+
+def _fine(shift=0.0):
+    x = np.random.default_rng(3).standard_normal((16, WIDTH)).astype(np.float32)
+    torch.manual_seed(0)
+    return crosscheck.Port(name="fine", torch=TorchMLP().eval(), jax=FlaxFine(shift=shift), inputs={"x": x})
+
+
+def test_a_pass_at_the_default_precision_is_confirmed_at_highest(on_a_tpu):
+    report = _run(_fine())
+    assert report.passed, report.problems
+    found = report.classification
+    assert found["kind"] == "confirmed" and [r["run"] for r in found["runs"]] == ["as asked", "highest"]
+    assert all(r["passed"] for r in found["runs"])
+    assert report.backends["jax"].info["matmul_precision"] == "highest"  # the check is that run's
+
+
+def test_a_bug_the_default_precision_hides_fails_at_its_module(on_a_tpu):
+    """A difference smaller than bfloat16 products can see (a layer-norm epsilon, an exact GELU for the
+    tanh one, on a TPU v5e at the default precision) passed there; now the `highest` and host CPU
+    re-runs find it, and the verdict is the CPU run's, located."""
+    report = _run(_fine(shift=3e-3))
+    assert not report.passed
+    found = report.classification
+    assert found["kind"] == "hidden" and [r["run"] for r in found["runs"]] == [
+        "as asked",
+        "highest",
+        "host CPU",
+    ]
+    assert found["runs"][0]["passed"] and not found["runs"][1]["passed"]
+    assert "smaller than the reduced precision can see" in found["text"]
+    assert report.backends["jax"].notes["port"]["starts_in"] == "forward"
