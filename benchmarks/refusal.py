@@ -5,7 +5,7 @@ override naming a JAX leaf that does not exist), ``shape`` (a listed intermediat
 wrong shape: ``fc1``'s output cut to 4 features), or both. Each case runs ``crosscheck run --workload
 MODULE:port --reference torch`` as a user does (a worker process loads the port), ``--runs`` times;
 the module stamps the time when the worker starts importing it, when it is imported (PyTorch, JAX and
-Equinox imported, both models built) and when the port is refused (``registry.engine`` raised), so that
+Equinox imported, both models built) and when the port is refused (``Port.prepared`` raised), so that
 the wall time splits into: starting (the command and its worker), importing the user's module,
 preparing and refusing the port, and what comes after (the refusal sent to the command, the worker's
 exit waited for or not, the lines printed). Run from the repository root::
@@ -32,20 +32,19 @@ MODULE = """
 import sys, time
 sys.stderr.write(f"STAMP import {{time.time()}}\\n")
 import crosscheck
-from crosscheck._workloads import registry
 from examples.port import block_equinox as b
 
-_engine = registry.engine
+_prepared = crosscheck.Port.prepared
 
 
-def _stamped(declared, spec=None):  # the engine's view of the port: where the worker refuses it
+def _stamped(port):  # the port prepared: where the worker refuses it
     try:
-        return _engine(declared, spec)
+        return _prepared.fget(port)
     finally:
         sys.stderr.write(f"STAMP refused {{time.time()}}\\n")
 
 
-registry.engine = _stamped
+crosscheck.Port.prepared = property(_stamped)
 
 
 def _cut(model, inputs):

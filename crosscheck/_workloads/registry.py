@@ -104,6 +104,9 @@ def engine(declared: Workload | Port | Train | Blocks, spec: str | None = None) 
         return TrainWorkload(declared, spec=spec)
     if isinstance(declared, Port):
         try:
+            # Prepared (and a faulty declaration refused, every problem at once) before the judges and
+            # the oracle they build on are imported: a refusal needs neither.
+            declared.prepared  # noqa: B018 (prepared once, kept on the port)
             from crosscheck._workloads.port.judge.workload import PortWorkload
 
             return PortWorkload(declared, spec=spec)

@@ -123,7 +123,9 @@ def differs(
     port: Any, wrapped: Any, side: Any, values: Mapping[str, np.ndarray], example: dict, jax_in: dict
 ) -> Callable[[Table], float | None]:
     """``prove``'s measure for a port: its float32 output on the example inputs against PyTorch's, the
-    JAX leaves built by a table. PyTorch's output is computed once; a pass that fails is None."""
+    JAX leaves built by a table. PyTorch's output is computed once, when first measured: a table with
+    no head rows to prove (``prove`` returns it as it is) costs no forward pass; a pass that fails is
+    None."""
     import jax.numpy as jnp
 
     from crosscheck._workloads.port.sides import torch_side
@@ -132,11 +134,18 @@ def differs(
         k: v.astype(np.float32) if np.issubdtype(v.dtype, np.floating) else v for k, v in values.items()
     }
     pick = port.output or (lambda out: out)
-    reference = _outputs(
-        lambda: pick(torch_side.call(wrapped, torch_side.to_torch(floats), torch_side.to_torch(example)))
-    )
+    computed: list[list[np.ndarray] | None] = []  # PyTorch's output, once measured
 
     def measure(table: Table) -> float | None:
+        if not computed:
+            computed.append(
+                _outputs(
+                    lambda: pick(
+                        torch_side.call(wrapped, torch_side.to_torch(floats), torch_side.to_torch(example))
+                    )
+                )
+            )
+        reference = computed[0]
         if reference is None:
             return None
         pieces: dict[tuple[str, ...], list[assemble.Piece]] = {}

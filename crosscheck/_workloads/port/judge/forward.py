@@ -33,7 +33,8 @@ from crosscheck._compare.dtypes import is_float, is_low, numpy_dtype
 from crosscheck._compare.record import Comparison
 from crosscheck._report.report import Verdict
 from crosscheck._workloads.port.judge import capture, localize, own, wide
-from crosscheck._workloads.port.judge.gradient import MAPPING, PortJudge
+from crosscheck._workloads.port.judge.gradient import PortJudge
+from crosscheck._workloads.port.mapping.table import MAPPING
 from crosscheck._workloads.protocol import Call, Outcome, Reference
 
 #: The case's ``oracle_differentiates`` of a forward check (the table's title says it).

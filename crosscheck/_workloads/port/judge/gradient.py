@@ -25,7 +25,7 @@ import numpy as np
 from crosscheck._compare.constants import OTHER_DTYPE
 from crosscheck._compare.device import Arithmetic, arithmetic
 from crosscheck._compare.record import Comparison
-from crosscheck._report.report import FORWARD_ONLY, Report, Section, Verdict
+from crosscheck._report.report import FORWARD_ONLY, Verdict
 from crosscheck._workloads.model.judge import GenericJudge
 from crosscheck._workloads.model.oracle.function import Differences
 from crosscheck._workloads.port.declare.build import Prepared, not_checked, torch_implementation
@@ -33,7 +33,7 @@ from crosscheck._workloads.port.declare.port import Port
 from crosscheck._workloads.port.judge import boundaries, capture, constants, localize, own, wide
 from crosscheck._workloads.port.judge.pairs import module_pairs
 from crosscheck._workloads.port.judge.verdict import Origin, forward_verdict, gradient_verdict, listed_verdict
-from crosscheck._workloads.port.mapping.table import render_summary
+from crosscheck._workloads.port.mapping.table import MAPPING
 from crosscheck._workloads.protocol import Call, Options, Outcome, Point, Reference
 
 
@@ -380,16 +380,6 @@ def compared(verdict: Any, name: str, reference: str, *, forward: bool = False) 
     if reference == "torch":
         return f" (`{name}` vs `torch`: module outputs and gradients)"
     return f" (`{name}` vs `torch`: module outputs; `{name}` vs `{reference}`: gradients)"
-
-
-def render_mapping(report: Report, console: Any) -> None:
-    """The parameter mapping (the case's ``mapping``), before any numerics."""
-    if isinstance(report.case.get("mapping"), list):
-        console.print(render_summary(report.case["mapping"]), highlight=False, markup=False)
-
-
-#: The report's section of a port: its mapping, before the table.
-MAPPING = Section(render_mapping, place="before")
 
 
 def _arrays(side: tuple[Any, Any], attr: str, limit: int | None = None) -> tuple[Any, Any]:

@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from crosscheck._report.report import Report, Section
 from crosscheck._workloads.port.mapping import fused
 from crosscheck._workloads.port.mapping.assemble import tiling, where
 from crosscheck._workloads.port.mapping.matching import (
@@ -189,6 +190,18 @@ def render_summary(rows: Sequence[Mapping[str, Any]]) -> str:
     told = ", ".join(f"{n} {key}" for key, n in counts.items())
     line = f"mapping of {len(rows)} rows: {told} (every row: the JSON report's case.mapping)"
     return (render(notable) + "\n" if notable else "") + line
+
+
+def render_mapping(report: Report, console: Any) -> None:
+    """The parameter mapping (the case's ``mapping``), before any numerics."""
+    if isinstance(report.case.get("mapping"), list):
+        console.print(render_summary(report.case["mapping"]), highlight=False, markup=False)
+
+
+#: The report's section of a port: its mapping, before the table. It lives with the table, not with the
+#: judges: the command that prints a worker's report rebuilds it by its module (``_report.wire``), and
+#: this one imports no judge and no oracle.
+MAPPING = Section(render_mapping, place="before")
 
 
 def _unusual(row: Mapping[str, Any]) -> bool:

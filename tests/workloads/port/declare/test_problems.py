@@ -208,3 +208,34 @@ def test_the_command_line_says_every_problem_on_its_line(monkeypatch, capsys, tm
     out = captured.out.splitlines()
     assert out[0] == "the mapping has 1 problem (their rows first):"
     assert out[2].startswith("fc2.weight (4, 4)") and "AMBIGUOUS" in out[2]
+
+
+def test_a_refusal_of_two_mistakes_does_the_work_of_one():
+    """Two mistakes are found by the work that finds one: one PyTorch forward pass and one JAX trace
+    (for the listed intermediates' shapes), nothing compiled, whichever mistakes there are (the seconds
+    ``benchmarks/refusal.py`` once saw a second mistake add were the machine's load, not work)."""
+    pytest.importorskip("jax")
+    import jax.monitoring
+
+    events: list[str] = []
+
+    def listen(name, *args, **kwargs):
+        events.append(name)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    work = {}
+    try:
+        for kinds in ("override", "shape", "both"):
+            mistakes = {"override": kinds != "shape", "shape": kinds != "override"}
+            port = square_port(ambiguous=False, **mistakes)
+            passes: list[int] = []
+            port.torch.register_forward_hook(lambda *a, passes=passes: passes.append(1))
+            events.clear()
+            with pytest.raises(ValueError, match="fc9/b" if kinds != "shape" else "has shape"):
+                crosscheck.check(port, reference="torch")
+            traced = events.count("/jax/core/compile/jaxpr_trace_duration")
+            compiled = events.count("/jax/core/compile/backend_compile_duration")
+            work[kinds] = (len(passes), traced, compiled)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert work == {"override": (1, 1, 0), "shape": (1, 1, 0), "both": (1, 1, 0)}

@@ -83,6 +83,20 @@ def test_the_ports_capture_is_compiled_once_per_precision(dtype):
     assert len(compiled) == 2, compiled
 
 
+def test_pytorch_runs_four_forward_passes_in_a_forward_check():
+    """Its proof that it keeps no state (two calls), its module capture at the case's dtype and its re-run
+    in the other, each capture's hooks recording every module in one pass; the mapping's proof of a head
+    order ran one more, for a table with no head rows to prove (nothing measured with it)."""
+    import torch
+
+    port = _port()
+    passes: list[torch.dtype] = []
+    port.torch.register_forward_hook(lambda module, args, out: passes.append(out.dtype))
+    report = crosscheck.check(port, quantity="output", dtype="float32")
+    assert report.passed, report.problems
+    assert passes == [torch.float32, torch.float32, torch.float32, torch.float64]
+
+
 def test_a_planted_forward_bug_is_located_where_the_full_check_locates_it():
     buggy = _port(ln_eps=0.1)
     forward = crosscheck.check(buggy, quantity="output")
