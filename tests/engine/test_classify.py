@@ -21,14 +21,14 @@ jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 nn = pytest.importorskip("flax.linen")
 
+from simulated_device import TorchMLP as TorchMLPOf  # noqa: E402
+from simulated_device import bfloat16_dot as fine_dot  # noqa: E402
+from simulated_device import on_chip  # noqa: E402
+
 from crosscheck._engine import classify  # noqa: E402
 from crosscheck.backends.jax import environment  # noqa: E402
 
 WIDTH, HIDDEN, OUT = 32, 64, 16
-
-
-def _on_chip() -> bool:
-    return jax.config.jax_default_device is None
 
 
 def coarse(a):
@@ -38,18 +38,13 @@ def coarse(a):
 
 
 def chip_dot(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, **kwargs):
-    if lhs.dtype == jnp.float32 and _on_chip() and jax.config.jax_default_matmul_precision is None:
+    if lhs.dtype == jnp.float32 and on_chip() and jax.config.jax_default_matmul_precision is None:
         lhs, rhs = coarse(lhs), coarse(rhs)
     return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision)
 
 
-class TorchMLP(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1, self.fc2 = torch.nn.Linear(WIDTH, HIDDEN), torch.nn.Linear(HIDDEN, OUT)
-
-    def forward(self, x):
-        return self.fc2(torch.tanh(self.fc1(x)))
+def TorchMLP() -> torch.nn.Module:
+    return TorchMLPOf(WIDTH, HIDDEN, OUT)
 
 
 class FlaxMLP(nn.Module):
@@ -59,7 +54,7 @@ class FlaxMLP(nn.Module):
     @nn.compact
     def __call__(self, x):
         h = jnp.tanh(nn.Dense(HIDDEN, name="fc1", dot_general=chip_dot)(x))
-        if self.tanh_ulps and h.dtype == jnp.float32 and _on_chip():
+        if self.tanh_ulps and h.dtype == jnp.float32 and on_chip():
             h = h * (1 + self.tanh_ulps * 2.0**-24)
         return nn.Dense(OUT, name="fc2", dot_general=chip_dot)(h) + self.shift
 
@@ -77,7 +72,7 @@ def on_a_tpu(monkeypatch):
 
     def side():
         found = real()
-        return found if not _on_chip() else {**found, "platform": "tpu", "device_kind": "TPU v5 lite"}
+        return found if not on_chip() else {**found, "platform": "tpu", "device_kind": "TPU v5 lite"}
 
     monkeypatch.setattr(environment, "side", side)
 
@@ -168,13 +163,6 @@ def test_a_failure_of_another_side_is_not_the_devices_to_classify():
     report.comparisons[0].passed = False  # the JAX side's own comparison fails: re-run
     with pytest.raises(AttributeError):  # the stub request has no execution: the re-run was asked for
         classify.classified(NS(progress=None), report, again.append)
-
-
-def fine_dot(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, **kwargs):
-    """The simulated chip's product within its model: inputs rounded to bfloat16 at the default precision."""
-    if lhs.dtype == jnp.float32 and _on_chip() and jax.config.jax_default_matmul_precision is None:
-        lhs, rhs = (a.astype(jnp.bfloat16).astype(jnp.float32) for a in (lhs, rhs))
-    return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision)
 
 
 class FlaxFine(nn.Module):

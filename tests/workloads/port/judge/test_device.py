@@ -21,25 +21,16 @@ jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 nn = pytest.importorskip("flax.linen")
 
+import simulated_device  # noqa: E402
+from simulated_device import bfloat16_dot as tpu_dot  # noqa: E402
+
 from crosscheck._workloads.model.workload import _framework_backend  # noqa: E402
 
 WIDTH, HIDDEN, OUT = 48, 96, 24
 
 
-def tpu_dot(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, **kwargs):
-    """A TPU's float32 product at the default precision: inputs rounded to bfloat16, summed in float32."""
-    if lhs.dtype == jnp.float32:
-        lhs, rhs = (a.astype(jnp.bfloat16).astype(jnp.float32) for a in (lhs, rhs))
-    return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision)
-
-
-class TorchMLP(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1, self.fc2 = torch.nn.Linear(WIDTH, HIDDEN), torch.nn.Linear(HIDDEN, OUT)
-
-    def forward(self, x):
-        return self.fc2(torch.tanh(self.fc1(x)))
+def TorchMLP() -> torch.nn.Module:
+    return simulated_device.TorchMLP(WIDTH, HIDDEN, OUT)
 
 
 class FlaxMLP(nn.Module):
@@ -137,7 +128,10 @@ class FlaxPooled(nn.Module):
         return nn.Dense(OUT, name="fc2", dot_general=tpu_dot)(h)
 
 
-class TorchPooled(TorchMLP):
+class TorchPooled(simulated_device.TorchMLP):
+    def __init__(self):
+        super().__init__(WIDTH, HIDDEN, OUT)
+
     def forward(self, x):
         h = torch.tanh(self.fc1(x))
         h = h.reshape(h.shape[0], -1, 2).amax(-1).repeat_interleave(2, -1)

@@ -1,0 +1,35 @@
+"""A TPU simulated on the CPU, for the tests of the JAX side on an accelerator (CI has none): the JAX
+side is "on the chip" unless placed on the host CPU (JAX's default device set, as ``--jax-platform cpu``
+and ``Call.on_host`` set it), where a float32 product at JAX's default matmul precision takes its inputs
+rounded to bfloat16 (one pass); and the two-layer PyTorch MLP the simulated ports are checked against.
+Import it after ``pytest.importorskip`` of torch and jax."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import torch
+
+
+def on_chip() -> bool:
+    """Whether the JAX side is on the simulated chip now (not placed on the host CPU)."""
+    return jax.config.jax_default_device is None
+
+
+def bfloat16_dot(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, **kwargs):
+    """The simulated chip's float32 product at the default precision: inputs rounded to bfloat16, summed
+    in float32; at ``highest``, in float64 or on the host CPU, the exact product."""
+    if lhs.dtype == jnp.float32 and on_chip() and jax.config.jax_default_matmul_precision is None:
+        lhs, rhs = (a.astype(jnp.bfloat16).astype(jnp.float32) for a in (lhs, rhs))
+    return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision)
+
+
+class TorchMLP(torch.nn.Module):
+    """``fc2(tanh(fc1(x)))``."""
+
+    def __init__(self, width: int, hidden: int, out: int) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(width, hidden), torch.nn.Linear(hidden, out)
+
+    def forward(self, x):
+        return self.fc2(torch.tanh(self.fc1(x)))
