@@ -204,3 +204,28 @@ def test_a_bug_the_default_precision_hides_fails_at_its_module(on_a_tpu):
     assert found["runs"][0]["passed"] and not found["runs"][1]["passed"]
     assert "smaller than the reduced precision can see" in found["text"]
     assert report.backends["jax"].notes["port"]["starts_in"] == "forward"
+
+
+class FlaxOffTanh(nn.Module):
+    """Bfloat16 products within the model, and the chip's tanh off by a share of its value at every
+    precision: within what the default precision hides, beyond what `highest` permits."""
+
+    off: float = 2.0**-5
+
+    @nn.compact
+    def __call__(self, x):
+        h = jnp.tanh(nn.Dense(HIDDEN, name="fc1", dot_general=fine_dot)(x))
+        if h.dtype == jnp.float32 and on_chip():
+            h = h * (1 + self.off)
+        return nn.Dense(OUT, name="fc2", dot_general=fine_dot)(h)
+
+
+def test_a_pass_whose_highest_run_differs_on_the_device_alone_stands_and_names_the_device(on_a_tpu):
+    x = np.random.default_rng(3).standard_normal((16, WIDTH)).astype(np.float32)
+    torch.manual_seed(0)
+    report = _run(crosscheck.Port(name="off", torch=TorchMLP().eval(), jax=FlaxOffTanh(), inputs={"x": x}))
+    found = report.classification
+    assert [r["run"] for r in found["runs"]] == ["as asked", "highest", "host CPU"]
+    assert [r["passed"] for r in found["runs"]] == [True, False, True]
+    assert report.passed and found["kind"] == "device"
+    assert "the check as asked passed, and stands" in found["text"] and " too " not in found["text"]
