@@ -23,7 +23,7 @@ nn = pytest.importorskip("flax.linen")
 
 from simulated_device import TorchMLP as TorchMLPOf  # noqa: E402
 from simulated_device import bfloat16_dot as fine_dot  # noqa: E402
-from simulated_device import on_chip  # noqa: E402
+from simulated_device import mlp_port, on_chip  # noqa: E402
 
 from crosscheck._engine import classify  # noqa: E402
 from crosscheck.backends.jax import environment  # noqa: E402
@@ -165,19 +165,8 @@ def test_a_failure_of_another_side_is_not_the_devices_to_classify():
         classify.classified(NS(progress=None), report, again.append)
 
 
-class FlaxFine(nn.Module):
-    shift: float = 0.0  # a planted bug: the output off by this much, below what bfloat16 products hide
-
-    @nn.compact
-    def __call__(self, x):
-        h = jnp.tanh(nn.Dense(HIDDEN, name="fc1", dot_general=fine_dot)(x))
-        return nn.Dense(OUT, name="fc2", dot_general=fine_dot)(h) + self.shift
-
-
 def _fine(shift=0.0):
-    x = np.random.default_rng(3).standard_normal((16, WIDTH)).astype(np.float32)
-    torch.manual_seed(0)
-    return crosscheck.Port(name="fine", torch=TorchMLP().eval(), jax=FlaxFine(shift=shift), inputs={"x": x})
+    return mlp_port("fine", WIDTH, HIDDEN, OUT, shift)
 
 
 def test_a_pass_at_the_default_precision_is_confirmed_at_highest(on_a_tpu):

@@ -33,3 +33,23 @@ class TorchMLP(torch.nn.Module):
 
     def forward(self, x):
         return self.fc2(torch.tanh(self.fc1(x)))
+
+
+def mlp_port(name: str, width: int, hidden: int, out: int, shift: float = 0.0):
+    """The MLP's port, its Flax side's products the simulated chip's (``bfloat16_dot``), its output off
+    by ``shift`` (a planted bug; 0: healthy), on 16 seeded inputs."""
+    import flax.linen as nn
+    import numpy as np
+
+    import crosscheck
+
+    class FlaxMLP(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            h = jnp.tanh(nn.Dense(hidden, name="fc1", dot_general=bfloat16_dot)(x))
+            return nn.Dense(out, name="fc2", dot_general=bfloat16_dot)(h) + shift
+
+    x = np.random.default_rng(3).standard_normal((16, width)).astype(np.float32)
+    torch.manual_seed(0)
+    model = TorchMLP(width, hidden, out).eval()
+    return crosscheck.Port(name=name, torch=model, jax=FlaxMLP(), inputs={"x": x})

@@ -33,19 +33,8 @@ def TorchMLP() -> torch.nn.Module:
     return simulated_device.TorchMLP(WIDTH, HIDDEN, OUT)
 
 
-class FlaxMLP(nn.Module):
-    shift: float = 0.0  # a planted bug: fc2's bias read off by this much
-
-    @nn.compact
-    def __call__(self, x):
-        h = jnp.tanh(nn.Dense(HIDDEN, name="fc1", dot_general=tpu_dot)(x))
-        return nn.Dense(OUT, name="fc2", dot_general=tpu_dot)(h) + self.shift
-
-
 def _port(shift=0.0):
-    x = np.random.default_rng(3).standard_normal((16, WIDTH)).astype(np.float32)
-    torch.manual_seed(0)
-    return crosscheck.Port(name="mlp", torch=TorchMLP().eval(), jax=FlaxMLP(shift=shift), inputs={"x": x})
+    return simulated_device.mlp_port("mlp", WIDTH, HIDDEN, OUT, shift)
 
 
 @pytest.fixture
