@@ -12,7 +12,8 @@ Run from the repository root (the port extra installed: torch, jax, flax, transf
 Modes:
 
 - ``check`` (default): each (model, reference) is one ``crosscheck run --workload
-  benchmarks.real_size:<model> --reference <ref> --json ...`` in its own process; its wall time and the
+  benchmarks.real_size:<model> --reference <ref> --json ...`` in its own process (the reference
+  ``output``: ``--quantity output`` instead, the forward check); its wall time and the
   peak resident memory of that process and its workers (``os.wait4``'s ``ru_maxrss``), with its verdict,
   its CPU seconds, the system's share of them and its page faults (``ru_stime``, ``ru_minflt``: on a
   virtual machine that gives freed memory back to its host, mostly the first touch of fresh pages,
@@ -314,11 +315,17 @@ def run_check(
         report = Path(scratch) / "report.json"
         command = [sys.executable, "-m", "crosscheck", "run"]
         command += ["--workload", f"benchmarks.real_size:{model.replace('-', '_')}"]
-        command += ["--reference", reference, "--json", str(report), "--quiet"]
+        # ``output``: the forward check (``--quantity output``), every module's output against PyTorch's.
+        command += ["--quantity", "output"] if reference == "output" else ["--reference", reference]
+        command += ["--json", str(report), "--quiet"]
         got = measured(command, environment(layers, seq), timeout, limit)
         got["verdict"] = verdict(report) if report.exists() else f"no report: {' | '.join(got['tail'])}"
         got["json_bytes"] = report.stat().st_size if report.exists() else 0
     return got
+
+
+def _label(reference: str) -> str:
+    return "--quantity output" if reference == "output" else f"--reference {reference}"
 
 
 def verdict(path: Path) -> str:
@@ -600,7 +607,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     parser.add_argument(
-        "--references", default="torch,numpy-fd", help="comma-separated (default torch,numpy-fd)"
+        "--references",
+        default="torch,numpy-fd",
+        help="comma-separated, of torch, numpy-fd and output (the forward check, --quantity output); "
+        "default torch,numpy-fd",
     )
     parser.add_argument("--mode", choices=("check", "own", "stages", "evaluations"), default="check")
     parser.add_argument("--no-own", dest="own", action="store_false", help="check mode: skip the own fwd+bwd")
@@ -627,6 +637,11 @@ def main() -> None:
     if unknown:
         parser.error(f"--models: expected some of {', '.join(MODELS)}, found {unknown[0]!r}")
     references = [r for r in args.references.split(",") if r]
+    unknown = [r for r in references if r not in ("torch", "numpy-fd", "output")]
+    if unknown:
+        parser.error(f"--references: expected some of torch, numpy-fd, output, found {unknown[0]!r}")
+    if args.mode == "stages" and "output" in references:
+        parser.error("--references: the stages mode times a gradient check, found 'output'")
     if args.rounds < 1:
         parser.error(f"--rounds: expected a whole number of at least 1, found {args.rounds}")
     for line in header(args):
@@ -670,7 +685,7 @@ def main() -> None:
                     row["checks"][reference] = got  # the last round's
                     timed[reference] = got["seconds"]
                     print(
-                        f"  check --reference {reference}"
+                        f"  check {_label(reference)}"
                         + (f" (round {n + 1})" if args.rounds > 1 else "")
                         + f": {minutes(got['seconds'])} ({got['cpu']:.0f} s CPU, "
                         f"{got['system']:.0f} s of it system; {got['faults'] / 1e6:.2f} M page faults), "
@@ -686,7 +701,7 @@ def main() -> None:
                 for ref, ratios in summary["ratios"].items():
                     each = ", ".join(f"{r:.2f}" for r in ratios)
                     print(
-                        f"  --reference {ref} / --reference {references[0]}, each round: {each}; "
+                        f"  {_label(ref)} / {_label(references[0])}, each round: {each}; "
                         f"median {summary['median_ratio'][ref]:.2f}"
                     )
         if args.mode == "evaluations":

@@ -57,3 +57,21 @@ def test_rounds_give_each_references_median_and_the_median_of_its_ratios():
 def test_rounds_below_one_are_refused_in_one_line():
     out = _benchmark("--models", "gpt2-small", "--rounds", "0")
     assert out.returncode == 2 and "--rounds: expected a whole number of at least 1, found 0" in out.stderr
+
+
+def test_the_reference_output_runs_the_forward_check(monkeypatch):
+    from benchmarks import real_size
+
+    seen = []
+    monkeypatch.setattr(real_size, "measured", lambda command, *a, **k: seen.append(command) or {"tail": []})
+    real_size.run_check("gpt2-small", "output", 1, 8, 10.0, 1e9)
+    real_size.run_check("gpt2-small", "torch", 1, 8, 10.0, 1e9)
+    forward, full = seen
+    assert forward[forward.index("--quantity") + 1] == "output" and "--reference" not in forward
+    assert full[full.index("--reference") + 1] == "torch" and "--quantity" not in full
+
+
+def test_an_unknown_reference_is_refused_in_one_line():
+    out = _benchmark("--models", "gpt2-small", "--references", "torch,fwd")
+    assert out.returncode == 2
+    assert out.stderr.splitlines()[-1].endswith("expected some of torch, numpy-fd, output, found 'fwd'")
