@@ -139,8 +139,11 @@ class Screening:
     full_layers: dict[int, tuple[np.ndarray, ...]] = dataclasses.field(default_factory=dict)
     #: What each dtype is screened along (``Along``), or why the oracle could not screen it.
     along: dict[str, Along | str] = dataclasses.field(default_factory=dict)
-    #: The oracle's evaluations after its first screen (its screens of the judgeable entries).
+    #: The oracle's evaluations after its first screen (its screens of the judgeable entries, its spots).
     more_evaluations: int = 0
+    #: The spot check's memo (``spot``): the oracle at single entries, by ``(layer, row, col)``, and
+    #: its kink judgements, by what each was made for (shared with a view held at a pattern).
+    spots: dict[tuple, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def directions(self) -> np.ndarray:
