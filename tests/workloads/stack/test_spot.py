@@ -11,8 +11,13 @@ import pytest
 
 import crosscheck
 from backends.numpy_fd import FiniteDifferenceOracle
+from crosscheck._records import Oracle
+from crosscheck._workloads.protocol import Options
 from crosscheck._workloads.stack.judge import spot as _spot
+from crosscheck._workloads.stack.judge.answers import GradAnswer
+from crosscheck._workloads.stack.judge.grad import StackGradJudge
 from crosscheck._workloads.stack.oracle import fd as _fd
+from crosscheck._workloads.stack.workload import Stack
 
 
 def _largest_entry(dim: int) -> tuple[int, int, int]:
@@ -134,3 +139,29 @@ def test_largest_leaves_out_the_entries_the_screen_left_out():
     skip[1, 2, 2] = True  # the largest of layer 1
     found = _spot.largest(candidate, skip, [0, 1], 2)
     assert found.tolist() == [[0, 0, 0], [0, 0, 1], [1, 2, 1], [1, 2, 0]]
+
+
+def test_the_kinks_at_single_entries_are_the_full_checks_kinks_there():
+    """An entry's kink judgement depends on its own tolerance alone: judged at a few entries (an
+    infinite tolerance elsewhere), each is what the full check says of it, unjudgeable ones included."""
+    point = Stack(layers=3, batch=4, dim=6, init="nearzero").point(dtype="float32", seed=2)
+    judge = StackGradJudge(point, Options(oracle=Oracle("full")))
+    est = _fd.estimate(judge.weights, judge.x)
+    full = GradAnswer(est.value, est.error, est.kink, est.kink_at)
+    tol = judge.model("float32").grad_bound + est.error
+    kinks, minor = judge.judged_kinks(tol, "float32", full)
+    unjudgeable, two_sided = np.argwhere(kinks.unjudgeable), np.argwhere(np.isfinite(kinks.alternative))
+    plain = np.argwhere(~kinks.unjudgeable & np.isnan(kinks.alternative))
+    assert len(unjudgeable) and len(two_sided) and len(plain)
+    entries = np.concatenate([unjudgeable[:3], two_sided[:3], plain[:3]])
+    at = tuple(entries.T)
+    threshold = np.full(tol.shape, np.inf)
+    threshold[at] = tol[at]
+    judge.forget_kinks("float32")
+    answer = GradAnswer(est.value[at], est.error[at], est.kink[at], est.kink_at[at])
+    found, found_minor = judge.judged_kinks(threshold, "float32", answer, at=entries)
+    np.testing.assert_array_equal(found.unjudgeable, kinks.unjudgeable[at])
+    np.testing.assert_array_equal(found.reason, kinks.reason[at])
+    np.testing.assert_array_equal(found.kink, kinks.kink[at])
+    np.testing.assert_array_equal(found.alternative, kinks.alternative[at])
+    np.testing.assert_array_equal(found_minor, minor[at])
