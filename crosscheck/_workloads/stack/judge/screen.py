@@ -1,5 +1,5 @@
 """Screening the stack's gradient: random directional derivatives per layer, with error bars, then every
-entry of each layer that fails them (see README, "Screening").
+entry of each layer that fails them; ``spot`` then checks the others' largest entries one by one.
 
 The gradient judge owns a ``Screening`` (what the oracle screened, and what every candidate shares) and
 hands it, with itself, to ``compare_screened``; this module uses the judge's public surface only
