@@ -7,6 +7,7 @@ The algorithm (a kink-aware central difference, per entry or along directions) i
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -45,6 +46,20 @@ class FiniteDifferenceOracle:
             progress: called as ``progress(done, total)`` in units of perturbed entries.
         """
         return _fd.estimate(weights, x, layers=layers, progress=progress)
+
+    def estimate_entries(
+        self, weights: np.ndarray, x: np.ndarray, index: np.ndarray, *, rounding: Any = None
+    ) -> OracleEstimate:
+        """``estimate`` at the entries ``index`` alone (``(S, 3)``: ``(layer, row, col)``), each field
+        ``(S,)``: what a screen's spot check compares a candidate's largest entries with.
+
+        Args:
+            weights: ``(L, d, d)``; x: ``(N, d)`` (not modified).
+            index: the entries, ``(S, 3)`` integers.
+            rounding: this point's float64 rounding model (a screen's), which sizes each error bar's
+                shared-prefix part; made when not given.
+        """
+        return _fd.entries(weights, x, index, rounding=rounding)
 
     def screen(
         self,

@@ -91,7 +91,9 @@ def test_screening_checks_only_failing_layers_entry_by_entry():
     (comparison,) = report.comparisons
     assert not comparison.passed
     assert [s["layer"] for s in comparison.screening if s["full_check"]] == [5]
-    assert comparison.judged == 24 * 24  # the one layer checked entry by entry
+    # The one layer checked entry by entry, and the 8 largest entries of each other layer, spot-checked.
+    assert comparison.judged == 24 * 24 + 7 * 8
+    assert "layers checked entry by entry: [5]; spot-checked: 56 entries" in comparison.coverage
     assert comparison.coverage.startswith("screened: 8 layers x 4 random directions")
     assert comparison.message.splitlines()[1].startswith("Mismatched elements: ")
 

@@ -94,7 +94,7 @@ def test_a_screened_run_draws_unchecked_layers_grey(tmp_path):
     screen = crosscheck.Oracle("screen")
     report = execute(Request(options=knobs, oracle=screen, backends=[off_in_layer_1], plot=True))
     (c,) = report.comparisons
-    assert c.coverage.endswith("layers checked entry by entry: [1]")
+    assert "layers checked entry by entry: [1]; spot-checked: 16 entries" in c.coverage
     assert plot.write_plot(report, tmp_path / "p.png") == 1
     image = imread(tmp_path / "p.png")[..., :3]
     grey = np.all(np.abs(image - np.array(to_rgba(plot.NOT_CHECKED[0])[:3])) < 0.02, axis=-1)

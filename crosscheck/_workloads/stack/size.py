@@ -35,7 +35,9 @@ GRADIENT_ARRAYS = 20
 #: underflow bound is taken a ``(d, d)`` layer at a time, and the kink judgement is dropped once the
 #: screen has its slack. Measured with ``tracemalloc`` (L = N = 8, one candidate, float32 rounding
 #: leaving entries unjudgeable so that the oracle screens a second time), d = 768: 9.6 E at the peak,
-#: the kink judgement's (it was 17.6 E, at the oracle's second screen); estimated 13.5 E there.
+#: the kink judgement's (it was 17.6 E, at the oracle's second screen); estimated 13.5 E there. The spot
+#: check (``judge.spot``) makes its kink judgement after the screen has dropped its own (as it does at
+#: these sizes), with one more array (its threshold), and drops it at once: within the same peak.
 SCREEN_ARRAYS = 6
 #: int8 copies of the screening directions: the screen's, those less the unjudgeable entries, and
 #: the private copy of each handed to the oracle.

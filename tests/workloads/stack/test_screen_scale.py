@@ -30,6 +30,14 @@ def _unjudgeable(dtype: str = "float32") -> np.ndarray:
     return effects.count > 1
 
 
+def _spotted() -> int:
+    """How many entries the spot check compares: the 8 largest of each layer, of those judgeable (a
+    layer of this case has fewer)."""
+    judgeable = (~_unjudgeable()).sum(axis=(1, 2))
+    assert judgeable.min() < 8
+    return int(np.minimum(judgeable, 8).sum())
+
+
 @pytest.fixture
 def entry_by_entry(monkeypatch):
     """The layers the oracle checked entry by entry (each call's ``layers``)."""
@@ -103,6 +111,7 @@ def test_above_the_escalation_limit_a_disagreeing_direction_fails_without_checki
     assert "layers checked entry by entry: none; " in c.message
     assert (
         "entries left out of the directions, unjudgeable (float32 rounding may flip several ReLUs); "
+        f"spot-checked: {_spotted()} entries (up to the 8 largest of each of 3 screened layers); "
         "the directions of layers [" in c.message
     )
     assert "so the candidate fails on its directions; --oracle-mode full checks every entry" in c.message
@@ -121,24 +130,33 @@ def test_a_screen_escalates_where_a_layers_every_entry_is_affordable(dim, escala
 def test_the_reference_counts_every_screens_evaluations_and_the_coverage_the_left_out_entries(
     monkeypatch,
 ):
-    """The oracle screens twice here (its directions, then those less the unjudgeable entries): the
-    reference's ``evaluations`` note counts both, and the coverage says what was left out."""
-    counted: list[int] = []
-    screen = _fd.screen
+    """The oracle screens twice here (its directions, then those less the unjudgeable entries) and
+    spot-checks single entries once: the reference's ``evaluations`` note counts all three, and the
+    coverage says what was left out."""
+    counted: dict[str, list[int]] = {"screen": [], "entries": []}
 
-    def counting(*args, **kwargs):
-        out = screen(*args, **kwargs)
-        counted.append(out.evaluations)
-        return out
+    def counting(name):
+        function = getattr(_fd, name)
 
-    monkeypatch.setattr(_fd, "screen", counting)
+        def counted_call(*args, **kwargs):
+            out = function(*args, **kwargs)
+            counted[name].append(out.evaluations)
+            return out
+
+        return counted_call
+
+    for name in counted:
+        monkeypatch.setattr(_fd, name, counting(name))
     report = crosscheck.run(**CASE, oracle_mode="screen", backends=[planted.correct])
     assert report.passed, report.problems
-    assert len(counted) == 2 and min(counted) > 0  # the directions, then the judgeable entries
-    assert report.backends[report.reference].notes["evaluations"] == sum(counted)
+    screens, spots = counted["screen"], counted["entries"]
+    assert len(screens) == 2 and min(screens) > 0  # the directions, then the judgeable entries
+    assert len(spots) == 1 and spots[0] >= 2 * _spotted()  # each layer's 8 largest judged entries
+    assert report.backends[report.reference].notes["evaluations"] == sum(screens) + sum(spots)
     (c,) = report.comparisons
     several = int(_unjudgeable().sum())
     assert c.coverage.endswith(
         f"; {several} entries left out of the directions, unjudgeable "
-        "(float32 rounding may flip several ReLUs)"
+        f"(float32 rounding may flip several ReLUs); spot-checked: {_spotted()} entries (up to the 8 "
+        "largest of each of 3 screened layers)"
     ), c.coverage

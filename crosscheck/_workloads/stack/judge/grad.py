@@ -31,6 +31,7 @@ from crosscheck._workloads.stack import underflow as _underflow
 from crosscheck._workloads.stack.explain import SECTION, classify, forward_layers, verdict
 from crosscheck._workloads.stack.judge import pattern as _patterned
 from crosscheck._workloads.stack.judge import screen as _screen
+from crosscheck._workloads.stack.judge import spot as _spot
 from crosscheck._workloads.stack.judge.answers import GradAnswer, declared_dtype
 from crosscheck._workloads.stack.judge.terms import TERM_HELP
 
@@ -122,6 +123,9 @@ class StackGradJudge:
             comparison = _screen.compare_screened(
                 self, self.screening, candidate, name, reference, dtype, call
             )
+            comparison = _spot.spot_checked(
+                self, self.screening, comparison, candidate, reference, dtype, call
+            )
         else:
             comparison = self.compare_full(candidate, name, reference, dtype)
         if self.options.explain:
@@ -211,7 +215,7 @@ class StackGradJudge:
         flow = self.underflow(dtype).grad
         if flow.any():  # only a case reaching the underflow range has (or shows) this term
             terms["underflow"] = flow
-        kinks, minor = self._kinks(Tolerance(terms).total(), dtype, oracle)
+        kinks, minor = self.judged_kinks(Tolerance(terms).total(), dtype, oracle)
         found = compare(
             value,
             oracle.value,
@@ -235,9 +239,18 @@ class StackGradJudge:
         cause = _underflow.overflow(self.fwd, self.deltas, dtype)
         return dataclasses.replace(found, message=f"{found.message} {cause}") if cause else found
 
-    def _kinks(self, tol: np.ndarray, dtype: str, oracle: GradAnswer) -> tuple[Kinks, np.ndarray]:
-        """Judge kink-ambiguous entries on both sides of one kink; more than one is unjudgeable."""
+    def judged_kinks(
+        self, tol: np.ndarray, dtype: str, oracle: GradAnswer, at: np.ndarray | None = None
+    ) -> tuple[Kinks, np.ndarray]:
+        """Judge kink-ambiguous entries on both sides of one kink; more than one is unjudgeable. With
+        ``at`` (``(S, 3)`` entries), of those entries alone: ``oracle``'s fields are theirs, ``(S,)``."""
         bounds, found, effects = self.kink_effects(dtype, tol)
+        if at is not None:
+            where = tuple(np.asarray(at).T)
+            picked = {
+                name: getattr(effects, name)[where] for name in ("count", "alternative", "culprit", "minor")
+            }
+            effects = dataclasses.replace(effects, **picked)
         unjudgeable = effects.count > 1
         reason = np.where(unjudgeable, f"{dtype} rounding may flip several ReLUs", "").astype(object)
         kink = np.full(unjudgeable.shape + (len(_stack.KINK_NAMES),), -1, np.int64)

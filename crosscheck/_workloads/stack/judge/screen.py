@@ -1,5 +1,5 @@
 """Screening the stack's gradient: random directional derivatives per layer, with error bars, then every
-entry of each layer that fails them (see README, "Screening").
+entry of each layer that fails them; ``spot`` then checks the others' largest entries one by one.
 
 The gradient judge owns a ``Screening`` (what the oracle screened, and what every candidate shares) and
 hands it, with itself, to ``compare_screened``; this module uses the judge's public surface only
@@ -139,8 +139,11 @@ class Screening:
     full_layers: dict[int, tuple[np.ndarray, ...]] = dataclasses.field(default_factory=dict)
     #: What each dtype is screened along (``Along``), or why the oracle could not screen it.
     along: dict[str, Along | str] = dataclasses.field(default_factory=dict)
-    #: The oracle's evaluations after its first screen (its screens of the judgeable entries).
+    #: The oracle's evaluations after its first screen (its screens of the judgeable entries, its spots).
     more_evaluations: int = 0
+    #: The spot check's memo (``spot``): the oracle at single entries, by ``(layer, row, col)``, and
+    #: its kink judgements, by what each was made for (shared with a view held at a pattern).
+    spots: dict[tuple, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def directions(self) -> np.ndarray:

@@ -41,7 +41,7 @@ from crosscheck._workloads.stack.forward import Forward, backward, forward
 from crosscheck._workloads.stack.oracle import parallel as _parallel
 from crosscheck._workloads.stack.oracle import perturb as _perturb
 
-__all__ = ["OracleEstimate", "ScreenEstimate", "estimate", "screen"]
+__all__ = ["OracleEstimate", "ScreenEstimate", "entries", "estimate", "screen"]
 
 #: After a crossing a step shrinks at least by this factor, down to h_cap * _MIN_STEP_RATIO.
 _SHRINK, _MIN_STEP_RATIO = 0.25, 2.0**-40
@@ -142,6 +142,57 @@ def estimate(
                 progress(done, total)
         rounding = rounded()
     out["error"] += rounding.grad_bound
+    return OracleEstimate(**out, evaluations=evaluations, rounding=rounding)
+
+
+@_parallel.blas_on_one_thread
+def entries(
+    weights: np.ndarray,
+    x: np.ndarray,
+    index: np.ndarray,
+    *,
+    rounding: _stack.RoundingModel | None = None,
+) -> OracleEstimate:
+    """``estimate`` at the entries ``index`` alone (``(S, 3)``: ``(layer, row, col)``): each field of
+    the answer is that entry's, ``(S,)`` (``kink_at``: ``(S, 3)``), by the same kink-aware central
+    difference, a layer's entries at a time.
+
+    Args:
+        weights: ``(L, d, d)``; x: ``(N, d)`` (not modified).
+        index: the entries, ``(S, 3)`` integers.
+        rounding: this point's float64 rounding model (its ``grad_sigma``), which sizes the shared
+            prefix's part of each error bar as ``estimate``'s; made here when not given.
+    """
+    fwd = forward(weights, x)
+    index = np.asarray(index, np.int64).reshape(-1, 3)
+    size = len(index)
+    out = {
+        "value": np.full(size, np.nan),
+        "error": np.full(size, np.nan),
+        "step": np.full(size, np.nan),
+        "kink": np.zeros(size, bool),
+        "kink_at": np.full((size, 3), -1, np.int64),
+    }
+    sigmas, evaluations = _perturb.output_sigmas(fwd), 0
+    for k in (int(v) for v in np.unique(index[:, 0])):
+        at = np.flatnonzero(index[:, 0] == k)
+        rows, cols = index[at, 1], index[at, 2]
+        y, z = fwd.ys[k], fwd.zs[k]
+
+        def central(which, h, frozen, k=k, rows=rows, cols=cols):
+            return _perturb.central(fwd, k, h, frozen, sigmas[k], rows=rows[which], cols=cols[which])
+
+        with np.errstate(divide="ignore", invalid="ignore"):  # ``_distance_to_first_kink``'s, per entry
+            ratio = np.where(y[:, rows] != 0, np.abs(z[:, cols]) / np.abs(y[:, rows]), np.inf)
+        result = _differentiate(fwd, k, ratio.min(axis=0), central)
+        for name in ("value", "error", "step", "kink", "kink_at"):
+            out[name][at] = result[name]
+        for flat in np.flatnonzero((result["kink_at"][:, 0] < 0) & result["kink"]):
+            out["kink_at"][at[flat]] = (k, *_exact_zero_at(y, z, int(rows[flat]), int(cols[flat])))
+        evaluations += result["evaluations"]
+    if rounding is None:
+        rounding = _stack.rounding_model(fwd, backward(fwd, grads=False)[0], "float64")
+    out["error"] += terms.modelled(rounding.grad_sigma[tuple(index.T)])
     return OracleEstimate(**out, evaluations=evaluations, rounding=rounding)
 
 
