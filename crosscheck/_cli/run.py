@@ -216,13 +216,13 @@ def _request(args: argparse.Namespace, progress: Any) -> Any:
 
     check_tolerances(args)
     _check_outputs_of_quantity(args)
-    options = _workload_options(args)
+    workload_options = _workload_options(args)
     jax = jax_settings(args)
     try:
         isolate = "auto" if args.isolate is None else bool(args.isolate)
         return Request(
             workload=args.workload,
-            options=options,
+            workload_options=workload_options,
             backends=args.backend,
             reference=args.reference,
             dtype=args.dtype,

@@ -162,7 +162,7 @@ def run(
     case = _changed({"dtype": dtype, "seed": seed})  # given: the arrays' rules refuse them beside `weights`
     request = Request(
         workload=workload,
-        options=_changed(knobs),
+        workload_options=_changed(knobs),
         backends=backends,
         reference=reference,
         quantity=quantity,
