@@ -60,6 +60,10 @@ STRING_IMPORTS = {
     # The public names of the layer above the engine (``crosscheck.check_blocks``), imported when first
     # asked for: ``crosscheck.testing`` imports the package and may not reach the sweep.
     "crosscheck": {"crosscheck._sweep.blocks"},
+    # A contained run's report crosses the process boundary as data; the parent rebuilds each section
+    # from its render function's module, a workload's (only a workload hands a section over): up from
+    # the reports' layer, where a static import may not reach. Any workload module may be named.
+    "crosscheck._report.wire": {m for m in modules(ROOT) if m.startswith("crosscheck._workloads.")},
 }
 
 
