@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Hashable, Mapping
+from typing import Any, TypeAlias
 
 import numpy as np
 
 from crosscheck._compare.record import Comparison, Kinks, Tolerance
 from crosscheck._report.report import BackendResult, Report, Section, Verdict
+
+#: What ``to_wire`` gives: JSON data with NumPy arrays inside (a tagged object, ``{"record": ...}``,
+#: ``{"map": ...}``, ..., says what ``from_wire`` rebuilds of it).
+Wire: TypeAlias = bool | int | float | str | np.ndarray | list["Wire"] | dict[str, "Wire"] | None
 
 #: The records ``from_wire`` rebuilds, by name; nothing else is ever constructed from the data.
 RECORDS: dict[str, type] = {
@@ -28,7 +32,7 @@ RECORDS: dict[str, type] = {
 }
 
 
-def to_wire(value: Any) -> Any:
+def to_wire(value: Any) -> Wire:
     """``value`` (a report, or plain data holding records) as JSON data with NumPy arrays inside.
 
     Raises:
@@ -86,7 +90,7 @@ def from_wire(data: Any) -> Any:
     raise ValueError(f"unknown data in a report from a worker process: keys {sorted(data)[:5]}")
 
 
-def _key(key: Any) -> Any:
+def _key(key: Hashable | list[Any]) -> Hashable:
     """A mapping's key as it was (a list only where JSON made one of a tuple)."""
     return tuple(key) if isinstance(key, list) else key
 
