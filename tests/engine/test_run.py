@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import json
 import sys
 import textwrap
@@ -214,6 +215,17 @@ def test_run_is_an_alias_that_builds_the_request_check_builds(monkeypatch):
     # Nothing given: no workload option, and the case's dtype and seed left to the request's defaults.
     assert default == Request(workload_options={})
     assert default.case == checked.case | {"dtype": "float32", "seed": 0}
+
+
+def test_every_keyword_of_run_reaches_the_request():
+    # A keyword of run in none of flat_request's groups would be dropped without a word.
+    from crosscheck._engine import run as front
+
+    records = {"rtol", "atol", "oracle_mode", "directions", "budget", "repeat", "isolate", "timeout"}
+    records |= {"jax_platform", "jax_precision"}
+    groups = [front.CHECK_KEYWORDS, front.CASE_KEYWORDS, front.WORKLOAD_KEYWORDS, records]
+    named = [name for group in groups for name in group]
+    assert sorted(named) == sorted(inspect.signature(crosscheck.run).parameters)
 
 
 @pytest.mark.parametrize(
