@@ -11,6 +11,7 @@ CLI's ``--weights/--x`` (``load_array``), repro bundles and the memory estimates
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import zipfile
@@ -166,7 +167,7 @@ def member_names(archive: zipfile.ZipFile) -> list[str]:
     return [n.removesuffix(".npy") for n in archive.namelist() if n.endswith(".npy")]
 
 
-def open_file(path: Path, what: str) -> Any:
+def open_file(path: Path, what: str) -> io.BufferedReader:
     """``path`` opened for reading, or a one-line ``ValueError`` saying why it cannot be."""
     try:
         return path.open("rb")
@@ -224,7 +225,7 @@ def _load_npz(file: Any, path: Path, name: str, expect: Any) -> np.ndarray:
         raise ValueError(f"{what} is not a valid .npy/.npz file ({type(exc).__name__}: {exc}).") from exc
 
 
-def _rank(name: str, path: Path, ndim: int) -> Any:
+def _rank(name: str, path: Path, ndim: int) -> Callable[[tuple[int, ...], np.dtype], None]:
     """A header check: the declared shape has ``ndim`` axes and a float dtype crosscheck judges."""
     wanted = {3: "(L, d, d)", 2: "(N, d)"}.get(ndim, f"{ndim} axes")
 

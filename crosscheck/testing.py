@@ -47,7 +47,8 @@ def assert_gradients_close(
         ...     assert_gradients_close(crosscheck.Stack(layers=4, dim=8), backends=[my_grad])
     """
     __tracebackhide__ = True  # pytest shows the caller's line, not this function's
-    from crosscheck._engine.run import run
+    from crosscheck._engine.execute import execute
+    from crosscheck._engine.run import flat_request
 
     if _is_case(workload_or_case):
         fields = dataclasses.asdict(workload_or_case)
@@ -57,8 +58,8 @@ def assert_gradients_close(
         options = {**fields, **options}
     elif workload_or_case is not None:
         options["workload"] = workload_or_case
-    # ``run`` builds the workload and the option records once, from these keywords.
-    report = run(backends=backends, **options)
+    # The request ``crosscheck.run`` builds of these keywords (the option records made once, here).
+    report = execute(flat_request(backends=backends, **options))
     if not report.passed:
         raise AssertionError(failure_message(report))
     return report

@@ -60,6 +60,10 @@ STRING_IMPORTS = {
     # The public names of the layer above the engine (``crosscheck.check_blocks``), imported when first
     # asked for: ``crosscheck.testing`` imports the package and may not reach the sweep.
     "crosscheck": {"crosscheck._sweep.blocks"},
+    # A contained run's report crosses the process boundary as data; the parent rebuilds each section
+    # from its render function's module, a workload's (only a workload hands a section over): up from
+    # the reports' layer, where a static import may not reach. Any workload module may be named.
+    "crosscheck._report.wire": {m for m in modules(ROOT) if m.startswith("crosscheck._workloads.")},
 }
 
 
@@ -280,3 +284,50 @@ def homes(root: Path, name: str, package: str = PACKAGE) -> list[str]:
 )
 def test_a_name_of_two_meanings_is_two_names(name, home):
     assert homes(ROOT, name) == [home]
+
+
+def annotations_of(root: Path, name: str, folders: tuple[str, ...], package: str = PACKAGE) -> dict[str, str]:
+    """``module:line`` -> the annotation of each parameter and each field named ``name`` in the modules
+    under ``folders`` of the package."""
+    found = {}
+    for module, path in modules(root, package).items():
+        if not module.startswith(tuple(f"{package}.{folder}" for folder in folders)):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.arg) and node.arg == name and node.annotation is not None:
+                found[f"{module}:{node.lineno}"] = ast.unparse(node.annotation)
+            elif isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == name:
+                found[f"{module}:{node.lineno}"] = ast.unparse(node.annotation)
+    return found
+
+
+def test_the_guard_reads_a_parameter_and_a_field(tmp_path):
+    root = _package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/inner/__init__.py": "",
+            "pkg/inner/plan.py": "class Plan:\n    options: Options\n\ndef judge(options: dict): ...\n",
+            "pkg/outer.py": "def render(options: dict) -> None: ...\n",  # outside the folders asked
+        },
+    )
+    assert annotations_of(root, "options", ("inner",), "pkg") == {
+        "pkg.inner.plan:2": "Options",
+        "pkg.inner.plan:4": "dict",
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "record", "folders"),
+    [
+        # One name per meaning. How a run judges (``Options``: the records as made) travels from the
+        # plan through every workload's judge; the workload's own options, which configure it, are a
+        # request's ``workload_options``.
+        ("options", "Options", ("_engine", "_workloads")),
+    ],
+    ids=["options"],
+)
+def test_a_field_named_for_a_record_holds_that_record(name, record, folders):
+    found = annotations_of(ROOT, name, folders)
+    other = {where: annotation for where, annotation in found.items() if record not in annotation}
+    assert found and not other, f"`{name}` of another meaning than `{record}` (give it its own name): {other}"

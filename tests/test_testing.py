@@ -62,6 +62,30 @@ def test_stack_cases_by_case_or_keywords(target):
     assert assert_gradients_close(target, backends=[stack_grad], **options).passed
 
 
+def test_the_helper_runs_the_request_run_builds(monkeypatch):
+    # A Request handed to execute by the helper itself (run would call its own), the one run builds of
+    # the same keywords.
+    from types import SimpleNamespace
+
+    from crosscheck._engine import execute
+    from crosscheck._engine.request import Request
+
+    built, passed = [], SimpleNamespace(passed=True)
+    monkeypatch.setattr(execute, "execute", lambda request: built.append(request) or passed)
+    case = crosscheck.Case(layers=2, dim=3, batch=2, seed=1)
+    assert assert_gradients_close(case, backends=[stack_grad], rtol=1e-6, atol=1e-9) is passed
+    options = {"layers": 2, "batch": 2, "dim": 3}
+    slack = crosscheck.Slack(rtol=1e-6, atol=1e-9)
+    assert built == [Request(workload_options=options, backends=[stack_grad], seed=1, slack=slack)]
+
+
+def test_a_keyword_run_does_not_take_is_refused_as_run_refuses_it():
+    with pytest.raises(TypeError, match=r"^run\(\) got an unexpected keyword argument 'layer'$"):
+        assert_gradients_close(layer=2)
+    with pytest.raises(TypeError, match=r"^run\(\) got an unexpected keyword argument 'layer'$"):
+        crosscheck.run(layer=2)
+
+
 def test_a_case_and_the_same_keyword_is_an_error():
     with pytest.raises(TypeError, match="`dim` is given twice"):
         assert_gradients_close(crosscheck.Case(dim=3), dim=4)

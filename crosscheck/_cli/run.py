@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crosscheck._backends import BUILTINS, DEFAULTS, install_hint
 from crosscheck._cli.common import UsageError
@@ -31,6 +31,9 @@ from crosscheck._cli.quiet import no_warnings
 from crosscheck._cli.terminal import make_console, progress_display, render_report
 from crosscheck._engine.quantity import QUANTITIES
 from crosscheck._errors import one_line
+
+if TYPE_CHECKING:  # the engine is imported when a check runs
+    from crosscheck._engine.request import Request
 
 COMMANDS = {
     "run": "cross-check one case",
@@ -208,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
     return render_report(report, console, quiet=args.quiet)
 
 
-def _request(args: argparse.Namespace, progress: Any) -> Any:
+def _request(args: argparse.Namespace, progress: Any) -> Request:
     """The request of the command line's options (those the user gave set on the workload; ``--weights``
     and ``--x`` read here), its notes on stderr before the run starts."""
     from crosscheck._engine.request import Request
@@ -216,13 +219,13 @@ def _request(args: argparse.Namespace, progress: Any) -> Any:
 
     check_tolerances(args)
     _check_outputs_of_quantity(args)
-    options = _workload_options(args)
+    workload_options = _workload_options(args)
     jax = jax_settings(args)
     try:
         isolate = "auto" if args.isolate is None else bool(args.isolate)
         return Request(
             workload=args.workload,
-            options=options,
+            workload_options=workload_options,
             backends=args.backend,
             reference=args.reference,
             dtype=args.dtype,

@@ -5,9 +5,12 @@ rendered with its exit status.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crosscheck._cli.common import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK
+
+if TYPE_CHECKING:  # rich is imported when a console is made
+    from rich.console import Console
 
 
 def render_report(report: Any, console: Any, *, quiet: bool) -> int:
@@ -31,7 +34,7 @@ def escape(text: Any) -> str:
     return markup_lines(text)
 
 
-def make_console() -> Any:
+def make_console() -> Console:
     """A rich console for stdout; at least 132 columns wide when it is not a terminal. No emoji codes:
     a backend named ``mod:factory`` prints ``mod:factory: failed``, not a factory pictogram."""
     from rich.console import Console

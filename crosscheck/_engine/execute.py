@@ -43,21 +43,8 @@ def execute(request: Request) -> Report:
 
 def _check_here(request: Request) -> Report:
     """The checked ``request`` run in this process: loaded, configured, planned, announced, driven."""
-    assert request.reference is not None  # decided where the request was checked (``with_reference``)
     workload = configure(load_workload(request.workload), request)
-    planned = plan(
-        workload,
-        backends=request.backends,
-        reference=request.reference,
-        quantity=request.quantity,
-        slack=request.slack,
-        strict=request.strict,
-        oracle=request.oracle,
-        execution=request.execution,
-        progress=request.progress,
-        plot=request.plot,
-        **request.case,
-    )
+    planned = plan(workload, request)
     if request.announce is not None:
         request.announce(Outlook.of(planned))
     # a failure on an accelerator is re-run here, in the process that holds the device (``classify``)

@@ -11,9 +11,10 @@ from crosscheck._backends import ORACLE
 from crosscheck._backends.protocol import BackendSpec
 from crosscheck._engine.quantity import Quantity
 from crosscheck._engine.quantity import quantity as _quantity
+from crosscheck._engine.request import Request
 from crosscheck._files import available_memory, format_bytes
 from crosscheck._records import Execution, Oracle, Slack
-from crosscheck._workloads.protocol import EngineWorkload, Judge, Options, Point, Progress
+from crosscheck._workloads.protocol import EngineWorkload, Judge, Options, Point
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,40 +63,31 @@ class Outlook:
         return cls(dict(planned.memory), found.line() if found.long else None)
 
 
-def plan(
-    workload: EngineWorkload,
-    *,
-    backends: Sequence[BackendSpec] | None,
-    reference: BackendSpec,
-    dtype: str,
-    seed: int,
-    quantity: str,
-    slack: Slack | None,
-    strict: bool,
-    oracle: Oracle,
-    execution: Execution,
-    progress: Progress | None,
-    plot: bool = False,
-) -> Plan:
-    """The plan of a loaded workload and the records (``check``'s arguments, checked where the request
-    was: ``check_records``): its memory estimated (and refused when too large) before anything is
-    allocated, then its point, its judge, the candidates. The records travel in the ``Options`` as
-    they were made; ``plot`` keeps each comparison's per-entry arrays, for a plot."""
+def plan(workload: EngineWorkload, request: Request) -> Plan:
+    """The plan of a loaded (and configured) workload for a checked ``request`` (its reference decided:
+    ``with_reference``; its records checked where it was: ``check_records``): its memory estimated (and
+    refused when too large) before anything is allocated, then its point, its judge, the candidates.
+    The records travel in the judge's ``Options`` as they were made; ``request.plot`` keeps each
+    comparison's per-entry arrays, for a plot."""
+    reference, backends, execution = request.reference, request.backends, request.execution
+    assert reference is not None  # decided where the request was checked (``with_reference``)
     options = Options(
-        slack=slack,
-        oracle=oracle,
-        strict=strict,
-        seed=seed,
+        slack=request.slack,
+        oracle=request.oracle,
+        strict=request.strict,
+        seed=request.case["seed"],
         explain=workload.explain,
-        progress=progress,
-        plot=plot,
+        progress=request.progress,
+        plot=request.plot,
     )
     specs = list(backends or ())
-    memory = check_memory(workload, dtype=dtype, quantity=quantity, options=options, candidates=specs)
-    point = workload.point(dtype=dtype, seed=seed)
-    what = _quantity(quantity)
+    memory = check_memory(
+        workload, dtype=request.case["dtype"], quantity=request.quantity, options=options, candidates=specs
+    )
+    point = workload.point(**request.case)
+    what = _quantity(request.quantity)
     judge = workload.judge(what, point, options)
-    if oracle.budget is not None and not getattr(judge, "budgeted", False):
+    if request.oracle.budget is not None and not getattr(judge, "budgeted", False):
         raise ValueError(
             f"`budget` applies to the model oracle (a crosscheck.Workload or Port); workload "
             f"`{workload.name}` is judged without it."

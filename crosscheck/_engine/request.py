@@ -26,15 +26,17 @@ DTYPE, SEED = "float32", 0
 
 @dataclasses.dataclass(frozen=True)
 class Request:
-    """One check: the workload, the options that configure it, and the records of
+    """One check: the workload, the workload's options that configure it, and the records of
     ``crosscheck.check``.
 
     Attributes:
         workload: a workload object, a built-in name or an import string (None: the stack).
-        options: what the user gave of ``run``'s knobs (``layers``, ``batch``, ``dim``, ``init``,
-            ``scale``, ``weights`` with ``x``, ``explain``, ``steps``): set on the workload, each one it
-            takes, and the quantity one it has a judge for (``run``, the CLI). None: the workload as it
-            is, whose judge refuses a quantity it does not have in its own words (``check``).
+        workload_options: what the user gave of ``run``'s knobs (``layers``, ``batch``, ``dim``,
+            ``init``, ``scale``, ``weights`` with ``x``, ``explain``, ``steps``): set on the workload
+            (its ``configure``), each one it takes, and the quantity one it has a judge for (``run``,
+            the CLI). None: the workload as it is, whose judge refuses a quantity it does not have in
+            its own words (``check``). Not the judge's ``Options`` (how a run judges: the plan makes
+            those of the records below).
         dtype: the case's dtype (None: not given, ``float32``); ``seed`` likewise (0).
         front: who asked (``"api"`` or ``"cli"``): how a refused option is spelled.
         announce: called with the plan's ``Outlook`` (memory, the oracle's cost) before a run starts;
@@ -44,7 +46,7 @@ class Request:
     """
 
     workload: Any = None
-    options: Mapping[str, Any] | None = None
+    workload_options: Mapping[str, Any] | None = None
     backends: Sequence[BackendSpec] | None = None
     #: None: the quantity's (``default_reference``: the oracle; PyTorch's forward for ``output``).
     reference: BackendSpec | None = None
@@ -71,7 +73,7 @@ class Request:
         slack, oracle, execution = self.slack, self.oracle, self.execution
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data.update(
-            options=None if self.options is None else dict(self.options),
+            workload_options=None if self.workload_options is None else dict(self.workload_options),
             backends=None if self.backends is None else list(self.backends),
             slack=None if slack is None else [slack.rtol, slack.atol],
             oracle=[oracle.mode, oracle.directions, oracle.budget],
@@ -113,9 +115,10 @@ def check_request(request: Request) -> None:
     front = request.front
     if front not in FRONTS:  # a programming error: every front door sets its own
         raise ValueError(f"`front` must be one of {', '.join(FRONTS)}, found {front!r:.40}.")
-    arrays = {k: v for k, v in (request.options or {}).items() if k in ("weights", "x")}
+    given = request.workload_options or {}
+    arrays = {k: v for k, v in given.items() if k in ("weights", "x")}
     if arrays:
-        check_arrays(arrays, {**_case_given(request), **(request.options or {})}, front=front)
+        check_arrays(arrays, {**_case_given(request), **given}, front=front)
     if request.oracle.directions != Oracle().directions and request.oracle.mode == "full":
         screen, full = (spell("oracle_mode", mode, front=front) for mode in ("screen", "full"))
         raise ValueError(
@@ -209,8 +212,8 @@ def _case_given(request: Request) -> dict[str, Any]:
 
 
 def configure(workload: EngineWorkload, request: Request) -> EngineWorkload:
-    """``workload`` with the request's ``options`` set, each one it takes, and the quantity one it has a
-    judge for (options None: ``workload`` as it is).
+    """``workload`` with the request's ``workload_options`` set, each one it takes, and the quantity one
+    it has a judge for (None: ``workload`` as it is).
 
     Raises:
         ValueError: the first option it does not take (a ``Train``'s ``quantity='update'`` and ``steps``
@@ -220,9 +223,10 @@ def configure(workload: EngineWorkload, request: Request) -> EngineWorkload:
     what = QUANTITIES.get(quantity)
     if what is not None and what.owners and quantity not in workload.quantities:
         raise ValueError(_not_owned(workload, quantity, what.owners, front))
-    if request.options is None:  # ``check``'s: the workload as given
+    given = request.workload_options
+    if given is None:  # ``check``'s: the workload as given
         return workload
-    refused = [k for k in request.options if k not in workload.takes]
+    refused = [k for k in given if k not in workload.takes]
     if quantity in QUANTITIES and quantity not in workload.quantities:  # an unknown one is the plan's
         refused.append("quantity")
     if quantity != "update" and "update" in workload.quantities and getattr(workload, "instead", None):
@@ -239,4 +243,4 @@ def configure(workload: EngineWorkload, request: Request) -> EngineWorkload:
             f"`{workload.name}` defines its own arrays (it takes {spell('dtype', front=front)} and "
             f"{spell('seed', front=front)})."
         )
-    return workload.configure(**request.options) if request.options else workload
+    return workload.configure(**given) if given else workload

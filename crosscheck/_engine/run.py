@@ -1,6 +1,8 @@
-"""The front door of the API: ``crosscheck.check`` (a workload and option records in, a ``Report`` out)
-and ``crosscheck.run``, the flat adapter of earlier releases. Each builds one ``Request`` and hands it
-to ``execute`` (``_engine/execute.py``), the path the CLI, a sweep's case and ``replay`` take too.
+"""The front door of the API: ``crosscheck.check`` (a workload and option records in, a ``Report`` out),
+the one verb that starts a check, and ``crosscheck.run``, its alias with the flat keywords of earlier
+releases (``flat_request``: the same request, its records made of the flat keywords). Each hands one
+``Request`` to ``execute`` (``_engine/execute.py``), the path the CLI, a sweep's case and the pytest
+helper take too.
 """
 
 from __future__ import annotations
@@ -117,9 +119,12 @@ def run(
     jax_platform: str = "default",
     jax_precision: str = "default",
 ) -> Report:
-    """Run one case (generated, or the given arrays) and cross-check every backend's gradient: the flat
-    form of ``check``, whose request it builds from these keywords (the workload's options: those
-    changed from their defaults, each one the workload takes).
+    """Run one case (generated, or the given arrays) and cross-check every backend's gradient: an alias
+    of ``check`` with the flat keywords of earlier releases, no more. It builds the request ``check``
+    builds (``flat_request``): ``check``'s keywords as they are, its records (``Slack``, ``Oracle``,
+    ``Execution``) made of the flat ones, and the workload's options (``layers``, ..., ``weights``
+    with ``x``, ``explain``, ``steps``: those changed from their defaults, each one the workload
+    takes), and runs it as ``check`` does.
 
     Args:
         weights: your own weights ``(L, d, d)`` (float32 or float64) with ``x`` (``Stack.from_arrays``),
@@ -155,24 +160,48 @@ def run(
         >>> crosscheck.run(dim=16, dtype="float32", backends=["jax", "torch"]).passed  # doctest: +SKIP
         True
     """
-    jax = {"jax_platform": jax_platform, "jax_precision": jax_precision}
-    records = _records(rtol, atol, (oracle_mode, directions, budget), (repeat, isolate, timeout, jax))
-    knobs = {"weights": weights, "x": x, "layers": layers, "batch": batch, "dim": dim, "init": init}
-    knobs.update(scale=scale, explain=explain, steps=steps)
-    case = _changed({"dtype": dtype, "seed": seed})  # given: the arrays' rules refuse them beside `weights`
-    request = Request(
-        workload=workload,
-        options=_changed(knobs),
-        backends=backends,
-        reference=reference,
-        quantity=quantity,
-        strict=strict,
-        progress=progress,
-        **case,
-        **records,
+    return execute(flat_request(**locals()))  # locals(): run's keywords as given (it defines nothing)
+
+
+#: ``run``'s keywords that are ``check``'s too, handed on as they are.
+CHECK_KEYWORDS = ("workload", "backends", "reference", "quantity", "strict", "progress")
+#: ``run``'s keywords of the case's arrays, handed on only when changed from their defaults: beside
+#: ``weights`` and ``x``, a changed one is refused (the arrays determine the case).
+CASE_KEYWORDS = ("dtype", "seed")
+#: ``run``'s keywords that configure the workload (``Request.workload_options``), handed on only when
+#: changed from their defaults; the workload refuses one it does not take.
+WORKLOAD_KEYWORDS = ("weights", "x", "layers", "batch", "dim", "init", "scale", "explain", "steps")
+
+
+def flat_request(**flat: Any) -> Request:
+    """The request of ``run``'s flat keywords (its defaults where one is not given), the one ``check``
+    builds: ``check``'s own keywords as they are, its records made of the flat ones (``_records``), the
+    case's ``dtype`` and ``seed`` when changed, and the workload's options changed from their defaults
+    (``Request.workload_options``, which ``check`` never sets).
+
+    Raises:
+        TypeError: a keyword ``run`` does not take, as calling ``run`` says it.
+        ValueError, TypeError: a record refused where it is made (``Slack``, ``Execution``, ``Oracle``).
+    """
+    try:
+        bound = _run_signature().bind(**flat)
+    except TypeError as exc:
+        raise TypeError(f"run() {exc}") from None
+    bound.apply_defaults()
+    given = bound.arguments
+    jax = {"jax_platform": given["jax_platform"], "jax_precision": given["jax_precision"]}
+    records = _records(
+        given["rtol"],
+        given["atol"],
+        (given["oracle_mode"], given["directions"], given["budget"]),
+        (given["repeat"], given["isolate"], given["timeout"], jax),
     )
-    report: Report = execute(request)
-    return report
+    return Request(
+        **{name: given[name] for name in CHECK_KEYWORDS},
+        **_changed({name: given[name] for name in CASE_KEYWORDS}),
+        **records,
+        workload_options=_changed({name: given[name] for name in WORKLOAD_KEYWORDS}),
+    )
 
 
 def _records(*flat: Any) -> dict[str, Any]:
@@ -188,8 +217,8 @@ def _records(*flat: Any) -> dict[str, Any]:
 
 def _changed(given: dict[str, Any]) -> dict[str, Any]:
     """The keywords of ``run`` among ``given`` that are not at their defaults (an array always is)."""
-    defaults = _run_defaults()
-    return {name: value for name, value in given.items() if not _is_default(value, defaults[name])}
+    parameters = _run_signature().parameters
+    return {name: value for name, value in given.items() if not _is_default(value, parameters[name].default)}
 
 
 def _is_default(value: Any, default: Any) -> bool:
@@ -202,5 +231,5 @@ def _is_default(value: Any, default: Any) -> bool:
 
 
 @functools.cache
-def _run_defaults() -> dict[str, Any]:
-    return {name: p.default for name, p in inspect.signature(run).parameters.items()}
+def _run_signature() -> inspect.Signature:
+    return inspect.signature(run)

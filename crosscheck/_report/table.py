@@ -8,13 +8,16 @@ string that comes from a backend or a workload is shown as text, never read as m
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from crosscheck._compare.constants import BOUNDARY
 from crosscheck._compare.message import index_text
 from crosscheck._compare.record import Comparison
 from crosscheck._report.text import markup, markup_lines
 from crosscheck._report.tree import Group, arrange, summarised
+
+if TYPE_CHECKING:  # rich is imported when a table is made
+    from rich.table import Table
 
 
 class Row(Protocol):
@@ -61,7 +64,7 @@ EDGE = "[yellow]boundary[/yellow]"
 NUMBERS = ("max abs diff", "max rel diff", None, "tolerance there", "decided by")
 
 
-def table(report: Tabled) -> Any:
+def table(report: Tabled) -> Table:
     """A rich table of ``report``: a row for the reference, then one per candidate and comparison."""
     from rich.table import Table
 

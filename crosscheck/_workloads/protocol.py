@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -261,6 +261,10 @@ class Declared(Protocol):
         again by it), None for an object given as such."""
 
 
+#: A view that defines its own arrays, as its own ``configure`` and ``engine`` return it.
+_Own = TypeVar("_Own", bound="OwnArrays")
+
+
 class OwnArrays:
     """What a workload that defines its own arrays (a user's ``Workload``, a ``Port``) says to the
     engine: it takes none of the stack's options, checks the gradient, and explains nothing more."""
@@ -274,11 +278,11 @@ class OwnArrays:
     def known_answer(self, report: Any) -> str:
         return ""  # its arrays are its own: no answer is known in advance
 
-    def configure(self, **given: Any) -> Any:
+    def configure(self: _Own, **given: Any) -> _Own:
         if given:  # the caller checks ``takes`` first and says which option does not apply
             raise ValueError(f"`{next(iter(given))}` does not apply to this workload.")
         return self
 
-    def engine(self, spec: str | None = None) -> Any:
+    def engine(self: _Own, spec: str | None = None) -> _Own:
         """Itself: it is the engine's view already (``Declared``)."""
         return self

@@ -4,7 +4,9 @@ loaded once per run; the quantity table drives the CLI's choices and the worker'
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import inspect
 import json
 import sys
 import textwrap
@@ -174,6 +176,56 @@ def test_check_with_records_gives_the_report_run_gives():
     )
     assert records.passed and flat.passed
     assert _without_timings(records) == _without_timings(flat)
+
+
+def test_run_is_an_alias_that_builds_the_request_check_builds(monkeypatch):
+    # One act, one request: run's flat keywords become check's records, and its workload options the
+    # request's workload_options (which check never sets); nothing else differs.
+    from crosscheck._engine import run as front
+
+    built = []
+    monkeypatch.setattr(front, "execute", built.append)
+    both = {"backends": ["jax"], "reference": "torch", "dtype": "float64", "seed": 3, "quantity": "hvp"}
+    both.update(strict=True, progress=print)
+    crosscheck.check(
+        "stack",
+        slack=crosscheck.Slack(rtol=1e-6, atol=1e-9),
+        oracle=crosscheck.Oracle("full", directions=3),
+        execution=crosscheck.Execution(repeat=1, isolate=False, timeout=30.0, jax_precision="highest"),
+        **both,
+    )
+    crosscheck.run(
+        workload="stack",
+        rtol=1e-6,
+        atol=1e-9,
+        oracle_mode="full",
+        directions=3,
+        repeat=1,
+        isolate=False,
+        timeout=30.0,
+        jax_precision="highest",
+        layers=3,
+        explain=True,
+        **both,
+    )
+    crosscheck.run()
+    checked, flat, default = built
+    assert flat.workload_options == {"layers": 3, "explain": True}
+    assert dataclasses.replace(flat, workload_options=None) == checked
+    # Nothing given: no workload option, and the case's dtype and seed left to the request's defaults.
+    assert default == Request(workload_options={})
+    assert default.case == checked.case | {"dtype": "float32", "seed": 0}
+
+
+def test_every_keyword_of_run_reaches_the_request():
+    # A keyword of run in none of flat_request's groups would be dropped without a word.
+    from crosscheck._engine import run as front
+
+    records = {"rtol", "atol", "oracle_mode", "directions", "budget", "repeat", "isolate", "timeout"}
+    records |= {"jax_platform", "jax_precision"}
+    groups = [front.CHECK_KEYWORDS, front.CASE_KEYWORDS, front.WORKLOAD_KEYWORDS, records]
+    named = [name for group in groups for name in group]
+    assert sorted(named) == sorted(inspect.signature(crosscheck.run).parameters)
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ def test_plot_shows_the_planted_error(tmp_path):
 
     # As --plot asks (the request's ``plot``): comparisons keep no per-entry array otherwise.
     knobs = {"layers": 4, "dim": 12, "batch": 8}
-    report = execute(Request(options=knobs, backends=[planted.correct, _off_at], plot=True))
+    report = execute(Request(workload_options=knobs, backends=[planted.correct, _off_at], plot=True))
     path = tmp_path / "p.png"
     assert write_plot(report, path) == 2
     image = imread(path)[..., :3]
@@ -92,7 +92,7 @@ def test_a_screened_run_draws_unchecked_layers_grey(tmp_path):
 
     knobs = {"layers": 3, "dim": 24, "batch": 8}
     screen = crosscheck.Oracle("screen")
-    report = execute(Request(options=knobs, oracle=screen, backends=[off_in_layer_1], plot=True))
+    report = execute(Request(workload_options=knobs, oracle=screen, backends=[off_in_layer_1], plot=True))
     (c,) = report.comparisons
     assert "layers checked entry by entry: [1]; spot-checked: 16 entries" in c.coverage
     assert plot.write_plot(report, tmp_path / "p.png") == 1

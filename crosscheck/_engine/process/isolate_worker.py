@@ -80,7 +80,7 @@ def _header(message: Any) -> tuple[bytes, list[np.ndarray]]:
     return json.dumps(strip(message), default=_jsonable).encode(), arrays
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: Any) -> object:
     """What JSON cannot say as it is: a NumPy scalar as its Python value, anything else as text."""
     return value.item() if isinstance(value, np.generic) else one_line(str(value))
 

@@ -129,7 +129,8 @@ def estimate(
     deltas, _ = backward(fwd, grads=False)
 
     def layer(block):
-        return _layer(fwd, *block, out, sigmas[block[0]])
+        k, rows = block
+        return _layer(fwd, k, rows, out, sigmas[k])
 
     def model():
         return _stack.rounding_model(fwd, deltas, "float64")

@@ -9,7 +9,8 @@ import pytest
 import crosscheck
 from crosscheck._cli.run import _cost_note
 from crosscheck._engine.plan import Outlook, plan
-from crosscheck._records import Execution, Oracle
+from crosscheck._engine.request import Request
+from crosscheck._records import Oracle
 from crosscheck._workloads.registry import load_workload
 
 
@@ -26,16 +27,8 @@ def _planned(n: int, reference: str = "numpy-fd", mode: str = "auto"):
     workload = crosscheck.Workload(
         name="many", parameters={k: (1,) for k in names}, inputs={"x": (1,)}, reference=loss
     )
-    given = {"dtype": "float64", "seed": 0, "quantity": "grad", "slack": None, "strict": False}
-    return plan(
-        load_workload(workload),
-        backends=[grad],
-        reference=reference,
-        oracle=Oracle(mode),
-        execution=Execution(),
-        progress=None,
-        **given,
-    )
+    request = Request(backends=[grad], reference=reference, dtype="float64", seed=0, oracle=Oracle(mode))
+    return plan(load_workload(workload), request)
 
 
 def test_a_long_oracle_run_says_its_estimate_before_it_starts(capsys):
@@ -80,16 +73,9 @@ def test_the_estimate_times_a_warm_evaluation_not_the_first_one(monkeypatch, cap
         return float(np.sum(p["w"] * i["x"]) ** 2)
 
     workload = crosscheck.Workload(name="imports", parameters={"w": (3,)}, inputs={"x": (3,)}, reference=loss)
-    given = {"dtype": "float64", "seed": 0, "quantity": "grad", "slack": None, "strict": False}
-    planned = plan(
-        load_workload(workload),
-        backends=[lambda p, i: {"w": 2 * np.sum(p["w"] * i["x"]) * i["x"]}],
-        reference="numpy-fd",
-        oracle=Oracle("full"),
-        execution=Execution(),
-        progress=None,
-        **given,
-    )
+    backends = [lambda p, i: {"w": 2 * np.sum(p["w"] * i["x"]) * i["x"]}]
+    request = Request(backends=backends, reference="numpy-fd", dtype="float64", seed=0, oracle=Oracle("full"))
+    planned = plan(load_workload(workload), request)
     cost = planned.judge.cost(len(planned.candidates))
     assert len(calls) == 2  # the check at the point, then the timed one
     assert cost.seconds == pytest.approx(0.001 * cost.evaluations * cost.functions)
