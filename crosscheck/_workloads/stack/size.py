@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack.judge import screen as _screen
 from crosscheck._workloads.stack.oracle import parallel as _parallel
 from crosscheck._workloads.stack.oracle import perturb as _perturb
@@ -80,7 +80,7 @@ def estimate(
     f64 = 8
     item = 4 if dtype == "float32" else 8
     entries, rows = layers * dim * dim, (layers + 1) * batch * dim
-    samples = _stack.MODEL_SAMPLES
+    samples = rounding.MODEL_SAMPLES
     kept = GRADIENT_ARRAYS + 2 * max(candidates - 1, 0)
     parts = {
         "inputs and results": f64 * (kept * entries + ACTIVATION_ARRAYS * rows),

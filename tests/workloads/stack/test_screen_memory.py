@@ -12,7 +12,7 @@ import numpy as np
 from crosscheck._compare.constants import SAFETY
 from crosscheck._records import Oracle
 from crosscheck._workloads.protocol import Options
-from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack import underflow as _underflow
 from crosscheck._workloads.stack.judge.grad import StackGradJudge
 from crosscheck._workloads.stack.workload import Stack
@@ -77,7 +77,7 @@ def test_the_rounding_model_holds_no_square_or_transposed_copy_of_every_layer():
     layers, dim = 8, 384
     point = Stack(layers=layers, batch=2, dim=dim).point(dtype="float32", seed=2)
     judge = StackGradJudge(point, Options(oracle=Oracle("screen")))
-    peak, model = _peak_of(_stack.rounding_model, judge.fwd, judge.deltas, "float32")
+    peak, model = _peak_of(rounding.rounding_model, judge.fwd, judge.deltas, "float32")
     assert model.grad_sigma.shape == judge.weights.shape
     assert peak < 3.6 * 8 * layers * dim * dim, peak / (8 * layers * dim * dim)
     assert not hasattr(judge.fwd, "squared_weights")

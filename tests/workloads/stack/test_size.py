@@ -13,7 +13,7 @@ import pytest
 import crosscheck
 from crosscheck._cli.main import main
 from crosscheck._engine.plan import MemoryTooLarge
-from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack.case import Case, make_inputs
 from crosscheck._workloads.stack.forward import backward, forward
 from crosscheck._workloads.stack.judge.screen import full_oracle_flops
@@ -118,11 +118,11 @@ def test_a_wide_layer_never_has_all_its_samples_in_memory():
     deltas, _ = backward(fwd)
     tracemalloc.start()
     try:
-        _stack.rounding_model(fwd, deltas, "float32")
+        rounding.rounding_model(fwd, deltas, "float32")
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert peak < _stack.MODEL_SAMPLES * 512 * 512 * 8 / 4, peak
+    assert peak < rounding.MODEL_SAMPLES * 512 * 512 * 8 / 4, peak
 
 
 @pytest.mark.parametrize(("layers", "batch", "dim"), [(1, 1, 1), (8, 8, 16), (5, 3, 7)])

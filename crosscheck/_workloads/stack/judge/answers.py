@@ -13,7 +13,7 @@ import numpy as np
 
 from crosscheck._compare.constants import ALL_DTYPES, DTYPES
 from crosscheck._compare.record import Kinks
-from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack import rounding
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +41,7 @@ def oracle_answer(est: Any) -> HvpAnswer:
     kinks = Kinks(
         est.kink,
         np.where(est.kink, est.reason, "").astype(object),
-        np.broadcast_to(np.array(est.kink_at), (*est.kink.shape, len(_stack.KINK_NAMES))).copy(),
+        np.broadcast_to(np.array(est.kink_at), (*est.kink.shape, len(rounding.KINK_NAMES))).copy(),
         np.full(est.kink.shape, np.nan),
     )
     return HvpAnswer(est.value, est.error, kinks)

@@ -26,7 +26,7 @@ from crosscheck._workloads.protocol import Call, Options, Outcome, Point, Refere
 from crosscheck._workloads.stack import forward as _forward
 from crosscheck._workloads.stack import kinks as _kinks
 from crosscheck._workloads.stack import pattern as _pattern
-from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack import underflow as _underflow
 from crosscheck._workloads.stack.explain import SECTION, classify, forward_layers, verdict
 from crosscheck._workloads.stack.judge import pattern as _patterned
@@ -51,7 +51,7 @@ class StackGradJudge:
         self.notes: dict[str, dict[str, Any]] = {}
         self.fwd = _forward.forward(self.weights, self.x)
         self.deltas, _ = _forward.backward(self.fwd, grads=False)
-        self._models: dict[str, _stack.RoundingModel] = {}
+        self._models: dict[str, rounding.RoundingModel] = {}
         self._underflows: dict[str, _underflow.Underflow] = {}
         #: Kink judgements by dtype, with the digest of the tolerance they were made for (the same for
         #: every candidate of a dtype: computed once; a digest, not a copy of a gradient-sized array).
@@ -186,17 +186,17 @@ class StackGradJudge:
         """Keep the oracle's float64 rounding model (made from the same point, seed and directions as
         this judge's would be) instead of computing it again; anything else is ignored."""
         screening = self.screening is not None
-        if not isinstance(model, _stack.RoundingModel) or model.dtype != "float64":
+        if not isinstance(model, rounding.RoundingModel) or model.dtype != "float64":
             return
         if model.grad_sigma.shape != self.weights.shape or (model.direction_sigma is None) == screening:
             return
         self._models.setdefault("float64", model)
 
-    def model(self, dtype: str) -> _stack.RoundingModel:
+    def model(self, dtype: str) -> rounding.RoundingModel:
         """The rounding model of ``dtype``; the candidate's, scaled to its device (``device_scale``)."""
         if dtype not in self._models:
             directions = None if self.screening is None else self.screening.directions
-            self._models[dtype] = _stack.rounding_model(self.fwd, self.deltas, dtype, directions=directions)
+            self._models[dtype] = rounding.rounding_model(self.fwd, self.deltas, dtype, directions=directions)
         found = self._models[dtype]
         return found if dtype == "float64" else found.scaled(self.device_scale)
 
@@ -204,10 +204,10 @@ class StackGradJudge:
         """Every entry against the reference's, within modelled rounding, its error bar and kinks."""
         oracle: GradAnswer = _patterned.answer(reference.data, self.pattern)
         u = _constants.UNIT_ROUNDOFF[accumulation(dtype)]  # a 16-bit dtype's sums are float32's
-        rounding = self.model(dtype).grad_bound
+        own = self.model(dtype).grad_bound
         floor = _terms.floor(_terms.largest(np.nan_to_num(oracle.value)), u, ulps=_terms.SAFETY_FLOOR_ULPS)
         terms: dict[str, Any] = {
-            "rounding": rounding,
+            "rounding": own,
             "reference": oracle.error,
             "floor": floor,
             "slack": np.broadcast_to(self.options.slack_at(oracle.value), oracle.value.shape),
@@ -226,11 +226,11 @@ class StackGradJudge:
             kinks=kinks,
             strict=self.options.strict,
             keep=self.options.plot,
-            index_names=_stack.INDEX_NAMES,
+            index_names=rounding.INDEX_NAMES,
             term_help=TERM_HELP,
-            split=_stack.INDEX_NAMES[0],
+            split=rounding.INDEX_NAMES[0],
         )
-        return _with_rounding(self.range_cause(found, value, dtype), rounding + floor + flow)
+        return _with_rounding(self.range_cause(found, value, dtype), own + floor + flow)
 
     def range_cause(self, found: Comparison, value: np.ndarray, dtype: str) -> Comparison:
         """A non-finite result's cause, when the case's values pass ``dtype``'s range (float16)."""
@@ -253,7 +253,7 @@ class StackGradJudge:
             effects = dataclasses.replace(effects, **picked)
         unjudgeable = effects.count > 1
         reason = np.where(unjudgeable, f"{dtype} rounding may flip several ReLUs", "").astype(object)
-        kink = np.full(unjudgeable.shape + (len(_stack.KINK_NAMES),), -1, np.int64)
+        kink = np.full(unjudgeable.shape + (len(rounding.KINK_NAMES),), -1, np.int64)
         involved = effects.count > 0
         if len(found):
             kink[involved] = found[effects.culprit[involved]]
@@ -374,7 +374,7 @@ def _unjudged(comparison: Comparison, dtype: str) -> str:
     return f", {share:.0%} of entries unjudgeable (ReLUs {dtype} rounding may flip)"
 
 
-def _with_rounding(comparison: Comparison, rounding: np.ndarray) -> Comparison:
+def _with_rounding(comparison: Comparison, bound: np.ndarray) -> Comparison:
     """Keep the candidate's own rounding bound (what a repeated call may differ by) with the record."""
-    arrays = {**comparison.arrays, "rounding": {"weights": np.asarray(rounding)}}
+    arrays = {**comparison.arrays, "rounding": {"weights": np.asarray(bound)}}
     return dataclasses.replace(comparison, arrays=arrays)

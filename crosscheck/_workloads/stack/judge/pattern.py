@@ -24,7 +24,7 @@ import numpy as np
 from crosscheck._compare.record import Comparison
 from crosscheck._workloads.protocol import Call
 from crosscheck._workloads.stack import pattern as _pattern
-from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack import underflow as _underflow
 from crosscheck._workloads.stack.forward import Forward
 from crosscheck._workloads.stack.judge import screen as _screen
@@ -46,7 +46,7 @@ class PatternJudge(Protocol):
     pattern: _pattern.Pattern | None
     screening: _screen.Screening | None
 
-    def model(self, dtype: str) -> _stack.RoundingModel: ...
+    def model(self, dtype: str) -> rounding.RoundingModel: ...
     def underflow(self, dtype: str) -> _underflow.Underflow: ...
 
 

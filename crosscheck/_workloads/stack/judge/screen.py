@@ -24,7 +24,7 @@ from crosscheck._compare.dtypes import accumulation
 from crosscheck._compare.message import mismatch_message
 from crosscheck._compare.record import Comparison
 from crosscheck._workloads.protocol import Call, Options, Reference
-from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack import underflow as _underflow
 from crosscheck._workloads.stack.forward import Forward
 from crosscheck._workloads.stack.judge.answers import GradAnswer
@@ -39,7 +39,7 @@ class GradJudge(Protocol):
     fwd: Forward
     deltas: list[np.ndarray]
 
-    def model(self, dtype: str) -> _stack.RoundingModel: ...
+    def model(self, dtype: str) -> rounding.RoundingModel: ...
     def underflow(self, dtype: str) -> _underflow.Underflow: ...
     def kink_effects(self, dtype: str, tol: np.ndarray, scale: float = 1.0) -> Any: ...
     def forget_kinks(self, dtype: str) -> None: ...
@@ -221,19 +221,19 @@ def compare_screened(
             passed=not strict,
             status="mismatch" if strict else "ok",
             total=candidate.size,
-            index_names=list(_stack.INDEX_NAMES),
+            index_names=list(rounding.INDEX_NAMES),
             unjudgeable=unjudged,
             unjudgeable_reasons={_several(dtype): unjudged} if unjudged else {},
         )
         message = f"{coverage}: {_screening.AGREES}" + ("; --strict fails them" if strict else "")
     own_floor = terms.floor(terms.largest(candidate), u, ulps=terms.SAFETY_FLOOR_ULPS)
-    rounding = {"weights": model.grad_bound + own_floor}
+    own = {"weights": model.grad_bound + own_floor}
     return dataclasses.replace(
         comparison,
         coverage=coverage,
         screening=screening_rows(diff, tol, failing),
         message=message,
-        arrays={**comparison.arrays, "rounding": rounding},
+        arrays={**comparison.arrays, "rounding": own},
     )
 
 
@@ -262,7 +262,7 @@ def _invalid(candidate: np.ndarray, name: str, reference: Reference, message: st
         status="invalid",
         total=candidate.size,
         message=message,
-        index_names=list(_stack.INDEX_NAMES),
+        index_names=list(rounding.INDEX_NAMES),
     )
 
 
@@ -273,7 +273,7 @@ def _on_directions(
     found: tuple[np.ndarray, np.ndarray],
     failing: list[int],
     flops: float,
-    model: _stack.RoundingModel,
+    model: rounding.RoundingModel,
     u: float,
     left: str = "",
 ) -> Comparison:
@@ -297,7 +297,7 @@ def _on_directions(
         passed=False,
         status="mismatch",
         total=candidate.size,
-        index_names=list(_stack.INDEX_NAMES),
+        index_names=list(rounding.INDEX_NAMES),
         coverage=coverage,
         screening=screening_rows(diff, tol, []),
         message=message,
@@ -393,7 +393,7 @@ def _along(judge: GradJudge, screening: Screening, dtype: str, call: Call) -> Al
             value, error = out.value.value, out.value.error
             screening.more_evaluations += out.value.evaluations
             fwd, deltas = judge.fwd, judge.deltas
-            masked = _stack.rounding_model(fwd, deltas, dtype, directions=directions, entries=False)
+            masked = rounding.rounding_model(fwd, deltas, dtype, directions=directions, entries=False)
             assert masked.direction_sigma is not None  # the model was given the directions
             sigma = masked.direction_sigma
         screening.along[dtype] = Along(directions, value, error, sigma, slack, unjudgeable)

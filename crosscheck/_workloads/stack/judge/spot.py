@@ -30,7 +30,7 @@ from crosscheck._compare.message import mismatch_message
 from crosscheck._compare.record import Comparison, Kinks, Tolerance
 from crosscheck._workloads.protocol import Call, Options, Reference
 from crosscheck._workloads.stack import pattern as _pattern
-from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack import underflow as _underflow
 from crosscheck._workloads.stack.judge import screen as _screen
 from crosscheck._workloads.stack.judge.answers import GradAnswer
@@ -52,7 +52,7 @@ class SpotJudge(Protocol):
     options: Options
     pattern: _pattern.Pattern | None
 
-    def model(self, dtype: str) -> _stack.RoundingModel: ...
+    def model(self, dtype: str) -> rounding.RoundingModel: ...
     def underflow(self, dtype: str) -> _underflow.Underflow: ...
     def judged_kinks(
         self, tol: np.ndarray, dtype: str, oracle: GradAnswer, at: np.ndarray | None = None
@@ -205,7 +205,7 @@ def _indexed(found: Comparison, entries: np.ndarray) -> Comparison:
     worst = [{**entry, "index": list(index(entry["index"]) or ())} for entry in found.worst_entries]
     found = dataclasses.replace(
         found,
-        index_names=list(_stack.INDEX_NAMES),
+        index_names=list(rounding.INDEX_NAMES),
         max_abs_diff_index=index(found.max_abs_diff_index),
         max_rel_diff_index=index(found.max_rel_diff_index),
         worst_index=index(found.worst_index),
