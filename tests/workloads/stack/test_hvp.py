@@ -219,11 +219,11 @@ def test_screening_catches_every_planted_hvp_bug(bug, dtype):
 
 
 def test_auto_mode_screens_the_hvp_only_when_the_full_oracle_is_costly(monkeypatch):
-    from crosscheck._workloads.stack.judge import screen as _screen
+    from crosscheck._workloads.stack.judge import cost
 
     full = crosscheck.run(quantity="hvp", **SMALL, backends=["jax"])
     assert full.comparisons[0].coverage == "every entry"
-    monkeypatch.setattr(_screen, "SCREEN_FLOPS", 1.0)
+    monkeypatch.setattr(cost, "SCREEN_FLOPS", 1.0)
     screened = crosscheck.run(quantity="hvp", **SMALL, backends=["jax"], directions=2)
     assert screened.comparisons[0].coverage.startswith("screened: 3 layers x 2 random directions")
     oracle = screened.to_dict()["hvp_direction"]["oracle"]

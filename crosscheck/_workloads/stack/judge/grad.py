@@ -29,6 +29,7 @@ from crosscheck._workloads.stack import pattern as _pattern
 from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack import underflow as _underflow
 from crosscheck._workloads.stack.explain import SECTION, classify, forward_layers, verdict
+from crosscheck._workloads.stack.judge import cost
 from crosscheck._workloads.stack.judge import pattern as _patterned
 from crosscheck._workloads.stack.judge import screen as _screen
 from crosscheck._workloads.stack.judge import spot as _spot
@@ -155,8 +156,8 @@ class StackGradJudge:
                 "`oracle_mode` 'screen' needs a reference that can screen (the numpy-fd oracle)."
             )
         if mode == "auto":
-            flops = _screen.full_oracle_flops(self.weights.shape[0], self.x.shape[0], self.weights.shape[1])
-            return "screen" if can_screen and flops > _screen.SCREEN_FLOPS else "full"
+            flops = cost.full_oracle_flops(self.weights.shape[0], self.x.shape[0], self.weights.shape[1])
+            return "screen" if can_screen and flops > cost.SCREEN_FLOPS else "full"
         return mode
 
     def _backend_reference(self, backend: Any, call: Call) -> Any:

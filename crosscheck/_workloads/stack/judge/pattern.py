@@ -29,6 +29,7 @@ from crosscheck._workloads.stack import underflow as _underflow
 from crosscheck._workloads.stack.forward import Forward
 from crosscheck._workloads.stack.judge import screen as _screen
 from crosscheck._workloads.stack.judge.answers import GradAnswer
+from crosscheck._workloads.stack.judge.directions import project
 
 #: The dtypes judged on their own pattern: float32's flips are what leaves entries unjudgeable at width.
 HELD_DTYPES = ("float32",)
@@ -127,7 +128,7 @@ def _shifted(screening: _screen.Screening | None, pattern: _pattern.Pattern) -> 
     value, error = np.array(sc.value, np.float64), np.array(sc.error, np.float64)
     for k in range(len(value)):
         change, bound = pattern.change(k)
-        value[k] += _screen.project(change[None], sc.directions[k : k + 1])[0]
+        value[k] += project(change[None], sc.directions[k : k + 1])[0]
         error[k] += float(bound.sum())
     estimate = dataclasses.replace(sc, value=value, error=error)
     return dataclasses.replace(screening, estimate=estimate, along={})

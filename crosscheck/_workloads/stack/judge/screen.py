@@ -11,7 +11,6 @@ its module.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -27,7 +26,9 @@ from crosscheck._workloads.protocol import Call, Options, Reference
 from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack import underflow as _underflow
 from crosscheck._workloads.stack.forward import Forward
+from crosscheck._workloads.stack.judge import cost
 from crosscheck._workloads.stack.judge.answers import GradAnswer
+from crosscheck._workloads.stack.judge.directions import DIRECTIONS_GENERATOR, SIGNS, project, sign_directions
 
 
 class GradJudge(Protocol):
@@ -46,70 +47,6 @@ class GradJudge(Protocol):
     def compare_full(self, value: np.ndarray, name: str, reference: Reference, dtype: str) -> Comparison: ...
     def range_cause(self, found: Comparison, value: np.ndarray, dtype: str) -> Comparison: ...
     def progress(self, description: str) -> Any: ...
-
-
-#: Above this many floating-point operations of matrix products "auto" screens. The count is the dense
-#: one (every row of the batch, ``full_oracle_flops``); the oracle now evaluates only the rows a
-#: perturbation changes, about a quarter, so at the threshold it takes a second or two on 2 cores (it
-#: was 10-20 s). For the HVP the count is 2L times the gradient oracle's (``hvp_screen``).
-SCREEN_FLOPS = 1.5e11
-
-
-def full_oracle_flops(layers: int, batch: int, dim: int) -> float:
-    """Matrix-product flops of the full oracle: per entry, two evaluations of the layers after it."""
-    # sum over k of 2 d^2 (L - 1 - k) 2 N d^2, in closed form (the sum of L - 1 - k is L (L - 1) / 2)
-    return float(4 * batch * dim**4 * (layers * (layers - 1) // 2))
-
-
-#: Above this many flops (``escalation_flops``) the layers whose directions disagree are not checked
-#: entry by entry: the candidate fails on its directions alone, and the message says so (a check of
-#: every entry of one layer costs ``O(N d**4)``: at ``d = 1024`` most of an hour on 2 cores, days at
-#: 4096). At the limit a check takes a few minutes; ``--oracle-mode full`` checks every entry.
-ESCALATE_FLOPS = 100 * SCREEN_FLOPS
-
-
-def escalation_flops(layers: int, batch: int, dim: int, which: Sequence[int]) -> float:
-    """Matrix-product flops of the full oracle on the layers ``which`` (``full_oracle_flops``'s terms,
-    each at least one layer's worth)."""
-    return float(sum(4 * batch * dim**4 * max(layers - 1 - k, 1) for k in which))
-
-
-def escalates(layers: int, batch: int, dim: int) -> bool:
-    """Whether a screen of this size may check a layer entry by entry (its costliest one within
-    ``ESCALATE_FLOPS``); the memory estimate counts the full oracle only then."""
-    return escalation_flops(layers, batch, dim, [0]) <= ESCALATE_FLOPS
-
-
-#: How the screening directions are drawn (a note of the report says so).
-DIRECTIONS_GENERATOR = "numpy.random.default_rng(0).integers(0, 2, (L, S, d, d), dtype=int8) * 2 - 1"
-
-
-def sign_directions(layers: int, count: int, dim: int, dtype: Any = np.float64) -> np.ndarray:
-    """``count`` random +-1 directions per layer, ``(layers, count, dim, dim)`` of ``dtype``.
-
-    The seed is fixed: the same case is screened along the same directions. Drawn as int8 (a fraction
-    of the cost of drawing float64 values at d = 1024). The gradient's screening keeps them as int8
-    (``SIGNS``): one byte an entry instead of eight (4 GiB less at d = 4096), every product with them
-    taken in float64 a layer at a time (``project``), so the sums are the same.
-    """
-    signs = np.random.default_rng(0).integers(0, 2, size=(layers, count, dim, dim), dtype=np.int8)
-    directions = np.multiply(signs, 2, dtype=dtype)
-    directions -= 1
-    return directions
-
-
-#: What the gradient's screening directions are stored as: their entries are -1, 0 or +1.
-SIGNS = np.int8
-
-
-def project(values: np.ndarray, directions: np.ndarray) -> np.ndarray:
-    """``sum(values[k] * directions[k, s])`` as ``(L, S)`` float64, a layer at a time (``directions``
-    of any dtype, converted to float64 one layer at a time: never a float64 copy of them all)."""
-    out = np.empty(directions.shape[:2])
-    for k in range(len(directions)):
-        layer = directions[k].reshape(directions.shape[1], -1).astype(np.float64)
-        out[k] = layer @ np.asarray(values[k], np.float64).ravel()
-    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,8 +134,8 @@ def compare_screened(
     diff = np.abs(projected - along.value)
     failing = _screening.escalated(diff > tol)
     layers, batch, dim = len(judge.weights), len(judge.x), judge.weights.shape[1]
-    flops = escalation_flops(layers, batch, dim, failing)
-    if failing and flops > ESCALATE_FLOPS:  # the candidate fails on its directions alone
+    flops = cost.escalation_flops(layers, batch, dim, failing)
+    if failing and flops > cost.ESCALATE_FLOPS:  # the candidate fails on its directions alone
         left = _left_out(int(np.count_nonzero(along.unjudgeable)), dtype)
         return _on_directions(candidate, name, reference, (diff, tol), failing, flops, model, u, left)
     coverage = _screening.coverage(sc.value.shape[0], "layer", sc.value.shape[1], failing)
@@ -278,7 +215,7 @@ def _on_directions(
     left: str = "",
 ) -> Comparison:
     """A candidate whose directions disagree where checking their layers entry by entry would cost
-    ``flops`` (over ``ESCALATE_FLOPS``): a mismatch on its directions, with the worst one."""
+    ``flops`` (over ``cost.ESCALATE_FLOPS``): a mismatch on its directions, with the worst one."""
     diff, tol = found
     count = diff.shape[1]
     coverage = _screening.coverage(len(diff), "layer", count, []) + left
@@ -287,7 +224,7 @@ def _on_directions(
     worst = f"worst: layer {k}, direction {s}, off by {diff[k, s]:.3g}, {ratio[k, s]:.3g} x its tolerance"
     message = (
         f"{coverage}; the directions of layers {failing} disagree ({worst}); checking those layers "
-        f"entry by entry would take about {flops:.1e} flops (more than {ESCALATE_FLOPS:.1e}), so the "
+        f"entry by entry would take about {flops:.1e} flops (more than {cost.ESCALATE_FLOPS:.1e}), so the "
         "candidate fails on its directions; --oracle-mode full checks every entry"
     )
     own_floor = terms.floor(terms.largest(candidate), u, ulps=terms.SAFETY_FLOOR_ULPS)
@@ -380,7 +317,7 @@ def _along(judge: GradJudge, screening: Screening, dtype: str, call: Call) -> Al
                 slack[k] = project(moved[None], np.abs(directions[k : k + 1]))[0]
         del effects, moved
         layers, batch, dim = len(judge.weights), len(judge.x), judge.weights.shape[1]
-        if not escalates(layers, batch, dim):  # no full check will judge these kinks again
+        if not cost.escalates(layers, batch, dim):  # no full check will judge these kinks again
             judge.forget_kinks(dtype)
         if unjudgeable.any():
             progress = judge.progress("oracle (screening judgeable entries)")
