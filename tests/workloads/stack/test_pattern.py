@@ -13,8 +13,8 @@ import crosscheck
 from crosscheck._workloads.stack import pattern as _pattern
 from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack.forward import backward, forward
-from crosscheck._workloads.stack.judge import pattern as _patterned
 from crosscheck._workloads.stack.judge.answers import GradAnswer
+from crosscheck._workloads.stack.judge.passes import Passes
 
 #: float32 rounding flips one ReLU of this case (unit (0, 1, 4)) in ``planted``'s arithmetic.
 CASE = crosscheck.Case(layers=8, batch=4, dim=6, seed=0, dtype="float32", init="nearzero")
@@ -43,7 +43,7 @@ def test_the_reference_on_the_candidates_pattern_is_the_exact_gradient_of_that_p
     weights, x, masks, pattern = _flipped_case()
     exact = as_float(exact_gradient(weights, x, masks))
     est = crosscheck.load_backend("numpy-fd").estimate(weights, x)
-    held = _patterned.answer(GradAnswer(est.value, est.error, est.kink, est.kink_at), pattern)
+    held = Passes.of(weights, x).held(pattern).answer(GradAnswer(est.value, est.error, est.kink, est.kink_at))
     judged = ~est.kink
     assert judged.mean() > 0.9
     assert np.all(np.abs(held.value - exact)[judged] <= held.error[judged])

@@ -25,8 +25,8 @@ CASE = {"layers": 3, "batch": 4, "dim": 6, "init": "nearzero", "seed": 2}
 def _unjudgeable(dtype: str = "float32") -> np.ndarray:
     knobs = {k: v for k, v in CASE.items() if k != "seed"}
     point = Stack(**knobs).point(dtype=dtype, seed=CASE["seed"])
-    judge = StackGradJudge(point, Options(oracle=Oracle("screen")))
-    *_, effects = judge.kink_effects(dtype, judge.model(dtype).grad_bound)
+    passes = StackGradJudge(point, Options(oracle=Oracle("screen"))).passes
+    *_, effects = passes.kink_effects(dtype, passes.model(dtype).grad_bound)
     return effects.count > 1
 
 

@@ -18,7 +18,7 @@ from crosscheck._workloads.protocol import Call, Options, Outcome, Point, Refere
 from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack.judge import hvp_screen as _screen
 from crosscheck._workloads.stack.judge.answers import HvpAnswer, declared_dtype, oracle_answer
-from crosscheck._workloads.stack.judge.screen import Screening
+from crosscheck._workloads.stack.judge.screening import Screening
 from crosscheck._workloads.stack.judge.terms import TERM_HELP
 from crosscheck._workloads.stack.oracle import hvp as _hvp
 
@@ -42,7 +42,7 @@ class StackHvpJudge:
         self.v = point.extra.setdefault("v", _hvp.direction(self.weights, self.seed))
         self.dtype = point.dtype
         self.notes: dict[str, dict[str, Any]] = {}
-        #: The screening strategy, when the reference screened (``screen.Screening``).
+        #: The screening strategy, when the reference screened (``screening.Screening``).
         self.screening: Screening | None = None
 
     def evaluate(self, backend: Any, call: Call) -> Outcome:

@@ -29,7 +29,8 @@ from crosscheck._workloads.protocol import Call, Options, Reference
 from crosscheck._workloads.stack.judge import cost
 from crosscheck._workloads.stack.judge.answers import HvpAnswer, declared_dtype, oracle_answer
 from crosscheck._workloads.stack.judge.directions import DIRECTIONS_GENERATOR, sign_directions
-from crosscheck._workloads.stack.judge.screen import Screening, screening_rows
+from crosscheck._workloads.stack.judge.screen import screening_rows
+from crosscheck._workloads.stack.judge.screening import Screening
 from crosscheck._workloads.stack.oracle import hvp as _hvp
 
 
