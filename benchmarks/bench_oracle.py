@@ -51,7 +51,7 @@ from rich.table import Table
 
 import crosscheck
 from crosscheck._workloads.stack.forward import forward
-from crosscheck._workloads.stack.judge.screen import sign_directions
+from crosscheck._workloads.stack.judge.directions import sign_directions
 from crosscheck._workloads.stack.oracle import perturb, threads
 from crosscheck._workloads.stack.oracle.hvp import direction
 

@@ -223,8 +223,9 @@ def test_no_module_but_terms_builds_a_term():
 BUILDERS = (
     "crosscheck/_workloads/stack/rounding.py",
     "crosscheck/_workloads/stack/explain.py",
-    "crosscheck/_workloads/stack/judge/grad.py",
+    "crosscheck/_workloads/stack/judge/full.py",
     "crosscheck/_workloads/stack/judge/screen.py",
+    "crosscheck/_workloads/stack/judge/spot.py",
     "crosscheck/_workloads/stack/judge/hvp.py",
     "crosscheck/_workloads/stack/judge/hvp_screen.py",
     "crosscheck/_workloads/stack/oracle/hvp.py",

@@ -99,14 +99,14 @@ def test_screening_checks_only_failing_layers_entry_by_entry():
 
 
 def test_auto_mode_screens_only_when_the_full_oracle_is_costly(monkeypatch):
-    from crosscheck._workloads.stack.judge import screen as _screen
+    from crosscheck._workloads.stack.judge import cost
 
     small = crosscheck.run(layers=3, dim=4, batch=2, backends=[planted.correct])
     assert small.comparisons[0].coverage == "every entry"
-    monkeypatch.setattr(_screen, "SCREEN_FLOPS", 1.0)
+    monkeypatch.setattr(cost, "SCREEN_FLOPS", 1.0)
     screened = crosscheck.run(layers=3, dim=4, batch=2, backends=[planted.correct])
     assert screened.comparisons[0].coverage.startswith("screened")
-    assert _screen.full_oracle_flops(8, 32, 64) < 1.5e11 < _screen.full_oracle_flops(8, 8, 128)
+    assert cost.full_oracle_flops(8, 32, 64) < 1.5e11 < cost.full_oracle_flops(8, 8, 128)
 
 
 def test_screen_mode_needs_an_oracle_reference():

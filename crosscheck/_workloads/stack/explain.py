@@ -13,11 +13,11 @@ from crosscheck._compare.dtypes import accumulation
 from crosscheck._compare.record import Comparison
 from crosscheck._report.report import Report, Section
 from crosscheck._report.text import markup, plain
-from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack.forward import Forward
 
 
-def forward_layers(activations: Any, fwd: Forward, model: _stack.RoundingModel) -> list[dict[str, Any]]:
+def forward_layers(activations: Any, fwd: Forward, model: rounding.RoundingModel) -> list[dict[str, Any]]:
     """Compare a backend's activations ``y[1] .. y[L]`` with the float64 ones, layer by layer.
 
     Each activation's tolerance is the modelled rounding of its pre-activation (a flipped ReLU moves it by
@@ -195,7 +195,7 @@ def _render_layers(c: Comparison, console: Any) -> None:
 
 def _render_worst(c: Comparison, console: Any) -> None:
     """The worst entries, each with its tolerance's terms and the kink near it."""
-    names = ", ".join(_stack.KINK_NAMES)
+    names = ", ".join(rounding.KINK_NAMES)
     for entry in c.worst_entries:
         terms = ", ".join(f"{k} {v:.3g}" for k, v in entry["terms"].items())
         kink = f"; ReLU kink nearby at ({names}) {tuple(entry['kink'])}" if entry["kink"] else ""

@@ -6,7 +6,7 @@ count the arrays the code makes (in units of one float64 ``(L, d, d)`` array, ``
 ``(N, d)`` activation, ``A``) and were checked against ``tracemalloc`` peaks of whole runs (L = 8,
 N = 8, d = 256, full oracle: 160 MiB measured, 275 MiB estimated; L = 3, N = 64, d = 32: 14.1 MiB
 measured, 18.9 MiB estimated; a screened case that may check a layer entry by entry
-(``screen.escalates``) is estimated as if every layer were: L = 4, N = 4, d = 128, 12.0 MiB measured,
+(``cost.escalates``) is estimated as if every layer were: L = 4, N = 4, d = 128, 12.0 MiB measured,
 46.1 MiB estimated; past that, a screen is estimated with its own arrays: L = N = 8, d = 768, 18.2 E
 measured, 23.5 E estimated). A run of ``crosscheck run --dim 3000 --backend torch`` grew past 22 GiB
 (its screen checked layers entry by entry, which it no longer does at that size);
@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from crosscheck._workloads.stack import rounding as _stack
-from crosscheck._workloads.stack.judge import screen as _screen
+from crosscheck._workloads.stack import rounding
+from crosscheck._workloads.stack.judge import cost
 from crosscheck._workloads.stack.oracle import parallel as _parallel
 from crosscheck._workloads.stack.oracle import perturb as _perturb
 
@@ -80,7 +80,7 @@ def estimate(
     f64 = 8
     item = 4 if dtype == "float32" else 8
     entries, rows = layers * dim * dim, (layers + 1) * batch * dim
-    samples = _stack.MODEL_SAMPLES
+    samples = rounding.MODEL_SAMPLES
     kept = GRADIENT_ARRAYS + 2 * max(candidates - 1, 0)
     parts = {
         "inputs and results": f64 * (kept * entries + ACTIVATION_ARRAYS * rows),
@@ -91,7 +91,7 @@ def estimate(
         "frameworks": frameworks * FRAMEWORK_COPIES * item * (entries + rows) + frameworks * RUNTIME,
     }
     screened = _screened(layers, batch, dim, quantity, oracle_mode, screens)
-    if screened and not _screen.escalates(layers, batch, dim):
+    if screened and not cost.escalates(layers, batch, dim):
         # A screen that never checks a layer entry by entry (too costly at this size: a disagreeing
         # direction fails the candidate on its own): the screen's arrays, its int8 directions (the
         # screen's, those less the unjudgeable entries, and the copies handed to the oracle), two
@@ -108,7 +108,7 @@ def estimate(
         # The full oracle: per entry, its perturbations' steps, values, errors and flags at each
         # refinement, and the changed rows it carries in bounded chunks. Screening needs it too, for
         # the layers it checks entry by entry (those with a failing direction), where it may
-        # (``screen.escalates``): which they are is known only after the screen, so the estimate
+        # (``cost.escalates``): which they are is known only after the screen, so the estimate
         # counts every layer.
         parts["oracle"] = f64 * (
             ORACLE_ARRAYS * entries + CHUNK_BUFFERS * _perturb._CHUNK_VALUES * _parallel.workers()
@@ -132,7 +132,7 @@ def _paths(layers: int, batch: int, dim: int) -> int:
 def _screened(layers: int, batch: int, dim: int, quantity: str, mode: str, screens: bool) -> bool:
     if quantity != "grad" or not screens or mode == "full":
         return False
-    return mode == "screen" or _screen.full_oracle_flops(layers, batch, dim) > _screen.SCREEN_FLOPS
+    return mode == "screen" or cost.full_oracle_flops(layers, batch, dim) > cost.SCREEN_FLOPS
 
 
 def case_sizes(given: Mapping[str, Any]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import pytest
 import crosscheck
 from crosscheck._cli.main import main
 from crosscheck._compare.dtypes import finfo, numpy_dtype, roundoffs
-from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack.case import Case, make_inputs
 from crosscheck._workloads.stack.forward import backward, forward
 from crosscheck._workloads.stack.underflow import overflow, underflow
@@ -41,7 +41,7 @@ def _model(dtype, **case):
     weights, x = make_inputs(Case(dtype=dtype, **case))
     fwd = forward(weights, x)
     deltas, grads = backward(fwd)
-    return fwd, deltas, grads, _stack.rounding_model(fwd, deltas, dtype)
+    return fwd, deltas, grads, rounding.rounding_model(fwd, deltas, dtype)
 
 
 def test_one_layer_is_judged_by_what_storing_does():
@@ -61,7 +61,7 @@ def test_storing_keeps_a_sign_so_it_flips_no_relu():
     # A pre-activation's own storing cannot flip its ReLU: the sign's spread leaves it out (the first
     # layer's, of exact inputs, is float32's alone), the value's bound keeps it.
     fwd, deltas, _, model = _model("bfloat16")
-    single = _stack.rounding_model(fwd, deltas, "float32")  # the same point's float32 sums
+    single = rounding.rounding_model(fwd, deltas, "float32")  # the same point's float32 sums
     assert model.z_stored is not None
     np.testing.assert_allclose(model.z_sigma[0], single.z_sigma[0], rtol=1e-12)
     stored = 2.0**-8 * np.abs(fwd.zs[0]) / np.sqrt(3.0)

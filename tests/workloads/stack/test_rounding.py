@@ -7,7 +7,7 @@ import pytest
 
 import crosscheck
 from crosscheck._compare.constants import UNIT_ROUNDOFF
-from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack.forward import backward, forward
 
 
@@ -18,17 +18,17 @@ def _direct_sigma(fwd, deltas, dtype, samples, seed):
     y = np.broadcast_to(fwd.ys[0], (samples, *fwd.ys[0].shape))
     noisy = [y]
     for m, w in enumerate(fwd.weights):
-        z = y @ w + rng.standard_normal(y.shape) * _stack.fresh_sigma(fwd.ys[m], w, u, False)
+        z = y @ w + rng.standard_normal(y.shape) * rounding.fresh_sigma(fwd.ys[m], w, u, False)
         y = z * fwd.masks[m]
         noisy.append(y)
     g, sigma = 2.0 * y, np.zeros_like(fwd.weights)
     for m in reversed(range(len(fwd.weights))):
         delta = g * fwd.masks[m]
         grad = np.swapaxes(noisy[m], 1, 2) @ delta
-        fresh = _stack.fresh_sigma(fwd.ys[m].T, deltas[m], u, False)
+        fresh = rounding.fresh_sigma(fwd.ys[m].T, deltas[m], u, False)
         error = grad + rng.standard_normal(grad.shape) * fresh - fwd.ys[m].T @ deltas[m]
         sigma[m] = np.sqrt(np.mean(error**2, axis=0))
-        noise = _stack.fresh_sigma(deltas[m], fwd.weights[m].T, u, False)
+        noise = rounding.fresh_sigma(deltas[m], fwd.weights[m].T, u, False)
         g = delta @ fwd.weights[m].T + rng.standard_normal(delta.shape) * noise
     return sigma
 
@@ -38,7 +38,7 @@ def test_row_by_row_estimate_agrees_with_direct_sampling(dtype):
     case = crosscheck.Case(layers=4, batch=6, dim=5, dtype="float64", seed=2)
     fwd = forward(*crosscheck.make_inputs(case))
     deltas, _ = backward(fwd)
-    model = _stack.rounding_model(fwd, deltas, dtype)
+    model = rounding.rounding_model(fwd, deltas, dtype)
     direct = _direct_sigma(fwd, deltas, dtype, samples=4000, seed=9)
     live = direct > 0
     np.testing.assert_array_equal(model.grad_sigma[~live], 0.0)  # entries no error reaches (dead units)
@@ -56,7 +56,7 @@ def test_direction_spread_of_a_single_entry_is_that_entry_spread():
     directions = np.zeros((3, 2, 4, 4))
     directions[:, 0, 1, 2] = 1.0
     directions[:, 1, 3, 0] = -1.0
-    model = _stack.rounding_model(fwd, deltas, "float32", directions=directions)
+    model = rounding.rounding_model(fwd, deltas, "float32", directions=directions)
     assert model.direction_sigma is not None
     np.testing.assert_allclose(model.direction_sigma[:, 0], model.grad_sigma[:, 1, 2], rtol=1e-10)
     np.testing.assert_allclose(model.direction_sigma[:, 1], model.grad_sigma[:, 3, 0], rtol=1e-10)
@@ -66,6 +66,6 @@ def test_exact_products_add_no_rounding():
     case = crosscheck.Case(layers=3, batch=4, dim=4, dtype="float64", seed=1, init="integer")
     fwd = forward(*crosscheck.make_inputs(case))
     deltas, _ = backward(fwd)
-    model = _stack.rounding_model(fwd, deltas, "float64")
+    model = rounding.rounding_model(fwd, deltas, "float64")
     assert not model.grad_sigma.any()
     assert not any(s.any() for s in model.z_sigma)

@@ -13,10 +13,10 @@ import pytest
 import crosscheck
 from crosscheck._cli.main import main
 from crosscheck._engine.plan import MemoryTooLarge
-from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack.case import Case, make_inputs
 from crosscheck._workloads.stack.forward import backward, forward
-from crosscheck._workloads.stack.judge.screen import full_oracle_flops
+from crosscheck._workloads.stack.judge.cost import full_oracle_flops
 from crosscheck._workloads.stack.size import estimate
 
 TOO_BIG = {
@@ -118,11 +118,11 @@ def test_a_wide_layer_never_has_all_its_samples_in_memory():
     deltas, _ = backward(fwd)
     tracemalloc.start()
     try:
-        _stack.rounding_model(fwd, deltas, "float32")
+        rounding.rounding_model(fwd, deltas, "float32")
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert peak < _stack.MODEL_SAMPLES * 512 * 512 * 8 / 4, peak
+    assert peak < rounding.MODEL_SAMPLES * 512 * 512 * 8 / 4, peak
 
 
 @pytest.mark.parametrize(("layers", "batch", "dim"), [(1, 1, 1), (8, 8, 16), (5, 3, 7)])
@@ -139,12 +139,12 @@ def test_the_full_oracles_flops_in_closed_form(layers, batch, dim):
 def test_a_screen_that_checks_no_layer_entry_by_entry_is_estimated_as_what_it_allocates(
     layers, batch, dim, init, monkeypatch
 ):
-    """Past ``screen.ESCALATE_FLOPS`` (here: always) a screen never runs the full oracle: its estimate
+    """Past ``cost.ESCALATE_FLOPS`` (here: always) a screen never runs the full oracle: its estimate
     is the screen's arrays, above the run's peak and within twice it (it counted the full oracle's
     ~60 arrays of ``(L, d, d)`` float64: 20 GiB printed at d = 2048, where a run peaks at 7.2 GiB)."""
-    from crosscheck._workloads.stack.judge import screen as _screen
+    from crosscheck._workloads.stack.judge import cost
 
-    monkeypatch.setattr(_screen, "ESCALATE_FLOPS", 0.0)
+    monkeypatch.setattr(cost, "ESCALATE_FLOPS", 0.0)
 
     def mine(weights, x):
         return hostile.stack_grad(weights, x).astype(weights.dtype)

@@ -1,8 +1,9 @@
 """What the stack's reference answered, as its judges compare with it: the gradient's ``GradAnswer``
 (value, error bar and the oracle's kink flags) and the HVP's ``HvpAnswer`` (value, error bar and its
-kink judgements), and the dtype a candidate's answer is judged in (``declared_dtype``). Their own
-module, so that the judges and their screening (which checks failing layers entry by entry into the
-same records) import it, not each other."""
+kink judgements); the dtype a candidate's answer is judged in (``declared_dtype``) and a backend's
+gradient, asked for through the guarded call (``gradient``). Their own module, so that the judges and
+their screening (which checks failing layers entry by entry into the same records) import it, not
+each other."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import numpy as np
 
 from crosscheck._compare.constants import ALL_DTYPES, DTYPES
 from crosscheck._compare.record import Kinks
-from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.protocol import Call, Outcome
+from crosscheck._workloads.stack import rounding
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +43,7 @@ def oracle_answer(est: Any) -> HvpAnswer:
     kinks = Kinks(
         est.kink,
         np.where(est.kink, est.reason, "").astype(object),
-        np.broadcast_to(np.array(est.kink_at), (*est.kink.shape, len(_stack.KINK_NAMES))).copy(),
+        np.broadcast_to(np.array(est.kink_at), (*est.kink.shape, len(rounding.KINK_NAMES))).copy(),
         np.full(est.kink.shape, np.nan),
     )
     return HvpAnswer(est.value, est.error, kinks)
@@ -59,3 +61,13 @@ def declared_dtype(backend: Any, dtype: str) -> tuple[str, str | None]:
         known = " and ".join(DTYPES)
         return dtype, f"declares `output_dtype` {declared!s:.40}; crosscheck judges {known} only"
     return str(declared), None
+
+
+def gradient(backend: Any, call: Call, dtype: str, weights: np.ndarray, x: np.ndarray) -> Outcome:
+    """``backend.grad(weights, x)``, guarded, as ``{"weights": array}``; a failure, without a call,
+    when the backend declares a dtype crosscheck cannot judge in a ``dtype`` case."""
+    _, problem = declared_dtype(backend, dtype)
+    if problem:
+        return call.failure(problem)
+    out = call(backend.grad, weights, x, convert="array")
+    return out if out.error else dataclasses.replace(out, value={"weights": out.value})

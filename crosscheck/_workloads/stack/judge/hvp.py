@@ -15,10 +15,10 @@ from crosscheck._compare.compare import compare
 from crosscheck._compare.constants import OTHER_DTYPE, UNIT_ROUNDOFF
 from crosscheck._compare.record import Comparison, Kinks, Tolerance
 from crosscheck._workloads.protocol import Call, Options, Outcome, Point, Reference
-from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack.judge import hvp_screen as _screen
 from crosscheck._workloads.stack.judge.answers import HvpAnswer, declared_dtype, oracle_answer
-from crosscheck._workloads.stack.judge.screen import Screening
+from crosscheck._workloads.stack.judge.screening import Screening
 from crosscheck._workloads.stack.judge.terms import TERM_HELP
 from crosscheck._workloads.stack.oracle import hvp as _hvp
 
@@ -42,7 +42,7 @@ class StackHvpJudge:
         self.v = point.extra.setdefault("v", _hvp.direction(self.weights, self.seed))
         self.dtype = point.dtype
         self.notes: dict[str, dict[str, Any]] = {}
-        #: The screening strategy, when the reference screened (``screen.Screening``).
+        #: The screening strategy, when the reference screened (``screening.Screening``).
         self.screening: Screening | None = None
 
     def evaluate(self, backend: Any, call: Call) -> Outcome:
@@ -73,7 +73,7 @@ class StackHvpJudge:
             return out
         value = out.value["weights"]
         error, _ = self._rerun(backend, call, value)
-        answer = HvpAnswer(value.astype(np.float64), error, Kinks.none(value.shape, len(_stack.KINK_NAMES)))
+        answer = HvpAnswer(value.astype(np.float64), error, Kinks.none(value.shape, len(rounding.KINK_NAMES)))
         return dataclasses.replace(out, value=Reference({"weights": value}, value.dtype.name, {}, answer))
 
     def _oracle_reference(self, est: Any) -> Reference:
@@ -141,9 +141,9 @@ class StackHvpJudge:
             kinks=answer.kinks,
             strict=self.options.strict,
             keep=self.options.plot,
-            index_names=_stack.INDEX_NAMES,
+            index_names=rounding.INDEX_NAMES,
             term_help={**TERM_HELP, "rerun": f"{_hvp.RERUN_HELP} ({note})"},
-            split=_stack.INDEX_NAMES[0],
+            split=rounding.INDEX_NAMES[0],
         )
         arrays = {**found.arrays, "rounding": {"weights": rerun + floor}}
         return dataclasses.replace(found, arrays=arrays)

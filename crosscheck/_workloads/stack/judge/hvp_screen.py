@@ -26,15 +26,11 @@ from crosscheck._compare.constants import UNIT_ROUNDOFF
 from crosscheck._compare.message import mismatch_message
 from crosscheck._compare.record import Comparison, Kinks
 from crosscheck._workloads.protocol import Call, Options, Reference
-from crosscheck._workloads.stack.judge import screen as _grad_screen
+from crosscheck._workloads.stack.judge import cost
 from crosscheck._workloads.stack.judge.answers import HvpAnswer, declared_dtype, oracle_answer
-from crosscheck._workloads.stack.judge.screen import (
-    DIRECTIONS_GENERATOR,
-    Screening,
-    full_oracle_flops,
-    screening_rows,
-    sign_directions,
-)
+from crosscheck._workloads.stack.judge.directions import DIRECTIONS_GENERATOR, sign_directions
+from crosscheck._workloads.stack.judge.screen import screening_rows
+from crosscheck._workloads.stack.judge.screening import Screening
 from crosscheck._workloads.stack.oracle import hvp as _hvp
 
 
@@ -70,7 +66,7 @@ RERUN_HELP = terms.measured_help(
 
 def hvp_oracle_flops(layers: int, batch: int, dim: int) -> float:
     """Matrix-product flops of the full HVP oracle: the gradient oracle's at each of the 2L nodes."""
-    return 2 * layers * full_oracle_flops(layers, batch, dim)
+    return 2 * layers * cost.full_oracle_flops(layers, batch, dim)
 
 
 def mode(judge: HvpJudge, backend: Any) -> str:
@@ -82,7 +78,7 @@ def mode(judge: HvpJudge, backend: Any) -> str:
     if asked == "auto":
         shape = judge.weights.shape
         flops = hvp_oracle_flops(shape[0], judge.x.shape[0], shape[1])
-        return "screen" if can_screen and flops > _grad_screen.SCREEN_FLOPS else "full"
+        return "screen" if can_screen and flops > cost.SCREEN_FLOPS else "full"
     return asked
 
 

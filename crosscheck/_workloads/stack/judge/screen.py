@@ -1,18 +1,16 @@
-"""Screening the stack's gradient: random directional derivatives per layer, with error bars, then every
-entry of each layer that fails them; ``spot`` then checks the others' largest entries one by one.
+"""Screening the stack's gradient: a candidate's directional derivatives per layer against the oracle's,
+with error bars, then every entry of each layer that fails them (``compare_screened``); ``spot`` then
+checks the others' largest entries one by one.
 
-The gradient judge owns a ``Screening`` (what the oracle screened, and what every candidate shares) and
-hands it, with itself, to ``compare_screened``; this module uses the judge's public surface only
-(``GradJudge``: ``weights``, ``x``, ``options``, ``model``, ``underflow``, ``kink_effects``,
-``forget_kinks``, ``compare_full``, ``range_cause``, ``progress``), and imports neither the judge nor
-its module.
+The reference's phase hands on the oracle's ``Screening`` (what it screened, and what every candidate
+shares); this module takes it with the passes the candidate is judged on (``Passes``) and the run's
+options, and fills in what each dtype is screened along (``Along``) and the layers it checked entry by
+entry, once for every candidate.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import Any, Protocol
 
 import numpy as np
 
@@ -24,153 +22,19 @@ from crosscheck._compare.dtypes import accumulation
 from crosscheck._compare.message import mismatch_message
 from crosscheck._compare.record import Comparison
 from crosscheck._workloads.protocol import Call, Options, Reference
-from crosscheck._workloads.stack import rounding as _stack
-from crosscheck._workloads.stack import underflow as _underflow
-from crosscheck._workloads.stack.forward import Forward
+from crosscheck._workloads.stack import rounding
+from crosscheck._workloads.stack.judge import cost
 from crosscheck._workloads.stack.judge.answers import GradAnswer
-
-
-class GradJudge(Protocol):
-    """What screening uses of the gradient judge (``grad.StackGradJudge``)."""
-
-    weights: np.ndarray
-    x: np.ndarray
-    options: Options
-    fwd: Forward
-    deltas: list[np.ndarray]
-
-    def model(self, dtype: str) -> _stack.RoundingModel: ...
-    def underflow(self, dtype: str) -> _underflow.Underflow: ...
-    def kink_effects(self, dtype: str, tol: np.ndarray, scale: float = 1.0) -> Any: ...
-    def forget_kinks(self, dtype: str) -> None: ...
-    def compare_full(self, value: np.ndarray, name: str, reference: Reference, dtype: str) -> Comparison: ...
-    def range_cause(self, found: Comparison, value: np.ndarray, dtype: str) -> Comparison: ...
-    def progress(self, description: str) -> Any: ...
-
-
-#: Above this many floating-point operations of matrix products "auto" screens. The count is the dense
-#: one (every row of the batch, ``full_oracle_flops``); the oracle now evaluates only the rows a
-#: perturbation changes, about a quarter, so at the threshold it takes a second or two on 2 cores (it
-#: was 10-20 s). For the HVP the count is 2L times the gradient oracle's (``hvp_screen``).
-SCREEN_FLOPS = 1.5e11
-
-
-def full_oracle_flops(layers: int, batch: int, dim: int) -> float:
-    """Matrix-product flops of the full oracle: per entry, two evaluations of the layers after it."""
-    # sum over k of 2 d^2 (L - 1 - k) 2 N d^2, in closed form (the sum of L - 1 - k is L (L - 1) / 2)
-    return float(4 * batch * dim**4 * (layers * (layers - 1) // 2))
-
-
-#: Above this many flops (``escalation_flops``) the layers whose directions disagree are not checked
-#: entry by entry: the candidate fails on its directions alone, and the message says so (a check of
-#: every entry of one layer costs ``O(N d**4)``: at ``d = 1024`` most of an hour on 2 cores, days at
-#: 4096). At the limit a check takes a few minutes; ``--oracle-mode full`` checks every entry.
-ESCALATE_FLOPS = 100 * SCREEN_FLOPS
-
-
-def escalation_flops(layers: int, batch: int, dim: int, which: Sequence[int]) -> float:
-    """Matrix-product flops of the full oracle on the layers ``which`` (``full_oracle_flops``'s terms,
-    each at least one layer's worth)."""
-    return float(sum(4 * batch * dim**4 * max(layers - 1 - k, 1) for k in which))
-
-
-def escalates(layers: int, batch: int, dim: int) -> bool:
-    """Whether a screen of this size may check a layer entry by entry (its costliest one within
-    ``ESCALATE_FLOPS``); the memory estimate counts the full oracle only then."""
-    return escalation_flops(layers, batch, dim, [0]) <= ESCALATE_FLOPS
-
-
-#: How the screening directions are drawn (a note of the report says so).
-DIRECTIONS_GENERATOR = "numpy.random.default_rng(0).integers(0, 2, (L, S, d, d), dtype=int8) * 2 - 1"
-
-
-def sign_directions(layers: int, count: int, dim: int, dtype: Any = np.float64) -> np.ndarray:
-    """``count`` random +-1 directions per layer, ``(layers, count, dim, dim)`` of ``dtype``.
-
-    The seed is fixed: the same case is screened along the same directions. Drawn as int8 (a fraction
-    of the cost of drawing float64 values at d = 1024). The gradient's screening keeps them as int8
-    (``SIGNS``): one byte an entry instead of eight (4 GiB less at d = 4096), every product with them
-    taken in float64 a layer at a time (``project``), so the sums are the same.
-    """
-    signs = np.random.default_rng(0).integers(0, 2, size=(layers, count, dim, dim), dtype=np.int8)
-    directions = np.multiply(signs, 2, dtype=dtype)
-    directions -= 1
-    return directions
-
-
-#: What the gradient's screening directions are stored as: their entries are -1, 0 or +1.
-SIGNS = np.int8
-
-
-def project(values: np.ndarray, directions: np.ndarray) -> np.ndarray:
-    """``sum(values[k] * directions[k, s])`` as ``(L, S)`` float64, a layer at a time (``directions``
-    of any dtype, converted to float64 one layer at a time: never a float64 copy of them all)."""
-    out = np.empty(directions.shape[:2])
-    for k in range(len(directions)):
-        layer = directions[k].reshape(directions.shape[1], -1).astype(np.float64)
-        out[k] = layer @ np.asarray(values[k], np.float64).ravel()
-    return out
-
-
-@dataclasses.dataclass(frozen=True)
-class Along:
-    """What one dtype's candidates are screened along: the directions (the screen's, less the entries
-    that several ReLU flips may move, which are unjudgeable), the oracle's derivatives along them and
-    their error, the modelled spread of the dtype's rounding along them, the kink slack, and the
-    unjudgeable entries (``(L, d, d)`` bool)."""
-
-    directions: np.ndarray
-    value: np.ndarray
-    error: np.ndarray
-    sigma: np.ndarray
-    slack: np.ndarray
-    unjudgeable: np.ndarray
-
-
-@dataclasses.dataclass
-class Screening:
-    """A judge's screening: the oracle's directional derivatives (``estimate``: value, error, directions),
-    the oracle that checks failing layers entry by entry, those checks by layer and what each dtype is
-    screened along (each computed once, shared by every candidate)."""
-
-    estimate: Any
-    oracle: Any
-    #: The full checks by layer: (value, error, kink, kink_at).
-    full_layers: dict[int, tuple[np.ndarray, ...]] = dataclasses.field(default_factory=dict)
-    #: What each dtype is screened along (``Along``), or why the oracle could not screen it.
-    along: dict[str, Along | str] = dataclasses.field(default_factory=dict)
-    #: The oracle's evaluations after its first screen (its screens of the judgeable entries, its spots).
-    more_evaluations: int = 0
-    #: The spot check's memo (``spot``): the oracle at single entries, by ``(layer, row, col)``, and
-    #: its kink judgements, by what each was made for (shared with a view held at a pattern).
-    spots: dict[tuple, Any] = dataclasses.field(default_factory=dict)
-
-    @property
-    def directions(self) -> np.ndarray:
-        return self.estimate.directions
-
-
-def screen_reference(judge: GradJudge, backend: Any, call: Call) -> tuple[Any, Screening | None]:
-    """The oracle's directional derivatives along ``directions`` random +-1 directions per layer: the
-    reference's outcome, and the judge's ``Screening`` (None when the oracle failed)."""
-    shape = judge.weights.shape
-    directions = sign_directions(shape[0], judge.options.oracle.directions, shape[1], SIGNS)
-    progress = judge.progress("oracle (screening)")
-    out = call(backend.screen, judge.weights, judge.x, directions, progress=progress)
-    if out.error:
-        return out, None
-    screening = Screening(out.value, backend)
-    notes = {
-        "mode": "screen",
-        "directions": judge.options.oracle.directions,
-        "directions_generator": DIRECTIONS_GENERATOR,
-        "evaluations": out.value.evaluations,
-    }
-    return dataclasses.replace(out, value=Reference(None, "float64", notes)), screening
+from crosscheck._workloads.stack.judge.directions import project
+from crosscheck._workloads.stack.judge.full import compare_full
+from crosscheck._workloads.stack.judge.passes import Passes
+from crosscheck._workloads.stack.judge.reference import progress
+from crosscheck._workloads.stack.judge.screening import Along, Screening
 
 
 def compare_screened(
-    judge: GradJudge,
+    passes: Passes,
+    options: Options,
     screening: Screening,
     candidate: np.ndarray,
     name: str,
@@ -180,74 +44,76 @@ def compare_screened(
 ) -> Comparison:
     """Screen the candidate along the oracle's directions; check failing layers entry by entry."""
     sc = screening.estimate
-    problem = structural_problem(candidate, judge.weights.shape, dtype)
+    problem = structural_problem(candidate, passes.weights.shape, dtype)
     if problem:
         invalid = _invalid(candidate, name, reference, problem)
-        return judge.range_cause(invalid, candidate, dtype)
-    along = _along(judge, screening, dtype, call)
+        return passes.range_cause(invalid, candidate, dtype)
+    along = _along(passes, options, screening, dtype, call)
     # The reference's record counts every screen's evaluations (the engine reads its notes once more
     # for the report).
     reference.notes["evaluations"] = sc.evaluations + screening.more_evaluations
     if isinstance(along, str):
         return _invalid(candidate, name, reference, along)
-    model = judge.model(dtype)
+    model = passes.model(dtype)
     projected = project(candidate, along.directions)
     u = UNIT_ROUNDOFF[accumulation(dtype)]
-    tol = _tolerance(judge, candidate, along, dtype)
+    tol = _tolerance(passes, options, candidate, along, dtype)
     diff = np.abs(projected - along.value)
     failing = _screening.escalated(diff > tol)
-    layers, batch, dim = len(judge.weights), len(judge.x), judge.weights.shape[1]
-    flops = escalation_flops(layers, batch, dim, failing)
-    if failing and flops > ESCALATE_FLOPS:  # the candidate fails on its directions alone
+    layers, batch, dim = len(passes.weights), len(passes.x), passes.weights.shape[1]
+    flops = cost.escalation_flops(layers, batch, dim, failing)
+    if failing and flops > cost.ESCALATE_FLOPS:  # the candidate fails on its directions alone
         left = _left_out(int(np.count_nonzero(along.unjudgeable)), dtype)
         return _on_directions(candidate, name, reference, (diff, tol), failing, flops, model, u, left)
     coverage = _screening.coverage(sc.value.shape[0], "layer", sc.value.shape[1], failing)
     unjudged = int(np.count_nonzero(along.unjudgeable))
     coverage += _left_out(unjudged, dtype)
-    full = _full_layers(judge, screening, failing, reference, call) if failing else None
+    full = _full_layers(passes, options, screening, failing, call) if failing else None
     if isinstance(full, str):
         comparison = _invalid(candidate, name, reference, full)
         message = full
     elif full is not None:
-        comparison = judge.compare_full(candidate, name, full, dtype)
+        comparison = compare_full(passes, options, candidate, name, reference.name, full, dtype)
         message = coverage + "\n" + mismatch_message(comparison)
     else:
         # Every direction agrees; the entries several flips may move were left out of them, and are
         # unjudgeable, as a full check says of them (``--strict`` fails them).
-        strict = bool(judge.options.strict and unjudged)
+        strict = bool(options.strict and unjudged)
         comparison = Comparison(
             backend=name,
             reference=reference.name,
             passed=not strict,
             status="mismatch" if strict else "ok",
             total=candidate.size,
-            index_names=list(_stack.INDEX_NAMES),
+            index_names=list(rounding.INDEX_NAMES),
             unjudgeable=unjudged,
             unjudgeable_reasons={_several(dtype): unjudged} if unjudged else {},
         )
         message = f"{coverage}: {_screening.AGREES}" + ("; --strict fails them" if strict else "")
     own_floor = terms.floor(terms.largest(candidate), u, ulps=terms.SAFETY_FLOOR_ULPS)
-    rounding = {"weights": model.grad_bound + own_floor}
+    own = {"weights": model.grad_bound + own_floor}
     return dataclasses.replace(
         comparison,
         coverage=coverage,
         screening=screening_rows(diff, tol, failing),
         message=message,
-        arrays={**comparison.arrays, "rounding": rounding},
+        arrays={**comparison.arrays, "rounding": own},
     )
 
 
-def _tolerance(judge: GradJudge, candidate: np.ndarray, along: Along, dtype: str) -> np.ndarray:
+def _tolerance(
+    passes: Passes, options: Options, candidate: np.ndarray, along: Along, dtype: str
+) -> np.ndarray:
     """Each direction's tolerance: the modelled rounding along it, the oracle's error, the candidate's
     floor, the user's slack, the kinks' slack and the underflow bounds."""
-    u, size = UNIT_ROUNDOFF[accumulation(dtype)], judge.weights.shape[1]
-    given = judge.options.slack
+    u, size = UNIT_ROUNDOFF[accumulation(dtype)], passes.weights.shape[1]
+    given = options.slack
     slack = 0.0 if given is None else given.atol * size * size + given.rtol * np.abs(along.value)
     # The floor term of every entry, summed in quadrature over the d * d entries of a direction.
     floor = terms.floor(terms.largest(candidate), u, ulps=terms.SAFETY_FLOOR_ULPS, across=size)
     # The underflow bounds summed over each direction's entries (every entry of a direction is +-1,
     # or 0 where it is left out as unjudgeable).
-    bound = judge.underflow(dtype).grad
+    bound = passes.underflow(dtype).grad
     flow = (bound * ~along.unjudgeable).sum(axis=(1, 2))[:, None] if bound.any() else 0.0
     return terms.modelled(along.sigma) + along.error + floor + slack + along.slack + flow
 
@@ -262,7 +128,7 @@ def _invalid(candidate: np.ndarray, name: str, reference: Reference, message: st
         status="invalid",
         total=candidate.size,
         message=message,
-        index_names=list(_stack.INDEX_NAMES),
+        index_names=list(rounding.INDEX_NAMES),
     )
 
 
@@ -273,12 +139,12 @@ def _on_directions(
     found: tuple[np.ndarray, np.ndarray],
     failing: list[int],
     flops: float,
-    model: _stack.RoundingModel,
+    model: rounding.RoundingModel,
     u: float,
     left: str = "",
 ) -> Comparison:
     """A candidate whose directions disagree where checking their layers entry by entry would cost
-    ``flops`` (over ``ESCALATE_FLOPS``): a mismatch on its directions, with the worst one."""
+    ``flops`` (over ``cost.ESCALATE_FLOPS``): a mismatch on its directions, with the worst one."""
     diff, tol = found
     count = diff.shape[1]
     coverage = _screening.coverage(len(diff), "layer", count, []) + left
@@ -287,7 +153,7 @@ def _on_directions(
     worst = f"worst: layer {k}, direction {s}, off by {diff[k, s]:.3g}, {ratio[k, s]:.3g} x its tolerance"
     message = (
         f"{coverage}; the directions of layers {failing} disagree ({worst}); checking those layers "
-        f"entry by entry would take about {flops:.1e} flops (more than {ESCALATE_FLOPS:.1e}), so the "
+        f"entry by entry would take about {flops:.1e} flops (more than {cost.ESCALATE_FLOPS:.1e}), so the "
         "candidate fails on its directions; --oracle-mode full checks every entry"
     )
     own_floor = terms.floor(terms.largest(candidate), u, ulps=terms.SAFETY_FLOOR_ULPS)
@@ -297,7 +163,7 @@ def _on_directions(
         passed=False,
         status="mismatch",
         total=candidate.size,
-        index_names=list(_stack.INDEX_NAMES),
+        index_names=list(rounding.INDEX_NAMES),
         coverage=coverage,
         screening=screening_rows(diff, tol, []),
         message=message,
@@ -323,24 +189,24 @@ def screening_rows(
 
 
 def _full_layers(
-    judge: GradJudge, screening: Screening, layers: list[int], reference: Reference, call: Call
-) -> Any:
+    passes: Passes, options: Options, screening: Screening, layers: list[int], call: Call
+) -> GradAnswer | str:
     """The oracle on every entry of ``layers`` (cached across candidates; NaN elsewhere), or why not."""
     missing = [k for k in layers if k not in screening.full_layers]
     if missing:
-        progress = judge.progress("oracle (full check)")
-        out = call(screening.oracle.estimate, judge.weights, judge.x, layers=missing, progress=progress)
+        told = progress(options, "oracle (full check)")
+        out = call(screening.oracle.estimate, passes.weights, passes.x, layers=missing, progress=told)
         if out.error:
             return f"the reference failed to check layers {missing} entry by entry: {out.error}"
         est = out.value
         for k in missing:
             screening.full_layers[k] = (est.value[k], est.error[k], est.kink[k], est.kink_at[k])
-    shape = judge.weights.shape
+    shape = passes.weights.shape
     value, error = np.full(shape, np.nan), np.full(shape, np.nan)
     kink, kink_at = np.zeros(shape, bool), np.full((*shape, 3), -1, np.int64)
     for k in layers:
         value[k], error[k], kink[k], kink_at[k] = screening.full_layers[k]
-    return dataclasses.replace(reference, data=GradAnswer(value, error, kink, kink_at))
+    return GradAnswer(value, error, kink, kink_at)
 
 
 def _left_out(unjudged: int, dtype: str) -> str:
@@ -355,7 +221,7 @@ def _several(dtype: str) -> str:
     return f"{dtype} rounding may flip several ReLUs"
 
 
-def _along(judge: GradJudge, screening: Screening, dtype: str, call: Call) -> Along | str:
+def _along(passes: Passes, options: Options, screening: Screening, dtype: str, call: Call) -> Along | str:
     """What ``dtype``'s candidates are screened along (computed once per dtype), or why not.
 
     An entry that several ReLU flips may move is unjudgeable (the full check says so of it too), and
@@ -365,9 +231,9 @@ def _along(judge: GradJudge, screening: Screening, dtype: str, call: Call) -> Al
     if dtype not in screening.along:
         # The model's bound is its modelled term of sigma: passed as sigma and the term's scale
         # (``terms.modelled(1.0)``; no (L, d, d) bound made).
-        *_, effects = judge.kink_effects(dtype, judge.model(dtype).grad_sigma, terms.modelled(1.0))
+        *_, effects = passes.kink_effects(dtype, passes.model(dtype).grad_sigma, terms.modelled(1.0))
         unjudgeable = effects.count > 1
-        sc, model = screening.estimate, judge.model(dtype)
+        sc, model = screening.estimate, passes.model(dtype)
         assert model.direction_sigma is not None  # the model was made with the screening directions
         directions, value, error, sigma = sc.directions, sc.value, sc.error, model.direction_sigma
         if unjudgeable.any():
@@ -379,21 +245,21 @@ def _along(judge: GradJudge, screening: Screening, dtype: str, call: Call) -> Al
             if moved.any():
                 slack[k] = project(moved[None], np.abs(directions[k : k + 1]))[0]
         del effects, moved
-        layers, batch, dim = len(judge.weights), len(judge.x), judge.weights.shape[1]
-        if not escalates(layers, batch, dim):  # no full check will judge these kinks again
-            judge.forget_kinks(dtype)
+        layers, batch, dim = len(passes.weights), len(passes.x), passes.weights.shape[1]
+        if not cost.escalates(layers, batch, dim):  # no full check will judge these kinks again
+            passes.forget_kinks(dtype)
         if unjudgeable.any():
-            progress = judge.progress("oracle (screening judgeable entries)")
+            told = progress(options, "oracle (screening judgeable entries)")
             oracle = screening.oracle.screen
-            out = call(oracle, judge.weights, judge.x, directions, progress=progress, keep_model=False)
+            out = call(oracle, passes.weights, passes.x, directions, progress=told, keep_model=False)
             if out.error:
                 why = f"the reference failed to screen the entries {dtype} rounding leaves judgeable"
                 screening.along[dtype] = f"{why}: {out.error}"
                 return screening.along[dtype]
             value, error = out.value.value, out.value.error
             screening.more_evaluations += out.value.evaluations
-            fwd, deltas = judge.fwd, judge.deltas
-            masked = _stack.rounding_model(fwd, deltas, dtype, directions=directions, entries=False)
+            fwd, deltas = passes.fwd, passes.deltas
+            masked = rounding.rounding_model(fwd, deltas, dtype, directions=directions, entries=False)
             assert masked.direction_sigma is not None  # the model was given the directions
             sigma = masked.direction_sigma
         screening.along[dtype] = Along(directions, value, error, sigma, slack, unjudgeable)

@@ -10,15 +10,16 @@ few entries' cost), each within the tolerance the entry-by-entry comparison give
 kinks judged as that comparison judges them (``judged_kinks``). A candidate whose spot-checked entry
 differs fails, with the entry named; the coverage says how many entries were spot-checked.
 
-This module uses the judge's public surface only (``SpotJudge``) and imports neither the judge nor its
-module.
+It takes the passes the candidate is judged on (``Passes``: held at its own ReLU pattern where it is
+judged on one), the run's options and the screen's ``Screening``, whose memo keeps the oracle's answer
+at each entry (evaluated once for every candidate).
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -29,11 +30,10 @@ from crosscheck._compare.dtypes import accumulation
 from crosscheck._compare.message import mismatch_message
 from crosscheck._compare.record import Comparison, Kinks, Tolerance
 from crosscheck._workloads.protocol import Call, Options, Reference
-from crosscheck._workloads.stack import pattern as _pattern
-from crosscheck._workloads.stack import rounding as _stack
-from crosscheck._workloads.stack import underflow as _underflow
-from crosscheck._workloads.stack.judge import screen as _screen
+from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack.judge.answers import GradAnswer
+from crosscheck._workloads.stack.judge.passes import Passes
+from crosscheck._workloads.stack.judge.screening import Along, Screening
 from crosscheck._workloads.stack.judge.terms import TERM_HELP
 
 #: The entries spot-checked in each screened layer: the candidate's largest in magnitude, where a relative
@@ -44,25 +44,10 @@ from crosscheck._workloads.stack.judge.terms import TERM_HELP
 SPOT_ENTRIES = 8
 
 
-class SpotJudge(Protocol):
-    """What the spot check uses of the gradient judge (``grad.StackGradJudge``)."""
-
-    weights: np.ndarray
-    x: np.ndarray
-    options: Options
-    pattern: _pattern.Pattern | None
-
-    def model(self, dtype: str) -> _stack.RoundingModel: ...
-    def underflow(self, dtype: str) -> _underflow.Underflow: ...
-    def judged_kinks(
-        self, tol: np.ndarray, dtype: str, oracle: GradAnswer, at: np.ndarray | None = None
-    ) -> tuple[Kinks, np.ndarray]: ...
-    def forget_kinks(self, dtype: str) -> None: ...
-
-
 def spot_checked(
-    judge: SpotJudge,
-    screening: _screen.Screening,
+    passes: Passes,
+    options: Options,
+    screening: Screening,
     comparison: Comparison,
     candidate: np.ndarray,
     reference: Reference,
@@ -71,19 +56,19 @@ def spot_checked(
 ) -> Comparison:
     """``comparison`` (a screen's) with each screened layer's largest entries checked one by one."""
     along = screening.along.get(dtype)
-    if comparison.status == "invalid" or not isinstance(along, _screen.Along):
+    if comparison.status == "invalid" or not isinstance(along, Along):
         return comparison
     layers = [row["layer"] for row in comparison.screening if not row["full_check"]]
     entries = largest(candidate, along.unjudgeable, layers, SPOT_ENTRIES)
     if not len(entries):
         return comparison
-    oracle = _oracle_at(judge, screening, entries, call)
+    oracle = _oracle_at(passes, screening, entries, call)
     reference.notes["evaluations"] = screening.estimate.evaluations + screening.more_evaluations
     if isinstance(oracle, str):
         message = f"{comparison.message}\nthe reference failed to spot-check single entries: {oracle}"
         return dataclasses.replace(comparison, passed=False, status="invalid", message=message)
     values = candidate[tuple(entries.T)]
-    spot = _compared(judge, screening, values, oracle, entries, comparison, reference, dtype)
+    spot = _compared(passes, options, screening, values, oracle, entries, comparison, reference, dtype)
     return _merged(comparison, spot, len(layers))
 
 
@@ -106,7 +91,7 @@ def largest(candidate: np.ndarray, skip: np.ndarray, layers: list[int], count: i
     return np.concatenate(found).astype(np.int64) if found else np.zeros((0, 3), np.int64)
 
 
-def _oracle_at(judge: SpotJudge, screening: _screen.Screening, entries: np.ndarray, call: Call) -> Any:
+def _oracle_at(passes: Passes, screening: Screening, entries: np.ndarray, call: Call) -> GradAnswer | str:
     """The oracle's answer at ``entries`` (each entry evaluated once for every candidate), moved to the
     candidate's own ReLU pattern where it is judged on one; or why the oracle could not answer."""
     keys = [tuple(int(i) for i in entry) for entry in entries]
@@ -115,7 +100,7 @@ def _oracle_at(judge: SpotJudge, screening: _screen.Screening, entries: np.ndarr
         estimate = getattr(screening.oracle, "estimate_entries", None)
         if not callable(estimate):
             return "it has no `estimate_entries`"
-        out = call(estimate, judge.weights, judge.x, missing, rounding=judge.model("float64"))
+        out = call(estimate, passes.weights, passes.x, missing, rounding=passes.model("float64"))
         if out.error:
             return out.error
         est = out.value
@@ -125,19 +110,21 @@ def _oracle_at(judge: SpotJudge, screening: _screen.Screening, entries: np.ndarr
     value, error, kink, kink_at = (
         np.array(field) for field in zip(*(screening.spots[k] for k in keys), strict=True)
     )
-    if judge.pattern is not None and len(judge.pattern.flipped):
+    pattern = passes.pattern
+    if pattern is not None and len(pattern.flipped):
         value, error = value.copy(), error.copy()
         for k in np.unique(entries[:, 0]):
             at = np.flatnonzero(entries[:, 0] == k)
-            change, bound = judge.pattern.change(int(k))
+            change, bound = pattern.change(int(k))
             value[at] += change[entries[at, 1], entries[at, 2]]
             error[at] += bound[entries[at, 1], entries[at, 2]]
     return GradAnswer(value, error, kink, kink_at)
 
 
 def _compared(
-    judge: SpotJudge,
-    screening: _screen.Screening,
+    passes: Passes,
+    options: Options,
+    screening: Screening,
     values: np.ndarray,
     oracle: GradAnswer,
     entries: np.ndarray,
@@ -150,15 +137,15 @@ def _compared(
     where = tuple(entries.T)
     u = UNIT_ROUNDOFF[accumulation(dtype)]
     named: dict[str, Any] = {
-        "rounding": terms.modelled(judge.model(dtype).grad_sigma[where]),
+        "rounding": terms.modelled(passes.model(dtype).grad_sigma[where]),
         "reference": oracle.error,
         "floor": terms.floor(terms.largest(oracle.value), u, ulps=terms.SAFETY_FLOOR_ULPS),
-        "slack": np.broadcast_to(judge.options.slack_at(oracle.value), oracle.value.shape),
+        "slack": np.broadcast_to(options.slack_at(oracle.value), oracle.value.shape),
     }
-    flow = judge.underflow(dtype).grad
+    flow = passes.underflow(dtype).grad
     if flow.any():
         named["underflow"] = flow[where]
-    kinks, minor = _kinks(judge, screening, Tolerance(named).total(), dtype, oracle, entries)
+    kinks, minor = _kinks(passes, screening, Tolerance(named).total(), dtype, oracle, entries)
     found = compare(
         values,
         oracle.value,
@@ -167,15 +154,15 @@ def _compared(
         reference_name=reference.name,
         dtype=dtype,
         kinks=kinks,
-        strict=judge.options.strict,
+        strict=options.strict,
         term_help=TERM_HELP,
     )
     return _indexed(found, entries)
 
 
 def _kinks(
-    judge: SpotJudge,
-    screening: _screen.Screening,
+    passes: Passes,
+    screening: Screening,
     tol: np.ndarray,
     dtype: str,
     oracle: GradAnswer,
@@ -185,14 +172,14 @@ def _kinks(
     entry's judgement depends on its own tolerance alone: elsewhere an infinite one counts nothing).
     Made once for every candidate that spot-checks the same entries with the same tolerances on the
     same pattern; the stack-sized judgement is dropped once these entries have theirs."""
-    pattern = None if judge.pattern is None else judge.pattern.flipped.tobytes()  # its own bounds
+    pattern = None if passes.pattern is None else passes.pattern.flipped.tobytes()  # its own bounds
     key = ("kinks", dtype, pattern, entries.tobytes(), np.asarray(tol, np.float64).tobytes())
     if key not in screening.spots:
-        threshold = np.full(judge.weights.shape, np.inf)
+        threshold = np.full(passes.weights.shape, np.inf)
         threshold[tuple(entries.T)] = tol
-        screening.spots[key] = judge.judged_kinks(threshold, dtype, oracle, at=entries)
+        screening.spots[key] = passes.judged_kinks(threshold, dtype, oracle, at=entries)
         del threshold
-        judge.forget_kinks(dtype)
+        passes.forget_kinks(dtype)
     return screening.spots[key]
 
 
@@ -205,7 +192,7 @@ def _indexed(found: Comparison, entries: np.ndarray) -> Comparison:
     worst = [{**entry, "index": list(index(entry["index"]) or ())} for entry in found.worst_entries]
     found = dataclasses.replace(
         found,
-        index_names=list(_stack.INDEX_NAMES),
+        index_names=list(rounding.INDEX_NAMES),
         max_abs_diff_index=index(found.max_abs_diff_index),
         max_rel_diff_index=index(found.max_rel_diff_index),
         worst_index=index(found.worst_index),

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare import terms
-from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack import rounding as stack_rounding
 from crosscheck._workloads.stack.forward import Forward, backward, forward
 from crosscheck._workloads.stack.oracle import parallel as _parallel
 from crosscheck._workloads.stack.oracle import perturb as _perturb
@@ -67,7 +67,7 @@ class OracleEstimate:
     kink: np.ndarray
     kink_at: np.ndarray
     evaluations: int
-    rounding: _stack.RoundingModel | None = None
+    rounding: stack_rounding.RoundingModel | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +87,7 @@ class ScreenEstimate:
     error: np.ndarray
     kink: np.ndarray
     evaluations: int
-    rounding: _stack.RoundingModel | None = None
+    rounding: stack_rounding.RoundingModel | None = None
 
 
 @_parallel.blas_on_one_thread
@@ -133,9 +133,9 @@ def estimate(
         return _layer(fwd, k, rows, out, sigmas[k])
 
     def model():
-        return _stack.rounding_model(fwd, deltas, "float64")
+        return stack_rounding.rounding_model(fwd, deltas, "float64")
 
-    with _parallel.beside(model, width=d, flops=_stack.rounding_flops(fwd)) as rounded:
+    with _parallel.beside(model, width=d, flops=stack_rounding.rounding_flops(fwd)) as rounded:
         for count, size in _parallel.in_parallel(layer, blocks, flops=flops, width=d):
             evaluations += count
             done += size
@@ -152,7 +152,7 @@ def entries(
     x: np.ndarray,
     index: np.ndarray,
     *,
-    rounding: _stack.RoundingModel | None = None,
+    rounding: stack_rounding.RoundingModel | None = None,
 ) -> OracleEstimate:
     """``estimate`` at the entries ``index`` alone (``(S, 3)``: ``(layer, row, col)``): each field of
     the answer is that entry's, ``(S,)`` (``kink_at``: ``(S, 3)``), by the same kink-aware central
@@ -192,7 +192,7 @@ def entries(
             out["kink_at"][at[flat]] = (k, *_exact_zero_at(y, z, int(rows[flat]), int(cols[flat])))
         evaluations += result["evaluations"]
     if rounding is None:
-        rounding = _stack.rounding_model(fwd, backward(fwd, grads=False)[0], "float64")
+        rounding = stack_rounding.rounding_model(fwd, backward(fwd, grads=False)[0], "float64")
     out["error"] += terms.modelled(rounding.grad_sigma[tuple(index.T)])
     return OracleEstimate(**out, evaluations=evaluations, rounding=rounding)
 
@@ -243,7 +243,7 @@ def screen(
         if progress is not None:
             progress((k + 1) * count, n_layers * count)
     deltas, _ = backward(fwd, grads=False)
-    model = _stack.rounding_model(fwd, deltas, "float64", directions=directions, entries=keep_model)
+    model = stack_rounding.rounding_model(fwd, deltas, "float64", directions=directions, entries=keep_model)
     assert model.direction_sigma is not None  # the model was given the directions
     error += terms.modelled(model.direction_sigma)
     return ScreenEstimate(directions, value, error, kink, evaluations, model if keep_model else None)

@@ -22,7 +22,7 @@ import numpy as np
 
 from crosscheck._compare import terms
 from crosscheck._compare.constants import UNIT_ROUNDOFF
-from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack.forward import Forward
 
 #: Values of one propagated block (rows * d float64 values), sized to stay cache-friendly, and at most
@@ -54,7 +54,7 @@ def output_sigmas(fwd: Forward) -> list[float]:
         if above is not None:
             adjoint = (adjoint * fwd.masks[m + 1]) @ above.T
         above = fwd.squared_weight(m)
-        sigma = _stack.fresh_sigma(fwd.ys[m], fwd.weights[m], u, False, above)
+        sigma = rounding.fresh_sigma(fwd.ys[m], fwd.weights[m], u, False, above)
         fresh = np.square(sigma) * fwd.masks[m]
         total += float(np.sum(fresh * adjoint))
         sums[m] = total

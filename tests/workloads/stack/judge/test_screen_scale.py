@@ -12,7 +12,7 @@ import pytest
 import crosscheck
 from crosscheck._records import Oracle
 from crosscheck._workloads.protocol import Options
-from crosscheck._workloads.stack.judge import screen as _screen
+from crosscheck._workloads.stack.judge import cost
 from crosscheck._workloads.stack.judge.grad import StackGradJudge
 from crosscheck._workloads.stack.oracle import fd as _fd
 from crosscheck._workloads.stack.workload import Stack
@@ -25,8 +25,8 @@ CASE = {"layers": 3, "batch": 4, "dim": 6, "init": "nearzero", "seed": 2}
 def _unjudgeable(dtype: str = "float32") -> np.ndarray:
     knobs = {k: v for k, v in CASE.items() if k != "seed"}
     point = Stack(**knobs).point(dtype=dtype, seed=CASE["seed"])
-    judge = StackGradJudge(point, Options(oracle=Oracle("screen")))
-    *_, effects = judge.kink_effects(dtype, judge.model(dtype).grad_bound)
+    passes = StackGradJudge(point, Options(oracle=Oracle("screen"))).passes
+    *_, effects = passes.kink_effects(dtype, passes.model(dtype).grad_bound)
     return effects.count > 1
 
 
@@ -103,7 +103,7 @@ def test_a_wrong_judgeable_entry_is_found():
 def test_above_the_escalation_limit_a_disagreeing_direction_fails_without_checking_entries(
     entry_by_entry, monkeypatch
 ):
-    monkeypatch.setattr(_screen, "ESCALATE_FLOPS", 0.0)
+    monkeypatch.setattr(cost, "ESCALATE_FLOPS", 0.0)
     report = crosscheck.run(**CASE, oracle_mode="screen", backends=[planted.mean_not_sum])
     (c,) = report.comparisons
     assert not report.passed and not c.passed and c.status == "mismatch"
@@ -122,9 +122,9 @@ def test_above_the_escalation_limit_a_disagreeing_direction_fails_without_checki
 
 @pytest.mark.parametrize(("dim", "escalates"), [(128, True), (500, True), (512, False), (4096, False)])
 def test_a_screen_escalates_where_a_layers_every_entry_is_affordable(dim, escalates):
-    assert _screen.escalates(8, 8, dim) is escalates
+    assert cost.escalates(8, 8, dim) is escalates
     # The costliest layer is the first: every layer after it is evaluated again for each entry.
-    assert _screen.escalation_flops(8, 8, dim, [0]) == 4 * 8 * dim**4 * 7
+    assert cost.escalation_flops(8, 8, dim, [0]) == 4 * 8 * dim**4 * 7
 
 
 def test_the_reference_counts_every_screens_evaluations_and_the_coverage_the_left_out_entries(

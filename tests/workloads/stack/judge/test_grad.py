@@ -7,14 +7,14 @@ import pytest
 
 import crosscheck
 from crosscheck._workloads.stack import kinks as _kinks
-from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack import rounding
 
 
 @pytest.fixture
 def counted(monkeypatch):
     """Counts of the rounding models made (by dtype) and of the kink judgements."""
     calls: dict[str, int] = {}
-    models, effects = _stack.rounding_model, _kinks.kink_effects
+    models, effects = rounding.rounding_model, _kinks.kink_effects
 
     def rounding_model(fwd, deltas, dtype, **kwargs):
         calls[dtype] = calls.get(dtype, 0) + 1
@@ -24,7 +24,7 @@ def counted(monkeypatch):
         calls["kink_effects"] = calls.get("kink_effects", 0) + 1
         return effects(*args, **kwargs)
 
-    monkeypatch.setattr(_stack, "rounding_model", rounding_model)
+    monkeypatch.setattr(rounding, "rounding_model", rounding_model)
     monkeypatch.setattr(_kinks, "kink_effects", kink_effects)
     return calls
 

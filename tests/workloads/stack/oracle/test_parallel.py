@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import crosscheck
-from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack.oracle import parallel as threads
 
 threadpoolctl = pytest.importorskip("threadpoolctl")
@@ -177,13 +177,13 @@ def test_the_oracle_gives_the_same_bits_with_its_rounding_model_beside_or_after(
     monkeypatch.setattr(threads, "MIN_BESIDE_FLOPS", np.inf)
     after = oracle.estimate(weights, x)
     monkeypatch.setattr(threads, "MIN_BESIDE_FLOPS", 0.0)
-    model, made_on = _stack.rounding_model, []
+    model, made_on = rounding.rounding_model, []
 
     def spy(*args, **kwargs):
         made_on.append(threading.get_ident())
         return model(*args, **kwargs)
 
-    monkeypatch.setattr(_stack, "rounding_model", spy)
+    monkeypatch.setattr(rounding, "rounding_model", spy)
     beside = oracle.estimate(weights, x)
     assert made_on and threading.get_ident() not in made_on  # it did run beside
     for name in ("value", "error", "step", "kink", "kink_at"):

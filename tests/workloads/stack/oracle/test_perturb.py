@@ -7,7 +7,7 @@ import pytest
 
 import crosscheck
 from crosscheck._compare.constants import UNIT_ROUNDOFF
-from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack.forward import forward
 from crosscheck._workloads.stack.oracle import perturb
 
@@ -108,7 +108,7 @@ def test_output_sigmas_equal_the_forward_propagation_from_each_layer(case):
         var = np.zeros_like(fwd.zs[0])
         for m in range(k, case.layers):
             var = var @ fwd.weights[m] ** 2 if m > k else var
-            var = (var + _stack.fresh_sigma(fwd.ys[m], fwd.weights[m], u, False) ** 2) * fwd.masks[m]
+            var = (var + rounding.fresh_sigma(fwd.ys[m], fwd.weights[m], u, False) ** 2) * fwd.masks[m]
         expected.append(np.sqrt(np.sum(var)))
     np.testing.assert_allclose(perturb.output_sigmas(fwd), expected, rtol=1e-12)
 

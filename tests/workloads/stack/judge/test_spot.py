@@ -145,11 +145,11 @@ def test_the_kinks_at_single_entries_are_the_full_checks_kinks_there():
     """An entry's kink judgement depends on its own tolerance alone: judged at a few entries (an
     infinite tolerance elsewhere), each is what the full check says of it, unjudgeable ones included."""
     point = Stack(layers=3, batch=4, dim=6, init="nearzero").point(dtype="float32", seed=2)
-    judge = StackGradJudge(point, Options(oracle=Oracle("full")))
-    est = _fd.estimate(judge.weights, judge.x)
+    passes = StackGradJudge(point, Options(oracle=Oracle("full"))).passes
+    est = _fd.estimate(passes.weights, passes.x)
     full = GradAnswer(est.value, est.error, est.kink, est.kink_at)
-    tol = judge.model("float32").grad_bound + est.error
-    kinks, minor = judge.judged_kinks(tol, "float32", full)
+    tol = passes.model("float32").grad_bound + est.error
+    kinks, minor = passes.judged_kinks(tol, "float32", full)
     unjudgeable, two_sided = np.argwhere(kinks.unjudgeable), np.argwhere(np.isfinite(kinks.alternative))
     plain = np.argwhere(~kinks.unjudgeable & np.isnan(kinks.alternative))
     assert len(unjudgeable) and len(two_sided) and len(plain)
@@ -157,9 +157,9 @@ def test_the_kinks_at_single_entries_are_the_full_checks_kinks_there():
     at = tuple(entries.T)
     threshold = np.full(tol.shape, np.inf)
     threshold[at] = tol[at]
-    judge.forget_kinks("float32")
+    passes.forget_kinks("float32")
     answer = GradAnswer(est.value[at], est.error[at], est.kink[at], est.kink_at[at])
-    found, found_minor = judge.judged_kinks(threshold, "float32", answer, at=entries)
+    found, found_minor = passes.judged_kinks(threshold, "float32", answer, at=entries)
     np.testing.assert_array_equal(found.unjudgeable, kinks.unjudgeable[at])
     np.testing.assert_array_equal(found.reason, kinks.reason[at])
     np.testing.assert_array_equal(found.kink, kinks.kink[at])

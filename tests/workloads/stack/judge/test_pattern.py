@@ -4,17 +4,22 @@ planted bugs are still caught there."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import planted
 import pytest
 from exact import as_float, exact_gradient
 
 import crosscheck
+from crosscheck._compare.record import Comparison
 from crosscheck._workloads.stack import pattern as _pattern
 from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack.forward import backward, forward
-from crosscheck._workloads.stack.judge import pattern as _patterned
 from crosscheck._workloads.stack.judge.answers import GradAnswer
+from crosscheck._workloads.stack.judge.passes import Passes
+from crosscheck._workloads.stack.judge.pattern import View, noted
+from crosscheck._workloads.stack.judge.screening import Screening
 
 #: float32 rounding flips one ReLU of this case (unit (0, 1, 4)) in ``planted``'s arithmetic.
 CASE = crosscheck.Case(layers=8, batch=4, dim=6, seed=0, dtype="float32", init="nearzero")
@@ -43,7 +48,7 @@ def test_the_reference_on_the_candidates_pattern_is_the_exact_gradient_of_that_p
     weights, x, masks, pattern = _flipped_case()
     exact = as_float(exact_gradient(weights, x, masks))
     est = crosscheck.load_backend("numpy-fd").estimate(weights, x)
-    held = _patterned.answer(GradAnswer(est.value, est.error, est.kink, est.kink_at), pattern)
+    held = Passes.of(weights, x).held(pattern).answer(GradAnswer(est.value, est.error, est.kink, est.kink_at))
     judged = ~est.kink
     assert judged.mean() > 0.9
     assert np.all(np.abs(held.value - exact)[judged] <= held.error[judged])
@@ -162,3 +167,24 @@ def test_activations_that_raise_are_said_and_the_gradient_judged_on_float64s_pat
     assert report.passed and comparison.unjudgeable > 0  # judged, as without activations
     assert "judged on float64's ReLU pattern (" in comparison.coverage
     assert "no forward here" in comparison.coverage
+
+
+def test_a_view_says_its_pattern_and_a_held_ones_screens_are_counted_once():
+    weights, x, _, pattern = _flipped_case()
+    passes = Passes.of(weights, x)
+    screening = Screening(estimate=None, oracle=None, more_evaluations=3)
+    own = dataclasses.replace(screening, more_evaluations=7)  # a held view's copy, screened again
+    comparison = Comparison(backend="mine", reference="numpy-fd", passed=True, status="ok", total=1)
+    comparison = dataclasses.replace(comparison, coverage="every entry", message="all good")
+    held = noted(
+        comparison, View(passes.held(pattern), own, "; judged on its own ReLU pattern: ..."), screening
+    )
+    assert screening.more_evaluations == 7
+    assert held.coverage == "every entry; judged on its own ReLU pattern: ..."
+    assert held.message == "all good\njudged on its own ReLU pattern: ..."
+    screening.more_evaluations = 3
+    plain = noted(comparison, View(passes, own, ""), screening)
+    assert plain is comparison and screening.more_evaluations == 3  # not held: its screens are its own
+    bare = dataclasses.replace(comparison, message="")
+    said = noted(bare, View(passes, screening, "; judged on float64's ReLU pattern (why)"), screening)
+    assert said.message == "judged on float64's ReLU pattern (why)"

@@ -12,9 +12,10 @@ import numpy as np
 from crosscheck._compare.constants import SAFETY
 from crosscheck._records import Oracle
 from crosscheck._workloads.protocol import Options
-from crosscheck._workloads.stack import rounding as _stack
+from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack import underflow as _underflow
 from crosscheck._workloads.stack.judge.grad import StackGradJudge
+from crosscheck._workloads.stack.judge.passes import Passes
 from crosscheck._workloads.stack.workload import Stack
 
 LAYERS, BATCH, DIM = 8, 8, 192
@@ -22,9 +23,10 @@ LAYERS, BATCH, DIM = 8, 8, 192
 E = 8 * LAYERS * DIM * DIM
 
 
-def _judge(init: str = "nearzero") -> StackGradJudge:
+def _passes(init: str = "nearzero") -> Passes:
+    """The passes a screened judge prepares."""
     point = Stack(layers=LAYERS, batch=BATCH, dim=DIM, init=init).point(dtype="float32", seed=2)
-    return StackGradJudge(point, Options(oracle=Oracle("screen")))
+    return StackGradJudge(point, Options(oracle=Oracle("screen"))).passes
 
 
 def _peak_of(function, *args, **kwargs) -> tuple[int, object]:
@@ -43,27 +45,27 @@ def test_the_kink_judgement_makes_four_gradient_sized_arrays_at_most():
     """Its results (count and culprit, int32: one array; the changes and the minor sums: two) and
     ``|W|``; the threshold (``0.25 * tol``), the strongest change so far and a copy of the tolerance
     for the memo were three more (7.2 E measured before)."""
-    judge = _judge()
-    tol = judge.model("float32").grad_bound
-    judge.model("float64"), judge.underflow("float32")  # made before: not the judgement's own
-    peak, (_, found, effects) = _peak_of(judge.kink_effects, "float32", tol)
+    passes = _passes()
+    tol = passes.model("float32").grad_bound
+    passes.model("float64"), passes.underflow("float32")  # made before: not the judgement's own
+    peak, (_, found, effects) = _peak_of(passes.kink_effects, "float32", tol)
     assert len(found) and (effects.count > 1).any()  # the case has kinks, several for some entries
     # four arrays, the (d, d) temporaries of a layer and the (N, d) bounds
     assert peak < 5.75 * E, peak / E
 
 
 def test_the_kink_judgement_is_memoised_by_digest_and_forgotten_on_request():
-    judge = _judge()
-    tol = judge.model("float32").grad_bound
-    first = judge.kink_effects("float32", tol)
-    assert judge.kink_effects("float32", tol.copy())[2] is first[2]  # the same tolerance: the same judgement
+    passes = _passes()
+    tol = passes.model("float32").grad_bound
+    first = passes.kink_effects("float32", tol)
+    assert passes.kink_effects("float32", tol.copy())[2] is first[2]  # the same tolerance: the same judgement
     moved = tol.copy()
     moved[0, 0, 0] = np.nextafter(moved[0, 0, 0], np.inf)
-    assert judge.kink_effects("float32", moved)[2] is not first[2]  # one entry one ulp apart: again
-    judge.forget_kinks("float32")
-    again = judge.kink_effects("float32", tol)
+    assert passes.kink_effects("float32", moved)[2] is not first[2]  # one entry one ulp apart: again
+    passes.forget_kinks("float32")
+    again = passes.kink_effects("float32", tol)
     assert again[2] is not first[2]
-    scaled = judge.kink_effects("float32", judge.model("float32").grad_sigma, SAFETY)
+    scaled = passes.kink_effects("float32", passes.model("float32").grad_sigma, SAFETY)
     assert scaled[2] is not again[2]  # another key: judged again, alike
     for name in ("count", "alternative", "culprit", "minor"):
         assert np.array_equal(getattr(again[2], name), getattr(first[2], name)), name
@@ -76,15 +78,15 @@ def test_the_rounding_model_holds_no_square_or_transposed_copy_of_every_layer():
     # few rows, wide layers: the samples' activations (64 of each row) are a small part
     layers, dim = 8, 384
     point = Stack(layers=layers, batch=2, dim=dim).point(dtype="float32", seed=2)
-    judge = StackGradJudge(point, Options(oracle=Oracle("screen")))
-    peak, model = _peak_of(_stack.rounding_model, judge.fwd, judge.deltas, "float32")
-    assert model.grad_sigma.shape == judge.weights.shape
+    passes = StackGradJudge(point, Options(oracle=Oracle("screen"))).passes
+    peak, model = _peak_of(rounding.rounding_model, passes.fwd, passes.deltas, "float32")
+    assert model.grad_sigma.shape == passes.weights.shape
     assert peak < 3.6 * 8 * layers * dim * dim, peak / (8 * layers * dim * dim)
-    assert not hasattr(judge.fwd, "squared_weights")
+    assert not hasattr(passes.fwd, "squared_weights")
 
 
 def test_a_zero_underflow_bound_takes_no_memory():
-    judge = _judge("gaussian")
-    peak, flow = _peak_of(_underflow.underflow, judge.fwd, judge.deltas, "float32")
-    assert not flow.grad.any() and flow.grad.shape == judge.weights.shape
+    passes = _passes("gaussian")
+    peak, flow = _peak_of(_underflow.underflow, passes.fwd, passes.deltas, "float32")
+    assert not flow.grad.any() and flow.grad.shape == passes.weights.shape
     assert peak < 0.1 * E, peak / E

@@ -1,0 +1,107 @@
+"""The gradient judge's reference phase (``judge/reference.py``): which oracle mode runs, and what the
+phase hands to every candidate's comparison in the engine's ``Reference`` (``Referenced``): the
+reference backend, the passes to judge on (along the screen's directions, with the oracle's float64
+model) and the answer at every entry or the screen; never an attribute of the judge filled in."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import hostile
+import numpy as np
+import pytest
+
+import crosscheck
+from crosscheck._engine.call import Outcome
+from crosscheck._records import Oracle
+from crosscheck._workloads.protocol import Options
+from crosscheck._workloads.stack.judge import cost
+from crosscheck._workloads.stack.judge.passes import Passes
+from crosscheck._workloads.stack.judge.reference import Referenced, mode, reference
+from crosscheck._workloads.stack.workload import Stack
+
+POINT = Stack(layers=3, batch=4, dim=6).point(dtype="float32", seed=1)
+
+
+class _Call:
+    """The guarded call, unguarded: each call's value, or its exception as the error."""
+
+    def __call__(self, fn, *args, convert=None, **kwargs) -> Outcome:
+        try:
+            return Outcome(fn(*args, **kwargs), None, 0.0)
+        except Exception as exc:
+            return Outcome(None, f"{type(exc).__name__}: {exc}", 0.0)
+
+    def failure(self, error: str) -> Outcome:
+        return Outcome(None, error, 0.0)
+
+
+class _Grad:
+    """Another backend as the reference: the exact float64 gradient, returned in ``dtype``."""
+
+    name = "grad-only"
+
+    def __init__(self, dtype: Any = np.float32, shape: tuple[int, ...] | None = None) -> None:
+        self.dtype, self.shape = dtype, shape
+
+    def grad(self, weights, x):
+        found = hostile.stack_grad(weights, x).astype(self.dtype)
+        return found if self.shape is None else found.reshape(self.shape)
+
+
+def _passes() -> Passes:
+    return Passes.of(POINT.params["weights"], POINT.inputs["x"])
+
+
+def _referenced(backend: Any, oracle_mode: str) -> tuple[Passes, Referenced]:
+    passes = _passes()
+    out = reference(passes, Options(oracle=Oracle(oracle_mode)), "float32", backend, _Call())
+    assert out.error is None, out.error
+    assert isinstance(out.value.data, Referenced) and out.value.data.backend is backend
+    return passes, out.value.data
+
+
+def test_auto_screens_only_where_the_full_oracle_costs_more_than_the_threshold(monkeypatch):
+    oracle, passes = crosscheck.load_backend("numpy-fd"), _passes()
+    auto = Options(oracle=Oracle("auto"))
+    assert mode(auto, passes, oracle) == "full"
+    monkeypatch.setattr(cost, "SCREEN_FLOPS", 1.0)
+    assert mode(auto, passes, oracle) == "screen"
+    assert mode(auto, passes, _Grad()) == "full"  # it cannot screen
+    assert mode(Options(oracle=Oracle("full")), passes, oracle) == "full"
+    with pytest.raises(ValueError, match="`oracle_mode` 'screen' needs a reference that can screen"):
+        mode(Options(oracle=Oracle("screen")), passes, _Grad())
+
+
+def test_the_full_oracle_hands_on_its_answer_and_its_float64_model():
+    passes, referenced = _referenced(crosscheck.load_backend("numpy-fd"), "full")
+    assert referenced.screening is None and referenced.answer is not None
+    assert referenced.answer.kink is not None and referenced.answer.value.shape == passes.weights.shape
+    assert referenced.passes is passes and referenced.passes.directions is None
+    assert referenced.passes.models["float64"].direction_sigma is None  # the oracle's, kept
+
+
+def test_a_screen_hands_on_the_passes_along_its_directions_and_leaves_the_judges_as_they_were():
+    passes, referenced = _referenced(crosscheck.load_backend("numpy-fd"), "screen")
+    screening = referenced.screening
+    assert referenced.answer is None and screening is not None
+    assert referenced.passes is not passes and passes.directions is None
+    assert referenced.passes.directions is screening.directions
+    assert referenced.passes.models["float64"].direction_sigma is not None  # the oracle's, kept
+
+
+def test_another_backend_is_judged_by_its_own_modelled_rounding():
+    passes, referenced = _referenced(_Grad(), "auto")
+    answer = referenced.answer
+    assert answer is not None and referenced.screening is None and answer.kink is None
+    np.testing.assert_array_equal(answer.error, passes.model("float32").grad_bound)
+    _, in_float64 = _referenced(_Grad(np.float64), "auto")
+    assert in_float64.answer is not None
+    np.testing.assert_array_equal(in_float64.answer.error, passes.model("float64").grad_bound)
+
+
+def test_a_reference_of_the_wrong_shape_is_no_reference():
+    wrong = _Grad(shape=(3, 36))
+    out = reference(_passes(), Options(), "float32", wrong, _Call())
+    assert out.value is None
+    assert out.error == "reference gradient must be finite with shape (3, 6, 6); found shape (3, 36)"
