@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._backends import BUILTINS, ORACLE
-from crosscheck._engine.driver import Caller
+from crosscheck._engine.caller import Caller
 from crosscheck._engine.load import load
 from crosscheck._engine.process.isolate import Worker, foreign, load_isolated
 from crosscheck._engine.quantity import quantity as _quantity

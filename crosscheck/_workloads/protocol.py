@@ -84,7 +84,7 @@ class Outcome(Protocol):
 
 
 class Call(Protocol):
-    """The engine's guarded call, bound to the point's arrays (``crosscheck._engine.driver.Caller``)."""
+    """The engine's guarded call, bound to the point's arrays (``crosscheck._engine.caller.Caller``)."""
 
     def __call__(
         self, fn: Callable[..., Any], *args: Any, convert: str | None = None, **kwargs: Any
