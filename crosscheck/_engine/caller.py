@@ -10,14 +10,15 @@ for bit, each imported framework's state restored; a backend in a worker process
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from crosscheck._backends import Placement
 from crosscheck._backends.handed import let_go
 from crosscheck._engine.call import Fresh, Once, Outcome, guarded, hand
-from crosscheck._engine.placement import Placement
+from crosscheck._engine.placement import Placing
 from crosscheck._engine.process.isolate import RemoteMethod
 from crosscheck._engine.returned import to_array, to_arrays
 from crosscheck._errors import Interrupts
@@ -28,7 +29,7 @@ _CONVERTERS: dict[str, Callable[..., tuple[Any, str | None, dict[str, str]]]] = 
 }
 
 
-class Caller(Placement):
+class Caller(Placing):
     """The guarded call bound to a point's arrays: ``call(fn, *args, convert=None, **kwargs)``.
 
     A backend is handed private copies of the arrays (``hand``) and never the point's own, which are
@@ -46,10 +47,10 @@ class Caller(Placement):
         *,
         timeout: float | None = None,
         interrupts: Interrupts | None = None,
-        settings: Mapping[str, str] | None = None,
+        placement: Sequence[Placement] = (),
     ) -> None:
         self.arrays, self.timeout, self.interrupts = arrays, timeout, interrupts
-        self.settings = settings
+        self.placement = tuple(placement)
         self._names = {id(a): name for name, a in arrays.items()}
         self._fresh = Fresh()
         #: The record the driver is filling (a backend's name), to which a write of no backend's is owed.
@@ -88,7 +89,7 @@ class Caller(Placement):
             pristine=pristine,
             timeout=self.timeout,
             interrupts=self.interrupts,
-            settings=self.settings,
+            placement=self.placement,
         )
 
     def cast(

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._backends import as_options
 from crosscheck._backends.handed import same_bits
 from crosscheck._compare.record import Comparison
 from crosscheck._engine.call import Outcome, unique, user_interrupts
@@ -52,7 +53,9 @@ class _Run:
 def drive(plan: Plan) -> Report:
     """Run ``plan`` and return its report (never raises for anything a backend does)."""
     with user_interrupts() as interrupts:
-        call = Caller(plan.point.arrays(), timeout=plan.timeout, interrupts=interrupts, settings=plan.jax)
+        call = Caller(
+            plan.point.arrays(), timeout=plan.timeout, interrupts=interrupts, placement=plan.placement
+        )
         run = _Run(plan, plan.judge, call)
         try:
             run.workers = start_workers(plan)  # they load their backends while the reference runs
@@ -77,7 +80,11 @@ def _load(run: _Run, key: Any, spec: Any, *, required: bool) -> tuple[Any, Backe
     if worker is not None:
         return load_isolated(worker, required=required)
     backend, result = load(
-        run.plan.workload, spec, required=required, interrupts=run.call.interrupts, settings=run.plan.jax
+        run.plan.workload,
+        spec,
+        required=required,
+        interrupts=run.call.interrupts,
+        placement=run.plan.placement,
     )
     why = in_process_reason(run.plan, spec, reference=key == "reference")
     if why and backend is not None and run.plan.isolate is True:
@@ -287,7 +294,7 @@ def _report(run: _Run) -> Report:
         reference=next(iter(results)),
         strict=run.plan.options.strict,
         environment=environment(),
-        jax_settings=run.plan.jax,
+        placement=as_options(run.plan.placement),
         explain=run.plan.options.explain,
         inputs=(run.plan.point.params, run.plan.point.inputs),
         gradients=run.values,

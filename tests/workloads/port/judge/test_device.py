@@ -40,7 +40,7 @@ def _port(shift=0.0):
 @pytest.fixture
 def on_a_tpu(monkeypatch):
     """The JAX side says it computed on a TPU at the default precision."""
-    tpu = device.Arithmetic("tpu", "default", "TPU v5 lite")
+    tpu = device.Arithmetic("tpu", "default", "TPU v5 lite", framework="jax")
     adapter = type(_framework_backend("jax", lambda params, inputs: 0.0))  # the class a port's side is
     monkeypatch.setattr(adapter, "arithmetic", lambda self: tpu)
     return tpu
