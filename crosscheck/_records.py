@@ -139,6 +139,11 @@ class Execution:
         settings (``crosscheck._backends.placements``), from the fields named for them."""
         return placements(self._fields())
 
+    @property
+    def jax(self) -> dict[str, str]:
+        """The JAX side's settings, as a run records them (the JSON report's ``"jax_settings"``)."""
+        return {"jax_platform": self.jax_platform, "jax_precision": self.jax_precision}
+
     def _fields(self) -> dict[str, Any]:
         return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
 
