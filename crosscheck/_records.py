@@ -10,18 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from crosscheck._backends import Placement, declared_settings, placements
+
 #: How the reference judges: every entry, random directions then entries, or chosen by cost.
 ORACLE_MODES = ("auto", "full", "screen")
-#: Where the JAX side runs: the device JAX picks by default (an accelerator when there is one), or the
-#: host CPU.
-JAX_PLATFORMS = ("default", "cpu")
-#: The JAX side's matrix-product precision: JAX's own default (on a TPU one bfloat16 pass for float32),
-#: or ``jax.default_matmul_precision``'s ``high`` (three passes) and ``highest`` (float32's).
-JAX_PRECISIONS = ("default", "high", "highest")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,6 +108,9 @@ class Execution:
         jax_precision: the JAX side's matrix-product precision: ``"default"`` (JAX's own, unless set
             outside crosscheck), ``"high"`` or ``"highest"``. Applied to each call, restored after it.
 
+    Each framework's settings (its folder's declaration, ``Framework.placement``) are fields named
+    ``<framework>_<setting>``; they make ``placement``, the records the engine passes.
+
     Raises:
         TypeError, ValueError: a value of the wrong kind (the message names it).
 
@@ -129,14 +129,23 @@ class Execution:
     def __post_init__(self) -> None:
         check_isolation(self.isolate, self.timeout)
         _check_positive("repeat", self.repeat)
-        check_jax(self.jax_platform, self.jax_precision)
+        check_placement(self._fields())
         if self.timeout is not None:
             object.__setattr__(self, "timeout", float(self.timeout))
+
+    @property
+    def placement(self) -> tuple[Placement, ...]:
+        """Where each side runs and the arithmetic it runs under: one record per framework that declares
+        settings (``crosscheck._backends.placements``), from the fields named for them."""
+        return placements(self._fields())
 
     @property
     def jax(self) -> dict[str, str]:
         """The JAX side's settings, as a run records them (the JSON report's ``"jax_settings"``)."""
         return {"jax_platform": self.jax_platform, "jax_precision": self.jax_precision}
+
+    def _fields(self) -> dict[str, Any]:
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
 
 
 #: The longest timeout, in whole seconds: what both threading (``TIMEOUT_MAX``) and a worker's
@@ -190,16 +199,15 @@ def check_pair(rtol: float | None, atol: float | None, *, front: str = "api") ->
         )
 
 
-def check_jax(platform: Any, precision: Any, *, front: str = "api") -> None:
-    """Where the JAX side runs and its matmul precision are among the choices (``ValueError`` naming
-    the option as ``front`` spells it)."""
-    for name, value, choices in (
-        ("jax_platform", platform, JAX_PLATFORMS),
-        ("jax_precision", precision, JAX_PRECISIONS),
-    ):
-        if not (isinstance(value, str) and value in choices):
+def check_placement(options: Mapping[str, Any], *, front: str = "api") -> None:
+    """Each framework's setting that ``options`` gives (by the name a user gives it: ``jax_platform``) is
+    one of its declared choices (``ValueError`` naming the option as ``front`` spells it)."""
+    for name, setting in declared_settings():
+        value = options.get(name, setting.default)
+        if not (isinstance(value, str) and value in setting.choices):
             raise ValueError(
-                f"`{spell(name, front=front)}` must be one of {', '.join(choices)}; found {value!r:.60}."
+                f"`{spell(name, front=front)}` must be one of {', '.join(setting.choices)}; "
+                f"found {value!r:.60}."
             )
 
 

@@ -66,7 +66,7 @@ def line(j: dict[str, Any]) -> str:
 
 
 def arithmetic() -> Arithmetic:
-    """Where JAX computes now (``side``), as the judge models its rounding: the platform, the matmul
-    precision's level and the device's kind."""
+    """Where JAX computes now (``side``: inside the run's placement, ``state.placed``), as the judge
+    models its rounding: the platform, the matmul precision's level and the device's kind."""
     found = side()
-    return Arithmetic(found["platform"], level(found["matmul_precision"]), found["device_kind"])
+    return Arithmetic(found["platform"], level(found["matmul_precision"]), found["device_kind"], "jax")

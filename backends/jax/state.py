@@ -1,5 +1,6 @@
 """JAX's settings a backend may change and the next backend would inherit: read before every guarded
-call and restored after it (``crosscheck._engine.call``), while JAX is imported."""
+call and restored after it (``crosscheck._engine.call``), while JAX is imported; and the run's
+placement of the JAX side (``placed``), in effect inside each call."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import os
 import sys
 from collections.abc import Iterator
 from typing import Any
+
+from crosscheck._backends.placement import Placement
 
 #: The settings as they are before anything changed them (a backend may import JAX first).
 DEFAULTS: dict[str, Any] = {
@@ -34,17 +37,19 @@ def write(key: str, value: Any) -> None:
 
 
 @contextlib.contextmanager
-def placed(platform: str, precision: str) -> Iterator[None]:
-    """The run's choice for the JAX side (``Execution.jax_platform``, ``jax_precision``) in effect for
-    one call, in the calling thread: ``jax.default_device`` on the host CPU for ``"cpu"``,
-    ``jax.default_matmul_precision`` for ``"high"`` or ``"highest"``; ``"default"`` leaves JAX as it is.
+def placed(placement: Placement) -> Iterator[None]:
+    """The run's placement of the JAX side (``Execution.jax_platform``, ``jax_precision``) in effect for
+    one call, in the calling thread: ``jax.default_device`` on the host CPU for platform ``"cpu"``,
+    ``jax.default_matmul_precision`` for precision ``"high"`` or ``"highest"``; ``"default"`` leaves JAX
+    as it is.
 
     Both are JAX's own scoped settings, gone when the call returns (so the guarded call, which reads the
     settings outside this context, never notes them as the backend's change). A setting already scoped
     around the call (a classification re-run at ``highest``) is kept: the run's choice is the default
     it refines. Without JAX installed there is nothing to set.
     """
-    jax = _jax() if (platform, precision) != ("default", "default") else None
+    platform, precision = placement.value("platform"), placement.value("precision")
+    jax = _jax() if not placement.left_alone else None
     with contextlib.ExitStack() as stack:
         if jax is not None and platform == "cpu" and jax.config.jax_default_device is None:
             stack.enter_context(jax.default_device(_cpu(jax)))

@@ -17,4 +17,6 @@ FRAMEWORK = Framework(
     workload="TorchWorkloadBackend",
     plain="torch-plain",
     inspectable="a PyTorch backend",
+    title="PyTorch",
+    arithmetic_info={"float32_matmul_precision": "float32 matmul precision"},
 )

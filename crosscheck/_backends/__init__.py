@@ -10,11 +10,12 @@ import importlib
 import importlib.util
 import inspect
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from crosscheck._backends.placement import Placement, Setting
 from crosscheck._backends.protocol import Backend, BackendBroken, BackendUnavailable, FunctionBackend
 from crosscheck._backends.strings import import_attribute
 from crosscheck._errors import describe, reraise_user_interrupt
@@ -62,9 +63,12 @@ class Framework:
     - ``stack.py``: the stack's adapters, one class per built-in backend name (``backends``);
     - ``workload.py``: the adapter of a Workload's implementations (``workload``: ``Class(name, loss)``);
     - ``state.py``: ``DEFAULTS``, ``read()`` and ``write(key, value)``: the settings a backend may change,
-      read and restored around every guarded call while the framework is imported;
+      read and restored around every guarded call while the framework is imported; with ``placement``
+      declared, ``placed(placement)``: the run's ``Placement`` of its side in effect for one call;
     - ``environment.py``: ``record()``, its entry in the environment record (only once it is imported),
-      and ``line(record)``, its part of the report's environment line;
+      and ``line(record)``, its part of the report's environment line; with ``placement`` declared,
+      ``arithmetic()``: where its side computes now, as the device model reads it
+      (``crosscheck._compare.device.Arithmetic``);
     - ``arrays.py``: ``to_numpy(value)`` (a result of its type as NumPy, and a note; else unchanged) and
       ``projection_loss(outputs, r)`` (``sum(r * outputs)``, differentiable, in its own arrays);
     - ``walk.py``: ``inspect_backend(backend, weights, x, result, *, check_loss)`` for
@@ -89,6 +93,17 @@ class Framework:
     #: or ``info()["framework"]``), and those backends in words, for its messages.
     marks: tuple[str, ...] = ()
     inspectable: str = ""
+    #: Its name in words (``"JAX"``; by default ``name``), as messages say its side: "the JAX side".
+    title: str = ""
+    #: Where its side runs and the arithmetic settings it runs under (``placement.Setting``; none: it
+    #: runs where it is), each given and recorded as ``<name>_<setting>`` (``jax_platform``).
+    placement: tuple[Setting, ...] = ()
+    #: The keys of its backends' ``info()`` that name the arithmetic they ran under, and the words the
+    #: report's ``where`` line says them in.
+    arithmetic_info: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "title", self.title or self.name)
 
     def module(self, name: str) -> Any:
         """The folder's module ``name`` (``crosscheck.backends.<framework>.<name>``), imported."""
@@ -107,6 +122,32 @@ def in_use() -> list[Framework]:
 def framework_named(name: str) -> Framework | None:
     """The declared framework ``name`` (``"jax"``), or None."""
     return next((framework for framework in DECLARED if framework.name == name), None)
+
+
+def placements(options: Mapping[str, Any] | None = None) -> tuple[Placement, ...]:
+    """A run's placement: one ``Placement`` for each framework that declares settings, each setting's
+    value taken from ``options`` by the name a user gives it (``{"jax_platform": "cpu"}``: an
+    ``Execution``'s fields, a JSON report's settings, a worker's message), else its default. The values
+    are taken as given: ``crosscheck._records.check_placement`` refuses one that is not a choice."""
+    given = options or {}
+    return tuple(
+        Placement(f.name, f.placement, {s.name: given.get(s.option(f.name), s.default) for s in f.placement})
+        for f in DECLARED
+        if f.placement
+    )
+
+
+def as_options(placement: Iterable[Placement]) -> dict[str, str]:
+    """Every record's settings by the names a user gives them (``Placement.options``), in one mapping: what
+    a run records and a worker process is sent."""
+    return {option: value for record in placement for option, value in record.options().items()}
+
+
+def declared_settings() -> list[tuple[str, Setting]]:
+    """Every declared setting with the name a user gives it (``("jax_platform", Setting(...))``), in the
+    order of ``FRAMEWORKS`` and of each declaration: the command line's options and the configuration's
+    keys."""
+    return [(s.option(framework.name), s) for framework in DECLARED for s in framework.placement]
 
 
 def load_backend(spec: Any) -> Backend:

@@ -10,7 +10,7 @@ import argparse
 from typing import Any
 
 from crosscheck._cli.common import EXIT_FAIL, EXIT_OK, UsageError
-from crosscheck._cli.options import add_backend_option, add_jax_options, jax_settings
+from crosscheck._cli.options import add_backend_option, add_placement_options, placement_options
 from crosscheck._cli.outputs import absolute_outputs, check_writes, write_json
 from crosscheck._cli.terminal import make_console, progress_display
 
@@ -42,7 +42,7 @@ def register(subparsers: Any) -> None:
         metavar="SECONDS",
         help="per block; past it, a block fails by name and the others go on (default: no limit)",
     )
-    add_jax_options(check)
+    add_placement_options(check)
     where = parser.add_argument_group("where the blocks run")
     where.add_argument(
         "--scheduler",
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
             f"`--workload` of `crosscheck blocks` must be an import string `package.module:attribute` "
             f"naming a crosscheck.Blocks, found {args.workload!r}."
         )
-    jax = jax_settings(args)
+    placement = placement_options(args)
     try:
         check_sides(args.backend, args.reference, front="cli")
         check_directory(args.directory, "--directory")
@@ -93,8 +93,7 @@ def run(args: argparse.Namespace) -> int:
                 scheduler=args.scheduler,
                 directory=args.directory,
                 timeout=args.timeout,
-                jax_platform=jax["jax_platform"],
-                jax_precision=jax["jax_precision"],
+                **placement,
                 progress=lambda done, total: progress("blocks", done, total),
             )
     except (ValueError, TypeError, ImportError) as exc:

@@ -8,6 +8,7 @@ import argparse
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from crosscheck._backends import declared_settings
 from crosscheck._cli.common import UsageError
 from crosscheck._compare.constants import DTYPES
 from crosscheck._workloads.protocol import Knob
@@ -91,32 +92,24 @@ def check_tolerances(args: argparse.Namespace) -> None:
         raise UsageError(str(exc)) from exc
 
 
-def add_jax_options(parser: Any) -> None:
-    """``--jax-platform`` and ``--jax-precision``: where the JAX side runs and its matmul precision
-    (``crosscheck.Execution``; checked by ``jax_settings``, with the API's words)."""
-    parser.add_argument(
-        "--jax-platform",
-        metavar="{default,cpu}",
-        help="where the JAX side runs: default (where JAX puts it: an accelerator when there is one) or "
-        "cpu (the host CPU); each call, restored after it (default: default)",
-    )
-    parser.add_argument(
-        "--jax-precision",
-        metavar="{default,high,highest}",
-        help="the JAX side's matrix-product precision: default (JAX's own: one bfloat16 pass for float32 "
-        "on a TPU), high (three passes) or highest (float32's); each call, restored after it (default: "
-        "default)",
-    )
+def add_placement_options(parser: Any) -> None:
+    """Each framework's placement settings, as its folder declares them (``Framework.placement``):
+    ``--jax-platform`` and ``--jax-precision``, where the JAX side runs and its matmul precision
+    (``crosscheck.Execution``; checked by ``placement_options``, with the API's words)."""
+    for name, setting in declared_settings():
+        parser.add_argument(
+            "--" + name.replace("_", "-"), metavar="{" + ",".join(setting.choices) + "}", help=setting.help
+        )
 
 
-def jax_settings(args: argparse.Namespace) -> dict[str, str]:
-    """``--jax-platform`` and ``--jax-precision`` as ``Execution``'s keywords (``default`` where not
-    given), refused as the API refuses them, spelled as options."""
-    from crosscheck._records import check_jax
+def placement_options(args: argparse.Namespace) -> dict[str, str]:
+    """The placement options as ``Execution``'s keywords (``jax_platform``; each setting's default where
+    not given), refused as the API refuses them, spelled as options."""
+    from crosscheck._records import check_placement
 
-    given = {name: getattr(args, name, None) or "default" for name in ("jax_platform", "jax_precision")}
+    given = {name: getattr(args, name, None) or setting.default for name, setting in declared_settings()}
     try:
-        check_jax(given["jax_platform"], given["jax_precision"], front="cli")
+        check_placement(given, front="cli")
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     return given

@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     title = f"replay of {args.bundle}: " + ", ".join(
         f"{k}={v}" for k, v in case.items() if not str(k).endswith("sha256")
     )
-    title += _jax_settings(bundle["meta"]["report"])
+    title += _recorded(bundle["meta"]["report"])
     table = Table(title=markup(title), title_justify="left")  # the case is the bundle's text
     for column in ("backend", "spec", "result", "detail"):
         table.add_column(column, overflow="fold")  # names and specs wrap, never end in "…"
@@ -83,16 +83,20 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK if reproduced(rows) else EXIT_FAIL
 
 
-def _jax_settings(report: dict[str, Any]) -> str:
-    """``; the JAX side as recorded: --jax-platform cpu --jax-precision highest`` when the run chose
-    either (a replay applies them again), else nothing."""
-    from crosscheck._replay.rerun import recorded_settings
+def _recorded(report: dict[str, Any]) -> str:
+    """``; the JAX side as recorded: --jax-platform cpu --jax-precision highest`` for each side whose
+    placement the run chose (a replay applies it again), else nothing."""
+    from crosscheck._backends import framework_named
+    from crosscheck._replay.rerun import recorded_placement
 
-    chosen = {k: v for k, v in recorded_settings(report).items() if v != "default"}
-    if not chosen:
-        return ""
-    options = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in chosen.items())
-    return f"; the JAX side as recorded: {options}"
+    out = ""
+    for record in recorded_placement(report):
+        if record.chosen():
+            framework = framework_named(record.framework)
+            title = framework.title if framework is not None else record.framework
+            options = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in record.chosen().items())
+            out += f"; the {title} side as recorded: {options}"
+    return out
 
 
 def _notices(workload: str, rows: list[dict[str, Any]]) -> list[str]:

@@ -15,11 +15,11 @@ from crosscheck._cli.common import UsageError
 from crosscheck._cli.options import (
     add_backend_option,
     add_case_options,
-    add_jax_options,
+    add_placement_options,
     add_tolerance_options,
     case_options_given,
     check_tolerances,
-    jax_settings,
+    placement_options,
 )
 from crosscheck._cli.outputs import (
     check_plot_path,
@@ -99,7 +99,7 @@ def _add_checking(check: Any) -> None:
         "(stateful or nondeterministic); 1 turns the check off (default 2)",
     )
     _add_containment(check)
-    add_jax_options(check)
+    add_placement_options(check)
     _add_oracle(check)
 
 
@@ -220,7 +220,7 @@ def _request(args: argparse.Namespace, progress: Any) -> Request:
     check_tolerances(args)
     _check_outputs_of_quantity(args)
     workload_options = _workload_options(args)
-    jax = jax_settings(args)
+    placement = placement_options(args)
     try:
         isolate = "auto" if args.isolate is None else bool(args.isolate)
         return Request(
@@ -234,7 +234,7 @@ def _request(args: argparse.Namespace, progress: Any) -> Request:
             slack=Slack.of(args.rtol, args.atol),
             strict=args.strict,
             oracle=Oracle(args.oracle_mode, args.directions, args.budget),
-            execution=Execution(repeat=args.repeat, isolate=isolate, timeout=args.timeout, **jax),
+            execution=Execution(repeat=args.repeat, isolate=isolate, timeout=args.timeout, **placement),
             progress=progress,
             front="cli",
             announce=_announce,

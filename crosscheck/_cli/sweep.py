@@ -11,11 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from crosscheck._backends import declared_settings
 from crosscheck._cli.common import EXIT_FAIL, EXIT_OK, UsageError
 from crosscheck._cli.options import (
     add_backend_option,
-    add_jax_options,
     add_matrix_options,
+    add_placement_options,
     add_tolerance_options,
     check_at_least,
 )
@@ -54,7 +55,7 @@ def register(subparsers: Any) -> None:
         help="fail on entries unjudgeable because of ReLU kinks",
     )
     check.add_argument("--timeout", type=float, metavar="SECONDS", help="per case; past it, a case fails")
-    add_jax_options(check)
+    add_placement_options(check)
     where = parser.add_argument_group("where the cases run")
     where.add_argument(
         "--jobs",
@@ -92,8 +93,7 @@ _OVERRIDES = {
     "rtol": "rtol",
     "atol": "atol",
     "strict": "strict",
-    "jax_platform": "jax_platform",
-    "jax_precision": "jax_precision",
+    **{name: name for name, _ in declared_settings()},  # --jax-platform: jax_platform
     "timeout": "timeout",
 }
 

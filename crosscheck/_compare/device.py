@@ -12,7 +12,9 @@ effect, or its elementwise functions' error, whichever is larger (``unit``). Wha
 difference (``permit``, per unit of an entry's scale, as ``terms.bound`` takes it) is
 ``DEVICE_PERMIT_ULPS`` of that unit: the 16-bit cap's reasoning (every product rounded once at that
 unit, the differences of healthy models a few units), never less than float32's own permit. A CPU adds
-nothing. The figures are measured: ``docs/measurements/accelerator.md``.
+nothing. The tables are keyed by framework and platform: what a chip does to float32 depends on the
+compiler that made the program (JAX's default float32 product on a TPU is one bfloat16 pass; another
+framework's on the same chip need not be). The figures are measured: ``docs/measurements/accelerator.md``.
 """
 
 from __future__ import annotations
@@ -20,21 +22,30 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 
+from crosscheck._backends import Framework, framework_named
+from crosscheck._backends.placement import Setting
 from crosscheck._compare.dtypes import unit_roundoff
 
-#: A float32 product's unit roundoff at each JAX matmul precision, by platform: one, three or six
-#: bfloat16 passes on a TPU (measured relative errors of a product: 2.3e-3, 1.3e-5, 1.4e-7).
-PRODUCT_UNITS = {"tpu": {"default": 2.0**-8, "high": 2.0**-16, "highest": 2.0**-24}}
-#: The largest error of a platform's float32 elementwise functions, in float32 ulps (a TPU v5e's ``log``
-#: measured 4,017).
-ELEMENTWISE_ULPS = {"tpu": 4096.0}
+#: A float32 product's unit roundoff at each matmul precision level, by framework and platform: JAX's
+#: one, three or six bfloat16 passes on a TPU (measured relative errors of a product: 2.3e-3, 1.3e-5,
+#: 1.4e-7).
+PRODUCT_UNITS = {("jax", "tpu"): {"default": 2.0**-8, "high": 2.0**-16, "highest": 2.0**-24}}
+#: How those products are made, in words, by framework and platform and level.
+PRODUCT_WORDS = {
+    ("jax", "tpu"): {"default": "one bfloat16 pass", "high": "three bfloat16 passes", "highest": "float32"}
+}
+#: The largest error of float32 elementwise functions, in float32 ulps, by framework and platform (JAX
+#: on a TPU v5e: its ``log`` measured 4,017).
+ELEMENTWISE_ULPS = {("jax", "tpu"): 4096.0}
 #: A device's permit, in its own units of an entry's scale: as ``LOW_PERMIT_ULPS`` for a 16-bit dtype.
 DEVICE_PERMIT_ULPS = 16.0
-#: Platforms whose float64 is emulated, and what that is: the JAX side's float64 re-runs there (the
-#: references its float32 results are measured against) are made on the host CPU, in IEEE float64.
+#: Where a side's float64 is emulated, by framework and platform, and what that is: that side's
+#: float64 re-runs there (the references its float32 results are measured against) are made on the
+#: host CPU, in IEEE float64.
 EMULATED_FLOAT64 = {
-    "tpu": "a TPU's float64 is emulated in float32 pairs (float32's exponent range, about 48 bits), and "
-    "compiles slowly (GPT-2 small's float64 capture: over 220 s on a TPU v5e, against 8 s in float32)"
+    ("jax", "tpu"): "a TPU's float64 is emulated in float32 pairs (float32's exponent range, about 48 "
+    "bits), and compiles slowly (GPT-2 small's float64 capture: over 220 s on a TPU v5e, against 8 s in "
+    "float32)"
 }
 #: JAX's names of a matmul precision, by the three levels (``jax.default_matmul_precision``).
 PRECISIONS = {
@@ -53,18 +64,26 @@ def level(precision: object) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Arithmetic:
-    """Where a side computed: its ``platform`` (``cpu``, ``tpu``, ``gpu``), the device's ``kind``
-    (``TPU v5 lite``) and the matmul ``precision`` level in effect (``level``)."""
+    """Where a side computed: its ``platform`` (``cpu``, ``tpu``, ``gpu``), the matmul ``precision``
+    level in effect (``level``), the device's ``kind`` (``TPU v5 lite``) and the ``framework`` whose
+    side it is (``jax``), as that framework's folder reads it back (``environment.arithmetic()``).
+    The device model's tables are keyed by framework and platform: a pair they do not list adds
+    nothing."""
 
     platform: str = "cpu"
     precision: str = "default"
     kind: str = ""
+    framework: str = ""
+
+    @property
+    def _where(self) -> tuple[str, str]:
+        return (self.framework, self.platform)
 
     @property
     def unit(self) -> float | None:
         """The effective unit roundoff of its float32 results beyond float32's own (None: none)."""
-        products = PRODUCT_UNITS.get(self.platform, {}).get(self.precision)
-        elementwise = ELEMENTWISE_ULPS.get(self.platform)
+        products = PRODUCT_UNITS.get(self._where, {}).get(self.precision)
+        elementwise = ELEMENTWISE_ULPS.get(self._where)
         if products is None and elementwise is None:
             return None
         return max(products or 0.0, (elementwise or 0.0) * unit_roundoff("float32"))
@@ -72,7 +91,7 @@ class Arithmetic:
     @property
     def float64_on_host(self) -> str:
         """Why its float64 re-runs are made on the host CPU (its float64 is emulated), or ``""``."""
-        return EMULATED_FLOAT64.get(self.platform, "")
+        return EMULATED_FLOAT64.get(self._where, "")
 
     def permit(self, float32_permit: float) -> float:
         """What its rounding permits a re-run's difference, per unit of scale (``float32_permit``:
@@ -83,32 +102,51 @@ class Arithmetic:
     def words(self) -> str:
         """Where it ran, in a phrase: ``a TPU (TPU v5 lite) at JAX's default matmul precision``."""
         kind = f" ({self.kind})" if self.kind else ""
-        return f"a {self.platform.upper()}{kind} at JAX's {self.precision} matmul precision"
+        return f"a {self.platform.upper()}{kind} at {self._title}'s {self.precision} matmul precision"
 
     def hides(self) -> str:
         """What its arithmetic hides, in a sentence: the size of a difference the check cannot see."""
         unit = self.unit
         if unit is None:
             return ""
-        passes = {"default": "one bfloat16 pass", "high": "three bfloat16 passes", "highest": "float32"}
+        passes = PRODUCT_WORDS.get(self._where, {}).get(self.precision, self.precision)
         return (
-            f"the JAX side ran on {self.words()} (float32 products in {passes[self.precision]}, its "
-            f"elementwise functions up to {ELEMENTWISE_ULPS.get(self.platform, 0):.0f} ulps): it was "
+            f"the {self._title} side ran on {self.words()} (float32 products in {passes}, its "
+            f"elementwise functions up to {ELEMENTWISE_ULPS.get(self._where, 0):.0f} ulps): it was "
             f"judged within that arithmetic, so a difference smaller than about "
             f"{DEVICE_PERMIT_ULPS * unit:.1e} of a value's scale is not seen; {self._also()}"
         )
 
+    @property
+    def _declared(self) -> Framework | None:
+        return framework_named(self.framework)
+
+    @property
+    def _title(self) -> str:
+        declared = self._declared
+        return declared.title if declared is not None else self.framework
+
     def _also(self) -> str:
-        """Where else to check, to see what this arithmetic hides."""
-        if self.precision == "highest":
-            return "check with the JAX side on the CPU too (`--jax-platform cpu`)"
-        return "check at `--jax-precision highest`, or with `--jax-platform cpu`, too"
+        """Where else to check, to see what this arithmetic hides: the framework's own settings for its
+        highest arithmetic and for the host CPU, as the command line spells them."""
+        declared = self._declared
+        settings = declared.placement if declared is not None else ()
+        highest = _spelled(self.framework, [(s, s.highest) for s in settings])
+        host = _spelled(self.framework, [(s, s.host) for s in settings])
+        if self.precision == "highest" or not highest:
+            return f"check with the {self._title} side on the CPU too ({host})"
+        return f"check at {highest}, or with {host}, too"
+
+
+def _spelled(framework: str, asked: list[tuple[Setting, str | None]]) -> str:
+    """Settings as the command line gives them: ``--jax-platform cpu`` in backquotes."""
+    return ", ".join(f"`--{s.option(framework).replace('_', '-')} {v}`" for s, v in asked if v is not None)
 
 
 def arithmetic(backend: object, call: object = None) -> Arithmetic | None:
     """Where ``backend`` computes, when it says (its optional ``arithmetic()``: a backend that runs on an
     accelerator); None for one that does not say, or says nothing usable. ``call``: the engine's guarded
-    call, whose ``placed()`` puts the run's settings for the JAX side in effect (``--jax-precision``,
+    call, whose ``placed()`` puts the run's placement of each side in effect (``--jax-precision``,
     ``--jax-platform``), so that the answer is where the backend's calls ran, not the process's default."""
     says = getattr(backend, "arithmetic", None)
     if not callable(says):

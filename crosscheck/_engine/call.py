@@ -18,9 +18,10 @@ Modelled on pytest's ``CallInfo.from_call``: whatever the backend does is record
   object array are failures with a precise message; a framework's own array is converted by its
   folder's ``arrays.py`` (a PyTorch tensor that requires grad is detached, safe: only the values are
   compared, and the record says so).
-- The run's settings for the JAX side (``settings``: ``Execution.jax``, where it runs and its matmul
-  precision) are in effect inside the call, in the thread that runs it, and gone after it: read before
-  and after, they are never noted as the backend's change.
+- The run's placement (``placement``: one ``Placement`` per framework that declares settings, where its
+  side runs and the arithmetic it runs under: ``Execution.placement``) is in effect inside the call, in
+  the thread that runs it, each record applied by its framework's folder (``state.placed``), and gone
+  after it: read before and after, it is never noted as the backend's change.
 - With a ``timeout``, the call runs in a daemon thread and the caller stops waiting at the deadline
   (Python cannot stop a thread: it is left running, on its own copies of the inputs; ``--isolate``
   runs a backend in a worker process, which can be stopped).
@@ -34,12 +35,12 @@ import signal
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from crosscheck._backends import framework_named, handed
+from crosscheck._backends import Placement, framework_named, handed
 from crosscheck._compare.dtypes import aligned_copy, as_dtype
 from crosscheck._engine.framework_state import framework_state, restore_state
 from crosscheck._errors import Interrupted, Interrupts, describe, reraise_user_interrupt
@@ -98,7 +99,7 @@ def guarded(
     pristine: Mapping[str, np.ndarray | Cast] | None = None,
     timeout: float | None = None,
     interrupts: Interrupts | None = None,
-    settings: Mapping[str, str] | None = None,
+    placement: Sequence[Placement] = (),
 ) -> Outcome:
     """Call ``fn(*args)``; never raises, except for the user's own Ctrl-C (``Interrupted``).
 
@@ -109,7 +110,7 @@ def guarded(
     ``timeout``: seconds before the call is given up.
     ``interrupts``: the run's Ctrl-C policy (``user_interrupts``); None, with no engine above: only an
     ``Interrupted`` is the user's, any other ``KeyboardInterrupt`` the backend's failure.
-    ``settings``: the JAX side's (``Execution.jax``), in effect inside the call (``placed``).
+    ``placement``: the run's (``Execution.placement``), in effect inside the call (``placed``).
     """
     names, live = list(inputs), list(inputs.values())
     before: list[np.ndarray | Cast]
@@ -122,7 +123,7 @@ def guarded(
     value, error = None, None
     try:
         with handed.handing(live, [_test(p) for p in before]):  # what a backend may ask while it runs
-            value = within(timeout, _placed_call, settings, fn, *args)
+            value = within(timeout, _placed_call, placement, fn, *args)
     except BackendFailure as exc:
         error = str(exc)
     except BaseException as exc:
@@ -140,19 +141,26 @@ def guarded(
     return Outcome(None if error else value, error, seconds, notes)
 
 
-def placed(settings: Mapping[str, str] | None) -> contextlib.AbstractContextManager[None]:
-    """The run's settings for the JAX side (``Execution.jax``) in effect, for one call (its folder's
-    ``state.placed``); none, or every one ``default``: JAX is left as it is."""
-    if not settings or set(settings.values()) <= {"default"}:
-        return contextlib.nullcontext()
-    state = framework_named("jax").module("state")  # type: ignore[union-attr]
-    return state.placed(settings["jax_platform"], settings["jax_precision"])
+@contextlib.contextmanager
+def placed(placement: Sequence[Placement]) -> Iterator[None]:
+    """The run's placement in effect, for one call: each record applied by its framework's folder
+    (``state.placed``), in order, and undone in reverse; a record left alone (every setting its
+    default) leaves its framework as it is, and imports nothing."""
+    with contextlib.ExitStack() as stack:
+        for record in placement:
+            if not record.left_alone:
+                framework = framework_named(record.framework)
+                if framework is None:
+                    raise ValueError(f"a placement of framework `{record.framework}`, which is not declared")
+                stack.enter_context(framework.module("state").placed(record))
+        yield
 
 
-def _placed_call(settings: Mapping[str, str] | None, fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` with the JAX side's settings in effect, entered in the thread that calls it (JAX's
-    scoped settings are per thread: a call under a timeout runs in a thread of its own)."""
-    with placed(settings):
+def _placed_call(placement: Sequence[Placement], fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` with the run's placement in effect, entered in the thread that calls it (a
+    framework's scoped settings may be per thread, as JAX's are: a call under a timeout runs in a
+    thread of its own)."""
+    with placed(placement):
         return fn(*args)
 
 

@@ -22,8 +22,10 @@ the tanh one, on a TPU at the default precision). If the ``highest`` run passes,
 real difference the reduced precision hid (``"hidden"``); if only the CPU run passes, the as-asked pass
 stands, the device named (``"device"``).
 
-Each re-run is a full check, the same request with one setting changed; nothing is widened. A check that
-passed at ``highest``, was interrupted or halted, or whose JAX side ran on a CPU, is returned as it is.
+Each re-run is a full check, the same request with its placement changed (``Placement.at_highest``,
+then ``Placement.on_host``: each framework's own values for its highest arithmetic and for the host CPU,
+declared in its folder, so that the re-runs name no framework); nothing is widened. A check that passed
+at ``highest``, was interrupted or halted, or whose JAX side ran on a CPU, is returned as it is.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from crosscheck._backends import Placement, as_options
 from crosscheck._report.report import Report
 
 #: The classes of a failure on an accelerator (``Classification.kind``).
@@ -96,7 +99,7 @@ def classified(request: Any, report: Report, again: Callable[[Any], Report]) -> 
     why = "to see what the reduced precision hides" if passed else "to classify the failure"
     if _level(where) != "highest":
         tell(f"JAX at `highest` precision, {why}")
-        highest = again(_with(request, execution, jax_precision="highest"))
+        highest = again(_with(request, execution, Placement.at_highest))
         ran = accelerated(highest)
         runs.append(_run("highest", highest, ran or {}))
         if highest.passed and ran is not None and _level(ran) == "highest":
@@ -104,16 +107,18 @@ def classified(request: Any, report: Report, again: Callable[[Any], Report]) -> 
         if highest.interrupted or highest.halted:
             return report if passed else highest
     tell(f"the JAX side on the host CPU, {why}")
-    cpu = again(_with(request, execution, jax_platform="cpu"))
+    cpu = again(_with(request, execution, Placement.on_host))
     runs.append(_run("host CPU", cpu, _cpu_info(cpu)))
     if cpu.passed:
         return _attach(report, _device(where, runs))
     return _attach(cpu, (_hidden if passed else _port)(where, runs))
 
 
-def _with(request: Any, execution: Any, **setting: str) -> Any:
-    """``request`` with one JAX setting changed (run by ``again`` in this process: no second worker)."""
-    execution = dataclasses.replace(execution, **setting)
+def _with(request: Any, execution: Any, change: Callable[[Placement], Placement]) -> Any:
+    """``request`` with each side's placement changed by ``change`` (run by ``again`` in this process:
+    no second worker); the settings are ``Execution``'s fields, by the names a user gives them."""
+    placement = as_options(change(record) for record in execution.placement)
+    execution = dataclasses.replace(execution, **placement)
     return dataclasses.replace(request, execution=execution, announce=None)
 
 

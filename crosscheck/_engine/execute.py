@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from crosscheck._backends import as_options
 from crosscheck._engine.classify import classified
 from crosscheck._engine.driver import drive
 from crosscheck._engine.plan import Outlook, check_records, plan
@@ -81,7 +82,7 @@ def _check_contained(request: Request) -> Report:
             request.workload,
             why,
             reference=request.reference,
-            jax_settings=request.execution.jax,
+            placement=as_options(request.execution.placement),
             **request.case,
         )
 

@@ -6,10 +6,10 @@ included) makes that backend a failed record (``info()``: a note), never the end
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
-from crosscheck._backends import BackendBroken, BackendUnavailable, backend_info
+from crosscheck._backends import BackendBroken, BackendUnavailable, Placement, backend_info
 from crosscheck._engine.call import placed
 from crosscheck._errors import Interrupts, describe, one_line, reraise_user_interrupt
 from crosscheck._report.report import BackendResult
@@ -33,10 +33,10 @@ def load(
     *,
     required: bool,
     interrupts: Interrupts | None = None,
-    settings: Mapping[str, str] | None = None,
+    placement: Sequence[Placement] = (),
 ) -> tuple[Any, BackendResult]:
     """``(backend or None, its record)``: ``pending`` when it loaded, else ``unavailable`` or ``failed``.
-    ``interrupts``: the run's Ctrl-C policy, as for the guarded call; ``settings``: the JAX side's, in
+    ``interrupts``: the run's Ctrl-C policy, as for the guarded call; ``placement``: the run's, in
     effect while it loads and says where it runs (``info()``), as in each call.
 
     Raises:
@@ -44,7 +44,7 @@ def load(
     """
     name = spec_name(spec, interrupts)
     try:
-        with placed(settings):
+        with placed(placement):
             backend = workload.resolve(spec)
     except BackendUnavailable as exc:
         return None, BackendResult(
@@ -64,17 +64,17 @@ def load(
         name=spec_name(backend, interrupts),
         status="pending",
         required=required,
-        info=info_where(backend, settings),
+        info=info_where(backend, placement),
         notes=notes,
     )
     return backend, result
 
 
-def info_where(backend: Any, settings: Mapping[str, str] | None) -> dict[str, str]:
-    """``backend_info`` read where the backend's calls run (the JAX side's settings in effect); never
-    raises (settings that cannot be made are its ``info_error``, as a broken ``info()`` is)."""
+def info_where(backend: Any, placement: Sequence[Placement]) -> dict[str, str]:
+    """``backend_info`` read where the backend's calls run (the run's placement in effect); never
+    raises (a placement that cannot be made is its ``info_error``, as a broken ``info()`` is)."""
     try:
-        with placed(settings):
+        with placed(placement):
             return backend_info(backend)
     except Exception as exc:
         return {"info_error": describe(exc)}

@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from crosscheck._backends import ORACLE
+from crosscheck._backends import ORACLE, Placement
 from crosscheck._backends.protocol import BackendSpec
 from crosscheck._engine.quantity import Quantity
 from crosscheck._engine.quantity import quantity as _quantity
@@ -23,7 +23,7 @@ class Plan:
     named by the user, so an unavailable one fails the run), the reference, how many calls each
     candidate gets, and the options; ``isolate`` (True: each backend named by a spec in its own worker
     process, which rebuilds the workload from ``workload_spec``; ``"auto"``: only import strings and
-    plugins), ``timeout`` (seconds per call) and ``jax`` (the JAX side's settings, ``Execution.jax``,
+    plugins), ``timeout`` (seconds per call) and ``placement`` (each side's, ``Execution.placement``,
     in effect inside each call); ``memory``: the bytes the case needs, by part (the one
     estimate, made before anything was allocated)."""
 
@@ -39,7 +39,7 @@ class Plan:
     isolate: bool | str = False
     timeout: float | None = None
     workload_spec: Any = None
-    jax: dict[str, str] = dataclasses.field(default_factory=dict)
+    placement: tuple[Placement, ...] = ()
     memory: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
@@ -107,7 +107,7 @@ def plan(workload: EngineWorkload, request: Request) -> Plan:
         isolate=execution.isolate,
         timeout=execution.timeout,
         workload_spec=workload.spec,
-        jax=execution.jax,
+        placement=execution.placement,
         memory=memory,
     )
 

@@ -19,13 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._backends import BUILTINS, ORACLE
-from crosscheck._engine.driver import Caller
+from crosscheck._backends import BUILTINS, ORACLE, Placement, placements
+from crosscheck._engine.caller import Caller
 from crosscheck._engine.load import load
 from crosscheck._engine.process.isolate import Worker, foreign, load_isolated
 from crosscheck._engine.quantity import quantity as _quantity
 from crosscheck._errors import one_line
-from crosscheck._records import Execution, Oracle, check_jax
+from crosscheck._records import Oracle, check_placement
 from crosscheck._replay.case import check_case
 from crosscheck._report.bundle import bitwise
 from crosscheck._workloads.protocol import Options, Point
@@ -70,9 +70,9 @@ def _replayer(
         why = f"not replayable: workload `{bundle['workload']}` cannot be loaded again: {exc}"
         return lambda *_: {"status": one_line(why), "detail": ""}
     check_case(workload, bundle)
-    settings = recorded_settings(bundle["meta"]["report"])
+    placement = recorded_placement(bundle["meta"]["report"])
     try:
-        judge, call = _setup(workload, bundle, timeout, settings)
+        judge, call = _setup(workload, bundle, timeout, placement)
     except (ValueError, TypeError, KeyError, IndexError) as exc:
         why = f"not replayable: its arrays cannot be judged as workload `{bundle['workload']}`'s: {exc}"
         return lambda *_: {"status": one_line(why), "detail": ""}
@@ -86,7 +86,7 @@ def _replayer(
             return {"status": NOT_RUN, "detail": "an import string is code", "untrusted": "backend"}
         reference = (record or {}).get("role") == "reference"
         isolated = foreign(spec) if isolate == "auto" else bool(isolate) and spec != ORACLE
-        worker = Worker(bundle["workload"], spec, call.settings) if isolated else None
+        worker = Worker(bundle["workload"], spec, call.placement) if isolated else None
         return _rerun(workload, judge, call, (spec, worker), reference, value)
 
     return run_again
@@ -152,10 +152,10 @@ def _builtin_names(workload: Any) -> set[str]:
 
 
 def _setup(
-    workload: Any, bundle: dict[str, Any], timeout: float | None, settings: dict[str, str]
+    workload: Any, bundle: dict[str, Any], timeout: float | None, placement: tuple[Placement, ...]
 ) -> tuple[Any, Caller]:
     """The workload's judge at the bundle's arrays (private copies) and the guarded call on them, with
-    the JAX side's recorded ``settings``.
+    the run's recorded ``placement``.
 
     Raises:
         ValueError, TypeError, KeyError, IndexError: the arrays cannot be judged as the workload's.
@@ -170,23 +170,26 @@ def _setup(
     seed = case.get("seed", 0)
     options = Options(oracle=Oracle("full"), seed=seed if isinstance(seed, int) else 0)
     judge = workload.judge(_quantity(report.get("quantity", "grad")), point, options)
-    return judge, Caller(point.arrays(), timeout=timeout, settings=settings)
+    return judge, Caller(point.arrays(), timeout=timeout, placement=placement)
 
 
-def recorded_settings(report: Mapping[str, Any]) -> dict[str, str]:
-    """The JAX side's settings the run recorded (its JSON report's ``"jax_settings"``), applied again
-    to each call; a bundle written before they were recorded: JAX's defaults.
+def recorded_placement(report: Mapping[str, Any]) -> tuple[Placement, ...]:
+    """The run's placement as it recorded it (its JSON report's settings of each framework,
+    ``"jax_settings"``), applied again to each call; a framework whose settings a bundle does not record
+    (written before they were): its defaults.
 
     Raises:
         ValueError: a value no run records (the bundle was edited).
     """
-    settings = Execution().jax
-    settings.update({k: v for k, v in (report.get("jax_settings") or {}).items() if k in settings})
-    try:
-        check_jax(settings["jax_platform"], settings["jax_precision"])
-    except ValueError as exc:
-        raise ValueError(f"the bundle's `report.jax_settings` are not a run's: {exc}") from exc
-    return settings
+    options: dict[str, Any] = {}
+    for record in placements():
+        given = {k: v for k, v in (report.get(record.key) or {}).items() if k in record.options()}
+        try:
+            check_placement(given)
+        except ValueError as exc:
+            raise ValueError(f"the bundle's `report.{record.key}` are not a run's: {exc}") from exc
+        options.update(given)
+    return placements(options)
 
 
 def _rerun(
@@ -203,7 +206,7 @@ def _rerun(
         if worker is not None:
             backend, result = load_isolated(worker, required=True)
         else:
-            backend, result = load(workload, spec, required=True, settings=call.settings)
+            backend, result = load(workload, spec, required=True, placement=call.placement)
     except (ValueError, TypeError) as exc:
         return {"status": one_line(f"not replayable: {exc}")}
     try:

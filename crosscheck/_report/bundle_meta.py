@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from crosscheck._backends import placements
 from crosscheck._errors import one_line
 
 
@@ -39,10 +40,8 @@ def check_meta(meta: dict[str, Any], path: Path) -> None:
     )
     if "quantity" in report:
         _need(report, "quantity", _text, "a quantity's name", path, prefix="report.")
-    if "jax_settings" in report:
-        _need(
-            report, "jax_settings", _texts_by_name, "an object: setting -> its value", path, prefix="report."
-        )
+    for key in (record.key for record in placements() if record.key in report):  # "jax_settings"
+        _need(report, key, _texts_by_name, "an object: setting -> its value", path, prefix="report.")
     for name, record in report["backends"].items():
         where = f"report.backends.{one_line(name)[:40]}."
         for key, ok, expected in (("notes", _object, "an object"), ("role", _text, "a string")):

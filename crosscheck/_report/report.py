@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from crosscheck._backends import placements
 from crosscheck._compare.low import caveat
 from crosscheck._compare.message import reasons
 from crosscheck._compare.record import Comparison
@@ -21,8 +22,6 @@ from crosscheck._report.environment import framework_lines
 from crosscheck._report.text import markup, plain, plural
 
 SCHEMA_VERSION = 1
-#: The JAX side as JAX itself runs it: where it puts computations, at its own matmul precision.
-DEFAULT_JAX_SETTINGS = {"jax_platform": "default", "jax_precision": "default"}
 #: Where a section is printed: before the table, or after it (and after the backends' failures).
 PLACES = ("before", "after")
 
@@ -123,9 +122,9 @@ class Report:
     #: Why the run stopped before it had a report of its own (a contained workload's worker process
     #: died or hung): the first problem, and the JSON report's "halted".
     halted: str | None = None
-    #: The run's settings for the JAX side (``Execution.jax``: ``jax_platform``, ``jax_precision``),
-    #: the JSON report's "jax_settings" (what ``replay`` applies again).
-    jax_settings: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: The run's placement, each setting by the name a user gives it (``Execution.placement``:
+    #: ``jax_platform``, ...), in the JSON by framework ("jax_settings"; what ``replay`` applies again).
+    placement: dict[str, str] = dataclasses.field(default_factory=dict)
     #: A failure on an accelerator classified by re-runs (``_engine/classify``): the JSON's "classification".
     classification: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -205,7 +204,7 @@ class Report:
                 "backends": {name: r.to_dict() for name, r in self.backends.items()},
                 "comparisons": [c.to_dict() for c in self.comparisons],
                 "environment": self.environment,
-                "jax_settings": {**DEFAULT_JAX_SETTINGS, **self.jax_settings},
+                **{record.key: record.options() for record in placements(self.placement)},
                 "quantity": self.quantity,
                 "interrupted": self.interrupted,
                 **({"hvp_direction": self.direction} if self.quantity == "hvp" else {}),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from crosscheck._backends import DECLARED
 from crosscheck._compare.constants import BOUNDARY
 from crosscheck._compare.message import index_text
 from crosscheck._compare.record import Comparison
@@ -255,11 +256,9 @@ def title(report: Tabled) -> str:
     return line
 
 
-#: The keys of a backend's ``info()`` that name its arithmetic settings, as the header says them.
-PRECISION_KEYS = {
-    "matmul_precision": "matmul precision",
-    "float32_matmul_precision": "float32 matmul precision",
-}
+#: The keys of a backend's ``info()`` that name its arithmetic settings, as the header says them: each
+#: framework's, as its folder declares them (``Framework.arithmetic_info``).
+PRECISION_KEYS = {key: words for framework in DECLARED for key, words in framework.arithmetic_info.items()}
 
 
 def where_line(backends: Mapping[str, Row]) -> str:

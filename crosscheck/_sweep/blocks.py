@@ -19,7 +19,7 @@ from typing import Any
 
 from crosscheck._backends import ORACLE
 from crosscheck._errors import describe, reraise_user_interrupt
-from crosscheck._records import check_jax
+from crosscheck._records import check_placement
 from crosscheck._sweep.block_rules import check_options
 from crosscheck._sweep.task import CaseRecord, Task, _record, within
 
@@ -171,7 +171,8 @@ def check_blocks(
             f"`blocks` must be a crosscheck.Blocks or an import string, found {type(blocks).__name__}."
         )
     check_options(spec, backends, reference, dtype, scheduler, directory, timeout)
-    check_jax(jax_platform, jax_precision)
+    placement = {"jax_platform": jax_platform, "jax_precision": jax_precision}  # the keywords above
+    check_placement(placement)
     options = {
         "backends": backends,
         "reference": reference,
@@ -179,8 +180,7 @@ def check_blocks(
         "seed": seed,
         "strict": strict,
         "timeout": timeout,
-        "jax_platform": jax_platform,
-        "jax_precision": jax_precision,
+        **placement,
     }
     from crosscheck._workloads.port.blocks.record import record
 
@@ -286,12 +286,14 @@ def _guarded(blocks: Any, task: Task, model: Any) -> CaseRecord:
 
 
 def _check(blocks: Any, task: Task, model: Any) -> CaseRecord:
+    from crosscheck._backends import as_options, placements
     from crosscheck._engine.run import check
     from crosscheck._records import Execution
     from crosscheck._workloads.port.blocks.record import block_module, load
 
     entry, options = task["entry"], task["options"]
     recorded = load(entry["path"])
+    placement: dict[str, Any] = as_options(placements(options))  # jax_platform, ...: Execution's fields
     port = blocks.block_port(entry["index"], entry["block"], block_module(blocks, recorded, model), recorded)
     report = check(
         port,
@@ -300,11 +302,7 @@ def _check(blocks: Any, task: Task, model: Any) -> CaseRecord:
         dtype=options["dtype"],
         seed=options["seed"],
         strict=options["strict"],
-        execution=Execution(
-            isolate=False,
-            jax_platform=options.get("jax_platform", "default"),
-            jax_precision=options.get("jax_precision", "default"),
-        ),
+        execution=Execution(isolate=False, **placement),
     )
     found = report.to_dict()
     notes = [b.get("notes", {}).get("port") for b in found.get("backends", {}).values()]

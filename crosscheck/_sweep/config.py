@@ -39,8 +39,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
+from crosscheck._backends import declared_settings
 from crosscheck._compare.constants import DTYPES
-from crosscheck._records import JAX_PLATFORMS, JAX_PRECISIONS, MAX_TIMEOUT
+from crosscheck._records import MAX_TIMEOUT
 from crosscheck._workloads.registry import case_knobs, ci_cases
 
 CONFIG_FILE = "pyproject.toml"
@@ -84,6 +85,10 @@ def _nonempty_str(value: Any) -> bool:
     return isinstance(value, str) and bool(value.strip())
 
 
+def _one_of(choices: tuple[str, ...]) -> tuple[str, Callable[[Any], bool]]:
+    return f"one of {', '.join(choices)}", lambda v: v in choices
+
+
 #: key -> (what is expected, check).
 SCHEMA: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "workloads": _list_of('strings ("stack" or workload specs)', _nonempty_str),
@@ -102,8 +107,8 @@ SCHEMA: dict[str, tuple[str, Callable[[Any], bool]]] = {
         f"a positive number of seconds, at most {MAX_TIMEOUT} (the longest this platform can wait)",
         lambda v: _is_number(v) and 0 < v <= MAX_TIMEOUT,
     ),
-    "jax_platform": (f"one of {', '.join(JAX_PLATFORMS)}", lambda v: v in JAX_PLATFORMS),
-    "jax_precision": (f"one of {', '.join(JAX_PRECISIONS)}", lambda v: v in JAX_PRECISIONS),
+    # Each framework's placement (``Framework.placement``): jax_platform, jax_precision.
+    **{name: _one_of(setting.choices) for name, setting in declared_settings()},
 }
 
 
@@ -273,6 +278,5 @@ def options(config: SweepConfig) -> dict[str, Any]:
         "rtol": config.get("rtol"),
         "atol": config.get("atol"),
         "strict": config.get("strict", False),
-        "jax_platform": config.get("jax_platform", "default"),
-        "jax_precision": config.get("jax_precision", "default"),
+        **{name: config.get(name, setting.default) for name, setting in declared_settings()},
     }

@@ -25,7 +25,7 @@ from typing import Any
 
 from crosscheck._backends import install_hint
 from crosscheck._errors import Interrupted, Interrupts
-from crosscheck._records import check_jax
+from crosscheck._records import check_placement
 from crosscheck._sweep.task import (  # the tasks and records, which moved there
     STACK,
     STATUSES,
@@ -275,9 +275,10 @@ def sweep(
         raise ValueError(f"`jobs` must be a non-negative integer, found {jobs!r}.")
     if timeout is not None and not timeout > 0:
         raise ValueError(f"`timeout` must be a positive number of seconds, found {timeout!r}.")
-    check_jax(jax_platform, jax_precision)
+    placement = {"jax_platform": jax_platform, "jax_precision": jax_precision}  # the keywords above
+    check_placement(placement)
     options = {"backends": backends, "reference": reference, "rtol": rtol, "atol": atol, "strict": strict}
-    options.update(jax_platform=jax_platform, jax_precision=jax_precision)
+    options.update(placement)
     tasks = make_tasks(cases, options, timeout=timeout)
     records: list[CaseRecord] = []
 

@@ -94,6 +94,7 @@ def _run_case(case: dict[str, Any], options: dict[str, Any]):
     """Run one case: its workload loaded once and given the options of the case it takes (the stack's
     shape), one request of it and the sweep's options for the engine's ``execute``; then the known
     answer, when it has one."""
+    from crosscheck._backends import as_options, placements
     from crosscheck._engine.execute import execute
     from crosscheck._engine.request import Request
     from crosscheck._records import Execution, Slack
@@ -104,6 +105,7 @@ def _run_case(case: dict[str, Any], options: dict[str, Any]):
     knobs = {k: v for k, v in case.items() if k not in ("dtype", "seed")}
     if knobs:
         workload = workload.configure(**knobs)
+    placement: dict[str, Any] = as_options(placements(options))  # jax_platform, ...: Execution's fields
     request = Request(
         workload=workload,  # loaded here: its known answer judges the report
         quantity=workload.quantities[0],  # a Train's is the update (with its own steps), others' the gradient
@@ -115,11 +117,7 @@ def _run_case(case: dict[str, Any], options: dict[str, Any]):
         strict=options.get("strict", False),
         # A case's process is its isolation (a worker per case), or, with --jobs 0, there is none: no
         # worker per backend inside a case.
-        execution=Execution(
-            isolate=options.get("isolate", False),
-            jax_platform=options.get("jax_platform", "default"),
-            jax_precision=options.get("jax_precision", "default"),
-        ),
+        execution=Execution(isolate=options.get("isolate", False), **placement),
     )
     report = execute(request)
     return report, workload.known_answer(report)

@@ -84,7 +84,7 @@ class Outcome(Protocol):
 
 
 class Call(Protocol):
-    """The engine's guarded call, bound to the point's arrays (``crosscheck._engine.driver.Caller``)."""
+    """The engine's guarded call, bound to the point's arrays (``crosscheck._engine.caller.Caller``)."""
 
     def __call__(
         self, fn: Callable[..., Any], *args: Any, convert: str | None = None, **kwargs: Any
@@ -95,10 +95,10 @@ class Call(Protocol):
         """An outcome that failed with ``error`` before any call."""
 
     def placed(self) -> contextlib.AbstractContextManager[None]:
-        """The run's settings for the JAX side in effect, as inside each call."""
+        """The run's placement of each side in effect, as inside each call."""
 
     def on_host(self) -> contextlib.AbstractContextManager[None]:
-        """The JAX side's calls on the host CPU while in effect (a re-run an accelerator cannot make)."""
+        """Each side's calls on the host CPU while in effect (a re-run an accelerator cannot make)."""
 
     def cast(
         self, arrays: Mapping[str, np.ndarray], dtype: str, *, once: bool = False

@@ -10,18 +10,7 @@ restored, its environment record and line), ``projection_loss``, a Workload's im
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
-
-import pytest
-from paths import ROOT
-
-REGISTRY_LINE = 'FRAMEWORKS = ("jax", "torch")\n'
+from copied import copy_with, run_child
 
 #: The toy framework's folder: one module each, the same files as backends/jax/ and backends/torch/.
 FOLDER = {
@@ -166,36 +155,9 @@ CHILD = """
     """
 
 
-def _copy_with_toy(where: Path) -> None:
-    """The package and its adapters, with the toy framework's folder and registry line added."""
-    ignore = shutil.ignore_patterns("__pycache__")
-    shutil.copytree(ROOT / "crosscheck", where / "crosscheck", ignore=ignore)
-    shutil.copytree(ROOT / "backends", where / "backends", ignore=ignore)
-    registry = where / "crosscheck" / "_backends" / "__init__.py"
-    source = registry.read_text(encoding="utf-8")
-    assert source.count(REGISTRY_LINE) == 1, "the registry line moved: update REGISTRY_LINE"
-    registry.write_text(source.replace(REGISTRY_LINE, REGISTRY_LINE.replace(")", ', "toy")')), "utf-8")
-    (where / "backends" / "toy").mkdir()
-    for name, text in FOLDER.items():
-        (where / "backends" / "toy" / name).write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
-    (where / "toylib.py").write_text(textwrap.dedent(TOYLIB).lstrip(), encoding="utf-8")
-
-
 def test_a_framework_is_one_folder_and_one_registry_line(tmp_path):
-    if not (ROOT / "backends" / "__init__.py").is_file():
-        pytest.skip("not a source checkout: no backends/ beside the tests")
-    _copy_with_toy(tmp_path)
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(CHILD)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(tmp_path)},
-    )
-    assert result.returncode == 0, result.stderr
-    found = json.loads(result.stdout.strip().splitlines()[-1])
+    copy_with(tmp_path, "toy", FOLDER, {"toylib.py": TOYLIB})
+    found = run_child(tmp_path, CHILD)
     assert found["builtins"][:4] == ["jax", "torch", "toy", "numpy-fd"]
     assert "toy-plain" in found["builtins"]
     assert found["defaults"] == ["jax", "torch", "toy", "numpy-fd"]

@@ -16,7 +16,7 @@ jax = pytest.importorskip("jax")
 
 from crosscheck._compare.dtypes import ALIGN, aligned_copy, as_dtype  # noqa: E402
 from crosscheck._engine.call import hand  # noqa: E402
-from crosscheck._engine.driver import Caller  # noqa: E402
+from crosscheck._engine.caller import Caller  # noqa: E402
 from crosscheck._workloads.model.workload import _framework_backend  # noqa: E402
 
 

@@ -10,7 +10,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from crosscheck._engine.driver import Caller
+from crosscheck._engine.caller import Caller
 from crosscheck._engine.process.isolate_worker import _serve
 
 N = 512

@@ -11,7 +11,7 @@ import pytest
 
 import crosscheck
 from crosscheck._engine.call import Cast
-from crosscheck._engine.driver import Caller
+from crosscheck._engine.caller import Caller
 
 
 def _point(order: str = "C") -> dict[str, np.ndarray]:

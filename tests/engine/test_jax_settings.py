@@ -15,6 +15,7 @@ import pytest
 from paths import SUPPORT
 
 import crosscheck
+from crosscheck._backends import placements
 from crosscheck._cli.main import main
 from crosscheck._engine.load import info_where
 from crosscheck._replay.replay import replay, reproduced
@@ -179,7 +180,9 @@ def test_asking_for_the_cpu_where_jax_has_none_fails_the_run_in_words(monkeypatc
     error = report.backends["jax_settings_grad"].error or ""
     assert "`jax_platform` cpu: JAX has no CPU device in this process" in error
     # reading where a backend runs never raises either: it is the record's info_error
-    info = info_where(probe.jax_settings_grad, {"jax_platform": "cpu", "jax_precision": "default"})
+    info = info_where(
+        probe.jax_settings_grad, placements({"jax_platform": "cpu", "jax_precision": "default"})
+    )
     assert "JAX has no CPU device" in info["info_error"]
 
 

@@ -206,12 +206,12 @@ def halted(
     stopped: WorkerStopped,
     *,
     reference: Any,
-    jax_settings: dict[str, str] | None = None,
+    placement: dict[str, str] | None = None,
     **case: Any,
 ) -> Report:
     """The report of a contained run whose worker stopped before it sent its report: it fails, naming
     the workload, why its worker stopped and what it was doing then; nothing was compared
-    (``jax_settings``: the run's choice for the JAX side, recorded as a run records it)."""
+    (``placement``: the run's, each setting by its option's name, recorded as a run records it)."""
     why = f"workload `{spec}`: {stopped} while {stopped.doing}; nothing was compared"
     return Report(
         case={"workload": spec, **case},
@@ -221,5 +221,5 @@ def halted(
         environment=environment(),
         interrupted=stopped.interrupted,
         halted=one_line(why),
-        jax_settings=dict(jax_settings or {}),
+        placement=dict(placement or {}),
     )

@@ -24,10 +24,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from crosscheck._backends import ORACLE
+from crosscheck._backends import ORACLE, Placement, as_options
 from crosscheck._engine.call import BackendFailure, Outcome
 from crosscheck._engine.process.isolate_worker import BOOT, receive, send
 from crosscheck._errors import Interrupts, describe, reraise_user_interrupt
@@ -43,10 +43,11 @@ CLOSE_SECONDS = 2.0
 
 class Worker:
     """One worker process for one backend spec, started at once (it loads while the parent works);
-    ``settings``: the JAX side's (``Execution.jax``), in effect there while it loads and in each call."""
+    ``placement``: the run's (``Execution.placement``), in effect there while it loads and in each call;
+    it crosses as ``settings``, each setting by the name a user gives it (``as_options``)."""
 
-    def __init__(self, workload: Any, spec: str, settings: Mapping[str, str] | None = None) -> None:
-        self.spec, self.settings = spec, dict(settings or {})
+    def __init__(self, workload: Any, spec: str, placement: Sequence[Placement] = ()) -> None:
+        self.spec, self.settings = spec, as_options(placement)
         self.stopped: str | None = None  # why it no longer serves calls
         self.conn, self.process, failed = spawn(BOOT)
         if failed:
@@ -144,7 +145,7 @@ def start_workers(plan: Any) -> dict[Any, Worker]:
         return {}
     keyed = [("reference", plan.reference), *enumerate(plan.candidates)]
     return {
-        key: Worker(plan.workload_spec, spec, plan.jax)
+        key: Worker(plan.workload_spec, spec, plan.placement)
         for key, spec in keyed
         if not in_process_reason(plan, spec, reference=key == "reference")
     }

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from crosscheck._backends import BackendBroken, BackendUnavailable
+from crosscheck._backends import BackendBroken, BackendUnavailable, placements
 from crosscheck._compare.constants import STORAGE_ROUNDOFF
 from crosscheck._compare.dtypes import aligned_empty, numpy_dtype
 from crosscheck._engine.call import guarded, placed, unique, walk_arrays
@@ -239,9 +239,9 @@ def _load(request: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     from crosscheck._engine.load import info_where, spec_name
     from crosscheck._workloads.registry import load_workload
 
-    settings = request.get("settings")
+    placement = placements(request.get("settings"))
     try:
-        with placed(settings):
+        with placed(placement):
             backend = load_workload(request["workload"]).resolve(request["backend"])
     except BackendUnavailable as exc:
         return None, {"status": "unavailable", "error": one_line(str(exc))}
@@ -254,7 +254,7 @@ def _load(request: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     description = {
         "status": "loaded",
         "name": spec_name(backend),
-        "info": info_where(backend, settings),
+        "info": info_where(backend, placement),
         "methods": [m for m in METHODS if _has(backend, m)],
         "contexts": [c for c in CONTEXTS if _has(backend, c)],
     }
@@ -286,7 +286,7 @@ def _serve(backend: Any, request: dict[str, Any]) -> dict[str, Any]:
                 stack.enter_context(getattr(backend, context)())
             return fn(*args, **kwargs)
 
-    out = guarded(call, (), inputs=inputs, settings=request.get("settings"))
+    out = guarded(call, (), inputs=inputs, placement=placements(request.get("settings")))
     error, notes, seconds = out.error, dict(out.notes), out.seconds
     box, value = [out.value], None  # converted with no other reference held here
     del out

@@ -196,7 +196,7 @@ def test_each_side_releases_what_its_losses_hold_after_its_zero_check(monkeypatc
 def test_a_side_in_a_worker_releases_its_evaluations_there():
     """``--isolate``: the worker serves ``release_evaluations`` (``isolate_worker.METHODS``), so the oracle's
     and the zero check's releases reach the adapter in its worker; the verdict is the one in process."""
-    from crosscheck._engine.driver import Caller
+    from crosscheck._engine.caller import Caller
     from crosscheck._engine.process.isolate import IsolatedBackend
     from crosscheck._engine.process.isolate_worker import METHODS, _has
     from crosscheck._workloads.model.oracle.function import release

@@ -50,7 +50,7 @@ class OnATpu:
     def arithmetic(self) -> device.Arithmetic:
         if not self.says:
             raise AttributeError("says nothing")  # as a backend without the capability
-        return device.Arithmetic("tpu", "default", "TPU v5 lite")
+        return device.Arithmetic("tpu", "default", "TPU v5 lite", framework="jax")
 
 
 def _run(backend):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from crosscheck._engine.driver import Caller
+from crosscheck._engine.caller import Caller
 from crosscheck._workloads.model.oracle import function as oracle
 from crosscheck._workloads.model.oracle import sources
 from crosscheck._workloads.model.oracle.entries import read_only

@@ -12,7 +12,7 @@ import pytest
 from paths import ROOT
 
 import crosscheck
-from crosscheck._engine.driver import Caller
+from crosscheck._engine.caller import Caller
 from crosscheck._workloads.model.oracle.function import difference, differencing, screen_group
 from crosscheck._workloads.model.oracle.groups import Group
 from crosscheck._workloads.model.oracle.sources import own_loss

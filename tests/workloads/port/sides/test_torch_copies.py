@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("flax")
 
-from crosscheck._engine.driver import Caller  # noqa: E402
+from crosscheck._engine.caller import Caller  # noqa: E402
 from crosscheck._workloads.model.workload import _framework_backend  # noqa: E402
 from crosscheck._workloads.port.judge import capture  # noqa: E402
 from crosscheck._workloads.port.sides import torch_side  # noqa: E402
