@@ -30,7 +30,7 @@ from crosscheck._workloads.model.judge import GenericJudge
 from crosscheck._workloads.model.oracle.function import Differences
 from crosscheck._workloads.port.declare.build import Prepared, not_checked, torch_implementation
 from crosscheck._workloads.port.declare.port import Port
-from crosscheck._workloads.port.judge import boundaries, capture, constants, localize, own, wide
+from crosscheck._workloads.port.judge import boundaries, capture, float32_constants, localize, own, wide
 from crosscheck._workloads.port.judge.pairs import module_pairs
 from crosscheck._workloads.port.judge.verdict import Origin, forward_verdict, gradient_verdict, listed_verdict
 from crosscheck._workloads.port.mapping.table import MAPPING
@@ -173,7 +173,7 @@ class PortJudge:
         self.wide.update(wide.sides(torch_runs, jax_runs, name, self.dtype))
         wide.merge(self.inner, self.wide, self.dtype)
         out, verdict = self._compare(name, torch_runs, jax_runs, gradients)
-        return out, constants.named(verdict, self.workload, self.dtype, out, torch_runs.main)
+        return out, float32_constants.named(verdict, self.workload, self.dtype, out, torch_runs.main)
 
     def _compare(
         self, name: str, torch_runs: Any, jax_runs: Any, gradients: list[Comparison]
