@@ -32,7 +32,7 @@ from crosscheck._workloads.port.declare.build import Prepared, not_checked, torc
 from crosscheck._workloads.port.declare.port import Port
 from crosscheck._workloads.port.judge import boundaries, capture, float32_constants, localize, own, wide
 from crosscheck._workloads.port.judge.pairs import module_pairs
-from crosscheck._workloads.port.judge.verdict import Origin, forward_verdict, gradient_verdict, listed_verdict
+from crosscheck._workloads.port.judge.verdict import Origin, forward_origin, gradient_origin, listed_origin
 from crosscheck._workloads.port.mapping.table import MAPPING
 from crosscheck._workloads.protocol import Call, Options, Outcome, Point, Reference
 
@@ -201,9 +201,9 @@ class PortJudge:
         out, edges = boundaries.apart(out, outputs, firsts, gradients, forward=self.forward)
         top = type(self.workload.port.torch).__name__
         verdict = (
-            listed_verdict(torch_runs.main, paired, outputs, top)
+            listed_origin(torch_runs.main, paired, outputs, top)
             if listed
-            else forward_verdict(torch_runs.main, paired, outputs, inputs, top)
+            else forward_origin(torch_runs.main, paired, outputs, inputs, top)
         )
         if verdict is None:
             verdict = self._gradient_verdict(torch_runs.main, paired, gradients, top)
@@ -283,7 +283,7 @@ class PortJudge:
         if not differs:
             agree = _agree(gradients, self.forward)
             return Origin("nowhere", None, None, (), f"every module's output {agree}")
-        return gradient_verdict(order, paired, differs, owners, top)
+        return gradient_origin(order, paired, differs, owners, top)
 
     def _runs(self, call: Call, *, torch: bool, main: Any = None) -> Any:
         """One side's module records at the case's dtype and in the other: a ``str`` when the call at the

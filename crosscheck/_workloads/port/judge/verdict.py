@@ -34,7 +34,7 @@ class Origin:
         return {**dataclasses.asdict(self), "suspects": list(self.suspects)}
 
 
-def forward_verdict(
+def forward_origin(
     order: Sequence[Any],
     paired: dict[str, str],
     outputs: dict[str, bool | None],
@@ -98,7 +98,7 @@ def forward_verdict(
     )
 
 
-def listed_verdict(
+def listed_origin(
     order: Sequence[Any], paired: dict[str, str], outputs: dict[str, bool | None], top: str
 ) -> Origin | None:
     """The forward verdict of user-listed intermediates (``jax_intermediates``; None when every one
@@ -132,7 +132,7 @@ def listed_verdict(
     return Origin("forward", first.name, first.name, gap, text)
 
 
-def gradient_verdict(
+def gradient_origin(
     order: Sequence[Any], paired: dict[str, str], differs: set[str], owners: set[str], top: str
 ) -> Origin:
     """The verdict when every output agrees and the gradients of ``differs`` (modules) do not."""
