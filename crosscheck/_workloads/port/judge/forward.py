@@ -104,7 +104,7 @@ class OutputJudge(PortJudge):
         """In a float64 case, whether the side's float64 loss keeps float32 steps (the gradient check's
         noise probe, ``float32_steps``): its module outputs are then compared within float32's rounding."""
         if self.dtype == "float64":
-            self.inner._float32_steps(backend, getattr(backend, "name", name), call)
+            self.inner.own.keeps_float32(backend, getattr(backend, "name", name), call)
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
         self.point.case["oracle_differentiates"] = NO_ORACLE

@@ -17,6 +17,7 @@ gradients.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -99,10 +100,8 @@ class PortJudge:
     def prepare(self, candidates: list[tuple[str, Any]], call: Call) -> None:
         """Before the first comparison: the generic judge's (the anchor of "same function")."""
         kept = own.candidates(candidates, self.workload.torches, self.torch_problem)
-        self.inner.prepare(kept, call)
-        original = own.original(kept, self.workload.torches, self.inner.functions)
-        if original is not None:  # the original defines the function, float32 steps or not
-            self.inner.anchor_candidate = original
+        # the original defines the function, float32 steps or not
+        self.inner.prepare(kept, call, prefer=functools.partial(own.original, kept, self.workload.torches))
 
     def _unreached(self, call: Call) -> None:
         """The parameters the loss does not reach (PyTorch's autograd: no path), and those declared
@@ -268,7 +267,7 @@ class PortJudge:
         functions = [findings.anchor.function] if findings.anchor is not None else []
         functions += [r.own.function for r in findings.records.values() if isinstance(r.own, Differences)]
         found = {f.owner for f in functions if f.precision is not None and f.precision.float32}
-        found |= {side for side, steps in self.inner.float32_steps.items() if steps}  # no oracle ran
+        found |= {side for side, steps in self.inner.own.float32_steps.items() if steps}  # no oracle ran
         return sorted(k for k in found if k is not None)
 
     def _gradient_verdict(
