@@ -1,4 +1,5 @@
-"""Where a port differs, from its module comparisons (``localize``): the verdict's ``Origin``.
+"""Where a port differs, from its module comparisons (``localize``): the verdict's ``Origin``, and the
+``Located`` record that carries it with the comparisons to the verdict's words (``say``).
 
 The verdict names the first paired module, in the order the PyTorch calls finished, whose output
 differs. When its input already differs, the difference was made before it, between the last module
@@ -17,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare.record import Comparison
+
 
 @dataclasses.dataclass(frozen=True)
 class Origin:
@@ -32,6 +35,18 @@ class Origin:
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "suspects": list(self.suspects)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Located:
+    """A port candidate's module comparisons and where its difference starts (``origin``), with the
+    ``caveats`` its words carry on how the modules were captured (a side not re-run in the other
+    precision, modules left out, inputs written in place, submodule calls not captured; "" when none):
+    what the verdict says (``say``)."""
+
+    comparisons: list[Comparison]
+    origin: Origin
+    caveats: str = ""
 
 
 def forward_origin(
