@@ -432,6 +432,7 @@ def run_stages(model: str, reference: str, layers: int | None, seq: int, limit: 
     import crosscheck
     from crosscheck._engine import driver
     from crosscheck._workloads.model import judge as model_judge
+    from crosscheck._workloads.port.judge import compare as port_compare
     from crosscheck._workloads.port.judge import gradient as port_judge
 
     sampler = Sampler(limit=limit)
@@ -449,7 +450,7 @@ def run_stages(model: str, reference: str, layers: int | None, seq: int, limit: 
         "_runs",
         label=lambda a, k: f"module captures, {'PyTorch' if k.get('torch') else 'JAX'} (two dtypes)",
     )
-    stages.wrap(port_judge, "_each_module", "module output comparisons")
+    stages.wrap(port_compare, "each_module", "module output comparisons")
     stages.wrap(driver, "_report", "report assembly")
     with stages.stage("build both sides and the mapping (Port + prepared)"):
         port = make_port(model, layers, seq)

@@ -279,8 +279,11 @@ def homes(root: Path, name: str, package: str = PACKAGE) -> list[str]:
         ("Record", "crosscheck._workloads.model.findings"),
         ("ModuleCall", "crosscheck._workloads.port.sides.torch_side"),
         ("CaseRecord", "crosscheck._sweep.task"),
+        # What a model candidate is compared with, per parameter (one question's words in its verdict
+        # are a Clause).
+        ("Answer", "crosscheck._workloads.model.compare"),
     ],
-    ids=["Plan", "Differencing", "Record", "ModuleCall", "CaseRecord"],
+    ids=["Plan", "Differencing", "Record", "ModuleCall", "CaseRecord", "Answer"],
 )
 def test_a_name_of_two_meanings_is_two_names(name, home):
     assert homes(ROOT, name) == [home]

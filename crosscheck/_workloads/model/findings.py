@@ -3,9 +3,9 @@
 A ``Record`` per candidate (its comparisons, which question each answers, whether a gradient of zeros
 would pass them, its float64 loss against the anchor's), the run's ``Findings`` (how the oracle
 differenced, a record per candidate, the anchor, each zero tensor's ``ZeroCheck``) and ``Judging``: what
-``groups``, ``zeros`` and ``summary`` read of the judge (its point, differencing, options, shapes, findings,
-``progress`` and ``context``). They sit below those modules and the judge, so that none of them imports
-the judge: the judge fills the records, ``summary`` reads them.
+``reference``, ``groups``, ``zeros`` and ``summary`` read of the judge (its point, differencing, options,
+shapes, findings, ``progress``, ``context`` and ``rounding``). They sit below those modules and the
+judge, so that none of them imports the judge: the judge fills the records, ``summary`` reads them.
 """
 
 from __future__ import annotations
@@ -174,7 +174,8 @@ class Findings:
 
 
 class Judging(Protocol):
-    """The model judge (``judge.GenericJudge``) as ``groups``, ``zeros`` and ``summary`` see it."""
+    """The model judge (``judge.GenericJudge``) as ``reference``, ``groups``, ``zeros`` and ``summary`` see
+    it."""
 
     point: Point
     differencing: Differencing
@@ -188,3 +189,6 @@ class Judging(Protocol):
 
     def context(self, name: str, reference: str, question: str, function: Function) -> Context:
         """The comparison's context of candidate ``name`` against differences of ``function``."""
+
+    def rounding(self, backend: Any, value: dict[str, np.ndarray], name: str, call: Any) -> Rounding:
+        """The rounding of ``name``'s gradient ``value``, measured by its re-run (``rerun.rounding``)."""

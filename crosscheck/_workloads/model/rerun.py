@@ -1,4 +1,5 @@
-"""A candidate's re-run in the other precision, which measures its rounding (``rounding.measure``).
+"""A candidate's re-run in the other precision, and the rounding it measures (``rounding``, through
+``rounding.measure``).
 
 On an accelerator without every float64 operation (a TPU has no float64 max-pooling gradient, XLA's
 ``select_and_scatter``), the float64 re-run fails there; it is then made with the JAX side on the host
@@ -10,10 +11,18 @@ start, and said: it is the reference the device's float32 results are measured a
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from typing import Any
 
+import numpy as np
+
+from crosscheck._compare.constants import OTHER_DTYPE, WIDEN
 from crosscheck._compare.device import Arithmetic, arithmetic
 from crosscheck._errors import one_line
+from crosscheck._workloads.model.measured import Divided
+from crosscheck._workloads.model.own_losses import OwnLosses
+from crosscheck._workloads.model.rounding import Rounding, measure
 from crosscheck._workloads.protocol import Call, Point
 
 
@@ -50,3 +59,45 @@ def _grad(backend: Any, point: Point, other: str, call: Call) -> Any:
     params = call.cast(point.params, other, once=True)
     inputs = call.cast(point.inputs, other, once=True)
     return call(backend.grad, params, inputs, convert="arrays")
+
+
+def rounding(
+    backend: Any,
+    value: dict[str, np.ndarray],
+    name: str,
+    call: Call,
+    *,
+    point: Point,
+    shapes: dict[str, tuple[int, ...]],
+    own: OwnLosses,
+    oracle: bool,
+) -> Rounding:
+    """The ``rounding`` term of every parameter of ``name``'s gradient ``value`` at ``point``, and how it
+    was obtained (``rounding.measure``, from the re-run); ``own``: the run's own losses, whose noise probe
+    says whether a float64 loss keeps float32 steps; ``oracle``: the oracle is the reference."""
+    dtype = point.dtype
+    outcome, failed, device = rerun(backend, point, OTHER_DTYPE[dtype], name, call)
+    again = outcome.value
+    # |g32 - g64| is two float32 roundings, not the float32 run's alone, where the float64 loss
+    # keeps float32 steps (probed lazily: only for a parameter beyond the permit); the re-run's
+    # arrays are the engine's copies, read by no one after: the difference is made in them
+    steps = functools.partial(own.steps, backend, name, call, oracle=oracle)
+    found = measure(
+        value, again, shapes=shapes, dtype=dtype, name=name, steps=steps, consume=True, device=device
+    )
+    del again
+    if failed:  # said wherever the rounding is: a re-run that did not happen is not hidden
+        found = dataclasses.replace(found, how=f"{failed}; {found.how}", honest=outcome.ok)
+    if dtype != "float64" or found.delta is None:
+        return found
+    side = getattr(backend, "name", name)
+    if oracle:  # probed before the first comparison (``prepare``), where it was
+        # (its own loss's differences carry its noise; another's clean ones do not)
+        if not own.probed_float32(name):
+            return found
+    elif not own.keeps_float32(backend, side, call):
+        return found
+    # Its float64 run keeps float32 steps: its rounding is float32's, |g64 - g32| unscaled.
+    how = f"{found.how}; `{side}`'s float64 loss keeps float32 steps (noise probe): float32's rounding"
+    term, delta = Divided(found.term, WIDEN), Divided(found.delta, WIDEN)  # each made when read
+    return dataclasses.replace(found, term=term, delta=delta, how=how)

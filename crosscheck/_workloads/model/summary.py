@@ -30,7 +30,7 @@ from crosscheck._workloads.model import groups, spending
 from crosscheck._workloads.model.findings import Findings, Judging, Record
 from crosscheck._workloads.model.oracle.function import Differences, Skip, localize
 from crosscheck._workloads.model.rounding import Rounding
-from crosscheck._workloads.model.verdict import answers, loss_text, verdict
+from crosscheck._workloads.model.verdict import clauses, loss_text, verdict
 from crosscheck._workloads.model.zeros import CONFIRMED, judged, reach, unreached_problem
 from crosscheck._workloads.model.zeros import problems as zero_problems
 
@@ -162,7 +162,7 @@ def summarize(findings: Findings, reference: Any, dtype: str = "float64") -> dic
     cut = out["reach"]["unreached"] + out["reach"]["declared unused"]
     out["zero_confirmed"] = [k for k in confirmed if k not in cut]
     out["verdict"] = [verdict(findings, r) for r in records]
-    out["questions"] = {r.name: {q: a.to_dict() for q, a in answers(findings, r).items()} for r in records}
+    out["questions"] = {r.name: {q: a.to_dict() for q, a in clauses(findings, r).items()} for r in records}
     out["notes"] = [r.rounding.how for r in records if not r.rounding.honest]
     out["problems"] = _problems(findings, records, zero)
     if out["reach"]["unreached"]:

@@ -25,10 +25,10 @@ ORDER = {False: 0, True: 1, None: 2}
 
 
 @dataclasses.dataclass(frozen=True)
-class Answer:
-    """One question about one candidate: whether a comparison answered it (``checked``), which one
-    (``comparison``, e.g. "`jax` vs `torch`: `torch`'s gradient"), the answer (``passed``; None when
-    not checked) and the clause in words (``text``)."""
+class Clause:
+    """One question about one candidate, a clause of its verdict: whether a comparison answered it
+    (``checked``), which one (``comparison``, e.g. "`jax` vs `torch`: `torch`'s gradient"), the answer
+    (``passed``; None when not checked) and the clause in words (``text``)."""
 
     question: str
     checked: bool
@@ -46,22 +46,22 @@ def verdict(findings: Findings, r: Record) -> str:
         return (
             f"`{r.name}`: nothing was checked: a gradient of zeros would pass every entry (the loss is flat)"
         )
-    found = answers(findings, r)
+    found = clauses(findings, r)
     if all(a.passed is not False for a in found.values()) and any(c.status != "ok" for c in r.comparisons):
         return f"`{r.name}`: not every check passed (see its comparisons)"
-    clauses = sorted(found.values(), key=lambda a: ORDER[a.passed])
-    return f"`{r.name}`: " + "; ".join(a.text for a in clauses)
+    ordered = sorted(found.values(), key=lambda a: ORDER[a.passed])
+    return f"`{r.name}`: " + "; ".join(a.text for a in ordered)
 
 
-def answers(findings: Findings, r: Record) -> dict[str, Answer]:
-    """``r``'s answer to each question (the first implementation, whose own loss the others are
+def clauses(findings: Findings, r: Record) -> dict[str, Clause]:
+    """``r``'s clause on each question (the first implementation, whose own loss the others are
     compared with, answers "same function" only where its derivative is wrong and another agrees)."""
     derivative = _derivative(findings, r)
     function = _function(findings, r, derivative_wrong=derivative.passed is False)
     return {a.question: a for a in (function, derivative) if a is not None}
 
 
-def _function(findings: Findings, r: Record, *, derivative_wrong: bool) -> Answer | None:
+def _function(findings: Findings, r: Record, *, derivative_wrong: bool) -> Clause | None:
     asked = [c for c in r.comparisons if c.question == FUNCTION]
     if not asked:
         return _anchor_function(findings, r) if derivative_wrong else None
@@ -69,10 +69,10 @@ def _function(findings: Findings, r: Record, *, derivative_wrong: bool) -> Answe
     failing = _failing(r, FUNCTION)
     if not findings.oracle:
         if failing:
-            return Answer(
+            return Clause(
                 FUNCTION, True, False, vs, f"its gradient differs from {other}'s at {plural(failing)} ({vs})"
             )
-        return Answer(FUNCTION, True, True, vs, f"same function as {other} ({vs})")
+        return Clause(FUNCTION, True, True, vs, f"same function as {other} ({vs})")
     loss_differs = r.loss is not None and not r.loss["passed"]
     losses = "; the float64 losses agree" if r.loss is not None and not loss_differs else ""
     if r.loss is not None and losses and not r.loss.get("float64_passed", True):  # said where it mattered
@@ -83,18 +83,18 @@ def _function(findings: Findings, r: Record, *, derivative_wrong: bool) -> Answe
     if not (failing or loss_differs):
         # The surrogate is not the implementations' loss: its derivative is what they compute.
         same = "agrees with" if findings.differentiates.startswith("surrogate") else "same function as"
-        return Answer(FUNCTION, True, True, vs, f"{same} {other} ({vs}{losses})")
+        return Clause(FUNCTION, True, True, vs, f"{same} {other} ({vs}{losses})")
     derivative = _failing(r, DERIVATIVE)
     if derivative and not loss_differs and r.loss is not None and set(failing) <= set(derivative):
         only = "the gradients differ only where its derivative is wrong"
         text = f"same function as {other} ({vs}{losses}; {only})"
-        return Answer(FUNCTION, True, True, vs, text)
+        return Clause(FUNCTION, True, True, vs, text)
     what = [f"its float64 loss differs ({loss_text(r.loss)})"] if loss_differs else []
     what += [f"its gradient differs at {plural(failing)} ({vs})"] if failing else []
-    return Answer(FUNCTION, True, False, vs, f"a different function from {other}: {', and '.join(what)}")
+    return Clause(FUNCTION, True, False, vs, f"a different function from {other}: {', and '.join(what)}")
 
 
-def _anchor_function(findings: Findings, r: Record) -> Answer | None:
+def _anchor_function(findings: Findings, r: Record) -> Clause | None:
     """The first implementation's "same function": others whose float64 loss and gradient agree with
     differences of its own loss (None when none does)."""
     agree = [
@@ -107,24 +107,24 @@ def _anchor_function(findings: Findings, r: Record) -> Answer | None:
         return None
     names = ", ".join(f"`{o.name}`" for o in agree)
     vs = f"{names} vs `{asked[0].reference}`: {asked[0].against}"
-    return Answer(FUNCTION, True, True, vs, f"same function as {names} ({vs}; the float64 losses agree)")
+    return Clause(FUNCTION, True, True, vs, f"same function as {names} ({vs}; the float64 losses agree)")
 
 
-def _derivative(findings: Findings, r: Record) -> Answer:
+def _derivative(findings: Findings, r: Record) -> Clause:
     if not findings.oracle:
         reference = r.comparisons[0].reference if r.comparisons else "a backend"
         which = ", so which of the two is wrong is unknown" if _failing(r, FUNCTION) else ""
         why = f"no oracle ran (`--reference {reference}`){which}"
-        return Answer(DERIVATIVE, False, None, "", f"derivative not checked: {why}")
+        return Clause(DERIVATIVE, False, None, "", f"derivative not checked: {why}")
     asked = [c for c in r.comparisons if c.question == DERIVATIVE]
     if isinstance(r.own, Skip) or not isinstance(r.own, Differences) or not asked:
         why = r.own.reason if isinstance(r.own, Skip) else "its own loss was not differenced"
-        return Answer(DERIVATIVE, False, None, "", f"derivative not checked: {why}")
+        return Clause(DERIVATIVE, False, None, "", f"derivative not checked: {why}")
     vs = versus(asked[0])
     failing = _failing(r, DERIVATIVE)
     if failing:
-        return Answer(DERIVATIVE, True, False, vs, f"derivative wrong at {plural(failing)} ({vs})")
-    return Answer(DERIVATIVE, True, True, vs, f"derivative right ({vs})")
+        return Clause(DERIVATIVE, True, False, vs, f"derivative wrong at {plural(failing)} ({vs})")
+    return Clause(DERIVATIVE, True, True, vs, f"derivative right ({vs})")
 
 
 def versus(c: Comparison) -> str:

@@ -20,7 +20,8 @@ from crosscheck._backends import (
     plugin_entry_points,
 )
 from crosscheck._workloads.model.declare import Workload
-from crosscheck._workloads.model.judge import GenericJudge, WorkloadOracle
+from crosscheck._workloads.model.judge import GenericJudge
+from crosscheck._workloads.model.reference import WorkloadOracle
 from crosscheck._workloads.protocol import Judge, Options, OwnArrays, Point
 
 #: float64 copies of a workload's arrays alive at once, besides two per candidate (see

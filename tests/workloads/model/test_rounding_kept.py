@@ -190,7 +190,7 @@ def test_a_port_check_reports_the_same_as_with_every_term_kept(dtype, monkeypatc
     import tanh_mlp
 
     import crosscheck
-    from crosscheck._workloads.model import judge
+    from crosscheck._workloads.model import rerun
 
     def run():
         port = tanh_mlp.float32_steps_port(float32_only=3e-3 if dtype == "float32" else 0.0)
@@ -210,7 +210,7 @@ def test_a_port_check_reports_the_same_as_with_every_term_kept(dtype, monkeypatc
         term, delta = _old(value, before, dtype, steps=steps, shapes=shapes)
         return dataclasses.replace(found, term=term, delta=delta)
 
-    monkeypatch.setattr(judge, "measure", kept)
+    monkeypatch.setattr(rerun, "measure", kept)
     assert run() == made
     notes = str(made)
     assert ("capped at" in notes) if dtype == "float32" else ("keeps float32 steps" in notes)

@@ -18,7 +18,7 @@ from crosscheck._report import table
 from crosscheck._workloads.model.findings import Findings, Record
 from crosscheck._workloads.model.oracle.function import Differencing
 from crosscheck._workloads.model.rounding import Rounding
-from crosscheck._workloads.model.verdict import answers, plural, verdict
+from crosscheck._workloads.model.verdict import clauses, plural, verdict
 
 needs_frameworks = pytest.mark.skipif(
     importlib.util.find_spec("jax") is None or importlib.util.find_spec("torch") is None,
@@ -64,7 +64,7 @@ def test_with_no_oracle_a_missing_estimate_is_not_a_right_derivative():
         "`jax`: same function as `torch` (`jax` vs `torch`: `torch`'s gradient); derivative not checked: "
         "no oracle ran (`--reference torch`)"
     )
-    derivative = answers(findings, record)["derivative"]
+    derivative = clauses(findings, record)["derivative"]
     assert (derivative.checked, derivative.passed, derivative.comparison) == (False, None, "")
 
 

@@ -1,8 +1,9 @@
 """One forward pass of each side of a port, every module's inputs and outputs recorded (a ``ModuleCall``
 each): PyTorch's (``torch_side.capture``) and the JAX port's (``JaxSide.capture``), at the dtype of the
 arrays given.
-The module comparison (``workload.PortJudge``) and the forward check (``forward``) call them through the
-engine's guarded call; the module comparison takes them early (``Early``)."""
+The module comparison (``gradient.PortJudge``) and the forward check (``forward``) call them through the
+engine's guarded call, each side at the case's dtype and re-run in the other (``runs``); the module
+comparison takes them early (``Early``)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare.constants import OTHER_DTYPE
 from crosscheck._compare.device import arithmetic
 from crosscheck._workloads.port.declare.build import Prepared, jax_leaves
+from crosscheck._workloads.port.judge import localize
 
 
 def torch_capture(prepared: Prepared, params: dict, inputs: dict) -> list:
@@ -78,9 +81,24 @@ def side(call: Any, workload: Any, point: Any, *, torch: bool, dtype: str, case:
         return call(torch_capture if torch else jax_capture, workload.prepared, params, inputs), said
 
 
+def runs(call: Any, workload: Any, point: Any, *, torch: bool, main: Any = None) -> localize.Runs | str:
+    """One side's module records at the case's dtype and in the other: a ``str`` when the call at the
+    case's dtype failed; a failed re-run leaves ``other`` empty and says why (``Runs.problem``).
+    ``main``: the records at the case's dtype, captured already (then only the re-run is made)."""
+    made: list[Any] = [] if main is None else [main]
+    said = ""
+    for dtype in (point.dtype, OTHER_DTYPE[point.dtype])[len(made) :]:
+        got, said = side(call, workload, point, torch=torch, dtype=dtype, case=point.dtype)
+        if got.error is not None:  # the re-run only measures rounding: without it the other side's does
+            problem = f"{'PyTorch' if torch else 'JAX'} forward in {dtype}: {got.error}"
+            return localize.Runs(made[0], (), f"{said}; {problem}" if said else problem) if made else problem
+        made.append(got.value)
+    return localize.Runs(made[0], made[1], home=said)
+
+
 @dataclasses.dataclass
 class Early:
-    """The module captures of a port check (both sides' records, ``PortJudge._runs``), taken before the
+    """The module captures of a port check (both sides' records, ``runs``), taken before the
     reference's gradients, while only the models and the case are held (taken when the port
     candidate is compared, after every gradient, rounding and per-entry comparison, they made the run's
     peak memory). Their records are small (module inputs and outputs). The first port candidate's

@@ -6,7 +6,7 @@ minutes.
 It is the port's module comparison (``gradient.PortJudge.modules``) on its own. The reference is
 PyTorch's forward (``torch``): its own proof first (``own.prove``: a module that keeps state between
 calls is the PyTorch side's failure), then its module records at the case's dtype and re-run in the
-other (``PortJudge._runs``). The candidate is the port (``jax``): its records at the case's dtype are
+other (``capture.runs``). The candidate is the port (``jax``): its records at the case's dtype are
 its value (each module's outputs, by row label, which ``repeat`` calls again and compares within the
 port's measured rounding), its re-run in the other dtype is made when it is compared. In a float64 case
 each side's float64 loss is probed for float32 steps (the noise probe the gradient check uses), so that
@@ -50,8 +50,6 @@ class OutputJudge(PortJudge):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        #: The reference's module records (``localize.Runs``), once it ran.
-        self.torch_runs: Any = None
         #: Each port candidate's records at the case's dtype, by backend id, until it is compared.
         self.captured: dict[int, Any] = {}
 
@@ -62,13 +60,12 @@ class OutputJudge(PortJudge):
         if id(backend) not in self.workload.torches:
             return call.failure("the forward check's reference is PyTorch's forward, `torch`")
         start = time.perf_counter()
-        self.torch_problem, self.torch_wrote = own.prove(self.workload.prepared, self.point, call)
-        if self.torch_problem is not None:
-            return call.failure(self.torch_problem)
+        self.proof = own.prove(self.workload.prepared, self.point, call)
+        if self.proof.problem is not None:
+            return call.failure(self.proof.problem)
         runs = self._runs(call, torch=True)
         if isinstance(runs, str):
             return call.failure(f"the module outputs were not captured: {runs}")
-        self.torch_runs = runs
         self._probe(backend, "torch", call)
         notes = {"compares": "module outputs, captured at the case's dtype and re-run in the other"}
         reference = Reference(None, self.dtype, notes, runs)
@@ -92,19 +89,19 @@ class OutputJudge(PortJudge):
     ) -> list[Comparison]:
         runs = (reference.data, self._runs(call, torch=False, main=self.captured.pop(id(backend))))
         self._probe(backend, name, call)
-        self.device = arithmetic(backend, call)
-        modules, verdict = self.modules(name, call, [], runs=runs)
-        modules = _with_rounding(modules, runs[1])
+        located = self.modules(name, call, [], arithmetic(backend, call), runs=runs)
+        modules = _with_rounding(located.comparisons, runs[1])
         if is_low(self.dtype) and low.agrees(modules):  # what a 16-bit pass hides, as the gradients' says
             self.inner.verdicts[name] = Verdict(_low_text(runs[1], self.dtype))
-        self.record(name, modules, verdict, reference.name)
+        self.record(name, dataclasses.replace(located, comparisons=modules), reference.name)
         return modules
 
     def _probe(self, backend: Any, name: str, call: Call) -> None:
         """In a float64 case, whether the side's float64 loss keeps float32 steps (the gradient check's
-        noise probe, ``float32_steps``): its module outputs are then compared within float32's rounding."""
+        noise probe, ``OwnLosses.keeps_float32``): its module outputs are then compared within float32's
+        rounding."""
         if self.dtype == "float64":
-            self.inner._float32_steps(backend, getattr(backend, "name", name), call)
+            self.inner.own.keeps_float32(backend, getattr(backend, "name", name), call)
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
         self.point.case["oracle_differentiates"] = NO_ORACLE

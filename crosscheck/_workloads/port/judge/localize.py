@@ -3,7 +3,7 @@
 The PyTorch side's module calls (forward hooks) and the JAX side's (Flax ``intercept_methods``) are
 paired through the parameter mapping (the module that owns a mapped parameter) and by name (modules
 without parameters: dropout, activations); user-listed intermediates (``jax_intermediates``) carry
-PyTorch's names and pair as named, without their inputs (``listed_verdict``). Each pair's output is
+PyTorch's names and pair as named, without their inputs (``listed_origin``). Each pair's output is
 compared entry by entry; its tolerance is the sum of both sides' rounding, *measured* by re-running each
 side in the other precision (``SAFETY`` x (the difference + its RMS), scaled by ``2**-29`` for a float64
 case; capped entry by entry at what float32 permits, ``_compare.terms.capped``, a 16-bit dtype's re-run

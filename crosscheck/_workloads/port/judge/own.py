@@ -16,24 +16,33 @@ from typing import Any
 from crosscheck._compare.record import Comparison
 from crosscheck._report.report import Verdict
 from crosscheck._workloads.port.declare.build import Prepared, torch_implementation
-from crosscheck._workloads.port.judge.verdict import Origin
+from crosscheck._workloads.port.judge.verdict import Located, Origin
 from crosscheck._workloads.protocol import Call, Point
 
 #: How ``describe`` starts the one line of a ``torch_side.Misbehaved``.
 PREFIX = "Misbehaved: "
 
 
-def prove(prepared: Prepared, point: Point, call: Call) -> tuple[str | None, str]:
-    """``(problem, note)``: what the PyTorch module did wrong at the point, in one line (None when
-    nothing, or when its forward fails outright: its backend's own calls report that, as for any
-    backend), and the note on the inputs it writes to in place ("" when none, ``wrote``)."""
+@dataclasses.dataclass(frozen=True)
+class Proof:
+    """What the PyTorch side's own proof found (``prove``): what the module did wrong at the point, in
+    one line (None: nothing, or not proven yet), and the note on the inputs it writes to in place (""
+    when none, ``wrote``)."""
+
+    problem: str | None = None
+    wrote: str = ""
+
+
+def prove(prepared: Prepared, point: Point, call: Call) -> Proof:
+    """The PyTorch module's proof at the point: its problem is None when its forward fails outright too
+    (its backend's own calls report that, as for any backend)."""
     from crosscheck._workloads.port.sides import torch_side
 
     loss = torch_implementation(prepared)
     out = call(torch_side.proof, loss, dict(point.params), dict(point.inputs), prepared.torch_side)
     if out.error is None:
-        return None, wrote(out.value or [])
-    return (out.error.removeprefix(PREFIX) if out.error.startswith(PREFIX) else None), ""
+        return Proof(None, wrote(out.value or []))
+    return Proof(out.error.removeprefix(PREFIX) if out.error.startswith(PREFIX) else None, "")
 
 
 def wrote(names: list[str]) -> str:
@@ -47,7 +56,7 @@ def wrote(names: list[str]) -> str:
     )
 
 
-def not_compared(name: str, text: str) -> tuple[list[Comparison], Origin]:
+def not_compared(name: str, text: str) -> Located:
     """Candidate ``name``'s module comparison that did not happen (``text`` says why), failed, and the
     verdict that says so."""
     failed = Comparison(
@@ -59,7 +68,7 @@ def not_compared(name: str, text: str) -> tuple[list[Comparison], Origin]:
         parameter="(modules)",
         message=text,
     )
-    return [failed], Origin("unknown", None, None, (), text)
+    return Located([failed], Origin("unknown", None, None, (), text))
 
 
 def blame(name: str, problem: str) -> str:

@@ -1,4 +1,5 @@
-"""Where a port differs, from its module comparisons (``localize``): the verdict's ``Origin``.
+"""Where a port differs, from its module comparisons (``localize``): the verdict's ``Origin``, and the
+``Located`` record that carries it with the comparisons to the verdict's words (``say``).
 
 The verdict names the first paired module, in the order the PyTorch calls finished, whose output
 differs. When its input already differs, the difference was made before it, between the last module
@@ -17,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._compare.record import Comparison
+
 
 @dataclasses.dataclass(frozen=True)
 class Origin:
@@ -34,7 +37,19 @@ class Origin:
         return {**dataclasses.asdict(self), "suspects": list(self.suspects)}
 
 
-def forward_verdict(
+@dataclasses.dataclass(frozen=True)
+class Located:
+    """A port candidate's module comparisons and where its difference starts (``origin``), with the
+    ``caveats`` its words carry on how the modules were captured (a side not re-run in the other
+    precision, modules left out, inputs written in place, submodule calls not captured; "" when none):
+    what the verdict says (``say``)."""
+
+    comparisons: list[Comparison]
+    origin: Origin
+    caveats: str = ""
+
+
+def forward_origin(
     order: Sequence[Any],
     paired: dict[str, str],
     outputs: dict[str, bool | None],
@@ -98,7 +113,7 @@ def forward_verdict(
     )
 
 
-def listed_verdict(
+def listed_origin(
     order: Sequence[Any], paired: dict[str, str], outputs: dict[str, bool | None], top: str
 ) -> Origin | None:
     """The forward verdict of user-listed intermediates (``jax_intermediates``; None when every one
@@ -132,7 +147,7 @@ def listed_verdict(
     return Origin("forward", first.name, first.name, gap, text)
 
 
-def gradient_verdict(
+def gradient_origin(
     order: Sequence[Any], paired: dict[str, str], differs: set[str], owners: set[str], top: str
 ) -> Origin:
     """The verdict when every output agrees and the gradients of ``differs`` (modules) do not."""

@@ -1,10 +1,10 @@
-"""Where the forward pass differs first (``verdict.forward_verdict``), from records alone."""
+"""Where the forward pass differs first (``verdict.forward_origin``), from records alone."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from crosscheck._workloads.port.judge.verdict import forward_verdict
+from crosscheck._workloads.port.judge.verdict import forward_origin
 from crosscheck._workloads.port.sides.torch_side import ModuleCall
 
 A, B = (np.ones(3),), (np.zeros(3),)
@@ -33,7 +33,7 @@ def test_a_difference_made_among_modules_of_one_running_module_names_it():
         "layers.0.self_attn": False,
     }
     inputs = {"layers.0.self_attn.o_proj": False}
-    verdict = forward_verdict(ORDER, PAIRED, outputs, inputs, "Model")
+    verdict = forward_origin(ORDER, PAIRED, outputs, inputs, "Model")
     assert verdict.module == "layers.0.self_attn"
     said = "the forward pass differs first in the code of `layers.0.self_attn` (or just before it, in"
     assert verdict.text.startswith(said + " `layers.0`)")
@@ -51,6 +51,6 @@ def test_with_no_module_run_in_between_the_common_parent_is_named():
         "layers.0.self_attn.o_proj": False,
         "layers.0.self_attn": False,
     }
-    verdict = forward_verdict(order, PAIRED, outputs, {"layers.0.self_attn.o_proj": False}, "Model")
+    verdict = forward_origin(order, PAIRED, outputs, {"layers.0.self_attn.o_proj": False}, "Model")
     assert verdict.module == "layers.0"
     assert "in the code of `layers.0` between" in verdict.text

@@ -374,7 +374,7 @@ def test_a_subclass_of_flax_dense_has_denses_layout():
 def test_the_verdict_names_the_module_around_projections_without_a_counterpart():
     import numpy as np
 
-    from crosscheck._workloads.port.judge.verdict import forward_verdict
+    from crosscheck._workloads.port.judge.verdict import forward_origin
     from crosscheck._workloads.port.sides.torch_side import ModuleCall
 
     def record(name, i):
@@ -385,13 +385,13 @@ def test_the_verdict_names_the_module_around_projections_without_a_counterpart()
     paired = {n: n for n in names[3:]}
     outputs = dict.fromkeys(names[3:], False)
     inputs = {"attn.o_proj": False, "attn": True, "": True}
-    verdict = forward_verdict(order, paired, outputs, inputs, "Net")
+    verdict = forward_origin(order, paired, outputs, inputs, "Net")
     assert (verdict.module, verdict.first, verdict.suspects) == ("attn", "attn.o_proj", names[:3])
     assert verdict.text.startswith(
         "the forward pass differs first in the code of `attn` before `attn.o_proj`"
     )
     inputs["attn"] = False  # the attention's input differs too: the top module's code, as before
-    assert forward_verdict(order, paired, outputs, inputs, "Net").module == ""
+    assert forward_origin(order, paired, outputs, inputs, "Net").module == ""
 
 
 # ---- End to end -----------------------------------------------------------------------------------------

@@ -1,0 +1,170 @@
+"""The port judge's comparison of one candidate's modules: both sides' module records (``Sides``, from
+their captures), each paired module's output and first input compared within both sides' measured
+rounding (``localize.compare_arrays``), the modules the two cut apart differently marked
+(``boundaries``), and, in a float64 case whose float64 loss keeps float32 steps, the first module whose
+outputs differ by float32's rounding, not float64's: a ``Compared``, which ``locate`` reads for where the
+difference starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from crosscheck._compare.device import Arithmetic
+from crosscheck._compare.record import Comparison
+from crosscheck._workloads.model.findings import Findings
+from crosscheck._workloads.model.oracle.function import Differences
+from crosscheck._workloads.port.declare.build import Prepared
+from crosscheck._workloads.port.judge import boundaries, localize
+from crosscheck._workloads.port.judge.localize import Runs
+from crosscheck._workloads.port.judge.pairs import module_pairs
+
+
+@dataclasses.dataclass(frozen=True)
+class Sides:
+    """One candidate's module records, PyTorch's (``torch``) and the port's (``jax``), each at the case's
+    dtype and re-run in the other; ``caveats``: what the verdict says of how they were made (a side not
+    re-run, modules left out, inputs written in place, submodule calls not captured); ``uncaptured``:
+    why the port's submodule calls were not captured ("": they were)."""
+
+    torch: Runs
+    jax: Runs
+    caveats: str = ""
+    uncaptured: str = ""
+
+
+def sides(torch_runs: Runs, jax_runs: Runs, original: Any, wrote: str) -> Sides:
+    """Both sides' records, with the caveats of the PyTorch model ``original`` (its modules left out) and
+    of its proof (``wrote``: the inputs it writes to in place)."""
+    from crosscheck._workloads.port.sides.torch_side import left_out_note
+
+    caveats = localize.rerun_note(torch_runs, jax_runs) + left_out_note(original) + wrote
+    uncaptured = next((r.note for r in jax_runs.main if r.note), "")  # module by module left out
+    caveats += f"; {uncaptured}" if uncaptured else ""
+    return Sides(torch_runs, jax_runs, caveats, uncaptured)
+
+
+@dataclasses.dataclass(frozen=True)
+class Compared:
+    """A candidate's module comparisons and what ``locate`` reads of them.
+
+    ``comparisons``: one per paired module, edges marked; ``paired``: PyTorch record -> the port's;
+    ``outputs`` and ``inputs``: whether each module's output and first input agree (None: not judged);
+    ``edges``: the modules the two cut apart differently; ``listed``: paired as the user listed them
+    (``jax_intermediates``); ``channels_last``: the port's layout; ``coarse``: the implementations whose
+    float64 loss keeps float32 steps (compared within float32's rounding), and ``float32_start`` the
+    first module whose outputs differ by float32's rounding, not float64's; ``device``: where the port
+    computes (its arithmetic), when on an accelerator."""
+
+    sides: Sides
+    comparisons: list[Comparison]
+    paired: dict[str, str]
+    outputs: dict[str, bool | None]
+    inputs: dict[str, bool | None]
+    edges: list[str]
+    listed: bool
+    channels_last: bool
+    coarse: list[str]
+    float32_start: str | None
+    device: Arithmetic | None
+
+
+def compare(
+    sides: Sides,
+    gradients: list[Comparison],
+    prepared: Prepared,
+    *,
+    name: str,
+    dtype: str,
+    coarse: list[str],
+    device: Arithmetic | None,
+    keep: bool,
+    forward: bool,
+) -> Compared:
+    """Candidate ``name``'s modules compared (see the module docstring); ``gradients``: its gradient
+    comparisons (none in a forward check), which decide whether edges are marked; ``keep``: each
+    comparison keeps its per-entry arrays, for a plot."""
+    torch_runs, jax_runs = sides.torch, sides.jax
+    j_main = {r.name: r for r in jax_runs.main}
+    listed = bool(prepared.jax_side.listed)
+    if listed:  # named by the user in PyTorch's names: paired as named
+        paired = {r.name: r.name for r in torch_runs.main if r.name in j_main}
+    else:
+        paired = localize.pairs([r.name for r in torch_runs.main], list(j_main), module_pairs(prepared))
+    common: dict[str, Any] = {
+        "dtype": dtype,
+        "channels_last": any(leaf.layout == "..IO" for leaf in prepared.jax_side.leaves),
+        "backend": name,
+        "reference": "torch",
+        "precision": "float32" if coarse else None,
+        "keep": keep,
+    }
+    common["missing"] = "; ".join(p for p in (torch_runs.problem, jax_runs.problem) if p)
+    common["device"] = device
+    out, outputs, inputs, firsts = each_module(torch_runs, jax_runs, paired, common)
+    out, edges = boundaries.apart(out, outputs, firsts, gradients, forward=forward)  # modules cut differently
+    starts = _float32_start(torch_runs, jax_runs, paired, outputs, common) if coarse else None
+    return Compared(
+        sides, out, paired, outputs, inputs, edges, listed, common["channels_last"], coarse, starts, device
+    )
+
+
+def each_module(
+    torch_runs: Runs, jax_runs: Runs, paired: dict, common: dict
+) -> tuple[list, dict, dict, dict]:
+    """Each paired module's output comparison, whether its output and its input agree (module ->
+    ``localize.outcome``), and its first output on each side (for ``boundaries``)."""
+    t_other = {r.name: r for r in torch_runs.other}
+    j_main, j_other = {r.name: r for r in jax_runs.main}, {r.name: r for r in jax_runs.other}
+    out: list[Comparison] = []
+    outputs: dict[str, bool | None] = {}
+    inputs: dict[str, bool | None] = {}
+    firsts: dict[str, Any] = {}
+    for r in torch_runs.main:
+        if r.name not in paired:
+            continue
+        sides = (r, t_other.get(r.name)), (j_main[paired[r.name]], j_other.get(paired[r.name]))
+        label = localize.output_label(r.name)
+        c = localize.compare_arrays(label, *(_arrays(s, "outputs") for s in sides), **common)
+        out.append(dataclasses.replace(c, module=r.name))
+        both = r.outputs and sides[1][0].outputs
+        firsts[r.name] = (r.outputs[0], sides[1][0].outputs[0]) if both else None
+        outputs[r.name] = localize.outcome(c)
+        if r.inputs and sides[1][0].inputs:  # the first input: the data (masks and caches may differ)
+            ci = localize.compare_arrays("input", *(_arrays(s, "inputs", 1) for s in sides), **common)
+            inputs[r.name] = localize.outcome(ci)
+    return out, outputs, inputs, firsts
+
+
+def _float32_start(torch_runs: Runs, jax_runs: Runs, paired: dict, outputs: dict, common: dict) -> str | None:
+    """The first module whose output agrees within float32's rounding but not within float64's."""
+    t_other = {r.name: r for r in torch_runs.other}
+    j_main, j_other = {r.name: r for r in jax_runs.main}, {r.name: r for r in jax_runs.other}
+    for r in torch_runs.main:
+        if r.name in paired and outputs.get(r.name):
+            sides = (r, t_other.get(r.name)), (j_main[paired[r.name]], j_other.get(paired[r.name]))
+            label = localize.output_label(r.name)
+            exact = {**common, "precision": None}
+            if not localize.compare_arrays(label, *(_arrays(s, "outputs") for s in sides), **exact).passed:
+                return r.name
+    return None
+
+
+def float32_losses(findings: Findings, steps: dict[str, bool], dtype: str) -> list[str]:
+    """The implementations whose own float64 loss has float32 steps (found by the oracle's noise probe,
+    ``oracle.precision``, or a side's own: ``steps``) in a float64 case: their module outputs carry
+    float32's rounding."""
+    if dtype != "float64":
+        return []
+    functions = [findings.anchor.function] if findings.anchor is not None else []
+    functions += [r.own.function for r in findings.records.values() if isinstance(r.own, Differences)]
+    found = {f.owner for f in functions if f.precision is not None and f.precision.float32}
+    found |= {side for side, kept in steps.items() if kept}  # no oracle ran
+    return sorted(k for k in found if k is not None)
+
+
+def _arrays(side: tuple[Any, Any], attr: str, limit: int | None = None) -> tuple[Any, Any]:
+    """A record's arrays (``inputs`` or ``outputs``) and its re-run's (empty when there is none)."""
+    main, other = side
+    return getattr(main, attr)[:limit], (getattr(other, attr) if other is not None else ())[:limit]
