@@ -6,5 +6,6 @@ whether each reproduces bit for bit.
   helper for contained work, ``_engine/process/contain.in_worker``).
 - ``rerun``: the replay in this process, a row per backend (what is trusted, each backend loaded and
   called again through the guarded call, compared with its saved value).
-- ``case``: the bundle's arrays must be the case it claims, before anything runs on them.
+- ``case``: the bundle's arrays must be the case it claims, and the case must fit in memory, before
+  anything runs on them.
 """

@@ -7,7 +7,8 @@ names they stand for, so a parameter or backend may be called anything, and the 
 (``"sha256"``: entry -> hex digest; bundles written before it have none, and load unchecked).
 
 Version 2 holds any workload (the metadata's ``"workload"`` is what ``load_workload`` takes again);
-version 1 bundles (the stack's ``weights``, ``x`` and ``gradient_<i>``) load as the stack's.
+version 1 bundles (the stack's ``weights``, ``x`` and ``gradient_<i>``) load as the stack's. Any other
+version is refused: what it holds is not known here.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from crosscheck._report.report import Report
 
 MARKER = "crosscheck-bundle"
 VERSION = 2
+#: The format versions ``load_bundle`` reads; any other is refused (a newer crosscheck's bundle may mean
+#: something these readers do not know, and a replay of it would claim what it cannot check).
+VERSIONS = (1, VERSION)
 #: The most bytes of metadata read (its JSON as a 0-d unicode array, 4 bytes a character; a bundle's
 #: is a few KiB).
 MAX_META = 16 * 2**20
@@ -127,6 +131,13 @@ def _meta(archive: zipfile.ZipFile, path: Path) -> dict[str, Any]:
     if not isinstance(meta, dict) or meta.get("format") != MARKER:
         found = meta.get("format") if isinstance(meta, dict) else meta
         raise ValueError(f"{path} is not a crosscheck bundle (format {one_line(repr(found)):.60}).")
+    version = meta.get("version")
+    if type(version) is not int or version not in VERSIONS:  # True == 1, but is no version
+        found = "none" if version is None else one_line(json.dumps(version))[:40]
+        raise ValueError(
+            f"{path} is a crosscheck bundle of format version {found}; this crosscheck reads versions "
+            f"{' and '.join(map(str, VERSIONS))} (a bundle from a newer crosscheck, or an edited file)."
+        )
     check_meta(meta, path)
     return meta
 

@@ -16,11 +16,11 @@ from crosscheck._errors import one_line
 
 
 def check_meta(meta: dict[str, Any], path: Path) -> None:
-    """Raise ``ValueError`` (one line, naming the key) unless ``meta`` is shaped like a bundle's."""
-    version = meta.get("version")
-    if version == 1:
+    """Raise ``ValueError`` (one line, naming the key) unless ``meta`` is shaped like a bundle's of its
+    ``version`` (1 or 2: ``load_bundle`` refuses any other before it asks)."""
+    if meta.get("version") == 1:
         _need(meta, "gradients", _names, "a list of backend names", path)
-    elif isinstance(version, int) and not isinstance(version, bool):
+    else:
         for key in ("parameters", "inputs"):
             _need(meta, key, _names, "a list of names", path)
         if not meta["parameters"]:
@@ -30,8 +30,6 @@ def check_meta(meta: dict[str, Any], path: Path) -> None:
             _need(meta, "workload", _text, "a workload's name or import string", path)
         if "sha256" in meta:
             _need(meta, "sha256", _texts_by_name, "an object: entry -> hex digest", path)
-    else:
-        return  # another version: load_bundle says which versions it reads
     _need(meta, "report", _object, "an object (the run's JSON report)", path)
     report = meta["report"]
     _need(report, "case", _object, "an object", path, prefix="report.")

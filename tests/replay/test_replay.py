@@ -284,6 +284,49 @@ def test_a_case_record_that_does_not_make_the_arrays_is_refused(bundle, capsys):
     assert "does not make its `weights` array" in err
 
 
+def _huge(meta):
+    meta["report"]["case"].update(layers=10**3, dim=10**6)
+    return meta
+
+
+def test_a_case_record_too_large_for_memory_is_refused_with_its_estimate(bundle, capsys):
+    # A record is a line of text: generating its arrays would allocate petabytes before any check.
+    status, out, err = _replay(capsys, tamper(bundle, _huge))
+    assert status == 2 and "REPRODUCED" not in out and "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "cannot replay the bundle's case (layers=1000, batch=4, dim=1000000" in lines[0]
+    assert "this case needs about" in lines[0] and "oracle" in lines[0] and "TiB" in lines[0]
+    assert "this machine has available" in lines[0]
+
+
+VERSIONS = {
+    "newer": (99, "format version 99;"),
+    "zero": (0, "format version 0;"),
+    "text": ("2", 'format version "2";'),
+    "bool": (True, "format version true;"),
+    "missing": (None, "format version none;"),
+}
+
+
+@pytest.mark.parametrize("kind", list(VERSIONS), ids=list(VERSIONS))
+def test_a_bundle_of_an_unknown_format_version_is_refused(bundle, capsys, kind):
+    version, phrase = VERSIONS[kind]
+
+    def edit(meta):
+        if version is None:
+            del meta["version"]
+        else:
+            meta["version"] = version
+        return meta
+
+    status, out, err = _replay(capsys, tamper(bundle, edit))
+    assert status == 2 and "REPRODUCED" not in out, out + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and phrase in lines[0], err
+    assert "this crosscheck reads versions 1 and 2" in lines[0]
+
+
 @pytest.fixture
 def user_bundle(bundle):
     """A bundle of a failing run on your own arrays (``--weights/--x``): the oracle, ``trustmod:twice``
@@ -346,6 +389,18 @@ def test_your_own_arrays_in_a_bundle_are_checked_like_weights(user_bundle, capsy
     assert status == 2 and "REPRODUCED" not in out, out + err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and phrase in lines[0], err
+
+
+def test_your_own_arrays_in_a_bundle_are_refused_when_their_replay_cannot_fit(
+    user_bundle, capsys, monkeypatch
+):
+    monkeypatch.setattr("crosscheck._engine.plan.available_memory", lambda: 2**10)
+    status, out, err = _replay(capsys, user_bundle, "--trust")
+    assert status == 2 and "REPRODUCED" not in out, out + err
+    lines = err.strip().splitlines()
+    refused = "cannot replay the bundle's case (user arrays): this case needs about"
+    assert len(lines) == 1 and refused in lines[0], err
+    assert "more than the 1 KiB this machine has available" in lines[0], err
 
 
 def test_a_bundle_without_hashes_still_loads(bundle):

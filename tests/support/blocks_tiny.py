@@ -25,13 +25,16 @@ def make(
     layered=False,
     forgets=(),
     hang_in=None,
+    straight_through=False,
 ):
     """The blockwise check; ``bug_in``: the block whose port has ``bug`` (``scale``: its hidden layer
     scaled by 1.01, in ``fc1``'s output; ``epsilon``: its LayerNorm's epsilon 1e-3); ``port_error``: the
     block whose ``port`` factory raises; ``unmapped``: every port leaves ``fc2.weight`` out of its pytree;
     ``layered``: block ``i`` divides its branch by ``1 + i`` (its layer index, no weight of its own);
     ``forgets``: what builds every block as layer 0 (``"port"``, ``"torch_block"``); ``hang_in``: the
-    block whose ``port`` factory never returns (until ``RELEASE`` is set; then it raises)."""
+    block whose ``port`` factory never returns (until ``RELEASE`` is set; then it raises);
+    ``straight_through``: the model's blocks take tanh's derivative as 1 (the same forward, bit for bit),
+    where ``torch_block`` builds them with tanh's own."""
     import crosscheck
 
     def model():
@@ -39,7 +42,7 @@ def make(
 
         _not_on_a_worker()
         torch.manual_seed(0)
-        return _classes()[1](layered).eval()
+        return _classes()[1](layered, straight_through).eval()
 
     def port(index, block_name, module):
         import flax.linen as nn
@@ -93,22 +96,34 @@ def _classes():
     no framework)."""
     import torch
 
+    class StraightTanh(torch.autograd.Function):  # tanh forward, bit for bit; its derivative taken as 1
+        @staticmethod
+        def forward(ctx, h):
+            return torch.tanh(h)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad
+
     class Block(torch.nn.Module):
-        def __init__(self, layer=None):
+        def __init__(self, layer=None, straight=False):
             super().__init__()
             self.layer = layer  # its layer index, when its branch is divided by 1 + layer
+            self.tanh = StraightTanh.apply if straight else torch.tanh
             self.ln = torch.nn.LayerNorm(WIDTH)
             self.fc1, self.fc2 = torch.nn.Linear(WIDTH, 6), torch.nn.Linear(6, WIDTH)
 
         def forward(self, x, scale=None):
-            branch = self.fc2(torch.tanh(self.fc1(self.ln(x))))
+            branch = self.fc2(self.tanh(self.fc1(self.ln(x))))
             return x + (branch if self.layer is None else branch / (1 + self.layer))
 
     class Model(torch.nn.Module):
-        def __init__(self, layered=False):
+        def __init__(self, layered=False, straight=False):
             super().__init__()
             self.embed = torch.nn.Linear(3, WIDTH)
-            self.blocks = torch.nn.ModuleList([Block(i if layered else None) for i in range(BLOCKS)])
+            self.blocks = torch.nn.ModuleList(
+                [Block(i if layered else None, straight) for i in range(BLOCKS)]
+            )
             self.head = torch.nn.Linear(WIDTH, 2)
 
         def forward(self, x):
@@ -131,6 +146,8 @@ def __getattr__(name):
         return make("tiny-blocks-hanging", hang_in="blocks.1")
     if name == "layered":
         return make("tiny-blocks-layered", layered=True)
+    if name == "straight_through":  # the model's blocks straight-through, `torch_block`'s not
+        return make("tiny-blocks-straight-through", straight_through=True)
     if name == "rebuilt_wrong":  # the port is right, the torch_block builds every block as layer 0
         return make("tiny-blocks-rebuilt-wrong", layered=True, forgets=("torch_block",))
     raise AttributeError(name)

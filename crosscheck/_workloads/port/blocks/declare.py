@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from crosscheck._workloads.losses import dot, floating_outputs
+from crosscheck._workloads.losses import dot, floating_outputs, outputs_loss
 from crosscheck._workloads.port.declare.port import Port
 
 #: What a block's ``port`` factory may not set: the blockwise check sets these itself.
@@ -169,7 +169,7 @@ class Blocks:
             raise ValueError(f"{where}: `port` may not set `{taken}`: the blockwise check sets it.")
         extra: dict[str, Any] = {}
         if self.cotangent == "model":
-            extra = {"output": _whole, "loss": cotangent_loss(recorded.cotangents)}
+            extra = {"output": _whole, "loss": block_loss(self.cotangent, recorded.cotangents)}
         return Port(
             name=f"{self.name}[{block_name}]",
             torch=block.eval(),
@@ -198,6 +198,17 @@ def block_call(recorded: Any) -> Callable[[Any, dict[str, Any]], Any]:
 
 def _whole(output: Any) -> Any:
     return output
+
+
+def block_loss(cotangent: str, cotangents: list[Any]) -> Callable[[Any], Any]:
+    """``output -> loss``: what a block's check differentiates, on either side: ``cotangent_loss`` of
+    the recorded ``cotangents`` (``cotangent="model"``), else the port's default, a fixed random
+    projection of every floating-point array of the output (``losses.outputs_loss``)."""
+    if cotangent == "model":
+        return cotangent_loss(cotangents)
+    from crosscheck._workloads.port.declare.build import SEED
+
+    return lambda output: outputs_loss(output, seed=SEED)
 
 
 def cotangent_loss(cotangents: list[Any]) -> Callable[[Any], Any]:

@@ -4,56 +4,36 @@ file of its own (``.npz``, read back without pickle), so that a block is checked
 here, one after the other, or on a Dask worker that holds that block only.
 
 A block's file holds its array inputs (``input/NAME``), its output's cotangents (``cotangent/I``, one
-per floating-point array of its output, ``losses.floating_outputs``), its weights and output when a
-worker builds the block itself (``weight/NAME``, its ``state_dict``; ``output/I``: what the rebuilt
-block must reproduce, ``prove_rebuilt``), and ``meta``: JSON text of what else it was
-called with (``None``, booleans, numbers, strings) and how often it was called. An argument that is a
-tuple or list of arrays (Llama's ``position_embeddings=(cos, sin)``) is kept as one array input a member,
-``NAME[0]``, ``NAME[1]``, ... (``meta`` keeps how many), and given back to the PyTorch block as a tuple.
+per floating-point array of its output, ``losses.floating_outputs``), its weights, output and gradient
+when a worker builds the block itself (``weight/NAME``, its ``state_dict``; ``output/I`` and
+``backward/weight/NAME``, ``backward/input/NAME``: what the rebuilt block must reproduce,
+``proof.prove_rebuilt``), and ``meta``: JSON text of what else it was called with (``None``, booleans,
+numbers, strings), how often it was called and how its check's loss is made (``cotangent``). An
+argument that is a tuple or list of arrays (Llama's ``position_embeddings=(cos, sin)``) is kept as one
+array input a member, ``NAME[0]``, ``NAME[1]``, ... (``meta`` keeps how many), and given back to the
+PyTorch block as a tuple.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import inspect
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
-from crosscheck._errors import describe, user_call
+from crosscheck._errors import describe, reraise_user_interrupt, user_call
 from crosscheck._workloads.losses import floating_outputs, outputs_loss
-from crosscheck._workloads.port.blocks.declare import Blocks, block_call
+from crosscheck._workloads.port.blocks.declare import Blocks
+from crosscheck._workloads.port.blocks.proof import backward, numpy_of, prove_rebuilt
+from crosscheck._workloads.port.blocks.recorded import Recorded
 from crosscheck._workloads.port.declare.build import SEED
 
 #: What a block may be called with besides arrays: kept as JSON in its file.
 PLAIN = (type(None), bool, int, float, str)
-
-
-@dataclasses.dataclass
-class Recorded:
-    """One block's recording: its array inputs by argument name, its other arguments, the cotangent of
-    each floating-point array of its output, its weights (when saved) and how often it was called."""
-
-    block: str
-    index: int
-    inputs: dict[str, np.ndarray]
-    constants: dict[str, Any]
-    cotangents: list[np.ndarray]
-    weights: dict[str, np.ndarray]
-    calls: int
-    #: The arguments that were tuples of arrays: name -> how many (kept as inputs ``NAME[0]``, ...).
-    tuples: dict[str, int] = dataclasses.field(default_factory=dict)
-    #: The model's block's output on these inputs (each floating-point array; saved with the weights):
-    #: what a block rebuilt by ``torch_block`` must reproduce, bit for bit, before its check counts.
-    outputs: list[np.ndarray] = dataclasses.field(default_factory=list)
-    #: PyTorch's intra-op threads when it was recorded (the rebuilt block's output is computed with as
-    #: many: a sum split otherwise may round otherwise).
-    threads: int | None = None
 
 
 def record(blocks: Blocks, model: Any, directory: str, *, seed: int, weights: bool) -> list[dict[str, Any]]:
@@ -92,7 +72,8 @@ def record(blocks: Blocks, model: Any, directory: str, *, seed: int, weights: bo
         if got is None or got.get("problem"):
             entry["problem"] = got["problem"] if got else "the model's forward pass never called it"
         else:
-            entry["path"] = _save(directory, index, name, got, model.get_submodule(name) if weights else None)
+            module = model.get_submodule(name) if weights else None
+            entry["path"] = _save(directory, (index, name), got, module, blocks.cotangent)
         entries.append(entry)
     return entries
 
@@ -133,7 +114,7 @@ def _post_hook(name: str, seen: dict[str, dict[str, Any]]) -> Any:
         if seen[name]["calls"] == 1:
             seen[name]["outputs"] = floating_outputs(output)
             # its values now: the model may yet write to them in place
-            seen[name]["values"] = [_numpy(a) for a in seen[name]["outputs"]]
+            seen[name]["values"] = [numpy_of(a) for a in seen[name]["outputs"]]
             if not seen[name]["outputs"] and not seen[name].get("problem"):
                 seen[name]["problem"] = "its output holds no floating-point array"
 
@@ -191,16 +172,15 @@ def _cotangents(output: Any, seen: dict[str, dict[str, Any]]) -> None:
         ]
 
 
-def _save(directory: str, index: int, name: str, got: dict[str, Any], module: Any) -> str:
-    """Block ``name``'s file in ``directory``; its path."""
+def _save(directory: str, where: tuple[int, str], got: dict[str, Any], module: Any, cotangent: str) -> str:
+    """Block ``where`` (its index and name)'s file in ``directory``; its path. With ``module`` (the
+    model's block, when its weights are saved), its output and its gradient at the recorded point too."""
+    index, name = where
     arrays = {f"input/{k}": v for k, v in got["inputs"].items()}
     cotangents = got.get("cotangents") or [
         np.zeros(tuple(a.shape), dtype=str(a.dtype).removeprefix("torch.")) for a in got["outputs"]
     ]
     arrays.update({f"cotangent/{i}": c for i, c in enumerate(cotangents)})
-    if module is not None:
-        arrays.update({f"weight/{k}": v.detach().cpu().numpy() for k, v in module.state_dict().items()})
-        arrays.update({f"output/{i}": a for i, a in enumerate(got["values"])})
     meta = {
         "block": name,
         "index": index,
@@ -208,7 +188,29 @@ def _save(directory: str, index: int, name: str, got: dict[str, Any], module: An
         "tuples": got.get("tuples", {}),
         "calls": got["calls"],
         "threads": torch.get_num_threads(),
+        "cotangent": cotangent,
     }
+    if module is not None:
+        arrays.update({f"weight/{k}": v.detach().cpu().numpy() for k, v in module.state_dict().items()})
+        arrays.update({f"output/{i}": a for i, a in enumerate(got["values"])})
+        at = Recorded(
+            name,
+            index,
+            got["inputs"],
+            got["constants"],
+            cotangents,
+            {},
+            got["calls"],
+            tuples=got.get("tuples", {}),
+            threads=meta["threads"],
+            cotangent=cotangent,
+        )
+        try:
+            arrays.update({f"backward/{k}": g for k, g in backward(at, module).items()})
+        except BaseException as exc:  # the model's code: said when a rebuilt block is to be proven by it
+            reraise_user_interrupt(exc)
+            why = f"its gradient at the recorded point could not be recorded: {describe(exc)}"
+            meta["backward_problem"] = why
     path = os.path.join(directory, f"block-{index:05d}.npz")
     np.savez(path, meta=np.array(json.dumps(meta)), **arrays)
     return path
@@ -218,7 +220,7 @@ def load(path: str) -> Recorded:
     """A block's recording from its file (read without pickle)."""
     with np.load(path, allow_pickle=False) as data:
         meta = json.loads(str(data["meta"]))
-        kinds = ("input", "cotangent", "weight", "output")
+        kinds = ("input", "cotangent", "weight", "output", "backward")
         part: dict[str, dict[str, np.ndarray]] = {kind: {} for kind in kinds}
         for key in data.files:
             if key != "meta":
@@ -236,6 +238,9 @@ def load(path: str) -> Recorded:
         meta.get("tuples", {}),
         [part["output"][str(i)] for i in range(len(part["output"]))],
         meta.get("threads"),
+        meta.get("cotangent", "model"),
+        part["backward"],
+        meta.get("backward_problem"),
     )
 
 
@@ -261,67 +266,3 @@ def block_module(blocks: Blocks, recorded: Recorded, model: Any = None) -> Any:
     module.eval()
     prove_rebuilt(f"{where}: {what}", recorded, module)
     return module
-
-
-def prove_rebuilt(what: str, recorded: Recorded, module: Any) -> None:
-    """A rebuilt block (``what``) is the model's block before its verdict counts: its weights are the
-    recorded ones bit for bit, and on the recorded inputs it gives the model's block's recorded output
-    bit for bit (as many PyTorch threads as the recording had). A block rebuilt otherwise (a forgotten
-    layer index, another config) would be checked in the model's place, and its verdict is not the
-    model's.
-
-    Raises:
-        ValueError: it differs, or the recording holds no output to prove it by (one line).
-    """
-    state = module.state_dict()
-    for name, want in recorded.weights.items():
-        got = _numpy(state[name])
-        if got.dtype != want.dtype or got.shape != want.shape or got.tobytes() != want.tobytes():
-            raise ValueError(
-                f"{what} is not the model's block: its `{name}` ({got.dtype}, {got.shape}) is not the "
-                f"recorded weight ({want.dtype}, {want.shape}) bit for bit once loaded."
-            )
-    if not recorded.outputs:
-        raise ValueError(f"{what} cannot be proven the model's block: its recording holds no output.")
-    call = block_call(recorded)
-    inputs = {k: torch.as_tensor(v) for k, v in recorded.inputs.items()}
-    with torch.no_grad(), _threads(recorded.threads):
-        output = user_call(what, "its forward pass on the recorded inputs", call, module, inputs)
-    got_all = [_numpy(a) for a in floating_outputs(output)]
-    shapes = [(a.dtype, a.shape) for a in got_all]
-    wanted = [(a.dtype, a.shape) for a in recorded.outputs]
-    if shapes != wanted:
-        raise ValueError(
-            f"{what} is not the model's block: on the recorded inputs its output's floating-point arrays "
-            f"are {_kinds(shapes)}, the model's block's {_kinds(wanted)}."
-        )
-    for i, (got, want) in enumerate(zip(got_all, recorded.outputs, strict=True)):
-        if got.tobytes() != want.tobytes():
-            gap = np.abs(got.astype(np.float64) - want.astype(np.float64))
-            raise ValueError(
-                f"{what} is not the model's block: on the recorded inputs its output {i} differs from the "
-                f"model's block's (by up to {np.nanmax(gap, initial=0.0):.3g}, the largest entry "
-                f"{np.nanmax(np.abs(want), initial=0.0):.3g}), so its check would not be the model's "
-                "block's: build it as the model builds it (a layer index? a config?)."
-            )
-
-
-def _kinds(arrays: list[tuple[Any, tuple[int, ...]]]) -> str:
-    return ", ".join(f"{dtype}{list(shape)}" for dtype, shape in arrays) or "none"
-
-
-@contextlib.contextmanager
-def _threads(count: int | None) -> Iterator[None]:
-    """PyTorch's intra-op threads set to ``count`` (None: left as they are), restored afterwards."""
-    before = torch.get_num_threads()
-    if count is not None and count != before:
-        torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        if torch.get_num_threads() != before:
-            torch.set_num_threads(before)
-
-
-def _numpy(tensor: Any) -> np.ndarray:
-    return tensor.detach().cpu().numpy().copy()

@@ -4,11 +4,18 @@ Where a PyTorch projection's flat axis splits into two head axes of a JAX leaf (
 ``DenseGeneral`` kernel ``(E, 8, 4)``), PyTorch's index ``h * D + d`` fits the shapes read either way:
 heads first (``(E, H, D)``, H = 8) or heads last (``(E, D, H)``, ``features=(D, H)``, H = 4). The
 shapes cannot tell which; the values can. The mapping reads them first (``assemble``); where the port's
-output then differs from PyTorch's on the example inputs, each group of rows whose head axes have the
-same sizes is read the other way too, and the reading whose output agrees is kept, said in its rows
-(``heads last, proven by the values``). Where none agrees, the rows keep heads first and say that the
-order was not proven, with the override that reads the heads last (``overrides``); the check then
-fails on the port's own difference, never on the order.
+output then differs from PyTorch's on the example inputs, the rows are read in groups, and every
+reading of the groups is tried: a group is the rows whose head axes have the same sizes and split the
+same axis of their PyTorch tensors (a projection's output features, as ``q_proj``'s kernel and bias
+do, or its input features, as ``o_proj``'s kernel does), so that a port whose query kernels are
+``(E, D, H)`` and whose output kernel is ``(H, D, E)`` is read so even where ``H == D`` and the sizes
+alone would tie the two. The one reading whose output agrees is kept, said in its rows (``heads last,
+proven by the values``). Where none agrees, the rows keep heads first and say that the order was not
+proven, with the override that reads the heads last (``overrides``); the check then fails on the
+port's own difference, never on the order. Where several agree (inputs that cannot tell the readings
+apart, a sequence of one token say), nothing is guessed: the rows whose order differs between them are
+ambiguous, and the port is refused with the override that decides each (``, heads first`` or ``,
+heads last``).
 
 A reading "agrees" when the two outputs differ by less than ``AGREE`` of the largest output magnitude
 in float32: a healthy port's float32 rounding is far smaller, a wrong order's difference is of the
@@ -28,27 +35,40 @@ import numpy as np
 from crosscheck._errors import reraise_user_interrupt
 from crosscheck._workloads.losses import floating_outputs
 from crosscheck._workloads.port.mapping import assemble
-from crosscheck._workloads.port.mapping.matching import HEADS_LAST, Entry, heads_order, permutation
+from crosscheck._workloads.port.mapping.matching import (
+    HEADS_FIRST,
+    HEADS_LAST,
+    Entry,
+    permutation,
+    said_order,
+)
 from crosscheck._workloads.port.mapping.table import Table
 
 #: Readings agree below this fraction of the output's largest magnitude (float32): see the docstring.
 AGREE = 1e-3
-#: At most this many groups of head sizes are read both ways (2 ** GROUPS forward passes).
+#: At most this many groups of head rows are read both ways (2 ** GROUPS forward passes).
 GROUPS = 4
 PROVEN = f"{HEADS_LAST}, proven by the values (heads first, the port's output differs)"
 UNPROVEN = "the head order is not proven by the values (no order made the outputs agree): heads first"
+UNDECIDED = (
+    "the head order is not decided by the values: {n} readings of the head axes made the outputs agree, "
+    "this row's heads first in one and last in another (inputs that cannot tell them apart?)"
+)
+#: A group of head rows: their head axes' sizes and the axis of their PyTorch tensors that splits.
+Key = tuple[tuple[int, ...], int]
 
 
-def head_sizes(entry: Entry) -> tuple[int, ...]:
-    """The head axes ``entry``'s piece splits into (two or more of length > 1), or ``()``: none. A row
-    whose transform says its head order (``, heads last``) is not read again; an override that says
-    only ``transpose`` (an einsum's kernel, whose layout no module tells) settles the transpose, and
-    its head order is read as any other row's."""
+def head_split(entry: Entry) -> Key | None:
+    """The head axes ``entry``'s piece splits into (two or more of length > 1) and the axis of its
+    PyTorch tensor that splits, or None: none. A row whose transform says its head order (``, heads
+    last``, ``, heads first``) is not read again; an override that says only ``transpose`` (an einsum's
+    kernel, whose layout no module tells) settles the transpose, and its head order is read as any
+    other row's."""
     if entry.status != "mapped" or entry.torch is None:
-        return ()
+        return None
     assert entry.jax is not None and entry.transform is not None
-    if heads_order(entry.transform)[1]:
-        return ()
+    if said_order(entry.transform):
+        return None
     shape = entry.torch.shape
     if entry.take is not None:
         axis, start, stop = entry.take
@@ -56,17 +76,22 @@ def head_sizes(entry: Entry) -> tuple[int, ...]:
     perm = permutation(entry.transform)
     moved = shape if perm is None else tuple(shape[i] for i in perm)
     if len(perm or moved) != len(shape):
-        return ()
-    return assemble.splits_heads(moved, assemble.box_shape(entry.jax.shape, entry.box))
+        return None
+    target = assemble.box_shape(entry.jax.shape, entry.box)
+    for axis, group in enumerate(assemble.head_groups(moved, target) or []):
+        sizes = tuple(target[a] for a in group if target[a] > 1)
+        if len(sizes) > 1:
+            return sizes, axis if perm is None else perm[axis]
+    return None
 
 
-def groups(table: Table) -> dict[tuple[int, ...], list[int]]:
-    """Head sizes -> the rows (positions in ``table.entries``) whose pieces split into them."""
-    out: dict[tuple[int, ...], list[int]] = {}
+def groups(table: Table) -> dict[Key, list[int]]:
+    """Each group of head rows (``head_split``) -> its rows (positions in ``table.entries``)."""
+    out: dict[Key, list[int]] = {}
     for i, e in enumerate(table.entries):
-        sizes = head_sizes(e)
-        if sizes:
-            out.setdefault(sizes, []).append(i)
+        key = head_split(e)
+        if key is not None:
+            out.setdefault(key, []).append(i)
     return out
 
 
@@ -108,15 +133,42 @@ def prove(table: Table, differs: Callable[[Table], float | None]) -> Table:
     if first is not None and first < AGREE:
         return table
     keys = list(found)[:GROUPS]
+    agreeing = []
     for lasts in itertools.product((False, True), repeat=len(keys)):
-        if not any(lasts):
-            continue
-        rows = {i for key, last in zip(keys, lasts, strict=True) if last for i in found[key]}
-        trial = read_last(table, rows, PROVEN)
-        score = differs(trial)
-        if score is not None and score < AGREE:
-            return trial
-    return unproven(table, {i for rows in found.values() for i in rows})
+        if any(lasts):
+            score = differs(read_last(table, _rows(found, keys, lasts), PROVEN))
+            if score is not None and score < AGREE:
+                agreeing.append(lasts)
+    if not agreeing:
+        return unproven(table, {i for rows in found.values() for i in rows})
+    if len(agreeing) == 1:
+        return read_last(table, _rows(found, keys, agreeing[0]), PROVEN)
+    # Each group read the same way by every agreeing reading is proven so; the others are not decided.
+    settled = tuple(all(r[k] for r in agreeing) for k in range(len(keys)))
+    open_ = [key for k, key in enumerate(keys) if len({r[k] for r in agreeing}) > 1]
+    proven = read_last(table, _rows(found, keys, settled), PROVEN)
+    return undecided(proven, {i for key in open_ for i in found[key]}, len(agreeing))
+
+
+def _rows(found: dict[Key, list[int]], keys: list[Key], lasts: tuple[bool, ...]) -> set[int]:
+    """The rows of the groups ``keys`` that ``lasts`` reads heads last."""
+    return {i for key, last in zip(keys, lasts, strict=True) if last for i in found[key]}
+
+
+def undecided(table: Table, rows: set[int], readings: int) -> Table:
+    """``table`` with ``rows`` ambiguous: ``readings`` readings made the outputs agree and read them
+    differently, so their order is the user's to say (``, heads first`` or ``, heads last``)."""
+    entries = list(table.entries)
+    for i in rows:
+        e = entries[i]
+        assert e.transform is not None
+        assert e.torch is not None and e.jax is not None
+        choices = (f"{e.transform}, {HEADS_FIRST}", f"{e.transform}, {HEADS_LAST}")
+        how = f"{e.how}; {UNDECIDED.format(n=readings)}"
+        if not e.take and not e.box:  # the JAX path too: a head order is found by the shapes of a leaf
+            how += f"; decide with overrides={{'{e.torch.name}': ('{'/'.join(e.jax.path)}', TRANSFORM)}}"
+        entries[i] = dataclasses.replace(e, transform=None, how=how, choices=choices)
+    return Table(tuple(entries))
 
 
 def differs(

@@ -27,7 +27,6 @@ import re
 from collections.abc import Sequence
 
 from crosscheck._workloads.port.mapping.matching import (
-    HEADS_LAST,
     TRANSFORMS,
     Entry,
     Index,
@@ -36,6 +35,7 @@ from crosscheck._workloads.port.mapping.matching import (
     heads_order,
     loose,
     match,
+    said_order,
 )
 
 #: The spellings of each attention projection, by role (a module's name, or a leaf's: ``wqkv``,
@@ -142,9 +142,10 @@ def decide(pieces: Sequence[tuple[Tensor, Tensor, tuple, tuple, int]]) -> tuple[
 
 
 def heads(shape: Sequence[int], transform: str | None, box: Sequence[int]) -> str:
-    base, last = heads_order(transform or "identity")
+    base = heads_order(transform or "identity")[0]
     m = moved(base, shape)
-    order = f", {HEADS_LAST}" if last else ""
+    said = said_order(transform or "identity")
+    order = f", {said}" if said else ""
     return f"; head axes {m}->{tuple(box)}{order}" if m is not None and tuple(m) != tuple(box) else ""
 
 

@@ -281,14 +281,27 @@ def _known_transform(t: Tensor, j: Tensor) -> str | None:
 #: head axes, PyTorch's flat index ``h * D + d`` is read with the heads last (a Flax ``DenseGeneral``
 #: with ``features=(D, H)``: ``(E, D, H)``), not first (``(E, H, D)``, the default).
 HEADS_LAST = "heads last"
+#: Said after a transform's name (``"transpose, heads first"``): the default reading, said, so that the
+#: values are not asked (an order the values cannot decide is decided so).
+HEADS_FIRST = "heads first"
 
 
 def heads_order(transform: str) -> tuple[str, bool]:
     """A transform's name without its head order, and whether it reads the heads last."""
+    base, order = _split_order(transform)
+    return base, order == HEADS_LAST
+
+
+def said_order(transform: str) -> str:
+    """The head order a transform's name says (``HEADS_FIRST`` or ``HEADS_LAST``), or ``""``: none."""
+    return _split_order(transform)[1]
+
+
+def _split_order(transform: str) -> tuple[str, str]:
     base, comma, order = transform.rpartition(",")
-    if comma and order.strip() == HEADS_LAST:
-        return base.strip(), True
-    return transform, False
+    if comma and order.strip() in (HEADS_FIRST, HEADS_LAST):
+        return base.strip(), order.strip()
+    return transform, ""
 
 
 def permutation(transform: str) -> tuple[int, ...] | None:

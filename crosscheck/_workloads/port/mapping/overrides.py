@@ -29,15 +29,16 @@ from typing import Any
 from crosscheck._workloads.port.mapping import fused
 from crosscheck._workloads.port.mapping.assemble import splits_heads
 from crosscheck._workloads.port.mapping.matching import (
+    HEADS_FIRST,
     HEADS_LAST,
     TRANSFORMS,
     UNMAPPED,
     Entry,
     Index,
     Tensor,
-    heads_order,
     layout_entry,
     match,
+    said_order,
     transformed,
 )
 from crosscheck._workloads.port.mapping.stacked import override as stacked_override
@@ -177,7 +178,7 @@ def _override(t: Tensor, value: Any, leaves: dict, index: Index) -> Entry | list
         target = leaves[path]
     if transform is None:
         return layout_entry(t, target, "by override")
-    if (isinstance(transform, str) and heads_order(transform)[1]) or _regrouped(t, transform, target):
+    if (isinstance(transform, str) and said_order(transform)) or _regrouped(t, transform, target):
         chosen, how, _ = _chosen(t, target, t.shape, target.shape, 1, transform)
         return Entry(t, target, chosen, f"by override; {how}{fused.heads(t.shape, chosen, target.shape)}")
     name = _transform_name(t, transform)
@@ -308,13 +309,14 @@ def _chosen(t: Tensor, j: Tensor, shape: tuple, box: tuple, start: int, transfor
     if transform is None:
         return fused.decide([(t, j, shape, box, start)])
     fits = fused.fitting(shape, box, start)
-    last = isinstance(transform, str) and heads_order(transform)[1]
-    fits += [f"{f}, {HEADS_LAST}" for f in fits if splits_heads(fused.moved(f, shape) or (), box)]
+    said = said_order(transform) if isinstance(transform, str) else ""
+    split = [f for f in fits if splits_heads(fused.moved(f, shape) or (), box)]
+    fits += [f"{f}, {order}" for order in (HEADS_LAST, HEADS_FIRST) for f in split]
     if transform not in fits:
         raise ValueError(
             f"override of `{t.name}`: `{transform}` does not turn {shape} into {box} of "
             f"`{'/'.join(j.path)}` (a reshape may only split or join axes"
-            f"{', and heads last only where an axis splits into head axes' if last else ''}); "
+            f"{f', and {said} only where an axis splits into head axes' if said else ''}); "
             f"fitting: {fits or 'none'}."
         )
     return transform, "the transform it says", ()

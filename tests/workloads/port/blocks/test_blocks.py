@@ -377,7 +377,8 @@ def test_blocks_rebuilt_right_are_proven_and_pass_on_the_cluster(threads_cluster
 def test_a_rebuilt_weight_one_ulp_away_is_not_the_models(tmp_path):
     import torch
 
-    from crosscheck._workloads.port.blocks.record import load, prove_rebuilt, record
+    from crosscheck._workloads.port.blocks.proof import prove_rebuilt
+    from crosscheck._workloads.port.blocks.record import load, record
 
     blocks = blocks_tiny.make()
     entries = record(blocks, blocks.model(), str(tmp_path), seed=0, weights=True)
@@ -391,6 +392,77 @@ def test_a_rebuilt_weight_one_ulp_away_is_not_the_models(tmp_path):
         ValueError, match=r"the block is not the model's block: its `fc1.weight` .* bit for bit"
     ):
         prove_rebuilt("the block", recorded, module)
+
+
+def test_a_rebuilt_block_whose_backward_is_not_the_models_fails_by_name_on_the_cluster(
+    threads_cluster, tmp_path
+):
+    # The model's blocks take tanh's derivative as 1; `torch_block` builds them with tanh's own: the
+    # same weights and forward, bit for bit, and a backward that agrees with the port's.
+    result = crosscheck.check_blocks(
+        "blocks_tiny:straight_through",
+        reference="torch",
+        scheduler=threads_cluster.scheduler_address,
+        directory=str(tmp_path),
+    )
+    assert result.engine["kind"] == "dask" and not result.passed
+    assert [r["status"] for r in result.records] == ["error", "error", "error"]
+    said = result.first["error"]
+    rebuilt = "`torch_block(0, 'blocks.0')` is not the model's block"
+    assert f"{rebuilt}: on the recorded inputs its gradient" in said
+    assert "with respect to its parameter `ln.weight` differs from the model's block's" in said
+    assert "a straight-through estimator?" in said
+
+
+def test_the_same_straight_through_model_fails_in_process_where_the_models_blocks_are_used():
+    result = crosscheck.check_blocks("blocks_tiny:straight_through", reference="torch")
+    assert [r["status"] for r in result.records] == ["failed", "failed", "failed"]
+
+
+@pytest.mark.parametrize("cotangent", ["model", "random"])
+def test_a_rebuilt_backward_is_proven_bit_for_bit_at_the_checks_own_loss(tmp_path, cotangent):
+    import dataclasses
+
+    from crosscheck._workloads.port.blocks.proof import prove_rebuilt
+    from crosscheck._workloads.port.blocks.record import load, record
+
+    blocks = dataclasses.replace(blocks_tiny.make(straight_through=True), cotangent=cotangent)
+    entries = record(blocks, blocks.model(), str(tmp_path), seed=0, weights=True)
+    recorded = load(entries[1]["path"])
+    assert recorded.cotangent == cotangent
+    assert set(recorded.backward) >= {"weight/fc1.weight", "input/x"}
+    block, _ = blocks_tiny._classes()
+    state = {k: torch_tensor(v) for k, v in recorded.weights.items()}
+    straight = block(None, True)
+    straight.load_state_dict(state)
+    prove_rebuilt("the block", recorded, straight.eval())  # the model's: no error
+    plain = block()
+    plain.load_state_dict(state)
+    with pytest.raises(ValueError, match=r"its gradient with respect to its parameter `ln.weight` differs"):
+        prove_rebuilt("the block", recorded, plain.eval())
+
+
+def test_a_block_whose_gradient_could_not_be_recorded_is_not_proven(tmp_path, monkeypatch):
+    from crosscheck._workloads.port.blocks import record as record_module
+    from crosscheck._workloads.port.blocks.proof import prove_rebuilt
+
+    def fails(recorded, module):
+        raise RuntimeError("no backward here")
+
+    monkeypatch.setattr(record_module, "backward", fails)
+    blocks = blocks_tiny.make()
+    entries = record_module.record(blocks, blocks.model(), str(tmp_path), seed=0, weights=True)
+    recorded = record_module.load(entries[0]["path"])
+    module = blocks.torch_block(0, "blocks.0")
+    module.load_state_dict({k: torch_tensor(v) for k, v in recorded.weights.items()})
+    with pytest.raises(ValueError, match=r"cannot be proven the model's block: its gradient at the recorded"):
+        prove_rebuilt("the block", recorded, module.eval())
+
+
+def torch_tensor(array):
+    import torch
+
+    return torch.as_tensor(array)
 
 
 @pytest.fixture

@@ -52,3 +52,17 @@ def test_a_planted_bug_in_one_layer_is_named_by_block_and_module():
     assert [r["status"] for r in result.records] == ["passed", "failed", "passed"], what
     assert result.first["block"] == "model.layers.1"
     assert result.first["module"] == module
+
+
+def test_each_layer_rebuilt_alone_is_proven_the_models_forward_and_backward(tmp_path):
+    # a worker's `torch_block` layer against the model's, its rotary table's members inputs too
+    from crosscheck._workloads.port.blocks.record import block_module, load, record
+    from examples.port import llama_blocks
+
+    blocks = llama_blocks.make_blocks()
+    entries = record(blocks, blocks.model(), str(tmp_path), seed=0, weights=True)
+    for entry in entries:
+        recorded = load(entry["path"])
+        assert recorded.backward_problem is None
+        assert {"input/hidden_states", "input/position_embeddings[0]"} <= set(recorded.backward)
+        block_module(blocks, recorded)  # rebuilt by `torch_block`, proven: no error
