@@ -41,7 +41,16 @@ from crosscheck._workloads.stack.forward import Forward, backward, forward
 from crosscheck._workloads.stack.oracle import parallel as _parallel
 from crosscheck._workloads.stack.oracle import perturb as _perturb
 
-__all__ = ["OracleEstimate", "ScreenEstimate", "entries", "estimate", "screen", "step_cap", "stuck_distance"]
+__all__ = [
+    "OracleEstimate",
+    "ScreenEstimate",
+    "entries",
+    "estimate",
+    "screen",
+    "smallest_step",
+    "step_cap",
+    "stuck_distance",
+]
 
 #: After a crossing a step shrinks at least by this factor, down to h_cap * _MIN_STEP_RATIO.
 _SHRINK, _MIN_STEP_RATIO = 0.25, 2.0**-40
@@ -275,23 +284,25 @@ def step_cap(rms: float) -> float:
     return 2.0 ** math.floor(math.log2(rms)) if rms > 0 else 1.0
 
 
+def smallest_step(rms: float) -> float:
+    """The smallest step ``_differentiate`` takes for values of root mean square ``rms``: a
+    perturbation that crosses a kink even at it sits on the kink, and takes its piece's derivative."""
+    return step_cap(rms) * _MIN_STEP_RATIO
+
+
 def stuck_distance(rms: float) -> float:
-    """The distance to a kink below which ``_differentiate`` tries no step for values of RMS ``rms``
-    (its first step, a power of two at or below ``distance / 32``, is under the smallest it takes): an
-    entry that near sits on the kink, and takes the derivative of its piece."""
-    return step_cap(rms) * _MIN_STEP_RATIO * 32
+    """The distance to a kink below which ``_differentiate`` tries no step (its first step, a power of
+    two at or below ``distance / 32``, is under ``smallest_step``)."""
+    return smallest_step(rms) * 32
 
 
-def _differentiate(
-    fwd: Forward, k: int, distance: np.ndarray, central, *, scale: float | None = None
-) -> dict:
+def _differentiate(fwd: Forward, k: int, distance: np.ndarray, central) -> dict:
     """Kink-aware central differences of ``len(distance)`` perturbations of layer ``k``.
 
-    ``distance[s]`` is how far perturbation ``s`` can go before a pre-activation it moves changes sign;
-    ``central(index, h, frozen)`` evaluates perturbations ``index`` with steps ``h``; ``scale`` is the
-    RMS of the values perturbed, which caps the step (default: layer ``k``'s weights).
+    ``distance[s]`` is how far perturbation ``s`` can go before a pre-activation of layer ``k`` changes
+    sign; ``central(index, h, frozen)`` evaluates perturbations ``index`` with steps ``h``.
     """
-    rms = float(np.sqrt(np.mean(fwd.weights[k] ** 2))) if scale is None else scale
+    rms = float(np.sqrt(np.mean(fwd.weights[k] ** 2)))
     h_cap = step_cap(rms)
     count = len(distance)
     # Later layers' kinks are unknown until evaluated: a step well inside the first layer's distance

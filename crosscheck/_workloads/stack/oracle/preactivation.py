@@ -8,14 +8,13 @@ weight gradient is exactly ``y[k].T @ delta[k]``, where ``delta[k] = dloss/dz[k]
 instead of its ``d**2`` weights:
 
 1. ``g[k][n, j]`` for every unit on at the float64 point (an off unit's ``delta`` is 0, the derivative
-   ``jax.nn.relu`` takes at an exact zero too): moving ``y[k + 1][n, j]`` by ``h`` moves row ``n`` of
-   ``z[k + 1]`` by ``h * W[k + 1][j]`` and no other row, so each perturbation is one row of the later
-   layers, evaluated in batches by ``perturb`` (the rows of one batch row share its reduced weights).
-   With the later masks held the loss is exactly a quadratic in ``h``: the same kink-aware central
-   difference as the entry-by-entry oracle's (``fd._differentiate``), stepping below the exact distance
-   to the first kink of layer ``k + 1`` (``min_u |z[k + 1][n, u]| / |W[k + 1][j, u]|``) and retrying
-   below later kinks, an output that no step frees from a kink taking its piece's derivative, flagged.
-   The last layer's is the loss's own: ``g[L - 1] = 2 y[L]``, exact in float64 (a doubling).
+   ``jax.nn.relu`` takes at an exact zero too): moving ``y[k + 1][n, j]`` by ``t`` moves row ``n`` of
+   ``z[k + 1]`` by ``t * W[k + 1][j]`` and no other row, so each perturbed point is one row of the
+   later layers, evaluated in batches by ``perturb``. With the later masks held the loss is exactly a
+   quadratic in ``t``: a kink-aware difference, central or one-sided, within the exact distance to the
+   next layer's kinks on each side and retried within later ones, an output that no step frees from a
+   kink taking its piece's derivative, flagged (``outputs``). The last layer's is the loss's own:
+   ``g[L - 1] = 2 y[L]``, exact in float64 (a doubling).
 2. ``value[k] = y[k].T @ delta[k]`` in float64. Its error bar propagates each ``delta``'s, through
    ``|y[k]|.T @ error``, adds the product's own rounding (at most ``gamma_N |y[k]|.T @ |delta[k]|``,
    ``gamma_N = N u / (1 - N u)``) and, as ``fd.estimate`` does, the float64 rounding of the shared
@@ -24,9 +23,11 @@ instead of its ``d**2`` weights:
    pre-activation lies nearer than the entry-by-entry oracle's smallest step (``fd.stuck_distance``
    along ``W[k][i, j]``: ``|z[k][n, j]| / |y[k][n, i]|``) is flagged with that kink, as that oracle flags
    it; an entry fed (``y[k][n, i] != 0``) by an output ``(k, n, j)`` whose difference sat on a later
-   kink is flagged with that kink. Where several kinks flag one entry, one that is not an exact zero is
-   named (an exact zero the candidate computes exactly is judged; any other leaves the entry
-   unjudgeable: the cautious choice).
+   kink is flagged with that kink (fewer than the entry-by-entry oracle flags: a one-sided difference
+   frees an output from a kink on one side, an exact zero of a later layer included, and its value is
+   that piece's derivative, the convention's). Where several kinks flag one entry, one that is not an
+   exact zero is named (an exact zero the candidate computes exactly is judged; any other leaves the
+   entry unjudgeable: the cautious choice).
 
 The values come from loss evaluations alone; the float64 backward pass (``forward.backward``) only sizes
 the rounding model, as for ``fd.estimate``.
@@ -44,6 +45,7 @@ from crosscheck._compare.constants import UNIT_ROUNDOFF
 from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack.forward import Forward, backward, forward
 from crosscheck._workloads.stack.oracle import fd as _fd
+from crosscheck._workloads.stack.oracle import outputs as _outputs
 from crosscheck._workloads.stack.oracle import parallel as _parallel
 from crosscheck._workloads.stack.oracle import perturb as _perturb
 
@@ -88,11 +90,12 @@ def memory(layers: int, batch: int, dim: int) -> int:
     """Bytes ``estimate`` holds at its peak, about: its answer (value, error bar, kink flags and places:
     41 bytes an entry), the float64 rounding model (its Monte Carlo samples, and three gradient-sized
     arrays while its parts are pooled) and, per core, one batch row's reduced weights, a piece's
-    distances and ``perturb``'s blocks of rows."""
+    distances to the next layer's kinks (``outputs._sides``: about four float64 arrays of half a layer)
+    and ``perturb``'s blocks of rows."""
     entries, f64 = layers * dim * dim, 8
     answer = (2 * f64 + 1 + 3 * 8) * entries
     model = f64 * (_stack.MODEL_SAMPLES * ((layers + 1) * batch * dim + 5 * batch * dim) + 3 * entries)
-    per_core = 4 * layers * dim * dim + 3 * f64 * dim * dim // 2 + 4 * f64 * _perturb._CHUNK_VALUES
+    per_core = 4 * layers * dim * dim + 4 * f64 * dim * dim // 2 + 4 * f64 * _perturb._CHUNK_VALUES
     return answer + model + per_core * _parallel.workers()
 
 
@@ -113,7 +116,7 @@ def estimate(
     batch = fwd.ys[0].shape[0]
     units = _Units.empty(n_layers, batch, d)
     units.delta[-1] = 2.0 * fwd.ys[-1]  # zero where the last layer's units are off
-    sigmas = _row_sigmas(fwd)
+    sigmas = _outputs.row_sigmas(fwd)
     # Each piece is one batch row of one layer (its perturbed rows share one path), earlier (costlier)
     # layers first; narrow layers go whole, their NumPy calls too short to share between threads.
     narrow = d < _parallel.MIN_PARALLEL_WIDTH
@@ -169,101 +172,18 @@ def _on_rms(fwd: Forward, k: int) -> float:
 
 def _piece(fwd: Forward, k: int, block: np.ndarray, units: _Units, sigma: np.ndarray, scale: float):
     """Difference the loss in layer ``k``'s outputs that are on in batch rows ``block``; fill ``units``.
-    Returns the number of loss evaluations and of outputs. ``sigma``: ``_row_sigmas(fwd)[k + 1]``;
-    ``scale``: ``_on_rms(fwd, k)``."""
+    Returns the number of loss evaluations and of outputs. ``sigma``: ``outputs.row_sigmas(fwd)[k +
+    1]``; ``scale``: ``_on_rms(fwd, k)``."""
     on_rows, cols = np.nonzero(fwd.masks[k][block])
     rows = block[on_rows]
     if rows.size == 0:
         return 0, 0
-    distance = _distance(fwd.zs[k + 1][rows], fwd.weights[k + 1][cols])
-
-    def central(index: np.ndarray, h: np.ndarray, frozen: bool):
-        return _central(fwd, k, rows[index], cols[index], h, frozen, sigma)
-
-    result = _fd._differentiate(fwd, k, distance, central, scale=scale)
+    central_only = _outputs.near_zero_later(fwd, k)
+    result = _outputs.differentiate(fwd, k, rows, cols, sigma, scale, central_only)
     units.delta[k][rows, cols] = result["value"]
     units.error[k][rows, cols] = result["error"]
-    at = result["kink_at"]
-    # An output on a kink of the next layer from the start (no step tried): the nearest such kink.
-    start = np.flatnonzero(result["kink"] & (at[:, 0] < 0))
-    if start.size:
-        w = np.abs(fwd.weights[k + 1][cols[start]])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(w != 0, np.abs(fwd.zs[k + 1][rows[start]]) / w, np.inf)
-        at[start] = np.column_stack([np.full(start.size, k + 1), rows[start], ratio.argmin(axis=1)])
-    units.kink_at[k][rows, cols] = np.where(result["kink"][:, None], at, -1)
+    units.kink_at[k][rows, cols] = result["kink_at"]
     return result["evaluations"], rows.size
-
-
-def _distance(z_next: np.ndarray, w_rows: np.ndarray) -> np.ndarray:
-    """Per perturbed output, how far it can move before a pre-activation of the next layer changes sign:
-    ``min_u |z_next[s, u]| / |w_rows[s, u]|`` (``w_rows[s]``: the next weights' row it feeds)."""
-    w = np.abs(w_rows)
-    ratio = np.divide(np.abs(z_next), w, out=np.full(w.shape, np.inf), where=w != 0)
-    return ratio.min(axis=1)
-
-
-def _central(fwd: Forward, k: int, rows, cols, h, frozen: bool, sigma: np.ndarray):
-    """``perturb.central`` for layer ``k``'s outputs ``(rows[s], cols[s])``, moved by ``+-h[s]``: the
-    moved output's row of ``W[k + 1]`` starts each perturbed row of ``z[k + 1]``."""
-    steps = np.concatenate([h, -h])
-    rows, cols = np.tile(rows, 2), np.tile(cols, 2)
-    which = np.argsort(rows, kind="stable")  # grouped by batch row: each group shares one path
-    row_of = rows[which]
-
-    def start(part: slice, z: np.ndarray, path) -> None:
-        s = which[part]
-        # The output is on, so its row is among the path's reduced weights (rank below ``on[k]``).
-        np.take(path.weights[k + 1], path.rank[k][cols[s]], axis=0, out=z, mode="clip")
-        z *= steps[s][:, None]
-        z += path.z[k + 1]
-
-    change, crossed, where, fraction = _perturb._rows(fwd, k + 1, start, which, row_of, len(steps), frozen)
-    half = len(h)
-    value, error = _finish(fwd, rows, change, h, sigma)
-    kinked = crossed[:half] | crossed[half:]
-    at = np.where(crossed[:half, None], where[:half], where[half:])
-    return value, error, kinked, at, np.minimum(fraction[:half], fraction[half:])
-
-
-def _finish(fwd: Forward, rows: np.ndarray, change: np.ndarray, h: np.ndarray, sigma: np.ndarray):
-    """Central differences from the loss changes at ``+h`` (first half) and ``-h`` (second half) of
-    perturbations of one batch row each (``rows``, tiled as ``change``), and their error bounds.
-
-    ``perturb._finish``'s bound, taken on the row a perturbation changes rather than on the whole batch
-    (a row's own terms are all that the perturbed evaluation sums): the row's ``sum(y[L][n] ** 2)`` is
-    off by at most ``2 sqrt(loss) ||error of y[L][n]||`` (that norm ``SAFETY`` times ``sigma``, the
-    modelled one of each row, grown with the row's size) plus the rounding of its own sum and of the
-    subtraction of the base row's (``(d + 1) u (loss + base)``); the base row's value cancels in the
-    difference. Per row rather than over the batch, the bound is about ``N`` to ``N**2`` times tighter.
-    """
-    s, u, d = len(h), UNIT_ROUNDOFF["float64"], fwd.ys[-1].shape[1]
-    value = (change[:s] - change[s:]) / (2 * h)
-    base = np.einsum("nd,nd->n", fwd.ys[-1], fwd.ys[-1])[rows]
-    losses = np.maximum(base + change, 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        grow = np.where(base > 0, np.sqrt(np.maximum(losses / base, 1.0)), 1.0)
-    loss_error = terms.modelled(2 * np.sqrt(losses)) * sigma[rows] * grow + u * (d + 1) * (losses + base)
-    return value, (loss_error[:s] + loss_error[s:]) / (2 * h) + 4 * u * np.abs(value)
-
-
-def _row_sigmas(fwd: Forward) -> list[np.ndarray]:
-    """``perturb.output_sigmas`` row by row: for each layer ``k``, ``(N,)``: the norm of the float64
-    rounding of ``y[L][n]`` made by layers ``k`` on (a variance bound: each layer's fresh rounding
-    propagated through ``W**2``, one backward pass serving every ``k``; rows are independent)."""
-    u = UNIT_ROUNDOFF["float64"]
-    n_layers = len(fwd.zs)
-    adjoint = np.ones_like(fwd.zs[-1])
-    total, sums = np.zeros(len(adjoint)), [np.empty(0)] * n_layers
-    above: np.ndarray | None = None  # W[m + 1] ** 2, a layer at a time
-    for m in reversed(range(n_layers)):
-        if above is not None:
-            adjoint = (adjoint * fwd.masks[m + 1]) @ above.T
-        above = fwd.squared_weight(m)
-        sigma = _stack.fresh_sigma(fwd.ys[m], fwd.weights[m], u, False, above)
-        total = total + np.sum(np.square(sigma) * fwd.masks[m] * adjoint, axis=1)
-        sums[m] = np.sqrt(total)
-    return sums
 
 
 def _assemble(fwd: Forward, units: _Units, rounding: _stack.RoundingModel) -> tuple[np.ndarray, np.ndarray]:
