@@ -30,6 +30,8 @@ kink; so is one whose next layer has a kink nearer than the entry-by-entry oracl
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from crosscheck._compare import terms
@@ -81,7 +83,7 @@ def differentiate(
     room = np.column_stack([plus, minus]) / MARGIN  # how far a point may go, up and down
     step, side = _plan(room, cap, may)
     count = len(rows)
-    out = {
+    out: dict[str, Any] = {
         "value": np.zeros(count),
         "error": np.zeros(count),
         "step": np.zeros(count),
