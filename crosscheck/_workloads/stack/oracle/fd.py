@@ -41,7 +41,16 @@ from crosscheck._workloads.stack.forward import Forward, backward, forward
 from crosscheck._workloads.stack.oracle import parallel as _parallel
 from crosscheck._workloads.stack.oracle import perturb as _perturb
 
-__all__ = ["OracleEstimate", "ScreenEstimate", "entries", "estimate", "screen"]
+__all__ = [
+    "OracleEstimate",
+    "ScreenEstimate",
+    "entries",
+    "estimate",
+    "screen",
+    "smallest_step",
+    "step_cap",
+    "stuck_distance",
+]
 
 #: After a crossing a step shrinks at least by this factor, down to h_cap * _MIN_STEP_RATIO.
 _SHRINK, _MIN_STEP_RATIO = 0.25, 2.0**-40
@@ -270,6 +279,24 @@ def _layer(fwd: Forward, k: int, block: np.ndarray, out: dict[str, np.ndarray], 
     return result["evaluations"], rows.size
 
 
+def step_cap(rms: float) -> float:
+    """The largest step ``_differentiate`` takes for values of root mean square ``rms``: its power of
+    two at or below (1 for ``rms == 0``)."""
+    return 2.0 ** math.floor(math.log2(rms)) if rms > 0 else 1.0
+
+
+def smallest_step(rms: float) -> float:
+    """The smallest step ``_differentiate`` takes for values of root mean square ``rms``: a
+    perturbation that crosses a kink even at it sits on the kink, and takes its piece's derivative."""
+    return step_cap(rms) * _MIN_STEP_RATIO
+
+
+def stuck_distance(rms: float) -> float:
+    """The distance to a kink below which ``_differentiate`` tries no step (its first step, a power of
+    two at or below ``distance / 32``, is under ``smallest_step``)."""
+    return smallest_step(rms) * 32
+
+
 def _differentiate(fwd: Forward, k: int, distance: np.ndarray, central) -> dict:
     """Kink-aware central differences of ``len(distance)`` perturbations of layer ``k``.
 
@@ -277,7 +304,7 @@ def _differentiate(fwd: Forward, k: int, distance: np.ndarray, central) -> dict:
     sign; ``central(index, h, frozen)`` evaluates perturbations ``index`` with steps ``h``.
     """
     rms = float(np.sqrt(np.mean(fwd.weights[k] ** 2)))
-    h_cap = 2.0 ** math.floor(math.log2(rms)) if rms > 0 else 1.0
+    h_cap = step_cap(rms)
     count = len(distance)
     # Later layers' kinks are unknown until evaluated: a step well inside the first layer's distance
     # crosses them rarely (fewer retries, ~1.1 evaluations per entry) at a small cost in rounding.
