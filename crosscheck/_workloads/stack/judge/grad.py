@@ -1,15 +1,19 @@
 """The stack's gradient judge (``StackGradJudge``): the engine's ``Judge`` of the gradient, run in
 phases, each handing its result to the next as a record, never as an attribute a later phase reads:
 
-- prepare (``passes``): the point's float64 passes, once (``Passes``);
-- the reference (``reference``): the oracle at every entry, or screened, or another backend; handed to
-  every candidate's comparison in the engine's ``Reference`` (its ``data``: ``Referenced``);
+- prepare (``passes``): the point's float64 passes, once (``Passes``), and whether the oracle's
+  outputs mode fits this machine's memory (``size.fits_outputs``: decided where the run's memory was
+  estimated, before any backend allocates);
+- the reference (``reference``): the oracle at every entry (by the weights' differences or the layers'
+  outputs'), or screened, or another backend; handed to every candidate's comparison in the engine's
+  ``Reference`` (its ``data``: ``Referenced``);
 - compare, each candidate: the passes at its device's arithmetic and, where its activations show its
   own ReLU pattern within rounding, held at it (``pattern``: a ``View``); then every entry (``full``),
   or a screen and its spot check (``screen``, ``spot``);
 - locate, with ``explain`` (``locate``): its forward pass layer by layer, and a mismatch classified by
   controlled re-runs;
-- say (``verdict``): what a passing candidate's arithmetic hides, handed to the report by ``extras``.
+- say (``verdict``): what a passing candidate's arithmetic hides, and what a screen did not judge entry
+  by entry (the report's ``oracle`` section, which the PASSED line quotes), handed on by ``extras``.
 
 Every backend call goes through the engine's guarded ``call``; the numerics are ``model``'s.
 """
@@ -24,6 +28,7 @@ from crosscheck._compare.device import arithmetic, scale
 from crosscheck._compare.record import Comparison
 from crosscheck._report.report import Verdict
 from crosscheck._workloads.protocol import Call, Options, Outcome, Point, Reference
+from crosscheck._workloads.stack import size
 from crosscheck._workloads.stack.explain import SECTION
 from crosscheck._workloads.stack.judge import locate
 from crosscheck._workloads.stack.judge import pattern as _patterned
@@ -48,14 +53,24 @@ class StackGradJudge:
         self.notes: dict[str, dict[str, Any]] = {}
         #: What the prepare phase made: the point's float64 passes, and the memos every candidate shares.
         self.passes = Passes.of(point.params["weights"], point.inputs["x"])
+        #: Whether the oracle's outputs mode fits this machine's memory, for "auto" (``reference.mode``).
+        layers, dim = self.passes.weights.shape[:2]
+        self.fits = size.fits_outputs(layers, len(self.passes.x), dim, point.dtype)
         #: What the say phase said of each candidate, for the report (``extras``).
         self.verdicts: dict[str, Verdict] = {}
+        #: The oracle's mode, once it answered (None: another backend is the reference).
+        self.mode: str | None = None
+        #: Each screened candidate's entries judged one by one, of its total (``verdict.screened``).
+        self.screened: dict[str, tuple[int, int]] = {}
 
     def evaluate(self, backend: Any, call: Call) -> Outcome:
         return gradient(backend, call, self.dtype, self.passes.weights, self.passes.x)
 
     def reference(self, backend: Any, call: Call) -> Outcome:
-        return _reference.reference(self.passes, self.options, self.dtype, backend, call)
+        out = _reference.reference(self.passes, self.options, self.dtype, backend, call, fits=self.fits)
+        if out.ok:
+            self.mode = out.value.notes.get("mode")
+        return out
 
     def compare(
         self, backend: Any, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
@@ -71,10 +86,15 @@ class StackGradJudge:
         said = _verdict.said(comparison, dtype, device, view.passes, referenced.answer)
         if said is not None:
             self.verdicts[name] = said
+        if view.screening is not None:
+            self.screened[name] = (comparison.judged, comparison.total)
         return [comparison]
 
     def extras(self, reference: Reference | None) -> dict[str, Any]:
         extras: dict[str, Any] = {"quantity": "grad", "verdicts": dict(self.verdicts)}
+        if self.mode is not None:
+            directions = self.options.oracle.directions
+            extras["oracle"] = _verdict.oracle_section(self.mode, self.screened, directions)
         return {**extras, **({"sections": (SECTION,)} if self.options.explain else {})}
 
     def _compared(
@@ -106,7 +126,7 @@ class StackGradJudge:
         if comparison.status != "mismatch" or view.screening is not None:
             return comparison
         oracle = reference.data.backend
-        nudged = locate.nudged(self.point, oracle, call, StackGradJudge)
+        nudged = locate.nudged(self.point, oracle, call, StackGradJudge, mode=reference.data.mode)
         return locate.classified(
             passes, options, backend, comparison, candidate, reference, call, dtype=self.dtype, nudged=nudged
         )
