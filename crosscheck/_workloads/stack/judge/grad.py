@@ -9,7 +9,8 @@ phases, each handing its result to the next as a record, never as an attribute a
   ``Reference`` (its ``data``: ``Referenced``);
 - compare, each candidate: the passes at its device's arithmetic and, where its activations show its
   own ReLU pattern within rounding, held at it (``pattern``: a ``View``); then every entry (``full``),
-  or a screen and its spot check (``screen``, ``spot``);
+  or a screen and its spot check (``screen``, ``spot``); a failure on its own pattern named where its
+  gradient took another piece than its activations (``pieces``);
 - locate, with ``explain`` (``locate``): its forward pass layer by layer, and a mismatch classified by
   controlled re-runs;
 - say (``verdict``): what a passing candidate's arithmetic hides, and what a screen did not judge entry
@@ -30,7 +31,7 @@ from crosscheck._report.report import Verdict
 from crosscheck._workloads.protocol import Call, Options, Outcome, Point, Reference
 from crosscheck._workloads.stack import size
 from crosscheck._workloads.stack.explain import SECTION
-from crosscheck._workloads.stack.judge import locate
+from crosscheck._workloads.stack.judge import locate, pieces
 from crosscheck._workloads.stack.judge import pattern as _patterned
 from crosscheck._workloads.stack.judge import reference as _reference
 from crosscheck._workloads.stack.judge import screen as _screen
@@ -82,6 +83,11 @@ class StackGradJudge:
         passes = referenced.passes.scaled(scale(device, dtype))
         view = _patterned.conditioned(passes, referenced.screening, backend, dtype, call)
         comparison = self._compared(view, backend, candidate, name, reference, dtype, call)
+        if view.held and view.screening is None and referenced.answer is not None:
+            answered = (reference.name, referenced.answer)
+            comparison = pieces.named(
+                comparison, view.passes, passes, self.options, candidate, answered, dtype
+            )
         comparison = _patterned.noted(comparison, view, referenced.screening)
         said = _verdict.said(comparison, dtype, device, view.passes, referenced.answer)
         if said is not None:
