@@ -43,10 +43,13 @@ GRADIENT_ARRAYS = 20
 SCREEN_ARRAYS = 6
 #: float64 ``(L, d, d)`` arrays a float32 candidate judged on its own ReLU pattern adds while it is
 #: compared with every entry (``Passes.held``): the answer moved to its pattern (value and error bar),
-#: that pattern's rounding model and its kink judgement. One candidate at a time. Measured with
-#: ``tracemalloc`` (L = N = 8, d = 512, ``--oracle-mode outputs``, a candidate held at a pattern with 32
-#: units flipped beside one on float64's): 4.9 E more at the peak than the same run without flips.
-HELD_ARRAYS = 6
+#: that pattern's rounding model and its kink judgement; failing there, the comparisons that name the
+#: piece its gradient took (``judge.pieces``: float64's pattern's rounding model and another
+#: comparison). One candidate at a time. Measured with ``tracemalloc`` (L = N = 8, d = 512,
+#: ``--oracle-mode outputs``, init nearzero: a candidate held at a pattern with 32 units flipped
+#: beside one on float64's, 4.9 E more at the peak than without flips; one candidate whose backward
+#: took two units otherwise, 8.5 E more than a passing one).
+HELD_ARRAYS = 10
 #: int8 copies of the screening directions: the screen's, those less the unjudgeable entries, and
 #: the private copy of each handed to the oracle.
 DIRECTION_COPIES = 4

@@ -84,8 +84,13 @@ def _reading(
     pattern = held.pattern
     assert pattern is not None
     name, answer = reference
+    held.forget_kinks(dtype)  # the comparison's kink judgement: made for it alone, not needed again
     if len(pattern.flipped):
-        found = compare_full(plain, options, candidate, comparison.backend, name, answer, dtype)
+        # Memos of its own, dropped with it: a diagnosis keeps nothing gradient-sized for the run.
+        alone = dataclasses.replace(
+            plain, models=dict(plain.models), underflows=dict(plain.underflows), kinks={}
+        )
+        found = compare_full(alone, options, candidate, comparison.backend, name, answer, dtype)
         if found.passed:
             units = pattern.flipped
             text = (
