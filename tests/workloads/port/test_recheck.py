@@ -59,9 +59,10 @@ def nnx_port(name="recheck-nnx"):
     class NnxMLP(nnx.Module):
         def __init__(self, rngs):
             self.fc1, self.fc2 = nnx.Linear(3, 4, rngs=rngs), nnx.Linear(4, 2, rngs=rngs)
+            self.scale = 1.0  # an attribute of the module (in its graph, not a variable)
 
         def __call__(self, x):
-            return self.fc2(nnx.tanh(self.fc1(x))) * SCALE
+            return self.fc2(nnx.tanh(self.fc1(x))) * SCALE * self.scale
 
     return crosscheck.Port(name=name, torch=torch_mlp(), jax=NnxMLP(nnx.Rngs(0)), inputs=X)
 
@@ -141,3 +142,27 @@ def test_a_second_check_of_the_same_port_sees_its_code_changed(kind, quantity, m
     follow()
     third = _check(port, quantity)
     assert third.passed, third.problems  # fixed again: passes again
+
+
+@pytest.mark.parametrize("quantity", ["grad", "output"])
+def test_an_attribute_set_on_an_nnx_module_is_seen_by_the_next_check(quantity):
+    """An nnx module is mutable: an attribute set on it between two checks (in its graph, which the
+    model is rebuilt from) is the module's as it is now."""
+    port = nnx_port()
+    assert _check(port, quantity).passed
+    port.jax.scale = 1.05
+    assert not _check(port, quantity).passed
+    port.jax.scale = 1.0
+    assert _check(port, quantity).passed
+
+
+def test_an_nnx_module_whose_variables_changed_is_refused_with_the_fix():
+    from flax import nnx
+
+    port = nnx_port()
+    assert _check(port, "output").passed
+    port.jax.extra = nnx.Linear(2, 2, rngs=nnx.Rngs(1))  # variables the mapping was not made for
+    with pytest.raises(
+        ValueError, match=r"variables changed since the port was prepared .* new crosscheck.Port"
+    ):
+        _check(port, "output")

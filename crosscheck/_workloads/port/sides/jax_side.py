@@ -124,9 +124,15 @@ class JaxSide:
     def renew(self) -> None:
         """A new check: each kept capture pass is traced afresh at its next run (``Kept.renew``), so that
         what the model's code reads when traced (a module-level flag, a closure's variable) is read as it
-        is now; a program compiled in an earlier check runs again only where it is the same program."""
+        is now; a program compiled in an earlier check runs again only where it is the same program. An
+        nnx module is split again: an attribute set on it since (``model.scale = 2.0``) is in its graph,
+        which the model is rebuilt from (``nnx_side.again``)."""
         for kept in self.passes.values():
             kept.renew()
+        if self.kind == "nnx":
+            from crosscheck._workloads.port.sides import nnx_side
+
+            self.static = nnx_side.again(self.model, self.treedef, [leaf.shape for leaf in self.leaves])
 
     def _describe(self, path: Sequence[Any], leaf: Any) -> Tensor:
         tokens = tuple(key_name(k) for k in path)

@@ -22,6 +22,7 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
@@ -59,6 +60,24 @@ def split(model: Any) -> tuple[Any, tuple[Any, Any]]:
             )
     graphdef, state, rest = nnx.split(model, _inexact, ...)
     return state, (graphdef, rest)
+
+
+def again(model: Any, treedef: Any, shapes: list[tuple[int, ...]]) -> tuple[Any, Any]:
+    """What rebuilds ``model`` now (``split``'s second part), the module split again: the attributes set
+    on it since it was first split (they are in its graph definition) are the module's as it is now.
+
+    Raises:
+        ValueError: its variables are no longer those the port was prepared with (``treedef``,
+            ``shapes``): the mapping was made for those; or a submodule is in training mode.
+    """
+    state, static = split(model)
+    leaves, now = jax.tree_util.tree_flatten(state)
+    if now != treedef or [tuple(jnp.shape(leaf)) for leaf in leaves] != [tuple(s) for s in shapes]:
+        raise ValueError(
+            "the Flax nnx module's variables changed since the port was prepared (a layer added, "
+            "removed or resized): its mapping was made for the old ones; make a new crosscheck.Port."
+        )
+    return static
 
 
 def kinds(state: Any) -> dict[tuple[str, ...], str]:
