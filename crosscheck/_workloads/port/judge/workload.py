@@ -23,6 +23,7 @@ class PortWorkload(OwnArrays):
         self.port, self.name, self.spec = port, port.name, spec
         self.prepared: Prepared = port.prepared
         self.inner = GenericWorkload(self.prepared.workload)  # raises on an unresolved mapping
+        self.prepared.jax_side.renew()  # one check: its captures traced afresh (``JaxSide.renew``)
         self.ports: set[int] = set()
         self.torches: set[int] = set()  # the PyTorch side's backends (``own``: its proof)
         #: Whether the run's candidates name the port (``jax``): its module captures are then taken
