@@ -12,10 +12,14 @@ Imports nothing of crosscheck: every room, and the adapters in ``backends/``, ma
 
 from __future__ import annotations
 
-from typing import TypeAlias, Union
+from typing import Any, TypeAlias, Union
 
 import numpy as np
 
 #: A number or an array of them: a tolerance term made per entry, per step or once.
 #: (``Union``: an alias evaluated when imported, on every Python this supports.)
 Floats: TypeAlias = Union[float, np.ndarray]  # noqa: UP007
+
+#: Data parsed from a file or received from another process (JSON, TOML, a worker's message): its shape
+#: is checked where it is read, key by key. ``Any``: no type crosses a file or a process.
+Parsed: TypeAlias = Any

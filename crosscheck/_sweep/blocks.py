@@ -15,13 +15,16 @@ import gc
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crosscheck._backends import ORACLE
 from crosscheck._errors import describe, reraise_user_interrupt
 from crosscheck._records import check_placement
 from crosscheck._sweep.block_rules import check_options
 from crosscheck._sweep.task import CaseRecord, Task, _record, within
+
+if TYPE_CHECKING:
+    from crosscheck._workloads.port.blocks.declare import Blocks
 
 #: What the blockwise check does not see, compared with checking the model whole (said in every summary).
 BLIND = (
@@ -232,7 +235,7 @@ def _task(spec: str | None, entry: dict[str, Any], options: dict[str, Any]) -> T
     return {"index": entry["index"], "case": case, "entry": entry, "options": options, "timeout": timeout}
 
 
-def load_blocks(spec: str) -> Any:
+def load_blocks(spec: str) -> Blocks:
     """The ``crosscheck.Blocks`` an import string names (a function of no arguments returning one is
     called).
 

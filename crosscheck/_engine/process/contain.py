@@ -23,7 +23,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from crosscheck._engine.process.contain_worker import BOOT
 from crosscheck._engine.process.isolate import CLOSE_SECONDS, POSIX, death, spawn
@@ -66,7 +66,7 @@ def contained(
     timeout: float | None,
     progress: Callable[[str, int, int], None] | None,
     announce: Callable[[Any], None] | None = None,
-) -> Any:
+) -> object:
     """What ``job(request, progress=..., announce=...)`` returns, run in a worker process (what the job
     announces, plain data, passed on to ``announce`` as it comes).
 
@@ -116,7 +116,8 @@ def in_worker(
         ValueError, TypeError: the job's usage error, as ``contained`` raises it.
     """
     try:
-        value: T = contained(job, data, timeout=timeout, progress=progress, announce=announce)
+        # What the job named by ``job`` returns (a T), rebuilt from data: no type crosses a process.
+        value = cast(T, contained(job, data, timeout=timeout, progress=progress, announce=announce))
     except WorkerStopped as why:
         return stopped(why)
     return value
