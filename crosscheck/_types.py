@@ -23,3 +23,9 @@ Floats: TypeAlias = Union[float, np.ndarray]  # noqa: UP007
 #: Data parsed from a file or received from another process (JSON, TOML, a worker's message): its shape
 #: is checked where it is read, key by key. ``Any``: no type crosses a file or a process.
 Parsed: TypeAlias = Any
+
+#: A backend as the engine and the judges hold it once loaded (``EngineWorkload.resolve``): a stack's
+#: ``Backend``, a workload's adapter (``grad(params, inputs)``), a worker's stand-in (``IsolatedBackend``)
+#: or a user's object. Its optional methods (``hvp``, ``estimate``, ``activations``, ``loss``, ...) are
+#: found by what it has. ``Any``: no one protocol names them all.
+Loaded: TypeAlias = Any

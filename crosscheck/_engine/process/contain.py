@@ -23,7 +23,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from crosscheck._engine.process.contain_worker import BOOT
 from crosscheck._engine.process.isolate import CLOSE_SECONDS, POSIX, death, spawn
@@ -32,6 +32,9 @@ from crosscheck._errors import DetailedError, one_line
 from crosscheck._report.environment import environment
 from crosscheck._report.report import Report
 from crosscheck._report.wire import from_wire
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
 
 #: Seconds of silence, beyond the timeout, after which a worker is taken to hang (holding the GIL).
 GRACE = 2.0
@@ -127,7 +130,7 @@ class _Watch:
     """The parent's end: reads the worker's messages (progress passed on), until its result."""
 
     def __init__(
-        self, conn: Any, process: subprocess.Popen[bytes] | None, timeout: float | None, progress: Any
+        self, conn: Connection, process: subprocess.Popen[bytes] | None, timeout: float | None, progress: Any
     ):
         self.conn, self.process, self.progress = conn, process, progress
         self.silence = None if timeout is None else timeout + GRACE
