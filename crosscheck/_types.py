@@ -20,6 +20,10 @@ import numpy as np
 #: (``Union``: an alias evaluated when imported, on every Python this supports.)
 Floats: TypeAlias = Union[float, np.ndarray]  # noqa: UP007
 
+#: A framework's array: a PyTorch tensor or a JAX array (NumPy's too, where a function takes all three).
+#: ``Any``: the frameworks are not installed where mypy runs.
+FrameworkArray: TypeAlias = Any
+
 #: Data parsed from a file or received from another process (JSON, TOML, a worker's message): its shape
 #: is checked where it is read, key by key. ``Any``: no type crosses a file or a process.
 Parsed: TypeAlias = Any
