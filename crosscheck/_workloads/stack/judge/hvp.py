@@ -48,7 +48,7 @@ class StackHvpJudge:
     def evaluate(self, backend: Any, call: Call) -> Outcome:
         return self._hvp(backend, call, self.dtype)
 
-    def _hvp(self, backend: Any, call: Call, dtype: str) -> Any:
+    def _hvp(self, backend: Any, call: Call, dtype: str) -> Outcome:
         _, problem = declared_dtype(backend, self.dtype)
         if problem:
             return call.failure(problem)

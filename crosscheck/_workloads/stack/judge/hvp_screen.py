@@ -192,7 +192,7 @@ def _floor_and_slack(judge: HvpJudge, sc: Any, candidate: np.ndarray) -> np.ndar
 
 def _full_layers(
     judge: HvpJudge, screening: Screening, layers: list[int], reference: Reference, call: Call
-) -> Any:
+) -> Reference | str:
     """The full HVP oracle on every entry of ``layers`` (cached across candidates; NaN elsewhere), or
     why it failed."""
     missing = [k for k in layers if k not in screening.full_layers]
