@@ -93,7 +93,7 @@ class GenericJudge:
         functions = candidates + (self.numpy is not None)
         return estimate(self.differencing, self.point.params, functions, self.per_evaluation)
 
-    def _grad(self, backend: Any, call: Call, params: dict, inputs: dict) -> Any:
+    def _grad(self, backend: Any, call: Call, params: dict, inputs: dict) -> Outcome:
         # Fresh dicts: a backend that adds or drops keys changes nothing the next one sees.
         return call(backend.grad, dict(params), dict(inputs), convert="arrays")
 

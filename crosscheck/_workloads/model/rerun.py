@@ -23,12 +23,12 @@ from crosscheck._errors import one_line
 from crosscheck._workloads.model.measured import Divided
 from crosscheck._workloads.model.own_losses import OwnLosses
 from crosscheck._workloads.model.rounding import Rounding, measure
-from crosscheck._workloads.protocol import Call, Point
+from crosscheck._workloads.protocol import Call, Outcome, Point
 
 
 def rerun(
     backend: Any, point: Point, other: str, name: str, call: Call
-) -> tuple[Any, str | None, Arithmetic | None]:
+) -> tuple[Outcome, str | None, Arithmetic | None]:
     """``backend``'s gradient at ``point`` in the dtype ``other``: ``(outcome, said, device)``, where
     ``said`` names a failed re-run (and where it was made instead) or a float64 re-run made on the host
     CPU by design, and ``device`` is where the backend computes (``device.arithmetic``). The re-run's
@@ -55,7 +55,7 @@ def rerun(
     return outcome, f"{failed}; on the host CPU too: {one_line(str(outcome.error), 240)}", device
 
 
-def _grad(backend: Any, point: Point, other: str, call: Call) -> Any:
+def _grad(backend: Any, point: Point, other: str, call: Call) -> Outcome:
     params = call.cast(point.params, other, once=True)
     inputs = call.cast(point.inputs, other, once=True)
     return call(backend.grad, params, inputs, convert="arrays")

@@ -107,7 +107,7 @@ def _joint(judge, side: Side, function: Any, params: dict, names: list[str], sca
     sizes = [int(np.prod(judge.shapes[k])) for k in names]
     ends = np.cumsum(sizes)
 
-    def fn(p: dict[str, np.ndarray]) -> Any:
+    def fn(p: dict[str, np.ndarray]) -> object:
         parts = np.split(p[JOINT], ends[:-1])
         return function.fn({**params, **{k: parts[i].reshape(judge.shapes[k]) for i, k in enumerate(names)}})
 

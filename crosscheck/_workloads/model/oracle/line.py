@@ -49,7 +49,7 @@ from crosscheck._workloads.model.oracle.directions import (
 )
 from crosscheck._workloads.model.oracle.entries import OracleFailed
 from crosscheck._workloads.model.oracle.sums import Steps
-from crosscheck._workloads.protocol import Call, Point
+from crosscheck._workloads.protocol import Call, Outcome, Point
 
 #: The adapter's methods (all three, or the oracle hands it every parameter each evaluation).
 METHODS = ("hold_point", "hold_direction", "loss_along")
@@ -91,7 +91,7 @@ class Line:
         """``let_go`` (what drops what the adapter holds: None where it has none), after which the point
         is handed again (``hold``)."""
 
-        def release() -> Any:
+        def release() -> object:
             self.holding = False
             return None if let_go is None else let_go()
 
@@ -130,7 +130,7 @@ def line_of(
     return Line(methods, call, inputs)
 
 
-def at_point(line: Line | None, loss: Callable[..., Any], point: Point, call: Call) -> Any:
+def at_point(line: Line | None, loss: Callable[..., Any], point: Point, call: Call) -> Outcome:
     """The guarded outcome of the float64 loss at ``point`` (its parameters cast to float64 where they
     are handed; ``convert="array"``, as ``loss``'s): on the adapter's ``line`` where there is one, the
     point held there (``Line.hold``) for the noise probe and the differences that follow, and its loss

@@ -65,7 +65,7 @@ def numpy_function(workload: Losses, point: Point) -> Function | None:
     return Function("the NumPy surrogate", None, built, value)
 
 
-def _attribute(backend: Any, name: str) -> Any:
+def _attribute(backend: Any, name: str) -> object:
     """``backend.<name>``, or None where it is missing or raises (a property that raises)."""
     try:
         return getattr(backend, name, None)
