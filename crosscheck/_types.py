@@ -24,6 +24,14 @@ Floats: TypeAlias = Union[float, np.ndarray]  # noqa: UP007
 #: ``Any``: the frameworks are not installed where mypy runs.
 FrameworkArray: TypeAlias = Any
 
+#: A ``torch.nn.Module`` (a user's model, a block of it). ``Any``: PyTorch is not installed where mypy runs.
+TorchModule: TypeAlias = Any
+
+#: A pytree, as Equinox's ``PyTree``: nested dicts, lists and tuples of arrays (or of their shapes), such
+#: as a model's output or a JAX model's parameters. ``Any``: its structure is its user's, and the
+#: frameworks are not installed where mypy runs.
+PyTree: TypeAlias = Any
+
 #: Data parsed from a file or received from another process (JSON, TOML, a worker's message): its shape
 #: is checked where it is read, key by key. ``Any``: no type crosses a file or a process.
 Parsed: TypeAlias = Any

@@ -113,7 +113,7 @@ class OutputJudge(PortJudge):
         return {"quantity": "output", "verdicts": verdicts, "sections": (MAPPING,)}
 
 
-def _done(call: Call, value: Any, seconds: float) -> Any:
+def _done(call: Call, value: Any, seconds: float) -> Outcome:
     """An outcome of ``value`` that took ``seconds`` (several guarded calls made it; each was guarded)."""
     return dataclasses.replace(call.failure(""), value=value, error=None, seconds=seconds)
 

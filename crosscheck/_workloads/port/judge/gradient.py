@@ -32,7 +32,7 @@ from crosscheck._report.report import Verdict
 from crosscheck._workloads.model.judge import GenericJudge
 from crosscheck._workloads.model.oracle.estimate import Cost
 from crosscheck._workloads.port.declare.build import not_checked, torch_implementation
-from crosscheck._workloads.port.judge import capture, compare, own, say, wide
+from crosscheck._workloads.port.judge import capture, compare, localize, own, say, wide
 from crosscheck._workloads.port.judge.locate import locate
 from crosscheck._workloads.port.judge.verdict import Located
 from crosscheck._workloads.port.judge.view import PortView
@@ -169,6 +169,6 @@ class PortJudge:
             compared, gradients, self.workload, findings, name=name, dtype=self.dtype, forward=self.forward
         )
 
-    def _runs(self, call: Call, *, torch: bool, main: Any = None) -> Any:
+    def _runs(self, call: Call, *, torch: bool, main: Any = None) -> localize.Runs | str:
         """One side's module records at the case's dtype and in the other (``capture.runs``)."""
         return capture.runs(call, self.workload, self.point, torch=torch, main=main)
