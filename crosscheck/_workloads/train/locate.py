@@ -203,7 +203,7 @@ def _state_text(differs: Comparison, first: tuple[int, str] | None, record: dict
     )
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     return list(value) if isinstance(value, tuple) else value
 
 

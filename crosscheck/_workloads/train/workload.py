@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
+from types import ModuleType
 from typing import Any
 
 from crosscheck._backends import ORACLE
@@ -23,7 +24,7 @@ NO_ORACLE = (
 )
 
 
-def _steps(side: str) -> Any:
+def _steps(side: str) -> ModuleType:
     """Side ``side``'s training steps, imported when it trains (each imports its framework alone)."""
     if side == "torch":
         from crosscheck._workloads.train import torch_steps
