@@ -13,6 +13,7 @@ from crosscheck._compare.dtypes import accumulation
 from crosscheck._compare.record import Comparison
 from crosscheck._report.report import Report, Section
 from crosscheck._report.text import markup, plain
+from crosscheck._types import Loaded
 from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack.forward import Forward
 
@@ -66,7 +67,7 @@ def verdict(forward: list[dict[str, Any]], per_layer: list[dict[str, Any]]) -> s
 
 
 def classify(
-    backend: Any,
+    backend: Loaded,
     grad: Any,
     weights: np.ndarray,
     x: np.ndarray,
@@ -127,7 +128,9 @@ _CONTEXTS = (
 )
 
 
-def _in_contexts(backend: Any, grad: Any, weights: np.ndarray, x: np.ndarray, rerun, evidence: list) -> str:
+def _in_contexts(
+    backend: Loaded, grad: Any, weights: np.ndarray, x: np.ndarray, rerun, evidence: list
+) -> str:
     """The verdict of the first context in which the candidate agrees ("" when none does)."""
     for method, condition, explanation in _CONTEXTS:
         context = getattr(backend, method, None)

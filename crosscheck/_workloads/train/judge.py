@@ -82,10 +82,10 @@ class UpdateJudge:
             self.starts[(id(backend), dtype)] = start
         return dataclasses.replace(out, value=trajectories)
 
-    def evaluate(self, backend: Any, call: Call) -> Outcome:
+    def evaluate(self, backend: Loaded, call: Call) -> Outcome:
         return self.train(backend, call, self.point.dtype)
 
-    def reference(self, backend: Any, call: Call) -> Outcome:
+    def reference(self, backend: Loaded, call: Call) -> Outcome:
         out = self.evaluate(backend, call)
         if out.error is not None:
             return out
@@ -100,7 +100,7 @@ class UpdateJudge:
         )
 
     def compare(
-        self, backend: Any, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
+        self, backend: Loaded, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
     ) -> list[Comparison]:
         again = self.train(backend, call, "float64")
         if again.error is not None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from crosscheck._types import Loaded
 from crosscheck._workloads.train.runs import Runs
 
 #: PyTorch's state kind -> optax's (``torch.optim``'s Adam, AdamW and SGD; optax's ``scale_by_adam``,
@@ -89,7 +90,7 @@ def render(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def compared(judge: Any, backend: Any, name: str, reference_name: str) -> tuple[list[dict], list[Any]]:
+def compared(judge: Any, backend: Loaded, name: str, reference_name: str) -> tuple[list[dict], list[Any]]:
     """The state's table and one comparison per paired parameter and kind (its start state, step 0),
     ``backend`` (a candidate) against the judge's reference backend, each side's float32 start state
     within its measured rounding (its float64 re-run's)."""

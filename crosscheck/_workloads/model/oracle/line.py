@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare.dtypes import casts
+from crosscheck._types import Loaded
 from crosscheck._workloads.model.oracle.batched import BYTES, FROM_EVALUATIONS, Batched, evaluate_one
 from crosscheck._workloads.model.oracle.directions import (
     EVALUATIONS_PER_DIRECTION,
@@ -111,7 +112,7 @@ class Line:
 
 
 def line_of(
-    backend: Any, call: Call, inputs: dict[str, np.ndarray], params: dict[str, np.ndarray]
+    backend: Loaded, call: Call, inputs: dict[str, np.ndarray], params: dict[str, np.ndarray]
 ) -> Line | None:
     """``backend``'s ``Line``, or None where it lacks one of ``METHODS`` or a parameter is not a float
     (``params``: the point's own or their float64 casts; a line moves floating-point tensors only, held
