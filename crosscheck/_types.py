@@ -12,13 +12,19 @@ Imports nothing of crosscheck: every room, and the adapters in ``backends/``, ma
 
 from __future__ import annotations
 
-from typing import Any, TypeAlias, Union
+from typing import TYPE_CHECKING, Any, TypeAlias, Union
 
 import numpy as np
+
+if TYPE_CHECKING:  # rich is imported when a report is printed, not with crosscheck
+    import rich.console
 
 #: A number or an array of them: a tolerance term made per entry, per step or once.
 #: (``Union``: an alias evaluated when imported, on every Python this supports.)
 Floats: TypeAlias = Union[float, np.ndarray]  # noqa: UP007
+
+#: The ``rich`` console a report and its sections print on.
+Console: TypeAlias = "rich.console.Console"
 
 #: A framework's array: a PyTorch tensor or a JAX array (NumPy's too, where a function takes all three).
 #: ``Any``: the frameworks are not installed where mypy runs.

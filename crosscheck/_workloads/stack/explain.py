@@ -13,7 +13,7 @@ from crosscheck._compare.dtypes import accumulation
 from crosscheck._compare.record import Comparison
 from crosscheck._report.report import Report, Section
 from crosscheck._report.text import markup, plain
-from crosscheck._types import Loaded
+from crosscheck._types import Console, Loaded
 from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack.forward import Forward
 
@@ -145,7 +145,7 @@ def _in_contexts(
     return ""
 
 
-def render_explain(report: Report, console: Any) -> None:
+def render_explain(report: Report, console: Console) -> None:
     """Every comparison of ``report`` layer by layer (a ``rich`` console)."""
     for c in report.comparisons:
         _render_layers(c, console)
@@ -155,7 +155,7 @@ def render_explain(report: Report, console: Any) -> None:
 SECTION = Section(render_explain, place="after")
 
 
-def _render_layers(c: Comparison, console: Any) -> None:
+def _render_layers(c: Comparison, console: Console) -> None:
     """Layer by layer: the forward activations and the gradient, each in units of its tolerance."""
     from rich.table import Table
 
@@ -196,7 +196,7 @@ def _render_layers(c: Comparison, console: Any) -> None:
     _render_worst(c, console)
 
 
-def _render_worst(c: Comparison, console: Any) -> None:
+def _render_worst(c: Comparison, console: Console) -> None:
     """The worst entries, each with its tolerance's terms and the kink near it."""
     names = ", ".join(rounding.KINK_NAMES)
     for entry in c.worst_entries:

@@ -15,12 +15,15 @@ float64 counterpart to measure its rounding against.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from crosscheck._types import Loaded
+from crosscheck._types import Console, Loaded
 from crosscheck._workloads.train.runs import Runs
+
+if TYPE_CHECKING:
+    from crosscheck._report.report import Report
 
 #: PyTorch's state kind -> optax's (``torch.optim``'s Adam, AdamW and SGD; optax's ``scale_by_adam``,
 #: ``scale_by_amsgrad`` and ``trace``).
@@ -110,7 +113,7 @@ def compared(judge: Any, backend: Loaded, name: str, reference_name: str) -> tup
     return rows, found
 
 
-def render_section(report: Any, console: Any) -> None:
+def render_section(report: Report, console: Console) -> None:
     """The state's table (the case's ``optimizer_state``), before the numbers."""
     if isinstance(report.case.get("optimizer_state"), list):
         console.print(render(report.case["optimizer_state"]), highlight=False, markup=False)
