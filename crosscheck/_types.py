@@ -1,11 +1,12 @@
-"""The names of the seams whose values mypy cannot check, and of the few unions many rooms pass.
+"""The names of the seams whose values mypy cannot check, and of the few types many rooms pass.
 
 Equinox's ``PyTree`` and chex's ``pytypes`` show the way: a value whose type the checker cannot see still
 gets a name, declared once, so that a signature says what it passes and why it is not checked. Each
 alias of ``Any`` says why in its name and its comment: the frameworks (PyTorch, JAX) are not installed
 where ``mypy`` runs (``nox -s lint``), and what crossed a process or was parsed from JSON is checked where
 it is read, not by its type. Where a precise type exists (a protocol, a record), a signature names it
-instead; ``tests/test_typing.py`` keeps every alias of ``Any`` in this module.
+instead; ``tests/test_typing.py`` keeps every alias of ``Any`` in this module. ``Floats`` and ``Console``
+are checked: a union, and a forward reference to a class imported for mypy only.
 
 Imports nothing of crosscheck: every room, and the adapters in ``backends/``, may name these.
 """
