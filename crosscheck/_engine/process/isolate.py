@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
     from crosscheck._backends.protocol import BackendSpec
     from crosscheck._engine.plan import Plan
+    from crosscheck._workloads.protocol import WorkloadSpec
 
 #: Whether worker processes can be started here (a socket is passed to the child by file descriptor).
 POSIX = os.name == "posix"
@@ -53,7 +54,7 @@ class Worker:
     ``placement``: the run's (``Execution.placement``), in effect there while it loads and in each call;
     it crosses as ``settings``, each setting by the name a user gives it (``as_options``)."""
 
-    def __init__(self, workload: Any, spec: str, placement: Sequence[Placement] = ()) -> None:
+    def __init__(self, workload: WorkloadSpec, spec: str, placement: Sequence[Placement] = ()) -> None:
         self.spec, self.settings = spec, as_options(placement)
         self.stopped: str | None = None  # why it no longer serves calls
         self.conn, self.process, failed = spawn(BOOT)
