@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from crosscheck._backends.protocol import BackendSpec
+from crosscheck._types import Loaded
 from crosscheck._workloads.model.workload import GenericWorkload
 from crosscheck._workloads.port.declare.build import Prepared, case_notes
 from crosscheck._workloads.port.declare.port import Port
@@ -37,7 +39,7 @@ class PortWorkload(OwnArrays):
         self.inner.check_candidates(specs)
         self.port_requested = any(isinstance(s, str) and s == "jax" for s in specs)
 
-    def resolve(self, spec: Any) -> Any:
+    def resolve(self, spec: BackendSpec) -> Loaded:
         backend = self.inner.resolve(spec)
         if spec == "jax":
             self.ports.add(id(backend))
@@ -45,7 +47,7 @@ class PortWorkload(OwnArrays):
             self.torches.add(id(backend))
         return backend
 
-    def jax_backend(self) -> Any:
+    def jax_backend(self) -> Loaded:
         """The port's JAX side as the engine runs it, the same adapter each time (``kept_adapter``): where
         its captures run is asked of it (``capture.home``), before the candidate itself is resolved."""
         return self.inner.resolve("jax")

@@ -23,6 +23,7 @@ import numpy as np
 from crosscheck._compare.device import arithmetic, scale
 from crosscheck._compare.record import Comparison
 from crosscheck._report.report import Verdict
+from crosscheck._types import Loaded
 from crosscheck._workloads.protocol import Call, Options, Outcome, Point, Reference
 from crosscheck._workloads.stack.explain import SECTION
 from crosscheck._workloads.stack.judge import locate
@@ -51,14 +52,14 @@ class StackGradJudge:
         #: What the say phase said of each candidate, for the report (``extras``).
         self.verdicts: dict[str, Verdict] = {}
 
-    def evaluate(self, backend: Any, call: Call) -> Outcome:
+    def evaluate(self, backend: Loaded, call: Call) -> Outcome:
         return gradient(backend, call, self.dtype, self.passes.weights, self.passes.x)
 
-    def reference(self, backend: Any, call: Call) -> Outcome:
+    def reference(self, backend: Loaded, call: Call) -> Outcome:
         return _reference.reference(self.passes, self.options, self.dtype, backend, call)
 
     def compare(
-        self, backend: Any, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
+        self, backend: Loaded, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
     ) -> list[Comparison]:
         referenced: Referenced = reference.data
         candidate = value["weights"]
@@ -80,7 +81,7 @@ class StackGradJudge:
     def _compared(
         self,
         view: _patterned.View,
-        backend: Any,
+        backend: Loaded,
         candidate: np.ndarray,
         name: str,
         reference: Reference,

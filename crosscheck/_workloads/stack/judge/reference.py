@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
 from crosscheck._compare.constants import ALL_DTYPES
+from crosscheck._types import Loaded
 from crosscheck._workloads.protocol import Call, Options, Outcome, Reference
 from crosscheck._workloads.stack.judge import cost
 from crosscheck._workloads.stack.judge.answers import GradAnswer, gradient
@@ -36,7 +36,7 @@ class Referenced:
         screening: the oracle's screen, where it screened (then ``answer`` is None).
     """
 
-    backend: Any
+    backend: Loaded
     passes: Passes
     answer: GradAnswer | None = None
     screening: Screening | None = None
@@ -50,7 +50,7 @@ def progress(options: Options, description: str) -> Callable[[int, int], None] |
     return lambda done, total: told(description, done, total)
 
 
-def mode(options: Options, passes: Passes, backend: Any) -> str:
+def mode(options: Options, passes: Passes, backend: Loaded) -> str:
     """``full`` or ``screen``: what ``oracle_mode`` asks for, given what the reference can do."""
     can_screen = callable(getattr(backend, "screen", None))
     asked = options.oracle.mode
@@ -63,7 +63,7 @@ def mode(options: Options, passes: Passes, backend: Any) -> str:
     return asked
 
 
-def reference(passes: Passes, options: Options, dtype: str, backend: Any, call: Call) -> Outcome:
+def reference(passes: Passes, options: Options, dtype: str, backend: Loaded, call: Call) -> Outcome:
     """The reference's outcome at the point of ``passes`` (a ``dtype`` case): its ``Reference``, whose
     ``data`` is what every candidate is judged against (``Referenced``)."""
     if mode(options, passes, backend) == "screen":
@@ -80,7 +80,7 @@ def reference(passes: Passes, options: Options, dtype: str, backend: Any, call: 
     return _backend_reference(passes, dtype, backend, call)
 
 
-def _screened(passes: Passes, options: Options, backend: Any, call: Call) -> Outcome:
+def _screened(passes: Passes, options: Options, backend: Loaded, call: Call) -> Outcome:
     """The oracle's directional derivatives along ``directions`` random +-1 directions per layer: the
     reference's outcome, its ``data`` the screen every candidate shares."""
     shape = passes.weights.shape
@@ -102,7 +102,7 @@ def _screened(passes: Passes, options: Options, backend: Any, call: Call) -> Out
     return dataclasses.replace(out, value=Reference(None, "float64", notes, data))
 
 
-def _backend_reference(passes: Passes, dtype: str, backend: Any, call: Call) -> Outcome:
+def _backend_reference(passes: Passes, dtype: str, backend: Loaded, call: Call) -> Outcome:
     """Another backend as the reference: its gradient, judged by its own modelled rounding."""
     out = gradient(backend, call, dtype, passes.weights, passes.x)
     if out.error:
