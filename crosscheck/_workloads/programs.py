@@ -30,6 +30,8 @@ import jax
 import numpy as np
 from jax.extend import core
 
+from crosscheck._types import PyTree
+
 #: The first argument of crosscheck's own recorders' call backs (``steps.later``): a call back that
 #: carries it reads everything it does from its arguments, which the program's text holds.
 MARK = np.uint32(0xC0DEC4EC)
@@ -103,7 +105,7 @@ def _own(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` as a function object of its own: JAX has traced nothing of it."""
 
     @functools.wraps(fn)
-    def own(*args: Any) -> Any:
+    def own(*args: Any) -> PyTree:
         return fn(*args)
 
     return own
@@ -131,7 +133,7 @@ class Kept:
         """A new check: its calls are traced afresh (the compiled programs stay, for the same program)."""
         self._jit, self._runs = None, {}
 
-    def __call__(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def __call__(self, fn: Callable[..., Any], *args: Any) -> PyTree:
         if self._jit is None:
             self._jit = jax.jit(_own(fn))
         traced = self._jit.trace(*args)
@@ -142,7 +144,7 @@ class Kept:
             run = self._runs[key] = (traced.jaxpr, self._compiled(traced, where))
         return run[1](*args)
 
-    def _compiled(self, traced: Any, where: tuple[Any, ...]) -> Any:
+    def _compiled(self, traced: Any, where: tuple[Any, ...]) -> jax.stages.Compiled:
         lowered = traced.lower()
         made = program(traced, lowered, where)
         for i, (kept, compiled) in enumerate(self._programs):
