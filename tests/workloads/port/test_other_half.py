@@ -1,0 +1,173 @@
+"""The example ports of image models, custom ops, training mode and AdamW (``examples/port/unet.py``,
+``custom_op.py``, ``adam.py``) and of diffusers' Flax twins (``diffusers_twins.py``): facts about the
+examples themselves, whatever crosscheck says of them. Each healthy pair computes the same function under
+the layout it states; each planted bug changes what it claims to (the output, a gradient, the running
+statistics, an update), at a module that exists; the two sides hold the same parameters; diffusers'
+conversion maps every tensor. The pairs are run here directly (a hand-written or diffusers' conversion),
+not through crosscheck."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+needs = pytest.mark.skipif(
+    any(importlib.util.find_spec(name) is None for name in ("torch", "flax", "optax")),
+    reason="needs torch, flax and optax (the port extra)",
+)
+pytestmark = needs
+
+#: Float32 outputs of size ~1 after a few dozen operations: the healthy pairs agree to ~1e-6; a planted
+#: bug moves the output by at least 2e-5 (diffusers' GroupNorm epsilon, the smallest), so 1e-5 separates.
+AGREE = 1e-5
+
+
+def numpy_state(model):
+    return {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+
+
+def count(tree) -> int:
+    import jax
+
+    return sum(int(np.prod(np.shape(leaf))) for leaf in jax.tree_util.tree_leaves(tree))
+
+
+# -- the mini UNet -------------------------------------------------------------------------------------
+
+
+def unet_pair(size=16, *, train=False, **planted):
+    """The PyTorch output (NCHW), the Flax output (NHWC as Flax writes it) and, in training mode, each
+    side's updated running statistics, from the same weights and images."""
+    import jax.numpy as jnp
+    import torch
+
+    from examples.port import unet
+
+    model = unet.torch_model(train=train)
+    variables = unet.convert(numpy_state(model))
+    x = unet.images(size)(np.random.default_rng(0), np.float32)["x"]
+    with torch.no_grad():
+        torch_out = model(x=torch.from_numpy(x)).numpy()
+    flax = unet.flax_model(**planted)
+    if not train:
+        return torch_out, np.asarray(flax.apply(variables, jnp.asarray(x.transpose(0, 2, 3, 1)))), None
+    out, updated = flax.apply(
+        variables, jnp.asarray(x.transpose(0, 2, 3, 1)), train=True, mutable=["batch_stats"]
+    )
+    stats = {
+        k: (model.bn.state_dict()[f"running_{k}"].numpy(), np.asarray(v))
+        for k, v in updated["batch_stats"]["bn"].items()
+    }
+    return torch_out, np.asarray(out), stats
+
+
+def test_the_unet_sides_hold_the_same_parameters_and_statistics():
+    import jax
+
+    from examples.port import unet
+
+    model = unet.torch_model()
+    x = np.zeros((1, 8, 8, unet.C_IN), np.float32)
+    shapes = jax.eval_shape(unet.flax_model().init, jax.random.key(0), x)
+    converted = unet.convert(numpy_state(model))
+    assert jax.tree_util.tree_map(np.shape, converted) == jax.tree_util.tree_map(lambda s: s.shape, shapes)
+    used = [v for k, v in model.state_dict().items() if not k.endswith("num_batches_tracked")]
+    assert count(shapes) == sum(v.numel() for v in used)
+
+
+@pytest.mark.parametrize("size", [16, 8, 10])
+def test_the_healthy_unet_computes_pytorch_s_image_in_nhwc(size):
+    torch_out, flax_out, _ = unet_pair(size)
+    assert flax_out.shape == (torch_out.shape[0], size, size, torch_out.shape[1])
+    assert np.abs(flax_out.transpose(0, 3, 1, 2) - torch_out).max() < AGREE
+
+
+def test_the_square_variant_gives_attention_as_many_tokens_as_channels():
+    from examples.port import unet
+
+    def tokens(size):  # attention's (B, H*W, C) follows the strided `down`: H*W = (size / 2)^2
+        return (size // 2) ** 2
+
+    assert tokens(unet.HEALTHY["square"]["size"]) == 2 * unet.WIDTH  # (2, 16, 16)
+    assert tokens(16) != 2 * unet.WIDTH and tokens(unet.HEALTHY["odd"]["size"]) != 2 * unet.WIDTH
+
+
+def test_the_nchw_call_returns_pytorch_s_layout():
+    import flax.linen as nn
+    import jax.numpy as jnp
+
+    from examples.port import unet
+
+    torch_out, _, _ = unet_pair(16)
+    model = unet.torch_model()
+    x = unet.images(16)(np.random.default_rng(0), np.float32)["x"]
+    out = nn.apply(unet.output_nchw, unet.flax_model())(
+        unet.convert(numpy_state(model)), unet.nhwc({"x": jnp.asarray(x)})
+    )
+    assert np.abs(np.asarray(out) - torch_out).max() < AGREE
+
+
+@pytest.mark.parametrize("name", ["attention_scale", "upsample_bilinear", "group_norm_epsilon"])
+def test_each_planted_unet_bug_changes_the_image_and_names_a_module_that_exists(name):
+    from examples.port import unet
+
+    planted = unet.BUGS[name]
+    torch_out, flax_out, _ = unet_pair(**planted.change)
+    assert np.abs(flax_out.transpose(0, 3, 1, 2) - torch_out).max() > 5 * AGREE
+    assert planted.module in dict(unet.torch_model().named_modules())
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["train", "train_momentum", "train_flax_batch_norm", "train_running_average"],
+)
+def test_a_training_pair_differs_only_where_it_says(name):
+    from examples.port import unet
+
+    planted = unet.TRAINING[name]
+    flax_keys = {k: v for k, v in planted.change.items() if k in ("batch_norm", "momentum")}
+    torch_out, flax_out, stats = unet_pair(train=True, **flax_keys)
+    output_differs = np.abs(flax_out.transpose(0, 3, 1, 2) - torch_out).max() > 5 * AGREE
+    stats_differ = {k: np.abs(a - b).max() > 5 * AGREE for k, (a, b) in stats.items()}
+    assert output_differs == (planted.shows_in == "output" and planted.module != "")
+    if planted.module == "":
+        assert not any(stats_differ.values())
+    elif planted.shows_in == "running statistics":
+        assert stats_differ["var"]
+        assert stats_differ["mean"] == (name == "train_momentum")  # Bessel's correction is the variance's
+
+
+def test_the_workaround_calls_run_training_mode_and_leave_pytorch_s_buffers():
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    from examples.port import unet
+
+    model = unet.torch_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x = unet.images(16)(np.random.default_rng(0), np.float32)["x"]
+    with torch.no_grad():
+        out = unet.torch_call_training(model, {"x": torch.from_numpy(x)}).numpy()
+        trained = unet.torch_model(train=True)(torch.from_numpy(x)).numpy()
+    assert not model.training and model.bn.track_running_stats
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert np.array_equal(out, trained)
+    flax = unet.flax_model(batch_norm="torch")
+    inputs = unet.nhwc({"x": jnp.asarray(x)})
+    # the is_initializing branch (shapes only: an eager init compiles every initializer on its own)
+    variables = jax.eval_shape(nn.init(unet.jax_call_training, flax), jax.random.key(0), inputs)
+    assert set(variables) == {"params", "batch_stats"}
+    got = nn.apply(unet.jax_call_training, flax)(unet.convert(numpy_state(model)), inputs)
+    assert np.abs(np.asarray(got) - trained).max() < AGREE
+
+
+def test_every_unet_variant_declares_a_port_in_the_mode_it_says():
+    from examples.port import unet
+
+    for name in [*unet.HEALTHY, *unet.BUGS, *unet.TRAINING]:
+        port = getattr(unet, name)
+        assert port.torch.training == (name.startswith("train") and "workaround" not in name), name
