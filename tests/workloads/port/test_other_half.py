@@ -171,3 +171,80 @@ def test_every_unet_variant_declares_a_port_in_the_mode_it_says():
     for name in [*unet.HEALTHY, *unet.BUGS, *unet.TRAINING]:
         port = getattr(unet, name)
         assert port.torch.training == (name.startswith("train") and "workaround" not in name), name
+
+
+# -- the custom op -------------------------------------------------------------------------------------
+
+
+def test_the_original_s_hand_written_backward_is_right():
+    import torch
+
+    from examples.port._custom_op_torch import RMSNormFunction
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 6, dtype=torch.float64, generator=generator, requires_grad=True)
+    w = (0.5 + torch.rand(6, dtype=torch.float64, generator=generator)).requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b: RMSNormFunction.apply(a, b, 1e-6), (x, w))
+
+
+def custom_vjp(bug, dtype=np.float64):
+    """The custom op's forward and the VJP of a random cotangent, healthy or with ``bug``, and those of
+    JAX's own derivative of the same forward."""
+    import jax
+
+    from examples.port import custom_op
+    from examples.port._custom_op_jax import rms_norm, rms_norm_forward
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 5, 16)).astype(dtype)
+    w = rng.uniform(0.5, 1.5, 16).astype(dtype)
+    g = rng.standard_normal((2, 5, 16)).astype(dtype)
+    with jax.enable_x64(dtype == np.float64):
+        op = rms_norm(custom_op.EPS, bug)
+        out, vjp = jax.vjp(op, x, w)
+        plain = jax.vjp(lambda a, b: rms_norm_forward(a, b, custom_op.EPS), x, w)[1]
+        return np.asarray(out), [np.asarray(a) for a in vjp(g)], [np.asarray(a) for a in plain(g)]
+
+
+def relative(a, b) -> float:
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+def test_the_port_s_healthy_backward_is_the_derivative_of_its_forward():
+    _, got, autodiff = custom_vjp("")
+    assert all(relative(a, b) < 1e-13 for a, b in zip(got, autodiff, strict=True))
+
+
+@pytest.mark.parametrize(
+    "name", ["missing_term", "wrong_sign", "wrong_axis", "weight_grad", "eps_outside_sqrt"]
+)
+def test_each_planted_backward_bug_leaves_the_forward_and_changes_the_gradient_it_names(name):
+    from examples.port import custom_op
+
+    planted = custom_op.BUGS[name]
+    healthy_out, healthy, _ = custom_vjp("")
+    out, got, _ = custom_vjp(planted.change["bug"])
+    assert planted.shows_in == "gradient" and np.array_equal(out, healthy_out)
+    dx, dw = (relative(a, b) for a, b in zip(got, healthy, strict=True))
+    if name == "weight_grad":
+        assert dx == 0 and dw > 1e-2
+    elif name == "eps_outside_sqrt":  # tiny: seen in float64 only
+        assert planted.dtype == "float64" and 1e-9 < dx < 1e-5 and dw < 1e-5
+    else:
+        assert dw == 0 and dx > 1e-2
+
+
+def test_the_custom_op_sides_compute_the_same_model():
+    import jax.numpy as jnp
+    import torch
+
+    from examples.port import custom_op
+
+    model = custom_op.torch_model()
+    x = custom_op.tokens(np.random.default_rng(0), np.float32)["x"]
+    with torch.no_grad():
+        expected = model(x=torch.from_numpy(x)).numpy()
+    variables = custom_op.convert(numpy_state(model))
+    got = custom_op.flax_model().apply(variables, jnp.asarray(x))
+    assert np.abs(np.asarray(got) - expected).max() < AGREE
+    assert count(variables) == sum(p.numel() for p in model.parameters())
