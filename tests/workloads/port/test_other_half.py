@@ -248,3 +248,54 @@ def test_the_custom_op_sides_compute_the_same_model():
     got = custom_op.flax_model().apply(variables, jnp.asarray(x))
     assert np.abs(np.asarray(got) - expected).max() < AGREE
     assert count(variables) == sum(p.numel() for p in model.parameters())
+
+
+# -- AdamW ---------------------------------------------------------------------------------------------
+
+
+def test_the_attention_key_bias_has_a_zero_gradient_by_construction():
+    import torch
+
+    from examples.port import adam, unet
+
+    model = unet.torch_model().double()
+    x = torch.from_numpy(unet.images(16)(np.random.default_rng(0), np.float64)["x"])
+    projection = torch.from_numpy(np.random.default_rng(1).standard_normal((2, 3, 16, 16)))
+    (model(x) * projection).sum().backward()
+    grads = dict(model.named_parameters())
+    largest = max(float(p.grad.abs().max()) for p in grads.values())
+    assert float(grads[adam.ZERO_GRADIENT].grad.abs().max()) < 1e-12 * largest
+
+
+def one_step(factory, params, grads):
+    """One step of an optax factory of ``adam`` on float64 arrays, the update it makes."""
+    import jax
+
+    from examples.port import adam
+
+    with jax.enable_x64(True):
+        tx = factory(**adam.HYPER)
+        updates, _ = tx.update(grads, tx.init(params), params)
+        return {k: np.asarray(v) for k, v in updates.items()}
+
+
+def test_the_adamw_pair_makes_the_same_step_and_the_coupled_bug_differs_on_decayed_parameters_only():
+    import functools
+
+    import torch
+
+    from examples.port import adam
+
+    rng = np.random.default_rng(0)
+    params = {"w": rng.standard_normal((3, 4)), "b": rng.standard_normal(4)}
+    grads = {"w": 1e-2 * rng.standard_normal((3, 4)), "b": 1e-2 * rng.standard_normal(4)}
+    tensors = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
+    optimizer = adam.torch_adamw(list(tensors.items()), **adam.HYPER)
+    for k, t in tensors.items():
+        t.grad = torch.tensor(grads[k])
+    optimizer.step()
+    torch_step = {k: t.detach().numpy() - params[k] for k, t in tensors.items()}
+    healthy = one_step(adam.optax_adamw, params, grads)
+    coupled = one_step(functools.partial(adam.optax_adamw, bug="coupled_l2"), params, grads)
+    assert all(relative(healthy[k], torch_step[k]) < 1e-12 for k in params)
+    assert relative(coupled["w"], healthy["w"]) > 1e-2 and relative(coupled["b"], healthy["b"]) < 1e-12
