@@ -299,3 +299,79 @@ def test_the_adamw_pair_makes_the_same_step_and_the_coupled_bug_differs_on_decay
     coupled = one_step(functools.partial(adam.optax_adamw, bug="coupled_l2"), params, grads)
     assert all(relative(healthy[k], torch_step[k]) < 1e-12 for k in params)
     assert relative(coupled["w"], healthy["w"]) > 1e-2 and relative(coupled["b"], healthy["b"]) < 1e-12
+
+
+# -- diffusers' Flax twins -----------------------------------------------------------------------------
+
+needs_diffusers = pytest.mark.skipif(
+    importlib.util.find_spec("diffusers") is None, reason="needs diffusers (the diffusers extra)"
+)
+
+
+@pytest.fixture(scope="module", params=["unet", "vae"])
+def twins(request):
+    import jax
+    from flax.traverse_util import flatten_dict
+
+    from examples.port import diffusers_twins as twins
+    from examples.port._diffusers_flax import diffusers_convert
+
+    kind = request.param
+    model, flax = twins.torch_model(kind), twins.flax_model(kind)
+    state = numpy_state(model)
+    shapes = flatten_dict(jax.eval_shape(flax.init_weights, jax.random.PRNGKey(0)))
+    return kind, model, flax, state, shapes, diffusers_convert
+
+
+@needs_diffusers
+def test_diffusers_conversion_maps_every_tensor_onto_every_leaf_once(twins):
+    from flax.traverse_util import flatten_dict
+
+    _, model, flax, state, shapes, convert = twins
+    converted = flatten_dict(convert(flax)(state)["params"])
+    assert set(converted) == set(shapes) and len(converted) == len(state)
+    assert all(converted[k].shape == shapes[k].shape for k in shapes)
+    assert count(converted) == sum(p.numel() for p in model.parameters())
+
+
+@needs_diffusers
+@pytest.mark.slow  # the tiny UNet's Flax forward, op by op: about 30 s on two busy cores
+def test_the_fixed_twins_agree_and_each_planted_bug_changes_the_sample(twins):
+    import flax.linen as nn
+    import jax.numpy as jnp
+    import torch
+
+    from examples.port import diffusers_twins as twins_module
+
+    kind, model, flax, state, _, convert = twins
+    inputs = (twins_module.unet_inputs if kind == "unet" else twins_module.vae_inputs)(
+        np.random.default_rng(0), np.float32
+    )
+    with torch.no_grad():
+        expected = model(**{k: torch.from_numpy(v) for k, v in inputs.items()}).sample.numpy()
+    flax_inputs = {
+        k: jnp.asarray(v)
+        for k, v in (twins_module.flax_unet_inputs(inputs) if kind == "unet" else inputs).items()
+    }
+
+    def sample(swaps=None, hw_swapped=""):
+        swaps = (twins_module.FIXES if kind == "unet" else ()) if swaps is None else swaps
+        call = twins_module.jax_call(tuple(swaps))
+        return np.asarray(nn.apply(call, flax)(convert(flax, hw_swapped)(state), flax_inputs))
+
+    assert np.abs(sample() - expected).max() < AGREE
+    for name, planted in twins_module.BUGS.items():
+        change = dict(planted.change)
+        if change.pop("kind") == kind:
+            assert np.abs(sample(**change) - expected).max() > 2 * AGREE, name
+            assert planted.module in dict(model.named_modules()), name
+
+
+def test_the_diffusers_example_says_what_to_install_when_diffusers_is_missing(monkeypatch):
+    import sys
+
+    from examples.port import diffusers_twins
+
+    monkeypatch.setitem(sys.modules, "diffusers", None)  # as if it were not installed
+    with pytest.raises(ModuleNotFoundError, match=r"crosscheck-gradients\[diffusers\]"):
+        diffusers_twins.unet  # noqa: B018
