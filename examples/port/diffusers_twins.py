@@ -65,25 +65,31 @@ def require():
         )
 
 
+#: Each pair: its PyTorch class, its shipped Flax twin, its config (both sides take the same).
+PAIRS = {
+    "unet": ("UNet2DConditionModel", "FlaxUNet2DConditionModel", UNET),
+    "vae": ("AutoencoderKL", "FlaxAutoencoderKL", VAE),
+}
+
+
 def torch_model(kind: str):
     """``"unet"`` or ``"vae"``: the PyTorch model from its tiny config, diffusers' own init, eval mode."""
     require()
+    import diffusers
     import torch
-    from diffusers import AutoencoderKL, UNet2DConditionModel
 
+    torch_class, _, config = PAIRS[kind]
     torch.manual_seed(0)
-    return (UNet2DConditionModel if kind == "unet" else AutoencoderKL)(
-        **(UNET if kind == "unet" else VAE)
-    ).eval()
+    return getattr(diffusers, torch_class)(**config).eval()
 
 
 def flax_model(kind: str):
+    """The Flax twin diffusers ships for ``kind``, from the same config."""
     require()
-    from diffusers import FlaxAutoencoderKL, FlaxUNet2DConditionModel
+    import diffusers
 
-    return (FlaxUNet2DConditionModel if kind == "unet" else FlaxAutoencoderKL)(
-        **(UNET if kind == "unet" else VAE)
-    )
+    _, flax_class, config = PAIRS[kind]
+    return getattr(diffusers, flax_class)(**config)
 
 
 def unet_inputs(rng, dtype):
