@@ -12,6 +12,7 @@ import numpy as np
 from crosscheck._backends.handed import let_go, same_bits
 from crosscheck._compare.device import Arithmetic
 from crosscheck._compare.dtypes import aligned_copy
+from crosscheck._workloads.programs import Kept
 
 from . import environment, form
 
@@ -124,28 +125,30 @@ class JaxWorkloadBackend:
     ``jax.jit(loss)`` (compiled, never differentiated: what the oracle differences).
 
     float64 arrays are computed in float64: x64 is enabled for the call only (``jax.enable_x64``), so
-    the flag never leaks into other code.
+    the flag never leaks into other code. The compiled functions are kept from one check to the next
+    (``Kept``): each check traces them afresh (``renew``), and runs a program compiled in an earlier
+    check only where it is the same program.
     """
 
     def __init__(self, name: str, loss) -> None:
         self.name = name
         self._raw = loss
-        self._grad = jax.jit(jax.grad(loss))
-        self._loss = jax.jit(loss)
-        self._many: dict[tuple, Any] = {}
+        self._grad = Kept()
+        self._loss = Kept()
+        self._many: dict[tuple, Kept] = {}
         #: The oracle's evaluations (``loss``, ``losses``): arrays sent once, while their bits stay.
         self.resident = Resident()
         #: The oracle's evaluations along a line (``hold_point``, ``hold_direction``, ``loss_along``).
         self._point: tuple[dict[str, jax.Array], dict[str, jax.Array], bool] | None = None
         self._signs: dict[str, dict[str, jax.Array]] = {}
-        self._along: dict[tuple[str, ...], Any] = {}
+        self._along: dict[tuple[str, ...], Kept] = {}
         #: The float64 tensors moved along a line, formed on the host (``_formed``), kept across calls.
         self._buffers: dict[str, np.ndarray] = {}
 
     def grad(self, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         self.release_evaluations()  # the evaluations are over: their device copies are not kept
         with jax.enable_x64(_wide(params, inputs)):
-            grads = self._grad(_lent(params), _lent(inputs))
+            grads = self._grad(jax.grad(self._raw), _lent(params), _lent(inputs))
             out = {k: np.asarray(v) for k, v in grads.items()}
         del grads
         let_go()  # the lent arrays are given back now, not at some later collection
@@ -157,7 +160,7 @@ class JaxWorkloadBackend:
         wide = _wide(params, inputs)
         with jax.enable_x64(wide):
             arrays = self.resident({**{f"p:{k}": v for k, v in params.items()}, **_keyed(inputs)}, wide)
-            return np.asarray(self._loss(_unkeyed(arrays, "p:"), _unkeyed(arrays, "i:")))
+            return np.asarray(self._loss(self._raw, _unkeyed(arrays, "p:"), _unkeyed(arrays, "i:")))
 
     def losses(
         self, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray], batched: tuple[str, ...]
@@ -167,9 +170,8 @@ class JaxWorkloadBackend:
         compiled once per set of tensors; ``k`` is padded to a power of two (a copy of the first point),
         so that a run compiles it for few sizes."""
         key = (tuple(params), tuple(batched))
-        if key not in self._many:
-            axes = {k: 0 if k in batched else None for k in params}
-            self._many[key] = jax.jit(jax.vmap(self._raw, in_axes=(axes, None)))
+        axes = {k: 0 if k in batched else None for k in params}
+        many = self._many.setdefault(key, Kept())
         count = len(params[batched[0]])
         size = 1 << (count - 1).bit_length()
         padded = {
@@ -182,7 +184,8 @@ class JaxWorkloadBackend:
             arrays = self.resident({**shared, **_keyed(inputs)}, wide)
             moving = {k: _sent(v) for k, v in padded.items() if k in batched}
             device = {k: moving[k] if k in moving else arrays[f"p:{k}"] for k in padded}
-            return np.asarray(self._many[key](device, _unkeyed(arrays, "i:")))[:count]
+            batch = jax.vmap(self._raw, in_axes=(axes, None))
+            return np.asarray(many(batch, device, _unkeyed(arrays, "i:")))[:count]
 
     def hold_point(self, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> None:
         """Keep the point on the device for ``loss_along`` (the oracle's evaluations along a line,
@@ -208,19 +211,20 @@ class JaxWorkloadBackend:
         params, inputs, wide = self._held_point()
         with jax.enable_x64(wide):
             if not coefficients:
-                return np.asarray(self._loss(params, inputs))
+                return np.asarray(self._loss(self._raw, params, inputs))
             formed = self._formed(name, coefficients)
             if formed is not None:  # the forward pass alone, the moved tensors read in place
-                out = np.asarray(self._loss({**params, **formed}, inputs))
+                out = np.asarray(self._loss(self._raw, {**params, **formed}, inputs))
                 del formed
                 let_go()
                 return out
             key = tuple(coefficients)
-            if key not in self._along:
-                self._along[key] = jax.jit(_moved(self._raw, key))
+            along = self._along.setdefault(key, Kept())
             moved = {k: np.float64(c) for k, c in coefficients.items()}
             signs = self._signs[name]
-            return np.asarray(self._along[key](moved, params, {k: signs[k] for k in key}, inputs))
+            return np.asarray(
+                along(_moved(self._raw, key), moved, params, {k: signs[k] for k in key}, inputs)
+            )
 
     def _formed(self, name: str, coefficients: dict[str, float]) -> dict[str, jax.Array] | None:
         """The moved tensors ``point_k + c_k * signs_k``, each formed by NumPy in a buffer kept across
@@ -265,6 +269,12 @@ class JaxWorkloadBackend:
         self.resident.clear()
         self._point, self._signs, self._buffers = None, {}, {}
         let_go()  # XLA gives the point and signs it read in place back now
+
+    def renew(self) -> None:
+        """A new check: each compiled function is traced afresh at its next call (``Kept.renew``), so that
+        what the loss's code reads when traced (a flag, a closure's variable) is read as it is now."""
+        for kept in (self._grad, self._loss, *self._many.values(), *self._along.values()):
+            kept.renew()
 
     def arithmetic(self) -> Arithmetic:
         """Where this side computes now (the judge permits an accelerator's arithmetic its rounding)."""

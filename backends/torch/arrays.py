@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from crosscheck._compare.dtypes import numpy_dtype
+
+if TYPE_CHECKING:  # PyTorch is imported when a tensor is made, not with crosscheck
+    import torch
 
 
 def to_numpy(value: Any) -> tuple[Any, str | None]:
@@ -30,7 +33,7 @@ def numpy(tensor: Any) -> np.ndarray:
     return tensor.numpy()
 
 
-def tensor(array: np.ndarray, **options: Any) -> Any:
+def tensor(array: np.ndarray, **options: Any) -> torch.Tensor:
     """A NumPy array as a new tensor of its dtype (a bfloat16 one through float32, exactly)."""
     import torch
 
@@ -39,7 +42,7 @@ def tensor(array: np.ndarray, **options: Any) -> Any:
     return torch.tensor(array, **options)
 
 
-def share(array: np.ndarray, **options: Any) -> Any:
+def share(array: np.ndarray, **options: Any) -> torch.Tensor:
     """A tensor over ``array``'s own memory (``torch.from_numpy``: no copy), or a new one (``tensor``)
     where torch cannot wrap it (bfloat16, a read-only array, another byte order, a negative stride).
 
@@ -59,7 +62,7 @@ def share(array: np.ndarray, **options: Any) -> Any:
     return tensor(array, **options)
 
 
-def projection_loss(outputs: Any, r: np.ndarray) -> Any:
+def projection_loss(outputs: torch.Tensor, r: np.ndarray) -> torch.Tensor:
     """``sum(r * outputs)`` as a 0-d tensor of the outputs' dtype and device (differentiable)."""
     import torch
 

@@ -14,12 +14,18 @@ from __future__ import annotations
 import inspect
 import os
 from collections import Counter
+from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from crosscheck._evidence.inspect_records import Residual, Structure
+
+if TYPE_CHECKING:
+    import torch
+
+_T = TypeVar("_T")
 
 
 def inspect_backend(
@@ -122,7 +128,7 @@ class _Watcher:
 
         self.mode = Mode()
 
-    def call(self, func: Any, args: tuple, kwargs: dict) -> Any:
+    def call(self, func: Callable[..., _T], args: tuple, kwargs: dict) -> _T:
         from torch.overrides import resolve_name
 
         self.ops[(resolve_name(func) or getattr(func, "__name__", str(func)), self.in_node > 0)] += 1
@@ -166,7 +172,7 @@ class _Watcher:
             self.active = False
         self.in_node -= 1
 
-    def pack(self, tensor: Any) -> Any:
+    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
         if not self.in_node:  # kept from forward to backward
             key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
             self.saved.setdefault(key, _torch_residual(tensor, self.is_weights(tensor)))

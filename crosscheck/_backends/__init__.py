@@ -13,10 +13,17 @@ import sys
 from collections.abc import Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
+from types import ModuleType
 from typing import Any, NamedTuple
 
 from crosscheck._backends.placement import Placement, Setting
-from crosscheck._backends.protocol import Backend, BackendBroken, BackendUnavailable, FunctionBackend
+from crosscheck._backends.protocol import (
+    Backend,
+    BackendBroken,
+    BackendSpec,
+    BackendUnavailable,
+    FunctionBackend,
+)
 from crosscheck._backends.strings import import_attribute
 from crosscheck._errors import describe, reraise_user_interrupt
 
@@ -105,7 +112,7 @@ class Framework:
     def __post_init__(self) -> None:
         object.__setattr__(self, "title", self.title or self.name)
 
-    def module(self, name: str) -> Any:
+    def module(self, name: str) -> ModuleType:
         """The folder's module ``name`` (``crosscheck.backends.<framework>.<name>``), imported."""
         return importlib.import_module(f"{PACKAGE}.{self.name}.{name}")
 
@@ -150,7 +157,7 @@ def declared_settings() -> list[tuple[str, Setting]]:
     return [(s.option(framework.name), s) for framework in DECLARED for s in framework.placement]
 
 
-def load_backend(spec: Any) -> Backend:
+def load_backend(spec: BackendSpec) -> Backend:
     """Return the backend for a built-in name, an import string, an entry-point name or an object.
 
     Args:
@@ -211,7 +218,7 @@ def _load_builtin(name: str) -> Backend:
     return getattr(import_adapter(module_name, name, install), class_name)()
 
 
-def import_adapter(module_name: str, name: str, install: str) -> Any:
+def import_adapter(module_name: str, name: str, install: str) -> ModuleType:
     """The built-in adapter module ``module_name`` for backend ``name``.
 
     Raises:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeAlias, Union, runtime_checkable
 
 import numpy as np
+import numpy.typing as npt
 
 
 @runtime_checkable
@@ -40,7 +41,7 @@ class Backend(Protocol):
 
     name: str
 
-    def grad(self, weights: np.ndarray, x: np.ndarray) -> Any: ...
+    def grad(self, weights: np.ndarray, x: np.ndarray) -> npt.ArrayLike: ...
 
 
 #: A backend as the user names one: a built-in name or an import string (``str``), an adapter object
@@ -79,11 +80,11 @@ class BackendBroken(ValueError):
 class FunctionBackend:
     """Adapter for a plain function ``grad(weights, x)``; its name is the function's name."""
 
-    def __init__(self, fn: Any, name: str | None = None) -> None:
+    def __init__(self, fn: Callable[..., Any], name: str | None = None) -> None:
         self.fn = fn
         self.name: str = str(name or getattr(fn, "__name__", None) or repr(fn))
 
-    def grad(self, weights: np.ndarray, x: np.ndarray) -> Any:
+    def grad(self, weights: np.ndarray, x: np.ndarray) -> npt.ArrayLike:
         return self.fn(weights, x)
 
     def info(self) -> dict[str, str]:

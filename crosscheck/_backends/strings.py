@@ -9,13 +9,12 @@ import importlib
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from crosscheck._backends.protocol import BackendBroken
 from crosscheck._errors import describe, reraise_user_interrupt
 
 
-def import_attribute(target: str, *, spec: str | None = None, kind: str = "backend") -> Any:
+def import_attribute(target: str, *, spec: str | None = None, kind: str = "backend") -> object:
     """The attribute an import string ``package.module:attribute`` names (``spec``: what the user
     wrote, for messages; ``kind``: what is being loaded, ``backend`` or ``workload``)."""
     spec = spec or target
@@ -37,7 +36,7 @@ def import_attribute(target: str, *, spec: str | None = None, kind: str = "backe
         error = BackendBroken if kind == "backend" else ValueError
         message = f"{kind} `{spec}`: importing `{module_name}` failed: {describe(exc, f'`{module_name}`')}"
         raise error(message) from exc
-    value: Any = module
+    value: object = module
     for part in attribute.split("."):
         found = getattr(value, part, _MISSING)  # once: a module's __getattr__ may build it (a zoo port)
         if found is _MISSING:

@@ -25,7 +25,7 @@ def numpy_dtype(name: str) -> np.dtype:
     return np.dtype(name)
 
 
-def finfo(name: str) -> Any:
+def finfo(name: str) -> np.finfo[Any]:
     """``numpy.finfo`` of ``name`` (``ml_dtypes.finfo`` for bfloat16): ``max``, ``tiny``, ``eps``."""
     if name == "bfloat16":
         import ml_dtypes

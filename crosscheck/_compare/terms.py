@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import numpy as np
 
@@ -45,6 +45,7 @@ from crosscheck._compare import whole
 from crosscheck._compare.constants import FLOOR_ULPS, SAFETY, WIDEN
 from crosscheck._compare.device import Arithmetic
 from crosscheck._compare.dtypes import is_low, unit_roundoff
+from crosscheck._types import Floats
 
 #: What the tolerance terms that mean the same for every workload are (a report's ``tolerance_sources``).
 TERM_HELP = {
@@ -57,6 +58,9 @@ TERM_HELP = {
 #: a rounding estimate (a modelled one, or the HVP's re-run), the safety factor applied to one unit
 #: roundoff of the largest entry. The same 8 as ``FLOOR_ULPS``; named so that neither moves the other.
 SAFETY_FLOOR_ULPS = SAFETY
+
+#: A term of one number, or of an array of them (one per entry, per step), as its argument is.
+_F = TypeVar("_F", float, np.ndarray)
 
 
 def largest(values: Any) -> float:
@@ -71,7 +75,13 @@ def largest(values: Any) -> float:
     return max(0.0, abs(top), abs(bottom))
 
 
-def floor(largest: Any, u: float, *, ulps: float = FLOOR_ULPS, across: Any = 1.0) -> Any:
+@overload
+def floor(largest: float, u: float, *, ulps: float = ..., across: float = ...) -> float: ...
+@overload
+def floor(largest: np.ndarray, u: float, *, ulps: float = ..., across: Floats = ...) -> np.ndarray: ...
+@overload
+def floor(largest: Floats, u: float, *, ulps: float = ..., across: np.ndarray) -> np.ndarray: ...
+def floor(largest: Floats, u: float, *, ulps: float = FLOOR_ULPS, across: Floats = 1.0) -> Floats:
     """``ulps`` unit roundoffs ``u`` of the largest reference entry ``largest`` (a number, or an array
     of them: one per step), the precision no entry is asked to beat; ``across``: the entries of a
     direction it is summed over (their count, or the direction's norm: in quadrature)."""
@@ -100,7 +110,7 @@ def floor_help(of: str, *, ulps: float = FLOOR_ULPS, then: str = "") -> str:
 # -- the rounding, modelled or measured --------------------------------------------------------------
 
 
-def modelled(sigma: Any) -> Any:
+def modelled(sigma: _F) -> _F:
     """``SAFETY`` standard deviations of a rounding error ``sigma`` (modelled, or estimated): never
     reached by chance, p < 1e-15 for a Gaussian error."""
     return SAFETY * sigma
@@ -126,7 +136,9 @@ def widening(dtype: str) -> float:
     return WIDEN if dtype == "float64" else 1.0
 
 
-def measured(difference: Any, spread: Any = None, *, widen: float = 1.0, own: bool = False) -> Any:
+def measured(
+    difference: np.ndarray, spread: Floats | None = None, *, widen: float = 1.0, own: bool = False
+) -> np.ndarray:
     """The rounding measured by a re-run in the other precision: ``SAFETY x widen x (|difference| +
     spread)``, ``spread`` the difference's RMS (over the array unless given: over a layer, a step),
     which guards entries where the two precisions agree by chance; ``widen``: ``widening``, where the

@@ -36,7 +36,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -44,6 +44,8 @@ from crosscheck._backends import Placement, framework_named, handed
 from crosscheck._compare.dtypes import aligned_copy, as_dtype
 from crosscheck._engine.framework_state import framework_state, restore_state
 from crosscheck._errors import Interrupted, Interrupts, describe, reraise_user_interrupt
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,7 +158,7 @@ def placed(placement: Sequence[Placement]) -> Iterator[None]:
         yield
 
 
-def _placed_call(placement: Sequence[Placement], fn: Callable[..., Any], *args: Any) -> Any:
+def _placed_call(placement: Sequence[Placement], fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)`` with the run's placement in effect, entered in the thread that calls it (a
     framework's scoped settings may be per thread, as JAX's are: a call under a timeout runs in a
     thread of its own)."""
@@ -274,7 +276,7 @@ def walk_arrays(
     return new_args, {k: _each(v, k, fn) for k, v in kwargs.items()}
 
 
-def _each(value: Any, name: str, fn: Callable[[np.ndarray, str], np.ndarray]) -> Any:
+def _each(value: object, name: str, fn: Callable[[np.ndarray, str], np.ndarray]) -> object:
     """``walk_arrays`` of one argument. A function of the module, not a closure that calls itself: that
     was a reference cycle holding ``fn``, and the private copies it keeps, past the guarded call until
     the garbage collector ran."""
@@ -293,7 +295,7 @@ def unique(name: str, taken: Mapping[str, Any]) -> str:
     return candidate
 
 
-def within(timeout: float | None, fn: Callable[..., Any], *args: Any) -> Any:
+def within(timeout: float | None, fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)``, given up after ``timeout`` seconds (``BackendFailure``); None: no deadline.
 
     The call runs in a daemon thread that is left running past the deadline (Python cannot stop a
@@ -319,7 +321,7 @@ def within(timeout: float | None, fn: Callable[..., Any], *args: Any) -> Any:
         )
     if "error" in box:
         raise box["error"]
-    return box.get("value")
+    return cast(T, box.get("value"))  # what ``fn`` returned: the thread finished without an error
 
 
 def _test(before: np.ndarray | Cast) -> Callable[[np.ndarray], bool]:

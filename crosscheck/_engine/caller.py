@@ -22,6 +22,7 @@ from crosscheck._engine.placement import Placing
 from crosscheck._engine.process.isolate import RemoteMethod
 from crosscheck._engine.returned import to_array, to_arrays
 from crosscheck._errors import Interrupts
+from crosscheck._types import Loaded
 
 _CONVERTERS: dict[str, Callable[..., tuple[Any, str | None, dict[str, str]]]] = {
     "array": to_array,
@@ -55,9 +56,11 @@ class Caller(Placing):
         self._fresh = Fresh()
         #: The record the driver is filling (a backend's name), to which a write of no backend's is owed.
         self.phase: str | None = None
-        self.wrote: list[tuple[Any, str | None, str]] = []
+        self.wrote: list[tuple[Loaded | None, str | None, str]] = []
 
-    def __call__(self, fn: Any, *args: Any, convert: str | None = None, **kwargs: Any) -> Outcome:
+    def __call__(
+        self, fn: Callable[..., Any], *args: Any, convert: str | None = None, **kwargs: Any
+    ) -> Outcome:
         out = self._guarded(fn, args, kwargs)  # what it handed is freed with its frame
         for given in (*args, *kwargs.values()):
             if isinstance(given, Once):  # made for this call only: its arrays go before the conversion
@@ -74,7 +77,7 @@ class Caller(Placing):
         value, error, more = _CONVERTERS[convert](box.pop(), interrupts=self.interrupts)
         return Outcome(value, error, out.seconds, {**notes, **more})
 
-    def _guarded(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Outcome:
+    def _guarded(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Outcome:
         remote = getattr(fn, "remote", None) if isinstance(fn, RemoteMethod) else None
         args, kwargs, handed, pristine = hand(
             args, kwargs, self._names, copy=remote is None, fresh=self._fresh

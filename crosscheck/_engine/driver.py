@@ -17,8 +17,9 @@ import numpy as np
 
 from crosscheck._backends import as_options
 from crosscheck._backends.handed import same_bits
+from crosscheck._backends.protocol import BackendSpec
 from crosscheck._compare.record import Comparison
-from crosscheck._engine.call import Outcome, unique, user_interrupts
+from crosscheck._engine.call import unique, user_interrupts
 from crosscheck._engine.caller import Caller
 from crosscheck._engine.load import load, spec_name
 from crosscheck._engine.plan import Plan
@@ -31,13 +32,14 @@ from crosscheck._engine.process.isolate import (
 from crosscheck._errors import Interrupted
 from crosscheck._report.environment import environment
 from crosscheck._report.report import BackendResult, Report
-from crosscheck._workloads.protocol import Reference
+from crosscheck._types import Loaded
+from crosscheck._workloads.protocol import Judge, Outcome, Reference
 
 
 @dataclasses.dataclass
 class _Run:
     plan: Plan
-    judge: Any
+    judge: Judge
     call: Caller
     results: dict[str, BackendResult] = dataclasses.field(default_factory=dict)
     comparisons: list[Comparison] = dataclasses.field(default_factory=list)
@@ -45,9 +47,9 @@ class _Run:
     reference: Reference | None = None
     interrupted: bool = False
     #: Worker processes by position (``"reference"``, or a candidate's index), with ``isolate``.
-    workers: dict[Any, Worker] = dataclasses.field(default_factory=dict)
+    workers: dict[str | int, Worker] = dataclasses.field(default_factory=dict)
     #: Each loaded backend and its record's name (whose record a write to its inputs fails).
-    loaded: list[tuple[Any, str]] = dataclasses.field(default_factory=list)
+    loaded: list[tuple[Loaded, str]] = dataclasses.field(default_factory=list)
 
 
 def drive(plan: Plan) -> Report:
@@ -73,7 +75,9 @@ def drive(plan: Plan) -> Report:
     return _report(run)
 
 
-def _load(run: _Run, key: Any, spec: Any, *, required: bool) -> tuple[Any, BackendResult]:
+def _load(
+    run: _Run, key: str | int, spec: BackendSpec, *, required: bool
+) -> tuple[Loaded | None, BackendResult]:
     """Load ``spec`` in its worker (``isolate``) or here; a note says why one that could not be sent
     to a worker ran here."""
     worker = run.workers.get(key)
@@ -128,7 +132,7 @@ def _candidates(run: _Run) -> None:
         _candidate(run, *admitted)
 
 
-def _admit(run: _Run, spec: Any, index: int) -> tuple[str, Any, BackendResult] | None:
+def _admit(run: _Run, spec: BackendSpec, index: int) -> tuple[str, Loaded, BackendResult] | None:
     """Load candidate ``spec``: ``(name, backend, record)``, or None when it is not checked (recorded)."""
     backend, result = _load(run, index, spec, required=run.plan.explicit)
     name = unique(result.name, run.results)
@@ -153,7 +157,7 @@ def _admit(run: _Run, spec: Any, index: int) -> tuple[str, Any, BackendResult] |
     return name, backend, result
 
 
-def _candidate(run: _Run, name: str, backend: Any, result: BackendResult) -> None:
+def _candidate(run: _Run, name: str, backend: Loaded, result: BackendResult) -> None:
     run.call.phase = name
     out = run.judge.evaluate(backend, run.call)
     result = _record(result, out)
@@ -161,6 +165,7 @@ def _candidate(run: _Run, name: str, backend: Any, result: BackendResult) -> Non
     if out.error is not None:
         return
     run.values[name] = out.value
+    assert run.reference is not None  # ``_admit`` admits no candidate before the reference answered
     found = run.judge.compare(backend, out.value, name, run.reference, run.call)
     notes = {**result.notes, **run.judge.notes.get(name, {})}
     problem, more = _repeats(run, backend, out.value, found)
@@ -210,7 +215,7 @@ def _dtypes(value: Any) -> str | None:
     return ",".join(sorted({a.dtype.name for a in arrays if hasattr(a, "dtype")})) or None
 
 
-def _repeats(run: _Run, backend: Any, first: dict[str, np.ndarray], found: list[Comparison]):
+def _repeats(run: _Run, backend: Loaded, first: dict[str, np.ndarray], found: list[Comparison]):
     """Call the candidate again (``repeat - 1`` times): ``(failure or None, notes)``.
 
     A second result beyond the candidate's own rounding (each comparison's ``arrays["rounding"]``) is a

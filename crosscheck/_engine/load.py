@@ -7,15 +7,20 @@ included) makes that backend a failed record (``info()``: a note), never the end
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from crosscheck._backends import BackendBroken, BackendUnavailable, Placement, backend_info
+from crosscheck._backends.protocol import BackendSpec
 from crosscheck._engine.call import placed
 from crosscheck._errors import Interrupts, describe, one_line, reraise_user_interrupt
 from crosscheck._report.report import BackendResult
+from crosscheck._types import Loaded
+
+if TYPE_CHECKING:
+    from crosscheck._workloads.protocol import EngineWorkload
 
 
-def spec_name(spec: Any, interrupts: Interrupts | None = None) -> str:
+def spec_name(spec: BackendSpec | Loaded, interrupts: Interrupts | None = None) -> str:
     """How a spec is named before it loads: the string, or the object's ``name`` or ``__name__``
     (``interrupts``: the run's Ctrl-C policy, as for the guarded call)."""
     if isinstance(spec, str):
@@ -28,13 +33,13 @@ def spec_name(spec: Any, interrupts: Interrupts | None = None) -> str:
 
 
 def load(
-    workload: Any,
-    spec: Any,
+    workload: EngineWorkload,
+    spec: BackendSpec,
     *,
     required: bool,
     interrupts: Interrupts | None = None,
     placement: Sequence[Placement] = (),
-) -> tuple[Any, BackendResult]:
+) -> tuple[Loaded | None, BackendResult]:
     """``(backend or None, its record)``: ``pending`` when it loaded, else ``unavailable`` or ``failed``.
     ``interrupts``: the run's Ctrl-C policy, as for the guarded call; ``placement``: the run's, in
     effect while it loads and says where it runs (``info()``), as in each call.
@@ -70,7 +75,7 @@ def load(
     return backend, result
 
 
-def info_where(backend: Any, placement: Sequence[Placement]) -> dict[str, str]:
+def info_where(backend: Loaded, placement: Sequence[Placement]) -> dict[str, str]:
     """``backend_info`` read where the backend's calls run (the run's placement in effect); never
     raises (a placement that cannot be made is its ``info_error``, as a broken ``info()`` is)."""
     try:

@@ -14,7 +14,7 @@ from crosscheck._engine.quantity import quantity as _quantity
 from crosscheck._engine.request import Request
 from crosscheck._files import available_memory, format_bytes
 from crosscheck._records import Execution, Oracle, Slack
-from crosscheck._workloads.protocol import EngineWorkload, Judge, Options, Point
+from crosscheck._workloads.protocol import EngineWorkload, Judge, Options, Point, WorkloadSpec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +38,7 @@ class Plan:
     repeat: int = 2
     isolate: bool | str = False
     timeout: float | None = None
-    workload_spec: Any = None
+    workload_spec: WorkloadSpec = None
     placement: tuple[Placement, ...] = ()
     memory: dict[str, int] = dataclasses.field(default_factory=dict)
 
@@ -126,7 +126,7 @@ def check_records(slack: Any, oracle: Any, execution: Any, backends: Any) -> Non
         raise TypeError(f"`backends` must be a list of backends, found {found}.")
 
 
-def check_memory(workload: Any, **case: Any) -> dict[str, int]:
+def check_memory(workload: EngineWorkload, **case: Any) -> dict[str, int]:
     """The bytes the case needs, by part (``workload.memory(**case)``, when it estimates), before
     anything is allocated.
 

@@ -20,6 +20,7 @@ from crosscheck._compare.record import Comparison
 from crosscheck._errors import one_line
 from crosscheck._report.environment import framework_lines
 from crosscheck._report.text import markup, plain, plural
+from crosscheck._types import Console
 
 SCHEMA_VERSION = 1
 #: Where a section is printed: before the table, or after it (and after the backends' failures).
@@ -41,7 +42,7 @@ class Section:
     ``crosscheck._report.text``); ``place`` is where (``PLACES``). Not part of the JSON report.
     """
 
-    render: Callable[[Report, Any], None]
+    render: Callable[[Report, Console], None]
     place: str = "after"
 
     def __post_init__(self) -> None:
@@ -249,7 +250,7 @@ class Report:
             out.append((f"... and {more} more failing rows' messages (the JSON report has each)", False))
         return out + [(line, False) for line in self.oracle.get("lines", [])]
 
-    def render(self, console: Any) -> None:
+    def render(self, console: Console) -> None:
         """Print the table, the mismatch messages and a verdict line on a ``rich`` console. Text from
         backends and workloads (names, errors) is printed as text: escaped where the line is markup,
         without control characters everywhere."""
@@ -279,7 +280,7 @@ class Report:
             console.print(plain(said), highlight=False, markup=False)
         self._verdict_line(console)
 
-    def _verdict_line(self, console: Any) -> None:
+    def _verdict_line(self, console: Console) -> None:
         """``PASSED: ...`` or ``FAILED: ...`` (every problem), in a line."""
         from crosscheck._report.table import summary
 
@@ -289,7 +290,7 @@ class Report:
             # A problem may quote `pip install 'crosscheck-gradients[torch]'` (markup) or a backend's name.
             console.print(f"[red]FAILED[/red]: {markup('; '.join(self.problems))}", highlight=False)
 
-    def _sections(self, place: str, console: Any) -> None:
+    def _sections(self, place: str, console: Console) -> None:
         for section in (s for s in self.sections if s.place == place):
             section.render(self, console)
 

@@ -16,6 +16,7 @@ from crosscheck._compare.message import index_text
 from crosscheck._compare.record import Comparison
 from crosscheck._report.text import markup, markup_lines
 from crosscheck._report.tree import Group, arrange, summarised
+from crosscheck._types import Console
 
 if TYPE_CHECKING:  # rich is imported when a table is made
     from rich.table import Table
@@ -85,7 +86,7 @@ def table(report: Tabled) -> Table:
     return t
 
 
-def render_table(report: Tabled, console: Any) -> None:
+def render_table(report: Tabled, console: Console) -> None:
     """Print the table where it fits the console's width whole; on a narrower terminal (or for names
     too long for a table) the same cells as one paragraph per row (``records``): no name or number is
     ever cut short or folded."""

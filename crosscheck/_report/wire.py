@@ -21,6 +21,7 @@ import numpy as np
 
 from crosscheck._compare.record import Comparison, Kinks, Tolerance
 from crosscheck._report.report import BackendResult, Report, Section, Verdict
+from crosscheck._types import Parsed
 
 #: What ``to_wire`` gives: JSON data with NumPy arrays inside (a tagged object, ``{"record": ...}``,
 #: ``{"map": ...}``, ..., says what ``from_wire`` rebuilds of it).
@@ -60,7 +61,7 @@ def to_wire(value: Any) -> Wire:
     raise TypeError(f"a report cannot carry a {type(value).__name__} across processes")
 
 
-def from_wire(data: Any) -> Any:
+def from_wire(data: Parsed) -> object:
     """The value ``to_wire`` gave ``data`` for.
 
     Raises:

@@ -15,13 +15,17 @@ import gc
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crosscheck._backends import ORACLE
 from crosscheck._errors import describe, reraise_user_interrupt
 from crosscheck._records import check_placement
 from crosscheck._sweep.block_rules import check_options
 from crosscheck._sweep.task import CaseRecord, Task, _record, within
+from crosscheck._types import TorchModule
+
+if TYPE_CHECKING:
+    from crosscheck._workloads.port.blocks.declare import Blocks
 
 #: What the blockwise check does not see, compared with checking the model whole (said in every summary).
 BLIND = (
@@ -232,7 +236,7 @@ def _task(spec: str | None, entry: dict[str, Any], options: dict[str, Any]) -> T
     return {"index": entry["index"], "case": case, "entry": entry, "options": options, "timeout": timeout}
 
 
-def load_blocks(spec: str) -> Any:
+def load_blocks(spec: str) -> Blocks:
     """The ``crosscheck.Blocks`` an import string names (a function of no arguments returning one is
     called).
 
@@ -264,7 +268,7 @@ def run_block_task(task: Task) -> CaseRecord:
     return check_block(declared, task)
 
 
-def check_block(blocks: Any, task: Task, *, model: Any = None) -> CaseRecord:
+def check_block(blocks: Blocks, task: Task, *, model: TorchModule = None) -> CaseRecord:
     """Check one block from its recording as a ``crosscheck.Port`` (the block taken from ``model``, or
     built alone: ``blocks_record.block_module``); its record (never raises but for the user's Ctrl-C)."""
     entry, start = task["entry"], time.perf_counter()
@@ -277,7 +281,7 @@ def check_block(blocks: Any, task: Task, *, model: Any = None) -> CaseRecord:
     return found
 
 
-def _guarded(blocks: Any, task: Task, model: Any) -> CaseRecord:
+def _guarded(blocks: Blocks, task: Task, model: TorchModule) -> CaseRecord:
     try:
         return _check(blocks, task, model)
     except BaseException as exc:  # a record, not a crash: the other blocks go on, and this one fails
@@ -285,7 +289,7 @@ def _guarded(blocks: Any, task: Task, model: Any) -> CaseRecord:
         return _block_record(task, "error", error=f"not checked: {describe(exc)}")
 
 
-def _check(blocks: Any, task: Task, model: Any) -> CaseRecord:
+def _check(blocks: Blocks, task: Task, model: TorchModule) -> CaseRecord:
     from crosscheck._backends import as_options, placements
     from crosscheck._engine.run import check
     from crosscheck._records import Execution

@@ -42,6 +42,7 @@ else:  # pragma: no cover - Python 3.10
 from crosscheck._backends import declared_settings
 from crosscheck._compare.constants import DTYPES
 from crosscheck._records import MAX_TIMEOUT
+from crosscheck._types import Parsed
 from crosscheck._workloads.registry import case_knobs, ci_cases
 
 CONFIG_FILE = "pyproject.toml"
@@ -130,7 +131,7 @@ class SweepConfig:
     def has_matrix(self) -> bool:
         return any(key in self.values for key in MATRIX_KEYS)
 
-    def get(self, key: str, default: Any = None) -> Any:
+    def get(self, key: str, default: Parsed = None) -> Parsed:
         return self.values.get(key, default)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._backends import DECLARED
+from crosscheck._types import FrameworkArray
 
 
 @functools.lru_cache(maxsize=32)
@@ -28,7 +29,7 @@ def projection(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
     return values
 
 
-def projection_loss(outputs: Any, *, seed: int = 0) -> Any:
+def projection_loss(outputs: FrameworkArray, *, seed: int = 0) -> FrameworkArray:
     """``sum(R * outputs)`` with ``R`` a fixed random array of the outputs' shape (``projection``).
 
     Works on NumPy arrays (returns a float), PyTorch tensors and JAX arrays (returns a 0-d array of
@@ -44,7 +45,7 @@ def projection_loss(outputs: Any, *, seed: int = 0) -> Any:
     return dot(outputs, projection(tuple(int(d) for d in np.shape(outputs)), int(seed)))
 
 
-def dot(outputs: Any, r: np.ndarray) -> Any:
+def dot(outputs: FrameworkArray, r: np.ndarray) -> FrameworkArray:
     """``sum(r * outputs)`` for a NumPy ``r`` of the outputs' shape: a float for NumPy outputs, a 0-d
     array of the outputs' framework and dtype (differentiable) for PyTorch tensors and JAX arrays (a
     blockwise check's cotangent, ``projection_loss``'s ``R``)."""
@@ -55,7 +56,7 @@ def dot(outputs: Any, r: np.ndarray) -> Any:
     return float(np.sum(np.asarray(outputs, dtype=np.float64) * r))
 
 
-def floating_outputs(output: Any) -> list[Any]:
+def floating_outputs(output: Any) -> list[FrameworkArray]:
     """Every floating-point array of a model's output, depth first: a Hugging Face ``ModelOutput``'s
     fields (PyTorch's and Flax's, in field order, ``None`` left out), a dict's values, a tuple's or a
     list's items; integer and boolean arrays (token ids, masks) are left out."""
@@ -70,7 +71,7 @@ def floating_outputs(output: Any) -> list[Any]:
     return []
 
 
-def outputs_loss(output: Any, *, seed: int = 0) -> Any:
+def outputs_loss(output: Any, *, seed: int = 0) -> FrameworkArray:
     """``sum_i sum(R_i * a_i)`` over every floating-point array ``a_i`` of ``output``
     (``floating_outputs``), ``R_i`` the fixed random array of ``projection_loss`` with seed ``seed + i``:
     both sides of a port pair their arrays by position (and shape), so every output reaches the loss.

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeAlias, TypeVar, Union, runtime_checkable
 
 import numpy as np
 
@@ -28,8 +28,16 @@ from crosscheck._backends.protocol import BackendSpec
 from crosscheck._compare.constants import ALL_DTYPES
 from crosscheck._compare.record import Comparison
 from crosscheck._records import Oracle, Slack
+from crosscheck._types import Loaded
+
+if TYPE_CHECKING:
+    from crosscheck._report.report import Report
 
 Progress = Callable[[str, int, int], None]
+#: How a worker process builds a workload again (``EngineWorkload.spec``, ``load_workload(spec)``): a
+#: name or an import string, or plain data (the stack's knobs); None: it cannot be (an object given as
+#: such). (``Union``: an alias evaluated when imported, on every Python this supports.)
+WorkloadSpec: TypeAlias = Union[str, Mapping[str, Any], None]  # noqa: UP007
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +89,14 @@ class Outcome(Protocol):
     @property
     def ok(self) -> bool:
         """No error."""
+
+
+class Quantity(Protocol):
+    """What is cross-checked, as a workload reads it (``crosscheck._engine.quantity.Quantity``): its
+    ``name``, as in ``--quantity``."""
+
+    @property
+    def name(self) -> str: ...
 
 
 class Call(Protocol):
@@ -175,14 +191,14 @@ class Judge(Protocol):
     #: Notes a judge adds to a candidate's record, by candidate name (``{"rounding": "measured ..."}``).
     notes: dict[str, dict[str, Any]]
 
-    def reference(self, backend: Any, call: Call) -> Outcome:
+    def reference(self, backend: Loaded, call: Call) -> Outcome:
         """An ``Outcome`` whose value is a ``Reference`` (or whose error says why there is none)."""
 
-    def evaluate(self, backend: Any, call: Call) -> Outcome:
+    def evaluate(self, backend: Loaded, call: Call) -> Outcome:
         """An ``Outcome`` whose value is the backend's quantity, ``{parameter: array}``."""
 
     def compare(
-        self, backend: Any, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
+        self, backend: Loaded, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
     ) -> list[Comparison]:
         """One ``Comparison`` per parameter; ``arrays["rounding"]`` bounds the candidate's own rounding
         (what a repeated call may differ by), ``{parameter: bound}``: an array, or an object that
@@ -201,7 +217,7 @@ class EngineWorkload(Protocol):
     @property
     def name(self) -> str: ...
     @property
-    def spec(self) -> Any:
+    def spec(self) -> WorkloadSpec:
         """How a worker process builds it again (``load_workload(spec)``: a name, an import string or
         plain data); None: it cannot be (an object given as such)."""
 
@@ -230,19 +246,19 @@ class EngineWorkload(Protocol):
     def defaults(self, reference: BackendSpec) -> list[BackendSpec]:
         """The candidates checked when the user names none."""
 
-    def resolve(self, spec: Any) -> Any:
+    def resolve(self, spec: BackendSpec) -> Loaded:
         """The backend for a spec (raises ``BackendUnavailable``, ``BackendBroken`` or ``ValueError``)."""
 
-    def check_candidates(self, specs: Sequence[Any]) -> None:
+    def check_candidates(self, specs: Sequence[BackendSpec]) -> None:
         """Raise ``ValueError`` for a candidate list that cannot mean anything here."""
 
     def point(self, *, dtype: str, seed: int) -> Point:
         """The point of its case at ``dtype`` and ``seed`` (``ValueError`` when they are not values)."""
 
-    def judge(self, quantity: Any, point: Point, options: Options) -> Judge:
+    def judge(self, quantity: Quantity, point: Point, options: Options) -> Judge:
         """The judge of ``quantity`` at ``point`` (raises ``ValueError`` when it has none)."""
 
-    def known_answer(self, report: Any) -> str:
+    def known_answer(self, report: Report) -> str:
         """``"exact"`` when the gradients of ``report`` (a run of this workload) are its case's known
         answer exactly, else what is not; ``""`` when the case has none."""
 
@@ -269,13 +285,13 @@ class OwnArrays:
     """What a workload that defines its own arrays (a user's ``Workload``, a ``Port``) says to the
     engine: it takes none of the stack's options, checks the gradient, and explains nothing more."""
 
-    spec: Any = None
+    spec: WorkloadSpec = None
     takes: frozenset[str] = frozenset()
     case_knobs: tuple[Knob, ...] = POINT_KNOBS
     quantities: tuple[str, ...] = ("grad",)
     explain = False
 
-    def known_answer(self, report: Any) -> str:
+    def known_answer(self, report: Report) -> str:
         return ""  # its arrays are its own: no answer is known in advance
 
     def configure(self: _Own, **given: Any) -> _Own:

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from threadpoolctl import ThreadpoolController
 
 
 def workers() -> int:
@@ -24,7 +27,7 @@ def workers() -> int:
 
 
 @functools.cache
-def threadpools() -> Any:
+def threadpools() -> ThreadpoolController | None:
     """``threadpoolctl``'s controller of this process's thread pools (one, cached), or None without it."""
     try:
         from threadpoolctl import ThreadpoolController

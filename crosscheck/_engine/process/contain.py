@@ -23,7 +23,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from crosscheck._engine.process.contain_worker import BOOT
 from crosscheck._engine.process.isolate import CLOSE_SECONDS, POSIX, death, spawn
@@ -32,6 +32,9 @@ from crosscheck._errors import DetailedError, one_line
 from crosscheck._report.environment import environment
 from crosscheck._report.report import Report
 from crosscheck._report.wire import from_wire
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
 
 #: Seconds of silence, beyond the timeout, after which a worker is taken to hang (holding the GIL).
 GRACE = 2.0
@@ -66,7 +69,7 @@ def contained(
     timeout: float | None,
     progress: Callable[[str, int, int], None] | None,
     announce: Callable[[Any], None] | None = None,
-) -> Any:
+) -> object:
     """What ``job(request, progress=..., announce=...)`` returns, run in a worker process (what the job
     announces, plain data, passed on to ``announce`` as it comes).
 
@@ -116,7 +119,8 @@ def in_worker(
         ValueError, TypeError: the job's usage error, as ``contained`` raises it.
     """
     try:
-        value: T = contained(job, data, timeout=timeout, progress=progress, announce=announce)
+        # What the job named by ``job`` returns (a T), rebuilt from data: no type crosses a process.
+        value = cast(T, contained(job, data, timeout=timeout, progress=progress, announce=announce))
     except WorkerStopped as why:
         return stopped(why)
     return value
@@ -126,7 +130,7 @@ class _Watch:
     """The parent's end: reads the worker's messages (progress passed on), until its result."""
 
     def __init__(
-        self, conn: Any, process: subprocess.Popen[bytes] | None, timeout: float | None, progress: Any
+        self, conn: Connection, process: subprocess.Popen[bytes] | None, timeout: float | None, progress: Any
     ):
         self.conn, self.process, self.progress = conn, process, progress
         self.silence = None if timeout is None else timeout + GRACE

@@ -24,14 +24,22 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from crosscheck._backends import ORACLE, Placement, as_options
 from crosscheck._engine.call import BackendFailure, Outcome
 from crosscheck._engine.process.isolate_worker import BOOT, receive, send
 from crosscheck._errors import Interrupts, describe, reraise_user_interrupt
 from crosscheck._report.report import BackendResult
+from crosscheck._types import Parsed
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+    from crosscheck._backends.protocol import BackendSpec
+    from crosscheck._engine.plan import Plan
+    from crosscheck._workloads.protocol import WorkloadSpec
 
 #: Whether worker processes can be started here (a socket is passed to the child by file descriptor).
 POSIX = os.name == "posix"
@@ -46,7 +54,7 @@ class Worker:
     ``placement``: the run's (``Execution.placement``), in effect there while it loads and in each call;
     it crosses as ``settings``, each setting by the name a user gives it (``as_options``)."""
 
-    def __init__(self, workload: Any, spec: str, placement: Sequence[Placement] = ()) -> None:
+    def __init__(self, workload: WorkloadSpec, spec: str, placement: Sequence[Placement] = ()) -> None:
         self.spec, self.settings = spec, as_options(placement)
         self.stopped: str | None = None  # why it no longer serves calls
         self.conn, self.process, failed = spawn(BOOT)
@@ -100,7 +108,7 @@ class Worker:
             self.stop("closed")
 
 
-def spawn(boot: str, *, session: bool = False) -> tuple[Any, subprocess.Popen[bytes] | None, str]:
+def spawn(boot: str, *, session: bool = False) -> tuple[Connection, subprocess.Popen[bytes] | None, str]:
     """A worker process started as ``python -c boot FD SYS_PATH``: ``(connection, process, "")``, or
     ``(connection, None, why)`` when it could not start. ``session``: in a session of its own, so that a
     Ctrl-C at the terminal reaches only this process (which forwards it)."""
@@ -138,20 +146,20 @@ def death(process: subprocess.Popen[bytes] | None, inside: str) -> str:
     return f"its worker process died with exit status {code} (os._exit or a crash in {inside})"
 
 
-def start_workers(plan: Any) -> dict[Any, Worker]:
+def start_workers(plan: Plan) -> dict[str | int, Worker]:
     """A worker for each backend of ``plan`` that runs isolated (``plan.isolate``), by position:
     ``"reference"``, or a candidate's index. Started at once, so they load side by side."""
     if not plan.isolate:
         return {}
-    keyed = [("reference", plan.reference), *enumerate(plan.candidates)]
-    return {
-        key: Worker(plan.workload_spec, spec, plan.placement)
+    keyed: list[tuple[str | int, BackendSpec]] = [("reference", plan.reference), *enumerate(plan.candidates)]
+    return {  # a spec sent to a worker is a string: ``in_process_reason`` keeps an object here
+        key: Worker(plan.workload_spec, cast(str, spec), plan.placement)
         for key, spec in keyed
         if not in_process_reason(plan, spec, reference=key == "reference")
     }
 
 
-def in_process_reason(plan: Any, spec: Any, *, reference: bool) -> str:
+def in_process_reason(plan: Plan, spec: BackendSpec, *, reference: bool) -> str:
     """Why a backend runs in this process ("" when it runs in a worker, or when ``plan.isolate`` is
     False). With ``"auto"`` only code from elsewhere (an import string, a plugin) goes to a worker, and
     a backend that stays here needs no reason."""
@@ -173,7 +181,7 @@ def in_process_reason(plan: Any, spec: Any, *, reference: bool) -> str:
     return ""
 
 
-def foreign(spec: Any) -> bool:
+def foreign(spec: BackendSpec) -> bool:
     """Whether ``spec`` names code from elsewhere: an import string or an installed plugin's name (not
     a built-in backend, nor a workload's implementation, nor an object the caller holds)."""
     from crosscheck._backends import BUILTINS, plugin_entry_points
@@ -228,14 +236,14 @@ class IsolatedBackend:
         return dict(self._info)
 
     @property
-    def output_dtype(self) -> Any:
+    def output_dtype(self) -> str:
         if isinstance(self._dtype, dict):  # the backend's own attribute raised
             raise BackendFailure(self._dtype["error"])
         if self._dtype is None:
             raise AttributeError("output_dtype")
         return self._dtype
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Callable[..., Any]:
         if name.startswith("_"):
             raise AttributeError(name)
         if name in self._methods:
@@ -289,7 +297,7 @@ class RemoteMethod:
             return Outcome(None, error, time.perf_counter() - start)
         return Outcome(reply["value"], reply["error"], float(reply["seconds"]), dict(reply["notes"]))
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Parsed:
         out = self.remote(args, kwargs, names=[], timeout=None)
         if out.error is not None:
             raise BackendFailure(out.error)

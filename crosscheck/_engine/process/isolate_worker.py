@@ -18,7 +18,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,6 +29,10 @@ from crosscheck._engine.call import guarded, placed, unique, walk_arrays
 from crosscheck._engine.quantity import QUANTITIES
 from crosscheck._engine.returned import to_array, to_arrays
 from crosscheck._errors import describe, one_line
+from crosscheck._types import Parsed
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
 
 #: Backend methods a worker serves: each quantity's (``QUANTITIES``), ``activations`` (localization),
 #: ``loss`` (a workload implementation's own loss, which the model oracle differences), the oracle's
@@ -60,7 +64,7 @@ def _header(message: Any) -> tuple[bytes, list[np.ndarray]]:
     its shape), and the arrays in that order."""
     arrays: list[np.ndarray] = []
 
-    def strip(value: Any) -> Any:
+    def strip(value: object) -> object:
         if isinstance(value, np.ndarray):
             arrays.append(value)
             place: dict[str, Any] = {
@@ -85,8 +89,8 @@ def _jsonable(value: Any) -> object:
     return value.item() if isinstance(value, np.generic) else one_line(str(value))
 
 
-def _build(header: Any, arrays: list[np.ndarray]) -> Any:
-    def build(value: Any) -> Any:
+def _build(header: Parsed, arrays: list[np.ndarray]) -> Parsed:
+    def build(value: Parsed) -> Parsed:
         if isinstance(value, dict) and "__array__" in value:
             array = arrays[value["__array__"]]
             dtype = value.get("dtype")
@@ -109,7 +113,7 @@ def _build(header: Any, arrays: list[np.ndarray]) -> Any:
 PIECE = 1 << 23
 
 
-def send(conn: Any, message: Any) -> None:
+def send(conn: Connection, message: object) -> None:
     """``message`` (JSON data with NumPy arrays anywhere inside) on ``conn``: its JSON header, then
     each array's bytes in parts of ``PIECE`` (a C-ordered array is not copied). An array of objects is
     refused (it would need pickle)."""
@@ -118,10 +122,11 @@ def send(conn: Any, message: Any) -> None:
     for array in arrays:
         data = _bytes_of(np.ascontiguousarray(array))
         for start in range(0, data.size, PIECE):
-            conn.send_bytes(data[start : start + PIECE])
+            # An array is a buffer; NumPy's stubs say so from Python 3.12 only.
+            conn.send_bytes(data[start : start + PIECE])  # type: ignore[arg-type]
 
 
-def receive(conn: Any) -> Any:
+def receive(conn: Connection) -> Parsed:
     """The message ``send`` sent on ``conn``: each array received into an array made for it, of the
     dtype and shape its header says (plain numbers only: never an object, never a pickle)."""
     header = json.loads(conn.recv_bytes())
@@ -280,7 +285,7 @@ def _serve(backend: Any, request: dict[str, Any]) -> dict[str, Any]:
     inputs = _arrays_in(args, kwargs, request["names"])
     fn: Callable[..., Any] = getattr(backend, request["method"])
 
-    def call() -> Any:
+    def call() -> object:
         with contextlib.ExitStack() as stack:
             for context in request["contexts"]:
                 stack.enter_context(getattr(backend, context)())

@@ -247,7 +247,7 @@ def projected_terms(
     return {"rounding": round_term, "reference": np.zeros(len(dirs)), "floor": floor, "slack": slack}
 
 
-def _array(x: Any) -> Any:
+def _array(x: object) -> object:
     """``x`` as an array, or as it is where it is read a block at a time (a group's ``Joint``)."""
     return x if hasattr(x, "block") else np.asarray(x)
 

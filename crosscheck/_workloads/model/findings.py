@@ -18,6 +18,7 @@ import numpy as np
 from crosscheck._compare import terms
 from crosscheck._compare.constants import UNIT_ROUNDOFF
 from crosscheck._compare.record import Comparison
+from crosscheck._types import Loaded
 from crosscheck._workloads.model.compare import Context
 from crosscheck._workloads.model.oracle.function import Differences, Differencing, Function, Skip
 from crosscheck._workloads.model.rounding import Rounding
@@ -190,5 +191,5 @@ class Judging(Protocol):
     def context(self, name: str, reference: str, question: str, function: Function) -> Context:
         """The comparison's context of candidate ``name`` against differences of ``function``."""
 
-    def rounding(self, backend: Any, value: dict[str, np.ndarray], name: str, call: Any) -> Rounding:
+    def rounding(self, backend: Loaded, value: dict[str, np.ndarray], name: str, call: Any) -> Rounding:
         """The rounding of ``name``'s gradient ``value``, measured by its re-run (``rerun.rounding``)."""

@@ -28,6 +28,7 @@ import numpy as np
 
 from crosscheck._compare import screening
 from crosscheck._compare.record import Comparison
+from crosscheck._types import Floats
 from crosscheck._workloads.model import compare as model_compare
 from crosscheck._workloads.model.findings import Judging
 from crosscheck._workloads.model.oracle.directions import LOCALIZE_ENTRIES, DirectionalEstimate
@@ -145,7 +146,7 @@ def _own(x: Any, shape: tuple[int, ...], parts: list[tuple[np.ndarray, Any]]) ->
     return pairwise(flat.size, each)
 
 
-def _shaped(step: Any, shape: tuple[int, ...]) -> Any:
+def _shaped(step: Any, shape: tuple[int, ...]) -> Floats:
     return step if np.ndim(step) == 0 else step.reshape(shape)
 
 

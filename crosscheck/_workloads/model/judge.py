@@ -28,6 +28,7 @@ from crosscheck._compare import low
 from crosscheck._compare.dtypes import is_low
 from crosscheck._compare.record import Comparison
 from crosscheck._report.report import Verdict
+from crosscheck._types import Loaded
 from crosscheck._workloads.model import rerun
 from crosscheck._workloads.model.compare import Context, entries
 from crosscheck._workloads.model.declare import Workload
@@ -84,7 +85,7 @@ class GenericJudge:
         #: A 16-bit case: per side measured, whether it computed in float32 (``sixteen.unrounded``).
         self.wide_only: dict[str, bool] = {}
 
-    def evaluate(self, backend: Any, call: Call) -> Outcome:
+    def evaluate(self, backend: Loaded, call: Call) -> Outcome:
         return self._grad(backend, call, self.point.params, self.point.inputs)
 
     def cost(self, candidates: int) -> Cost:
@@ -93,7 +94,7 @@ class GenericJudge:
         functions = candidates + (self.numpy is not None)
         return estimate(self.differencing, self.point.params, functions, self.per_evaluation)
 
-    def _grad(self, backend: Any, call: Call, params: dict, inputs: dict) -> Any:
+    def _grad(self, backend: Loaded, call: Call, params: dict, inputs: dict) -> Outcome:
         # Fresh dicts: a backend that adds or drops keys changes nothing the next one sees.
         return call(backend.grad, dict(params), dict(inputs), convert="arrays")
 
@@ -103,7 +104,7 @@ class GenericJudge:
 
     # -- the reference, then the anchor ----------------------------------------------------------------
 
-    def reference(self, backend: Any, call: Call) -> Outcome:
+    def reference(self, backend: Loaded, call: Call) -> Outcome:
         if isinstance(backend, WorkloadOracle):
             self.findings.oracle = True
             return by_oracle(self, self.numpy, call)
@@ -130,7 +131,7 @@ class GenericJudge:
     # -- a candidate -----------------------------------------------------------------------------------
 
     def compare(
-        self, backend: Any, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
+        self, backend: Loaded, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
     ) -> list[Comparison]:
         rounding = self.rounding(backend, value, name, call)
         self.notes[name] = {"rounding": rounding.how}
@@ -176,7 +177,7 @@ class GenericJudge:
         if is_low(self.dtype) and rounding.delta is not None:  # measured against its float32 re-run
             self.wide_only[name] = rounding.wide_only
 
-    def _confirm_zeros(self, backend: Any, record: Record, reference: Reference, call: Call) -> None:
+    def _confirm_zeros(self, backend: Loaded, record: Record, reference: Reference, call: Call) -> None:
         """With a backend as reference: the oracle on the tensors whose gradient is zero in both
         (``zeros``), along directions of each side's own float64 loss."""
         self.findings.reference_name = reference.name
@@ -206,7 +207,7 @@ class GenericJudge:
     def _context(self, name: str, reference: str, question: str, against: str) -> Context:
         return Context(name, reference, question, against, self.dtype, self.options, self.shapes)
 
-    def rounding(self, backend: Any, value: dict[str, np.ndarray], name: str, call: Call) -> Rounding:
+    def rounding(self, backend: Loaded, value: dict[str, np.ndarray], name: str, call: Call) -> Rounding:
         """The ``rounding`` term of every parameter, and how it was obtained (``rerun.rounding``)."""
         return rerun.rounding(
             backend,

@@ -132,7 +132,7 @@ class Divided(Mapping[str, np.ndarray]):
         return len(self.arrays)
 
 
-def made(arrays: Mapping[str, Any], k: str) -> Any:
+def made(arrays: Mapping[str, np.ndarray], k: str) -> Made | np.ndarray:
     """``arrays[k]``, or where ``arrays`` makes it when read (``Measured``, ``Divided``, ``Narrowed``), its
     ``Made``: the same numbers, made a block at a time by the comparison that reads them."""
     return arrays.made(k) if isinstance(arrays, (Measured, Divided, Narrowed)) else arrays[k]

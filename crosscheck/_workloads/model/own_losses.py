@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from crosscheck._types import Loaded
 from crosscheck._workloads.model.oracle.function import Differences, Differencing, Function, Skip, difference
 from crosscheck._workloads.model.oracle.sources import own_loss
 from crosscheck._workloads.protocol import Call, Point
@@ -42,7 +43,7 @@ class OwnLosses:
         #: Per side, whether its float64 loss keeps float32 steps (probed with a backend as reference).
         self.float32_steps: dict[str, bool] = {}
 
-    def function(self, backend: Any, name: str, call: Call) -> Function | Skip:
+    def function(self, backend: Loaded, name: str, call: Call) -> Function | Skip:
         """``name``'s own float64 loss, checked and probed (``own_loss``), once; its adapter keeps the point
         the probe held on its line for ``differenced``'s differences, which follow at once and release it."""
         if name not in self.functions:
@@ -52,7 +53,7 @@ class OwnLosses:
             )
         return self.functions[name]
 
-    def differenced(self, backend: Any, name: str, call: Call) -> Differences | Skip:
+    def differenced(self, backend: Loaded, name: str, call: Call) -> Differences | Skip:
         """Differences of ``name``'s own float64 loss, or why there are none (once per candidate)."""
         if self.surrogate:
             return Skip(SURROGATE)
@@ -73,7 +74,7 @@ class OwnLosses:
         """Whether ``name``'s own loss, as the oracle checked it, keeps float32 steps (False: not checked)."""
         return float32(self.functions.get(name))
 
-    def keeps_float32(self, backend: Any, side: str, call: Call) -> bool:
+    def keeps_float32(self, backend: Loaded, side: str, call: Call) -> bool:
         """Whether ``side``'s float64 loss keeps float32 steps (``oracle.precision``'s noise probe: Hugging
         Face's upcasts), once per side; said in the report's notes."""
         if side not in self.float32_steps:
@@ -82,7 +83,7 @@ class OwnLosses:
             self.float32_steps[side] = steps and bool(function.precision.float32)  # type: ignore[union-attr]
         return self.float32_steps[side]
 
-    def steps(self, backend: Any, name: str, call: Call, *, oracle: bool) -> bool:
+    def steps(self, backend: Loaded, name: str, call: Call, *, oracle: bool) -> bool:
         """Whether ``name``'s float64 loss keeps float32 steps: its own loss's probe (the oracle's,
         shared), else the side's (``keeps_float32``)."""
         if oracle and name in self.functions:

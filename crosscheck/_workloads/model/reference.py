@@ -16,6 +16,7 @@ from crosscheck._backends import ORACLE
 from crosscheck._compare import low
 from crosscheck._compare.dtypes import is_low
 from crosscheck._compare.record import Kinks
+from crosscheck._types import Loaded
 from crosscheck._workloads.model.compare import Answer
 from crosscheck._workloads.model.findings import Judging
 from crosscheck._workloads.model.oracle.function import Function, difference
@@ -40,7 +41,7 @@ class BackendAnswer:
     ``rounding`` (the zero checks difference its own loss beside each candidate's)."""
 
     answer: Answer
-    backend: Any
+    backend: Loaded
     rounding: Rounding
 
 
@@ -67,7 +68,7 @@ def by_oracle(judge: Judging, numpy: Function | None, call: Call) -> Outcome:
     )
 
 
-def by_backend(judge: Judging, backend: Any, out: Outcome, call: Call) -> Outcome:
+def by_backend(judge: Judging, backend: Loaded, out: Outcome, call: Call) -> Outcome:
     """``backend``'s gradient ``out`` as the reference (``BackendAnswer``), or why it cannot be one: a
     parameter missing, of the wrong shape or not finite (a 16-bit range lost, said), or a rounding beyond
     what float32 permits (a reference below float32 precision cannot judge anyone)."""

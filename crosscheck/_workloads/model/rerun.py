@@ -13,22 +13,22 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
 
 import numpy as np
 
 from crosscheck._compare.constants import OTHER_DTYPE, WIDEN
 from crosscheck._compare.device import Arithmetic, arithmetic
 from crosscheck._errors import one_line
+from crosscheck._types import Loaded
 from crosscheck._workloads.model.measured import Divided
 from crosscheck._workloads.model.own_losses import OwnLosses
 from crosscheck._workloads.model.rounding import Rounding, measure
-from crosscheck._workloads.protocol import Call, Point
+from crosscheck._workloads.protocol import Call, Outcome, Point
 
 
 def rerun(
-    backend: Any, point: Point, other: str, name: str, call: Call
-) -> tuple[Any, str | None, Arithmetic | None]:
+    backend: Loaded, point: Point, other: str, name: str, call: Call
+) -> tuple[Outcome, str | None, Arithmetic | None]:
     """``backend``'s gradient at ``point`` in the dtype ``other``: ``(outcome, said, device)``, where
     ``said`` names a failed re-run (and where it was made instead) or a float64 re-run made on the host
     CPU by design, and ``device`` is where the backend computes (``device.arithmetic``). The re-run's
@@ -55,14 +55,14 @@ def rerun(
     return outcome, f"{failed}; on the host CPU too: {one_line(str(outcome.error), 240)}", device
 
 
-def _grad(backend: Any, point: Point, other: str, call: Call) -> Any:
+def _grad(backend: Loaded, point: Point, other: str, call: Call) -> Outcome:
     params = call.cast(point.params, other, once=True)
     inputs = call.cast(point.inputs, other, once=True)
     return call(backend.grad, params, inputs, convert="arrays")
 
 
 def rounding(
-    backend: Any,
+    backend: Loaded,
     value: dict[str, np.ndarray],
     name: str,
     call: Call,

@@ -41,6 +41,8 @@ class GenericWorkload(OwnArrays):
 
     def __init__(self, workload: Workload, *, spec: str | None = None) -> None:
         self.workload, self.name, self.spec = workload, workload.name, spec
+        #: The implementations whose adapters this check renewed (``renewed``).
+        self.renewed: set[str] = set()
 
     def defaults(self, reference: Any) -> list[Any]:
         specs = [name for name in self.workload.implementations if name != reference]
@@ -63,7 +65,13 @@ class GenericWorkload(OwnArrays):
             return WorkloadOracle()
         implementations = self.workload.implementations
         if isinstance(spec, str) and spec in implementations:
-            return kept_adapter(self.workload, spec)
+            adapter = kept_adapter(self.workload, spec)
+            if spec not in self.renewed:  # once a check: its compiled functions traced afresh
+                self.renewed.add(spec)
+                renew = getattr(adapter, "renew", None)
+                if callable(renew):
+                    renew()
+            return adapter
         # A plain name that is no plugin's is an implementation this workload lacks: the stack's own
         # backends (`jax-plain`, ...) would get a params dict where they expect arrays, and fail oddly.
         if isinstance(spec, str) and ":" not in spec and spec not in plugin_entry_points():
@@ -107,7 +115,12 @@ def kept_adapter(workload: Workload, name: str) -> Any:
     in a process-wide cache keyed by the loss: a blockwise check makes a port a block, and each block's
     would stay referenced to the end of the process. A loss defined at a module's top level holds
     nothing of one workload: its adapter is shared by every workload of it (``_shared_adapter``), so
-    workloads made afresh from the same functions (``ste_stack(...)``) compile nothing again."""
+    workloads made afresh from the same functions (``ste_stack(...)``) compile nothing again.
+
+    What is kept is compiled programs, never traces: each check renews the adapter (``renew``, by
+    ``GenericWorkload.resolve``), which traces the loss afresh, as its code is now (a global its
+    helper reads, a closure's variable), and runs a kept program only where it is the same program
+    (``crosscheck._workloads.programs``)."""
     loss = workload.implementations[name]
     if _module_level(loss):
         return _shared_adapter(name, loss)

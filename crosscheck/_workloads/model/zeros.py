@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare.dtypes import as_dtype
+from crosscheck._types import Loaded
 from crosscheck._workloads.model import compare as model_compare
 from crosscheck._workloads.model.findings import Judging, ZeroCheck
 from crosscheck._workloads.model.oracle.directions import directional, every_norm, make_directions
@@ -53,7 +54,7 @@ class Side:
     """An implementation whose own loss is differenced: its name, backend, gradient and rounding."""
 
     name: str
-    backend: Any
+    backend: Loaded
     gradient: dict[str, np.ndarray]
     rounding: Rounding
 
@@ -107,7 +108,7 @@ def _joint(judge, side: Side, function: Any, params: dict, names: list[str], sca
     sizes = [int(np.prod(judge.shapes[k])) for k in names]
     ends = np.cumsum(sizes)
 
-    def fn(p: dict[str, np.ndarray]) -> Any:
+    def fn(p: dict[str, np.ndarray]) -> object:
         parts = np.split(p[JOINT], ends[:-1])
         return function.fn({**params, **{k: parts[i].reshape(judge.shapes[k]) for i, k in enumerate(names)}})
 

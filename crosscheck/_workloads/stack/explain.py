@@ -13,6 +13,7 @@ from crosscheck._compare.dtypes import accumulation
 from crosscheck._compare.record import Comparison
 from crosscheck._report.report import Report, Section
 from crosscheck._report.text import markup, plain
+from crosscheck._types import Console, Loaded
 from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack.forward import Forward
 
@@ -66,7 +67,7 @@ def verdict(forward: list[dict[str, Any]], per_layer: list[dict[str, Any]]) -> s
 
 
 def classify(
-    backend: Any,
+    backend: Loaded,
     grad: Any,
     weights: np.ndarray,
     x: np.ndarray,
@@ -127,7 +128,9 @@ _CONTEXTS = (
 )
 
 
-def _in_contexts(backend: Any, grad: Any, weights: np.ndarray, x: np.ndarray, rerun, evidence: list) -> str:
+def _in_contexts(
+    backend: Loaded, grad: Any, weights: np.ndarray, x: np.ndarray, rerun, evidence: list
+) -> str:
     """The verdict of the first context in which the candidate agrees ("" when none does)."""
     for method, condition, explanation in _CONTEXTS:
         context = getattr(backend, method, None)
@@ -142,7 +145,7 @@ def _in_contexts(backend: Any, grad: Any, weights: np.ndarray, x: np.ndarray, re
     return ""
 
 
-def render_explain(report: Report, console: Any) -> None:
+def render_explain(report: Report, console: Console) -> None:
     """Every comparison of ``report`` layer by layer (a ``rich`` console)."""
     for c in report.comparisons:
         _render_layers(c, console)
@@ -152,7 +155,7 @@ def render_explain(report: Report, console: Any) -> None:
 SECTION = Section(render_explain, place="after")
 
 
-def _render_layers(c: Comparison, console: Any) -> None:
+def _render_layers(c: Comparison, console: Console) -> None:
     """Layer by layer: the forward activations and the gradient, each in units of its tolerance."""
     from rich.table import Table
 
@@ -193,7 +196,7 @@ def _render_layers(c: Comparison, console: Any) -> None:
     _render_worst(c, console)
 
 
-def _render_worst(c: Comparison, console: Any) -> None:
+def _render_worst(c: Comparison, console: Console) -> None:
     """The worst entries, each with its tolerance's terms and the kink near it."""
     names = ", ".join(rounding.KINK_NAMES)
     for entry in c.worst_entries:

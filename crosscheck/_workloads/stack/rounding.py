@@ -23,6 +23,7 @@ import numpy as np
 from crosscheck._compare import terms
 from crosscheck._compare.constants import SIGNIFICAND_BITS
 from crosscheck._compare.dtypes import roundoffs
+from crosscheck._types import Floats
 from crosscheck._workloads.stack.forward import Forward
 from crosscheck._workloads.stack.oracle import parallel as _parallel
 
@@ -232,7 +233,7 @@ def _noise_scales(fwd: Forward, deltas: list[np.ndarray], dtype: str) -> list[_S
     return scales
 
 
-def _stored(value: Any, s: float, exact: bool) -> Any:
+def _stored(value: np.ndarray, s: float, exact: bool) -> Floats:
     """The standard deviation of storing ``value`` at unit roundoff ``s``: ``s * |value| / sqrt(3)``."""
     return 0.0 if exact or not s else (s / np.sqrt(3.0)) * np.abs(value)
 

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from crosscheck._backends import DEFAULTS, ORACLE, load_backend
-from crosscheck._workloads.protocol import POINT_KNOBS, Judge, Options, Point
+from crosscheck._backends.protocol import Backend, BackendSpec
+from crosscheck._workloads.protocol import POINT_KNOBS, Judge, Options, Point, Quantity
 from crosscheck._workloads.stack.case import KNOBS, Case, check_inputs, make_inputs
+
+if TYPE_CHECKING:
+    from crosscheck._report.report import Report
 
 DESCRIPTION = "the eight-layer ReLU stack: y = relu(y @ W_k), loss sum(y_L ** 2) (the default)"
 #: The knobs of a generated stack (its case's, less the point's), with their defaults (``Case``'s).
@@ -120,13 +124,13 @@ class Stack:
         backends only (the arrays travel with each call), so your arrays are described by their shape."""
         return {"workload": self.name, **self.knobs}
 
-    def defaults(self, reference: Any) -> list[Any]:
+    def defaults(self, reference: BackendSpec) -> list[BackendSpec]:
         return [b for b in DEFAULTS if b != reference]
 
-    def resolve(self, spec: Any) -> Any:
+    def resolve(self, spec: BackendSpec) -> Backend:
         return load_backend(spec)
 
-    def check_candidates(self, specs: Sequence[Any]) -> None:
+    def check_candidates(self, specs: Sequence[BackendSpec]) -> None:
         return None
 
     def point(self, *, dtype: str, seed: int) -> Point:
@@ -164,14 +168,14 @@ class Stack:
             frameworks=frameworks,
         )
 
-    def judge(self, quantity: Any, point: Point, options: Options) -> Judge:
+    def judge(self, quantity: Quantity, point: Point, options: Options) -> Judge:
         from crosscheck._workloads.stack.judge.grad import StackGradJudge
         from crosscheck._workloads.stack.judge.hvp import StackHvpJudge
 
         judges: dict[str, Callable[[Point, Options], Judge]] = {"grad": StackGradJudge, "hvp": StackHvpJudge}
         return judges[quantity.name](point, options)
 
-    def known_answer(self, report: Any) -> str:
+    def known_answer(self, report: Report) -> str:
         """``"exact"`` when every gradient of ``report`` is its case's known answer exactly (identity
         weights, ``x`` all ones: ``2 * N`` everywhere), else what is not; ``""`` when it has none."""
         from crosscheck._workloads.stack.matrix import check_known

@@ -16,6 +16,7 @@ import jax
 import numpy as np
 
 from crosscheck._errors import user_call
+from crosscheck._types import FrameworkArray, PyTree
 from crosscheck._workloads.port.declare.build import Prepared, jax_leaves, jax_side_inputs, port_loss
 from crosscheck._workloads.port.mapping import assemble
 from crosscheck._workloads.port.sides.jax_side import key_name, to_jax
@@ -43,7 +44,7 @@ def trajectory(
         linen = side.kind == "linen"
         trained = tree["params"] if linen else tree
 
-        def objective(part: Any) -> Any:
+        def objective(part: PyTree) -> FrameworkArray:
             whole = {**tree, "params": part} if linen else part
             return loss(side.forward(jax.tree_util.tree_leaves(whole), given, dtype))
 

@@ -27,6 +27,7 @@ from crosscheck._compare.constants import UNIT_ROUNDOFF
 from crosscheck._compare.dtypes import as_dtype
 from crosscheck._compare.record import Comparison, Tolerance
 from crosscheck._report.report import Section, Verdict
+from crosscheck._types import Loaded
 from crosscheck._workloads.protocol import Call, Options, Outcome, Point, Reference
 from crosscheck._workloads.train import locate, state
 from crosscheck._workloads.train.runs import HOW, Runs, Trajectories, failed
@@ -66,7 +67,7 @@ class UpdateJudge:
         #: a controlled re-run is held against to see whether turning a part off changed its side.
         self.ran: dict[int, Runs] = {}
 
-    def train(self, backend: Any, call: Call, dtype: str, **how: Any) -> Any:
+    def train(self, backend: Loaded, call: Call, dtype: str, **how: Any) -> Outcome:
         """One guarded training run of ``backend`` from the point, in ``dtype``: its trajectories (its
         start state kept aside when it trains as the run's case says, not a classification re-run)."""
         params, inputs = as_dtype(self.point.params, dtype), as_dtype(self.point.inputs, dtype)
@@ -81,10 +82,10 @@ class UpdateJudge:
             self.starts[(id(backend), dtype)] = start
         return dataclasses.replace(out, value=trajectories)
 
-    def evaluate(self, backend: Any, call: Call) -> Outcome:
+    def evaluate(self, backend: Loaded, call: Call) -> Outcome:
         return self.train(backend, call, self.point.dtype)
 
-    def reference(self, backend: Any, call: Call) -> Outcome:
+    def reference(self, backend: Loaded, call: Call) -> Outcome:
         out = self.evaluate(backend, call)
         if out.error is not None:
             return out
@@ -99,7 +100,7 @@ class UpdateJudge:
         )
 
     def compare(
-        self, backend: Any, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
+        self, backend: Loaded, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
     ) -> list[Comparison]:
         again = self.train(backend, call, "float64")
         if again.error is not None:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare.record import Comparison
+from crosscheck._types import Loaded
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
 from crosscheck._workloads.train.runs import Runs, failed
 
@@ -37,7 +38,7 @@ def first_difference(found: list[Comparison]) -> tuple[int, str] | None:
 
 
 def verdict(
-    judge: Any, backend: Any, found: list[Comparison], reference: Reference, call: Call, starts: list
+    judge: Any, backend: Loaded, found: list[Comparison], reference: Reference, call: Call, starts: list
 ) -> tuple[str, dict]:
     """The candidate's verdict in words, and the JSON record of it (``notes["update"]``); ``starts``:
     the comparisons of the optimizer state at the start."""
@@ -130,7 +131,7 @@ def gradients(workload: Any, params: dict, point: Point, call: Call) -> tuple[li
 
 
 def classify(
-    judge: Any, backend: Any, step: int, reference: Reference, call: Call
+    judge: Any, backend: Loaded, step: int, reference: Reference, call: Call
 ) -> tuple[str | None, dict]:
     """Each optimizer part turned off on both sides (``Train.controls``), trained through ``step``:
     ``(the first part whose re-run agrees, {part: {"values": ..., "agrees": ...}})``."""
@@ -203,7 +204,7 @@ def _state_text(differs: Comparison, first: tuple[int, str] | None, record: dict
     )
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     return list(value) if isinstance(value, tuple) else value
 
 

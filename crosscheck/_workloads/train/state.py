@@ -15,11 +15,15 @@ float64 counterpart to measure its rounding against.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from crosscheck._types import Console, Loaded
 from crosscheck._workloads.train.runs import Runs
+
+if TYPE_CHECKING:
+    from crosscheck._report.report import Report
 
 #: PyTorch's state kind -> optax's (``torch.optim``'s Adam, AdamW and SGD; optax's ``scale_by_adam``,
 #: ``scale_by_amsgrad`` and ``trace``).
@@ -89,7 +93,7 @@ def render(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def compared(judge: Any, backend: Any, name: str, reference_name: str) -> tuple[list[dict], list[Any]]:
+def compared(judge: Any, backend: Loaded, name: str, reference_name: str) -> tuple[list[dict], list[Any]]:
     """The state's table and one comparison per paired parameter and kind (its start state, step 0),
     ``backend`` (a candidate) against the judge's reference backend, each side's float32 start state
     within its measured rounding (its float64 re-run's)."""
@@ -109,7 +113,7 @@ def compared(judge: Any, backend: Any, name: str, reference_name: str) -> tuple[
     return rows, found
 
 
-def render_section(report: Any, console: Any) -> None:
+def render_section(report: Report, console: Console) -> None:
     """The state's table (the case's ``optimizer_state``), before the numbers."""
     if isinstance(report.case.get("optimizer_state"), list):
         console.print(render(report.case["optimizer_state"]), highlight=False, markup=False)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
+from types import ModuleType
 from typing import Any
 
 from crosscheck._backends import ORACLE
+from crosscheck._backends.protocol import BackendSpec
 from crosscheck._errors import user_call
 from crosscheck._workloads.port.judge.workload import PortWorkload
-from crosscheck._workloads.protocol import POINT_KNOBS, Judge, Knob, Options, OwnArrays, Point
+from crosscheck._workloads.protocol import POINT_KNOBS, Judge, Knob, Options, OwnArrays, Point, Quantity
 from crosscheck._workloads.train.declare import Train, check_steps
 
 SIDES = ("torch", "jax")
@@ -22,7 +24,7 @@ NO_ORACLE = (
 )
 
 
-def _steps(side: str) -> Any:
+def _steps(side: str) -> ModuleType:
     """Side ``side``'s training steps, imported when it trains (each imports its framework alone)."""
     if side == "torch":
         from crosscheck._workloads.train import torch_steps
@@ -62,6 +64,8 @@ class TrainWorkload(OwnArrays):
         *POINT_KNOBS,
     )
     quantities: tuple[str, ...] = ("update",)
+    #: Its import string, by which a worker process loads it again (None: given as an object).
+    spec: str | None = None
 
     def __init__(self, train: Train, *, spec: str | None = None, steps: int | None = None) -> None:
         self.train, self.name, self.spec = train, train.name, spec
@@ -94,17 +98,17 @@ class TrainWorkload(OwnArrays):
             raise ValueError(f"`{unknown[0]}` does not apply to train `{self.name}` (it takes `steps`).")
         return TrainWorkload(self.train, spec=self.spec, steps=given.get("steps", self.steps))
 
-    def defaults(self, reference: Any) -> list[Any]:
+    def defaults(self, reference: BackendSpec) -> list[BackendSpec]:
         return [side for side in SIDES if side != (reference if reference in SIDES else "torch")]
 
-    def check_candidates(self, specs: Sequence[Any]) -> None:
+    def check_candidates(self, specs: Sequence[BackendSpec]) -> None:
         wrong = next((s for s in specs if s not in SIDES), None)
         if wrong is not None:
             raise ValueError(
                 f"train `{self.name}` checks its sides `torch` and `jax`; found candidate {wrong!r}."
             )
 
-    def resolve(self, spec: Any) -> Trainer:
+    def resolve(self, spec: BackendSpec) -> Trainer:
         if spec == ORACLE:
             return Trainer("torch", self.train, {"reference": NO_ORACLE})
         if spec not in SIDES:
@@ -126,7 +130,7 @@ class TrainWorkload(OwnArrays):
             return None
         return f"{said} of the port it trains", _spec_of(self.train.port, self.spec)
 
-    def judge(self, quantity: Any, point: Point, options: Options) -> Judge:
+    def judge(self, quantity: Quantity, point: Point, options: Options) -> Judge:
         if quantity.name != "update":
             raise ValueError(
                 f"train `{self.name}` has no quantity {quantity.name!r}; it checks 'update' (its port checks "

@@ -560,3 +560,27 @@ def test_workloads_of_the_same_module_level_loss_share_its_adapter():
 
     first, second = _linear_of(_linear_jax_loss), _linear_of(_linear_jax_loss)
     assert GenericWorkload(first).resolve("jax") is GenericWorkload(second).resolve("jax")
+
+
+#: Read by ``_scaled``, the helper of a module-level loss, while JAX traces it: 1 is the healthy loss.
+_SCALE = 1.0
+
+
+def _scaled(value):
+    return value * _SCALE
+
+
+def _scaled_jax_loss(params, inputs):  # module level: one adapter serves every workload of it
+    return _scaled(((inputs["x"] @ params["w"] + params["b"]) ** 2).sum())
+
+
+@_needs("jax")
+def test_a_workload_made_afresh_from_the_same_functions_is_judged_as_they_are_now(monkeypatch):
+    """Workloads made afresh from module-level functions share one adapter (compiled once): a second
+    check in the process, after a global its helper reads changed, judges the changed loss."""
+    first = crosscheck.check(_linear(implementations={"jax": _scaled_jax_loss}), backends=["jax"])
+    assert first.passed, first.problems
+    monkeypatch.setattr(sys.modules[__name__], "_SCALE", 1.05)
+    second = crosscheck.check(_linear(implementations={"jax": _scaled_jax_loss}), backends=["jax"])
+    assert not second.passed  # 5 % off the reference now
+    assert {c.question for c in second.comparisons if not c.passed} == {"same function"}

@@ -45,7 +45,7 @@ class Batched:
         self.fallback: str | None = None
         self.calls = self.points = 0
 
-    def __call__(self, params: dict[str, np.ndarray]) -> Any:
+    def __call__(self, params: dict[str, np.ndarray]) -> object:
         return self.one(params)
 
     def note(self) -> str:

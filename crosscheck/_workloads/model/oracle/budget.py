@@ -17,11 +17,14 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
-from crosscheck._workloads.model.oracle.entries import OracleFailed
+from crosscheck._workloads.model.oracle.entries import Guard, OracleFailed
+
+_T = TypeVar("_T", bound=npt.ArrayLike)
 
 
 @dataclasses.dataclass
@@ -49,12 +52,10 @@ class Clock:
             "loss evaluations made): not differenced"
         )
 
-    def guard(
-        self, guard: Callable[[Callable[[], Any]], Any], label: str
-    ) -> Callable[[Callable[[], Any]], Any]:
+    def guard(self, guard: Guard, label: str) -> Guard:
         """``guard`` with the budget checked before each batch, and the batch's seconds counted."""
 
-        def timed(thunk: Callable[[], Any]) -> Any:
+        def timed(thunk: Callable[[], _T]) -> _T:
             if self.budget is not None and self.seconds >= self.budget:
                 self.ran_out = True
                 raise OracleFailed(self.message())

@@ -256,7 +256,7 @@ def project_quadrature(term: Mapping[str, Any], directions: Sequence[Direction])
     return np.array(out)
 
 
-def _quadrature(x: Any, d: Direction) -> Any:
+def _quadrature(x: Any, d: Direction) -> float:
     """``np.sum(np.square(t * step))`` over ``d``'s tensor, ``t`` broadcast to it (as it was: its dtype)."""
     if not _blockwise(x, d):
         return np.sum(np.square(np.broadcast_to(np.asarray(x), d.signs.shape) * np.asarray(d.step)))

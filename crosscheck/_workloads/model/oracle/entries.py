@@ -20,9 +20,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from crosscheck._workloads.model.oracle.batched import Batched, evaluate_one
 from crosscheck._workloads.model.oracle.stencil import differentiate, evaluations
@@ -46,9 +47,17 @@ EVALUATIONS_PER_ENTRY = evaluations()
 #: |gradient entry| + the model's RMS gradient.
 FLOAT32_FRACTION = 1e-2
 
-#: Runs one batch of evaluations: ``guard(thunk) -> thunk()``; the judge's guard goes through the
-#: engine's guarded call and raises ``OracleFailed`` with the reason when the batch failed.
-Guard = Callable[[Callable[[], Any]], Any]
+#: What a batch of evaluations gives: its losses (one, or an array of them).
+_T = TypeVar("_T", bound=npt.ArrayLike)
+
+
+class Guard(Protocol):
+    """Runs one batch of evaluations: ``guard(thunk) -> thunk()``; the judge's guard goes through the
+    engine's guarded call and raises ``OracleFailed`` with the reason when the batch failed."""
+
+    def __call__(self, thunk: Callable[[], _T], /) -> _T: ...
+
+
 #: ``progress(evaluations done, evaluations expected)``.
 Tick = Callable[[int, int], None]
 
@@ -78,7 +87,7 @@ class WorkloadEstimate:
     scale: float = 0.0
 
 
-def direct(thunk: Callable[[], Any]) -> Any:
+def direct(thunk: Callable[[], _T]) -> _T:
     """The guard of a batch run as it is, outside the engine's guarded call (the oracle on its own)."""
     return thunk()
 
@@ -98,7 +107,7 @@ def base_steps(params: dict[str, np.ndarray]) -> dict[str, float]:
     return {k: r if r > 0 else (overall if overall > 0 else 1.0) for k, r in rms.items()}
 
 
-def _squares(v: np.ndarray) -> Any:
+def _squares(v: np.ndarray) -> float:
     """``np.sum(np.square(v))`` of ``v`` in float64, to the bit, a block at a time (each block cast)."""
     flat = v.reshape(-1)
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from crosscheck._compare.dtypes import as_dtype
 from crosscheck._workloads.model.oracle.batched import Batched
@@ -27,6 +28,7 @@ from crosscheck._workloads.model.oracle.directions import (
 )
 from crosscheck._workloads.model.oracle.entries import (
     EVALUATIONS_PER_ENTRY,
+    Guard,
     OracleFailed,
     WorkloadEstimate,
     estimate,
@@ -37,6 +39,8 @@ from crosscheck._workloads.model.oracle.line import directional as line_directio
 from crosscheck._workloads.model.oracle.one_thread import one_thread
 from crosscheck._workloads.model.oracle.precision import Precision
 from crosscheck._workloads.protocol import Call, Point, Progress
+
+_T = TypeVar("_T", bound=npt.ArrayLike)
 
 #: ``auto`` differences entry by entry while that costs at most this many evaluations per function
 #: (512 entries), or no more than screening would.
@@ -137,10 +141,10 @@ def differencing(
     return Differencing(mode, why, [], per_parameter, Clock(budget))
 
 
-def batch_guard(call: Call) -> Callable[[Callable[[], Any]], Any]:
+def batch_guard(call: Call) -> Guard:
     """Each batch of evaluations through the engine's guarded call; a failure raises ``OracleFailed``."""
 
-    def guard(thunk: Callable[[], Any]) -> Any:
+    def guard(thunk: Callable[[], _T]) -> _T:
         out = call(thunk)
         if out.error:
             raise OracleFailed(out.error)

@@ -72,7 +72,7 @@ class Group:
     def function(self, fn: Callable[[dict], Any], params: dict[str, np.ndarray]) -> Callable[[dict], Any]:
         """``fn`` of the group's vector (``{JOINT: vector}``), the other tensors at ``params``."""
 
-        def joint(p: dict[str, np.ndarray]) -> Any:
+        def joint(p: dict[str, np.ndarray]) -> object:
             return fn({**params, **self.pieces(p[JOINT])})
 
         return joint
@@ -151,7 +151,7 @@ class Joint:
         return out if dtype is None else out.astype(dtype, copy=False)
 
 
-def _made(arrays: Mapping[str, Any], k: str) -> Any:
+def _made(arrays: Mapping[str, Any], k: str) -> object:
     """``arrays[k]``, or its ``Made`` where ``arrays`` makes it when read (``made``: a term a block at a
     time, the same numbers)."""
     made = getattr(arrays, "made", None)
@@ -163,7 +163,7 @@ def joint(batched: Batched, group: Group, params: dict[str, np.ndarray]) -> Batc
     ``params``: each point's vector cut back into the group's tensors (``oracle.batched``)."""
     one = group.function(batched.one, params)
 
-    def many(p: dict[str, np.ndarray], _: tuple[str, ...]) -> Any:
+    def many(p: dict[str, np.ndarray], _: tuple[str, ...]) -> object:
         vectors = p[JOINT]
         ends = np.cumsum(group.sizes)[:-1]
         pieces = {

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare.dtypes import casts
+from crosscheck._types import Loaded
 from crosscheck._workloads.model.oracle.batched import BYTES, FROM_EVALUATIONS, Batched, evaluate_one
 from crosscheck._workloads.model.oracle.directions import (
     EVALUATIONS_PER_DIRECTION,
@@ -49,7 +50,7 @@ from crosscheck._workloads.model.oracle.directions import (
 )
 from crosscheck._workloads.model.oracle.entries import OracleFailed
 from crosscheck._workloads.model.oracle.sums import Steps
-from crosscheck._workloads.protocol import Call, Point
+from crosscheck._workloads.protocol import Call, Outcome, Point
 
 #: The adapter's methods (all three, or the oracle hands it every parameter each evaluation).
 METHODS = ("hold_point", "hold_direction", "loss_along")
@@ -91,7 +92,7 @@ class Line:
         """``let_go`` (what drops what the adapter holds: None where it has none), after which the point
         is handed again (``hold``)."""
 
-        def release() -> Any:
+        def release() -> object:
             self.holding = False
             return None if let_go is None else let_go()
 
@@ -111,7 +112,7 @@ class Line:
 
 
 def line_of(
-    backend: Any, call: Call, inputs: dict[str, np.ndarray], params: dict[str, np.ndarray]
+    backend: Loaded, call: Call, inputs: dict[str, np.ndarray], params: dict[str, np.ndarray]
 ) -> Line | None:
     """``backend``'s ``Line``, or None where it lacks one of ``METHODS`` or a parameter is not a float
     (``params``: the point's own or their float64 casts; a line moves floating-point tensors only, held
@@ -130,7 +131,7 @@ def line_of(
     return Line(methods, call, inputs)
 
 
-def at_point(line: Line | None, loss: Callable[..., Any], point: Point, call: Call) -> Any:
+def at_point(line: Line | None, loss: Callable[..., Any], point: Point, call: Call) -> Outcome:
     """The guarded outcome of the float64 loss at ``point`` (its parameters cast to float64 where they
     are handed; ``convert="array"``, as ``loss``'s): on the adapter's ``line`` where there is one, the
     point held there (``Line.hold``) for the noise probe and the differences that follow, and its loss

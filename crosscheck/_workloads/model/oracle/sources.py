@@ -25,6 +25,7 @@ import numpy as np
 from crosscheck._compare.constants import WIDEN
 from crosscheck._compare.dtypes import as_dtype
 from crosscheck._errors import describe, reraise_user_interrupt
+from crosscheck._types import Loaded
 from crosscheck._workloads.model.oracle.batched import Batched
 from crosscheck._workloads.model.oracle.budget import Clock
 from crosscheck._workloads.model.oracle.entries import OracleFailed, read_only
@@ -65,7 +66,7 @@ def numpy_function(workload: Losses, point: Point) -> Function | None:
     return Function("the NumPy surrogate", None, built, value)
 
 
-def _attribute(backend: Any, name: str) -> Any:
+def _attribute(backend: Loaded, name: str) -> object:
     """``backend.<name>``, or None where it is missing or raises (a property that raises)."""
     try:
         return getattr(backend, name, None)
@@ -75,7 +76,7 @@ def _attribute(backend: Any, name: str) -> Any:
 
 
 def own_loss(
-    backend: Any,
+    backend: Loaded,
     name: str,
     point: Point,
     call: Call,
@@ -105,7 +106,7 @@ def own_loss(
 
 
 def _own_loss(
-    backend: Any,
+    backend: Loaded,
     name: str,
     point: Point,
     call: Call,
@@ -168,7 +169,7 @@ def _released(let_go: Callable[[], Any] | None, line: Line | None) -> Callable[[
     return let_go if line is None else line.releasing(let_go)
 
 
-def releaser(backend: Any, call: Call) -> Callable[[], Any] | None:
+def releaser(backend: Loaded, call: Call) -> Callable[[], Any] | None:
     """What drops the arrays ``backend`` holds of its last loss evaluations (its optional
     ``release_evaluations()``, through the guarded call), or None where it has none (a backend in a
     worker process, ``--isolate``, is asked in its worker: ``isolate_worker.METHODS``)."""
@@ -181,7 +182,7 @@ def probe_label(label: str) -> str:
     return f"{label}: its noise probe"
 
 
-def _batched(backend: Any, loss: Callable[..., Any], i64: dict[str, np.ndarray]) -> Callable[[dict], Any]:
+def _batched(backend: Loaded, loss: Callable[..., Any], i64: dict[str, np.ndarray]) -> Callable[[dict], Any]:
     """``loss(params, inputs)`` of the parameters, batched (``oracle.batched``) where the adapter has
     ``losses(params, inputs, batched)``."""
     one = lambda p: loss(p, i64)  # noqa: E731

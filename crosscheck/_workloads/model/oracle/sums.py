@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare.record import Made
+from crosscheck._types import Floats
 
 #: Entries summed at a time (the largest run ``pairwise`` hands ``np.sum``; at least NumPy's 128).
 BLOCK = 1 << 16
@@ -109,7 +110,7 @@ class Steps:
             out[at - a : end - a] = self.values[i]
         return out
 
-    def over(self, a: int, b: int) -> Any:
+    def over(self, a: int, b: int) -> Floats:
         """Entries ``a`` to ``b`` to multiply by: one tensor's number where they lie in it, else ``block``."""
         i = int(np.searchsorted(self.ends, a, side="right")) - 1
         if a < self.size and b <= self.ends[i + 1]:

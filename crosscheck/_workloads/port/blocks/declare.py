@@ -16,15 +16,21 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from crosscheck._types import FrameworkArray, PyTree, TorchModule
 from crosscheck._workloads.losses import dot, floating_outputs, outputs_loss
 from crosscheck._workloads.port.declare.port import Port
+
+if TYPE_CHECKING:
+    from crosscheck._workloads.port.blocks.recorded import Recorded
 
 #: What a block's ``port`` factory may not set: the blockwise check sets these itself.
 SET_HERE = ("name", "torch", "inputs", "torch_call", "loss", "output")
 #: How the cotangent of each block's output is chosen.
 COTANGENTS = ("model", "random")
+
+_T = TypeVar("_T")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)  # compared and hashed by identity (it holds models)
@@ -109,7 +115,7 @@ class Blocks:
                 f"{where}: `cotangent` must be one of {', '.join(COTANGENTS)}, found {self.cotangent!r}."
             )
 
-    def model(self) -> Any:
+    def model(self) -> TorchModule:
         """The PyTorch model (``torch`` called when it is a function), checked to be in eval mode.
 
         Raises:
@@ -146,7 +152,7 @@ class Blocks:
             )
         return found
 
-    def block_port(self, index: int, block_name: str, block: Any, recorded: Any) -> Port:
+    def block_port(self, index: int, block_name: str, block: TorchModule, recorded: Recorded) -> Port:
         """Block ``block_name`` as a ``crosscheck.Port`` on its recorded inputs (``Recorded``), its loss
         the recorded cotangent (``cotangent="model"``) or the port's default (``"random"``).
 
@@ -180,7 +186,7 @@ class Blocks:
         )
 
 
-def block_call(recorded: Any) -> Callable[[Any, dict[str, Any]], Any]:
+def block_call(recorded: Recorded) -> Callable[[TorchModule, dict[str, Any]], PyTree]:
     """``(module, inputs) -> output``: the block called as the model called it (``Recorded``): its array
     inputs by name, a tuple argument's members (``NAME[0]``, ...) given back as a tuple, and its other
     recorded arguments."""
@@ -188,7 +194,7 @@ def block_call(recorded: Any) -> Callable[[Any, dict[str, Any]], Any]:
     tuples = dict(getattr(recorded, "tuples", {}))  # name -> how many: inputs `name[0]`, ...
     members = {f"{k}[{i}]" for k, n in tuples.items() for i in range(n)}
 
-    def torch_call(module: Any, inputs: dict[str, Any]) -> Any:
+    def torch_call(module: TorchModule, inputs: dict[str, Any]) -> PyTree:
         plain = {k: v for k, v in inputs.items() if k not in members}
         grouped = {k: tuple(inputs[f"{k}[{i}]"] for i in range(n)) for k, n in tuples.items()}
         return module(**plain, **grouped, **constants)
@@ -196,11 +202,11 @@ def block_call(recorded: Any) -> Callable[[Any, dict[str, Any]], Any]:
     return torch_call
 
 
-def _whole(output: Any) -> Any:
+def _whole(output: _T) -> _T:
     return output
 
 
-def block_loss(cotangent: str, cotangents: list[Any]) -> Callable[[Any], Any]:
+def block_loss(cotangent: str, cotangents: list[Any]) -> Callable[[PyTree], FrameworkArray]:
     """``output -> loss``: what a block's check differentiates, on either side: ``cotangent_loss`` of
     the recorded ``cotangents`` (``cotangent="model"``), else the port's default, a fixed random
     projection of every floating-point array of the output (``losses.outputs_loss``)."""
@@ -211,7 +217,7 @@ def block_loss(cotangent: str, cotangents: list[Any]) -> Callable[[Any], Any]:
     return lambda output: outputs_loss(output, seed=SEED)
 
 
-def cotangent_loss(cotangents: list[Any]) -> Callable[[Any], Any]:
+def cotangent_loss(cotangents: list[Any]) -> Callable[[PyTree], FrameworkArray]:
     """``output -> sum_i sum(a_i * c_i)``: each floating-point array ``a_i`` of a block's output
     (``floating_outputs``) weighed by its recorded cotangent ``c_i``, on either side, in its dtype.
 
@@ -219,7 +225,7 @@ def cotangent_loss(cotangents: list[Any]) -> Callable[[Any], Any]:
         ValueError (when called): the output's floating-point arrays are not the recorded ones.
     """
 
-    def loss(output: Any) -> Any:
+    def loss(output: PyTree) -> FrameworkArray:
         arrays = floating_outputs(output)
         shapes = [tuple(a.shape) for a in arrays]
         wanted = [tuple(c.shape) for c in cotangents]

@@ -19,13 +19,14 @@ from __future__ import annotations
 import inspect
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
 from crosscheck._errors import describe, reraise_user_interrupt, user_call
+from crosscheck._types import PyTree, TorchModule
 from crosscheck._workloads.losses import floating_outputs, outputs_loss
 from crosscheck._workloads.port.blocks.declare import Blocks
 from crosscheck._workloads.port.blocks.proof import backward, numpy_of, prove_rebuilt
@@ -98,8 +99,10 @@ def _model_inputs(blocks: Blocks, model: Any, seed: int) -> dict[str, Any]:
     return out
 
 
-def _pre_hook(name: str, seen: dict[str, dict[str, Any]], order: list[str]) -> Any:
-    def hook(module: Any, args: tuple, kwargs: dict) -> None:
+def _pre_hook(
+    name: str, seen: dict[str, dict[str, Any]], order: list[str]
+) -> Callable[[TorchModule, tuple, dict], None]:
+    def hook(module: TorchModule, args: tuple, kwargs: dict) -> None:
         if name in seen:
             seen[name]["calls"] += 1
             return
@@ -109,8 +112,8 @@ def _pre_hook(name: str, seen: dict[str, dict[str, Any]], order: list[str]) -> A
     return hook
 
 
-def _post_hook(name: str, seen: dict[str, dict[str, Any]]) -> Any:
-    def hook(module: Any, args: tuple, output: Any) -> None:
+def _post_hook(name: str, seen: dict[str, dict[str, Any]]) -> Callable[[TorchModule, tuple, PyTree], None]:
+    def hook(module: TorchModule, args: tuple, output: PyTree) -> None:
         if seen[name]["calls"] == 1:
             seen[name]["outputs"] = floating_outputs(output)
             # its values now: the model may yet write to them in place
@@ -244,7 +247,7 @@ def load(path: str) -> Recorded:
     )
 
 
-def block_module(blocks: Blocks, recorded: Recorded, model: Any = None) -> Any:
+def block_module(blocks: Blocks, recorded: Recorded, model: TorchModule = None) -> TorchModule:
     """Block ``recorded.block`` built alone by ``blocks.torch_block`` with its recorded weights, or, without
     ``torch_block``, taken from the whole model (``model``, or built here).
 

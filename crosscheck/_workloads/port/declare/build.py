@@ -15,18 +15,24 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from crosscheck._backends import install_hint
 from crosscheck._errors import describe, user_call
+from crosscheck._types import FrameworkArray
 from crosscheck._workloads.losses import floating_outputs, outputs_loss
 from crosscheck._workloads.model.declare import Workload
 from crosscheck._workloads.port.declare import problems as problems_module
 from crosscheck._workloads.port.declare.fields import PortFields
 from crosscheck._workloads.port.mapping import assemble
 from crosscheck._workloads.port.mapping import table as mapping_module
+
+if TYPE_CHECKING:
+    from crosscheck._workloads.port.declare.convert import Conversion
+    from crosscheck._workloads.port.sides.jax_side import JaxSide
+    from crosscheck._workloads.port.sides.torch_side import Wrapped
 
 #: The seed of the default loss's projection (``projection_loss``'s own default), recorded in the case.
 SEED = 0
@@ -37,13 +43,13 @@ class Prepared:
     """What a port is made of once prepared (see the module docstring)."""
 
     port: PortFields
-    torch_side: Any  # torch_side.Wrapped
-    jax_side: Any  # jax_side.JaxSide
+    torch_side: Wrapped
+    jax_side: JaxSide
     table: mapping_module.Table
     values: dict[str, np.ndarray]  # every PyTorch tensor, by state_dict name
     parameters: dict[str, tuple[int, ...]]  # the differentiated ones
     input_names: tuple[str, ...]  # the port's own inputs (the rest of the workload's are tensors)
-    conversion: Any = None  # convert.Conversion of ``Port(convert=fn)``: it makes the JAX leaves
+    conversion: Conversion | None = None  # of ``Port(convert=fn)``: it makes the JAX leaves
 
     @property
     def workload(self) -> Workload:
@@ -259,7 +265,7 @@ def port_loss(port: PortFields) -> Callable[[Any], Any]:
     return lambda out: outputs_loss(whole(out), seed=SEED)
 
 
-def _first(output: Any) -> Any:
+def _first(output: Any) -> FrameworkArray | None:
     """The model's main output: its first floating-point array (``floating_outputs``), else itself."""
     found = floating_outputs(output)
     return found[0] if found else (output if hasattr(output, "shape") else None)
@@ -290,20 +296,22 @@ def _workload(prepared: Prepared) -> Workload:
     )
 
 
-def torch_implementation(prepared: Prepared) -> Callable[[dict, dict], Any]:
+def torch_implementation(prepared: Prepared) -> Callable[[dict, dict], FrameworkArray]:
     """``(tensors, inputs) -> loss`` of the PyTorch module, its tensors replaced by the case's."""
     from crosscheck._workloads.port.sides import torch_side
 
     loss = port_loss(prepared.port)
 
-    def torch_loss(params: dict, inputs: dict) -> Any:
+    def torch_loss(params: dict, inputs: dict) -> FrameworkArray:
         state = {**params, **prepared.torch_state(inputs)}
         return loss(torch_side.call(prepared.torch_side, state, prepared.user_inputs(inputs)))
 
     return torch_loss
 
 
-def jax_leaves(prepared: Prepared, params: Mapping[str, Any], inputs: Mapping[str, Any]) -> list[Any]:
+def jax_leaves(
+    prepared: Prepared, params: Mapping[str, Any], inputs: Mapping[str, Any]
+) -> list[FrameworkArray]:
     """Every JAX leaf made from the PyTorch tensors through the mapping (``jnp`` ops: differentiable), or
     through the port's own conversion (``convert.Conversion.leaves``)."""
     import jax.numpy as jnp
@@ -315,11 +323,11 @@ def jax_leaves(prepared: Prepared, params: Mapping[str, Any], inputs: Mapping[st
     return [assemble.leaf(jnp, p, j.shape, arrays) for p, j in zip(prepared.pieces(), leaves, strict=True)]
 
 
-def jax_implementation(prepared: Prepared) -> Callable[[dict, dict], Any]:
+def jax_implementation(prepared: Prepared) -> Callable[[dict, dict], FrameworkArray]:
     """``(params, inputs) -> loss`` of the JAX port, its leaves made from the PyTorch tensors."""
     loss = port_loss(prepared.port)
 
-    def jax_loss(params: dict, inputs: dict) -> Any:
+    def jax_loss(params: dict, inputs: dict) -> FrameworkArray:
         dtype = next(iter(params.values())).dtype
         leaves = jax_leaves(prepared, params, inputs)
         jax_in = jax_side_inputs(prepared.port, prepared.user_inputs(inputs))

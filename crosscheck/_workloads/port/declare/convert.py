@@ -31,6 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from crosscheck._errors import user_call
+from crosscheck._types import PyTree
+from crosscheck._workloads.port.declare.fields import PortFields
 from crosscheck._workloads.port.mapping.matching import CONVERT, UNUSED_BUFFER, Entry, Tensor
 from crosscheck._workloads.port.sides.jax_side import key_name
 
@@ -201,7 +203,7 @@ def prepare(
     return conversion, entries(described, side.leaves, reached)
 
 
-def structure(port: Any, values: Mapping[str, np.ndarray]) -> Any:
+def structure(port: PortFields, values: Mapping[str, np.ndarray]) -> PyTree:
     """``fn``'s result, as shapes (``jax.eval_shape``): a function port's parameter pytree."""
     names = aliases(port.torch, tuple(values))
     shapes = _shapes(values)

@@ -6,9 +6,13 @@ first time it is used, by ``crosscheck._workloads.port.declare.build``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from crosscheck._workloads.port.declare.fields import PortFields
+
+if TYPE_CHECKING:
+    from crosscheck._workloads.port.declare.build import Prepared
+    from crosscheck._workloads.port.mapping.table import Table
 
 
 class Port(PortFields):
@@ -104,7 +108,7 @@ class Port(PortFields):
     """
 
     @property
-    def prepared(self) -> Any:
+    def prepared(self) -> Prepared:
         """The port prepared (``build.Prepared``): its sides, mapping and workload; built once. The
         PyTorch module's training mode is checked at each use (``PortFields.check_in_use``).
 
@@ -121,6 +125,6 @@ class Port(PortFields):
         return cached
 
     @property
-    def mapping(self) -> Any:
+    def mapping(self) -> Table:
         """The mapping table (``print(port.mapping)``): what was mapped to what, how, and what was not."""
         return self.prepared.table

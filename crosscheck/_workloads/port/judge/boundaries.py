@@ -23,6 +23,7 @@ import numpy as np
 from crosscheck._compare.constants import BOUNDARY
 from crosscheck._compare.record import Comparison
 from crosscheck._report.report import FORWARD_ONLY
+from crosscheck._workloads.port.judge.verdict import Origin
 
 #: How close two outputs must be to one multiple of each other to be said to differ by a factor
 #: (relative to the larger output's largest entry): a description, not a tolerance of any verdict.
@@ -118,7 +119,7 @@ def apart(
     return out, edges
 
 
-def verdict(found: Any, edges: Sequence[str], *, forward: bool = False) -> Any:
+def verdict(found: Origin, edges: Sequence[str], *, forward: bool = False) -> Origin:
     """A verdict that found no difference, with the edges said (``found`` as it is without edges)."""
     if not edges or found.starts_in != "nowhere":
         return found

@@ -15,11 +15,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from crosscheck._compare import terms
+from crosscheck._compare.record import Comparison
+from crosscheck._workloads.port.judge.verdict import Origin
+from crosscheck._workloads.port.judge.view import PortView
+
+if TYPE_CHECKING:
+    from crosscheck._workloads.port.sides.torch_side import ModuleCall
 
 
 def kept_in_float32(model: Any, module: str, mapped: set[str]) -> list[str]:
@@ -54,7 +60,13 @@ def within_float32(found: Any, outputs: Sequence[Any]) -> bool:
     return bool(found.max_abs_diff <= terms.bound(np.asarray(largest), 0.0, "float32"))
 
 
-def named(verdict: Any, workload: Any, dtype: str, comparisons: list[Any], records: Sequence[Any]) -> Any:
+def named(
+    verdict: Origin,
+    workload: PortView,
+    dtype: str,
+    comparisons: list[Comparison],
+    records: Sequence[ModuleCall],
+) -> Origin:
     """``verdict`` with ``note``'s words on the port ``workload``'s original (its PyTorch model, the
     tensors its mapping carries, its module ``records`` at the case's dtype)."""
     if dtype != "float64" or verdict.starts_in != "forward" or verdict.module is None:

@@ -32,6 +32,7 @@ from crosscheck._compare.device import arithmetic
 from crosscheck._compare.dtypes import is_float, is_low, numpy_dtype
 from crosscheck._compare.record import Comparison
 from crosscheck._report.report import Verdict
+from crosscheck._types import Loaded
 from crosscheck._workloads.port.judge import capture, localize, own, wide
 from crosscheck._workloads.port.judge.gradient import PortJudge
 from crosscheck._workloads.port.mapping.table import MAPPING
@@ -56,7 +57,7 @@ class OutputJudge(PortJudge):
     def prepare(self, candidates: list[tuple[str, Any]], call: Call) -> None:
         """Nothing to prepare: no oracle, so no anchor of "same function"."""
 
-    def reference(self, backend: Any, call: Call) -> Outcome:
+    def reference(self, backend: Loaded, call: Call) -> Outcome:
         if id(backend) not in self.workload.torches:
             return call.failure("the forward check's reference is PyTorch's forward, `torch`")
         start = time.perf_counter()
@@ -71,7 +72,7 @@ class OutputJudge(PortJudge):
         reference = Reference(None, self.dtype, notes, runs)
         return _done(call, reference, time.perf_counter() - start)
 
-    def evaluate(self, backend: Any, call: Call) -> Outcome:
+    def evaluate(self, backend: Loaded, call: Call) -> Outcome:
         if id(backend) not in self.workload.ports:
             return call.failure(
                 "the forward check compares the port (`jax`) with PyTorch's forward; this backend is "
@@ -85,7 +86,7 @@ class OutputJudge(PortJudge):
         return dataclasses.replace(got, value=_outputs(got.value, self.dtype))
 
     def compare(
-        self, backend: Any, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
+        self, backend: Loaded, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
     ) -> list[Comparison]:
         runs = (reference.data, self._runs(call, torch=False, main=self.captured.pop(id(backend))))
         self._probe(backend, name, call)
@@ -96,7 +97,7 @@ class OutputJudge(PortJudge):
         self.record(name, dataclasses.replace(located, comparisons=modules), reference.name)
         return modules
 
-    def _probe(self, backend: Any, name: str, call: Call) -> None:
+    def _probe(self, backend: Loaded, name: str, call: Call) -> None:
         """In a float64 case, whether the side's float64 loss keeps float32 steps (the gradient check's
         noise probe, ``OwnLosses.keeps_float32``): its module outputs are then compared within float32's
         rounding."""
@@ -113,7 +114,7 @@ class OutputJudge(PortJudge):
         return {"quantity": "output", "verdicts": verdicts, "sections": (MAPPING,)}
 
 
-def _done(call: Call, value: Any, seconds: float) -> Any:
+def _done(call: Call, value: Any, seconds: float) -> Outcome:
     """An outcome of ``value`` that took ``seconds`` (several guarded calls made it; each was guarded)."""
     return dataclasses.replace(call.failure(""), value=value, error=None, seconds=seconds)
 

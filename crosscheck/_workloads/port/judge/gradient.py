@@ -29,10 +29,11 @@ import numpy as np
 from crosscheck._compare.device import Arithmetic, arithmetic
 from crosscheck._compare.record import Comparison
 from crosscheck._report.report import Verdict
+from crosscheck._types import Loaded
 from crosscheck._workloads.model.judge import GenericJudge
 from crosscheck._workloads.model.oracle.estimate import Cost
 from crosscheck._workloads.port.declare.build import not_checked, torch_implementation
-from crosscheck._workloads.port.judge import capture, compare, own, say, wide
+from crosscheck._workloads.port.judge import capture, compare, localize, own, say, wide
 from crosscheck._workloads.port.judge.locate import locate
 from crosscheck._workloads.port.judge.verdict import Located
 from crosscheck._workloads.port.judge.view import PortView
@@ -71,7 +72,7 @@ class PortJudge:
         """The oracle's cost, estimated before it runs (the generic judge's)."""
         return self.inner.cost(candidates)
 
-    def reference(self, backend: Any, call: Call) -> Outcome:
+    def reference(self, backend: Loaded, call: Call) -> Outcome:
         self.proof = own.prove(self.workload.prepared, self.point, call)
         if self.proof.problem is not None and id(backend) in self.workload.torches:
             return call.failure(self.proof.problem)
@@ -96,7 +97,7 @@ class PortJudge:
         findings.unreached = list(out.value) if out.error is None else None
         findings.unused = tuple(self.workload.port.unused)
 
-    def evaluate(self, backend: Any, call: Call) -> Outcome:
+    def evaluate(self, backend: Loaded, call: Call) -> Outcome:
         if self.proof.problem is not None and id(backend) in self.workload.torches:
             return call.failure(self.proof.problem)
         return self.inner.evaluate(backend, call)
@@ -110,7 +111,7 @@ class PortJudge:
         return {**extras, "verdicts": verdicts, "sections": (MAPPING,)}
 
     def compare(
-        self, backend: Any, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
+        self, backend: Loaded, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
     ) -> list[Comparison]:
         found = self.inner.compare(backend, value, name, reference, call)
         if id(backend) in self.workload.torches:
@@ -169,6 +170,6 @@ class PortJudge:
             compared, gradients, self.workload, findings, name=name, dtype=self.dtype, forward=self.forward
         )
 
-    def _runs(self, call: Call, *, torch: bool, main: Any = None) -> Any:
+    def _runs(self, call: Call, *, torch: bool, main: Any = None) -> localize.Runs | str:
         """One side's module records at the case's dtype and in the other (``capture.runs``)."""
         return capture.runs(call, self.workload, self.point, torch=torch, main=main)

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from crosscheck._compare import low
 from crosscheck._compare.dtypes import is_float, is_low
 from crosscheck._workloads.model.rounding import unrounded
+
+if TYPE_CHECKING:
+    from crosscheck._workloads.port.sides.torch_side import ModuleCall
 
 
 def sides(torch_runs: Any, jax_runs: Any, name: str, dtype: str) -> dict[str, bool]:
@@ -34,7 +37,7 @@ def sides(torch_runs: Any, jax_runs: Any, name: str, dtype: str) -> dict[str, bo
     return out
 
 
-def _top(records: Sequence[Any]) -> Any:
+def _top(records: Sequence[ModuleCall]) -> ModuleCall | None:
     """The model's own record (the last named ``""``), None without one."""
     return next((r for r in reversed(records) if r.name == ""), None)
 

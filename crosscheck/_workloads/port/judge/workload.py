@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from crosscheck._backends.protocol import BackendSpec
+from crosscheck._types import Loaded
 from crosscheck._workloads.model.workload import GenericWorkload
 from crosscheck._workloads.port.declare.build import Prepared, case_notes
 from crosscheck._workloads.port.declare.port import Port
@@ -23,6 +25,7 @@ class PortWorkload(OwnArrays):
         self.port, self.name, self.spec = port, port.name, spec
         self.prepared: Prepared = port.prepared
         self.inner = GenericWorkload(self.prepared.workload)  # raises on an unresolved mapping
+        self.prepared.jax_side.renew()  # one check: its captures traced afresh (``JaxSide.renew``)
         self.ports: set[int] = set()
         self.torches: set[int] = set()  # the PyTorch side's backends (``own``: its proof)
         #: Whether the run's candidates name the port (``jax``): its module captures are then taken
@@ -36,7 +39,7 @@ class PortWorkload(OwnArrays):
         self.inner.check_candidates(specs)
         self.port_requested = any(isinstance(s, str) and s == "jax" for s in specs)
 
-    def resolve(self, spec: Any) -> Any:
+    def resolve(self, spec: BackendSpec) -> Loaded:
         backend = self.inner.resolve(spec)
         if spec == "jax":
             self.ports.add(id(backend))
@@ -44,7 +47,7 @@ class PortWorkload(OwnArrays):
             self.torches.add(id(backend))
         return backend
 
-    def jax_backend(self) -> Any:
+    def jax_backend(self) -> Loaded:
         """The port's JAX side as the engine runs it, the same adapter each time (``kept_adapter``): where
         its captures run is asked of it (``capture.home``), before the candidate itself is resolved."""
         return self.inner.resolve("jax")

@@ -18,10 +18,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from types import ModuleType
 
 import numpy as np
 
+from crosscheck._types import FrameworkArray
 from crosscheck._workloads.port.mapping.matching import Entry, Tensor, heads_order, permutation
 
 Box = tuple[tuple[int, int, int], ...]
@@ -111,14 +112,16 @@ def box_shape(shape: Sequence[int], box: Box) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _taken(array: Any, take: tuple[int, int, int] | None) -> Any:
+def _taken(array: FrameworkArray, take: tuple[int, int, int] | None) -> FrameworkArray:
     if take is None:
         return array
     axis, start, stop = take
     return array[region(array.shape, ((axis, start, stop),))]
 
 
-def leaf(xp: Any, pieces: Sequence[Piece], shape: Sequence[int], arrays: Mapping[str, Any]) -> Any:
+def leaf(
+    xp: ModuleType, pieces: Sequence[Piece], shape: Sequence[int], arrays: Mapping[str, FrameworkArray]
+) -> FrameworkArray:
     """The JAX leaf of ``shape`` made of ``pieces`` from ``arrays`` (``xp``: the array module)."""
     parts = []
     for p in pieces:
@@ -141,7 +144,7 @@ def leaf(xp: Any, pieces: Sequence[Piece], shape: Sequence[int], arrays: Mapping
 
 
 def back(
-    pieces: Sequence[Sequence[Piece]], leaves: Sequence[Any], shapes: Mapping[str, Sequence[int]]
+    pieces: Sequence[Sequence[Piece]], leaves: Sequence[FrameworkArray], shapes: Mapping[str, Sequence[int]]
 ) -> dict[str, np.ndarray]:
     """The PyTorch tensors ``shapes`` (name -> shape) read back from JAX ``leaves`` made of ``pieces``
     (a trained model's), as NumPy arrays: each from its first piece of each part (a tied tensor's first

@@ -122,7 +122,7 @@ def _regex(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(parts), re.DOTALL)
 
 
-def _substitute(value: Any, groups: tuple[str, ...], pattern: str) -> Any:
+def _substitute(value: object, groups: tuple[str, ...], pattern: str) -> object:
     """``value`` with the captured wildcards put into its target path (a string, or a tuple's first;
     each part of a split)."""
     if isinstance(value, list):

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from crosscheck._report.report import Report, Section
+from crosscheck._types import Console
 from crosscheck._workloads.port.mapping import fused
 from crosscheck._workloads.port.mapping.assemble import tiling, where
 from crosscheck._workloads.port.mapping.matching import (
@@ -192,7 +193,7 @@ def render_summary(rows: Sequence[Mapping[str, Any]]) -> str:
     return (render(notable) + "\n" if notable else "") + line
 
 
-def render_mapping(report: Report, console: Any) -> None:
+def render_mapping(report: Report, console: Console) -> None:
     """The parameter mapping (the case's ``mapping``), before any numerics."""
     if isinstance(report.case.get("mapping"), list):
         console.print(render_summary(report.case["mapping"]), highlight=False, markup=False)

@@ -3,17 +3,20 @@
 Imported only when a port is used (it imports jax). Each kind is described the same way: its leaves
 (``mapping.Tensor``, with the owning module's class where it can be known), how to rebuild the model
 from leaf values, and how to call it; a linen module also reports every submodule call (its inputs
-and outputs, through ``flax.linen.intercept_methods``) for the module-by-module comparison, an nnx
-module too (its submodules' ``__call__`` wrapped for the capture pass: ``nnx_side``); an Equinox
-module or a function reports the intermediates its call returns for the PyTorch modules listed in
-``Port(jax_intermediates=...)`` (checked by ``intermediates``; a stacked ``layers.*.X`` split per layer),
-its call run as one ``jax.jit`` kept per dtype, as a linen capture's pass is.
+and outputs, through ``flax.linen.intercept_methods``: ``linen_side``) for the module-by-module
+comparison, an nnx module too (its submodules' ``__call__`` wrapped for the capture pass:
+``nnx_side``); an Equinox module or a function reports the intermediates its call returns for the
+PyTorch modules listed in ``Port(jax_intermediates=...)`` (checked by ``intermediates``; a stacked
+``layers.*.X`` split per layer), its call run as one compiled program kept per dtype, as a linen
+capture's pass is.
 A linen submodule called inside ``nn.scan`` (or ``nn.remat``) sees tracers: each step's values are
 recorded when the step runs (``steps``), with its step's index: ``path@i`` (``steps.label``). A linen
-module's whole capture runs as one ``jax.jit`` of its forward pass, every call's values recorded that
-way (compiled once per dtype, not an operation at a time, and kept for the side's next capture in that
-dtype: a check's repeat runs it again; op by op where ``jax.jit`` cannot trace it),
+module's whole capture runs as one compiled program of its forward pass, every call's values recorded
+that way (compiled once per dtype, not an operation at a time, and kept for the side's next capture in
+that dtype: a check's repeat runs it again; op by op where ``jax.jit`` cannot trace it),
 the leaves made from the PyTorch tensors inside it where the mapping makes them (``capture``'s ``made``).
+A kept pass is traced afresh in each check (``renew``; ``programs.Kept``): the model's code as it is
+then, its compiled program run again only where the new trace is the same program.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from crosscheck._workloads.port.mapping.matching import EQUINOX_LAYOUTS, JAX_LAY
 from crosscheck._workloads.port.mapping.stacked import spread
 from crosscheck._workloads.port.sides import steps
 from crosscheck._workloads.port.sides.torch_side import ModuleCall
+from crosscheck._workloads.programs import Kept
 
 Call = Callable[[Any, dict], Any]
 
@@ -80,7 +84,7 @@ class JaxSide:
         self.model, self.call = model, call or (lambda m, inputs: m(**inputs))
         self.listed = tuple(listed)  # the user-listed intermediates the call returns beside its output
         self.types: dict[tuple[str, ...], tuple[str, ...]] = {}  # module path -> its class's bases' names
-        self.passes: dict[Any, Callable] = {}  # the captures' compiled passes, by ``steps.pass_key``
+        self.passes: dict[Any, Kept] = {}  # the captures' compiled passes, by ``steps.pass_key``
         self.traced_records = 0  # records a linen capture made while tracing (its values no tracers)
         self.kinds: dict[tuple[str, ...], str] = {}
         if self.kind == "linen":  # Flax runs the user's `setup` and `__call__` (traced) here
@@ -116,6 +120,19 @@ class JaxSide:
                 return nn.init(self.call, self.model)(jax.random.key(0), example)
 
         return jax.eval_shape(init)
+
+    def renew(self) -> None:
+        """A new check: each kept capture pass is traced afresh at its next run (``Kept.renew``), so that
+        what the model's code reads when traced (a module-level flag, a closure's variable) is read as it
+        is now; a program compiled in an earlier check runs again only where it is the same program. An
+        nnx module is split again: an attribute set on it since (``model.scale = 2.0``) is in its graph,
+        which the model is rebuilt from (``nnx_side.again``)."""
+        for kept in self.passes.values():
+            kept.renew()
+        if self.kind == "nnx":
+            from crosscheck._workloads.port.sides import nnx_side
+
+            self.static = nnx_side.again(self.model, self.treedef, [leaf.shape for leaf in self.leaves])
 
     def _describe(self, path: Sequence[Any], leaf: Any) -> Tensor:
         tokens = tuple(key_name(k) for k in path)
@@ -212,11 +229,18 @@ class JaxSide:
                 for k, v in spread(n, found[n])
             ]
             return [*listed, ModuleCall("", type(self.model).__name__, (), _numpy(out), narrow(out))]
+        from crosscheck._workloads.port.sides import linen_side
+
+        def linen(jit: bool) -> list[ModuleCall]:
+            return linen_side.capture(
+                self, values, inputs, dtype, jit=jit, made=made, numpy=_numpy, narrow=narrow
+            )
+
         try:  # one compiled forward pass, each call's values sent back as it runs
-            return self._linen_capture(values, inputs, dtype, jit=True, made=made)
+            return linen(True)
         except Exception:  # a model jax.jit cannot trace (Python control flow on values): op by op
             try:
-                return self._linen_capture(values, inputs, dtype, jit=False, made=made)
+                return linen(False)
             except TRACED:  # under `nn.vmap` a submodule's values are batched tracers: the output alone
                 out = self.split(self.run(made(values) if made else values, inputs, dtype))[0]
                 return [
@@ -228,97 +252,18 @@ class JaxSide:
         not an operation at a time; run as it is written where ``jax.jit`` cannot trace it."""
         arrays, placed, static = steps.traced_inputs(inputs)
         key = steps.pass_key("returned", np.dtype(dtype).name, static)
-        run = self.passes.get(key) if key is not None else None
-        if run is None:
+        run = (self.passes.get(key) if key is not None else None) or Kept()
 
-            def returned(values: list, arrays: list) -> Any:  # the inputs' arrays traced, the rest as given
-                return self.run(values, placed(arrays), dtype)
+        def returned(values: list, arrays: list) -> Any:  # the inputs' arrays traced, the rest as given
+            return self.run(values, placed(arrays), dtype)
 
-            run = jax.jit(returned)
         try:
-            got = run(list(values), arrays)
+            got = run(returned, list(values), arrays)
         except Exception:  # Python control flow on a value, a non-array returned: as it is written
             return self.run(values, inputs, dtype)
         if key is not None:
             self.passes[key] = run
         return got
-
-    def _linen_capture(
-        self, values: Any, inputs: dict[str, Any], dtype: Any, *, jit: bool, made: Callable | None = None
-    ) -> list[ModuleCall]:
-        """A linen module's calls (``capture``): with ``jit``, in one ``jax.jit`` of the forward pass,
-        each call's values sent back as it runs (``steps.later``, as a scan's steps are), compiled once;
-        without, op by op (each new operation compiled on its own: 73 of them for one GPT-2 layer)."""
-        import flax.linen as nn
-
-        records: list[ModuleCall] = []
-        seen: dict[str, int] = {}
-        record, roots = _interceptor(self)
-
-        arrays, placed, static = steps.traced_inputs(inputs)
-
-        def linen_pass(values: Any, arrays: list) -> None:  # the inputs' arrays traced, the rest as given
-            model, variables = self.rebuild(values if made is None else made(values), dtype)
-            with nn.intercept_methods(record):
-                nn.apply(self.call, model)(variables, placed(arrays))
-
-        key = steps.pass_key(np.dtype(dtype).name, static, made) if jit else None
-        run = (self.passes.get(key) or jax.jit(linen_pass)) if jit else linen_pass
-        before = self.traced_records
-        with steps.sink(functools.partial(_recorded, records, seen)), steps.indexed():
-            run(values, arrays)
-        roots.clear()  # the scopes it traced (the pass is kept)
-        if key is not None and self.traced_records == before:  # every record comes from the pass: kept
-            self.passes[key] = run
-        elif key is not None:  # a record made while tracing would be missing from its next run
-            self.passes.pop(key, None)
-        return records
-
-
-def _interceptor(side: JaxSide) -> tuple[Callable, list[Any]]:
-    """A linen capture's ``nn.intercept_methods`` interceptor, each submodule's ``__call__`` recorded once
-    (``steps.later`` when its values are traced, ``steps.now`` when they are known: counted in
-    ``side.traced_records``), and the model's scopes it has seen."""
-    depth = {"calls": 0, "inner": 0}  # methods running; of them, separate applies inside the model
-    roots: list[Any] = []  # the model's own scope (its methods call one another at path ())
-    calling: list[int | None] = []  # the modules whose `__call__` is running (others: None)
-
-    def record(next_fun: Callable, args: Any, kwargs: Any, context: Any) -> Any:
-        # a module at path () of another scope, inside the model's call, is applied on its own (Hugging
-        # Face's weight-norm conv runs `nn.Conv(...).apply(...)`): its paths are not the model's
-        scope = context.module.scope
-        if not context.module.path and depth["calls"] == 0:
-            roots.append(scope)
-        inner = int(not context.module.path and depth["calls"] > 0 and all(scope is not r for r in roots))
-        # a `__call__` inside the same module's own `__call__` (a subclass's `super().__call__`) is
-        # one call of the module: the outermost is recorded (a scan's step counts its calls)
-        again = context.method_name == "__call__" and id(context.module) in calling
-        calling.append(id(context.module) if context.method_name == "__call__" else None)
-        depth["calls"] += 1
-        depth["inner"] += inner
-        try:
-            out = next_fun(*args, **kwargs)
-        finally:
-            depth["calls"] -= 1
-            depth["inner"] -= inner
-            calling.pop()
-        if context.method_name == "__call__" and not inner and not depth["inner"] and not again:
-            name, kind = ".".join(context.module.path), type(context.module).__name__
-            if steps.traced((args, kwargs, out)):  # compiled, or in a scan: its values when it runs
-                steps.later(name, kind, narrow(out), (args, kwargs), out)
-            else:  # known as it is traced (no array of the pass): recorded now, not by the compiled pass
-                side.traced_records += 1
-                steps.now(name, kind, narrow(out), (args, kwargs), out)
-        return out
-
-    return record, roots
-
-
-def _recorded(
-    records: list, seen: dict, name: str, kind: str, low: bool, inputs: Any, out: Any, step: Any = None
-) -> None:
-    """One module call's record (named by ``steps.label``: ``name#k``, in a scan ``name@i#k``), appended."""
-    records.append(ModuleCall(steps.label(seen, name, step), kind, _numpy(inputs), _numpy(out), low))
 
 
 def _numpy(value: Any) -> tuple[np.ndarray, ...]:

@@ -7,11 +7,12 @@ and the rest (random-number state, integer counters), kept as it is. ``nnx.merge
 module from mapped leaves inside the differentiated function, so ``jax.grad`` sees them. For the
 forward-only capture pass the merged module's submodules are plain Python objects: their classes'
 ``__call__`` is wrapped for that call only (restored after), recording each submodule call of that
-module graph, by its attribute path, with its inputs and output. The capture pass runs as one ``nnx.jit``
-(kept on the side for its next capture in that dtype), op by op where it cannot be traced. Inside it and
-inside ``nnx.scan`` the calls are made on copies of the modules (each carries its path as an attribute,
-which the copies keep) and see tracers: each call's values are recorded when it runs (``steps``), a
-scan's step named by its index (``@i``).
+module graph, by its attribute path, with its inputs and output. The capture pass runs as one compiled
+program of the module's state (``nnx.split``, merged inside: ``_compiled``; kept on the side for its
+next capture in that dtype, traced afresh in each check: ``programs.Kept``), op by op where it cannot be
+traced. Inside it and inside ``nnx.scan`` the calls are made on copies of the modules (each carries
+its path as an attribute, which the copies keep) and see tracers: each call's values are recorded when
+it runs (``steps``), a scan's step named by its index (``@i``).
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from crosscheck._workloads.port.sides import steps
 from crosscheck._workloads.port.sides.torch_side import ModuleCall
+from crosscheck._workloads.programs import Kept
 
 #: Module attributes that say a module is in training mode when False (``module.eval()`` sets them).
 TRAINING_FLAGS = ("use_running_average", "deterministic")
@@ -57,6 +60,24 @@ def split(model: Any) -> tuple[Any, tuple[Any, Any]]:
             )
     graphdef, state, rest = nnx.split(model, _inexact, ...)
     return state, (graphdef, rest)
+
+
+def again(model: Any, treedef: Any, shapes: list[tuple[int, ...]]) -> tuple[Any, Any]:
+    """What rebuilds ``model`` now (``split``'s second part), the module split again: the attributes set
+    on it since it was first split (they are in its graph definition) are the module's as it is now.
+
+    Raises:
+        ValueError: its variables are no longer those the port was prepared with (``treedef``,
+            ``shapes``): the mapping was made for those; or a submodule is in training mode.
+    """
+    state, static = split(model)
+    leaves, now = jax.tree_util.tree_flatten(state)
+    if now != treedef or [tuple(jnp.shape(leaf)) for leaf in leaves] != [tuple(s) for s in shapes]:
+        raise ValueError(
+            "the Flax nnx module's variables changed since the port was prepared (a layer added, "
+            "removed or resized): its mapping was made for the old ones; make a new crosscheck.Port."
+        )
+    return static
 
 
 def kinds(state: Any) -> dict[tuple[str, ...], str]:
@@ -153,14 +174,15 @@ def capture(
     inputs: dict[str, Any],
     numpy: Callable[[Any], Any],
     narrow: Callable[[Any], bool],
-    passes: dict[Any, Callable] | None = None,
+    passes: dict[Any, Kept] | None = None,
 ) -> list[ModuleCall]:
     """Every submodule call of one forward pass of ``model`` (a merged, concrete module), in the
     order the calls finished; the top module's output last (recorded from the call when its
     ``__call__`` is not what ``call`` runs). A call inside an nnx transform sees tracers: its values
     are recorded when each step runs (``steps``). With ``passes`` (the side's kept passes), the forward
-    pass runs as one ``nnx.jit``, every call's values sent back as it runs, compiled once per dtype and
-    kept there; op by op where it cannot be traced (Python control flow on a value)."""
+    pass runs as one compiled program (``_compiled``), every call's values sent back as it runs,
+    compiled once per dtype and kept there; op by op where it cannot be traced (Python control flow on
+    a value)."""
     records: list[ModuleCall] = []
     with _recording(model, records, numpy, narrow) as known:
         out: Any = _NOTHING
@@ -183,20 +205,21 @@ _NOTHING = object()
 def _compiled(
     call: Callable[[Any, dict], Any], model: Any, inputs: dict[str, Any], passes: dict, known: list[int]
 ) -> Any:
-    """``call(model, inputs)`` as one ``nnx.jit`` pass, the inputs' arrays traced and the rest as given;
-    the pass is kept in ``passes`` unless a call was recorded while it was traced (``known``: run
-    again, the pass would leave that record out)."""
+    """``call(model, inputs)`` as one compiled pass (``Kept``) of the module's state and the inputs'
+    arrays (traced; the rest as given), the module merged from its graph (``nnx.split``: its structure
+    and static attributes, part of the key the pass is kept under) inside it; the pass is kept in
+    ``passes`` unless a call was recorded while it was traced (``known``: run again, the pass would
+    leave that record out)."""
     arrays, placed, static = steps.traced_inputs(inputs)
-    key = steps.pass_key("nnx", static)
-    run = passes.get(key) if key is not None else None
-    if run is None:
+    graphdef, state = nnx.split(model)
+    key = steps.pass_key("nnx", static, graphdef)
+    run = (passes.get(key) if key is not None else None) or Kept()
 
-        def nnx_pass(module: Any, arrays: list) -> Any:
-            return call(module, placed(arrays))
+    def nnx_pass(state: Any, arrays: list) -> Any:
+        return call(nnx.merge(graphdef, state), placed(arrays))
 
-        run = nnx.jit(nnx_pass)
     before = known[0]
-    out = run(model, arrays)
+    out = run(nnx_pass, state, arrays)
     if key is not None and known[0] == before:
         passes[key] = run
     elif key is not None:

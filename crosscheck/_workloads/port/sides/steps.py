@@ -15,12 +15,15 @@ Imported only by the JAX side (it imports jax).
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from crosscheck._workloads.programs import MARK
 
 
 def traced(value: Any) -> bool:
@@ -187,22 +190,43 @@ def later(name: str, kind: str, low: bool, inputs: Any, output: Any) -> None:
     """Record module ``name``'s call (class ``kind``, ``low``: narrower than float64) when it runs, once
     per step, with its concrete arrays (of ``inputs`` and ``output``, as lists) and the step's index
     (``indexed``), in the capture running then (none: a forward pass outside a capture, nothing is
-    recorded)."""
+    recorded).
+
+    The call back is one module-level function (``_called_back``) that reads everything it says from
+    its arguments: ``programs.MARK``, then the call's description as bytes (``_said``), which the
+    program holds as a constant. Two programs of the same text then call back the same way, so a
+    program compiled in an earlier check may run again (``programs.Kept``); a call back that closed over
+    its name would say the earlier trace's."""
 
     ins, outs = _arrays(inputs), _arrays(output)
     kinds = [_kind(a) for a in (*ins, *outs)]
     where = list(_STEPS)
+    said = _said(name, kind, low, kinds, len(ins), len(where))
+    wired = ([_wired(a) for a in ins], [_wired(a) for a in outs])
+    jax.debug.callback(_called_back, MARK, said, *wired, where, ordered=True)
 
-    def back(ins: list, outs: list, where: list) -> None:
-        if _SINKS:
-            decodes = _DECODES[-1]
-            if isinstance(decodes, str):  # begun without x64: probed only if an 8-byte value came
-                decodes = _decoding(decodes) if any(k is not None for k in kinds) else {}
-            got = [_unwired(a, k, decodes) for a, k in zip((*ins, *outs), kinds, strict=True)]
-            step = tuple(int(np.asarray(i)) for i in where) if where else None
-            _SINKS[-1](name, kind, low, got[: len(ins)], got[len(ins) :], step)
 
-    jax.debug.callback(back, [_wired(a) for a in ins], [_wired(a) for a in outs], where, ordered=True)
+def _said(name: str, kind: str, low: bool, kinds: list, ins: int, steps: int) -> np.ndarray:
+    """What ``later``'s call back says of a call, as bytes (JSON): its name, class, ``low``, the number
+    of its inputs and scan indices, and each array's dtype and shape (``_kind``) where it is sent as
+    words."""
+    shapes = [None if k is None else [k[0].str, list(k[1])] for k in kinds]
+    text = json.dumps([name, kind, bool(low), ins, steps, shapes])
+    return np.frombuffer(text.encode(), np.uint8).copy()
+
+
+def _called_back(mark: Any, said: Any, ins: list, outs: list, where: list) -> None:
+    """One call of ``later``'s, as it runs: its values to the capture running now (``_SINKS``)."""
+    if not _SINKS:
+        return
+    name, kind, low, _, _, shapes = json.loads(np.asarray(said).tobytes())
+    kinds = [None if k is None else (np.dtype(k[0]), tuple(k[1])) for k in shapes]
+    decodes = _DECODES[-1]
+    if isinstance(decodes, str):  # begun without x64: probed only if an 8-byte value came
+        decodes = _decoding(decodes) if any(k is not None for k in kinds) else {}
+    got = [_unwired(a, k, decodes) for a, k in zip((*ins, *outs), kinds, strict=True)]
+    step = tuple(int(np.asarray(i)) for i in where) if where else None
+    _SINKS[-1](name, kind, low, got[: len(ins)], got[len(ins) :], step)
 
 
 def traced_inputs(inputs: Any) -> tuple[list[Any], Callable[[list[Any]], Any], tuple[Any, ...]]:

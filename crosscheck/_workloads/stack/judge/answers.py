@@ -14,6 +14,7 @@ import numpy as np
 
 from crosscheck._compare.constants import ALL_DTYPES, DTYPES
 from crosscheck._compare.record import Kinks
+from crosscheck._types import Loaded
 from crosscheck._workloads.protocol import Call, Outcome
 from crosscheck._workloads.stack import rounding
 
@@ -49,7 +50,7 @@ def oracle_answer(est: Any) -> HvpAnswer:
     return HvpAnswer(est.value, est.error, kinks)
 
 
-def declared_dtype(backend: Any, dtype: str) -> tuple[str, str | None]:
+def declared_dtype(backend: Loaded, dtype: str) -> tuple[str, str | None]:
     """The dtype a backend's results are judged in, and an error when crosscheck cannot judge it."""
     try:
         declared = getattr(backend, "output_dtype", None) or dtype
@@ -63,7 +64,7 @@ def declared_dtype(backend: Any, dtype: str) -> tuple[str, str | None]:
     return str(declared), None
 
 
-def gradient(backend: Any, call: Call, dtype: str, weights: np.ndarray, x: np.ndarray) -> Outcome:
+def gradient(backend: Loaded, call: Call, dtype: str, weights: np.ndarray, x: np.ndarray) -> Outcome:
     """``backend.grad(weights, x)``, guarded, as ``{"weights": array}``; a failure, without a call,
     when the backend declares a dtype crosscheck cannot judge in a ``dtype`` case."""
     _, problem = declared_dtype(backend, dtype)

@@ -28,6 +28,7 @@ import numpy as np
 from crosscheck._compare.device import arithmetic, scale
 from crosscheck._compare.record import Comparison
 from crosscheck._report.report import Verdict
+from crosscheck._types import Loaded
 from crosscheck._workloads.protocol import Call, Options, Outcome, Point, Reference
 from crosscheck._workloads.stack import size
 from crosscheck._workloads.stack.explain import SECTION
@@ -64,17 +65,17 @@ class StackGradJudge:
         #: Each screened candidate's entries judged one by one, of its total (``verdict.screened``).
         self.screened: dict[str, tuple[int, int]] = {}
 
-    def evaluate(self, backend: Any, call: Call) -> Outcome:
+    def evaluate(self, backend: Loaded, call: Call) -> Outcome:
         return gradient(backend, call, self.dtype, self.passes.weights, self.passes.x)
 
-    def reference(self, backend: Any, call: Call) -> Outcome:
+    def reference(self, backend: Loaded, call: Call) -> Outcome:
         out = _reference.reference(self.passes, self.options, self.dtype, backend, call, fits=self.fits)
         if out.ok:
             self.mode = out.value.notes.get("mode")
         return out
 
     def compare(
-        self, backend: Any, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
+        self, backend: Loaded, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
     ) -> list[Comparison]:
         referenced: Referenced = reference.data
         candidate = value["weights"]
@@ -106,7 +107,7 @@ class StackGradJudge:
     def _compared(
         self,
         view: _patterned.View,
-        backend: Any,
+        backend: Loaded,
         candidate: np.ndarray,
         name: str,
         reference: Reference,

@@ -14,6 +14,7 @@ from crosscheck._compare import terms as _terms
 from crosscheck._compare.compare import compare
 from crosscheck._compare.constants import OTHER_DTYPE, UNIT_ROUNDOFF
 from crosscheck._compare.record import Comparison, Kinks, Tolerance
+from crosscheck._types import Loaded
 from crosscheck._workloads.protocol import Call, Options, Outcome, Point, Reference
 from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack.judge import hvp_screen as _screen
@@ -52,10 +53,10 @@ class StackHvpJudge:
         #: Each screened candidate's entries judged one by one, of its total (``verdict.screened``).
         self.screened: dict[str, tuple[int, int]] = {}
 
-    def evaluate(self, backend: Any, call: Call) -> Outcome:
+    def evaluate(self, backend: Loaded, call: Call) -> Outcome:
         return self._hvp(backend, call, self.dtype)
 
-    def _hvp(self, backend: Any, call: Call, dtype: str) -> Any:
+    def _hvp(self, backend: Loaded, call: Call, dtype: str) -> Outcome:
         _, problem = declared_dtype(backend, self.dtype)
         if problem:
             return call.failure(problem)
@@ -63,7 +64,7 @@ class StackHvpJudge:
         out = call(backend.hvp, *args, convert="array")
         return out if out.error else dataclasses.replace(out, value={"weights": out.value})
 
-    def reference(self, backend: Any, call: Call) -> Outcome:
+    def reference(self, backend: Loaded, call: Call) -> Outcome:
         if _screen.mode(self, backend) == "screen":
             out, screening = _screen.screen_reference(self, backend, call)
             self.screening = screening or self.screening
@@ -95,12 +96,12 @@ class StackHvpJudge:
         answer = dataclasses.replace(answer, value=np.nan_to_num(answer.value))
         return Reference({"weights": answer.value}, "float64", notes, answer)
 
-    def rerun(self, backend: Any, call: Call) -> tuple[np.ndarray | None, str]:
+    def rerun(self, backend: Loaded, call: Call) -> tuple[np.ndarray | None, str]:
         """The candidate's HVP re-run in the other precision (None, and why, when that failed)."""
         out = self._hvp(backend, call, OTHER_DTYPE[self.dtype])
         return (None, f"re-run failed: {out.error}") if out.error else (out.value["weights"], "")
 
-    def _rerun(self, backend: Any, call: Call, value: np.ndarray) -> tuple[np.ndarray, str]:
+    def _rerun(self, backend: Loaded, call: Call, value: np.ndarray) -> tuple[np.ndarray, str]:
         """The ``rerun`` term: the candidate re-run in the other precision (see ``hvp.rerun_term``)."""
         again, problem = self.rerun(backend, call)
         if again is None:
@@ -108,7 +109,7 @@ class StackHvpJudge:
         return _hvp.rerun_term(value, again, self.dtype)
 
     def compare(
-        self, backend: Any, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
+        self, backend: Loaded, value: dict[str, np.ndarray], name: str, reference: Reference, call: Call
     ) -> list[Comparison]:
         candidate = value["weights"]
         if self.screening is not None:
@@ -120,7 +121,7 @@ class StackHvpJudge:
 
     def compare_full(
         self,
-        backend: Any,
+        backend: Loaded,
         candidate: np.ndarray,
         name: str,
         reference: Reference,

@@ -25,6 +25,7 @@ from crosscheck._compare.compare import structural_problem
 from crosscheck._compare.constants import UNIT_ROUNDOFF
 from crosscheck._compare.message import mismatch_message
 from crosscheck._compare.record import Comparison, Kinks
+from crosscheck._types import Loaded
 from crosscheck._workloads.protocol import Call, Options, Reference
 from crosscheck._workloads.stack.judge import cost
 from crosscheck._workloads.stack.judge.answers import HvpAnswer, declared_dtype, oracle_answer
@@ -43,10 +44,10 @@ class HvpJudge(Protocol):
     dtype: str
     options: Options
 
-    def rerun(self, backend: Any, call: Call) -> tuple[np.ndarray | None, str]: ...
+    def rerun(self, backend: Loaded, call: Call) -> tuple[np.ndarray | None, str]: ...
     def compare_full(
         self,
-        backend: Any,
+        backend: Loaded,
         candidate: np.ndarray,
         name: str,
         reference: Reference,
@@ -69,7 +70,7 @@ def hvp_oracle_flops(layers: int, batch: int, dim: int) -> float:
     return 2 * layers * cost.full_oracle_flops(layers, batch, dim)
 
 
-def mode(judge: HvpJudge, backend: Any) -> str:
+def mode(judge: HvpJudge, backend: Loaded) -> str:
     """``full`` or ``screen``: what ``oracle_mode`` asks for, given what the reference can do."""
     can_screen = callable(getattr(backend, "hvp_screen", None))
     asked = judge.options.oracle.mode
@@ -82,7 +83,7 @@ def mode(judge: HvpJudge, backend: Any) -> str:
     return asked
 
 
-def screen_reference(judge: HvpJudge, backend: Any, call: Call) -> tuple[Any, Screening | None]:
+def screen_reference(judge: HvpJudge, backend: Loaded, call: Call) -> tuple[Any, Screening | None]:
     """The oracle's ``D . H v`` along ``directions`` random +-1 directions per layer: the reference's
     outcome, and the judge's ``Screening`` (None when the oracle failed)."""
     shape = judge.weights.shape
@@ -107,7 +108,7 @@ def screen_reference(judge: HvpJudge, backend: Any, call: Call) -> tuple[Any, Sc
 def compare_screened(
     judge: HvpJudge,
     screening: Screening,
-    backend: Any,
+    backend: Loaded,
     candidate: np.ndarray,
     name: str,
     reference: Reference,
@@ -192,7 +193,7 @@ def _floor_and_slack(judge: HvpJudge, sc: Any, candidate: np.ndarray) -> np.ndar
 
 def _full_layers(
     judge: HvpJudge, screening: Screening, layers: list[int], reference: Reference, call: Call
-) -> Any:
+) -> Reference | str:
     """The full HVP oracle on every entry of ``layers`` (cached across candidates; NaN elsewhere), or
     why it failed."""
     missing = [k for k in layers if k not in screening.full_layers]

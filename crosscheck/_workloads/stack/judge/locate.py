@@ -14,6 +14,7 @@ import numpy as np
 
 from crosscheck._compare.record import Comparison
 from crosscheck._records import Oracle
+from crosscheck._types import Loaded
 from crosscheck._workloads.protocol import Call, Judge, Options, Point, Reference
 from crosscheck._workloads.stack.explain import classify, forward_layers, verdict
 from crosscheck._workloads.stack.judge.answers import gradient
@@ -21,7 +22,7 @@ from crosscheck._workloads.stack.judge.full import compare_full
 from crosscheck._workloads.stack.judge.passes import Passes
 
 
-def localized(passes: Passes, backend: Any, comparison: Comparison, dtype: str, call: Call) -> Comparison:
+def localized(passes: Passes, backend: Loaded, comparison: Comparison, dtype: str, call: Call) -> Comparison:
     """``comparison`` with the layer-by-layer forward comparison (when the backend exposes its
     activations)."""
     activations = getattr(backend, "activations", None)
@@ -41,7 +42,7 @@ def localized(passes: Passes, backend: Any, comparison: Comparison, dtype: str, 
 def classified(
     passes: Passes,
     options: Options,
-    backend: Any,
+    backend: Loaded,
     comparison: Comparison,
     value: np.ndarray,
     reference: Reference,
@@ -78,7 +79,7 @@ def nudged(
     the full oracle where the first took the outputs' would take hours at width), by a fresh
     ``judge`` of the moved point."""
 
-    def check(backend: Any) -> bool:
+    def check(backend: Loaded) -> bool:
         # Integer or near-zero inputs put pre-activations on kinks; a relative nudge of ~1e-3 of the
         # weights moves them off (the same case, up to a perturbation far above rounding).
         weights, x = point.params["weights"], point.inputs["x"]

@@ -30,6 +30,8 @@ from crosscheck._workloads.stack.pattern import Pattern
 
 #: Fraction of an entry's tolerance that a possible ReLU flip may move it before it is unjudgeable.
 KINK_IMPACT_FRACTION = 0.25
+#: A dtype's kink judgement: each layer's bounds, the ambiguous pre-activations, what flipping each does.
+KinkJudgement = tuple[list[np.ndarray], np.ndarray, _kinks.KinkEffects]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -59,7 +61,7 @@ class Passes:
     pattern: Pattern | None = None
     models: dict[str, rounding.RoundingModel] = dataclasses.field(default_factory=dict)
     underflows: dict[str, _underflow.Underflow] = dataclasses.field(default_factory=dict)
-    kinks: dict[str, tuple[tuple, Any]] = dataclasses.field(default_factory=dict)
+    kinks: dict[str, tuple[tuple, KinkJudgement]] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def of(cls, weights: np.ndarray, x: np.ndarray) -> Passes:
@@ -158,7 +160,7 @@ class Passes:
         model, flow = self.model(dtype), self.underflow(dtype).z
         return [model.z_bound(m) + reference.z_bound(m) + flow[m] for m in range(len(self.fwd.zs))]
 
-    def kink_effects(self, dtype: str, tol: np.ndarray, scale: float = 1.0) -> Any:
+    def kink_effects(self, dtype: str, tol: np.ndarray, scale: float = 1.0) -> KinkJudgement:
         """The ambiguous pre-activations for ``dtype`` (with their bounds) and what flipping them does,
         for the tolerance ``scale * tol`` (a screen passes the rounding model's sigma and ``SAFETY``:
         the same products, a layer at a time, with no gradient-sized ``grad_bound`` made for it)."""

@@ -16,11 +16,11 @@ and what its coverage says of them); ``noted`` says it in the comparison.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import numpy as np
 
 from crosscheck._compare.record import Comparison
+from crosscheck._types import Loaded
 from crosscheck._workloads.protocol import Call
 from crosscheck._workloads.stack import pattern as _pattern
 from crosscheck._workloads.stack.judge.directions import project
@@ -49,7 +49,7 @@ class View:
         return self.passes.pattern is not None
 
 
-def conditioned(passes: Passes, screening: Screening | None, backend: Any, dtype: str, call: Call) -> View:
+def conditioned(passes: Passes, screening: Screening | None, backend: Loaded, dtype: str, call: Call) -> View:
     """The view a candidate is judged on: ``passes`` held at ``backend``'s own pattern where it shows one
     within rounding, and a note saying so; or ``passes`` as they are, and why not ("" when the candidate
     is not judged so: not float32, or no activations to show its pattern)."""

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
 from crosscheck._compare.constants import ALL_DTYPES
+from crosscheck._types import Loaded
 from crosscheck._workloads.protocol import Call, Options, Outcome, Reference
 from crosscheck._workloads.stack.judge import cost
 from crosscheck._workloads.stack.judge.answers import GradAnswer, gradient
@@ -39,7 +39,7 @@ class Referenced:
             backend); a nudged re-check of a mismatch asks it the same way.
     """
 
-    backend: Any
+    backend: Loaded
     passes: Passes
     answer: GradAnswer | None = None
     screening: Screening | None = None
@@ -58,7 +58,7 @@ def progress(options: Options, description: str) -> Callable[[int, int], None] |
     return lambda done, total: told(description, done, total)
 
 
-def mode(options: Options, passes: Passes, backend: Any, *, fits: bool = True) -> str:
+def mode(options: Options, passes: Passes, backend: Loaded, *, fits: bool = True) -> str:
     """``full``, ``outputs`` or ``screen``: what ``oracle_mode`` asks for, given what the reference
     can do; "auto" as ``cost.gradient_mode`` takes it (``fits``: whether the outputs mode's memory
     estimate fits this machine, ``size.fits_outputs``)."""
@@ -80,7 +80,7 @@ def mode(options: Options, passes: Passes, backend: Any, *, fits: bool = True) -
 
 
 def reference(
-    passes: Passes, options: Options, dtype: str, backend: Any, call: Call, *, fits: bool = True
+    passes: Passes, options: Options, dtype: str, backend: Loaded, call: Call, *, fits: bool = True
 ) -> Outcome:
     """The reference's outcome at the point of ``passes`` (a ``dtype`` case): its ``Reference``, whose
     ``data`` is what every candidate is judged against (``Referenced``); ``fits`` as ``mode`` takes it."""
@@ -95,7 +95,7 @@ def reference(
     return _every_entry(passes, backend, chosen, out)
 
 
-def _every_entry(passes: Passes, backend: Any, chosen: str, out: Outcome) -> Outcome:
+def _every_entry(passes: Passes, backend: Loaded, chosen: str, out: Outcome) -> Outcome:
     """The oracle's answer at every entry (``out``: its ``estimate`` or ``estimate_outputs``, in the
     ``chosen`` mode) as the reference's outcome."""
     if out.error:
@@ -108,7 +108,7 @@ def _every_entry(passes: Passes, backend: Any, chosen: str, out: Outcome) -> Out
     return dataclasses.replace(out, value=Reference({"weights": est.value}, "float64", notes, data))
 
 
-def _screened(passes: Passes, options: Options, backend: Any, call: Call) -> Outcome:
+def _screened(passes: Passes, options: Options, backend: Loaded, call: Call) -> Outcome:
     """The oracle's directional derivatives along ``directions`` random +-1 directions per layer: the
     reference's outcome, its ``data`` the screen every candidate shares."""
     shape = passes.weights.shape
@@ -130,7 +130,7 @@ def _screened(passes: Passes, options: Options, backend: Any, call: Call) -> Out
     return dataclasses.replace(out, value=Reference(None, "float64", notes, data))
 
 
-def _backend_reference(passes: Passes, dtype: str, backend: Any, call: Call) -> Outcome:
+def _backend_reference(passes: Passes, dtype: str, backend: Loaded, call: Call) -> Outcome:
     """Another backend as the reference: its gradient, judged by its own modelled rounding."""
     out = gradient(backend, call, dtype, passes.weights, passes.x)
     if out.error:

@@ -8,6 +8,8 @@ arrives bit for bit (``steps._wired``); a model ``jax.jit`` cannot trace is capt
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -18,7 +20,8 @@ nn = pytest.importorskip("flax.linen")
 
 import jax.numpy as jnp  # noqa: E402
 
-from crosscheck._workloads.port.sides import jax_side, steps  # noqa: E402
+from crosscheck._workloads import programs  # noqa: E402
+from crosscheck._workloads.port.sides import jax_side, linen_side, steps  # noqa: E402
 
 #: Compilations seen (``jax.monitoring``'s backend compile events), appended for the whole session.
 COMPILES: list[float] = []
@@ -69,7 +72,9 @@ def _capture(side, values, inputs, dtype, *, jit):
         if jit is None:
             records = side.capture(leaves, xs, dtype)
         else:
-            records = side._linen_capture(leaves, xs, dtype, jit=jit)
+            records = linen_side.capture(
+                side, leaves, xs, dtype, jit=jit, numpy=jax_side._numpy, narrow=jax_side.narrow
+            )
         return records, len(COMPILES) - start
 
 
@@ -106,6 +111,56 @@ def test_a_second_capture_runs_the_pass_the_first_compiled(dtype):
     again, none = _capture(side, values, inputs, dtype, jit=None)
     assert (once, none) == (1, 0)
     _same_records(first, again, rtol=0, atol=0)
+
+
+#: Read by ``Scaled`` while a capture's pass is traced (a module-level flag of the Flax code).
+FACTOR = 1.0
+
+
+class Scaled(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(WIDTH, name="fc")(x) * FACTOR
+
+
+def test_the_next_check_traces_the_capture_afresh_and_compiles_only_a_changed_program(monkeypatch):
+    """A side kept from one check to the next (a ``Port`` checked again in a notebook) is renewed by
+    each check: its pass is traced afresh, so a flag the Flax code reads is read as it is now; the
+    program compiled in the first check runs again where the trace is the same program."""
+    x = np.random.default_rng(0).standard_normal((ROWS, WIDTH)).astype(np.float32)
+    side = jax_side.JaxSide(Scaled(), None, None, {"x": x})
+    values = [np.asarray(v) for v in jax.tree_util.tree_leaves(jax.jit(Scaled().init)(jax.random.key(0), x))]
+    first, once = _capture(side, values, {"x": x}, np.float32, jit=None)
+    side.renew()
+    again, none = _capture(side, values, {"x": x}, np.float32, jit=None)
+    assert (once, none) == (1, 0)  # the same program: not compiled again
+    _same_records(first, again, rtol=0, atol=0)
+    monkeypatch.setattr(sys.modules[__name__], "FACTOR", 2.0)
+    side.renew()
+    doubled, compiled = _capture(side, values, {"x": x}, np.float32, jit=None)
+    assert compiled == 1
+    assert [r.name for r in doubled] == ["fc", ""]
+    np.testing.assert_array_equal(first[0].outputs[0], doubled[0].outputs[0])
+    np.testing.assert_array_equal(2 * first[1].outputs[0], doubled[1].outputs[0])  # the flag, as it is
+
+
+def test_a_recorders_call_back_says_what_its_program_holds():
+    """Two programs alike but for a recorded module's name: each is compiled for itself, and the one
+    compiled first, found again in a later check, says its own name (its call back reads what it says
+    from its arguments, which the program's text holds)."""
+    got: list = []
+    kept = programs.Kept()
+    for name in ("fc1", "fc2", "fc1"):
+
+        def f(x, name=name):
+            steps.later(name, "Dense", False, (x,), x * 2)
+            return x + 1
+
+        kept.renew()
+        with steps.sink(lambda *record: got.append(record)):
+            kept(f, jnp.ones(3))
+    assert [r[0] for r in got] == ["fc1", "fc2", "fc1"]
+    assert kept.compiled == 2
 
 
 class Table(nn.Module):

@@ -15,7 +15,7 @@ from crosscheck._workloads.stack.judge.verdict import said
 from crosscheck._workloads.stack.workload import Stack
 
 POINT = Stack(layers=3, batch=4, dim=6).point(dtype="bfloat16", seed=1)
-TPU = Arithmetic(platform="tpu", precision="default")
+TPU = Arithmetic(platform="tpu", precision="default", framework="jax")
 
 
 def _passes() -> Passes:
