@@ -17,8 +17,9 @@ import numpy as np
 
 from crosscheck._backends import Placement, declared_settings, placements
 
-#: How the reference judges: every entry, random directions then entries, or chosen by cost.
-ORACLE_MODES = ("auto", "full", "screen")
+#: How the reference judges: every entry (by the weights' differences, or the stack's by its layers'
+#: outputs'), random directions then entries, or chosen by cost.
+ORACLE_MODES = ("auto", "full", "outputs", "screen")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,9 +62,12 @@ class Oracle:
     """How the reference judges the candidates.
 
     Args:
-        mode: ``"full"`` (every entry), ``"screen"`` (random directional derivatives per layer or
-            parameter tensor, then every entry of one that fails them) or ``"auto"`` (screen when the
-            full oracle is costly).
+        mode: ``"full"`` (every entry), ``"outputs"`` (the stack's gradient, every entry, from
+            differences in each layer's outputs: far cheaper than ``"full"`` at width), ``"screen"``
+            (random directional derivatives per layer or parameter tensor, then every entry of one that
+            fails them) or ``"auto"`` (the stack: ``full`` while it is cheap, else ``outputs`` while it
+            fits its budget and memory, else ``screen``; a workload of your own: screen when the full
+            oracle is costly).
         directions: random directions per layer, or per group of a workload's tensors, when screening.
         budget: seconds the model oracle (of a ``Workload`` or a ``Port``) may spend differencing, at
             most (None: no limit); the tensors it has not judged when they run out are not checked, and

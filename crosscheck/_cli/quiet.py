@@ -1,4 +1,5 @@
-"""``--quiet``: the verdict line and the verdict's caveats, and nothing of other libraries' warnings.
+"""``--quiet``: the verdict line (with what was not judged entry by entry: a screen's directions, the
+entries unjudgeable) and the verdict's caveats, and nothing of other libraries' warnings.
 
 A quiet run is read by a script or a person who wants the answer only: a warning a framework prints
 while the workload is imported or run (PyTorch's `enable_nested_tensor` note, a deprecation of JAX's)
@@ -36,8 +37,12 @@ def no_warnings(quiet: bool) -> Iterator[None]:
 
 
 def render(report: Any, console: Any) -> None:
-    """``PASSED`` or ``FAILED: ...`` (every problem), then each caveat of the verdicts, once."""
-    verdict = "PASSED" if report.passed else "FAILED: " + "; ".join(report.problems)
+    """``PASSED`` (with what it did not judge entry by entry, as the PASSED line says it: ``PASSED
+    (screened: ...); 12 entries unjudgeable (...)``) or ``FAILED: ...`` (every problem), then each
+    caveat of the verdicts, once."""
+    from crosscheck._report.table import not_judged
+
+    verdict = "PASSED" + not_judged(report) if report.passed else "FAILED: " + "; ".join(report.problems)
     console.print(verdict, markup=False, highlight=False)
     if getattr(report, "classification", None):
         said = f"classified by re-runs: {report.classification['text']}"

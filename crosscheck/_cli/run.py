@@ -127,11 +127,15 @@ def _add_oracle(check: Any) -> None:
     """How the reference judges: --oracle-mode, --quantity, --directions."""
     check.add_argument(
         "--oracle-mode",
-        choices=("auto", "full", "screen"),
+        choices=("auto", "full", "outputs", "screen"),
         default="auto",
-        help="full: the oracle judges every entry; screen: random directional derivatives per layer (per "
-        "parameter tensor of a workload), then every entry of one that fails them, within a budget (for "
-        "--quantity grad or hvp); auto (default): screen when the full oracle is costly",
+        help="full: the oracle judges every entry; outputs (the stack's gradient): every entry too, from "
+        "differences in each layer's outputs, seconds where full takes hours; screen: random directional "
+        "derivatives per layer (per parameter tensor of a workload), then every entry of one that fails "
+        "them, within a budget (for --quantity grad or hvp), and the PASSED line says how many entries "
+        "were judged one by one; auto (default): the stack's gradient full while it is cheap, else "
+        "outputs while it fits its budget and memory, else screen; otherwise screen when the full oracle "
+        "is costly",
     )
     check.add_argument(
         "--quantity",

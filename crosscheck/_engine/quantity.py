@@ -31,7 +31,7 @@ class Quantity:
 
 QUANTITIES = {
     "grad": Quantity("grad", "grad", "gradient", extras=("oracle",)),
-    "hvp": Quantity("hvp", "hvp", "Hessian-vector product", extras=("direction",)),
+    "hvp": Quantity("hvp", "hvp", "Hessian-vector product", extras=("direction", "oracle")),
     "update": Quantity("update", "update", "optimizer update"),
     "output": Quantity(
         "output",

@@ -107,7 +107,8 @@ def with_reference(request: Request) -> Request:
 def check_request(request: Request) -> None:
     """The rules that need no workload, before any code runs, in the CLI's order: the arrays' rules
     (``check_arrays``; the CLI checks them before it reads either file), ``directions`` with a full
-    oracle (it never screens), then the reference of a forward check (``output``: PyTorch's forward).
+    or outputs oracle (neither screens), then the reference of a forward check (``output``: PyTorch's
+    forward).
 
     Raises:
         ValueError: the first rule broken.
@@ -119,11 +120,11 @@ def check_request(request: Request) -> None:
     arrays = {k: v for k, v in given.items() if k in ("weights", "x")}
     if arrays:
         check_arrays(arrays, {**_case_given(request), **given}, front=front)
-    if request.oracle.directions != Oracle().directions and request.oracle.mode == "full":
-        screen, full = (spell("oracle_mode", mode, front=front) for mode in ("screen", "full"))
+    if request.oracle.directions != Oracle().directions and request.oracle.mode in ("full", "outputs"):
+        screen, never = (spell("oracle_mode", mode, front=front) for mode in ("screen", request.oracle.mode))
         raise ValueError(
             f"`{spell('directions', front=front)}` applies to screening (`{screen}` or `auto`); "
-            f"`{full}` never screens."
+            f"`{never}` never screens."
         )
     check_output_reference(request.quantity, request.reference, front=front)
 

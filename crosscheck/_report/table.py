@@ -319,6 +319,14 @@ def summary(report: Tabled) -> str:
         total = len(parameters) + len(skipped)
         on = f" on {len(parameters)} of {total} parameters ({len(skipped)} not checked)"
     on += _counted(modules, "module output") + _counted(others, "other row")  # neither counted as parameters
+    return f"{len(backends)} candidate(s) agree with `{report.reference}`{on}{not_judged(report)}"
+
+
+def not_judged(report: Any) -> str:
+    """What the PASSED line says a passing check did not judge entry by entry: what a screen left to its
+    directions (``screened``) and the entries unjudgeable (`` (screened: ...); 12 entries unjudgeable
+    (12 float32 rounding may flip several ReLUs)``); "" where every entry was judged. ``--quiet``
+    prints it too."""
     reasons: dict[str, int] = {}
     for c in report.comparisons:
         for reason, n in c.unjudgeable_reasons.items():
@@ -326,4 +334,12 @@ def summary(report: Tabled) -> str:
     unjudged = sum(c.unjudgeable for c in report.comparisons)
     why = ", ".join(f"{n} {reason}" for reason, n in reasons.items())
     tail = f"; {unjudged} entries unjudgeable ({why})" if unjudged else ""
-    return f"{len(backends)} candidate(s) agree with `{report.reference}`{on}{tail}"
+    return screened(report) + tail
+
+
+def screened(report: Any) -> str:
+    """What a passing check did not judge entry by entry, as the PASSED line says it (`` (screened: 64
+    of 524288 entries judged one by one, ...)``; its workload's ``oracle`` section's ``screened``), or
+    "" where every entry was judged."""
+    said = (getattr(report, "oracle", None) or {}).get("screened")
+    return f" ({said})" if isinstance(said, str) and said else ""

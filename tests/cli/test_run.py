@@ -164,10 +164,66 @@ def test_quiet_keeps_the_verdicts_caveat_said_once_for_every_candidate(capsys):
     out = capsys.readouterr().out
     assert status == 0, out
     assert out.splitlines() == [
-        "PASSED",
+        "PASSED; 74 entries unjudgeable (74 bfloat16 rounding may flip several ReLUs)",  # as the table says
         "caveat of `jax`, `torch`: a bug that moves entries by less is not seen in bfloat16: check in "
         "float32 too (--dtype float32)",
     ]
+
+
+#: A screened run of the stack: 3 layers of 16 x 16, the 8 largest entries of each judged one by one.
+SCREENED = ["--layers", "3", "--dim", "16", "--batch", "4", "--backend", "planted:correct", "--no-isolate"]
+#: What its PASSED line says it did not judge entry by entry.
+NOT_JUDGED = (
+    "(screened: 24 of 768 entries judged one by one, the others only along 4 random directions per layer)"
+)
+
+
+@pytest.mark.parametrize("how", ["asked", "auto"])
+def test_a_screened_pass_says_what_it_did_not_judge_entry_by_entry_also_quiet(capsys, monkeypatch, how):
+    from crosscheck._workloads.stack.judge import cost
+
+    if how == "auto":  # where every entry would cost more than both budgets
+        monkeypatch.setattr(cost, "SCREEN_FLOPS", 1.0)
+        monkeypatch.setattr(cost, "OUTPUTS_FLOPS", 1.0)
+    asked = ["--oracle-mode", "screen"] if how == "asked" else []
+    assert main(["run", *SCREENED, *asked]) == 0
+    out = capsys.readouterr().out
+    line = " ".join(out[out.index("PASSED") :].split())  # the terminal's width wraps it
+    assert line == f"PASSED: 1 candidate(s) agree with `numpy-fd` {NOT_JUDGED}"
+    assert main(["run", *SCREENED, *asked, "--quiet"]) == 0
+    assert capsys.readouterr().out == f"PASSED {NOT_JUDGED}\n"
+
+
+def test_a_pass_that_judged_every_entry_says_nothing_more(capsys):
+    for mode in ("full", "outputs"):
+        assert main(["run", *SCREENED, "--oracle-mode", mode, "--quiet"]) == 0
+        assert capsys.readouterr().out == "PASSED\n"
+
+
+def test_a_quiet_pass_says_its_unjudgeable_entries_as_the_passed_line_does(capsys):
+    # float32 rounding may flip several ReLUs of this case: entries a candidate without activations
+    # cannot be judged at; --quiet said "PASSED" alone.
+    args = ["run", "--layers", "8", "--batch", "4", "--dim", "6", "--init", "nearzero"]
+    args += ["--backend", "planted:correct", "--no-isolate"]
+    assert main([*args, "--quiet"]) == 0
+    said = "; 183 entries unjudgeable (183 float32 rounding may flip several ReLUs)"
+    assert capsys.readouterr().out == f"PASSED{said}\n"
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert (
+        " ".join(out[out.index("PASSED") :].split()) == f"PASSED: 1 candidate(s) agree with `numpy-fd`{said}"
+    )
+
+
+def test_the_ninth_largest_entry_off_by_2e_4_fails_at_d_256(capsys):
+    # The screen passed it (below its layer's directions, not among the 8 largest it spot-checks);
+    # "auto" now differences the layers' outputs there and judges every entry.
+    status = main(
+        ["run", "--dim", "256", "--batch", "8", "--backend", "planted:ninth_off_by_2e_4", "--quiet"]
+    )
+    out = capsys.readouterr().out
+    assert status == 1, out
+    assert out.startswith("FAILED: `off_by_0.0002_at_ninth_largest` disagrees with `numpy-fd`"), out
 
 
 #: A user's workload whose module, loss and gradient each warn, as frameworks do while a model is built.

@@ -98,12 +98,17 @@ def test_screening_checks_only_failing_layers_entry_by_entry():
     assert comparison.message.splitlines()[1].startswith("Mismatched elements: ")
 
 
-def test_auto_mode_screens_only_when_the_full_oracle_is_costly(monkeypatch):
+def test_auto_mode_screens_only_when_every_entry_is_costly(monkeypatch):
     from crosscheck._workloads.stack.judge import cost
 
     small = crosscheck.run(layers=3, dim=4, batch=2, backends=[planted.correct])
     assert small.comparisons[0].coverage == "every entry"
+    assert small.backends["numpy-fd"].notes["mode"] == "full"
     monkeypatch.setattr(cost, "SCREEN_FLOPS", 1.0)
+    outputs = crosscheck.run(layers=3, dim=4, batch=2, backends=[planted.correct])
+    assert outputs.comparisons[0].coverage == "every entry"
+    assert outputs.backends["numpy-fd"].notes["mode"] == "outputs"
+    monkeypatch.setattr(cost, "OUTPUTS_FLOPS", 1.0)
     screened = crosscheck.run(layers=3, dim=4, batch=2, backends=[planted.correct])
     assert screened.comparisons[0].coverage.startswith("screened")
     assert cost.full_oracle_flops(8, 32, 64) < 1.5e11 < cost.full_oracle_flops(8, 8, 128)

@@ -154,6 +154,14 @@ REFUSED = {
         "`directions` applies to screening (`oracle_mode='screen'` or `auto`); `oracle_mode='full'` "
         "never screens.",
     ),
+    "directions-outputs": (
+        ["--directions", "8", "--oracle-mode", "outputs"],
+        {"directions": 8, "oracle_mode": "outputs"},
+        "`--directions` applies to screening (`--oracle-mode screen` or `auto`); `--oracle-mode outputs` "
+        "never screens.",
+        "`directions` applies to screening (`oracle_mode='screen'` or `auto`); `oracle_mode='outputs'` "
+        "never screens.",
+    ),
     "stack-only": (
         ["--workload", "ste-stack", "--weights", "w.npy", "--x", "x.npy"],
         {"workload": "ste-stack", "weights": W, "x": X},

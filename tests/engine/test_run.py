@@ -237,7 +237,7 @@ def test_every_keyword_of_run_reaches_the_request():
         (
             lambda: crosscheck.Oracle(mode="all"),
             ValueError,
-            "`oracle_mode` must be one of auto, full, screen",
+            "`oracle_mode` must be one of auto, full, outputs, screen",
         ),
         (lambda: crosscheck.Oracle(directions=0), ValueError, "`directions` must be a positive integer"),
         (lambda: crosscheck.Execution(repeat=0), ValueError, "`repeat` must be a positive integer"),

@@ -20,10 +20,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from crosscheck._files import available_memory
 from crosscheck._workloads.stack import rounding
 from crosscheck._workloads.stack.judge import cost
 from crosscheck._workloads.stack.oracle import parallel as _parallel
 from crosscheck._workloads.stack.oracle import perturb as _perturb
+from crosscheck._workloads.stack.oracle import preactivation
 
 #: float64 ``(L, d, d)`` arrays alive at the peak: the tolerance's terms and totals, the kink judgement,
 #: the oracle's value, error bar and flags, each candidate's results (kept for the report), the inputs.
@@ -39,6 +41,15 @@ GRADIENT_ARRAYS = 20
 #: check (``judge.spot``) makes its kink judgement after the screen has dropped its own (as it does at
 #: these sizes), with one more array (its threshold), and drops it at once: within the same peak.
 SCREEN_ARRAYS = 6
+#: float64 ``(L, d, d)`` arrays a float32 candidate judged on its own ReLU pattern adds while it is
+#: compared with every entry (``Passes.held``): the answer moved to its pattern (value and error bar),
+#: that pattern's rounding model and its kink judgement; failing there, the comparisons that name the
+#: piece its gradient took (``judge.pieces``: float64's pattern's rounding model and another
+#: comparison). One candidate at a time. Measured with ``tracemalloc`` (L = N = 8, d = 512,
+#: ``--oracle-mode outputs``, init nearzero: a candidate held at a pattern with 32 units flipped
+#: beside one on float64's, 4.9 E more at the peak than without flips; one candidate whose backward
+#: took two units otherwise, 8.5 E more than a passing one).
+HELD_ARRAYS = 10
 #: int8 copies of the screening directions: the screen's, those less the unjudgeable entries, and
 #: the private copy of each handed to the oracle.
 DIRECTION_COPIES = 4
@@ -90,8 +101,17 @@ def estimate(
         "oracle": 0,
         "frameworks": frameworks * FRAMEWORK_COPIES * item * (entries + rows) + frameworks * RUNTIME,
     }
-    screened = _screened(layers, batch, dim, quantity, oracle_mode, screens)
-    if screened and not cost.escalates(layers, batch, dim):
+    mode = _mode(layers, batch, dim, dtype, quantity, oracle_mode, screens)
+    screened = mode == "screen"
+    if dtype == "float32" and not screened:  # a candidate judged on its own pattern, every entry
+        parts["inputs and results"] += f64 * HELD_ARRAYS * entries
+    if mode == "outputs":
+        # The oracle from the layers' outputs: its answer, its float64 rounding model and its pieces'
+        # buffers (``preactivation.memory``); the full comparison's arrays are the ones above.
+        parts["oracle"] = preactivation.memory(layers, batch, dim)
+        if explain:  # a mismatch's classification re-checks a nudged point beside the first answer
+            parts["oracle"] *= 2
+    elif screened and not cost.escalates(layers, batch, dim):
         # A screen that never checks a layer entry by entry (too costly at this size: a disagreeing
         # direction fails the candidate on its own): the screen's arrays, its int8 directions (the
         # screen's, those less the unjudgeable entries, and the copies handed to the oracle), two
@@ -129,10 +149,43 @@ def _paths(layers: int, batch: int, dim: int) -> int:
     return per_row * _parallel.workers()
 
 
-def _screened(layers: int, batch: int, dim: int, quantity: str, mode: str, screens: bool) -> bool:
-    if quantity != "grad" or not screens or mode == "full":
+def _mode(layers: int, batch: int, dim: int, dtype: str, quantity: str, mode: str, screens: bool) -> str:
+    """The gradient oracle's mode the run takes: ``mode`` as asked, or what "auto" takes
+    (``auto_mode``); ``full`` for a reference that cannot screen, and for the HVP (whose oracle's
+    arrays are counted apart)."""
+    if quantity != "grad" or not screens:
+        return "full"
+    return auto_mode(layers, batch, dim, dtype) if mode == "auto" else mode
+
+
+def auto_mode(layers: int, batch: int, dim: int, dtype: str) -> str:
+    """What "auto" takes for the gradient with the built-in oracle (``cost.gradient_mode``): full,
+    outputs or screen."""
+    fits = fits_outputs(layers, batch, dim, dtype)
+    return cost.gradient_mode(layers, batch, dim, screens=True, outputs=True, fits=fits)
+
+
+#: The run whose memory "auto" sizes the outputs mode for: the default one, the two built-in
+#: frameworks' candidates (the judge that chooses does not know the candidates; the run's own estimate,
+#: with its candidates, is then checked against the machine as any other).
+DEFAULT_CANDIDATES = 2
+
+
+def fits_outputs(layers: int, batch: int, dim: int, dtype: str) -> bool:
+    """Whether the outputs mode's estimate for the default run (``DEFAULT_CANDIDATES``) fits the memory
+    this machine has available (``available_memory``); only asked where its flops are within budget."""
+    if cost.outputs_flops(layers, batch, dim) > cost.OUTPUTS_FLOPS:
         return False
-    return mode == "screen" or cost.full_oracle_flops(layers, batch, dim) > cost.SCREEN_FLOPS
+    parts = estimate(
+        layers=layers,
+        batch=batch,
+        dim=dim,
+        dtype=dtype,
+        oracle_mode="outputs",
+        candidates=DEFAULT_CANDIDATES,
+        frameworks=DEFAULT_CANDIDATES,
+    )
+    return sum(parts.values()) <= available_memory()
 
 
 def case_sizes(given: Mapping[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from paths import ROOT
 import crosscheck
 from crosscheck._cli.main import main
 from crosscheck._workloads.stack.explain import verdict
+from crosscheck._workloads.stack.judge.reference import ANSWERS
 
 sys.path.insert(0, str(ROOT))  # the repository's examples/
 from examples.planted_bugs import BackwardBugAtLayer5  # the guides' planted backend
@@ -236,6 +237,34 @@ def test_another_derivative_at_exact_zeros_is_classified_as_kink_ambiguity():
     assert not c.passed  # caught
     assert c.classification["verdict"].startswith("kink ambiguity")
     assert c.classification["evidence"][-1] == "with the weights nudged away from every ReLU kink it agrees"
+
+
+@pytest.mark.parametrize("mode", ["full", "outputs"])
+def test_the_nudged_recheck_asks_the_oracle_as_the_first_check_did(mode, monkeypatch):
+    # The full oracle where the first check took the layers' outputs would take hours at d = 1024.
+    asked: list[str] = []
+    oracle = type(crosscheck.load_backend("numpy-fd"))  # the class the registry loads
+    for method in ("estimate", "estimate_outputs"):
+        real = getattr(oracle, method)
+
+        def counted(self, *args, _real=real, _method=method, **kwargs):
+            asked.append(_method)
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(oracle, method, counted)
+    report = crosscheck.run(
+        layers=8,
+        batch=8,
+        dim=8,
+        seed=1,
+        init="integer",
+        backends=[planted.relu_derivative_one_at_zero],
+        explain=True,
+        oracle_mode=mode,
+    )
+    (c,) = report.comparisons
+    assert c.classification["verdict"].startswith("kink ambiguity")
+    assert asked == [ANSWERS[mode][0]] * 2  # the check's, then the nudged re-check's
 
 
 class StaleRecomputation:

@@ -13,7 +13,7 @@ import pytest
 import crosscheck
 from crosscheck._cli.main import main
 from crosscheck._engine.plan import MemoryTooLarge
-from crosscheck._workloads.stack import rounding
+from crosscheck._workloads.stack import rounding, size
 from crosscheck._workloads.stack.case import Case, make_inputs
 from crosscheck._workloads.stack.forward import backward, forward
 from crosscheck._workloads.stack.judge.cost import full_oracle_flops
@@ -78,8 +78,8 @@ def test_a_large_case_says_how_much_memory_it_needs(monkeypatch, capsys):
 
 @pytest.mark.parametrize(
     ("layers", "batch", "dim", "mode"),
-    [(4, 8, 64, "full"), (3, 64, 32, "full"), (3, 4, 96, "screen")],
-    ids=["wide", "tall", "screened"],
+    [(4, 8, 64, "full"), (3, 64, 32, "full"), (3, 4, 96, "screen"), (8, 8, 128, "outputs")],
+    ids=["wide", "tall", "screened", "outputs"],
 )
 def test_the_estimate_covers_what_a_run_allocates(layers, batch, dim, mode):
     """``tracemalloc`` sees NumPy's allocations: the estimate (without the frameworks' part, none
@@ -98,7 +98,7 @@ def test_the_estimate_covers_what_a_run_allocates(layers, batch, dim, mode):
     parts = estimate(layers=layers, batch=batch, dim=dim, dtype="float32", oracle_mode=mode, frameworks=0)
     # A screen may check any layer entry by entry: the estimate counts that, so it is held to the
     # peak of the full oracle on the same case.
-    worst = peak if mode == "full" else _peak(layers, batch, dim, "full", mine)
+    worst = peak if mode != "screen" else _peak(layers, batch, dim, "full", mine)
     assert peak < sum(parts.values()) < 4 * worst, (peak, worst, parts)
 
 
@@ -161,3 +161,28 @@ def test_a_screen_that_checks_no_layer_entry_by_entry_is_estimated_as_what_it_al
     assert (report.comparisons[0].unjudgeable > 0) is (init == "nearzero")
     parts = estimate(layers=layers, batch=batch, dim=dim, dtype="float32", oracle_mode="screen", frameworks=0)
     assert peak < sum(parts.values()) < 2 * peak, (peak, parts)
+
+
+@pytest.mark.parametrize(
+    ("dim", "mode"), [(64, "full"), (1024, "outputs"), (2048, "outputs"), (4096, "screen")]
+)
+def test_auto_is_estimated_as_the_mode_it_takes(dim, mode, monkeypatch):
+    monkeypatch.setattr(size, "available_memory", lambda: 2**40)
+    sizes = {"layers": 8, "batch": 8, "dim": dim, "dtype": "float32"}
+    assert size.auto_mode(8, 8, dim, "float32") == mode
+    assert estimate(**sizes, oracle_mode="auto") == estimate(**sizes, oracle_mode=mode)
+
+
+def test_auto_screens_where_the_outputs_oracle_would_not_fit_this_machine(monkeypatch):
+    sizes = {"layers": 8, "batch": 8, "dim": 1024, "dtype": "float32"}
+    needs = sum(estimate(**sizes, oracle_mode="outputs", candidates=2, frameworks=2).values())
+    monkeypatch.setattr(size, "available_memory", lambda: needs)
+    assert size.auto_mode(8, 8, 1024, "float32") == "outputs"
+    monkeypatch.setattr(size, "available_memory", lambda: needs - 1)
+    assert size.auto_mode(8, 8, 1024, "float32") == "screen"
+    assert estimate(**sizes, oracle_mode="auto") == estimate(**sizes, oracle_mode="screen")
+    # d = 4096: past the outputs oracle's budget, and about 49 GiB (its own 9.9 GiB and the full
+    # comparison's arrays), nearly three times the screen's: the screen, whatever the machine.
+    wide = {**sizes, "dim": 4096}
+    outputs, screen = (sum(estimate(**wide, oracle_mode=mode).values()) for mode in ("outputs", "screen"))
+    assert 32 * 2**30 < outputs and 2 * screen < outputs

@@ -136,8 +136,8 @@ def differencing(
         why = f"auto: {entries} entries, ~{full} evaluations entry by entry vs ~{screen} along directions"
     else:
         why = f"--oracle-mode {mode}"
-    if mode not in ("full", "screen"):
-        raise ValueError(f"`oracle_mode` must be one of auto, full, screen; found {mode!r}.")
+    if mode not in ("full", "screen"):  # "outputs" differences the stack's layers' outputs
+        raise ValueError(f"a workload's `oracle_mode` is one of auto, full, screen; found {mode!r}.")
     return Differencing(mode, why, [], per_parameter, Clock(budget))
 
 

@@ -21,6 +21,7 @@ from crosscheck._workloads.stack.judge import hvp_screen as _screen
 from crosscheck._workloads.stack.judge.answers import HvpAnswer, declared_dtype, oracle_answer
 from crosscheck._workloads.stack.judge.screening import Screening
 from crosscheck._workloads.stack.judge.terms import TERM_HELP
+from crosscheck._workloads.stack.judge.verdict import oracle_section
 from crosscheck._workloads.stack.oracle import hvp as _hvp
 
 
@@ -32,6 +33,10 @@ class StackHvpJudge:
     def __init__(self, point: Point, options: Options) -> None:
         if options.explain:
             raise ValueError("`explain` is not available with quantity 'hvp'.")
+        if options.oracle.mode == "outputs":  # the layers' outputs give the gradient, not H v
+            raise ValueError(
+                "`oracle_mode` 'outputs' judges the gradient; quantity 'hvp' takes full or screen."
+            )
         if point.dtype not in UNIT_ROUNDOFF:  # its rerun term re-runs in the other of two
             raise ValueError(
                 f"quantity 'hvp' is judged in float32 and float64; found dtype {point.dtype!r} "
@@ -45,6 +50,8 @@ class StackHvpJudge:
         self.notes: dict[str, dict[str, Any]] = {}
         #: The screening strategy, when the reference screened (``screening.Screening``).
         self.screening: Screening | None = None
+        #: Each screened candidate's entries judged one by one, of its total (``verdict.screened``).
+        self.screened: dict[str, tuple[int, int]] = {}
 
     def evaluate(self, backend: Loaded, call: Call) -> Outcome:
         return self._hvp(backend, call, self.dtype)
@@ -106,7 +113,9 @@ class StackHvpJudge:
     ) -> list[Comparison]:
         candidate = value["weights"]
         if self.screening is not None:
-            return [_screen.compare_screened(self, self.screening, backend, candidate, name, reference, call)]
+            found = _screen.compare_screened(self, self.screening, backend, candidate, name, reference, call)
+            self.screened[name] = (found.judged, found.total)
+            return [found]
         rerun, note = self._rerun(backend, call, candidate)
         return [self.compare_full(backend, candidate, name, reference, rerun, note)]
 
@@ -153,4 +162,8 @@ class StackHvpJudge:
         record = _hvp.direction_record(self.v, self.seed)
         if reference is not None and reference.dtype == "float64" and reference.notes:
             record["oracle"] = dict(reference.notes)
-        return {"quantity": "hvp", "direction": record}
+        extras: dict[str, Any] = {"quantity": "hvp", "direction": record}
+        if self.screening is not None:
+            directions = self.options.oracle.directions
+            extras["oracle"] = oracle_section("screen", self.screened, directions)
+        return extras

@@ -72,10 +72,12 @@ def classified(
 
 
 def nudged(
-    point: Point, oracle: Any, call: Call, judge: Callable[[Point, Options], Judge]
+    point: Point, oracle: Any, call: Call, judge: Callable[[Point, Options], Judge], *, mode: str = "full"
 ) -> Callable[[Any], bool]:
     """A check of a candidate on ``point``'s weights moved ~1e-3 off every kink, against the same
-    reference (``oracle``), by a fresh ``judge`` of the moved point."""
+    reference (``oracle``) asked the same way (``mode``: the first check's, ``full`` or ``outputs``;
+    the full oracle where the first took the outputs' would take hours at width), by a fresh
+    ``judge`` of the moved point."""
 
     def check(backend: Loaded) -> bool:
         # Integer or near-zero inputs put pre-activations on kinks; a relative nudge of ~1e-3 of the
@@ -85,7 +87,7 @@ def nudged(
         scale = 1e-3 * float(np.sqrt(np.mean(weights.astype(np.float64) ** 2)) or 1.0)
         moved = (weights + scale * rng.standard_normal(weights.shape)).astype(point.dtype)
         moved_point = Point({"weights": moved}, {"x": x.copy()}, point.case, point.dtype)
-        fresh = judge(moved_point, Options(oracle=Oracle("full")))
+        fresh = judge(moved_point, Options(oracle=Oracle(mode)))
         ref, out = fresh.reference(oracle, call), fresh.evaluate(backend, call)
         if ref.error or out.error:
             return False

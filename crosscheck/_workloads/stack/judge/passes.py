@@ -213,9 +213,14 @@ class Passes:
         at, kink = oracle.kink_at, oracle.kink
         assert at is not None and kink is not None
         exact = np.zeros(at.shape[:-1], bool)
-        for index in zip(*np.nonzero(kink), strict=True):
-            layer, row, unit = at[index]
-            exact[index] = self.fwd.zs[layer][row, unit] == 0 and bounds[layer][row, unit] == 0
+        flagged = np.nonzero(kink)
+        layer, row, unit = at[flagged].T
+        zero = np.zeros(len(layer), bool)
+        # A layer of flagged entries at a time (an integer case at width flags millions of entries).
+        for m in np.unique(layer):
+            on = layer == m
+            zero[on] = (self.fwd.zs[m][row[on], unit[on]] == 0) & (bounds[m][row[on], unit[on]] == 0)
+        exact[flagged] = zero
         return exact
 
 

@@ -1,10 +1,11 @@
 """The gradient judge's reference phase: the reference's answer, and what it hands to every candidate's
 comparison (``Referenced``, the judge's ``data`` in the engine's ``Reference``).
 
-The oracle answers at every entry (its ``estimate``) or, where that would cost more than
-``cost.SCREEN_FLOPS`` (``mode``), along random +-1 directions per layer (its ``screen``: a
-``Screening`` every candidate shares); another backend as the reference answers with its gradient,
-judged by its own modelled rounding.
+The oracle answers at every entry, from differences in the weights (its ``estimate``: ``full``) or in
+each layer's outputs (its ``estimate_outputs``: ``outputs``, far cheaper at width), or along random +-1
+directions per layer (its ``screen``: a ``Screening`` every candidate shares); ``mode`` says which, as
+asked or as "auto" takes it by cost and memory (``cost.gradient_mode``). Another backend as the
+reference answers with its gradient, judged by its own modelled rounding.
 """
 
 from __future__ import annotations
@@ -32,14 +33,21 @@ class Referenced:
         backend: the reference backend (a nudged re-check of a mismatch asks it again).
         passes: the passes the candidates are judged on: made along the screen's directions where the
             reference screened, with the oracle's float64 rounding model where it made one.
-        answer: the reference's answer at every entry (the full oracle's, or another backend's).
+        answer: the reference's answer at every entry (the oracle's, or another backend's).
         screening: the oracle's screen, where it screened (then ``answer`` is None).
+        mode: how the oracle answered: ``full``, ``outputs`` or ``screen`` (``full`` for another
+            backend); a nudged re-check of a mismatch asks it the same way.
     """
 
     backend: Loaded
     passes: Passes
     answer: GradAnswer | None = None
     screening: Screening | None = None
+    mode: str = "full"
+
+
+#: The oracle's method answering every entry in each mode, and its stage as the progress bar names it.
+ANSWERS = {"full": ("estimate", "oracle"), "outputs": ("estimate_outputs", "oracle (layers' outputs)")}
 
 
 def progress(options: Options, description: str) -> Callable[[int, int], None] | None:
@@ -50,34 +58,54 @@ def progress(options: Options, description: str) -> Callable[[int, int], None] |
     return lambda done, total: told(description, done, total)
 
 
-def mode(options: Options, passes: Passes, backend: Loaded) -> str:
-    """``full`` or ``screen``: what ``oracle_mode`` asks for, given what the reference can do."""
+def mode(options: Options, passes: Passes, backend: Loaded, *, fits: bool = True) -> str:
+    """``full``, ``outputs`` or ``screen``: what ``oracle_mode`` asks for, given what the reference
+    can do; "auto" as ``cost.gradient_mode`` takes it (``fits``: whether the outputs mode's memory
+    estimate fits this machine, ``size.fits_outputs``)."""
     can_screen = callable(getattr(backend, "screen", None))
+    can_outputs = callable(getattr(backend, "estimate_outputs", None))
     asked = options.oracle.mode
     if asked == "screen" and not can_screen:
         raise ValueError("`oracle_mode` 'screen' needs a reference that can screen (the numpy-fd oracle).")
+    if asked == "outputs" and not can_outputs:
+        raise ValueError(
+            "`oracle_mode` 'outputs' needs a reference that differences the layers' outputs (the "
+            "numpy-fd oracle)."
+        )
     if asked == "auto":
         layers, dim = passes.weights.shape[:2]
-        flops = cost.full_oracle_flops(layers, passes.x.shape[0], dim)
-        return "screen" if can_screen and flops > cost.SCREEN_FLOPS else "full"
+        batch = passes.x.shape[0]
+        return cost.gradient_mode(layers, batch, dim, screens=can_screen, outputs=can_outputs, fits=fits)
     return asked
 
 
-def reference(passes: Passes, options: Options, dtype: str, backend: Loaded, call: Call) -> Outcome:
+def reference(
+    passes: Passes, options: Options, dtype: str, backend: Loaded, call: Call, *, fits: bool = True
+) -> Outcome:
     """The reference's outcome at the point of ``passes`` (a ``dtype`` case): its ``Reference``, whose
-    ``data`` is what every candidate is judged against (``Referenced``)."""
-    if mode(options, passes, backend) == "screen":
+    ``data`` is what every candidate is judged against (``Referenced``); ``fits`` as ``mode`` takes it."""
+    chosen = mode(options, passes, backend, fits=fits)
+    if chosen == "screen":
         return _screened(passes, options, backend, call)
-    if callable(getattr(backend, "estimate", None)):
-        out = call(backend.estimate, passes.weights, passes.x, progress=progress(options, "oracle"))
-        if out.error:
-            return out
-        est = out.value
-        passes.reuse(getattr(est, "rounding", None))
-        notes = {"evaluations": est.evaluations, "kink_entries": int(est.kink.sum())}
-        data = Referenced(backend, passes, GradAnswer(est.value, est.error, est.kink, est.kink_at))
-        return dataclasses.replace(out, value=Reference({"weights": est.value}, "float64", notes, data))
-    return _backend_reference(passes, dtype, backend, call)
+    method, stage = ANSWERS[chosen]
+    if not callable(getattr(backend, method, None)):  # another backend: its gradient
+        return _backend_reference(passes, dtype, backend, call)
+    told = progress(options, stage)
+    out = call(getattr(backend, method), passes.weights, passes.x, progress=told)
+    return _every_entry(passes, backend, chosen, out)
+
+
+def _every_entry(passes: Passes, backend: Loaded, chosen: str, out: Outcome) -> Outcome:
+    """The oracle's answer at every entry (``out``: its ``estimate`` or ``estimate_outputs``, in the
+    ``chosen`` mode) as the reference's outcome."""
+    if out.error:
+        return out
+    est = out.value
+    passes.reuse(getattr(est, "rounding", None))
+    notes = {"mode": chosen, "evaluations": est.evaluations, "kink_entries": int(est.kink.sum())}
+    answer = GradAnswer(est.value, est.error, est.kink, est.kink_at)
+    data = Referenced(backend, passes, answer, mode=chosen)
+    return dataclasses.replace(out, value=Reference({"weights": est.value}, "float64", notes, data))
 
 
 def _screened(passes: Passes, options: Options, backend: Loaded, call: Call) -> Outcome:
@@ -98,7 +126,7 @@ def _screened(passes: Passes, options: Options, backend: Loaded, call: Call) -> 
         "directions_generator": DIRECTIONS_GENERATOR,
         "evaluations": out.value.evaluations,
     }
-    data = Referenced(backend, along, screening=screening)
+    data = Referenced(backend, along, screening=screening, mode="screen")
     return dataclasses.replace(out, value=Reference(None, "float64", notes, data))
 
 

@@ -1,7 +1,9 @@
 """The gradient judge's say phase: what a passing candidate's verdict adds to its row of the report
 (``said``): what the arithmetic of the device it ran on hides, or what a 16-bit dtype cannot see (the
-words are ``crosscheck._compare.low``'s and ``device.Arithmetic``'s). A failing candidate's message
-says the rest.
+words are ``crosscheck._compare.low``'s and ``device.Arithmetic``'s); and the report's ``oracle``
+section (``oracle_section``): the oracle's mode and, where it screened, what was not judged entry by
+entry (``screened``), which the PASSED line quotes, ``--quiet`` too. A failing candidate's message says
+the rest.
 """
 
 from __future__ import annotations
@@ -41,3 +43,28 @@ def _unjudged(comparison: Comparison, dtype: str) -> str:
         return ""
     share = comparison.unjudgeable / max(comparison.total, 1)
     return f", {share:.0%} of entries unjudgeable (ReLUs {dtype} rounding may flip)"
+
+
+def oracle_section(mode: str, screened: dict[str, tuple[int, int]], directions: int) -> dict[str, str]:
+    """The report's ``oracle`` section: ``mode`` (``full``, ``outputs`` or ``screen``) and, where
+    candidates were screened (``screened``: each one's entries judged one by one, of its total), what
+    that leaves unjudged entry by entry (``screened_text``)."""
+    section = {"mode": mode}
+    if screened:
+        section["screened"] = screened_text(screened, directions)
+    return section
+
+
+def screened_text(screened: dict[str, tuple[int, int]], directions: int) -> str:
+    """E.g. "screened: 64 of 524288 entries judged one by one, the others only along 4 random
+    directions per layer" (each candidate's counts named where they differ)."""
+    counts = set(screened.values())
+    if len(counts) == 1:
+        ((judged, total),) = counts
+        each = f"{judged} of {total} entries"
+    else:
+        each = ", ".join(f"`{name}` {judged} of {total}" for name, (judged, total) in screened.items())
+        each += " entries"
+    return (
+        f"screened: {each} judged one by one, the others only along {directions} random directions per layer"
+    )

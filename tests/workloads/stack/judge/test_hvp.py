@@ -204,3 +204,17 @@ def test_cli_screens_the_hvp_with_directions(capsys):
     assert main([*command, "--directions", "3"]) == 0
     printed = capsys.readouterr().out
     assert "screened: 3 layers x 3 random directions" in printed and "PASSED" in printed
+    # The PASSED line says what was not judged entry by entry (no layer was: every direction agreed).
+    said = (
+        "(screened: 0 of 48 entries judged one by one, the others only along 3 random directions per layer)"
+    )
+    assert said in " ".join(printed.split())  # the terminal's width wraps the line
+    assert main([*command, "--directions", "3", "--backend", "jax", "--quiet"]) == 0
+    assert capsys.readouterr().out == f"PASSED {said}\n"
+
+
+def test_the_hvp_has_no_outputs_mode(capsys):
+    command = ["run", "--quantity", "hvp", "--layers", "3", "--dim", "4", "--oracle-mode", "outputs"]
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert "`oracle_mode` 'outputs' judges the gradient; quantity 'hvp' takes full or screen" in err

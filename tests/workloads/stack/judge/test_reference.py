@@ -9,11 +9,13 @@ from typing import Any
 
 import hostile
 import numpy as np
+import planted
 import pytest
 
 import crosscheck
 from crosscheck._engine.call import Outcome
 from crosscheck._records import Oracle
+from crosscheck._report.table import summary
 from crosscheck._workloads.protocol import Options
 from crosscheck._workloads.stack.judge import cost
 from crosscheck._workloads.stack.judge.passes import Passes
@@ -61,16 +63,35 @@ def _referenced(backend: Any, oracle_mode: str) -> tuple[Passes, Referenced]:
     return passes, out.value.data
 
 
-def test_auto_screens_only_where_the_full_oracle_costs_more_than_the_threshold(monkeypatch):
+def test_auto_takes_full_then_outputs_then_the_screen_by_cost_and_memory(monkeypatch):
     oracle, passes = crosscheck.load_backend("numpy-fd"), _passes()
     auto = Options(oracle=Oracle("auto"))
     assert mode(auto, passes, oracle) == "full"
     monkeypatch.setattr(cost, "SCREEN_FLOPS", 1.0)
+    assert mode(auto, passes, oracle) == "outputs"
+    assert mode(auto, passes, oracle, fits=False) == "screen"  # its memory estimate does not fit
+    assert mode(auto, passes, _Grad()) == "full"  # it can neither screen nor difference outputs
+    monkeypatch.setattr(cost, "OUTPUTS_FLOPS", 1.0)
     assert mode(auto, passes, oracle) == "screen"
-    assert mode(auto, passes, _Grad()) == "full"  # it cannot screen
     assert mode(Options(oracle=Oracle("full")), passes, oracle) == "full"
+    assert mode(Options(oracle=Oracle("outputs")), passes, oracle) == "outputs"
     with pytest.raises(ValueError, match="`oracle_mode` 'screen' needs a reference that can screen"):
         mode(Options(oracle=Oracle("screen")), passes, _Grad())
+    with pytest.raises(ValueError, match="`oracle_mode` 'outputs' needs a reference that differences"):
+        mode(Options(oracle=Oracle("outputs")), passes, _Grad())
+
+
+@pytest.mark.parametrize(("layers", "dim"), [(8, 128), (8, 256), (8, 1024), (8, 2048), (4, 512)])
+def test_auto_differences_the_layers_outputs_where_the_full_oracle_is_costly_up_to_its_budget(layers, dim):
+    assert cost.full_oracle_flops(layers, 8, dim) > cost.SCREEN_FLOPS
+    assert cost.gradient_mode(layers, 8, dim, screens=True, outputs=True, fits=True) == "outputs"
+    assert cost.gradient_mode(layers, 8, dim, screens=True, outputs=True, fits=False) == "screen"
+
+
+def test_auto_screens_past_the_outputs_oracles_budget_and_judges_every_entry_below_the_screens():
+    assert cost.gradient_mode(8, 8, 4096, screens=True, outputs=True, fits=True) == "screen"
+    assert cost.gradient_mode(8, 8, 64, screens=True, outputs=True, fits=True) == "full"
+    assert cost.outputs_flops(8, 8, 2048) <= cost.OUTPUTS_FLOPS < cost.outputs_flops(8, 8, 4096)
 
 
 def test_the_full_oracle_hands_on_its_answer_and_its_float64_model():
@@ -79,6 +100,17 @@ def test_the_full_oracle_hands_on_its_answer_and_its_float64_model():
     assert referenced.answer.kink is not None and referenced.answer.value.shape == passes.weights.shape
     assert referenced.passes is passes and referenced.passes.directions is None
     assert referenced.passes.models["float64"].direction_sigma is None  # the oracle's, kept
+
+
+def test_the_outputs_oracle_hands_on_every_entry_and_its_float64_model_and_says_its_mode():
+    passes = _passes()
+    options = Options(oracle=Oracle("outputs"))
+    out = reference(passes, options, "float32", crosscheck.load_backend("numpy-fd"), _Call())
+    referenced = out.value.data
+    assert out.value.notes["mode"] == "outputs" and referenced.mode == "outputs"
+    assert referenced.screening is None and referenced.answer is not None
+    assert referenced.answer.kink_at is not None and referenced.answer.value.shape == passes.weights.shape
+    assert referenced.passes is passes and passes.models["float64"].direction_sigma is None
 
 
 def test_a_screen_hands_on_the_passes_along_its_directions_and_leaves_the_judges_as_they_were():
@@ -105,3 +137,20 @@ def test_a_reference_of_the_wrong_shape_is_no_reference():
     out = reference(_passes(), Options(), "float32", wrong, _Call())
     assert out.value is None
     assert out.error == "reference gradient must be finite with shape (3, 6, 6); found shape (3, 36)"
+
+
+def test_an_entry_the_screen_cannot_see_fails_where_auto_now_judges_every_entry():
+    # The 9th largest entry of a layer off by 2e-4 (30 x its tolerance): below its layer's directions at
+    # d = 256 and not among the 8 largest that the spot check takes, so the screen passes it (and says
+    # that it screened); "auto" judges every entry there, from the layers' outputs, and fails it.
+    wrong = planted.off_at_ninth_largest(2e-4)
+    report = crosscheck.run(dim=256, batch=8, seed=0, backends=[wrong])
+    (comparison,) = report.comparisons
+    assert report.backends["numpy-fd"].notes["mode"] == "outputs"
+    assert not report.passed and comparison.coverage == "every entry"
+    assert comparison.mismatched == 1 and comparison.worst_ratio is not None and comparison.worst_ratio > 10
+    screened = crosscheck.run(dim=256, batch=8, seed=0, backends=[wrong], oracle_mode="screen")
+    assert screened.passed
+    assert "(screened: 64 of 524288 entries judged one by one, the others only along 4 random " in (
+        summary(screened)
+    )

@@ -32,7 +32,7 @@ def _largest_entry(dim: int) -> tuple[int, int, int]:
 def test_one_entry_wrong_by_1e_4_is_caught_and_named_where_the_screen_misses_it(dim, patterned):
     wrong = planted.off_at_largest(1e-4)
     backend = planted.Patterned(wrong) if patterned else wrong
-    report = crosscheck.run(dim=dim, batch=8, seed=0, backends=[backend])
+    report = crosscheck.run(dim=dim, batch=8, seed=0, oracle_mode="screen", backends=[backend])
     (c,) = report.comparisons
     assert not report.passed and not c.passed and c.status == "mismatch"
     assert "layers checked entry by entry: none" in c.message  # every direction agreed
@@ -45,9 +45,8 @@ def test_one_entry_wrong_by_1e_4_is_caught_and_named_where_the_screen_misses_it(
 
 @pytest.mark.parametrize("dim", [128, 256])
 def test_the_healthy_gradient_passes_its_spot_check(dim):
-    report = crosscheck.run(
-        dim=dim, batch=8, seed=0, backends=[planted.correct, planted.Patterned(planted.correct)]
-    )
+    both = [planted.correct, planted.Patterned(planted.correct)]
+    report = crosscheck.run(dim=dim, batch=8, seed=0, oracle_mode="screen", backends=both)
     assert report.passed, [c.message for c in report.comparisons]
     for c in report.comparisons:
         assert c.coverage.endswith("spot-checked: 64 entries (the 8 largest of each of 8 screened layers)")
@@ -56,7 +55,8 @@ def test_the_healthy_gradient_passes_its_spot_check(dim):
 
 def test_one_entry_wrong_by_1e_3_is_caught_at_d_1024():
     wrong = planted.Patterned(planted.off_at_largest(1e-3))
-    report = crosscheck.run(dim=1024, batch=8, seed=0, backends=[wrong, planted.Patterned(planted.correct)])
+    both = [wrong, planted.Patterned(planted.correct)]
+    report = crosscheck.run(dim=1024, batch=8, seed=0, oracle_mode="screen", backends=both)
     bad, good = report.comparisons
     assert not bad.passed and good.passed, good.message
     layer, row, col = _largest_entry(1024)
@@ -66,7 +66,8 @@ def test_one_entry_wrong_by_1e_3_is_caught_at_d_1024():
 def test_a_layer_checked_entry_by_entry_is_not_spot_checked_again():
     # At d = 128 a wrong entry by 1e-3 fails a direction: its layer is checked entry by entry, the others
     # are spot-checked.
-    report = crosscheck.run(dim=128, batch=8, seed=0, backends=[planted.off_at_largest(1e-3)])
+    wrong = planted.off_at_largest(1e-3)
+    report = crosscheck.run(dim=128, batch=8, seed=0, oracle_mode="screen", backends=[wrong])
     (c,) = report.comparisons
     layer, *_ = _largest_entry(128)
     assert f"layers checked entry by entry: [{layer}]" in c.coverage
