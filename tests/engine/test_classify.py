@@ -218,3 +218,64 @@ def test_a_pass_whose_highest_run_differs_on_the_device_alone_stands_and_names_t
     assert [r["passed"] for r in found["runs"]] == [True, False, True]
     assert report.passed and found["kind"] == "device"
     assert "the check as asked passed, and stands" in found["text"] and " too " not in found["text"]
+
+
+class SaysTpu:
+    """A stack backend whose ``info`` says it runs on a TPU at JAX's default precision whatever it is
+    asked (it never reports ``highest``, nor the host CPU); its gradient JAX's own, times ``factor``.
+    Past ``cap`` calls it raises, so a classification that never ends fails instead of hanging."""
+
+    def __init__(self, factor: float = 1.0, cap: int = 60) -> None:
+        self.name, self.calls, self.factor, self.cap = "says-tpu", 0, factor, cap
+        self.inner = crosscheck.load_backend("jax")
+
+    def grad(self, weights, x):
+        self.calls += 1
+        if self.calls > self.cap:
+            raise RuntimeError("called past the cap: the classification re-ran without end")
+        return self.inner.grad(weights, x) * self.factor
+
+    def info(self):
+        tpu = {"platform": "tpu", "device_kind": "TPU v5 lite", "matmul_precision": "default"}
+        return {"framework": "jax", "version": "", **tpu}
+
+
+def test_a_re_run_is_never_classified_again():
+    """Each re-run at `highest` was classified again (the check was its own re-run's callback): a backend
+    that never reports `highest` hung the run. Now three checks are made, and the re-runs that did not run
+    as asked are said, confirming nothing."""
+    backend = SaysTpu()
+    report = crosscheck.run(backends=[backend], dim=8, layers=2, batch=4)
+    found = report.classification
+    assert [r["run"] for r in found["runs"]] == ["as asked", "highest", "host CPU"]
+    assert backend.calls == 6  # three checks, each the gradient and its float64 re-run
+    assert [r["made"] for r in found["runs"]] == [True, False, False]
+    assert [r["matmul_precision"] for r in found["runs"]] == ["default"] * 3  # each its own record
+    assert report.passed and found["kind"] == "unconfirmed"
+    assert "not made as asked" in found["text"] and "was not looked at" in found["text"]
+
+
+def test_a_failure_whose_re_runs_did_not_run_as_asked_is_unclassified_and_fails():
+    backend = SaysTpu(factor=1.01)
+    report = crosscheck.run(backends=[backend], dim=8, layers=2, batch=4)
+    found = report.classification
+    assert not report.passed and found["kind"] == "unclassified" and backend.calls == 6
+    assert report.problems == found["runs"][0]["problems"]  # the as-asked verdict stands
+
+
+def test_each_run_s_record_is_its_own_and_a_port_bug_costs_three_checks(on_a_tpu, monkeypatch):
+    """A port bug present everywhere: the `highest` re-run was classified again and made a host CPU run of
+    its own (four checks), and its record then had no platform and the CPU run's problems."""
+    from crosscheck._engine import execute
+
+    driven = []
+    drive = execute.drive
+    monkeypatch.setattr(execute, "drive", lambda planned: driven.append(drive(planned)) or driven[-1])
+    report = _run(_port(shift=0.5))
+    found = report.classification
+    assert len(driven) == 3 and found["kind"] == "port"
+    asked, highest, cpu = found["runs"]
+    assert (asked["platform"], asked["matmul_precision"], asked["passed"]) == ("tpu", "default", False)
+    assert (highest["platform"], highest["matmul_precision"], highest["made"]) == ("tpu", "highest", True)
+    assert (cpu["platform"], cpu["made"]) == ("cpu", True)
+    assert [r["problems"] for r in found["runs"]] == [r.problems for r in driven]
