@@ -18,7 +18,7 @@ import numpy as np
 
 from crosscheck._compare.device import Arithmetic
 
-from . import environment
+from . import environment, program
 
 __all__ = ["JaxBackend", "JaxPlainBackend", "JaxRematScanBackend", "JaxSegmentsBackend"]
 
@@ -143,6 +143,13 @@ class JaxBackend:
     def arithmetic(self) -> Arithmetic:
         """Where this side computes now (the judge models an accelerator's float32 rounding)."""
         return environment.arithmetic()
+
+    def program(self, params: dict[str, dict], inputs: dict[str, dict]) -> dict:
+        """The program ``grad`` runs for the point's ``weights`` and ``x`` of these shapes and dtypes
+        (``crosscheck._backends.program.specs``), traced where the side runs now, not compiled."""
+        weights, x = program.abstract(params)["weights"], program.abstract(inputs)["x"]
+        with jax.enable_x64(program.wide(params, inputs)):
+            return program.traced(jax.grad(self._current()[0]), weights, x)
 
     def info(self) -> dict[str, str]:
         return {

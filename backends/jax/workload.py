@@ -13,7 +13,7 @@ from crosscheck._backends.handed import let_go, same_bits
 from crosscheck._compare.device import Arithmetic
 from crosscheck._compare.dtypes import aligned_copy
 
-from . import environment, form
+from . import environment, form, program
 
 __all__ = ["JaxWorkloadBackend"]
 
@@ -269,6 +269,12 @@ class JaxWorkloadBackend:
     def arithmetic(self) -> Arithmetic:
         """Where this side computes now (the judge permits an accelerator's arithmetic its rounding)."""
         return environment.arithmetic()
+
+    def program(self, params: dict[str, dict], inputs: dict[str, dict]) -> dict[str, Any]:
+        """The program ``grad`` runs for arrays of these shapes and dtypes (``crosscheck._backends.
+        program.specs``), traced where the side runs now (``program.traced``), not compiled."""
+        with jax.enable_x64(program.wide(params, inputs)):
+            return program.traced(jax.grad(self._raw), program.abstract(params), program.abstract(inputs))
 
     def info(self) -> dict[str, str]:
         return {

@@ -1,82 +1,19 @@
-"""The classes a check with its JAX side on an accelerator is classified into (``classify``), each run's
-record (``Run``) and what each class says (``Classification``).
-
-A run's record is its own report's: where its side said it ran (``side``), at what precision, whether it
-passed, its problems, and whether a re-run was made as asked (``Run.made``): a re-run asked at
-``highest`` whose side says another precision, or one asked on the host CPU whose side says a device,
-was not, and confirms or explains nothing.
-"""
+"""The classes a check with its JAX side on an accelerator is classified into (``classify``), and what each
+says (``Classification``), from the records of its runs (``runs.Run``)."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
+from crosscheck._engine.runs import Run, level
 from crosscheck._report.report import Report
 
 #: The classes (``Classification.kind``): a failure's (``precision``, ``device``, ``port``), a pass
-#: below ``highest`` (``confirmed``, ``hidden``, ``device``), and a classification whose re-runs were
-#: not made as asked (``unconfirmed``: a pass; ``unclassified``: a failure).
-KINDS = ("precision", "device", "port", "confirmed", "hidden", "unconfirmed", "unclassified")
-
-
-def side(report: Report) -> dict[str, str] | None:
-    """Where the report's JAX side said it ran (a candidate's ``info`` naming its matmul precision): its
-    ``platform``, ``device_kind`` and ``matmul_precision``; None where no candidate says."""
-    for result in report.backends.values():
-        if result.role == "candidate" and "matmul_precision" in result.info:
-            return dict(result.info)
-    return None
-
-
-def level(info: dict[str, str]) -> str:
-    """The matmul precision level ``info`` names (``default``, ``high``, ``highest``)."""
-    from crosscheck._compare.device import level as named
-
-    return named(info.get("matmul_precision"))
-
-
-@dataclasses.dataclass(frozen=True)
-class Run:
-    """One run of a classification: its ``label`` (``as asked``, ``highest``, ``host CPU``), its
-    ``report``, ``where`` its own JAX side said it ran (``side``; empty where it said nothing), and
-    ``made``: whether it ran where and how it was asked (the as-asked run always)."""
-
-    label: str
-    report: Report
-    where: dict[str, str]
-    made: bool
-
-    @classmethod
-    def of(cls, label: str, report: Report, asked: dict[str, str]) -> Run:
-        """The run ``label`` of ``report``, its side's own ``where``; ``asked``: the as-asked run's."""
-        where = side(report) or {}
-        if label == "highest":
-            made = level(where) == "highest" and where.get("platform") == asked.get("platform")
-        else:
-            made = label != "host CPU" or where.get("platform") == "cpu"
-        return cls(label, report, where, made)
-
-    @property
-    def passed(self) -> bool:
-        return self.report.passed
-
-    @property
-    def first(self) -> str | None:
-        """The first module or parameter that differs in this run (None: none, or none named)."""
-        return next((c.module or c.parameter for c in self.report.comparisons if not c.passed), None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run": self.label,
-            "platform": self.where.get("platform", ""),
-            "device_kind": self.where.get("device_kind", ""),
-            "matmul_precision": self.where.get("matmul_precision", ""),
-            "made": self.made,
-            "passed": self.passed,
-            "first": self.first,
-            "problems": self.report.problems,
-        }
+#: below ``highest`` (``confirmed``, ``hidden``, ``device``), a port whose device run is not shown to be
+#: the program its host CPU run ran (``program``), and a classification whose re-runs were not made as
+#: asked (``unconfirmed``: a pass; ``unclassified``: a failure).
+KINDS = ("precision", "device", "port", "confirmed", "hidden", "program", "unconfirmed", "unclassified")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +51,7 @@ def _first(run: Run) -> str:
     return f"first at `{where}`" if where else "its problems are the JSON report's"
 
 
-def _asked(runs: tuple[Run, ...] | list[Run]) -> str:
+def _asked(runs: list[Run]) -> str:
     """The as-asked run's place and precision, in a phrase."""
     return _on(runs[0])
 
@@ -131,6 +68,23 @@ def _not_made(*runs: Run) -> str:
         f"{said}: not made as asked (the side does not report the placement asked for), so {which} "
         "confirm nothing and explain nothing"
     )
+
+
+def _other_code(run: Run) -> str:
+    """A ``highest`` re-run whose program differs from the run as asked, in a clause."""
+    return (
+        f"at `highest` the port traces another program ({'; '.join(run.differs)}): it confirms and "
+        "explains nothing"
+    )
+
+
+def _at_highest(run: Run) -> str:
+    """What the ``highest`` re-run found, in a clause (it did not confirm or explain the run as asked)."""
+    if not run.made:
+        return _not_made(run)
+    if run.differs:
+        return _other_code(run)
+    return f"at `highest` it differs ({_first(run)})"
 
 
 def precision(runs: list[Run]) -> Classification:
@@ -153,16 +107,10 @@ def confirmed(runs: list[Run]) -> Classification:
     return Classification("confirmed", text, tuple(runs))
 
 
-def _at_highest(runs: list[Run]) -> str:
-    """What the ``highest`` re-run found, in a clause (``runs[1]``: it failed, or was not made)."""
-    run = runs[1]
-    return f"at `highest` it differs ({_first(run)})" if run.made else _not_made(run)
-
-
 def hidden(runs: list[Run]) -> Classification:
     text = (
         f"the check passed with the JAX side on {_asked(runs)}, within what that arithmetic hides; "
-        f"{_at_highest(runs)}, and with the JAX side on the host CPU it differs too: a real difference "
+        f"{_at_highest(runs[1])}, and with the JAX side on the host CPU it differs too: a real difference "
         "of the port, smaller than the reduced precision can see; the verdict is the CPU run's"
     )
     return Classification("hidden", text, tuple(runs))
@@ -170,15 +118,15 @@ def hidden(runs: list[Run]) -> Classification:
 
 def device(runs: list[Run]) -> Classification:
     passed = runs[0].passed  # a pass below `highest`, re-run: the pass stands, the device named
-    if len(runs) > 2 and not runs[1].made:
-        found = f"{_not_made(runs[1])}; "
+    if len(runs) > 2 and (not runs[1].made or runs[1].differs):
+        found = f"{_at_highest(runs[1])}; "
     else:
         run = runs[1] if len(runs) > 2 else runs[0]
         found = f"it differs at `highest` precision{'' if passed else ' too'} ({_first(run)}), and "
     text = (
-        f"the JAX side on {_device_words(runs[0].where)}: {found}with the JAX side on the host CPU it "
-        "agrees: the device's arithmetic decided (its float32 elementwise functions, or a product the "
-        "code pins below float32 with an explicit `precision=`), not the port's math"
+        f"the JAX side on {_device_words(runs[0].where)}: {found}with the JAX side on the host CPU, the "
+        "same program, it agrees: the device's arithmetic decided (its float32 elementwise functions, or "
+        "a product the code pins below float32 with an explicit `precision=`), not the port's math"
         + ("; the check as asked passed, and stands" if passed else "")
     )
     return Classification("device", text, tuple(runs))
@@ -187,10 +135,39 @@ def device(runs: list[Run]) -> Classification:
 def port(runs: list[Run]) -> Classification:
     text = (
         f"the difference found with the JAX side on {_device_words(runs[0].where)} stays with the JAX "
-        "side on the host CPU: a real difference of the port, not the device's arithmetic; the verdict "
-        "is the CPU run's"
+        "side on the host CPU, the same program: a real difference of the port, not the device's "
+        "arithmetic; the verdict is the CPU run's"
     )
     return Classification("port", text, tuple(runs))
+
+
+def other_program(runs: list[Run]) -> tuple[Report, Classification]:
+    """The host CPU's run is not shown to be the device's program (``runs.Run.same``): it clears and
+    explains nothing, and the device's path is judged on the device's own runs alone (the run as asked
+    and a ``highest`` re-run of the same program): FAILED with the first of them that fails, else the
+    as-asked pass stands. The report to end on, and what it says."""
+    first, cpu = runs[0], runs[-1]
+    if cpu.differs:
+        what = f"the port runs other code on the device ({'; '.join(cpu.differs)})"
+    else:
+        what = (
+            "the program the JAX side ran on the device is not shown to be the one it ran on the host "
+            "CPU (its backend does not say what it traced: `program()`)"
+        )
+    own = [r for r in runs[:-1] if r.made and not r.differs]
+    failed = next((r for r in own if not r.passed), None)
+    host = "passes" if cpu.passed else f"differs too ({_first(cpu)})"
+    if failed is None:
+        found = f"as asked it passes, within {_asked(runs)}'s arithmetic; the check as asked stands"
+        report = first.report
+    else:
+        found = f"{'as asked' if failed is first else 'at `highest`'} it differs ({_first(failed)})"
+        report = failed.report
+    text = (
+        f"{what}; its device path was judged on the device's own arithmetic alone: {found}. The run with "
+        f"the JAX side on the host CPU {host}, and clears and explains nothing"
+    )
+    return report, Classification("program", text, tuple(runs))
 
 
 def unmade(runs: list[Run]) -> tuple[Report, Classification]:

@@ -24,7 +24,15 @@ stands, the device named (``"device"``).
 
 Each re-run is a full check, the same request with its placement changed (``Placement.at_highest``,
 then ``Placement.on_host``: each framework's own values for its highest arithmetic and for the host CPU,
-declared in its folder, so that the re-runs name no framework); nothing is widened. A re-run is driven,
+declared in its folder, so that the re-runs name no framework); nothing is widened.
+
+A run on the host CPU clears or explains a device's run only where both ran the same program: each side's
+program, traced where it ran (``program()``, ``crosscheck._backends.program``), is compared
+(``runs.Run.same``). A port that branches on where it runs (a Pallas or fused kernel, ``if
+jax.default_backend() == "tpu"``) takes another path on the host: there its device path is judged on the
+device's own runs alone, the as-asked run and a ``highest`` re-run of the same program, and the
+classification says so (``"program"``); a ``highest`` re-run whose program differs from the run as asked
+(a port that branches on the precision) confirms and explains nothing. A re-run is driven,
 never classified again (``again`` runs a request without this step), and each run's record is its own:
 where its side said it ran, at what precision, whether it passed, its problems (``Run``). A re-run
 whose side does not say it ran where it was asked (a backend that reports the default precision at
@@ -42,7 +50,8 @@ from typing import Any
 
 from crosscheck._backends import Placement, as_options
 from crosscheck._engine import classes
-from crosscheck._engine.classes import Classification, Run
+from crosscheck._engine.classes import Classification
+from crosscheck._engine.runs import Run, level, side
 from crosscheck._report.report import Report
 
 #: The classes of a check with its JAX side on an accelerator (``Classification.kind``).
@@ -52,8 +61,8 @@ KINDS = classes.KINDS
 def accelerated(report: Report) -> dict[str, str] | None:
     """Where the report's JAX side ran, when that is an accelerator (a candidate whose ``info`` names a
     platform other than the CPU): its ``platform``, ``device_kind`` and ``matmul_precision``."""
-    found = classes.side(report)
-    return found if found is not None and found.get("platform") not in ("", "cpu") else None
+    found = side(report)
+    return dict(found.info) if found is not None and found.info.get("platform") not in ("", "cpu") else None
 
 
 def _implicated(report: Report) -> bool:
@@ -77,33 +86,36 @@ def classified(request: Any, report: Report, again: Callable[[Any], Report]) -> 
     if report.interrupted or report.halted or where is None:
         return report
     passed = report.passed
-    if (passed and classes.level(where) == "highest") or (not passed and not _implicated(report)):
+    if (passed and level(where) == "highest") or (not passed and not _implicated(report)):
         return report
-    runs = [Run.of("as asked", report, where)]
+    runs = [Run.of("as asked", report)]
     tell = _telling(request)
     execution = request.execution
     why = "to see what the reduced precision hides" if passed else "to classify the failure"
-    if classes.level(where) != "highest":
+    if level(where) != "highest":
         tell(f"JAX at `highest` precision, {why}")
         highest = again(_with(request, execution, Placement.at_highest))
-        runs.append(Run.of("highest", highest, where))
+        runs.append(Run.of("highest", highest, runs[0]))
         if highest.interrupted or highest.halted:
             return report if passed else highest
-        if highest.passed and runs[-1].made:
+        if highest.passed and runs[-1].made and not runs[-1].differs:
             return _attach(highest, (classes.confirmed if passed else classes.precision)(runs))
     tell(f"the JAX side on the host CPU, {why}")
     cpu = again(_with(request, execution, Placement.on_host))
-    runs.append(Run.of("host CPU", cpu, where))
+    runs.append(Run.of("host CPU", cpu, runs[0]))
     return _concluded(runs)
 
 
 def _concluded(runs: list[Run]) -> Report:
     """The report a classification ends on, once the host CPU's run is made: the device named where
-    only that run passes, the CPU run's verdict where it fails too; the as-asked verdict, unclassified,
-    where no re-run ran as asked."""
+    only that run passes, the CPU run's verdict where it fails too, each only where the host ran the
+    device's program (else the device's own runs decide: ``classes.other_program``); the as-asked
+    verdict, unclassified, where no re-run ran as asked."""
     first, cpu = runs[0], runs[-1]
     if not cpu.made:
         return _attach(*classes.unmade(runs))
+    if not cpu.same:
+        return _attach(*classes.other_program(runs))
     if cpu.report.passed:
         return _attach(first.report, classes.device(runs))
     return _attach(cpu.report, (classes.hidden if first.report.passed else classes.port)(runs))
@@ -114,7 +126,7 @@ def _with(request: Any, execution: Any, change: Callable[[Placement], Placement]
     no second worker); the settings are ``Execution``'s fields, by the names a user gives them."""
     placement = as_options(change(record) for record in execution.placement)
     execution = dataclasses.replace(execution, **placement)
-    return dataclasses.replace(request, execution=execution, announce=None)
+    return dataclasses.replace(request, execution=execution, announce=None, programs=True)
 
 
 def _telling(request: Any) -> Callable[[str], None]:

@@ -11,6 +11,8 @@ elementwise function is off at every precision is named, not the port.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -23,7 +25,7 @@ nn = pytest.importorskip("flax.linen")
 
 from simulated_device import TorchMLP as TorchMLPOf  # noqa: E402
 from simulated_device import bfloat16_dot as fine_dot  # noqa: E402
-from simulated_device import mlp_port, on_chip  # noqa: E402
+from simulated_device import mlp_port, on_chip, rounded  # noqa: E402
 
 from crosscheck._engine import classify  # noqa: E402
 from crosscheck.backends.jax import environment  # noqa: E402
@@ -31,15 +33,10 @@ from crosscheck.backends.jax import environment  # noqa: E402
 WIDTH, HIDDEN, OUT = 32, 64, 16
 
 
-def coarse(a):
-    """A product's input as the simulated chip rounds it at the default precision: 4 significant bits."""
-    scale = 2.0 ** jnp.floor(jnp.log2(jnp.abs(a) + 1e-30))
-    return jnp.round(a / scale * 8.0) / 8.0 * scale
-
-
 def chip_dot(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, **kwargs):
-    if lhs.dtype == jnp.float32 and on_chip() and jax.config.jax_default_matmul_precision is None:
-        lhs, rhs = coarse(lhs), coarse(rhs)
+    """A product's inputs as the simulated chip rounds them at the default precision: 4 significant bits
+    (3 of mantissa)."""
+    lhs, rhs = rounded(lhs, 3), rounded(rhs, 3)
     return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision)
 
 
@@ -54,8 +51,8 @@ class FlaxMLP(nn.Module):
     @nn.compact
     def __call__(self, x):
         h = jnp.tanh(nn.Dense(HIDDEN, name="fc1", dot_general=chip_dot)(x))
-        if self.tanh_ulps and h.dtype == jnp.float32 and on_chip():
-            h = h * (1 + self.tanh_ulps * 2.0**-24)
+        if self.tanh_ulps and h.dtype == jnp.float32:  # the chip's arithmetic: the same program elsewhere
+            h = h * jnp.float32(1 + self.tanh_ulps * 2.0**-24 if on_chip() else 1.0)
         return nn.Dense(OUT, name="fc2", dot_general=chip_dot)(h) + self.shift
 
 
@@ -204,8 +201,8 @@ class FlaxOffTanh(nn.Module):
     @nn.compact
     def __call__(self, x):
         h = jnp.tanh(nn.Dense(HIDDEN, name="fc1", dot_general=fine_dot)(x))
-        if h.dtype == jnp.float32 and on_chip():
-            h = h * (1 + self.off)
+        if h.dtype == jnp.float32:  # the chip's arithmetic: the same program on the host CPU
+            h = h * jnp.float32(1 + self.off if on_chip() else 1.0)
         return nn.Dense(OUT, name="fc2", dot_general=fine_dot)(h)
 
 
@@ -279,3 +276,52 @@ def test_each_run_s_record_is_its_own_and_a_port_bug_costs_three_checks(on_a_tpu
     assert (highest["platform"], highest["matmul_precision"], highest["made"]) == ("tpu", "highest", True)
     assert (cpu["platform"], cpu["made"]) == ("cpu", True)
     assert [r["problems"] for r in found["runs"]] == [r.problems for r in driven]
+
+
+class FlaxDeviceBranch(nn.Module):
+    """A port with a code path only the chip takes (as a port branches on `jax.default_backend()` to a
+    kernel only a TPU has): there its output is off by ``error``; on the host CPU the other path, right."""
+
+    error: float = 0.05
+
+    @nn.compact
+    def __call__(self, x):
+        h = jnp.tanh(nn.Dense(HIDDEN, name="fc1", dot_general=fine_dot)(x))
+        out = nn.Dense(OUT, name="fc2", dot_general=fine_dot)(h)
+        if on_chip():
+            out = out * (1 + self.error)
+        return out
+
+
+def _branching(error):
+    x = np.random.default_rng(3).standard_normal((16, WIDTH)).astype(np.float32)
+    torch.manual_seed(0)
+    return crosscheck.Port(
+        name="branch", torch=TorchMLP().eval(), jax=FlaxDeviceBranch(error), inputs={"x": x}
+    )
+
+
+@pytest.mark.parametrize("error", [0.05, 0.5], ids=["5%", "50%"])
+def test_a_code_path_only_the_device_takes_is_judged_on_the_device_alone(on_a_tpu, error):
+    """The host CPU's re-run took the other path, agreed, and cleared the device: a 5 % error on the
+    device's path PASSED (kind `device`), a 50 % one FAILED blamed on the device. The programs differ: the
+    host run clears and explains nothing, and the device's own runs fail."""
+    report = _run(_branching(error))
+    found = report.classification
+    assert not report.passed and found["kind"] == "program"
+    assert re.search(
+        r"runs other code on the device \(`mul` \(\d+ on the device, \d+ on the host CPU\)\)", found["text"]
+    )
+    assert "its device path was judged on the device's own arithmetic alone" in found["text"]
+    assert "device's arithmetic decided" not in found["text"]
+    assert found["runs"][-1]["run"] == "host CPU" and found["runs"][-1]["same_program"] is False
+    assert report.backends["jax"].info["platform"] == "tpu"  # the verdict is a device run's
+
+
+def test_the_same_program_on_the_host_still_names_the_device(on_a_tpu):
+    """The chip's arithmetic is no other program: the host run of the same program clears the device."""
+    report = _run(_port(tanh_ulps=2.0**18))
+    found = report.classification
+    assert found["kind"] == "device" and [r["same_program"] for r in found["runs"]] == [None, True, True]
+    program = report.backends["jax"].notes["program"]
+    assert program["operations"]["dot_general"] >= 2 and program["by_platform"] == []
