@@ -4,16 +4,31 @@ says (``Classification``), from the records of its runs (``runs.Run``)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
+from crosscheck._compare.modelled import MODEL_FACTOR, MODEL_FLOOR_UNITS, worst
 from crosscheck._engine.runs import Run, level
 from crosscheck._report.report import Report
 
 #: The classes (``Classification.kind``): a failure's (``precision``, ``device``, ``port``), a pass
-#: below ``highest`` (``confirmed``, ``hidden``, ``device``), a port whose device run is not shown to be
-#: the program its host CPU run ran (``program``), and a classification whose re-runs were not made as
-#: asked (``unconfirmed``: a pass; ``unclassified``: a failure).
-KINDS = ("precision", "device", "port", "confirmed", "hidden", "program", "unconfirmed", "unclassified")
+#: below ``highest`` (``confirmed``, ``hidden``, ``device``), a run as asked that differs beyond what its
+#: reduced-precision products can make (``beyond``) or whose products could not be modelled
+#: (``unmodelled``), a port whose device run is not shown to be the program its host CPU run ran
+#: (``program``), and a classification whose re-runs were not made as asked (``unconfirmed``: a pass;
+#: ``unclassified``: a failure).
+KINDS = (
+    "precision",
+    "device",
+    "port",
+    "confirmed",
+    "hidden",
+    "beyond",
+    "unmodelled",
+    "program",
+    "unconfirmed",
+    "unclassified",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,9 +39,13 @@ class Classification:
     kind: str
     text: str
     runs: tuple[Run, ...]
+    #: What fails the check, where the classification itself does (a pass as asked whose difference the
+    #: reduced precision cannot produce): one of the report's problems.
+    problem: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "text": self.text, "runs": [r.to_dict() for r in self.runs]}
+        found = {"kind": self.kind, "text": self.text, "runs": [r.to_dict() for r in self.runs]}
+        return {**found, "problem": self.problem} if self.problem else found
 
 
 def _device_words(where: dict[str, str]) -> str:
@@ -87,13 +106,41 @@ def _at_highest(run: Run) -> str:
     return f"at `highest` it differs ({_first(run)})"
 
 
+def _units(row: tuple[str, float, float]) -> str:
+    """A parameter's median difference against the model's, in words."""
+    name, asked, made = row
+    return f"`{name}`: a median {asked:.3g} units against {made:.3g} modelled"
+
+
+def _model(run: Run) -> str:
+    """The device model of the run's products, in a phrase."""
+    unit = float((run.model or {}).get("unit", 0.0))
+    said = f"2^{math.log2(unit):.0f}" if unit > 0 and math.log2(unit).is_integer() else f"{unit:.3g}"
+    return (
+        f"the device's products, modelled on this case on the host (each float32 input rounded to the "
+        f"device's unit, {said})"
+    )
+
+
+def _within(run: Run) -> str:
+    """The as-asked run's difference from float32 against the device model, in a clause."""
+    if run.model is None:
+        return (
+            f"the device's products were not modelled for this check ({run.unmodelled}), so its "
+            "difference at the default precision is not bounded"
+        )
+    found = worst(run.model.get("parameters", {}))
+    most = f" (most at {_units(found[0])})" if found else ""
+    return f"its difference from float32 at the default precision is within what {_model(run)} make{most}"
+
+
 def precision(runs: list[Run]) -> Classification:
     at = level(runs[0].where)
     text = (
         f"the JAX side on {_asked(runs)} differs beyond what that arithmetic is modelled to permit "
-        f"({_first(runs[0])}); re-run at `highest` (float32 products) on the same device it agrees: the "
-        "device's reduced-precision products decided, not the port; the check is the `highest` run's. A "
-        f"model run at the {at} precision there differs from float32 by that much"
+        f"({_first(runs[0])}); re-run at `highest` (float32 products) on the same device it agrees, and "
+        f"{_within(runs[0])}: the device's reduced-precision products decided, not the port; the check is "
+        f"the `highest` run's. A model run at the {at} precision there differs from float32 by that much"
     )
     return Classification("precision", text, tuple(runs))
 
@@ -102,9 +149,41 @@ def confirmed(runs: list[Run]) -> Classification:
     text = (
         f"the check passed with the JAX side on {_asked(runs)}, within what that arithmetic hides; re-run "
         "at `highest` (float32 products) on the same device it passes too, so the reduced precision hid "
-        "no difference larger than float32's arithmetic there permits; the check is the `highest` run's"
+        f"no difference larger than float32's arithmetic there permits, and {_within(runs[0])}; the check "
+        "is the `highest` run's"
     )
     return Classification("confirmed", text, tuple(runs))
+
+
+def beyond(runs: list[Run], over: list[tuple[str, float, float]]) -> tuple[Report, Classification]:
+    """A ``highest`` re-run that agrees, where the as-asked run differs from float32 beyond what the
+    device's products can make (``modelled.beyond``): a difference the reduced precision cannot explain,
+    FAILED with the as-asked run's verdict and this problem."""
+    first = runs[0]
+    more = f" and {len(over) - 1} more" if len(over) > 1 else ""
+    problem = (
+        f"the JAX side on {_asked(runs)} differs from float32 beyond what its reduced-precision products "
+        f"can make ({_units(over[0])}{more}; permitted: {MODEL_FACTOR:g} x the model + "
+        f"{MODEL_FLOOR_UNITS:g} units): a difference the reduced precision cannot explain"
+    )
+    text = (
+        f"{problem}; re-run at `highest` on the same device it agrees, so the difference is made only at "
+        f"the reduced precision, and is more than {_model(first)} make there; the verdict is the as-asked "
+        "run's"
+    )
+    return first.report, Classification("beyond", text, tuple(runs), problem)
+
+
+def unmodelled(runs: list[Run]) -> tuple[Report, Classification]:
+    """A failure as asked that a ``highest`` re-run does not repeat, where the device's products could not
+    be modelled: the difference is not shown to be the reduced precision's, FAILED as asked."""
+    first = runs[0]
+    text = (
+        f"the JAX side on {_asked(runs)} differs beyond what that arithmetic is modelled to permit "
+        f"({_first(first)}); re-run at `highest` on the same device it agrees, but {_within(first)}: "
+        "the difference is not shown to be the reduced precision's, and the verdict is the as-asked run's"
+    )
+    return first.report, Classification("unmodelled", text, tuple(runs))
 
 
 def hidden(runs: list[Run]) -> Classification:

@@ -49,6 +49,7 @@ from collections.abc import Callable
 from typing import Any
 
 from crosscheck._backends import Placement, as_options
+from crosscheck._compare.modelled import beyond
 from crosscheck._engine import classes
 from crosscheck._engine.classes import Classification
 from crosscheck._engine.runs import Run, level, side
@@ -99,11 +100,26 @@ def classified(request: Any, report: Report, again: Callable[[Any], Report]) -> 
         if highest.interrupted or highest.halted:
             return report if passed else highest
         if highest.passed and runs[-1].made and not runs[-1].differs:
-            return _attach(highest, (classes.confirmed if passed else classes.precision)(runs))
+            return _bounded(runs)
     tell(f"the JAX side on the host CPU, {why}")
     cpu = again(_with(request, execution, Placement.on_host))
     runs.append(Run.of("host CPU", cpu, runs[0]))
     return _concluded(runs)
+
+
+def _bounded(runs: list[Run]) -> Report:
+    """A ``highest`` re-run of the same program that passes: the run as asked is the reduced precision's
+    only where its difference from float32 is within what the device model of its products makes
+    (``modelled.beyond``); a failure as asked needs that model to be explained (``classes.unmodelled``),
+    a pass without it is confirmed and says so."""
+    first, highest = runs
+    if first.model is not None:
+        over = beyond(first.model.get("parameters", {}))
+        if over:
+            return _attach(*classes.beyond(runs, over))
+    elif not first.passed:
+        return _attach(*classes.unmodelled(runs))
+    return _attach(highest.report, (classes.confirmed if first.passed else classes.precision)(runs))
 
 
 def _concluded(runs: list[Run]) -> Report:

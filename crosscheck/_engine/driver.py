@@ -17,10 +17,10 @@ import numpy as np
 
 from crosscheck._backends import as_options
 from crosscheck._backends.handed import same_bits
-from crosscheck._backends.program import Program, specs
 from crosscheck._compare.record import Comparison
 from crosscheck._engine.call import Outcome, unique, user_interrupts
 from crosscheck._engine.caller import Caller
+from crosscheck._engine.classnotes import device_model, program
 from crosscheck._engine.load import load, spec_name
 from crosscheck._engine.plan import Plan
 from crosscheck._engine.process.isolate import (
@@ -165,30 +165,15 @@ def _candidate(run: _Run, name: str, backend: Any, result: BackendResult) -> Non
     found = run.judge.compare(backend, out.value, name, run.reference, run.call)
     notes = {**result.notes, **run.judge.notes.get(name, {})}
     problem, more = _repeats(run, backend, out.value, found)
-    run.results[name] = dataclasses.replace(result, notes={**notes, **more, **_program(run, backend, result)})
+    noted = {
+        **program(run.plan, run.call, backend, result),
+        **device_model(run.plan, run.call, backend, out.value),
+    }
+    run.results[name] = dataclasses.replace(result, notes={**notes, **more, **noted})
     if problem:
         run.results[name] = dataclasses.replace(run.results[name], status="failed", error=problem)
         return
     run.comparisons.extend(_spent(found))
-
-
-def _program(run: _Run, backend: Any, result: BackendResult) -> dict[str, Any]:
-    """The program the candidate ran (its optional ``program()``, traced where the run placed it:
-    ``crosscheck._backends.program``), as its notes keep it, where a classification may compare it: the
-    candidate ran on a device, or the plan asks (``Plan.programs``: a classification's re-run). A
-    ``program()`` that fails is noted, and the program counts as unknown."""
-    program = getattr(backend, "program", None)
-    device = result.info.get("platform") not in (None, "", "cpu")
-    if not callable(program) or not (device or run.plan.programs):
-        return {}
-    point = run.plan.point
-    out = run.call(program, specs(point.params), specs(point.inputs))
-    traced = Program.of(out.value) if out.error is None else None
-    if traced is None:
-        return {
-            "program_error": out.error or f"`program()` returned {type(out.value).__name__}, not a program"
-        }
-    return {"program": traced.to_data()}
 
 
 def _writers(run: _Run) -> None:

@@ -50,15 +50,29 @@ class Run:
     differs: tuple[str, ...] = ()
     #: Whether its program is shown to be the as-asked run's (both traced, no difference).
     same: bool = True
+    #: The device model of its products on the case (``crosscheck._compare.modelled.summary``), where
+    #: its side ran on a device at a reduced precision and modelled it; else None, and why in ``unmodelled``.
+    model: dict[str, Any] | None = None
+    unmodelled: str = ""
 
     @classmethod
     def of(cls, label: str, report: Report, asked: Run | None = None) -> Run:
         """The run ``label`` of ``report``; ``asked``: the as-asked run (None: this is it)."""
         found = side(report)
         where = dict(found.info) if found is not None else {}
-        program = Program.of(found.notes.get("program")) if found is not None else None
+        notes = found.notes if found is not None else {}
+        program = Program.of(notes.get("program"))
         if asked is None:
-            return cls(label, report, where, program)
+            model = notes.get("device_model")
+            why = str(notes.get("device_model_error") or "its backend does not model them (`modelled()`)")
+            return cls(
+                label,
+                report,
+                where,
+                program,
+                model=model if isinstance(model, dict) else None,
+                unmodelled=why,
+            )
         if label == "highest":
             made = level(where) == "highest" and where.get("platform") == asked.where.get("platform")
             here, there = f"at the {level(asked.where)} precision", "at `highest`"

@@ -2,11 +2,12 @@
 host CPU), simulated on the CPU (CI has no accelerator).
 
 The simulated TPU: ``environment.side`` says ``tpu`` unless the JAX side is placed on the host CPU, and
-the port's products round their inputs to a few bits at JAX's default matmul precision, coarser than the
-device model permits (the compounding a real TPU shows through layers of attention); at ``highest`` they
-are float32's. A healthy port then fails at the default precision, passes at ``highest``: PASSED, the
-default run's failure said; a port bug fails everywhere and is located by the CPU run; a device whose
-elementwise function is off at every precision is named, not the port.
+the port's products round their inputs at JAX's default matmul precision (to bfloat16, or to a few bits
+for a chip coarser than its model); at ``highest`` they are float32's. A healthy port whose bfloat16
+rounding is amplified fails at the default precision, passes at ``highest``: PASSED, the default run's
+failure said; a port bug fails everywhere and is located by the CPU run; a device whose elementwise
+function is off at every precision is named, not the port. What the reduced precision may explain is
+tested in ``test_classify_model.py``.
 """
 
 from __future__ import annotations
@@ -25,10 +26,9 @@ nn = pytest.importorskip("flax.linen")
 
 from simulated_device import TorchMLP as TorchMLPOf  # noqa: E402
 from simulated_device import bfloat16_dot as fine_dot  # noqa: E402
-from simulated_device import mlp_port, on_chip, rounded  # noqa: E402
+from simulated_device import mlp_port, near_port, on_chip, pretend_tpu, rounded  # noqa: E402
 
 from crosscheck._engine import classify  # noqa: E402
-from crosscheck.backends.jax import environment  # noqa: E402
 
 WIDTH, HIDDEN, OUT = 32, 64, 16
 
@@ -65,13 +65,7 @@ def _port(**planted):
 @pytest.fixture
 def on_a_tpu(monkeypatch):
     """The JAX side says it runs on a TPU unless placed on the host CPU."""
-    real = environment.side
-
-    def side():
-        found = real()
-        return found if not on_chip() else {**found, "platform": "tpu", "device_kind": "TPU v5 lite"}
-
-    monkeypatch.setattr(environment, "side", side)
+    pretend_tpu(monkeypatch)
 
 
 def _run(port, **kwargs):
@@ -79,10 +73,13 @@ def _run(port, **kwargs):
 
 
 def test_a_healthy_port_that_fails_at_the_default_precision_passes_at_highest_and_says_so(on_a_tpu):
-    report = _run(_port())
+    """Two close products subtracted: the chip's bfloat16 products, 100 times amplified, fail the flat
+    permit as asked; at `highest` it agrees, and the difference is what the device model makes."""
+    report = _run(near_port(WIDTH, HIDDEN, OUT))
     assert report.passed, report.problems
     found = report.classification
     assert found["kind"] == "precision"
+    assert "within what the device's products, modelled on this case on the host" in found["text"]
     assert [r["run"] for r in found["runs"]] == ["as asked", "highest"]
     first, second = found["runs"]
     assert not first["passed"] and first["platform"] == "tpu" and first["problems"]
@@ -122,7 +119,7 @@ def test_a_failure_on_a_cpu_is_not_re_run():
 def test_what_a_classification_says_is_printed_before_the_verdict(on_a_tpu):
     from rich.console import Console
 
-    report = _run(_port())
+    report = _run(near_port(WIDTH, HIDDEN, OUT))
     console = Console(record=True, width=400)
     report.render(console)
     text = console.export_text()

@@ -34,12 +34,14 @@ from crosscheck._errors import describe, one_line
 #: ``loss`` (a workload implementation's own loss, which the model oracle differences), the oracle's
 #: evaluations along a line (``oracle.line.METHODS``: the point and directions held in the worker, only
 #: numbers sent each evaluation) and ``release_evaluations`` (what drops the arrays its last losses
-#: hold, called after them), ``program`` (the program a candidate traces, for a classification); and the
-#: optional contexts (classification re-runs) it enters.
+#: hold, called after them), ``program`` and ``modelled`` (a candidate's traced program and its device
+#: model, for a classification: ``classnotes``); and the optional contexts (classification re-runs) it
+#: enters.
 METHODS = (
     *(q.method for q in QUANTITIES.values() if q.method),
     "activations",
     "program",
+    "modelled",
     "loss",
     "hold_point",
     "hold_direction",
