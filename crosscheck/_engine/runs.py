@@ -93,7 +93,7 @@ class Run:
         return next((c.module or c.parameter for c in self.report.comparisons if not c.passed), None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        found = {
             "run": self.label,
             "platform": self.where.get("platform", ""),
             "device_kind": self.where.get("device_kind", ""),
@@ -104,3 +104,4 @@ class Run:
             "first": self.first,
             "problems": self.report.problems,
         }
+        return {**found, "device_model": self.model} if self.model is not None else found

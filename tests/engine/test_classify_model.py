@@ -93,6 +93,9 @@ def test_a_healthy_port_at_the_default_precision_is_within_its_model(on_a_tpu):
     found = report.classification
     assert report.passed and found["kind"] == "confirmed"
     assert "is within what the device's products, modelled on this case" in found["text"]
+    model = found["runs"][0]["device_model"]  # the report is the `highest` run's: the model is the run's
+    assert model["unit"] == 2.0**-8 and "device_model" not in found["runs"][1]
+    assert all(asked <= 4 * made + 2 for asked, made in model["parameters"].values())
 
 
 class TpuStack:
