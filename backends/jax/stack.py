@@ -18,7 +18,7 @@ import numpy as np
 
 from crosscheck._compare.device import Arithmetic
 
-from . import environment
+from . import environment, program, rounded
 
 __all__ = ["JaxBackend", "JaxPlainBackend", "JaxRematScanBackend", "JaxSegmentsBackend"]
 
@@ -143,6 +143,23 @@ class JaxBackend:
     def arithmetic(self) -> Arithmetic:
         """Where this side computes now (the judge models an accelerator's float32 rounding)."""
         return environment.arithmetic()
+
+    def modelled(self, params: dict, inputs: dict, unit: float | None) -> dict:
+        """The gradient of the point's ``weights`` and ``x`` as ``grad`` makes it, each product JAX's default
+        precision makes taking its float32 inputs rounded to ``unit`` (None: unrounded), where the side
+        runs now: the device model of its reduced-precision products (``crosscheck._compare.modelled``)."""
+        loss, grad = self._current()
+        fn = grad if unit is None else rounded.rounded(jax.grad(loss), rounded.mantissa(unit))
+        weights, x = params["weights"], inputs["x"]
+        with jax.enable_x64(weights.dtype == np.float64):
+            return {"weights": np.asarray(fn(jax.device_put(weights), jax.device_put(x)))}
+
+    def program(self, params: dict[str, dict], inputs: dict[str, dict]) -> dict:
+        """The program ``grad`` runs for the point's ``weights`` and ``x`` of these shapes and dtypes
+        (``crosscheck._backends.program.specs``), traced where the side runs now, not compiled."""
+        weights, x = program.abstract(params)["weights"], program.abstract(inputs)["x"]
+        with jax.enable_x64(program.wide(params, inputs)):
+            return program.traced(jax.grad(self._current()[0]), weights, x)
 
     def info(self) -> dict[str, str]:
         return {

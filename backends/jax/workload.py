@@ -14,7 +14,7 @@ from crosscheck._compare.device import Arithmetic
 from crosscheck._compare.dtypes import aligned_copy
 from crosscheck._workloads.programs import Kept
 
-from . import environment, form
+from . import environment, form, program, rounded
 
 __all__ = ["JaxWorkloadBackend"]
 
@@ -279,6 +279,31 @@ class JaxWorkloadBackend:
     def arithmetic(self) -> Arithmetic:
         """Where this side computes now (the judge permits an accelerator's arithmetic its rounding)."""
         return environment.arithmetic()
+
+    def modelled(
+        self, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray], unit: float | None
+    ) -> dict[str, np.ndarray]:
+        """The gradient as ``grad`` makes it, each product JAX's default precision makes taking its float32
+        inputs rounded to ``unit`` (a device's: ``rounded.bits``; None: unrounded), where the side runs
+        now: the device model of its reduced-precision products, made on the host
+        (``crosscheck._compare.modelled``)."""
+        with jax.enable_x64(_wide(params, inputs)):
+            if unit is None:
+                grads = self._grad(jax.grad(self._raw), _lent(params), _lent(inputs))
+            else:
+                grads = rounded.rounded(jax.grad(self._raw), rounded.mantissa(unit))(
+                    _lent(params), _lent(inputs)
+                )
+            out = {k: np.asarray(v) for k, v in grads.items()}
+        del grads
+        let_go()
+        return out
+
+    def program(self, params: dict[str, dict], inputs: dict[str, dict]) -> dict[str, Any]:
+        """The program ``grad`` runs for arrays of these shapes and dtypes (``crosscheck._backends.
+        program.specs``), traced where the side runs now (``program.traced``), not compiled."""
+        with jax.enable_x64(program.wide(params, inputs)):
+            return program.traced(jax.grad(self._raw), program.abstract(params), program.abstract(inputs))
 
     def info(self) -> dict[str, str]:
         return {

@@ -25,7 +25,10 @@ class Backend(Protocol):
     ``estimate(weights, x)`` and ``hvp_estimate(weights, x, v)`` with error bars; for
     ``crosscheck inspect``, a ``claims`` dict (``{"scan": bool, "checkpoint": "layer" | "scan" |
     "segment" | None}``) and, for a JAX backend, ``loss_fn()`` returning the scalar loss whose gradient
-    ``grad`` computes.
+    ``grad`` computes; on an accelerator, ``arithmetic()`` (where it computes now:
+    ``crosscheck._compare.device``) and ``program(params, inputs)`` (the program ``grad`` runs for the
+    point's arrays given by shape and dtype, traced where it runs now: ``crosscheck._backends.program``),
+    which a classification compares before a host CPU run may clear a device run.
 
     Example:
         >>> class Doubling:  # a name and ``grad``: a backend

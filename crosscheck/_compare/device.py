@@ -15,6 +15,12 @@ unit, the differences of healthy models a few units), never less than float32's 
 nothing. The tables are keyed by framework and platform: what a chip does to float32 depends on the
 compiler that made the program (JAX's default float32 product on a TPU is one bfloat16 pass; another
 framework's on the same chip need not be). The figures are measured: ``docs/measurements/accelerator.md``.
+
+That permit is flat; what a reduced precision does to a result is not (a product of length K rounds each
+of its K inputs; a softmax or a cancellation amplifies it). So what a reduced precision may explain, when
+a classification's ``highest`` re-run agrees, is bounded per case by a model of the device's products
+(``Arithmetic.products``: the unit they round their inputs to; ``crosscheck._compare.modelled``: the side's
+program run on the host with them).
 """
 
 from __future__ import annotations
@@ -87,6 +93,14 @@ class Arithmetic:
         if products is None and elementwise is None:
             return None
         return max(products or 0.0, (elementwise or 0.0) * unit_roundoff("float32"))
+
+    @property
+    def products(self) -> float | None:
+        """The unit its products round their float32 inputs to at its precision, where that is coarser
+        than float32's own (a TPU at JAX's default precision: 2^-8); None elsewhere: the unit a device model
+        of its products simulates (``crosscheck._compare.modelled``)."""
+        unit = PRODUCT_UNITS.get(self._where, {}).get(self.precision)
+        return unit if unit is not None and unit > unit_roundoff("float32") else None
 
     @property
     def float64_on_host(self) -> str:

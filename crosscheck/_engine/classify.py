@@ -24,8 +24,22 @@ stands, the device named (``"device"``).
 
 Each re-run is a full check, the same request with its placement changed (``Placement.at_highest``,
 then ``Placement.on_host``: each framework's own values for its highest arithmetic and for the host CPU,
-declared in its folder, so that the re-runs name no framework); nothing is widened. A check that passed
-at ``highest``, was interrupted or halted, or whose JAX side ran on a CPU, is returned as it is.
+declared in its folder, so that the re-runs name no framework); nothing is widened.
+
+A run on the host CPU clears or explains a device's run only where both ran the same program: each side's
+program, traced where it ran (``program()``, ``crosscheck._backends.program``), is compared
+(``runs.Run.same``). A port that branches on where it runs (a Pallas or fused kernel, ``if
+jax.default_backend() == "tpu"``) takes another path on the host: there its device path is judged on the
+device's own runs alone, the as-asked run and a ``highest`` re-run of the same program, and the
+classification says so (``"program"``); a ``highest`` re-run whose program differs from the run as asked
+(a port that branches on the precision) confirms and explains nothing. A re-run is driven,
+never classified again (``again`` runs a request without this step), and each run's record is its own:
+where its side said it ran, at what precision, whether it passed, its problems (``Run``). A re-run
+whose side does not say it ran where it was asked (a backend that reports the default precision at
+``highest``, or a device on the host CPU) was not made as asked: it confirms and explains nothing, and
+the classification says so (``"unconfirmed"`` for a pass, ``"unclassified"`` for a failure, each the
+as-asked run's verdict). A check that passed at ``highest``, was interrupted or halted, or whose JAX side
+ran on a CPU, is returned as it is.
 """
 
 from __future__ import annotations
@@ -35,39 +49,21 @@ from collections.abc import Callable
 from typing import Any
 
 from crosscheck._backends import Placement, as_options
+from crosscheck._compare.modelled import beyond
+from crosscheck._engine import classes
+from crosscheck._engine.classes import Classification
+from crosscheck._engine.runs import Run, level, side
 from crosscheck._report.report import Report
 
-#: The classes of a failure on an accelerator (``Classification.kind``).
-KINDS = ("precision", "device", "port", "confirmed", "hidden")
-
-
-@dataclasses.dataclass(frozen=True)
-class Classification:
-    """What the controlled re-runs of a failure on an accelerator found: ``kind`` (one of ``KINDS``),
-    ``text`` (the sentence printed before the verdict line) and ``runs`` (each run: where its JAX side
-    ran, at what precision, whether it passed, and its problems)."""
-
-    kind: str
-    text: str
-    runs: tuple[dict[str, Any], ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "text": self.text, "runs": [dict(r) for r in self.runs]}
+#: The classes of a check with its JAX side on an accelerator (``Classification.kind``).
+KINDS = classes.KINDS
 
 
 def accelerated(report: Report) -> dict[str, str] | None:
     """Where the report's JAX side ran, when that is an accelerator (a candidate whose ``info`` names a
     platform other than the CPU): its ``platform``, ``device_kind`` and ``matmul_precision``."""
-    for result in report.backends.values():
-        platform = result.info.get("platform")
-        if (
-            result.role == "candidate"
-            and platform
-            and platform != "cpu"
-            and "matmul_precision" in result.info
-        ):
-            return dict(result.info)
-    return None
+    found = side(report)
+    return dict(found.info) if found is not None and found.info.get("platform") not in ("", "cpu") else None
 
 
 def _implicated(report: Report) -> bool:
@@ -86,32 +82,59 @@ def _implicated(report: Report) -> bool:
 def classified(request: Any, report: Report, again: Callable[[Any], Report]) -> Report:
     """``report``, or, where it failed with the JAX side on an accelerator, the re-runs' classification
     (module doc); ``again(request)`` runs a checked request in this process, never in a worker (the
-    chip is held by one program at a time)."""
+    chip is held by one program at a time), and never classifies what it ran."""
     where = accelerated(report)
     if report.interrupted or report.halted or where is None:
         return report
     passed = report.passed
-    if (passed and _level(where) == "highest") or (not passed and not _implicated(report)):
+    if (passed and level(where) == "highest") or (not passed and not _implicated(report)):
         return report
-    runs = [_run("as asked", report, where)]
+    runs = [Run.of("as asked", report)]
     tell = _telling(request)
     execution = request.execution
     why = "to see what the reduced precision hides" if passed else "to classify the failure"
-    if _level(where) != "highest":
+    if level(where) != "highest":
         tell(f"JAX at `highest` precision, {why}")
         highest = again(_with(request, execution, Placement.at_highest))
-        ran = accelerated(highest)
-        runs.append(_run("highest", highest, ran or {}))
-        if highest.passed and ran is not None and _level(ran) == "highest":
-            return _attach(highest, (_confirmed if passed else _precision)(where, report, runs))
+        runs.append(Run.of("highest", highest, runs[0]))
         if highest.interrupted or highest.halted:
             return report if passed else highest
+        if highest.passed and runs[-1].made and not runs[-1].differs:
+            return _bounded(runs)
     tell(f"the JAX side on the host CPU, {why}")
     cpu = again(_with(request, execution, Placement.on_host))
-    runs.append(_run("host CPU", cpu, _cpu_info(cpu)))
-    if cpu.passed:
-        return _attach(report, _device(where, runs))
-    return _attach(cpu, (_hidden if passed else _port)(where, runs))
+    runs.append(Run.of("host CPU", cpu, runs[0]))
+    return _concluded(runs)
+
+
+def _bounded(runs: list[Run]) -> Report:
+    """A ``highest`` re-run of the same program that passes: the run as asked is the reduced precision's
+    only where its difference from float32 is within what the device model of its products makes
+    (``modelled.beyond``); a failure as asked needs that model to be explained (``classes.unmodelled``),
+    a pass without it is confirmed and says so."""
+    first, highest = runs
+    if first.model is not None:
+        over = beyond(first.model.get("parameters", {}))
+        if over:
+            return _attach(*classes.beyond(runs, over))
+    elif not first.passed:
+        return _attach(*classes.unmodelled(runs))
+    return _attach(highest.report, (classes.confirmed if first.passed else classes.precision)(runs))
+
+
+def _concluded(runs: list[Run]) -> Report:
+    """The report a classification ends on, once the host CPU's run is made: the device named where
+    only that run passes, the CPU run's verdict where it fails too, each only where the host ran the
+    device's program (else the device's own runs decide: ``classes.other_program``); the as-asked
+    verdict, unclassified, where no re-run ran as asked."""
+    first, cpu = runs[0], runs[-1]
+    if not cpu.made:
+        return _attach(*classes.unmade(runs))
+    if not cpu.same:
+        return _attach(*classes.other_program(runs))
+    if cpu.report.passed:
+        return _attach(first.report, classes.device(runs))
+    return _attach(cpu.report, (classes.hidden if first.report.passed else classes.port)(runs))
 
 
 def _with(request: Any, execution: Any, change: Callable[[Placement], Placement]) -> Any:
@@ -119,7 +142,7 @@ def _with(request: Any, execution: Any, change: Callable[[Placement], Placement]
     no second worker); the settings are ``Execution``'s fields, by the names a user gives them."""
     placement = as_options(change(record) for record in execution.placement)
     execution = dataclasses.replace(execution, **placement)
-    return dataclasses.replace(request, execution=execution, announce=None)
+    return dataclasses.replace(request, execution=execution, announce=None, programs=True)
 
 
 def _telling(request: Any) -> Callable[[str], None]:
@@ -128,97 +151,6 @@ def _telling(request: Any) -> Callable[[str], None]:
     if progress is None:
         return lambda what: None
     return lambda what: progress(f"re-running: {what}", 0, 1)
-
-
-def _level(info: dict[str, str]) -> str:
-    from crosscheck._compare.device import level
-
-    return level(info.get("matmul_precision"))
-
-
-def _cpu_info(report: Report) -> dict[str, str]:
-    for result in report.backends.values():
-        if result.role == "candidate" and "matmul_precision" in result.info:
-            return dict(result.info)
-    return {}
-
-
-def _run(label: str, report: Report, info: dict[str, str]) -> dict[str, Any]:
-    return {
-        "run": label,
-        "platform": info.get("platform", ""),
-        "device_kind": info.get("device_kind", ""),
-        "matmul_precision": info.get("matmul_precision", ""),
-        "passed": report.passed,
-        "first": next((c.module or c.parameter for c in report.comparisons if not c.passed), None),
-        "problems": report.problems,
-    }
-
-
-def _device_words(where: dict[str, str]) -> str:
-    kind = f" ({where['device_kind']})" if where.get("device_kind") else ""
-    return f"a {where.get('platform', '').upper()}{kind}"
-
-
-def _first(run: dict[str, Any]) -> str:
-    """Where a run first differed, in a phrase (its problems are the JSON report's)."""
-    where = run.get("first")
-    return f"first at `{where}`" if where else "its problems are the JSON report's"
-
-
-def _precision(where: dict[str, str], report: Report, runs: list[dict[str, Any]]) -> Classification:
-    at = _level(where)
-    text = (
-        f"the JAX side on {_device_words(where)} at JAX's {at} matmul precision differs beyond what that "
-        f"arithmetic is modelled to permit ({_first(runs[0])}); re-run at `highest` (float32 products) on "
-        "the same device it agrees: the device's reduced-precision products decided, not the port; the "
-        f"check is the `highest` run's. A model run at the {at} precision there differs from float32 by "
-        "that much"
-    )
-    return Classification("precision", text, tuple(runs))
-
-
-def _confirmed(where: dict[str, str], report: Report, runs: list[dict[str, Any]]) -> Classification:
-    at = _level(where)
-    text = (
-        f"the check passed with the JAX side on {_device_words(where)} at JAX's {at} matmul precision, "
-        "within what that arithmetic hides; re-run at `highest` (float32 products) on the same device it "
-        "passes too, so the reduced precision hid no difference larger than float32's arithmetic there "
-        "permits; the check is the `highest` run's"
-    )
-    return Classification("confirmed", text, tuple(runs))
-
-
-def _hidden(where: dict[str, str], runs: list[dict[str, Any]]) -> Classification:
-    at = _level(where)
-    text = (
-        f"the check passed with the JAX side on {_device_words(where)} at JAX's {at} matmul precision, "
-        f"within what that arithmetic hides; at `highest` it differs ({_first(runs[1])}), and with the "
-        "JAX side on the host CPU too: a real difference of the port, smaller than the reduced "
-        "precision can see; the verdict is the CPU run's"
-    )
-    return Classification("hidden", text, tuple(runs))
-
-
-def _device(where: dict[str, str], runs: list[dict[str, Any]]) -> Classification:
-    passed = runs[0]["passed"]  # a pass below `highest`, re-run: the pass stands, the device named
-    text = (
-        f"the JAX side on {_device_words(where)} differs at `highest` precision{'' if passed else ' too'} "
-        f"({_first(runs[-2] if len(runs) > 2 else runs[0])}), and with the JAX side on the host CPU it "
-        "agrees: the device's arithmetic decided (its float32 elementwise functions, or a product the "
-        "code pins below float32 with an explicit `precision=`), not the port's math"
-        + ("; the check as asked passed, and stands" if passed else "")
-    )
-    return Classification("device", text, tuple(runs))
-
-
-def _port(where: dict[str, str], runs: list[dict[str, Any]]) -> Classification:
-    text = (
-        f"the difference found with the JAX side on {_device_words(where)} stays with the JAX side on the "
-        "host CPU: a real difference of the port, not the device's arithmetic; the verdict is the CPU "
-        "run's"
-    )
-    return Classification("port", text, tuple(runs))
 
 
 def _attach(report: Report, found: Classification) -> Report:

@@ -21,6 +21,7 @@ from crosscheck._backends.protocol import BackendSpec
 from crosscheck._compare.record import Comparison
 from crosscheck._engine.call import unique, user_interrupts
 from crosscheck._engine.caller import Caller
+from crosscheck._engine.classnotes import device_model, program
 from crosscheck._engine.load import load, spec_name
 from crosscheck._engine.plan import Plan
 from crosscheck._engine.process.isolate import (
@@ -169,7 +170,11 @@ def _candidate(run: _Run, name: str, backend: Loaded, result: BackendResult) -> 
     found = run.judge.compare(backend, out.value, name, run.reference, run.call)
     notes = {**result.notes, **run.judge.notes.get(name, {})}
     problem, more = _repeats(run, backend, out.value, found)
-    run.results[name] = dataclasses.replace(result, notes={**notes, **more})
+    noted = {
+        **program(run.plan, run.call, backend, result),
+        **device_model(run.plan, run.call, backend, out.value),
+    }
+    run.results[name] = dataclasses.replace(result, notes={**notes, **more, **noted})
     if problem:
         run.results[name] = dataclasses.replace(run.results[name], status="failed", error=problem)
         return

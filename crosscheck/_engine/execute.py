@@ -43,13 +43,19 @@ def execute(request: Request) -> Report:
 
 
 def _check_here(request: Request) -> Report:
+    """The checked ``request`` run in this process (``_driven``), then classified where its JAX side ran
+    on an accelerator: the re-runs are made here, in the process that holds the device, and each is
+    driven, never classified again (``classify``)."""
+    return classified(request, _driven(request), _driven)
+
+
+def _driven(request: Request) -> Report:
     """The checked ``request`` run in this process: loaded, configured, planned, announced, driven."""
     workload = configure(load_workload(request.workload), request)
     planned = plan(workload, request)
     if request.announce is not None:
         request.announce(Outlook.of(planned))
-    # a failure on an accelerator is re-run here, in the process that holds the device (``classify``)
-    return classified(request, drive(planned), _check_here)
+    return drive(planned)
 
 
 def _checked(request: Request) -> Request:

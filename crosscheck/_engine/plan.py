@@ -41,6 +41,9 @@ class Plan:
     workload_spec: WorkloadSpec = None
     placement: tuple[Placement, ...] = ()
     memory: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: Record each candidate's traced program (``program()``), wherever it ran: a classification's
+    #: re-run asks, to compare it with the device run's (a candidate on a device records it anyway).
+    programs: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +112,7 @@ def plan(workload: EngineWorkload, request: Request) -> Plan:
         workload_spec=workload.spec,
         placement=execution.placement,
         memory=memory,
+        programs=request.programs,
     )
 
 

@@ -43,6 +43,9 @@ class Request:
             the CLI's notes on stderr (the engine prints nothing).
         plot: keep each comparison's per-entry arrays (``Comparison.arrays``), which a plot draws (the
             CLI's ``--plot``); without it no comparison keeps an array per entry.
+        programs: record each candidate's traced program wherever it ran (``Plan.programs``): set by a
+            classification's re-runs (``classify``), whose host CPU run's program is compared with the
+            device run's.
     """
 
     workload: Any = None
@@ -61,6 +64,7 @@ class Request:
     front: str = "api"
     announce: Callable[[Any], None] | None = None
     plot: bool = False
+    programs: bool = False
 
     @property
     def case(self) -> dict[str, Any]:

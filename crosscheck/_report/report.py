@@ -126,7 +126,8 @@ class Report:
     #: The run's placement, each setting by the name a user gives it (``Execution.placement``:
     #: ``jax_platform``, ...), in the JSON by framework ("jax_settings"; what ``replay`` applies again).
     placement: dict[str, str] = dataclasses.field(default_factory=dict)
-    #: A failure on an accelerator classified by re-runs (``_engine/classify``): the JSON's "classification".
+    #: A check on an accelerator classified by re-runs (``_engine/classify``): the JSON's "classification";
+    #: its ``problem``, where set, fails the check.
     classification: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
@@ -169,6 +170,8 @@ class Report:
             if self.strict and c.unjudgeable and c.status == "mismatch" and c.mismatched == 0
         ]
         out += list(self.oracle.get("problems", []))
+        if self.classification.get("problem"):  # what the re-runs found that fails the check
+            out.append(self.classification["problem"])
         if not self.comparisons and not out:
             out.append("no candidate backend ran, so nothing was cross-checked")
         return [one_line(line) for line in out]  # a backend's name or error is one line of text here

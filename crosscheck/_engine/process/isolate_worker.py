@@ -38,16 +38,22 @@ if TYPE_CHECKING:
 #: ``loss`` (a workload implementation's own loss, which the model oracle differences), the oracle's
 #: evaluations along a line (``oracle.line.METHODS``: the point and directions held in the worker, only
 #: numbers sent each evaluation) and ``release_evaluations`` (what drops the arrays its last losses
-#: hold, called after them); and the optional contexts (classification re-runs) it enters.
+#: hold, called after them), ``program`` and ``modelled`` (a candidate's traced program and its device
+#: model, for a classification: ``classnotes``); and the optional contexts (classification re-runs) it
+#: enters.
 METHODS = (
     *(q.method for q in QUANTITIES.values() if q.method),
     "activations",
+    "program",
+    "modelled",
     "loss",
     "hold_point",
     "hold_direction",
     "loss_along",
     "release_evaluations",
 )
+#: Methods whose result is plain data (JSON), sent as it is, not converted to arrays.
+PLAIN = ("program",)
 CONTEXTS = ("highest_precision", "without_checkpointing")
 #: How the parent starts a worker: ``sys.argv`` is the connection's file descriptor and ``sys.path``.
 BOOT = (
@@ -295,10 +301,18 @@ def _serve(backend: Any, request: dict[str, Any]) -> dict[str, Any]:
     error, notes, seconds = out.error, dict(out.notes), out.seconds
     box, value = [out.value], None  # converted with no other reference held here
     del out
-    if error is None:
+    if error is None and request["method"] in PLAIN:
+        value = _data(box.pop())
+    elif error is None:
         value, error, more = _plain(box)
         notes.update(more)
     return {"value": value, "error": error, "seconds": seconds, "notes": notes}
+
+
+def _data(value: Any) -> Any:
+    """A method's plain-data result (``PLAIN``) as JSON makes it: numbers, strings, lists and dicts with
+    string keys (anything else, a string of it: the parent refuses what is not its data)."""
+    return json.loads(json.dumps(value, default=str))
 
 
 def _plain(box: list[Any]) -> tuple[Any, str | None, dict[str, str]]:
