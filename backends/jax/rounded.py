@@ -25,6 +25,8 @@ import jax
 import jax.numpy as jnp
 from jax.extend import core
 
+from crosscheck._types import FrameworkArray, PyTree
+
 #: The products a device rounds at a reduced precision (JAX's primitives).
 PRODUCTS = ("dot_general", "conv_general_dilated")
 
@@ -38,7 +40,7 @@ def rounded(fn: Callable[..., Any], bits: int) -> Callable[..., Any]:
     """``fn`` with every product at JAX's default precision taking its float32 inputs rounded to ``bits``
     bits of mantissa (7: bfloat16), traced once per call's shapes; the same pytree out."""
 
-    def run(*args: Any) -> Any:
+    def run(*args: PyTree) -> PyTree:
         closed, shape = jax.make_jaxpr(fn, return_shape=True)(*args)
         flat = jax.tree_util.tree_leaves(args)
         out = jax.jit(lambda *xs: evaluate(closed.jaxpr, closed.consts, xs, bits))(*flat)
@@ -51,7 +53,7 @@ def evaluate(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any], bits: int) 
     """``jaxpr`` at ``consts`` and ``args``, its products rounded (``rounded``)."""
     env: dict[Any, Any] = {}
 
-    def read(v: Any) -> Any:
+    def read(v: Any) -> FrameworkArray:
         return v.val if isinstance(v, core.Literal) else env[v]
 
     for v, x in zip(jaxpr.constvars, consts, strict=True):
@@ -82,13 +84,13 @@ def _reduced(params: dict[str, Any]) -> bool:
     return all(p is None or p == jax.lax.Precision.DEFAULT for p in found)
 
 
-def _round(value: Any, bits: int) -> Any:
+def _round(value: FrameworkArray, bits: int) -> FrameworkArray:
     if getattr(value, "dtype", None) != jnp.float32:
         return value
     return jax.lax.reduce_precision(value, exponent_bits=8, mantissa_bits=bits)
 
 
-def _rewritten(value: Any, bits: int) -> Any:
+def _rewritten(value: object, bits: int) -> object:
     """A parameter with the jaxprs it holds rewritten (``_closed``), anything else as it is."""
     if isinstance(value, core.ClosedJaxpr):
         return _closed(value, bits)
@@ -100,7 +102,7 @@ def _rewritten(value: Any, bits: int) -> Any:
     return value
 
 
-def _closed(closed: Any, bits: int) -> Any:
+def _closed(closed: core.ClosedJaxpr, bits: int) -> core.ClosedJaxpr:
     """A closed jaxpr traced again through ``evaluate``: the same inputs and outputs, its products rounded."""
     avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in closed.in_avals]
     return jax.make_jaxpr(lambda *xs: evaluate(closed.jaxpr, closed.consts, xs, bits))(*avals)

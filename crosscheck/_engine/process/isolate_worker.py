@@ -309,7 +309,7 @@ def _serve(backend: Any, request: dict[str, Any]) -> dict[str, Any]:
     return {"value": value, "error": error, "seconds": seconds, "notes": notes}
 
 
-def _data(value: Any) -> Any:
+def _data(value: Any) -> Parsed:
     """A method's plain-data result (``PLAIN``) as JSON makes it: numbers, strings, lists and dicts with
     string keys (anything else, a string of it: the parent refuses what is not its data)."""
     return json.loads(json.dumps(value, default=str))
