@@ -1,16 +1,19 @@
 """Where the backward pass differs, by cotangents: when every module's output agrees and a gradient does
 not, both sides' gradients of the loss with respect to each module's output and first input are
 captured (PyTorch: full backward hooks, ``torch_cotangents``; a Flax linen port: zero perturbations
-differentiated exactly, ``jax_cotangents``), at the case's dtype and re-run in the other, and compared
-within both sides' measured rounding as module outputs are (``compare.each_module``).
+differentiated exactly, ``jax_cotangents``) at the case's dtype, and compared as module outputs are
+(``compare.each_module``), within the rounding PyTorch's re-run in the other precision measures (the
+port's re-run would compile a second program, most of the cost; these comparisons only locate a
+difference the gradients already failed on, they never pass or fail a check).
 
 The module named is the first, in backward order (the forward calls' finishing order, reversed), whose
 output's cotangent agrees and whose input's cotangent, or its own parameters' gradients, differ: its
 backward alone makes the difference (a module inside it that does so too is named instead). A module
 whose output is made by a ``torch.autograd.Function``, or that runs a ``jax.custom_vjp`` or
-``jax.custom_jvp``, is said to be a custom op. Only a failing gradient pays for these captures (four
-forward and backward passes); where they cannot be made (an nnx or Equinox port, a function, a failed
-pass), the verdict by parameters' gradients (``verdict.gradient_origin``) stands, and says why.
+``jax.custom_jvp``, is said to be a custom op. Only a failing gradient pays for these captures (three
+forward and backward passes, the port's compiled); where they cannot be made (an nnx or Equinox port,
+a function, a failed pass), the verdict by parameters' gradients (``verdict.gradient_origin``) stands,
+and says why.
 """
 
 from __future__ import annotations
@@ -52,29 +55,35 @@ def jax_chains(prepared: Prepared, params: dict, inputs: dict) -> tuple[list, di
     import jax
 
     from crosscheck._workloads.port.sides import jax_cotangents
+    from crosscheck._workloads.programs import Kept
 
     wide = any(v.dtype == np.float64 for v in params.values())
+    # compiled once per dtype and kept on the side, as its captures' passes are (traced afresh each check)
+    kept = prepared.jax_side.passes.setdefault(("cotangents", "float64" if wide else "float32"), Kept())
     with jax.enable_x64(wide):
-        return jax_cotangents.cotangents(jax_implementation(prepared), params, inputs)
+        return jax_cotangents.cotangents(jax_implementation(prepared), params, inputs, kept)
 
 
 def chains(call: Any, workload: Any, point: Any) -> Chains:
-    """Both sides' cotangents at the case's dtype and in the other, through the guarded ``call``; a
-    side's re-run that fails leaves it without (the other side's rounding stands for both)."""
+    """Both sides' cotangents at the case's dtype, PyTorch's re-run in the other too, through the guarded
+    ``call``; a re-run that fails is left out (each comparison then takes the rounding of ``each
+    module``'s side without a re-run from the other)."""
     if workload.prepared.jax_side.kind != "linen":
-        return Chains(problem="the gradients at each module's edges are captured for a Flax linen port only")
+        return Chains(problem="they are captured for a Flax linen port only")
     runs: list[localize.Runs] = []
     custom: list[dict[str, tuple[str, ...]]] = []
     for torch in (True, False):
         made: list[Any] = []
-        for dtype in (point.dtype, OTHER_DTYPE[point.dtype]):
+        # the port's re-run would compile a second program (most of these captures' cost): PyTorch's
+        # re-run, eager and cheap, measures the rounding of both, as for any side without a re-run
+        for dtype in (point.dtype, OTHER_DTYPE[point.dtype]) if torch else (point.dtype,):
             params, inputs = call.cast(point.params, dtype), call.cast(point.inputs, dtype)
             place, _ = capture.home(workload, call, torch=torch, dtype=dtype, case=point.dtype)
             with place:
                 got = call(torch_chains if torch else jax_chains, workload.prepared, params, inputs)
             if got.error is not None and not made:
                 side = "PyTorch" if torch else "JAX"
-                return Chains(problem=f"the {side} side's gradients at each module's edges: {got.error}")
+                return Chains(problem=f"the {side} side's capture failed: {got.error}")
             if got.error is not None:
                 break
             made.append(got.value)
@@ -91,7 +100,8 @@ def origin(
     parameters' gradients) where none could be captured or none decides, with why. ``differs``: the
     modules whose own parameters' gradients differ; ``compared``: the forward's ``compare.Compared``."""
     if found.torch is None or found.jax is None:
-        return dataclasses.replace(fallback, text=f"{fallback.text}; {found.problem}")
+        said = f"the gradients at each module's output and input were not compared: {found.problem}"
+        return dataclasses.replace(fallback, text=f"{fallback.text}; {said}")
     t_names, j_names = {r.name for r in found.torch.main}, {r.name for r in found.jax.main}
     paired = {t: j for t, j in compared.paired.items() if t and t in t_names and j in j_names}
     common = {

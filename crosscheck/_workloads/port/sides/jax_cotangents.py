@@ -26,6 +26,7 @@ from jax.extend.core import Literal
 
 from crosscheck._workloads.port.sides import steps
 from crosscheck._workloads.port.sides.torch_side import ModuleCall
+from crosscheck._workloads.programs import Kept
 
 #: The primitives of a derivative written by hand, by what the verdict calls them.
 CUSTOM = {"custom_vjp_call": "jax.custom_vjp", "custom_jvp_call": "jax.custom_jvp"}
@@ -40,18 +41,23 @@ class _Tag:
 
 
 def cotangents(
-    loss: Callable[[dict, dict], Any], params: dict[str, Any], inputs: dict[str, Any]
+    loss: Callable[[dict, dict], Any],
+    params: dict[str, Any],
+    inputs: dict[str, Any],
+    kept: Kept | None = None,
 ) -> tuple[list[ModuleCall], dict[str, tuple[str, ...]]]:
     """Every linen submodule call's cotangents (see the module docstring) in the order the calls
     finished, and by call label the kinds of custom op it runs. ``loss``: the port's JAX loss,
-    ``(params, inputs) -> scalar`` (``build.jax_implementation``), which calls the linen module."""
+    ``(params, inputs) -> scalar`` (``build.jax_implementation``), which calls the linen module;
+    ``kept``: where the compiled gradient is kept for the next check (a new one: not kept)."""
     shapes: dict[str, tuple[str, Any, tuple[Any, ...]]] = {}
     with steps.indexed():
         jax.eval_shape(lambda p, i: _perturbed(loss, None, shapes)(p, i), params, inputs)
+    # NumPy's zeros: JAX's would compile a program per shape on a first check
     zeros = {
         label: (
-            None if first is None else jnp.zeros(first.shape, first.dtype),
-            tuple(jnp.zeros(o.shape, o.dtype) for o in outs),
+            None if first is None else np.zeros(first.shape, first.dtype),
+            tuple(np.zeros(o.shape, o.dtype) for o in outs),
         )
         for label, (_, first, outs) in shapes.items()
     }
@@ -60,7 +66,7 @@ def cotangents(
         return _perturbed(loss, zeros, {})(p, i)
 
     with steps.indexed():
-        grads = jax.jit(jax.grad(perturbed))(zeros, params, inputs)
+        grads = (kept or Kept())(jax.grad(perturbed), zeros, params, inputs)
         closed = jax.make_jaxpr(perturbed)(zeros, params, inputs)
     tags = {
         label: (None if first is None else _Tag(label, False), tuple(_Tag(label, True) for _ in outs))

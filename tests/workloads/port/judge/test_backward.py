@@ -102,7 +102,7 @@ def test_the_first_module_in_backward_order_is_named_and_the_innermost_inside_it
 def test_cotangents_not_captured_leave_the_verdict_by_parameters_and_say_why():
     fallback = Origin("gradient", "fc1", "fc1", ("act",), "the gradient differs first at `fc1`")
     found = backward.origin(
-        backward.Chains(problem="captured for a Flax linen port only"),
+        backward.Chains(problem="they are captured for a Flax linen port only"),
         fallback,
         None,
         set(),
@@ -111,4 +111,7 @@ def test_cotangents_not_captured_leave_the_verdict_by_parameters_and_say_why():
         dtype="float32",
     )
     assert (found.module, found.suspects) == ("fc1", ("act",))
-    assert found.text == "the gradient differs first at `fc1`; captured for a Flax linen port only"
+    assert found.text == (
+        "the gradient differs first at `fc1`; the gradients at each module's output and input were not "
+        "compared: they are captured for a Flax linen port only"
+    )
