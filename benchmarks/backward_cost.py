@@ -8,10 +8,12 @@ them. This times ``crosscheck.run`` on each example with the captures made and w
 median wall seconds and their ratio, twice: a first check in a new process (``first``: its
 compilations included, its imports not), and a check made again in one process, as in a notebook,
 after one untimed check, where each side's compiled programs are kept (``Kept``) and only tracing is
-paid again. Run from the repository root::
+paid again; with ``--against DIR``, first ``crosscheck run`` as a user runs it (a new process, imports
+included), of this code and of the code in DIR (before the cotangents). Run from the repository root::
 
     python benchmarks/backward_cost.py
     python benchmarks/backward_cost.py --ports examples.port.custom_op:wrong_sign --repeats 5
+    python benchmarks/backward_cost.py --against /tmp/before     # a copy of the code before
 
 The cotangents are turned off by replacing ``backward.chains`` with one that captures nothing, which
 is what a check without them computes. Each port is run in the process that replaced it (an object,
@@ -30,8 +32,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
 
+ROOT = str(Path(__file__).resolve().parents[1])
 PORTS = ("examples.port.custom_op:port", "examples.port.custom_op:missing_term")
 
 
@@ -69,14 +72,46 @@ def first(spec: str, reference: str, *, cotangents: bool) -> tuple[float, str]:
     return float(took), said
 
 
+def cli(spec: str, reference: str, root: str) -> float:
+    """``crosscheck run`` as a user runs it (a new process, imports included), of the code under
+    ``root``: its wall seconds."""
+    env = {**os.environ, "PYTHONPATH": root}
+    argv = [
+        sys.executable,
+        "-m",
+        "crosscheck",
+        "run",
+        "--workload",
+        spec,
+        "--reference",
+        reference,
+        "--quiet",
+    ]
+    start = time.perf_counter()
+    subprocess.run(argv, env=env, cwd=root, capture_output=True, check=False)  # `-m` imports from its cwd
+    return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ports", nargs="+", default=list(PORTS))
     parser.add_argument("--reference", default="torch")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--against",
+        help="a copy of the code before the cotangents (`git archive <commit> crosscheck backends examples | "
+        "tar -x -C DIR`): also time `crosscheck run` of each port under both, as a user runs it",
+    )
     args = parser.parse_args()
     print(f"{platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cores")
     print(f"load at start: {os.getloadavg()[0]:.1f}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    for spec in args.ports if args.against else ():
+        runs: dict[str, list[float]] = {args.against: [], ROOT: []}
+        for _ in range(args.repeats):
+            for root in runs:
+                runs[root].append(cli(spec, args.reference, root))
+        off, on = statistics.median(runs[args.against]), statistics.median(runs[ROOT])
+        print(f"{spec}, `crosscheck run`: before {off:.2f} s, with {on:.2f} s: x {on / off:.3f}")
     for spec in args.ports:
         news: dict[bool, list[float]] = {True: [], False: []}
         for _ in range(args.repeats):

@@ -27,6 +27,7 @@ import numpy as np
 from crosscheck._compare.constants import OTHER_DTYPE
 from crosscheck._workloads.port.declare.build import Prepared, jax_implementation, torch_implementation
 from crosscheck._workloads.port.judge import capture, localize
+from crosscheck._workloads.port.judge.compare import each_module
 from crosscheck._workloads.port.judge.verdict import Origin
 
 
@@ -112,8 +113,6 @@ def origin(
         "precision": "float32" if compared.coarse else None,
         "device": compared.device,
     }
-    from crosscheck._workloads.port.judge.compare import each_module
-
     _, outs, ins, _ = each_module(found.torch, found.jax, paired, common)
     order = [r.name for r in reversed(found.torch.main) if r.name in paired]
     picked = _first(order, outs, ins, differs)
@@ -161,7 +160,4 @@ def _custom(torch_name: str, jax_name: str, custom: tuple[dict, dict]) -> str:
         sides.append(f"PyTorch: torch.autograd.Function {', '.join(f'`{n}`' for n in theirs)}")
     if mine:
         sides.append(f"the port: {', '.join(mine)}")
-    return (
-        f"; `{torch_name}` is a custom op, its derivative written by hand ({'; '.join(sides)}): the "
-        "difference is in that hand-written backward"
-    )
+    return f"; `{torch_name}` is a custom op, its derivative written by hand ({'; '.join(sides)})"

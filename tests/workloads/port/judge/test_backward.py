@@ -56,6 +56,17 @@ def test_each_planted_backward_bug_is_named_at_norm_as_its_backward_and_a_custom
     assert captures == [1]
 
 
+def test_a_planted_backward_bug_is_named_at_norm_under_the_default_reference(captures):
+    from examples.port import custom_op
+
+    report = crosscheck.run(workload=custom_op.wrong_sign)  # the finite-difference oracle of float64 losses
+    verdict = report.backends["jax"].notes["port"]
+    assert not report.passed
+    assert (verdict["starts_in"], verdict["module"]) == ("gradient", "norm"), verdict
+    assert "`norm` is a custom op" in verdict["text"]
+    assert captures == [1]
+
+
 def test_the_healthy_custom_op_passes_without_capturing_cotangents(captures):
     from examples.port import custom_op
 
