@@ -33,7 +33,7 @@ from crosscheck._types import Loaded
 from crosscheck._workloads.model.judge import GenericJudge
 from crosscheck._workloads.model.oracle.estimate import Cost
 from crosscheck._workloads.port.declare.build import not_checked, torch_implementation
-from crosscheck._workloads.port.judge import capture, compare, localize, own, say, wide
+from crosscheck._workloads.port.judge import backward, capture, compare, localize, own, say, wide
 from crosscheck._workloads.port.judge.locate import locate
 from crosscheck._workloads.port.judge.verdict import Located
 from crosscheck._workloads.port.judge.view import PortView
@@ -166,8 +166,22 @@ class PortJudge:
             forward=self.forward,
         )
         findings = self.inner.findings
-        return locate(
+        found = locate(
             compared, gradients, self.workload, findings, name=name, dtype=self.dtype, forward=self.forward
+        )
+        if found.origin.starts_in != "gradient":
+            return found
+        # the backward pass differs: each module's cotangents, captured only now, say whose backward
+        chains = backward.chains(call, self.workload, self.point)
+        return locate(
+            compared,
+            gradients,
+            self.workload,
+            findings,
+            name=name,
+            dtype=self.dtype,
+            forward=self.forward,
+            chains=chains,
         )
 
     def _runs(self, call: Call, *, torch: bool, main: Any = None) -> localize.Runs | str:

@@ -17,7 +17,7 @@ from typing import Any
 from crosscheck._compare.record import Comparison
 from crosscheck._report.report import FORWARD_ONLY
 from crosscheck._workloads.model.findings import Findings
-from crosscheck._workloads.port.judge import boundaries, float32_constants, localize, own
+from crosscheck._workloads.port.judge import backward, boundaries, float32_constants, localize, own
 from crosscheck._workloads.port.judge.compare import Compared
 from crosscheck._workloads.port.judge.verdict import (
     Located,
@@ -38,10 +38,12 @@ def locate(
     name: str,
     dtype: str,
     forward: bool,
+    chains: backward.Chains | None = None,
 ) -> Located:
     """Candidate ``name``'s comparisons and where its difference starts (see the module docstring);
     ``gradients``: its gradient comparisons (none in a forward check); ``findings``: the model judge's
-    (its float64 losses)."""
+    (its float64 losses); ``chains``: both sides' cotangents, captured when the backward pass differs
+    (``backward``: they name the module whose backward differs)."""
     order, jax_main = compared.sides.torch.main, compared.sides.jax.main
     paired, top = compared.paired, type(view.port.torch).__name__
     found = (
@@ -51,6 +53,8 @@ def locate(
     )
     if found is None:
         found = _backward(order, paired, gradients, view, top, forward=forward)
+    if chains is not None and found.starts_in == "gradient":
+        found = backward.origin(chains, found, compared, _differs(gradients), name=name, top=top, dtype=dtype)
     if "" in paired:  # the output's shapes, when they differ, in the verdict's words
         j_main = {r.name: r for r in jax_main}
         torch_top = next(r for r in order if r.name == "")
@@ -81,12 +85,17 @@ def _backward(
     """Where the backward pass differs first, when every module output agrees: the last module, in
     forward order, whose parameters' gradients differ; nowhere when none does."""
     owners = {p.rsplit(".", 1)[0] if "." in p else "" for p in view.prepared.parameters}
-    differs = {
-        (c.parameter or "").rsplit(".", 1)[0] for c in gradients if not c.passed and c.status == "mismatch"
-    }
+    differs = _differs(gradients)
     if not differs:
         return Origin("nowhere", None, None, (), f"every module's output {_agree(gradients, forward)}")
     return gradient_origin(order, paired, differs, owners, top)
+
+
+def _differs(gradients: list[Comparison]) -> set[str]:
+    """The modules whose own parameters' gradients differ."""
+    return {
+        (c.parameter or "").rsplit(".", 1)[0] for c in gradients if not c.passed and c.status == "mismatch"
+    }
 
 
 def _nowhere(

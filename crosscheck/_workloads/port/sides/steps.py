@@ -98,6 +98,11 @@ def indexed() -> Iterator[None]:
         jax.lax.scan = original
 
 
+def scanning() -> bool:
+    """Whether a scan's body is being traced now, inside ``indexed``."""
+    return bool(_STEPS)
+
+
 @contextlib.contextmanager
 def sink(record: Callable[[str, str, bool, Any, Any, tuple[int, ...] | None], None]) -> Iterator[None]:
     """While inside, each step's values go to ``record(name, kind, narrow, inputs, output, step)``

@@ -1,0 +1,163 @@
+"""Where the backward pass differs, by cotangents: when every module's output agrees and a gradient does
+not, both sides' gradients of the loss with respect to each module's output and first input are
+captured (PyTorch: full backward hooks, ``torch_cotangents``; a Flax linen port: zero perturbations
+differentiated exactly, ``jax_cotangents``) at the case's dtype, and compared as module outputs are
+(``compare.each_module``), within the rounding PyTorch's re-run in the other precision measures (the
+port's re-run would compile a second program, most of the cost; these comparisons only locate a
+difference the gradients already failed on, they never pass or fail a check).
+
+The module named is the first, in backward order (the forward calls' finishing order, reversed), whose
+output's cotangent agrees and whose input's cotangent, or its own parameters' gradients, differ: its
+backward alone makes the difference (a module inside it that does so too is named instead). A module
+whose output is made by a ``torch.autograd.Function``, or that runs a ``jax.custom_vjp`` or
+``jax.custom_jvp``, is said to be a custom op. Only a failing gradient pays for these captures (three
+forward and backward passes, the port's compiled); where they cannot be made (an nnx or Equinox port,
+a function, a failed pass), the verdict by parameters' gradients (``verdict.gradient_origin``) stands,
+and says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from crosscheck._compare.constants import OTHER_DTYPE
+from crosscheck._workloads.port.declare.build import Prepared, jax_implementation, torch_implementation
+from crosscheck._workloads.port.judge import capture, localize
+from crosscheck._workloads.port.judge.compare import each_module
+from crosscheck._workloads.port.judge.verdict import Origin
+
+
+@dataclasses.dataclass(frozen=True)
+class Chains:
+    """Both sides' cotangent records (``localize.Runs`` of ``ModuleCall``: ``outputs`` the gradients
+    reaching a module's outputs, ``inputs`` the one leaving its first input) and, per side, the custom
+    ops each call label runs; ``problem``: why they could not be captured ("" when they were)."""
+
+    torch: localize.Runs | None = None
+    jax: localize.Runs | None = None
+    custom: tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]] = ({}, {})
+    problem: str = ""
+
+
+def torch_chains(prepared: Prepared, params: dict, inputs: dict) -> tuple[list, dict]:
+    """The PyTorch side's cotangents at ``params`` and ``inputs`` (``torch_cotangents``)."""
+    from crosscheck._workloads.port.sides import torch_cotangents
+
+    return torch_cotangents.cotangents(prepared.torch_side, torch_implementation(prepared), params, inputs)
+
+
+def jax_chains(prepared: Prepared, params: dict, inputs: dict) -> tuple[list, dict]:
+    """The JAX port's cotangents at ``params`` and ``inputs`` (``jax_cotangents``), in float64 under x64
+    when the arrays are."""
+    import jax
+
+    from crosscheck._workloads.port.sides import jax_cotangents
+    from crosscheck._workloads.programs import Kept
+
+    wide = any(v.dtype == np.float64 for v in params.values())
+    # compiled once per dtype and kept on the side, as its captures' passes are (traced afresh each check)
+    kept = prepared.jax_side.passes.setdefault(("cotangents", "float64" if wide else "float32"), Kept())
+    with jax.enable_x64(wide):
+        return jax_cotangents.cotangents(jax_implementation(prepared), params, inputs, kept)
+
+
+def chains(call: Any, workload: Any, point: Any) -> Chains:
+    """Both sides' cotangents at the case's dtype, PyTorch's re-run in the other too, through the guarded
+    ``call``; a re-run that fails is left out (each comparison then takes the rounding of ``each
+    module``'s side without a re-run from the other)."""
+    if workload.prepared.jax_side.kind != "linen":
+        return Chains(problem="they are captured for a Flax linen port only")
+    runs: list[localize.Runs] = []
+    custom: list[dict[str, tuple[str, ...]]] = []
+    for torch in (True, False):
+        made: list[Any] = []
+        # the port's re-run would compile a second program (most of these captures' cost): PyTorch's
+        # re-run, eager and cheap, measures the rounding of both, as for any side without a re-run
+        for dtype in (point.dtype, OTHER_DTYPE[point.dtype]) if torch else (point.dtype,):
+            params, inputs = call.cast(point.params, dtype), call.cast(point.inputs, dtype)
+            place, _ = capture.home(workload, call, torch=torch, dtype=dtype, case=point.dtype)
+            with place:
+                got = call(torch_chains if torch else jax_chains, workload.prepared, params, inputs)
+            if got.error is not None and not made:
+                side = "PyTorch" if torch else "JAX"
+                return Chains(problem=f"the {side} side's capture failed: {got.error}")
+            if got.error is not None:
+                break
+            made.append(got.value)
+        records = [m[0] for m in made]
+        runs.append(localize.Runs(records[0], records[1] if len(records) > 1 else ()))
+        custom.append(made[0][1])
+    return Chains(runs[0], runs[1], (custom[0], custom[1]))
+
+
+def origin(
+    found: Chains, fallback: Origin, compared: Any, differs: set[str], *, name: str, top: str, dtype: str
+) -> Origin:
+    """The backward verdict by cotangents (see the module docstring); ``fallback`` (the verdict by
+    parameters' gradients) where none could be captured or none decides, with why. ``differs``: the
+    modules whose own parameters' gradients differ; ``compared``: the forward's ``compare.Compared``."""
+    if found.torch is None or found.jax is None:
+        said = f"the gradients at each module's output and input were not compared: {found.problem}"
+        return dataclasses.replace(fallback, text=f"{fallback.text}; {said}")
+    t_names, j_names = {r.name for r in found.torch.main}, {r.name for r in found.jax.main}
+    paired = {t: j for t, j in compared.paired.items() if t and t in t_names and j in j_names}
+    common = {
+        "dtype": dtype,
+        "channels_last": compared.channels_last,
+        "backend": name,
+        "reference": "torch",
+        "precision": "float32" if compared.coarse else None,
+        "device": compared.device,
+    }
+    _, outs, ins, _ = each_module(found.torch, found.jax, paired, common)
+    order = [r.name for r in reversed(found.torch.main) if r.name in paired]
+    picked = _first(order, outs, ins, differs)
+    if picked is None:
+        return fallback
+    kind = next(r.module_type for r in found.torch.main if r.name == picked)
+    shown = f"`{picked}`" if picked else f"the top module ({top})"
+    inside = ins.get(picked) is False
+    params = picked.split("#")[0] in differs
+    leaving = (
+        "the one leaving its input and its parameters' gradients do not"
+        if inside and params
+        else "the one leaving its input does not"
+        if inside
+        else "its parameters' gradients do not (the one leaving its input agrees)"
+    )
+    text = (
+        f"forward agrees (every module's output within its rounding); the backward of {shown} ({kind}) "
+        f"differs: the gradient reaching its output agrees, {leaving}"
+    )
+    return Origin("gradient", picked, picked, (), text + _custom(picked, paired[picked], found.custom))
+
+
+def _first(order: Sequence[str], outs: dict, ins: dict, differs: set[str]) -> str | None:
+    """The first module in backward ``order`` whose output's cotangent agrees and whose input's, or its
+    own parameters' gradients, differ; the innermost such module inside it where there is one."""
+    found = [n for n in order if outs.get(n) is True and (ins.get(n) is False or n.split("#")[0] in differs)]
+    if not found:
+        return None
+    picked = found[0]
+    inner = [n for n in found if n.split("#")[0].startswith(picked.split("#")[0] + ".")]
+    while inner:
+        picked = inner[0]
+        inner = [n for n in inner if n.split("#")[0].startswith(picked.split("#")[0] + ".")]
+    return picked
+
+
+def _custom(torch_name: str, jax_name: str, custom: tuple[dict, dict]) -> str:
+    """The verdict's words on a module that runs a custom op on either side ("" when neither does)."""
+    theirs, mine = custom[0].get(torch_name, ()), custom[1].get(jax_name, ())
+    if not theirs and not mine:
+        return ""
+    sides = []
+    if theirs:
+        sides.append(f"PyTorch: torch.autograd.Function {', '.join(f'`{n}`' for n in theirs)}")
+    if mine:
+        sides.append(f"the port: {', '.join(mine)}")
+    return f"; `{torch_name}` is a custom op, its derivative written by hand ({'; '.join(sides)})"

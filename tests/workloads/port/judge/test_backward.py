@@ -1,0 +1,128 @@
+"""The backward localisation by cotangents (``judge/backward.py``): each planted bug of the custom op
+example (``examples/port/custom_op.py``: an RMSNorm with a hand-written backward on both sides, the
+bugs in the JAX backward) is named at ``norm``, as its backward and as a custom op; the healthy port
+passes without the extra captures; a bug in a forward is located as before, without them; and the
+pieces: the module picked in backward order, a capture that could not be made."""
+
+from __future__ import annotations
+
+import pytest
+
+import crosscheck
+from crosscheck._workloads.port.judge import backward
+from crosscheck._workloads.port.judge.verdict import Origin
+
+pytest.importorskip("torch")
+pytest.importorskip("flax")
+
+
+def _run(port, **options):
+    return crosscheck.run(workload=port, backends=["jax"], **{"reference": "torch", **options})
+
+
+@pytest.fixture
+def captures(monkeypatch):
+    """How many times both sides' cotangents were captured (``backward.chains``)."""
+    made: list[int] = []
+    original = backward.chains
+
+    def counted(*args, **kwargs):
+        made.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(backward, "chains", counted)
+    return made
+
+
+@pytest.mark.parametrize("name", ["missing_term", "wrong_sign", "wrong_axis", "weight_grad"])
+def test_each_planted_backward_bug_is_named_at_norm_as_its_backward_and_a_custom_op(name, captures):
+    from examples.port import custom_op
+
+    report = _run(getattr(custom_op, name))
+    verdict = report.backends["jax"].notes["port"]
+    assert not report.passed
+    assert (verdict["starts_in"], verdict["module"], verdict["suspects"]) == ("gradient", "norm", []), verdict
+    assert (
+        "the backward of `norm` (FusedRMSNorm) differs: the gradient reaching its output agrees"
+        in verdict["text"]
+    )
+    leaving = (
+        "its parameters' gradients do not" if name == "weight_grad" else "the one leaving its input does not"
+    )
+    assert leaving in verdict["text"]
+    assert "`norm` is a custom op" in verdict["text"]
+    assert "torch.autograd.Function `RMSNormFunction`" in verdict["text"]
+    assert "jax.custom_vjp" in verdict["text"]
+    assert captures == [1]
+
+
+def test_a_planted_backward_bug_is_named_at_norm_under_the_default_reference(captures):
+    from examples.port import custom_op
+
+    report = crosscheck.run(workload=custom_op.wrong_sign)  # the finite-difference oracle of float64 losses
+    verdict = report.backends["jax"].notes["port"]
+    assert not report.passed
+    assert (verdict["starts_in"], verdict["module"]) == ("gradient", "norm"), verdict
+    assert "`norm` is a custom op" in verdict["text"]
+    assert captures == [1]
+
+
+def test_the_healthy_custom_op_passes_without_capturing_cotangents(captures):
+    from examples.port import custom_op
+
+    report = _run(custom_op.port)
+    assert report.passed, report.problems
+    assert captures == []
+
+
+def test_a_bug_in_an_ordinary_forward_is_located_as_before_without_cotangents(captures):
+    """The GELU computed with tanh's approximation in the port: a forward difference at `act` (a
+    PyTorch module the port computes as a function), found by the module outputs alone."""
+    import flax.linen as nn
+
+    from examples.port import custom_op
+    from examples.port._custom_op_jax import FusedRMSNorm
+
+    class TanhGelu(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            h = FusedRMSNorm(custom_op.EPS, name="norm")(nn.Dense(custom_op.HIDDEN, name="fc1")(x))
+            return nn.Dense(custom_op.D_OUT, name="fc2")(nn.gelu(h, approximate=True))
+
+    port = crosscheck.Port(
+        name="tanh-gelu", torch=custom_op.torch_model(), jax=TanhGelu(), inputs=custom_op.tokens
+    )
+    verdict = _run(port).backends["jax"].notes["port"]
+    assert (verdict["starts_in"], verdict["module"]) == ("forward", "act"), verdict
+    assert captures == []
+
+
+def test_the_first_module_in_backward_order_is_named_and_the_innermost_inside_it():
+    order = ["head", "block", "block.norm", "block.fc", "embed"]  # backward order
+    outs = {"head": True, "block": True, "block.norm": True, "block.fc": True, "embed": False}
+    ins = {"head": True, "block": False, "block.norm": False, "block.fc": True, "embed": False}
+    assert backward._first(order, outs, ins, set()) == "block.norm"
+    assert backward._first(order, outs, {**ins, "block.norm": True}, set()) == "block"
+    assert (
+        backward._first(order, outs, {**ins, "block": True, "block.norm": True}, {"block.fc"}) == "block.fc"
+    )
+    assert backward._first(order, {**outs, "block": None}, ins, set()) == "block.norm"
+    assert backward._first(order, outs, dict.fromkeys(ins, True), set()) is None
+
+
+def test_cotangents_not_captured_leave_the_verdict_by_parameters_and_say_why():
+    fallback = Origin("gradient", "fc1", "fc1", ("act",), "the gradient differs first at `fc1`")
+    found = backward.origin(
+        backward.Chains(problem="they are captured for a Flax linen port only"),
+        fallback,
+        None,
+        set(),
+        name="jax",
+        top="Net",
+        dtype="float32",
+    )
+    assert (found.module, found.suspects) == ("fc1", ("act",))
+    assert found.text == (
+        "the gradient differs first at `fc1`; the gradients at each module's output and input were not "
+        "compared: they are captured for a Flax linen port only"
+    )
