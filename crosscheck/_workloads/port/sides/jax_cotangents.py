@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Literal
 
+from crosscheck._types import FrameworkArray, PyTree
 from crosscheck._workloads.port.sides import steps
 from crosscheck._workloads.port.sides.torch_side import ModuleCall
 from crosscheck._workloads.programs import Kept
@@ -62,7 +63,7 @@ def cotangents(
         for label, (_, first, outs) in shapes.items()
     }
 
-    def perturbed(zeros: Any, p: Any, i: Any) -> Any:
+    def perturbed(zeros: PyTree, p: PyTree, i: PyTree) -> FrameworkArray:
         return _perturbed(loss, zeros, {})(p, i)
 
     with steps.indexed():
@@ -94,11 +95,11 @@ def _perturbed(
     input, outputs), in the order the calls finish."""
     import flax.linen as nn
 
-    def run(params: dict, inputs: dict) -> Any:
+    def run(params: dict, inputs: dict) -> PyTree:
         seen: dict[str, int] = {}
         calling: list[int | None] = []
 
-        def record(next_fun: Callable, args: Any, kwargs: Any, context: Any) -> Any:
+        def record(next_fun: Callable, args: Any, kwargs: Any, context: Any) -> PyTree:
             module, method = context.module, context.method_name
             # a module's own `__call__` inside its `__call__` (`super().__call__`) is one call; the model
             # itself and the calls in a scan's step are not perturbed (``_labelled``)
@@ -136,7 +137,7 @@ def _first_added(args: tuple, perturb: dict, seen: dict[str, int], name: str) ->
     return (args[0] + first, *args[1:])
 
 
-def _outputs_added(out: Any, perturbations: tuple) -> Any:
+def _outputs_added(out: PyTree, perturbations: tuple) -> PyTree:
     """``out`` with a perturbation added to each floating array, in order (none where they differ)."""
     leaves, tree = jax.tree_util.tree_flatten(out)
     floats = [k for k, leaf in enumerate(leaves) if _floating(leaf)]
@@ -203,7 +204,7 @@ def _floats(value: Any) -> list[Any]:
     return [leaf for leaf in jax.tree_util.tree_leaves(value) if _floating(leaf)]
 
 
-def _aval(value: Any) -> Any:
+def _aval(value: Any) -> jax.ShapeDtypeStruct | None:
     return None if value is None else jax.ShapeDtypeStruct(value.shape, value.dtype)
 
 

@@ -103,7 +103,7 @@ def custom_ops(outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> tuple
     return tuple(dict.fromkeys(found))
 
 
-def _leaf(value: Any) -> Any:
+def _leaf(value: object) -> object:
     """A floating tensor as a leaf that requires its gradient (over the guarded call's private array
     where it can: ``share``); anything else as it is."""
     if isinstance(value, np.ndarray) and np.issubdtype(value.dtype, np.floating):
