@@ -80,7 +80,8 @@ class GenericJudge:
         self.own = OwnLosses(point, self.differencing, self.progress, surrogate=surrogate)
         #: The candidate whose own loss is the anchor of "same function" (``prepare``), and its backend.
         self.anchor_candidate: tuple[str, Any] | None = None
-        #: A 16-bit case: the verdict on each candidate that agrees ("check in float32 too").
+        #: A 16-bit or float32 case: the verdict on each candidate that agrees ("check in float32 too",
+        #: "check in float64 too").
         self.verdicts: dict[str, Verdict] = {}
         #: A 16-bit case: per side measured, whether it computed in float32 (``sixteen.unrounded``).
         self.wide_only: dict[str, bool] = {}
@@ -163,9 +164,9 @@ class GenericJudge:
     def _low(
         self, name: str, found: list[Comparison], rounding: Rounding, value: dict[str, np.ndarray]
     ) -> list[Comparison]:
-        """In a 16-bit case, a candidate that agrees is told what its dtype hides (``low``), and one that
-        computed in float32 is named."""
-        if is_low(self.dtype) and low.agrees(found):
+        """In a 16-bit or float32 case, a candidate that agrees is told what its dtype hides (``low``),
+        and, in 16 bits, one that computed in float32 is named."""
+        if low.hides(self.dtype) and low.agrees(found):
             relative = low.noise(rounding.term, value)
             said = low.text(self.dtype, relative, moves="the gradients", measured=True)
             wide = f"{low.wide_only(name, self.dtype)}; " if rounding.wide_only else ""
