@@ -85,6 +85,9 @@ class GenericJudge:
         self.verdicts: dict[str, Verdict] = {}
         #: A 16-bit case: per side measured, whether it computed in float32 (``sixteen.unrounded``).
         self.wide_only: dict[str, bool] = {}
+        #: A float64 check of a workload that computes a part in float32 by design (a port's original,
+        #: ``port.judge.by_design``): every side's rounding, and the float64 losses, judged at float32's.
+        self.float32_by_design = False
 
     def evaluate(self, backend: Loaded, call: Call) -> Outcome:
         return self._grad(backend, call, self.point.params, self.point.inputs)
@@ -158,7 +161,7 @@ class GenericJudge:
         found = against_oracle(self, record, anchor, question, reference.name, call)
         if isinstance(own, Differences) and not anchor_is_own:
             found += against_oracle(self, record, own, "derivative", reference.name, call)
-        record.loss_check(anchor.function, own, self.dtype)
+        record.loss_check(anchor.function, own, "float32" if self.float32_by_design else self.dtype)
         return self._low(name, record.finish(found), rounding, value)
 
     def _low(
@@ -219,6 +222,7 @@ class GenericJudge:
             shapes=self.shapes,
             own=self.own,
             oracle=self.findings.oracle,
+            by_design=self.float32_by_design,
         )
 
     # -- what the report says --------------------------------------------------------------------------

@@ -67,6 +67,7 @@ class OutputJudge(PortJudge):
         runs = self._runs(call, torch=True)
         if isinstance(runs, str):
             return call.failure(f"the module outputs were not captured: {runs}")
+        self.designed(runs)
         self._probe(backend, "torch", call)
         notes = {"compares": "module outputs, captured at the case's dtype and re-run in the other"}
         reference = Reference(None, self.dtype, notes, runs)
