@@ -290,7 +290,8 @@ def test_screening_a_healthy_model_covers_every_parameter_along_directions():
     assert all(n <= 16 * 2 + 1 for n in oracle["evaluations"].values())
     group = "screened: judged in a group of 10 tensors, 2 random directions touching every one"
     assert all(c.coverage == group for c in report.comparisons)
-    assert progress and progress[-1][0] == "oracle: `jax`'s own float64 loss"
+    # what a long run's progress bar shows: the function differenced, and the budget it keeps to
+    assert progress and progress[-1][0] == "oracle: `jax`'s own float64 loss (budget 600 s, the default)"
 
 
 @needs_frameworks
