@@ -79,8 +79,12 @@ class Clock:
             "made): not differenced"
         )
 
-    def guard(self, guard: Guard, label: str) -> Guard:
-        """``guard`` with the budget checked before each batch, and the batch's seconds counted."""
+    def guard(
+        self, guard: Guard, label: str, progress: Callable[[str, int, int], None] | None = None
+    ) -> Guard:
+        """``guard`` with the budget checked before each batch, and the batch's seconds counted;
+        ``progress``: told after each batch of ``label``'s evaluations done of planned (a phase whose
+        own loop reports none, the noise probe)."""
 
         def timed(thunk: Callable[[], _T]) -> _T:
             if self.budget is not None and self.seconds >= self.budget:
@@ -92,6 +96,9 @@ class Clock:
             finally:
                 self.seconds += time.perf_counter() - start
             self.count(label, int(np.size(out)))  # a batch's losses, or the one at the point
+            if progress is not None:
+                done = self.done[label]
+                progress(f"oracle: {label}{self.within()}", done, max(self.planned.get(label, 0), done))
             return out
 
         return timed
