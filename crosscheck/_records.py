@@ -70,8 +70,8 @@ class Oracle:
             oracle is costly).
         directions: random directions per layer, or per group of a workload's tensors, when screening.
         budget: seconds the model oracle (of a ``Workload`` or a ``Port``) may spend differencing, at
-            most (None: no limit); the tensors it has not judged when they run out are not checked, and
-            the run fails.
+            most (None: the default, 600 s); the tensors it has not judged when they run out are not
+            checked, and the run fails.
 
     Raises:
         ValueError: a mode not listed, ``directions`` not a positive integer, ``budget`` not a positive

@@ -167,7 +167,7 @@ def _add_oracle(check: Any) -> None:
         metavar="SECONDS",
         help="seconds the model oracle (of a --workload that is a crosscheck.Workload or Port) may spend "
         "differencing: the tensors it has not judged when they run out are not checked and the run fails; "
-        "the report says how much was judged and what finishing would cost (default: no limit)",
+        "the report says how much was judged and what finishing would cost (default: 600)",
     )
 
 

@@ -1,9 +1,11 @@
-"""What a 16-bit case cannot see: a candidate that agrees in bfloat16 or float16 agrees within that
-dtype's rounding (modelled, or measured by its float32 re-run), which hides any error smaller than it.
-Its verdict says how large that rounding is on this case and to check in float32 too, so that a pass in
-16 bits is never read as a pass in float32. Every workload says it with these words; what differs (what
-a bug moves, whether the rounding was measured, how many entries were unjudgeable) is handed in.
-Whether a dtype is a 16-bit one: ``dtypes.is_low``."""
+"""What a pass cannot see: a candidate that agrees in bfloat16 or float16 agrees within that dtype's
+rounding (modelled, or measured by its float32 re-run), which hides any error smaller than it. Its
+verdict says how large that rounding is on this case and to check in float32 too, so that a pass in 16
+bits is never read as a pass in float32. A model workload's float32 pass says the same of float32's
+rounding (measured by its float64 re-run) and names ``--dtype float64`` (``hides``): a bug that moves a
+gradient by a part in a million (an epsilon moved outside a square root) passes in float32. Every
+workload says it with these words; what differs (what a bug moves, whether the rounding was measured,
+how many entries were unjudgeable) is handed in. Whether a dtype is a 16-bit one: ``dtypes.is_low``."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from crosscheck._compare.dtypes import is_low
 from crosscheck._compare.record import Comparison
 
 
@@ -31,31 +34,47 @@ def agrees(found: Sequence[Comparison]) -> bool:
     return bool(found) and all(c.passed for c in found)
 
 
+def hides(dtype: str) -> bool:
+    """Whether a pass in ``dtype`` says what it cannot see (``text``): a 16-bit dtype, and float32 (a
+    float64 pass hides nothing a wider check would show)."""
+    return is_low(dtype) or dtype == "float32"
+
+
 def text(dtype: str, relative: float, *, moves: str, measured: bool = False, aside: str = "") -> str:
     """What a pass in ``dtype`` says: the rounding it agrees within (``relative``, 0: not known; said
     as ``measured`` where it was), a bug that ``moves`` so much less is not seen; ``aside``: what else
     the workload says there (how many entries were unjudgeable)."""
     size = ""
     if relative > 0:
-        of = f"a median {relative:.2%} of an entry"
+        # float32's rounding is a few parts in ten million: a percentage would read "0.00%"
+        of = (
+            f"a median {relative:.2%} of an entry"
+            if relative >= 1e-4
+            else f"a median {relative:.2g} of an entry"
+        )
         size = f" (measured: {of})" if measured else f": {of}"
     return f"agrees in {dtype}, within its rounding{size}{aside}; {_caveat(dtype, moves)}"
 
 
 def _caveat(dtype: str, moves: str) -> str:
-    return f"a bug that moves {moves} by less is not seen in {dtype}: {CHECK_WIDER}"
+    wider = CHECK_FLOAT64 if dtype == "float32" else CHECK_WIDER
+    return f"a bug that moves {moves} by less is not seen in {dtype}: {wider}"
 
 
-#: How a caveat of ``text`` ends: what a reader must do about it.
+#: How a caveat of ``text`` ends: what a reader must do about it (a 16-bit pass, a float32 pass).
 CHECK_WIDER = "check in float32 too (--dtype float32)"
+CHECK_FLOAT64 = "check in float64 too (--dtype float64)"
 
 
 def caveat(verdict: str) -> str:
-    """The caveat of a verdict that says ``text`` (what the 16-bit check could not see, and to check in
-    float32 too), or ``""``: what ``--quiet`` keeps of the verdict."""
-    end = verdict.find(CHECK_WIDER)
-    start = verdict.rfind("a bug that moves ", 0, end)
-    return verdict[start : end + len(CHECK_WIDER)] if end >= 0 and start >= 0 else ""
+    """The caveat of a verdict that says ``text`` (what the check could not see, and to check in a wider
+    dtype too), or ``""``: what ``--quiet`` keeps of the verdict."""
+    for ending in (CHECK_WIDER, CHECK_FLOAT64):
+        end = verdict.find(ending)
+        start = verdict.rfind("a bug that moves ", 0, end)
+        if end >= 0 and start >= 0:
+            return verdict[start : end + len(ending)]
+    return ""
 
 
 def wide_only(name: str, dtype: str) -> str:

@@ -251,6 +251,12 @@ lin = crosscheck.Workload(name="lin", parameters={"w": (3, 2)}, inputs={"x": (4,
 """
 
 
+#: The caveat of a workload's float32 pass, under --quiet's verdict line.
+FLOAT32_CAVEAT = (
+    "a bug that moves the gradients by less is not seen in float32: check in float64 too (--dtype float64)"
+)
+
+
 def test_quiet_drops_other_libraries_warnings_also_from_the_worker_process(tmp_path):
     (tmp_path / "noisy.py").write_text(NOISY)
     env = {
@@ -267,7 +273,8 @@ def test_quiet_drops_other_libraries_warnings_also_from_the_worker_process(tmp_p
         [*argv, "--quiet"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
     )
     assert quiet.returncode == 0, quiet.stdout + quiet.stderr
-    assert quiet.stdout == "PASSED\n"
+    # the verdict, then the caveat of a float32 pass (what --quiet keeps), and no warning
+    assert quiet.stdout == f"PASSED\ncaveat of `grad`: {FLOAT32_CAVEAT}\n"
     assert "noisy" not in quiet.stderr, quiet.stderr
 
 

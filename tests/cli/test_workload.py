@@ -78,7 +78,12 @@ def test_the_fixed_port_passes(monkeypatch, capsys, tmp_path):
 
 def test_a_user_workload_with_a_user_backend(user_dir, capsys):
     status = main(["run", "--workload", "cli_workloads:good", "--backend", "cli_workloads:grad", "--quiet"])
-    assert (status, capsys.readouterr().out.strip()) == (0, "PASSED")
+    verdict, *caveats = capsys.readouterr().out.strip().splitlines()
+    assert (status, verdict) == (0, "PASSED")
+    assert caveats == [  # what a float32 pass cannot see, kept by --quiet
+        "caveat of `grad`: a bug that moves the gradients by less is not seen in float32: check in float64 "
+        "too (--dtype float64)"
+    ]
 
 
 @pytest.mark.parametrize(

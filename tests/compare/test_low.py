@@ -57,11 +57,31 @@ def test_a_verdict_only_for_a_candidate_that_agrees():
             "agrees in float16, within its rounding; a bug that moves entries by less is not seen in "
             "float16: check in float32 too (--dtype float32)",
         ),
+        (
+            {"dtype": "float32", "relative": 3.2e-6, "moves": "the gradients", "measured": True},
+            "agrees in float32, within its rounding (measured: a median 3.2e-06 of an entry); a bug that "
+            "moves the gradients by less is not seen in float32: check in float64 too (--dtype float64)",
+        ),
     ],
-    ids=["stack", "workload-measured", "not-known"],
+    ids=["stack", "workload-measured", "not-known", "float32"],
 )
 def test_the_verdict_says_what_16_bits_cannot_see(kwargs, said):
     assert low.text(**kwargs) == said
+
+
+def test_a_float32_and_a_16_bit_pass_say_what_they_hide_a_float64_one_nothing():
+    assert [low.hides(d) for d in ("float32", "float64", "bfloat16", "float16")] == [True, False, True, True]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_caveat_quiet_keeps_is_the_one_the_verdict_ends_with(dtype):
+    said = low.text(dtype, 1e-6, moves="the gradients")
+    wider = "float64" if dtype == "float32" else "float32"
+    end = f"check in {wider} too (--dtype {wider})"
+    assert low.caveat(f"every gradient agrees; {said}") == (
+        f"a bug that moves the gradients by less is not seen in {dtype}: {end}"
+    )
+    assert low.caveat("every gradient agrees") == ""
 
 
 def test_one_is_low_and_one_verdict():

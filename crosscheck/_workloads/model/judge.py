@@ -80,10 +80,14 @@ class GenericJudge:
         self.own = OwnLosses(point, self.differencing, self.progress, surrogate=surrogate)
         #: The candidate whose own loss is the anchor of "same function" (``prepare``), and its backend.
         self.anchor_candidate: tuple[str, Any] | None = None
-        #: A 16-bit case: the verdict on each candidate that agrees ("check in float32 too").
+        #: A 16-bit or float32 case: the verdict on each candidate that agrees ("check in float32 too",
+        #: "check in float64 too").
         self.verdicts: dict[str, Verdict] = {}
         #: A 16-bit case: per side measured, whether it computed in float32 (``sixteen.unrounded``).
         self.wide_only: dict[str, bool] = {}
+        #: A float64 check of a workload that computes a part in float32 by design (a port's original,
+        #: ``port.judge.by_design``): every side's rounding, and the float64 losses, judged at float32's.
+        self.float32_by_design = False
 
     def evaluate(self, backend: Loaded, call: Call) -> Outcome:
         return self._grad(backend, call, self.point.params, self.point.inputs)
@@ -157,15 +161,15 @@ class GenericJudge:
         found = against_oracle(self, record, anchor, question, reference.name, call)
         if isinstance(own, Differences) and not anchor_is_own:
             found += against_oracle(self, record, own, "derivative", reference.name, call)
-        record.loss_check(anchor.function, own, self.dtype)
+        record.loss_check(anchor.function, own, "float32" if self.float32_by_design else self.dtype)
         return self._low(name, record.finish(found), rounding, value)
 
     def _low(
         self, name: str, found: list[Comparison], rounding: Rounding, value: dict[str, np.ndarray]
     ) -> list[Comparison]:
-        """In a 16-bit case, a candidate that agrees is told what its dtype hides (``low``), and one that
-        computed in float32 is named."""
-        if is_low(self.dtype) and low.agrees(found):
+        """In a 16-bit or float32 case, a candidate that agrees is told what its dtype hides (``low``),
+        and, in 16 bits, one that computed in float32 is named."""
+        if low.hides(self.dtype) and low.agrees(found):
             relative = low.noise(rounding.term, value)
             said = low.text(self.dtype, relative, moves="the gradients", measured=True)
             wide = f"{low.wide_only(name, self.dtype)}; " if rounding.wide_only else ""
@@ -218,6 +222,7 @@ class GenericJudge:
             shapes=self.shapes,
             own=self.own,
             oracle=self.findings.oracle,
+            by_design=self.float32_by_design,
         )
 
     # -- what the report says --------------------------------------------------------------------------

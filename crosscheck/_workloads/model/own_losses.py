@@ -49,7 +49,14 @@ class OwnLosses:
         if name not in self.functions:
             chosen = self.chosen
             self.functions[name] = own_loss(
-                backend, name, self.point, call, chosen.clock, keep=True, cache=chosen.drawn
+                backend,
+                name,
+                self.point,
+                call,
+                chosen.clock,
+                keep=True,
+                cache=chosen.drawn,
+                progress=self.progress,
             )
         return self.functions[name]
 

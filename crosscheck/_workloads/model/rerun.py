@@ -71,10 +71,13 @@ def rounding(
     shapes: dict[str, tuple[int, ...]],
     own: OwnLosses,
     oracle: bool,
+    by_design: bool = False,
 ) -> Rounding:
     """The ``rounding`` term of every parameter of ``name``'s gradient ``value`` at ``point``, and how it
     was obtained (``rounding.measure``, from the re-run); ``own``: the run's own losses, whose noise probe
-    says whether a float64 loss keeps float32 steps; ``oracle``: the oracle is the reference."""
+    says whether a float64 loss keeps float32 steps; ``oracle``: the oracle is the reference;
+    ``by_design``: the workload computes a part in float32 by design, so its float64 rounding is
+    float32's wherever that part reaches."""
     dtype = point.dtype
     outcome, failed, device = rerun(backend, point, OTHER_DTYPE[dtype], name, call)
     again = outcome.value
@@ -91,6 +94,11 @@ def rounding(
     if dtype != "float64" or found.delta is None:
         return found
     side = getattr(backend, "name", name)
+    if by_design:
+        how = f"{found.how}; a part computed in float32 by design: float32's rounding"
+        return dataclasses.replace(
+            found, term=Divided(found.term, WIDEN), delta=Divided(found.delta, WIDEN), how=how
+        )
     if oracle:  # probed before the first comparison (``prepare``), where it was
         # (its own loss's differences carry its noise; another's clean ones do not)
         if not own.probed_float32(name):

@@ -13,7 +13,8 @@ from crosscheck._workloads.model.oracle.function import Differences
 
 def section(findings: Findings, records: list[Record]) -> dict[str, Any]:
     """``batching`` (per function whose implementation can evaluate many points a call: how its
-    evaluations were made) and, with a budget, ``budget`` (``Clock.summary``)."""
+    evaluations were made) and, with a budget given or the default's run out, ``budget``
+    (``Clock.summary``)."""
     found = [findings.anchor] + [r.own for r in records if isinstance(r.own, Differences)]
     out: dict[str, Any] = {
         "batching": {
@@ -22,7 +23,7 @@ def section(findings: Findings, records: list[Record]) -> dict[str, Any]:
             if d is not None and isinstance(d.function.fn, Batched)
         }
     }
-    if findings.differencing.clock.budget is not None:
+    if findings.differencing.clock.said:
         out["budget"] = findings.differencing.clock.summary(*_judged(findings, records))
     return out
 

@@ -290,7 +290,15 @@ def test_screening_a_healthy_model_covers_every_parameter_along_directions():
     assert all(n <= 16 * 2 + 1 for n in oracle["evaluations"].values())
     group = "screened: judged in a group of 10 tensors, 2 random directions touching every one"
     assert all(c.coverage == group for c in report.comparisons)
-    assert progress and progress[-1][0] == "oracle: `jax`'s own float64 loss"
+    # what a long run's progress bar shows: the function differenced, and the budget it keeps to
+    assert progress and progress[-1][0] == "oracle: `jax`'s own float64 loss (budget 600 s, the default)"
+    # the noise probe before the differences reports its evaluations too
+    probe = [
+        p
+        for p in progress
+        if p[0] == "oracle: `jax`'s own float64 loss: its noise probe (budget 600 s, the default)"
+    ]
+    assert probe and probe[-1][1] == probe[-1][2] > 0
 
 
 @needs_frameworks

@@ -8,7 +8,11 @@ differenced, and every one after it, is not differenced, so each tensor it would
 checked" and the run fails, never passes (a check that did not happen must fail). A batch already started
 finishes: the oracle overshoots its budget by at most one batch (a level of the stencil: a few evaluations
 per direction, or two per entry). The report says how much was judged and what finishing would cost
-(``Clock.summary``). Without a budget the clock only counts.
+(``Clock.summary``). Without a budget given, the default one (``DEFAULT_SECONDS``) holds: a long run
+(a float64 check of a large model, differenced entry by entry or along many directions) ends with
+what it judged and says that the default ended it, never an hour in silence; it is said only where it
+ran out. The run's progress (``Options.progress``: the command line's bar on stderr) counts each
+function's evaluations as they are made.
 """
 
 from __future__ import annotations
@@ -26,6 +30,10 @@ from crosscheck._workloads.model.oracle.entries import Guard, OracleFailed
 
 _T = TypeVar("_T", bound=npt.ArrayLike)
 
+#: The oracle's seconds at most when no budget is given: ten minutes, past the few minutes a healthy
+#: tiny diffusers UNet's oracle takes (``docs/measurements/zoo.md``); ``--budget`` sets another.
+DEFAULT_SECONDS = 600.0
+
 
 @dataclasses.dataclass
 class Clock:
@@ -37,23 +45,46 @@ class Clock:
     planned: dict[str, int] = dataclasses.field(default_factory=dict)
     done: dict[str, int] = dataclasses.field(default_factory=dict)
     ran_out: bool = False
+    #: The budget is the default (``DEFAULT_SECONDS``), not one the user gave.
+    default: bool = False
+
+    @classmethod
+    def given(cls, budget: float | None) -> Clock:
+        """The clock of a run given ``budget`` seconds (None: the default budget)."""
+        return cls(DEFAULT_SECONDS, default=True) if budget is None else cls(budget)
+
+    @property
+    def said(self) -> bool:
+        """Whether the report speaks of the budget: one the user gave, or the default once it ran out."""
+        return self.budget is not None and (self.ran_out or not self.default)
 
     @property
     def evaluations(self) -> int:
         return sum(self.done.values())
 
     def within(self) -> str:
-        """For a progress bar's label: the budget, when there is one."""
-        return "" if self.budget is None else f" (budget {self.budget:g} s)"
+        """For a progress bar's label: the budget the run keeps to (the default one said as such)."""
+        if self.budget is None:
+            return ""
+        return f" (budget {self.budget:g} s{', the default' if self.default else ''})"
 
     def message(self) -> str:
+        which = (
+            f"default budget of {self.budget:g} s (--budget SECONDS for more)"
+            if self.default
+            else (f"budget of {self.budget:g} s")
+        )
         return (
-            f"the oracle's budget of {self.budget:g} s ran out ({_seconds(self.seconds)}, {self.evaluations} "
-            "loss evaluations made): not differenced"
+            f"the oracle's {which} ran out ({_seconds(self.seconds)}, {self.evaluations} loss evaluations "
+            "made): not differenced"
         )
 
-    def guard(self, guard: Guard, label: str) -> Guard:
-        """``guard`` with the budget checked before each batch, and the batch's seconds counted."""
+    def guard(
+        self, guard: Guard, label: str, progress: Callable[[str, int, int], None] | None = None
+    ) -> Guard:
+        """``guard`` with the budget checked before each batch, and the batch's seconds counted;
+        ``progress``: told after each batch of ``label``'s evaluations done of planned (a phase whose
+        own loop reports none, the noise probe)."""
 
         def timed(thunk: Callable[[], _T]) -> _T:
             if self.budget is not None and self.seconds >= self.budget:
@@ -65,6 +96,9 @@ class Clock:
             finally:
                 self.seconds += time.perf_counter() - start
             self.count(label, int(np.size(out)))  # a batch's losses, or the one at the point
+            if progress is not None:
+                done = self.done[label]
+                progress(f"oracle: {label}{self.within()}", done, max(self.planned.get(label, 0), done))
             return out
 
         return timed
@@ -86,6 +120,7 @@ class Clock:
             "spent": round(self.seconds, 3),
             "evaluations": self.evaluations,
             "ran_out": self.ran_out,
+            "default": self.default,
             "judged": judged,
             "parameters": total,
         }
@@ -100,7 +135,8 @@ class Clock:
 def line(budget: dict[str, Any]) -> str:
     """The report's line on the budget."""
     spent = f"{_seconds(budget['spent'])} spent in {budget['evaluations']} evaluations"
-    head = f"oracle budget: {budget['seconds']:g} s, {spent}"
+    default = " (the default)" if budget.get("default") else ""
+    head = f"oracle budget: {budget['seconds']:g} s{default}, {spent}"
     if not budget["ran_out"]:
         return head + "; not exhausted"
     finish = budget["to_finish"]
@@ -108,7 +144,7 @@ def line(budget: dict[str, Any]) -> str:
     return (
         f"{head}; it ran out: {budget['judged']} of {budget['parameters']} parameters judged, the others "
         f"not checked (failed); finishing needs at least {finish['evaluations']} more evaluations{rough} "
-        "(a larger --budget, or none)"
+        "(a larger --budget)"
     )
 
 

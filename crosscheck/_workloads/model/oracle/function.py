@@ -127,7 +127,7 @@ def differencing(
     mode: str, params: dict[str, np.ndarray], per_parameter: int, budget: float | None = None
 ) -> Differencing:
     """``mode`` as asked (``auto`` picks by the number of loss evaluations each would cost); ``budget``
-    the oracle's seconds at most (None: no limit)."""
+    the oracle's seconds at most (None: the default budget, ``budget.DEFAULT_SECONDS``)."""
     entries = sum(int(v.size) for v in params.values())
     full = EVALUATIONS_PER_ENTRY * entries
     screen = EVALUATIONS_PER_DIRECTION * per_parameter  # one group of every tensor, if it agrees
@@ -138,7 +138,7 @@ def differencing(
         why = f"--oracle-mode {mode}"
     if mode not in ("full", "screen"):  # "outputs" differences the stack's layers' outputs
         raise ValueError(f"a workload's `oracle_mode` is one of auto, full, screen; found {mode!r}.")
-    return Differencing(mode, why, [], per_parameter, Clock(budget))
+    return Differencing(mode, why, [], per_parameter, Clock.given(budget))
 
 
 def batch_guard(call: Call) -> Guard:

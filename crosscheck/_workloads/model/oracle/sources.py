@@ -84,6 +84,7 @@ def own_loss(
     *,
     keep: bool = False,
     cache: dict | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> Function | Skip:
     """``name``'s own loss in float64, checked (see the module docstring), or why it cannot be used.
 
@@ -93,12 +94,13 @@ def own_loss(
     oracle after each of its differences of the function (``Function.release``); with ``keep``, a
     ``Function``'s adapter keeps the point its probe held on the line (``Line.holding``) for the
     differences that follow at once, which release it. ``cache`` keeps the probe's signs for the run's
-    other probes (``Differencing.drawn``).
+    other probes (``Differencing.drawn``). ``progress``: told of the probe's evaluations as they are made
+    (with the ``clock``), so that a long probe of a large model is not silent.
     """
     let_go = releaser(backend, call)
     found: Function | Skip | None = None
     try:
-        found = _own_loss(backend, name, point, call, clock, let_go, cache)
+        found = _own_loss(backend, name, point, call, clock, let_go, cache, progress)
         return found
     finally:
         if not (keep and isinstance(found, Function)):
@@ -113,6 +115,7 @@ def _own_loss(
     clock: Clock | None,
     let_go: Callable[[], Any] | None,
     cache: dict | None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> Function | Skip:
     loss = _attribute(backend, "loss")
     if not callable(loss):
@@ -150,7 +153,7 @@ def _own_loss(
     label = f"`{name}`'s own float64 loss"
     guard = batch_guard(call)
     if clock is not None:
-        guard = clock.guard(guard, probe_label(label))
+        guard = clock.guard(guard, probe_label(label), progress)
     plan = None if clock is None else functools.partial(clock.plan, probe_label(label))
     try:
         with one_thread(sum(int(v.size) for v in point.params.values())):

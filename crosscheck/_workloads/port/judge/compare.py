@@ -17,6 +17,7 @@ from crosscheck._workloads.model.findings import Findings
 from crosscheck._workloads.model.oracle.function import Differences
 from crosscheck._workloads.port.declare.build import Prepared
 from crosscheck._workloads.port.judge import boundaries, localize
+from crosscheck._workloads.port.judge.by_design import Part
 from crosscheck._workloads.port.judge.localize import Runs
 from crosscheck._workloads.port.judge.pairs import module_pairs
 
@@ -55,7 +56,8 @@ class Compared:
     (``jax_intermediates``); ``channels_last``: the port's layout; ``coarse``: the implementations whose
     float64 loss keeps float32 steps (compared within float32's rounding), and ``float32_start`` the
     first module whose outputs differ by float32's rounding, not float64's; ``device``: where the port
-    computes (its arithmetic), when on an accelerator."""
+    computes (its arithmetic), when on an accelerator; ``by_design``: the parts the original computes
+    in float32 by design (every module output then compared within float32's rounding)."""
 
     sides: Sides
     comparisons: list[Comparison]
@@ -68,6 +70,7 @@ class Compared:
     coarse: list[str]
     float32_start: str | None
     device: Arithmetic | None
+    by_design: tuple[Part, ...] = ()
 
 
 def compare(
@@ -81,6 +84,7 @@ def compare(
     device: Arithmetic | None,
     keep: bool,
     forward: bool,
+    by_design: tuple[Part, ...] = (),
 ) -> Compared:
     """Candidate ``name``'s modules compared (see the module docstring); ``gradients``: its gradient
     comparisons (none in a forward check), which decide whether edges are marked; ``keep``: each
@@ -97,7 +101,7 @@ def compare(
         "channels_last": any(leaf.layout == "..IO" for leaf in prepared.jax_side.leaves),
         "backend": name,
         "reference": "torch",
-        "precision": "float32" if coarse else None,
+        "precision": "float32" if coarse or by_design else None,
         "keep": keep,
     }
     common["missing"] = "; ".join(p for p in (torch_runs.problem, jax_runs.problem) if p)
@@ -105,8 +109,9 @@ def compare(
     out, outputs, inputs, firsts = each_module(torch_runs, jax_runs, paired, common)
     out, edges = boundaries.apart(out, outputs, firsts, gradients, forward=forward)  # modules cut differently
     starts = _float32_start(torch_runs, jax_runs, paired, outputs, common) if coarse else None
+    layout = common["channels_last"]
     return Compared(
-        sides, out, paired, outputs, inputs, edges, listed, common["channels_last"], coarse, starts, device
+        sides, out, paired, outputs, inputs, edges, listed, layout, coarse, starts, device, tuple(by_design)
     )
 
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from crosscheck._compare import low
 from crosscheck._compare.device import arithmetic
-from crosscheck._compare.dtypes import is_float, is_low, numpy_dtype
+from crosscheck._compare.dtypes import is_float, numpy_dtype
 from crosscheck._compare.record import Comparison
 from crosscheck._report.report import Verdict
 from crosscheck._types import Loaded
@@ -67,6 +67,7 @@ class OutputJudge(PortJudge):
         runs = self._runs(call, torch=True)
         if isinstance(runs, str):
             return call.failure(f"the module outputs were not captured: {runs}")
+        self.designed(runs)
         self._probe(backend, "torch", call)
         notes = {"compares": "module outputs, captured at the case's dtype and re-run in the other"}
         reference = Reference(None, self.dtype, notes, runs)
@@ -92,7 +93,7 @@ class OutputJudge(PortJudge):
         self._probe(backend, name, call)
         located = self.modules(name, call, [], arithmetic(backend, call), runs=runs)
         modules = _with_rounding(located.comparisons, runs[1])
-        if is_low(self.dtype) and low.agrees(modules):  # what a 16-bit pass hides, as the gradients' says
+        if low.hides(self.dtype) and low.agrees(modules):  # what a pass hides, as the gradients' says
             self.inner.verdicts[name] = Verdict(_low_text(runs[1], self.dtype))
         self.record(name, dataclasses.replace(located, comparisons=modules), reference.name)
         return modules

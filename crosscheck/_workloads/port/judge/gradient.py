@@ -33,7 +33,7 @@ from crosscheck._types import Loaded
 from crosscheck._workloads.model.judge import GenericJudge
 from crosscheck._workloads.model.oracle.estimate import Cost
 from crosscheck._workloads.port.declare.build import not_checked, torch_implementation
-from crosscheck._workloads.port.judge import backward, capture, compare, localize, own, say, wide
+from crosscheck._workloads.port.judge import backward, by_design, capture, compare, localize, own, say, wide
 from crosscheck._workloads.port.judge.locate import locate
 from crosscheck._workloads.port.judge.verdict import Located
 from crosscheck._workloads.port.judge.view import PortView
@@ -67,6 +67,8 @@ class PortJudge:
         self.verdicts: dict[str, Verdict] = {}
         self.unanchored: dict[str, Any] = {}
         self.wide: dict[str, bool] = {}
+        #: The parts the original computes in float32 by design, in a float64 check (``by_design``).
+        self.by_design: tuple[by_design.Part, ...] = ()
 
     def cost(self, candidates: int) -> Cost:
         """The oracle's cost, estimated before it runs (the generic judge's)."""
@@ -78,7 +80,19 @@ class PortJudge:
             return call.failure(self.proof.problem)
         self._unreached(call)
         self.early.take(self._runs, call, wanted=self.proof.problem is None and self.workload.port_requested)
+        if self.early.runs is not None:
+            self.designed(self.early.runs[0])
         return self.inner.reference(backend, call)
+
+    def designed(self, torch_runs: localize.Runs | str) -> None:
+        """The parts the original computes in float32 by design (``by_design``), from its records at the
+        case's dtype, taken before any gradient is judged: every side's rounding is then float32's."""
+        if isinstance(torch_runs, str):
+            return
+        prepared = self.workload.prepared
+        mapped = {e.torch.name for e in prepared.table.mapped() if e.torch is not None}
+        self.by_design = by_design.parts(torch_runs.main, self.workload.port.torch, mapped, self.dtype)
+        self.inner.float32_by_design = bool(self.by_design)
 
     def prepare(self, candidates: list[tuple[str, Any]], call: Call) -> None:
         """Before the first comparison: the generic judge's (the anchor of "same function"), the original
@@ -164,6 +178,7 @@ class PortJudge:
             device=device,
             keep=self.plot,
             forward=self.forward,
+            by_design=self.by_design,
         )
         findings = self.inner.findings
         found = locate(

@@ -4,8 +4,10 @@ intermediates: ``listed_origin``), else the last whose parameters' gradients dif
 (``gradient_origin``), else nowhere, in words that say what was compared. Then what qualifies it, in
 order: the output's shapes, the float64 losses (``own.losses_differ``), modules cut apart differently
 (``boundaries``), float32 steps in a float64 loss, what the device's arithmetic hides, a module that
-computes in float32 in a float64 check, a constant the original keeps in float32
-(``float32_constants``). The result, ``verdict.Located``, is what ``say`` words.
+computes in float32 in a float64 check (no failure where it mirrors the original's), and, among the
+caveats, the parts the original computes in float32 by design (a module returning float32, constants
+kept in float32), judged at float32's rounding (``by_design``). The result, ``verdict.Located``, is what
+``say`` words.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 from crosscheck._compare.record import Comparison
 from crosscheck._report.report import FORWARD_ONLY
 from crosscheck._workloads.model.findings import Findings
-from crosscheck._workloads.port.judge import backward, boundaries, float32_constants, localize, own
+from crosscheck._workloads.port.judge import backward, boundaries, by_design, localize, own
 from crosscheck._workloads.port.judge.compare import Compared
 from crosscheck._workloads.port.judge.verdict import (
     Located,
@@ -68,9 +70,9 @@ def locate(
     device = compared.device
     if device is not None and device.unit is not None:  # what the device's arithmetic hides
         found = dataclasses.replace(found, text=f"{found.text}; {device.hides()}")
-    found = _pinned(found, order, jax_main, dtype)
-    found = float32_constants.named(found, view, dtype, compared.comparisons, order)
-    return Located(compared.comparisons, found, compared.sides.caveats)
+    mirrored = by_design.mirrored(compared.by_design, compared.paired)
+    found = _pinned(found, [r for r in jax_main if r.name not in mirrored], dtype)
+    return Located(compared.comparisons, found, compared.sides.caveats + by_design.said(compared.by_design))
 
 
 def _backward(
@@ -115,16 +117,13 @@ def _nowhere(
     return found
 
 
-def _pinned(found: Origin, torch_records: Sequence[Any], jax_records: Sequence[Any], dtype: str) -> Origin:
-    """In a float64 case, a module whose output comes back in float32 is named: the port's fails the
-    run (it does not compute what the check asks), the original's is a note."""
+def _pinned(found: Origin, jax_records: Sequence[Any], dtype: str) -> Origin:
+    """In a float64 case, a module of the port whose output comes back in float32 fails the run (it does
+    not compute what the check asks), unless it mirrors the original's (``jax_records`` leaves those
+    out); the original's is a part computed in float32 by design (``by_design`` says it)."""
     if dtype != "float64":
         return found
     mine = next((r for r in jax_records if r.narrow), None)
-    theirs = next((r for r in torch_records if r.narrow), None)
-    if theirs is not None:
-        note = f"; the original's `{theirs.name or '(model)'}` ({theirs.module_type}) returns float32 "
-        found = dataclasses.replace(found, text=found.text + note + "in a float64 check")
     if mine is None:
         return found
     text = (

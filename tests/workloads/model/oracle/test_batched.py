@@ -183,6 +183,30 @@ def test_a_budget_that_runs_out_says_its_cause_once_per_candidate_not_once_per_p
     assert out.count("nothing to difference") == 4, out
 
 
+@needs
+def test_without_a_budget_the_default_one_holds_and_the_report_says_it_ended_the_run(monkeypatch):
+    # before: no budget unless one was given, so a float64 check of a tiny diffusers UNet with a planted
+    # bug ran past 1200 s without a verdict
+    from crosscheck._workloads.model.oracle import budget
+
+    monkeypatch.setattr(budget, "DEFAULT_SECONDS", 1e-9)
+    report = crosscheck.run(workload=_workload(item=False), seed=1)
+    assert not report.passed  # a check that did not happen fails
+    said = [p for p in report.problems if "ran out" in p]
+    assert said and all(
+        "the oracle's default budget of 1e-09 s (--budget SECONDS for more) ran out" in p for p in said
+    )
+    assert report.oracle["budget"]["default"] and report.oracle["budget"]["ran_out"]
+    assert any(line.startswith("oracle budget: 1e-09 s (the default), ") for line in report.oracle["lines"])
+
+
+@needs
+def test_a_default_budget_that_did_not_run_out_is_not_said():
+    report = crosscheck.run(workload=_workload(item=False), seed=1)
+    assert report.passed, report.problems
+    assert "budget" not in report.oracle and not any("budget" in line for line in report.oracle["lines"])
+
+
 def _console():
     from rich.console import Console
 
