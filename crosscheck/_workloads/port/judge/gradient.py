@@ -129,8 +129,10 @@ class PortJudge:
         said = said or running.not_compared(self.workload.prepared)
         before = self.verdicts.get(name)
         if said and before is not None:
-            fails = before.fails or any(not r.passed for r in rows)
-            self.verdicts[name] = Verdict(f"{before.text}; {said}", fails=fails)
+            differ = any(not r.passed for r in rows)
+            # the verdict first: where only the running statistics differ, they lead it
+            text = f"{said}; {before.text}" if differ and not before.fails else f"{before.text}; {said}"
+            self.verdicts[name] = Verdict(text, fails=before.fails or differ)
             self.notes.setdefault(name, {})["running_statistics"] = said
         return rows
 

@@ -48,7 +48,9 @@ def test_a_running_statistics_bug_fails_at_its_module(name, first):
     assert not report.passed
     assert not _rows(report)[f"{first} (running statistics)"]
     text = report.verdicts()["jax"]
-    assert f"the running statistics differ first at `bn` (`{first}`" in text, text
+    assert text.startswith(f"the running statistics differ first at `bn` (`{first}`"), (
+        text
+    )  # the verdict first
     assert "every module's output agrees" in text  # the outputs cannot see it: only the statistics do
 
 
