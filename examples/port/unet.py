@@ -13,8 +13,10 @@ to NCHW in its ``jax_call``. ``square`` is the 8x8 case where attention's ``(B, 
 output is NCHW, ``square_nhwc``'s NHWC). ``odd`` is 10x10.
 
 Training mode (``TRAINING``): ``train*`` declare the PyTorch module in ``.train()`` and a Flax call with
-``train=True`` and ``mutable=["batch_stats"]``; ``train_workaround*`` keep the module in eval mode and
-switch its BatchNorm to batch statistics in a ``torch_call`` (today's way round the eval-mode rule).
+``train=True`` (``jax_call_train``: crosscheck makes ``batch_stats`` mutable and compares the running
+statistics); ``train_workaround*`` keep the module in eval mode and switch its BatchNorm to batch
+statistics in a ``torch_call`` (the way round an eval-mode-only check, which never compares the running
+statistics).
 Flax's ``nn.BatchNorm`` updates its running variance with the biased batch variance, PyTorch's with the
 unbiased one: the healthy training pair uses ``TorchBatchNorm`` (a user's BatchNorm that does as
 PyTorch does), and ``train_flax_batch_norm`` keeps ``nn.BatchNorm`` to show that true difference.
@@ -159,15 +161,22 @@ def jax_call_training(model, inputs):
     return out.transpose(0, 3, 1, 2)
 
 
+def jax_call_train(model, inputs):
+    """The Flax side in training mode as the issue's user wants to write it: ``train=True``, nothing
+    else (crosscheck makes ``batch_stats`` mutable and initialises the model without this call). The
+    output is transposed to NCHW (as ``output_nchw``)."""
+    return model(**inputs, train=True).transpose(0, 3, 1, 2)
+
+
 #: The training-mode pairs: name -> (what it is, the module a verdict must name, or "" for a healthy
-#: pair, make_port's keywords). ``train*``: the PyTorch module in ``.train()``, as a user declares it
-#: (refused today); ``train_workaround*``: today's three-part way round it, which runs.
+#: pair, make_port's keywords). ``train*``: the PyTorch module in ``.train()``, as a user declares it;
+#: ``train_workaround*``: the three-part way round an eval-mode-only check.
 TRAINING = {
     "train": Planted(
-        "healthy: PyTorch in .train(); Flax with `train=True`, `mutable=['batch_stats']`, a BatchNorm whose "
+        "healthy: PyTorch in .train(); Flax with `train=True`, a BatchNorm whose "
         "running variance takes the unbiased batch variance as PyTorch's does",
         "",
-        dict(train=True, jax_call=jax_call_training, batch_norm="torch"),
+        dict(train=True, jax_call=jax_call_train, batch_norm="torch"),
     ),
     "train_workaround": Planted(
         "healthy: the module in eval mode, `torch_call` flips `bn.training`, the same `jax_call`",
@@ -178,7 +187,7 @@ TRAINING = {
         "Flax's `nn.BatchNorm(momentum=0.1)`, PyTorch's convention: Flax keeps `momentum` of the old "
         "statistics (0.9 matches PyTorch's 0.1)",
         "bn",
-        dict(train=True, jax_call=jax_call_training, batch_norm="flax", momentum=0.1),
+        dict(train=True, jax_call=jax_call_train, batch_norm="flax", momentum=0.1),
         shows_in="running statistics",
     ),
     "train_workaround_momentum": Planted(
@@ -192,14 +201,14 @@ TRAINING = {
         "variance, PyTorch's the unbiased one (n / (n - 1), n = B*H*W): a true difference of the two "
         "libraries after a training step",
         "bn",
-        dict(train=True, jax_call=jax_call_training, batch_norm="flax"),
+        dict(train=True, jax_call=jax_call_train, batch_norm="flax"),
         shows_in="running statistics",
     ),
     "train_running_average": Planted(
         "the port's BatchNorm normalises with its running statistics in training mode "
         "(`use_running_average=True` fixed), PyTorch's with the batch's",
         "bn",
-        dict(train=True, jax_call=jax_call_training, batch_norm="running"),
+        dict(train=True, jax_call=jax_call_train, batch_norm="running"),
     ),
     "train_workaround_running_average": Planted(
         "the running-average bug above, declared the way round of `train_workaround`",

@@ -30,9 +30,12 @@ def trajectory(
     params: dict[str, np.ndarray],
     inputs: dict[str, np.ndarray],
     steps: int,
+    *,
+    zero: tuple[str, ...] = (),
 ) -> dict[str, np.ndarray]:
     """Every parameter after each step in PyTorch's names and layouts, stacked: ``name -> (steps + 1,
-    *shape)`` (row 0: the start)."""
+    *shape)`` (row 0: the start); the gradient entries made of ``zero``'s set to exact zeros before
+    each step (``_zeroed``)."""
     import optax
 
     side, loss = prepared.jax_side, port_loss(prepared.port)
@@ -55,6 +58,8 @@ def trajectory(
         gradient = jax.grad(objective)
         if steps > EAGER_STEPS:  # the model's gradient compiled once, when the steps repay it
             gradient = jax.jit(gradient)
+        if zero:
+            gradient = _zeroed(gradient, prepared, params, arrays, zero, linen)
 
         def step(part: Any, state: Any) -> tuple[Any, Any]:  # eager: the user's Python runs every step
             if isinstance(transformation, Stepper):
@@ -67,6 +72,25 @@ def trajectory(
             trained, state = step(trained, state)
             rows.append(_named(prepared, {**tree, "params": trained} if linen else trained))
     return {**{k: np.stack([row[k] for row in rows]) for k in rows[0]}, **start}
+
+
+def _zeroed(
+    gradient: Callable[[Any], Any], prepared: Prepared, params: dict, arrays: dict, zero: tuple, linen: bool
+) -> Callable[[Any], Any]:
+    """``gradient`` with the entries made of the ``zero`` parameters set to exact zeros. Which entries
+    those are is found by mapping the parameters with ``zero``'s set to NaN through the port's mapping
+    (or ``convert=``): NaN follows every transpose, split and concatenation to the entries it makes."""
+    import jax.numpy as jnp
+
+    marked = {k: np.full_like(v, np.nan) if k in zero else v for k, v in params.items()}
+    side = prepared.jax_side
+    tree = jax.tree_util.tree_unflatten(side.treedef, jax_leaves(prepared, to_jax(marked), arrays))
+    mask = jax.tree_util.tree_map(jnp.isnan, tree["params"] if linen else tree)
+
+    def zeroed(part: Any) -> Any:
+        return jax.tree_util.tree_map(lambda g, m: jnp.where(m, jnp.zeros_like(g), g), gradient(part), mask)
+
+    return zeroed
 
 
 class Stepper:

@@ -29,7 +29,7 @@ from crosscheck._compare.record import Comparison, Tolerance
 from crosscheck._report.report import Section, Verdict
 from crosscheck._types import Loaded
 from crosscheck._workloads.protocol import Call, Options, Outcome, Point, Reference
-from crosscheck._workloads.train import locate, state
+from crosscheck._workloads.train import locate, state, zeros
 from crosscheck._workloads.train.runs import HOW, Runs, Trajectories, failed
 
 TERM_HELP = {
@@ -66,18 +66,32 @@ class UpdateJudge:
         #: Each candidate's trajectories with the train's own hyper-parameters, by ``id(backend)``: what
         #: a controlled re-run is held against to see whether turning a part off changed its side.
         self.ran: dict[int, Runs] = {}
+        #: Each side's parameters whose ``.grad`` was None (PyTorch's: ``zeros.NO_GRADIENT``).
+        self.none: dict[int, frozenset[str]] = {}
+        #: The gradient check at the start, made once before either side trains (``start_check``).
+        self.at_start: tuple[list[Comparison] | None, str, tuple[str, ...]] | None = None
+
+    def start_check(self, call: Call) -> tuple[list[Comparison] | None, str, tuple[str, ...]]:
+        """The port's gradients at the start point (``locate.gradients``), made once: the comparisons,
+        why they could not be made, and the parameters whose gradient is zero within rounding on both
+        sides, which every run trains on an exact zero gradient (``zeros``)."""
+        if self.at_start is None:
+            self.at_start = locate.gradients(self.workload, dict(self.point.params), self.point, call)
+        return self.at_start
 
     def train(self, backend: Loaded, call: Call, dtype: str, **how: Any) -> Outcome:
         """One guarded training run of ``backend`` from the point, in ``dtype``: its trajectories (its
         start state kept aside when it trains as the run's case says, not a classification re-run)."""
         params, inputs = as_dtype(self.point.params, dtype), as_dtype(self.point.inputs, dtype)
         main = not how
-        how = {"steps": self.workload.steps, "hyper": self.workload.train.hyper, **how}
+        zero = self.start_check(call)[2]
+        how = {"steps": self.workload.steps, "hyper": self.workload.train.hyper, "zero": zero, **how}
         out = call(backend.update, params, inputs, convert="arrays", **how)
         problem = out.error is None and _problem(out.value, self.point.params, how["steps"])
         if problem or out.error is not None:
             return dataclasses.replace(out, value=None, error=problem) if problem else out
         trajectories, start = state.split(out.value, self.point.params)
+        self.none[id(backend)] = frozenset(start.pop(zeros.NO_GRADIENT, {}))
         if main:
             self.starts[(id(backend), dtype)] = start
         return dataclasses.replace(out, value=trajectories)
@@ -132,6 +146,10 @@ class UpdateJudge:
             verdict += _capped_verdict(capped, lone)
         record.update(at_start)  # added keys: the gradients at the start point, before any step
         verdict = f"{said}; {verdict}" if at_start["start_gradients"] != "agree" else f"{verdict}; {said}"
+        zero = self.start_check(call)[2]
+        if zero:  # trained on an exact zero gradient: said, never taken for the update rule
+            record["zero_gradient"] = list(zero)
+            verdict += f"; {zeros.said(zero)}"
         self.notes[name]["update"] = record
         found += starts + grads
         self.verdicts[name] = Verdict(verdict, fails=any(not c.passed for c in found))

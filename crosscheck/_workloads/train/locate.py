@@ -15,6 +15,7 @@ import numpy as np
 from crosscheck._compare.record import Comparison
 from crosscheck._types import Loaded
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
+from crosscheck._workloads.train import zeros
 from crosscheck._workloads.train.runs import Runs, failed
 
 #: A classification re-run trains this many steps past the first that differs: at step 1 Adam's update
@@ -57,6 +58,14 @@ def verdict(
     step, parameter = first
     record.update(first_step=step, first_parameter=parameter)
     text = f"the update differs first at step {step}, in `{parameter}`"
+    sides = (judge.reference_backend, backend)
+    runs = {str(getattr(judge.reference_backend, "name", "torch")): reference.data.main}
+    runs[str(getattr(backend, "name", "jax"))] = judge.ran[id(backend)].main
+    none = frozenset().union(*(judge.none.get(id(b), frozenset()) for b in sides))
+    skipped = zeros.skipped(parameter, none, runs)
+    if skipped:
+        record["skipped"] = parameter
+        return f"{text}: {skipped}", record
     start = {k: v[step - 1].copy() for k, v in reference.data.main.items()}
     agree, why = gradients_agree(judge.workload, start, judge.point, call)
     record["gradients"] = {True: "agree", False: "differ", None: "unknown"}[agree]
@@ -79,7 +88,7 @@ def gradients_agree(workload: Any, params: dict, point: Point, call: Call) -> tu
     """Whether the port's JAX gradient agrees with PyTorch's at ``params`` (the generic judge, PyTorch
     as reference, each side's rounding measured): ``(agree, first differing parameter)``, or
     ``(None, why)`` when the check could not run."""
-    found, why = gradients(workload, params, point, call)
+    found, why, _ = gradients(workload, params, point, call)
     if found is None:
         return None, why
     bad = next((c for c in found if not c.passed), None)
@@ -91,8 +100,9 @@ def start(judge: Any, name: str, reference_name: str, call: Call) -> tuple[list[
     ``"<parameter> (gradient at step 0)"``, the record's keys (``start_gradients``: agree, differ or
     unknown; ``start_gradient_differs_first``) and what the verdict says of them. A gradient bug is
     seen here at once, whatever the optimizer makes of it in the steps checked; a check that could not
-    run is a failing row."""
-    found, why = gradients(judge.workload, dict(judge.point.params), judge.point, call)
+    run is a failing row. The check is the judge's, made once before either side trains
+    (``UpdateJudge.start_check``): it names the parameters trained on an exact zero gradient."""
+    found, why, _ = judge.start_check(call)
     if found is None:
         text = f"the gradient check at the start (step 0) did not happen: {why}"
         row = failed(name, reference_name, text, parameter="(gradient at step 0)")
@@ -111,10 +121,13 @@ def start(judge: Any, name: str, reference_name: str, call: Call) -> tuple[list[
     return rows, {"start_gradients": "differ", "start_gradient_differs_first": str(bad.parameter)}, text
 
 
-def gradients(workload: Any, params: dict, point: Point, call: Call) -> tuple[list[Comparison] | None, str]:
+def gradients(
+    workload: Any, params: dict, point: Point, call: Call
+) -> tuple[list[Comparison] | None, str, tuple[str, ...]]:
     """The port's JAX gradient against PyTorch's at ``params``, one comparison per parameter (the
-    generic judge, PyTorch as reference, each side's rounding measured), or ``(None, why)`` when the
-    check could not run."""
+    generic judge, PyTorch as reference, each side's rounding measured), and the parameters whose
+    gradient it found zero within rounding on both sides (``zeros.zero_gradients``); or ``(None, why,
+    ())`` when the check could not run."""
     from crosscheck._workloads.model.judge import GenericJudge
 
     inner = workload.port.inner
@@ -123,11 +136,12 @@ def gradients(workload: Any, params: dict, point: Point, call: Call) -> tuple[li
     torch, jax = inner.resolve("torch"), inner.resolve("jax")
     ref = judge.reference(torch, call)
     if ref.error is not None:
-        return None, f"PyTorch's gradient: {ref.error}"
+        return None, f"PyTorch's gradient: {ref.error}", ()
     got = judge.evaluate(jax, call)
     if got.error is not None:
-        return None, f"JAX's gradient: {got.error}"
-    return judge.compare(jax, got.value, "jax", dataclasses.replace(ref.value, name="torch"), call), ""
+        return None, f"JAX's gradient: {got.error}", ()
+    found = judge.compare(jax, got.value, "jax", dataclasses.replace(ref.value, name="torch"), call)
+    return found, "", zeros.zero_gradients(judge, "jax", found)
 
 
 def classify(

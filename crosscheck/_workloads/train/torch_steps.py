@@ -14,6 +14,8 @@ import numpy as np
 import torch
 
 from crosscheck._workloads.port.declare.build import Prepared, torch_implementation
+from crosscheck._workloads.train.state import key
+from crosscheck._workloads.train.zeros import NO_GRADIENT
 
 
 def trajectory(
@@ -23,8 +25,12 @@ def trajectory(
     params: dict[str, np.ndarray],
     inputs: dict[str, np.ndarray],
     steps: int,
+    *,
+    zero: tuple[str, ...] = (),
 ) -> dict[str, np.ndarray]:
-    """Every parameter after each step, stacked: ``name -> (steps + 1, *shape)`` (row 0: the start)."""
+    """Every parameter after each step, stacked: ``name -> (steps + 1, *shape)`` (row 0: the start);
+    the gradients of ``zero`` set to exact zeros before each step (one left None stays None, as
+    ``torch.optim`` sees it, and is reported: ``"name (no gradient)"``)."""
     loss = torch_implementation(prepared)
     leaves = {k: torch.tensor(np.array(v), requires_grad=True) for k, v in params.items()}
     tensors = {k: torch.as_tensor(np.array(v)) for k, v in inputs.items()}
@@ -36,15 +42,21 @@ def trajectory(
                 "expected a torch.optim optimizer (or anything with zero_grad() and step())"
             )
     rows, start = [_snapshot(leaves)], _state(optimizer, leaves)
+    none: set[str] = set()
     for step in range(steps):
         optimizer.zero_grad()
         value = loss(leaves, tensors)
         value.backward()
+        none.update(k for k, v in leaves.items() if v.grad is None)
+        for k in zero:
+            if leaves[k].grad is not None:
+                leaves[k].grad.zero_()
         optimizer.step()
         rows.append(_snapshot(leaves))
         if step == 0:  # a fresh optimizer makes its state here: read as zeros before it
             start = {k: start.get(k, np.zeros_like(v)) for k, v in _state(optimizer, leaves).items()}
     dtype = next(iter(params.values())).dtype
+    start.update({key(k, NO_GRADIENT): np.ones(()) for k in none})
     return {**{k: np.stack([row[k] for row in rows]) for k in leaves}, **_rows(start, dtype)}
 
 
@@ -55,8 +67,6 @@ def _snapshot(leaves: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
 def _state(optimizer: Any, leaves: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
     """The optimizer's ``state`` (``torch.optim``'s: tensor -> {kind: value}) by ``"name (kind)"``;
     empty when it has none (a wrapper exposes its optimizer's ``state``)."""
-    from crosscheck._workloads.train.state import key
-
     state = getattr(optimizer, "state", None)
     if not isinstance(state, Mapping):
         return {}

@@ -36,19 +36,23 @@ def _steps(side: str) -> ModuleType:
 
 
 class Trainer:
-    """One side of a train as a backend: ``update(params, inputs, *, steps, hyper)`` -> each
-    parameter's trajectory ``(steps + 1, *shape)`` in PyTorch's names."""
+    """One side of a train as a backend: ``update(params, inputs, *, steps, hyper, zero)`` -> each
+    parameter's trajectory ``(steps + 1, *shape)`` in PyTorch's names; ``zero``: the parameters
+    trained on an exact zero gradient (their computed one is rounding noise: ``zeros``)."""
 
     def __init__(self, name: str, train: Train, notes: Mapping[str, str] | None = None) -> None:
         self.name, self.train, self.notes = name, train, dict(notes or {})
 
-    def update(self, params: dict, inputs: dict, *, steps: int, hyper: Mapping[str, Any]) -> dict[str, Any]:
+    def update(
+        self, params: dict, inputs: dict, *, steps: int, hyper: Mapping[str, Any], zero: Sequence[str] = ()
+    ) -> dict[str, Any]:
         module = _steps(self.name)
         factory = self.train.torch_optimizer if self.name == "torch" else self.train.optax
         step = self.train.torch_step if self.name == "torch" else self.train.jax_step
         if step is not None:  # a user's step function, made an optimizer of that side
             factory = functools.partial(module.stepper, step)
-        return module.trajectory(self.train.port.prepared, factory, hyper, params, inputs, steps)
+        prepared = self.train.port.prepared
+        return module.trajectory(prepared, factory, hyper, params, inputs, steps, zero=tuple(zero))
 
     def info(self) -> dict[str, str]:
         optimizer = "the torch_optimizer factory" if self.name == "torch" else "the optax factory"

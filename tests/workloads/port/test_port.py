@@ -245,22 +245,27 @@ import crosscheck
 
 def _port(name, training):
     torch.manual_seed(0)
-    module = torch.nn.Linear(3, 2).train(training)
+    module = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Dropout(0.1)).train(training)
     tree = {"w": np.zeros((3, 2)), "b": np.zeros(2)}
-    x = {"input": np.random.default_rng(0).standard_normal((4, 3))}  # torch.nn.Linear.forward(input)
+    x = {"input": np.random.default_rng(0).standard_normal((4, 3))}  # torch.nn.Sequential.forward(input)
+    mapping = {"0.weight": ("w", "transpose"), "0.bias": "b"}
     return crosscheck.Port(name=name, torch=module, jax=lambda p, input: input @ p["w"] + p["b"],
-                           jax_params=tree, overrides={"weight": ("w", "transpose"), "bias": "b"}, inputs=x)
+                           jax_params=tree, overrides=mapping, inputs=x)
 
 
 good = _port("good", training=False)
 bad = _port("bad", training=True)
 """
 
-TRAINING = r"^port `bad`: the PyTorch module is in training mode \(.*\); call `\.eval\(\)` on it first\.$"
+TRAINING = (
+    r"^port `bad`: the PyTorch module is in training mode and `1` \(Dropout, p=0\.1\) drops at random, so no "
+    r"two calls agree; make it deterministic: `model\.1\.eval\(\)` \(or p=0\), and on the JAX side "
+    r"`deterministic=True` .*\.$"
+)
 
 
 @needs["torch"]
-def test_a_port_in_training_mode_does_not_break_its_module(tmp_path, monkeypatch, capsys):
+def test_a_port_in_training_mode_with_dropout_does_not_break_its_module(tmp_path, monkeypatch, capsys):
     (tmp_path / "two_ports.py").write_text(PORTS_FILE)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
@@ -279,15 +284,15 @@ def test_a_port_in_training_mode_does_not_break_its_module(tmp_path, monkeypatch
         print(two_ports.bad.mapping)
     assert main(["run", "--workload", "two_ports:bad", "--no-isolate"]) == 2
     err = capsys.readouterr().err
-    assert "port `bad`: the PyTorch module is in training mode" in err
+    assert "port `bad`: the PyTorch module is in training mode and `1` (Dropout, p=0.1)" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
 @needs["torch"]
-def test_a_module_put_back_into_training_mode_is_refused_at_use():
+def test_a_module_put_back_into_training_mode_with_dropout_is_refused_at_use():
     import torch
 
-    module = torch.nn.Linear(2, 2).eval()
+    module = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5)).eval()
     port = crosscheck.Port(name="p", torch=module, jax=lambda p, x: x, inputs={"x": np.zeros((1, 2))})
     module.train()  # after the port was made
     with pytest.raises(ValueError, match=r"^port `p`: the PyTorch module is in training mode"):
@@ -295,7 +300,9 @@ def test_a_module_put_back_into_training_mode_is_refused_at_use():
 
 
 @needs["torch"]
-def test_a_prepared_port_whose_module_goes_back_into_training_mode_is_refused(tmp_path, monkeypatch):
+def test_a_prepared_port_whose_module_goes_back_into_training_mode_with_dropout_is_refused(
+    tmp_path, monkeypatch
+):
     (tmp_path / "two_ports_again.py").write_text(PORTS_FILE)
     monkeypatch.syspath_prepend(str(tmp_path))
     import two_ports_again

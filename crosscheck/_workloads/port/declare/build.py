@@ -120,7 +120,13 @@ def prepare(port: PortFields) -> Prepared:
         if params is None and jax_side.kind_of(port.jax) == "function":  # its result: the parameter tree
             params = convert.structure(port, values)
     side = jax_side.JaxSide(
-        port.jax, params, port.jax_call, jax_in, port.jax_intermediates or (), where=where
+        port.jax,
+        params,
+        port.jax_call,
+        jax_in,
+        port.jax_intermediates or (),
+        where=where,
+        training=lambda: bool(getattr(port.torch, "training", False)),
     )
     found = problems_module.Problems(where)
     table, conversion = _table(port, described, values, side, found)

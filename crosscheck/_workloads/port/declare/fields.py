@@ -73,13 +73,24 @@ class PortFields:
 
     def check_in_use(self) -> None:
         """Raise a one-line ``ValueError`` where the port cannot be used as its objects are now: the
-        PyTorch module in training mode. Checked each time the port is used (``declare.Port.prepared``),
-        not when it is made, so that one bad port does not break the module that declares it, and a
-        module put back into training mode after the port was made is refused."""
-        if getattr(self.torch, "training", False):
+        PyTorch module in training mode with a dropout that drops at random. Checked each time the port
+        is used (``declare.Port.prepared``), not when it is made, so that one bad port does not break
+        the module that declares it, and a module put back into training mode after the port was made
+        is judged as it is then. A module in training mode is checked in training mode (batch
+        statistics; the running statistics compared: ``port.judge.running``)."""
+        if not getattr(self.torch, "training", False):
+            return
+        from crosscheck._workloads.port.sides.torch_training import random
+
+        drops = random(self.torch)
+        if drops:
+            name, what = drops[0]
             raise ValueError(
-                f"port `{self.name}`: the PyTorch module is in training mode (dropout and batch "
-                f"statistics change every call); call `.eval()` on it first."
+                f"port `{self.name}`: the PyTorch module is in training mode and `{name}` ({what}) drops at "
+                f"random, so no two calls agree; make it deterministic: `model.{name}.eval()` (or p=0), "
+                "and on the JAX side `deterministic=True` (linen `nn.Dropout`; nnx `nnx.Dropout`)"
+                + (f"; {len(drops) - 1} more dropout module(s) likewise" if len(drops) > 1 else "")
+                + "."
             )
 
     def _check_intermediates(self) -> None:

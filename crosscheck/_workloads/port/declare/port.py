@@ -113,7 +113,8 @@ class Port(PortFields):
         PyTorch module's training mode is checked at each use (``PortFields.check_in_use``).
 
         Raises:
-            ValueError: the PyTorch module is in training mode; whatever ``build.prepare`` raises.
+            ValueError: the PyTorch module is in training mode with a dropout that drops at random;
+                whatever ``build.prepare`` raises.
         """
         self.check_in_use()
         cached = self.__dict__.get("_prepared")

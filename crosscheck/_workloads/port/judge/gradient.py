@@ -33,7 +33,17 @@ from crosscheck._types import Loaded
 from crosscheck._workloads.model.judge import GenericJudge
 from crosscheck._workloads.model.oracle.estimate import Cost
 from crosscheck._workloads.port.declare.build import not_checked, torch_implementation
-from crosscheck._workloads.port.judge import backward, by_design, capture, compare, localize, own, say, wide
+from crosscheck._workloads.port.judge import (
+    backward,
+    by_design,
+    capture,
+    compare,
+    localize,
+    own,
+    running,
+    say,
+    wide,
+)
 from crosscheck._workloads.port.judge.locate import locate
 from crosscheck._workloads.port.judge.verdict import Located
 from crosscheck._workloads.port.judge.view import PortView
@@ -134,7 +144,21 @@ class PortJudge:
             return found
         located = self.modules(name, call, found, arithmetic(backend, call))
         self.record(name, located, reference.name)
-        return located.comparisons + found
+        return self.running(name, call) + located.comparisons + found
+
+    def running(self, name: str, call: Call) -> list[Comparison]:
+        """The running statistics of a port in training mode (``running``), their clause added to the
+        verdict (they fail it where they differ); in eval mode, the verdict says they are not compared."""
+        rows, said = running.compared(self.workload.prepared, self.point, name, call)
+        said = said or running.not_compared(self.workload.prepared)
+        before = self.verdicts.get(name)
+        if said and before is not None:
+            differ = any(not r.passed for r in rows)
+            # the verdict first: where only the running statistics differ, they lead it
+            text = f"{said}; {before.text}" if differ and not before.fails else f"{before.text}; {said}"
+            self.verdicts[name] = Verdict(text, fails=before.fails or differ)
+            self.notes.setdefault(name, {})["running_statistics"] = said
+        return rows
 
     def record(self, name: str, located: Located, reference: str) -> None:
         """Candidate ``name``'s verdict in words (``say``), on its record (``notes["port"]``) and the

@@ -79,9 +79,14 @@ class JaxSide:
         listed: Sequence[str] = (),
         *,
         where: str = "port",
+        training: Callable[[], bool] = lambda: False,
     ) -> None:
         self.kind = kind_of(model)
         self.model, self.call = model, call or (lambda m, inputs: m(**inputs))
+        #: Whether the port is checked in training mode (its PyTorch module's mode, read at each call).
+        self.training = training
+        #: A linen module's collections other than ``params`` (``batch_stats``): mutable in training mode.
+        self.mutable: list[str] = []
         self.listed = tuple(listed)  # the user-listed intermediates the call returns beside its output
         self.types: dict[tuple[str, ...], tuple[str, ...]] = {}  # module path -> its class's bases' names
         self.passes: dict[Any, Kept] = {}  # the captures' compiled passes, by ``steps.pass_key``
@@ -92,10 +97,11 @@ class JaxSide:
                 where, "the Flax module's `init` (its `setup` and `__call__`)", self._linen_shapes, example
             )
             self.static = None
+            self.mutable = [c for c in tree if c != "params"]
         elif self.kind == "nnx":
             from crosscheck._workloads.port.sides import nnx_side
 
-            tree, self.static = nnx_side.split(model)
+            tree, self.static = nnx_side.split(model, training=self.training())
             self.types, self.kinds = nnx_side.owners(model), nnx_side.kinds(tree)
         elif self.kind == "equinox":
             import equinox as eqx
@@ -115,11 +121,16 @@ class JaxSide:
             self.types.setdefault(tuple(context.module.path), bases(type(context.module)))
             return next_fun(*args, **kwargs)
 
-        def init() -> Any:
+        def init(call: Call) -> Any:
             with nn.intercept_methods(record):
-                return nn.init(self.call, self.model)(jax.random.key(0), example)
+                return nn.init(call, self.model)(jax.random.key(0), example)
 
-        return jax.eval_shape(init)
+        if self.training():  # crosscheck's own initialisation: the module's plain call, not the training one
+            try:
+                return jax.eval_shape(lambda: init(lambda m, inputs: m(**inputs)))
+            except Exception:  # a module that cannot be called so (a required `train` argument)
+                self.types.clear()
+        return jax.eval_shape(lambda: init(self.call))
 
     def renew(self) -> None:
         """A new check: each kept capture pass is traced afresh at its next run (``Kept.renew``), so that
@@ -132,7 +143,8 @@ class JaxSide:
         if self.kind == "nnx":
             from crosscheck._workloads.port.sides import nnx_side
 
-            self.static = nnx_side.again(self.model, self.treedef, [leaf.shape for leaf in self.leaves])
+            shapes = [leaf.shape for leaf in self.leaves]
+            self.static = nnx_side.again(self.model, self.treedef, shapes, training=self.training())
 
     def _describe(self, path: Sequence[Any], leaf: Any) -> Tensor:
         tokens = tuple(key_name(k) for k in path)
@@ -171,14 +183,35 @@ class JaxSide:
         """What the call returns (with ``listed``: ``(output, {name: array})``)."""
         model, variables = self.rebuild(values, dtype)
         if self.kind == "linen":
-            import flax.linen as nn
-
-            return nn.apply(self.call, model)(variables, inputs)
+            return self.apply(model, variables, inputs)[0]
         if self.kind == "nnx":
             from crosscheck._workloads.port.sides import nnx_side
 
             return nnx_side.called(self.call, model, inputs)  # a pinned submodule named, not a raw scan error
         return self.call(model, inputs)
+
+    def apply(self, model: Any, variables: Any, inputs: dict[str, Any]) -> tuple[Any, Any]:
+        """A linen module's call and its updated collections (``{}`` but in training mode, where its
+        collections other than ``params`` are mutable: a BatchNorm's ``batch_stats``)."""
+        import flax.linen as nn
+
+        if self.training() and self.mutable:
+            return nn.apply(self.call, model, mutable=self.mutable)(variables, inputs)
+        return nn.apply(self.call, model)(variables, inputs), {}
+
+    def updated(self, values: Sequence[Any], inputs: dict[str, Any], dtype: Any) -> list[Any]:
+        """The leaf values after one call of the model in training mode: ``values`` with what the call
+        updated (the running statistics: a linen module's mutable collections, an nnx module's
+        ``BatchStat`` variables, updated in place) in their place."""
+        if self.kind == "nnx":
+            from crosscheck._workloads.port.sides import nnx_side
+
+            model = self.rebuild(values, dtype)[0]
+            nnx_side.called(self.call, model, inputs)
+            return jax.tree_util.tree_leaves(nnx_side.split(model, training=True)[0])
+        model, variables = self.rebuild(values, dtype)
+        updates = self.apply(model, variables, inputs)[1]
+        return self.treedef.flatten_up_to({**variables, **updates})
 
     def forward(self, values: Sequence[Any], inputs: dict[str, Any], dtype: Any) -> Any:
         return self.split(self.run(values, inputs, dtype))[0]

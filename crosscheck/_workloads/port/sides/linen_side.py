@@ -47,7 +47,7 @@ def capture(
     def linen_pass(values: Any, arrays: list) -> None:  # the inputs' arrays traced, the rest as given
         model, variables = side.rebuild(values if made is None else made(values), dtype)
         with nn.intercept_methods(record):
-            nn.apply(side.call, model)(variables, placed(arrays))
+            side.apply(model, variables, placed(arrays))
 
     key = steps.pass_key(np.dtype(dtype).name, static, made) if jit else None
     run = (side.passes.get(key) or Kept()) if jit else None

@@ -41,28 +41,37 @@ def _inexact(path: Any, node: Any) -> bool:
     return hasattr(value, "dtype") and bool(jnp.issubdtype(value.dtype, jnp.inexact))
 
 
-def split(model: Any) -> tuple[Any, tuple[Any, Any]]:
+def split(model: Any, *, training: bool = False) -> tuple[Any, tuple[Any, Any]]:
     """The module's floating-point variables (an ``nnx.State``) and what rebuilds the rest.
 
     Raises:
-        ValueError: a submodule is in training mode (batch statistics or dropout would change the
-            function from call to call, unlike the PyTorch module in eval mode).
+        ValueError: a submodule is in training mode while the port is not (batch statistics or dropout
+            would change the function from call to call, unlike the PyTorch module in eval mode); with
+            ``training`` (the PyTorch module in ``.train()``), a dropout that drops at random.
     """
     for path, node in nnx.iter_graph(model):
         if not isinstance(node, nnx.Module):
             continue
         flag = next((f for f in TRAINING_FLAGS if getattr(node, f, None) is False), None)
-        if flag is not None:
-            where = ".".join(map(str, path)) or "the top module"
+        where = ".".join(map(str, path)) or "the top module"
+        if flag is not None and not training:
             raise ValueError(
                 f"the Flax nnx module is in training mode (`{where}` ({type(node).__name__}) has "
                 f"{flag}=False); call `.eval()` on it first."
+            )
+        if flag == "deterministic" and (getattr(node, "rate", 0) or 0) > 0:
+            raise ValueError(
+                f"the Flax nnx module's `{where}` ({type(node).__name__}, rate={node.rate}) drops at random "
+                "in training mode, so no two calls agree; make it deterministic: `deterministic=True` on it, "
+                "and `.eval()` on the PyTorch dropout (or p=0)."
             )
     graphdef, state, rest = nnx.split(model, _inexact, ...)
     return state, (graphdef, rest)
 
 
-def again(model: Any, treedef: Any, shapes: list[tuple[int, ...]]) -> tuple[Any, Any]:
+def again(
+    model: Any, treedef: Any, shapes: list[tuple[int, ...]], *, training: bool = False
+) -> tuple[Any, Any]:
     """What rebuilds ``model`` now (``split``'s second part), the module split again: the attributes set
     on it since it was first split (they are in its graph definition) are the module's as it is now.
 
@@ -70,7 +79,7 @@ def again(model: Any, treedef: Any, shapes: list[tuple[int, ...]]) -> tuple[Any,
         ValueError: its variables are no longer those the port was prepared with (``treedef``,
             ``shapes``): the mapping was made for those; or a submodule is in training mode.
     """
-    state, static = split(model)
+    state, static = split(model, training=training)
     leaves, now = jax.tree_util.tree_flatten(state)
     if now != treedef or [tuple(jnp.shape(leaf)) for leaf in leaves] != [tuple(s) for s in shapes]:
         raise ValueError(

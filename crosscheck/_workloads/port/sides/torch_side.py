@@ -123,9 +123,17 @@ class Wrapped(torch.nn.Module):
         self.m, self.how = module, how
         #: The inputs a forward wrote to in place (``call`` hands it copies: a note, not a failure).
         self.wrote: set[str] = set()
+        #: A training-mode call that updates the running statistics (``torch_training.running``); every
+        #: other call of a module in training mode uses batch statistics and writes nothing.
+        self.track = False
 
     def forward(self, inputs: dict[str, Any]) -> Any:
-        return self.how(self.m, inputs)
+        if self.track or not self.m.training:
+            return self.how(self.m, inputs)
+        from crosscheck._workloads.port.sides.torch_training import untracked
+
+        with untracked(self.m):
+            return self.how(self.m, inputs)
 
 
 def call(wrapped: Wrapped, state: dict[str, Any], inputs: dict[str, Any]) -> Any:
