@@ -87,7 +87,7 @@ def _zeroed(
     tree = jax.tree_util.tree_unflatten(side.treedef, jax_leaves(prepared, to_jax(marked), arrays))
     mask = jax.tree_util.tree_map(jnp.isnan, tree["params"] if linen else tree)
 
-    def zeroed(part: Any) -> Any:
+    def zeroed(part: PyTree) -> PyTree:
         return jax.tree_util.tree_map(lambda g, m: jnp.where(m, jnp.zeros_like(g), g), gradient(part), mask)
 
     return zeroed

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from crosscheck._errors import user_call
+from crosscheck._types import PyTree
 from crosscheck._workloads.port.mapping.matching import EQUINOX_LAYOUTS, JAX_LAYOUTS, Tensor, layout_of
 from crosscheck._workloads.port.mapping.stacked import spread
 from crosscheck._workloads.port.sides import steps
@@ -121,7 +122,7 @@ class JaxSide:
             self.types.setdefault(tuple(context.module.path), bases(type(context.module)))
             return next_fun(*args, **kwargs)
 
-        def init(call: Call) -> Any:
+        def init(call: Call) -> PyTree:
             with nn.intercept_methods(record):
                 return nn.init(call, self.model)(jax.random.key(0), example)
 
