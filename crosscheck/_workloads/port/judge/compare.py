@@ -126,7 +126,8 @@ def each_module(
             continue
         sides = (r, t_other.get(r.name)), (j_main[paired[r.name]], j_other.get(paired[r.name]))
         label = localize.output_label(r.name)
-        c = localize.compare_arrays(label, *(_arrays(s, "outputs") for s in sides), **common)
+        arrays = (_arrays(s, "outputs") for s in sides)
+        c = localize.compare_arrays(label, *arrays, **common, module=r.name)
         out.append(dataclasses.replace(c, module=r.name))
         both = r.outputs and sides[1][0].outputs
         firsts[r.name] = (r.outputs[0], sides[1][0].outputs[0]) if both else None

@@ -32,6 +32,7 @@ from crosscheck._compare.compare import compare
 from crosscheck._compare.constants import OTHER_DTYPE
 from crosscheck._compare.device import Arithmetic
 from crosscheck._compare.dtypes import is_low, numpy_dtype, unit_roundoff
+from crosscheck._compare.message import mismatch_message
 from crosscheck._compare.record import Comparison, Tolerance
 from crosscheck._workloads.port.mapping.matching import canonical
 
@@ -206,6 +207,7 @@ def compare_arrays(
     precision: str | None = None,
     device: Arithmetic | None = None,
     keep: bool = False,
+    module: str | None = None,
 ) -> Comparison:
     """One module's output (or input): the JAX port's against PyTorch's, within both measured roundings
     (those of ``precision``, the case's dtype unless given: ``"float32"`` in a float64 case whose losses
@@ -215,7 +217,9 @@ def compare_arrays(
 
     A side without a re-run in the other precision (``missing`` says why) takes the other side's
     measured rounding (the same function at the same precision), said in the tolerance's sources;
-    with neither, the output is not judged (``unjudgeable``, nothing compared), never passed."""
+    with neither, the output is not judged (``unjudgeable``, nothing compared), never passed.
+    ``module``: the module whose output this is, said in the messages (a module output, not a
+    parameter)."""
     main = _vector(torch_runs[0], jax_runs[0], channels_last)
     if isinstance(main, str):
         return _failed(label, f"{label}: {main}", backend=backend, reference=reference)
@@ -261,6 +265,9 @@ def compare_arrays(
         term_help=helps,
         keep=keep,
     )
+    if module is not None:  # a module's output, said as such (never "parameter")
+        found = dataclasses.replace(found, module=module)
+        found = dataclasses.replace(found, message=mismatch_message(found))
     if found.status == "unjudgeable" and not np.any(t) and not np.any(j):
         found = dataclasses.replace(found, passed=True, status="ok", message="")  # exact zeros agree
     if broadcast:  # said in the row's coverage and message: not every entry is the other side's own
