@@ -253,16 +253,17 @@ def jax_side_inputs(port: PortFields, inputs: dict[str, Any]) -> dict[str, Any]:
     return dict(port.jax_inputs(inputs)) if port.jax_inputs is not None else dict(inputs)
 
 
-def port_loss(port: PortFields) -> Callable[[Any], Any]:
+def port_loss(port: PortFields, layouts: tuple = ()) -> Callable[[Any], Any]:
     """The port's loss of the model's output: ``loss(output(out))`` as given; by default
     ``outputs_loss``, a fixed random projection of every floating-point array of the output (or of what
-    ``output`` picks), so that every output reaches the loss (a custom ``loss`` alone gets the first)."""
+    ``output`` picks), so that every output reaches the loss (a custom ``loss`` alone gets the first),
+    each drawn in PyTorch's layout (``layouts``: the JAX side's, ``layout.of``)."""
     if port.loss is not None:
         pick = port.output or _first
         chosen = port.loss
         return lambda out: chosen(pick(out))
     whole = port.output or (lambda out: out)
-    return lambda out: outputs_loss(whole(out), seed=SEED)
+    return lambda out: outputs_loss(whole(out), seed=SEED, layouts=layouts)
 
 
 def _first(output: Any) -> FrameworkArray | None:
@@ -324,8 +325,12 @@ def jax_leaves(
 
 
 def jax_implementation(prepared: Prepared) -> Callable[[dict, dict], FrameworkArray]:
-    """``(params, inputs) -> loss`` of the JAX port, its leaves made from the PyTorch tensors."""
-    loss = port_loss(prepared.port)
+    """``(params, inputs) -> loss`` of the JAX port, its leaves made from the PyTorch tensors; the
+    default loss's projection drawn in PyTorch's layout (``layout.of``)."""
+    from crosscheck._workloads.port.declare import layout
+
+    example = make_inputs(prepared.port, np.random.default_rng(0), "float32")
+    loss = port_loss(prepared.port, layout.of(prepared, example) if prepared.port.loss is None else ())
 
     def jax_loss(params: dict, inputs: dict) -> FrameworkArray:
         dtype = next(iter(params.values())).dtype

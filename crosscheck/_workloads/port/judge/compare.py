@@ -15,6 +15,7 @@ from crosscheck._compare.device import Arithmetic
 from crosscheck._compare.record import Comparison
 from crosscheck._workloads.model.findings import Findings
 from crosscheck._workloads.model.oracle.function import Differences
+from crosscheck._workloads.port.declare import layout
 from crosscheck._workloads.port.declare.build import Prepared
 from crosscheck._workloads.port.judge import boundaries, localize
 from crosscheck._workloads.port.judge.localize import Runs
@@ -102,7 +103,9 @@ def compare(
     }
     common["missing"] = "; ".join(p for p in (torch_runs.problem, jax_runs.problem) if p)
     common["device"] = device
-    out, outputs, inputs, firsts = each_module(torch_runs, jax_runs, paired, common)
+    common["memo"] = {}  # the layouts the values proved, by shapes (``layout.read``)
+    model_output = layout.known(prepared)
+    out, outputs, inputs, firsts = each_module(torch_runs, jax_runs, paired, common, model_output)
     out, edges = boundaries.apart(out, outputs, firsts, gradients, forward=forward)  # modules cut differently
     starts = _float32_start(torch_runs, jax_runs, paired, outputs, common) if coarse else None
     return Compared(
@@ -111,10 +114,11 @@ def compare(
 
 
 def each_module(
-    torch_runs: Runs, jax_runs: Runs, paired: dict, common: dict
+    torch_runs: Runs, jax_runs: Runs, paired: dict, common: dict, model_output: tuple | None = None
 ) -> tuple[list, dict, dict, dict]:
     """Each paired module's output comparison, whether its output and its input agree (module ->
-    ``localize.outcome``), and its first output on each side (for ``boundaries``)."""
+    ``localize.outcome``), and its first output on each side (for ``boundaries``); the model's output
+    read in the layouts found when the port was prepared (``model_output``, ``layout.known``)."""
     t_other = {r.name: r for r in torch_runs.other}
     j_main, j_other = {r.name: r for r in jax_runs.main}, {r.name: r for r in jax_runs.other}
     out: list[Comparison] = []
@@ -126,8 +130,9 @@ def each_module(
             continue
         sides = (r, t_other.get(r.name)), (j_main[paired[r.name]], j_other.get(paired[r.name]))
         label = localize.output_label(r.name)
+        fixed = model_output if r.name == "" else None
         arrays = (_arrays(s, "outputs") for s in sides)
-        c = localize.compare_arrays(label, *arrays, **common, module=r.name)
+        c = localize.compare_arrays(label, *arrays, **common, module=r.name, layouts=fixed)
         out.append(dataclasses.replace(c, module=r.name))
         both = r.outputs and sides[1][0].outputs
         firsts[r.name] = (r.outputs[0], sides[1][0].outputs[0]) if both else None
