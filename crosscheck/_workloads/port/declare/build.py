@@ -330,7 +330,9 @@ def jax_implementation(prepared: Prepared) -> Callable[[dict, dict], FrameworkAr
     from crosscheck._workloads.port.declare import layout
 
     example = make_inputs(prepared.port, np.random.default_rng(0), "float32")
-    loss = port_loss(prepared.port, layout.of(prepared, example) if prepared.port.loss is None else ())
+    loss = port_loss(
+        prepared.port, layout.of(prepared, example, jax_leaves) if prepared.port.loss is None else ()
+    )
 
     def jax_loss(params: dict, inputs: dict) -> FrameworkArray:
         dtype = next(iter(params.values())).dtype

@@ -19,7 +19,7 @@ import dataclasses
 import itertools
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,6 +41,11 @@ class Layout:
     perm: tuple[int, ...]
     moved: tuple[int, ...]
     shape: tuple[int, ...]
+
+    @property
+    def source(self) -> tuple[int, ...]:
+        """The port's shape (what ``to_torch`` reads)."""
+        return tuple(self.moved[list(self.perm).index(a)] for a in range(len(self.perm)))
 
     @property
     def identity(self) -> bool:
@@ -124,15 +129,13 @@ def prove(torch: Any, jax: Any, found: Sequence[Layout] | None = None) -> tuple[
     )
 
 
-def read(t: np.ndarray, j: np.ndarray, k: int, fixed: Sequence | None, memo: dict) -> Layout | str | None:
+def read(t: np.ndarray, j: np.ndarray, k: int, memo: dict) -> Layout | str | None:
     """How the port's array ``j`` reads in PyTorch's layout, against PyTorch's ``t`` (array ``k`` of
-    their outputs): ``fixed``'s (the model's output: declared, or proven when the port was prepared);
-    else the layout the values prove (``prove``), kept in ``memo`` by the two shapes; else, where
-    they cannot tell (a difference as large as a transposition), the one proven at another module of
-    the same shapes, or as it is where that is one. None: no layout gives PyTorch's shape (broadcast, or
-    unrelated); a string: why no layout can be told (the output is not judged, never guessed)."""
-    if fixed is not None and k < len(fixed):
-        return fixed[k]
+    their outputs): the layout the values prove (``prove``), kept in ``memo`` by the two shapes; else,
+    where they cannot tell (a difference as large as a transposition), the one proven at another module
+    of the same shapes (or for the model's output, ``of``), or as it is where that is one. None: no
+    layout gives PyTorch's shape (broadcast, or unrelated); a string: why no layout can be told (the
+    output is not judged, never guessed)."""
     found = candidates(j.shape, t.shape)
     if not found:
         return None
@@ -197,11 +200,14 @@ SAY_IT = (
 )
 
 
-def of(prepared: Any, example: dict[str, np.ndarray]) -> tuple[Layout | None, ...]:
+def of(
+    prepared: Any, example: dict[str, np.ndarray], leaves: Callable[..., list]
+) -> tuple[Layout | None, ...]:
     """Per floating-point array of what the default loss sees (``Port.output``'s pick, else the whole
     output), the layout that reads the port's array in PyTorch's (None: as it is, or no layout relates
     the two), declared (``Port.output_layout``) or proven by the values of one float32 pass of each side
-    on the ``example`` inputs (float32, PyTorch's); found once per prepared port.
+    on the ``example`` inputs (float32, PyTorch's), the JAX leaves made by ``leaves(prepared, params,
+    inputs)`` (``build.jax_leaves``); found once per prepared port.
 
     Raises:
         ValueError: the values cannot tell the layout (``prove``), or a declared one does not give
@@ -209,7 +215,7 @@ def of(prepared: Any, example: dict[str, np.ndarray]) -> tuple[Layout | None, ..
     """
     cached = prepared.__dict__.get("_layouts")
     if cached is None:
-        cached = _found(prepared, example)
+        cached = _found(prepared, example, leaves)
         object.__setattr__(prepared, "_layouts", cached)
     return cached
 
@@ -223,9 +229,9 @@ def known(prepared: Any) -> tuple[Layout | None, ...] | None:
     return found
 
 
-def _found(prepared: Any, example: dict[str, np.ndarray]) -> tuple[Layout | None, ...]:
+def _found(prepared: Any, example: dict[str, np.ndarray], leaves: Callable) -> tuple[Layout | None, ...]:
     port = prepared.port
-    torch_out, jax_out = _both(prepared, example)
+    torch_out, jax_out = _both(prepared, example, leaves)
     if torch_out is None or jax_out is None:  # a pass that fails: the check runs it again and says why
         return ()
     said = per_array(port.output_layout, len(jax_out))
@@ -247,7 +253,7 @@ def _found(prepared: Any, example: dict[str, np.ndarray]) -> tuple[Layout | None
 
 
 def _both(
-    prepared: Any, example: dict[str, np.ndarray]
+    prepared: Any, example: dict[str, np.ndarray], leaves: Callable
 ) -> tuple[list[np.ndarray] | None, list[np.ndarray] | None]:
     """Both sides' floating-point output arrays (what the loss sees) of one float32 pass on the
     ``example`` inputs, each None where its pass failed."""
@@ -272,8 +278,8 @@ def _both(
     inputs = {k: jnp.asarray(v) for k, v in example.items()}
 
     def jax_pass() -> Any:
-        leaves = prepared.made((params, {**inputs, **tensors}))
+        made = leaves(prepared, params, {**inputs, **tensors})
         jax_in = dict(port.jax_inputs(inputs)) if port.jax_inputs is not None else dict(inputs)
-        return pick(prepared.jax_side.forward(leaves, jax_in, jnp.float32))
+        return pick(prepared.jax_side.forward(made, jax_in, jnp.float32))
 
     return torch_out, _outputs(jax_pass)

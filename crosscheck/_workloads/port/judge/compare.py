@@ -11,12 +11,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
+
 from crosscheck._compare.device import Arithmetic
 from crosscheck._compare.record import Comparison
 from crosscheck._workloads.model.findings import Findings
 from crosscheck._workloads.model.oracle.function import Differences
 from crosscheck._workloads.port.declare import layout
-from crosscheck._workloads.port.declare.build import Prepared
+from crosscheck._workloads.port.declare.build import Prepared, jax_leaves, make_inputs
 from crosscheck._workloads.port.judge import boundaries, localize
 from crosscheck._workloads.port.judge.localize import Runs
 from crosscheck._workloads.port.judge.pairs import module_pairs
@@ -103,22 +105,23 @@ def compare(
     }
     common["missing"] = "; ".join(p for p in (torch_runs.problem, jax_runs.problem) if p)
     common["device"] = device
-    common["memo"] = {}  # the layouts the values proved, by shapes (``layout.read``)
-    model_output = layout.known(prepared)
-    out, outputs, inputs, firsts = each_module(torch_runs, jax_runs, paired, common, model_output)
+    # the layouts proven by the values, by shapes (``layout.read``), from the output's found for the loss
+    common["memo"] = {(read.source, read.shape): read for read in layout.known(prepared) or () if read}
+    out, outputs, inputs, firsts = each_module(torch_runs, jax_runs, paired, common)
     out, edges = boundaries.apart(out, outputs, firsts, gradients, forward=forward)  # modules cut differently
     starts = _float32_start(torch_runs, jax_runs, paired, outputs, common) if coarse else None
+    if prepared.port.loss is not None:  # a loss of the user's sees each side's output as it is
+        sides = dataclasses.replace(sides, caveats=sides.caveats + _custom_loss_note(prepared))
     return Compared(
         sides, out, paired, outputs, inputs, edges, listed, common["channels_last"], coarse, starts, device
     )
 
 
 def each_module(
-    torch_runs: Runs, jax_runs: Runs, paired: dict, common: dict, model_output: tuple | None = None
+    torch_runs: Runs, jax_runs: Runs, paired: dict, common: dict
 ) -> tuple[list, dict, dict, dict]:
     """Each paired module's output comparison, whether its output and its input agree (module ->
-    ``localize.outcome``), and its first output on each side (for ``boundaries``); the model's output
-    read in the layouts found when the port was prepared (``model_output``, ``layout.known``)."""
+    ``localize.outcome``), and its first output on each side (for ``boundaries``)."""
     t_other = {r.name: r for r in torch_runs.other}
     j_main, j_other = {r.name: r for r in jax_runs.main}, {r.name: r for r in jax_runs.other}
     out: list[Comparison] = []
@@ -130,9 +133,8 @@ def each_module(
             continue
         sides = (r, t_other.get(r.name)), (j_main[paired[r.name]], j_other.get(paired[r.name]))
         label = localize.output_label(r.name)
-        fixed = model_output if r.name == "" else None
         arrays = (_arrays(s, "outputs") for s in sides)
-        c = localize.compare_arrays(label, *arrays, **common, module=r.name, layouts=fixed)
+        c = localize.compare_arrays(label, *arrays, **common, module=r.name)
         out.append(dataclasses.replace(c, module=r.name))
         both = r.outputs and sides[1][0].outputs
         firsts[r.name] = (r.outputs[0], sides[1][0].outputs[0]) if both else None
@@ -141,6 +143,27 @@ def each_module(
             ci = localize.compare_arrays("input", *(_arrays(s, "inputs", 1) for s in sides), **common)
             inputs[r.name] = localize.outcome(ci)
     return out, outputs, inputs, firsts
+
+
+def _custom_loss_note(prepared: Prepared) -> str:
+    """The verdict's note where the port's output (what ``jax_call`` returns) is PyTorch's in another
+    layout and the loss is the user's ("" otherwise, or where the values cannot tell the layout): its
+    two sides' losses differ unless it reads both layouts alike."""
+    try:
+        example = make_inputs(prepared.port, np.random.default_rng(0), "float32")
+        found = layout.of(prepared, example, jax_leaves)
+    except ValueError:
+        return ""
+    for k, read in enumerate(found):
+        if read is not None:
+            return (
+                f"; the port's output is PyTorch's in another layout (array {k}: {read.words()}), and a "
+                "custom `loss=` is given each side's output as it is: the two losses, and their "
+                "gradients, differ unless it reads both layouts alike; return PyTorch's layout from "
+                "`jax_call`, or leave `loss=` out (the default projects one array drawn in PyTorch's "
+                "layout onto both)"
+            )
+    return ""
 
 
 def _float32_start(torch_runs: Runs, jax_runs: Runs, paired: dict, outputs: dict, common: dict) -> str | None:

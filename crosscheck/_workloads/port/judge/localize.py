@@ -122,7 +122,7 @@ def _broadcast(t: np.ndarray, j: np.ndarray, channels_last: bool) -> tuple[np.nd
 
 
 def _vector(
-    torch_arrays, jax_arrays, channels_last: bool, reads: list | None = None, fixed=None, memo=None
+    torch_arrays, jax_arrays, channels_last: bool, reads: list | None = None, memo: dict | None = None
 ) -> tuple[np.ndarray, np.ndarray, str, list] | str:
     """Both sides' arrays, each pair in PyTorch's layout (``reads``: each pair's layout, else found by
     ``layout.read``), flattened and joined; a note where a pair was compared after broadcasting; and the
@@ -133,11 +133,14 @@ def _vector(
     t_parts, j_parts, notes, used = [], [], [], []
     for k in range(n):
         t, j = np.asarray(torch_arrays[k]), np.asarray(jax_arrays[k])
-        read = reads[k] if reads is not None else layout.read(t, j, k, fixed, {} if memo is None else memo)
+        read = reads[k] if reads is not None else layout.read(t, j, k, {} if memo is None else memo)
         used.append(read)
         if isinstance(read, str):
             return read
-        converted = read.to_torch(j) if read is not None and read.shape == t.shape else None
+        if read is not None and read.shape == t.shape:
+            converted = read.to_torch(j)
+        else:  # as it is where the shapes are PyTorch's (the model output's, found as it is)
+            converted = j if j.shape == t.shape else None
         if converted is None:
             both = _broadcast(t, j, channels_last)
             if both is None:
@@ -209,7 +212,6 @@ def compare_arrays(
     device: Arithmetic | None = None,
     keep: bool = False,
     module: str | None = None,
-    layouts: Sequence | None = None,
     memo: dict | None = None,
 ) -> Comparison:
     """One module's output (or input): the JAX port's against PyTorch's, within both measured roundings
@@ -222,10 +224,9 @@ def compare_arrays(
     measured rounding (the same function at the same precision), said in the tolerance's sources;
     with neither, the output is not judged (``unjudgeable``, nothing compared), never passed.
     ``module``: the module whose output this is, said in the messages (a module output, not a
-    parameter). Each array is read in PyTorch's layout (``layout.read``: ``layouts``, the model output's
-    found when the port was prepared; else proven by the values, ``memo`` keeping what was proven by
-    the two shapes); where no layout can be told, the output is not judged."""
-    main = _vector(torch_runs[0], jax_runs[0], channels_last, fixed=layouts, memo=memo)
+    parameter). Each array is read in PyTorch's layout (``layout.read``: proven by the values, ``memo``
+    keeping what was proven, by the two shapes); where no layout can be told, the output is not judged."""
+    main = _vector(torch_runs[0], jax_runs[0], channels_last, memo=memo)
     if isinstance(main, str):
         status = "unjudgeable" if "cannot be told" in main else "mismatch"
         found = _failed(label, f"{label}: {main}", backend=backend, reference=reference, status=status)

@@ -115,6 +115,7 @@ def test_attention_with_as_many_tokens_as_channels_is_compared_as_it_is():
     attention = [c for c in report.comparisons if (c.module or "").startswith("attn.")]
     assert {c.module for c in attention} >= {"attn.q", "attn.k", "attn.v", "attn.proj"}
     assert all(c.status == "ok" for c in attention), [(c.module, c.status) for c in attention]
+    assert not [c.module for c in report.comparisons if "broadcast" in c.coverage]  # every output as it is
 
 
 def test_a_planted_bug_in_the_nhwc_unet_is_still_located():
@@ -127,7 +128,7 @@ class _Square:
     """A Linear ``fc`` on ``(B, 3, 5)`` into ``(B, 3, 3)``: as many tokens as features."""
 
     @staticmethod
-    def port(negated: bool, **kwargs):
+    def port(negated: bool, transposed: bool = False, **kwargs):
         torch = pytest.importorskip("torch")
         nn = pytest.importorskip("flax.linen")
         import crosscheck
@@ -152,7 +153,7 @@ class _Square:
             torch=Torch().eval(),
             jax=Flax(),
             inputs=lambda rng, dtype: {"x": rng.standard_normal((2, 3, 5)).astype(dtype)},
-            jax_call=lambda model, i: sign * model(**i),
+            jax_call=lambda model, i: sign * (model(**i).transpose(0, 2, 1) if transposed else model(**i)),
             **kwargs,
         )
 
@@ -174,3 +175,14 @@ def test_a_declared_output_layout_is_taken_and_a_difference_located():
     assert "cannot be told" not in " ".join(report.problems)
     healthy = _run(_Square.port(negated=False))
     assert healthy.passed, healthy.problems
+
+
+def test_a_custom_loss_of_an_output_in_another_layout_is_said_beside_the_gradient():
+    # The port returns the output transposed (values prove it); a loss of the user's that weighs
+    # positions sees each side's as it is: the gradients differ, and the verdict says why.
+    port = _Square.port(negated=False, transposed=True, loss=lambda out: (out[:, 0, 1:] ** 2).sum())
+    report = _run(port)
+    assert not report.passed
+    verdict = report.verdicts()["jax"]
+    assert "another layout (array 0: axes (0, 2, 1))" in verdict and "custom `loss=`" in verdict
+    assert _run(_Square.port(negated=False, transposed=True)).passed  # the default loss: one loss
