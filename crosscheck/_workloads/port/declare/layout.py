@@ -77,6 +77,12 @@ def _merges(a: Sequence[int], b: Sequence[int]) -> bool:
     return ca <= cb or cb <= ca
 
 
+def _units_only(a: Sequence[int], b: Sequence[int]) -> bool:
+    """Whether two shapes differ by unit axes alone (``(B, 1)`` against ``(B,)``): a broadcast's
+    question (``localize._broadcast``), not a layout's."""
+    return [d for d in a if d != 1] == [d for d in b if d != 1]
+
+
 def candidates(jax_shape: Sequence[int], torch_shape: Sequence[int]) -> list[Layout]:
     """Every layout that reads an array of ``jax_shape`` as one of ``torch_shape``, each reading once
     (size-1 axes permuted read the same), the identity first where it is one."""
@@ -91,7 +97,7 @@ def candidates(jax_shape: Sequence[int], torch_shape: Sequence[int]) -> list[Lay
     out, seen = [], set()
     for perm in perms:
         moved = tuple(jax_shape[p] for p in perm)
-        if moved != torch_shape and not _merges(moved, torch_shape):
+        if moved != torch_shape and (not _merges(moved, torch_shape) or _units_only(moved, torch_shape)):
             continue
         layout = Layout(tuple(perm), moved, torch_shape)
         key = layout.to_torch(index).tobytes()
@@ -206,7 +212,7 @@ def of(
     """Per floating-point array of what the default loss sees (``Port.output``'s pick, else the whole
     output), the layout that reads the port's array in PyTorch's (None: as it is, or no layout relates
     the two), declared (``Port.output_layout``) or proven by the values of one float32 pass of each side
-    on the ``example`` inputs (float32, PyTorch's), the JAX leaves made by ``leaves(prepared, params,
+    on the ``example()`` inputs (float32, PyTorch's), the JAX leaves made by ``leaves(prepared, params,
     inputs)`` (``build.jax_leaves``); found once per prepared port.
 
     Raises:
@@ -215,7 +221,7 @@ def of(
     """
     cached = prepared.__dict__.get("_layouts")
     if cached is None:
-        cached = _found(prepared, example, leaves)
+        cached = _found(prepared, example(), leaves)
         object.__setattr__(prepared, "_layouts", cached)
     return cached
 
@@ -246,10 +252,19 @@ def _found(prepared: Any, example: dict[str, np.ndarray], leaves: Callable) -> t
                 )
         else:
             layout, why = prove(t, j)
-            if layout is None and why:
+            if layout is None and why and t.shape == j.shape and not _converts(prepared):
+                layout = Layout(tuple(range(j.ndim)), j.shape, t.shape)  # no layout to suspect: as it is
+            elif layout is None and why:
                 raise ValueError(f"{where}: its layout cannot be told from the values ({why}); {SAY_IT}.")
         out.append(None if layout is None or layout.identity else layout)
     return tuple(out)
+
+
+def _converts(prepared: Any) -> bool:
+    """Whether the port converts layouts itself (its ``jax_inputs``, or a convolution's channels-last
+    kernel): an output of PyTorch's shape may then be in another layout of the same shape."""
+    leaves = getattr(prepared.jax_side, "leaves", ())
+    return prepared.port.jax_inputs is not None or any(leaf.layout == "..IO" for leaf in leaves)
 
 
 def _both(
@@ -257,6 +272,7 @@ def _both(
 ) -> tuple[list[np.ndarray] | None, list[np.ndarray] | None]:
     """Both sides' floating-point output arrays (what the loss sees) of one float32 pass on the
     ``example`` inputs, each None where its pass failed."""
+    import jax
     import jax.numpy as jnp
 
     from crosscheck._workloads.port.declare.heads import _outputs
@@ -273,13 +289,14 @@ def _both(
             torch_side.call(prepared.torch_side, torch_side.to_torch(floats), torch_side.to_torch(example))
         )
     )
-    params = {k: jnp.asarray(floats[k]) for k in prepared.parameters}
-    tensors = {k: jnp.asarray(v) for k, v in floats.items() if k not in prepared.parameters}
-    inputs = {k: jnp.asarray(v) for k, v in example.items()}
 
     def jax_pass() -> Any:
+        params = {k: jnp.asarray(floats[k]) for k in prepared.parameters}
+        tensors = {k: jnp.asarray(v) for k, v in floats.items() if k not in prepared.parameters}
+        inputs = {k: jnp.asarray(v) for k, v in example.items()}
         made = leaves(prepared, params, {**inputs, **tensors})
         jax_in = dict(port.jax_inputs(inputs)) if port.jax_inputs is not None else dict(inputs)
         return pick(prepared.jax_side.forward(made, jax_in, jnp.float32))
 
-    return torch_out, _outputs(jax_pass)
+    with jax.ensure_compile_time_eval():  # eagerly, even where first asked inside a loss's trace
+        return torch_out, _outputs(jax_pass)

@@ -11,14 +11,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import numpy as np
-
 from crosscheck._compare.device import Arithmetic
 from crosscheck._compare.record import Comparison
 from crosscheck._workloads.model.findings import Findings
 from crosscheck._workloads.model.oracle.function import Differences
 from crosscheck._workloads.port.declare import layout
-from crosscheck._workloads.port.declare.build import Prepared, jax_leaves, make_inputs
+from crosscheck._workloads.port.declare.build import Prepared, output_layouts
 from crosscheck._workloads.port.judge import boundaries, localize
 from crosscheck._workloads.port.judge.localize import Runs
 from crosscheck._workloads.port.judge.pairs import module_pairs
@@ -150,8 +148,7 @@ def _custom_loss_note(prepared: Prepared) -> str:
     layout and the loss is the user's ("" otherwise, or where the values cannot tell the layout): its
     two sides' losses differ unless it reads both layouts alike."""
     try:
-        example = make_inputs(prepared.port, np.random.default_rng(0), "float32")
-        found = layout.of(prepared, example, jax_leaves)
+        found = output_layouts(prepared)
     except ValueError:
         return ""
     for k, read in enumerate(found):

@@ -350,12 +350,16 @@ def redrawn_note(comparisons: Sequence[Comparison]) -> str:
 
 
 def shape_note(torch_top: Any, jax_top: Any, channels_last: bool) -> str:
-    """The verdict's note when the port's output has another shape than the original's (no layout
-    nor broadcast relates them: a wrong input layout, most often); "" otherwise."""
+    """The verdict's note when the port's output has another shape than the original's (no layout whose
+    values fit nor broadcast relates them: a wrong input layout, most often); "" otherwise."""
     if torch_top is None or jax_top is None or not torch_top.outputs or not jax_top.outputs:
         return ""
     t, j = np.asarray(torch_top.outputs[0]), np.asarray(jax_top.outputs[0])
-    if layout.candidates(j.shape, t.shape) or _broadcast(t, j, channels_last) is not None:
+    near = any(  # a layout the values fit, roughly: no question of the inputs' layout
+        np.linalg.norm(read.to_torch(j) - t) <= layout.NEARER * np.linalg.norm(t)
+        for read in layout.candidates(j.shape, t.shape)
+    )
+    if (t.shape == j.shape or near) or _broadcast(t, j, channels_last) is not None:
         return ""
     return (
         f"; the port's output has shape {j.shape}, the original's {t.shape}: are the JAX side's inputs in "

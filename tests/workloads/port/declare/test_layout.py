@@ -159,10 +159,13 @@ class _Square:
 
 
 def test_an_output_whose_layout_the_values_cannot_tell_is_refused_in_one_line():
-    # The port's output negated: read as it is or transposed, it is as far from PyTorch's.
-    port = _Square.port(negated=True)
+    # The port's output negated: read as it is or transposed, it is as far from PyTorch's; the port
+    # converts its inputs (`jax_inputs`), so its output may well be in another layout of that shape.
+    from crosscheck._workloads.port.declare.build import output_layouts
+
+    port = _Square.port(negated=True, jax_inputs=lambda i: {"x": i["x"] + 0.0})
     with pytest.raises(ValueError, match="cannot be told from the values") as refused:
-        _ = port.prepared.workload
+        output_layouts(port.prepared)
     said = str(refused.value)
     assert "\n" not in said
     assert "cannot be told from the values" in said
@@ -186,3 +189,10 @@ def test_a_custom_loss_of_an_output_in_another_layout_is_said_beside_the_gradien
     verdict = report.verdicts()["jax"]
     assert "another layout (array 0: axes (0, 2, 1))" in verdict and "custom `loss=`" in verdict
     assert _run(_Square.port(negated=False, transposed=True)).passed  # the default loss: one loss
+
+
+def test_a_port_that_converts_no_layout_is_compared_as_it_is_when_values_cannot_tell():
+    # No `jax_inputs`, no channels-last kernel: nothing to suspect, and a planted bug is a difference.
+    report = _run(_Square.port(negated=True))
+    assert not report.passed
+    assert "cannot be told" not in " ".join(report.problems)
