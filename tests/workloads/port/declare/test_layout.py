@@ -161,11 +161,9 @@ class _Square:
 def test_an_output_whose_layout_the_values_cannot_tell_is_refused_in_one_line():
     # The port's output negated: read as it is or transposed, it is as far from PyTorch's; the port
     # converts its inputs (`jax_inputs`), so its output may well be in another layout of that shape.
-    from crosscheck._workloads.port.declare.build import output_layouts
-
     port = _Square.port(negated=True, jax_inputs=lambda i: {"x": i["x"] + 0.0})
     with pytest.raises(ValueError, match="cannot be told from the values") as refused:
-        output_layouts(port.prepared)
+        _run(port)  # before any backend runs
     said = str(refused.value)
     assert "\n" not in said
     assert "cannot be told from the values" in said
