@@ -207,7 +207,7 @@ SAY_IT = (
 
 
 def of(
-    prepared: Any, example: dict[str, np.ndarray], leaves: Callable[..., list]
+    prepared: Any, example: Callable[[], dict[str, np.ndarray]], leaves: Callable[..., list]
 ) -> tuple[Layout | None, ...]:
     """Per floating-point array of what the default loss sees (``Port.output``'s pick, else the whole
     output), the layout that reads the port's array in PyTorch's (None: as it is, or no layout relates
