@@ -290,7 +290,7 @@ def _both(
         )
     )
 
-    def jax_pass() -> Any:
+    def jax_pass() -> object:
         params = {k: jnp.asarray(floats[k]) for k in prepared.parameters}
         tensors = {k: jnp.asarray(v) for k, v in floats.items() if k not in prepared.parameters}
         inputs = {k: jnp.asarray(v) for k, v in example.items()}
