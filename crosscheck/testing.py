@@ -37,8 +37,9 @@ def assert_gradients_close(
         The ``Report``, when the check passed.
 
     Raises:
-        AssertionError: the check failed; the message is what ``crosscheck run`` prints after its table
-            (each mismatch message, naming the parameter and the worst entry, then the FAILED line).
+        AssertionError: the check failed; the message starts with the verdict (the FAILED line: a
+            port's names the module where it differs first), then what ``crosscheck run`` prints after
+            its table (each mismatch message, naming the parameter or module output and the worst entry).
         ValueError, TypeError: bad arguments, as ``crosscheck.run``.
 
     Example:
@@ -66,19 +67,21 @@ def assert_gradients_close(
 
 
 def failure_message(report: Report) -> str:
-    """What ``crosscheck run`` prints after its table, as plain text (the CLI may wrap long lines).
+    """The verdict first, on one line (``FAILED: ...``, the first thing pytest's summary shows: a port's
+    says where it differs first, naming the module), then what ``crosscheck run`` prints after its
+    table, as plain text (the CLI may wrap long lines): the detail.
 
     Example:
         >>> from crosscheck.testing import failure_message
         >>> def zeros(weights, x):  # a wrong gradient
         ...     return np.zeros_like(weights)
         >>> report = crosscheck.run(layers=2, dim=4, batch=3, seed=1, backends=[zeros])
-        >>> print(failure_message(report).splitlines()[-1])
+        >>> print(failure_message(report).splitlines()[0])
         FAILED: `zeros` disagrees with `numpy-fd`
     """
-    lines = [text for text, _ in report.messages()]
+    lines = ["FAILED: " + "; ".join(report.problems)]
+    lines += [text for text, _ in report.messages()]
     lines += [f"{r.name}: {r.status}: {r.error}" for r in report.backends.values() if r.status in _FAILED]
-    lines.append("FAILED: " + "; ".join(report.problems))
     return "\n".join(lines)
 
 

@@ -95,8 +95,9 @@ def test_a_failure_carries_the_cli_message(tmp_path, monkeypatch, capsys):
     with pytest.raises(AssertionError) as excinfo:
         assert_gradients_close(WORKLOAD, backends=[half_grad], seed=5)
     message = str(excinfo.value)
-    assert message.startswith("half_grad vs numpy-fd, parameter `w`\nMismatched elements: 6 / 6 (100.0%)")
-    assert message.endswith("FAILED: `half_grad` disagrees with `numpy-fd` at parameter `w`")
+    verdict, _, detail = message.partition("\n")  # the verdict first: what pytest's summary shows
+    assert verdict == "FAILED: `half_grad` disagrees with `numpy-fd` at parameter `w`"
+    assert detail.startswith("half_grad vs numpy-fd, parameter `w`\nMismatched elements: 6 / 6 (100.0%)")
     # The same text the command line prints after its table (which may wrap long lines).
     (tmp_path / "testing_module.py").write_text(_module_source())
     monkeypatch.chdir(tmp_path)
@@ -114,7 +115,7 @@ def test_a_failure_carries_the_cli_message(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert status == 1
     printed = out[out.index("half_grad vs numpy-fd") :]
-    assert " ".join(printed.split()) == " ".join(message.split())
+    assert " ".join(printed.split()) == " ".join((detail + "\n" + verdict).split())
 
 
 def test_pytest_hides_the_helper_frame():

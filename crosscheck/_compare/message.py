@@ -18,12 +18,12 @@ def mismatch_message(c: Comparison) -> str:
     if c.status == "invalid":
         return c.message
     if c.status == "unjudgeable":
-        of = f" of parameter `{c.parameter}`" if c.parameter else ""
+        of = f" of {named(c)}" if c.parameter else ""
         return f"All {c.total} entries{of} are unjudgeable: nothing was compared! ({reasons(c)})"
     pct = 100.0 * c.mismatched / max(c.judged, 1)
     lines = [
         f"Mismatched elements: {c.mismatched} / {c.judged} ({pct:.1f}%)"
-        + (f" in parameter `{c.parameter}`" if c.parameter else "")
+        + (f" in {named(c)}" if c.parameter else "")
         + (f", {c.unjudgeable} unjudgeable ({reasons(c)})" if c.unjudgeable else ""),
         f"Greatest absolute difference: {c.max_abs_diff:.6g} at {_where(c, c.max_abs_diff_index)}",
         f"Greatest relative difference: {c.max_rel_diff:.6g} at {_where(c, c.max_rel_diff_index)}",
@@ -44,7 +44,15 @@ def mismatch_message(c: Comparison) -> str:
 def _where(c: Comparison, index: Sequence[int] | None) -> str:
     """``parameter `w1` index (7,)``, ``(layer, row, col) (0, 1, 2)``: an entry as messages name it."""
     axes = f"({', '.join(c.index_names)})" if c.index_names else "index"
-    return (f"parameter `{c.parameter}` " if c.parameter else "") + f"{axes} {index_text(index)}"
+    return (f"{named(c)} " if c.parameter else "") + f"{axes} {index_text(index)}"
+
+
+def named(c: Comparison) -> str:
+    """What a comparison is of, in words: ``parameter `w1```, or a module's output (``module``: a
+    module output is no parameter) ``module output `gn2```."""
+    if c.module is not None:
+        return f"module output `{c.module or '(model)'}`"
+    return f"parameter `{c.parameter}`"
 
 
 def index_text(index: Sequence[int] | None) -> str:

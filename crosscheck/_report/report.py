@@ -376,7 +376,10 @@ def versus(c: Comparison) -> str:
 
 
 def _at(c: Comparison, prefix: str = " at") -> str:
-    """Which parameter a comparison is of, e.g. " at parameter `w1`" (nothing where it names none)."""
+    """What a comparison is of, e.g. " at parameter `w1`", " at module output `gn2`" (a module's
+    output is no parameter); nothing where it names neither."""
+    if c.module is not None:
+        return f"{prefix} module output `{c.module or '(model)'}`"
     return f"{prefix} parameter `{c.parameter}`" if c.parameter else ""
 
 

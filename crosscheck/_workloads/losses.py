@@ -12,6 +12,7 @@ weighed), and it is flat only where the outputs themselves do not depend on the 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -71,10 +72,16 @@ def floating_outputs(output: Any) -> list[FrameworkArray]:
     return []
 
 
-def outputs_loss(output: Any, *, seed: int = 0) -> FrameworkArray:
+def outputs_loss(output: Any, *, seed: int = 0, layouts: Sequence[Any] = ()) -> FrameworkArray:
     """``sum_i sum(R_i * a_i)`` over every floating-point array ``a_i`` of ``output``
     (``floating_outputs``), ``R_i`` the fixed random array of ``projection_loss`` with seed ``seed + i``:
     both sides of a port pair their arrays by position (and shape), so every output reaches the loss.
+
+    ``layouts``: per array (None: as it is), where it holds the original's values in another layout
+    (a port's NHWC image against PyTorch's NCHW), what reads it in the original's: an object with
+    ``shape`` (the original's) and ``to_jax(r)`` (an array in the original's layout in this one's). ``R_i``
+    is drawn in the original's shape and projected onto this one's layout, so that both sides compute
+    one loss: ``sum(R * original) == sum(to_jax(R) * port)``.
 
     Raises:
         ValueError: the output holds no floating-point array.
@@ -85,7 +92,12 @@ def outputs_loss(output: Any, *, seed: int = 0) -> FrameworkArray:
             f"the model's output holds no floating-point array (found {type(output).__name__}): "
             "pass `output=` (which array to check) or `loss=`"
         )
-    total = projection_loss(arrays[0], seed=seed)
-    for i, array in enumerate(arrays[1:], start=1):
-        total = total + projection_loss(array, seed=seed + i)
+    total = None
+    for i, array in enumerate(arrays):
+        layout = layouts[i] if i < len(layouts) else None
+        if layout is None:
+            term = projection_loss(array, seed=seed + i)
+        else:
+            term = dot(array, layout.to_jax(projection(tuple(layout.shape), seed + i)))
+        total = term if total is None else total + term
     return total

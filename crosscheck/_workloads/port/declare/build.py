@@ -259,16 +259,17 @@ def jax_side_inputs(port: PortFields, inputs: dict[str, Any]) -> dict[str, Any]:
     return dict(port.jax_inputs(inputs)) if port.jax_inputs is not None else dict(inputs)
 
 
-def port_loss(port: PortFields) -> Callable[[Any], Any]:
+def port_loss(port: PortFields, layouts: Callable[[], tuple] = tuple) -> Callable[[Any], Any]:
     """The port's loss of the model's output: ``loss(output(out))`` as given; by default
     ``outputs_loss``, a fixed random projection of every floating-point array of the output (or of what
-    ``output`` picks), so that every output reaches the loss (a custom ``loss`` alone gets the first)."""
+    ``output`` picks), so that every output reaches the loss (a custom ``loss`` alone gets the first),
+    each drawn in PyTorch's layout (``layouts()``: the JAX side's, ``output_layouts``)."""
     if port.loss is not None:
         pick = port.output or _first
         chosen = port.loss
         return lambda out: chosen(pick(out))
     whole = port.output or (lambda out: out)
-    return lambda out: outputs_loss(whole(out), seed=SEED)
+    return lambda out: outputs_loss(whole(out), seed=SEED, layouts=layouts())
 
 
 def _first(output: Any) -> FrameworkArray | None:
@@ -330,8 +331,10 @@ def jax_leaves(
 
 
 def jax_implementation(prepared: Prepared) -> Callable[[dict, dict], FrameworkArray]:
-    """``(params, inputs) -> loss`` of the JAX port, its leaves made from the PyTorch tensors."""
-    loss = port_loss(prepared.port)
+    """``(params, inputs) -> loss`` of the JAX port, its leaves made from the PyTorch tensors; the
+    default loss's projection drawn in PyTorch's layout (``output_layouts``)."""
+    custom = prepared.port.loss is not None
+    loss = port_loss(prepared.port, tuple if custom else lambda: output_layouts(prepared))
 
     def jax_loss(params: dict, inputs: dict) -> FrameworkArray:
         dtype = next(iter(params.values())).dtype
@@ -340,6 +343,15 @@ def jax_implementation(prepared: Prepared) -> Callable[[dict, dict], FrameworkAr
         return loss(prepared.jax_side.forward(leaves, jax_in, dtype))
 
     return jax_loss
+
+
+def output_layouts(prepared: Prepared) -> tuple:
+    """The layouts reading the JAX output's arrays in PyTorch's (``layout.of``; found once)."""
+    from crosscheck._workloads.port.declare import layout
+
+    return layout.of(
+        prepared, lambda: make_inputs(prepared.port, np.random.default_rng(0), "float32"), jax_leaves
+    )
 
 
 #: What every float64 pass of the PyTorch side does beyond casting the tensors (``torch_side.call``).

@@ -34,6 +34,7 @@ class PortFields:
     description: str = ""
     unused: Sequence[str] = ()
     convert: Callable[[dict[str, Any]], Any] | None = None
+    output_layout: Any = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:

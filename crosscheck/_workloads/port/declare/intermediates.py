@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from crosscheck._errors import UserCodeFailed, describe, reraise_user_interrupt
+from crosscheck._workloads.port.declare import layout
 from crosscheck._workloads.port.declare.fields import PortFields
 from crosscheck._workloads.port.sides import jax_side as jax_side_module
 from crosscheck._workloads.port.sides import torch_side as torch_side_module
@@ -90,9 +91,12 @@ def _compared(
 
 def _fits(shape: tuple[int, ...], torch_shape: tuple[int, ...]) -> bool:
     """Whether a JAX array of ``shape`` is compared with PyTorch's ``torch_shape`` (as
-    ``localize.compare_arrays`` compares module outputs): the same shape or its channels-last layout, or
-    either of them broadcasting one into the other (``(1, S, H)`` against ``(B, S, H)``, ``(4, 6, 8)``
-    against ``(6, 8)``); not shapes whose common shape is neither (``(B, 1)`` against ``(B,)``)."""
+    ``localize.compare_arrays`` compares module outputs): a layout of it (``layout.candidates``: its
+    axes permuted, adjacent ones merged or split, the values deciding when compared), or it or its
+    channels-last layout broadcasting one into the other (``(1, S, H)`` against ``(B, S, H)``, ``(4, 6,
+    8)`` against ``(6, 8)``); not shapes whose common shape is neither (``(B, 1)`` against ``(B,)``)."""
+    if layout.candidates(shape, torch_shape):
+        return True
     moved = (shape[0], shape[-1], *shape[1:-1]) if len(shape) >= 3 else shape
     for candidate in (shape, moved):
         try:

@@ -98,6 +98,13 @@ class Port(PortFields):
             counts as not checked and fails the run, with a hint; a declared one is said in the report
             and does not fail it.
         description: one line, shown by ``crosscheck list``.
+        output_layout: the layout of the JAX output against PyTorch's, where the values cannot tell
+            it (otherwise it is proven by them: an NHWC image against NCHW, ``(B, H, W, C)`` against
+            ``(B, C, H*W)``): the JAX output's axes in PyTorch's order, as ``np.transpose`` takes them
+            (``(0, 3, 1, 2)`` for NHWC against NCHW; then merged or split into PyTorch's shape where it
+            differs), ``"NHWC"`` for channels last, or a list with one per floating-point array of the
+            output (None: proven by the values). The default loss draws its projection in PyTorch's
+            layout and projects it onto the JAX output's; the model's output is compared in PyTorch's.
 
     Example:
         >>> port = crosscheck.Port(  # doctest: +SKIP

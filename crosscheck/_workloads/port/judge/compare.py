@@ -15,7 +15,8 @@ from crosscheck._compare.device import Arithmetic
 from crosscheck._compare.record import Comparison
 from crosscheck._workloads.model.findings import Findings
 from crosscheck._workloads.model.oracle.function import Differences
-from crosscheck._workloads.port.declare.build import Prepared
+from crosscheck._workloads.port.declare import layout
+from crosscheck._workloads.port.declare.build import Prepared, output_layouts
 from crosscheck._workloads.port.judge import boundaries, localize
 from crosscheck._workloads.port.judge.by_design import Part
 from crosscheck._workloads.port.judge.localize import Runs
@@ -106,12 +107,16 @@ def compare(
     }
     common["missing"] = "; ".join(p for p in (torch_runs.problem, jax_runs.problem) if p)
     common["device"] = device
+    # the layouts proven by the values, by shapes (``layout.read``), from the output's found for the loss
+    common["memo"] = {(read.source, read.shape): read for read in layout.known(prepared) or () if read}
     out, outputs, inputs, firsts = each_module(torch_runs, jax_runs, paired, common)
     out, edges = boundaries.apart(out, outputs, firsts, gradients, forward=forward)  # modules cut differently
     starts = _float32_start(torch_runs, jax_runs, paired, outputs, common) if coarse else None
-    layout = common["channels_last"]
+    if prepared.port.loss is not None:  # a loss of the user's sees each side's output as it is
+        sides = dataclasses.replace(sides, caveats=sides.caveats + _custom_loss_note(prepared))
+    channels_last = common["channels_last"]
     return Compared(
-        sides, out, paired, outputs, inputs, edges, listed, layout, coarse, starts, device, tuple(by_design)
+        sides, out, paired, outputs, inputs, edges, listed, channels_last, coarse, starts, device, tuple(by_design)
     )
 
 
@@ -131,7 +136,8 @@ def each_module(
             continue
         sides = (r, t_other.get(r.name)), (j_main[paired[r.name]], j_other.get(paired[r.name]))
         label = localize.output_label(r.name)
-        c = localize.compare_arrays(label, *(_arrays(s, "outputs") for s in sides), **common)
+        arrays = (_arrays(s, "outputs") for s in sides)
+        c = localize.compare_arrays(label, *arrays, **common, module=r.name)
         out.append(dataclasses.replace(c, module=r.name))
         both = r.outputs and sides[1][0].outputs
         firsts[r.name] = (r.outputs[0], sides[1][0].outputs[0]) if both else None
@@ -140,6 +146,26 @@ def each_module(
             ci = localize.compare_arrays("input", *(_arrays(s, "inputs", 1) for s in sides), **common)
             inputs[r.name] = localize.outcome(ci)
     return out, outputs, inputs, firsts
+
+
+def _custom_loss_note(prepared: Prepared) -> str:
+    """The verdict's note where the port's output (what ``jax_call`` returns) is PyTorch's in another
+    layout and the loss is the user's ("" otherwise, or where the values cannot tell the layout): its
+    two sides' losses differ unless it reads both layouts alike."""
+    try:
+        found = output_layouts(prepared)
+    except ValueError:
+        return ""
+    for k, read in enumerate(found):
+        if read is not None:
+            return (
+                f"; the port's output is PyTorch's in another layout (array {k}: {read.words()}), and a "
+                "custom `loss=` is given each side's output as it is: the two losses, and their "
+                "gradients, differ unless it reads both layouts alike; return PyTorch's layout from "
+                "`jax_call`, or leave `loss=` out (the default projects one array drawn in PyTorch's "
+                "layout onto both)"
+            )
+    return ""
 
 
 def _float32_start(torch_runs: Runs, jax_runs: Runs, paired: dict, outputs: dict, common: dict) -> str | None:

@@ -8,7 +8,9 @@ compared entry by entry; its tolerance is the sum of both sides' rounding, *meas
 side in the other precision (``SAFETY`` x (the difference + its RMS), scaled by ``2**-29`` for a float64
 case; capped entry by entry at what float32 permits, ``_compare.terms.capped``, a 16-bit dtype's re-run
 by its typical entry, ``cap``), plus a floor of ``FLOOR_ULPS`` unit roundoffs of the largest entry
-(``_compare.terms`` builds each). Outputs whose shapes broadcast one into the other (a ``(1, S, H)``
+(``_compare.terms`` builds each). Each array is read in PyTorch's layout, proven by the values where
+the shapes allow several (``declare.layout.read``: an NHWC image, a square ``(B, H*W, C)``). Outputs
+whose shapes broadcast one into the other (a ``(1, S, H)``
 position embedding against a ``(B, S, H)`` one) are compared after broadcasting, and the row and the
 verdict say so. A side whose re-run failed takes the other side's measured rounding for both; with
 neither, the output is "not judged" (``NOT_JUDGED``: it fails, and the verdict blames no module for it).
@@ -32,7 +34,9 @@ from crosscheck._compare.compare import compare
 from crosscheck._compare.constants import OTHER_DTYPE
 from crosscheck._compare.device import Arithmetic
 from crosscheck._compare.dtypes import is_low, numpy_dtype, unit_roundoff
+from crosscheck._compare.message import mismatch_message
 from crosscheck._compare.record import Comparison, Tolerance
+from crosscheck._workloads.port.declare import layout
 from crosscheck._workloads.port.mapping.matching import canonical
 
 TERM_HELP = {
@@ -102,15 +106,6 @@ def _ordinal(name: str) -> str:
     return base if k == 1 else f"{base}#{k}"
 
 
-def _as_torch_layout(a: np.ndarray, like: np.ndarray, channels_last: bool) -> np.ndarray | None:
-    moved = np.moveaxis(a, -1, 1) if a.ndim >= 3 else a
-    if channels_last and moved.shape == like.shape:
-        return moved
-    if a.shape == like.shape:
-        return a
-    return moved if moved.shape == like.shape else None
-
-
 def _broadcast(t: np.ndarray, j: np.ndarray, channels_last: bool) -> tuple[np.ndarray, np.ndarray] | None:
     """Both arrays at their common shape where one broadcasts to the other's (PyTorch's ``(1, S, H)``
     position embedding against Flax's ``(B, S, H)``: the same values wherever they are used); None
@@ -126,16 +121,26 @@ def _broadcast(t: np.ndarray, j: np.ndarray, channels_last: bool) -> tuple[np.nd
     return None
 
 
-def _vector(torch_arrays, jax_arrays, channels_last: bool) -> tuple[np.ndarray, np.ndarray, str] | str:
-    """Both sides' arrays, each pair in PyTorch's layout, flattened and joined; and a note where a pair
-    was compared after broadcasting (or the one-line reason they cannot be compared)."""
+def _vector(
+    torch_arrays, jax_arrays, channels_last: bool, reads: list | None = None, memo: dict | None = None
+) -> tuple[np.ndarray, np.ndarray, str, list] | str:
+    """Both sides' arrays, each pair in PyTorch's layout (``reads``: each pair's layout, else found by
+    ``layout.read``), flattened and joined; a note where a pair was compared after broadcasting; and the
+    layouts read (or the one-line reason they cannot be compared)."""
     n = min(len(torch_arrays), len(jax_arrays))
     if n == 0:
         return "no arrays to compare"
-    t_parts, j_parts, notes = [], [], []
+    t_parts, j_parts, notes, used = [], [], [], []
     for k in range(n):
         t, j = np.asarray(torch_arrays[k]), np.asarray(jax_arrays[k])
-        converted = _as_torch_layout(j, t, channels_last)
+        read = reads[k] if reads is not None else layout.read(t, j, k, {} if memo is None else memo)
+        used.append(read)
+        if isinstance(read, str):
+            return read
+        if read is not None and read.shape == t.shape:
+            converted = read.to_torch(j)
+        else:  # as it is where the shapes are PyTorch's (the model output's, found as it is)
+            converted = j if j.shape == t.shape else None
         if converted is None:
             both = _broadcast(t, j, channels_last)
             if both is None:
@@ -146,7 +151,7 @@ def _vector(torch_arrays, jax_arrays, channels_last: bool) -> tuple[np.ndarray, 
             t, converted = both
         t_parts.append(t.astype(np.float64).ravel())
         j_parts.append(converted.astype(np.float64).ravel())
-    return np.concatenate(t_parts), np.concatenate(j_parts), "; ".join(notes)
+    return np.concatenate(t_parts), np.concatenate(j_parts), "; ".join(notes), used
 
 
 def _rounding(
@@ -206,6 +211,8 @@ def compare_arrays(
     precision: str | None = None,
     device: Arithmetic | None = None,
     keep: bool = False,
+    module: str | None = None,
+    memo: dict | None = None,
 ) -> Comparison:
     """One module's output (or input): the JAX port's against PyTorch's, within both measured roundings
     (those of ``precision``, the case's dtype unless given: ``"float32"`` in a float64 case whose losses
@@ -215,11 +222,16 @@ def compare_arrays(
 
     A side without a re-run in the other precision (``missing`` says why) takes the other side's
     measured rounding (the same function at the same precision), said in the tolerance's sources;
-    with neither, the output is not judged (``unjudgeable``, nothing compared), never passed."""
-    main = _vector(torch_runs[0], jax_runs[0], channels_last)
+    with neither, the output is not judged (``unjudgeable``, nothing compared), never passed.
+    ``module``: the module whose output this is, said in the messages (a module output, not a
+    parameter). Each array is read in PyTorch's layout (``layout.read``: proven by the values, ``memo``
+    keeping what was proven, by the two shapes); where no layout can be told, the output is not judged."""
+    main = _vector(torch_runs[0], jax_runs[0], channels_last, memo=memo)
     if isinstance(main, str):
-        return _failed(label, f"{label}: {main}", backend=backend, reference=reference)
-    t, j, broadcast = main
+        status = "unjudgeable" if "cannot be told" in main else "mismatch"
+        found = _failed(label, f"{label}: {main}", backend=backend, reference=reference, status=status)
+        return dataclasses.replace(found, coverage=NOT_JUDGED) if status == "unjudgeable" else found
+    t, j, broadcast, reads = main
     t_miss, j_miss = not torch_runs[1], not jax_runs[1]
     if t_miss and j_miss:
         why = missing or "neither side's module ran in the re-run"
@@ -228,7 +240,7 @@ def compare_arrays(
         )
         found = _failed(label, text, backend=backend, reference=reference, status="unjudgeable")
         return dataclasses.replace(found, coverage=NOT_JUDGED)
-    other = _vector(torch_runs[1] or torch_runs[0], jax_runs[1] or jax_runs[0], channels_last)
+    other = _vector(torch_runs[1] or torch_runs[0], jax_runs[1] or jax_runs[0], channels_last, reads)
     t_other, j_other = (None, None) if isinstance(other, str) else other[:2]
     precision = precision or dtype
     j_term, j_new = _rounding(j, j_other, precision, device)
@@ -261,6 +273,9 @@ def compare_arrays(
         term_help=helps,
         keep=keep,
     )
+    if module is not None:  # a module's output, said as such (never "parameter")
+        found = dataclasses.replace(found, module=module)
+        found = dataclasses.replace(found, message=mismatch_message(found))
     if found.status == "unjudgeable" and not np.any(t) and not np.any(j):
         found = dataclasses.replace(found, passed=True, status="ok", message="")  # exact zeros agree
     if broadcast:  # said in the row's coverage and message: not every entry is the other side's own
@@ -335,12 +350,16 @@ def redrawn_note(comparisons: Sequence[Comparison]) -> str:
 
 
 def shape_note(torch_top: Any, jax_top: Any, channels_last: bool) -> str:
-    """The verdict's note when the port's output has another shape than the original's (no layout
-    nor broadcast relates them: a wrong input layout, most often); "" otherwise."""
+    """The verdict's note when the port's output has another shape than the original's (no layout whose
+    values fit nor broadcast relates them: a wrong input layout, most often); "" otherwise."""
     if torch_top is None or jax_top is None or not torch_top.outputs or not jax_top.outputs:
         return ""
     t, j = np.asarray(torch_top.outputs[0]), np.asarray(jax_top.outputs[0])
-    if _as_torch_layout(j, t, channels_last) is not None or _broadcast(t, j, channels_last) is not None:
+    near = any(  # a layout the values fit, roughly: no question of the inputs' layout
+        np.linalg.norm(read.to_torch(j) - t) <= layout.NEARER * np.linalg.norm(t)
+        for read in layout.candidates(j.shape, t.shape)
+    )
+    if (t.shape == j.shape or near) or _broadcast(t, j, channels_last) is not None:
         return ""
     return (
         f"; the port's output has shape {j.shape}, the original's {t.shape}: are the JAX side's inputs in "

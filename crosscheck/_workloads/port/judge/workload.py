@@ -11,7 +11,7 @@ from typing import Any
 from crosscheck._backends.protocol import BackendSpec
 from crosscheck._types import Loaded
 from crosscheck._workloads.model.workload import GenericWorkload
-from crosscheck._workloads.port.declare.build import Prepared, case_notes
+from crosscheck._workloads.port.declare.build import Prepared, case_notes, output_layouts
 from crosscheck._workloads.port.declare.port import Port
 from crosscheck._workloads.port.judge.forward import OutputJudge
 from crosscheck._workloads.port.judge.gradient import PortJudge
@@ -65,4 +65,6 @@ class PortWorkload(OwnArrays):
         if quantity.name != "grad":
             checks = ", ".join(self.quantities)
             raise ValueError(f"port `{self.name}` has no quantity {quantity.name!r}; it checks {checks}.")
+        if self.port.loss is None:  # the loss's layouts, found (or refused) before any backend runs
+            output_layouts(self.prepared)
         return PortJudge(self, point, options)

@@ -338,3 +338,11 @@ def test_each_planted_equinox_block_bug_is_located(block_equinox, bug):
     report, verdict = _verdict(getattr(block_equinox, bug))
     assert not report.passed
     assert (verdict["starts_in"], verdict["module"]) == ("forward", block_equinox.BUGS[bug][1])
+
+
+def test_a_listed_output_in_another_layout_fits_as_module_outputs_are_compared():
+    from crosscheck._workloads.port.declare.intermediates import _fits
+
+    assert _fits((2, 4, 4, 8), (2, 8, 16))  # (B, H, W, C) against a GroupNorm's (B, C, H*W)
+    assert _fits((2, 16, 16, 3), (2, 3, 16, 16))  # NHWC against NCHW
+    assert not _fits((2, 6), (3, 4))  # neither a layout nor a broadcast

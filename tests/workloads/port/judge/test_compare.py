@@ -44,7 +44,10 @@ def test_clean_records_carry_no_caveat():
 
 def _prepared(listed=("a", "b")) -> types.SimpleNamespace:
     """A port whose JAX side lists its intermediates (paired by name, no mapping needed)."""
-    return types.SimpleNamespace(jax_side=types.SimpleNamespace(listed=listed, leaves=[]))
+    return types.SimpleNamespace(
+        jax_side=types.SimpleNamespace(listed=listed, leaves=[]),
+        port=types.SimpleNamespace(output=None, loss=None),
+    )
 
 
 def _compared(torch_records, jax_records, *, dtype="float64", coarse=()):

@@ -228,3 +228,25 @@ def test_an_output_of_another_shape_says_both_shapes_in_the_verdict():
     line = report.problems[0]
     assert "the port's output has shape (5, 2, 3), the original's (2, 5, 3)" in line
     assert "`jax_inputs`" in line
+
+
+def test_a_module_output_is_said_as_a_module_output_never_as_a_parameter():
+    from crosscheck._report.report import versus
+    from crosscheck._workloads.port.judge.localize import compare_arrays
+
+    t = np.arange(12, dtype=np.float32).reshape(3, 4)
+    runs = ([t], [t])
+    c = compare_arrays(
+        "gn2 (output)",
+        runs,
+        ([t + 1], [t + 1]),
+        dtype="float32",
+        channels_last=False,
+        backend="jax",
+        reference="torch",
+        module="gn2",
+    )
+    assert not c.passed and c.module == "gn2"
+    assert versus(c) == "jax vs torch, module output `gn2`"  # its message's heading
+    assert "in module output `gn2`" in c.message
+    assert "parameter" not in versus(c) + c.message
