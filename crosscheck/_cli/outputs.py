@@ -156,7 +156,7 @@ def write_json(path: str | None, data: Any, option: str = "--json") -> None:
     """Write ``data`` as indented JSON, when a path was given."""
     if path is None:
         return
-    from crosscheck._report.report import dump_json
+    from crosscheck._report.jsonfile import dump_json
 
     try:
         dump_json(data, path)

@@ -7,8 +7,6 @@ per candidate) its judge hands over (``Judge.extras``) as the records defined he
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ from crosscheck._compare.message import reasons
 from crosscheck._compare.record import Comparison
 from crosscheck._errors import one_line
 from crosscheck._report.environment import framework_lines
+from crosscheck._report.jsonfile import dump_json, finite
 from crosscheck._report.text import markup, plain, plural
 from crosscheck._types import Console
 
@@ -197,7 +196,7 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON report (keys are added over time, never renamed)."""
-        return _finite(
+        return finite(
             {
                 "schema_version": SCHEMA_VERSION,
                 "passed": self.passed,
@@ -381,22 +380,3 @@ def _at(c: Comparison, prefix: str = " at") -> str:
     if c.module is not None:
         return f"{prefix} module output `{c.module or '(model)'}`"
     return f"{prefix} parameter `{c.parameter}`" if c.parameter else ""
-
-
-def dump_json(data: Any, path: str | Path) -> None:
-    """``data`` as indented JSON in ``path``, written as it is encoded (``json.dump``: a real model's
-    report is never one string in memory as well), with a final newline."""
-    with Path(path).open("w") as out:
-        json.dump(data, out, indent=2)
-        out.write("\n")
-
-
-def _finite(value: Any) -> Any:
-    """JSON has no NaN or infinity: write them as strings rather than emit invalid JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value

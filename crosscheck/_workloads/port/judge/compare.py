@@ -116,7 +116,18 @@ def compare(
         sides = dataclasses.replace(sides, caveats=sides.caveats + _custom_loss_note(prepared))
     channels_last = common["channels_last"]
     return Compared(
-        sides, out, paired, outputs, inputs, edges, listed, channels_last, coarse, starts, device, tuple(by_design)
+        sides,
+        out,
+        paired,
+        outputs,
+        inputs,
+        edges,
+        listed,
+        channels_last,
+        coarse,
+        starts,
+        device,
+        tuple(by_design),
     )
 
 

@@ -32,7 +32,8 @@ from crosscheck._report.report import Verdict
 from crosscheck._types import Loaded
 from crosscheck._workloads.model.judge import GenericJudge
 from crosscheck._workloads.model.oracle.estimate import Cost
-from crosscheck._workloads.port.declare.build import not_checked, torch_implementation
+from crosscheck._workloads.port.declare.build import torch_implementation
+from crosscheck._workloads.port.declare.notes import not_checked
 from crosscheck._workloads.port.judge import (
     backward,
     by_design,

@@ -11,7 +11,8 @@ from typing import Any
 from crosscheck._backends.protocol import BackendSpec
 from crosscheck._types import Loaded
 from crosscheck._workloads.model.workload import GenericWorkload
-from crosscheck._workloads.port.declare.build import Prepared, case_notes, output_layouts
+from crosscheck._workloads.port.declare.build import Prepared, output_layouts
+from crosscheck._workloads.port.declare.notes import case_notes
 from crosscheck._workloads.port.declare.port import Port
 from crosscheck._workloads.port.judge.forward import OutputJudge
 from crosscheck._workloads.port.judge.gradient import PortJudge

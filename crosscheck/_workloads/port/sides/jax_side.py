@@ -330,7 +330,7 @@ def narrow(value: Any) -> bool:
 
 def _in_dtype(module: Any, dtype: Any) -> Any:
     """A linen module that computes in ``dtype``: one with a ``dtype`` field set to a float type (Hugging
-    Face's default ``float32``) is cloned with the case's dtype (the case says so: ``build.case_notes``'s
+    Face's default ``float32``) is cloned with the case's dtype (the case says so: ``notes.case_notes``'s
     ``jax_dtype``); ``None`` already follows its inputs."""
     current = getattr(module, "dtype", None)
     if current is None or not jnp.issubdtype(current, jnp.floating) or current == dtype:
