@@ -17,6 +17,7 @@ import torch
 
 from crosscheck._backends import handed
 from crosscheck._workloads.port.mapping.matching import TORCH_LAYOUTS, Tensor, layout_of
+from crosscheck._workloads.port.sides.torch_device import on_device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,6 +143,7 @@ def call(wrapped: Wrapped, state: dict[str, Any], inputs: dict[str, Any]) -> Any
     ``Misbehaved``: the next call would compute with other weights."""
     watched = _watch(wrapped.m, state)
     own = {k: _copied(v) for k, v in inputs.items()}
+    state, own = on_device(wrapped.m, state, own)
     with _default_dtype(_floating_dtype(state)):
         out = torch.func.functional_call(wrapped, {f"m.{k}": v for k, v in state.items()}, (own,))
     _unchanged(watched)

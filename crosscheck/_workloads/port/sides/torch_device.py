@@ -1,0 +1,57 @@
+"""Where the PyTorch side of a port computes, and its tensors put there for each call: the device the
+run placed it on (``--torch-device``, ``Execution.torch_device``), else where the user's module lives
+(a module on ``cuda`` is checked there). The arrays crosscheck hands are made on the host; each call
+moves them (autograd's ``to``: a gradient comes back to the tensor handed), and its results come back
+to the host only to be compared. Imported only when a port is used (it imports torch).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import torch
+
+from crosscheck._backends.devices import placed_device
+
+
+def device_of(module: torch.nn.Module) -> torch.device:
+    """Where the PyTorch side computes: the device the run placed it on (``--torch-device``), else where
+    the module lives (its first parameter or buffer's; the host CPU without one)."""
+    placed = placed_device("torch")
+    if placed is not None:
+        return torch.device(placed)
+    own = next(itertools.chain(module.parameters(), module.buffers()), None)
+    return own.device if own is not None else torch.device("cpu")
+
+
+def on_device(module: torch.nn.Module, state: dict[str, Any], inputs: dict[str, Any]) -> tuple[dict, dict]:
+    """``state`` and ``inputs`` on the side's device (``device_of``), with the module's buffers that
+    ``state`` lacks (non-persistent ones: a causal mask) there too, so that ``functional_call`` computes
+    with no tensor left elsewhere; as they are where every tensor is there already (the host CPU). A
+    move is autograd's ``to``: a gradient comes back to the tensor handed."""
+    device = device_of(module)
+    held = [t for t in _tensors([state, inputs]) if t.device != device]
+    if not held and all(b.device == device for _, b in module.named_buffers()):
+        return state, inputs
+    missing = {k: b for k, b in module.named_buffers() if k not in state}
+    return _moved({**missing, **state}, device), _moved(inputs, device)
+
+
+def _moved(value: Any, device: torch.device) -> Any:
+    """``value`` with each tensor in it on ``device`` (tuples, lists, dicts kept)."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {k: _moved(v, device) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(_moved(v, device) for v in value)
+    return value
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors in ``value`` (tuples, lists, dicts), in order."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (tuple, list)) else ()
+    return [t for item in items for t in _tensors(item)]
