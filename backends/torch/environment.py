@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._backends.devices import placed_device
+from crosscheck._compare.device import Arithmetic
 
 
 def record() -> dict[str, Any]:
@@ -51,6 +52,17 @@ def side(*, placed: bool = True) -> dict[str, str]:
 
 def _switch(on: bool) -> str:
     return "on" if on else "off"
+
+
+def arithmetic() -> Arithmetic:
+    """Where PyTorch computes now (``side``: inside the run's placement), as the judge models its
+    rounding: the platform, the precision level of its float32 products (``highest`` unless TF32 is on
+    for them: ``default``) and of its convolutions (``conv``), and the device's kind."""
+    found = side()
+    products = "default" if found.get("matmul_tf32") == "on" else "highest"
+    return Arithmetic(
+        found["platform"], products, found["device_kind"], "torch", conv=found.get("cudnn_tf32", "off")
+    )
 
 
 def line(t: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ import torch
 
 from crosscheck._backends.devices import placed_device
 from crosscheck._backends.handed import same_bits
+from crosscheck._compare.device import Arithmetic
 
 from . import buffer, environment
 from .arrays import numpy, share, tensor
@@ -194,6 +195,10 @@ class TorchWorkloadBackend:
         38)."""
         self.resident.clear()
         self._line = None
+
+    def arithmetic(self) -> Arithmetic:
+        """Where its calls compute (read inside the run's placement): its device and TF32 switches."""
+        return environment.arithmetic()
 
     def info(self) -> dict[str, str]:
         return {

@@ -64,7 +64,7 @@ def accelerated(report: Report) -> dict[str, str] | None:
             result.role == "candidate"
             and platform
             and platform != "cpu"
-            and "matmul_precision" in result.info
+            and ("matmul_precision" in result.info or "matmul_tf32" in result.info)
         ):
             return dict(result.info)
     return None
@@ -98,7 +98,7 @@ def classified(request: Any, report: Report, again: Callable[[Any], Report]) -> 
     execution = request.execution
     why = "to see what the reduced precision hides" if passed else "to classify the failure"
     if _level(where) != "highest":
-        tell(f"JAX at `highest` precision, {why}")
+        tell(f"{_who(where)} at `highest` precision, {why}")
         highest = again(_with(request, execution, Placement.at_highest))
         ran = accelerated(highest)
         runs.append(_run("highest", highest, ran or {}))
@@ -106,12 +106,17 @@ def classified(request: Any, report: Report, again: Callable[[Any], Report]) -> 
             return _attach(highest, (_confirmed if passed else _precision)(where, report, runs))
         if highest.interrupted or highest.halted:
             return report if passed else highest
-    tell(f"the JAX side on the host CPU, {why}")
+    tell(f"the {_who(where)} side on the host CPU, {why}")
     cpu = again(_with(request, execution, Placement.on_host))
     runs.append(_run("host CPU", cpu, _cpu_info(cpu)))
     if cpu.passed:
         return _attach(report, _device(where, runs))
     return _attach(cpu, (_hidden if passed else _port)(where, runs))
+
+
+def _who(where: dict[str, str]) -> str:
+    """Whose side is on the accelerator, in words (its info names PyTorch's TF32 switches, or not)."""
+    return "PyTorch" if "matmul_tf32" in where else "JAX"
 
 
 def _with(request: Any, execution: Any, change: Callable[[Placement], Placement]) -> Any:
@@ -133,6 +138,8 @@ def _telling(request: Any) -> Callable[[str], None]:
 def _level(info: dict[str, str]) -> str:
     from crosscheck._compare.device import level
 
+    if "matmul_tf32" in info:  # PyTorch on CUDA: TF32 off for products and convolutions is its highest
+        return "default" if "on" in (info["matmul_tf32"], info.get("cudnn_tf32")) else "highest"
     return level(info.get("matmul_precision"))
 
 
