@@ -10,9 +10,18 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import numpy as np
 import torch
 
 from crosscheck._backends.devices import placed_device
+from crosscheck._compare.device import DEVICE_PERMIT_ULPS
+from crosscheck._compare.dtypes import unit_roundoff
+
+#: How a side's sums are made in one order every call, to check it bit for bit on a GPU.
+DETERMINISTIC = (
+    "`--torch-deterministic on` (torch.use_deterministic_algorithms) for the PyTorch side, and "
+    "XLA_FLAGS=--xla_gpu_deterministic_ops=true for JAX's"
+)
 
 
 def device_of(module: torch.nn.Module) -> torch.device:
@@ -55,3 +64,34 @@ def _tensors(value: Any) -> list[torch.Tensor]:
         return [value]
     items = value.values() if isinstance(value, dict) else value if isinstance(value, (tuple, list)) else ()
     return [t for item in items for t in _tensors(item)]
+
+
+def reorders(module: torch.nn.Module) -> bool:
+    """Whether the side's sums may be made in another order from call to call: on a GPU (a scatter-add's
+    atomics: an embedding's gradient, ``index_add_``) unless PyTorch's deterministic algorithms are on."""
+    return device_of(module).type == "cuda" and not torch.are_deterministic_algorithms_enabled()
+
+
+def within_rounding(first: float, second: float, dtype: str) -> bool:
+    """Whether two results of the same call differ by no more than the side's own rounding: a sum made in
+    another order (``DEVICE_PERMIT_ULPS`` of ``dtype``'s unit of the larger), never a value that moved."""
+    scale = max(abs(first), abs(second))
+    return abs(first - second) <= DEVICE_PERMIT_ULPS * unit_roundoff(dtype) * scale
+
+
+def reordered(module: torch.nn.Module, first: np.ndarray, second: np.ndarray, dtype: str) -> bool:
+    """Whether two losses of the same call that differ are the side's nondeterminism, not its state: it
+    ``reorders`` its sums, and they differ ``within_rounding``."""
+    if not (reorders(module) and first.size and second.size):
+        return False
+    return within_rounding(float(first.ravel()[0]), float(second.ravel()[0]), dtype)
+
+
+def offer(module: torch.nn.Module) -> str:
+    """The end of a refusal on a GPU: how to make its sums in one order, to check bit for bit ("" off a
+    GPU, or with the deterministic algorithms on already)."""
+    if not reorders(module):
+        return ""
+    return (
+        f"; on a GPU a sum may be made in another order each call: to check bit for bit, use {DETERMINISTIC}"
+    )
