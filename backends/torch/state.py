@@ -60,6 +60,17 @@ def unavailable(placement: Placement) -> str:
     )
 
 
+def device_memory(placement: Placement) -> tuple[str, int] | None:
+    """The card the PyTorch side is placed on by name and the bytes free on it now
+    (``torch.cuda.mem_get_info``): what a case's estimate must fit; None off a card."""
+    if placement.value("device") != "cuda" or unavailable(placement):
+        return None
+    import torch
+
+    free, _ = torch.cuda.mem_get_info()
+    return f"cuda:0 ({torch.cuda.get_device_name(0)})", int(free)
+
+
 @contextlib.contextmanager
 def placed(placement: Placement) -> Iterator[None]:
     """The run's placement of the PyTorch side (``Execution.torch_device``, ``torch_matmul_tf32``,
