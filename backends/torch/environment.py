@@ -28,16 +28,17 @@ def record() -> dict[str, Any]:
     }
 
 
-def side(*, placed: bool = True) -> dict[str, str]:
+def side(*, placed: bool = True, home: str | None = None) -> dict[str, str]:
     """Where the PyTorch side runs now and at what precision (its adapters' ``info()``, read where its
     calls run: inside the run's placement, ``state.placed``): the device it was placed on (the host CPU
     where none was chosen), its ``platform`` (``cpu``, ``cuda``) and kind (the card's name), the
     ``float32_matmul_precision`` in effect, and on CUDA its TF32 switches for products and for cuDNN
     convolutions as in effect. ``placed`` False: an adapter that computes on the host CPU whatever the
-    placement (the stack's)."""
+    placement (the stack's); ``home``: where its calls compute where none was placed (a port's module on
+    ``cuda``)."""
     import torch
 
-    device = torch.device((placed_device("torch") if placed else None) or "cpu")
+    device = torch.device((placed_device("torch") if placed else None) or home or "cpu")
     found = {
         "device": str(device),
         "platform": device.type,
@@ -54,11 +55,11 @@ def _switch(on: bool) -> str:
     return "on" if on else "off"
 
 
-def arithmetic() -> Arithmetic:
+def arithmetic(*, home: str | None = None) -> Arithmetic:
     """Where PyTorch computes now (``side``: inside the run's placement), as the judge models its
     rounding: the platform, the precision level of its float32 products (``highest`` unless TF32 is on
     for them: ``default``) and of its convolutions (``conv``), and the device's kind."""
-    found = side()
+    found = side(home=home)
     products = "default" if found.get("matmul_tf32") == "on" else "highest"
     return Arithmetic(
         found["platform"], products, found["device_kind"], "torch", conv=found.get("cudnn_tf32", "off")

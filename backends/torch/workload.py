@@ -99,6 +99,8 @@ class TorchWorkloadBackend:
     def __init__(self, name: str, loss) -> None:
         self.name = name
         self._loss = _placed(loss)
+        #: Where a port's module computes (``Homed.home``), else None: the host unless placed.
+        self._home = getattr(loss, "home", None)
         #: The oracle's evaluations (``loss``): arrays taken once, while their bits stay.
         self.resident = Resident()
         #: The point the oracle's evaluations along a line start from (``hold_point``).
@@ -198,11 +200,14 @@ class TorchWorkloadBackend:
 
     def arithmetic(self) -> Arithmetic:
         """Where its calls compute (read inside the run's placement): its device and TF32 switches."""
-        return environment.arithmetic()
+        return environment.arithmetic(home=self._where())
+
+    def _where(self) -> str | None:
+        return self._home() if callable(self._home) else None
 
     def info(self) -> dict[str, str]:
         return {
             "framework": "torch",
             "version": torch.__version__,
-            **environment.side(),
+            **environment.side(home=self._where()),
         }

@@ -34,6 +34,21 @@ def device_of(module: torch.nn.Module) -> torch.device:
     return own.device if own is not None else torch.device("cpu")
 
 
+class Homed:
+    """A port's PyTorch loss (``fn``) that says where its ``module`` computes (``home``), so that its
+    adapter's ``where`` names the device a module living on ``cuda`` runs on."""
+
+    def __init__(self, fn: Any, module: torch.nn.Module) -> None:
+        self.fn, self.module = fn, module
+
+    def __call__(self, params: dict, inputs: dict) -> Any:
+        return self.fn(params, inputs)
+
+    def home(self) -> str:
+        """The device its calls compute on now (``device_of``)."""
+        return str(device_of(self.module))
+
+
 def on_device(module: torch.nn.Module, state: dict[str, Any], inputs: dict[str, Any]) -> tuple[dict, dict]:
     """``state`` and ``inputs`` on the side's device (``device_of``), with the module's buffers that
     ``state`` lacks (non-persistent ones: a causal mask) there too, so that ``functional_call`` computes

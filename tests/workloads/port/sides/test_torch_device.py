@@ -72,3 +72,16 @@ def test_a_port_checked_with_its_pytorch_side_on_a_device_given_explicitly():
     recorded = report.to_dict()["torch_settings"]
     assert recorded["torch_device"] == "cpu" and recorded["torch_matmul_tf32"] == "default"
     assert report.backends["torch"].info["device"] == "cpu"
+
+
+def test_a_ports_adapter_names_where_its_module_computes(monkeypatch):
+    """A module living on a card is checked there, and its ``where`` says so (simulated: the module's
+    device read as ``cuda``, the card named; CI has none)."""
+    adapters = pytest.importorskip("crosscheck.backends.torch.workload")
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Simulated H200")
+    adapter = adapters.TorchWorkloadBackend("torch", torch_device.Homed(lambda p, i: 0.0, Masked()))
+    assert adapter.info()["platform"] == "cpu"  # where the module lives
+    monkeypatch.setattr(torch_device, "device_of", lambda module: torch.device("cuda"))
+    found = adapter.info()
+    assert (found["platform"], found["device_kind"]) == ("cuda", "Simulated H200")
+    assert adapter.arithmetic().platform == "cuda"
