@@ -61,6 +61,8 @@ def test_cuda_where_pytorch_has_none_is_refused_in_one_line_before_the_run(capsy
     with pytest.raises(ValueError, match=r"^`torch_device` cuda: PyTorch has no CUDA device") as api:
         crosscheck.Execution(torch_device="cuda")
     assert "\n" not in str(api.value)
+    with pytest.raises(ValueError, match=r"^`torch_device` cuda: PyTorch has no CUDA device"):
+        crosscheck.run(layers=1, dim=2, batch=2, torch_device="cuda")  # the flat alias's keyword
     assert main(["run", "--layers", "1", "--dim", "2", "--batch", "2", "--torch-device", "cuda"]) == 2
     assert capsys.readouterr().err.strip() == f"crosscheck: error: {api.value}"
     with pytest.raises(RuntimeError, match="no CUDA device"):  # a worker that makes its records again
