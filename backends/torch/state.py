@@ -83,9 +83,10 @@ def placed(placement: Placement) -> Iterator[None]:
     Raises:
         RuntimeError: a device this process lacks (``unavailable``), in one line.
     """
-    # the device is the side's own code's to read; PyTorch is imported only for a switch asked for
+    # the device is the side's own code's to read; the switches are set where PyTorch is imported (a
+    # PyTorch backend is loaded before its calls): a run without PyTorch never imports it for them
     switches = [n for n in ("matmul_tf32", "cudnn_tf32", "deterministic") if placement.value(n) != "default"]
-    torch = _torch() if switches else None
+    torch = sys.modules.get("torch") if switches else None
     with contextlib.ExitStack() as stack:
         device = placement.value("device")
         if device != "default":
@@ -115,12 +116,3 @@ def _switches(torch: Any, placement: Placement) -> Iterator[None]:
     finally:
         matmul.allow_tf32, cudnn.allow_tf32 = before[0], before[1]
         torch.use_deterministic_algorithms(before[2])
-
-
-def _torch() -> Any:
-    """PyTorch, imported now if it is installed (a setting asked for applies from a backend's first call)."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch

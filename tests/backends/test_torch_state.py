@@ -5,6 +5,9 @@ report's ``where`` line (a CUDA card simulated by its name: CI has none)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import types
 
 import pytest
@@ -98,3 +101,21 @@ def test_pytorchs_declaration_names_its_settings_and_their_highest_and_host():
         "cudnn_tf32": ("off", None),
         "deterministic": (None, None),
     }
+
+
+def test_the_switches_asked_for_import_no_pytorch_into_a_run_without_it():
+    """A JAX-only run's classification re-run at every side's highest (PyTorch's TF32 off) leaves PyTorch
+    unimported: its switches are set only where PyTorch is imported already (a PyTorch backend is
+    loaded before its calls)."""
+    code = """
+        import sys
+        from crosscheck._backends import placements
+        from crosscheck._engine.call import placed
+        with placed(placements({"torch_matmul_tf32": "off", "torch_device": "cpu"})):
+            pass
+        print("torch" in sys.modules)
+    """
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "False"
