@@ -79,7 +79,7 @@ def torch_on_cuda(monkeypatch) -> None:
 
     real = environment.side
 
-    def side(*, placed: bool = True):
+    def side(*, placed: bool = True, home: str | None = None):
         found = real(placed=False)
         if not placed or placed_device("torch") == "cpu":
             return found
