@@ -16,6 +16,7 @@ import torch
 from crosscheck._backends.devices import placed_device
 from crosscheck._compare.device import DEVICE_PERMIT_ULPS
 from crosscheck._compare.dtypes import unit_roundoff
+from crosscheck._types import FrameworkArray
 
 #: How a side's sums are made in one order every call, to check it bit for bit on a GPU.
 DETERMINISTIC = (
@@ -41,7 +42,7 @@ class Homed:
     def __init__(self, fn: Any, module: torch.nn.Module) -> None:
         self.fn, self.module = fn, module
 
-    def __call__(self, params: dict, inputs: dict) -> Any:
+    def __call__(self, params: dict, inputs: dict) -> FrameworkArray:
         return self.fn(params, inputs)
 
     def home(self) -> str:
@@ -59,10 +60,11 @@ def on_device(module: torch.nn.Module, state: dict[str, Any], inputs: dict[str, 
     if not held and all(b.device == device for _, b in module.named_buffers()):
         return state, inputs
     missing = {k: b for k, b in module.named_buffers() if k not in state}
-    return _moved({**missing, **state}, device), _moved(inputs, device)
+    moved = ({k: _moved(v, device) for k, v in given.items()} for given in ({**missing, **state}, inputs))
+    return next(moved), next(moved)
 
 
-def _moved(value: Any, device: torch.device) -> Any:
+def _moved(value: object, device: torch.device) -> object:
     """``value`` with each tensor in it on ``device`` (tuples, lists, dicts kept)."""
     if isinstance(value, torch.Tensor):
         return value.to(device)
