@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from crosscheck._backends import Placement, declared_settings, placements
+from crosscheck._backends import Placement, declared_settings, framework_named, placements
 
 #: How the reference judges: every entry (by the weights' differences, or the stack's by its layers'
 #: outputs'), random directions then entries, or chosen by cost.
@@ -111,6 +111,15 @@ class Execution:
             when there is one) or ``"cpu"`` (the host CPU). Applied to each call, restored after it.
         jax_precision: the JAX side's matrix-product precision: ``"default"`` (JAX's own, unless set
             outside crosscheck), ``"high"`` or ``"highest"``. Applied to each call, restored after it.
+        torch_device: where the PyTorch side's calls run: ``"default"`` (where its module lives: the
+            host CPU unless a port's module is on CUDA), ``"cpu"`` or ``"cuda"`` (refused where PyTorch
+            has no CUDA device); its tensors follow for each call, results come to the host.
+        torch_matmul_tf32: PyTorch's TF32 for float32 products on CUDA: ``"default"`` (PyTorch's own:
+            off), ``"off"`` or ``"on"``. Applied to each call, restored after it.
+        torch_cudnn_tf32: PyTorch's TF32 for cuDNN convolutions: ``"default"`` (PyTorch's own: on),
+            ``"off"`` or ``"on"``.
+        torch_deterministic: ``"on"``: ``torch.use_deterministic_algorithms`` for the PyTorch side's
+            calls (its sums in one order, bit for bit); ``"default"`` leaves PyTorch's own.
 
     Each framework's settings (its folder's declaration, ``Framework.placement``) are fields named
     ``<framework>_<setting>``; they make ``placement``, the records the engine passes.
@@ -120,8 +129,9 @@ class Execution:
 
     Example:
         >>> import crosscheck
-        >>> crosscheck.Execution(repeat=1, isolate=True, timeout=60)
-        Execution(repeat=1, isolate=True, timeout=60.0, jax_platform='default', jax_precision='default')
+        >>> execution = crosscheck.Execution(repeat=1, isolate=True, timeout=60)
+        >>> execution.timeout, execution.jax_platform, execution.torch_device
+        (60.0, 'default', 'default')
     """
 
     repeat: int = 2
@@ -129,11 +139,16 @@ class Execution:
     timeout: float | None = None
     jax_platform: str = "default"
     jax_precision: str = "default"
+    torch_device: str = "default"
+    torch_matmul_tf32: str = "default"
+    torch_cudnn_tf32: str = "default"
+    torch_deterministic: str = "default"
 
     def __post_init__(self) -> None:
         check_isolation(self.isolate, self.timeout)
         _check_positive("repeat", self.repeat)
         check_placement(self._fields())
+        check_available(self.placement)
         if self.timeout is not None:
             object.__setattr__(self, "timeout", float(self.timeout))
 
@@ -213,6 +228,20 @@ def check_placement(options: Mapping[str, Any], *, front: str = "api") -> None:
                 f"`{spell(name, front=front)}` must be one of {', '.join(setting.choices)}; "
                 f"found {value!r:.60}."
             )
+
+
+def check_available(placement: Sequence[Placement]) -> None:
+    """Each side can be placed where ``placement`` asks, in this process (``ValueError`` in one line: a
+    CUDA device asked for where PyTorch has none), asked of each framework's folder (its state's
+    ``unavailable``) for a record that changes anything."""
+    for record in placement:
+        framework = framework_named(record.framework)
+        if record.left_alone or framework is None:
+            continue
+        unavailable = getattr(framework.module("state"), "unavailable", None)
+        problem = unavailable(record) if callable(unavailable) else ""
+        if problem:
+            raise ValueError(problem)
 
 
 def check_budget(budget: Any, *, front: str = "api") -> None:

@@ -50,3 +50,20 @@ def pytest_deselected(items):
 
 def pytest_collection_finish(session):
     collected.finished([item.path for item in session.items])
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` need a real CUDA card: skipped, with the reason, where PyTorch has none (CI;
+    the GPU's behaviour is simulated elsewhere, ``support/simulated_gpu.py``)."""
+    marked = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not marked:
+        return
+    try:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    except ImportError:
+        cuda = False
+    if not cuda:
+        for item in marked:
+            item.add_marker(pytest.mark.skip(reason="needs a real CUDA GPU (none here)"))

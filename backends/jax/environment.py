@@ -9,6 +9,8 @@ import numpy as np
 
 from crosscheck._compare.device import Arithmetic, level
 
+from . import state
+
 
 def record() -> dict[str, Any]:
     """Version, devices, precision settings, and whether float32 subnormals flush to zero."""
@@ -23,6 +25,7 @@ def record() -> dict[str, Any]:
         "default_matmul_precision": str(jax.config.jax_default_matmul_precision),
         "x64_enabled_globally": bool(jax.config.jax_enable_x64),
         "subnormals_flushed": bool(np.asarray(_halve()(smallest_normal)) == 0),
+        **({"allocator": state.SHARED[0]} if state.SHARED else {}),
     }
 
 
@@ -62,6 +65,7 @@ def line(j: dict[str, Any]) -> str:
         f"{'default' if precision in (None, 'None') else precision}, global x64 "
         f"{j.get('x64_enabled_globally')}, "
         f"subnormals flushed {j.get('subnormals_flushed')}"
+        + (f"; {j['allocator']}" if j.get("allocator") else "")
     )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from crosscheck._backends.placement import Placement
@@ -56,6 +56,41 @@ def placed(placement: Placement) -> Iterator[None]:
         if jax is not None and precision != "default" and jax.config.jax_default_matmul_precision is None:
             stack.enter_context(jax.default_matmul_precision(precision))
         yield
+
+
+#: JAX's allocator settings a user may give (``XLA_PYTHON_CLIENT_...``): one given is theirs, kept.
+ALLOCATOR = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_ALLOCATOR")
+#: What crosscheck set of JAX's allocator in this process, in words ("": nothing).
+SHARED: list[str] = []
+
+
+def before(placement: Sequence[Placement]) -> str:
+    """What JAX needs set before it first uses a device, given every side's placement, in words ("":
+    nothing): where another side is placed on an accelerator by name (``--torch-device cuda``) and JAX's
+    is not on the host CPU, both share one card, and JAX's default takes 75 % of its memory at its first
+    use: its preallocation is turned off (``XLA_PYTHON_CLIENT_PREALLOCATE=false``), so that the other
+    side fits, unless the user set JAX's allocator. JAX reads it when it first uses a device: set before
+    that, in a worker process or before JAX was imported; said either way."""
+    own = next((r for r in placement if r.framework == "jax"), None)
+    shared = any(r.off_host for r in placement if r.framework != "jax")
+    if not shared or (own is not None and own.value("platform") == "cpu"):
+        return ""
+    given = [f"{k}={os.environ[k]}" for k in ALLOCATOR if k in os.environ]
+    if given:
+        return f"JAX's allocator as given ({', '.join(given)}), beside another side on the same card"
+    os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    late = (
+        " (JAX was imported before the check: if it has used the card already, it holds its memory; set it "
+        "in the environment before starting)"
+        if "jax" in sys.modules
+        else ""
+    )
+    said = (
+        "JAX's preallocation turned off (XLA_PYTHON_CLIENT_PREALLOCATE=false): both sides share one card, "
+        f"and JAX would take 75 % of its memory at its first use{late}"
+    )
+    SHARED[:] = [said]
+    return said
 
 
 def _cpu(jax: Any) -> Any:

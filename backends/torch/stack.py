@@ -99,7 +99,7 @@ class TorchBackend:
         return {
             "framework": "torch",
             "version": torch.__version__,
-            **environment.side(),
+            **environment.side(placed=False),
             "threads": str(torch.get_num_threads()),
         }
 

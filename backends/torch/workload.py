@@ -8,7 +8,9 @@ import dataclasses
 import numpy as np
 import torch
 
+from crosscheck._backends.devices import placed_device
 from crosscheck._backends.handed import same_bits
+from crosscheck._compare.device import Arithmetic
 
 from . import buffer, environment
 from .arrays import numpy, share, tensor
@@ -69,6 +71,22 @@ class _Line:
     exact: dict[str, dict[str, torch.Tensor]] = dataclasses.field(default_factory=dict)
 
 
+def _placed(loss):
+    """``loss`` computing on the device the run placed the PyTorch side on (``--torch-device``): its
+    tensors, made on the host over the arrays handed, moved there for each call (autograd's ``to``: a
+    gradient comes back to the leaf handed); as it is where none was placed."""
+
+    def on_device(params: dict, inputs: dict):
+        device = placed_device("torch")
+        if device is None or device == "cpu":
+            return loss(params, inputs)
+        return loss(
+            {k: v.to(device) for k, v in params.items()}, {k: v.to(device) for k, v in inputs.items()}
+        )
+
+    return on_device
+
+
 class TorchWorkloadBackend:
     """The gradient of ``loss(params, inputs)`` (a 0-d tensor) with ``backward()``.
 
@@ -80,7 +98,9 @@ class TorchWorkloadBackend:
 
     def __init__(self, name: str, loss) -> None:
         self.name = name
-        self._loss = loss
+        self._loss = _placed(loss)
+        #: Where a port's module computes (``Homed.home``), else None: the host unless placed.
+        self._home = getattr(loss, "home", None)
         #: The oracle's evaluations (``loss``): arrays taken once, while their bits stay.
         self.resident = Resident()
         #: The point the oracle's evaluations along a line start from (``hold_point``).
@@ -178,9 +198,16 @@ class TorchWorkloadBackend:
         self.resident.clear()
         self._line = None
 
+    def arithmetic(self) -> Arithmetic:
+        """Where its calls compute (read inside the run's placement): its device and TF32 switches."""
+        return environment.arithmetic(home=self._where())
+
+    def _where(self) -> str | None:
+        return self._home() if callable(self._home) else None
+
     def info(self) -> dict[str, str]:
         return {
             "framework": "torch",
             "version": torch.__version__,
-            **environment.side(),
+            **environment.side(home=self._where()),
         }

@@ -87,6 +87,14 @@ class Placement:
             if self.values[s.name] != s.default
         }
 
+    @property
+    def off_host(self) -> bool:
+        """Whether the run asked for this side on an accelerator by name: a setting that has a ``host``
+        value given another value than its default and the host's (``torch_device`` ``cuda``)."""
+        return any(
+            s.host is not None and self.values[s.name] not in (s.default, s.host) for s in self.settings
+        )
+
     def at_highest(self) -> Placement:
         """The same side at its most precise arithmetic (each setting that has a ``highest`` value set to
         it, the others kept): the classification's first re-run."""

@@ -21,6 +21,11 @@ of its K inputs; a softmax or a cancellation amplifies it). So what a reduced pr
 a classification's ``highest`` re-run agrees, is bounded per case by a model of the device's products
 (``Arithmetic.products``: the unit they round their inputs to; ``crosscheck._compare.modelled``: the side's
 program run on the host with them).
+On an NVIDIA GPU a float32 product may be made in TF32 (10 bits of mantissa, unit 2^-11): JAX's at its
+default precision, PyTorch's where its matmul flag is on, and PyTorch's cuDNN convolutions where their
+own flag is on (its default: ``Arithmetic.conv``). Those rows are the frameworks' documented behaviour,
+not yet measured on a card; the GPU's elementwise functions are said unmeasured (``UNMEASURED``) and add
+nothing until ``../shared/device/gpu_probe.py`` has measured them.
 """
 
 from __future__ import annotations
@@ -32,13 +37,35 @@ from crosscheck._backends import Framework, framework_named
 from crosscheck._backends.placement import Setting
 from crosscheck._compare.dtypes import unit_roundoff
 
+#: TF32's unit roundoff: float32's exponent, 10 bits of mantissa.
+TF32_UNIT = 2.0**-11
+
 #: A float32 product's unit roundoff at each matmul precision level, by framework and platform: JAX's
 #: one, three or six bfloat16 passes on a TPU (measured relative errors of a product: 2.3e-3, 1.3e-5,
 #: 1.4e-7).
-PRODUCT_UNITS = {("jax", "tpu"): {"default": 2.0**-8, "high": 2.0**-16, "highest": 2.0**-24}}
+#: On an NVIDIA GPU, TF32 (10 bits of mantissa, unit 2^-11): JAX's at its default precision and at
+#: ``high`` (its documentation's "tensorfloat32 where available"), PyTorch's where its matmul flag is on
+#: (its level ``default``; off, its ``highest``). The GPU rows are documented figures, still to be
+#: measured on a card (``../shared/device/gpu_probe.py``).
+PRODUCT_UNITS = {
+    ("jax", "tpu"): {"default": 2.0**-8, "high": 2.0**-16, "highest": 2.0**-24},
+    ("jax", "gpu"): {"default": TF32_UNIT, "high": TF32_UNIT, "highest": 2.0**-24},
+    ("torch", "cuda"): {"default": TF32_UNIT, "highest": 2.0**-24},
+}
 #: How those products are made, in words, by framework and platform and level.
 PRODUCT_WORDS = {
-    ("jax", "tpu"): {"default": "one bfloat16 pass", "high": "three bfloat16 passes", "highest": "float32"}
+    ("jax", "tpu"): {"default": "one bfloat16 pass", "high": "three bfloat16 passes", "highest": "float32"},
+    ("jax", "gpu"): {"default": "TF32", "high": "TF32", "highest": "float32"},
+    ("torch", "cuda"): {"default": "TF32 (its matmul flag on)", "highest": "float32 (its matmul flag off)"},
+}
+#: A convolution's unit roundoff where a framework's convolutions run in TF32 by a flag of their own
+#: (PyTorch's cuDNN flag, on by default): ``Arithmetic.conv``.
+CONV_UNITS = {("torch", "cuda"): TF32_UNIT}
+#: Where the error of a side's float32 elementwise functions is not measured yet, by framework and
+#: platform: said, and nothing added for them (the probe that measures it named).
+UNMEASURED = {
+    ("jax", "gpu"): "unmeasured on a GPU yet (../shared/device/gpu_probe.py measures them)",
+    ("torch", "cuda"): "unmeasured on a GPU yet (../shared/device/gpu_probe.py measures them)",
 }
 #: The largest error of float32 elementwise functions, in float32 ulps, by framework and platform (JAX
 #: on a TPU v5e: its ``log`` measured 4,017).
@@ -80,6 +107,8 @@ class Arithmetic:
     precision: str = "default"
     kind: str = ""
     framework: str = ""
+    #: Whether its convolutions ran in TF32 by a flag of their own (``"on"``: PyTorch's cuDNN flag).
+    conv: str = "off"
 
     @property
     def _where(self) -> tuple[str, str]:
@@ -89,6 +118,8 @@ class Arithmetic:
     def unit(self) -> float | None:
         """The effective unit roundoff of its float32 results beyond float32's own (None: none)."""
         products = PRODUCT_UNITS.get(self._where, {}).get(self.precision)
+        if self.conv == "on" and self._where in CONV_UNITS:
+            products = max(products or 0.0, CONV_UNITS[self._where])
         elementwise = ELEMENTWISE_ULPS.get(self._where)
         if products is None and elementwise is None:
             return None
@@ -124,9 +155,12 @@ class Arithmetic:
         if unit is None:
             return ""
         passes = PRODUCT_WORDS.get(self._where, {}).get(self.precision, self.precision)
+        if self.conv == "on" and self._where in CONV_UNITS:
+            passes += ", convolutions in TF32 (cuDNN's flag on)"
+        elementwise = UNMEASURED.get(self._where) or f"up to {ELEMENTWISE_ULPS.get(self._where, 0):.0f} ulps"
         return (
             f"the {self._title} side ran on {self.words()} (float32 products in {passes}, its "
-            f"elementwise functions up to {ELEMENTWISE_ULPS.get(self._where, 0):.0f} ulps): it was "
+            f"elementwise functions {elementwise}): it was "
             f"judged within that arithmetic, so a difference smaller than about "
             f"{DEVICE_PERMIT_ULPS * unit:.1e} of a value's scale is not seen; {self._also()}"
         )
@@ -147,7 +181,7 @@ class Arithmetic:
         settings = declared.placement if declared is not None else ()
         highest = _spelled(self.framework, [(s, s.highest) for s in settings])
         host = _spelled(self.framework, [(s, s.host) for s in settings])
-        if self.precision == "highest" or not highest:
+        if (self.precision == "highest" and self.conv != "on") or not highest:
             return f"check with the {self._title} side on the CPU too ({host})"
         return f"check at {highest}, or with {host}, too"
 

@@ -1,5 +1,5 @@
-"""The classes a check with its JAX side on an accelerator is classified into (``classify``), and what each
-says (``Classification``), from the records of its runs (``runs.Run``)."""
+"""The classes a check with a side on an accelerator (JAX's, or PyTorch's on CUDA) is classified into
+(``classify``), and what each says (``Classification``), from the records of its runs (``runs.Run``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 from crosscheck._compare.modelled import MODEL_FACTOR, MODEL_FLOOR_UNITS, worst
-from crosscheck._engine.runs import Run, level
+from crosscheck._engine.runs import Run, framework, level, who
 from crosscheck._report.report import Report
 
 #: The classes (``Classification.kind``): a failure's (``precision``, ``device``, ``port``), a pass
@@ -61,7 +61,14 @@ def _on(run: Run) -> str:
         return "nowhere it says (its side reports no platform)"
     if where.get("platform") == "cpu":
         return "the host CPU"
+    if framework(where) == "torch":
+        return f"{_device_words(where)} with TF32 {'on' if level(where) != 'highest' else 'off'}"
     return f"{_device_words(where)} at JAX's {level(where)} matmul precision"
+
+
+def _the(runs: list[Run]) -> str:
+    """The side classified, in words: ``the JAX side`` or ``the PyTorch side`` (the as-asked run's)."""
+    return f"the {who(runs[0].where)} side"
 
 
 def _first(run: Run) -> str:
@@ -137,7 +144,7 @@ def _within(run: Run) -> str:
 def precision(runs: list[Run]) -> Classification:
     at = level(runs[0].where)
     text = (
-        f"the JAX side on {_asked(runs)} differs beyond what that arithmetic is modelled to permit "
+        f"{_the(runs)} on {_asked(runs)} differs beyond what that arithmetic is modelled to permit "
         f"({_first(runs[0])}); re-run at `highest` (float32 products) on the same device it agrees, and "
         f"{_within(runs[0])}: the device's reduced-precision products decided, not the port; the check is "
         f"the `highest` run's. A model run at the {at} precision there differs from float32 by that much"
@@ -147,7 +154,7 @@ def precision(runs: list[Run]) -> Classification:
 
 def confirmed(runs: list[Run]) -> Classification:
     text = (
-        f"the check passed with the JAX side on {_asked(runs)}, within what that arithmetic hides; re-run "
+        f"the check passed with {_the(runs)} on {_asked(runs)}, within what that arithmetic hides; re-run "
         "at `highest` (float32 products) on the same device it passes too, so the reduced precision hid "
         f"no difference larger than float32's arithmetic there permits, and {_within(runs[0])}; the check "
         "is the `highest` run's"
@@ -162,7 +169,7 @@ def beyond(runs: list[Run], over: list[tuple[str, float, float]]) -> tuple[Repor
     first = runs[0]
     more = f" and {len(over) - 1} more" if len(over) > 1 else ""
     problem = (
-        f"the JAX side on {_asked(runs)} differs from float32 beyond what its reduced-precision products "
+        f"{_the(runs)} on {_asked(runs)} differs from float32 beyond what its reduced-precision products "
         f"can make ({_units(over[0])}{more}; permitted: {MODEL_FACTOR:g} x the model + "
         f"{MODEL_FLOOR_UNITS:g} units): a difference the reduced precision cannot explain"
     )
@@ -179,7 +186,7 @@ def unmodelled(runs: list[Run]) -> tuple[Report, Classification]:
     be modelled: the difference is not shown to be the reduced precision's, FAILED as asked."""
     first = runs[0]
     text = (
-        f"the JAX side on {_asked(runs)} differs beyond what that arithmetic is modelled to permit "
+        f"{_the(runs)} on {_asked(runs)} differs beyond what that arithmetic is modelled to permit "
         f"({_first(first)}); re-run at `highest` on the same device it agrees, but {_within(first)}: "
         "the difference is not shown to be the reduced precision's, and the verdict is the as-asked run's"
     )
@@ -188,8 +195,8 @@ def unmodelled(runs: list[Run]) -> tuple[Report, Classification]:
 
 def hidden(runs: list[Run]) -> Classification:
     text = (
-        f"the check passed with the JAX side on {_asked(runs)}, within what that arithmetic hides; "
-        f"{_at_highest(runs[1])}, and with the JAX side on the host CPU it differs too: a real difference "
+        f"the check passed with {_the(runs)} on {_asked(runs)}, within what that arithmetic hides; "
+        f"{_at_highest(runs[1])}, and with {_the(runs)} on the host CPU it differs too: a real difference "
         "of the port, smaller than the reduced precision can see; the verdict is the CPU run's"
     )
     return Classification("hidden", text, tuple(runs))
@@ -203,7 +210,7 @@ def device(runs: list[Run]) -> Classification:
         run = runs[1] if len(runs) > 2 else runs[0]
         found = f"it differs at `highest` precision{'' if passed else ' too'} ({_first(run)}), and "
     text = (
-        f"the JAX side on {_device_words(runs[0].where)}: {found}with the JAX side on the host CPU, the "
+        f"{_the(runs)} on {_device_words(runs[0].where)}: {found}with {_the(runs)} on the host CPU, the "
         "same program, it agrees: the device's arithmetic decided (its float32 elementwise functions, or "
         "a product the code pins below float32 with an explicit `precision=`), not the port's math"
         + ("; the check as asked passed, and stands" if passed else "")
@@ -213,8 +220,8 @@ def device(runs: list[Run]) -> Classification:
 
 def port(runs: list[Run]) -> Classification:
     text = (
-        f"the difference found with the JAX side on {_device_words(runs[0].where)} stays with the JAX "
-        "side on the host CPU, the same program: a real difference of the port, not the device's "
+        f"the difference found with {_the(runs)} on {_device_words(runs[0].where)} stays with {_the(runs)} "
+        "on the host CPU, the same program: a real difference of the port, not the device's "
         "arithmetic; the verdict is the CPU run's"
     )
     return Classification("port", text, tuple(runs))
@@ -230,7 +237,7 @@ def other_program(runs: list[Run]) -> tuple[Report, Classification]:
         what = f"the port runs other code on the device ({'; '.join(cpu.differs)})"
     else:
         what = (
-            "the program the JAX side ran on the device is not shown to be the one it ran on the host "
+            f"the program {_the(runs)} ran on the device is not shown to be the one it ran on the host "
             "CPU (its backend does not say what it traced: `program()`)"
         )
     own = [r for r in runs[:-1] if r.made and not r.differs]
@@ -244,7 +251,7 @@ def other_program(runs: list[Run]) -> tuple[Report, Classification]:
         report = failed.report
     text = (
         f"{what}; its device path was judged on the device's own arithmetic alone: {found}. The run with "
-        f"the JAX side on the host CPU {host}, and clears and explains nothing"
+        f"{_the(runs)} on the host CPU {host}, and clears and explains nothing"
     )
     return report, Classification("program", text, tuple(runs))
 
@@ -258,19 +265,19 @@ def unmade(runs: list[Run]) -> tuple[Report, Classification]:
     failed = next((r for r in runs[1:] if r.made and not r.passed), None) if first.passed else None
     if failed is not None:
         text = (
-            f"the check passed with the JAX side on {_asked(runs)}; at `highest` it differs "
+            f"the check passed with {_the(runs)} on {_asked(runs)}; at `highest` it differs "
             f"({_first(failed)}), and {said}: the difference is not explained by the device; the verdict "
             "is the `highest` run's"
         )
         return failed.report, Classification("unclassified", text, tuple(runs))
     if first.passed:
         text = (
-            f"the check passed with the JAX side on {_asked(runs)}, within what that arithmetic hides; "
+            f"the check passed with {_the(runs)} on {_asked(runs)}, within what that arithmetic hides; "
             f"{said}: what the reduced precision hides was not looked at; the check as asked stands"
         )
         return first.report, Classification("unconfirmed", text, tuple(runs))
     text = (
-        f"the JAX side on {_asked(runs)} differs ({_first(first)}); {said}: the failure is not "
+        f"{_the(runs)} on {_asked(runs)} differs ({_first(first)}); {said}: the failure is not "
         "classified, and the verdict is the as-asked run's"
     )
     return first.report, Classification("unclassified", text, tuple(runs))

@@ -52,7 +52,7 @@ from crosscheck._backends import Placement, as_options
 from crosscheck._compare.modelled import beyond
 from crosscheck._engine import classes
 from crosscheck._engine.classes import Classification
-from crosscheck._engine.runs import Run, level, side
+from crosscheck._engine.runs import Run, level, side, who
 from crosscheck._report.report import Report
 
 #: The classes of a check with its JAX side on an accelerator (``Classification.kind``).
@@ -60,8 +60,9 @@ KINDS = classes.KINDS
 
 
 def accelerated(report: Report) -> dict[str, str] | None:
-    """Where the report's JAX side ran, when that is an accelerator (a candidate whose ``info`` names a
-    platform other than the CPU): its ``platform``, ``device_kind`` and ``matmul_precision``."""
+    """Where the report's side on an accelerator ran (``runs.side``: JAX's, or PyTorch's on CUDA), when
+    it ran on one: its ``info`` (``platform``, ``device_kind``, and ``matmul_precision`` or PyTorch's TF32
+    switches)."""
     found = side(report)
     return dict(found.info) if found is not None and found.info.get("platform") not in ("", "cpu") else None
 
@@ -94,14 +95,14 @@ def classified(request: Any, report: Report, again: Callable[[Any], Report]) -> 
     execution = request.execution
     why = "to see what the reduced precision hides" if passed else "to classify the failure"
     if level(where) != "highest":
-        tell(f"JAX at `highest` precision, {why}")
+        tell(f"{who(where)} at `highest` precision, {why}")
         highest = again(_with(request, execution, Placement.at_highest))
         runs.append(Run.of("highest", highest, runs[0]))
         if highest.interrupted or highest.halted:
             return report if passed else highest
         if highest.passed and runs[-1].made and not runs[-1].differs:
             return _bounded(runs)
-    tell(f"the JAX side on the host CPU, {why}")
+    tell(f"the {who(where)} side on the host CPU, {why}")
     cpu = again(_with(request, execution, Placement.on_host))
     runs.append(Run.of("host CPU", cpu, runs[0]))
     return _concluded(runs)

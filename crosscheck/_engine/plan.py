@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from crosscheck._backends import ORACLE, Placement
+from crosscheck._backends import ORACLE, Placement, framework_named
 from crosscheck._backends.protocol import BackendSpec
 from crosscheck._engine.quantity import Quantity
 from crosscheck._engine.quantity import quantity as _quantity
@@ -84,9 +84,11 @@ def plan(workload: EngineWorkload, request: Request) -> Plan:
         plot=request.plot,
     )
     specs = list(backends or ())
+    prepare(execution.placement)
     memory = check_memory(
         workload, dtype=request.case["dtype"], quantity=request.quantity, options=options, candidates=specs
     )
+    check_cards(memory, execution.placement)
     point = workload.point(**request.case)
     what = _quantity(request.quantity)
     judge = workload.judge(what, point, options)
@@ -147,6 +149,45 @@ def check_memory(workload: EngineWorkload, **case: Any) -> dict[str, int]:
             f"{format_bytes(available)} this machine has available; make it smaller."
         )
     return parts
+
+
+def prepare(placement: Sequence[Placement]) -> list[str]:
+    """What each framework sets before its side first uses a device, given every side's placement (its
+    state's ``before``: JAX's allocator where both sides share one card), in words; before anything is
+    allocated, and in the process that runs the check (a contained check's worker)."""
+    said: list[str] = []
+    if all(record.left_alone for record in placement):
+        return said
+    for record in placement:
+        framework = framework_named(record.framework)
+        before = getattr(framework.module("state"), "before", None) if framework is not None else None
+        words = before(placement) if callable(before) else ""
+        said += [words] if words else []
+    return said
+
+
+def check_cards(parts: dict[str, int], placement: Sequence[Placement]) -> None:
+    """The case's estimate (``check_memory``'s ``parts``) fits the free memory of each card a side is
+    placed on by name (its state's ``device_memory``), before anything is allocated there.
+
+    Raises:
+        MemoryTooLarge: more than a card has free (the message gives the estimate and the card).
+    """
+    total = sum(parts.values())
+    for record in placement:
+        framework = framework_named(record.framework)
+        if framework is None or not total:
+            continue
+        measure = getattr(framework.module("state"), "device_memory", None)
+        found = measure(record) if callable(measure) else None
+        if found is not None and total > found[1]:
+            shown = ", ".join(f"{name} {format_bytes(n)}" for name, n in parts.items() if n)
+            host = ", ".join(f"`{k}` {v}" for k, v in record.on_host().chosen().items())
+            raise MemoryTooLarge(
+                f"this case needs about {format_bytes(total)} of memory ({shown}), more than the "
+                f"{format_bytes(found[1])} free on {found[0]}, where the {framework.title} side is placed; "
+                f"make it smaller, or place that side on the host ({host})."
+            )
 
 
 class MemoryTooLarge(ValueError):

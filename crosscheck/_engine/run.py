@@ -12,6 +12,7 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
+from crosscheck._backends import declared_settings
 from crosscheck._engine.execute import execute
 from crosscheck._engine.request import Request
 from crosscheck._records import Execution, Oracle, Slack
@@ -118,6 +119,10 @@ def run(
     steps: int | None = None,
     jax_platform: str = "default",
     jax_precision: str = "default",
+    torch_device: str = "default",
+    torch_matmul_tf32: str = "default",
+    torch_cudnn_tf32: str = "default",
+    torch_deterministic: str = "default",
 ) -> Report:
     """Run one case (generated, or the given arrays) and cross-check every backend's gradient: an alias
     of ``check`` with the flat keywords of earlier releases, no more. It builds the request ``check``
@@ -145,6 +150,8 @@ def run(
         steps: optimizer steps per side of a ``Train`` workload (``quantity="update"``; default: its own).
         jax_platform: where the JAX side runs, ``"default"`` or ``"cpu"``, with ``jax_precision``
             (``"default"``, ``"high"``, ``"highest"``), its matmul precision (``Execution``).
+        torch_device: where the PyTorch side runs, ``"default"``, ``"cpu"`` or ``"cuda"``, with
+            ``torch_matmul_tf32``, ``torch_cudnn_tf32`` and ``torch_deterministic`` (``Execution``).
 
     Returns:
         A ``Report``: ``.passed`` and ``.to_dict()`` (the JSON report).
@@ -189,7 +196,7 @@ def flat_request(**flat: Any) -> Request:
         raise TypeError(f"run() {exc}") from None
     bound.apply_defaults()
     given = bound.arguments
-    jax = {"jax_platform": given["jax_platform"], "jax_precision": given["jax_precision"]}
+    jax = {name: given[name] for name, _ in declared_settings() if name in given}  # each side's placement
     records = _records(
         given["rtol"],
         given["atol"],

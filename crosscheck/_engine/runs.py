@@ -19,18 +19,38 @@ from crosscheck._backends.program import Program
 from crosscheck._report.report import BackendResult, Report
 
 
-def side(report: Report) -> BackendResult | None:
-    """The report's JAX side: the candidate whose ``info`` names its matmul precision (None: none)."""
-    return next(
-        (r for r in report.backends.values() if r.role == "candidate" and "matmul_precision" in r.info),
-        None,
-    )
+def framework(info: dict[str, str]) -> str:
+    """Whose side ``info`` is: ``torch`` where it names PyTorch's TF32 switch for products, else ``jax``."""
+    return "torch" if "matmul_tf32" in info else "jax"
+
+
+def who(info: dict[str, str]) -> str:
+    """Whose side ``info`` is, in words: ``PyTorch`` or ``JAX``."""
+    return "PyTorch" if framework(info) == "torch" else "JAX"
+
+
+def side(report: Report, of: str | None = None) -> BackendResult | None:
+    """The side a classification follows: the candidate on an accelerator whose ``info`` names the
+    precision of its products (JAX's matmul precision, PyTorch's TF32 switches), else the JAX side; with
+    ``of`` (a framework: a re-run's), that framework's side. None: none."""
+    found = [
+        r
+        for r in report.backends.values()
+        if r.role == "candidate" and ("matmul_precision" in r.info or "matmul_tf32" in r.info)
+    ]
+    if of is not None:
+        return next((r for r in found if framework(r.info) == of), None)
+    on_device = (r for r in found if r.info.get("platform") not in (None, "", "cpu"))
+    return next(on_device, next((r for r in found if framework(r.info) == "jax"), None))
 
 
 def level(info: dict[str, str]) -> str:
-    """The matmul precision level ``info`` names (``default``, ``high``, ``highest``)."""
+    """The precision level of the side's products ``info`` names (``default``, ``high``, ``highest``):
+    JAX's matmul precision; PyTorch's TF32 switches, both off being its ``highest``."""
     from crosscheck._compare.device import level as named
 
+    if framework(info) == "torch":
+        return "default" if "on" in (info["matmul_tf32"], info.get("cudnn_tf32")) else "highest"
     return named(info.get("matmul_precision"))
 
 
@@ -58,7 +78,7 @@ class Run:
     @classmethod
     def of(cls, label: str, report: Report, asked: Run | None = None) -> Run:
         """The run ``label`` of ``report``; ``asked``: the as-asked run (None: this is it)."""
-        found = side(report)
+        found = side(report, None if asked is None else framework(asked.where))
         where = dict(found.info) if found is not None else {}
         notes = found.notes if found is not None else {}
         program = Program.of(notes.get("program"))

@@ -128,6 +128,10 @@ def check_blocks(
     progress: Callable[[int, int], None] | None = None,
     jax_platform: str = "default",
     jax_precision: str = "default",
+    torch_device: str = "default",
+    torch_matmul_tf32: str = "default",
+    torch_cudnn_tf32: str = "default",
+    torch_deterministic: str = "default",
 ) -> BlocksResult:
     """Check a ``crosscheck.Blocks`` block by block (see its docstring for what that can and cannot see).
 
@@ -150,6 +154,8 @@ def check_blocks(
         progress: called as ``progress(done, total)`` as each block finishes (in the order they finish).
         jax_platform: where each block's JAX side runs (``crosscheck.Execution``).
         jax_precision: each block's JAX side's matmul precision (``crosscheck.Execution``).
+        torch_device, torch_matmul_tf32, torch_cudnn_tf32, torch_deterministic: where each block's
+            PyTorch side runs, its TF32 switches and its deterministic mode (``crosscheck.Execution``).
 
     Returns:
         A ``BlocksResult``: ``.passed``, ``.first``, ``.lines()``, ``.to_dict()``.
@@ -175,7 +181,14 @@ def check_blocks(
             f"`blocks` must be a crosscheck.Blocks or an import string, found {type(blocks).__name__}."
         )
     check_options(spec, backends, reference, dtype, scheduler, directory, timeout)
-    placement = {"jax_platform": jax_platform, "jax_precision": jax_precision}  # the keywords above
+    placement = {  # the keywords above
+        "jax_platform": jax_platform,
+        "jax_precision": jax_precision,
+        "torch_device": torch_device,
+        "torch_matmul_tf32": torch_matmul_tf32,
+        "torch_cudnn_tf32": torch_cudnn_tf32,
+        "torch_deterministic": torch_deterministic,
+    }
     check_placement(placement)
     options = {
         "backends": backends,

@@ -22,6 +22,7 @@ Example::
     timeout = 600                    # seconds per case
     jax_platform = "default"         # where the JAX side runs: "default" (JAX's choice) or "cpu"
     jax_precision = "default"        # its matmul precision: "default", "high" or "highest"
+    torch_device = "default"         # where the PyTorch side runs: "default", "cpu" or "cuda"
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ SCHEMA: dict[str, tuple[str, Callable[[Any], bool]]] = {
         f"a positive number of seconds, at most {MAX_TIMEOUT} (the longest this platform can wait)",
         lambda v: _is_number(v) and 0 < v <= MAX_TIMEOUT,
     ),
-    # Each framework's placement (``Framework.placement``): jax_platform, jax_precision.
+    # Each framework's placement (``Framework.placement``): jax_platform, jax_precision, torch_device, ...
     **{name: _one_of(setting.choices) for name, setting in declared_settings()},
 }
 

@@ -247,6 +247,10 @@ def sweep(
     strict: bool = False,
     jax_platform: str = "default",
     jax_precision: str = "default",
+    torch_device: str = "default",
+    torch_matmul_tf32: str = "default",
+    torch_cudnn_tf32: str = "default",
+    torch_deterministic: str = "default",
     timeout: float | None = None,
     jobs: int | None = None,
     scheduler: str | None = None,
@@ -260,6 +264,8 @@ def sweep(
             "seed": ..., "init": ...}`` or ``{"workload": "pkg.mod:workload", "dtype": ..., "seed": ...}``.
         backends, reference, rtol, atol, strict: as for ``crosscheck.run`` (names or import strings).
         jax_platform, jax_precision: where the JAX side runs and its matmul precision (``Execution``).
+        torch_device, torch_matmul_tf32, torch_cudnn_tf32, torch_deterministic: where the PyTorch side
+            runs, its TF32 switches and its deterministic mode (``Execution``).
         timeout: seconds per case; a case past it is recorded as ``timeout``.
         jobs: worker processes on this machine (default: the CPUs this process may use); 0 runs every
             case in this process, without isolation.
@@ -275,7 +281,14 @@ def sweep(
         raise ValueError(f"`jobs` must be a non-negative integer, found {jobs!r}.")
     if timeout is not None and not timeout > 0:
         raise ValueError(f"`timeout` must be a positive number of seconds, found {timeout!r}.")
-    placement = {"jax_platform": jax_platform, "jax_precision": jax_precision}  # the keywords above
+    placement = {  # the keywords above
+        "jax_platform": jax_platform,
+        "jax_precision": jax_precision,
+        "torch_device": torch_device,
+        "torch_matmul_tf32": torch_matmul_tf32,
+        "torch_cudnn_tf32": torch_cudnn_tf32,
+        "torch_deterministic": torch_deterministic,
+    }
     check_placement(placement)
     options = {"backends": backends, "reference": reference, "rtol": rtol, "atol": atol, "strict": strict}
     options.update(placement)

@@ -41,24 +41,32 @@ def test_a_framework_without_such_a_value_is_left_as_it_is():
     assert record.at_highest() == record and record.on_host() == record
 
 
-def test_the_jax_declaration_is_the_pair_the_front_doors_give():
-    assert [name for name, _ in declared_settings()] == ["jax_platform", "jax_precision"]
-    (jax,) = placements()
-    assert jax.framework == "jax" and jax.left_alone
+TORCH_OPTIONS = ["torch_device", "torch_matmul_tf32", "torch_cudnn_tf32", "torch_deterministic"]
+
+
+def test_the_declarations_are_the_settings_the_front_doors_give():
+    assert [name for name, _ in declared_settings()] == ["jax_platform", "jax_precision", *TORCH_OPTIONS]
+    jax, torch = placements()
+    assert jax.framework == "jax" and jax.left_alone and torch.framework == "torch" and torch.left_alone
     assert jax.on_host().options() == {"jax_platform": "cpu", "jax_precision": "default"}
     assert jax.at_highest().options() == {"jax_platform": "default", "jax_precision": "highest"}
+    # PyTorch's highest arithmetic is its TF32 off, for products and convolutions; its host the CPU
+    assert torch.at_highest().chosen() == {"torch_matmul_tf32": "off", "torch_cudnn_tf32": "off"}
+    assert torch.on_host().chosen() == {"torch_device": "cpu"}
     assert framework_named("jax").title == "JAX" and framework_named("torch").title == "PyTorch"
 
 
 def test_placements_take_the_options_a_user_gives_and_give_them_back():
     options = {"jax_platform": "cpu", "jax_precision": "high", "repeat": 2}  # an Execution's fields
-    assert as_options(placements(options)) == {"jax_platform": "cpu", "jax_precision": "high"}
-    assert as_options(placements()) == {"jax_platform": "default", "jax_precision": "default"}
+    torch = dict.fromkeys(TORCH_OPTIONS, "default")
+    assert as_options(placements(options)) == {"jax_platform": "cpu", "jax_precision": "high", **torch}
+    assert as_options(placements()) == {"jax_platform": "default", "jax_precision": "default", **torch}
 
 
 def test_an_executions_placement_is_its_fields_of_each_declared_setting():
-    execution = crosscheck.Execution(jax_platform="cpu", jax_precision="highest")
-    assert execution.placement == placements({"jax_platform": "cpu", "jax_precision": "highest"})
+    execution = crosscheck.Execution(jax_platform="cpu", jax_precision="highest", torch_device="cpu")
+    given = {"jax_platform": "cpu", "jax_precision": "highest", "torch_device": "cpu"}
+    assert execution.placement == placements(given)
 
 
 @pytest.mark.parametrize(

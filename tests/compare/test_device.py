@@ -25,10 +25,21 @@ def test_the_device_model_permits_bfloat16_products_and_nothing_on_a_cpu():
     assert terms.capped(on_tpu - wide, wide, device=tpu)[1] is None  # within the TPU's arithmetic
 
 
-@pytest.mark.parametrize("table", ["PRODUCT_UNITS", "PRODUCT_WORDS", "ELEMENTWISE_ULPS", "EMULATED_FLOAT64"])
+TABLES = [
+    "PRODUCT_UNITS",
+    "PRODUCT_WORDS",
+    "ELEMENTWISE_ULPS",
+    "EMULATED_FLOAT64",
+    "CONV_UNITS",
+    "UNMEASURED",
+]
+
+
+@pytest.mark.parametrize("table", TABLES)
 def test_the_tables_are_keyed_by_a_declared_framework_and_a_platform(table):
+    """A platform as its framework names it: JAX's ``gpu``, PyTorch's ``cuda`` (a device's type)."""
     for framework, platform in getattr(device, table):
-        assert framework in FRAMEWORKS and platform in ("cpu", "gpu", "tpu")
+        assert framework in FRAMEWORKS and platform in ("cpu", "gpu", "tpu", "cuda")
 
 
 def test_a_platform_the_tables_list_for_another_framework_adds_nothing():

@@ -204,7 +204,7 @@ def test_every_documented_key_occurs_in_a_real_report(reports):
 def test_the_configuration_table_is_the_schema():
     rows = {}
     for line in (DOCS / "reference" / "configuration.md").read_text().splitlines():
-        match = re.match(r"^\| `([a-z_]+)` \| [^|]+ \| ([^|]+) \|", line)
+        match = re.match(r"^\| `([a-z0-9_]+)` \| [^|]+ \| ([^|]+) \|", line)
         if match:
             rows[match.group(1)] = match.group(2).strip()
     assert list(rows) == list(SCHEMA)

@@ -24,14 +24,15 @@ from crosscheck._engine.caller import Caller
 def test_on_host_moves_each_side_to_the_host_cpu_for_a_while_and_keeps_its_arithmetic():
     call = Caller({}, placement=placements({"jax_precision": "high"}))
     with call.on_host():
-        assert call.placement == placements({"jax_platform": "cpu", "jax_precision": "high"})
+        on_host = {"jax_platform": "cpu", "jax_precision": "high", "torch_device": "cpu"}
+        assert call.placement == placements(on_host)
     assert call.placement == placements({"jax_precision": "high"})
 
 
 def test_on_host_without_a_placement_is_the_host_at_every_default():
     call = Caller({})
     with call.on_host():
-        assert call.placement == placements({"jax_platform": "cpu"})
+        assert call.placement == placements({"jax_platform": "cpu", "torch_device": "cpu"})
     assert call.placement == ()
 
 

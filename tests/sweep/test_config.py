@@ -68,6 +68,11 @@ def test_the_matrix_is_the_cartesian_product(tmp_path):
         "strict": True,
         "jax_platform": "cpu",
         "jax_precision": "highest",
+        # every declared setting of the PyTorch side, at its default where the file gives none
+        "torch_device": "default",
+        "torch_matmul_tf32": "default",
+        "torch_cudnn_tf32": "default",
+        "torch_deterministic": "default",
     }
     assert config.get("timeout") == 600
 
@@ -161,7 +166,10 @@ CONFIG_ERRORS = [
     ('backends = "jax"', T + "backends`" + LIST + "backend names or import strings; found 'jax'."),
     ("rtol = 1e-6", T + "rtol` and " + T + "atol` must be given together or not at all; found only"),
     ("seed = [1]", "unknown key " + T + "seed`: expected one of workloads, layers, batch, dim, dtypes,"),
-    ("seed = [2]", "strict, timeout, jax_platform, jax_precision. Did you mean `seeds`?"),
+    (
+        "seed = [2]",
+        "jax_precision, torch_device, torch_matmul_tf32, torch_cudnn_tf32, torch_deterministic. Did",
+    ),
     ("dim = [", "is not valid TOML"),
     ('jax_platform = "tpu"', T + "jax_platform` must be one of default, cpu; found 'tpu'."),
     ('jax_precision = "low"', T + "jax_precision` must be one of default, high, highest; found 'low'."),

@@ -305,7 +305,7 @@ def _workload(prepared: Prepared) -> Workload:
 
 def torch_implementation(prepared: Prepared) -> Callable[[dict, dict], FrameworkArray]:
     """``(tensors, inputs) -> loss`` of the PyTorch module, its tensors replaced by the case's."""
-    from crosscheck._workloads.port.sides import torch_side
+    from crosscheck._workloads.port.sides import torch_device, torch_side
 
     loss = port_loss(prepared.port)
 
@@ -313,7 +313,7 @@ def torch_implementation(prepared: Prepared) -> Callable[[dict, dict], Framework
         state = {**params, **prepared.torch_state(inputs)}
         return loss(torch_side.call(prepared.torch_side, state, prepared.user_inputs(inputs)))
 
-    return torch_loss
+    return torch_device.Homed(torch_loss, prepared.torch_side.m)  # its adapter says where it computes
 
 
 def jax_leaves(

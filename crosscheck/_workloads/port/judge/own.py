@@ -41,7 +41,7 @@ def prove(prepared: Prepared, point: Point, call: Call) -> Proof:
     loss = torch_implementation(prepared)
     out = call(torch_side.proof, loss, dict(point.params), dict(point.inputs), prepared.torch_side)
     if out.error is None:
-        return Proof(None, wrote(out.value or []))
+        return Proof(None, wrote(out.value or []) + reordered(getattr(prepared.torch_side, "reordered", 0)))
     return Proof(out.error.removeprefix(PREFIX) if out.error.startswith(PREFIX) else None, "")
 
 
@@ -53,6 +53,20 @@ def wrote(names: list[str]) -> str:
     return (
         f"; the PyTorch module writes to its input {shown} in place during its forward: each call was "
         "given its own copy of the inputs, so the port is judged on the same inputs"
+    )
+
+
+def reordered(count: int) -> str:
+    """The note on the PyTorch side's nondeterminism on a GPU ("" when its calls agreed bit for bit):
+    ``count`` proofs whose two calls differed within its own rounding (``torch_side.proof``)."""
+    if not count:
+        return ""
+    from crosscheck._workloads.port.sides.torch_device import DETERMINISTIC
+
+    return (
+        f"; nondeterminism: the PyTorch side's two calls at the point differed within its own rounding "
+        f"({count} time{'s' if count > 1 else ''}: its sums made in another order each call on the GPU, "
+        f"not a state it keeps); to check bit for bit, use {DETERMINISTIC}"
     )
 
 

@@ -1,0 +1,89 @@
+"""One card, two frameworks (simulated: CI has no GPU): where the PyTorch side is placed on a card by
+name and JAX's is not on the host, JAX's preallocation is turned off before JAX first uses a device (its
+default takes 75 % of the card), unless the user set JAX's allocator, and the report's environment says
+so; a case whose estimate cannot fit the card's free memory is refused before anything is allocated,
+with its estimate."""
+
+from __future__ import annotations
+
+import pytest
+
+import crosscheck
+from crosscheck._backends import placements
+from crosscheck._engine.plan import MemoryTooLarge, check_cards, prepare
+
+jax_state = pytest.importorskip("crosscheck.backends.jax.state")
+torch_state = pytest.importorskip("crosscheck.backends.torch.state")
+
+PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"
+
+
+@pytest.fixture
+def bare_allocator(monkeypatch):
+    """No allocator setting given (each restored after the test), nothing said yet."""
+    for name in jax_state.ALLOCATOR:
+        monkeypatch.setenv(name, "x")  # recorded, so that teardown restores the value before
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(jax_state, "SHARED", [])
+
+
+@pytest.fixture
+def a_card(monkeypatch):
+    """PyTorch's side may be placed on a simulated card with 1 MiB free."""
+    monkeypatch.setattr(torch_state, "unavailable", lambda placement: "")
+    card = ("cuda:0 (Simulated H200)", 2**20)
+    monkeypatch.setattr(torch_state, "device_memory", lambda p: card if p.value("device") == "cuda" else None)
+
+
+def test_a_side_placed_on_a_card_by_name_is_off_the_host():
+    jax, torch = placements({"torch_device": "cuda"})
+    assert torch.off_host and not jax.off_host
+    assert not any(r.off_host for r in placements({"torch_device": "cpu", "jax_platform": "cpu"}))
+    assert not any(r.off_host for r in placements())
+
+
+def test_both_sides_on_one_card_turn_jaxs_preallocation_off_and_say_so(bare_allocator):
+    import os
+
+    said = prepare(placements({"torch_device": "cuda"}))
+    assert os.environ[PREALLOCATE] == "false"
+    assert len(said) == 1 and said[0].startswith("JAX's preallocation turned off")
+    assert "75 %" in said[0] and jax_state.SHARED == said
+
+
+def test_jax_on_the_host_or_the_users_allocator_is_left_as_it_is(bare_allocator, monkeypatch):
+    import os
+
+    assert prepare(placements({"torch_device": "cuda", "jax_platform": "cpu"})) == []
+    assert prepare(placements()) == [] and PREALLOCATE not in os.environ
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", ".4")
+    (said,) = prepare(placements({"torch_device": "cuda"}))
+    assert said.startswith("JAX's allocator as given (XLA_PYTHON_CLIENT_MEM_FRACTION=.4)")
+    assert PREALLOCATE not in os.environ and jax_state.SHARED == []
+
+
+def test_a_case_that_cannot_fit_the_card_is_refused_with_its_estimate(a_card):
+    placement = placements({"torch_device": "cuda"})
+    check_cards({"weights": 2**19}, placement)  # fits
+    with pytest.raises(
+        MemoryTooLarge, match=r"needs about .* \(weights .*\), more than the .* free on cuda:0"
+    ):
+        check_cards({"weights": 2**21}, placement)
+    check_cards({"weights": 2**21}, placements({"torch_device": "cpu"}))  # the host: not the card's
+
+
+def test_a_check_too_large_for_the_card_is_refused_before_it_starts(a_card, bare_allocator):
+    execution = crosscheck.Execution(isolate=False, torch_device="cuda")
+    stack = crosscheck.Stack(layers=4, batch=64, dim=128)
+    with pytest.raises(
+        ValueError, match=r"free on cuda:0 \(Simulated H200\), where the PyTorch side is placed"
+    ):
+        crosscheck.check(stack, execution=execution, backends=["torch"])
+
+
+def test_the_reports_environment_says_what_was_set(a_card, bare_allocator, monkeypatch):
+    pytest.importorskip("jax")
+    monkeypatch.setattr(torch_state, "device_memory", lambda p: ("cuda:0 (Simulated H200)", 2**40))
+    execution = crosscheck.Execution(isolate=False, torch_device="cuda")
+    report = crosscheck.check(crosscheck.Stack(layers=1, batch=2, dim=3), execution=execution)
+    assert report.environment["jax"]["allocator"].startswith("JAX's preallocation turned off")
