@@ -52,6 +52,12 @@ from crosscheck._workloads.model.sixteen import limits, unrounded
 
 #: Without a usable re-run in the other precision: this many unit roundoffs of |gradient| + its RMS.
 FALLBACK_ULPS = 1024.0
+#: A float32 formula that loses bits, deterministically, as a healthy library's port does
+#: (``docs/measurements/tolerances.md``: Flax's LayerNorm of a residual stream with a mean).
+LOST_BITS = (
+    "a formula that cancels in float32, such as a variance as E[x^2] - E[x]^2 of inputs with a large mean: "
+    "Flax's `LayerNorm` default, `use_fast_variance=True`"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +95,7 @@ class Excess:
         return (
             f"{what}: its float32 and float64 gradients differ by {self.relative:.2g} relative (RMS), "
             f"{self.ratio:.3g} x what float32 rounding permits, about {bits:.0f} significant bits{like}; "
-            "a float32-only step (bfloat16, an approximation) or a nondeterministic gradient"
+            f"a float32-only step (bfloat16, an approximation, {LOST_BITS}) or a nondeterministic gradient"
         )
 
 

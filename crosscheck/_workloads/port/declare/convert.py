@@ -58,6 +58,9 @@ class Conversion:
     aliases: Mapping[str, str]
     paths: tuple[tuple[str, ...], ...]
     nnx: bool = False
+    #: (PyTorch tensor, JAX leaf path) -> the one index of the leaf's leading axis the tensor fills, where
+    #: it fills one of several (a layer of a stacked leaf: the scan's step it feeds; ``layer_of``).
+    steps: Mapping[tuple[str, tuple[str, ...]], int] = dataclasses.field(default_factory=dict)
 
     def arguments(self, arrays: Mapping[str, Any]) -> dict[str, Any]:
         given = {k: arrays[k] for k in self.names}
@@ -197,10 +200,10 @@ def prepare(
     fit(where, side.leaves, conversion.found(out), np.float32)
     with jax.enable_x64(True):
         run = jax.jit(conversion.leaves)
-        reached = _linear_and_reached(
+        reached, steps = _linear_and_reached(
             where, lambda arrays: user_call(where, what, run, arrays), side.leaves, values
         )
-    return conversion, entries(described, side.leaves, reached)
+    return dataclasses.replace(conversion, steps=steps), entries(described, side.leaves, reached)
 
 
 def structure(port: PortFields, values: Mapping[str, np.ndarray]) -> PyTree:
@@ -257,9 +260,10 @@ def _linear_and_reached(
     run: Callable[[dict], list],
     leaves: Sequence[Tensor],
     values: Mapping[str, np.ndarray],
-) -> dict[str, list[int]]:
+) -> tuple[dict[str, list[int]], dict[tuple[str, tuple[str, ...]], int]]:
     """Raise where ``run`` (``fn``'s leaves) is not linear in the floating tensors, or casts them; else
-    each floating tensor's name -> the positions of the leaves it reaches."""
+    each floating tensor's name -> the positions of the leaves it reaches, and the index of a leaf's
+    leading axis that a tensor alone fills (``layer_of``)."""
     floating = _floating(values)
     rng = np.random.default_rng(0)
     a = {k: rng.standard_normal(v.shape) for k, v in floating.items()}
@@ -281,11 +285,24 @@ def _linear_and_reached(
                 f"applies no nonlinear function"
             )
     zeros = {k: np.zeros(v.shape) for k, v in floating.items()}
-    reached = {}
+    reached, steps = {}, {}
     for name in floating:
         out = run({**rest, **zeros, name: a[name]})
         reached[name] = [i for i, v in enumerate(out) if np.any(np.asarray(v) != 0)]
-    return reached
+        for i in reached[name]:
+            step = layer_of(np.asarray(out[i]))
+            if step is not None:
+                steps[(name, leaves[i].path)] = step
+    return reached, steps
+
+
+def layer_of(reached: np.ndarray) -> int | None:
+    """The one index of ``reached``'s leading axis (of several) whose slice holds every nonzero entry
+    (a tensor's contribution to a leaf, alone: a layer of a stacked leaf), else None."""
+    if reached.ndim == 0 or reached.shape[0] < 2:
+        return None
+    rows = np.flatnonzero(np.any(reached.reshape(reached.shape[0], -1) != 0, axis=1))
+    return int(rows[0]) if rows.size == 1 else None
 
 
 def entries(

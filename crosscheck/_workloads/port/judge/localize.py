@@ -36,6 +36,7 @@ from crosscheck._compare.device import Arithmetic
 from crosscheck._compare.dtypes import is_low, numpy_dtype, unit_roundoff
 from crosscheck._compare.message import mismatch_message
 from crosscheck._compare.record import Comparison, Tolerance
+from crosscheck._workloads.model.rounding import LOST_BITS
 from crosscheck._workloads.port.declare import layout
 from crosscheck._workloads.port.mapping.matching import canonical
 
@@ -192,8 +193,9 @@ def _redrawn_text(label: str, side: str, dtype: str, redrawn: _terms.Redrawn, on
             "the host CPU to say which, and this output fails here"
         )
     return (
-        f"{head}, which no re-rounding does: a random draw made again (random? a dropout left on, a key "
-        "drawn in the default float dtype); no rounding can be measured from such a re-run, and this "
+        f"{head}, which no re-rounding of a well-conditioned computation does: a random draw made again "
+        "(random? a dropout left on, a key drawn in the default float dtype), or a float32 computation "
+        f"that loses bits ({LOST_BITS}); no rounding can be measured from such a re-run, and this "
         "output fails"
     )
 

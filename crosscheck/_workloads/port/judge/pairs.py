@@ -13,6 +13,7 @@ import dataclasses
 from typing import Any
 
 from crosscheck._workloads.port.declare.build import Prepared
+from crosscheck._workloads.port.judge import subtrees
 from crosscheck._workloads.port.mapping.matching import canonical
 from crosscheck._workloads.port.mapping.stacked import is_stacked, module_lists, said
 from crosscheck._workloads.port.mapping.stacked import module_pairs as stacked_pairs
@@ -30,7 +31,11 @@ def module_pairs(prepared: Prepared) -> dict[str, str]:
 
     rows = [e for e in prepared.table.mapped() if e.torch is not None and e.jax is not None]
     if prepared.port.convert is not None:
-        return one_to_one(_converted(rows))
+        paired = one_to_one(_converted(rows))
+        steps = prepared.conversion.steps if prepared.conversion is not None else {}
+        for torch_module, jax_module in subtrees.module_pairs(rows, steps).items():
+            paired.setdefault(torch_module, jax_module)
+        return paired
     fused: dict[tuple, set] = {}
     for e in rows:
         if e.box:

@@ -430,3 +430,14 @@ def jnp_masked(w):
     import jax.numpy as jnp
 
     return jnp.where(jnp.arange(w.shape[1])[None] < 2, w, 0.0)
+
+
+def test_a_tensor_filling_one_index_of_a_leading_axis_says_which():
+    from crosscheck._workloads.port.declare.convert import layer_of
+
+    stacked = np.zeros((3, 2, 2))
+    stacked[1] = 1.0
+    assert layer_of(stacked) == 1
+    stacked[2, 0, 0] = 1.0
+    assert layer_of(stacked) is None  # two layers: no one step
+    assert layer_of(np.ones((1, 4))) is None and layer_of(np.ones(())) is None  # no axis of several
