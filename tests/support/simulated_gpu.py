@@ -32,10 +32,14 @@ def tf32(x):
 
 def tf32_dot(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, **kwargs):
     """The simulated card's float32 product at JAX's default precision: inputs in TF32, summed in float32;
-    at ``highest``, in float64 or on the host CPU, the exact product."""
+    at ``highest``, in float64 or on the host CPU, the exact product. The card's arithmetic changes the
+    values, never the program (as ``simulated_device.rounded``): the same ``reduce_precision`` either way,
+    to TF32's 10 bits on the card at the default precision, to float32's own 23 (unchanged) elsewhere."""
+    if lhs.dtype != jnp.float32:
+        return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision)
     on_card = jax.config.jax_default_device is None
-    if lhs.dtype == jnp.float32 and on_card and jax.config.jax_default_matmul_precision is None:
-        lhs, rhs = tf32(lhs), tf32(rhs)
+    bits = 10 if on_card and jax.config.jax_default_matmul_precision is None else 23
+    lhs, rhs = (jax.lax.reduce_precision(v, exponent_bits=8, mantissa_bits=bits) for v in (lhs, rhs))
     return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision)
 
 
