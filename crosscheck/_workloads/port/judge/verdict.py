@@ -2,12 +2,14 @@
 ``Located`` record that carries it with the comparisons to the verdict's words (``say``).
 
 The verdict names the first paired module, in the order the PyTorch calls finished, whose output
-differs. When its input already differs, the difference was made before it, between the last module
-that agreed and this one: a PyTorch module there without a JAX counterpart whose input and output
-link the two (an activation the port computes as a plain function) is named; otherwise the module
-whose own code runs between them (an attention's scaling between its projections). When every output
-agrees and a gradient does not, the difference is in the backward pass: the last module, in forward
-order, whose parameters' gradients differ, and the modules between it and the next that agrees.
+differs. Only where its input agrees does the difference start inside it. When its input already
+differs, or could not be compared (no layout of it proven by the values), the difference was made before
+it, between the last module that agreed and this one: a PyTorch module there without a JAX counterpart
+whose input and output link the two (an activation the port computes as a plain function) is named;
+otherwise the module whose own code runs between them (an attention's scaling between its projections).
+When every output agrees and a gradient does not, the difference is in the backward pass: the last
+module, in forward order, whose parameters' gradients differ, and the modules between it and the next
+that agrees.
 """
 
 from __future__ import annotations
@@ -63,16 +65,16 @@ def forward_origin(
     if first is None:
         return None
     kind = first.module_type
-    if inputs.get(first.name) is not False:
-        why = "its input agrees" if inputs.get(first.name) else "its input could not be compared"
+    if inputs.get(first.name):
         return Origin(
             "forward",
             first.name,
             first.name,
             (),
             f"the forward pass differs first at "
-            f"{_shown(first.name, top)} ({kind}): {why}, so the difference starts inside it",
+            f"{_shown(first.name, top)} ({kind}): its input agrees, so the difference starts inside it",
         )
+    # its input differs, or could not be compared (no layout proven): the difference starts before it
     before = [r for r in order[: index[first.name]] if r.name in paired and outputs.get(r.name)]
     prev = before[-1] if before else None
     gap = [
@@ -87,7 +89,7 @@ def forward_origin(
         if prev
         else f"before `{first.name}`"
     )
-    if linked:
+    if linked and inputs.get(first.name) is False:
         return Origin(
             "forward",
             linked[0].name,
@@ -109,7 +111,7 @@ def forward_origin(
         suspects,
         f"the forward pass differs first in the code of {_shown(parent, top)} {where}: "
         f"`{first.name}` ({kind}) is the first module whose output differs, and its input "
-        f"already differs{also}",
+        f"{'already differs' if inputs.get(first.name) is False else 'could not be compared'}{also}",
     )
 
 
