@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -40,6 +39,7 @@ from crosscheck._workloads.stack import rounding as stack_rounding
 from crosscheck._workloads.stack.forward import Forward, backward, forward
 from crosscheck._workloads.stack.oracle import parallel as _parallel
 from crosscheck._workloads.stack.oracle import perturb as _perturb
+from crosscheck._workloads.stack.oracle import shrink as _shrink
 
 __all__ = [
     "OracleEstimate",
@@ -52,8 +52,8 @@ __all__ = [
     "stuck_distance",
 ]
 
-#: After a crossing a step shrinks at least by this factor, down to h_cap * _MIN_STEP_RATIO.
-_SHRINK, _MIN_STEP_RATIO = 0.25, 2.0**-40
+#: A step shrinks (``shrink.SHRINK``) down to h_cap * _MIN_STEP_RATIO.
+_MIN_STEP_RATIO = 2.0**-40
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,49 +305,28 @@ def _differentiate(fwd: Forward, k: int, distance: np.ndarray, central) -> dict:
     """
     rms = float(np.sqrt(np.mean(fwd.weights[k] ** 2)))
     h_cap = step_cap(rms)
-    count = len(distance)
     # Later layers' kinks are unknown until evaluated: a step well inside the first layer's distance
     # crosses them rarely (fewer retries, ~1.1 evaluations per entry) at a small cost in rounding.
     step = np.minimum(h_cap, distance / 32)
     with np.errstate(divide="ignore"):
         step = np.where(step > 0, 2.0 ** np.floor(np.log2(step)), 0.0)
-    out: dict[str, Any] = {
-        "value": np.zeros(count),
-        "error": np.zeros(count),
-        "step": np.zeros(count),
-        "kink": np.zeros(count, bool),
-        "kink_at": np.full((count, 3), -1, np.int64),
-    }
-    pending, evaluations = np.ones(count, bool), 0
-    while True:
-        todo = np.flatnonzero(pending & (step >= h_cap * _MIN_STEP_RATIO))
-        if todo.size == 0:
-            break
-        value, error, crossed, at, fraction = central(todo, step[todo], False)
-        evaluations += 2 * todo.size
-        ok = todo[~crossed]
-        out["value"][ok], out["error"][ok], out["step"][ok] = value[~crossed], error[~crossed], step[ok]
-        pending[ok] = False
-        out["kink_at"][todo[crossed]] = at[crossed]
-        # Retry below the first kink crossed (its distance is exact), by at least _SHRINK, and once at
-        # the smallest step before giving up (the kink reported is then the one nearest to the point).
-        again = todo[crossed]
-        shrink = np.minimum(_SHRINK, fraction[crossed] / 2)
-        with np.errstate(divide="ignore"):
-            shrunk = 2.0 ** np.floor(np.log2(step[again] * shrink))
-        smallest = h_cap * _MIN_STEP_RATIO
-        step[again] = np.where(step[again] > smallest, np.maximum(shrunk, smallest), 0.0)
-    stuck = np.flatnonzero(pending)
-    if stuck.size:
-        # On (or closer than the smallest step to) a kink: take the derivative of the base point's piece.
-        h = np.full(stuck.size, h_cap)
+
+    def attempt(todo: np.ndarray, h: np.ndarray) -> _shrink.Attempt:
+        value, error, crossed, at, fraction = central(todo, h, False)
+
+        def again(hit: np.ndarray) -> np.ndarray:
+            # Below the first kink crossed (its distance is exact), by at least SHRINK.
+            shrink = np.minimum(_shrink.SHRINK, fraction[hit] / 2)
+            with np.errstate(divide="ignore"):
+                return 2.0 ** np.floor(np.log2(h[hit] * shrink))
+
+        return _shrink.Attempt(value, error, crossed, at, h, again)
+
+    def held(stuck: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         value, error, *_ = central(stuck, h, True)
-        evaluations += 2 * stuck.size
-        out["value"][stuck], out["error"][stuck], out["step"][stuck] = value, error, h
-        out["kink"][stuck] = True
-    out["kink_at"][~out["kink"]] = -1
-    out["evaluations"] = evaluations
-    return out
+        return value, error
+
+    return _shrink.differences(step, h_cap * _MIN_STEP_RATIO, h_cap, attempt, held)
 
 
 def _exact_zero_at(y: np.ndarray, z: np.ndarray, i: int, j: int) -> tuple[int, int]:

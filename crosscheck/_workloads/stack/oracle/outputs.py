@@ -22,15 +22,13 @@ crossed only on the side that turns it on). Two stencils, each exact on a quadra
 
 A point whose masks differ from the base point's crossed a kink: the side it crossed on has room only
 within that kink (at an exact distance: everything moved linearly up to it), shrunk by at least
-``_SHRINK``, and the stencil is planned again, down to ``fd.smallest_step``. An output that crosses even
+``shrink.SHRINK``, and the stencil is planned again, down to ``fd.smallest_step``. An output that crosses even
 then sits on a kink: it takes its piece's derivative (the loss with the masks held), flagged with the
 kink; so is one whose next layer has a kink nearer than the entry-by-entry oracle tries a step
 (``fd.stuck_distance``).
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 
@@ -40,6 +38,7 @@ from crosscheck._workloads.stack import rounding as _stack
 from crosscheck._workloads.stack.forward import Forward
 from crosscheck._workloads.stack.oracle import fd as _fd
 from crosscheck._workloads.stack.oracle import perturb as _perturb
+from crosscheck._workloads.stack.oracle import shrink as _shrink
 
 __all__ = ["NEAR_ZERO", "ONE_SIDED_GAIN", "differentiate", "near_zero_later", "row_sigmas"]
 
@@ -51,8 +50,6 @@ ONE_SIDED_GAIN = 8
 #: made 61,436 evaluations, bars at a median 6.0e-4 of the judge's other terms, 8 made 72,104 (+17%,
 #: +17% CPU) and 2.0e-4.
 MARGIN = 8
-#: After a crossing a step shrinks at least by this factor (as ``fd``'s).
-_SHRINK = 0.25
 
 
 def differentiate(
@@ -82,35 +79,28 @@ def differentiate(
     may = np.ones(len(rows), bool) if central_only is None else ~central_only[rows]
     room = np.column_stack([plus, minus]) / MARGIN  # how far a point may go, up and down
     step, side = _plan(room, cap, may)
-    count = len(rows)
-    out: dict[str, Any] = {
-        "value": np.zeros(count),
-        "error": np.zeros(count),
-        "step": np.zeros(count),
-        "kink": np.zeros(count, bool),
-        "kink_at": np.full((count, 3), -1, np.int64),
-    }
-    pending, evaluations = np.ones(count, bool), 0
-    while True:
-        todo = np.flatnonzero(pending & (step >= smallest))
-        if todo.size == 0:
-            break
-        value, error, crossed, at, reach = _evaluate(
-            fwd, k, rows[todo], cols[todo], step[todo], side[todo], sigma
-        )
-        evaluations += 2 * todo.size
-        hit = crossed.any(axis=1)
-        ok = todo[~hit]
-        out["value"][ok], out["error"][ok] = value[~hit], error[~hit]
-        out["step"][ok] = np.where(side[ok] != 0, side[ok] * step[ok], step[ok])
-        pending[ok] = False
-        again = todo[hit]
-        out["kink_at"][again] = at[hit]
-        _narrow(room, again, _points(step[again], side[again]), crossed[hit], reach[hit])
-        planned, side[again] = _plan(room[again], cap, may[again])
-        # Once at the smallest step before giving up (the kink reported is then the nearest to it).
-        step[again] = np.where(step[again] > smallest, np.maximum(planned, smallest), 0.0)
-    evaluations += _held(fwd, k, rows, cols, np.flatnonzero(pending), sigma, cap, out)
+
+    def attempt(todo: np.ndarray, h: np.ndarray) -> _shrink.Attempt:
+        value, error, crossed, at, reach = _evaluate(fwd, k, rows[todo], cols[todo], h, side[todo], sigma)
+        shown = np.where(side[todo] != 0, side[todo] * h, h)
+
+        def again(hit: np.ndarray) -> np.ndarray:
+            back = todo[hit]
+            _narrow(room, back, _points(h[hit], side[back]), crossed[hit], reach[hit])
+            planned, side[back] = _plan(room[back], cap, may[back])
+            return planned
+
+        return _shrink.Attempt(value, error, crossed.any(axis=1), at, shown, again)
+
+    def held(stuck: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        value, error, *_ = _evaluate(fwd, k, rows[stuck], cols[stuck], h, np.zeros(stuck.size), sigma, True)
+        return value, error
+
+    out = _shrink.differences(step, smallest, cap, attempt, held)
+    # An output on a kink that tried no step is flagged with the next layer's nearest kink.
+    never = np.flatnonzero(out["kink"] & (out["kink_at"][:, 0] < 0))
+    unit = _nearest(fwd.zs[k + 1][rows[never]], fwd.weights[k + 1][cols[never]])
+    out["kink_at"][never] = np.column_stack([np.full(never.size, k + 1), rows[never], unit])
     # A kink of the next layer nearer than the entry-by-entry oracle's smallest step is one it flags
     # (the value is that piece's derivative either way): flagged with it, as that oracle does.
     near = np.minimum(plus, minus)
@@ -118,38 +108,20 @@ def differentiate(
     unit = _nearest(fwd.zs[k + 1][rows[on_kink]], fwd.weights[k + 1][cols[on_kink]])
     out["kink_at"][on_kink] = np.column_stack([np.full(on_kink.size, k + 1), rows[on_kink], unit])
     out["kink"][on_kink] = True
-    out["kink_at"][~out["kink"]] = -1
-    out["evaluations"] = evaluations
     return out
 
 
 def _narrow(room, again, points, crossed, reach) -> None:
     """After the outputs ``again`` crossed kinks (at their stencils' ``points``, ``(S, 2)``): each side a
     point crossed on has room only within the kink it crossed (at ``reach`` from the point, exact up
-    to it), and shrinks by at least ``_SHRINK``. The stencil is then planned again: a one-sided one may
+    to it), and shrinks by at least ``shrink.SHRINK``. The stencil is then planned again: a one-sided one may
     turn to the other side."""
     for p in range(2):
         up = points[:, p] > 0
-        within = np.minimum(reach[:, p] / 2, _SHRINK * np.abs(points[:, p]))
+        within = np.minimum(reach[:, p] / 2, _shrink.SHRINK * np.abs(points[:, p]))
         for column, this in ((0, up), (1, ~up)):
             fit = crossed[:, p] & this
             room[again[fit], column] = np.minimum(room[again[fit], column], within[fit])
-
-
-def _held(fwd, k, rows, cols, stuck, sigma, cap, out) -> int:
-    """The outputs ``stuck`` (on a kink, or nearer than the smallest step to one): the derivative of the
-    base point's piece (the masks held), flagged; an output that tried no step is flagged with the next
-    layer's nearest kink. Returns the evaluations made."""
-    if stuck.size == 0:
-        return 0
-    held = np.full(stuck.size, cap)
-    value, error, *_ = _evaluate(fwd, k, rows[stuck], cols[stuck], held, np.zeros(stuck.size), sigma, True)
-    out["value"][stuck], out["error"][stuck], out["step"][stuck] = value, error, held
-    out["kink"][stuck] = True
-    never = stuck[out["kink_at"][stuck, 0] < 0]
-    unit = _nearest(fwd.zs[k + 1][rows[never]], fwd.weights[k + 1][cols[never]])
-    out["kink_at"][never] = np.column_stack([np.full(never.size, k + 1), rows[never], unit])
-    return 2 * stuck.size
 
 
 #: A pre-activation of a later layer within this fraction of its row's largest is near zero
