@@ -3,7 +3,8 @@ written the way JAX projects write it: the layers stacked (``nnx.vmap`` builds t
 them, each step in ``nnx.remat``: the brief's scan + checkpoint pattern) and the attention's q, k and v
 fused into one ``qkv_proj``. Mapped with no override: each PyTorch ``layers.{i}.X`` lands on layer ``i``
 of a stacked leaf, ``q_proj``/``k_proj``/``v_proj`` on their slices of ``qkv_proj`` (in that order,
-k and v narrower: one key/value head for two query heads). Planted bugs in ``BUGS``.
+k and v narrower: one key/value head for two query heads). Planted bugs in ``BUGS``. The config, the
+rotary embedding, the attention and the bugs serve ``llama_nnx_scanned`` too.
 
 Run from the repository root::
 
@@ -44,12 +45,55 @@ def tokens(rng, dtype):
     return {"input_ids": rng.integers(0, V, size=(2, 6)).astype(np.int64)}
 
 
-def torch_model():
+def torch_model(config=CONFIG, *, lm_head=False):
+    """Hugging Face's Llama of ``config`` (``LlamaForCausalLM`` with ``lm_head``), seeded."""
     import torch
-    from transformers import LlamaConfig, LlamaModel
+    from transformers import LlamaConfig, LlamaForCausalLM, LlamaModel
 
     torch.manual_seed(0)
-    return LlamaModel(LlamaConfig(**CONFIG)).eval()
+    return (LlamaForCausalLM if lm_head else LlamaModel)(LlamaConfig(**config)).eval()
+
+
+def rotary(x, rope="half"):
+    """The rotary embedding of ``x`` ``(B, S, heads, D)``: Hugging Face's (the two halves rotated), or
+    ``rope="interleaved"``, Meta's original layout (pairs of neighbouring entries)."""
+    import jax.numpy as jnp
+
+    inv = 1.0 / (10000.0 ** (jnp.arange(0, D, 2, dtype=x.dtype) / D))
+    angle = jnp.arange(x.shape[1], dtype=x.dtype)[:, None] * inv[None]
+    if rope == "interleaved":  # Meta's layout: pairs (2i, 2i + 1)
+        cos, sin = jnp.cos(angle)[None, :, None], jnp.sin(angle)[None, :, None]
+        a, b = x[..., 0::2], x[..., 1::2]
+        return jnp.stack([a * cos - b * sin, a * sin + b * cos], -1).reshape(x.shape)
+    both = jnp.concatenate([angle, angle], -1)
+    cos, sin = jnp.cos(both)[None, :, None], jnp.sin(both)[None, :, None]
+    half = jnp.concatenate([-x[..., D // 2 :], x[..., : D // 2]], -1)
+    return x * cos + half * sin
+
+
+def parts(order, sizes):
+    """Where q, k and v sit in a projection fused in ``order`` (``"qkv"``; a wrong order plants a bug):
+    ``{part: (start, stop)}`` along the fused axis, each ``sizes[part]`` long."""
+    found, at = {}, 0
+    for part in order:
+        found[part] = (at, at + sizes[part])
+        at += sizes[part]
+    return found
+
+
+def attend(q, k, v, *, dtype, rope="half", causal=True):
+    """Grouped-query attention of ``q`` ``(B, S, H, D)`` over ``k`` and ``v`` ``(B, S, KV, D)``, the rotary
+    embedding applied to ``q`` and ``k``: ``(B, S, H, D)``. ``causal=False`` forgets the mask (a bug)."""
+    import jax
+    import jax.numpy as jnp
+
+    s = q.shape[1]
+    q, k = rotary(q, rope), rotary(k, rope)
+    k, v = jnp.repeat(k, H // KV, axis=2), jnp.repeat(v, H // KV, axis=2)
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(jnp.asarray(D, dtype))
+    if causal:
+        scores = jnp.where(jnp.tril(jnp.ones((s, s), bool)), scores, jnp.finfo(dtype).min)
+    return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, -1), v)
 
 
 def nnx_model(*, rope="half", order="qkv", causal=True):
@@ -60,18 +104,6 @@ def nnx_model(*, rope="half", order="qkv", causal=True):
     import jax.numpy as jnp
     from flax import nnx
 
-    def rotary(x):  # x: (B, S, heads, D)
-        inv = 1.0 / (10000.0 ** (jnp.arange(0, D, 2, dtype=x.dtype) / D))
-        angle = jnp.arange(x.shape[1], dtype=x.dtype)[:, None] * inv[None]
-        if rope == "interleaved":  # Meta's layout: pairs (2i, 2i + 1)
-            cos, sin = jnp.cos(angle)[None, :, None], jnp.sin(angle)[None, :, None]
-            a, b = x[..., 0::2], x[..., 1::2]
-            return jnp.stack([a * cos - b * sin, a * sin + b * cos], -1).reshape(x.shape)
-        both = jnp.concatenate([angle, angle], -1)
-        cos, sin = jnp.cos(both)[None, :, None], jnp.sin(both)[None, :, None]
-        half = jnp.concatenate([-x[..., D // 2 :], x[..., : D // 2]], -1)
-        return x * cos + half * sin
-
     class Attention(nnx.Module):
         def __init__(self, rngs):
             self.qkv_proj = nnx.Linear(E, (H + 2 * KV) * D, use_bias=False, rngs=rngs)
@@ -80,20 +112,10 @@ def nnx_model(*, rope="half", order="qkv", causal=True):
         def __call__(self, x):
             b, s, _ = x.shape
             fused = self.qkv_proj(x)
-            sizes = {"q": H * D, "k": KV * D, "v": KV * D}
-            starts = {}
-            at = 0
-            for part in order:
-                starts[part] = (at, at + sizes[part])
-                at += sizes[part]
-            q, k, v = (fused[..., slice(*starts[p])] for p in "qkv")
+            at = parts(order, {"q": H * D, "k": KV * D, "v": KV * D})
+            q, k, v = (fused[..., slice(*at[p])] for p in "qkv")
             q, k, v = q.reshape(b, s, H, D), k.reshape(b, s, KV, D), v.reshape(b, s, KV, D)
-            q, k = rotary(q), rotary(k)
-            k, v = jnp.repeat(k, H // KV, axis=2), jnp.repeat(v, H // KV, axis=2)
-            scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(jnp.asarray(D, x.dtype))
-            if causal:
-                scores = jnp.where(jnp.tril(jnp.ones((s, s), bool)), scores, jnp.finfo(x.dtype).min)
-            out = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, -1), v)
+            out = attend(q, k, v, dtype=x.dtype, rope=rope, causal=causal)
             return self.o_proj(out.reshape(b, s, H * D))
 
     class MLP(nnx.Module):
@@ -172,9 +194,18 @@ BUGS = {
 }
 
 
-def __getattr__(name):  # the ports are built when asked for: importing this module imports no framework
-    if name == "port":
-        return make_port()
-    if name in BUGS:
-        return make_port(f"llama-nnx-{name.replace('_', '-')}", **BUGS[name][2])
-    raise AttributeError(name)
+def lazy_ports(make_port, prefix, bugs):
+    """A module's ``__getattr__`` building its ports when asked for (importing the module imports no
+    framework): ``port`` the healthy one, each name of ``bugs`` a planted bug's (``{prefix}-{name}``)."""
+
+    def __getattr__(name):
+        if name == "port":
+            return make_port()
+        if name in bugs:
+            return make_port(f"{prefix}-{name.replace('_', '-')}", **bugs[name][2])
+        raise AttributeError(name)
+
+    return __getattr__
+
+
+__getattr__ = lazy_ports(make_port, "llama-nnx", BUGS)

@@ -11,7 +11,8 @@ reads to pair each PyTorch layer ``model.layers.{i}`` with the scan's step ``i``
 
 Planted bugs (``BUGS``), each in every layer: q, k and v split from ``wqkv`` in the wrong order, the
 causal mask forgotten, the rotary embedding of Meta's layout (neighbouring pairs), gate and up swapped
-in the conversion. Run from the repository root::
+in the conversion. What it shares with ``llama_nnx`` (the config but its depth, the tokens, the rotary
+embedding, the attention and its bugs) is imported from there. Run from the repository root::
 
     crosscheck run --workload examples.port.llama_nnx_scanned:port --reference torch
     crosscheck run --workload examples.port.llama_nnx_scanned:qkv_order --reference torch
@@ -20,40 +21,17 @@ in the conversion. Run from the repository root::
 from __future__ import annotations
 
 import crosscheck
+from examples.port import llama_nnx
+from examples.port.llama_nnx import EPS, KV, D, E, F, H, V, tokens
 
-#: Vocabulary, width, layers, query heads, key/value heads, MLP width; head width ``E // H``.
-V, E, L, H, KV, F = 16, 16, 3, 2, 1, 32
-D = E // H
-EPS = 1e-6
-CONFIG = dict(
-    vocab_size=V,
-    hidden_size=E,
-    num_hidden_layers=L,
-    num_attention_heads=H,
-    num_key_value_heads=KV,
-    intermediate_size=F,
-    max_position_embeddings=16,
-    rms_norm_eps=EPS,
-    initializer_range=0.5,  # O(1) pre-activations, as trained weights have (see examples/port/gpt2.py)
-    tie_word_embeddings=False,
-    use_cache=False,
-    attn_implementation="eager",
-)
-
-
-def tokens(rng, dtype):
-    """Two sequences of 6 token ids."""
-    import numpy as np
-
-    return {"input_ids": rng.integers(0, V, size=(2, 6)).astype(np.int64)}
+#: Three layers (the Llama example's width, heads and vocabulary), an untied head.
+L = 3
+CONFIG = {**llama_nnx.CONFIG, "num_hidden_layers": L, "tie_word_embeddings": False}
 
 
 def torch_model():
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    return LlamaForCausalLM(LlamaConfig(**CONFIG)).eval()
+    """Hugging Face's ``LlamaForCausalLM`` of ``CONFIG``, seeded."""
+    return llama_nnx.torch_model(CONFIG, lm_head=True)
 
 
 def nnx_model(*, order="qkv", causal=True, rope="half"):
@@ -63,17 +41,6 @@ def nnx_model(*, order="qkv", causal=True, rope="half"):
     import jax
     import jax.numpy as jnp
     from flax import nnx
-
-    def rotary(x):  # x: (B, S, heads, D)
-        inv = 1.0 / (10000.0 ** (jnp.arange(0, D, 2, dtype=x.dtype) / D))
-        angle = jnp.arange(x.shape[1], dtype=x.dtype)[:, None] * inv[None]
-        if rope == "interleaved":
-            cos, sin = jnp.cos(angle)[None, :, None], jnp.sin(angle)[None, :, None]
-            a, b = x[..., 0::2], x[..., 1::2]
-            return jnp.stack([a * cos - b * sin, a * sin + b * cos], -1).reshape(x.shape)
-        both = jnp.concatenate([angle, angle], -1)
-        cos, sin = jnp.cos(both)[None, :, None], jnp.sin(both)[None, :, None]
-        return x * cos + jnp.concatenate([-x[..., D // 2 :], x[..., : D // 2]], -1) * sin
 
     def param(rngs, *shape):
         return nnx.Param(jax.random.normal(rngs.params(), shape) * 0.5)
@@ -91,19 +58,10 @@ def nnx_model(*, order="qkv", causal=True, rope="half"):
             self.wo = param(rngs, H, D, E)
 
         def __call__(self, x):
-            s = x.shape[1]
             heads = jnp.einsum("bse,ehd->bshd", x, self.wqkv[...])
-            sizes = {"q": H, "k": KV, "v": KV}
-            at, parts = 0, {}
-            for part in order:
-                parts[part] = heads[:, :, at : at + sizes[part]]
-                at += sizes[part]
-            q, k, v = rotary(parts["q"]), rotary(parts["k"]), parts["v"]
-            k, v = jnp.repeat(k, H // KV, axis=2), jnp.repeat(v, H // KV, axis=2)
-            scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(jnp.asarray(D, x.dtype))
-            if causal:
-                scores = jnp.where(jnp.tril(jnp.ones((s, s), bool)), scores, jnp.finfo(x.dtype).min)
-            mixed = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, -1), v)
+            at = llama_nnx.parts(order, {"q": H, "k": KV, "v": KV})
+            q, k, v = (heads[:, :, slice(*at[p])] for p in "qkv")
+            mixed = llama_nnx.attend(q, k, v, dtype=x.dtype, rope=rope, causal=causal)
             return jnp.einsum("bqhd,hde->bqe", mixed, self.wo[...])
 
     class FeedForward(nnx.Module):
@@ -204,19 +162,10 @@ def make_port(name="llama-nnx-scanned", *, gate_up="gate_up", **bugs):
 
 
 #: The planted bugs, each in every layer: name -> (what it is, the module the verdict must name, the
-#: keywords of ``make_port``).
+#: keywords of ``make_port``): the Llama example's, named under ``LlamaForCausalLM``'s ``model.``, and a
+#: conversion's.
 BUGS = {
-    "qkv_order": (
-        "the fused kernel's heads split k, q, v instead of q, k, v",
-        "model.layers.0.self_attn",
-        dict(order="kqv"),
-    ),
-    "no_causal_mask": ("the causal mask forgotten", "model.layers.0.self_attn", dict(causal=False)),
-    "rope_interleaved": (
-        "the rotary embedding of Meta's layout (neighbouring pairs) against Hugging Face's (two halves)",
-        "model.layers.0.self_attn",
-        dict(rope="interleaved"),
-    ),
+    **{name: (what, f"model.{where}", how) for name, (what, where, how) in llama_nnx.BUGS.items()},
     "gate_up_swapped": (
         "the conversion stacks up before gate in the fused wi",
         "model.layers.0.mlp",
@@ -225,9 +174,4 @@ BUGS = {
 }
 
 
-def __getattr__(name):  # the ports are built when asked for: importing this module imports no framework
-    if name == "port":
-        return make_port()
-    if name in BUGS:
-        return make_port(f"llama-nnx-scanned-{name.replace('_', '-')}", **BUGS[name][2])
-    raise AttributeError(name)
+__getattr__ = llama_nnx.lazy_ports(make_port, "llama-nnx-scanned", BUGS)
