@@ -190,7 +190,7 @@ def _add_output(out: Any) -> None:
         "--quiet",
         action="store_true",
         help='print only the verdict line and the verdict\'s caveats ("check in float32 too"); other '
-        "libraries' warnings are not shown",
+        "libraries' warnings and the progress are not shown",
     )
 
 
@@ -204,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
     _check_plot_and_bundle(args)  # before the workload's code, or any backend's, runs
     _check_budget(args)
     console = make_console()
-    with progress_display() as progress, no_warnings(args.quiet):
+    with progress_display(quiet=args.quiet) as progress, no_warnings(args.quiet):
         request = _request(args, progress)
         try:
             report = execute(request)
