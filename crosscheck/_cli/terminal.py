@@ -5,7 +5,7 @@ rendered with its exit status.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import IO, TYPE_CHECKING, Any
 
 from crosscheck._cli.common import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK
 
@@ -63,7 +63,7 @@ class progress_display:
     """
 
     def __init__(
-        self, *, quiet: bool = False, stream: TextIO | None = None, clock: Callable[[], float] | None = None
+        self, *, quiet: bool = False, stream: IO[str] | None = None, clock: Callable[[], float] | None = None
     ):
         import time
 
@@ -124,7 +124,7 @@ class progress_display:
 class _PlainLines:
     """Progress as plain lines, for a reader of a log: ``PLAIN_EVERY_S``, ``PLAIN_STEP``, ``PLAIN_MOST``."""
 
-    def __init__(self, stream: TextIO, clock: Callable[[], float]) -> None:
+    def __init__(self, stream: IO[str], clock: Callable[[], float]) -> None:
         self._stream, self._clock = stream, clock
         self._start = self._last_time = clock()
         self._last: tuple[str, int] | None = None  # the description and the work done last written
