@@ -113,7 +113,7 @@ def test_the_first_module_in_backward_order_is_named_and_the_innermost_inside_it
 def test_cotangents_not_captured_leave_the_verdict_by_parameters_and_say_why():
     fallback = Origin("gradient", "fc1", "fc1", ("act",), "the gradient differs first at `fc1`")
     found = backward.origin(
-        backward.Chains(problem="they are captured for a Flax linen port only"),
+        backward.Chains(problem="they are captured for a Flax linen or nnx port only, not a function"),
         fallback,
         None,
         set(),
@@ -124,7 +124,7 @@ def test_cotangents_not_captured_leave_the_verdict_by_parameters_and_say_why():
     assert (found.module, found.suspects) == ("fc1", ("act",))
     assert found.text == (
         "the gradient differs first at `fc1`; the gradients at each module's output and input were not "
-        "compared: they are captured for a Flax linen port only"
+        "compared: they are captured for a Flax linen or nnx port only, not a function"
     )
 
 
@@ -186,3 +186,37 @@ def test_a_function_port_keeps_the_verdict_by_parameters_and_says_it_has_no_modu
         "were not compared: they are captured for a Flax linen or nnx port only, not a function (it has no "
         "modules: no edges to compare)" in verdict["text"]
     ), verdict["text"]
+
+
+@pytest.mark.parametrize(
+    ("name", "leaving"),
+    [
+        ("missing_term", "the one leaving its input does not"),
+        ("nnx_weight_grad", "its parameters' gradients do not"),
+    ],
+)
+def test_a_custom_op_bug_in_every_scanned_layer_is_named_at_the_last_layer_s_norm(name, leaving, captures):
+    """``examples/port/custom_op_scanned.py``: the bug in every layer's norm (linen ``nn.scan``, nnx
+    ``nnx.scan``); in backward order the last layer's norm is the first whose backward differs, and it
+    is a custom op on both sides."""
+    from examples.port import custom_op_scanned
+
+    verdict = _run(getattr(custom_op_scanned, name)).backends["jax"].notes["port"]
+    last = f"layers.{custom_op_scanned.L - 1}.norm"
+    assert (verdict["starts_in"], verdict["module"], verdict["suspects"]) == ("gradient", last, []), verdict
+    assert (
+        f"the backward of `{last}` (FusedRMSNorm) differs: the gradient reaching its output agrees"
+        in (verdict["text"])
+    )
+    assert leaving in verdict["text"]
+    assert f"`{last}` is a custom op" in verdict["text"] and "jax.custom_vjp" in verdict["text"]
+    assert captures == [1]
+
+
+@pytest.mark.parametrize("name", ["port", "nnx_port"])
+def test_the_healthy_scanned_custom_op_passes_without_capturing_cotangents(name, captures):
+    from examples.port import custom_op_scanned
+
+    report = _run(getattr(custom_op_scanned, name))
+    assert report.passed, report.problems
+    assert captures == []
