@@ -5,7 +5,9 @@ that returns its per-step outputs stacked (``jax_intermediates=("layers.*.linear
 
 The keywords plant bugs: ``bug_layer=2`` (layer 2's linear adds ``0.01``: a bug in one layer's
 computation; ``"all"``: in every layer), ``reverse=True`` (the scan runs the layers last to first: the
-layers stacked in the wrong order), and ``overrides`` (a stacked kernel not transposed). Two keywords
+layers stacked in the wrong order), ``backward=True`` (``bug_layer``'s bug in the backward pass only:
+the forward exact, the gradient through that layer's linear 1.5 times the right one) and
+``overrides`` (a stacked kernel not transposed). Two keywords
 change both sides alike (healthy as they are): ``twice=True`` (each layer calls its linear twice: a
 scan's step calls a submodule more than once) and ``backwards=True`` (PyTorch runs its layers last to
 first, and the scan too, ``reverse=True``).
@@ -53,19 +55,22 @@ def inputs(rng, dtype):
     return {"x": rng.standard_normal((BATCH, D)).astype(dtype)}
 
 
-def _planted(x, step, bug_layer):
+def _planted(x, step, bug_layer, backward=False):
     """``x`` with the bug of layer ``bug_layer`` (``+ 0.01``) where ``step`` is that layer (``"all"``:
-    every layer)."""
+    every layer); with ``backward``, a bug of the backward pass only: ``x`` exactly, its gradient 1.5
+    times the right one (``x + 0.5 * (x - stop_gradient(x))``)."""
+    import jax
     import jax.numpy as jnp
 
     if bug_layer is None:
         return x
-    if bug_layer == "all":
-        return x + jnp.asarray(0.01, x.dtype)
-    return x + jnp.where(step == bug_layer, 0.01, 0.0).astype(x.dtype)
+    size = 0.5 if backward else 0.01
+    mask = size if bug_layer == "all" else jnp.where(step == bug_layer, size, 0.0)
+    change = x - jax.lax.stop_gradient(x) if backward else 1.0
+    return x + (mask * change).astype(x.dtype)
 
 
-def linen_model(bug_layer=None, reverse=False, name="layers", twice=False):
+def linen_model(bug_layer=None, reverse=False, name="layers", twice=False, backward=False):
     import flax.linen as nn
     import jax.numpy as jnp
 
@@ -74,7 +79,7 @@ def linen_model(bug_layer=None, reverse=False, name="layers", twice=False):
         def __call__(self, x, step):
             kernel = self.param("kernel", nn.initializers.lecun_normal(), (D, D))
             bias = self.param("bias", nn.initializers.normal(), (D,))
-            return _planted(x @ kernel + bias, step, bug_layer)
+            return _planted(x @ kernel + bias, step, bug_layer, backward)
 
     class Layer(nn.Module):
         @nn.compact
@@ -101,13 +106,13 @@ def linen_model(bug_layer=None, reverse=False, name="layers", twice=False):
     return Stack()
 
 
-def nnx_model(bug_layer=None, reverse=False, twice=False):
+def nnx_model(bug_layer=None, reverse=False, twice=False, backward=False):
     import jax.numpy as jnp
     from flax import nnx
 
     class Linear(nnx.Linear):  # with the step it runs at (for the planted bug)
         def __call__(self, x, step):
-            return _planted(super().__call__(x), step, bug_layer)
+            return _planted(super().__call__(x), step, bug_layer, backward)
 
     class Layer(nnx.Module):
         def __init__(self, rngs):
@@ -138,7 +143,7 @@ def nnx_model(bug_layer=None, reverse=False, twice=False):
     return model
 
 
-def equinox_model(bug_layer=None, reverse=False):
+def equinox_model(bug_layer=None, reverse=False, backward=False):
     import equinox as eqx
     import jax
 
@@ -160,7 +165,7 @@ def equinox_model(bug_layer=None, reverse=False):
             def step(carry, layer_params):
                 h, i = carry
                 layer = eqx.combine(layer_params, static)
-                y = _planted(layer.linear(h), i, bug_layer)
+                y = _planted(layer.linear(h), i, bug_layer, backward)
                 return (jax.nn.relu(y), i + 1), y
 
             (h, _), linear = jax.lax.scan(step, (x, 0), params, reverse=reverse)
@@ -176,11 +181,12 @@ def _batched(model, inputs):
     return out, {k: v.swapaxes(0, 1) for k, v in found.items()}  # (B, L, D) -> (L, B, D)
 
 
-def port(kind="linen", bug_layer=None, reverse=False, twice=False, backwards=False, **kwargs):
+def port(kind="linen", bug_layer=None, reverse=False, twice=False, backwards=False, backward=False, **kwargs):
     unnamed = functools.partial(linen_model, name=None)  # the scan left unnamed, as Flax's docs write it
     make = {"linen": linen_model, "linen-unnamed": unnamed, "nnx": nnx_model, "equinox": equinox_model}[kind]
     extra = {"jax_call": _batched, "jax_intermediates": ("layers.*.linear",)} if kind == "equinox" else {}
     both = {"twice": twice} if twice else {}
+    both.update({"backward": backward} if backward else {})
     return crosscheck.Port(
         name=f"scanned-{kind}",
         torch=torch_model(twice=twice, backwards=backwards),

@@ -1,19 +1,20 @@
 """Where the backward pass differs, by cotangents: when every module's output agrees and a gradient does
 not, both sides' gradients of the loss with respect to each module's output and first input are
-captured (PyTorch: full backward hooks, ``torch_cotangents``; a Flax linen port: zero perturbations
-differentiated exactly, ``jax_cotangents``) at the case's dtype, and compared as module outputs are
-(``compare.each_module``), within the rounding PyTorch's re-run in the other precision measures (the
-port's re-run would compile a second program, most of the cost; these comparisons only locate a
-difference the gradients already failed on, they never pass or fail a check).
+captured (PyTorch: full backward hooks, ``torch_cotangents``; a Flax linen or nnx port: zero
+perturbations differentiated exactly, a scan's steps one by one, ``jax_cotangents``) at the case's
+dtype, and compared as module outputs are (``compare.each_module``), within the rounding PyTorch's
+re-run in the other precision measures (the port's re-run would compile a second program, most of the
+cost; these comparisons only locate a difference the gradients already failed on, they never pass or
+fail a check).
 
 The module named is the first, in backward order (the forward calls' finishing order, reversed), whose
 output's cotangent agrees and whose input's cotangent, or its own parameters' gradients, differ: its
 backward alone makes the difference (a module inside it that does so too is named instead). A module
 whose output is made by a ``torch.autograd.Function``, or that runs a ``jax.custom_vjp`` or
 ``jax.custom_jvp``, is said to be a custom op. Only a failing gradient pays for these captures (three
-forward and backward passes, the port's compiled); where they cannot be made (an nnx or Equinox port,
-a function, a failed pass), the verdict by parameters' gradients (``verdict.gradient_origin``) stands,
-and says why.
+forward and backward passes, the port's compiled); where they cannot be made (an Equinox port, whose
+submodules' calls are not intercepted; a function, which has no modules; a failed pass), the verdict
+by parameters' gradients (``verdict.gradient_origin``) stands, and says why.
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ from crosscheck._workloads.port.declare.build import Prepared, jax_implementatio
 from crosscheck._workloads.port.judge import capture, localize
 from crosscheck._workloads.port.judge.compare import each_module
 from crosscheck._workloads.port.judge.verdict import Origin
+
+#: What the verdict calls a port of each kind whose module edges are not captured.
+_KINDS = {
+    "equinox": "an Equinox module (its submodules' calls are not intercepted)",
+    "function": "a function (it has no modules: no edges to compare)",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,18 +66,26 @@ def jax_chains(prepared: Prepared, params: dict, inputs: dict) -> tuple[list, di
     from crosscheck._workloads.programs import Kept
 
     wide = any(v.dtype == np.float64 for v in params.values())
+    side = prepared.jax_side
     # compiled once per dtype and kept on the side, as its captures' passes are (traced afresh each check)
-    kept = prepared.jax_side.passes.setdefault(("cotangents", "float64" if wide else "float32"), Kept())
-    with jax.enable_x64(wide):
-        return jax_cotangents.cotangents(jax_implementation(prepared), params, inputs, kept)
+    kept = side.passes.setdefault(("cotangents", "float64" if wide else "float32"), Kept())
+    if side.kind == "linen":
+        with jax.enable_x64(wide):
+            return jax_cotangents.cotangents(jax_implementation(prepared), params, inputs, kept)
+    from crosscheck._workloads.port.sides import nnx_cotangents
+
+    with jax.enable_x64(wide), nnx_cotangents.labelled(side):
+        intercept = nnx_cotangents.intercept(side.model)
+        return jax_cotangents.cotangents(jax_implementation(prepared), params, inputs, kept, intercept)
 
 
 def chains(call: Any, workload: Any, point: Any) -> Chains:
     """Both sides' cotangents at the case's dtype, PyTorch's re-run in the other too, through the guarded
     ``call``; a re-run that fails is left out (each comparison then takes the rounding of ``each
     module``'s side without a re-run from the other)."""
-    if workload.prepared.jax_side.kind != "linen":
-        return Chains(problem="they are captured for a Flax linen port only")
+    kind = workload.prepared.jax_side.kind
+    if kind not in ("linen", "nnx"):
+        return Chains(problem=f"they are captured for a Flax linen or nnx port only, not {_KINDS[kind]}")
     runs: list[localize.Runs] = []
     custom: list[dict[str, tuple[str, ...]]] = []
     for torch in (True, False):

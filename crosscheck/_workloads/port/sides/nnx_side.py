@@ -130,10 +130,7 @@ def _recording(
     each object only: a subclass's ``super().__call__`` is one call); inside a transform (a scan's
     step, the compiled pass), each step's values when it runs (``steps``). Yields a one-item count of
     the calls recorded as they were made (values no tracers: in a compiled pass, while it is traced)."""
-    graph = [(path, node) for path, node in nnx.iter_graph(model) if isinstance(node, nnx.Module)]
-    for path, node in graph:  # the capture's own merged model: its copies in a transform keep the path
-        object.__setattr__(node, PATH, ".".join(map(str, path)))
-    modules = [node for _, node in graph]
+    modules = _marked(model)  # the capture's own merged model: its copies in a transform keep the path
     active: set[int] = set()
     seen: dict[str, int] = {}
     known = [0]
@@ -161,20 +158,47 @@ def _recording(
 
         return call
 
-    patched: list[tuple[type, bool, Any]] = []
+    # a scan's steps (a cached jitted call's too) are recorded here
+    with patched(modules, wrap), steps.sink(done), steps.indexed():
+        yield known
+
+
+def _marked(model: Any) -> list[Any]:
+    """The modules of ``model``'s graph, each given its path as the attribute ``PATH``."""
+    graph = [(path, node) for path, node in nnx.iter_graph(model) if isinstance(node, nnx.Module)]
+    for path, node in graph:
+        object.__setattr__(node, PATH, ".".join(map(str, path)))
+    return [node for _, node in graph]
+
+
+@contextlib.contextmanager
+def patched(modules: list[Any], wrap: Callable[[Callable], Callable]) -> Iterator[None]:
+    """While inside, the ``__call__`` of each class of ``modules`` is ``wrap`` of what it was (restored
+    on leaving: the class's own, or none, inherited again)."""
+    replaced: list[tuple[type, bool, Any]] = []
     try:
         for cls in dict.fromkeys(type(m) for m in modules):
             original = cls.__call__
-            patched.append((cls, "__call__" in cls.__dict__, cls.__dict__.get("__call__")))
+            replaced.append((cls, "__call__" in cls.__dict__, cls.__dict__.get("__call__")))
             cls.__call__ = wrap(original)
-        with steps.sink(done), steps.indexed():  # a scan's steps (a cached jitted call's too), here
-            yield known
+        yield
     finally:
-        for cls, owned, original in reversed(patched):
+        for cls, owned, original in reversed(replaced):
             if owned:
                 cls.__call__ = original
             else:
                 del cls.__call__
+
+
+def labelled(model: Any, static: tuple[Any, Any]) -> tuple[Any, Any]:
+    """``static`` (``split``'s second part, for ``model``'s variables) made again from a model whose
+    every module carries its path (``PATH``): the modules merged from it, and their copies in a
+    transform, say which submodule they are."""
+    graphdef, state, _ = nnx.split(model, _inexact, ...)
+    merged = merge(static, state)
+    _marked(merged)
+    graphdef, _, rest = nnx.split(merged, _inexact, ...)
+    return graphdef, rest
 
 
 def capture(

@@ -31,8 +31,7 @@ def traced(value: Any) -> bool:
     function): a tracer, and none of ``jax.vmap``'s, whose call back would run once per batch element,
     not once per call (such a call is left as before: not recorded by nnx, a failed capture in linen)."""
     tracers = [leaf for leaf in jax.tree_util.tree_leaves(value) if isinstance(leaf, jax.core.Tracer)]
-    # JAX exports no name for vmap's tracer class (jax.interpreters.batching.BatchTracer is gone)
-    return bool(tracers) and not any(type(leaf).__name__ == "BatchTracer" for leaf in tracers)
+    return bool(tracers) and not vmapped(tracers)
 
 
 def traced_at_all(value: Any) -> bool:
@@ -51,6 +50,8 @@ _SINKS: list[Callable[[str, str, bool, Any, Any, tuple[int, ...] | None], None]]
 
 #: The step indices (traced) of the scans whose body is being traced now, the outermost first.
 _STEPS: list[Any] = []
+#: The lengths of those scans, in the same order.
+_LENGTHS: list[int] = []
 
 
 #: How the device of the capture running now hands 8-byte values over as ``uint32`` pairs (``_wired``),
@@ -84,10 +85,12 @@ def indexed() -> Iterator[None]:
 
         def body(carry: Any, x: Any) -> Any:
             _STEPS.append(x[1])
+            _LENGTHS.append(n)
             try:
                 return f(carry, x[0])
             finally:
                 _STEPS.pop()
+                _LENGTHS.pop()
 
         return original(body, init, (xs, jnp.arange(n)), length, **rest)
 
@@ -101,6 +104,19 @@ def indexed() -> Iterator[None]:
 def scanning() -> bool:
     """Whether a scan's body is being traced now, inside ``indexed``."""
     return bool(_STEPS)
+
+
+def where() -> tuple[tuple[Any, ...], tuple[int, ...]]:
+    """The step indices (traced) and the lengths of the scans whose body is being traced now, inside
+    ``indexed``, the outermost first (empty outside any)."""
+    return tuple(_STEPS), tuple(_LENGTHS)
+
+
+def vmapped(value: Any) -> bool:
+    """Whether an array of ``value`` is one of ``jax.vmap``'s tracers (a call of one batch element)."""
+    # JAX exports no name for vmap's tracer class (jax.interpreters.batching.BatchTracer is gone)
+    leaves = jax.tree_util.tree_leaves(value)
+    return any(isinstance(leaf, jax.core.Tracer) and type(leaf).__name__ == "BatchTracer" for leaf in leaves)
 
 
 @contextlib.contextmanager

@@ -113,7 +113,7 @@ def test_the_first_module_in_backward_order_is_named_and_the_innermost_inside_it
 def test_cotangents_not_captured_leave_the_verdict_by_parameters_and_say_why():
     fallback = Origin("gradient", "fc1", "fc1", ("act",), "the gradient differs first at `fc1`")
     found = backward.origin(
-        backward.Chains(problem="they are captured for a Flax linen port only"),
+        backward.Chains(problem="they are captured for a Flax linen or nnx port only, not a function"),
         fallback,
         None,
         set(),
@@ -124,5 +124,99 @@ def test_cotangents_not_captured_leave_the_verdict_by_parameters_and_say_why():
     assert (found.module, found.suspects) == ("fc1", ("act",))
     assert found.text == (
         "the gradient differs first at `fc1`; the gradients at each module's output and input were not "
-        "compared: they are captured for a Flax linen port only"
+        "compared: they are captured for a Flax linen or nnx port only, not a function"
     )
+
+
+@pytest.mark.parametrize("name", ["missing_term", "weight_grad"])
+def test_each_planted_backward_bug_of_the_nnx_twin_is_named_at_norm_as_a_custom_op(name, captures):
+    from examples.port import custom_op_nnx
+
+    verdict = _run(getattr(custom_op_nnx, name)).backends["jax"].notes["port"]
+    assert (verdict["starts_in"], verdict["module"], verdict["suspects"]) == ("gradient", "norm", []), verdict
+    assert (
+        "the backward of `norm` (FusedRMSNorm) differs: the gradient reaching its output agrees"
+        in (verdict["text"])
+    )
+    assert "`norm` is a custom op" in verdict["text"] and "jax.custom_vjp" in verdict["text"]
+    assert captures == [1]
+
+
+@pytest.mark.parametrize("kind", ["linen", "nnx"])
+def test_a_backward_bug_in_one_scanned_layer_is_named_at_that_layer_s_module(kind, captures):
+    """Layer 2's linear with a wrong derivative only (``tests/support/scanned.py``, ``backward=True``):
+    the scan's steps are perturbed one by one, and PyTorch's ``layers.2.linear`` is named, not the
+    module around the scan."""
+    from tests.support import scanned
+
+    report, verdict = scanned.verdict(scanned.port(kind, bug_layer=2, backward=True))
+    assert not report.passed
+    assert (verdict["starts_in"], verdict["module"], verdict["suspects"]) == (
+        "gradient",
+        "layers.2.linear",
+        [],
+    ), verdict
+    assert (
+        "the backward of `layers.2.linear` (Linear) differs: the gradient reaching its output agrees, "
+        "the one leaving its input and its parameters' gradients do not" in verdict["text"]
+    )
+    assert "custom op" not in verdict["text"]
+    assert captures == [1]
+
+
+def test_an_equinox_port_keeps_the_verdict_by_parameters_and_says_why(captures):
+    from tests.support import scanned
+
+    report, verdict = scanned.verdict(scanned.port("equinox", bug_layer=2, backward=True))
+    assert not report.passed
+    assert (verdict["starts_in"], verdict["module"]) == ("gradient", "layers.2.linear"), verdict
+    assert verdict["text"].endswith(
+        "the gradients at each module's output and input were not compared: they are captured for a Flax "
+        "linen or nnx port only, not an Equinox module (its submodules' calls are not intercepted) (`jax` vs "
+        "`torch`: module outputs and gradients)"
+    ), verdict["text"]
+
+
+def test_a_function_port_keeps_the_verdict_by_parameters_and_says_it_has_no_modules(captures):
+    from examples.port import convnet_function
+
+    verdict = _run(convnet_function.straight_through_relu).backends["jax"].notes["port"]
+    assert verdict["starts_in"] == "gradient", verdict
+    assert (
+        "were not compared: they are captured for a Flax linen or nnx port only, not a function (it has no "
+        "modules: no edges to compare)" in verdict["text"]
+    ), verdict["text"]
+
+
+@pytest.mark.parametrize(
+    ("name", "leaving"),
+    [
+        ("missing_term", "the one leaving its input does not"),
+        ("nnx_weight_grad", "its parameters' gradients do not"),
+    ],
+)
+def test_a_custom_op_bug_in_every_scanned_layer_is_named_at_the_last_layer_s_norm(name, leaving, captures):
+    """``examples/port/custom_op_scanned.py``: the bug in every layer's norm (linen ``nn.scan``, nnx
+    ``nnx.scan``); in backward order the last layer's norm is the first whose backward differs, and it
+    is a custom op on both sides."""
+    from examples.port import custom_op_scanned
+
+    verdict = _run(getattr(custom_op_scanned, name)).backends["jax"].notes["port"]
+    last = f"layers.{custom_op_scanned.L - 1}.norm"
+    assert (verdict["starts_in"], verdict["module"], verdict["suspects"]) == ("gradient", last, []), verdict
+    assert (
+        f"the backward of `{last}` (FusedRMSNorm) differs: the gradient reaching its output agrees"
+        in (verdict["text"])
+    )
+    assert leaving in verdict["text"]
+    assert f"`{last}` is a custom op" in verdict["text"] and "jax.custom_vjp" in verdict["text"]
+    assert captures == [1]
+
+
+@pytest.mark.parametrize("name", ["port", "nnx_port"])
+def test_the_healthy_scanned_custom_op_passes_without_capturing_cotangents(name, captures):
+    from examples.port import custom_op_scanned
+
+    report = _run(getattr(custom_op_scanned, name))
+    assert report.passed, report.problems
+    assert captures == []
