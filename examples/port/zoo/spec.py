@@ -46,6 +46,8 @@ class Arch:
     before: Callable[[], None] | None = None
     #: Parameters the model's forward pass does not use (``crosscheck.Port(unused=...)``), and why.
     unused: tuple[str, ...] = ()
+    #: Keywords the Flax module's call takes beside the inputs (RoFormer's ``head_mask=None``).
+    keywords: Mapping[str, Any] = field(default_factory=dict)
 
 
 def classes(arch: Arch):
@@ -93,7 +95,7 @@ def make_port(
         jax=port,
         inputs=arch.inputs,
         jax_inputs=jax_inputs or arch.jax_inputs,
-        jax_call=jax_call or (lambda module, inputs: module(**inputs, deterministic=True)),
+        jax_call=jax_call or (lambda module, inputs: module(**inputs, **arch.keywords, deterministic=True)),
         overrides={**fixed, **(overrides or {})} or None,
         unused=arch.unused,
         description=f"Hugging Face {arch.model} ({arch.family}, tiny random config), PyTorch against Flax",

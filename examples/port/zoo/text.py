@@ -30,6 +30,24 @@ DECODER = dict(
     use_cache=False,
 )
 
+#: BART's shape, and Marian's and Pegasus's: two encoder and two decoder layers of width 8.
+SEQ2SEQ = dict(
+    vocab_size=VOCAB,
+    d_model=8,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=2,
+    decoder_attention_heads=2,
+    encoder_ffn_dim=16,
+    decoder_ffn_dim=16,
+    max_position_embeddings=16,
+    dropout=0.0,
+    attention_dropout=0.0,
+    activation_dropout=0.0,
+    init_std=STD,
+    use_cache=False,
+)
+
 
 def t5_buckets_for_todays_jax() -> None:
     """transformers 4.57's Flax T5 buckets relative positions with ``jnp.clip(x, a_max=...)``, a keyword
@@ -178,22 +196,7 @@ ARCHS = [
         "encoder-decoder",
         "Bart",
         "bart",
-        dict(
-            vocab_size=VOCAB,
-            d_model=8,
-            encoder_layers=2,
-            decoder_layers=2,
-            encoder_attention_heads=2,
-            decoder_attention_heads=2,
-            encoder_ffn_dim=16,
-            decoder_ffn_dim=16,
-            max_position_embeddings=16,
-            dropout=0.0,
-            attention_dropout=0.0,
-            activation_dropout=0.0,
-            init_std=STD,
-            use_cache=False,
-        ),
+        SEQ2SEQ,
         io.seq2seq(VOCAB),
         jax_inputs=io.with_positions,
     ),
@@ -217,5 +220,57 @@ ARCHS = [
         ),
         io.seq2seq(VOCAB),
         before=t5_buckets_for_todays_jax,
+    ),
+    # Sinusoidal position tables, which PyTorch keeps in float32 (a frozen parameter, a buffer) and Flax
+    # builds in float64: in a float64 check, a part the original computes in float32 by design.
+    Arch(
+        "marian",
+        "encoder-decoder, sinusoidal positions",
+        "Marian",
+        "marian",
+        # the padding id and the decoder's start inside the tiny vocabulary (Marian's are its last id)
+        {**SEQ2SEQ, "pad_token_id": 1, "decoder_start_token_id": 1, "eos_token_id": 0},
+        io.seq2seq(VOCAB),
+        jax_inputs=io.with_positions,
+    ),
+    Arch(
+        "pegasus",
+        "encoder-decoder, sinusoidal positions",
+        "Pegasus",
+        "pegasus",
+        SEQ2SEQ,
+        io.seq2seq(VOCAB),
+        jax_inputs=io.with_positions,
+    ),
+    Arch(
+        "roformer",
+        "encoder-only, sinusoidal rotary positions",
+        "RoFormer",
+        "roformer",
+        ENCODER,
+        # RoFormer takes no positions: each side rotates by the token's index
+        io.text(VOCAB, token_types=True, position_start=None),
+        keywords={"head_mask": None},
+    ),
+    Arch(
+        "xglm",
+        "decoder-only, sinusoidal positions",
+        "XGLM",
+        "xglm",
+        dict(
+            vocab_size=VOCAB,
+            d_model=8,
+            num_layers=2,
+            attention_heads=2,
+            ffn_dim=16,
+            max_position_embeddings=16,
+            dropout=0.0,
+            attention_dropout=0.0,
+            activation_dropout=0.0,
+            layerdrop=0.0,
+            init_std=STD,
+            use_cache=False,
+        ),
+        io.text(VOCAB),
     ),
 ]

@@ -33,13 +33,13 @@ def test_the_zoo_covers_every_family_and_its_bugs_at_least_four_kinds_in_six_arc
     assert len(zoo.ARCHS) >= 12
     for family in ("encoder-only", "rotary + RMSNorm", "encoder-decoder", "vision transformer", "BatchNorm"):
         assert any(family in f for f in families), family
-    assert {"clip", "t5", "bart", "wav2vec2"} <= set(zoo.ARCHS)
+    assert {"clip", "t5", "bart", "wav2vec2", "marian", "pegasus", "roformer", "xglm"} <= set(zoo.ARCHS)
     assert len({bug.kind for bug in zoo.BUGS.values()}) >= 4
     assert len({bug.arch for bug in zoo.BUGS.values()}) >= 6
     assert all(bug.arch in zoo.ARCHS and name == f"{bug.arch}_{bug.kind}" for name, bug in zoo.BUGS.items())
 
 
-@pytest.mark.parametrize("name", ["bert", "t5", "resnet", "wav2vec2", "clip"])
+@pytest.mark.parametrize("name", ["bert", "t5", "resnet", "wav2vec2", "clip", "marian", "roformer"])
 def test_the_mapping_of_an_architecture_is_complete_with_only_its_declared_overrides(zoo, name):
     port = zoo.port(name)
     assert port.mapping.problems() == []

@@ -100,30 +100,23 @@ def test_the_forward_check_judges_it_the_same_way():
     assert "`time_proj` (its output is float32)" in report.backends["jax"].notes["port"]["text"]
 
 
-def xglm_port(**flax_config):
-    """Hugging Face's XGLM (transformers 4.57), PyTorch against its Flax module, from a tiny random
-    config: PyTorch keeps its sinusoidal position table in float32 (a buffer), Flax builds it in
-    float64; ``flax_config``: a planted bug (the tanh GELU for the exact one)."""
+def zoo_port(name, *, one_layer=(), **change):
+    """The zoo's ``name`` (``examples/port/zoo``: Hugging Face's PyTorch model against its shipped Flax
+    module, transformers 4.57, a tiny random config), each config key of ``one_layer`` set to 1 on both
+    sides (fast); ``change``: a planted bug (``make_port``'s ``flax_config``, ``jax_inputs``)."""
     pytest.importorskip("transformers")
-    from examples.port.zoo import inputs
-    from examples.port.zoo.spec import STD, Arch, make_port
+    from examples.port.zoo import ARCHS, make_port
 
-    config = dict(
-        vocab_size=16,
-        d_model=8,
-        num_layers=2,
-        attention_heads=2,
-        ffn_dim=16,
-        max_position_embeddings=16,
-        dropout=0.0,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-        layerdrop=0.0,
-        init_std=STD,
-        use_cache=False,
-    )
-    arch = Arch("xglm", "decoder-only, sinusoidal positions", "XGLM", "xglm", config, inputs.text(16))
-    return make_port(arch, flax_config=flax_config)
+    arch = ARCHS[name]
+    smaller = dict.fromkeys(one_layer, 1)
+    flax_config = {**smaller, **change.pop("flax_config", {})}
+    return make_port(arch, torch_config=smaller, flax_config=flax_config, **change)
+
+
+def xglm_port(**flax_config):
+    """Hugging Face's XGLM: PyTorch keeps its sinusoidal position table in float32 (a buffer), Flax builds
+    it in float64; ``flax_config``: a planted bug (the tanh GELU for the exact one)."""
+    return zoo_port("xglm", flax_config=flax_config)
 
 
 def test_a_healthy_xglm_passes_in_float64_its_position_table_judged_at_float32s_rounding():
@@ -142,3 +135,42 @@ def test_a_bug_in_xglm_still_fails_in_float64():
     report = crosscheck.check(xglm_port(activation_function="gelu_new"), dtype="float64", reference="torch")
     assert not report.passed
     assert report.backends["jax"].notes["port"]["starts_in"] == "forward"
+
+
+SEQ2SEQ_ONE = ("encoder_layers", "decoder_layers")
+
+
+@pytest.mark.parametrize(
+    ("name", "one_layer", "parts"),
+    [
+        ("marian", SEQ2SEQ_ONE, ["encoder.embed_positions", "decoder.embed_positions"]),
+        ("pegasus", SEQ2SEQ_ONE, ["encoder.embed_positions", "decoder.embed_positions"]),
+        ("roformer", ("num_hidden_layers",), ["encoder.embed_positions"]),
+    ],
+)
+def test_a_healthy_model_with_a_float32_position_table_passes_in_float64_and_says_which(
+    name, one_layer, parts
+):
+    # Marian's and Pegasus's tables are frozen parameters, RoFormer's feeds its rotary attention; each
+    # failed in float64 at its table before it was judged a part computed in float32 by design
+    report = crosscheck.check(zoo_port(name, one_layer=one_layer), dtype="float64", reference="torch")
+    assert report.passed, report.problems
+    text = report.backends["jax"].notes["port"]["text"]
+    said = [f"`{part}` (it holds `{part}.weight`, constants kept in float32)" for part in parts]
+    assert all(s in text for s in said) and "judged at float32's rounding" in text, text
+
+
+def _marian_positions_from_one(inputs):
+    from examples.port.zoo import inputs as io
+
+    return io.with_positions(inputs, start=1, decoder_start=1)
+
+
+def test_a_position_offset_in_marian_still_fails_in_float64_in_the_ports_own_code():
+    # Flax's Marian looks its table up in its own call (no module of its own): the verdict names the
+    # top module's code, before `encoder.embed_positions`, as it does for BART's offset in float32
+    port = zoo_port("marian", one_layer=SEQ2SEQ_ONE, jax_inputs=_marian_positions_from_one)
+    report = crosscheck.check(port, dtype="float64", reference="torch")
+    assert not report.passed
+    verdict = report.backends["jax"].notes["port"]
+    assert verdict["starts_in"] == "forward" and verdict["module"] == "", verdict["text"]
