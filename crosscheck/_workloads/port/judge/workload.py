@@ -53,6 +53,11 @@ class PortWorkload(OwnArrays):
         its captures run is asked of it (``capture.home``), before the candidate itself is resolved."""
         return self.inner.resolve("jax")
 
+    def torch_backend(self) -> Loaded:
+        """The port's PyTorch side as the engine runs it (the same adapter each time): where its module
+        computes, and in what arithmetic, is asked of it (the judge's allowance for its device)."""
+        return self.inner.resolve("torch")
+
     def point(self, *, dtype: str, seed: int) -> Point:
         point = self.inner.point(dtype=dtype, seed=seed)
         point.case.update(case_notes(self.prepared, dtype))
