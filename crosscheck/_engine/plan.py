@@ -84,11 +84,12 @@ def plan(workload: EngineWorkload, request: Request) -> Plan:
         plot=request.plot,
     )
     specs = list(backends or ())
-    prepare(execution.placement)
+    shared = at_home(execution.placement, workload)
+    prepare(shared)
     memory = check_memory(
         workload, dtype=request.case["dtype"], quantity=request.quantity, options=options, candidates=specs
     )
-    check_cards(memory, execution.placement)
+    check_cards(memory, shared)
     point = workload.point(**request.case)
     what = _quantity(request.quantity)
     judge = workload.judge(what, point, options)
@@ -149,6 +150,21 @@ def check_memory(workload: EngineWorkload, **case: Any) -> dict[str, int]:
             f"{format_bytes(available)} this machine has available; make it smaller."
         )
     return parts
+
+
+def at_home(placement: Sequence[Placement], workload: Any) -> tuple[Placement, ...]:
+    """The run's placement as the sides will share the machine: each record given the device its side's
+    own code lives on (the workload's optional ``homes()``: a port's module already on ``cuda``) where
+    the run chose none (its framework's state's ``at_home``), for what is set and checked before the
+    check starts (``prepare``, ``check_cards``). The calls keep the run's own placement."""
+    homes = getattr(workload, "homes", None)
+    found = homes() if callable(homes) else {}
+    out = []
+    for record in placement:
+        framework = framework_named(record.framework) if record.framework in found else None
+        move = getattr(framework.module("state"), "at_home", None) if framework is not None else None
+        out.append(move(record, found[record.framework]) if callable(move) else record)
+    return tuple(out)
 
 
 def prepare(placement: Sequence[Placement]) -> list[str]:

@@ -58,6 +58,15 @@ class PortWorkload(OwnArrays):
         computes, and in what arithmetic, is asked of it (the judge's allowance for its device)."""
         return self.inner.resolve("torch")
 
+    def homes(self) -> dict[str, str]:
+        """Where the port's own code lives off the host, by framework (``{"torch": "cuda:0"}``: its
+        PyTorch module on a card), read before the check starts: a module already on a card shares it
+        with the JAX side and must fit there as one placed by name (``plan.at_home``)."""
+        from crosscheck._workloads.port.sides.torch_device import device_of
+
+        found = device_of(self.prepared.torch_side.m)
+        return {} if found.type == "cpu" else {"torch": str(found)}
+
     def point(self, *, dtype: str, seed: int) -> Point:
         point = self.inner.point(dtype=dtype, seed=seed)
         point.case.update(case_notes(self.prepared, dtype))
