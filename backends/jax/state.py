@@ -93,6 +93,12 @@ def before(placement: Sequence[Placement]) -> str:
     return said
 
 
+def on_card(placement: Placement) -> bool:
+    """Whether the JAX side computes on the card another side is placed on (``plan.check_cards``): where
+    JAX puts it, unless placed on the host CPU (the same card, as ``before`` sets the allocator for)."""
+    return placement.value("platform") != "cpu"
+
+
 def _cpu(jax: Any) -> Any:
     """JAX's first CPU device; ``RuntimeError`` in words where this process has none."""
     try:

@@ -120,3 +120,33 @@ def test_a_ports_homes_are_where_its_module_lives():
     port.prepared.torch_side.m.to("meta")  # another device than the host's, without a card
     assert PortWorkload(port).homes() == {"torch": "meta"}
     assert at_home(placements(), PortWorkload(port))[1].value("device") == "default"  # not a card
+
+
+def test_each_card_must_fit_the_shares_of_the_sides_computing_there(a_card):
+    """Per device: the PyTorch side's share on its card, the JAX side's there too unless on the host."""
+    shares = {"torch": 600_000, "jax": 600_000}
+    whole = {"weights": 2**30}  # the host's estimate: not the card's
+    check_cards(whole, placements({"torch_device": "cuda", "jax_platform": "cpu"}), shares)  # fits
+    with pytest.raises(MemoryTooLarge) as refused:
+        check_cards(whole, placements({"torch_device": "cuda"}), shares)
+    said = str(refused.value)
+    assert "(the PyTorch side's 586 KiB, the JAX side's 586 KiB), more than the 1 MiB free on cuda:0" in said
+    assert "needs about 1.14 MiB" in said
+    check_cards(whole, placements({"torch_device": "cpu"}), shares)  # no card: nothing to fit
+
+
+def test_a_port_whose_module_is_on_a_card_is_refused_before_it_starts_when_it_cannot_fit(
+    a_card, bare_allocator, monkeypatch
+):
+    """Without ``--torch-device``: the module's own card is checked, as for one placed there by name."""
+    import torch
+
+    from crosscheck._workloads.port.sides import torch_device
+    from examples.port import convnet
+
+    monkeypatch.setattr(torch_device, "device_of", lambda module: torch.device("cuda", 0))
+    monkeypatch.setattr(torch_state, "device_memory", lambda p: ("cuda:0 (Simulated H200)", 64))
+    with pytest.raises(MemoryTooLarge) as refused:
+        crosscheck.check(convnet.port, execution=crosscheck.Execution(isolate=False), reference="torch")
+    said = str(refused.value)
+    assert "(the PyTorch side's 8.81 KiB, the JAX side's 8.81 KiB), more than the 64 B free on cuda:0" in said

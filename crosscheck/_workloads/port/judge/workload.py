@@ -67,6 +67,10 @@ class PortWorkload(OwnArrays):
         found = device_of(self.prepared.torch_side.m)
         return {} if found.type == "cpu" else {"torch": str(found)}
 
+    def shares(self, sides: Sequence[Any]) -> dict[str, int]:
+        """Bytes each side holds on its own device, by framework (``GenericWorkload.shares``)."""
+        return self.inner.shares(sides)
+
     def point(self, *, dtype: str, seed: int) -> Point:
         point = self.inner.point(dtype=dtype, seed=seed)
         point.case.update(case_notes(self.prepared, dtype))
