@@ -230,6 +230,16 @@ def check_placement(options: Mapping[str, Any], *, front: str = "api") -> None:
             )
 
 
+def placement_keywords(given: Mapping[str, Any]) -> dict[str, str]:
+    """The placement a function's keywords give (``given``: its ``locals()``, one keyword per declared
+    setting by the name a user gives it; a setting without its keyword is a ``KeyError``), each checked
+    (``check_placement``): what ``sweep`` and ``check_blocks`` hand each case, as ``Execution`` takes
+    them."""
+    placement = {name: given[name] for name, _ in declared_settings()}
+    check_placement(placement)
+    return placement
+
+
 def check_available(placement: Sequence[Placement]) -> None:
     """Each side can be placed where ``placement`` asks, in this process (``ValueError`` in one line: a
     CUDA device asked for where PyTorch has none), asked of each framework's folder (its state's

@@ -25,7 +25,7 @@ from typing import Any
 
 from crosscheck._backends import install_hint
 from crosscheck._errors import Interrupted, Interrupts
-from crosscheck._records import check_placement
+from crosscheck._records import placement_keywords
 from crosscheck._sweep.task import (  # the tasks and records, which moved there
     STACK,
     STATUSES,
@@ -281,15 +281,7 @@ def sweep(
         raise ValueError(f"`jobs` must be a non-negative integer, found {jobs!r}.")
     if timeout is not None and not timeout > 0:
         raise ValueError(f"`timeout` must be a positive number of seconds, found {timeout!r}.")
-    placement = {  # the keywords above
-        "jax_platform": jax_platform,
-        "jax_precision": jax_precision,
-        "torch_device": torch_device,
-        "torch_matmul_tf32": torch_matmul_tf32,
-        "torch_cudnn_tf32": torch_cudnn_tf32,
-        "torch_deterministic": torch_deterministic,
-    }
-    check_placement(placement)
+    placement = placement_keywords(locals())  # the keywords above
     options = {"backends": backends, "reference": reference, "rtol": rtol, "atol": atol, "strict": strict}
     options.update(placement)
     tasks = make_tasks(cases, options, timeout=timeout)

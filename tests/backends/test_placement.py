@@ -94,3 +94,17 @@ def test_every_setting_says_what_it_is_and_its_values_are_choices():
         for setting in framework.placement:
             assert setting.help and setting.default in setting.choices
             assert {setting.highest, setting.host} - {None} <= set(setting.choices)
+
+
+def test_a_front_doors_keywords_give_its_placement_each_declared_setting_checked():
+    """The one function ``sweep`` and ``check_blocks`` build their cases' placement with."""
+    from crosscheck._records import placement_keywords
+
+    given = {**dict.fromkeys((name for name, _ in declared_settings()), "default"), "jobs": 2}
+    given["torch_device"] = "cpu"
+    found = placement_keywords(given)
+    assert found == {name: given[name] for name, _ in declared_settings()}  # the settings alone
+    with pytest.raises(ValueError, match="`torch_device` must be one of default, cpu, cuda"):
+        placement_keywords({**given, "torch_device": "tpu"})
+    with pytest.raises(KeyError):  # a front door without a setting's keyword, never left out unsaid
+        placement_keywords({k: v for k, v in given.items() if k != "jax_precision"})
