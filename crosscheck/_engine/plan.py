@@ -168,6 +168,18 @@ def at_home(placement: Sequence[Placement], workload: Any) -> tuple[Placement, .
     return tuple(out)
 
 
+def start_environment(placement: Sequence[Placement]) -> dict[str, str]:
+    """The variables a process that runs the check must start with, given every side's placement (each
+    framework's state's optional ``environ``: XLA's flags, which JAX reads once): a contained check's
+    worker is started with them, so that they are in effect before its framework first uses a device."""
+    found: dict[str, str] = {}
+    for record in placement:
+        framework = framework_named(record.framework)
+        environ = getattr(framework.module("state"), "environ", None) if framework is not None else None
+        found.update(environ(placement) if callable(environ) and not record.left_alone else {})
+    return found
+
+
 def prepare(placement: Sequence[Placement]) -> list[str]:
     """What each framework sets before its side first uses a device, given every side's placement (its
     state's ``before``: JAX's allocator where both sides share one card), in words; before anything is

@@ -128,6 +128,7 @@ def check_blocks(
     progress: Callable[[int, int], None] | None = None,
     jax_platform: str = "default",
     jax_precision: str = "default",
+    jax_deterministic: str = "default",
     torch_device: str = "default",
     torch_matmul_tf32: str = "default",
     torch_cudnn_tf32: str = "default",
@@ -154,6 +155,7 @@ def check_blocks(
         progress: called as ``progress(done, total)`` as each block finishes (in the order they finish).
         jax_platform: where each block's JAX side runs (``crosscheck.Execution``).
         jax_precision: each block's JAX side's matmul precision (``crosscheck.Execution``).
+        jax_deterministic: XLA's deterministic GPU ops for each block's JAX side (``crosscheck.Execution``).
         torch_device, torch_matmul_tf32, torch_cudnn_tf32, torch_deterministic: where each block's
             PyTorch side runs, its TF32 switches and its deterministic mode (``crosscheck.Execution``).
 
