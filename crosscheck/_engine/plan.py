@@ -182,8 +182,8 @@ def start_environment(placement: Sequence[Placement]) -> dict[str, str]:
 
 def prepare(placement: Sequence[Placement]) -> list[str]:
     """What each framework sets before its side first uses a device, given every side's placement (its
-    state's ``before``: JAX's allocator where both sides share one card), in words; before anything is
-    allocated, and in the process that runs the check (a contained check's worker)."""
+    state's ``before``: JAX's allocator where both sides share one card, XLA's flags), in words; before
+    anything is allocated, and in the process that runs the check (a contained check's worker)."""
     said: list[str] = []
     if all(record.left_alone for record in placement):
         return said
@@ -207,6 +207,8 @@ def check_cards(
     Raises:
         MemoryTooLarge: more than a card has free (the message gives the estimate, per side, and the card).
     """
+    if shares is None and not sum(parts.values()):  # nothing estimated: no card is asked
+        return
     for record in placement:
         framework = framework_named(record.framework)
         measure = getattr(framework.module("state"), "device_memory", None) if framework is not None else None
