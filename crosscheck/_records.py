@@ -111,6 +111,10 @@ class Execution:
             when there is one) or ``"cpu"`` (the host CPU). Applied to each call, restored after it.
         jax_precision: the JAX side's matrix-product precision: ``"default"`` (JAX's own, unless set
             outside crosscheck), ``"high"`` or ``"highest"``. Applied to each call, restored after it.
+        jax_deterministic: ``"on"``: XLA's deterministic GPU ops for the JAX side
+            (``XLA_FLAGS=--xla_gpu_deterministic_ops=true``, its scatter-adds in one order, bit for bit),
+            set before JAX first uses a device (a contained check's worker starts with it); refused
+            where JAX was imported in this process already without it. ``"default"`` leaves XLA's own.
         torch_device: where the PyTorch side's calls run: ``"default"`` (where its module lives: the
             host CPU unless a port's module is on CUDA), ``"cpu"`` or ``"cuda"`` (refused where PyTorch
             has no CUDA device); its tensors follow for each call, results come to the host.
@@ -139,6 +143,7 @@ class Execution:
     timeout: float | None = None
     jax_platform: str = "default"
     jax_precision: str = "default"
+    jax_deterministic: str = "default"
     torch_device: str = "default"
     torch_matmul_tf32: str = "default"
     torch_cudnn_tf32: str = "default"
@@ -161,7 +166,11 @@ class Execution:
     @property
     def jax(self) -> dict[str, str]:
         """The JAX side's settings, as a run records them (the JSON report's ``"jax_settings"``)."""
-        return {"jax_platform": self.jax_platform, "jax_precision": self.jax_precision}
+        return {
+            "jax_platform": self.jax_platform,
+            "jax_precision": self.jax_precision,
+            "jax_deterministic": self.jax_deterministic,
+        }
 
     def _fields(self) -> dict[str, Any]:
         return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
@@ -228,6 +237,16 @@ def check_placement(options: Mapping[str, Any], *, front: str = "api") -> None:
                 f"`{spell(name, front=front)}` must be one of {', '.join(setting.choices)}; "
                 f"found {value!r:.60}."
             )
+
+
+def placement_keywords(given: Mapping[str, Any]) -> dict[str, str]:
+    """The placement a function's keywords give (``given``: its ``locals()``, one keyword per declared
+    setting by the name a user gives it; a setting without its keyword is a ``KeyError``), each checked
+    (``check_placement``): what ``sweep`` and ``check_blocks`` hand each case, as ``Execution`` takes
+    them."""
+    placement = {name: given[name] for name, _ in declared_settings()}
+    check_placement(placement)
+    return placement
 
 
 def check_available(placement: Sequence[Placement]) -> None:

@@ -41,6 +41,16 @@ FRAMEWORK = Framework(
             "default)",
             highest="highest",
         ),
+        # XLA's deterministic GPU ops: read from XLA_FLAGS once, when JAX first uses a device, so set
+        # before that (``state.before``, ``state.environ``), never inside a call.
+        Setting(
+            "deterministic",
+            ("default", "on"),
+            "XLA's deterministic GPU ops for the JAX side (XLA_FLAGS=--xla_gpu_deterministic_ops=true: "
+            "its scatter-adds summed in one order every call, bit for bit): default (XLA's own) or on; set "
+            "before JAX first uses a device, refused where JAX was imported already without it "
+            "(default: default)",
+        ),
     ),
-    arithmetic_info={"matmul_precision": "matmul precision"},
+    arithmetic_info={"matmul_precision": "matmul precision", "deterministic_ops": "deterministic ops"},
 )

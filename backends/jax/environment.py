@@ -33,7 +33,8 @@ def side() -> dict[str, str]:
     """Where the JAX side runs now, and at what precision (its adapters' ``info()``, read where its
     calls run: inside the run's settings): the device a computation without an explicit placement uses
     (``jax.default_device`` in effect, else JAX's first), its ``platform`` (``cpu``, ``tpu``, ``gpu``)
-    and ``device_kind`` ("TPU v5 lite"), and the matmul precision in effect (``default`` when unset)."""
+    and ``device_kind`` ("TPU v5 lite"), the matmul precision in effect (``default`` when unset), and
+    ``deterministic_ops`` ``on`` where this process's XLA flags ask for XLA's deterministic GPU ops."""
     import jax
 
     device = jax.config.jax_default_device or jax.devices()[0]
@@ -45,6 +46,7 @@ def side() -> dict[str, str]:
         "platform": str(device.platform),
         "device_kind": str(device.device_kind),
         "matmul_precision": str(precision or "default"),
+        **({"deterministic_ops": "on"} if state.deterministic_ops() else {}),
     }
 
 

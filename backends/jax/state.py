@@ -64,8 +64,47 @@ ALLOCATOR = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION", 
 SHARED: list[str] = []
 
 
+#: XLA's flag for GPU operations that sum in one order every call (its scatter-adds without atomics).
+DETERMINISTIC_OPS = "--xla_gpu_deterministic_ops=true"
+
+
+def environ(placement: Sequence[Placement]) -> dict[str, str]:
+    """The environment a process that runs the JAX side must start with, given every side's placement
+    (``{}``: as it is): ``XLA_FLAGS`` with XLA's deterministic GPU ops added where ``jax_deterministic`` is
+    on and this environment's flags lack them (XLA reads them once, when JAX first uses a device)."""
+    own = next((r for r in placement if r.framework == "jax"), None)
+    flags = os.environ.get("XLA_FLAGS", "")
+    if own is None or own.value("deterministic") != "on" or DETERMINISTIC_OPS in flags.split():
+        return {}
+    return {"XLA_FLAGS": f"{flags} {DETERMINISTIC_OPS}".strip()}
+
+
+def deterministic_ops() -> bool:
+    """Whether this process's XLA flags ask for XLA's deterministic GPU ops."""
+    return DETERMINISTIC_OPS in os.environ.get("XLA_FLAGS", "").split()
+
+
 def before(placement: Sequence[Placement]) -> str:
     """What JAX needs set before it first uses a device, given every side's placement, in words ("":
+    nothing): XLA's deterministic GPU ops where asked (``environ``: set in this environment where JAX is
+    not imported yet; JAX imported already, it may have read its flags, and the check is refused in one
+    line), and JAX's allocator (``allocator``)."""
+    wanted = environ(placement)
+    if wanted and "jax" in sys.modules:
+        raise ValueError(
+            f"`jax_deterministic` on: JAX is imported in this process already and XLA reads its flags once, "
+            f"when JAX first uses a device; set XLA_FLAGS={DETERMINISTIC_OPS} in the environment before "
+            "starting (a contained check's worker is started with it)"
+        )
+    os.environ.update(wanted)
+    asked = any(r.framework == "jax" and r.value("deterministic") == "on" for r in placement)
+    said = [f"XLA's deterministic GPU ops on (XLA_FLAGS {DETERMINISTIC_OPS})"] if asked else []
+    shared = allocator(placement)
+    return "; ".join(said + ([shared] if shared else []))
+
+
+def allocator(placement: Sequence[Placement]) -> str:
+    """JAX's allocator, set before it first uses a device, given every side's placement, in words ("":
     nothing): where another side is placed on an accelerator by name (``--torch-device cuda``) and JAX's
     is not on the host CPU, both share one card, and JAX's default takes 75 % of its memory at its first
     use: its preallocation is turned off (``XLA_PYTHON_CLIENT_PREALLOCATE=false``), so that the other
@@ -91,6 +130,12 @@ def before(placement: Sequence[Placement]) -> str:
     )
     SHARED[:] = [said]
     return said
+
+
+def on_card(placement: Placement) -> bool:
+    """Whether the JAX side computes on the card another side is placed on (``plan.check_cards``): where
+    JAX puts it, unless placed on the host CPU (the same card, as ``before`` sets the allocator for)."""
+    return placement.value("platform") != "cpu"
 
 
 def _cpu(jax: Any) -> Any:

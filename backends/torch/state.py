@@ -5,6 +5,7 @@ placement of the PyTorch side (``placed``), in effect inside each call."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -58,6 +59,15 @@ def unavailable(placement: Placement) -> str:
         f"`torch_device` cuda: PyTorch has no CUDA device in this process (torch {torch.__version__}, "
         "torch.cuda.is_available() is False); leave it out, or give cpu"
     )
+
+
+def at_home(placement: Placement, home: str) -> Placement:
+    """``placement`` with the device the side's own code lives on (``home``: a port's module on
+    ``cuda:0``) where the run chose none: what the side shares and must fit, before the check starts, is
+    that card's, as for ``--torch-device cuda``; a device chosen by name is kept."""
+    if placement.value("device") != "default" or not home.startswith("cuda"):
+        return placement
+    return dataclasses.replace(placement, values={**placement.values, "device": "cuda"})
 
 
 def device_memory(placement: Placement) -> tuple[str, int] | None:

@@ -19,7 +19,7 @@ from typing import Any
 from crosscheck._backends import as_options
 from crosscheck._engine.classify import classified
 from crosscheck._engine.driver import drive
-from crosscheck._engine.plan import Outlook, check_records, plan
+from crosscheck._engine.plan import Outlook, check_records, plan, start_environment
 from crosscheck._engine.process import contain
 from crosscheck._engine.request import Request, check_request, configure, with_reference
 from crosscheck._report.report import Report
@@ -99,6 +99,7 @@ def _check_contained(request: Request) -> Report:
         timeout=request.execution.timeout,
         progress=request.progress,
         announce=announce,
+        env=start_environment(request.execution.placement),
     )
     return report
 

@@ -84,11 +84,14 @@ def plan(workload: EngineWorkload, request: Request) -> Plan:
         plot=request.plot,
     )
     specs = list(backends or ())
-    prepare(execution.placement)
+    shared = at_home(execution.placement, workload)
+    prepare(shared)
     memory = check_memory(
         workload, dtype=request.case["dtype"], quantity=request.quantity, options=options, candidates=specs
     )
-    check_cards(memory, execution.placement)
+    candidates = list(backends) if backends is not None else workload.defaults(reference)
+    shares = getattr(workload, "shares", None)
+    check_cards(memory, shared, shares([*candidates, reference]) if callable(shares) else None)
     point = workload.point(**request.case)
     what = _quantity(request.quantity)
     judge = workload.judge(what, point, options)
@@ -97,7 +100,6 @@ def plan(workload: EngineWorkload, request: Request) -> Plan:
             f"`budget` applies to the model oracle (a crosscheck.Workload or Port); workload "
             f"`{workload.name}` is judged without it."
         )
-    candidates = list(backends) if backends is not None else workload.defaults(reference)
     workload.check_candidates(candidates)
     return Plan(
         workload,
@@ -151,10 +153,37 @@ def check_memory(workload: EngineWorkload, **case: Any) -> dict[str, int]:
     return parts
 
 
+def at_home(placement: Sequence[Placement], workload: Any) -> tuple[Placement, ...]:
+    """The run's placement as the sides will share the machine: each record given the device its side's
+    own code lives on (the workload's optional ``homes()``: a port's module already on ``cuda``) where
+    the run chose none (its framework's state's ``at_home``), for what is set and checked before the
+    check starts (``prepare``, ``check_cards``). The calls keep the run's own placement."""
+    homes = getattr(workload, "homes", None)
+    found = homes() if callable(homes) else {}
+    out = []
+    for record in placement:
+        framework = framework_named(record.framework) if record.framework in found else None
+        move = getattr(framework.module("state"), "at_home", None) if framework is not None else None
+        out.append(move(record, found[record.framework]) if callable(move) else record)
+    return tuple(out)
+
+
+def start_environment(placement: Sequence[Placement]) -> dict[str, str]:
+    """The variables a process that runs the check must start with, given every side's placement (each
+    framework's state's optional ``environ``: XLA's flags, which JAX reads once): a contained check's
+    worker is started with them, so that they are in effect before its framework first uses a device."""
+    found: dict[str, str] = {}
+    for record in placement:
+        framework = framework_named(record.framework)
+        environ = getattr(framework.module("state"), "environ", None) if framework is not None else None
+        found.update(environ(placement) if callable(environ) and not record.left_alone else {})
+    return found
+
+
 def prepare(placement: Sequence[Placement]) -> list[str]:
     """What each framework sets before its side first uses a device, given every side's placement (its
-    state's ``before``: JAX's allocator where both sides share one card), in words; before anything is
-    allocated, and in the process that runs the check (a contained check's worker)."""
+    state's ``before``: JAX's allocator where both sides share one card, XLA's flags), in words; before
+    anything is allocated, and in the process that runs the check (a contained check's worker)."""
     said: list[str] = []
     if all(record.left_alone for record in placement):
         return said
@@ -166,28 +195,50 @@ def prepare(placement: Sequence[Placement]) -> list[str]:
     return said
 
 
-def check_cards(parts: dict[str, int], placement: Sequence[Placement]) -> None:
-    """The case's estimate (``check_memory``'s ``parts``) fits the free memory of each card a side is
-    placed on by name (its state's ``device_memory``), before anything is allocated there.
+def check_cards(
+    parts: dict[str, int], placement: Sequence[Placement], shares: dict[str, int] | None = None
+) -> None:
+    """The case fits the free memory of each card a side is placed on by name (its state's
+    ``device_memory``), before anything is allocated there: each side's share on its device (``shares``,
+    by framework: the workload's estimate per device), that card's side's and every other side's its
+    state says computes there too (``on_card``: JAX's, unless on the host CPU); a workload that does
+    not split its estimate (``shares`` None): the whole case's (``check_memory``'s ``parts``) on each.
 
     Raises:
-        MemoryTooLarge: more than a card has free (the message gives the estimate and the card).
+        MemoryTooLarge: more than a card has free (the message gives the estimate, per side, and the card).
     """
-    total = sum(parts.values())
+    if shares is None and not sum(parts.values()):  # nothing estimated: no card is asked
+        return
     for record in placement:
         framework = framework_named(record.framework)
-        if framework is None or not total:
-            continue
-        measure = getattr(framework.module("state"), "device_memory", None)
+        measure = getattr(framework.module("state"), "device_memory", None) if framework is not None else None
         found = measure(record) if callable(measure) else None
-        if found is not None and total > found[1]:
-            shown = ", ".join(f"{name} {format_bytes(n)}" for name, n in parts.items() if n)
+        if found is None or framework is None:
+            continue
+        needed = _on_card(record, placement, shares) if shares is not None else dict(parts)
+        total = sum(needed.values())
+        if total > found[1]:
+            shown = ", ".join(f"{name} {format_bytes(n)}" for name, n in needed.items() if n)
             host = ", ".join(f"`{k}` {v}" for k, v in record.on_host().chosen().items())
             raise MemoryTooLarge(
                 f"this case needs about {format_bytes(total)} of memory ({shown}), more than the "
                 f"{format_bytes(found[1])} free on {found[0]}, where the {framework.title} side is placed; "
                 f"make it smaller, or place that side on the host ({host})."
             )
+
+
+def _on_card(card: Placement, placement: Sequence[Placement], shares: dict[str, int]) -> dict[str, int]:
+    """Each side's share on the card ``card``'s side is placed on, by the words that say it (``the
+    PyTorch side's``): its own, and each other side's that computes there too (its state's ``on_card``)."""
+    out = {}
+    for record in (card, *(r for r in placement if r is not card)):  # the card's own side first
+        framework = framework_named(record.framework)
+        if framework is None or record.framework not in shares:
+            continue
+        there = getattr(framework.module("state"), "on_card", None)
+        if record is card or (callable(there) and there(record)):
+            out[f"the {framework.title} side's"] = shares[record.framework]
+    return out
 
 
 class MemoryTooLarge(ValueError):

@@ -119,6 +119,7 @@ def run(
     steps: int | None = None,
     jax_platform: str = "default",
     jax_precision: str = "default",
+    jax_deterministic: str = "default",
     torch_device: str = "default",
     torch_matmul_tf32: str = "default",
     torch_cudnn_tf32: str = "default",
@@ -149,7 +150,8 @@ def run(
         repeat: calls per candidate, with ``isolate`` and ``timeout`` (``Execution``).
         steps: optimizer steps per side of a ``Train`` workload (``quantity="update"``; default: its own).
         jax_platform: where the JAX side runs, ``"default"`` or ``"cpu"``, with ``jax_precision``
-            (``"default"``, ``"high"``, ``"highest"``), its matmul precision (``Execution``).
+            (``"default"``, ``"high"``, ``"highest"``), its matmul precision, and ``jax_deterministic``
+            (``"on"``: XLA's deterministic GPU ops) (``Execution``).
         torch_device: where the PyTorch side runs, ``"default"``, ``"cpu"`` or ``"cuda"``, with
             ``torch_matmul_tf32``, ``torch_cudnn_tf32`` and ``torch_deterministic`` (``Execution``).
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from crosscheck._backends import ORACLE
 from crosscheck._errors import describe, reraise_user_interrupt
-from crosscheck._records import check_placement
+from crosscheck._records import placement_keywords
 from crosscheck._sweep.block_rules import check_options
 from crosscheck._sweep.task import CaseRecord, Task, _record, within
 from crosscheck._types import TorchModule
@@ -128,6 +128,7 @@ def check_blocks(
     progress: Callable[[int, int], None] | None = None,
     jax_platform: str = "default",
     jax_precision: str = "default",
+    jax_deterministic: str = "default",
     torch_device: str = "default",
     torch_matmul_tf32: str = "default",
     torch_cudnn_tf32: str = "default",
@@ -154,6 +155,7 @@ def check_blocks(
         progress: called as ``progress(done, total)`` as each block finishes (in the order they finish).
         jax_platform: where each block's JAX side runs (``crosscheck.Execution``).
         jax_precision: each block's JAX side's matmul precision (``crosscheck.Execution``).
+        jax_deterministic: XLA's deterministic GPU ops for each block's JAX side (``crosscheck.Execution``).
         torch_device, torch_matmul_tf32, torch_cudnn_tf32, torch_deterministic: where each block's
             PyTorch side runs, its TF32 switches and its deterministic mode (``crosscheck.Execution``).
 
@@ -181,15 +183,7 @@ def check_blocks(
             f"`blocks` must be a crosscheck.Blocks or an import string, found {type(blocks).__name__}."
         )
     check_options(spec, backends, reference, dtype, scheduler, directory, timeout)
-    placement = {  # the keywords above
-        "jax_platform": jax_platform,
-        "jax_precision": jax_precision,
-        "torch_device": torch_device,
-        "torch_matmul_tf32": torch_matmul_tf32,
-        "torch_cudnn_tf32": torch_cudnn_tf32,
-        "torch_deterministic": torch_deterministic,
-    }
-    check_placement(placement)
+    placement = placement_keywords(locals())  # the keywords above
     options = {
         "backends": backends,
         "reference": reference,

@@ -22,6 +22,7 @@ Example::
     timeout = 600                    # seconds per case
     jax_platform = "default"         # where the JAX side runs: "default" (JAX's choice) or "cpu"
     jax_precision = "default"        # its matmul precision: "default", "high" or "highest"
+    jax_deterministic = "default"    # "on": XLA's deterministic GPU ops (XLA_FLAGS)
     torch_device = "default"         # where the PyTorch side runs: "default", "cpu" or "cuda"
 """
 

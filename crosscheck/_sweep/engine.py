@@ -25,7 +25,7 @@ from typing import Any
 
 from crosscheck._backends import install_hint
 from crosscheck._errors import Interrupted, Interrupts
-from crosscheck._records import check_placement
+from crosscheck._records import placement_keywords
 from crosscheck._sweep.task import (  # the tasks and records, which moved there
     STACK,
     STATUSES,
@@ -247,6 +247,7 @@ def sweep(
     strict: bool = False,
     jax_platform: str = "default",
     jax_precision: str = "default",
+    jax_deterministic: str = "default",
     torch_device: str = "default",
     torch_matmul_tf32: str = "default",
     torch_cudnn_tf32: str = "default",
@@ -263,7 +264,8 @@ def sweep(
         cases: plain dicts, ``{"workload": "stack", "layers": ..., "batch": ..., "dim": ..., "dtype": ...,
             "seed": ..., "init": ...}`` or ``{"workload": "pkg.mod:workload", "dtype": ..., "seed": ...}``.
         backends, reference, rtol, atol, strict: as for ``crosscheck.run`` (names or import strings).
-        jax_platform, jax_precision: where the JAX side runs and its matmul precision (``Execution``).
+        jax_platform, jax_precision, jax_deterministic: where the JAX side runs, its matmul precision
+            and XLA's deterministic GPU ops (``Execution``).
         torch_device, torch_matmul_tf32, torch_cudnn_tf32, torch_deterministic: where the PyTorch side
             runs, its TF32 switches and its deterministic mode (``Execution``).
         timeout: seconds per case; a case past it is recorded as ``timeout``.
@@ -281,15 +283,7 @@ def sweep(
         raise ValueError(f"`jobs` must be a non-negative integer, found {jobs!r}.")
     if timeout is not None and not timeout > 0:
         raise ValueError(f"`timeout` must be a positive number of seconds, found {timeout!r}.")
-    placement = {  # the keywords above
-        "jax_platform": jax_platform,
-        "jax_precision": jax_precision,
-        "torch_device": torch_device,
-        "torch_matmul_tf32": torch_matmul_tf32,
-        "torch_cudnn_tf32": torch_cudnn_tf32,
-        "torch_deterministic": torch_deterministic,
-    }
-    check_placement(placement)
+    placement = placement_keywords(locals())  # the keywords above
     options = {"backends": backends, "reference": reference, "rtol": rtol, "atol": atol, "strict": strict}
     options.update(placement)
     tasks = make_tasks(cases, options, timeout=timeout)

@@ -45,11 +45,20 @@ TORCH_OPTIONS = ["torch_device", "torch_matmul_tf32", "torch_cudnn_tf32", "torch
 
 
 def test_the_declarations_are_the_settings_the_front_doors_give():
-    assert [name for name, _ in declared_settings()] == ["jax_platform", "jax_precision", *TORCH_OPTIONS]
+    jax_options = ["jax_platform", "jax_precision", "jax_deterministic"]
+    assert [name for name, _ in declared_settings()] == [*jax_options, *TORCH_OPTIONS]
     jax, torch = placements()
     assert jax.framework == "jax" and jax.left_alone and torch.framework == "torch" and torch.left_alone
-    assert jax.on_host().options() == {"jax_platform": "cpu", "jax_precision": "default"}
-    assert jax.at_highest().options() == {"jax_platform": "default", "jax_precision": "highest"}
+    assert jax.on_host().options() == {
+        "jax_platform": "cpu",
+        "jax_precision": "default",
+        "jax_deterministic": "default",
+    }
+    assert jax.at_highest().options() == {
+        "jax_platform": "default",
+        "jax_precision": "highest",
+        "jax_deterministic": "default",
+    }
     # PyTorch's highest arithmetic is its TF32 off, for products and convolutions; its host the CPU
     assert torch.at_highest().chosen() == {"torch_matmul_tf32": "off", "torch_cudnn_tf32": "off"}
     assert torch.on_host().chosen() == {"torch_device": "cpu"}
@@ -59,8 +68,9 @@ def test_the_declarations_are_the_settings_the_front_doors_give():
 def test_placements_take_the_options_a_user_gives_and_give_them_back():
     options = {"jax_platform": "cpu", "jax_precision": "high", "repeat": 2}  # an Execution's fields
     torch = dict.fromkeys(TORCH_OPTIONS, "default")
-    assert as_options(placements(options)) == {"jax_platform": "cpu", "jax_precision": "high", **torch}
-    assert as_options(placements()) == {"jax_platform": "default", "jax_precision": "default", **torch}
+    jax = {"jax_deterministic": "default", **torch}
+    assert as_options(placements(options)) == {"jax_platform": "cpu", "jax_precision": "high", **jax}
+    assert as_options(placements()) == {"jax_platform": "default", "jax_precision": "default", **jax}
 
 
 def test_an_executions_placement_is_its_fields_of_each_declared_setting():
@@ -94,3 +104,17 @@ def test_every_setting_says_what_it_is_and_its_values_are_choices():
         for setting in framework.placement:
             assert setting.help and setting.default in setting.choices
             assert {setting.highest, setting.host} - {None} <= set(setting.choices)
+
+
+def test_a_front_doors_keywords_give_its_placement_each_declared_setting_checked():
+    """The one function ``sweep`` and ``check_blocks`` build their cases' placement with."""
+    from crosscheck._records import placement_keywords
+
+    given = {**dict.fromkeys((name for name, _ in declared_settings()), "default"), "jobs": 2}
+    given["torch_device"] = "cpu"
+    found = placement_keywords(given)
+    assert found == {name: given[name] for name, _ in declared_settings()}  # the settings alone
+    with pytest.raises(ValueError, match="`torch_device` must be one of default, cpu, cuda"):
+        placement_keywords({**given, "torch_device": "tpu"})
+    with pytest.raises(KeyError):  # a front door without a setting's keyword, never left out unsaid
+        placement_keywords({k: v for k, v in given.items() if k != "jax_precision"})

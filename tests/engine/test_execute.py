@@ -105,9 +105,10 @@ def test_a_contained_check_sends_its_request_to_the_engines_one_job(requests, tm
     monkeypatch.delitem(sys.modules, "small_workload", raising=False)
     jobs = []
 
-    def worker(job, data, *, timeout, progress, announce=None):
+    def worker(job, data, *, timeout, progress, announce=None, env=None):
         jobs.append(job)
         assert set(data) == {f.name for f in dataclasses.fields(Request)}  # the request, nothing more
+        assert env == {}  # no setting asks for a variable the worker must start with
         return execute.job(crossed(data), progress=progress, announce=announce)
 
     monkeypatch.setattr(contain, "contained", worker)

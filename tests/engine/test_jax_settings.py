@@ -77,7 +77,11 @@ def test_the_json_and_the_header_say_where_each_side_ran_and_at_what_precision()
     pytest.importorskip("torch")
     report = crosscheck.run(**TINY, backends=["jax", "torch"], jax_platform="cpu", jax_precision="highest")
     data = json.loads(json.dumps(report.to_dict()))
-    assert data["jax_settings"] == {"jax_platform": "cpu", "jax_precision": "highest"}
+    assert data["jax_settings"] == {
+        "jax_platform": "cpu",
+        "jax_precision": "highest",
+        "jax_deterministic": "default",
+    }
     j, t = data["backends"]["jax"], data["backends"]["torch"]
     assert (j["platform"], j["device_kind"], j["info"]["matmul_precision"]) == ("cpu", "cpu", "highest")
     assert (t["platform"], t["device_kind"]) == ("cpu", "cpu")
@@ -91,7 +95,11 @@ def test_the_json_and_the_header_say_where_each_side_ran_and_at_what_precision()
 def test_left_alone_the_json_says_jaxs_own_default():
     report = crosscheck.run(**TINY, backends=["jax"])
     data = report.to_dict()
-    assert data["jax_settings"] == {"jax_platform": "default", "jax_precision": "default"}
+    assert data["jax_settings"] == {
+        "jax_platform": "default",
+        "jax_precision": "default",
+        "jax_deterministic": "default",
+    }
     assert data["backends"]["jax"]["info"]["matmul_precision"] == "default"
     assert data["backends"]["jax"]["platform"] == jax.devices()[0].platform
 
@@ -129,7 +137,11 @@ def test_a_replay_applies_the_recorded_settings_again(tmp_path, workers_find_the
     path = tmp_path / "b.npz"
     save_bundle(report, path)
     bundle = load_bundle(path)
-    assert bundle["meta"]["report"]["jax_settings"] == {"jax_platform": "cpu", "jax_precision": "highest"}
+    assert bundle["meta"]["report"]["jax_settings"] == {
+        "jax_platform": "cpu",
+        "jax_precision": "highest",
+        "jax_deterministic": "default",
+    }
     for isolate in (False, True):
         rows = replay(bundle, trust=True, isolate=isolate)
         assert reproduced(rows), rows
@@ -162,7 +174,11 @@ def test_a_contained_run_whose_worker_died_still_records_the_settings_asked_for(
     execution = crosscheck.Execution(jax_platform="cpu", jax_precision="high")
     report = crosscheck.check("usercode:generate_dies", execution=execution).to_dict()
     assert report["halted"] and not report["passed"]
-    assert report["jax_settings"] == {"jax_platform": "cpu", "jax_precision": "high"}
+    assert report["jax_settings"] == {
+        "jax_platform": "cpu",
+        "jax_precision": "high",
+        "jax_deterministic": "default",
+    }
 
 
 def test_asking_for_the_cpu_where_jax_has_none_fails_the_run_in_words(monkeypatch):

@@ -172,7 +172,11 @@ def test_a_framework_that_declares_a_placement_reaches_the_engine_unedited(tmp_p
     assert at_highest["toy_rounding"] == "exact" and at_highest["toy_device"] == "cpu"
     assert on_host["toy_device"] == "cpu" and at_highest["jax_precision"] == "highest"
     assert found["json"]["toy_settings"] == {"toy_device": "cpu", "toy_rounding": "fast"}
-    assert found["json"]["jax_settings"] == {"jax_platform": "default", "jax_precision": "default"}
+    assert found["json"]["jax_settings"] == {
+        "jax_platform": "default",
+        "jax_precision": "default",
+        "jax_deterministic": "default",
+    }
     assert found["replayed"]["toy_device"] == "cpu"
     assert "--toy-device {default,cpu,gpu} where the toy side runs" in found["help"]
     assert found["config"] is True

@@ -87,3 +87,66 @@ def test_the_reports_environment_says_what_was_set(a_card, bare_allocator, monke
     execution = crosscheck.Execution(isolate=False, torch_device="cuda")
     report = crosscheck.check(crosscheck.Stack(layers=1, batch=2, dim=3), execution=execution)
     assert report.environment["jax"]["allocator"].startswith("JAX's preallocation turned off")
+
+
+class _OnACard:
+    """A workload whose PyTorch side's own code lives on a card (a port's module on ``cuda:0``)."""
+
+    def homes(self):
+        return {"torch": "cuda:0"}
+
+
+def test_a_side_whose_module_lives_on_a_card_shares_it_as_one_placed_by_name(bare_allocator):
+    import os
+
+    from crosscheck._engine.plan import at_home
+
+    jax, torch = at_home(placements(), _OnACard())
+    assert torch.value("device") == "cuda" and torch.off_host and jax.left_alone
+    said = prepare((jax, torch))
+    assert os.environ[PREALLOCATE] == "false" and said[0].startswith("JAX's preallocation turned off")
+    # a device the run named is kept; a workload that says nothing changes nothing
+    assert at_home(placements({"torch_device": "cpu"}), _OnACard())[1].value("device") == "cpu"
+    assert at_home(placements(), object()) == placements()
+
+
+def test_a_ports_homes_are_where_its_module_lives():
+    from crosscheck._engine.plan import at_home
+    from crosscheck._workloads.port.judge.workload import PortWorkload
+    from examples.port import convnet
+
+    assert PortWorkload(convnet.port).homes() == {}  # on the host
+    port = convnet.make_port("convnet-meta")
+    port.prepared.torch_side.m.to("meta")  # another device than the host's, without a card
+    assert PortWorkload(port).homes() == {"torch": "meta"}
+    assert at_home(placements(), PortWorkload(port))[1].value("device") == "default"  # not a card
+
+
+def test_each_card_must_fit_the_shares_of_the_sides_computing_there(a_card):
+    """Per device: the PyTorch side's share on its card, the JAX side's there too unless on the host."""
+    shares = {"torch": 600_000, "jax": 600_000}
+    whole = {"weights": 2**30}  # the host's estimate: not the card's
+    check_cards(whole, placements({"torch_device": "cuda", "jax_platform": "cpu"}), shares)  # fits
+    with pytest.raises(MemoryTooLarge) as refused:
+        check_cards(whole, placements({"torch_device": "cuda"}), shares)
+    said = str(refused.value)
+    assert "(the PyTorch side's 586 KiB, the JAX side's 586 KiB), more than the 1 MiB free on cuda:0" in said
+    assert "needs about 1.14 MiB" in said
+    check_cards(whole, placements({"torch_device": "cpu"}), shares)  # no card: nothing to fit
+
+
+def test_a_port_whose_module_is_on_a_card_is_refused_before_it_starts_when_it_cannot_fit(
+    a_card, bare_allocator, monkeypatch
+):
+    """Without ``--torch-device``: the module's own card is checked, as for one placed there by name."""
+    import torch
+
+    from crosscheck._workloads.port.sides import torch_device
+    from examples.port import convnet
+
+    monkeypatch.setattr(torch_device, "device_of", lambda module: torch.device("cuda", 0))
+    monkeypatch.setattr(torch_state, "device_memory", lambda p: ("cuda:0 (Simulated H200)", 64))
+    with pytest.raises(MemoryTooLarge) as refused:
+        crosscheck.check(convnet.port, execution=crosscheck.Execution(isolate=False), reference="torch")
+    said = str(refused.value)
+    assert "(the PyTorch side's 8.81 KiB, the JAX side's 8.81 KiB), more than the 64 B free on cuda:0" in said

@@ -222,7 +222,7 @@ def test_every_keyword_of_run_reaches_the_request():
     from crosscheck._engine import run as front
 
     records = {"rtol", "atol", "oracle_mode", "directions", "budget", "repeat", "isolate", "timeout"}
-    records |= {"jax_platform", "jax_precision"}
+    records |= {"jax_platform", "jax_precision", "jax_deterministic"}
     records |= {"torch_device", "torch_matmul_tf32", "torch_cudnn_tf32", "torch_deterministic"}
     groups = [front.CHECK_KEYWORDS, front.CASE_KEYWORDS, front.WORKLOAD_KEYWORDS, records]
     named = [name for group in groups for name in group]

@@ -5,7 +5,8 @@ a GPU, and the two sides saying they ran there.
 - JAX: a product at its default matmul precision on the simulated card (not placed on the host CPU) is
   TF32 (``tf32_dot``, a linen ``Dense``'s ``dot_general``); ``jax_on_a_gpu`` makes JAX's side say it ran
   on a GPU.
-- PyTorch: a product is TF32 while ``torch.backends.cuda.matmul.allow_tf32`` is on (``torch_tf32_matmul``);
+- PyTorch: a product is TF32 while ``torch.backends.cuda.matmul.allow_tf32`` is on (``torch_tf32_matmul``),
+  a 2-d convolution while ``torch.backends.cudnn.allow_tf32`` is on (``torch_tf32_conv``, PyTorch's default);
   ``torch_on_cuda`` makes PyTorch's side say it ran on CUDA (its tensors stay on the host: CI has no CUDA).
 - A sum whose order changes from call to call (``Shuffled``): a scatter-add's atomics.
 
@@ -73,6 +74,21 @@ def torch_tf32_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if torch.backends.cuda.matmul.allow_tf32:
         a, b = torch_round_tf32(a), torch_round_tf32(b)
     return a @ b
+
+
+def torch_tf32_conv(monkeypatch) -> None:
+    """PyTorch's 2-d convolutions as the simulated card makes them (``torch.nn.functional.conv2d``, which
+    ``Conv2d`` calls): TF32 inputs while cuDNN's flag is on, unless the side is placed on the host CPU."""
+    from crosscheck._backends.devices import placed_device
+
+    real = torch.nn.functional.conv2d
+
+    def conv2d(x, weight, *args, **kwargs):
+        if torch.backends.cudnn.allow_tf32 and placed_device("torch") != "cpu":
+            x, weight = torch_round_tf32(x), torch_round_tf32(weight)
+        return real(x, weight, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "conv2d", conv2d)
 
 
 def torch_on_cuda(monkeypatch) -> None:

@@ -68,7 +68,8 @@ def test_the_matrix_is_the_cartesian_product(tmp_path):
         "strict": True,
         "jax_platform": "cpu",
         "jax_precision": "highest",
-        # every declared setting of the PyTorch side, at its default where the file gives none
+        # every other declared setting, at its default where the file gives none
+        "jax_deterministic": "default",
         "torch_device": "default",
         "torch_matmul_tf32": "default",
         "torch_cudnn_tf32": "default",
@@ -168,7 +169,8 @@ CONFIG_ERRORS = [
     ("seed = [1]", "unknown key " + T + "seed`: expected one of workloads, layers, batch, dim, dtypes,"),
     (
         "seed = [2]",
-        "jax_precision, torch_device, torch_matmul_tf32, torch_cudnn_tf32, torch_deterministic. Did",
+        "jax_precision, jax_deterministic, torch_device, torch_matmul_tf32, torch_cudnn_tf32, "
+        "torch_deterministic. Did",
     ),
     ("dim = [", "is not valid TOML"),
     ('jax_platform = "tpu"', T + "jax_platform` must be one of default, cpu; found 'tpu'."),
@@ -242,5 +244,9 @@ def test_the_jax_sides_settings_reach_every_case(tmp_path, monkeypatch):
     del chosen["backends"]
     (record,) = sweep(tiny, **{**chosen, "backends": ["jax"]}, jobs=0).records
     report = record["report"]
-    assert report["jax_settings"] == {"jax_platform": "cpu", "jax_precision": "highest"}
+    assert report["jax_settings"] == {
+        "jax_platform": "cpu",
+        "jax_precision": "highest",
+        "jax_deterministic": "default",
+    }
     assert report["backends"]["jax"]["info"]["matmul_precision"] == "highest"

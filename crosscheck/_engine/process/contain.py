@@ -22,7 +22,7 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from crosscheck._engine.process.contain_worker import BOOT
@@ -69,15 +69,16 @@ def contained(
     timeout: float | None,
     progress: Callable[[str, int, int], None] | None,
     announce: Callable[[Any], None] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> object:
     """What ``job(request, progress=..., announce=...)`` returns, run in a worker process (what the job
-    announces, plain data, passed on to ``announce`` as it comes).
+    announces, plain data, passed on to ``announce`` as it comes; ``env``: variables it starts with).
 
     Raises:
         ValueError, TypeError: the job's usage error (a ``DetailedError`` keeps its details).
         WorkerStopped: the worker died, hung or was interrupted before it sent its result.
     """
-    conn, process, failed = spawn(BOOT, session=True)
+    conn, process, failed = spawn(BOOT, session=True, env=env)
     if failed:
         raise WorkerStopped(failed, "starting")
     watch = _Watch(conn, process, timeout, progress)
@@ -110,6 +111,7 @@ def in_worker(
     timeout: float | None,
     progress: Callable[[str, int, int], None] | None = None,
     announce: Callable[[Any], None] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> T:
     """The one helper for contained work (a check, a replay): what ``job`` returns for ``data``, run in a
     worker process (``contained``); a worker that died, hung or was interrupted before it sent it:
@@ -120,7 +122,8 @@ def in_worker(
     """
     try:
         # What the job named by ``job`` returns (a T), rebuilt from data: no type crosses a process.
-        value = cast(T, contained(job, data, timeout=timeout, progress=progress, announce=announce))
+        found = contained(job, data, timeout=timeout, progress=progress, announce=announce, env=env)
+        value = cast(T, found)
     except WorkerStopped as why:
         return stopped(why)
     return value

@@ -24,7 +24,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from crosscheck._backends import ORACLE, Placement, as_options
@@ -108,10 +108,13 @@ class Worker:
             self.stop("closed")
 
 
-def spawn(boot: str, *, session: bool = False) -> tuple[Connection, subprocess.Popen[bytes] | None, str]:
+def spawn(
+    boot: str, *, session: bool = False, env: Mapping[str, str] | None = None
+) -> tuple[Connection, subprocess.Popen[bytes] | None, str]:
     """A worker process started as ``python -c boot FD SYS_PATH``: ``(connection, process, "")``, or
     ``(connection, None, why)`` when it could not start. ``session``: in a session of its own, so that a
-    Ctrl-C at the terminal reaches only this process (which forwards it)."""
+    Ctrl-C at the terminal reaches only this process (which forwards it); ``env``: variables it starts
+    with besides this process's environment (what a framework reads once, when it starts: XLA's flags)."""
     from multiprocessing.connection import Connection
 
     ours, theirs = socket.socketpair()
@@ -123,6 +126,7 @@ def spawn(boot: str, *, session: bool = False) -> tuple[Connection, subprocess.P
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
                 start_new_session=session,
+                env={**os.environ, **env} if env else None,
             )
         except OSError as exc:  # no interpreter to start, too many processes, ...
             return conn, None, f"its worker process could not start: {exc.strerror or exc}"

@@ -33,6 +33,11 @@ from crosscheck._workloads.protocol import Judge, Options, OwnArrays, Point
 MEMORY_ARRAYS = 5
 #: float64 copies of the arrays per candidate (its gradients, its re-run, its measured rounding).
 MEMORY_PER_CANDIDATE = 2
+#: float64 copies of the arrays a framework's side holds on its own device (a card where it is placed
+#: on one): the case's arrays handed to it and their gradients, at float64's width (its re-run's). Its
+#: activations and its module's own weights (on the card already: not in the card's free memory) are
+#: not counted: a card's check refuses only a case that cannot fit.
+SIDE_COPIES = 2
 
 
 class GenericWorkload(OwnArrays):
@@ -90,6 +95,17 @@ class GenericWorkload(OwnArrays):
         sizes = [*self.workload.parameters.values(), *self.workload.inputs.values()]
         entries = sum(math.prod(shape) for shape in sizes)
         return {"arrays": 8 * entries * (MEMORY_ARRAYS + MEMORY_PER_CANDIDATE * len(candidates))}
+
+    def shares(self, sides: Sequence[Any]) -> dict[str, int]:
+        """Bytes each framework's side holds on its own device, by framework (``{"torch": ..., "jax":
+        ...}``), at least: ``SIDE_COPIES`` float64 copies of every parameter and input for each
+        framework among ``sides`` (the run's candidates and reference) that are implementations of the
+        workload (``plan.check_cards`` adds those sharing one card)."""
+        sizes = [*self.workload.parameters.values(), *self.workload.inputs.values()]
+        each = 8 * SIDE_COPIES * sum(math.prod(shape) for shape in sizes)
+        own = [s for s in sides if isinstance(s, str) and s in self.workload.implementations]
+        named = (framework_named(name.split("-", 1)[0]) for name in own)
+        return {framework.name: each for framework in named if framework is not None}
 
     def point(self, *, dtype: str, seed: int) -> Point:
         params, inputs = self.workload.make(seed=seed, dtype=dtype)

@@ -127,6 +127,7 @@ def origin(
         "reference": "torch",
         "precision": "float32" if compared.coarse else None,
         "device": compared.device,
+        "reference_device": compared.reference_device,
     }
     _, outs, ins, _ = each_module(found.torch, found.jax, paired, common)
     order = [r.name for r in reversed(found.torch.main) if r.name in paired]

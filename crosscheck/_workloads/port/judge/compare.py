@@ -57,7 +57,8 @@ class Compared:
     (``jax_intermediates``); ``channels_last``: the port's layout; ``coarse``: the implementations whose
     float64 loss keeps float32 steps (compared within float32's rounding), and ``float32_start`` the
     first module whose outputs differ by float32's rounding, not float64's; ``device``: where the port
-    computes (its arithmetic), when on an accelerator; ``by_design``: the parts the original computes
+    computes (its arithmetic), when on an accelerator, and ``reference_device`` where the PyTorch side
+    does (its TF32 products and convolutions on a GPU); ``by_design``: the parts the original computes
     in float32 by design (every module output then compared within float32's rounding)."""
 
     sides: Sides
@@ -72,6 +73,7 @@ class Compared:
     float32_start: str | None
     device: Arithmetic | None
     by_design: tuple[Part, ...] = ()
+    reference_device: Arithmetic | None = None
 
 
 def compare(
@@ -86,6 +88,7 @@ def compare(
     keep: bool,
     forward: bool,
     by_design: tuple[Part, ...] = (),
+    reference_device: Arithmetic | None = None,
 ) -> Compared:
     """Candidate ``name``'s modules compared (see the module docstring); ``gradients``: its gradient
     comparisons (none in a forward check), which decide whether edges are marked; ``keep``: each
@@ -106,7 +109,7 @@ def compare(
         "keep": keep,
     }
     common["missing"] = "; ".join(p for p in (torch_runs.problem, jax_runs.problem) if p)
-    common["device"] = device
+    common["device"], common["reference_device"] = device, reference_device
     # the layouts proven by the values, by shapes (``layout.read``), from the output's found for the loss
     common["memo"] = {(read.source, read.shape): read for read in layout.known(prepared) or () if read}
     out, outputs, inputs, firsts = each_module(torch_runs, jax_runs, paired, common)
@@ -128,6 +131,7 @@ def compare(
         starts,
         device,
         tuple(by_design),
+        reference_device,
     )
 
 

@@ -201,6 +201,7 @@ class PortJudge:
             dtype=self.dtype,
             coarse=coarse,
             device=device,
+            reference_device=arithmetic(self.workload.torch_backend(), call),
             keep=self.plot,
             forward=self.forward,
             by_design=self.by_design,

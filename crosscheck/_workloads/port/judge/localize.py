@@ -189,8 +189,8 @@ def _redrawn_text(label: str, side: str, dtype: str, redrawn: _terms.Redrawn, on
         # the host CPU say which (``_engine/classify``), not a guess here
         return (
             f"{head}: the device's reduced-precision arithmetic compounded beyond its model, or another "
-            "computation (a random draw made again); the check re-runs the JAX side at `highest` and on "
-            "the host CPU to say which, and this output fails here"
+            f"computation (a random draw made again); the check re-runs `{side}`'s side at its most "
+            "precise arithmetic and on the host CPU to say which, and this output fails here"
         )
     return (
         f"{head}, which no re-rounding of a well-conditioned computation does: a random draw made again "
@@ -212,6 +212,7 @@ def compare_arrays(
     missing: str = "",
     precision: str | None = None,
     device: Arithmetic | None = None,
+    reference_device: Arithmetic | None = None,
     keep: bool = False,
     module: str | None = None,
     memo: dict | None = None,
@@ -220,7 +221,9 @@ def compare_arrays(
     (those of ``precision``, the case's dtype unless given: ``"float32"`` in a float64 case whose losses
     have float32 steps, where the re-run's difference is float32's rounding, not float64's). ``device``:
     where the JAX side computed, when on an accelerator: its re-run's difference is permitted that
-    device's arithmetic (``device.Arithmetic``), never called another computation for it.
+    device's arithmetic (``device.Arithmetic``), never called another computation for it;
+    ``reference_device`` the same of the PyTorch side (its TF32 products and cuDNN convolutions on a GPU,
+    as its placement ran them).
 
     A side without a re-run in the other precision (``missing`` says why) takes the other side's
     measured rounding (the same function at the same precision), said in the tolerance's sources;
@@ -246,9 +249,11 @@ def compare_arrays(
     t_other, j_other = (None, None) if isinstance(other, str) else other[:2]
     precision = precision or dtype
     j_term, j_new = _rounding(j, j_other, precision, device)
-    t_term, t_new = _rounding(t, t_other, precision)
-    on = f" on {device.words()}" if device is not None and device.unit is not None else ""
-    for side, redrawn, missed, where in ((backend, j_new, j_miss, on), (reference, t_new, t_miss, "")):
+    t_term, t_new = _rounding(t, t_other, precision, reference_device)
+    on, t_on = (
+        f" on {d.words()}" if d is not None and d.unit is not None else "" for d in (device, reference_device)
+    )
+    for side, redrawn, missed, where in ((backend, j_new, j_miss, on), (reference, t_new, t_miss, t_on)):
         if redrawn is not None and not missed:
             text = _redrawn_text(label, side, dtype, redrawn, where)
             return _failed(label, text, backend=backend, reference=reference)

@@ -67,9 +67,9 @@ def locate(
     found = boundaries.verdict(found, compared.edges, forward=forward)
     if compared.coarse:
         found = dataclasses.replace(found, text=found.text + _float32_note(compared))
-    device = compared.device
-    if device is not None and device.unit is not None:  # what the device's arithmetic hides
-        found = dataclasses.replace(found, text=f"{found.text}; {device.hides()}")
+    for device in (compared.device, compared.reference_device):  # what each side's device hides
+        if device is not None and device.unit is not None:
+            found = dataclasses.replace(found, text=f"{found.text}; {device.hides()}")
     mirrored = by_design.mirrored(compared.by_design, compared.paired)
     found = _pinned(found, [r for r in jax_main if r.name not in mirrored], dtype)
     return Located(compared.comparisons, found, compared.sides.caveats + by_design.said(compared.by_design))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from crosscheck._types import Loaded
 from crosscheck._workloads.port.declare.build import Prepared
 from crosscheck._workloads.port.declare.port import Port
 
@@ -19,3 +20,7 @@ class PortView(Protocol):
     torches: set[int]
     #: Whether the run's candidates name the port: its module captures are then taken early.
     port_requested: bool
+
+    def torch_backend(self) -> Loaded:
+        """The port's PyTorch side as the engine runs it: where, and in what arithmetic, it computes."""
+        ...

@@ -53,6 +53,24 @@ class PortWorkload(OwnArrays):
         its captures run is asked of it (``capture.home``), before the candidate itself is resolved."""
         return self.inner.resolve("jax")
 
+    def torch_backend(self) -> Loaded:
+        """The port's PyTorch side as the engine runs it (the same adapter each time): where its module
+        computes, and in what arithmetic, is asked of it (the judge's allowance for its device)."""
+        return self.inner.resolve("torch")
+
+    def homes(self) -> dict[str, str]:
+        """Where the port's own code lives off the host, by framework (``{"torch": "cuda:0"}``: its
+        PyTorch module on a card), read before the check starts: a module already on a card shares it
+        with the JAX side and must fit there as one placed by name (``plan.at_home``)."""
+        from crosscheck._workloads.port.sides.torch_device import device_of
+
+        found = device_of(self.prepared.torch_side.m)
+        return {} if found.type == "cpu" else {"torch": str(found)}
+
+    def shares(self, sides: Sequence[Any]) -> dict[str, int]:
+        """Bytes each side holds on its own device, by framework (``GenericWorkload.shares``)."""
+        return self.inner.shares(sides)
+
     def point(self, *, dtype: str, seed: int) -> Point:
         point = self.inner.point(dtype=dtype, seed=seed)
         point.case.update(case_notes(self.prepared, dtype))

@@ -21,7 +21,7 @@ from crosscheck._types import FrameworkArray
 #: How a side's sums are made in one order every call, to check it bit for bit on a GPU.
 DETERMINISTIC = (
     "`--torch-deterministic on` (torch.use_deterministic_algorithms) for the PyTorch side, and "
-    "XLA_FLAGS=--xla_gpu_deterministic_ops=true for JAX's"
+    "`--jax-deterministic on` (XLA_FLAGS=--xla_gpu_deterministic_ops=true) for JAX's"
 )
 
 

@@ -535,7 +535,11 @@ def test_each_blocks_jax_side_runs_with_the_settings_chosen_for_it(capsys):
     assert result.passed, result.lines()
     for record in result.records:
         report = record["report"]
-        assert report["jax_settings"] == {"jax_platform": "cpu", "jax_precision": "highest"}
+        assert report["jax_settings"] == {
+            "jax_platform": "cpu",
+            "jax_precision": "highest",
+            "jax_deterministic": "default",
+        }
         jax_side = next(b for b in report["backends"].values() if b["info"].get("framework") == "jax")
         assert (jax_side["platform"], jax_side["info"]["matmul_precision"]) == ("cpu", "highest")
     with pytest.raises(ValueError, match=r"^`jax_precision` must be one of default, high, highest"):
