@@ -79,6 +79,13 @@ def running(wrapped: Any, state: dict[str, np.ndarray], inputs: dict[str, Any]) 
     """The running statistics one training-mode forward makes of ``state``'s (``statistics``), on fresh
     copies of every tensor (the case's arrays are never written), without autograd; a 16-bit statistic
     read in float32 (exact)."""
+    after = updated(wrapped, state, inputs)
+    return {k: after[k] for k in statistics(wrapped.m) if k in after}
+
+
+def updated(wrapped: Any, state: dict[str, np.ndarray], inputs: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Every tensor of ``state`` after one training-mode forward on fresh copies of them (the buffers
+    it updates: the running statistics and their ``num_batches_tracked``), without autograd."""
     tensors = {k: _tensor(v) for k, v in state.items()}
     given = {k: _tensor(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
     wrapped.track = True
@@ -87,7 +94,7 @@ def running(wrapped: Any, state: dict[str, np.ndarray], inputs: dict[str, Any]) 
             torch.func.functional_call(wrapped, {f"m.{k}": v for k, v in tensors.items()}, (given,))
     finally:
         wrapped.track = False
-    return {k: _numpy(tensors[k]) for k in statistics(wrapped.m) if k in tensors}
+    return {k: _numpy(v) for k, v in tensors.items()}
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:
