@@ -1,6 +1,7 @@
 """``torch.optim.AdamW`` against ``optax.adamw`` on a model with a gradient that is zero by construction:
 ``crosscheck.Train`` of the mini UNet (``examples.port.unet``, its Flax output transposed to NCHW),
-five steps, with and without weight decay, and the coupled-L2 bug (``BUGS``).
+five steps, with and without weight decay, and the coupled-L2 bug (``BUGS``); in training mode, its
+running statistics carried and compared after every step (``TRAINING``).
 
 The attention's key bias ``attn.k.bias`` has a zero gradient in exact arithmetic: it adds ``q . b`` to
 every logit of a query's row, and the softmax does not change when a row is shifted. Its computed
@@ -56,19 +57,27 @@ def optax_adamw(*, lr, betas, eps, weight_decay, bug=None):
     return optax.adamw(lr, *betas, eps=eps, weight_decay=weight_decay, mask=mask)
 
 
-def make_train(name: str, *, weight_decay: float = HYPER["weight_decay"], bug=None):
+def make_train(name: str, *, weight_decay: float = HYPER["weight_decay"], bug=None, training=None):
+    """The train; ``training``: the name of one of ``unet.TRAINING``'s pairs, trained in training mode
+    (its running statistics carried and compared after every step), else the eval-mode port."""
     import crosscheck
     from examples.port import unet
 
+    port = (
+        unet.make_port(f"unet-{training}", **unet.TRAINING[training].change)
+        if training
+        else unet.make_port("unet-nchw", jax_call=unet.output_nchw)
+    )
     return crosscheck.Train(
-        unet.make_port("unet-nchw", jax_call=unet.output_nchw),
+        port,
         torch_optimizer=torch_adamw,
         optax=functools.partial(optax_adamw, bug=bug),
         hyper={**HYPER, "weight_decay": weight_decay},
         steps=STEPS,
         name=name,
         description=f"the mini UNet trained {STEPS} steps with AdamW (weight decay {weight_decay})"
-        + (f", optax side with {bug}" if bug else ""),
+        + (f", optax side with {bug}" if bug else "")
+        + (f", in training mode (`unet.{training}`)" if training else ""),
     )
 
 
@@ -85,7 +94,28 @@ BUGS = {
 }
 
 
+#: Training mode: the mini UNet's BatchNorm on batch statistics, its running statistics carried from
+#: step to step on both sides and compared after every step. name -> (what it is, the module a verdict
+#: must name or "" for a healthy pair, make_train's keywords).
+TRAINING = {
+    "adamw_train": Planted(
+        "healthy: `unet.train` (PyTorch in .train(), Flax with `train=True`) trained with AdamW",
+        "",
+        dict(training="train"),
+    ),
+    "adamw_train_momentum": Planted(
+        "`unet.train_momentum` (Flax's `nn.BatchNorm(momentum=0.1)`, PyTorch's convention) trained with "
+        "AdamW: the parameters agree at every step, the running statistics do not",
+        "bn",
+        dict(training="train_momentum"),
+        shows_in="running statistics",
+    ),
+}
+
+
 def __getattr__(name):  # the trains are built when asked for: importing this module imports no framework
+    if name in TRAINING:
+        return make_train(f"unet-{name}".replace("_", "-"), **TRAINING[name].change)
     if name in HEALTHY:
         return make_train(f"unet-{name}".replace("_", "-"), **HEALTHY[name])
     if name in BUGS:

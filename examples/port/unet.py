@@ -64,7 +64,8 @@ def flax_model(**planted):
 
 def convert(sd):
     """PyTorch's ``state_dict`` (name -> array) -> the Flax variables: a hand-written conversion, for
-    scripts and tests (the ports themselves use crosscheck's automatic mapping)."""
+    scripts and tests, and the mapping of ``train_convert*`` (``Port(convert=convert)``; the other ports
+    use crosscheck's automatic mapping)."""
 
     def conv(name):
         return {"kernel": sd[f"{name}.weight"].transpose(2, 3, 1, 0), "bias": sd[f"{name}.bias"]}
@@ -104,7 +105,9 @@ def output_nchw(model, inputs):
     return model(**inputs).transpose(0, 3, 1, 2)
 
 
-def make_port(name="unet", *, size=16, jax_call=None, torch_call=None, train=False, **planted):
+def make_port(
+    name="unet", *, size=16, jax_call=None, torch_call=None, train=False, converted=False, **planted
+):
     import crosscheck
 
     return crosscheck.Port(
@@ -115,6 +118,7 @@ def make_port(name="unet", *, size=16, jax_call=None, torch_call=None, train=Fal
         jax_inputs=nhwc,
         jax_call=jax_call,
         torch_call=torch_call,
+        convert=convert if converted else None,
         description=f"a mini UNet ({size}x{size}): PyTorch NCHW -> Flax linen NHWC",
     )
 
@@ -202,6 +206,17 @@ TRAINING = {
         "libraries after a training step",
         "bn",
         dict(train=True, jax_call=jax_call_train, batch_norm="flax"),
+        shows_in="running statistics",
+    ),
+    "train_convert": Planted(
+        "healthy: the `train` pair with the hand-written conversion (`convert`) as its mapping",
+        "",
+        dict(train=True, jax_call=jax_call_train, batch_norm="torch", converted=True),
+    ),
+    "train_convert_momentum": Planted(
+        "the momentum bug above, in a port whose mapping is the hand-written conversion (`convert`)",
+        "bn",
+        dict(train=True, jax_call=jax_call_train, batch_norm="flax", momentum=0.1, converted=True),
         shows_in="running statistics",
     ),
     "train_running_average": Planted(

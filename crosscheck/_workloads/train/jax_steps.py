@@ -9,7 +9,7 @@ back to its PyTorch name, its transform undone, for the comparison.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -18,8 +18,10 @@ import numpy as np
 from crosscheck._errors import user_call
 from crosscheck._types import FrameworkArray, PyTree
 from crosscheck._workloads.port.declare.build import Prepared, jax_leaves, jax_side_inputs, port_loss
+from crosscheck._workloads.port.judge.running import statistics
 from crosscheck._workloads.port.mapping import assemble
 from crosscheck._workloads.port.sides.jax_side import key_name, to_jax
+from crosscheck._workloads.train import running
 from crosscheck._workloads.train.runs import EAGER_STEPS
 
 
@@ -46,20 +48,26 @@ def trajectory(
         dtype = next(iter(jax.tree_util.tree_leaves(tree))).dtype
         linen = side.kind == "linen"
         trained = tree["params"] if linen else tree
+        names = statistics(prepared)  # `batch_stats`, nnx's `BatchStat`s: carried from step to step
 
-        def objective(part: PyTree) -> FrameworkArray:
-            whole = {**tree, "params": part} if linen else part
+        def objective(part: PyTree, whole: PyTree) -> FrameworkArray:
+            whole = {**whole, "params": part} if linen else part
             return loss(side.forward(jax.tree_util.tree_leaves(whole), given, dtype))
 
         transformation = factory(**hyper)
         state = transformation.init(trained)
         start = _state(prepared, state, trained, (lambda part: {**tree, "params": part}) if linen else None)
 
-        gradient = jax.grad(objective)
+        compiled = jax.grad(objective)
         if steps > EAGER_STEPS:  # the model's gradient compiled once, when the steps repay it
-            gradient = jax.jit(gradient)
+            compiled = jax.jit(compiled)
+
+        def carried(part: PyTree) -> PyTree:  # at the collections carried so far (`tree`)
+            return compiled(part, tree)
+
+        gradient: Callable[[Any], Any] = carried
         if zero:
-            gradient = _zeroed(gradient, prepared, params, arrays, zero, linen)
+            gradient = _zeroed(carried, prepared, params, arrays, zero, linen)
 
         def step(part: Any, state: Any) -> tuple[Any, Any]:  # eager: the user's Python runs every step
             if isinstance(transformation, Stepper):
@@ -67,11 +75,25 @@ def trajectory(
             updates, state = transformation.update(gradient(part), state, part)
             return optax.apply_updates(part, updates), state
 
-        rows = [_named(prepared, tree)]
+        rows = [_named(prepared, tree, names)]
         for _ in range(steps):
+            if names:  # the step's forward updates them, from the parameters before the step
+                tree, trained = _carried(side, tree, trained, given, dtype)
             trained, state = step(trained, state)
-            rows.append(_named(prepared, {**tree, "params": trained} if linen else trained))
+            rows.append(_named(prepared, {**tree, "params": trained} if linen else trained, names))
     return {**{k: np.stack([row[k] for row in rows]) for k in rows[0]}, **start}
+
+
+def _carried(side: Any, tree: PyTree, trained: PyTree, given: dict, dtype: Any) -> tuple[PyTree, PyTree]:
+    """The model's tree and its trained part after one training-mode forward (``JaxSide.updated``): a
+    linen module's ``batch_stats`` in the tree, an nnx module's ``BatchStat`` variables in the trained
+    part (its whole state), each updated, the parameters as they were."""
+    linen = side.kind == "linen"
+    after = side.updated(
+        jax.tree_util.tree_leaves({**tree, "params": trained} if linen else trained), given, dtype
+    )
+    new = jax.tree_util.tree_unflatten(side.treedef, after)
+    return ({**new, "params": trained}, trained) if linen else (tree, new)
 
 
 def _zeroed(
@@ -152,14 +174,18 @@ def stepper(fn: Callable[..., Any], **hyper: Any) -> Stepper:
     return Stepper(fn, hyper)
 
 
-def _named(prepared: Prepared, tree: Any) -> dict[str, np.ndarray]:
+def _named(prepared: Prepared, tree: Any, statistics: Sequence[str] = ()) -> dict[str, np.ndarray]:
     """The tree's leaves by PyTorch parameter name, in PyTorch's layout (``assemble.back``; through a
-    ``convert=``'s transpose, ``convert.Conversion.back``)."""
+    ``convert=``'s transpose, ``convert.Conversion.back``), then the running ``statistics``' (keyed
+    ``running.key``)."""
     leaves = jax.tree_util.tree_leaves(tree)
+    shapes = {**prepared.parameters, **{k: prepared.values[k].shape for k in statistics}}
     if prepared.conversion is not None:
-        others = {k: v for k, v in prepared.values.items() if k not in prepared.parameters}
-        return prepared.conversion.back(leaves, prepared.parameters, to_jax(others))
-    return assemble.back(prepared.pieces(), leaves, prepared.parameters)
+        others = {k: v for k, v in prepared.values.items() if k not in shapes}
+        named = prepared.conversion.back(leaves, shapes, to_jax(others))
+    else:
+        named = assemble.back(prepared.pieces(), leaves, shapes)
+    return {running.key(k) if k in statistics else k: v for k, v in named.items()}
 
 
 def _state(prepared: Prepared, state: Any, trained: Any, whole: Callable[[Any], Any] | None) -> dict:

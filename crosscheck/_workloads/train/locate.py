@@ -15,7 +15,7 @@ import numpy as np
 from crosscheck._compare.record import Comparison
 from crosscheck._types import Loaded
 from crosscheck._workloads.protocol import Call, Options, Point, Reference
-from crosscheck._workloads.train import zeros
+from crosscheck._workloads.train import running, zeros
 from crosscheck._workloads.train.runs import Runs, failed
 
 #: A classification re-run trains this many steps past the first that differs: at step 1 Adam's update
@@ -53,10 +53,11 @@ def verdict(
     if differs is not None:  # the optimizers started apart: what follows is no evidence of their rules
         return _state_text(differs, first, record), record
     if first is None:
-        said = f"every parameter agrees after each of the {steps} steps, within both sides' measured rounding"
-        return said, record
+        return running.agree(steps, reference.data.main), record
     step, parameter = first
     record.update(first_step=step, first_parameter=parameter)
+    if running.is_statistic(parameter):  # the step's forward, not the optimizer
+        return running.differs(step, parameter, record), record
     text = f"the update differs first at step {step}, in `{parameter}`"
     sides = (judge.reference_backend, backend)
     runs = {str(getattr(judge.reference_backend, "name", "torch")): reference.data.main}
@@ -66,7 +67,7 @@ def verdict(
     if skipped:
         record["skipped"] = parameter
         return f"{text}: {skipped}", record
-    start = {k: v[step - 1].copy() for k, v in reference.data.main.items()}
+    start = {k: v[step - 1].copy() for k, v in running.parameters_only(reference.data.main).items()}
     agree, why = gradients_agree(judge.workload, start, judge.point, call)
     record["gradients"] = {True: "agree", False: "differ", None: "unknown"}[agree]
     if agree is None:

@@ -14,6 +14,8 @@ import numpy as np
 import torch
 
 from crosscheck._workloads.port.declare.build import Prepared, torch_implementation
+from crosscheck._workloads.port.judge.running import statistics
+from crosscheck._workloads.train import running
 from crosscheck._workloads.train.state import key
 from crosscheck._workloads.train.zeros import NO_GRADIENT
 
@@ -42,11 +44,16 @@ def trajectory(
                 "expected a torch.optim optimizer (or anything with zero_grad() and step())"
             )
     rows, start = [_snapshot(leaves)], _state(optimizer, leaves)
+    names = statistics(prepared)  # carried from step to step, as the module's own buffers are
+    carried = [{k: np.array(inputs[k]) for k in names}]
     none: set[str] = set()
     for step in range(steps):
         optimizer.zero_grad()
         value = loss(leaves, tensors)
         value.backward()
+        if names:  # the step's forward updates them, from the parameters before the step
+            tensors.update(_carried(prepared, leaves, tensors, inputs))
+            carried.append({k: tensors[k].numpy().copy() for k in names})
         none.update(k for k, v in leaves.items() if v.grad is None)
         for k in zero:
             if leaves[k].grad is not None:
@@ -57,7 +64,24 @@ def trajectory(
             start = {k: start.get(k, np.zeros_like(v)) for k, v in _state(optimizer, leaves).items()}
     dtype = next(iter(params.values())).dtype
     start.update({key(k, NO_GRADIENT): np.ones(()) for k in none})
-    return {**{k: np.stack([row[k] for row in rows]) for k in leaves}, **_rows(start, dtype)}
+    return {
+        **{k: np.stack([row[k] for row in rows]) for k in leaves},
+        **{running.key(k): np.stack([row[k] for row in carried]) for k in names},
+        **_rows(start, dtype),
+    }
+
+
+def _carried(
+    prepared: Prepared, leaves: dict[str, torch.Tensor], tensors: dict[str, torch.Tensor], inputs: dict
+) -> dict[str, torch.Tensor]:
+    """The module's buffers after one training-mode forward from ``leaves`` and ``tensors``' buffers
+    (``torch_training.updated``): the running statistics and their ``num_batches_tracked``."""
+    from crosscheck._workloads.port.sides import torch_training
+
+    state = {k: v.detach().numpy() for k, v in leaves.items()}
+    state.update({k: v.numpy() for k, v in tensors.items() if k in prepared.values and k not in leaves})
+    after = torch_training.updated(prepared.torch_side, state, prepared.user_inputs(inputs))
+    return {k: torch.as_tensor(v) for k, v in after.items() if k not in leaves}
 
 
 def _snapshot(leaves: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:

@@ -11,8 +11,10 @@ from typing import Any
 from crosscheck._backends import ORACLE
 from crosscheck._backends.protocol import BackendSpec
 from crosscheck._errors import user_call
+from crosscheck._workloads.port.judge.running import statistics as running_of
 from crosscheck._workloads.port.judge.workload import PortWorkload
 from crosscheck._workloads.protocol import POINT_KNOBS, Judge, Knob, Options, OwnArrays, Point, Quantity
+from crosscheck._workloads.train import running
 from crosscheck._workloads.train.declare import Train, check_steps
 
 SIDES = ("torch", "jax")
@@ -77,15 +79,20 @@ class TrainWorkload(OwnArrays):
         self.port = PortWorkload(train.port)
         if train.jax_step is not None:  # its params' tree checked once, traced: one line, not JAX's
             _steps("jax").check_step(self.port.prepared, train.jax_step, train.hyper, f"train `{self.name}`")
-        conversion = self.port.prepared.conversion
+        prepared = self.port.prepared
+        statistics = running_of(prepared)
+        refused = running.refusal(self.name, prepared.jax_side.kind, statistics)
+        if refused:
+            raise ValueError(refused)
+        conversion = prepared.conversion
         if conversion is not None:
-            prepared = self.port.prepared
-            others = {k: v for k, v in prepared.values.items() if k not in prepared.parameters}
+            shapes = {**prepared.parameters, **{k: prepared.values[k].shape for k in statistics}}
+            others = {k: v for k, v in prepared.values.items() if k not in shapes}
             why = user_call(
                 f"train `{self.name}`",
                 "reading `convert` back through its transpose",
                 conversion.invertible,
-                prepared.parameters,
+                shapes,
                 others,
             )
             if why is not None:

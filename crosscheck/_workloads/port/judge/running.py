@@ -7,8 +7,10 @@ call: ``sides.torch_training``; a linen module applied with its collections othe
 mutable: ``JaxSide.apply``). What training mode also does, updating the running statistics, is one call
 of each side of its own: PyTorch's buffers (``bn.running_mean``, ``bn.running_var``) after it, and the
 JAX side's updated collection (``batch_stats``) read back through the port's mapping to the same
-PyTorch names. Each is compared within both sides' rounding, measured by a re-run in the other
-precision (PyTorch's is the reference: there is no oracle of a running average). A momentum in the
+PyTorch names (a port with ``convert=``: PyTorch's put through the conversion and compared leaf by
+leaf, ``running_convert``). Each is compared within both sides' rounding, measured by a re-run in the
+other precision (float32 for a 16-bit case, whose statistics are compared as its dtype stores them;
+PyTorch's is the reference: there is no oracle of a running average). A momentum in the
 other library's convention (Flax keeps ``momentum`` of the old statistics, PyTorch takes ``momentum`` of
 the new ones) fails here, at its module; the outputs and gradients cannot see it.
 
@@ -21,11 +23,16 @@ import numpy as np
 
 from crosscheck._compare import terms as _terms
 from crosscheck._compare.compare import compare
-from crosscheck._compare.constants import UNIT_ROUNDOFF
-from crosscheck._compare.dtypes import as_dtype
+from crosscheck._compare.constants import OTHER_DTYPE, UNIT_ROUNDOFF
+from crosscheck._compare.dtypes import as_dtype, numpy_dtype, unit_roundoff
 from crosscheck._compare.record import Comparison, Tolerance
 from crosscheck._workloads.port.declare.build import Prepared
+from crosscheck._workloads.port.judge import running_convert
 from crosscheck._workloads.protocol import Call, Point
+
+#: Each running statistic -> the positions of the JAX leaves it alone makes (``running_convert``; a
+#: port without ``convert=`` reads its statistics back through the mapping, and needs none).
+Paired = dict[str, list[int]]
 
 #: How a running-statistics row is named: ``"bn.running_var (running statistics)"``.
 ROW = "(running statistics)"
@@ -66,28 +73,39 @@ def not_compared(prepared: Prepared) -> str:
     )
 
 
-def _torch(prepared: Prepared, params: dict, inputs: dict) -> dict[str, np.ndarray]:
+def _torch(prepared: Prepared, params: dict, inputs: dict, paired: Paired) -> dict[str, np.ndarray]:
     from crosscheck._workloads.port.sides import torch_training
 
     state = {**params, **prepared.torch_state(inputs)}
-    return torch_training.running(prepared.torch_side, state, prepared.user_inputs(inputs))
+    got = torch_training.running(prepared.torch_side, state, prepared.user_inputs(inputs))
+    if prepared.conversion is None:
+        return got
+    leaves = running_convert.converted(prepared, state, got, _dtype(params) == np.float64)
+    return running_convert.gathered(leaves, paired)
 
 
-def _jax(prepared: Prepared, params: dict, inputs: dict, names: list[str]) -> dict[str, np.ndarray]:
+def _jax(prepared: Prepared, params: dict, inputs: dict, paired: Paired) -> dict[str, np.ndarray]:
     import jax
 
     from crosscheck._workloads.port.declare.build import jax_leaves, jax_side_inputs
     from crosscheck._workloads.port.mapping import assemble
     from crosscheck._workloads.port.sides.jax_side import to_jax
 
-    wide = any(np.asarray(v).dtype == np.float64 for v in params.values())
-    with jax.enable_x64(wide):
+    dtype = _dtype(params)
+    with jax.enable_x64(dtype == np.float64):
         arrays = to_jax(inputs)
         leaves = jax_leaves(prepared, to_jax(params), arrays)
         given = jax_side_inputs(prepared.port, prepared.user_inputs(arrays))
-        after = prepared.jax_side.updated(leaves, given, np.float64 if wide else np.float32)
-        shapes = {k: prepared.values[k].shape for k in names}
+        after = prepared.jax_side.updated(leaves, given, dtype)
+        if prepared.conversion is not None:
+            return running_convert.gathered(after, paired)
+        shapes = {k: prepared.values[k].shape for k in paired}
         return {k: np.asarray(v) for k, v in assemble.back(prepared.pieces(), after, shapes).items()}
+
+
+def _dtype(params: dict) -> np.dtype:
+    """The case's floating dtype, as its parameters hold it (a 16-bit one included)."""
+    return np.asarray(next(iter(params.values()))).dtype
 
 
 def compared(prepared: Prepared, point: Point, name: str, call: Call) -> tuple[list[Comparison], str]:
@@ -96,18 +114,17 @@ def compared(prepared: Prepared, point: Point, name: str, call: Call) -> tuple[l
     names = statistics(prepared)
     if not names:
         return [], ""
+    paired: Paired = {k: [] for k in names}
     why = ""
     if prepared.conversion is not None:
-        why = "a port with `convert=` is not read back to PyTorch's buffers"
-    elif point.dtype not in UNIT_ROUNDOFF:
-        why = f"they are compared in float32 or float64, not in {point.dtype} (check in float32 too)"
+        paired, why = running_convert.positions(prepared, names)
     got: dict[tuple[str, str], dict] = {}
-    other = "float64" if point.dtype != "float64" else "float32"
+    other = OTHER_DTYPE[point.dtype]
     for dtype in (point.dtype, other) if not why else ():
         params, inputs = as_dtype(point.params, dtype), as_dtype(point.inputs, dtype)
         for side, out in (
-            ("torch", call(_torch, prepared, params, inputs)),
-            ("jax", call(_jax, prepared, params, inputs, names)),
+            ("torch", call(_torch, prepared, params, inputs, paired)),
+            ("jax", call(_jax, prepared, params, inputs, paired)),
         ):
             why = why or (f"the {side} side's training-mode call failed: {out.error}" if out.error else "")
             got[(side, dtype)] = out.value
@@ -133,17 +150,19 @@ def _row(k: str, got: dict, dtype: str, other: str, name: str) -> Comparison:
         np.asarray(got[("torch", dtype)][k], np.float64),
         np.asarray(got[("torch", other)][k], np.float64),
     )
-    mine = np.asarray(got[("jax", dtype)].get(k, np.full(main.shape, np.nan)), np.float64)
+    # the port's statistic as the case's dtype stores it (a 16-bit one rounded once): its rounding too
+    stored = np.asarray(got[("jax", dtype)].get(k, np.full(main.shape, np.nan))).astype(numpy_dtype(dtype))
+    mine = stored.astype(np.float64)
     again = np.asarray(got[("jax", other)].get(k, np.full(main.shape, np.nan)), np.float64)
     # a float64 check measures with its float32 re-run, scaled to float64's unit roundoff
     scale = 1.0 if dtype != "float64" else UNIT_ROUNDOFF["float64"] / UNIT_ROUNDOFF["float32"]
     terms = {
         "rounding": _terms.measured(scale * np.abs(np.nan_to_num(mine - again))),
         "reference": _terms.measured(scale * np.abs(main - wide)),
-        "floor": np.broadcast_to(_terms.floor(_terms.largest(main), UNIT_ROUNDOFF[dtype]), main.shape),
+        "floor": np.broadcast_to(_terms.floor(_terms.largest(main), unit_roundoff(dtype)), main.shape),
     }
     return compare(
-        mine.astype(np.dtype(dtype)),
+        stored,
         main,
         Tolerance(terms),
         backend=name,

@@ -77,13 +77,33 @@ def untracked(module: torch.nn.Module) -> Iterator[None]:
 
 def running(wrapped: Any, state: dict[str, np.ndarray], inputs: dict[str, Any]) -> dict[str, np.ndarray]:
     """The running statistics one training-mode forward makes of ``state``'s (``statistics``), on fresh
-    copies of every tensor (the case's arrays are never written), without autograd."""
-    tensors = {k: torch.tensor(np.array(v)) for k, v in state.items()}
-    given = {k: torch.tensor(np.array(v)) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
+    copies of every tensor (the case's arrays are never written), without autograd; a 16-bit statistic
+    read in float32 (exact)."""
+    after = updated(wrapped, state, inputs)
+    return {k: after[k] for k in statistics(wrapped.m) if k in after}
+
+
+def updated(wrapped: Any, state: dict[str, np.ndarray], inputs: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Every tensor of ``state`` after one training-mode forward on fresh copies of them (the buffers
+    it updates: the running statistics and their ``num_batches_tracked``), without autograd."""
+    tensors = {k: _tensor(v) for k, v in state.items()}
+    given = {k: _tensor(v) if isinstance(v, np.ndarray) else v for k, v in inputs.items()}
     wrapped.track = True
     try:
         with torch.no_grad():
             torch.func.functional_call(wrapped, {f"m.{k}": v for k, v in tensors.items()}, (given,))
     finally:
         wrapped.track = False
-    return {k: tensors[k].numpy().copy() for k in statistics(wrapped.m) if k in tensors}
+    return {k: _numpy(v) for k, v in tensors.items()}
+
+
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    """A fresh tensor of ``array``'s dtype (a bfloat16 one, which torch cannot read from NumPy, through
+    float32: exact)."""
+    if array.dtype.name == "bfloat16":
+        return torch.tensor(np.asarray(array, np.float32), dtype=torch.bfloat16)
+    return torch.tensor(np.array(array))
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    return (t.float() if t.dtype in (torch.bfloat16, torch.float16) else t).numpy().copy()
