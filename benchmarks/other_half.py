@@ -44,6 +44,8 @@ HEALTHY = {"diffusers_twins": ("unet", "vae")}
 #: The families checked as a ``crosscheck.Train`` (``--quantity update``).
 TRAINS = ("adam",)
 DTYPES = ("float32", "float64")
+#: How a report's comparison rows name a buffer of running statistics (``bn.running_mean (...)``).
+STATISTICS = "(running statistics)"
 
 
 @dataclass(frozen=True)
@@ -134,11 +136,7 @@ def describe(row: Row, case: Case, data: dict | None, last: str) -> None:
         row.verdict = last[:200]
         return
     row.parameters = str(len(data["case"].get("parameters") or ()))
-    notes = (data["backends"].get("jax") or {}).get("notes", {})
-    if case.quantity == "update":
-        row.module = (notes.get("update") or {}).get("part") or ""
-    else:
-        row.module = (notes.get("port") or {}).get("module") or ""
+    row.module = module_named(case, data)
     if data["passed"]:
         row.verdict = "passed"
     else:
@@ -157,6 +155,23 @@ def describe(row: Row, case: Case, data: dict | None, last: str) -> None:
     row.module = (
         f"{named} (expected)" if row.module == case.expected else f"{named} (expected `{case.expected}`)"
     )
+
+
+def module_named(case: Case, data: dict) -> str:
+    """The module the report names (for a ``Train``, the optimizer part): the port verdict's; where only
+    running statistics differ (that verdict then names none), the owner of the first that differs."""
+    notes = (data["backends"].get("jax") or {}).get("notes", {})
+    if case.quantity == "update":
+        return (notes.get("update") or {}).get("part") or ""
+    module = (notes.get("port") or {}).get("module")
+    if module:
+        return module
+    statistics = [
+        str(row["parameter"])
+        for row in data.get("comparisons") or ()
+        if not row["passed"] and str(row["parameter"]).endswith(f" {STATISTICS}")
+    ]
+    return statistics[0].removesuffix(f" {STATISTICS}").rpartition(".")[0] if statistics else ""
 
 
 def right(row: Row, case: Case) -> bool:
