@@ -1,6 +1,7 @@
 """The zoo: every Hugging Face architecture of ``examples/port/zoo`` and its planted bugs, each case in its
 own subprocess through the command line with ``--json``, as a user runs it; one row per architecture,
-case, reference, dtype and seed.
+case, reference, dtype and seed. The ports that are not Hugging Face transformers (image models, custom ops,
+training mode, AdamW, diffusers' twins) are ``benchmarks/other_half.py``'s, with the same rows.
 
 Run from the repository root (``nox -s zoo`` runs it with the port extra installed)::
 
