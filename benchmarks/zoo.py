@@ -1,6 +1,7 @@
 """The zoo: every Hugging Face architecture of ``examples/port/zoo`` and its planted bugs, each case in its
 own subprocess through the command line with ``--json``, as a user runs it; one row per architecture,
-case, reference, dtype and seed.
+case, reference, dtype and seed. The ports that are not Hugging Face transformers (image models, custom ops,
+training mode, AdamW, diffusers' twins) are ``benchmarks/other_half.py``'s, with the same rows.
 
 Run from the repository root (``nox -s zoo`` runs it with the port extra installed)::
 
@@ -89,13 +90,16 @@ def run_case(
     timeout: float,
     keep: Path | None = None,
     quantity: str = "grad",
+    module: str = "examples.port.zoo",
 ) -> tuple[dict | None, str, float, float]:
-    """One ``crosscheck run`` in its own process: its JSON report (None when it wrote none), its
-    output's last line, its wall time and its CPU time; the report is kept in ``keep`` when given."""
+    """One ``crosscheck run`` of ``module:attribute`` in its own process: its JSON report (None when it
+    wrote none), its output's last line, its wall time and its CPU time; the report is kept in ``keep``
+    when given. ``--reference`` is passed with every quantity but the forward check's."""
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "report.json"
-        command = [sys.executable, "-m", "crosscheck", "run", "--workload", f"examples.port.zoo:{attribute}"]
-        command += ["--quantity", quantity] if quantity != "grad" else ["--reference", reference]
+        command = [sys.executable, "-m", "crosscheck", "run", "--workload", f"{module}:{attribute}"]
+        command += ["--quantity", quantity] if quantity != "grad" else []
+        command += ["--reference", reference] if quantity != FORWARD else []
         command += ["--dtype", dtype, "--seed", str(seed)]
         command += ["--json", str(report), "--quiet"]
         env = {
@@ -113,7 +117,8 @@ def run_case(
         data = json.loads(report.read_text()) if report.exists() else None
         if keep is not None and data is not None:
             keep.mkdir(parents=True, exist_ok=True)
-            (keep / f"{attribute}-{quantity}-{reference}-{dtype}-{seed}.json").write_text(report.read_text())
+            stem = attribute if module == "examples.port.zoo" else f"{module.rsplit('.', 1)[-1]}-{attribute}"
+            (keep / f"{stem}-{quantity}-{reference}-{dtype}-{seed}.json").write_text(report.read_text())
     return data, last, seconds, cpu
 
 
