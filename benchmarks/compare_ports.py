@@ -83,7 +83,11 @@ def crosscheck_says(report):
     verdict = report.backends["jax"].notes["port"]
     if report.passed:
         return "passes"
-    where = {"forward": "forward, at", "gradient": "gradient only, at"}.get(verdict["starts_in"], "")
+    where = {
+        "forward": "forward, at",
+        "gradient": "gradient only, at",
+        "running statistics": "running statistics only, at",
+    }.get(verdict["starts_in"], "")
     module = (
         f"`{verdict['module']}`"
         if verdict["module"]

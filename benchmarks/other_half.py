@@ -13,8 +13,9 @@ Run from the repository root (rows, tables and ``--side-by-side`` as ``benchmark
 
 A case is healthy (its ``HEALTHY`` table, ``port`` or diffusers' two pairs, and a ``Planted`` record of
 the UNet's ``TRAINING`` table that names no module) or a planted bug (``BUGS``, ``TRAINING``), whose
-record names the module the verdict must name; for an optimizer's bug (``adam``, run as ``--quantity
-update``), the optimizer part (the JSON's ``notes.update.part``). An update has no finite-difference
+record names the module the verdict must name (the JSON's ``notes.port.module``); for an optimizer's
+bug (``adam``, run as ``--quantity update``), the optimizer part (``notes.update.part``), and for its
+running statistics' bug their module (``notes.update.module``). An update has no finite-difference
 oracle (``--reference numpy-fd`` means PyTorch there, and its record says so): each ``adam`` case runs
 once, with the default reference (or the first one asked for), in float32 only (a ``Train`` refuses
 float64). A bug whose record's dtype is float64 (``custom_op:eps_outside_sqrt``) is below float32's
@@ -44,8 +45,6 @@ HEALTHY = {"diffusers_twins": ("unet", "vae")}
 #: The families checked as a ``crosscheck.Train`` (``--quantity update``).
 TRAINS = ("adam",)
 DTYPES = ("float32", "float64")
-#: How a report's comparison rows name a buffer of running statistics (``bn.running_mean (...)``).
-STATISTICS = "(running statistics)"
 
 
 @dataclass(frozen=True)
@@ -158,20 +157,14 @@ def describe(row: Row, case: Case, data: dict | None, last: str) -> None:
 
 
 def module_named(case: Case, data: dict) -> str:
-    """The module the report names (for a ``Train``, the optimizer part): the port verdict's; where only
-    running statistics differ (that verdict then names none), the owner of the first that differs."""
+    """The module the report names: the port verdict's (``notes.port.module``, the module of the first
+    running statistic that differs where only those do); for a ``Train``, the optimizer part, or the
+    module of the running statistic that differs first (``notes.update``)."""
     notes = (data["backends"].get("jax") or {}).get("notes", {})
     if case.quantity == "update":
-        return (notes.get("update") or {}).get("part") or ""
-    module = (notes.get("port") or {}).get("module")
-    if module:
-        return module
-    statistics = [
-        str(row["parameter"])
-        for row in data.get("comparisons") or ()
-        if not row["passed"] and str(row["parameter"]).endswith(f" {STATISTICS}")
-    ]
-    return statistics[0].removesuffix(f" {STATISTICS}").rpartition(".")[0] if statistics else ""
+        update = notes.get("update") or {}
+        return update.get("part") or update.get("module") or ""
+    return (notes.get("port") or {}).get("module") or ""
 
 
 def right(row: Row, case: Case) -> bool:

@@ -140,3 +140,16 @@ def _module_source() -> str:
         + "\n\n"
         + inspect.getsource(half_grad)
     )
+
+
+def test_a_port_failing_only_its_running_statistics_is_named_at_their_module():
+    """The planted Flax `momentum=0.1` (PyTorch's convention): every module's output and gradient agree,
+    so the message's first line names the module whose running statistics differ first."""
+    for needed in ("flax", "torch"):
+        pytest.importorskip(needed)
+    with pytest.raises(AssertionError) as excinfo:
+        assert_gradients_close("examples.port.unet:train_momentum", reference="torch", backends=["jax"])
+    verdict = str(excinfo.value).partition("\n")[0]
+    assert verdict.startswith(
+        "FAILED: `jax`: the running statistics differ first at `bn` (`bn.running_mean`"
+    ), verdict

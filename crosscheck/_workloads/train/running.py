@@ -57,11 +57,12 @@ def agree(steps: int, keys: Iterable[str]) -> str:
 
 def differs(step: int, parameter: str, record: dict[str, Any]) -> str:
     """The verdict where the first difference is a running statistic (the optimizer has no part in it),
-    named in ``record`` (``running_statistics``)."""
+    named in ``record`` (``running_statistics``) with its module (``module``: ``bn``, as a port's
+    verdict names it)."""
     name = parameter.removesuffix(f" ({KIND})")
-    record["running_statistics"] = name
+    record.update(running_statistics=name, module=name.rpartition(".")[0])
     return (
-        f"the running statistics differ first at step {step}, at `{name.rpartition('.')[0]}` (`{name}`): "
+        f"the running statistics differ first at step {step}, at `{record['module']}` (`{name}`): "
         "the update of the running statistics differs (its momentum and its convention, the variance's "
         "Bessel correction), not the optimizer; every parameter agrees through that step"
     )

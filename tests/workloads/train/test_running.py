@@ -50,6 +50,7 @@ def test_a_momentum_in_pytorch_s_convention_fails_at_bn_at_the_first_step_not_th
     assert "the optimizer is at fault" not in text
     record = report.backends["jax"].notes["update"]
     assert record["running_statistics"] == "bn.running_mean" and record["first_step"] == 1
+    assert record["module"] == "bn"  # named as a port's verdict names it (`notes.port.module`)
     params = [c for c in report.comparisons if c.parameter and "(" not in str(c.parameter)]
     assert params and all(c.passed for c in params)  # batch statistics: the parameters cannot see it
 

@@ -154,11 +154,14 @@ class PortJudge:
         said = said or running.not_compared(self.workload.prepared)
         before = self.verdicts.get(name)
         if said and before is not None:
-            differ = any(not r.passed for r in rows)
-            # the verdict first: where only the running statistics differ, they lead it
-            text = f"{said}; {before.text}" if differ and not before.fails else f"{before.text}; {said}"
-            self.verdicts[name] = Verdict(text, fails=before.fails or differ)
+            # the verdict first: where only the running statistics differ, they lead it (a module's
+            # output or gradient that differs leads where it does: the statistics may follow from it)
+            leads = any(not r.passed for r in rows) and not before.fails
+            text = f"{said}; {before.text}" if leads else f"{before.text}; {said}"
+            self.verdicts[name] = Verdict(text, fails=before.fails or leads)
             self.notes.setdefault(name, {})["running_statistics"] = said
+            if leads:  # the JSON's verdict names where, as its words do
+                self.notes[name]["port"] = running.origin(rows, text).to_dict()
         return rows
 
     def record(self, name: str, located: Located, reference: str) -> None:

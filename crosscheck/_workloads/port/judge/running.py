@@ -28,14 +28,17 @@ from crosscheck._compare.dtypes import as_dtype, numpy_dtype, unit_roundoff
 from crosscheck._compare.record import Comparison, Tolerance
 from crosscheck._workloads.port.declare.build import Prepared
 from crosscheck._workloads.port.judge import running_convert
+from crosscheck._workloads.port.judge.verdict import Origin
 from crosscheck._workloads.protocol import Call, Point
 
 #: Each running statistic -> the positions of the JAX leaves it alone makes (``running_convert``; a
 #: port without ``convert=`` reads its statistics back through the mapping, and needs none).
 Paired = dict[str, list[int]]
 
-#: How a running-statistics row is named: ``"bn.running_var (running statistics)"``.
-ROW = "(running statistics)"
+#: Where a port's verdict says its difference starts when the running statistics lead it (its
+#: ``starts_in``), and how a running-statistics row is named: ``"bn.running_var (running statistics)"``.
+STARTS_IN = "running statistics"
+ROW = f"({STARTS_IN})"
 TERM_HELP = {
     "rounding": _terms.measured_help(
         "the port's rounding", "|its value - its re-run in the other precision|", "RMS"
@@ -142,6 +145,18 @@ def compared(prepared: Prepared, point: Point, name: str, call: Call) -> tuple[l
         "training-mode forward pass from the case's): the update of the running statistics differs (its "
         "momentum and its convention, the variance's Bessel correction)"
     )
+
+
+def origin(rows: list[Comparison], text: str) -> Origin:
+    """The port's verdict (``text``) where its running statistics differ and every module's output and
+    gradient agree: it starts in the running statistics, at the module of the first that differs
+    (``bn`` for ``bn.running_mean``); a comparison that could not be made names none, where it starts
+    is ``"unknown"``."""
+    bad = next(r for r in rows if not r.passed)
+    if bad.parameter == ROW:  # not compared (``_failed``): no statistic to name
+        return Origin("unknown", None, None, (), text)
+    module = str(bad.parameter).removesuffix(f" {ROW}").rpartition(".")[0]
+    return Origin(STARTS_IN, module, module, (), text)
 
 
 def _row(k: str, got: dict, dtype: str, other: str, name: str) -> Comparison:

@@ -52,13 +52,44 @@ def test_a_running_statistics_bug_fails_at_its_module(name, first):
         text
     )  # the verdict first
     assert "every module's output agrees" in text  # the outputs cannot see it: only the statistics do
+    # the JSON's verdict names the module too, and where the difference starts: a program reads it there
+    verdict = report.to_dict()["backends"]["jax"]["notes"]["port"]
+    assert (verdict["starts_in"], verdict["module"], verdict["first"]) == ("running statistics", "bn", "bn")
+    assert verdict["text"] == text
+
+
+def test_a_running_statistics_verdict_names_the_module_of_the_first_that_differs():
+    from crosscheck._compare.record import Comparison
+    from crosscheck._workloads.port.judge import running
+
+    def row(parameter, passed):
+        status = "ok" if passed else "mismatch"
+        return Comparison(
+            backend="jax", reference="torch", passed=passed, status=status, total=1, parameter=parameter
+        )
+
+    rows = [
+        row("enc.bn.running_mean (running statistics)", True),
+        row("enc.bn.running_var (running statistics)", False),
+    ]
+    origin = running.origin(rows, "the running statistics differ first at `enc.bn`")
+    assert (origin.starts_in, origin.module, origin.first) == ("running statistics", "enc.bn", "enc.bn")
+    assert origin.text == "the running statistics differ first at `enc.bn`"
+    # not compared: no statistic to name, and where it starts is not known
+    origin = running.origin([running._failed("jax", "not compared")], "not compared")
+    assert (origin.starts_in, origin.module) == ("unknown", None)
 
 
 def test_batch_statistics_are_used_on_both_sides():
-    """The port normalising with its running statistics in training mode fails at `bn`'s output."""
+    """The port normalising with its running statistics in training mode fails at `bn`'s output; its
+    running statistics differ too, and follow: a module output that differs leads the verdict."""
     report = _check("train_running_average")
     assert not report.passed
-    assert report.backends["jax"].notes["port"]["module"] == "bn", report.verdicts()
+    verdict = report.backends["jax"].notes["port"]
+    assert (verdict["starts_in"], verdict["module"]) == ("forward", "bn"), report.verdicts()
+    assert not any(_rows(report).values())
+    text = report.verdicts()["jax"]
+    assert text.startswith("the forward pass differs first at `bn`") and "; the running statistics" in text
 
 
 def test_an_eval_mode_check_says_the_running_statistics_are_not_compared():
