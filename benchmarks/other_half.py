@@ -95,7 +95,9 @@ def _unseen(planted) -> str:
     ``torch_call`` turns PyTorch's statistics off for the call) is invisible to any check: an eval-mode
     check compares no running statistics, and says so."""
     change = getattr(planted, "change", {})
-    if getattr(planted, "shows_in", "") == "running statistics" and not change.get("train"):
+    # ``train``: a UNet pair in training mode; ``training``: a train of one (``adam``)
+    in_training = change.get("train") or change.get("training")
+    if getattr(planted, "shows_in", "") == "running statistics" and not in_training:
         return "a running-statistics bug of a port declared in eval mode: no statistics are compared"
     return ""
 

@@ -36,7 +36,8 @@ def test_every_family_s_healthy_pairs_come_first_and_every_planted_bug_carries_i
         p.module for p in diffusers_twins.BUGS.values()
     }
     unet_healthy = [case.name for case in chosen if case.family == "unet" and case.healthy]
-    assert unet_healthy == [*unet.HEALTHY, "train", "train_workaround"]
+    assert unet_healthy == [*unet.HEALTHY, *(name for name, p in unet.TRAINING.items() if not p.module)]
+    assert {"train", "train_workaround", "train_convert"} <= set(unet_healthy)
 
 
 def test_the_adam_cases_check_the_update_and_the_float64_only_bug_says_so():
@@ -50,7 +51,8 @@ def test_the_adam_cases_check_the_update_and_the_float64_only_bug_says_so():
 
 
 def test_the_benchmark_chooses_by_kind_by_name_and_by_family():
-    assert _names(other_half.cases(["unet"], "train")) == [("unet", name) for name in unet.TRAINING]
+    healthy_first = sorted(unet.TRAINING, key=lambda name: bool(unet.TRAINING[name].module))
+    assert _names(other_half.cases(["unet"], "train")) == [("unet", name) for name in healthy_first]
     assert _names(other_half.cases(["unet", "custom_op"], "port")) == [
         ("unet", "port"),
         ("custom_op", "port"),
@@ -108,6 +110,13 @@ def _judged(family, name, data, dtype="float32"):
         ("unet", "train_momentum", _report(False), "float32", False),
         ("adam", "coupled_l2", _report(False, update={"part": "weight decay"}), "float32", True),
         ("adam", "coupled_l2", _report(False, update={"part": None}), "float32", False),
+        (
+            "adam",
+            "adamw_train_momentum",
+            _report(False, update={"part": None, "module": "bn"}),
+            "float32",
+            True,
+        ),
         ("unet", "odd", None, "float32", False),
     ],
 )
