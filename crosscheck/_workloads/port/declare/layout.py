@@ -11,6 +11,9 @@ brings the port's array nearest the original's, at most ``NEARER`` times the dis
 candidate that reads it differently. Where none is that much nearer (a symmetric output, a difference
 as large as a transposition), nothing is guessed: ``prove`` says why, and a port's output is refused
 until its layout is said (``Port(output_layout=...)``, or a ``jax_call`` that returns PyTorch's layout).
+A port's output that no reading brings within ``APART`` of the original's is no question of layout: it
+differs in every layout its shapes allow (``apart``), and its check fails there (``differs``), its
+modules compared as for any difference.
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ NEARER = 0.5
 MAX_AXES = 6
 #: Two candidates whose readings differ by less than this (relative to the largest entry) are one.
 SAME = 1e-12
+#: A reading at least this far from the original's values (relative, in norm) is a difference, not a
+#: rounding: no comparison's rounding reaches a tenth of the output. It decides only whether an output
+#: the values cannot place is refused (a reading nearer) or fails (every reading this far).
+APART = 0.1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +142,17 @@ def prove(torch: Any, jax: Any, found: Sequence[Layout] | None = None) -> tuple[
     )
 
 
+def apart(torch: Any, jax: Any, found: Sequence[Layout]) -> str:
+    """Where every reading of the port's array ``jax`` (``found``) is at least ``APART`` from the
+    original's ``torch``: each reading's distance, in words; "" where one is nearer (or none is found)."""
+    t, j = np.asarray(torch, np.float64), np.asarray(jax, np.float64)
+    scale = float(np.linalg.norm(t)) or 1.0
+    distance = [float(np.linalg.norm(layout.to_torch(j) - t)) / scale for layout in found]
+    if not distance or min(distance) < APART:
+        return ""
+    return ", ".join(f"read {layout.words()} {d:.3g}" for layout, d in zip(found, distance, strict=True))
+
+
 def read(t: np.ndarray, j: np.ndarray, k: int, memo: dict) -> Layout | str | None:
     """How the port's array ``j`` reads in PyTorch's layout, against PyTorch's ``t`` (array ``k`` of
     their outputs): the layout the values prove (``prove``), kept in ``memo`` by the two shapes; else,
@@ -221,9 +239,18 @@ def of(
     """
     cached = prepared.__dict__.get("_layouts")
     if cached is None:
-        cached = _found(prepared, example(), leaves)
+        cached, far = _found(prepared, example(), leaves)
+        object.__setattr__(prepared, "_apart", far)
         object.__setattr__(prepared, "_layouts", cached)
     return cached
+
+
+def differs(prepared: Any) -> tuple[str, ...]:
+    """Per array of the model's output that differs from the original's in every layout its shapes allow
+    (``apart``), found with its layout (``of``), a line saying so: each a failing comparison of the check
+    (empty where none, or where the layouts were not found)."""
+    found: dict[int, str] = prepared.__dict__.get("_apart") or {}
+    return tuple(found[k] for k in sorted(found))
 
 
 def known(prepared: Any) -> tuple[Layout | None, ...] | None:
@@ -232,16 +259,23 @@ def known(prepared: Any) -> tuple[Layout | None, ...] | None:
     if prepared.port.output is not None:
         return None
     found: tuple[Layout | None, ...] | None = prepared.__dict__.get("_layouts")
-    return found
+    far = prepared.__dict__.get("_apart") or {}
+    # an output apart in every layout proves no layout: its modules' own values decide theirs
+    return None if found is None else tuple(None if k in far else r for k, r in enumerate(found))
 
 
-def _found(prepared: Any, example: dict[str, np.ndarray], leaves: Callable) -> tuple[Layout | None, ...]:
+def _found(
+    prepared: Any, example: dict[str, np.ndarray], leaves: Callable
+) -> tuple[tuple[Layout | None, ...], dict[int, str]]:
+    """The layouts ``of`` finds, and per array apart from the original's in every layout (``apart``),
+    the line that says so."""
     port = prepared.port
     torch_out, jax_out = _both(prepared, example, leaves)
     if torch_out is None or jax_out is None:  # a pass that fails: the check runs it again and says why
-        return ()
+        return (), {}
     said = per_array(port.output_layout, len(jax_out))
     out: list[Layout | None] = []
+    far: dict[int, str] = {}
     for k, (t, j) in enumerate(zip(torch_out, jax_out, strict=False)):
         where = f"port `{port.name}`: the JAX output's array {k}, {j.shape} against PyTorch's {t.shape}"
         if said[k] is not None:
@@ -255,9 +289,30 @@ def _found(prepared: Any, example: dict[str, np.ndarray], leaves: Callable) -> t
             if layout is None and why and t.shape == j.shape and not _converts(prepared):
                 layout = Layout(tuple(range(j.ndim)), j.shape, t.shape)  # no layout to suspect: as it is
             elif layout is None and why:
-                raise ValueError(f"{where}: its layout cannot be told from the values ({why}); {SAY_IT}.")
+                layout, far[k] = _apart(where, t, j, why)
         out.append(None if layout is None or layout.identity else layout)
-    return tuple(out)
+    return tuple(out), far
+
+
+def _apart(where: str, t: np.ndarray, j: np.ndarray, why: str) -> tuple[Layout, str]:
+    """An output whose layout the values cannot tell: where it differs from the original's in every
+    layout its shapes allow (``apart``), the layout its loss is read in (as it is where the shapes are
+    one, else the nearest reading: the check fails whichever) and the line that fails it.
+
+    Raises:
+        ValueError: a reading is nearer (``prove``'s ambiguity): the layout must be said.
+    """
+    found = candidates(j.shape, t.shape)
+    far = apart(t, j, found)
+    if not far:
+        raise ValueError(f"{where}: its layout cannot be told from the values ({why}); {SAY_IT}.")
+    nearest = min(found, key=lambda r: float(np.linalg.norm(r.to_torch(j) - t)))
+    layout = found[0] if found[0].identity else nearest
+    return layout, (
+        f"{where}: it differs from the original's in every layout its shapes allow ({far}, relative), "
+        f"so it differs whatever its layout; its loss is read {layout.words()}. If it is in a layout none "
+        "of these is, declare it: `Port(output_layout=...)`"
+    )
 
 
 def _converts(prepared: Any) -> bool:

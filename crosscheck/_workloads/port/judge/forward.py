@@ -96,7 +96,7 @@ class OutputJudge(PortJudge):
         if low.hides(self.dtype) and low.agrees(modules):  # what a pass hides, as the gradients' says
             self.inner.verdicts[name] = Verdict(_low_text(runs[1], self.dtype))
         self.record(name, dataclasses.replace(located, comparisons=modules), reference.name)
-        return self.running(name, call) + modules
+        return self.running(name, call) + modules + self.apart(name, reference.name)
 
     def _probe(self, backend: Loaded, name: str, call: Call) -> None:
         """In a float64 case, whether the side's float64 loss keeps float32 steps (the gradient check's

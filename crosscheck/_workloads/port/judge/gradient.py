@@ -32,6 +32,7 @@ from crosscheck._report.report import Verdict
 from crosscheck._types import Loaded
 from crosscheck._workloads.model.judge import GenericJudge
 from crosscheck._workloads.model.oracle.estimate import Cost
+from crosscheck._workloads.port.declare import layout
 from crosscheck._workloads.port.declare.build import torch_implementation
 from crosscheck._workloads.port.declare.notes import not_checked
 from crosscheck._workloads.port.judge import (
@@ -145,7 +146,7 @@ class PortJudge:
             return found
         located = self.modules(name, call, found, arithmetic(backend, call))
         self.record(name, located, reference.name)
-        return self.running(name, call) + located.comparisons + found
+        return self.running(name, call) + located.comparisons + self.apart(name, reference.name) + found
 
     def running(self, name: str, call: Call) -> list[Comparison]:
         """The running statistics of a port in training mode (``running``), their clause added to the
@@ -163,6 +164,35 @@ class PortJudge:
             if leads:  # the JSON's verdict names where, as its words do
                 self.notes[name]["port"] = running.origin(rows, text).to_dict()
         return rows
+
+    def apart(self, name: str, reference: str) -> list[Comparison]:
+        """The model's output arrays that differ from the original's in every layout their shapes allow
+        (``layout.differs``): each a failing comparison, said in the verdict, which fails with them."""
+        lines = layout.differs(self.workload.prepared)
+        if not lines:
+            return []
+        before = self.verdicts.get(name)
+        said = "; ".join(lines)
+        text = (
+            said if before is None else f"{before.text}; {said}" if before.fails else f"{said}; {before.text}"
+        )
+        self.verdicts[name] = Verdict(text, fails=True)
+        label = localize.output_label("")
+        return [
+            Comparison(
+                backend=name,
+                reference=reference,
+                passed=False,
+                status="mismatch",
+                total=1,
+                mismatched=1,
+                judged=1,
+                parameter=f"{label}, every layout",
+                module="",
+                message=line,
+            )
+            for line in lines
+        ]
 
     def record(self, name: str, located: Located, reference: str) -> None:
         """Candidate ``name``'s verdict in words (``say``), on its record (``notes["port"]``) and the

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from crosscheck._workloads.losses import outputs_loss, projection
-from crosscheck._workloads.port.declare.layout import candidates, declared, per_array, prove
+from crosscheck._workloads.port.declare.layout import apart, candidates, declared, per_array, prove
 
 RNG = np.random.default_rng(3)
 
@@ -53,6 +53,15 @@ def test_values_that_cannot_tell_are_said_not_guessed():
     unrelated = RNG.standard_normal((2, 8, 8, 3))  # as far from every reading
     layout, why = prove(torch, unrelated)
     assert layout is None and "read axes (0, 3, 1, 2)" in why
+
+
+def test_values_far_in_every_reading_are_apart_not_ambiguous():
+    torch = RNG.standard_normal((2, 3, 8, 8))
+    found = candidates((2, 8, 8, 3), torch.shape)
+    far = apart(torch, RNG.standard_normal((2, 8, 8, 3)), found)  # unrelated: far read every way
+    assert "read axes (0, 3, 1, 2)" in far and "read axes (0, 3, 2, 1)" in far
+    near = torch.transpose(0, 2, 3, 1) * 1.05  # one reading within a tenth: no failure certain
+    assert apart(torch, near, found) == ""
 
 
 def test_unrelated_shapes_have_no_candidate():
@@ -125,10 +134,12 @@ def test_a_planted_bug_in_the_nhwc_unet_is_still_located():
 
 
 class _Square:
-    """A Linear ``fc`` on ``(B, 3, 5)`` into ``(B, 3, 3)``: as many tokens as features."""
+    """A Linear ``fc`` on ``(B, 3, 5)`` into ``(B, 3, 3)``: as many tokens as features. ``factor``: the
+    port's output scaled (a planted bug; ``negated``: -1); ``offset``: every bias of ``fc`` (a large one
+    makes the output nearly its own transpose)."""
 
     @staticmethod
-    def port(negated: bool, transposed: bool = False, **kwargs):
+    def port(negated: bool, transposed: bool = False, factor: float = 1.0, offset=None, **kwargs):
         torch = pytest.importorskip("torch")
         nn = pytest.importorskip("flax.linen")
         import crosscheck
@@ -147,10 +158,14 @@ class _Square:
                 return nn.Dense(3, name="fc")(x)
 
         torch.manual_seed(0)
-        sign = -1.0 if negated else 1.0
+        original = Torch().eval()
+        if offset is not None:
+            with torch.no_grad():
+                original.fc.bias.fill_(offset)
+        sign = (-1.0 if negated else 1.0) * factor
         return crosscheck.Port(
             name="square",
-            torch=Torch().eval(),
+            torch=original,
             jax=Flax(),
             inputs=lambda rng, dtype: {"x": rng.standard_normal((2, 3, 5)).astype(dtype)},
             jax_call=lambda model, i: sign * (model(**i).transpose(0, 2, 1) if transposed else model(**i)),
@@ -159,15 +174,25 @@ class _Square:
 
 
 def test_an_output_whose_layout_the_values_cannot_tell_is_refused_in_one_line():
-    # The port's output negated: read as it is or transposed, it is as far from PyTorch's; the port
-    # converts its inputs (`jax_inputs`), so its output may well be in another layout of that shape.
-    port = _Square.port(negated=True, jax_inputs=lambda i: {"x": i["x"] + 0.0})
+    # An output nearly its own transpose, scaled by 4 %: read as it is or transposed, it is about as near
+    # PyTorch's, both readings within a tenth of it; the port converts its inputs (`jax_inputs`), so its
+    # output may well be in another layout of that shape.
+    port = _Square.port(negated=False, factor=1.04, offset=20.0, jax_inputs=lambda i: {"x": i["x"] + 0.0})
     with pytest.raises(ValueError, match="cannot be told from the values") as refused:
         _run(port)  # before any backend runs
     said = str(refused.value)
     assert "\n" not in said
     assert "cannot be told from the values" in said
     assert "`jax_call`" in said and "output_layout=" in said
+
+
+def test_an_output_as_far_from_the_original_read_every_way_fails_not_refused():
+    # The port's output negated: read as it is or transposed, it is as far from PyTorch's, and far: no
+    # layout is in question, the port differs in every one; its output row fails the check.
+    report = _run(_Square.port(negated=True, jax_inputs=lambda i: {"x": i["x"] + 0.0}))
+    assert not report.passed
+    assert "in every layout its shapes allow" in report.verdicts()["jax"]
+    assert [c.status for c in report.comparisons if "every layout" in (c.parameter or "")] == ["mismatch"]
 
 
 def test_a_declared_output_layout_is_taken_and_a_difference_located():
@@ -194,3 +219,69 @@ def test_a_port_that_converts_no_layout_is_compared_as_it_is_when_values_cannot_
     report = _run(_Square.port(negated=True))
     assert not report.passed
     assert "cannot be told" not in " ".join(report.problems)
+
+
+class _Conv:
+    """Two 3x3 convolutions on a square ``(B, 3, 6, 6)`` image, NHWC in Flax (``jax_inputs``, its output
+    left NHWC); ``swapped``: ``conv2`` reads its kernel with height and width swapped (a planted bug as
+    far from the original's as a transposition of the image)."""
+
+    @staticmethod
+    def port(swapped=False, **kwargs):
+        torch = pytest.importorskip("torch")
+        nn = pytest.importorskip("flax.linen")
+
+        class Torch(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv1 = torch.nn.Conv2d(3, 4, 3, padding=1)
+                self.conv2 = torch.nn.Conv2d(4, 3, 3, padding=1)
+
+            def forward(self, x):
+                return self.conv2(torch.tanh(self.conv1(x)))
+
+        class Swapped(nn.Conv):
+            def __call__(self, x):  # H and W swapped around the convolution: its kernel's swapped
+                return super().__call__(x.swapaxes(1, 2)).swapaxes(1, 2)
+
+        class Flax(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                x = nn.tanh(nn.Conv(4, (3, 3), padding=1, name="conv1")(x))
+                return (Swapped if swapped else nn.Conv)(3, (3, 3), padding=1, name="conv2")(x)
+
+        torch.manual_seed(0)
+        return crosscheck_port(
+            name="conv",
+            torch=Torch().eval(),
+            jax=Flax(),
+            inputs=lambda rng, dtype: {"x": rng.standard_normal((2, 3, 6, 6)).astype(dtype)},
+            jax_inputs=lambda i: {"x": i["x"].transpose(0, 2, 3, 1)},
+            **kwargs,
+        )
+
+
+def crosscheck_port(**kwargs):
+    import crosscheck
+
+    return crosscheck.Port(**kwargs)
+
+
+def test_an_output_apart_in_every_layout_fails_at_its_module_not_refused():
+    # The image is square: its NHWC output reads in PyTorch's NCHW two ways, and the planted bug leaves
+    # it far from the original's in both. No layout is in question: the port differs whatever its
+    # layout, and the check fails where the difference starts, with the output's failing row.
+    report = _run(_Conv.port(swapped=True))
+    assert not report.passed
+    verdict = report.verdicts()["jax"]
+    assert "`conv2`" in verdict and "cannot be told" not in verdict, verdict
+    assert "in every layout its shapes allow" in verdict and "output_layout=" in verdict
+    rows = [c for c in report.comparisons if "every layout" in (c.parameter or "")]
+    assert len(rows) == 1 and not rows[0].passed and rows[0].status == "mismatch"
+    assert "read axes (0, 3, 1, 2)" in rows[0].message and "read axes (0, 3, 2, 1)" in rows[0].message
+
+
+def test_the_healthy_square_conv_passes_its_layout_proven():
+    report = _run(_Conv.port())
+    assert report.passed, report.problems
+    assert not [c for c in report.comparisons if "every layout" in (c.parameter or "")]
