@@ -4,7 +4,7 @@ it starts (``Outlook``: the memory it needs, the oracle's cost)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from crosscheck._backends import ORACLE, Placement, framework_named
@@ -89,9 +89,14 @@ def plan(workload: EngineWorkload, request: Request) -> Plan:
     memory = check_memory(
         workload, dtype=request.case["dtype"], quantity=request.quantity, options=options, candidates=specs
     )
-    candidates = list(backends) if backends is not None else workload.defaults(reference)
+    chosen = list(backends) if backends is not None else None
     shares = getattr(workload, "shares", None)
-    check_cards(memory, shared, shares([*candidates, reference]) if callable(shares) else None)
+
+    def per_side() -> dict[str, int]:  # asked only where a card is: the workload's own errors come first
+        sides = chosen if chosen is not None else workload.defaults(reference)
+        return shares([*sides, reference]) if callable(shares) else {}
+
+    check_cards(memory, shared, per_side if callable(shares) else None)
     point = workload.point(**request.case)
     what = _quantity(request.quantity)
     judge = workload.judge(what, point, options)
@@ -100,6 +105,7 @@ def plan(workload: EngineWorkload, request: Request) -> Plan:
             f"`budget` applies to the model oracle (a crosscheck.Workload or Port); workload "
             f"`{workload.name}` is judged without it."
         )
+    candidates = chosen if chosen is not None else workload.defaults(reference)
     workload.check_candidates(candidates)
     return Plan(
         workload,
@@ -196,13 +202,16 @@ def prepare(placement: Sequence[Placement]) -> list[str]:
 
 
 def check_cards(
-    parts: dict[str, int], placement: Sequence[Placement], shares: dict[str, int] | None = None
+    parts: dict[str, int],
+    placement: Sequence[Placement],
+    shares: dict[str, int] | Callable[[], dict[str, int]] | None = None,
 ) -> None:
     """The case fits the free memory of each card a side is placed on by name (its state's
     ``device_memory``), before anything is allocated there: each side's share on its device (``shares``,
-    by framework: the workload's estimate per device), that card's side's and every other side's its
-    state says computes there too (``on_card``: JAX's, unless on the host CPU); a workload that does
-    not split its estimate (``shares`` None): the whole case's (``check_memory``'s ``parts``) on each.
+    by framework: the workload's estimate per device, or a function that works it out where a card is
+    found), that card's side's and every other side's its state says computes there too (``on_card``:
+    JAX's, unless on the host CPU); a workload that does not split its estimate (``shares`` None): the
+    whole case's (``check_memory``'s ``parts``) on each.
 
     Raises:
         MemoryTooLarge: more than a card has free (the message gives the estimate, per side, and the card).
@@ -215,6 +224,8 @@ def check_cards(
         found = measure(record) if callable(measure) else None
         if found is None or framework is None:
             continue
+        if callable(shares):  # worked out once, where a card is found
+            shares = shares()
         needed = _on_card(record, placement, shares) if shares is not None else dict(parts)
         total = sum(needed.values())
         if total > found[1]:

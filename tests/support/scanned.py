@@ -67,7 +67,7 @@ def _planted(x, step, bug_layer, backward=False):
     size = 0.5 if backward else 0.01
     mask = size if bug_layer == "all" else jnp.where(step == bug_layer, size, 0.0)
     change = x - jax.lax.stop_gradient(x) if backward else 1.0
-    return x + (mask * change).astype(x.dtype)
+    return x + jnp.asarray(mask * change).astype(x.dtype)
 
 
 def linen_model(bug_layer=None, reverse=False, name="layers", twice=False, backward=False):
