@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import itertools
-import json
 import os
 import sys
 import time
@@ -236,16 +235,7 @@ def main(argv=None) -> int:
             f"[{row.module}] ({row.seconds:.1f} s, CPU {row.cpu:.1f} s, load {row.load})",
             flush=True,
         )
-    title = f"{zoo.heading()}: {good} of {len(rows)} runs gave their case's verdict"
-    from rich.console import Console
-
-    Console(width=200).print(zoo.table(rows, title))
-    if args.markdown:
-        args.markdown.write_text(f"{title}\n\n{zoo.markdown(rows)}")
-    if args.json:
-        args.json.write_text(json.dumps([r.__dict__ for r in rows], indent=1))
-    if args.side_by_side:
-        args.side_by_side.write_text(f"{title}\n\n{zoo.side_by_side(rows)}")
+    zoo.write_outputs(rows, f"{zoo.heading()}: {good} of {len(rows)} runs gave their case's verdict", args)
     return 0
 
 

@@ -351,7 +351,13 @@ def main(argv=None) -> int:
             f"({row.seconds:.1f} s, CPU {row.cpu:.1f} s)",
             flush=True,
         )
-    title = heading()
+    write_outputs(rows, heading(), args)
+    return 0
+
+
+def write_outputs(rows: list, title: str, args: argparse.Namespace) -> None:
+    """The rows' table on the terminal, and in the files ``--markdown``, ``--json`` and
+    ``--side-by-side`` name (those given)."""
     from rich.console import Console
 
     Console(width=200).print(table(rows, title))
@@ -361,7 +367,6 @@ def main(argv=None) -> int:
         args.json.write_text(json.dumps([r.__dict__ for r in rows], indent=1))
     if args.side_by_side:
         args.side_by_side.write_text(f"{title}\n\n{side_by_side(rows)}")
-    return 0
 
 
 if __name__ == "__main__":

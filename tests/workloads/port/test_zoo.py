@@ -93,3 +93,20 @@ def test_the_benchmark_chooses_its_cases_by_name_kind_and_architecture():
     assert cases(["llama"], "all") == [("llama", "llama"), ("llama", "llama_rotary_base")]
     chosen = cases(["llama", "resnet"], "resnet_batch_norm_epsilon")
     assert chosen == [("resnet", "resnet_batch_norm_epsilon")]
+
+
+def test_the_benchmarks_write_each_output_asked_for_with_every_row(tmp_path):
+    import argparse
+    import json
+
+    from benchmarks import zoo as bench
+
+    rows = [bench.Row("unet", "attention_scale", "torch", "float32", 0, verdict="FAILED", module="attn")]
+    paths = {name: tmp_path / f"{name}.out" for name in ("markdown", "json", "side_by_side")}
+    bench.write_outputs(rows, "the title", argparse.Namespace(**paths))
+    assert json.loads(paths["json"].read_text())[0]["module"] == "attn"
+    for name in ("markdown", "side_by_side"):
+        text = paths[name].read_text()
+        assert text.startswith("the title\n\n") and "attention_scale" in text, name
+    bench.write_outputs(rows, "again", argparse.Namespace(markdown=None, json=None, side_by_side=None))
+    assert paths["markdown"].read_text().startswith("the title")  # none asked for: none written
