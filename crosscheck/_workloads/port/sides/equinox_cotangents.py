@@ -1,0 +1,170 @@
+"""The cotangents of an Equinox port's module calls (``jax_cotangents``'s perturbations). An Equinox
+module is a pytree rebuilt from its arrays wherever it is called (a scan's step combines a layer from
+its slice), so a call cannot be told by the object: while the port's loss runs, the side rebuilds its
+model from a tree (``labelled``) in which every submodule that has a ``__call__`` is an instance of a
+subclass of its own class, made once per class and path, whose ``__call__`` labels the call by the
+submodule's path in the module tree (``blocks.0.fc1``, as PyTorch names its modules) and perturbs it
+through the trace's ``Calls`` (``intercept``); the class travels in the tree's structure, through
+``eqx.partition`` and ``eqx.combine``, a scan's steps included (labelled ``name@i``, ``steps``).
+
+Not perturbed: the model itself, a call inside a module's own call (``super().__call__``), and a call
+made under ``jax.vmap`` (``eqx.filter_vmap`` calls it too): one batch element's zero would stand for
+the whole batch, its gradient the batch's sum. While the loss is traced ``jax.vmap`` counts the maps
+being traced (``mapping``), and a call whose input is one of vmap's tracers is left out too (a function
+mapped before the trace). Imported only by the port's backward localisation (it imports equinox).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import equinox as eqx
+import jax
+
+from crosscheck._types import PyTree
+from crosscheck._workloads.port.sides import perturbations, steps
+from crosscheck._workloads.port.sides.jax_side import key_name
+
+
+@dataclasses.dataclass
+class Seen:
+    """The paths of the submodule calls left out because they ran under ``jax.vmap``."""
+
+    mapped: set[str] = dataclasses.field(default_factory=set)
+
+
+#: The trace's calls being perturbed and where its calls left out are noted (the innermost last), and
+#: the modules calling now.
+_CALLS: list[perturbations.Calls] = []
+_SEEN: list[Seen] = []
+_ACTIVE: set[int] = set()
+#: How many ``jax.vmap``-mapped functions are being traced now (``mapping``).
+_MAPS: list[int] = []
+#: The labelled subclasses, by class and path: made once, so that a model labelled again has the same
+#: tree structure (its compiled gradient is run again, not compiled anew).
+_MADE: dict[tuple[type, str], type] = {}
+
+
+@contextlib.contextmanager
+def labelled(side: Any) -> Iterator[None]:
+    """While inside, the Equinox ``side`` (a ``JaxSide``) rebuilds its model with every submodule's
+    class the labelled subclass of its path; its own classes on leaving (the user's model is never
+    changed: the labelled trees are copies)."""
+    before = side.treedef, side.static
+    model = _marked(side.model, ())
+    arrays, _ = eqx.partition(model, eqx.is_inexact_array)
+    side.treedef, side.static = jax.tree_util.tree_structure(arrays), _marked(side.static, ())
+    try:
+        yield
+    finally:
+        side.treedef, side.static = before
+
+
+def intercept(seen: Seen) -> Callable[[perturbations.Calls], contextlib.AbstractContextManager[None]]:
+    """How a labelled model's calls are intercepted for ``jax_cotangents.cotangents``; the paths of the
+    calls left out under ``jax.vmap`` are added to ``seen``."""
+
+    @contextlib.contextmanager
+    def wrapped(calls: perturbations.Calls) -> Iterator[None]:
+        _CALLS.append(calls)
+        _SEEN.append(seen)
+        try:
+            with mapping():
+                yield
+        finally:
+            _CALLS.pop()
+            _SEEN.pop()
+
+    return wrapped
+
+
+@contextlib.contextmanager
+def mapping() -> Iterator[None]:
+    """While inside, each function ``jax.vmap`` maps counts itself in ``_MAPS`` while it runs (traced);
+    ``jax.vmap`` is restored on leaving."""
+    original = jax.vmap
+
+    def vmap(fun: Callable, *args: Any, **kwargs: Any) -> Callable:
+        mapped = original(fun, *args, **kwargs)
+
+        @functools.wraps(fun)
+        def run(*a: Any, **k: Any) -> PyTree:
+            _MAPS.append(1)
+            try:
+                return mapped(*a, **k)
+            finally:
+                _MAPS.pop()
+
+        return run
+
+    jax.vmap = vmap
+    try:
+        yield
+    finally:
+        jax.vmap = original
+
+
+def _called(path: str, call: Callable, module: Any, args: tuple, kwargs: dict) -> PyTree:
+    """A labelled submodule's call: perturbed through the trace's ``Calls`` (see the module docstring),
+    or made as it is."""
+    if not _CALLS or id(module) in _ACTIVE:
+        return call(*args, **kwargs)
+    if _MAPS or steps.vmapped((args, kwargs)):
+        _SEEN[-1].mapped.add(path)
+        return call(*args, **kwargs)
+    calls = _CALLS[-1]
+    label = calls.label(path)
+    _ACTIVE.add(id(module))
+    try:
+        out = call(*calls.entering(label, args), **kwargs)
+    finally:
+        _ACTIVE.discard(id(module))
+    return calls.leaving(label, type(module).__name__, args, out)
+
+
+def _marked(node: PyTree, path: tuple[str, ...]) -> PyTree:
+    """``node`` (a module, or a value holding modules) with every module below ``path`` made again as an
+    instance of its labelled subclass (``_labelled``; a module without a ``__call__`` keeps its class),
+    its fields marked in turn; the module at the empty path (the model) keeps its class."""
+
+    def inner(at: tuple, value: PyTree) -> PyTree:
+        return _module(value, (*path, *(key_name(k) for k in at))) if isinstance(value, eqx.Module) else value
+
+    if isinstance(node, eqx.Module):
+        return _module(node, path)
+    return jax.tree_util.tree_map_with_path(inner, node, is_leaf=lambda v: isinstance(v, eqx.Module))
+
+
+def _module(node: Any, path: tuple[str, ...]) -> PyTree:
+    """One module made again (see ``_marked``): a new instance of its class or labelled subclass, each
+    field set to its marked value (the dataclass's fields, as Equinox's own rebuild sets them)."""
+    cls = type(node)
+    made = _labelled(cls, ".".join(path)) if path and _has_call(cls) else cls
+    new: Any = object.__new__(made)
+    for field in dataclasses.fields(node):
+        object.__setattr__(new, field.name, _marked(getattr(node, field.name), (*path, field.name)))
+    return new
+
+
+def _has_call(cls: type) -> bool:
+    """Whether instances of ``cls`` are callable (a ``__call__`` of its own or inherited)."""
+    return any("__call__" in c.__dict__ for c in cls.__mro__ if c is not object)
+
+
+def _labelled(cls: type, path: str) -> type:
+    """The subclass of ``cls`` whose calls are labelled ``path`` (made once per class and path)."""
+    key = (cls, path)
+    if key not in _MADE:
+
+        class Labelled(cls):
+            def __call__(self, *args: Any, **kwargs: Any) -> PyTree:
+                return _called(path, super().__call__, self, args, kwargs)
+
+        Labelled.__name__, Labelled.__qualname__ = cls.__name__, cls.__qualname__
+        Labelled.__module__ = cls.__module__
+        _MADE[key] = Labelled
+    return _MADE[key]

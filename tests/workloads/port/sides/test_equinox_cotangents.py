@@ -1,0 +1,132 @@
+"""An Equinox port's cotangents (``sides/equinox_cotangents.py``): on the Equinox twin of the custom op
+example (``examples/port/custom_op_equinox.py``), the gradient reaching each module's output and the one
+leaving its first input are PyTorch's, the custom op is found at ``norm`` only, and the side, the user's
+module classes and ``jax.vmap`` are left as they were; a call under ``jax.vmap`` is not perturbed (around
+the layer, or around a scan that calls it) and is said; a scan's steps are perturbed one by one; and a
+record whose arrays have fewer entries than PyTorch's is not paired."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("equinox")
+
+
+def _both(port, dtype="float64"):
+    """Both sides' cotangents of ``port`` at one point in ``dtype`` (``backward``'s captures)."""
+    import jax
+
+    from crosscheck._workloads.port.declare.build import output_layouts, torch_implementation
+    from crosscheck._workloads.port.judge import backward
+    from crosscheck._workloads.port.sides import torch_cotangents
+
+    prepared = port.prepared
+    output_layouts(prepared)
+    params, inputs = prepared.workload.generate(np.random.default_rng(1), dtype)
+    params = {k: v.astype(dtype) for k, v in params.items()}
+    torch_got = torch_cotangents.cotangents(
+        prepared.torch_side, torch_implementation(prepared), dict(params), dict(inputs)
+    )
+    with jax.enable_x64(dtype == "float64"):
+        jax_got = backward.jax_chains(prepared, dict(params), dict(inputs))
+    return prepared, torch_got, jax_got
+
+
+@pytest.fixture(scope="module")
+def healthy():
+    """The healthy Equinox custom op example's cotangents, and its side and classes before them."""
+    import jax
+
+    from examples.port import custom_op_equinox
+
+    port = custom_op_equinox.port
+    side = port.prepared.jax_side
+    before = side.treedef, side.static, {k: type(v) for k, v in vars(side.model).items()}, jax.vmap
+    return (*_both(port), before)
+
+
+def _agree(theirs, mine, pairs):
+    for t, j in pairs.items():
+        for a, b in ((theirs[t].outputs[0], mine[j].outputs[0]), (theirs[t].inputs[0], mine[j].inputs[0])):
+            assert a.shape == b.shape and np.abs(a).max() > 0, (t, j)
+            assert np.abs(a - b).max() <= 1e-12 * np.abs(a).max(), (t, j)
+
+
+def test_each_equinox_module_s_cotangents_are_pytorch_s(healthy):
+    _, (torch_records, _), (jax_records, _, mapped), _ = healthy
+    theirs, mine = {r.name: r for r in torch_records}, {r.name: r for r in jax_records}
+    assert list(mine) == ["fc1", "norm", "fc2"]  # the order the calls finished; the GELU is a function
+    assert [mine[n].module_type for n in mine] == ["Linear", "FusedRMSNorm", "Linear"]
+    assert mapped == []
+    for name in mine:
+        assert len(mine[name].outputs) == len(mine[name].inputs) == 1
+    _agree(theirs, mine, {n: n for n in mine})
+
+
+def test_the_equinox_custom_op_is_found_at_norm_only(healthy):
+    _, _, (_, custom, _), _ = healthy
+    assert custom == {"norm": ("jax.custom_vjp",)}
+
+
+def test_the_side_the_user_s_classes_and_jax_vmap_are_left_as_they_were(healthy):
+    import jax
+
+    prepared, _, _, (treedef, static, classes, vmap) = healthy
+    side = prepared.jax_side
+    assert side.treedef is treedef and side.static is static
+    assert {k: type(v) for k, v in vars(side.model).items()} == classes
+    assert jax.vmap is vmap
+
+
+def test_a_layer_under_jax_vmap_is_not_perturbed_and_is_said():
+    from examples.port import custom_op_equinox
+
+    _, (torch_records, _), (jax_records, custom, mapped) = _both(custom_op_equinox.layers_vmapped)
+    assert [r.name for r in jax_records] == ["norm"]
+    assert mapped == ["fc1", "fc2"]
+    assert custom == {"norm": ("jax.custom_vjp",)}
+    theirs = {r.name: r for r in torch_records}
+    assert np.abs(theirs["norm"].outputs[0] - jax_records[0].outputs[0]).max() <= 1e-12
+
+
+def test_a_scan_under_jax_vmap_perturbs_none_of_its_calls():
+    """``jax.vmap`` around the model, a ``jax.lax.scan`` inside it: the step's calls see no vmap tracer
+    (the scan's body is traced on its own), and are left out all the same."""
+    from tests.support import scanned
+
+    _, _, (jax_records, _, mapped) = _both(scanned.port("equinox"), "float32")
+    assert jax_records == [] and mapped == ["layers.linear"]
+
+
+def test_a_scan_s_steps_are_perturbed_one_by_one():
+    from tests.support import scanned
+
+    _, (torch_records, _), (jax_records, _, mapped) = _both(scanned.port("equinox-batched"))
+    mine = {r.name: r for r in jax_records}
+    assert sorted(mine) == sorted(
+        [f"layers.linear@{i}" for i in range(4)] + [f"layers@{i}" for i in range(4)]
+    )
+    assert mapped == []
+    theirs = {r.name: r for r in torch_records}
+    _agree(theirs, mine, {f"layers.{i}.linear": f"layers.linear@{i}" for i in range(4)})
+
+
+def test_a_record_with_fewer_entries_than_pytorch_s_is_not_paired():
+    from crosscheck._workloads.port.judge import backward, localize
+    from crosscheck._workloads.port.sides.torch_side import ModuleCall
+    from examples.port import custom_op_equinox
+
+    batch, one = np.ones((2, 5, 16)), np.ones((16,))
+    torch_runs = localize.Runs([ModuleCall("norm", "FusedRMSNorm", (batch,), (batch,))], ())
+    found = backward.Chains(
+        torch_runs, localize.Runs([ModuleCall("norm", "FusedRMSNorm", (one,), (one,))], ())
+    )
+    got = backward._equinox(found, custom_op_equinox.port.prepared, [])
+    assert (got.torch, got.paired) == (None, None)
+    assert got.problem.startswith("no submodule call of the Equinox module pairs with a PyTorch module's")
+    same = backward.Chains(
+        torch_runs, localize.Runs([ModuleCall("norm", "FusedRMSNorm", (batch,), (batch,))], ())
+    )
+    assert backward._equinox(same, custom_op_equinox.port.prepared, []).paired == {"norm": "norm"}
