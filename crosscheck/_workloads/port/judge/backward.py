@@ -81,7 +81,7 @@ def jax_chains(prepared: Prepared, params: dict, inputs: dict) -> tuple[Any, ...
         with jax.enable_x64(wide), equinox_cotangents.labelled(side):
             intercept = equinox_cotangents.intercept(seen)
             got = jax_cotangents.cotangents(jax_implementation(prepared), params, inputs, kept, intercept)
-        return (*got, sorted(seen.mapped))
+        return (*got, dict(sorted(seen.mapped.items())))
     from crosscheck._workloads.port.sides import nnx_cotangents
 
     with jax.enable_x64(wide), nnx_cotangents.labelled(side):
@@ -122,11 +122,11 @@ def chains(call: Any, workload: Any, point: Any) -> Chains:
     return _equinox(found, workload.prepared, made[0][2]) if kind == "equinox" else found  # made: JAX's
 
 
-def _equinox(found: Chains, prepared: Prepared, mapped: Sequence[str]) -> Chains:
+def _equinox(found: Chains, prepared: Prepared, mapped: dict[str, str]) -> Chains:
     """An Equinox port's chains with their pairs: PyTorch's records with the port's that the mapping's
     leaves pair, or their names (``localize.pairs``), where each array has as many entries on both
     sides (a zero that stood for more than one call, under a map the trace could not see, has fewer);
-    none paired: why (``mapped``: the submodules called under ``jax.vmap`` only)."""
+    none paired: why (``mapped``: the submodules left out, by the transform they ran under)."""
     assert found.torch is not None and found.jax is not None
     theirs, mine = {r.name: r for r in found.torch.main}, {r.name: r for r in found.jax.main}
     paired = {
@@ -137,13 +137,19 @@ def _equinox(found: Chains, prepared: Prepared, mapped: Sequence[str]) -> Chains
     if paired:
         return dataclasses.replace(found, paired=paired)
     if mapped and not mine:
-        shown = ", ".join(f"`{n}`" for n in mapped[:6]) + (f" and {len(mapped) - 6} more" * (len(mapped) > 6))
+        names = list(mapped)
+        shown = ", ".join(f"`{n}`" for n in names[:6]) + (f" and {len(names) - 6} more" * (len(names) > 6))
+        under = " or ".join(f"`{t}`" for t in dict.fromkeys(mapped.values()))
+        why = (
+            "where one example's zero would stand for the whole batch (call the modules on the batch, "
+            "`jax.vmap` inside them, to have their gradients compared)"
+            if set(mapped.values()) == {"jax.vmap"}
+            else "traced once for every example or step, where one zero would stand for them all (call "
+            "the modules on the batch, `jax.vmap` inside them, and loop over layers with `jax.lax.scan`, "
+            "whose steps are perturbed one by one, to have their gradients compared)"
+        )
         return Chains(
-            problem=(
-                f"every submodule call of the Equinox module ({shown}) runs under `jax.vmap`, where one "
-                "example's zero would stand for the whole batch (call the modules on the batch, `jax.vmap` "
-                "inside them, to have their gradients compared)"
-            )
+            problem=f"every submodule call of the Equinox module ({shown}) runs under {under}, {why}"
         )
     return Chains(
         problem=(

@@ -9,16 +9,17 @@ through the trace's ``Calls`` (``intercept``); the class travels in the tree's s
 
 Not perturbed: the model itself, a call inside a module's own call (``super().__call__``), and a call
 made under ``jax.vmap`` (``eqx.filter_vmap`` calls it too): one batch element's zero would stand for
-the whole batch, its gradient the batch's sum. While the loss is traced ``jax.vmap`` counts the maps
-being traced (``mapping``), and a call whose input is one of vmap's tracers is left out too (a function
-mapped before the trace). Imported only by the port's backward localisation (it imports equinox).
+the whole batch, its gradient the batch's sum; nor one in a loop whose body is traced once for all its
+steps (``jax.lax.map``, ``fori_loop``, ``while_loop``: ``UNINDEXED``). While the loss is traced those
+say when their function is being traced (``mapping``), and a call whose input is one of vmap's tracers
+is left out too (a function mapped before the trace). Imported only by the port's backward localisation
+(it imports equinox).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -32,18 +33,22 @@ from crosscheck._workloads.port.sides.jax_side import key_name
 
 @dataclasses.dataclass
 class Seen:
-    """The paths of the submodule calls left out because they ran under ``jax.vmap``."""
+    """The submodule calls left out, by path: the transform each ran under (``jax.vmap``, or a loop
+    whose steps are not indexed: ``UNINDEXED``)."""
 
-    mapped: set[str] = dataclasses.field(default_factory=set)
+    mapped: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
+#: The loops whose body is traced once for all its steps, not indexed as ``jax.lax.scan``'s are
+#: (``steps.indexed``): a zero added in the body would stand for every step.
+UNINDEXED = ("map", "fori_loop", "while_loop")
 #: The trace's calls being perturbed and where its calls left out are noted (the innermost last), and
 #: the modules calling now.
 _CALLS: list[perturbations.Calls] = []
 _SEEN: list[Seen] = []
 _ACTIVE: set[int] = set()
-#: How many ``jax.vmap``-mapped functions are being traced now (``mapping``).
-_MAPS: list[int] = []
+#: The transforms whose function is being traced now (``mapping``), the innermost last.
+_MAPS: list[str] = []
 #: The labelled subclasses, by class and path: made once, so that a model labelled again has the same
 #: tree structure (its compiled gradient is run again, not compiled anew).
 _MADE: dict[tuple[type, str], type] = {}
@@ -84,28 +89,36 @@ def intercept(seen: Seen) -> Callable[[perturbations.Calls], contextlib.Abstract
 
 @contextlib.contextmanager
 def mapping() -> Iterator[None]:
-    """While inside, each function ``jax.vmap`` maps counts itself in ``_MAPS`` while it runs (traced);
-    ``jax.vmap`` is restored on leaving."""
+    """While inside, each function ``jax.vmap`` maps, and each loop of ``UNINDEXED``, says its name in
+    ``_MAPS`` while it runs (traced); they are restored on leaving."""
     original = jax.vmap
+    loops = {name: getattr(jax.lax, name) for name in UNINDEXED}
 
     def vmap(fun: Callable, *args: Any, **kwargs: Any) -> Callable:
-        mapped = original(fun, *args, **kwargs)
-
-        @functools.wraps(fun)
-        def run(*a: Any, **k: Any) -> PyTree:
-            _MAPS.append(1)
-            try:
-                return mapped(*a, **k)
-            finally:
-                _MAPS.pop()
-
-        return run
+        return _under("jax.vmap", original(fun, *args, **kwargs))
 
     jax.vmap = vmap
+    for name, loop in loops.items():
+        setattr(jax.lax, name, _under(f"jax.lax.{name}", loop))
     try:
         yield
     finally:
         jax.vmap = original
+        for name, loop in loops.items():
+            setattr(jax.lax, name, loop)
+
+
+def _under(name: str, run: Callable) -> Callable:
+    """``run``, saying ``name`` in ``_MAPS`` while it runs."""
+
+    def under(*args: Any, **kwargs: Any) -> PyTree:
+        _MAPS.append(name)
+        try:
+            return run(*args, **kwargs)
+        finally:
+            _MAPS.pop()
+
+    return under
 
 
 def _called(path: str, call: Callable, module: Any, args: tuple, kwargs: dict) -> PyTree:
@@ -114,7 +127,7 @@ def _called(path: str, call: Callable, module: Any, args: tuple, kwargs: dict) -
     if not _CALLS or id(module) in _ACTIVE:
         return call(*args, **kwargs)
     if _MAPS or steps.vmapped((args, kwargs)):
-        _SEEN[-1].mapped.add(path)
+        _SEEN[-1].mapped.setdefault(path, _MAPS[-1] if _MAPS else "jax.vmap")
         return call(*args, **kwargs)
     calls = _CALLS[-1]
     label = calls.label(path)

@@ -59,7 +59,7 @@ def test_each_equinox_module_s_cotangents_are_pytorch_s(healthy):
     theirs, mine = {r.name: r for r in torch_records}, {r.name: r for r in jax_records}
     assert list(mine) == ["fc1", "norm", "fc2"]  # the order the calls finished; the GELU is a function
     assert [mine[n].module_type for n in mine] == ["Linear", "FusedRMSNorm", "Linear"]
-    assert mapped == []
+    assert mapped == {}
     for name in mine:
         assert len(mine[name].outputs) == len(mine[name].inputs) == 1
     _agree(theirs, mine, {n: n for n in mine})
@@ -85,7 +85,7 @@ def test_a_layer_under_jax_vmap_is_not_perturbed_and_is_said():
 
     _, (torch_records, _), (jax_records, custom, mapped) = _both(custom_op_equinox.layers_vmapped)
     assert [r.name for r in jax_records] == ["norm"]
-    assert mapped == ["fc1", "fc2"]
+    assert mapped == {"fc1": "jax.vmap", "fc2": "jax.vmap"}
     assert custom == {"norm": ("jax.custom_vjp",)}
     theirs = {r.name: r for r in torch_records}
     assert np.abs(theirs["norm"].outputs[0] - jax_records[0].outputs[0]).max() <= 1e-12
@@ -97,7 +97,7 @@ def test_a_scan_under_jax_vmap_perturbs_none_of_its_calls():
     from tests.support import scanned
 
     _, _, (jax_records, _, mapped) = _both(scanned.port("equinox"), "float32")
-    assert jax_records == [] and mapped == ["layers.linear"]
+    assert jax_records == [] and mapped == {"layers.linear": "jax.vmap"}
 
 
 def test_a_scan_s_steps_are_perturbed_one_by_one():
@@ -108,7 +108,7 @@ def test_a_scan_s_steps_are_perturbed_one_by_one():
     assert sorted(mine) == sorted(
         [f"layers.linear@{i}" for i in range(4)] + [f"layers@{i}" for i in range(4)]
     )
-    assert mapped == []
+    assert mapped == {}
     theirs = {r.name: r for r in torch_records}
     _agree(theirs, mine, {f"layers.{i}.linear": f"layers.linear@{i}" for i in range(4)})
 
@@ -130,3 +130,42 @@ def test_a_record_with_fewer_entries_than_pytorch_s_is_not_paired():
         torch_runs, localize.Runs([ModuleCall("norm", "FusedRMSNorm", (batch,), (batch,))], ())
     )
     assert backward._equinox(same, custom_op_equinox.port.prepared, []).paired == {"norm": "norm"}
+
+
+def test_calls_under_filter_vmap_or_a_loop_traced_once_for_its_steps_are_left_out_and_named():
+    """``eqx.filter_vmap`` (which calls ``jax.vmap``), ``jax.lax.fori_loop`` and ``jax.lax.map`` trace
+    their body once for every example or step: only the plain call is perturbed, the others are said
+    with their transform; ``jax.vmap`` and the loops are restored after."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    from crosscheck._workloads.port.sides import equinox_cotangents, perturbations, steps
+
+    class Scale(eqx.Module):
+        w: jax.Array
+
+        def __call__(self, x):
+            return x * self.w
+
+    class Model(eqx.Module):
+        a: Scale
+        b: Scale
+        c: Scale
+        d: Scale
+
+        def __call__(self, x):
+            h = eqx.filter_vmap(self.a)(x)
+            h = jax.lax.fori_loop(0, 2, lambda i, v: self.b(v), h)
+            h = jax.lax.map(self.c, h)
+            return self.d(h)
+
+    model = equinox_cotangents._marked(Model(*(Scale(jnp.ones(3)) for _ in range(4))), ())
+    before = jax.vmap, jax.lax.map, jax.lax.fori_loop, jax.lax.while_loop
+    seen, shapes = equinox_cotangents.Seen(), {}
+    with steps.indexed(), equinox_cotangents.intercept(seen)(perturbations.Calls(None, shapes)):
+        jax.eval_shape(model, jnp.ones((2, 3)))
+    assert list(shapes) == ["d"]
+    assert seen.mapped == {"a": "jax.vmap", "b": "jax.lax.fori_loop", "c": "jax.lax.map"}
+    assert (jax.vmap, jax.lax.map, jax.lax.fori_loop, jax.lax.while_loop) == before
+    assert type(model.d).__name__ == "Scale" and type(model.d) is not Scale and isinstance(model.d, Scale)
