@@ -201,6 +201,17 @@ def test_each_planted_backward_bug_of_the_equinox_twin_is_named_at_norm_as_a_cus
     assert captures == [1]
 
 
+def test_a_planted_backward_bug_of_the_equinox_twin_is_named_at_norm_under_the_default_reference(captures):
+    from examples.port import custom_op_equinox
+
+    report = crosscheck.run(workload=custom_op_equinox.missing_term)
+    verdict = report.backends["jax"].notes["port"]
+    assert not report.passed
+    assert (verdict["starts_in"], verdict["module"]) == ("gradient", "norm"), verdict
+    assert "`norm` is a custom op" in verdict["text"]
+    assert captures == [1]
+
+
 def test_the_healthy_equinox_twin_passes_without_the_captures(captures):
     from examples.port import custom_op_equinox
 
