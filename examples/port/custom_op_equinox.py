@@ -6,11 +6,11 @@ the linen and nnx ports.
 
 The port's modules take the whole batch ``(B, T, D)``: its ``Linear`` is a small module of its own
 (``x @ weight.T + bias``, PyTorch's (out, in) layout), so that every call is made outside ``jax.vmap``
-and its gradients are compared. Two variants show where ``jax.vmap`` goes and what that costs:
-``layers_vmapped`` (Equinox's own ``eqx.nn.Linear`` mapped over the tokens, ``jax.vmap`` around
-``fc1`` and ``fc2``: their gradients are not compared, ``norm`` is still named) and ``model_vmapped``
-(a model of one sequence, mapped over the batch by the port's call: no call is compared, and the
-verdict by parameters' gradients says why).
+and its gradients are compared. Two variants show where ``jax.vmap`` may go: ``layers_vmapped``
+(Equinox's own ``eqx.nn.Linear``, mapped over the batch and the tokens, ``jax.vmap(jax.vmap(self.fc1))``:
+the map of the module itself is its call on the batch, compared as such) and ``model_vmapped`` (a model
+of one sequence, mapped over the batch by the port's call: no call is compared, one example's zero
+would stand for the whole batch, and the verdict by parameters' gradients says why).
 
 Run from the repository root::
 

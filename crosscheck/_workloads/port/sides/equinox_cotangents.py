@@ -7,8 +7,12 @@ submodule's path in the module tree (``blocks.0.fc1``, as PyTorch names its modu
 through the trace's ``Calls`` (``intercept``); the class travels in the tree's structure, through
 ``eqx.partition`` and ``eqx.combine``, a scan's steps included (labelled ``name@i``, ``steps``).
 
-Not perturbed: the model itself, a call inside a module's own call (``super().__call__``), and a call
-made under ``jax.vmap`` (``eqx.filter_vmap`` calls it too): one batch element's zero would stand for
+A submodule mapped over a batch by ``jax.vmap`` itself (``jax.vmap(self.fc1)(x)``, or
+``jax.vmap(jax.vmap(self.fc1))``, each over the leading axis of its first input and of its outputs)
+is perturbed outside the map, on the batch's arrays (``_outside``): that is its call on the batch, as
+PyTorch's module makes it. Not perturbed: the model itself, a call inside a module's own call
+(``super().__call__``), and any other call made under ``jax.vmap`` (``eqx.filter_vmap`` calls it too;
+a map of the model, or of a function that calls the module): one batch element's zero would stand for
 the whole batch, its gradient the batch's sum; nor one in a loop whose body is traced once for all its
 steps (``jax.lax.map``, ``fori_loop``, ``while_loop``: ``UNINDEXED``). While the loss is traced those
 say when their function is being traced (``mapping``), and a call whose input is one of vmap's tracers
@@ -50,8 +54,9 @@ _ACTIVE: set[int] = set()
 #: The transforms whose function is being traced now (``mapping``), the innermost last.
 _MAPS: list[str] = []
 #: The labelled subclasses, by class and path: made once, so that a model labelled again has the same
-#: tree structure (its compiled gradient is run again, not compiled anew).
+#: tree structure (its compiled gradient is run again, not compiled anew); and the path of each.
 _MADE: dict[tuple[type, str], type] = {}
+_PATHS: dict[type, str] = {}
 
 
 @contextlib.contextmanager
@@ -95,7 +100,7 @@ def mapping() -> Iterator[None]:
     loops = {name: getattr(jax.lax, name) for name in UNINDEXED}
 
     def vmap(fun: Callable, *args: Any, **kwargs: Any) -> Callable:
-        return _under("jax.vmap", original(fun, *args, **kwargs))
+        return _outside(fun, _under("jax.vmap", original(fun, *args, **kwargs)), args, kwargs)
 
     jax.vmap = vmap
     for name, loop in loops.items():
@@ -106,6 +111,30 @@ def mapping() -> Iterator[None]:
         jax.vmap = original
         for name, loop in loops.items():
             setattr(jax.lax, name, loop)
+
+
+def _outside(fun: Callable, run: Callable, args: tuple, kwargs: dict) -> Callable:
+    """``run`` (``jax.vmap`` of ``fun``), which, where ``fun`` is a labelled submodule (or ``jax.vmap``
+    of one, mapped so) mapped over the leading axis of its first input and of its outputs, is that
+    module's call on the batch: called outside any map, it is perturbed there, the batch's arrays as
+    they are (the module's own call inside is not perturbed again: ``_ACTIVE``)."""
+    module = fun if isinstance(fun, eqx.Module) else getattr(fun, "crosscheck_module", None)
+    in_axes = args[0] if args else kwargs.get("in_axes", 0)
+    out_axes = args[1] if len(args) > 1 else kwargs.get("out_axes", 0)
+    first = in_axes[0] if isinstance(in_axes, (tuple, list)) and in_axes else in_axes
+    path = _PATHS.get(type(module))
+    if path is None or not (_is_zero(first) and _is_zero(out_axes)):
+        return run
+
+    def outside(*a: Any, **k: Any) -> PyTree:
+        return run(*a, **k) if _MAPS else _called(path, run, module, a, k)
+
+    outside.crosscheck_module = module  # type: ignore[attr-defined]
+    return outside
+
+
+def _is_zero(axis: Any) -> bool:
+    return isinstance(axis, int) and not isinstance(axis, bool) and axis == 0
 
 
 def _under(name: str, run: Callable) -> Callable:
@@ -179,5 +208,5 @@ def _labelled(cls: type, path: str) -> type:
 
         Labelled.__name__, Labelled.__qualname__ = cls.__name__, cls.__qualname__
         Labelled.__module__ = cls.__module__
-        _MADE[key] = Labelled
+        _MADE[key], _PATHS[Labelled] = Labelled, path
     return _MADE[key]

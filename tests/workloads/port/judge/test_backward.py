@@ -219,7 +219,7 @@ def test_the_healthy_equinox_twin_passes_without_the_captures(captures):
     assert captures == []
 
 
-def test_an_equinox_layer_under_jax_vmap_is_left_out_and_norm_still_named(captures):
+def test_equinox_layers_mapped_by_jax_vmap_are_compared_on_the_batch_and_norm_named(captures):
     from examples.port import custom_op_equinox
 
     verdict = _run(custom_op_equinox.layers_vmapped).backends["jax"].notes["port"]

@@ -1,9 +1,10 @@
 """An Equinox port's cotangents (``sides/equinox_cotangents.py``): on the Equinox twin of the custom op
 example (``examples/port/custom_op_equinox.py``), the gradient reaching each module's output and the one
 leaving its first input are PyTorch's, the custom op is found at ``norm`` only, and the side, the user's
-module classes and ``jax.vmap`` are left as they were; a call under ``jax.vmap`` is not perturbed (around
-the layer, or around a scan that calls it) and is said; a scan's steps are perturbed one by one; and a
-record whose arrays have fewer entries than PyTorch's is not paired."""
+module classes and ``jax.vmap`` are left as they were; a layer mapped by ``jax.vmap`` itself is perturbed
+outside the map, any other call under ``jax.vmap`` (around the model and a scan in it, too) is not and
+is said; a scan's steps are perturbed one by one; and a record whose arrays have fewer entries than
+PyTorch's is not paired."""
 
 from __future__ import annotations
 
@@ -80,15 +81,16 @@ def test_the_side_the_user_s_classes_and_jax_vmap_are_left_as_they_were(healthy)
     assert jax.vmap is vmap
 
 
-def test_a_layer_under_jax_vmap_is_not_perturbed_and_is_said():
+def test_a_layer_mapped_by_jax_vmap_itself_is_perturbed_outside_the_map_on_the_batch():
+    """``jax.vmap(jax.vmap(self.fc1))(x)``: ``fc1``'s call on the batch, its gradients PyTorch's."""
     from examples.port import custom_op_equinox
 
-    _, (torch_records, _), (jax_records, custom, mapped) = _both(custom_op_equinox.layers_vmapped)
-    assert [r.name for r in jax_records] == ["norm"]
-    assert mapped == {"fc1": "jax.vmap", "fc2": "jax.vmap"}
+    healthy = custom_op_equinox.make_port("custom-op-equinox-layers-vmapped-healthy", vmap="layers")
+    _, (torch_records, _), (jax_records, custom, mapped) = _both(healthy)
+    mine = {r.name: r for r in jax_records}
+    assert list(mine) == ["fc1", "norm", "fc2"] and mapped == {}
     assert custom == {"norm": ("jax.custom_vjp",)}
-    theirs = {r.name: r for r in torch_records}
-    assert np.abs(theirs["norm"].outputs[0] - jax_records[0].outputs[0]).max() <= 1e-12
+    _agree({r.name: r for r in torch_records}, mine, {n: n for n in mine})
 
 
 def test_a_scan_under_jax_vmap_perturbs_none_of_its_calls():
@@ -132,10 +134,11 @@ def test_a_record_with_fewer_entries_than_pytorch_s_is_not_paired():
     assert backward._equinox(same, custom_op_equinox.port.prepared, []).paired == {"norm": "norm"}
 
 
-def test_calls_under_filter_vmap_or_a_loop_traced_once_for_its_steps_are_left_out_and_named():
-    """``eqx.filter_vmap`` (which calls ``jax.vmap``), ``jax.lax.fori_loop`` and ``jax.lax.map`` trace
-    their body once for every example or step: only the plain call is perturbed, the others are said
-    with their transform; ``jax.vmap`` and the loops are restored after."""
+def test_calls_under_filter_vmap_another_map_or_a_loop_traced_once_for_its_steps_are_left_out_and_named():
+    """``eqx.filter_vmap``, ``jax.vmap`` of a function that calls the module or over another axis,
+    ``jax.lax.fori_loop`` and ``jax.lax.map`` trace their body once for every example or step: they
+    are said with their transform; the plain call and ``jax.vmap`` of the module itself over the leading
+    axes are perturbed, the latter on the batch; ``jax.vmap`` and the loops are restored after."""
     import equinox as eqx
     import jax
     import jax.numpy as jnp
@@ -153,19 +156,31 @@ def test_calls_under_filter_vmap_or_a_loop_traced_once_for_its_steps_are_left_ou
         b: Scale
         c: Scale
         d: Scale
+        e: Scale
+        f: Scale
+        g: Scale
 
         def __call__(self, x):
             h = eqx.filter_vmap(self.a)(x)
             h = jax.lax.fori_loop(0, 2, lambda i, v: self.b(v), h)
             h = jax.lax.map(self.c, h)
-            return self.d(h)
+            h = jax.vmap(lambda v: self.e(v))(self.d(h))
+            h = jax.vmap(self.f, in_axes=1, out_axes=1)(h)
+            return jax.vmap(jax.vmap(self.g))(h[None])
 
-    model = equinox_cotangents._marked(Model(*(Scale(jnp.ones(3)) for _ in range(4))), ())
+    model = equinox_cotangents._marked(Model(*(Scale(jnp.ones(())) for _ in range(7))), ())
     before = jax.vmap, jax.lax.map, jax.lax.fori_loop, jax.lax.while_loop
     seen, shapes = equinox_cotangents.Seen(), {}
     with steps.indexed(), equinox_cotangents.intercept(seen)(perturbations.Calls(None, shapes)):
         jax.eval_shape(model, jnp.ones((2, 3)))
-    assert list(shapes) == ["d"]
-    assert seen.mapped == {"a": "jax.vmap", "b": "jax.lax.fori_loop", "c": "jax.lax.map"}
+    assert list(shapes) == ["d", "g"]
+    assert shapes["g"].first.shape == (1, 2, 3) and shapes["g"].outputs[0].shape == (1, 2, 3)
+    assert seen.mapped == {
+        "a": "jax.vmap",
+        "b": "jax.lax.fori_loop",
+        "c": "jax.lax.map",
+        "e": "jax.vmap",
+        "f": "jax.vmap",
+    }
     assert (jax.vmap, jax.lax.map, jax.lax.fori_loop, jax.lax.while_loop) == before
     assert type(model.d).__name__ == "Scale" and type(model.d) is not Scale and isinstance(model.d, Scale)
