@@ -3,7 +3,7 @@ not, both sides' gradients of the loss with respect to each module's output and 
 captured (PyTorch: full backward hooks, ``torch_cotangents``; a Flax linen, nnx or Equinox port: zero
 perturbations differentiated exactly, a scan's steps one by one, ``jax_cotangents``; an Equinox
 module's calls labelled by ``equinox_cotangents``, paired with PyTorch's modules as the mapping's leaves
-pair them, or by name, those outside ``jax.vmap`` only) at the case's
+pair them, or by name, those outside ``jax.vmap`` or mapped by it themselves) at the case's
 dtype, and compared as module outputs are (``compare.each_module``), within the rounding PyTorch's
 re-run in the other precision measures (the port's re-run would compile a second program, most of the
 cost; these comparisons only locate a difference the gradients already failed on, they never pass or
@@ -61,7 +61,7 @@ def torch_chains(prepared: Prepared, params: dict, inputs: dict) -> tuple[list, 
 
 def jax_chains(prepared: Prepared, params: dict, inputs: dict) -> tuple[Any, ...]:
     """The JAX port's cotangents at ``params`` and ``inputs`` (``jax_cotangents``), in float64 under x64
-    when the arrays are; an Equinox port's, then the paths of its calls left out under ``jax.vmap``."""
+    when the arrays are; an Equinox port's, then its calls left out, by the transform they ran under."""
     import jax
 
     from crosscheck._workloads.port.sides import jax_cotangents
@@ -141,12 +141,13 @@ def _equinox(found: Chains, prepared: Prepared, mapped: dict[str, str]) -> Chain
         shown = ", ".join(f"`{n}`" for n in names[:6]) + (f" and {len(names) - 6} more" * (len(names) > 6))
         under = " or ".join(f"`{t}`" for t in dict.fromkeys(mapped.values()))
         why = (
-            "where one example's zero would stand for the whole batch (call the modules on the batch, "
-            "`jax.vmap` inside them, to have their gradients compared)"
+            "where one example's zero would stand for the whole batch (call the model on the batch, "
+            "mapping each module itself, `jax.vmap(self.fc1)(x)`, to have their gradients compared)"
             if set(mapped.values()) == {"jax.vmap"}
             else "traced once for every example or step, where one zero would stand for them all (call "
-            "the modules on the batch, `jax.vmap` inside them, and loop over layers with `jax.lax.scan`, "
-            "whose steps are perturbed one by one, to have their gradients compared)"
+            "the model on the batch, mapping each module itself, `jax.vmap(self.fc1)(x)`, and loop over "
+            "layers with `jax.lax.scan`, whose steps are perturbed one by one, to have their gradients "
+            "compared)"
         )
         return Chains(
             problem=f"every submodule call of the Equinox module ({shown}) runs under {under}, {why}"

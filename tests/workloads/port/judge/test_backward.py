@@ -176,8 +176,8 @@ def test_an_equinox_port_mapped_over_its_batch_keeps_the_verdict_by_parameters_a
     assert verdict["text"].endswith(
         "the gradients at each module's output and input were not compared: every submodule call of the "
         "Equinox module (`layers.linear`) runs under `jax.vmap`, where one example's zero would stand for "
-        "the whole batch (call the modules on the batch, `jax.vmap` inside them, to have their gradients "
-        "compared) (`jax` vs `torch`: module outputs and gradients)"
+        "the whole batch (call the model on the batch, mapping each module itself, `jax.vmap(self.fc1)(x)`, "
+        "to have their gradients compared) (`jax` vs `torch`: module outputs and gradients)"
     ), verdict["text"]
     assert captures == [1]
 
