@@ -1,7 +1,8 @@
 """The zoo's other half: the ports that are not Hugging Face transformers (``examples/port/``: the mini
-UNet in eval and training mode, the custom op with a hand-written backward, AdamW against optax, diffusers'
-Flax twins, the scanned nnx Llama), healthy and with their planted bugs, each case in its own subprocess
-through the command line with ``--json``, as a user runs it; one row per case, reference, dtype and seed.
+UNet in eval and training mode, the custom op with a hand-written backward (in Flax linen, and in
+Equinox: ``custom_op_equinox``), AdamW against optax, diffusers' Flax twins, the scanned nnx Llama),
+healthy and with their planted bugs, each case in its own subprocess through the command line with
+``--json``, as a user runs it; one row per case, reference, dtype and seed.
 
 Run from the repository root (rows, tables and ``--side-by-side`` as ``benchmarks/zoo.py``'s)::
 
@@ -38,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import zoo  # noqa: E402  (imports no framework)
 
-FAMILIES = ("unet", "custom_op", "adam", "diffusers_twins", "llama_nnx_scanned")
+FAMILIES = ("unet", "custom_op", "custom_op_equinox", "adam", "diffusers_twins", "llama_nnx_scanned")
 #: The healthy pairs of a family whose module has no ``HEALTHY`` table (``port`` otherwise).
 HEALTHY = {"diffusers_twins": ("unet", "vae")}
 #: The families checked as a ``crosscheck.Train`` (``--quantity update``).

@@ -111,6 +111,7 @@ NEEDS = {
     "examples.port.convert_script": ("flax",),
     "examples.port.gpt2": ("flax", "transformers"),
     "examples.port.block_equinox": ("equinox",),
+    "examples.port.custom_op_equinox": ("equinox",),
     "benchmarks/refusal.py": ("equinox",),  # block_equinox's port, mistakes planted
     "examples.port.transformer_linen": ("flax",),
     "examples.port.scanned_linen": ("flax",),

@@ -1,7 +1,8 @@
 """Tiny scanned ports for the stacked-layer tests: a PyTorch ``ModuleList`` of four ``Linear`` + ReLU
 layers against a Flax linen ``nn.scan`` over ``nn.Dense`` (with ``nn.remat`` inside), an nnx
 ``nnx.scan`` over ``nnx.vmap``-made layers, and an Equinox ``eqx.filter_vmap`` + ``jax.lax.scan``
-that returns its per-step outputs stacked (``jax_intermediates=("layers.*.linear",)``).
+that returns its per-step outputs stacked (``jax_intermediates=("layers.*.linear",)``), or, as
+``"equinox-batched"``, takes the whole batch and returns its output only.
 
 The keywords plant bugs: ``bug_layer=2`` (layer 2's linear adds ``0.01``: a bug in one layer's
 computation; ``"all"``: in every layer), ``reverse=True`` (the scan runs the layers last to first: the
@@ -174,6 +175,50 @@ def equinox_model(bug_layer=None, reverse=False, backward=False):
     return Stack(jax.random.key(0))
 
 
+def equinox_batched_model(bug_layer=None, reverse=False, backward=False):
+    """The Equinox stack called on the whole batch, no ``jax.vmap`` around it: its ``Linear`` takes
+    ``(B, D)`` (PyTorch's (out, in) weight), each layer a module called in the scan's step."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    class Linear(eqx.Module):  # with the step it runs at (for the planted bug)
+        weight: jax.Array
+        bias: jax.Array
+
+        def __init__(self, key):
+            self.weight, self.bias = jax.random.normal(key, (D, D)) / D**0.5, jnp.zeros((D,))
+
+        def __call__(self, x, step):
+            return _planted(x @ self.weight.T + self.bias, step, bug_layer, backward)
+
+    class Layer(eqx.Module):
+        linear: Linear
+
+        def __init__(self, key):
+            self.linear = Linear(key)
+
+        def __call__(self, x, step):
+            return jax.nn.relu(self.linear(x, step))
+
+    class Stack(eqx.Module):
+        layers: Layer
+
+        def __init__(self, key):
+            self.layers = eqx.filter_vmap(Layer)(jax.random.split(key, L))
+
+        def __call__(self, x):  # the batch (B, D)
+            params, static = eqx.partition(self.layers, eqx.is_array)
+
+            def step(h, xs):
+                layer_params, index = xs
+                return eqx.combine(layer_params, static)(h, index), None
+
+            return jax.lax.scan(step, x, (params, jnp.arange(L)), reverse=reverse)[0]
+
+    return Stack(jax.random.key(0))
+
+
 def _batched(model, inputs):
     import jax
 
@@ -183,7 +228,13 @@ def _batched(model, inputs):
 
 def port(kind="linen", bug_layer=None, reverse=False, twice=False, backwards=False, backward=False, **kwargs):
     unnamed = functools.partial(linen_model, name=None)  # the scan left unnamed, as Flax's docs write it
-    make = {"linen": linen_model, "linen-unnamed": unnamed, "nnx": nnx_model, "equinox": equinox_model}[kind]
+    make = {
+        "linen": linen_model,
+        "linen-unnamed": unnamed,
+        "nnx": nnx_model,
+        "equinox": equinox_model,
+        "equinox-batched": equinox_batched_model,
+    }[kind]
     extra = {"jax_call": _batched, "jax_intermediates": ("layers.*.linear",)} if kind == "equinox" else {}
     both = {"twice": twice} if twice else {}
     both.update({"backward": backward} if backward else {})

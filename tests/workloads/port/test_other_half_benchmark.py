@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from benchmarks import other_half, zoo
-from examples.port import adam, custom_op, diffusers_twins, unet
+from examples.port import adam, custom_op, custom_op_equinox, diffusers_twins, unet
 
 
 def _names(chosen):
@@ -21,6 +21,7 @@ def test_every_family_s_healthy_pairs_come_first_and_every_planted_bug_carries_i
     for family, module in [
         ("unet", unet),
         ("custom_op", custom_op),
+        ("custom_op_equinox", custom_op_equinox),
         ("adam", adam),
         ("diffusers_twins", None),
     ]:

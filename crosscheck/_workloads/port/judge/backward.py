@@ -1,7 +1,9 @@
 """Where the backward pass differs, by cotangents: when every module's output agrees and a gradient does
 not, both sides' gradients of the loss with respect to each module's output and first input are
-captured (PyTorch: full backward hooks, ``torch_cotangents``; a Flax linen or nnx port: zero
-perturbations differentiated exactly, a scan's steps one by one, ``jax_cotangents``) at the case's
+captured (PyTorch: full backward hooks, ``torch_cotangents``; a Flax linen, nnx or Equinox port: zero
+perturbations differentiated exactly, a scan's steps one by one, ``jax_cotangents``; an Equinox
+module's calls labelled by ``equinox_cotangents``, paired with PyTorch's modules as the mapping's leaves
+pair them, or by name, those outside ``jax.vmap`` or mapped by it themselves) at the case's
 dtype, and compared as module outputs are (``compare.each_module``), within the rounding PyTorch's
 re-run in the other precision measures (the port's re-run would compile a second program, most of the
 cost; these comparisons only locate a difference the gradients already failed on, they never pass or
@@ -12,9 +14,9 @@ output's cotangent agrees and whose input's cotangent, or its own parameters' gr
 backward alone makes the difference (a module inside it that does so too is named instead). A module
 whose output is made by a ``torch.autograd.Function``, or that runs a ``jax.custom_vjp`` or
 ``jax.custom_jvp``, is said to be a custom op. Only a failing gradient pays for these captures (three
-forward and backward passes, the port's compiled); where they cannot be made (an Equinox port, whose
-submodules' calls are not intercepted; a function, which has no modules; a failed pass), the verdict
-by parameters' gradients (``verdict.gradient_origin``) stands, and says why.
+forward and backward passes, the port's compiled); where they cannot be made (a function, which has
+no modules; an Equinox port none of whose submodule calls is perturbed and paired; a failed pass), the
+verdict by parameters' gradients (``verdict.gradient_origin``) stands, and says why.
 """
 
 from __future__ import annotations
@@ -29,25 +31,25 @@ from crosscheck._compare.constants import OTHER_DTYPE
 from crosscheck._workloads.port.declare.build import Prepared, jax_implementation, torch_implementation
 from crosscheck._workloads.port.judge import capture, localize
 from crosscheck._workloads.port.judge.compare import each_module
+from crosscheck._workloads.port.judge.pairs import module_pairs
 from crosscheck._workloads.port.judge.verdict import Origin
 
 #: What the verdict calls a port of each kind whose module edges are not captured.
-_KINDS = {
-    "equinox": "an Equinox module (its submodules' calls are not intercepted)",
-    "function": "a function (it has no modules: no edges to compare)",
-}
+_KINDS = {"function": "a function (it has no modules: no edges to compare)"}
 
 
 @dataclasses.dataclass(frozen=True)
 class Chains:
     """Both sides' cotangent records (``localize.Runs`` of ``ModuleCall``: ``outputs`` the gradients
     reaching a module's outputs, ``inputs`` the one leaving its first input) and, per side, the custom
-    ops each call label runs; ``problem``: why they could not be captured ("" when they were)."""
+    ops each call label runs; ``problem``: why they could not be captured ("" when they were);
+    ``paired``: PyTorch record -> the port's, where not the forward comparison's (an Equinox port)."""
 
     torch: localize.Runs | None = None
     jax: localize.Runs | None = None
     custom: tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]] = ({}, {})
     problem: str = ""
+    paired: dict[str, str] | None = None
 
 
 def torch_chains(prepared: Prepared, params: dict, inputs: dict) -> tuple[list, dict]:
@@ -57,9 +59,9 @@ def torch_chains(prepared: Prepared, params: dict, inputs: dict) -> tuple[list, 
     return torch_cotangents.cotangents(prepared.torch_side, torch_implementation(prepared), params, inputs)
 
 
-def jax_chains(prepared: Prepared, params: dict, inputs: dict) -> tuple[list, dict]:
+def jax_chains(prepared: Prepared, params: dict, inputs: dict) -> tuple[Any, ...]:
     """The JAX port's cotangents at ``params`` and ``inputs`` (``jax_cotangents``), in float64 under x64
-    when the arrays are."""
+    when the arrays are; an Equinox port's, then its calls left out, by the transform they ran under."""
     import jax
 
     from crosscheck._workloads.port.sides import jax_cotangents
@@ -72,6 +74,14 @@ def jax_chains(prepared: Prepared, params: dict, inputs: dict) -> tuple[list, di
     if side.kind == "linen":
         with jax.enable_x64(wide):
             return jax_cotangents.cotangents(jax_implementation(prepared), params, inputs, kept)
+    if side.kind == "equinox":
+        from crosscheck._workloads.port.sides import equinox_cotangents
+
+        seen = equinox_cotangents.Seen()
+        with jax.enable_x64(wide), equinox_cotangents.labelled(side):
+            intercept = equinox_cotangents.intercept(seen)
+            got = jax_cotangents.cotangents(jax_implementation(prepared), params, inputs, kept, intercept)
+        return (*got, dict(sorted(seen.mapped.items())))
     from crosscheck._workloads.port.sides import nnx_cotangents
 
     with jax.enable_x64(wide), nnx_cotangents.labelled(side):
@@ -84,8 +94,10 @@ def chains(call: Any, workload: Any, point: Any) -> Chains:
     ``call``; a re-run that fails is left out (each comparison then takes the rounding of ``each
     module``'s side without a re-run from the other)."""
     kind = workload.prepared.jax_side.kind
-    if kind not in ("linen", "nnx"):
-        return Chains(problem=f"they are captured for a Flax linen or nnx port only, not {_KINDS[kind]}")
+    if kind in _KINDS:
+        return Chains(
+            problem=f"they are captured for a Flax linen, nnx or Equinox port only, not {_KINDS[kind]}"
+        )
     runs: list[localize.Runs] = []
     custom: list[dict[str, tuple[str, ...]]] = []
     for torch in (True, False):
@@ -106,7 +118,51 @@ def chains(call: Any, workload: Any, point: Any) -> Chains:
         records = [m[0] for m in made]
         runs.append(localize.Runs(records[0], records[1] if len(records) > 1 else ()))
         custom.append(made[0][1])
-    return Chains(runs[0], runs[1], (custom[0], custom[1]))
+    found = Chains(runs[0], runs[1], (custom[0], custom[1]))
+    return _equinox(found, workload.prepared, made[0][2]) if kind == "equinox" else found  # made: JAX's
+
+
+def _equinox(found: Chains, prepared: Prepared, mapped: dict[str, str]) -> Chains:
+    """An Equinox port's chains with their pairs: PyTorch's records with the port's that the mapping's
+    leaves pair, or their names (``localize.pairs``), where each array has as many entries on both
+    sides (a zero that stood for more than one call, under a map the trace could not see, has fewer);
+    none paired: why (``mapped``: the submodules left out, by the transform they ran under)."""
+    assert found.torch is not None and found.jax is not None
+    theirs, mine = {r.name: r for r in found.torch.main}, {r.name: r for r in found.jax.main}
+    paired = {
+        t: j
+        for t, j in localize.pairs(list(theirs), list(mine), module_pairs(prepared)).items()
+        if t and _sizes(theirs[t]) == _sizes(mine[j])
+    }
+    if paired:
+        return dataclasses.replace(found, paired=paired)
+    if mapped and not mine:
+        names = list(mapped)
+        shown = ", ".join(f"`{n}`" for n in names[:6]) + (f" and {len(names) - 6} more" * (len(names) > 6))
+        under = " or ".join(f"`{t}`" for t in dict.fromkeys(mapped.values()))
+        why = (
+            "where one example's zero would stand for the whole batch (call the model on the batch, "
+            "mapping each module itself, `jax.vmap(self.fc1)(x)`, to have their gradients compared)"
+            if set(mapped.values()) == {"jax.vmap"}
+            else "traced once for every example or step, where one zero would stand for them all (call "
+            "the model on the batch, mapping each module itself, `jax.vmap(self.fc1)(x)`, and loop over "
+            "layers with `jax.lax.scan`, whose steps are perturbed one by one, to have their gradients "
+            "compared)"
+        )
+        return Chains(
+            problem=f"every submodule call of the Equinox module ({shown}) runs under {under}, {why}"
+        )
+    return Chains(
+        problem=(
+            "no submodule call of the Equinox module pairs with a PyTorch module's (by the mapping's leaves "
+            "or by name, with as many entries)"
+        )
+    )
+
+
+def _sizes(record: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The sizes of a cotangent record's arrays: its inputs', its outputs'."""
+    return tuple(np.size(a) for a in record.inputs), tuple(np.size(a) for a in record.outputs)
 
 
 def origin(
@@ -119,7 +175,8 @@ def origin(
         said = f"the gradients at each module's output and input were not compared: {found.problem}"
         return dataclasses.replace(fallback, text=f"{fallback.text}; {said}")
     t_names, j_names = {r.name for r in found.torch.main}, {r.name for r in found.jax.main}
-    paired = {t: j for t, j in compared.paired.items() if t and t in t_names and j in j_names}
+    pairs = compared.paired if found.paired is None else found.paired
+    paired = {t: j for t, j in pairs.items() if t and t in t_names and j in j_names}
     common = {
         "dtype": dtype,
         "channels_last": compared.channels_last,

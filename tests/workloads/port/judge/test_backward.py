@@ -113,7 +113,9 @@ def test_the_first_module_in_backward_order_is_named_and_the_innermost_inside_it
 def test_cotangents_not_captured_leave_the_verdict_by_parameters_and_say_why():
     fallback = Origin("gradient", "fc1", "fc1", ("act",), "the gradient differs first at `fc1`")
     found = backward.origin(
-        backward.Chains(problem="they are captured for a Flax linen or nnx port only, not a function"),
+        backward.Chains(
+            problem="they are captured for a Flax linen, nnx or Equinox port only, not a function"
+        ),
         fallback,
         None,
         set(),
@@ -124,7 +126,7 @@ def test_cotangents_not_captured_leave_the_verdict_by_parameters_and_say_why():
     assert (found.module, found.suspects) == ("fc1", ("act",))
     assert found.text == (
         "the gradient differs first at `fc1`; the gradients at each module's output and input were not "
-        "compared: they are captured for a Flax linen or nnx port only, not a function"
+        "compared: they are captured for a Flax linen, nnx or Equinox port only, not a function"
     )
 
 
@@ -164,17 +166,96 @@ def test_a_backward_bug_in_one_scanned_layer_is_named_at_that_layer_s_module(kin
     assert captures == [1]
 
 
-def test_an_equinox_port_keeps_the_verdict_by_parameters_and_says_why(captures):
+def test_an_equinox_port_mapped_over_its_batch_keeps_the_verdict_by_parameters_and_says_why(captures):
+    """``jax.vmap`` around the model, a scan inside it: no call is perturbed, so none is compared."""
     from tests.support import scanned
 
     report, verdict = scanned.verdict(scanned.port("equinox", bug_layer=2, backward=True))
     assert not report.passed
     assert (verdict["starts_in"], verdict["module"]) == ("gradient", "layers.2.linear"), verdict
     assert verdict["text"].endswith(
-        "the gradients at each module's output and input were not compared: they are captured for a Flax "
-        "linen or nnx port only, not an Equinox module (its submodules' calls are not intercepted) (`jax` vs "
-        "`torch`: module outputs and gradients)"
+        "the gradients at each module's output and input were not compared: every submodule call of the "
+        "Equinox module (`layers.linear`) runs under `jax.vmap`, where one example's zero would stand for "
+        "the whole batch (call the model on the batch, mapping each module itself, `jax.vmap(self.fc1)(x)`, "
+        "to have their gradients compared) (`jax` vs `torch`: module outputs and gradients)"
     ), verdict["text"]
+    assert captures == [1]
+
+
+@pytest.mark.parametrize("name", ["missing_term", "wrong_axis", "weight_grad"])
+def test_each_planted_backward_bug_of_the_equinox_twin_is_named_at_norm_as_a_custom_op(name, captures):
+    from examples.port import custom_op_equinox
+
+    report = _run(getattr(custom_op_equinox, name))
+    verdict = report.backends["jax"].notes["port"]
+    assert not report.passed
+    assert (verdict["starts_in"], verdict["module"], verdict["suspects"]) == ("gradient", "norm", []), verdict
+    leaving = (
+        "its parameters' gradients do not" if name == "weight_grad" else "the one leaving its input does not"
+    )
+    assert (
+        f"the backward of `norm` (FusedRMSNorm) differs: the gradient reaching its output agrees, {leaving}"
+        in verdict["text"]
+    )
+    assert "`norm` is a custom op" in verdict["text"] and "the port: jax.custom_vjp" in verdict["text"]
+    assert captures == [1]
+
+
+def test_a_planted_backward_bug_of_the_equinox_twin_is_named_at_norm_under_the_default_reference(captures):
+    from examples.port import custom_op_equinox
+
+    report = crosscheck.run(workload=custom_op_equinox.missing_term)
+    verdict = report.backends["jax"].notes["port"]
+    assert not report.passed
+    assert (verdict["starts_in"], verdict["module"]) == ("gradient", "norm"), verdict
+    assert "`norm` is a custom op" in verdict["text"]
+    assert captures == [1]
+
+
+def test_the_healthy_equinox_twin_passes_without_the_captures(captures):
+    from examples.port import custom_op_equinox
+
+    assert _run(custom_op_equinox.port).passed
+    assert captures == []
+
+
+def test_equinox_layers_mapped_by_jax_vmap_are_compared_on_the_batch_and_norm_named(captures):
+    from examples.port import custom_op_equinox
+
+    verdict = _run(custom_op_equinox.layers_vmapped).backends["jax"].notes["port"]
+    assert (verdict["starts_in"], verdict["module"], verdict["suspects"]) == ("gradient", "norm", []), verdict
+    assert "the backward of `norm` (FusedRMSNorm) differs" in verdict["text"]
+
+
+def test_an_equinox_model_mapped_over_its_batch_says_why_no_gradient_at_a_module_is_compared(captures):
+    from examples.port import custom_op_equinox
+
+    verdict = _run(custom_op_equinox.model_vmapped).backends["jax"].notes["port"]
+    assert verdict["starts_in"] == "gradient", verdict
+    assert "the backward of" not in verdict["text"]
+    assert (
+        "were not compared: every submodule call of the Equinox module (`fc1`, `fc2`, `norm`) runs under "
+        "`jax.vmap`" in verdict["text"]
+    ), verdict["text"]
+
+
+@pytest.mark.parametrize("bug_layer", [2, "all"])
+def test_a_backward_bug_in_a_scanned_equinox_stack_is_named_at_its_layer(bug_layer, captures):
+    """The Equinox stack called on the batch (``tests/support/scanned.py``, ``"equinox-batched"``):
+    ``eqx.partition`` and ``eqx.combine`` rebuild each step's layer, whose calls are perturbed step by
+    step and paired with PyTorch's ``layers.i.linear``; with the bug in every layer the last layer is
+    the first, in backward order, whose backward differs."""
+    from tests.support import scanned
+
+    report, verdict = scanned.verdict(scanned.port("equinox-batched", bug_layer=bug_layer, backward=True))
+    layer = "layers.2.linear" if bug_layer == 2 else "layers.3.linear"
+    assert not report.passed
+    assert (verdict["starts_in"], verdict["module"], verdict["suspects"]) == ("gradient", layer, []), verdict
+    assert (
+        f"the backward of `{layer}` (Linear) differs: the gradient reaching its output agrees, the one "
+        "leaving its input and its parameters' gradients do not" in verdict["text"]
+    )
+    assert "custom op" not in verdict["text"]
 
 
 def test_a_function_port_keeps_the_verdict_by_parameters_and_says_it_has_no_modules(captures):
@@ -183,7 +264,8 @@ def test_a_function_port_keeps_the_verdict_by_parameters_and_says_it_has_no_modu
     verdict = _run(convnet_function.straight_through_relu).backends["jax"].notes["port"]
     assert verdict["starts_in"] == "gradient", verdict
     assert (
-        "were not compared: they are captured for a Flax linen or nnx port only, not a function (it has no "
+        "were not compared: they are captured for a Flax linen, nnx or Equinox port only, not a function (it "
+        "has no "
         "modules: no edges to compare)" in verdict["text"]
     ), verdict["text"]
 
