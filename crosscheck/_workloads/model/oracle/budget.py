@@ -111,7 +111,11 @@ class Clock:
         other = ""
         if self.started is not None and self.stopped is not None:
             wall, rest = self.stopped
-            other = f"; the check's {_seconds(wall)} so far, {_seconds(rest)} of it outside the oracle"
+            kept = min(rest, RESERVE_SHARE * self.budget) if self.budget is not None else 0.0
+            other = (
+                f"; the check's {_seconds(wall)} so far, {_seconds(rest)} of it outside the oracle, and "
+                f"{_seconds(kept)} kept back for the work after it"
+            )
         return (
             f"the oracle's {which} ran out ({_seconds(self.seconds)}, {self.evaluations} loss evaluations "
             f"made{other}): not differenced"

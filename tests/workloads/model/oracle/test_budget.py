@@ -88,7 +88,9 @@ def test_the_work_outside_the_oracle_counts_and_the_check_ends_within_its_budget
     # within the budget plus one batch of the oracle's (here one loss call)
     assert seconds <= given + EVALUATION, (seconds, given)
     said = [p for p in report.problems if "ran out" in p]
-    assert said and all("not differenced" in p and "outside the oracle" in p for p in said), said
+    assert said and all(
+        "outside the oracle, and " in p and "kept back for the work after it" in p for p in said
+    )
     finish = budget["to_finish"]
     assert finish["evaluations"] > 0 and finish["budget"] > given
     text = line(budget)
