@@ -69,9 +69,10 @@ class Oracle:
             fits its budget and memory, else ``screen``; a workload of your own: screen when the full
             oracle is costly).
         directions: random directions per layer, or per group of a workload's tensors, when screening.
-        budget: seconds the model oracle (of a ``Workload`` or a ``Port``) may spend differencing, at
-            most (None: the default, 600 s); the tensors it has not judged when they run out are not
-            checked, and the run fails.
+        budget: the check's wall time in seconds, the work around the model oracle (of a ``Workload``
+            or a ``Port``) counted with its differencing (None: the default, 600 s): the oracle stops
+            once the check's seconds and a reserve for the work after it reach the budget; the tensors
+            it has not judged then are not checked, and the run fails.
 
     Raises:
         ValueError: a mode not listed, ``directions`` not a positive integer, ``budget`` not a positive

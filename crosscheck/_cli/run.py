@@ -165,9 +165,10 @@ def _add_oracle(check: Any) -> None:
         "--budget",
         type=float,
         metavar="SECONDS",
-        help="seconds the model oracle (of a --workload that is a crosscheck.Workload or Port) may spend "
-        "differencing: the tensors it has not judged when they run out are not checked and the run fails; "
-        "the report says how much was judged and what finishing would cost (default: 600)",
+        help="the check's wall time, its work around the model oracle (of a crosscheck.Workload or Port) "
+        "counted: the oracle stops differencing once the check's seconds and a reserve for the work after "
+        "it (a quarter of the budget at most) reach it; the tensors not judged then are not checked and "
+        "the run fails; the report says how much was judged and what finishing costs (default: 600)",
     )
 
 

@@ -23,6 +23,7 @@ from crosscheck._engine.plan import Outlook, check_records, plan, start_environm
 from crosscheck._engine.process import contain
 from crosscheck._engine.request import Request, check_request, configure, with_reference
 from crosscheck._report.report import Report
+from crosscheck._workloads import protocol
 from crosscheck._workloads.protocol import Progress
 from crosscheck._workloads.registry import load_workload
 
@@ -50,9 +51,11 @@ def _check_here(request: Request) -> Report:
 
 
 def _driven(request: Request) -> Report:
-    """The checked ``request`` run in this process: loaded, configured, planned, announced, driven."""
+    """The checked ``request`` run in this process: loaded, configured, planned, announced, driven; its
+    wall time counted from before the workload is loaded (the model oracle's budget: ``Options.started``)."""
+    started = protocol.now()
     workload = configure(load_workload(request.workload), request)
-    planned = plan(workload, request)
+    planned = plan(workload, request, started=started)
     if request.announce is not None:
         request.announce(Outlook.of(planned))
     return drive(planned)

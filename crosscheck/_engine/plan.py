@@ -14,6 +14,7 @@ from crosscheck._engine.quantity import quantity as _quantity
 from crosscheck._engine.request import Request
 from crosscheck._files import available_memory, format_bytes
 from crosscheck._records import Execution, Oracle, Slack
+from crosscheck._workloads import protocol
 from crosscheck._workloads.protocol import EngineWorkload, Judge, Options, Point, WorkloadSpec
 
 
@@ -66,12 +67,13 @@ class Outlook:
         return cls(dict(planned.memory), found.line() if found.long else None)
 
 
-def plan(workload: EngineWorkload, request: Request) -> Plan:
+def plan(workload: EngineWorkload, request: Request, *, started: float | None = None) -> Plan:
     """The plan of a loaded (and configured) workload for a checked ``request`` (its reference decided:
     ``with_reference``; its records checked where it was: ``check_records``): its memory estimated (and
     refused when too large) before anything is allocated, then its point, its judge, the candidates.
     The records travel in the judge's ``Options`` as they were made; ``request.plot`` keeps each
-    comparison's per-entry arrays, for a plot."""
+    comparison's per-entry arrays, for a plot; ``started``: when the check started (``protocol.now``; None:
+    now), from which the model oracle's budget counts its wall time."""
     reference, backends, execution = request.reference, request.backends, request.execution
     assert reference is not None  # decided where the request was checked (``with_reference``)
     options = Options(
@@ -82,6 +84,7 @@ def plan(workload: EngineWorkload, request: Request) -> Plan:
         explain=workload.explain,
         progress=request.progress,
         plot=request.plot,
+        started=protocol.now() if started is None else started,
     )
     specs = list(backends or ())
     shared = at_home(execution.placement, workload)

@@ -141,8 +141,8 @@ def run(
         dtype: as for ``check``, as are ``seed``, ``backends``, ``reference``, ``strict``, ``progress``.
         rtol: user slack, relative, added to every entry's tolerance; with ``atol`` or not at all (``Slack``).
         atol: user slack, absolute.
-        oracle_mode: ``"full"``, ``"screen"`` or ``"auto"``, with ``directions`` and ``budget``, the model
-            oracle's seconds at most (``Oracle``).
+        oracle_mode: ``"full"``, ``"screen"`` or ``"auto"``, with ``directions`` and ``budget``, the
+            check's wall time in seconds that the model oracle keeps to (``Oracle``).
         explain: also localize (forward activations layer by layer) and classify a disagreement (``Stack``).
         quantity: ``"grad"``, or ``"hvp"`` along a direction made from ``seed`` (``hvp(weights, x, v)``).
         workload: a ``Stack``, a ``Workload``, a built-in name or an import string ``module:attribute``

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeAlias, TypeVar, Union, runtime_checkable
 
@@ -34,6 +35,14 @@ if TYPE_CHECKING:
     from crosscheck._report.report import Report
 
 Progress = Callable[[str, int, int], None]
+
+
+def now() -> float:
+    """The clock a check's wall time is counted on (``Options.started``, the model oracle's budget):
+    seconds, monotonic."""
+    return time.perf_counter()
+
+
 #: How a worker process builds a workload again (``EngineWorkload.spec``, ``load_workload(spec)``): a
 #: name or an import string, or plain data (the stack's knobs); None: it cannot be (an object given as
 #: such). (``Union``: an alias evaluated when imported, on every Python this supports.)
@@ -153,6 +162,9 @@ class Options:
         plot: keep each comparison's per-entry arrays (``Comparison.arrays``), which a plot draws (the
             CLI's ``--plot``): the judge passes it to ``compare`` as ``keep``; without it no comparison
             keeps an array per entry.
+        started: when the check started, on ``now``'s clock (the engine's, before the workload is
+            loaded): the model oracle's budget counts the check's wall time from there (None: a judge
+            made outside a check, whose budget counts the oracle's own seconds only).
     """
 
     slack: Slack | None = None
@@ -162,6 +174,7 @@ class Options:
     explain: bool = False
     progress: Progress | None = None
     plot: bool = False
+    started: float | None = None
 
     def slack_at(self, reference: np.ndarray) -> np.ndarray | float:
         """The user's ``atol + rtol * |reference|`` (0 without a slack)."""

@@ -69,7 +69,9 @@ class GenericJudge:
         #: Seconds of one evaluation of the NumPy reference (None: there is none), for ``cost``.
         self.per_evaluation = seconds_per_evaluation(self.numpy, point.params) if self.numpy else None
         oracle = options.oracle
-        self.differencing = differencing(oracle.mode, point.params, oracle.directions, oracle.budget)
+        self.differencing = differencing(
+            oracle.mode, point.params, oracle.directions, oracle.budget, started=options.started
+        )
         point.case["oracle_differentiates"] = _differentiates(workload, self.numpy)
         self.shapes = {k: v.shape for k, v in point.params.items()}
         self.notes: dict[str, dict[str, Any]] = {}

@@ -124,10 +124,16 @@ class Differences:
 
 
 def differencing(
-    mode: str, params: dict[str, np.ndarray], per_parameter: int, budget: float | None = None
+    mode: str,
+    params: dict[str, np.ndarray],
+    per_parameter: int,
+    budget: float | None = None,
+    *,
+    started: float | None = None,
 ) -> Differencing:
     """``mode`` as asked (``auto`` picks by the number of loss evaluations each would cost); ``budget``
-    the oracle's seconds at most (None: the default budget, ``budget.DEFAULT_SECONDS``)."""
+    the seconds the oracle keeps to (None: the default budget, ``budget.DEFAULT_SECONDS``), counted from
+    ``started``, when the check started (``Clock.started``; None: the oracle's own seconds only)."""
     entries = sum(int(v.size) for v in params.values())
     full = EVALUATIONS_PER_ENTRY * entries
     screen = EVALUATIONS_PER_DIRECTION * per_parameter  # one group of every tensor, if it agrees
@@ -138,7 +144,7 @@ def differencing(
         why = f"--oracle-mode {mode}"
     if mode not in ("full", "screen"):  # "outputs" differences the stack's layers' outputs
         raise ValueError(f"a workload's `oracle_mode` is one of auto, full, screen; found {mode!r}.")
-    return Differencing(mode, why, [], per_parameter, Clock.given(budget))
+    return Differencing(mode, why, [], per_parameter, Clock.given(budget, started))
 
 
 def batch_guard(call: Call) -> Guard:
