@@ -22,6 +22,7 @@ from crosscheck._workloads.model.findings import Findings
 from crosscheck._workloads.port.judge import backward, boundaries, by_design, localize, own
 from crosscheck._workloads.port.judge.compare import Compared
 from crosscheck._workloads.port.judge.verdict import (
+    AGREES,
     Located,
     Origin,
     forward_origin,
@@ -103,8 +104,16 @@ def _differs(gradients: list[Comparison]) -> set[str]:
 def _nowhere(
     found: Origin, compared: Compared, gradients: list[Comparison], listed: Sequence[str], *, forward: bool
 ) -> Origin:
-    """The words of an origin that found no difference: what was compared."""
+    """The words of an origin that found no difference, or none in the forward pass: what was compared."""
     outputs = len(compared.comparisons)
+    if found.starts_in == "gradient" and found.text.startswith(AGREES) and (listed or outputs == 1):
+        what = (
+            f"every listed module's output ({', '.join(listed)}) and the model's output within its rounding; "
+            "the other modules' outputs are not captured"
+            if listed
+            else "the output within its rounding; no module's output is captured"
+        )
+        return dataclasses.replace(found, text=f"forward agrees ({what}){found.text[len(AGREES) :]}")
     if found.starts_in == "nowhere" and listed:
         text = f"every listed module's output ({', '.join(listed)}), the model's "
         return Origin("nowhere", None, None, (), text + "output " + _agree(gradients, forward))

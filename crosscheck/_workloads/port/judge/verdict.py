@@ -149,6 +149,11 @@ def listed_origin(
     return Origin("forward", first.name, first.name, gap, text)
 
 
+#: How a gradient verdict starts where every captured module's output agrees (``locate`` says fewer
+#: where fewer were captured: the listed modules, or the output alone).
+AGREES = "forward agrees (every module's output within its rounding)"
+
+
 def gradient_origin(
     order: Sequence[Any], paired: dict[str, str], differs: set[str], owners: set[str], top: str
 ) -> Origin:
@@ -172,7 +177,7 @@ def gradient_origin(
         last.name,
         last.name,
         gap,
-        f"forward agrees (every module's output within its rounding); the gradient differs first, "
+        f"{AGREES}; the gradient differs first, "
         f"in backward order, at {_shown(last.name, top)}: its parameters' gradients differ and "
         f"{nxt}, so the backward pass of what runs between them differs{there}",
     )

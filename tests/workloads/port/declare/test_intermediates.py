@@ -181,7 +181,8 @@ def test_a_gradient_only_bug_says_the_forward_agrees(kind):
     assert not report.passed
     assert verdict["starts_in"] == "gradient" and verdict["module"] == "fc1"
     assert "those of `fc2` agree" in verdict["text"]
-    assert verdict["text"].startswith("forward agrees")
+    assert verdict["text"].startswith("forward agrees (every listed module's output (fc1, ")
+    assert "every module's output" not in verdict["text"]  # only the listed ones were captured
     assert all(c.passed for c in report.comparisons if "(output)" in (c.parameter or ""))
 
 
