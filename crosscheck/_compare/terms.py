@@ -368,12 +368,18 @@ def capped(
     diff = np.abs(np.asarray(diff, np.float64))
     with np.errstate(over="ignore"):  # a mask at float64's minimum: its RMS is inf, so no entry is capped
         limit = bound(wide, 0.0, dtype, device=device)
-    edge = (np.abs(np.nan_to_num(np.asarray(wide, np.float64))) >= RANGE_EDGE) | (diff >= RANGE_EDGE)
-    over = (diff > limit) & ~edge
+    with np.errstate(
+        invalid="ignore"
+    ):  # NaN is at no edge, an infinity at both, as ``nan_to_num`` makes them
+        edge = np.abs(np.asarray(wide, np.float64)) >= RANGE_EDGE
+    edge |= diff >= RANGE_EDGE
+    over = diff > limit
+    over &= ~edge
     count = int(np.count_nonzero(over))
     redrawn = None
     if count >= REDRAWN_ENTRIES and count > REDRAWN_SHARE * diff.size:
         with np.errstate(divide="ignore", invalid="ignore"):
             worst = float(np.max(np.where(over, diff / limit, 0.0)))
         redrawn = Redrawn(count, int(diff.size), worst, dtype)
-    return np.minimum(diff, limit), redrawn
+    own = isinstance(limit, np.ndarray) and limit.shape == diff.shape  # ``bound``'s array, made for this
+    return np.minimum(diff, limit, out=limit if own else None), redrawn
