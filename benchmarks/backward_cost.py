@@ -14,6 +14,10 @@ included), of this code and of the code in DIR (before the cotangents). Run from
     python benchmarks/backward_cost.py
     python benchmarks/backward_cost.py --ports examples.port.custom_op:wrong_sign --repeats 5
     python benchmarks/backward_cost.py --against /tmp/before     # a copy of the code before
+    python benchmarks/backward_cost.py --ports wide:missing_term --only again
+
+``wide:NAME`` is the custom op example's ``NAME`` at 2.1 million parameters (widths 512, 2048, 512;
+8 sequences of 128 tokens), where the comparisons' cost shows.
 
 The cotangents are turned off by replacing ``backward.chains`` with one that captures nothing, which
 is what a check without them computes. Each port is run in the process that replaced it (an object,
@@ -36,6 +40,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 
 ROOT = str(Path(__file__).resolve().parents[1])
 PORTS = ("examples.port.custom_op:port", "examples.port.custom_op:missing_term")
+#: The custom op example's widths and batch for ``wide:NAME``.
+WIDE = {"D_IN": 512, "HIDDEN": 2048, "D_OUT": 512, "BATCH": 8, "TOKENS": 128}
+
+
+def port_of(spec: str) -> object:
+    """The port a spec names: ``module:name``, or ``wide:NAME`` (``WIDE``; this process's custom op
+    example made wide)."""
+    module, _, name = spec.partition(":")
+    if module != "wide":
+        return getattr(importlib.import_module(module), name)
+    from examples.port import custom_op
+
+    for key, value in WIDE.items():
+        setattr(custom_op, key, value)
+    return custom_op.make_port(name=f"custom-op-wide-{name}", bug="" if name == "port" else name)
 
 
 def timed(port: object, reference: str, *, cotangents: bool) -> tuple[float, str]:
@@ -60,8 +79,7 @@ def first(spec: str, reference: str, *, cotangents: bool) -> tuple[float, str]:
     """A first check in a new process (its compilations included, its imports not): its wall seconds."""
     code = (
         "import importlib, sys; sys.path.insert(0, sys.argv[1]); import backward_cost as b; "
-        "m, _, n = sys.argv[2].partition(':'); "
-        "port = getattr(importlib.import_module(m), n); "
+        "port = b.port_of(sys.argv[2]); "
         "t, said = b.timed(port, sys.argv[3], cotangents=sys.argv[4] == 'on'); "
         "print(t, said, sep='|')"
     )
@@ -98,6 +116,9 @@ def main() -> None:
     parser.add_argument("--reference", default="torch")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
+        "--only", choices=("first", "again"), help="time only a first check, or only one made again"
+    )
+    parser.add_argument(
         "--against",
         help="a copy of the code before the cotangents (`git archive <commit> crosscheck backends examples | "
         "tar -x -C DIR`): also time `crosscheck run` of each port under both, as a user runs it",
@@ -112,7 +133,7 @@ def main() -> None:
                 runs[root].append(cli(spec, args.reference, root))
         off, on = statistics.median(runs[args.against]), statistics.median(runs[ROOT])
         print(f"{spec}, `crosscheck run`: before {off:.2f} s, with {on:.2f} s: x {on / off:.3f}")
-    for spec in args.ports:
+    for spec in args.ports if args.only != "again" else ():
         news: dict[bool, list[float]] = {True: [], False: []}
         for _ in range(args.repeats):
             for on in (False, True):
@@ -121,9 +142,8 @@ def main() -> None:
         print(
             f"{spec}, a first check in a new process: without {off:.2f} s, with {on:.2f} s: x {on / off:.3f}"
         )
-    for spec in args.ports:
-        module, _, name = spec.partition(":")
-        port = getattr(importlib.import_module(module), name)  # an object: run here, where the patch is
+    for spec in args.ports if args.only != "first" else ():
+        port = port_of(spec)  # an object: run here, where the patch is
         for on in (False, True):  # imports and first compilations, as in a notebook's first check: not timed
             timed(port, args.reference, cotangents=on)
         seconds: dict[bool, list[float]] = {True: [], False: []}
