@@ -5,7 +5,8 @@ module's output and input gradients: PyTorch's at the case's dtype and in the ot
 case's dtype, compiled) before its verdict; a healthy port, or one whose forward differs, never has
 them. This times ``crosscheck.run`` on each example with the captures made and with them turned off
 (the verdict by parameters' gradients alone), alternating, ``--repeats`` times each, and prints the
-median wall seconds and their ratio, twice: a first check in a new process (``first``: its
+median wall seconds and their ratio (a check made again: its CPU seconds too, which others' work on
+the machine does not inflate), twice: a first check in a new process (``first``: its
 compilations included, its imports not), and a check made again in one process, as in a notebook,
 after one untimed check, where each side's compiled programs are kept (``Kept``) and only tracing is
 paid again; with ``--against DIR``, first ``crosscheck run`` as a user runs it (a new process, imports
@@ -40,6 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 
 ROOT = str(Path(__file__).resolve().parents[1])
 PORTS = ("examples.port.custom_op:port", "examples.port.custom_op:missing_term")
+#: The CPU seconds of each ``timed`` check (every thread of this process): on a machine others share,
+#: wall seconds count their work too.
+CPU: list[float] = []
 #: The custom op example's widths and batch for ``wide:NAME``.
 WIDE = {"D_IN": 512, "HIDDEN": 2048, "D_OUT": 512, "BATCH": 8, "TOKENS": 128}
 
@@ -66,9 +70,10 @@ def timed(port: object, reference: str, *, cotangents: bool) -> tuple[float, str
     if not cotangents:
         backward.chains = lambda *args, **kwargs: backward.Chains(problem="turned off")  # type: ignore[assignment]
     try:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         report = crosscheck.run(workload=port, backends=["jax"], reference=reference)
         seconds = time.perf_counter() - start
+        CPU.append(time.process_time() - cpu)
     finally:
         backward.chains = original  # type: ignore[assignment]
     verdict = report.backends["jax"].notes.get("port", {})
@@ -147,15 +152,19 @@ def main() -> None:
         for on in (False, True):  # imports and first compilations, as in a notebook's first check: not timed
             timed(port, args.reference, cotangents=on)
         seconds: dict[bool, list[float]] = {True: [], False: []}
+        cpus: dict[bool, list[float]] = {True: [], False: []}
         said = {}
         for _ in range(args.repeats):
             for on in (False, True):
                 took, said[on] = timed(port, args.reference, cotangents=on)
                 seconds[on].append(took)
+                cpus[on].append(CPU[-1])
         off, on = statistics.median(seconds[False]), statistics.median(seconds[True])
+        c_off, c_on = statistics.median(cpus[False]), statistics.median(cpus[True])
         print(
             f"{spec} --reference {args.reference}, checked again: without {off:.2f} s ({said[False]}), "
-            f"with {on:.2f} s ({said[True]}): x {on / off:.3f}"
+            f"with {on:.2f} s ({said[True]}): x {on / off:.3f}; CPU seconds {c_off:.2f} and {c_on:.2f}: "
+            f"x {c_on / c_off:.3f}"
         )
     print(f"load at end: {os.getloadavg()[0]:.1f}")
 
