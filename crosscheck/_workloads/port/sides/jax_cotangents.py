@@ -5,10 +5,10 @@ its classes' ``__call__``, ``nnx_cotangents``), a zero perturbation is added to 
 positional input (as the module sees it) and to each floating array of its output, and the loss is
 differentiated with respect to the perturbations at zero. The perturbation of an output gives the
 gradient reaching it; that of an input the gradient leaving it through this module's backward alone, as
-PyTorch's full backward hooks give it. Each check traces the perturbed loss afresh, for its jaxpr
-(``jax.make_jaxpr``) and for its compiled gradient (``Kept``: a program compiled in an earlier check
-runs only where it is the same); the calls' shapes, which the zeros are made for, are found by a shape
-pass of their own in a first check, or where this check's jaxpr meets other calls than the last's.
+PyTorch's full backward hooks give it. The perturbed loss is traced once a check (``jax.make_jaxpr``)
+and that trace is differentiated and compiled (``Kept``: a program compiled in an earlier check runs
+only where it is the same); the calls' shapes, which the zeros are made for, are found by a shape
+pass of their own in a first check, or where this check's trace meets other calls than the last's.
 
 A call made inside a scan's step (``nn.scan``, ``nnx.scan``, ``jax.lax.scan``) is perturbed with one
 zero per step, each step adding its own slice (``perturbations``): one record per step, named as the
@@ -30,7 +30,7 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.extend.core import Literal
+from jax.extend.core import Literal, jaxpr_as_fun
 
 from crosscheck._types import FrameworkArray, PyTree
 from crosscheck._workloads.port.sides import perturbations, steps
@@ -82,12 +82,14 @@ def cotangents(
         traced = _traced(loss, params, inputs, intercept, shapes)
     closed, zeros, _ = traced
     _NOTED[kept] = shapes
+    # this check's trace differentiated: the model is traced once (a scanned model's lifted scan, traced
+    # again under the gradient, costs more than the jaxpr's)
+    run = jaxpr_as_fun(closed)
 
     def perturbed(zeros: PyTree, p: PyTree, i: PyTree) -> FrameworkArray:
-        return _perturbed(loss, zeros, {}, intercept)(p, i)
+        return run(*jax.tree_util.tree_leaves((zeros, p, i)))[0]
 
-    with steps.indexed():  # traced afresh, as the jaxpr: cheaper than differentiating the jaxpr
-        grads = kept(jax.grad(perturbed), zeros, params, inputs)
+    grads = kept(jax.grad(perturbed), zeros, params, inputs)
     tags = {
         label: (
             None if shape.first is None else _Tag(label, False, len(shape.lengths)),

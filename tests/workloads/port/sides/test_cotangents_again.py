@@ -1,6 +1,6 @@
 """The JAX side's cotangents in a check made again with the same kept program
-(``jax_cotangents.cotangents``): the model is traced afresh, with no shape pass where the calls are
-those of the last check, and what changed since is seen: a flag its code reads, calls added or taken
+(``jax_cotangents.cotangents``): the model is traced afresh, once (no shape pass where the calls are
+those of the last check), and what changed since is seen: a flag its code reads, calls added or taken
 away. Each is what a new capture, kept nowhere, gives."""
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def counted(monkeypatch):
     SETTINGS.update(scale=1.0, twice=False)
 
 
-def test_a_check_made_again_traces_afresh_without_a_shape_pass_and_sees_what_changed(counted):
+def test_a_check_made_again_traces_afresh_once_and_sees_what_changed(counted):
     from crosscheck._workloads.port.sides import jax_cotangents
     from crosscheck._workloads.programs import Kept
 
@@ -88,8 +88,7 @@ def test_a_check_made_again_traces_afresh_without_a_shape_pass_and_sees_what_cha
         assert [r.name for r in got] == (
             ["inner", "inner#2", "outer"] if settings["twice"] else ["inner", "outer"]
         )
-    # True: a shape pass; False: a perturbed trace (the jaxpr's, the gradient's)
-    first, again, new = [True, False, False], [False, False], [False, True, False, False]
+    first, again, new = [True, False], [False], [False, True, False]  # True: a shape pass
     assert passes == [first, again, again, new, new]
     scaled = next(r for r in got if r.name == "inner")
     SETTINGS.update(scale=1.0, twice=False)
