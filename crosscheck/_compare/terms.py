@@ -368,11 +368,12 @@ def capped(
     diff = np.abs(np.asarray(diff, np.float64))
     with np.errstate(over="ignore"):  # a mask at float64's minimum: its RMS is inf, so no entry is capped
         limit = bound(wide, 0.0, dtype, device=device)
-    with np.errstate(
-        invalid="ignore"
-    ):  # NaN is at no edge, an infinity at both, as ``nan_to_num`` makes them
+    # NaN is at no edge and an infinity at both, as ``nan_to_num`` makes them: no copy of ``wide`` made
+    with np.errstate(invalid="ignore"):
         edge = np.abs(np.asarray(wide, np.float64)) >= RANGE_EDGE
-    edge |= diff >= RANGE_EDGE
+    far = diff >= RANGE_EDGE
+    inside = isinstance(edge, np.ndarray) and edge.shape == np.shape(far)
+    edge = np.logical_or(edge, far, out=edge if inside else None)
     over = diff > limit
     over &= ~edge
     count = int(np.count_nonzero(over))
