@@ -160,3 +160,19 @@ def test_capped_is_the_old_formula(seed):
         old, old_redrawn = _old_capped(diff, wide)
     np.testing.assert_array_equal(got, old)
     assert redrawn == old_redrawn
+
+
+@pytest.mark.parametrize(
+    ("diff", "wide"),
+    [
+        (np.float64(1e-3), np.float64(2.0)),  # 0-d both
+        (np.full(3, 1e-9), np.float64(2.0)),  # a 0-d wide result
+        (np.full((2, 3), 1e30), np.array([1.0, np.inf, np.nan])),  # one that broadcasts
+    ],
+)
+def test_capped_is_the_old_formula_on_scalars_and_broadcasts(diff, wide):
+    with np.errstate(invalid="ignore", over="ignore"):
+        got, redrawn = terms.capped(diff, wide)
+        old, old_redrawn = _old_capped(diff, wide)
+    np.testing.assert_array_equal(got, old)
+    assert redrawn == old_redrawn
