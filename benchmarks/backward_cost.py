@@ -5,7 +5,8 @@ module's output and input gradients: PyTorch's at the case's dtype and in the ot
 case's dtype, compiled) before its verdict; a healthy port, or one whose forward differs, never has
 them. This times ``crosscheck.run`` on each example with the captures made and with them turned off
 (the verdict by parameters' gradients alone), alternating, ``--repeats`` times each, and prints the
-median wall seconds and their ratio, twice: a first check in a new process (``first``: its
+median wall seconds and their ratio (a check made again: its CPU seconds too, which others' work on
+the machine does not inflate), twice: a first check in a new process (``first``: its
 compilations included, its imports not), and a check made again in one process, as in a notebook,
 after one untimed check, where each side's compiled programs are kept (``Kept``) and only tracing is
 paid again; with ``--against DIR``, first ``crosscheck run`` as a user runs it (a new process, imports
@@ -14,6 +15,10 @@ included), of this code and of the code in DIR (before the cotangents). Run from
     python benchmarks/backward_cost.py
     python benchmarks/backward_cost.py --ports examples.port.custom_op:wrong_sign --repeats 5
     python benchmarks/backward_cost.py --against /tmp/before     # a copy of the code before
+    python benchmarks/backward_cost.py --ports wide:missing_term --only again
+
+``wide:NAME`` is the custom op example's ``NAME`` at 2.1 million parameters (widths 512, 2048, 512;
+8 sequences of 128 tokens), where the comparisons' cost shows.
 
 The cotangents are turned off by replacing ``backward.chains`` with one that captures nothing, which
 is what a check without them computes. Each port is run in the process that replaced it (an object,
@@ -36,6 +41,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 
 ROOT = str(Path(__file__).resolve().parents[1])
 PORTS = ("examples.port.custom_op:port", "examples.port.custom_op:missing_term")
+#: The CPU seconds of each ``timed`` check (every thread of this process): on a machine others share,
+#: wall seconds count their work too.
+CPU: list[float] = []
+#: The custom op example's widths and batch for ``wide:NAME``.
+WIDE = {"D_IN": 512, "HIDDEN": 2048, "D_OUT": 512, "BATCH": 8, "TOKENS": 128}
+
+
+def port_of(spec: str) -> object:
+    """The port a spec names: ``module:name``, or ``wide:NAME`` (``WIDE``; this process's custom op
+    example made wide)."""
+    module, _, name = spec.partition(":")
+    if module != "wide":
+        return getattr(importlib.import_module(module), name)
+    from examples.port import custom_op
+
+    for key, value in WIDE.items():
+        setattr(custom_op, key, value)
+    return custom_op.make_port(name=f"custom-op-wide-{name}", bug="" if name == "port" else name)
 
 
 def timed(port: object, reference: str, *, cotangents: bool) -> tuple[float, str]:
@@ -47,9 +70,10 @@ def timed(port: object, reference: str, *, cotangents: bool) -> tuple[float, str
     if not cotangents:
         backward.chains = lambda *args, **kwargs: backward.Chains(problem="turned off")  # type: ignore[assignment]
     try:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         report = crosscheck.run(workload=port, backends=["jax"], reference=reference)
         seconds = time.perf_counter() - start
+        CPU.append(time.process_time() - cpu)
     finally:
         backward.chains = original  # type: ignore[assignment]
     verdict = report.backends["jax"].notes.get("port", {})
@@ -60,8 +84,7 @@ def first(spec: str, reference: str, *, cotangents: bool) -> tuple[float, str]:
     """A first check in a new process (its compilations included, its imports not): its wall seconds."""
     code = (
         "import importlib, sys; sys.path.insert(0, sys.argv[1]); import backward_cost as b; "
-        "m, _, n = sys.argv[2].partition(':'); "
-        "port = getattr(importlib.import_module(m), n); "
+        "port = b.port_of(sys.argv[2]); "
         "t, said = b.timed(port, sys.argv[3], cotangents=sys.argv[4] == 'on'); "
         "print(t, said, sep='|')"
     )
@@ -98,6 +121,9 @@ def main() -> None:
     parser.add_argument("--reference", default="torch")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
+        "--only", choices=("first", "again"), help="time only a first check, or only one made again"
+    )
+    parser.add_argument(
         "--against",
         help="a copy of the code before the cotangents (`git archive <commit> crosscheck backends examples | "
         "tar -x -C DIR`): also time `crosscheck run` of each port under both, as a user runs it",
@@ -112,7 +138,7 @@ def main() -> None:
                 runs[root].append(cli(spec, args.reference, root))
         off, on = statistics.median(runs[args.against]), statistics.median(runs[ROOT])
         print(f"{spec}, `crosscheck run`: before {off:.2f} s, with {on:.2f} s: x {on / off:.3f}")
-    for spec in args.ports:
+    for spec in args.ports if args.only != "again" else ():
         news: dict[bool, list[float]] = {True: [], False: []}
         for _ in range(args.repeats):
             for on in (False, True):
@@ -121,21 +147,24 @@ def main() -> None:
         print(
             f"{spec}, a first check in a new process: without {off:.2f} s, with {on:.2f} s: x {on / off:.3f}"
         )
-    for spec in args.ports:
-        module, _, name = spec.partition(":")
-        port = getattr(importlib.import_module(module), name)  # an object: run here, where the patch is
+    for spec in args.ports if args.only != "first" else ():
+        port = port_of(spec)  # an object: run here, where the patch is
         for on in (False, True):  # imports and first compilations, as in a notebook's first check: not timed
             timed(port, args.reference, cotangents=on)
         seconds: dict[bool, list[float]] = {True: [], False: []}
+        cpus: dict[bool, list[float]] = {True: [], False: []}
         said = {}
         for _ in range(args.repeats):
             for on in (False, True):
                 took, said[on] = timed(port, args.reference, cotangents=on)
                 seconds[on].append(took)
+                cpus[on].append(CPU[-1])
         off, on = statistics.median(seconds[False]), statistics.median(seconds[True])
+        c_off, c_on = statistics.median(cpus[False]), statistics.median(cpus[True])
         print(
             f"{spec} --reference {args.reference}, checked again: without {off:.2f} s ({said[False]}), "
-            f"with {on:.2f} s ({said[True]}): x {on / off:.3f}"
+            f"with {on:.2f} s ({said[True]}): x {on / off:.3f}; CPU seconds {c_off:.2f} and {c_on:.2f}: "
+            f"x {c_on / c_off:.3f}"
         )
     print(f"load at end: {os.getloadavg()[0]:.1f}")
 

@@ -368,12 +368,19 @@ def capped(
     diff = np.abs(np.asarray(diff, np.float64))
     with np.errstate(over="ignore"):  # a mask at float64's minimum: its RMS is inf, so no entry is capped
         limit = bound(wide, 0.0, dtype, device=device)
-    edge = (np.abs(np.nan_to_num(np.asarray(wide, np.float64))) >= RANGE_EDGE) | (diff >= RANGE_EDGE)
-    over = (diff > limit) & ~edge
+    # NaN is at no edge and an infinity at both, as ``nan_to_num`` makes them: no copy of ``wide`` made
+    with np.errstate(invalid="ignore"):
+        edge = np.abs(np.asarray(wide, np.float64)) >= RANGE_EDGE
+    far = diff >= RANGE_EDGE
+    inside = isinstance(edge, np.ndarray) and edge.shape == np.shape(far)
+    edge = np.logical_or(edge, far, out=edge if inside else None)
+    over = diff > limit
+    over &= ~edge
     count = int(np.count_nonzero(over))
     redrawn = None
     if count >= REDRAWN_ENTRIES and count > REDRAWN_SHARE * diff.size:
         with np.errstate(divide="ignore", invalid="ignore"):
             worst = float(np.max(np.where(over, diff / limit, 0.0)))
         redrawn = Redrawn(count, int(diff.size), worst, dtype)
-    return np.minimum(diff, limit), redrawn
+    own = isinstance(limit, np.ndarray) and limit.shape == diff.shape  # ``bound``'s array, made for this
+    return np.minimum(diff, limit, out=limit if own else None), redrawn

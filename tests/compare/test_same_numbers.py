@@ -125,3 +125,54 @@ def test_median_skips_the_least_entries():
         values = np.concatenate([np.zeros(zeros), np.abs(rng.standard_normal(size - zeros)) + 0.5])
         rng.shuffle(values)
         assert terms.median(values.copy(), skip=zeros) == float(np.median(values[values != 0]))
+
+
+def _old_capped(diff, wide, dtype="float32"):
+    diff = np.abs(np.asarray(diff, np.float64))
+    with np.errstate(over="ignore"):
+        limit = terms.bound(wide, 0.0, dtype)
+    edge = (np.abs(np.nan_to_num(np.asarray(wide, np.float64))) >= terms.RANGE_EDGE) | (
+        diff >= terms.RANGE_EDGE
+    )
+    over = (diff > limit) & ~edge
+    count = int(np.count_nonzero(over))
+    redrawn = None
+    if count >= terms.REDRAWN_ENTRIES and count > terms.REDRAWN_SHARE * diff.size:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            worst = float(np.max(np.where(over, diff / limit, 0.0)))
+        redrawn = terms.Redrawn(count, int(diff.size), worst, dtype)
+    return np.minimum(diff, limit), redrawn
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_capped_is_the_old_formula(seed):
+    """Its edge read without a copy of the wide result (NaN at no edge, an infinity at both) and its
+    result made in the bound's array: the same numbers, NaN, infinities and the range's edge included."""
+    rng = np.random.default_rng(seed)
+    wide = _array(rng, allow_0d=False)
+    diff = np.abs(rng.standard_normal(wide.shape)) * 10.0 ** rng.uniform(-14, 14, wide.shape)
+    if wide.size and rng.random() < 0.4:
+        diff.reshape(-1)[int(rng.integers(wide.size))] = rng.choice([np.nan, np.inf])
+    if wide.size and rng.random() < 0.3:  # entries at the range's edge
+        wide.reshape(-1)[:: max(1, wide.size // 5)] = terms.RANGE_EDGE * rng.choice([-2.0, 0.5, 2.0])
+    with np.errstate(invalid="ignore", over="ignore"):
+        got, redrawn = terms.capped(diff, wide)
+        old, old_redrawn = _old_capped(diff, wide)
+    np.testing.assert_array_equal(got, old)
+    assert redrawn == old_redrawn
+
+
+@pytest.mark.parametrize(
+    ("diff", "wide"),
+    [
+        (np.float64(1e-3), np.float64(2.0)),  # 0-d both
+        (np.full(3, 1e-9), np.float64(2.0)),  # a 0-d wide result
+        (np.full((2, 3), 1e30), np.array([1.0, np.inf, np.nan])),  # one that broadcasts
+    ],
+)
+def test_capped_is_the_old_formula_on_scalars_and_broadcasts(diff, wide):
+    with np.errstate(invalid="ignore", over="ignore"):
+        got, redrawn = terms.capped(diff, wide)
+        old, old_redrawn = _old_capped(diff, wide)
+    np.testing.assert_array_equal(got, old)
+    assert redrawn == old_redrawn

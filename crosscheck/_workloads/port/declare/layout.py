@@ -19,6 +19,7 @@ modules compared as for any difference.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import operator
@@ -93,9 +94,15 @@ def _units_only(a: Sequence[int], b: Sequence[int]) -> bool:
 def candidates(jax_shape: Sequence[int], torch_shape: Sequence[int]) -> list[Layout]:
     """Every layout that reads an array of ``jax_shape`` as one of ``torch_shape``, each reading once
     (size-1 axes permuted read the same), the identity first where it is one."""
-    jax_shape, torch_shape = tuple(int(d) for d in jax_shape), tuple(int(d) for d in torch_shape)
+    return list(_candidates(tuple(int(d) for d in jax_shape), tuple(int(d) for d in torch_shape)))
+
+
+@functools.lru_cache(maxsize=256)
+def _candidates(jax_shape: tuple[int, ...], torch_shape: tuple[int, ...]) -> tuple[Layout, ...]:
+    """``candidates``, made once per pair of shapes (they depend on the shapes alone; each reading is
+    told apart by an index array as large as the array)."""
     if math.prod(jax_shape) != math.prod(torch_shape):
-        return []
+        return ()
     if len(jax_shape) > MAX_AXES:
         perms: Any = [tuple(range(len(jax_shape)))]
     else:
@@ -111,7 +118,7 @@ def candidates(jax_shape: Sequence[int], torch_shape: Sequence[int]) -> list[Lay
         if key not in seen:
             seen.add(key)
             out.append(layout)
-    return out
+    return tuple(out)
 
 
 def prove(torch: Any, jax: Any, found: Sequence[Layout] | None = None) -> tuple[Layout | None, str]:

@@ -4,10 +4,10 @@ captured (PyTorch: full backward hooks, ``torch_cotangents``; a Flax linen, nnx 
 perturbations differentiated exactly, a scan's steps one by one, ``jax_cotangents``; an Equinox
 module's calls labelled by ``equinox_cotangents``, paired with PyTorch's modules as the mapping's leaves
 pair them, or by name, those outside ``jax.vmap`` or mapped by it themselves) at the case's
-dtype, and compared as module outputs are (``compare.each_module``), within the rounding PyTorch's
-re-run in the other precision measures (the port's re-run would compile a second program, most of the
-cost; these comparisons only locate a difference the gradients already failed on, they never pass or
-fail a check).
+dtype, and compared as module outputs are, within the rounding PyTorch's re-run in the other precision
+measures (the port's re-run would compile a second program, most of the cost; these comparisons only
+locate a difference the gradients already failed on, they never pass or fail a check). Each is made
+only where the verdict needs it (``compare.Outcomes``), in backward order, up to the module named.
 
 The module named is the first, in backward order (the forward calls' finishing order, reversed), whose
 output's cotangent agrees and whose input's cotangent, or its own parameters' gradients, differ: its
@@ -22,7 +22,7 @@ verdict by parameters' gradients (``verdict.gradient_origin``) stands, and says 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,9 +30,9 @@ import numpy as np
 from crosscheck._compare.constants import OTHER_DTYPE
 from crosscheck._workloads.port.declare.build import Prepared, jax_implementation, torch_implementation
 from crosscheck._workloads.port.judge import capture, localize
-from crosscheck._workloads.port.judge.compare import each_module
+from crosscheck._workloads.port.judge.compare import Outcomes
 from crosscheck._workloads.port.judge.pairs import module_pairs
-from crosscheck._workloads.port.judge.verdict import Origin
+from crosscheck._workloads.port.judge.verdict import AGREES, Origin
 
 #: What the verdict calls a port of each kind whose module edges are not captured.
 _KINDS = {"function": "a function (it has no modules: no edges to compare)"}
@@ -174,8 +174,44 @@ def origin(
     if found.torch is None or found.jax is None:
         said = f"the gradients at each module's output and input were not compared: {found.problem}"
         return dataclasses.replace(fallback, text=f"{fallback.text}; {said}")
-    t_names, j_names = {r.name for r in found.torch.main}, {r.name for r in found.jax.main}
     pairs = compared.paired if found.paired is None else found.paired
+    outcomes = compared_as_asked(found.torch, found.jax, compared, pairs, name=name, dtype=dtype)
+    paired = outcomes.paired
+    order = [r.name for r in reversed(found.torch.main) if r.name in paired]
+    picked = _first(order, outcomes.output, outcomes.input, differs)
+    if picked is None:
+        return fallback
+    kind = next(r.module_type for r in found.torch.main if r.name == picked)
+    shown = f"`{picked}`" if picked else f"the top module ({top})"
+    inside = outcomes.input(picked) is False
+    params = picked.split("#")[0] in differs
+    leaving = (
+        "the one leaving its input and its parameters' gradients do not"
+        if inside and params
+        else "the one leaving its input does not"
+        if inside
+        else "its parameters' gradients do not (the one leaving its input agrees)"
+    )
+    text = (
+        f"{AGREES}; the backward of {shown} ({kind}) "
+        f"differs: the gradient reaching its output agrees, {leaving}"
+    )
+    return Origin("gradient", picked, picked, (), text + _custom(picked, paired[picked], found.custom))
+
+
+def compared_as_asked(
+    torch_runs: localize.Runs,
+    jax_runs: localize.Runs,
+    compared: Any,
+    pairs: dict[str, str],
+    *,
+    name: str,
+    dtype: str,
+) -> Outcomes:
+    """Both sides' cotangents (``Chains``' ``torch`` and ``jax``) of each module of ``pairs`` (the
+    forward's, ``compared.paired``, or the cotangents' own), each compared when first asked, as the
+    forward's module outputs are."""
+    t_names, j_names = {r.name for r in torch_runs.main}, {r.name for r in jax_runs.main}
     paired = {t: j for t, j in pairs.items() if t and t in t_names and j in j_names}
     common = {
         "dtype": dtype,
@@ -186,40 +222,31 @@ def origin(
         "device": compared.device,
         "reference_device": compared.reference_device,
     }
-    _, outs, ins, _ = each_module(found.torch, found.jax, paired, common)
-    order = [r.name for r in reversed(found.torch.main) if r.name in paired]
-    picked = _first(order, outs, ins, differs)
-    if picked is None:
-        return fallback
-    kind = next(r.module_type for r in found.torch.main if r.name == picked)
-    shown = f"`{picked}`" if picked else f"the top module ({top})"
-    inside = ins.get(picked) is False
-    params = picked.split("#")[0] in differs
-    leaving = (
-        "the one leaving its input and its parameters' gradients do not"
-        if inside and params
-        else "the one leaving its input does not"
-        if inside
-        else "its parameters' gradients do not (the one leaving its input agrees)"
-    )
-    text = (
-        f"forward agrees (every module's output within its rounding); the backward of {shown} ({kind}) "
-        f"differs: the gradient reaching its output agrees, {leaving}"
-    )
-    return Origin("gradient", picked, picked, (), text + _custom(picked, paired[picked], found.custom))
+    return Outcomes(torch_runs, jax_runs, paired, common)
 
 
-def _first(order: Sequence[str], outs: dict, ins: dict, differs: set[str]) -> str | None:
-    """The first module in backward ``order`` whose output's cotangent agrees and whose input's, or its
-    own parameters' gradients, differ; the innermost such module inside it where there is one."""
-    found = [n for n in order if outs.get(n) is True and (ins.get(n) is False or n.split("#")[0] in differs)]
-    if not found:
+def _first(
+    order: Sequence[str],
+    output: Callable[[str], bool | None],
+    input_: Callable[[str], bool | None],
+    differs: set[str],
+) -> str | None:
+    """The first module in backward ``order`` whose output's cotangent agrees (``output``) and whose
+    input's (``input_``), or its own parameters' gradients, differ; the innermost such module inside it
+    where there is one. Each module is asked about only as far as the answer needs: none after the
+    first found but the modules inside it (which come after it in backward order), and no input where
+    the output differs or the parameters' gradients already do."""
+
+    def found(name: str) -> bool:
+        return output(name) is True and (name.split("#")[0] in differs or input_(name) is False)
+
+    at = next((k for k, n in enumerate(order) if found(n)), None)
+    if at is None:
         return None
-    picked = found[0]
-    inner = [n for n in found if n.split("#")[0].startswith(picked.split("#")[0] + ".")]
-    while inner:
-        picked = inner[0]
-        inner = [n for n in inner if n.split("#")[0].startswith(picked.split("#")[0] + ".")]
+    picked = order[at]
+    for n in order[at + 1 :]:
+        if n.split("#")[0].startswith(picked.split("#")[0] + ".") and found(n):
+            picked = n
     return picked
 
 

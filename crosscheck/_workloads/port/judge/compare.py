@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
+
 from crosscheck._compare.device import Arithmetic
 from crosscheck._compare.record import Comparison
 from crosscheck._workloads.model.findings import Findings
@@ -161,6 +163,75 @@ def each_module(
             ci = localize.compare_arrays("input", *(_arrays(s, "inputs", 1) for s in sides), **common)
             inputs[r.name] = localize.outcome(ci)
     return out, outputs, inputs, firsts
+
+
+class Outcomes:
+    """Whether each paired module's output and first input agree, as ``each_module`` finds them
+    (``localize.outcome``; None: not judged, or no input on a side), each compared only when first
+    asked (``output``, ``input``), for a reader that needs a few: the backward verdict, which stops at
+    the first module it names. A comparison whose arrays (each side's run and re-run) are bit for bit
+    those of one already made, a module's input cotangent being the output cotangent of the module
+    that made it, takes that one's outcome: the same arrays, compared alike, give the same outcome.
+    ``paired``: PyTorch record -> the port's; ``made``: the comparisons made."""
+
+    def __init__(self, torch_runs: Runs, jax_runs: Runs, paired: dict, common: dict) -> None:
+        self._torch = {r.name: r for r in torch_runs.main}
+        self._t_other = {r.name: r for r in torch_runs.other}
+        self._jax = {r.name: r for r in jax_runs.main}
+        self._j_other = {r.name: r for r in jax_runs.other}
+        self.paired, self._common = paired, common
+        self._found: dict[tuple[str, str], bool | None] = {}
+        self._seen: list[tuple[tuple, bool | None]] = []
+        self.made = 0
+
+    def output(self, name: str) -> bool | None:
+        """Whether module ``name``'s output agrees (None: not judged; not paired)."""
+        return self._outcome(name, "outputs")
+
+    def input(self, name: str) -> bool | None:
+        """Whether module ``name``'s first input agrees (None: not judged, or not on both sides)."""
+        return self._outcome(name, "inputs")
+
+    def _outcome(self, name: str, attr: str) -> bool | None:
+        if (name, attr) not in self._found:
+            self._found[name, attr] = self._compared(name, attr)
+        return self._found[name, attr]
+
+    def _compared(self, name: str, attr: str) -> bool | None:
+        if name not in self.paired or name not in self._torch:
+            return None
+        j = self.paired[name]
+        sides = (self._torch[name], self._t_other.get(name)), (self._jax[j], self._j_other.get(j))
+        if attr == "inputs" and not (sides[0][0].inputs and sides[1][0].inputs):
+            return None
+        limit = 1 if attr == "inputs" else None  # the first input: the data (masks and caches may differ)
+        arrays = tuple(_arrays(s, attr, limit) for s in sides)
+        key = tuple(tuple(a) for pair in arrays for a in pair)
+        for seen, found in self._seen:
+            if _same(seen, key):
+                return found
+        self.made += 1
+        if attr == "inputs":
+            c = localize.compare_arrays("input", *arrays, **self._common)
+        else:
+            c = localize.compare_arrays(localize.output_label(name), *arrays, **self._common, module=name)
+        found = localize.outcome(c)
+        self._seen.append((key, found))
+        return found
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    """Whether two comparisons' arrays are the same, bit for bit (their dtypes and shapes too)."""
+    if [len(x) for x in a] != [len(x) for x in b]:
+        return False
+    pairs = [
+        (np.asarray(x), np.asarray(y))
+        for xs, ys in zip(a, b, strict=True)
+        for x, y in zip(xs, ys, strict=True)
+    ]
+    if any(x.dtype != y.dtype or x.shape != y.shape for x, y in pairs):
+        return False
+    return all(np.array_equal(x, y) for x, y in pairs)
 
 
 def _custom_loss_note(prepared: Prepared) -> str:

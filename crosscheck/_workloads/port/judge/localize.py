@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from crosscheck._compare import terms as _terms
+from crosscheck._compare import whole
 from crosscheck._compare.compare import compare
 from crosscheck._compare.constants import OTHER_DTYPE
 from crosscheck._compare.device import Arithmetic
@@ -150,9 +151,15 @@ def _vector(
                 f"array {k}: PyTorch's {t.shape} and JAX's {j.shape} compared broadcast to {both[0].shape}"
             )
             t, converted = both
-        t_parts.append(t.astype(np.float64).ravel())
-        j_parts.append(converted.astype(np.float64).ravel())
-    return np.concatenate(t_parts), np.concatenate(j_parts), "; ".join(notes), used
+        # in float64, as views where they are already: read only from here on
+        t_parts.append(np.asarray(t, np.float64).ravel())
+        j_parts.append(np.asarray(converted, np.float64).ravel())
+    return _joined(t_parts), _joined(j_parts), "; ".join(notes), used
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """The arrays flattened one after the other (one array: itself, not a copy)."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _rounding(
@@ -164,15 +171,20 @@ def _rounding(
     if other is None or other.shape != main.shape:
         return np.full(main.shape, 1024 * unit_roundoff(dtype)) * np.abs(main), None
     scale = _terms.widening(dtype)
-    with np.errstate(invalid="ignore"):
-        d = np.nan_to_num(np.abs(main - other), nan=0.0, posinf=0.0)
+    with np.errstate(invalid="ignore"):  # |main - other|, NaN and +inf as 0, made in one array
+        d = np.subtract(main, other)
+        np.abs(d, out=d)
+    if not whole.finite(d):  # a pass of its own only where there is a NaN or an infinity
+        np.nan_to_num(d, copy=False, nan=0.0, posinf=0.0)
     wide = main if dtype == "float64" else other
     if is_low(dtype):  # a 16-bit dtype's permit, against float32, judged by the typical entry
         d, _ = _terms.cap(d, wide, dtype=_terms.permit_dtype(dtype))
         return _terms.measured(scale * d), None
     # float32's permit, entry by entry: no entry of a re-run sets its own tolerance
     d, redrawn = _terms.capped(d, wide, device=device)
-    return _terms.measured(scale * d), redrawn
+    if scale != 1.0:  # the same numbers as ``scale * d``, in the capped array (its own)
+        d *= scale
+    return _terms.measured(d, own=True), redrawn
 
 
 #: What a comparison's message starts with when a side's re-run was not the same computation.

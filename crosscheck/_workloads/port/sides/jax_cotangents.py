@@ -5,7 +5,10 @@ its classes' ``__call__``, ``nnx_cotangents``), a zero perturbation is added to 
 positional input (as the module sees it) and to each floating array of its output, and the loss is
 differentiated with respect to the perturbations at zero. The perturbation of an output gives the
 gradient reaching it; that of an input the gradient leaving it through this module's backward alone, as
-PyTorch's full backward hooks give it.
+PyTorch's full backward hooks give it. The perturbed loss is traced once a check (``jax.make_jaxpr``)
+and that trace is differentiated and compiled (``Kept``: a program compiled in an earlier check runs
+only where it is the same); the calls' shapes, which the zeros are made for, are found by a shape
+pass of their own in a first check, or where this check's trace meets other calls than the last's.
 
 A call made inside a scan's step (``nn.scan``, ``nnx.scan``, ``jax.lax.scan``) is perturbed with one
 zero per step, each step adding its own slice (``perturbations``): one record per step, named as the
@@ -20,13 +23,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
 import jax
 import numpy as np
-from jax.extend.core import Literal
+from jax.extend.core import Literal, jaxpr_as_fun
 
 from crosscheck._types import FrameworkArray, PyTree
 from crosscheck._workloads.port.sides import perturbations, steps
@@ -66,17 +70,26 @@ def cotangents(
     new one: not kept); ``intercept``: how its module calls are intercepted (a Flax linen module's when
     None: ``linen``)."""
     intercept = intercept or linen
-    shapes: dict[str, perturbations.Shape] = {}
-    with steps.indexed():
-        jax.eval_shape(lambda p, i: _perturbed(loss, None, shapes, intercept)(p, i), params, inputs)
-    zeros = {label: shape.zeros() for label, shape in shapes.items()}
+    kept = kept or Kept()
+    noted = _NOTED.get(kept)  # the calls the last check met: this check's trace tells if they stand
+    traced = None if noted is None else _traced(loss, params, inputs, intercept, noted)
+    if noted is not None and traced is not None and list(traced[2].items()) == list(noted.items()):
+        shapes = noted
+    else:  # found afresh
+        shapes = {}
+        with steps.indexed():
+            jax.eval_shape(lambda p, i: _perturbed(loss, None, shapes, intercept)(p, i), params, inputs)
+        traced = _traced(loss, params, inputs, intercept, shapes)
+    closed, zeros, _ = traced
+    _NOTED[kept] = shapes
+    # this check's trace differentiated: the model is traced once (a scanned model's lifted scan, traced
+    # again under the gradient, costs more than the jaxpr's)
+    run = jaxpr_as_fun(closed)
 
     def perturbed(zeros: PyTree, p: PyTree, i: PyTree) -> FrameworkArray:
-        return _perturbed(loss, zeros, {}, intercept)(p, i)
+        return run(*jax.tree_util.tree_leaves((zeros, p, i)))[0]
 
-    with steps.indexed():
-        grads = (kept or Kept())(jax.grad(perturbed), zeros, params, inputs)
-        closed = jax.make_jaxpr(perturbed)(zeros, params, inputs)
+    grads = kept(jax.grad(perturbed), zeros, params, inputs)
     tags = {
         label: (
             None if shape.first is None else _Tag(label, False, len(shape.lengths)),
@@ -94,6 +107,34 @@ def cotangents(
             if label in found and name != label:
                 found[name] = found[label]
     return records, {k: v for k, v in found.items() if "@*" not in k}
+
+
+#: By kept program, the calls' shapes its last check perturbed: the next check's trace is made with
+#: them, and kept only where it meets the very same calls (``_traced``).
+_NOTED: weakref.WeakKeyDictionary[Kept, dict[str, perturbations.Shape]] = weakref.WeakKeyDictionary()
+
+
+def _traced(
+    loss: Callable[[dict, dict], Any],
+    params: dict[str, Any],
+    inputs: dict[str, Any],
+    intercept: Intercept,
+    shapes: dict[str, perturbations.Shape],
+) -> tuple[Any, dict[str, Any], dict[str, perturbations.Shape]]:
+    """The perturbed loss's closed jaxpr (of perturbations, params, inputs), traced with a zero
+    perturbation of each of ``shapes``' calls; those zeros; and the calls' shapes as this trace met
+    them. A perturbation that does not fit a call is not added (``perturbations.Calls``), and that
+    call's cotangents would be zeros, never measured: the trace is used only where it met the very
+    calls of ``shapes``, in the same order."""
+    zeros = {label: shape.zeros() for label, shape in shapes.items()}
+    met: dict[str, perturbations.Shape] = {}
+
+    def perturbed(zeros: PyTree, p: PyTree, i: PyTree) -> FrameworkArray:
+        return _perturbed(loss, zeros, met, intercept)(p, i)
+
+    with steps.indexed():
+        closed = jax.make_jaxpr(perturbed)(zeros, params, inputs)
+    return closed, zeros, met
 
 
 def _perturbed(

@@ -44,7 +44,7 @@ class Shape:
 
 class Calls:
     """One trace of the perturbed loss: with ``perturb`` (label -> ``Shape.zeros``'s pair, traced), each
-    call's perturbations added; without, each call's ``Shape`` written to ``shapes`` in the order the
+    call's perturbations added; either way, each call's ``Shape`` written to ``shapes`` in the order the
     calls finish."""
 
     def __init__(self, perturb: dict[str, Any] | None, shapes: dict[str, Shape]) -> None:
@@ -75,13 +75,13 @@ class Calls:
         return (args[0] + added, *args[1:]) if added.shape == args[0].shape else args
 
     def leaving(self, label: str, kind: str, args: tuple, out: PyTree) -> PyTree:
-        """``out`` with the call's output perturbations added (without ``perturb``: its shape noted)."""
-        if self.perturb is None:
-            first = args[0] if args and floating(args[0]) else None
-            _, lengths = steps.where()
-            self.shapes[label] = Shape(kind, _aval(first), tuple(_aval(o) for o in floats(out)), lengths)
-            return out
-        if label not in self.perturb:
+        """``out`` with the call's output perturbations added; its shape noted either way (what a trace
+        with ``perturb`` perturbed is thus told: each perturbation fits where the shapes are those it
+        was made for)."""
+        first = args[0] if args and floating(args[0]) else None
+        _, lengths = steps.where()
+        self.shapes[label] = Shape(kind, _aval(first), tuple(_aval(o) for o in floats(out)), lengths)
+        if self.perturb is None or label not in self.perturb:
             return out
         perturbations = self.perturb[label][1]
         leaves, tree = jax.tree_util.tree_flatten(out)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from crosscheck._workloads.losses import outputs_loss, projection
+from crosscheck._workloads.port.declare import layout
 from crosscheck._workloads.port.declare.layout import apart, candidates, declared, per_array, prove
 
 RNG = np.random.default_rng(3)
@@ -285,3 +286,13 @@ def test_the_healthy_square_conv_passes_its_layout_proven():
     report = _run(_Conv.port())
     assert report.passed, report.problems
     assert not [c for c in report.comparisons if "every layout" in (c.parameter or "")]
+
+
+def test_the_candidates_of_two_shapes_are_made_once():
+    """They depend on the shapes alone (each reading told apart by an index array as large as the
+    array): every module compared at those shapes reads the same list, a list of its own."""
+    first = layout.candidates((2, 3, 5, 7), (2, 7, 5, 3))
+    made = layout._candidates.cache_info().misses
+    again = layout.candidates([2, 3, 5, 7], np.array([2, 7, 5, 3]))
+    assert layout._candidates.cache_info().misses == made
+    assert again == first and again is not first

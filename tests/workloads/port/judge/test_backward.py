@@ -101,13 +101,37 @@ def test_the_first_module_in_backward_order_is_named_and_the_innermost_inside_it
     order = ["head", "block", "block.norm", "block.fc", "embed"]  # backward order
     outs = {"head": True, "block": True, "block.norm": True, "block.fc": True, "embed": False}
     ins = {"head": True, "block": False, "block.norm": False, "block.fc": True, "embed": False}
-    assert backward._first(order, outs, ins, set()) == "block.norm"
-    assert backward._first(order, outs, {**ins, "block.norm": True}, set()) == "block"
+    assert backward._first(order, outs.get, ins.get, set()) == "block.norm"
+    assert backward._first(order, outs.get, {**ins, "block.norm": True}.get, set()) == "block"
     assert (
-        backward._first(order, outs, {**ins, "block": True, "block.norm": True}, {"block.fc"}) == "block.fc"
+        backward._first(order, outs.get, {**ins, "block": True, "block.norm": True}.get, {"block.fc"})
+        == "block.fc"
     )
-    assert backward._first(order, {**outs, "block": None}, ins, set()) == "block.norm"
-    assert backward._first(order, outs, dict.fromkeys(ins, True), set()) is None
+    assert backward._first(order, {**outs, "block": None}.get, ins.get, set()) == "block.norm"
+    assert backward._first(order, outs.get, dict.fromkeys(ins, True).get, set()) is None
+
+
+def test_the_first_module_is_found_asking_only_what_the_answer_needs():
+    """Nothing after the module found but the modules inside it; no input where the output differs or
+    the module's own parameters' gradients do."""
+    order = ["head", "block", "block.norm", "block.fc", "embed", "other.norm"]
+    outs = {"head": False, "block": True, "block.norm": True, "block.fc": True, "embed": True}
+    ins = {"head": True, "block": False, "block.norm": True, "block.fc": False, "embed": False}
+    asked: list[tuple[str, str]] = []
+
+    def spy(kind, values):
+        return lambda name: asked.append((kind, name)) or values.get(name)
+
+    found = backward._first(order, spy("out", outs), spy("in", ins), {"block.fc"})
+    assert found == "block.fc"
+    assert asked == [
+        ("out", "head"),  # its output differs: its input is not asked
+        ("out", "block"),
+        ("in", "block"),  # found: only the modules inside it are asked further, `embed` never
+        ("out", "block.norm"),
+        ("in", "block.norm"),
+        ("out", "block.fc"),  # its parameters' gradients differ: its input is not asked
+    ]
 
 
 def test_cotangents_not_captured_leave_the_verdict_by_parameters_and_say_why():
