@@ -19,7 +19,7 @@ from crosscheck._workloads.model.findings import Findings
 from crosscheck._workloads.model.oracle.function import Differences
 from crosscheck._workloads.port.declare import layout
 from crosscheck._workloads.port.declare.build import Prepared, output_layouts
-from crosscheck._workloads.port.judge import boundaries, localize
+from crosscheck._workloads.port.judge import boundaries, caveats, localize
 from crosscheck._workloads.port.judge.by_design import Part
 from crosscheck._workloads.port.judge.localize import Runs
 from crosscheck._workloads.port.judge.pairs import module_pairs
@@ -43,10 +43,10 @@ def sides(torch_runs: Runs, jax_runs: Runs, original: Any, wrote: str) -> Sides:
     of its proof (``wrote``: the inputs it writes to in place)."""
     from crosscheck._workloads.port.sides.torch_side import left_out_note
 
-    caveats = localize.rerun_note(torch_runs, jax_runs) + left_out_note(original) + wrote
+    said = caveats.rerun_note(torch_runs, jax_runs) + left_out_note(original) + wrote
     uncaptured = next((r.note for r in jax_runs.main if r.note), "")  # module by module left out
-    caveats += f"; {uncaptured}" if uncaptured else ""
-    return Sides(torch_runs, jax_runs, caveats, uncaptured)
+    said += f"; {uncaptured}" if uncaptured else ""
+    return Sides(torch_runs, jax_runs, said, uncaptured)
 
 
 @dataclasses.dataclass(frozen=True)

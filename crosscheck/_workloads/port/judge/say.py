@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from crosscheck._report.report import Verdict
-from crosscheck._workloads.port.judge import localize, wide
+from crosscheck._workloads.port.judge import caveats, wide
 from crosscheck._workloads.port.judge.verdict import Located, Origin
 
 
@@ -28,7 +28,7 @@ def said(
     (None: none); ``wider``: per side, whether it computed in float32 (``wide.sides``)."""
     origin, comparisons = located.origin, located.comparisons
     text = origin.text + behind(origin, name, reference, forward=forward)
-    text += localize.broadcast_note(comparisons) + localize.redrawn_note(comparisons) + located.caveats
+    text += caveats.broadcast_note(comparisons) + caveats.redrawn_note(comparisons) + located.caveats
     if low is not None and origin.starts_in == "nowhere":  # a 16-bit pass: what it hides
         text = f"{text}; {low.text}"
     return dataclasses.replace(origin, text=text + wide.said(wider, dtype, text))
