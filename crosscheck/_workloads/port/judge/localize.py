@@ -260,22 +260,27 @@ def compare_arrays(
     other = _vector(torch_runs[1] or torch_runs[0], jax_runs[1] or jax_runs[0], channels_last, reads)
     t_other, j_other = (None, None) if isinstance(other, str) else other[:2]
     precision = precision or dtype
-    j_term, j_new = _rounding(j, j_other, precision, device)
-    t_term, t_new = _rounding(t, t_other, precision, reference_device)
     on, t_on = (
         f" on {d.words()}" if d is not None and d.unit is not None else "" for d in (device, reference_device)
     )
-    for side, redrawn, missed, where in ((backend, j_new, j_miss, on), (reference, t_new, t_miss, t_on)):
-        if redrawn is not None and not missed:
+    terms: dict[str, np.ndarray] = {}
+    # a side without a re-run takes the other's measured rounding (below): its own is not measured
+    for key, side, main_, again, missed, where, unit in (
+        ("rounding", backend, j, j_other, j_miss, on, device),
+        ("reference", reference, t, t_other, t_miss, t_on, reference_device),
+    ):
+        if missed:
+            continue
+        terms[key], redrawn = _rounding(main_, again, precision, unit)
+        if redrawn is not None:
             text = _redrawn_text(label, side, dtype, redrawn, where)
             return _failed(label, text, backend=backend, reference=reference)
-    terms = {"rounding": j_term, "reference": t_term}
     helps = dict(TERM_HELP)
     if t_miss or j_miss:  # the side that ran twice measures the rounding of both
         gone, kept, side = (
             ("reference", "rounding", "PyTorch") if t_miss else ("rounding", "reference", "JAX")
         )
-        terms[gone] = terms[kept]
+        terms = {"rounding": terms[kept], "reference": terms[kept]}
         helps[gone] = (
             f"the {side} side's rounding could not be measured ({missing or 'no re-run'}): "
             "the other side's, measured"

@@ -58,3 +58,26 @@ def test_a_module_output_is_compared_without_copies_of_its_arrays():
         tracemalloc.stop()
     assert found.judged == t.size
     assert peak < 6 * t.nbytes, peak / t.nbytes
+
+
+@pytest.mark.parametrize("missing", ["jax", "torch"])
+def test_a_side_without_a_re_run_has_no_rounding_of_its_own_measured(monkeypatch, missing):
+    """A side that was not re-run takes the other side's measured rounding: its own (a difference of
+    its run with itself) is not measured, a pass over every entry saved, and both terms are the other
+    side's, the verdict unchanged."""
+    rng = np.random.default_rng(1)
+    t = rng.standard_normal(10_000)
+    again = t * (1 + 1e-7 * rng.standard_normal(t.size))
+    j = t + 1e-9 * rng.standard_normal(t.size)
+    measured = []
+    real = localize._rounding
+    monkeypatch.setattr(localize, "_rounding", lambda main, *a: measured.append(main) or real(main, *a))
+    torch_runs, jax_runs = ((t,), (again,)), ((j,), ())
+    if missing == "torch":
+        torch_runs, jax_runs = ((t,), ()), ((j,), (again,))
+    runs = dict(dtype="float32", channels_last=False, backend="jax", reference="torch", keep=True)
+    found = localize.compare_arrays("x", torch_runs, jax_runs, **runs)
+    assert len(measured) == 1
+    assert np.shares_memory(measured[0], t if missing == "jax" else j)
+    terms = found.arrays is not None and found.worst_terms
+    assert found.passed and terms and terms["rounding"] == terms["reference"] > 0
