@@ -217,6 +217,19 @@ class JaxSide:
     def forward(self, values: Sequence[Any], inputs: dict[str, Any], dtype: Any) -> Any:
         return self.split(self.run(values, inputs, dtype))[0]
 
+    def compiled(
+        self,
+        values: Any,
+        inputs: dict[str, Any],
+        dtype: Any,
+        *,
+        made: Callable[[Any], Sequence[Any]] | None = None,
+    ) -> Any:
+        """``forward``'s output, of one compiled pass (``_returned``: kept per dtype, run as written where
+        ``jax.jit`` cannot trace it), not an operation at a time; with ``made``, of the leaves
+        ``made(values)``, made inside the pass (``capture``'s)."""
+        return self.split(self._returned(values, inputs, dtype, made))[0]
+
     def split(self, got: Any) -> tuple[Any, Mapping[str, Any]]:
         """The output and the listed intermediates of what the call returned (raises when they are not
         the pair ``jax_intermediates`` promises, with exactly the names it lists)."""
@@ -281,20 +294,27 @@ class JaxSide:
                     ModuleCall("", type(self.model).__name__, (), _numpy(out), narrow(out), note=UNCAPTURED)
                 ]
 
-    def _returned(self, values: Sequence[Any], inputs: dict[str, Any], dtype: Any) -> Any:
+    def _returned(
+        self,
+        values: Sequence[Any],
+        inputs: dict[str, Any],
+        dtype: Any,
+        made: Callable[[Any], Sequence[Any]] | None = None,
+    ) -> Any:
         """What the call returns (``run``), as one ``jax.jit`` kept per dtype (``passes``): compiled once,
-        not an operation at a time; run as it is written where ``jax.jit`` cannot trace it."""
+        not an operation at a time; run as it is written where ``jax.jit`` cannot trace it. ``made``:
+        the leaves are ``made(values)``, made inside the pass (``capture``'s)."""
         arrays, placed, static = steps.traced_inputs(inputs)
-        key = steps.pass_key("returned", np.dtype(dtype).name, static)
+        key = steps.pass_key("returned", np.dtype(dtype).name, static, made)
         run = (self.passes.get(key) if key is not None else None) or Kept()
 
         def returned(values: list, arrays: list) -> Any:  # the inputs' arrays traced, the rest as given
-            return self.run(values, placed(arrays), dtype)
+            return self.run(made(values) if made else values, placed(arrays), dtype)
 
         try:
             got = run(returned, list(values), arrays)
         except Exception:  # Python control flow on a value, a non-array returned: as it is written
-            return self.run(values, inputs, dtype)
+            return self.run(made(values) if made else values, inputs, dtype)
         if key is not None:
             self.passes[key] = run
         return got
