@@ -275,16 +275,7 @@ def compare_arrays(
         if redrawn is not None:
             text = _redrawn_text(label, side, dtype, redrawn, where)
             return _failed(label, text, backend=backend, reference=reference)
-    helps = dict(TERM_HELP)
-    if t_miss or j_miss:  # the side that ran twice measures the rounding of both
-        gone, kept, side = (
-            ("reference", "rounding", "PyTorch") if t_miss else ("rounding", "reference", "JAX")
-        )
-        terms = {"rounding": terms[kept], "reference": terms[kept]}
-        helps[gone] = (
-            f"the {side} side's rounding could not be measured ({missing or 'no re-run'}): "
-            "the other side's, measured"
-        )
+    terms, helps = _shared(terms, t_miss, j_miss, missing)
     terms["floor"] = np.asarray(_terms.floor(_terms.largest(t), unit_roundoff(precision)))
     found = compare(
         j.astype(numpy_dtype(dtype)),
@@ -310,6 +301,22 @@ def compare_arrays(
             message=f"{message}\n{found.message}" if not found.passed else message,
         )
     return found
+
+
+def _shared(
+    terms: dict[str, np.ndarray], t_miss: bool, j_miss: bool, missing: str
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The rounding terms and their help: where a side was not re-run, the side that ran twice
+    measures the rounding of both (``terms`` holds its alone), and the help says so."""
+    helps = dict(TERM_HELP)
+    if not (t_miss or j_miss):
+        return terms, helps
+    gone, kept, side = ("reference", "rounding", "PyTorch") if t_miss else ("rounding", "reference", "JAX")
+    helps[gone] = (
+        f"the {side} side's rounding could not be measured ({missing or 'no re-run'}): the other side's, "
+        "measured"
+    )
+    return {"rounding": terms[kept], "reference": terms[kept]}, helps
 
 
 def outcome(c: Comparison) -> bool | None:
