@@ -10,15 +10,16 @@ the machine does not inflate), twice: a first check in a new process (``first``:
 compilations included, its imports not), and a check made again in one process, as in a notebook,
 after one untimed check, where each side's compiled programs are kept (``Kept``) and only tracing is
 paid again; with ``--against DIR``, first ``crosscheck run`` as a user runs it (a new process, imports
-included), of this code and of the code in DIR (before the cotangents). Run from the repository root::
+included), of this code and of the code in DIR (before the cotangents: its ``crosscheck`` and
+``backends``, with this checkout's ports). Run from the repository root::
 
     python benchmarks/backward_cost.py
     python benchmarks/backward_cost.py --ports examples.port.custom_op:wrong_sign --repeats 5
-    python benchmarks/backward_cost.py --against /tmp/before     # a copy of the code before
+    python benchmarks/backward_cost.py --against /tmp/before     # the code before: see --against
     python benchmarks/backward_cost.py --ports wide:missing_term --only again
 
-``wide:NAME`` is the custom op example's ``NAME`` at 2.1 million parameters (widths 512, 2048, 512;
-8 sequences of 128 tokens), where the comparisons' cost shows.
+``wide:NAME`` is the custom op example's ``NAME`` at 2.1 million parameters (``wide_port.py``: widths
+512, 2048, 512; 8 sequences of 128 tokens), where the comparisons' cost shows.
 
 The cotangents are turned off by replacing ``backward.chains`` with one that captures nothing, which
 is what a check without them computes. Each port is run in the process that replaced it (an object,
@@ -44,21 +45,13 @@ PORTS = ("examples.port.custom_op:port", "examples.port.custom_op:missing_term")
 #: The CPU seconds of each ``timed`` check (every thread of this process): on a machine others share,
 #: wall seconds count their work too.
 CPU: list[float] = []
-#: The custom op example's widths and batch for ``wide:NAME``.
-WIDE = {"D_IN": 512, "HIDDEN": 2048, "D_OUT": 512, "BATCH": 8, "TOKENS": 128}
 
 
 def port_of(spec: str) -> object:
-    """The port a spec names: ``module:name``, or ``wide:NAME`` (``WIDE``; this process's custom op
+    """The port a spec names: ``module:name``, or ``wide:NAME`` (``wide_port``: this process's custom op
     example made wide)."""
     module, _, name = spec.partition(":")
-    if module != "wide":
-        return getattr(importlib.import_module(module), name)
-    from examples.port import custom_op
-
-    for key, value in WIDE.items():
-        setattr(custom_op, key, value)
-    return custom_op.make_port(name=f"custom-op-wide-{name}", bug="" if name == "port" else name)
+    return getattr(importlib.import_module("wide_port" if module == "wide" else module), name)
 
 
 def timed(port: object, reference: str, *, cotangents: bool) -> tuple[float, str]:
@@ -98,7 +91,9 @@ def first(spec: str, reference: str, *, cotangents: bool) -> tuple[float, str]:
 def cli(spec: str, reference: str, root: str) -> float:
     """``crosscheck run`` as a user runs it (a new process, imports included), of the code under
     ``root``: its wall seconds."""
-    env = {**os.environ, "PYTHONPATH": root}
+    # the ports from this checkout (``wide:NAME``: ``wide_port``'s, in this folder)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((root, ROOT, str(Path(__file__).resolve().parent)))}
+    spec = spec.replace("wide:", "wide_port:", 1) if spec.startswith("wide:") else spec
     argv = [
         sys.executable,
         "-m",
@@ -125,8 +120,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--against",
-        help="a copy of the code before the cotangents (`git archive <commit> crosscheck backends examples | "
-        "tar -x -C DIR`): also time `crosscheck run` of each port under both, as a user runs it",
+        help="a copy of the code before the cotangents (`git archive <commit> crosscheck backends | tar -x "
+        "-C DIR`; the ports are this checkout's): also time `crosscheck run` of each port under both, as "
+        "a user runs it",
     )
     args = parser.parse_args()
     print(f"{platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cores")
