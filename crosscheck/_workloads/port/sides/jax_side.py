@@ -224,7 +224,7 @@ class JaxSide:
         dtype: Any,
         *,
         made: Callable[[Any], Sequence[Any]] | None = None,
-    ) -> Any:
+    ) -> PyTree:
         """``forward``'s output, of one compiled pass (``_returned``: kept per dtype, run as written where
         ``jax.jit`` cannot trace it), not an operation at a time; with ``made``, of the leaves
         ``made(values)``, made inside the pass (``capture``'s)."""
