@@ -15,14 +15,7 @@ nn = pytest.importorskip("flax.linen")
 import crosscheck  # noqa: E402
 from crosscheck._workloads.port.declare import layout  # noqa: E402
 from crosscheck._workloads.port.declare.build import output_layouts  # noqa: E402
-
-#: Compilations seen (``jax.monitoring``'s backend compile events), appended for the whole session.
-COMPILES: list[float] = []
-jax.monitoring.register_event_duration_secs_listener(
-    lambda event, seconds, **_: (
-        COMPILES.append(seconds) if event == "/jax/core/compile/backend_compile_duration" else None
-    )
-)
+from tests.support.compiles import COMPILES  # noqa: E402
 
 #: Odd sizes no other test uses: an operation of this model is compiled here first.
 IN, HIDDEN, OUT, ROWS = 7, 19, 3, 17

@@ -22,14 +22,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from crosscheck._workloads import programs  # noqa: E402
 from crosscheck._workloads.port.sides import jax_side, linen_side, steps  # noqa: E402
-
-#: Compilations seen (``jax.monitoring``'s backend compile events), appended for the whole session.
-COMPILES: list[float] = []
-jax.monitoring.register_event_duration_secs_listener(
-    lambda event, seconds, **_: (
-        COMPILES.append(seconds) if event == "/jax/core/compile/backend_compile_duration" else None
-    )
-)
+from tests.support.compiles import COMPILES  # noqa: E402
 
 #: Odd sizes no other test uses: op by op, each operation of this model is compiled here first.
 WIDTH, HIDDEN, LAYERS, ROWS = 13, 29, 5, 7
